@@ -1,0 +1,64 @@
+#include "common/metrics.h"
+
+#include <exception>
+
+namespace kubeps {
+
+Status MetricsServer::Start(const std::string& bind_address, int port,
+                            std::map<std::string, std::string> constant_labels,
+                            std::unique_ptr<MetricsServer>* out) {
+  std::unique_ptr<MetricsServer> server(new MetricsServer());
+  server->registry_ = std::make_shared<prometheus::Registry>();
+  server->labels_ = std::move(constant_labels);
+  if (port >= 0) {
+    try {
+      server->exposer_ = std::make_unique<prometheus::Exposer>(
+          bind_address + ":" + std::to_string(port));
+    } catch (const std::exception& e) {
+      return Status::Error("metrics: cannot listen on " + bind_address + ":" +
+                           std::to_string(port) + ": " + e.what());
+    }
+    server->exposer_->RegisterCollectable(server->registry_);
+    auto ports = server->exposer_->GetListeningPorts();
+    server->port_ = ports.empty() ? port : ports.front();
+  }
+  *out = std::move(server);
+  return Status::Ok();
+}
+
+std::map<std::string, std::string> MetricsServer::Merge(
+    const std::map<std::string, std::string>& extra) const {
+  std::map<std::string, std::string> all = labels_;
+  all.insert(extra.begin(), extra.end());
+  return all;
+}
+
+prometheus::Counter& MetricsServer::Counter(const std::string& name, const std::string& help,
+                                            const std::map<std::string, std::string>& extra) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(*registry_).Add(Merge(extra));
+}
+
+prometheus::Gauge& MetricsServer::Gauge(const std::string& name, const std::string& help,
+                                        const std::map<std::string, std::string>& extra) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(*registry_).Add(Merge(extra));
+}
+
+prometheus::Histogram& MetricsServer::Latency(const std::string& name, const std::string& help,
+                                              const std::map<std::string, std::string>& extra) {
+  static const prometheus::Histogram::BucketBoundaries kBuckets = {
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+      0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(*registry_).Add(
+      Merge(extra), kBuckets);
+}
+
+MetricsServer& NullMetrics() {
+  static std::unique_ptr<MetricsServer> null_metrics = [] {
+    std::unique_ptr<MetricsServer> server;
+    MetricsServer::Start("", -1, {}, &server);
+    return server;
+  }();
+  return *null_metrics;
+}
+
+}  // namespace kubeps

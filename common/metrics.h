@@ -1,0 +1,56 @@
+// Prometheus metrics over HTTP (prometheus-cpp). Each process owns one
+// MetricsServer; components register their metric families on its registry.
+// Every series carries the constant labels job, role and rank.
+#ifndef KUBEPS_COMMON_METRICS_H_
+#define KUBEPS_COMMON_METRICS_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include "common/status.h"
+
+namespace kubeps {
+
+class MetricsServer {
+ public:
+  // Serves /metrics on `bind_address`:`port` (port 0 picks a free one).
+  static Status Start(const std::string& bind_address, int port,
+                      std::map<std::string, std::string> constant_labels,
+                      std::unique_ptr<MetricsServer>* out);
+
+  int port() const { return port_; }
+  prometheus::Registry& registry() { return *registry_; }
+  const std::map<std::string, std::string>& labels() const { return labels_; }
+
+  prometheus::Counter& Counter(const std::string& name, const std::string& help,
+                               const std::map<std::string, std::string>& extra = {});
+  prometheus::Gauge& Gauge(const std::string& name, const std::string& help,
+                           const std::map<std::string, std::string>& extra = {});
+  // Latency histogram in seconds, buckets from 100 us to 10 s.
+  prometheus::Histogram& Latency(const std::string& name, const std::string& help,
+                                 const std::map<std::string, std::string>& extra = {});
+
+ private:
+  MetricsServer() = default;
+  std::map<std::string, std::string> Merge(const std::map<std::string, std::string>& extra) const;
+
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::map<std::string, std::string> labels_;
+  int port_ = 0;
+};
+
+// A registry with no HTTP server, for tests and for code that runs without
+// a MetricsServer; metrics recorded there are simply not exported.
+MetricsServer& NullMetrics();
+
+}  // namespace kubeps
+
+#endif  // KUBEPS_COMMON_METRICS_H_

@@ -1,0 +1,45 @@
+// Server-side optimizers. One implementation serves the parameter servers
+// and the trainer's local (single-process) mode, so the two are comparable
+// bit for bit. The state of an optimizer belongs to one parameter part and
+// is checkpointed with it.
+#ifndef KUBEPS_COMMON_OPTIMIZER_H_
+#define KUBEPS_COMMON_OPTIMIZER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kubeps {
+
+struct OptimizerConfig {
+  std::string name = "sgd";  // sgd | momentum | adam
+  float learning_rate = 0.1f;
+  float momentum = 0.9f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+  float weight_decay = 0.0f;
+};
+
+// Per-part optimizer state: momentum buffer or Adam's moments.
+struct OptimizerState {
+  std::vector<float> slot1;  // momentum velocity, or Adam's first moment
+  std::vector<float> slot2;  // Adam's second moment
+  uint64_t steps = 0;        // updates applied so far
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // weights -= update(grad); `grad` is the (averaged) gradient.
+  virtual void Apply(float* weights, const float* grad, size_t n, OptimizerState* state) const = 0;
+};
+
+// nullptr with *error set when the name is unknown.
+std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerConfig& config, std::string* error);
+
+}  // namespace kubeps
+
+#endif  // KUBEPS_COMMON_OPTIMIZER_H_

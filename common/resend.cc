@@ -1,0 +1,81 @@
+#include "common/resend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <thread>
+
+namespace kubeps {
+
+bool IsRetryable(const grpc::Status& status) {
+  switch (status.error_code()) {
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case grpc::StatusCode::ABORTED:
+    case grpc::StatusCode::CANCELLED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+ResendCaller::ResendCaller(ResendPolicy policy, std::string token, MetricsServer* metrics)
+    : policy_(policy), token_(std::move(token)), metrics_(metrics ? metrics : &NullMetrics()) {}
+
+Status ResendCaller::Call(const std::string& peer, const char* rpc, const Attempt& attempt,
+                          int long_poll_ms) const {
+  thread_local std::mt19937 jitter(std::random_device{}());
+  grpc::Status last;
+  const int tries = policy_.max_resends + 1;
+  for (int i = 0; i < tries; ++i) {
+    if (i > 0) {
+      metrics_->Counter("kubeps_rpc_resends_total", "Requests sent again after a timeout or a broken channel",
+                        {{"rpc", rpc}, {"peer", peer}}).Increment();
+      int cap = std::min(policy_.backoff_cap_ms, policy_.backoff_base_ms << std::min(i - 1, 16));
+      std::uniform_int_distribution<int> wait(cap / 2, cap);
+      std::this_thread::sleep_for(std::chrono::milliseconds(wait(jitter)));
+    }
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::milliseconds(policy_.timeout_ms + long_poll_ms));
+    // Wait for a channel that is still connecting (a peer not yet up)
+    // instead of failing at once; the deadline still bounds the wait.
+    context.set_wait_for_ready(true);
+    if (!token_.empty()) context.AddMetadata(kTokenMetadataKey, token_);
+    last = attempt(context);
+    if (last.ok()) return Status::Ok();
+    if (last.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      metrics_->Counter("kubeps_rpc_timeouts_total", "Attempts whose deadline passed",
+                        {{"rpc", rpc}, {"peer", peer}}).Increment();
+    }
+    if (!IsRetryable(last)) break;
+  }
+  return Status::Error("rpc " + std::string(rpc) + " to " + peer + " failed after " +
+                       std::to_string(policy_.max_resends + 1 > 0 ? tries : 1) + " tries (resend timeout " +
+                       std::to_string(policy_.timeout_ms) + " ms, max resends " +
+                       std::to_string(policy_.max_resends) + "): " +
+                       std::to_string(static_cast<int>(last.error_code())) + " " + last.error_message());
+}
+
+grpc::Status CheckToken(const grpc::ServerContextBase& context, const std::string& token) {
+  if (token.empty()) return grpc::Status::OK;
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kTokenMetadataKey);
+  if (it == metadata.end() || grpc::string_ref(token) != it->second) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong job token");
+  }
+  return grpc::Status::OK;
+}
+
+std::shared_ptr<grpc::Channel> OpenChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  args.SetMaxSendMessageSize(256 << 20);
+  // Fast reconnects: a restarted shard should be reachable again quickly.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+}  // namespace kubeps

@@ -1,0 +1,63 @@
+// Resend on timeout, the PS_RESEND idea made safe: every attempt has a
+// deadline; when it passes or the channel breaks, the same request (same
+// RequestId, so the receiver applies it once) is sent again after an
+// exponential backoff with jitter, up to max_resends times. Then the call
+// fails with a message naming the peer, the RPC and the number of tries. It
+// never aborts and never waits forever.
+#ifndef KUBEPS_COMMON_RESEND_H_
+#define KUBEPS_COMMON_RESEND_H_
+
+#include <functional>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/metrics.h"
+#include "common/status.h"
+
+namespace kubeps {
+
+inline constexpr const char* kTokenMetadataKey = "x-kubeps-token";
+
+struct ResendPolicy {
+  int timeout_ms = 1000;  // per attempt, on top of any long-poll wait
+  int max_resends = 10;   // 0 = a single attempt
+  int backoff_base_ms = 10;
+  int backoff_cap_ms = 1000;
+};
+
+class ResendCaller {
+ public:
+  ResendCaller(ResendPolicy policy, std::string token, MetricsServer* metrics);
+
+  // One attempt: fill the request (already built by the caller) and call the
+  // stub with `context`. Called again, unchanged, for every resend.
+  using Attempt = std::function<grpc::Status(grpc::ClientContext& context)>;
+
+  // `long_poll_ms` extends each attempt's deadline for calls that wait on
+  // the server side (pull, barrier, cluster view).
+  Status Call(const std::string& peer, const char* rpc, const Attempt& attempt,
+              int long_poll_ms = 0) const;
+
+  const ResendPolicy& policy() const { return policy_; }
+
+ private:
+  ResendPolicy policy_;
+  std::string token_;
+  MetricsServer* metrics_;
+};
+
+// True for the failures a resend can cure: a passed deadline, a broken or
+// not yet open channel, an overloaded peer.
+bool IsRetryable(const grpc::Status& status);
+
+// Server side: UNAUTHENTICATED unless the request carries the job's token.
+grpc::Status CheckToken(const grpc::ServerContextBase& context, const std::string& token);
+
+// Opens a channel to `address` with message limits large enough for big
+// tensor parts.
+std::shared_ptr<grpc::Channel> OpenChannel(const std::string& address);
+
+}  // namespace kubeps
+
+#endif  // KUBEPS_COMMON_RESEND_H_

@@ -1,0 +1,65 @@
+// The cluster interface: the little the job logic needs from whatever runs
+// its replicas. Two implementations: local processes (operator/local) for
+// `kubeps run`, and Kubernetes pods for kubeps-operator. The job logic
+// (job_controller.h) is written once, against this.
+#ifndef KUBEPS_OPERATOR_CONTROLLER_CLUSTER_H_
+#define KUBEPS_OPERATOR_CONTROLLER_CLUSTER_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace kubeps::controller {
+
+enum class ReplicaRole { kScheduler, kServer, kWorker };
+const char* ToString(ReplicaRole role);  // "scheduler", "server", "worker"
+
+struct ReplicaName {
+  ReplicaRole role;
+  int index;
+  // "scheduler-0", "server-1", "worker-0": also the node_id the replica
+  // registers under, so a re-created replica gets its rank back.
+  std::string ToString() const;
+  bool operator<(const ReplicaName& o) const {
+    return role != o.role ? role < o.role : index < o.index;
+  }
+  bool operator==(const ReplicaName& o) const { return role == o.role && index == o.index; }
+};
+
+enum class ReplicaPhase { kPending, kRunning, kSucceeded, kFailed };
+const char* ToString(ReplicaPhase phase);
+
+struct ReplicaStatus {
+  ReplicaName name;
+  ReplicaPhase phase = ReplicaPhase::kPending;
+  int exit_code = 0;     // when Succeeded or Failed; 128+N for signal N
+  int restarts = 0;      // times this replica was re-created
+};
+
+// What to run for one replica: the binary and its environment.
+struct ReplicaLaunch {
+  ReplicaName name;
+  std::string binary;   // "kubeps-server" or "kubeps-agent"
+  std::vector<std::string> args;
+  std::map<std::string, std::string> env;
+};
+
+class Cluster {
+ public:
+  virtual ~Cluster() = default;
+  // Starts the replica; if one of that name exists and has ended, it is
+  // replaced and its restart count goes up.
+  virtual Status Create(const ReplicaLaunch& launch) = 0;
+  // Stops the replica (gracefully, then by force) and forgets it.
+  virtual Status Delete(const ReplicaName& name) = 0;
+  // Every replica this backend runs for the job, with its current phase.
+  virtual std::vector<ReplicaStatus> List() = 0;
+  // host:port of the job's scheduler, or "" while it is not known yet.
+  virtual std::string SchedulerAddress() = 0;
+};
+
+}  // namespace kubeps::controller
+
+#endif  // KUBEPS_OPERATOR_CONTROLLER_CLUSTER_H_

@@ -1,0 +1,157 @@
+#include "operator/controller/job_controller.h"
+
+#include <map>
+
+#include "operator/controller/restart_policy.h"
+
+namespace kubeps::controller {
+
+const char* ToString(ReplicaRole role) {
+  switch (role) {
+    case ReplicaRole::kScheduler: return "scheduler";
+    case ReplicaRole::kServer: return "server";
+    case ReplicaRole::kWorker: return "worker";
+  }
+  return "?";
+}
+
+std::string ReplicaName::ToString() const {
+  return std::string(controller::ToString(role)) + "-" + std::to_string(index);
+}
+
+const char* ToString(ReplicaPhase phase) {
+  switch (phase) {
+    case ReplicaPhase::kPending: return "Pending";
+    case ReplicaPhase::kRunning: return "Running";
+    case ReplicaPhase::kSucceeded: return "Succeeded";
+    case ReplicaPhase::kFailed: return "Failed";
+  }
+  return "?";
+}
+
+const char* ToString(JobPhase phase) {
+  switch (phase) {
+    case JobPhase::kCreated: return "Created";
+    case JobPhase::kRunning: return "Running";
+    case JobPhase::kRestarting: return "Restarting";
+    case JobPhase::kSucceeded: return "Succeeded";
+    case JobPhase::kFailed: return "Failed";
+  }
+  return "?";
+}
+
+JobController::JobController(api::TrainingJob job, Cluster* cluster, LaunchBuilder build_launch)
+    : job_(std::move(job)), cluster_(cluster), build_launch_(std::move(build_launch)) {}
+
+std::vector<ReplicaName> JobController::DesiredReplicas() const {
+  std::vector<ReplicaName> names{{ReplicaRole::kScheduler, 0}};
+  for (int i = 0; i < job_.spec.ps.replicas; ++i) names.push_back({ReplicaRole::kServer, i});
+  for (int i = 0; i < job_.spec.worker.replicas; ++i) names.push_back({ReplicaRole::kWorker, i});
+  return names;
+}
+
+JobStatus JobController::Observe(const std::vector<ReplicaStatus>& replicas) const {
+  JobStatus status;
+  for (const auto& r : replicas) {
+    RoleCounts& counts = r.name.role == ReplicaRole::kWorker   ? status.workers
+                         : r.name.role == ReplicaRole::kServer ? status.servers
+                                                               : status.scheduler;
+    if (r.phase == ReplicaPhase::kSucceeded) ++counts.succeeded;
+    else if (r.phase == ReplicaPhase::kFailed) ++counts.failed;
+    else ++counts.active;
+    status.restarts += r.restarts;
+  }
+  return status;
+}
+
+JobStatus JobController::Reconcile(int64_t now_ms) {
+  std::map<ReplicaName, ReplicaStatus> observed;
+  for (auto& r : cluster_->List()) observed[r.name] = r;
+  std::vector<ReplicaStatus> all;
+  for (auto& [name, r] : observed) all.push_back(r);
+  JobStatus status = Observe(all);
+
+  if (!failure_.empty()) {
+    status.phase = JobPhase::kFailed;
+    status.reason = failure_code_;
+    status.message = failure_;
+    return status;
+  }
+
+  // Done: every worker exited 0. Servers and the scheduler exit on their
+  // own when the scheduler tells them; after kLingerMs they are deleted.
+  if (status.workers.succeeded == job_.spec.worker.replicas) {
+    if (workers_done_at_ms_ < 0) workers_done_at_ms_ = now_ms;
+    if (status.scheduler.active + status.servers.active > 0 &&
+        now_ms - workers_done_at_ms_ < kLingerMs) {
+      status.phase = JobPhase::kRunning;
+      status.reason = "WorkersSucceeded";
+      status.message = "every worker finished; waiting for servers to exit";
+      return status;
+    }
+    DeleteAll();
+    status.phase = JobPhase::kSucceeded;
+    status.reason = "JobSucceeded";
+    status.message = "TrainingJob " + job_.name + " completed successfully";
+    return status;
+  }
+
+  // Create what is missing; decide about what failed.
+  const std::string scheduler_address = cluster_->SchedulerAddress();
+  bool restarting = false;
+  for (const ReplicaName& name : DesiredReplicas()) {
+    auto it = observed.find(name);
+    if (it == observed.end()) {
+      // Everything but the scheduler needs its address; wait for it.
+      if (name.role != ReplicaRole::kScheduler && scheduler_address.empty()) continue;
+      Status s = cluster_->Create(build_launch_(name, scheduler_address));
+      if (!s.ok()) {
+        failure_code_ = "CreateFailed";
+        failure_ = "cannot start " + name.ToString() + ": " + s.message();
+        return Reconcile(now_ms);
+      }
+      continue;
+    }
+    const ReplicaStatus& r = it->second;
+    // Servers and the scheduler exit 0 only when the scheduler has seen
+    // every worker finish, which can be observed here a moment before the
+    // workers' own exits: not a failure.
+    if (r.phase != ReplicaPhase::kFailed) continue;
+    RestartDecision decision = DecideRestart(job_.spec.run_policy, name.ToString(), r.exit_code,
+                                             status.restarts);
+    if (!decision.restart) {
+      failure_code_ = decision.code;
+      failure_ = decision.reason;
+      DeleteAll();
+      return Reconcile(now_ms);
+    }
+    Status s = cluster_->Create(build_launch_(name, scheduler_address));
+    if (!s.ok()) {
+      failure_code_ = "CreateFailed";
+      failure_ = "cannot restart " + name.ToString() + ": " + s.message();
+      return Reconcile(now_ms);
+    }
+    ++status.restarts;
+    status.message = decision.reason;
+    restarting = true;
+  }
+  if (restarting) {
+    status.phase = JobPhase::kRestarting;
+    status.reason = "ReplicaRestarted";
+  } else if (status.workers.active + status.workers.succeeded == job_.spec.worker.replicas) {
+    status.phase = JobPhase::kRunning;
+    status.reason = "JobRunning";
+    status.message = "every replica is running";
+  } else {
+    status.phase = JobPhase::kCreated;
+    status.reason = "JobCreated";
+    status.message = "starting replicas";
+  }
+  return status;
+}
+
+void JobController::DeleteAll() {
+  for (auto& r : cluster_->List()) cluster_->Delete(r.name);
+}
+
+}  // namespace kubeps::controller

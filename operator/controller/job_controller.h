@@ -1,0 +1,73 @@
+// The job logic, written once for every backend: which replicas a
+// TrainingJob needs, what a failure means, when the job is done.
+//
+// Reconcile() is level-triggered and idempotent: it looks at what the
+// cluster runs now, compares it with what the job needs, acts on the
+// difference and returns the job's status. Calling it again with nothing
+// changed does nothing.
+#ifndef KUBEPS_OPERATOR_CONTROLLER_JOB_CONTROLLER_H_
+#define KUBEPS_OPERATOR_CONTROLLER_JOB_CONTROLLER_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "operator/api/training_job.h"
+#include "operator/controller/cluster.h"
+
+namespace kubeps::controller {
+
+enum class JobPhase { kCreated, kRunning, kRestarting, kSucceeded, kFailed };
+const char* ToString(JobPhase phase);
+
+struct RoleCounts {
+  int active = 0;
+  int succeeded = 0;
+  int failed = 0;
+};
+
+struct JobStatus {
+  JobPhase phase = JobPhase::kCreated;
+  std::string reason;   // CamelCase, e.g. "WorkerFailed"
+  std::string message;  // one sentence for `kubectl describe` / the runner
+  RoleCounts scheduler, servers, workers;
+  int restarts = 0;
+  bool finished() const { return phase == JobPhase::kSucceeded || phase == JobPhase::kFailed; }
+};
+
+// Builds the launch description (binary, env) of one replica; the backend
+// knows addresses, ports and paths, the controller does not.
+using LaunchBuilder =
+    std::function<ReplicaLaunch(const ReplicaName& name, const std::string& scheduler_address)>;
+
+class JobController {
+ public:
+  // Servers and the scheduler get this long to exit on their own once the
+  // workers are done, before they are deleted.
+  static constexpr int kLingerMs = 10000;
+
+  JobController(api::TrainingJob job, Cluster* cluster, LaunchBuilder build_launch);
+
+  // One reconcile pass; `now_ms` is a monotonic clock reading.
+  JobStatus Reconcile(int64_t now_ms);
+
+  // Deletes every replica (job over, or the user asked to stop).
+  void DeleteAll();
+
+  // Every replica the job needs, scheduler first.
+  std::vector<ReplicaName> DesiredReplicas() const;
+
+ private:
+  JobStatus Observe(const std::vector<ReplicaStatus>& replicas) const;
+
+  const api::TrainingJob job_;
+  Cluster* const cluster_;
+  const LaunchBuilder build_launch_;
+  std::string failure_;          // set once the job has failed for good
+  std::string failure_code_;
+  int64_t workers_done_at_ms_ = -1;
+};
+
+}  // namespace kubeps::controller
+
+#endif  // KUBEPS_OPERATOR_CONTROLLER_JOB_CONTROLLER_H_

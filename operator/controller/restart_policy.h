@@ -1,0 +1,30 @@
+// What to do when a replica fails: one function decides for the local
+// runner and for the Kubernetes operator, so both behave the same.
+#ifndef KUBEPS_OPERATOR_CONTROLLER_RESTART_POLICY_H_
+#define KUBEPS_OPERATOR_CONTROLLER_RESTART_POLICY_H_
+
+#include <string>
+
+#include "operator/api/training_job.h"
+
+namespace kubeps::controller {
+
+struct RestartDecision {
+  bool restart = false;
+  std::string code;    // CamelCase: Restarting, RestartPolicyNever, PermanentExitCode, BackoffLimitExceeded
+  std::string reason;  // why, in words a user can act on
+};
+
+// Exit codes 128 and above mean "killed by a signal" (137 = SIGKILL, 143 =
+// SIGTERM): the node, not the program, failed, so ExitCode retries them.
+// 1..127 are the program's own verdict and are permanent under ExitCode.
+bool IsRetryableExitCode(int exit_code);
+
+// `restarts_so_far` counts the job's restarts, all replicas together, and
+// is compared with backoffLimit as Kubeflow's training operator does.
+RestartDecision DecideRestart(const api::RunPolicy& policy, const std::string& replica,
+                              int exit_code, int restarts_so_far);
+
+}  // namespace kubeps::controller
+
+#endif  // KUBEPS_OPERATOR_CONTROLLER_RESTART_POLICY_H_

@@ -1,0 +1,25 @@
+// `kubeps run`: the embedded default. Runs a TrainingJob on this machine,
+// every replica a child process on loopback, driven by the same job
+// controller as the Kubernetes operator.
+#ifndef KUBEPS_OPERATOR_LOCAL_LOCAL_RUNNER_H_
+#define KUBEPS_OPERATOR_LOCAL_LOCAL_RUNNER_H_
+
+#include <string>
+
+#include "operator/api/training_job.h"
+
+namespace kubeps::local {
+
+struct LocalRunOptions {
+  std::string bin_dir;   // where kubeps-server and kubeps-agent are
+  std::string run_dir;   // "" = a new folder under $TMPDIR
+  int cores = 0;         // 0 = this machine's; shared out as BLAS threads
+};
+
+// Runs the job to its end. Returns the process exit code: 0 on success,
+// 1 when the job failed (the reason is printed), 130 when interrupted.
+int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options);
+
+}  // namespace kubeps::local
+
+#endif  // KUBEPS_OPERATOR_LOCAL_LOCAL_RUNNER_H_

@@ -1,0 +1,44 @@
+#include "ps-server/dedup_table.h"
+
+namespace kubeps {
+
+DedupTable::Verdict DedupTable::Begin(const v1::RequestId& id) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  Sender& sender = senders_[id.node_id()];
+  if (id.incarnation() != sender.incarnation) {
+    // A restarted process numbers its requests from scratch; what its
+    // previous life sent has been settled or will never be resent.
+    if (id.incarnation() < sender.incarnation) return Verdict::kDuplicate;
+    sender = Sender{id.incarnation(), 0, {}, {}};
+  }
+  if (id.acked_below() > sender.floor) {
+    sender.floor = id.acked_below();
+    sender.applied.erase(sender.applied.begin(), sender.applied.lower_bound(sender.floor));
+  }
+  if (id.seq() < sender.floor) return Verdict::kDuplicate;
+  done_.wait(lock, [&] { return sender.in_flight.count(id.seq()) == 0; });
+  if (sender.applied.count(id.seq())) return Verdict::kDuplicate;
+  sender.in_flight.insert(id.seq());
+  return Verdict::kApply;
+}
+
+void DedupTable::Done(const v1::RequestId& id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Sender& sender = senders_[id.node_id()];
+    sender.in_flight.erase(id.seq());
+    if (id.incarnation() == sender.incarnation && id.seq() >= sender.floor) {
+      sender.applied.insert(id.seq());
+    }
+  }
+  done_.notify_all();
+}
+
+size_t DedupTable::TrackedRequests() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t total = 0;
+  for (const auto& [name, sender] : senders_) total += sender.applied.size() + sender.in_flight.size();
+  return total;
+}
+
+}  // namespace kubeps

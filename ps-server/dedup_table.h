@@ -1,0 +1,49 @@
+// Exactly-once bookkeeping for a shard: remembers, per sender, which
+// request sequence numbers were already applied, so that a resent request
+// is answered without being applied again.
+//
+// Memory stays bounded: a sender reports with every request the lowest
+// sequence number it may still resend (acked_below); everything below it is
+// forgotten and any request below it is a stale duplicate.
+#ifndef KUBEPS_PS_SERVER_DEDUP_TABLE_H_
+#define KUBEPS_PS_SERVER_DEDUP_TABLE_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "kubeps.pb.h"
+
+namespace kubeps {
+
+class DedupTable {
+ public:
+  enum class Verdict { kApply, kDuplicate };
+
+  // kApply: the caller must apply the request, then call Done(). A
+  // duplicate of a request still being applied waits for that to finish, so
+  // its answer is never sent before the original's effect exists.
+  Verdict Begin(const v1::RequestId& id);
+  void Done(const v1::RequestId& id);
+
+  size_t TrackedRequests() const;  // for tests: proves the table stays bounded
+
+ private:
+  struct Sender {
+    uint64_t incarnation = 0;
+    uint64_t floor = 0;            // every seq below is settled
+    std::set<uint64_t> applied;    // settled seqs >= floor
+    std::set<uint64_t> in_flight;  // being applied now
+  };
+
+  mutable std::mutex mutex_;
+  std::condition_variable done_;
+  std::map<std::string, Sender> senders_;
+};
+
+}  // namespace kubeps
+
+#endif  // KUBEPS_PS_SERVER_DEDUP_TABLE_H_

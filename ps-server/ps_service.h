@@ -1,0 +1,41 @@
+// The ParameterServer gRPC service: checks the job token and hands each
+// request to the shard.
+#ifndef KUBEPS_PS_SERVER_PS_SERVICE_H_
+#define KUBEPS_PS_SERVER_PS_SERVICE_H_
+
+#include <string>
+
+#include "common/resend.h"
+#include "kubeps.grpc.pb.h"
+#include "ps-server/shard.h"
+
+namespace kubeps {
+
+class ParameterServerService final : public v1::ParameterServer::Service {
+ public:
+  ParameterServerService(Shard* shard, std::string token) : shard_(shard), token_(std::move(token)) {}
+
+  grpc::Status Init(grpc::ServerContext* context, const v1::InitRequest* request,
+                    v1::InitResponse* response) override {
+    if (auto s = CheckToken(*context, token_); !s.ok()) return s;
+    return shard_->Init(*request, response);
+  }
+  grpc::Status Push(grpc::ServerContext* context, const v1::PushRequest* request,
+                    v1::PushResponse* response) override {
+    if (auto s = CheckToken(*context, token_); !s.ok()) return s;
+    return shard_->Push(*request, response);
+  }
+  grpc::Status Pull(grpc::ServerContext* context, const v1::PullRequest* request,
+                    v1::PullResponse* response) override {
+    if (auto s = CheckToken(*context, token_); !s.ok()) return s;
+    return shard_->Pull(*request, response);
+  }
+
+ private:
+  Shard* shard_;
+  std::string token_;
+};
+
+}  // namespace kubeps
+
+#endif  // KUBEPS_PS_SERVER_PS_SERVICE_H_

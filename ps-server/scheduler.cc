@@ -1,0 +1,204 @@
+#include "ps-server/scheduler.h"
+
+#include <cctype>
+
+#include "common/logging.h"
+#include "common/resend.h"
+
+namespace kubeps {
+namespace {
+
+const char* RoleName(v1::Role role) {
+  switch (role) {
+    case v1::SERVER: return "server";
+    case v1::WORKER: return "worker";
+    default: return "unknown";
+  }
+}
+
+// Replicas are named like "worker-3" (and pods "job-worker-3"): the number
+// is the rank they would like, so logs, pod names and ranks agree.
+int PreferredRank(const std::string& node_id) {
+  size_t dash = node_id.rfind('-');
+  if (dash == std::string::npos || dash + 1 == node_id.size()) return -1;
+  int rank = 0;
+  for (size_t i = dash + 1; i < node_id.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(node_id[i])) || rank > 1000000) return -1;
+    rank = rank * 10 + (node_id[i] - '0');
+  }
+  return rank;
+}
+
+int Registered(const std::vector<std::string>& ids) {
+  int n = 0;
+  for (const auto& id : ids) n += !id.empty();
+  return n;
+}
+
+// The preferred rank when it is free, else the lowest free one.
+int FreeRank(const std::vector<std::string>& ids, int preferred, int expected) {
+  if (preferred >= 0 && preferred < expected && ids[preferred].empty()) return preferred;
+  for (int r = 0; r < expected; ++r) {
+    if (ids[r].empty()) return r;
+  }
+  return -1;
+}
+
+}  // namespace
+
+SchedulerService::SchedulerService(const SchedulerOptions& options, MetricsServer* metrics)
+    : options_(options),
+      server_ids_(options.num_servers),
+      worker_ids_(options.num_workers),
+      registered_(metrics->Gauge("kubeps_scheduler_registered_nodes",
+                                 "Nodes (servers and workers) registered with the scheduler")) {}
+
+grpc::Status SchedulerService::Register(grpc::ServerContext* context,
+                                        const v1::RegisterRequest* request,
+                                        v1::RegisterResponse* response) {
+  if (auto s = CheckToken(*context, options_.token); !s.ok()) return s;
+  const v1::NodeInfo& node = request->node();
+  if (node.node_id().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "node.node_id is empty");
+  }
+  std::vector<std::string>* ids = nullptr;
+  int expected = 0;
+  if (node.role() == v1::SERVER) {
+    if (node.address().empty()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "server " + node.node_id() + " sent no address");
+    }
+    ids = &server_ids_;
+    expected = options_.num_servers;
+  } else if (node.role() == v1::WORKER) {
+    ids = &worker_ids_;
+    expected = options_.num_workers;
+  } else {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "node.role must be SERVER or WORKER");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto existing = members_.find(node.node_id());
+  int rank;
+  if (existing != members_.end()) {
+    if (existing->second.info.role() != node.role()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          node.node_id() + " registered before as a " +
+                              RoleName(existing->second.info.role()));
+    }
+    rank = existing->second.info.rank();
+    if (existing->second.info.incarnation() != node.incarnation()) {
+      KLOG_INFO << RoleName(node.role()) << " " << rank << " (" << node.node_id()
+                << ") re-registered after a restart; it keeps rank " << rank;
+    }
+  } else {
+    if (Registered(*ids) >= expected) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "the job expects " + std::to_string(expected) + " " + RoleName(node.role()) +
+                              "s and all ranks are taken; " + node.node_id() + " is one too many");
+    }
+    rank = FreeRank(*ids, PreferredRank(node.node_id()), expected);
+    (*ids)[rank] = node.node_id();
+  }
+  Member& member = members_[node.node_id()];
+  member.info = node;
+  member.info.set_rank(rank);
+  member.last_seen = Clock::now();
+  ++epoch_;
+  registered_.Set(static_cast<double>(Registered(server_ids_) + Registered(worker_ids_)));
+  response->set_rank(rank);
+  changed_.notify_all();
+  return grpc::Status::OK;
+}
+
+bool SchedulerService::ViewReady() const {
+  return Registered(server_ids_) == options_.num_servers && Registered(worker_ids_) == options_.num_workers;
+}
+
+grpc::Status SchedulerService::GetClusterView(grpc::ServerContext* context,
+                                              const v1::ClusterViewRequest* request,
+                                              v1::ClusterView* response) {
+  if (auto s = CheckToken(*context, options_.token); !s.ok()) return s;
+  std::unique_lock<std::mutex> lock(mutex_);
+  bool ready = changed_.wait_for(lock, std::chrono::milliseconds(request->wait_ms()),
+                                 [&] { return ViewReady(); });
+  response->set_ready(ready);
+  response->set_num_servers(options_.num_servers);
+  response->set_num_workers(options_.num_workers);
+  response->set_epoch(epoch_);
+  if (!ready) return grpc::Status::OK;
+  for (const auto& id : server_ids_) *response->add_servers() = members_.at(id).info;
+  for (const auto& id : worker_ids_) *response->add_workers() = members_.at(id).info;
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::Barrier(grpc::ServerContext* context,
+                                       const v1::BarrierRequest* request,
+                                       v1::BarrierResponse* response) {
+  if (auto s = CheckToken(*context, options_.token); !s.ok()) return s;
+  if (request->rank() < 0 || request->rank() >= options_.num_workers) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "barrier rank " + std::to_string(request->rank()) + " out of range");
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  const std::string& name = request->name();
+  if (!released_barriers_.count(name)) {
+    auto& arrived = barriers_[name];
+    arrived.insert(request->rank());
+    if (static_cast<int>(arrived.size()) == options_.num_workers) {
+      released_barriers_.insert(name);
+      barriers_.erase(name);
+      changed_.notify_all();
+    }
+  }
+  bool released = changed_.wait_for(lock, std::chrono::milliseconds(request->wait_ms()),
+                                    [&] { return released_barriers_.count(name) > 0; });
+  response->set_released(released);
+  return grpc::Status::OK;
+}
+
+std::vector<std::string> SchedulerService::DeadNodes() const {
+  std::vector<std::string> dead;
+  auto limit = Clock::now() - std::chrono::milliseconds(options_.dead_after_ms);
+  for (const auto& [id, member] : members_) {
+    bool finished = member.info.role() == v1::WORKER && finished_workers_.count(member.info.rank());
+    if (!finished && member.last_seen < limit) dead.push_back(id);
+  }
+  return dead;
+}
+
+grpc::Status SchedulerService::Heartbeat(grpc::ServerContext* context,
+                                         const v1::HeartbeatRequest* request,
+                                         v1::HeartbeatResponse* response) {
+  if (auto s = CheckToken(*context, options_.token); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = members_.find(request->node_id());
+  if (it != members_.end() && it->second.info.incarnation() == request->incarnation()) {
+    it->second.last_seen = Clock::now();
+  }
+  for (auto& id : DeadNodes()) response->add_dead_nodes(id);
+  response->set_shutdown(static_cast<int>(finished_workers_.size()) == options_.num_workers);
+  response->set_epoch(epoch_);
+  return grpc::Status::OK;
+}
+
+grpc::Status SchedulerService::Finish(grpc::ServerContext* context, const v1::FinishRequest* request,
+                                      v1::FinishResponse* response) {
+  if (auto s = CheckToken(*context, options_.token); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mutex_);
+  finished_workers_.insert(request->rank());
+  changed_.notify_all();
+  return grpc::Status::OK;
+}
+
+bool SchedulerService::AllWorkersFinished() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int>(finished_workers_.size()) == options_.num_workers;
+}
+
+bool SchedulerService::WaitAllWorkersFinished(std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return changed_.wait_for(lock, timeout, [&] {
+    return static_cast<int>(finished_workers_.size()) == options_.num_workers;
+  });
+}
+
+}  // namespace kubeps

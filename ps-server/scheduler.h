@@ -1,0 +1,78 @@
+// The job's scheduler: rendezvous and liveness.
+//  - Register: a node gets a rank within its role. Ranks are stable: the
+//    same node_id registering again (a restarted pod) gets its rank back.
+//  - GetClusterView: long-polls until every expected server and worker has
+//    registered, then returns the servers' addresses in rank order, from
+//    which every worker computes the same key placement.
+//  - Barrier: releases when every worker has arrived; a worker arriving at a
+//    barrier that was already released passes at once (a restarted worker
+//    replaying its steps).
+//  - Heartbeat: reports nodes silent for longer than dead_after_ms, and
+//    tells everyone to shut down once every worker has finished.
+#ifndef KUBEPS_PS_SERVER_SCHEDULER_H_
+#define KUBEPS_PS_SERVER_SCHEDULER_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/metrics.h"
+#include "kubeps.grpc.pb.h"
+
+namespace kubeps {
+
+struct SchedulerOptions {
+  int num_servers = 1;
+  int num_workers = 1;
+  int dead_after_ms = 5000;
+  std::string token;
+};
+
+class SchedulerService final : public v1::Scheduler::Service {
+ public:
+  SchedulerService(const SchedulerOptions& options, MetricsServer* metrics);
+
+  grpc::Status Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
+                        v1::RegisterResponse* response) override;
+  grpc::Status GetClusterView(grpc::ServerContext* context, const v1::ClusterViewRequest* request,
+                              v1::ClusterView* response) override;
+  grpc::Status Barrier(grpc::ServerContext* context, const v1::BarrierRequest* request,
+                       v1::BarrierResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override;
+  grpc::Status Finish(grpc::ServerContext* context, const v1::FinishRequest* request,
+                      v1::FinishResponse* response) override;
+
+  // True once every worker has called Finish.
+  bool AllWorkersFinished() const;
+  // Blocks until AllWorkersFinished() or the timeout passes.
+  bool WaitAllWorkersFinished(std::chrono::milliseconds timeout) const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Member {
+    v1::NodeInfo info;
+    Clock::time_point last_seen;
+  };
+  bool ViewReady() const;  // requires mutex_
+  std::vector<std::string> DeadNodes() const;  // requires mutex_
+
+  const SchedulerOptions options_;
+  mutable std::mutex mutex_;
+  mutable std::condition_variable changed_;
+  std::map<std::string, Member> members_;        // by node_id
+  std::vector<std::string> server_ids_, worker_ids_;  // index = rank; "" = free
+  std::map<std::string, std::set<int>> barriers_;
+  std::set<std::string> released_barriers_;
+  std::set<int> finished_workers_;
+  uint64_t epoch_ = 0;
+  prometheus::Gauge& registered_;
+};
+
+}  // namespace kubeps
+
+#endif  // KUBEPS_PS_SERVER_SCHEDULER_H_

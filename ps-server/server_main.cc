@@ -1,0 +1,179 @@
+// kubeps-server: the job's scheduler (--role=scheduler) or one of its
+// parameter-server shards (--role=server). Configuration comes from the
+// KUBEPS_* environment (common/node_config.h), set by the operator or by
+// `kubeps run`.
+#include <csignal>
+#include <memory>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "common/node_config.h"
+#include "common/resend.h"
+#include "kubeps.grpc.pb.h"
+#include "operator/api/training_job.h"
+#include "ps-server/ps_service.h"
+#include "ps-server/scheduler.h"
+
+namespace kubeps {
+namespace {
+
+volatile std::sig_atomic_t g_stop = 0;
+void OnSignal(int) { g_stop = 1; }
+
+std::unique_ptr<grpc::Server> StartGrpc(const NodeConfig& config, grpc::Service* service,
+                                        int* bound_port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(config.pod_ip + ":" + std::to_string(config.port),
+                           grpc::InsecureServerCredentials(), bound_port);
+  builder.SetMaxReceiveMessageSize(256 << 20);
+  builder.SetMaxSendMessageSize(256 << 20);
+  builder.RegisterService(service);
+  return builder.BuildAndStart();
+}
+
+Status LoadJob(const NodeConfig& config, api::TrainingJob* job) {
+  api::ParseResult parsed = api::ParseTrainingJob(config.job_json);
+  if (!parsed.ok()) return Status::Error(parsed.ErrorReport(env::kJob));
+  *job = *parsed.job;
+  return Status::Ok();
+}
+
+int RunScheduler(const NodeConfig& config, MetricsServer* metrics) {
+  SchedulerOptions options;
+  options.num_servers = config.num_servers;
+  options.num_workers = config.num_workers;
+  options.token = config.token;
+  SchedulerService service(options, metrics);
+  int port = 0;
+  auto server = StartGrpc(config, &service, &port);
+  if (!server || port == 0) {
+    KLOG_ERROR << "cannot listen on " << config.pod_ip << ":" << config.port;
+    return 1;
+  }
+  PublishPorts(config, port, metrics->port());
+  KLOG_INFO << "scheduler listening on " << config.pod_ip << ":" << port << ", metrics on :"
+            << metrics->port() << ", expecting " << config.num_servers << " servers and "
+            << config.num_workers << " workers";
+  while (!g_stop && !service.WaitAllWorkersFinished(std::chrono::milliseconds(200))) {
+  }
+  if (!g_stop) {
+    // Keep answering heartbeats a little longer so every server learns the
+    // job is over and exits on its own.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    KLOG_INFO << "every worker finished; scheduler exits";
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  return 0;
+}
+
+// Registers the shard with the scheduler, then heartbeats until the
+// scheduler says the job is over.
+Status RegisterAndHeartbeat(const NodeConfig& config, const std::string& address,
+                            MetricsServer* metrics, uint64_t incarnation) {
+  auto stub = v1::Scheduler::NewStub(OpenChannel(config.scheduler_address));
+  ResendPolicy policy{config.resend_timeout_ms, config.max_resends};
+  // Registration waits for a scheduler that is not up yet: many tries.
+  ResendCaller startup(ResendPolicy{config.resend_timeout_ms, 1000}, config.token, metrics);
+  v1::RegisterRequest request;
+  v1::NodeInfo* node = request.mutable_node();
+  node->set_node_id(config.node_id);
+  node->set_role(v1::SERVER);
+  node->set_address(address);
+  node->set_incarnation(incarnation);
+  node->set_metrics_address(config.pod_ip + ":" + std::to_string(metrics->port()));
+  v1::RegisterResponse response;
+  Status s = startup.Call("scheduler " + config.scheduler_address, "Register",
+                          [&](grpc::ClientContext& c) { return stub->Register(&c, request, &response); });
+  if (!s.ok()) return s;
+  SetLogTag("server " + std::to_string(response.rank()));
+  KLOG_INFO << "registered as server " << response.rank() << " at " << address;
+
+  ResendCaller caller(policy, config.token, metrics);
+  while (!g_stop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    v1::HeartbeatRequest beat;
+    beat.set_node_id(config.node_id);
+    beat.set_incarnation(incarnation);
+    v1::HeartbeatResponse answer;
+    s = caller.Call("scheduler " + config.scheduler_address, "Heartbeat",
+                    [&](grpc::ClientContext& c) { return stub->Heartbeat(&c, beat, &answer); });
+    if (!s.ok()) return s;
+    if (answer.shutdown()) {
+      KLOG_INFO << "the job is over; server exits";
+      return Status::Ok();
+    }
+  }
+  return Status::Ok();
+}
+
+int RunServer(const NodeConfig& config, MetricsServer* metrics) {
+  api::TrainingJob job;
+  if (Status s = LoadJob(config, &job); !s.ok()) {
+    KLOG_ERROR << s.message();
+    return 2;
+  }
+  ShardOptions options;
+  options.sync = job.spec.mode == api::SyncMode::kSync;
+  options.num_workers = job.spec.worker.replicas;
+  const auto& o = job.spec.optimizer;
+  options.optimizer = OptimizerConfig{o.name, float(o.learning_rate), float(o.momentum), float(o.beta1),
+                                      float(o.beta2), float(o.epsilon), float(o.weight_decay)};
+  std::string error;
+  auto optimizer = MakeOptimizer(options.optimizer, &error);
+  if (!optimizer) {
+    KLOG_ERROR << error;
+    return 2;
+  }
+  Shard shard(options, std::move(optimizer), metrics);
+  ParameterServerService service(&shard, config.token);
+  int port = 0;
+  auto server = StartGrpc(config, &service, &port);
+  if (!server || port == 0) {
+    KLOG_ERROR << "cannot listen on " << config.pod_ip << ":" << config.port;
+    return 1;
+  }
+  PublishPorts(config, port, metrics->port());
+  const uint64_t incarnation = std::chrono::steady_clock::now().time_since_epoch().count();
+  Status s = RegisterAndHeartbeat(config, config.pod_ip + ":" + std::to_string(port), metrics,
+                                  incarnation);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  if (!s.ok()) {
+    KLOG_ERROR << s.message();
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kubeps
+
+int main(int argc, char** argv) {
+  using namespace kubeps;
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+
+  NodeConfig config;
+  if (Status s = LoadNodeConfig(argc, argv, &config); !s.ok()) {
+    PrintError(s.message());
+    return 2;
+  }
+  if (config.role != "scheduler" && config.role != "server") {
+    PrintError("kubeps-server: --role (or KUBEPS_ROLE) must be scheduler or server, got \"" +
+               config.role + "\"");
+    return 2;
+  }
+  SetLogTag(config.role);
+
+  std::unique_ptr<MetricsServer> metrics;
+  if (Status s = MetricsServer::Start(config.pod_ip, config.metrics_port,
+                                      {{"job", config.job_name}, {"role", config.role}, {"node", config.node_id}}, &metrics);
+      !s.ok()) {
+    KLOG_ERROR << s.message();
+    return 1;
+  }
+  return config.role == "scheduler" ? RunScheduler(config, metrics.get())
+                                    : RunServer(config, metrics.get());
+}

@@ -1,0 +1,82 @@
+// One parameter-server shard: stores the parts of the parameters placed on
+// this server, with their optimizer state, and applies pushed gradients.
+//
+// Sync mode: a part at version v accepts one gradient per worker for step v;
+// when all M have arrived it sums them in rank order (so the result does not
+// depend on arrival order), divides by M, applies the optimizer once and
+// moves to v+1. Async mode: every push is applied at once, under the part's
+// lock. Pulls long-poll until the wanted version exists.
+#ifndef KUBEPS_PS_SERVER_SHARD_H_
+#define KUBEPS_PS_SERVER_SHARD_H_
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "common/metrics.h"
+#include <grpcpp/support/status.h>
+
+#include "common/optimizer.h"
+#include "kubeps.pb.h"
+#include "ps-server/dedup_table.h"
+
+namespace kubeps {
+
+struct ShardOptions {
+  bool sync = true;
+  int num_workers = 1;
+  OptimizerConfig optimizer;
+};
+
+class Shard {
+ public:
+  // `metrics` must outlive the shard.
+  Shard(const ShardOptions& options, std::unique_ptr<Optimizer> optimizer, MetricsServer* metrics);
+
+  grpc::Status Init(const v1::InitRequest& request, v1::InitResponse* response);
+  grpc::Status Push(const v1::PushRequest& request, v1::PushResponse* response);
+  grpc::Status Pull(const v1::PullRequest& request, v1::PullResponse* response);
+
+  // Current value of a part, for tests and checkpoints; empty if unknown.
+  std::vector<float> PartValue(uint32_t key, uint64_t offset) const;
+  uint64_t PartVersion(uint32_t key, uint64_t offset) const;
+  const DedupTable& dedup() const { return dedup_; }
+
+ private:
+  struct Part {
+    std::vector<float> value;
+    OptimizerState state;
+    uint64_t version = 0;
+    // Sync mode: one slot per worker for the step being gathered.
+    std::vector<std::vector<float>> contributions;
+    int received = 0;
+  };
+  using PartKey = std::pair<uint32_t, uint64_t>;  // (key, offset)
+
+  // Checks that every part exists with the stated length and that `data`
+  // holds exactly their floats; names the first offender otherwise.
+  grpc::Status CheckParts(const google::protobuf::RepeatedPtrField<v1::PartRef>& parts,
+                          size_t data_bytes, bool must_exist) const;
+  void Accumulate(Part& part, int worker_rank, uint64_t step, const float* grad);
+
+  const ShardOptions options_;
+  const std::unique_ptr<Optimizer> optimizer_;
+  DedupTable dedup_;
+
+  mutable std::mutex mutex_;  // guards parts_ and every Part
+  std::condition_variable advanced_;
+  std::map<PartKey, Part> parts_;
+
+  prometheus::Counter& pushes_;
+  prometheus::Counter& pulls_;
+  prometheus::Counter& updates_;
+  prometheus::Counter& push_bytes_;
+  prometheus::Counter& pull_bytes_;
+  prometheus::Counter& duplicates_;
+};
+
+}  // namespace kubeps
+
+#endif  // KUBEPS_PS_SERVER_SHARD_H_

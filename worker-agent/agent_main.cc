@@ -1,0 +1,155 @@
+// kubeps-agent: one worker of a TrainingJob (KUBEPS_ROLE=worker), or the
+// same model trained in this one process with no parameter servers
+// (KUBEPS_ROLE=local, what `kubeps train-local` runs).
+//
+// A worker registers with the scheduler, gets its rank, loads its data,
+// trains against the parameter servers and, as rank 0, reports the test
+// accuracy. KUBEPS_DUMP_PARAMS=FILE makes rank 0 write the final parameters
+// (raw float32, key order) for exactness tests.
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+
+#include "common/blas_threads.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "common/node_config.h"
+#include "operator/api/training_job.h"
+#include "worker-agent/kv/kv_worker.h"
+#include "worker-agent/parameter_store.h"
+#include "worker-agent/trainer/evaluate.h"
+#include "worker-agent/trainer/fashion_mnist.h"
+#include "worker-agent/trainer/model.h"
+#include "worker-agent/training_loop.h"
+
+namespace kubeps {
+namespace {
+
+OptimizerConfig ToOptimizerConfig(const api::OptimizerSpec& o) {
+  return OptimizerConfig{o.name, float(o.learning_rate), float(o.momentum), float(o.beta1),
+                         float(o.beta2), float(o.epsilon), float(o.weight_decay)};
+}
+
+Status LoadJob(const NodeConfig& config, api::TrainingJob* job) {
+  api::ParseResult parsed = api::ParseTrainingJob(config.job_json);
+  if (!parsed.ok()) return Status::Error(parsed.ErrorReport(env::kJob));
+  *job = *parsed.job;
+  if (job->spec.gpus_per_worker > 0) {
+    return Status::Error("spec.gpusPerWorker is " + std::to_string(job->spec.gpus_per_worker) +
+                         " but this agent has no CUDA backend; set it to 0 to train on the CPU");
+  }
+  return Status::Ok();
+}
+
+Status MakeModel(const api::TrainingJob& job, std::unique_ptr<trainer::Model>* model) {
+  *model = trainer::MakeModel(job.spec.model);
+  if (!*model) return Status::Error("spec.model: unknown model \"" + job.spec.model + "\"");
+  (*model)->Initialize(job.spec.seed);
+  return Status::Ok();
+}
+
+Status ConnectToJob(const NodeConfig& config, const api::TrainingJob& job, MetricsServer* metrics,
+                    std::unique_ptr<KVWorker>* kv) {
+  KVOptions options;
+  options.scheduler_address = config.scheduler_address;
+  options.node_id = config.node_id;
+  options.token = config.token;
+  options.metrics_address = config.pod_ip + ":" + std::to_string(metrics->port());
+  options.resend = ResendPolicy{config.resend_timeout_ms, config.max_resends};
+  options.placement.big_array_bound = static_cast<uint64_t>(job.spec.big_array_bound);
+  options.metrics = metrics;
+  return KVWorker::Start(options, kv);
+}
+
+void WriteParams(const std::string& path, trainer::Model& model) {
+  std::ofstream out(path, std::ios::binary);
+  for (auto& p : model.parameters()) {
+    out.write(reinterpret_cast<const char*>(p.value.data()), p.value.size() * sizeof(float));
+  }
+}
+
+void ReportAccuracy(trainer::Model& model, const trainer::Dataset& test, const LoopResult& result) {
+  double loss = 0;
+  const double accuracy = trainer::Evaluate(model, test, 500, &loss);
+  char line[200];
+  std::snprintf(line, sizeof line, "test accuracy %.4f (test loss %.4f) after %llu steps in %.1f s (%.2f steps/sec)",
+                accuracy, loss, static_cast<unsigned long long>(result.steps), result.seconds,
+                result.seconds > 0 ? result.steps / result.seconds : 0.0);
+  PrintLine(line);
+}
+
+int Fail(const Status& status) {
+  KLOG_ERROR << status.message();
+  return 1;
+}
+
+}  // namespace
+}  // namespace kubeps
+
+int main(int argc, char** argv) {
+  using namespace kubeps;
+  std::signal(SIGPIPE, SIG_IGN);
+
+  NodeConfig config;
+  if (Status s = LoadNodeConfig(argc, argv, &config); !s.ok()) return Fail(s);
+  const bool local = config.role == "local";
+  if (!local && config.role != "worker") {
+    return Fail(Status::Error("kubeps-agent: KUBEPS_ROLE must be worker or local, got \"" + config.role + "\""));
+  }
+  SetLogTag(local ? "local" : config.node_id);
+  SetBlasThreads(config.blas_threads);
+
+  api::TrainingJob job;
+  if (Status s = LoadJob(config, &job); !s.ok()) return Fail(s);
+  std::unique_ptr<trainer::Model> model;
+  if (Status s = MakeModel(job, &model); !s.ok()) return Fail(s);
+  trainer::FashionMnist data;
+  if (Status s = trainer::LoadFashionMnist(job.spec.dataset_path, &data); !s.ok()) {
+    return Fail(Status::Error("spec.dataset.path: " + s.message()));
+  }
+
+  std::unique_ptr<MetricsServer> metrics;
+  if (Status s = MetricsServer::Start(config.pod_ip, local ? -1 : config.metrics_port,
+                                      {{"job", config.job_name}, {"role", "worker"}, {"node", config.node_id}},
+                                      &metrics);
+      !s.ok()) {
+    return Fail(s);
+  }
+
+  std::unique_ptr<KVWorker> kv;
+  std::unique_ptr<ParameterStore> store;
+  LoopConfig loop;
+  loop.epochs = job.spec.epochs;
+  loop.seed = job.spec.seed;
+  loop.progress_interval_ms = job.spec.progress_interval_ms;
+  if (local) {
+    // The baseline: one process, the whole global batch, the servers' optimizer.
+    std::string error;
+    auto optimizer = MakeOptimizer(ToOptimizerConfig(job.spec.optimizer), &error);
+    if (!optimizer) return Fail(Status::Error("spec.optimizer: " + error));
+    store = std::make_unique<LocalStore>(std::move(optimizer));
+    loop.local_batch = job.spec.batch_size * job.spec.worker.replicas;
+  } else {
+    PublishPorts(config, 0, metrics->port());
+    if (Status s = ConnectToJob(config, job, metrics.get(), &kv); !s.ok()) return Fail(s);
+    SetLogTag("worker " + std::to_string(kv->rank()));
+    store = std::make_unique<RemoteStore>(kv.get(), job.spec.mode == api::SyncMode::kSync);
+    loop.rank = kv->rank();
+    loop.num_workers = kv->size();
+    loop.local_batch = job.spec.batch_size;
+  }
+
+  if (Status s = store->Init(*model); !s.ok()) return Fail(s);
+  LoopResult result;
+  if (Status s = RunTrainingLoop(loop, data.train, *model, *store, *metrics, &result); !s.ok()) {
+    return Fail(s);
+  }
+  if (loop.rank == 0) {
+    ReportAccuracy(*model, data.test, result);
+    if (const char* path = std::getenv("KUBEPS_DUMP_PARAMS")) WriteParams(path, *model);
+  }
+  if (kv) {
+    if (Status s = kv->Finish(); !s.ok()) return Fail(s);
+  }
+  return 0;
+}

@@ -1,0 +1,411 @@
+#include "worker-agent/kv/kv_worker.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <random>
+
+#include "common/logging.h"
+
+namespace kubeps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+uint64_t NewIncarnation() {
+  std::random_device device;
+  return (uint64_t(device()) << 32) ^ device() ^
+         uint64_t(Clock::now().time_since_epoch().count());
+}
+
+void AddPartRefs(const std::vector<const Part*>& batch,
+                 google::protobuf::RepeatedPtrField<v1::PartRef>* refs, uint64_t* elements) {
+  *elements = 0;
+  for (const Part* part : batch) {
+    v1::PartRef* ref = refs->Add();
+    ref->set_key(part->key);
+    ref->set_offset(part->offset);
+    ref->set_length(part->length);
+    *elements += part->length;
+  }
+}
+
+}  // namespace
+
+struct KVWorker::Pending {
+  std::mutex mutex;
+  std::condition_variable done;
+  int remaining = 0;
+  Status status;
+  // Second stage (PushPull's pull): started once every request of the first
+  // stage has succeeded; it brings then_requests more requests.
+  std::function<void()> then;
+  int then_requests = 0;
+};
+
+KVWorker::KVWorker(const KVOptions& options)
+    : options_(options),
+      incarnation_(NewIncarnation()),
+      metrics_(options.metrics ? options.metrics : &NullMetrics()),
+      caller_(options.resend, options.token, metrics_) {}
+
+KVWorker::~KVWorker() {
+  stopping_ = true;
+  if (heartbeat_.joinable()) heartbeat_.join();
+  pool_.reset();  // joins the RPC threads before the stubs go away
+}
+
+Status KVWorker::Start(const KVOptions& options, std::unique_ptr<KVWorker>* out) {
+  std::unique_ptr<KVWorker> worker(new KVWorker(options));
+  worker->scheduler_ = v1::Scheduler::NewStub(OpenChannel(options.scheduler_address));
+  if (Status s = worker->Register(); !s.ok()) return s;
+  if (Status s = worker->AwaitClusterView(); !s.ok()) return s;
+  const std::map<std::string, std::string> rank_label{{"rank", std::to_string(worker->rank_)}};
+  MetricsServer* m = worker->metrics_;
+  worker->push_latency_ = &m->Latency("kubeps_worker_push_latency_seconds",
+                                      "Time from push to acknowledgement, per request", rank_label);
+  worker->pull_latency_ = &m->Latency("kubeps_worker_pull_latency_seconds",
+                                      "Time from pull to parameters received, per request", rank_label);
+  worker->push_bytes_ = &m->Counter("kubeps_worker_push_bytes_total", "Gradient bytes pushed", rank_label);
+  worker->pull_bytes_ = &m->Counter("kubeps_worker_pull_bytes_total", "Parameter bytes pulled", rank_label);
+  // Enough threads for a few requests per shard in flight, plus long polls.
+  worker->pool_ = std::make_unique<TaskPool>(std::max(4, 4 * worker->num_servers()));
+  worker->heartbeat_ = std::thread([w = worker.get()] { w->HeartbeatLoop(); });
+  *out = std::move(worker);
+  return Status::Ok();
+}
+
+Status KVWorker::Register() {
+  v1::RegisterRequest request;
+  v1::NodeInfo* node = request.mutable_node();
+  node->set_node_id(options_.node_id);
+  node->set_role(v1::WORKER);
+  node->set_incarnation(incarnation_);
+  node->set_metrics_address(options_.metrics_address);
+  v1::RegisterResponse response;
+  // The scheduler may not be up yet (its pod or Service still starting):
+  // keep trying for as long as a peer wait is allowed.
+  ResendPolicy patient = options_.resend;
+  patient.max_resends = std::max(patient.max_resends,
+                                 options_.peer_wait_limit_ms / std::max(1, patient.backoff_cap_ms));
+  ResendCaller startup(patient, options_.token, metrics_);
+  Status s = startup.Call("scheduler " + options_.scheduler_address, "Register",
+                          [&](grpc::ClientContext& c) { return scheduler_->Register(&c, request, &response); });
+  if (!s.ok()) return s;
+  rank_ = response.rank();
+  return Status::Ok();
+}
+
+Status KVWorker::AwaitClusterView() {
+  const auto start = Clock::now();
+  v1::ClusterViewRequest request;
+  request.set_wait_ms(options_.pull_wait_ms);
+  for (;;) {
+    v1::ClusterView view;
+    Status s = caller_.Call("scheduler " + options_.scheduler_address, "GetClusterView",
+                            [&](grpc::ClientContext& c) { return scheduler_->GetClusterView(&c, request, &view); },
+                            options_.pull_wait_ms);
+    if (!s.ok()) return s;
+    if (view.ready()) {
+      num_workers_ = view.num_workers();
+      for (const auto& server : view.servers()) {
+        server_addresses_.push_back(server.address());
+        servers_.push_back(v1::ParameterServer::NewStub(OpenChannel(server.address())));
+      }
+      return Status::Ok();
+    }
+    if (SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) {
+      return Status::Error("the cluster never completed: " + std::to_string(view.num_servers()) +
+                           " servers and " + std::to_string(view.num_workers()) +
+                           " workers expected, waited " + std::to_string(options_.peer_wait_limit_ms) + " ms");
+    }
+  }
+}
+
+void KVWorker::HeartbeatLoop() {
+  v1::HeartbeatRequest request;
+  request.set_node_id(options_.node_id);
+  request.set_incarnation(incarnation_);
+  while (!stopping_) {
+    for (int waited = 0; waited < options_.heartbeat_interval_ms && !stopping_; waited += 50) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::milliseconds(options_.resend.timeout_ms));
+    if (!options_.token.empty()) context.AddMetadata(kTokenMetadataKey, options_.token);
+    v1::HeartbeatResponse response;
+    scheduler_->Heartbeat(&context, request, &response);  // a missed beat is not an error
+  }
+}
+
+std::string KVWorker::ServerName(int server) const {
+  return "server " + std::to_string(server) + " (" + server_addresses_[server] + ")";
+}
+
+Status KVWorker::InitTensors(const std::vector<const float*>& values,
+                             const std::vector<uint64_t>& sizes) {
+  parts_ = PlaceTensors(sizes, num_servers(), options_.placement);
+  if (rank_ == 0) {
+    auto batches = Batches(values);
+    for (const auto& batch : batches) {
+      if (batch.empty()) continue;
+      v1::InitRequest request;
+      *request.mutable_id() = NextRequestId();
+      uint64_t elements = 0;
+      AddPartRefs(batch, request.mutable_parts(), &elements);
+      std::string* data = request.mutable_data();
+      data->resize(elements * sizeof(float));
+      char* out = data->data();
+      for (const Part* part : batch) {
+        std::memcpy(out, values[part->key] + part->offset, part->length * sizeof(float));
+        out += part->length * sizeof(float);
+      }
+      v1::InitResponse response;
+      const int server = batch.front()->server;
+      Status s = caller_.Call(ServerName(server), "Init", [&](grpc::ClientContext& c) {
+        return servers_[server]->Init(&c, request, &response);
+      });
+      Acknowledge(request.id().seq());
+      if (!s.ok()) return s;
+    }
+  }
+  return Barrier("init");
+}
+
+template <typename Ptr>
+std::vector<std::vector<const Part*>> KVWorker::Batches(const std::vector<Ptr>& selected) const {
+  std::vector<std::vector<const Part*>> batches;
+  std::vector<int> open(servers_.size(), -1);        // batch being filled per server
+  std::vector<uint64_t> filled(servers_.size(), 0);
+  for (const Part& part : parts_) {
+    if (part.key >= selected.size() || selected[part.key] == nullptr) continue;
+    int& current = open[part.server];
+    if (current < 0 || filled[part.server] + part.length > options_.placement.max_part_elems) {
+      current = static_cast<int>(batches.size());
+      batches.emplace_back();
+      filled[part.server] = 0;
+    }
+    batches[current].push_back(&part);
+    filled[part.server] += part.length;
+  }
+  return batches;
+}
+
+v1::RequestId KVWorker::NextRequestId() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  v1::RequestId id;
+  id.set_node_id(options_.node_id);
+  id.set_incarnation(incarnation_);
+  id.set_seq(next_seq_);
+  unanswered_.insert(next_seq_);
+  id.set_acked_below(*unanswered_.begin());
+  ++next_seq_;
+  return id;
+}
+
+void KVWorker::Acknowledge(uint64_t seq) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  unanswered_.erase(seq);
+}
+
+KVWorker::Ticket KVWorker::NewTicket(int requests, std::shared_ptr<Pending>* pending) {
+  *pending = std::make_shared<Pending>();
+  (*pending)->remaining = requests;
+  std::lock_guard<std::mutex> lock(mutex_);
+  Ticket ticket = next_ticket_++;
+  pending_[ticket] = *pending;
+  return ticket;
+}
+
+void KVWorker::Complete(const std::shared_ptr<Pending>& pending, const Status& status) {
+  std::function<void()> then;
+  {
+    std::lock_guard<std::mutex> lock(pending->mutex);
+    if (!status.ok() && pending->status.ok()) pending->status = status;
+    if (--pending->remaining > 0) return;
+    if (pending->status.ok() && pending->then && pending->then_requests > 0) {
+      then = std::move(pending->then);
+      pending->then = nullptr;
+      pending->remaining = pending->then_requests;
+    }
+  }
+  if (then) {
+    then();  // starts the second stage; its requests complete the ticket
+    return;
+  }
+  pending->done.notify_all();
+}
+
+Status KVWorker::PushBatch(const std::vector<const Part*>& batch,
+                           const std::vector<const float*>& grads, uint64_t step) {
+  const auto start = Clock::now();
+  v1::PushRequest request;
+  *request.mutable_id() = NextRequestId();
+  request.set_worker_rank(rank_);
+  request.set_step(step);
+  uint64_t elements = 0;
+  AddPartRefs(batch, request.mutable_parts(), &elements);
+  std::string* data = request.mutable_data();
+  data->resize(elements * sizeof(float));
+  char* out = data->data();
+  for (const Part* part : batch) {
+    std::memcpy(out, grads[part->key] + part->offset, part->length * sizeof(float));
+    out += part->length * sizeof(float);
+  }
+  const int server = batch.front()->server;
+  v1::PushResponse response;
+  Status s = caller_.Call(ServerName(server), "Push", [&](grpc::ClientContext& c) {
+    return servers_[server]->Push(&c, request, &response);
+  });
+  Acknowledge(request.id().seq());
+  if (s.ok()) {
+    push_latency_->Observe(SecondsSince(start));
+    push_bytes_->Increment(static_cast<double>(data->size()));
+  }
+  return s;
+}
+
+Status KVWorker::PullBatch(const std::vector<const Part*>& batch, const std::vector<float*>& values,
+                           uint64_t min_version) {
+  const auto start = Clock::now();
+  v1::PullRequest request;
+  uint64_t elements = 0;
+  AddPartRefs(batch, request.mutable_parts(), &elements);
+  request.set_min_version(min_version);
+  request.set_wait_ms(options_.pull_wait_ms);
+  const int server = batch.front()->server;
+  auto last_report = start;
+  for (;;) {
+    v1::PullResponse response;
+    Status s = caller_.Call(ServerName(server), "Pull", [&](grpc::ClientContext& c) {
+      return servers_[server]->Pull(&c, request, &response);
+    }, options_.pull_wait_ms);
+    if (!s.ok()) return s;
+    if (response.ready()) {
+      if (response.data().size() != elements * sizeof(float)) {
+        return Status::Error("Pull from " + ServerName(server) + " returned " +
+                             std::to_string(response.data().size()) + " bytes, want " +
+                             std::to_string(elements * sizeof(float)));
+      }
+      const char* in = response.data().data();
+      for (const Part* part : batch) {
+        std::memcpy(values[part->key] + part->offset, in, part->length * sizeof(float));
+        in += part->length * sizeof(float);
+      }
+      pull_latency_->Observe(SecondsSince(start));
+      pull_bytes_->Increment(static_cast<double>(response.data().size()));
+      return Status::Ok();
+    }
+    // Not ready: some worker has not pushed this step yet (slow, or being
+    // restarted). Keep waiting, say so now and then, and give up only after
+    // the peer wait limit.
+    if (SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) {
+      return Status::Error("gave up waiting for version " + std::to_string(min_version) + " on " +
+                           ServerName(server) + " after " +
+                           std::to_string(options_.peer_wait_limit_ms) + " ms");
+    }
+    if (SecondsSince(last_report) > 10) {
+      KLOG_INFO << "still waiting for version " << min_version << " on " << ServerName(server)
+                << " (a peer is slow or restarting)";
+      last_report = Clock::now();
+    }
+  }
+}
+
+KVWorker::Ticket KVWorker::Push(const std::vector<const float*>& grads, uint64_t step) {
+  auto batches = Batches(grads);
+  std::shared_ptr<Pending> pending;
+  Ticket ticket = NewTicket(static_cast<int>(batches.size()), &pending);
+  for (auto& batch : batches) {
+    pool_->Run([this, batch, grads, step, pending] { Complete(pending, PushBatch(batch, grads, step)); });
+  }
+  return ticket;
+}
+
+KVWorker::Ticket KVWorker::Pull(const std::vector<float*>& values, uint64_t min_version) {
+  auto batches = Batches(values);
+  std::shared_ptr<Pending> pending;
+  Ticket ticket = NewTicket(static_cast<int>(batches.size()), &pending);
+  for (auto& batch : batches) {
+    pool_->Run([this, batch, values, min_version, pending] {
+      Complete(pending, PullBatch(batch, values, min_version));
+    });
+  }
+  return ticket;
+}
+
+KVWorker::Ticket KVWorker::PushPull(const std::vector<const float*>& grads,
+                                    const std::vector<float*>& values, uint64_t step) {
+  auto push_batches = Batches(grads);
+  auto pull_batches = Batches(values);
+  std::shared_ptr<Pending> pending;
+  Ticket ticket = NewTicket(static_cast<int>(push_batches.size()), &pending);
+  auto start_pulls = [this, pending, pull_batches, values, step] {
+    for (auto& batch : pull_batches) {
+      pool_->Run([this, batch, values, step, pending] {
+        Complete(pending, PullBatch(batch, values, step + 1));
+      });
+    }
+  };
+  if (push_batches.empty()) {
+    pending->remaining = static_cast<int>(pull_batches.size());
+    start_pulls();
+    return ticket;
+  }
+  pending->then = start_pulls;
+  pending->then_requests = static_cast<int>(pull_batches.size());
+  for (auto& batch : push_batches) {
+    pool_->Run([this, batch, grads, step, pending] { Complete(pending, PushBatch(batch, grads, step)); });
+  }
+  return ticket;
+}
+
+Status KVWorker::Wait(Ticket ticket) {
+  std::shared_ptr<Pending> pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pending_.find(ticket);
+    if (it == pending_.end()) return Status::Error("Wait: unknown ticket " + std::to_string(ticket));
+    pending = it->second;
+    pending_.erase(it);
+  }
+  std::unique_lock<std::mutex> lock(pending->mutex);
+  pending->done.wait(lock, [&] { return pending->remaining <= 0; });
+  return pending->status;
+}
+
+Status KVWorker::Barrier(const std::string& name) {
+  const auto start = Clock::now();
+  v1::BarrierRequest request;
+  request.set_name(name);
+  request.set_rank(rank_);
+  request.set_wait_ms(options_.pull_wait_ms);
+  for (;;) {
+    v1::BarrierResponse response;
+    Status s = caller_.Call("scheduler " + options_.scheduler_address, "Barrier",
+                            [&](grpc::ClientContext& c) { return scheduler_->Barrier(&c, request, &response); },
+                            options_.pull_wait_ms);
+    if (!s.ok()) return s;
+    if (response.released()) return Status::Ok();
+    if (SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) {
+      return Status::Error("barrier \"" + name + "\" not released after " +
+                           std::to_string(options_.peer_wait_limit_ms) + " ms");
+    }
+  }
+}
+
+Status KVWorker::Finish() {
+  v1::FinishRequest request;
+  request.set_node_id(options_.node_id);
+  request.set_rank(rank_);
+  v1::FinishResponse response;
+  return caller_.Call("scheduler " + options_.scheduler_address, "Finish",
+                      [&](grpc::ClientContext& c) { return scheduler_->Finish(&c, request, &response); });
+}
+
+}  // namespace kubeps

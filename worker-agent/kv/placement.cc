@@ -1,0 +1,44 @@
+#include "worker-agent/kv/placement.h"
+
+#include <algorithm>
+
+namespace kubeps {
+namespace {
+
+void AddChunks(uint32_t key, uint64_t offset, uint64_t length, int server, uint64_t max_part,
+               std::vector<Part>* parts) {
+  const uint64_t chunks = std::max<uint64_t>(1, (length + max_part - 1) / max_part);
+  for (uint64_t c = 0; c < chunks; ++c) {
+    uint64_t begin = length * c / chunks;
+    uint64_t end = length * (c + 1) / chunks;
+    parts->push_back(Part{key, offset + begin, end - begin, server});
+  }
+}
+
+}  // namespace
+
+std::vector<Part> PlaceTensors(const std::vector<uint64_t>& tensor_sizes, int num_servers,
+                               const PlacementOptions& options) {
+  std::vector<Part> parts;
+  std::vector<uint64_t> load(num_servers, 0);
+  const uint64_t max_part = std::max<uint64_t>(1, options.max_part_elems);
+  for (uint32_t key = 0; key < tensor_sizes.size(); ++key) {
+    const uint64_t size = tensor_sizes[key];
+    if (size == 0) continue;
+    if (size < options.big_array_bound || num_servers == 1 || size < uint64_t(num_servers)) {
+      int server = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+      load[server] += size;
+      AddChunks(key, 0, size, server, max_part, &parts);
+      continue;
+    }
+    for (int s = 0; s < num_servers; ++s) {
+      uint64_t begin = size * s / num_servers;
+      uint64_t end = size * (s + 1) / num_servers;
+      load[s] += end - begin;
+      AddChunks(key, begin, end - begin, s, max_part, &parts);
+    }
+  }
+  return parts;
+}
+
+}  // namespace kubeps

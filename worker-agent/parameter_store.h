@@ -1,0 +1,57 @@
+// Where the trainer's parameters live between steps. Two kinds:
+//  - RemoteStore: the job's parameter servers, through the KV client
+//    (push gradients, pull the next parameters);
+//  - LocalStore: this process, with the same optimizer code the servers
+//    run, for the single-process baseline (`kubeps train-local`).
+// The training loop is written once against this interface.
+#ifndef KUBEPS_WORKER_AGENT_PARAMETER_STORE_H_
+#define KUBEPS_WORKER_AGENT_PARAMETER_STORE_H_
+
+#include <memory>
+#include <vector>
+
+#include "common/optimizer.h"
+#include "common/status.h"
+#include "worker-agent/kv/kv_worker.h"
+#include "worker-agent/trainer/model.h"
+
+namespace kubeps {
+
+class ParameterStore {
+ public:
+  virtual ~ParameterStore() = default;
+  // Makes the model's parameters the job's initial ones: rank 0's values
+  // are stored; every worker's model ends up holding them.
+  virtual Status Init(trainer::Model& model) = 0;
+  // Applies the gradients computed on the parameters of `step` and leaves
+  // the next parameters in the model.
+  virtual Status Update(uint64_t step, trainer::Model& model) = 0;
+};
+
+class LocalStore : public ParameterStore {
+ public:
+  explicit LocalStore(std::unique_ptr<Optimizer> optimizer) : optimizer_(std::move(optimizer)) {}
+  Status Init(trainer::Model& model) override;
+  Status Update(uint64_t step, trainer::Model& model) override;
+
+ private:
+  std::unique_ptr<Optimizer> optimizer_;
+  std::vector<OptimizerState> states_;
+};
+
+class RemoteStore : public ParameterStore {
+ public:
+  RemoteStore(KVWorker* kv, bool sync) : kv_(kv), sync_(sync) {}
+  Status Init(trainer::Model& model) override;
+  Status Update(uint64_t step, trainer::Model& model) override;
+
+ private:
+  KVWorker* kv_;
+  bool sync_;
+  std::vector<const float*> grads_;
+  std::vector<float*> values_;
+};
+
+}  // namespace kubeps
+
+#endif  // KUBEPS_WORKER_AGENT_PARAMETER_STORE_H_

@@ -1,0 +1,18 @@
+// Small row-wise helpers shared by the layers. Every loop runs in a fixed
+// order, so the results are bit-identical from run to run.
+#ifndef KUBEPS_WORKER_AGENT_TRAINER_LAYER_MATH_H_
+#define KUBEPS_WORKER_AGENT_TRAINER_LAYER_MATH_H_
+
+#include <cstddef>
+
+namespace kubeps::trainer {
+
+// y[r][c] += v[c] for a rows x cols row-major matrix.
+void AddRowVector(float* y, size_t rows, size_t cols, const float* v);
+
+// out[c] = sum over r of x[r][c] (rows summed in order).
+void SumRows(const float* x, size_t rows, size_t cols, float* out);
+
+}  // namespace kubeps::trainer
+
+#endif  // KUBEPS_WORKER_AGENT_TRAINER_LAYER_MATH_H_

@@ -1,0 +1,35 @@
+// 2x2 max pooling with stride 2 on NHWC tensors (H and W must be even).
+// Ties pick the first of the window in the order (0,0) (0,1) (1,0) (1,1);
+// Backward routes each gradient to the position that won.
+#ifndef KUBEPS_WORKER_AGENT_TRAINER_MAX_POOL_H_
+#define KUBEPS_WORKER_AGENT_TRAINER_MAX_POOL_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace kubeps::trainer {
+
+class MaxPool2x2 {
+ public:
+  MaxPool2x2(int height, int width, int channels);
+
+  int out_height() const { return h_ / 2; }
+  int out_width() const { return w_ / 2; }
+
+  // x: batch x H x W x C. Returns batch x H/2 x W/2 x C (owned by the layer).
+  float* Forward(const float* x, int batch);
+
+  // dy: batch x H/2 x W/2 x C. Returns dL/dx, batch x H x W x C (owned).
+  float* Backward(const float* dy);
+
+ private:
+  int h_, w_, c_;
+  int batch_ = 0;
+  std::vector<float> y_;
+  std::vector<uint8_t> argmax_;  // 0..3 per output element
+  std::vector<float> dx_;
+};
+
+}  // namespace kubeps::trainer
+
+#endif  // KUBEPS_WORKER_AGENT_TRAINER_MAX_POOL_H_

@@ -1,0 +1,61 @@
+// The built-in models. A Model owns its parameters and their gradients as
+// flat float32 tensors in a fixed order; the order is the KV key of each
+// tensor, so every worker and every shard agree on it.
+#ifndef KUBEPS_WORKER_AGENT_TRAINER_MODEL_H_
+#define KUBEPS_WORKER_AGENT_TRAINER_MODEL_H_
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kubeps::trainer {
+
+struct Parameter {
+  std::string name;          // e.g. "dense1.weight"
+  std::vector<int> shape;
+  std::vector<float> value;
+  std::vector<float> grad;   // same size as value
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  // Parameters in key order. Callers may overwrite `value` (pulled from the
+  // parameter servers) and read `grad` after ForwardBackward.
+  std::vector<Parameter>& parameters() { return params_; }
+
+  // Deterministic initialisation from `seed` (same seed, same values).
+  virtual void Initialize(uint64_t seed) = 0;
+
+  // images: batch x 784 floats in [0,1], row-major; labels: batch class ids.
+  // Sets every grad to the gradient of the mean loss over the batch and
+  // returns that mean softmax cross-entropy loss.
+  virtual float ForwardBackward(const float* images, const uint8_t* labels, int batch) = 0;
+
+  // Writes the predicted class of each of the `batch` images.
+  virtual void Predict(const float* images, int batch, uint8_t* predictions) = 0;
+
+  // Forward pass only: writes the predicted classes (when `predictions` is
+  // not null) and returns the mean softmax cross-entropy loss of the batch.
+  // Leaves every grad untouched. The built-in models override it; the
+  // default only predicts and returns NaN.
+  virtual float ForwardLoss(const float* images, const uint8_t* labels, int batch,
+                            uint8_t* predictions) {
+    if (predictions != nullptr) Predict(images, batch, predictions);
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+
+ protected:
+  std::vector<Parameter> params_;
+};
+
+// "softmax", "mlp" (784-256-10) or "cnn" (the seed CNN); nullptr otherwise.
+std::unique_ptr<Model> MakeModel(const std::string& name);
+const std::vector<std::string>& ModelNames();
+
+}  // namespace kubeps::trainer
+
+#endif  // KUBEPS_WORKER_AGENT_TRAINER_MODEL_H_

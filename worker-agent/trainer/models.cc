@@ -1,0 +1,215 @@
+#include "worker-agent/trainer/models.h"
+
+#include <cmath>
+#include <random>
+#include <utility>
+
+#include "worker-agent/trainer/relu.h"
+
+namespace kubeps::trainer {
+namespace {
+
+Parameter MakeParameter(std::string name, std::vector<int> shape) {
+  size_t n = 1;
+  for (int d : shape) n *= static_cast<size_t>(d);
+  Parameter p;
+  p.name = std::move(name);
+  p.shape = std::move(shape);
+  p.value.assign(n, 0.0f);
+  p.grad.assign(n, 0.0f);
+  return p;
+}
+
+// Uniform in [-limit, limit) from the top 24 bits of each draw, so the values
+// do not depend on the standard library's distributions.
+void FillUniform(std::mt19937_64& rng, float limit, std::vector<float>& v) {
+  for (float& x : v) {
+    const float u = static_cast<float>(rng() >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    x = (2.0f * u - 1.0f) * limit;
+  }
+}
+
+float HeLimit(int fan_in) { return std::sqrt(6.0f / static_cast<float>(fan_in)); }
+float GlorotLimit(int fan_in, int fan_out) {
+  return std::sqrt(6.0f / static_cast<float>(fan_in + fan_out));
+}
+
+void ZeroGrads(std::vector<Parameter>& params) {
+  for (Parameter& p : params) p.grad.assign(p.value.size(), 0.0f);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- softmax
+
+SoftmaxModel::SoftmaxModel() : dense_(kImageSize, kNumClasses), loss_(kNumClasses) {
+  params_.push_back(MakeParameter("dense.weight", {kImageSize, kNumClasses}));
+  params_.push_back(MakeParameter("dense.bias", {kNumClasses}));
+}
+
+void SoftmaxModel::Initialize(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  FillUniform(rng, GlorotLimit(kImageSize, kNumClasses), params_[0].value);
+  params_[1].value.assign(params_[1].value.size(), 0.0f);
+  ZeroGrads(params_);
+}
+
+const float* SoftmaxModel::Forward(const float* images, int batch) {
+  dense_.Bind(&params_[0], &params_[1]);
+  return dense_.Forward(images, batch);
+}
+
+float SoftmaxModel::ForwardBackward(const float* images, const uint8_t* labels, int batch) {
+  const float loss = loss_.Forward(Forward(images, batch), labels, batch);
+  dense_.Backward(loss_.Backward(), /*need_input_grad=*/false);
+  return loss;
+}
+
+void SoftmaxModel::Predict(const float* images, int batch, uint8_t* predictions) {
+  SoftmaxCrossEntropy::Argmax(Forward(images, batch), batch, kNumClasses, predictions);
+}
+
+float SoftmaxModel::ForwardLoss(const float* images, const uint8_t* labels, int batch,
+                                uint8_t* predictions) {
+  const float* logits = Forward(images, batch);
+  if (predictions != nullptr) SoftmaxCrossEntropy::Argmax(logits, batch, kNumClasses, predictions);
+  return loss_.Forward(logits, labels, batch);
+}
+
+// ---------------------------------------------------------------- mlp
+
+MlpModel::MlpModel() : dense1_(kImageSize, 256), dense2_(256, kNumClasses), loss_(kNumClasses) {
+  params_.push_back(MakeParameter("dense1.weight", {kImageSize, 256}));
+  params_.push_back(MakeParameter("dense1.bias", {256}));
+  params_.push_back(MakeParameter("dense2.weight", {256, kNumClasses}));
+  params_.push_back(MakeParameter("dense2.bias", {kNumClasses}));
+}
+
+void MlpModel::Initialize(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  FillUniform(rng, HeLimit(kImageSize), params_[0].value);
+  params_[1].value.assign(params_[1].value.size(), 0.0f);
+  FillUniform(rng, GlorotLimit(256, kNumClasses), params_[2].value);
+  params_[3].value.assign(params_[3].value.size(), 0.0f);
+  ZeroGrads(params_);
+}
+
+const float* MlpModel::Forward(const float* images, int batch) {
+  batch_ = batch;
+  dense1_.Bind(&params_[0], &params_[1]);
+  dense2_.Bind(&params_[2], &params_[3]);
+  hidden_ = dense1_.Forward(images, batch);
+  Relu::Forward(hidden_, static_cast<size_t>(batch) * 256);
+  return dense2_.Forward(hidden_, batch);
+}
+
+float MlpModel::ForwardBackward(const float* images, const uint8_t* labels, int batch) {
+  const float loss = loss_.Forward(Forward(images, batch), labels, batch);
+  // dense2's input gradient is its own buffer, so ReLU can work on it in place.
+  float* dh = dense2_.Backward(loss_.Backward(), true);
+  Relu::Backward(hidden_, dh, static_cast<size_t>(batch) * 256);
+  dense1_.Backward(dh, /*need_input_grad=*/false);
+  return loss;
+}
+
+void MlpModel::Predict(const float* images, int batch, uint8_t* predictions) {
+  SoftmaxCrossEntropy::Argmax(Forward(images, batch), batch, kNumClasses, predictions);
+}
+
+float MlpModel::ForwardLoss(const float* images, const uint8_t* labels, int batch,
+                            uint8_t* predictions) {
+  const float* logits = Forward(images, batch);
+  if (predictions != nullptr) SoftmaxCrossEntropy::Argmax(logits, batch, kNumClasses, predictions);
+  return loss_.Forward(logits, labels, batch);
+}
+
+// ---------------------------------------------------------------- cnn
+
+CnnModel::CnnModel()
+    : conv1_(28, 28, 1, 32, 5),
+      pool1_(28, 28, 32),
+      conv2_(14, 14, 32, 64, 5),
+      pool2_(14, 14, 64),
+      dense1_(7 * 7 * 64, 1024),
+      dense2_(1024, kNumClasses),
+      loss_(kNumClasses) {
+  params_.push_back(MakeParameter("conv1.weight", {5, 5, 1, 32}));
+  params_.push_back(MakeParameter("conv1.bias", {32}));
+  params_.push_back(MakeParameter("conv2.weight", {5, 5, 32, 64}));
+  params_.push_back(MakeParameter("conv2.bias", {64}));
+  params_.push_back(MakeParameter("dense1.weight", {7 * 7 * 64, 1024}));
+  params_.push_back(MakeParameter("dense1.bias", {1024}));
+  params_.push_back(MakeParameter("dense2.weight", {1024, kNumClasses}));
+  params_.push_back(MakeParameter("dense2.bias", {kNumClasses}));
+}
+
+void CnnModel::Initialize(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  FillUniform(rng, HeLimit(5 * 5 * 1), params_[0].value);
+  params_[1].value.assign(params_[1].value.size(), 0.0f);
+  FillUniform(rng, HeLimit(5 * 5 * 32), params_[2].value);
+  params_[3].value.assign(params_[3].value.size(), 0.0f);
+  FillUniform(rng, HeLimit(7 * 7 * 64), params_[4].value);
+  params_[5].value.assign(params_[5].value.size(), 0.0f);
+  FillUniform(rng, GlorotLimit(1024, kNumClasses), params_[6].value);
+  params_[7].value.assign(params_[7].value.size(), 0.0f);
+  ZeroGrads(params_);
+}
+
+const float* CnnModel::Forward(const float* images, int batch) {
+  batch_ = batch;
+  conv1_.Bind(&params_[0], &params_[1]);
+  conv2_.Bind(&params_[2], &params_[3]);
+  dense1_.Bind(&params_[4], &params_[5]);
+  dense2_.Bind(&params_[6], &params_[7]);
+  act1_ = conv1_.Forward(images, batch);
+  Relu::Forward(act1_, static_cast<size_t>(batch) * 28 * 28 * 32);
+  const float* p1 = pool1_.Forward(act1_, batch);
+  act2_ = conv2_.Forward(p1, batch);
+  Relu::Forward(act2_, static_cast<size_t>(batch) * 14 * 14 * 64);
+  const float* p2 = pool2_.Forward(act2_, batch);
+  act3_ = dense1_.Forward(p2, batch);
+  Relu::Forward(act3_, static_cast<size_t>(batch) * 1024);
+  return dense2_.Forward(act3_, batch);
+}
+
+float CnnModel::ForwardBackward(const float* images, const uint8_t* labels, int batch) {
+  const float loss = loss_.Forward(Forward(images, batch), labels, batch);
+  // Each Backward returns a buffer owned by its layer; the ReLU steps work
+  // on them in place.
+  float* g = dense2_.Backward(loss_.Backward(), true);
+  Relu::Backward(act3_, g, static_cast<size_t>(batch) * 1024);
+  g = pool2_.Backward(dense1_.Backward(g, true));
+  Relu::Backward(act2_, g, static_cast<size_t>(batch) * 14 * 14 * 64);
+  g = pool1_.Backward(conv2_.Backward(g, true));
+  Relu::Backward(act1_, g, static_cast<size_t>(batch) * 28 * 28 * 32);
+  conv1_.Backward(g, /*need_input_grad=*/false);
+  return loss;
+}
+
+void CnnModel::Predict(const float* images, int batch, uint8_t* predictions) {
+  SoftmaxCrossEntropy::Argmax(Forward(images, batch), batch, kNumClasses, predictions);
+}
+
+float CnnModel::ForwardLoss(const float* images, const uint8_t* labels, int batch,
+                            uint8_t* predictions) {
+  const float* logits = Forward(images, batch);
+  if (predictions != nullptr) SoftmaxCrossEntropy::Argmax(logits, batch, kNumClasses, predictions);
+  return loss_.Forward(logits, labels, batch);
+}
+
+// ---------------------------------------------------------------- factory
+
+std::unique_ptr<Model> MakeModel(const std::string& name) {
+  if (name == "softmax") return std::make_unique<SoftmaxModel>();
+  if (name == "mlp") return std::make_unique<MlpModel>();
+  if (name == "cnn") return std::make_unique<CnnModel>();
+  return nullptr;
+}
+
+const std::vector<std::string>& ModelNames() {
+  static const std::vector<std::string> names = {"softmax", "mlp", "cnn"};
+  return names;
+}
+
+}  // namespace kubeps::trainer

@@ -1,0 +1,38 @@
+// The built-in trainer's loop: for every step, this worker's slice of the
+// global batch, forward and backward, then the parameter store's update.
+// Prints a progress line every progressIntervalMs and keeps the worker's
+// Prometheus metrics, from the same counters, so the two always agree.
+#ifndef KUBEPS_WORKER_AGENT_TRAINING_LOOP_H_
+#define KUBEPS_WORKER_AGENT_TRAINING_LOOP_H_
+
+#include "common/metrics.h"
+#include "common/status.h"
+#include "operator/api/training_job.h"
+#include "worker-agent/parameter_store.h"
+#include "worker-agent/trainer/fashion_mnist.h"
+#include "worker-agent/trainer/model.h"
+
+namespace kubeps {
+
+struct LoopConfig {
+  int rank = 0;
+  int num_workers = 1;
+  int local_batch = 64;      // this worker's share of the global batch
+  int epochs = 1;
+  uint64_t seed = 1;
+  int progress_interval_ms = 2000;
+};
+
+struct LoopResult {
+  uint64_t steps = 0;
+  double seconds = 0;        // training time, evaluation excluded
+  double final_loss = 0;     // mean loss over the last progress interval
+};
+
+Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
+                       trainer::Model& model, ParameterStore& store, MetricsServer& metrics,
+                       LoopResult* result);
+
+}  // namespace kubeps
+
+#endif  // KUBEPS_WORKER_AGENT_TRAINING_LOOP_H_
