@@ -1,6 +1,5 @@
 #include "common/metrics.h"
 
-#include <exception>
 
 namespace kubeps {
 
@@ -11,16 +10,9 @@ Status MetricsServer::Start(const std::string& bind_address, int port,
   server->registry_ = std::make_shared<prometheus::Registry>();
   server->labels_ = std::move(constant_labels);
   if (port >= 0) {
-    try {
-      server->exposer_ = std::make_unique<prometheus::Exposer>(
-          bind_address + ":" + std::to_string(port));
-    } catch (const std::exception& e) {
-      return Status::Error("metrics: cannot listen on " + bind_address + ":" +
-                           std::to_string(port) + ": " + e.what());
-    }
-    server->exposer_->RegisterCollectable(server->registry_);
-    auto ports = server->exposer_->GetListeningPorts();
-    server->port_ = ports.empty() ? port : ports.front();
+    Status s = HttpMetricsEndpoint::Start(bind_address, port, server->registry_, &server->endpoint_);
+    if (!s.ok()) return s;
+    server->port_ = server->endpoint_->port();
   }
   *out = std::move(server);
   return Status::Ok();

@@ -1,4 +1,5 @@
-// Prometheus metrics over HTTP (prometheus-cpp). Each process owns one
+// Prometheus metrics over HTTP (prometheus-cpp's registry and text format,
+// served by common/http_metrics_endpoint.h). Each process owns one
 // MetricsServer; components register their metric families on its registry.
 // Every series carries the constant labels job, role and rank.
 #ifndef KUBEPS_COMMON_METRICS_H_
@@ -9,18 +10,19 @@
 #include <string>
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include "common/http_metrics_endpoint.h"
 #include "common/status.h"
 
 namespace kubeps {
 
 class MetricsServer {
  public:
-  // Serves /metrics on `bind_address`:`port` (port 0 picks a free one).
+  // Serves /metrics on `bind_address`:`port` (port 0 picks a free one; a
+  // negative port serves nothing, the metrics are only kept).
   static Status Start(const std::string& bind_address, int port,
                       std::map<std::string, std::string> constant_labels,
                       std::unique_ptr<MetricsServer>* out);
@@ -41,7 +43,7 @@ class MetricsServer {
   MetricsServer() = default;
   std::map<std::string, std::string> Merge(const std::map<std::string, std::string>& extra) const;
 
-  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<HttpMetricsEndpoint> endpoint_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::map<std::string, std::string> labels_;
   int port_ = 0;

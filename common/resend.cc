@@ -28,7 +28,9 @@ Status ResendCaller::Call(const std::string& peer, const char* rpc, const Attemp
   thread_local std::mt19937 jitter(std::random_device{}());
   grpc::Status last;
   const int tries = policy_.max_resends + 1;
+  int made = 0;
   for (int i = 0; i < tries; ++i) {
+    ++made;
     if (i > 0) {
       metrics_->Counter("kubeps_rpc_resends_total", "Requests sent again after a timeout or a broken channel",
                         {{"rpc", rpc}, {"peer", peer}}).Increment();
@@ -52,7 +54,7 @@ Status ResendCaller::Call(const std::string& peer, const char* rpc, const Attemp
     if (!IsRetryable(last)) break;
   }
   return Status::Error("rpc " + std::string(rpc) + " to " + peer + " failed after " +
-                       std::to_string(policy_.max_resends + 1 > 0 ? tries : 1) + " tries (resend timeout " +
+                       std::to_string(made) + (made == 1 ? " try" : " tries") + " (resend timeout " +
                        std::to_string(policy_.timeout_ms) + " ms, max resends " +
                        std::to_string(policy_.max_resends) + "): " +
                        std::to_string(static_cast<int>(last.error_code())) + " " + last.error_message());

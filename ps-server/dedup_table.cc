@@ -26,10 +26,11 @@ void DedupTable::Done(const v1::RequestId& id) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     Sender& sender = senders_[id.node_id()];
+    // A request of an incarnation that has since been replaced: the reset
+    // already dropped its record, and its seq may now be the new one's.
+    if (id.incarnation() != sender.incarnation) return;
     sender.in_flight.erase(id.seq());
-    if (id.incarnation() == sender.incarnation && id.seq() >= sender.floor) {
-      sender.applied.insert(id.seq());
-    }
+    if (id.seq() >= sender.floor) sender.applied.insert(id.seq());
   }
   done_.notify_all();
 }

@@ -175,15 +175,31 @@ grpc::Status SchedulerService::Heartbeat(grpc::ServerContext* context,
     it->second.last_seen = Clock::now();
   }
   for (auto& id : DeadNodes()) response->add_dead_nodes(id);
-  response->set_shutdown(static_cast<int>(finished_workers_.size()) == options_.num_workers);
+  const bool shutdown = static_cast<int>(finished_workers_.size()) == options_.num_workers;
+  response->set_shutdown(shutdown);
   response->set_epoch(epoch_);
+  if (shutdown && it != members_.end() && it->second.info.role() == v1::SERVER) {
+    told_to_stop_.insert(request->node_id());
+    changed_.notify_all();
+  }
   return grpc::Status::OK;
 }
 
 grpc::Status SchedulerService::Finish(grpc::ServerContext* context, const v1::FinishRequest* request,
                                       v1::FinishResponse* response) {
   if (auto s = CheckToken(*context, options_.token); !s.ok()) return s;
+  if (request->rank() < 0 || request->rank() >= options_.num_workers) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "finish rank " + std::to_string(request->rank()) + " out of range");
+  }
   std::lock_guard<std::mutex> lock(mutex_);
+  auto member = members_.find(request->node_id());
+  if (member == members_.end() || member->second.info.role() != v1::WORKER ||
+      member->second.info.rank() != request->rank()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        request->node_id() + " is not the registered worker of rank " +
+                            std::to_string(request->rank()));
+  }
   finished_workers_.insert(request->rank());
   changed_.notify_all();
   return grpc::Status::OK;
@@ -192,6 +208,13 @@ grpc::Status SchedulerService::Finish(grpc::ServerContext* context, const v1::Fi
 bool SchedulerService::AllWorkersFinished() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return static_cast<int>(finished_workers_.size()) == options_.num_workers;
+}
+
+bool SchedulerService::WaitServersToldToStop(std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return changed_.wait_for(lock, timeout, [&] {
+    return static_cast<int>(told_to_stop_.size()) >= Registered(server_ids_);
+  });
 }
 
 bool SchedulerService::WaitAllWorkersFinished(std::chrono::milliseconds timeout) const {

@@ -51,6 +51,9 @@ class SchedulerService final : public v1::Scheduler::Service {
   bool AllWorkersFinished() const;
   // Blocks until AllWorkersFinished() or the timeout passes.
   bool WaitAllWorkersFinished(std::chrono::milliseconds timeout) const;
+  // Blocks until every server has been told to shut down (in a heartbeat
+  // answer) or the timeout passes.
+  bool WaitServersToldToStop(std::chrono::milliseconds timeout) const;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -69,6 +72,7 @@ class SchedulerService final : public v1::Scheduler::Service {
   std::map<std::string, std::set<int>> barriers_;
   std::set<std::string> released_barriers_;
   std::set<int> finished_workers_;
+  std::set<std::string> told_to_stop_;  // servers that got shutdown = true
   uint64_t epoch_ = 0;
   prometheus::Gauge& registered_;
 };

@@ -60,9 +60,9 @@ int RunScheduler(const NodeConfig& config, MetricsServer* metrics) {
   while (!g_stop && !service.WaitAllWorkersFinished(std::chrono::milliseconds(200))) {
   }
   if (!g_stop) {
-    // Keep answering heartbeats a little longer so every server learns the
-    // job is over and exits on its own.
-    std::this_thread::sleep_for(std::chrono::seconds(2));
+    // Keep answering heartbeats until every server has learnt the job is
+    // over, so they exit on their own (bounded: a dead server never asks).
+    service.WaitServersToldToStop(std::chrono::seconds(3));
     KLOG_INFO << "every worker finished; scheduler exits";
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
@@ -136,7 +136,7 @@ int RunServer(const NodeConfig& config, MetricsServer* metrics) {
     return 1;
   }
   PublishPorts(config, port, metrics->port());
-  const uint64_t incarnation = std::chrono::steady_clock::now().time_since_epoch().count();
+  const uint64_t incarnation = std::chrono::system_clock::now().time_since_epoch().count();
   Status s = RegisterAndHeartbeat(config, config.pod_ip + ":" + std::to_string(port), metrics,
                                   incarnation);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));

@@ -5,9 +5,11 @@
 // A worker registers with the scheduler, gets its rank, loads its data,
 // trains against the parameter servers and, as rank 0, reports the test
 // accuracy. KUBEPS_DUMP_PARAMS=FILE makes rank 0 write the final parameters
-// (raw float32, key order) for exactness tests.
+// (raw float32, key order) for exactness tests; KUBEPS_MAX_STEPS=N stops
+// after N steps (smoke runs and tests).
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "common/blas_threads.h"
@@ -122,6 +124,7 @@ int main(int argc, char** argv) {
   loop.epochs = job.spec.epochs;
   loop.seed = job.spec.seed;
   loop.progress_interval_ms = job.spec.progress_interval_ms;
+  if (const char* max_steps = std::getenv("KUBEPS_MAX_STEPS")) loop.max_steps = std::strtoull(max_steps, nullptr, 10);
   if (local) {
     // The baseline: one process, the whole global batch, the servers' optimizer.
     std::string error;

@@ -1,6 +1,7 @@
 #include "worker-agent/training_loop.h"
 
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
@@ -53,11 +54,13 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
   std::vector<float> images(static_cast<size_t>(config.local_batch) * train.image_size());
   std::vector<uint8_t> labels(config.local_batch);
 
+  uint64_t total_steps = static_cast<uint64_t>(steps_per_epoch) * config.epochs;
+  if (config.max_steps > 0) total_steps = std::min(total_steps, config.max_steps);
   const auto start = Clock::now();
   Window window;
   uint64_t step = 0;  // global step = parameter version in sync mode
-  for (int epoch = 0; epoch < config.epochs; ++epoch) {
-    for (int64_t s = 0; s < steps_per_epoch; ++s, ++step) {
+  for (int epoch = 0; epoch < config.epochs && step < total_steps; ++epoch) {
+    for (int64_t s = 0; s < steps_per_epoch && step < total_steps; ++s, ++step) {
       const auto step_start = Clock::now();
       Status filled = trainer::FillWorkerBatch(train, sampler, epoch, s, config.rank, config.num_workers,
                                                images.data(), labels.data());
@@ -72,7 +75,7 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
       step_seconds.Observe(std::chrono::duration<double>(Clock::now() - step_start).count());
       ++window.steps;
       window.loss_sum += loss;
-      const bool last = epoch + 1 == config.epochs && s + 1 == steps_per_epoch;
+      const bool last = step + 1 == total_steps;
       if (last || Clock::now() - window.start >= std::chrono::milliseconds(config.progress_interval_ms)) {
         PrintProgress(epoch, config.epochs, s, steps_per_epoch, step + 1, window, config.local_batch);
         result->final_loss = window.loss_sum / window.steps;

@@ -21,6 +21,7 @@ struct LoopConfig {
   int epochs = 1;
   uint64_t seed = 1;
   int progress_interval_ms = 2000;
+  uint64_t max_steps = 0;    // stop early after this many steps (0 = all epochs)
 };
 
 struct LoopResult {

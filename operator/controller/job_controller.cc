@@ -71,6 +71,12 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
   for (auto& [name, r] : observed) all.push_back(r);
   JobStatus status = Observe(all);
 
+  if (succeeded_) {
+    status.phase = JobPhase::kSucceeded;
+    status.reason = "JobSucceeded";
+    status.message = "TrainingJob " + job_.name + " completed successfully";
+    return status;
+  }
   if (!failure_.empty()) {
     status.phase = JobPhase::kFailed;
     status.reason = failure_code_;
@@ -90,10 +96,8 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
       return status;
     }
     DeleteAll();
-    status.phase = JobPhase::kSucceeded;
-    status.reason = "JobSucceeded";
-    status.message = "TrainingJob " + job_.name + " completed successfully";
-    return status;
+    succeeded_ = true;
+    return Reconcile(now_ms);
   }
 
   // Create what is missing; decide about what failed.
@@ -108,6 +112,7 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
       if (!s.ok()) {
         failure_code_ = "CreateFailed";
         failure_ = "cannot start " + name.ToString() + ": " + s.message();
+        DeleteAll();
         return Reconcile(now_ms);
       }
       continue;
@@ -129,6 +134,7 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     if (!s.ok()) {
       failure_code_ = "CreateFailed";
       failure_ = "cannot restart " + name.ToString() + ": " + s.message();
+      DeleteAll();
       return Reconcile(now_ms);
     }
     ++status.restarts;

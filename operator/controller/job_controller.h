@@ -65,6 +65,7 @@ class JobController {
   const LaunchBuilder build_launch_;
   std::string failure_;          // set once the job has failed for good
   std::string failure_code_;
+  bool succeeded_ = false;       // set once every worker succeeded
   int64_t workers_done_at_ms_ = -1;
 };
 

@@ -336,9 +336,8 @@ TEST(ApiTrainingJobTest, ExampleFashionMnist) {
   EXPECT_EQ(job.spec.model, "mlp");
   EXPECT_EQ(job.spec.mode, SyncMode::kSync);
   EXPECT_EQ(job.spec.dataset_path, "/usr/share/datasets/fashion-mnist");
-  EXPECT_EQ(job.spec.optimizer.name, "momentum");
-  EXPECT_EQ(job.spec.optimizer.learning_rate, 0.05);
-  EXPECT_EQ(job.spec.optimizer.momentum, 0.9);
+  EXPECT_EQ(job.spec.optimizer.name, "adam");
+  EXPECT_EQ(job.spec.optimizer.learning_rate, 0.001);
   EXPECT_EQ(job.spec.batch_size, 64);
   EXPECT_EQ(job.spec.epochs, 3);
   EXPECT_EQ(job.spec.ps.replicas, 2);

@@ -135,26 +135,26 @@ TEST(DenseTest, BackwardWithoutInputGradient) {
 
 // ------------------------------------------------------------------ Conv2D
 
-// Direct 'same' convolution in NHWC / KH KW Cin Cout, in double.
+// Direct 'same' convolution in CNHW with an OIHW weight, in double.
 std::vector<double> NaiveConv(const std::vector<float>& x, const Parameter& w, const Parameter& b,
                               int batch, int h, int wd, int cin, int cout, int k) {
   const int pad = k / 2;
+  auto X = [&](int c, int n, int i, int j) { return x[((static_cast<size_t>(c) * batch + n) * h + i) * wd + j]; };
   std::vector<double> y(static_cast<size_t>(batch) * h * wd * cout);
-  for (int n = 0; n < batch; ++n)
-    for (int oh = 0; oh < h; ++oh)
-      for (int ow = 0; ow < wd; ++ow)
-        for (int co = 0; co < cout; ++co) {
+  for (int co = 0; co < cout; ++co)
+    for (int n = 0; n < batch; ++n)
+      for (int oh = 0; oh < h; ++oh)
+        for (int ow = 0; ow < wd; ++ow) {
           double s = b.value[co];
-          for (int kh = 0; kh < k; ++kh)
-            for (int kw = 0; kw < k; ++kw) {
-              const int ih = oh + kh - pad, iw = ow + kw - pad;
-              if (ih < 0 || ih >= h || iw < 0 || iw >= wd) continue;
-              for (int ci = 0; ci < cin; ++ci) {
-                s += static_cast<double>(x[((n * h + ih) * wd + iw) * cin + ci]) *
-                     w.value[((kh * k + kw) * cin + ci) * cout + co];
+          for (int ci = 0; ci < cin; ++ci)
+            for (int kh = 0; kh < k; ++kh)
+              for (int kw = 0; kw < k; ++kw) {
+                const int ih = oh + kh - pad, iw = ow + kw - pad;
+                if (ih < 0 || ih >= h || iw < 0 || iw >= wd) continue;
+                s += static_cast<double>(X(ci, n, ih, iw)) *
+                     w.value[((static_cast<size_t>(co) * cin + ci) * k + kh) * k + kw];
               }
-            }
-          y[((n * h + oh) * wd + ow) * cout + co] = s;
+          y[((static_cast<size_t>(co) * batch + n) * h + oh) * wd + ow] = s;
         }
   return y;
 }
@@ -168,7 +168,7 @@ class Conv2DTest : public ::testing::TestWithParam<ConvCase> {};
 TEST_P(Conv2DTest, ForwardMatchesNaive) {
   const ConvCase c = GetParam();
   std::mt19937_64 rng(4);
-  Parameter w = RandomParameter(rng, {c.k, c.k, c.cin, c.cout}, 1.0f);
+  Parameter w = RandomParameter(rng, {c.cout, c.cin, c.k, c.k}, 1.0f);
   Parameter b = RandomParameter(rng, {c.cout}, 1.0f);
   std::vector<float> x = RandomVector(rng, static_cast<size_t>(c.batch) * c.h * c.w * c.cin, -1, 1);
   Conv2D conv(c.h, c.w, c.cin, c.cout, c.k);
@@ -181,7 +181,7 @@ TEST_P(Conv2DTest, ForwardMatchesNaive) {
 TEST_P(Conv2DTest, GradientsMatchFiniteDifferences) {
   const ConvCase c = GetParam();
   std::mt19937_64 rng(5);
-  Parameter w = RandomParameter(rng, {c.k, c.k, c.cin, c.cout}, 1.0f);
+  Parameter w = RandomParameter(rng, {c.cout, c.cin, c.k, c.k}, 1.0f);
   Parameter b = RandomParameter(rng, {c.cout}, 1.0f);
   std::vector<float> x = RandomVector(rng, static_cast<size_t>(c.batch) * c.h * c.w * c.cin, -1, 1);
   std::vector<float> r = RandomVector(rng, static_cast<size_t>(c.batch) * c.h * c.w * c.cout, -1, 1);
@@ -203,11 +203,12 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Conv2DTest,
                          ::testing::Values(ConvCase{6, 5, 3, 4, 5, 2},   // kernel wider than half
                                            ConvCase{4, 4, 1, 2, 5, 1},   // kernel > image
                                            ConvCase{7, 6, 2, 3, 3, 3},
-                                           ConvCase{5, 5, 2, 2, 1, 2}));
+                                           ConvCase{5, 5, 2, 2, 1, 2},
+                                           ConvCase{2, 3, 2, 2, 7, 2}));  // shift > plane
 
 TEST(Conv2DTest, BackwardWithoutInputGradientMatches) {
   std::mt19937_64 rng(6);
-  Parameter w = RandomParameter(rng, {5, 5, 1, 3}, 1.0f), b = RandomParameter(rng, {3}, 1.0f);
+  Parameter w = RandomParameter(rng, {3, 1, 5, 5}, 1.0f), b = RandomParameter(rng, {3}, 1.0f);
   std::vector<float> x = RandomVector(rng, 2 * 8 * 8, -1, 1), dy = RandomVector(rng, 2 * 64 * 3, -1, 1);
   Conv2D conv(8, 8, 1, 3, 5);
   conv.Bind(&w, &b);
@@ -240,11 +241,12 @@ TEST(MaxPoolTest, ForwardMatchesNaive) {
     for (int oh = 0; oh < h / 2; ++oh)
       for (int ow = 0; ow < w / 2; ++ow)
         for (int ch = 0; ch < c; ++ch) {
+          // CNHW: plane (ch, n).
           float m = -1e30f;
           for (int dh = 0; dh < 2; ++dh)
             for (int dw = 0; dw < 2; ++dw)
-              m = std::max(m, x[((n * h + 2 * oh + dh) * w + 2 * ow + dw) * c + ch]);
-          EXPECT_EQ(y[((n * (h / 2) + oh) * (w / 2) + ow) * c + ch], m);
+              m = std::max(m, x[((ch * batch + n) * h + 2 * oh + dh) * w + 2 * ow + dw]);
+          EXPECT_EQ(y[((ch * batch + n) * (h / 2) + oh) * (w / 2) + ow], m);
         }
 }
 

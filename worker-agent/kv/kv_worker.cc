@@ -3,7 +3,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
-#include <random>
 
 #include "common/logging.h"
 
@@ -16,10 +15,12 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// Incarnations must grow from one process start to the next: a shard takes
+// a request from an older incarnation for a late duplicate. Wall-clock
+// nanoseconds at start do that (pods of one job share a synced clock).
 uint64_t NewIncarnation() {
-  std::random_device device;
-  return (uint64_t(device()) << 32) ^ device() ^
-         uint64_t(Clock::now().time_since_epoch().count());
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch()).count());
 }
 
 void AddPartRefs(const std::vector<const Part*>& batch,

@@ -20,6 +20,7 @@ void AddChunks(uint32_t key, uint64_t offset, uint64_t length, int server, uint6
 std::vector<Part> PlaceTensors(const std::vector<uint64_t>& tensor_sizes, int num_servers,
                                const PlacementOptions& options) {
   std::vector<Part> parts;
+  if (num_servers < 1) return parts;
   std::vector<uint64_t> load(num_servers, 0);
   const uint64_t max_part = std::max<uint64_t>(1, options.max_part_elems);
   for (uint32_t key = 0; key < tensor_sizes.size(); ++key) {

@@ -1,17 +1,27 @@
 // 2-D convolution, 'same' zero padding, stride 1, odd square kernel.
 //
-// Layout: NHWC. x is batch x H x W x Cin, y is batch x H x W x Cout, the
-// weight is KH x KW x Cin x Cout (shape {k, k, in, out}) and the bias is Cout.
+// Layout: "CNHW", channel-major over the whole batch: x is Cin planes, each
+// batch x H x W, y is Cout planes of batch x H x W. (For one input channel
+// this is the same as a batch of row-major images.) The weight is
+// Cout x Cin x KH x KW (shape {out, in, k, k}, as in PyTorch) and the bias
+// is Cout.
 //
-// Forward lowers the whole batch with im2col into one (batch*H*W) x
-// (k*k*Cin) matrix and does a single sgemm with the weight; with NHWC the
-// output of that sgemm already is y. In NHWC the k taps of one kernel row
-// cover k*Cin consecutive floats of the input, so im2col is k contiguous
-// copies per output pixel.
+// Forward lowers the whole batch with im2col into one K x P matrix
+// (K = Cin*k*k taps, P = batch*H*W pixels) and does a single sgemm,
+// y (Cout x P) = W (Cout x K) * col (K x P); the result already is y in
+// CNHW. Row (ci, kh, kw) of col is input plane ci shifted by
+// (kh - k/2, kw - k/2): one memcpy of the whole plane, then the border
+// pixels whose source lies outside their image are zeroed. With this
+// layout the sgemm has the long pixel dimension contiguous in both col and
+// y, which OpenBLAS runs about 30% faster than the pixel-major (NHWC) form.
 //
-// Backward: dW = col^T dy, db = column sums of dy, and, when the input
-// gradient is needed, dcol = dy W^T (written over the im2col buffer, which
-// is no longer needed) scattered back with col2im.
+// Backward: dW = dy col^T, db = row sums of dy, and, when the input
+// gradient is needed, dcol = W^T dy (written over the im2col buffer, which
+// is no longer needed) folded back with col2im.
+//
+// im2col, col2im and the bias loops are split over OpenMP threads by rows
+// and channels; every output element is owned by one thread and summed in
+// a fixed order, so results do not depend on the thread count.
 #ifndef KUBEPS_WORKER_AGENT_TRAINER_CONV2D_H_
 #define KUBEPS_WORKER_AGENT_TRAINER_CONV2D_H_
 
@@ -34,24 +44,25 @@ class Conv2D {
   // Points the layer at its parameters; call before every Forward.
   void Bind(Parameter* weight, Parameter* bias);
 
-  // x: batch x H x W x Cin. Returns batch x H x W x Cout, owned by the layer
+  // x: Cin x batch x H x W. Returns Cout x batch x H x W, owned by the layer
   // and valid until the next Forward.
   float* Forward(const float* x, int batch);
 
-  // dy: batch x H x W x Cout. Overwrites the weight and bias grads; returns
-  // dL/dx (batch x H x W x Cin, owned) when need_input_grad, else nullptr.
+  // dy: Cout x batch x H x W. Overwrites the weight and bias grads; returns
+  // dL/dx (Cin x batch x H x W, owned) when need_input_grad, else nullptr.
   // Call at most once per Forward.
   float* Backward(const float* dy, bool need_input_grad);
 
  private:
   void Im2Col(const float* x, int batch, float* col) const;
-  void Col2Im(const float* col, int batch, float* dx) const;
+  void Col2Im(float* col, int batch, float* dx) const;
+  void ZeroBorder(float* row, int batch, int dh, int dw) const;
 
   int h_, w_, cin_, cout_, k_, pad_;
   Parameter* weight_ = nullptr;
   Parameter* bias_ = nullptr;
   int batch_ = 0;
-  std::vector<float> col_;  // (batch*H*W) x (k*k*Cin)
+  std::vector<float> col_;  // (Cin*k*k) x (batch*H*W)
   std::vector<float> y_;
   std::vector<float> dx_;
 };

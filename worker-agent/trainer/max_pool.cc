@@ -13,32 +13,31 @@ MaxPool2x2::MaxPool2x2(int height, int width, int channels) : h_(height), w_(wid
 float* MaxPool2x2::Forward(const float* x, int batch) {
   batch_ = batch;
   const int oh_n = h_ / 2, ow_n = w_ / 2;
-  const size_t out = static_cast<size_t>(batch) * oh_n * ow_n * c_;
-  float* y = EnsureSize(y_, out);
-  uint8_t* arg = EnsureSize(argmax_, out);
-  const size_t row = static_cast<size_t>(w_) * c_;
-  for (int n = 0; n < batch; ++n) {
+  const int planes = c_ * batch;
+  const size_t in_plane = static_cast<size_t>(h_) * w_;
+  const size_t out_plane = static_cast<size_t>(oh_n) * ow_n;
+  float* y = EnsureSize(y_, planes * out_plane);
+  uint8_t* arg = EnsureSize(argmax_, planes * out_plane);
+  // Planes are independent: each is pooled by one thread.
+#pragma omp parallel for schedule(static) if (planes > 1)
+  for (int q = 0; q < planes; ++q) {
     for (int oh = 0; oh < oh_n; ++oh) {
+      const float* __restrict r0 = x + q * in_plane + static_cast<size_t>(2 * oh) * w_;
+      const float* __restrict r1 = r0 + w_;
+      float* __restrict yo = y + q * out_plane + static_cast<size_t>(oh) * ow_n;
+      uint8_t* __restrict ao = arg + q * out_plane + static_cast<size_t>(oh) * ow_n;
       for (int ow = 0; ow < ow_n; ++ow) {
-        const float* __restrict p00 = x + ((static_cast<size_t>(n) * h_ + 2 * oh) * w_ + 2 * ow) * c_;
-        const float* __restrict p01 = p00 + c_;
-        const float* __restrict p10 = p00 + row;
-        const float* __restrict p11 = p10 + c_;
-        const size_t o = ((static_cast<size_t>(n) * oh_n + oh) * ow_n + ow) * c_;
-        float* __restrict yo = y + o;
-        uint8_t* __restrict ao = arg + o;
-        for (int c = 0; c < c_; ++c) {
-          float m = p00[c];
-          uint8_t k = 0;
-          k = p01[c] > m ? 1 : k;
-          m = p01[c] > m ? p01[c] : m;
-          k = p10[c] > m ? 2 : k;
-          m = p10[c] > m ? p10[c] : m;
-          k = p11[c] > m ? 3 : k;
-          m = p11[c] > m ? p11[c] : m;
-          yo[c] = m;
-          ao[c] = k;
-        }
+        const float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+        float m = a;
+        uint8_t k = 0;
+        k = b > m ? 1 : k;
+        m = b > m ? b : m;
+        k = c > m ? 2 : k;
+        m = c > m ? c : m;
+        k = d > m ? 3 : k;
+        m = d > m ? d : m;
+        yo[ow] = m;
+        ao[ow] = k;
       }
     }
   }
@@ -47,26 +46,24 @@ float* MaxPool2x2::Forward(const float* x, int batch) {
 
 float* MaxPool2x2::Backward(const float* dy) {
   const int oh_n = h_ / 2, ow_n = w_ / 2;
-  float* dx = EnsureSize(dx_, static_cast<size_t>(batch_) * h_ * w_ * c_);
+  const int planes = c_ * batch_;
+  const size_t in_plane = static_cast<size_t>(h_) * w_;
+  const size_t out_plane = static_cast<size_t>(oh_n) * ow_n;
+  float* dx = EnsureSize(dx_, planes * in_plane);
   const uint8_t* arg = argmax_.data();
-  const size_t row = static_cast<size_t>(w_) * c_;
   // The windows tile the input exactly, so every dx element is written once.
-  for (int n = 0; n < batch_; ++n) {
+#pragma omp parallel for schedule(static) if (planes > 1)
+  for (int q = 0; q < planes; ++q) {
     for (int oh = 0; oh < oh_n; ++oh) {
+      float* __restrict r0 = dx + q * in_plane + static_cast<size_t>(2 * oh) * w_;
+      float* __restrict r1 = r0 + w_;
+      const float* __restrict g = dy + q * out_plane + static_cast<size_t>(oh) * ow_n;
+      const uint8_t* __restrict a = arg + q * out_plane + static_cast<size_t>(oh) * ow_n;
       for (int ow = 0; ow < ow_n; ++ow) {
-        float* __restrict q00 = dx + ((static_cast<size_t>(n) * h_ + 2 * oh) * w_ + 2 * ow) * c_;
-        float* __restrict q01 = q00 + c_;
-        float* __restrict q10 = q00 + row;
-        float* __restrict q11 = q10 + c_;
-        const size_t o = ((static_cast<size_t>(n) * oh_n + oh) * ow_n + ow) * c_;
-        const float* __restrict g = dy + o;
-        const uint8_t* __restrict a = arg + o;
-        for (int c = 0; c < c_; ++c) {
-          q00[c] = a[c] == 0 ? g[c] : 0.0f;
-          q01[c] = a[c] == 1 ? g[c] : 0.0f;
-          q10[c] = a[c] == 2 ? g[c] : 0.0f;
-          q11[c] = a[c] == 3 ? g[c] : 0.0f;
-        }
+        r0[2 * ow] = a[ow] == 0 ? g[ow] : 0.0f;
+        r0[2 * ow + 1] = a[ow] == 1 ? g[ow] : 0.0f;
+        r1[2 * ow] = a[ow] == 2 ? g[ow] : 0.0f;
+        r1[2 * ow + 1] = a[ow] == 3 ? g[ow] : 0.0f;
       }
     }
   }

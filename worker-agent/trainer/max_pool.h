@@ -1,4 +1,5 @@
-// 2x2 max pooling with stride 2 on NHWC tensors (H and W must be even).
+// 2x2 max pooling with stride 2 (H and W must be even) on CNHW tensors,
+// i.e. on C*batch independent planes of H x W.
 // Ties pick the first of the window in the order (0,0) (0,1) (1,0) (1,1);
 // Backward routes each gradient to the position that won.
 #ifndef KUBEPS_WORKER_AGENT_TRAINER_MAX_POOL_H_
@@ -16,10 +17,10 @@ class MaxPool2x2 {
   int out_height() const { return h_ / 2; }
   int out_width() const { return w_ / 2; }
 
-  // x: batch x H x W x C. Returns batch x H/2 x W/2 x C (owned by the layer).
+  // x: C x batch x H x W. Returns C x batch x H/2 x W/2 (owned by the layer).
   float* Forward(const float* x, int batch);
 
-  // dy: batch x H/2 x W/2 x C. Returns dL/dx, batch x H x W x C (owned).
+  // dy: C x batch x H/2 x W/2. Returns dL/dx, C x batch x H x W (owned).
   float* Backward(const float* dy);
 
  private:

@@ -1,9 +1,11 @@
 #include "worker-agent/trainer/models.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <utility>
 
+#include "worker-agent/trainer/buffer.h"
 #include "worker-agent/trainer/relu.h"
 
 namespace kubeps::trainer {
@@ -125,6 +127,10 @@ float MlpModel::ForwardLoss(const float* images, const uint8_t* labels, int batc
 
 // ---------------------------------------------------------------- cnn
 
+namespace {
+constexpr int kFlat = 7 * 7 * 64;
+}  // namespace
+
 CnnModel::CnnModel()
     : conv1_(28, 28, 1, 32, 5),
       pool1_(28, 28, 32),
@@ -133,9 +139,9 @@ CnnModel::CnnModel()
       dense1_(7 * 7 * 64, 1024),
       dense2_(1024, kNumClasses),
       loss_(kNumClasses) {
-  params_.push_back(MakeParameter("conv1.weight", {5, 5, 1, 32}));
+  params_.push_back(MakeParameter("conv1.weight", {32, 1, 5, 5}));
   params_.push_back(MakeParameter("conv1.bias", {32}));
-  params_.push_back(MakeParameter("conv2.weight", {5, 5, 32, 64}));
+  params_.push_back(MakeParameter("conv2.weight", {64, 32, 5, 5}));
   params_.push_back(MakeParameter("conv2.bias", {64}));
   params_.push_back(MakeParameter("dense1.weight", {7 * 7 * 64, 1024}));
   params_.push_back(MakeParameter("dense1.bias", {1024}));
@@ -162,13 +168,26 @@ const float* CnnModel::Forward(const float* images, int batch) {
   conv2_.Bind(&params_[2], &params_[3]);
   dense1_.Bind(&params_[4], &params_[5]);
   dense2_.Bind(&params_[6], &params_[7]);
-  act1_ = conv1_.Forward(images, batch);
-  Relu::Forward(act1_, static_cast<size_t>(batch) * 28 * 28 * 32);
-  const float* p1 = pool1_.Forward(act1_, batch);
-  act2_ = conv2_.Forward(p1, batch);
-  Relu::Forward(act2_, static_cast<size_t>(batch) * 14 * 14 * 64);
-  const float* p2 = pool2_.Forward(act2_, batch);
-  act3_ = dense1_.Forward(p2, batch);
+  // ReLU and a max-pool commute (max is monotone), so the ReLUs run on the
+  // pooled outputs, a quarter of the size; the results are bit-identical to
+  // ReLU before pooling, and so are the gradients (see ForwardBackward).
+  const float* y1 = conv1_.Forward(images, batch);
+  act1_ = pool1_.Forward(y1, batch);
+  Relu::Forward(act1_, static_cast<size_t>(batch) * 32 * 14 * 14);
+  const float* y2 = conv2_.Forward(act1_, batch);
+  act2_ = pool2_.Forward(y2, batch);
+  Relu::Forward(act2_, static_cast<size_t>(batch) * 64 * 7 * 7);
+  const float* p2 = act2_;
+  // 64 x batch x 49 (CNHW) -> batch x 3136 with feature index c*49 + h*7 + w.
+  float* flat = EnsureSize(flat_, static_cast<size_t>(batch) * kFlat);
+#pragma omp parallel for schedule(static) if (batch > 1)
+  for (int n = 0; n < batch; ++n) {
+    for (int c = 0; c < 64; ++c) {
+      std::memcpy(flat + static_cast<size_t>(n) * kFlat + c * 49,
+                  p2 + (static_cast<size_t>(c) * batch + n) * 49, 49 * sizeof(float));
+    }
+  }
+  act3_ = dense1_.Forward(flat, batch);
   Relu::Forward(act3_, static_cast<size_t>(batch) * 1024);
   return dense2_.Forward(act3_, batch);
 }
@@ -179,10 +198,22 @@ float CnnModel::ForwardBackward(const float* images, const uint8_t* labels, int 
   // on them in place.
   float* g = dense2_.Backward(loss_.Backward(), true);
   Relu::Backward(act3_, g, static_cast<size_t>(batch) * 1024);
-  g = pool2_.Backward(dense1_.Backward(g, true));
-  Relu::Backward(act2_, g, static_cast<size_t>(batch) * 14 * 14 * 64);
-  g = pool1_.Backward(conv2_.Backward(g, true));
-  Relu::Backward(act1_, g, static_cast<size_t>(batch) * 28 * 28 * 32);
+  const float* dflat = dense1_.Backward(g, true);
+  float* dp2 = EnsureSize(dp2_, static_cast<size_t>(batch) * kFlat);
+#pragma omp parallel for schedule(static) if (batch > 1)
+  for (int n = 0; n < batch; ++n) {
+    for (int c = 0; c < 64; ++c) {
+      std::memcpy(dp2 + (static_cast<size_t>(c) * batch + n) * 49,
+                  dflat + static_cast<size_t>(n) * kFlat + c * 49, 49 * sizeof(float));
+    }
+  }
+  // The gradient reaches a conv output only through the winner of its pool
+  // window, and the ReLU passes it iff the pooled value is > 0: masking the
+  // pooled gradient is exactly the ReLU backward of the conv output.
+  Relu::Backward(act2_, dp2, static_cast<size_t>(batch) * 64 * 7 * 7);
+  g = conv2_.Backward(pool2_.Backward(dp2), true);
+  Relu::Backward(act1_, g, static_cast<size_t>(batch) * 32 * 14 * 14);
+  g = pool1_.Backward(g);
   conv1_.Backward(g, /*need_input_grad=*/false);
   return loss;
 }

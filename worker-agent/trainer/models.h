@@ -5,23 +5,30 @@
 //     params: dense.weight {784,10}, dense.bias {10}
 //   "mlp": dense 784->256, ReLU, dense 256->10, softmax cross-entropy.
 //     params: dense1.weight {784,256}, dense1.bias, dense2.weight {256,10}, dense2.bias
-//   "cnn": the seed CNN, on 28x28x1 NHWC images:
-//     conv 5x5x32 'same', ReLU, max-pool 2x2  -> 14x14x32
-//     conv 5x5x64 'same', ReLU, max-pool 2x2  -> 7x7x64 (flattened NHWC, 3136)
+//   "cnn": the seed CNN, on 28x28x1 images:
+//     conv 5x5x32 'same', ReLU, max-pool 2x2  -> 32x14x14
+//     conv 5x5x64 'same', ReLU, max-pool 2x2  -> 64x7x7, flattened per image
+//                                                 as c*49 + h*7 + w (3136)
 //     dense 3136->1024, ReLU, dense 1024->10, softmax cross-entropy.
-//     params: conv1.weight {5,5,1,32}, conv1.bias, conv2.weight {5,5,32,64},
+//     params: conv1.weight {32,1,5,5}, conv1.bias, conv2.weight {64,32,5,5},
 //             conv2.bias, dense1.weight {3136,1024}, dense1.bias,
 //             dense2.weight {1024,10}, dense2.bias
+//     The convolution part keeps its activations channel-major over the
+//     batch (CNHW, see conv2d.h); the flatten is a small transpose.
 //
 // Weights are He-uniform (limit sqrt(6/fan_in)) in front of a ReLU and
 // Glorot-uniform (limit sqrt(6/(fan_in+fan_out))) for the output layer,
 // drawn in parameter order from one std::mt19937_64 seeded with the seed;
-// biases start at 0. A model is not thread-safe; its buffers are reused
-// from call to call.
+// biases start at 0. MakeModel() returns all-zero parameters until
+// Initialize() (or the caller) sets them. A model is not thread-safe; its
+// buffers are reused from call to call, so steady-state training allocates
+// nothing. The OpenMP loops and OpenBLAS share one thread count, set with
+// openblas_set_num_threads().
 #ifndef KUBEPS_WORKER_AGENT_TRAINER_MODELS_H_
 #define KUBEPS_WORKER_AGENT_TRAINER_MODELS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "worker-agent/trainer/conv2d.h"
 #include "worker-agent/trainer/dense.h"
@@ -83,9 +90,11 @@ class CnnModel : public Model {
   MaxPool2x2 pool2_;
   Dense dense1_, dense2_;
   SoftmaxCrossEntropy loss_;
-  float* act1_ = nullptr;  // conv1 output after ReLU
-  float* act2_ = nullptr;  // conv2 output after ReLU
+  float* act1_ = nullptr;  // pool1 output after ReLU
+  float* act2_ = nullptr;  // pool2 output after ReLU
   float* act3_ = nullptr;  // dense1 output after ReLU
+  std::vector<float> flat_;  // pool2 output, batch x 3136
+  std::vector<float> dp2_;   // its gradient back in CNHW
   int batch_ = 0;
 };
 

@@ -1,0 +1,184 @@
+"""Helpers for the integration tests: write TrainingJob manifests, run
+`kubeps` as a user would, and read what it prints and exports.
+
+Only the Python standard library is used, so the tests run with Debian's
+python3 and nothing else.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+
+SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN_DIR = os.environ.get("KUBEPS_BIN_DIR", os.path.join(SOURCE_DIR, "build", "bin"))
+KUBEPS = os.path.join(BIN_DIR, "kubeps")
+DATASET = "/usr/share/datasets/fashion-mnist"
+
+PROGRESS = re.compile(
+    r"^\[worker (\d+)\] epoch (\d+)/(\d+) step (\d+)/(\d+) total_steps (\d+) "
+    r"steps/sec ([\d.]+) samples/sec ([\d.]+) loss ([\d.]+)$")
+ACCURACY = re.compile(r"test accuracy ([\d.]+)")
+
+
+def manifest(name, model="mlp", mode="sync", ps=2, workers=2, batch=64, epochs=1,
+             optimizer=None, extra=""):
+    """A TrainingJob manifest as YAML text (JSON is valid YAML)."""
+    spec = {
+        "mode": mode,
+        "model": model,
+        "dataset": {"path": DATASET},
+        "optimizer": optimizer or {"name": "adam", "learningRate": 0.001},
+        "batchSize": batch,
+        "epochs": epochs,
+        "progressIntervalMs": 500,
+        "replicaSpecs": {"ps": {"replicas": ps}, "worker": {"replicas": workers}},
+    }
+    job = {"apiVersion": "kubeps.io/v1alpha1", "kind": "TrainingJob",
+           "metadata": {"name": name}, "spec": spec}
+    return json.dumps(job, indent=2) + extra
+
+
+def write_manifest(directory, text, filename="job.yaml"):
+    path = os.path.join(directory, filename)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+class RunningJob:
+    """`kubeps run` in the background; its output is collected line by line
+    with the time each line arrived."""
+
+    def __init__(self, manifest_path, run_dir=None, env=None, command="run"):
+        self.run_dir = run_dir or tempfile.mkdtemp(prefix="kubeps-test-run-")
+        args = [KUBEPS, command, manifest_path]
+        if command == "run":
+            args.append("--run-dir=" + self.run_dir)
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        self.lines = []  # (seconds since start, line)
+        self.start = time.time()
+        self.process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        env=full_env, text=True, bufsize=1)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.lines.append((time.time() - self.start, line.rstrip("\n")))
+
+    def wait(self, timeout=300):
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise AssertionError("job did not finish in %d s; output:\n%s" % (timeout, self.output()))
+        self._reader.join(timeout=10)
+        return code
+
+    def wait_for_line(self, pattern, timeout=120):
+        regex = re.compile(pattern)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            for _, line in list(self.lines):
+                if regex.search(line):
+                    return line
+            if self.process.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.05)
+        raise AssertionError("no line matching %r; output:\n%s" % (pattern, self.output()))
+
+    def interrupt(self):
+        self.process.send_signal(signal.SIGINT)
+
+    def output(self):
+        return "\n".join(line for _, line in self.lines)
+
+    def progress(self, rank=None):
+        """Parsed progress lines: dicts with rank, epoch, step, total_steps..."""
+        result = []
+        for t, line in list(self.lines):
+            m = PROGRESS.match(line)
+            if m and (rank is None or int(m.group(1)) == rank):
+                result.append({"time": t, "rank": int(m.group(1)), "epoch": int(m.group(2)),
+                               "total_steps": int(m.group(6)), "steps_per_sec": float(m.group(7)),
+                               "samples_per_sec": float(m.group(8)), "loss": float(m.group(9))})
+        return result
+
+    def accuracy(self):
+        found = ACCURACY.findall(self.output())
+        if not found:
+            raise AssertionError("no test accuracy line; output:\n" + self.output())
+        return float(found[-1])
+
+    def ports(self, replica):
+        """(grpc, metrics) ports a replica published in the run folder."""
+        path = os.path.join(self.run_dir, replica + ".ports")
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if os.path.exists(path):
+                values = dict(line.split() for line in open(path) if line.strip())
+                return int(values["grpc"]), int(values["metrics"])
+            time.sleep(0.05)
+        raise AssertionError("%s never published its ports" % replica)
+
+
+def run_job(manifest_path, env=None, timeout=300, command="run"):
+    job = RunningJob(manifest_path, env=env, command=command)
+    code = job.wait(timeout)
+    return code, job
+
+
+def scrape(port):
+    """Prometheus text exposition of 127.0.0.1:port as {series: value}."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as response:
+        text = response.read().decode()
+    series = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        series[name] = float(value)
+    return series
+
+
+def metric(series, name, **labels):
+    """Sum of every series of metric `name` whose labels include `labels`."""
+    total, found = 0.0, False
+    for key, value in series.items():
+        base = key.split("{", 1)[0]
+        if base != name:
+            continue
+        if all('%s="%s"' % (k, v) in key for k, v in labels.items()):
+            total += value
+            found = True
+    return total if found else None
+
+
+def processes_with_env(key, value):
+    """Pids of live processes whose environment holds key=value."""
+    pids = []
+    needle = ("%s=%s" % (key, value)).encode()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % pid, "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    pids.append(int(pid))
+        except OSError:
+            continue
+    return pids
+
+
+def read_floats(path):
+    import array
+    values = array.array("f")
+    with open(path, "rb") as f:
+        values.frombytes(f.read())
+    return values

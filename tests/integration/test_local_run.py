@@ -1,0 +1,145 @@
+"""`kubeps run` end to end: real binaries, real Fashion-MNIST, loopback."""
+import os
+import tempfile
+import time
+import unittest
+
+from jobtools import (KUBEPS, SOURCE_DIR, RunningJob, manifest, metric, processes_with_env,
+                      read_floats, run_job, scrape, write_manifest)
+import subprocess
+
+
+class LocalRunTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="kubeps-test-")
+
+    def test_example_mlp_reaches_85_percent_and_matches_single_process(self):
+        example = os.path.join(SOURCE_DIR, "deploy/examples/fashion-mnist.yaml")
+        code, job = run_job(example)
+        self.assertEqual(code, 0, job.output())
+        # Progress lines come from both workers, tagged with role and rank.
+        self.assertTrue(job.progress(rank=0) and job.progress(rank=1), job.output())
+        distributed = job.accuracy()
+        self.assertGreaterEqual(distributed, 0.85, job.output())
+
+        code, local = run_job(example, command="train-local")
+        self.assertEqual(code, 0, local.output())
+        print("\nMLP example: distributed %.4f, single process %.4f" % (distributed, local.accuracy()))
+        self.assertLess(abs(distributed - local.accuracy()), 0.01)
+
+    def test_sync_two_workers_equal_one_worker_with_double_batch(self):
+        # Plain SGD, fixed seed and data order: the sum over two workers of
+        # the mean over b examples is the mean over 2b examples, up to the
+        # order of float additions.
+        sgd = {"name": "sgd", "learningRate": 0.1}
+        dumps = {}
+        for workers, batch in ((2, 32), (1, 64)):
+            path = write_manifest(self.dir, manifest("exact-%d" % workers, workers=workers, batch=batch,
+                                                     optimizer=sgd), "exact-%d.yaml" % workers)
+            dumps[workers] = os.path.join(self.dir, "params-%d.bin" % workers)
+            code, job = run_job(path, env={"KUBEPS_MAX_STEPS": "150", "KUBEPS_DUMP_PARAMS": dumps[workers]})
+            self.assertEqual(code, 0, job.output())
+        two, one = read_floats(dumps[2]), read_floats(dumps[1])
+        self.assertEqual(len(two), 784 * 256 + 256 + 256 * 10 + 10)
+        self.assertEqual(len(two), len(one))
+        worst = max(abs(a - b) for a, b in zip(two, one))
+        print("\nsync exactness: max |2 workers - 1 worker| = %.3g over %d parameters" % (worst, len(one)))
+        self.assertLess(worst, 1e-4)
+        self.assertNotEqual(two, read_floats(dumps[1])[:0])  # both dumps hold data
+
+    def test_sync_run_is_deterministic_bit_for_bit(self):
+        path = write_manifest(self.dir, manifest("repeat", workers=2, batch=32))
+        dumps = []
+        for i in range(2):
+            dumps.append(os.path.join(self.dir, "params-%d.bin" % i))
+            code, job = run_job(path, env={"KUBEPS_MAX_STEPS": "100", "KUBEPS_DUMP_PARAMS": dumps[-1]})
+            self.assertEqual(code, 0, job.output())
+        with open(dumps[0], "rb") as a, open(dumps[1], "rb") as b:
+            self.assertEqual(a.read(), b.read())
+
+    def test_metrics_agree_with_progress_lines(self):
+        path = write_manifest(self.dir, manifest("metrics", workers=2, batch=64, epochs=2))
+        job = RunningJob(path)
+        job.wait_for_line(r"\[worker 0\] epoch")
+        _, worker_port = job.ports("worker-0")
+        _, server_port = job.ports("server-0")
+        _, scheduler_port = job.ports("scheduler-0")
+        checks = 0
+        while job.process.poll() is None and checks < 5:
+            before = job.progress(rank=0)[-1]["total_steps"]
+            try:
+                series = scrape(worker_port)
+            except OSError:
+                break  # the worker finished meanwhile
+            steps = metric(series, "kubeps_worker_steps_total", rank="0")
+            samples = metric(series, "kubeps_worker_samples_total", rank="0")
+            time.sleep(0.7)
+            after = job.progress(rank=0)[-1]["total_steps"]
+            if after == before:
+                continue
+            self.assertLessEqual(before, steps)
+            self.assertLessEqual(steps, after)
+            self.assertEqual(samples, steps * 64)
+            self.assertIsNotNone(metric(series, "kubeps_worker_loss", rank="0"))
+            self.assertGreater(metric(series, "kubeps_worker_push_latency_seconds_count", rank="0"), 0)
+            self.assertGreater(metric(series, "kubeps_worker_pull_bytes_total", rank="0"), 0)
+            self.assertGreater(metric(series, "kubeps_worker_step_duration_seconds_count", rank="0"), 0)
+            server = scrape(server_port)
+            self.assertGreater(metric(server, "kubeps_server_pushes_total"), 0)
+            self.assertGreater(metric(server, "kubeps_server_updates_applied_total"), 0)
+            self.assertGreater(metric(server, "kubeps_server_push_bytes_total"), 0)
+            self.assertGreater(metric(server, "kubeps_server_pulls_total"), 0)
+            self.assertEqual(metric(scrape(scheduler_port), "kubeps_scheduler_registered_nodes"), 4)
+            checks += 1
+        self.assertEqual(job.wait(), 0, job.output())
+        self.assertGreaterEqual(checks, 2, "too few scrapes while the job ran:\n" + job.output())
+
+    def test_async_trains(self):
+        path = write_manifest(self.dir, manifest("async", mode="async", epochs=1))
+        code, job = run_job(path)
+        self.assertEqual(code, 0, job.output())
+        self.assertGreater(job.accuracy(), 0.80, job.output())
+
+    def test_ctrl_c_stops_every_child(self):
+        path = write_manifest(self.dir, manifest("interrupt", epochs=20))
+        job = RunningJob(path)
+        job.wait_for_line(r"\[worker 1\] epoch")
+        self.assertEqual(len(processes_with_env("KUBEPS_RUN_DIR", job.run_dir)), 5)
+        job.interrupt()
+        self.assertEqual(job.wait(timeout=30), 130, job.output())
+        self.assertEqual(processes_with_env("KUBEPS_RUN_DIR", job.run_dir), [])
+
+    def test_two_jobs_side_by_side(self):
+        first = RunningJob(write_manifest(self.dir, manifest("left", model="softmax"), "a.yaml"),
+                           env={"KUBEPS_MAX_STEPS": "200"})
+        second = RunningJob(write_manifest(self.dir, manifest("right", model="softmax"), "b.yaml"),
+                            env={"KUBEPS_MAX_STEPS": "200"})
+        self.assertEqual(first.wait(), 0, first.output())
+        self.assertEqual(second.wait(), 0, second.output())
+        self.assertGreater(first.accuracy(), 0.6)
+        self.assertGreater(second.accuracy(), 0.6)
+
+    def test_missing_dataset_fails_with_the_reason(self):
+        text = manifest("nodata").replace("/usr/share/datasets/fashion-mnist", "/nonexistent/fmnist")
+        text = text.replace('"batchSize"', '"runPolicy": {"restartPolicy": "Never"},\n    "batchSize"')
+        code, job = run_job(write_manifest(self.dir, text))
+        self.assertEqual(code, 1, job.output())
+        self.assertIn("spec.dataset.path", job.output())
+        self.assertIn("/nonexistent/fmnist", job.output())
+        self.assertIn("RestartPolicyNever", job.output())
+
+    def test_validate_names_each_bad_field(self):
+        text = manifest("bad").replace('"replicas": 2', '"replicas": -1', 1)
+        text = text.replace('"adam"', '"adamw"')
+        result = subprocess.run([KUBEPS, "validate", write_manifest(self.dir, text)],
+                                capture_output=True, text=True)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("spec.replicaSpecs.ps.replicas", result.stderr)
+        self.assertIn("spec.optimizer.name", result.stderr)
+        good = subprocess.run([KUBEPS, "validate", os.path.join(SOURCE_DIR, "deploy/examples/fashion-mnist.yaml")],
+                              capture_output=True, text=True)
+        self.assertEqual(good.returncode, 0, good.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,350 @@
+// The job logic (operator/controller/job_controller.h) against a fake
+// cluster that records every Create and Delete and lets the test decide
+// each replica's phase and when the scheduler's address is known.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "operator/controller/job_controller.h"
+
+namespace kubeps::controller {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+ReplicaName Scheduler() { return {ReplicaRole::kScheduler, 0}; }
+ReplicaName Server(int i) { return {ReplicaRole::kServer, i}; }
+ReplicaName Worker(int i) { return {ReplicaRole::kWorker, i}; }
+
+class FakeCluster : public Cluster {
+ public:
+  Status Create(const ReplicaLaunch& launch) override {
+    created.push_back(launch.name.ToString());
+    launches.push_back(launch);
+    if (fail_create.count(launch.name.ToString())) return Status::Error("no room on any node");
+    auto it = replicas.find(launch.name);
+    if (it != replicas.end()) {
+      // Replaces an ended replica, as a real backend does.
+      it->second.phase = ReplicaPhase::kPending;
+      it->second.exit_code = 0;
+      ++it->second.restarts;
+    } else {
+      replicas[launch.name] = ReplicaStatus{launch.name, ReplicaPhase::kPending, 0, 0};
+    }
+    return Status::Ok();
+  }
+  Status Delete(const ReplicaName& name) override {
+    deleted.push_back(name.ToString());
+    replicas.erase(name);
+    return Status::Ok();
+  }
+  std::vector<ReplicaStatus> List() override {
+    std::vector<ReplicaStatus> out;
+    for (auto& [name, status] : replicas) out.push_back(status);
+    return out;
+  }
+  std::string SchedulerAddress() override { return address; }
+
+  void Set(const ReplicaName& name, ReplicaPhase phase, int exit_code = 0) {
+    ASSERT_TRUE(replicas.count(name)) << name.ToString() << " does not exist";
+    replicas[name].phase = phase;
+    replicas[name].exit_code = exit_code;
+  }
+  void SetAll(ReplicaPhase phase) {
+    for (auto& [name, status] : replicas) status.phase = phase;
+  }
+
+  std::map<ReplicaName, ReplicaStatus> replicas;
+  std::vector<std::string> created, deleted;
+  std::vector<ReplicaLaunch> launches;
+  std::set<std::string> fail_create;
+  std::string address;
+};
+
+api::TrainingJob Job(api::RestartPolicy policy = api::RestartPolicy::kOnFailure, int backoff_limit = 3) {
+  api::TrainingJob job;
+  job.name = "mnist";
+  job.spec.ps.replicas = 2;
+  job.spec.worker.replicas = 2;
+  job.spec.run_policy.restart_policy = policy;
+  job.spec.run_policy.backoff_limit = backoff_limit;
+  return job;
+}
+
+class JobControllerTest : public ::testing::Test {
+ protected:
+  void Start(api::RestartPolicy policy = api::RestartPolicy::kOnFailure, int backoff_limit = 3) {
+    controller_ = std::make_unique<JobController>(
+        Job(policy, backoff_limit), &cluster_, [this](const ReplicaName& name, const std::string& address) {
+          ReplicaLaunch launch;
+          launch.name = name;
+          launch.binary = name.role == ReplicaRole::kWorker ? "kubeps-agent" : "kubeps-server";
+          launch.env["KUBEPS_SCHEDULER_ADDRESS"] = address;
+          return launch;
+        });
+  }
+  // Every replica created and running.
+  void StartRunning(api::RestartPolicy policy = api::RestartPolicy::kOnFailure, int backoff_limit = 3) {
+    Start(policy, backoff_limit);
+    cluster_.address = "127.0.0.1:5000";
+    controller_->Reconcile(0);
+    cluster_.SetAll(ReplicaPhase::kRunning);
+    JobStatus status = controller_->Reconcile(1);
+    ASSERT_EQ(status.phase, JobPhase::kRunning) << status.message;
+    cluster_.created.clear();
+    cluster_.deleted.clear();
+  }
+
+  FakeCluster cluster_;
+  std::unique_ptr<JobController> controller_;
+};
+
+TEST_F(JobControllerTest, DesiredReplicasSchedulerFirst) {
+  Start();
+  auto names = controller_->DesiredReplicas();
+  std::vector<std::string> strings;
+  for (auto& n : names) strings.push_back(n.ToString());
+  EXPECT_THAT(strings, ElementsAre("scheduler-0", "server-0", "server-1", "worker-0", "worker-1"));
+}
+
+TEST_F(JobControllerTest, CreatesSchedulerFirstAndTheRestOnceItsAddressIsKnown) {
+  Start();
+  JobStatus status = controller_->Reconcile(0);
+  EXPECT_THAT(cluster_.created, ElementsAre("scheduler-0"));
+  EXPECT_EQ(status.phase, JobPhase::kCreated);
+  EXPECT_FALSE(status.finished());
+
+  // Address still unknown: nothing more, and the scheduler is not created twice.
+  status = controller_->Reconcile(100);
+  EXPECT_THAT(cluster_.created, ElementsAre("scheduler-0"));
+  cluster_.Set(Scheduler(), ReplicaPhase::kRunning);
+  status = controller_->Reconcile(200);
+  EXPECT_THAT(cluster_.created, ElementsAre("scheduler-0"));
+
+  cluster_.address = "10.1.2.3:7000";
+  status = controller_->Reconcile(300);
+  EXPECT_THAT(cluster_.created,
+              ElementsAre("scheduler-0", "server-0", "server-1", "worker-0", "worker-1"));
+  for (size_t i = 1; i < cluster_.launches.size(); ++i) {
+    EXPECT_EQ(cluster_.launches[i].env["KUBEPS_SCHEDULER_ADDRESS"], "10.1.2.3:7000")
+        << cluster_.launches[i].name.ToString();
+  }
+  EXPECT_THAT(cluster_.deleted, IsEmpty());
+}
+
+TEST_F(JobControllerTest, ReconcileIsIdempotent) {
+  Start();
+  cluster_.address = "10.1.2.3:7000";
+  controller_->Reconcile(0);
+  ASSERT_EQ(cluster_.created.size(), 5u);
+  // Pending replicas are not created again.
+  JobStatus first = controller_->Reconcile(10);
+  JobStatus second = controller_->Reconcile(20);
+  EXPECT_EQ(cluster_.created.size(), 5u);
+  EXPECT_EQ(first.phase, second.phase);
+  EXPECT_EQ(first.reason, second.reason);
+
+  cluster_.SetAll(ReplicaPhase::kRunning);
+  JobStatus running = controller_->Reconcile(30);
+  EXPECT_EQ(running.phase, JobPhase::kRunning);
+  EXPECT_EQ(running.reason, "JobRunning");
+  EXPECT_EQ(running.workers.active, 2);
+  EXPECT_EQ(running.servers.active, 2);
+  EXPECT_EQ(running.scheduler.active, 1);
+  for (int i = 0; i < 3; ++i) {
+    JobStatus again = controller_->Reconcile(40 + i);
+    EXPECT_EQ(again.phase, JobPhase::kRunning);
+    EXPECT_EQ(again.message, running.message);
+  }
+  EXPECT_EQ(cluster_.created.size(), 5u);
+  EXPECT_THAT(cluster_.deleted, IsEmpty());
+}
+
+TEST_F(JobControllerTest, DeletedReplicaIsCreatedAgain) {
+  StartRunning();
+  cluster_.replicas.erase(Worker(0));  // vanished (pod deleted by hand)
+  controller_->Reconcile(100);
+  EXPECT_THAT(cluster_.created, ElementsAre("worker-0"));
+}
+
+TEST_F(JobControllerTest, FailedWorkerUnderOnFailureIsRecreated) {
+  StartRunning();
+  cluster_.Set(Worker(1), ReplicaPhase::kFailed, 137);
+  JobStatus status = controller_->Reconcile(100);
+  EXPECT_THAT(cluster_.created, ElementsAre("worker-1"));
+  EXPECT_THAT(cluster_.deleted, IsEmpty());
+  EXPECT_EQ(status.phase, JobPhase::kRestarting);
+  EXPECT_EQ(status.reason, "ReplicaRestarted");
+  EXPECT_EQ(status.restarts, 1);
+  EXPECT_THAT(status.message, HasSubstr("worker-1 exited with code 137"));
+  EXPECT_FALSE(status.finished());
+  // The re-created worker gets the scheduler's address like the first one.
+  EXPECT_EQ(cluster_.launches.back().env["KUBEPS_SCHEDULER_ADDRESS"], "127.0.0.1:5000");
+
+  // Nothing changed since: no further Create.
+  status = controller_->Reconcile(200);
+  EXPECT_THAT(cluster_.created, ElementsAre("worker-1"));
+  EXPECT_EQ(status.restarts, 1);
+  cluster_.Set(Worker(1), ReplicaPhase::kRunning);
+  status = controller_->Reconcile(300);
+  EXPECT_EQ(status.phase, JobPhase::kRunning);
+}
+
+TEST_F(JobControllerTest, BackoffLimitCountsRestartsOfTheWholeJob) {
+  StartRunning(api::RestartPolicy::kOnFailure, 2);
+  cluster_.Set(Worker(0), ReplicaPhase::kFailed, 1);
+  EXPECT_EQ(controller_->Reconcile(100).phase, JobPhase::kRestarting);
+  cluster_.Set(Server(1), ReplicaPhase::kFailed, 137);
+  EXPECT_EQ(controller_->Reconcile(200).phase, JobPhase::kRestarting);
+  EXPECT_THAT(cluster_.created, ElementsAre("worker-0", "server-1"));
+
+  cluster_.Set(Worker(0), ReplicaPhase::kFailed, 1);
+  JobStatus status = controller_->Reconcile(300);
+  EXPECT_EQ(status.phase, JobPhase::kFailed);
+  EXPECT_EQ(status.reason, "BackoffLimitExceeded");
+  EXPECT_THAT(status.message, HasSubstr("worker-0"));
+  EXPECT_THAT(cluster_.created, ElementsAre("worker-0", "server-1"));
+  EXPECT_TRUE(cluster_.replicas.empty()) << "a failed job leaves replicas running";
+}
+
+TEST_F(JobControllerTest, FailureUnderNeverFailsTheJobAndDeletesEveryReplica) {
+  StartRunning(api::RestartPolicy::kNever);
+  cluster_.Set(Worker(0), ReplicaPhase::kFailed, 1);
+  JobStatus status = controller_->Reconcile(100);
+  EXPECT_EQ(status.phase, JobPhase::kFailed);
+  EXPECT_TRUE(status.finished());
+  EXPECT_EQ(status.reason, "RestartPolicyNever");
+  EXPECT_THAT(status.message, HasSubstr("worker-0 exited with code 1"));
+  EXPECT_THAT(cluster_.created, IsEmpty());
+  std::vector<std::string> deleted = cluster_.deleted;
+  std::sort(deleted.begin(), deleted.end());
+  EXPECT_THAT(deleted, ElementsAre("scheduler-0", "server-0", "server-1", "worker-0", "worker-1"));
+  EXPECT_TRUE(cluster_.replicas.empty());
+
+  // It stays failed and starts nothing afterwards.
+  status = controller_->Reconcile(200);
+  EXPECT_EQ(status.phase, JobPhase::kFailed);
+  EXPECT_EQ(status.reason, "RestartPolicyNever");
+  EXPECT_THAT(cluster_.created, IsEmpty());
+}
+
+TEST_F(JobControllerTest, PermanentExitCodeFailsTheJob) {
+  StartRunning(api::RestartPolicy::kExitCode);
+  cluster_.Set(Server(0), ReplicaPhase::kFailed, 143);
+  EXPECT_EQ(controller_->Reconcile(100).phase, JobPhase::kRestarting);
+  EXPECT_THAT(cluster_.created, ElementsAre("server-0"));
+  cluster_.Set(Worker(1), ReplicaPhase::kFailed, 2);
+  JobStatus status = controller_->Reconcile(200);
+  EXPECT_EQ(status.phase, JobPhase::kFailed);
+  EXPECT_EQ(status.reason, "PermanentExitCode");
+  EXPECT_THAT(status.message, HasSubstr("worker-1 exited with code 2"));
+}
+
+TEST_F(JobControllerTest, AllWorkersSucceededThenServersGetKLingerMsToExit) {
+  StartRunning();
+  cluster_.Set(Worker(0), ReplicaPhase::kSucceeded);
+  JobStatus status = controller_->Reconcile(1000);
+  EXPECT_EQ(status.phase, JobPhase::kRunning) << "one worker left";
+  cluster_.Set(Worker(1), ReplicaPhase::kSucceeded);
+
+  status = controller_->Reconcile(2000);
+  EXPECT_EQ(status.phase, JobPhase::kRunning);
+  EXPECT_EQ(status.reason, "WorkersSucceeded");
+  EXPECT_EQ(status.workers.succeeded, 2);
+  status = controller_->Reconcile(2000 + JobController::kLingerMs - 1);
+  EXPECT_EQ(status.phase, JobPhase::kRunning);
+  EXPECT_THAT(cluster_.deleted, IsEmpty()) << "servers deleted before their linger time";
+
+  status = controller_->Reconcile(2000 + JobController::kLingerMs);
+  EXPECT_EQ(status.phase, JobPhase::kSucceeded);
+  EXPECT_EQ(status.reason, "JobSucceeded");
+  EXPECT_THAT(status.message, HasSubstr("mnist"));
+  EXPECT_TRUE(status.finished());
+  std::vector<std::string> deleted = cluster_.deleted;
+  std::sort(deleted.begin(), deleted.end());
+  EXPECT_THAT(deleted, ElementsAre("scheduler-0", "server-0", "server-1", "worker-0", "worker-1"));
+  EXPECT_THAT(cluster_.created, IsEmpty());
+}
+
+TEST_F(JobControllerTest, SucceedsAtOnceWhenServersHaveAlreadyExited) {
+  StartRunning();
+  cluster_.SetAll(ReplicaPhase::kSucceeded);
+  JobStatus status = controller_->Reconcile(500);
+  EXPECT_EQ(status.phase, JobPhase::kSucceeded);
+  EXPECT_EQ(status.reason, "JobSucceeded");
+  EXPECT_TRUE(cluster_.replicas.empty());
+}
+
+TEST_F(JobControllerTest, ServersExitingZeroBeforeWorkersAreDoneIsNotAFailure) {
+  StartRunning(api::RestartPolicy::kNever);
+  // The scheduler saw every worker finish and told the servers; their exit
+  // is observed before the workers' own.
+  cluster_.Set(Scheduler(), ReplicaPhase::kSucceeded);
+  cluster_.Set(Server(0), ReplicaPhase::kSucceeded);
+  cluster_.Set(Server(1), ReplicaPhase::kSucceeded);
+  JobStatus status = controller_->Reconcile(100);
+  EXPECT_NE(status.phase, JobPhase::kFailed) << status.reason << ": " << status.message;
+  EXPECT_FALSE(status.finished());
+  EXPECT_THAT(cluster_.created, IsEmpty()) << "an exited server was re-created";
+  EXPECT_THAT(cluster_.deleted, IsEmpty());
+  EXPECT_EQ(status.servers.succeeded, 2);
+
+  cluster_.Set(Worker(0), ReplicaPhase::kSucceeded);
+  cluster_.Set(Worker(1), ReplicaPhase::kSucceeded);
+  status = controller_->Reconcile(200);
+  EXPECT_EQ(status.phase, JobPhase::kSucceeded);
+}
+
+TEST_F(JobControllerTest, CreateFailureFailsTheJob) {
+  Start();
+  cluster_.address = "10.1.2.3:7000";
+  cluster_.fail_create.insert("worker-1");
+  JobStatus status = controller_->Reconcile(0);
+  EXPECT_EQ(status.phase, JobPhase::kFailed);
+  EXPECT_EQ(status.reason, "CreateFailed");
+  EXPECT_THAT(status.message, HasSubstr("worker-1"));
+  EXPECT_THAT(status.message, HasSubstr("no room on any node"));
+  // Stays failed without trying again.
+  size_t creates = cluster_.created.size();
+  EXPECT_EQ(controller_->Reconcile(100).phase, JobPhase::kFailed);
+  EXPECT_EQ(cluster_.created.size(), creates);
+}
+
+TEST_F(JobControllerTest, FailedJobLeavesNoReplicaRunning) {
+  // Like the other failure paths (Never, BackoffLimitExceeded), a job that
+  // failed because a replica could not be started must not leave the
+  // replicas it already started running.
+  Start();
+  cluster_.address = "10.1.2.3:7000";
+  cluster_.fail_create.insert("worker-1");
+  JobStatus status = controller_->Reconcile(0);
+  ASSERT_EQ(status.phase, JobPhase::kFailed);
+  controller_->Reconcile(100);
+  EXPECT_TRUE(cluster_.replicas.empty())
+      << "BUG: after CreateFailed " << cluster_.replicas.size()
+      << " replicas are still running (no DeleteAll on that path)";
+}
+
+TEST_F(JobControllerTest, SucceededJobStaysSucceeded) {
+  // Level-triggered: reconciling a finished job again must not start it anew.
+  StartRunning();
+  cluster_.SetAll(ReplicaPhase::kSucceeded);
+  ASSERT_EQ(controller_->Reconcile(500).phase, JobPhase::kSucceeded);
+  ASSERT_TRUE(cluster_.replicas.empty());
+  cluster_.created.clear();
+  JobStatus status = controller_->Reconcile(600);
+  EXPECT_EQ(status.phase, JobPhase::kSucceeded)
+      << "BUG: got " << ToString(status.phase) << " (" << status.reason << ")";
+  EXPECT_THAT(cluster_.created, IsEmpty())
+      << "BUG: reconciling a succeeded job re-created its replicas";
+}
+
+}  // namespace
+}  // namespace kubeps::controller

@@ -1,0 +1,397 @@
+// The KV client end to end, in one process: a scheduler and two parameter
+// server shards on real gRPC servers (127.0.0.1, ephemeral ports), and two
+// KVWorker clients in two threads training a few sync steps with SGD
+// (learning rate 1), so every expected parameter is plain arithmetic.
+// Also the ResendCaller's bounded failure against a dead address.
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "common/metrics.h"
+#include "common/optimizer.h"
+#include "common/resend.h"
+#include "kubeps.grpc.pb.h"
+#include "ps-server/ps_service.h"
+#include "ps-server/scheduler.h"
+#include "ps-server/shard.h"
+#include "worker-agent/kv/kv_worker.h"
+
+namespace kubeps {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+constexpr int kServers = 2;
+constexpr int kWorkers = 2;
+const char* kToken = "job-token";
+
+std::unique_ptr<grpc::Server> Serve(grpc::Service* service, int* port) {
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), port);
+  builder.RegisterService(service);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  return builder.BuildAndStart();
+}
+
+// A job's server side: the scheduler and kServers shards, running.
+class Job {
+ public:
+  Job() {
+    SchedulerOptions options;
+    options.num_servers = kServers;
+    options.num_workers = kWorkers;
+    options.token = kToken;
+    scheduler_ = std::make_unique<SchedulerService>(options, &NullMetrics());
+    scheduler_server_ = Serve(scheduler_.get(), &scheduler_port_);
+
+    ShardOptions shard_options;
+    shard_options.sync = true;
+    shard_options.num_workers = kWorkers;
+    shard_options.optimizer.name = "sgd";
+    shard_options.optimizer.learning_rate = 1.0f;
+    for (int i = 0; i < kServers; ++i) {
+      std::string error;
+      auto optimizer = MakeOptimizer(shard_options.optimizer, &error);
+      shards_.push_back(std::make_unique<Shard>(shard_options, std::move(optimizer), &NullMetrics()));
+      services_.push_back(std::make_unique<ParameterServerService>(shards_.back().get(), kToken));
+      int port = 0;
+      shard_servers_.push_back(Serve(services_.back().get(), &port));
+      shard_ports_.push_back(port);
+    }
+    // The shards register over the wire with the job's token, as
+    // kubeps-server would (highest rank first: ranks follow the names).
+    auto stub = v1::Scheduler::NewStub(OpenChannel(SchedulerAddress()));
+    for (int i = kServers - 1; i >= 0; --i) {
+      v1::RegisterRequest request;
+      request.mutable_node()->set_node_id("server-" + std::to_string(i));
+      request.mutable_node()->set_role(v1::SERVER);
+      request.mutable_node()->set_address(ShardAddress(i));
+      request.mutable_node()->set_incarnation(1);
+      v1::RegisterResponse response;
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + 5s);
+      context.AddMetadata(kTokenMetadataKey, kToken);
+      register_status_ = stub->Register(&context, request, &response);
+      if (!register_status_.ok()) break;
+      if (response.rank() != i) {
+        register_status_ = grpc::Status(grpc::StatusCode::INTERNAL, "server-" + std::to_string(i) +
+                                        " got rank " + std::to_string(response.rank()));
+        break;
+      }
+    }
+  }
+  ~Job() {
+    auto deadline = std::chrono::system_clock::now() + 2s;
+    for (auto& s : shard_servers_) if (s) s->Shutdown(deadline);
+    if (scheduler_server_) scheduler_server_->Shutdown(deadline);
+  }
+
+  std::string error() const { return register_status_.error_message(); }
+  bool ok() const {
+    if (!scheduler_server_ || !register_status_.ok()) return false;
+    for (const auto& s : shard_servers_) if (!s) return false;
+    return true;
+  }
+  std::string SchedulerAddress() const { return "127.0.0.1:" + std::to_string(scheduler_port_); }
+  std::string ShardAddress(int i) const { return "127.0.0.1:" + std::to_string(shard_ports_[i]); }
+  Shard& shard(int i) { return *shards_[i]; }
+  SchedulerService& scheduler() { return *scheduler_; }
+
+  KVOptions WorkerOptions(int index) const {
+    KVOptions options;
+    options.scheduler_address = SchedulerAddress();
+    options.node_id = "worker-" + std::to_string(index);
+    options.token = kToken;
+    options.resend.timeout_ms = 2000;
+    options.resend.max_resends = 3;
+    options.pull_wait_ms = 100;
+    options.peer_wait_limit_ms = 10000;  // a broken test fails instead of hanging
+    options.heartbeat_interval_ms = 100;
+    // Small bounds so that tensor 1 (20 elements) is sliced over both
+    // servers and every slice is cut into several chunks.
+    options.placement.big_array_bound = 8;
+    options.placement.max_part_elems = 3;
+    return options;
+  }
+
+ private:
+  std::unique_ptr<SchedulerService> scheduler_;
+  std::unique_ptr<grpc::Server> scheduler_server_;
+  int scheduler_port_ = 0;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::vector<std::unique_ptr<ParameterServerService>> services_;
+  std::vector<std::unique_ptr<grpc::Server>> shard_servers_;
+  std::vector<int> shard_ports_;
+  grpc::Status register_status_;
+};
+
+const std::vector<uint64_t> kSizes = {3, 20, 1};
+constexpr int kSteps = 3;
+
+// Rank 0's initial values; rank 1 offers -7 everywhere, which must lose.
+float Initial(int rank, uint32_t key, uint64_t i) { return rank == 0 ? 10.0f * key + i : -7.0f; }
+// Gradient of worker `rank` at step `step`: exact in float, mean exact too.
+float Grad(int rank, int step, uint64_t i) { return (rank + 1) * (step + 1) + 0.25f * i; }
+// Parameter after `steps` sync steps with SGD lr 1: w0 - sum of the means,
+// the mean at step s being 1.5 (s + 1) + 0.25 i.
+float Expected(uint32_t key, uint64_t i, int steps) {
+  double w = 10.0 * key + i;
+  for (int s = 0; s < steps; ++s) w -= 1.5 * (s + 1) + 0.25 * i;
+  return static_cast<float>(w);
+}
+
+struct WorkerResult {
+  std::vector<std::string> errors;
+  int rank = -1;
+  int size = 0;
+  int num_servers = 0;
+  std::vector<Part> parts;
+  std::vector<std::vector<float>> after_init;
+  std::vector<std::vector<std::vector<float>>> after_step;  // [step][key][i]
+};
+
+#define CHECK_OK(expr, what)                                      \
+  do {                                                            \
+    Status _s = (expr);                                           \
+    if (!_s.ok()) {                                               \
+      result.errors.push_back(std::string(what) + ": " + _s.message()); \
+      return result;                                              \
+    }                                                             \
+  } while (0)
+
+WorkerResult RunWorker(const KVOptions& options) {
+  WorkerResult result;
+  std::unique_ptr<KVWorker> kv;
+  CHECK_OK(KVWorker::Start(options, &kv), "Start");
+  result.rank = kv->rank();
+  result.size = kv->size();
+  result.num_servers = kv->num_servers();
+  const int rank = kv->rank();
+
+  std::vector<std::vector<float>> init(kSizes.size()), values(kSizes.size()), grads(kSizes.size());
+  std::vector<const float*> init_ptrs, grad_ptrs;
+  std::vector<float*> value_ptrs;
+  for (uint32_t k = 0; k < kSizes.size(); ++k) {
+    for (uint64_t i = 0; i < kSizes[k]; ++i) init[k].push_back(Initial(rank, k, i));
+    values[k].assign(kSizes[k], 12345.0f);
+    grads[k].assign(kSizes[k], 0.0f);
+    init_ptrs.push_back(init[k].data());
+    grad_ptrs.push_back(grads[k].data());
+    value_ptrs.push_back(values[k].data());
+  }
+  CHECK_OK(kv->InitTensors(init_ptrs, kSizes), "InitTensors");
+  result.parts = kv->parts();
+  CHECK_OK(kv->Wait(kv->Pull(value_ptrs, 0)), "Pull 0");
+  result.after_init = values;
+
+  for (int step = 0; step < kSteps; ++step) {
+    for (uint32_t k = 0; k < kSizes.size(); ++k) {
+      for (uint64_t i = 0; i < kSizes[k]; ++i) grads[k][i] = Grad(rank, step, i);
+    }
+    if (step < kSteps - 1) {
+      CHECK_OK(kv->Wait(kv->Push(grad_ptrs, step)), "Push");
+      CHECK_OK(kv->Wait(kv->Pull(value_ptrs, step + 1)), "Pull");
+    } else {
+      CHECK_OK(kv->Wait(kv->PushPull(grad_ptrs, value_ptrs, step)), "PushPull");
+    }
+    result.after_step.push_back(values);
+  }
+  // Selecting keys: a null pointer leaves a key out.
+  std::vector<float> only_key2(1, 0.0f);
+  CHECK_OK(kv->Wait(kv->Pull({nullptr, nullptr, only_key2.data()}, kSteps)), "Pull key 2");
+  if (only_key2[0] != Expected(2, 0, kSteps)) result.errors.push_back("Pull of key 2 alone is wrong");
+
+  CHECK_OK(kv->Barrier("end"), "Barrier");
+  CHECK_OK(kv->Finish(), "Finish");
+  return result;
+}
+
+TEST(KVWorkerTest, TwoWorkersTrainSyncStepsAgainstTwoShards) {
+  Job job;
+  ASSERT_TRUE(job.ok()) << job.error();
+  auto start = std::chrono::steady_clock::now();
+  std::vector<std::future<WorkerResult>> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    workers.push_back(std::async(std::launch::async, [&job, w] { return RunWorker(job.WorkerOptions(w)); }));
+  }
+  std::vector<WorkerResult> results;
+  for (auto& f : workers) {
+    ASSERT_EQ(f.wait_for(30s), std::future_status::ready) << "a worker hung";
+    results.push_back(f.get());
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 15s);
+
+  std::set<int> ranks;
+  for (const WorkerResult& r : results) {
+    for (const auto& e : r.errors) ADD_FAILURE() << "worker " << r.rank << ": " << e;
+    if (!r.errors.empty()) continue;
+    ranks.insert(r.rank);
+    EXPECT_EQ(r.size, kWorkers);
+    EXPECT_EQ(r.num_servers, kServers);
+
+    // Initial values: rank 0's, for both workers.
+    ASSERT_EQ(r.after_init.size(), kSizes.size());
+    for (uint32_t k = 0; k < kSizes.size(); ++k) {
+      for (uint64_t i = 0; i < kSizes[k]; ++i) {
+        EXPECT_EQ(r.after_init[k][i], Initial(0, k, i)) << "rank " << r.rank << " key " << k << " [" << i << "]";
+      }
+    }
+    // After every step: w0 - sum of the mean gradients.
+    ASSERT_EQ(r.after_step.size(), static_cast<size_t>(kSteps));
+    for (int s = 0; s < kSteps; ++s) {
+      for (uint32_t k = 0; k < kSizes.size(); ++k) {
+        for (uint64_t i = 0; i < kSizes[k]; ++i) {
+          EXPECT_EQ(r.after_step[s][k][i], Expected(k, i, s + 1))
+              << "rank " << r.rank << " step " << s << " key " << k << " [" << i << "]";
+        }
+      }
+    }
+
+    // Tensor 1 is sliced over both servers and chunked; the others are whole.
+    std::set<int> servers_of_key1;
+    int chunks_of_key1 = 0;
+    for (const Part& p : r.parts) {
+      EXPECT_LE(p.length, 3u);
+      if (p.key == 1) {
+        servers_of_key1.insert(p.server);
+        ++chunks_of_key1;
+      }
+    }
+    EXPECT_EQ(servers_of_key1, (std::set<int>{0, 1}));
+    EXPECT_GE(chunks_of_key1, 4);
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1}));
+  EXPECT_TRUE(job.scheduler().AllWorkersFinished());
+
+  // The shards hold the same numbers, each its own slice, at version kSteps.
+  if (!results.empty() && results[0].errors.empty()) {
+    int parts_per_shard[kServers] = {0, 0};
+    for (const Part& p : results[0].parts) {
+      Shard& shard = job.shard(p.server);
+      EXPECT_EQ(shard.PartVersion(p.key, p.offset), static_cast<uint64_t>(kSteps));
+      std::vector<float> stored = shard.PartValue(p.key, p.offset);
+      ASSERT_EQ(stored.size(), p.length) << "key " << p.key << " offset " << p.offset << " on server " << p.server;
+      for (uint64_t j = 0; j < p.length; ++j) EXPECT_EQ(stored[j], Expected(p.key, p.offset + j, kSteps));
+      // Each part lives on exactly one shard.
+      EXPECT_TRUE(job.shard(1 - p.server).PartValue(p.key, p.offset).empty())
+          << "key " << p.key << " offset " << p.offset << " is on both shards";
+      ++parts_per_shard[p.server];
+    }
+    EXPECT_GT(parts_per_shard[0], 0);
+    EXPECT_GT(parts_per_shard[1], 0);
+  }
+}
+
+// A port on which nothing listens: bound once, then closed.
+int DeadPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(ResendCallerTest, DeadPeerFailsAfterMaxResendsPlusOneTriesInBoundedTime) {
+  const std::string address = "127.0.0.1:" + std::to_string(DeadPort());
+  auto stub = v1::ParameterServer::NewStub(OpenChannel(address));
+  ResendPolicy policy;
+  policy.timeout_ms = 50;
+  policy.max_resends = 3;
+  policy.backoff_base_ms = 10;
+  policy.backoff_cap_ms = 40;
+  ResendCaller caller(policy, "", &NullMetrics());
+
+  v1::PushRequest request;
+  request.mutable_id()->set_node_id("worker-0");
+  v1::PushResponse response;
+  int attempts = 0;
+  const std::string peer = "server 1 (" + address + ")";
+  auto start = std::chrono::steady_clock::now();
+  Status s = caller.Call(peer, "Push", [&](grpc::ClientContext& c) {
+    ++attempts;
+    return stub->Push(&c, request, &response);
+  });
+  auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(attempts, 4);
+  EXPECT_THAT(s.message(), HasSubstr("Push"));
+  EXPECT_THAT(s.message(), HasSubstr(peer));
+  EXPECT_THAT(s.message(), HasSubstr("4 tries"));
+  // 4 attempts of 50 ms plus 3 backoffs of at most 10 + 20 + 40 ms.
+  EXPECT_GE(took, 150ms);
+  EXPECT_LT(took, 3s);
+}
+
+TEST(ResendCallerTest, NonRetryableErrorIsNotResent) {
+  ShardOptions options;
+  options.num_workers = 1;
+  std::string error;
+  Shard shard(options, MakeOptimizer(options.optimizer, &error), &NullMetrics());
+  ParameterServerService service(&shard, kToken);
+  int port = 0;
+  auto server = Serve(&service, &port);
+  ASSERT_NE(server, nullptr);
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  auto stub = v1::ParameterServer::NewStub(OpenChannel(address));
+  ResendPolicy policy;
+  policy.timeout_ms = 2000;
+  policy.max_resends = 5;
+
+  // A push of a part the shard does not store: INVALID_ARGUMENT, once.
+  v1::PushRequest request;
+  request.set_worker_rank(0);
+  auto* part = request.add_parts();
+  part->set_key(9);
+  part->set_length(1);
+  request.set_data(std::string(4, '\0'));
+  v1::PushResponse response;
+  int attempts = 0;
+  ResendCaller caller(policy, kToken, &NullMetrics());
+  Status s = caller.Call("server 0", "Push", [&](grpc::ClientContext& c) {
+    ++attempts;
+    return stub->Push(&c, request, &response);
+  });
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(attempts, 1);
+  EXPECT_THAT(s.message(), HasSubstr("key 9"));
+  EXPECT_THAT(s.message(), HasSubstr("Push to server 0"));
+  // The message must report the attempts actually made, not the most allowed.
+  EXPECT_THAT(s.message(), HasSubstr("failed after 1 tr"))
+      << "BUG: a non-retryable failure after one attempt is reported as max_resends + 1 tries";
+
+  // Without the job's token: UNAUTHENTICATED, not resent either.
+  attempts = 0;
+  ResendCaller no_token(policy, "", &NullMetrics());
+  v1::PullRequest pull;
+  v1::PullResponse pull_response;
+  s = no_token.Call("server 0", "Pull", [&](grpc::ClientContext& c) {
+    ++attempts;
+    return stub->Pull(&c, pull, &pull_response);
+  });
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(attempts, 1);
+  EXPECT_THAT(s.message(), HasSubstr("token"));
+  server->Shutdown(std::chrono::system_clock::now() + 1s);
+}
+
+}  // namespace
+}  // namespace kubeps

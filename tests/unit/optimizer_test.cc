@@ -1,0 +1,270 @@
+// The server-side optimizers (common/optimizer.h) against steps worked out
+// by hand: plain SGD, heavy-ball momentum in PyTorch's convention, Adam with
+// bias correction, L2 weight decay, and the error for an unknown name.
+//
+// Every expectation is either a literal computed by hand or the textbook
+// formula evaluated in double precision inside the test; nothing calls the
+// code under test to produce an expected value.
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/optimizer.h"
+
+namespace kubeps {
+namespace {
+
+// Three elements, exactly representable in float, with mixed signs.
+const std::vector<float> kW0 = {1.0f, -2.0f, 0.5f};
+const std::vector<float> kG1 = {0.5f, 1.0f, -2.0f};
+const std::vector<float> kG2 = {0.25f, -0.5f, 1.0f};
+
+std::unique_ptr<Optimizer> Make(const OptimizerConfig& config) {
+  std::string error;
+  std::unique_ptr<Optimizer> optimizer = MakeOptimizer(config, &error);
+  EXPECT_NE(optimizer, nullptr) << error;
+  EXPECT_EQ(error, "");
+  return optimizer;
+}
+
+void ExpectNear(const std::vector<float>& actual, const std::vector<double>& expected, double tol,
+                const char* what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_NEAR(actual[i], expected[i], tol) << what << " element " << i;
+  }
+}
+
+TEST(OptimizerTest, SgdTwoStepsByHand) {
+  OptimizerConfig config;
+  config.name = "sgd";
+  config.learning_rate = 0.5f;
+  auto sgd = Make(config);
+  ASSERT_NE(sgd, nullptr);
+  std::vector<float> w = kW0;
+  OptimizerState state;
+
+  // w1 = w0 - 0.5 * g1 = {1 - 0.25, -2 - 0.5, 0.5 + 1}
+  sgd->Apply(w.data(), kG1.data(), w.size(), &state);
+  EXPECT_EQ(w, (std::vector<float>{0.75f, -2.5f, 1.5f}));
+  EXPECT_EQ(state.steps, 1u);
+
+  // w2 = w1 - 0.5 * g2 = {0.75 - 0.125, -2.5 + 0.25, 1.5 - 0.5}
+  sgd->Apply(w.data(), kG2.data(), w.size(), &state);
+  EXPECT_EQ(w, (std::vector<float>{0.625f, -2.25f, 1.0f}));
+  EXPECT_EQ(state.steps, 2u);
+  // Plain SGD keeps no per-element state.
+  EXPECT_TRUE(state.slot1.empty());
+  EXPECT_TRUE(state.slot2.empty());
+}
+
+TEST(OptimizerTest, SgdWeightDecayAddsL2TermToGradient) {
+  OptimizerConfig config;
+  config.name = "sgd";
+  config.learning_rate = 0.5f;
+  config.weight_decay = 0.5f;
+  auto sgd = Make(config);
+  ASSERT_NE(sgd, nullptr);
+  std::vector<float> w = kW0;
+  OptimizerState state;
+
+  // g' = g + 0.5 * w = {0.5 + 0.5, 1 - 1, -2 + 0.25} = {1, 0, -1.75}
+  // w1 = w0 - 0.5 * g' = {0.5, -2, 1.375}
+  sgd->Apply(w.data(), kG1.data(), w.size(), &state);
+  EXPECT_EQ(w, (std::vector<float>{0.5f, -2.0f, 1.375f}));
+
+  // g' = g2 + 0.5 * w1 = {0.25 + 0.25, -0.5 - 1, 1 + 0.6875} = {0.5, -1.5, 1.6875}
+  // w2 = w1 - 0.5 * g' = {0.25, -1.25, 0.53125}
+  sgd->Apply(w.data(), kG2.data(), w.size(), &state);
+  EXPECT_EQ(w, (std::vector<float>{0.25f, -1.25f, 0.53125f}));
+}
+
+TEST(OptimizerTest, ZeroGradientWithoutWeightDecayChangesNothing) {
+  for (const char* name : {"sgd", "momentum", "adam"}) {
+    OptimizerConfig config;
+    config.name = name;
+    auto optimizer = Make(config);
+    ASSERT_NE(optimizer, nullptr) << name;
+    std::vector<float> w = kW0;
+    const std::vector<float> zero(3, 0.0f);
+    OptimizerState state;
+    optimizer->Apply(w.data(), zero.data(), w.size(), &state);
+    optimizer->Apply(w.data(), zero.data(), w.size(), &state);
+    EXPECT_EQ(w, kW0) << name;
+    EXPECT_EQ(state.steps, 2u) << name;
+  }
+}
+
+TEST(OptimizerTest, MomentumTwoStepsPyTorchConvention) {
+  OptimizerConfig config;
+  config.name = "momentum";
+  config.learning_rate = 0.1f;
+  config.momentum = 0.9f;
+  auto momentum = Make(config);
+  ASSERT_NE(momentum, nullptr);
+  std::vector<float> w = kW0;
+  OptimizerState state;
+
+  // Step 1: v = 0.9 * 0 + g1 = {0.5, 1, -2}; w -= 0.1 * v.
+  momentum->Apply(w.data(), kG1.data(), w.size(), &state);
+  ExpectNear(state.slot1, {0.5, 1.0, -2.0}, 1e-7, "velocity after step 1");
+  ExpectNear(w, {0.95, -2.1, 0.7}, 1e-6, "weights after step 1");
+
+  // Step 2: v = 0.9 * v + g2 = {0.45 + 0.25, 0.9 - 0.5, -1.8 + 1} = {0.7, 0.4, -0.8}
+  //         w -= 0.1 * v     = {0.95 - 0.07, -2.1 - 0.04, 0.7 + 0.08}
+  momentum->Apply(w.data(), kG2.data(), w.size(), &state);
+  ExpectNear(state.slot1, {0.7, 0.4, -0.8}, 1e-6, "velocity after step 2");
+  ExpectNear(w, {0.88, -2.14, 0.78}, 1e-6, "weights after step 2");
+  EXPECT_EQ(state.steps, 2u);
+  // A dampened variant (v = mu v + (1 - mu) g) would give w1 = {0.995, ...}:
+  // the first step must move by the full lr * g.
+}
+
+TEST(OptimizerTest, MomentumWeightDecayFoldedIntoGradient) {
+  OptimizerConfig config;
+  config.name = "momentum";
+  config.learning_rate = 0.1f;
+  config.momentum = 0.5f;
+  config.weight_decay = 0.5f;
+  auto momentum = Make(config);
+  ASSERT_NE(momentum, nullptr);
+  std::vector<float> w = kW0;
+  OptimizerState state;
+
+  // Step 1: g' = g1 + 0.5 w0 = {1, 0, -1.75}; v = g'; w1 = w0 - 0.1 v = {0.9, -2, 0.675}
+  momentum->Apply(w.data(), kG1.data(), w.size(), &state);
+  ExpectNear(w, {0.9, -2.0, 0.675}, 1e-6, "weights after step 1");
+  // Step 2: g' = g2 + 0.5 w1 = {0.7, -1.5, 1.3375}
+  //         v  = 0.5 v + g' = {1.2, -1.5, 0.4625}
+  //         w2 = w1 - 0.1 v = {0.78, -1.85, 0.62875}
+  momentum->Apply(w.data(), kG2.data(), w.size(), &state);
+  ExpectNear(state.slot1, {1.2, -1.5, 0.4625}, 1e-6, "velocity after step 2");
+  ExpectNear(w, {0.78, -1.85, 0.62875}, 1e-6, "weights after step 2");
+}
+
+// Adam as Kingma & Ba write it, in double precision.
+struct AdamReference {
+  double lr, b1, b2, eps, wd;
+  std::vector<double> w, m, v;
+  int t = 0;
+  void Step(const std::vector<float>& g) {
+    ++t;
+    for (size_t i = 0; i < w.size(); ++i) {
+      double grad = g[i] + wd * w[i];
+      m[i] = b1 * m[i] + (1 - b1) * grad;
+      v[i] = b2 * v[i] + (1 - b2) * grad * grad;
+      double m_hat = m[i] / (1 - std::pow(b1, t));
+      double v_hat = v[i] / (1 - std::pow(b2, t));
+      w[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
+    }
+  }
+};
+
+TEST(OptimizerTest, AdamTwoStepsWithBiasCorrection) {
+  OptimizerConfig config;
+  config.name = "adam";
+  config.learning_rate = 0.01f;
+  config.beta1 = 0.9f;
+  config.beta2 = 0.999f;
+  config.epsilon = 1e-8f;
+  auto adam = Make(config);
+  ASSERT_NE(adam, nullptr);
+  std::vector<float> w = kW0;
+  OptimizerState state;
+
+  // Step 1 by hand: m = 0.1 g, v = 0.001 g^2, so m_hat = g and v_hat = g^2:
+  // the step is lr * g / |g| = 0.01 * sign(g). Without bias correction it
+  // would be lr * 0.1 g / sqrt(0.001 g^2), about 3.16x larger.
+  adam->Apply(w.data(), kG1.data(), w.size(), &state);
+  ExpectNear(w, {0.99, -2.01, 0.51}, 1e-6, "weights after step 1");
+  // (1 - 0.999f) is 0.001 only to about 1e-5 relative, hence the tolerances.
+  ExpectNear(state.slot1, {0.05, 0.1, -0.2}, 1e-7, "first moment after step 1");
+  ExpectNear(state.slot2, {0.00025, 0.001, 0.004}, 1e-7, "second moment after step 1");
+  EXPECT_EQ(state.steps, 1u);
+
+  // Step 2, element 0 by hand: m = 0.9*0.05 + 0.1*0.25 = 0.07,
+  // v = 0.999*0.00025 + 0.001*0.0625 = 0.00031225,
+  // m_hat = 0.07 / 0.19, v_hat = 0.00031225 / 0.001999,
+  // w = 0.99 - 0.01 * 0.368421 / 0.395225 = 0.9806782.
+  adam->Apply(w.data(), kG2.data(), w.size(), &state);
+  EXPECT_NEAR(w[0], 0.9806782, 2e-6);
+  EXPECT_EQ(state.steps, 2u);
+
+  // The reference runs in double on the very float hyperparameters.
+  AdamReference ref{0.01f, 0.9f, 0.999f, 1e-8f, 0.0, {1.0, -2.0, 0.5}, {0, 0, 0}, {0, 0, 0}};
+  ref.Step(kG1);
+  ref.Step(kG2);
+  ExpectNear(w, ref.w, 1e-6, "weights after step 2");
+  ExpectNear(state.slot1, ref.m, 1e-7, "first moment after step 2");
+  ExpectNear(state.slot2, ref.v, 2e-9, "second moment after step 2");
+}
+
+TEST(OptimizerTest, AdamWeightDecayIsL2FoldedIntoGradient) {
+  OptimizerConfig config;
+  config.name = "adam";
+  config.learning_rate = 0.05f;
+  config.beta1 = 0.8f;
+  config.beta2 = 0.99f;
+  config.epsilon = 1e-6f;
+  config.weight_decay = 0.1f;
+  auto adam = Make(config);
+  ASSERT_NE(adam, nullptr);
+  std::vector<float> w = kW0;
+  OptimizerState state;
+  AdamReference ref{0.05f, 0.8f, 0.99f, 1e-6f, 0.1f, {1.0, -2.0, 0.5}, {0, 0, 0}, {0, 0, 0}};
+
+  adam->Apply(w.data(), kG1.data(), w.size(), &state);
+  ref.Step(kG1);
+  ExpectNear(w, ref.w, 1e-6, "weights after step 1");
+  adam->Apply(w.data(), kG2.data(), w.size(), &state);
+  ref.Step(kG2);
+  ExpectNear(w, ref.w, 1e-6, "weights after step 2");
+  ExpectNear(state.slot1, ref.m, 1e-6, "first moment after step 2");
+
+  // The decay really entered the moments: g1' = g1 + 0.1 w0 for element 1 is
+  // 1 - 0.2 = 0.8, so m after step 1 was 0.2 * 0.8 = 0.16 (not 0.2).
+  OptimizerState fresh;
+  std::vector<float> w2 = kW0;
+  adam->Apply(w2.data(), kG1.data(), w2.size(), &fresh);
+  EXPECT_NEAR(fresh.slot1[1], 0.16, 1e-7);
+}
+
+TEST(OptimizerTest, StateIsPerPart) {
+  // Two parts with their own state must not influence each other.
+  OptimizerConfig config;
+  config.name = "momentum";
+  config.learning_rate = 1.0f;
+  config.momentum = 0.5f;
+  auto momentum = Make(config);
+  ASSERT_NE(momentum, nullptr);
+  std::vector<float> a = {0.0f}, b = {0.0f};
+  const float g = 1.0f;
+  OptimizerState sa, sb;
+  momentum->Apply(a.data(), &g, 1, &sa);
+  momentum->Apply(a.data(), &g, 1, &sa);  // v: 1, then 1.5 -> a = -2.5
+  momentum->Apply(b.data(), &g, 1, &sb);  // v: 1 -> b = -1
+  EXPECT_FLOAT_EQ(a[0], -2.5f);
+  EXPECT_FLOAT_EQ(b[0], -1.0f);
+}
+
+TEST(OptimizerTest, UnknownNameIsAnErrorNamingIt) {
+  OptimizerConfig config;
+  config.name = "rmsprop";
+  std::string error;
+  EXPECT_EQ(MakeOptimizer(config, &error), nullptr);
+  EXPECT_EQ(error, "unknown optimizer \"rmsprop\" (want sgd, momentum or adam)");
+
+  // Names are case sensitive, and a null error pointer is allowed.
+  config.name = "SGD";
+  EXPECT_EQ(MakeOptimizer(config, nullptr), nullptr);
+  config.name = "";
+  error.clear();
+  EXPECT_EQ(MakeOptimizer(config, &error), nullptr);
+  EXPECT_NE(error.find("unknown optimizer \"\""), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace kubeps

@@ -1,0 +1,422 @@
+// The job's scheduler (ps-server/scheduler.h): rank assignment, the cluster
+// view long poll, barriers, liveness from heartbeats, the end-of-job flag,
+// and the job token over a real gRPC server.
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "common/metrics.h"
+#include "common/resend.h"
+#include "kubeps.grpc.pb.h"
+#include "ps-server/scheduler.h"
+
+namespace kubeps {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::unique_ptr<SchedulerService> MakeScheduler(int servers, int workers, int dead_after_ms = 5000) {
+  SchedulerOptions options;
+  options.num_servers = servers;
+  options.num_workers = workers;
+  options.dead_after_ms = dead_after_ms;
+  return std::make_unique<SchedulerService>(options, &NullMetrics());
+}
+
+grpc::Status Register(SchedulerService& s, const std::string& node_id, v1::Role role,
+                      int* rank = nullptr, uint64_t incarnation = 1, const std::string& address = "") {
+  v1::RegisterRequest request;
+  request.mutable_node()->set_node_id(node_id);
+  request.mutable_node()->set_role(role);
+  request.mutable_node()->set_incarnation(incarnation);
+  request.mutable_node()->set_address(
+      address.empty() && role == v1::SERVER ? node_id + ".local:9000" : address);
+  v1::RegisterResponse response;
+  grpc::ServerContext context;
+  grpc::Status status = s.Register(&context, &request, &response);
+  if (rank) *rank = status.ok() ? response.rank() : -1;
+  return status;
+}
+
+int RankOf(SchedulerService& s, const std::string& node_id, v1::Role role, uint64_t incarnation = 1) {
+  int rank = -1;
+  grpc::Status status = Register(s, node_id, role, &rank, incarnation);
+  EXPECT_TRUE(status.ok()) << node_id << ": " << status.error_message();
+  return rank;
+}
+
+v1::ClusterView View(SchedulerService& s, uint32_t wait_ms) {
+  v1::ClusterViewRequest request;
+  request.set_wait_ms(wait_ms);
+  v1::ClusterView view;
+  grpc::ServerContext context;
+  EXPECT_TRUE(s.GetClusterView(&context, &request, &view).ok());
+  return view;
+}
+
+grpc::Status Barrier(SchedulerService& s, const std::string& name, int rank, uint32_t wait_ms,
+                     bool* released) {
+  v1::BarrierRequest request;
+  request.set_name(name);
+  request.set_rank(rank);
+  request.set_wait_ms(wait_ms);
+  v1::BarrierResponse response;
+  grpc::ServerContext context;
+  grpc::Status status = s.Barrier(&context, &request, &response);
+  *released = response.released();
+  return status;
+}
+
+v1::HeartbeatResponse Heartbeat(SchedulerService& s, const std::string& node_id, uint64_t incarnation = 1) {
+  v1::HeartbeatRequest request;
+  request.set_node_id(node_id);
+  request.set_incarnation(incarnation);
+  v1::HeartbeatResponse response;
+  grpc::ServerContext context;
+  EXPECT_TRUE(s.Heartbeat(&context, &request, &response).ok());
+  return response;
+}
+
+grpc::Status Finish(SchedulerService& s, const std::string& node_id, int rank) {
+  v1::FinishRequest request;
+  request.set_node_id(node_id);
+  request.set_rank(rank);
+  v1::FinishResponse response;
+  grpc::ServerContext context;
+  return s.Finish(&context, &request, &response);
+}
+
+std::vector<std::string> Dead(const v1::HeartbeatResponse& r) {
+  return {r.dead_nodes().begin(), r.dead_nodes().end()};
+}
+
+TEST(SchedulerTest, RanksFollowTheNodeIdSuffixWhenFree) {
+  auto s = MakeScheduler(2, 3);
+  EXPECT_EQ(RankOf(*s, "job-worker-2", v1::WORKER), 2);
+  EXPECT_EQ(RankOf(*s, "worker-1", v1::WORKER), 1);
+  // No usable suffix: the lowest free rank.
+  EXPECT_EQ(RankOf(*s, "trainer", v1::WORKER), 0);
+
+  // Servers are ranked separately from workers.
+  EXPECT_EQ(RankOf(*s, "server-1", v1::SERVER), 1);
+  // Preferred rank 1 is taken: the lowest free one.
+  EXPECT_EQ(RankOf(*s, "other-server-1", v1::SERVER), 0);
+}
+
+TEST(SchedulerTest, OutOfRangeSuffixGetsLowestFreeRank) {
+  auto s = MakeScheduler(1, 2);
+  EXPECT_EQ(RankOf(*s, "worker-7", v1::WORKER), 0);
+  EXPECT_EQ(RankOf(*s, "worker-", v1::WORKER), 1);
+}
+
+TEST(SchedulerTest, ReRegistrationKeepsTheRank) {
+  auto s = MakeScheduler(1, 3);
+  EXPECT_EQ(RankOf(*s, "worker-1", v1::WORKER, 100), 1);
+  EXPECT_EQ(RankOf(*s, "a", v1::WORKER, 100), 0);
+  const uint64_t epoch = View(*s, 0).epoch();
+  // The restarted pod: new incarnation, same node_id, same rank.
+  EXPECT_EQ(RankOf(*s, "worker-1", v1::WORKER, 200), 1);
+  EXPECT_EQ(RankOf(*s, "a", v1::WORKER, 300), 0);
+  EXPECT_GT(View(*s, 0).epoch(), epoch) << "a re-registration must bump the epoch";
+  // Re-registrations took no new rank: one more worker still fits.
+  EXPECT_EQ(RankOf(*s, "b", v1::WORKER), 2);
+}
+
+TEST(SchedulerTest, OneNodeTooManyIsFailedPreconditionNamingIt) {
+  auto s = MakeScheduler(1, 2);
+  ASSERT_EQ(RankOf(*s, "worker-0", v1::WORKER), 0);
+  ASSERT_EQ(RankOf(*s, "worker-1", v1::WORKER), 1);
+  grpc::Status status = Register(*s, "worker-2", v1::WORKER);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("worker-2"));
+  EXPECT_THAT(status.error_message(), HasSubstr("2 workers"));
+  EXPECT_THAT(status.error_message(), HasSubstr("one too many"));
+
+  ASSERT_EQ(RankOf(*s, "server-0", v1::SERVER), 0);
+  status = Register(*s, "server-9", v1::SERVER);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("server-9"));
+}
+
+TEST(SchedulerTest, BadRegistrationsAreRejected) {
+  auto s = MakeScheduler(1, 1);
+  // A server without an address could never be reached.
+  v1::RegisterRequest request;
+  request.mutable_node()->set_node_id("server-0");
+  request.mutable_node()->set_role(v1::SERVER);
+  v1::RegisterResponse response;
+  grpc::ServerContext context;
+  grpc::Status status = s->Register(&context, &request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("server-0"));
+  EXPECT_THAT(status.error_message(), HasSubstr("address"));
+  // It took no rank: a proper registration still gets rank 0.
+  EXPECT_EQ(RankOf(*s, "server-x", v1::SERVER), 0);
+
+  EXPECT_EQ(Register(*s, "", v1::WORKER).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Register(*s, "sched", v1::SCHEDULER).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // The same node_id in another role.
+  status = Register(*s, "server-x", v1::WORKER);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(status.error_message(), HasSubstr("server-x"));
+}
+
+TEST(SchedulerTest, ClusterViewWaitsForEveryNodeThenListsServersInRankOrder) {
+  auto s = MakeScheduler(2, 2);
+  ASSERT_TRUE(Register(*s, "server-1", v1::SERVER, nullptr, 1, "10.0.0.2:7001").ok());
+  ASSERT_TRUE(Register(*s, "worker-0", v1::WORKER).ok());
+
+  auto start = std::chrono::steady_clock::now();
+  v1::ClusterView view = View(*s, 60);
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 55ms);
+  EXPECT_FALSE(view.ready());
+  EXPECT_EQ(view.servers_size(), 0);
+  EXPECT_EQ(view.num_servers(), 2);
+  EXPECT_EQ(view.num_workers(), 2);
+
+  // A long poll in flight is answered as soon as the last node registers.
+  auto waiting = std::async(std::launch::async, [&] { return View(*s, 10000); });
+  ASSERT_TRUE(Register(*s, "server-0", v1::SERVER, nullptr, 1, "10.0.0.1:7000").ok());
+  EXPECT_EQ(waiting.wait_for(40ms), std::future_status::timeout) << "ready with a worker missing";
+  ASSERT_TRUE(Register(*s, "worker-1", v1::WORKER).ok());
+  ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready);
+  view = waiting.get();
+  EXPECT_TRUE(view.ready());
+  ASSERT_EQ(view.servers_size(), 2);
+  EXPECT_EQ(view.servers(0).node_id(), "server-0");
+  EXPECT_EQ(view.servers(0).address(), "10.0.0.1:7000");
+  EXPECT_EQ(view.servers(0).rank(), 0);
+  EXPECT_EQ(view.servers(1).node_id(), "server-1");
+  EXPECT_EQ(view.servers(1).address(), "10.0.0.2:7001");
+  EXPECT_EQ(view.servers(1).rank(), 1);
+  ASSERT_EQ(view.workers_size(), 2);
+  EXPECT_EQ(view.workers(0).node_id(), "worker-0");
+  EXPECT_EQ(view.workers(1).node_id(), "worker-1");
+
+  // A restarted server that comes back on a new address is seen there.
+  ASSERT_TRUE(Register(*s, "server-1", v1::SERVER, nullptr, 2, "10.0.0.3:7001").ok());
+  view = View(*s, 0);
+  ASSERT_EQ(view.servers_size(), 2);
+  EXPECT_EQ(view.servers(1).address(), "10.0.0.3:7001");
+}
+
+TEST(SchedulerTest, BarrierReleasesOnlyWhenEveryWorkerArrived) {
+  auto s = MakeScheduler(1, 3);
+  auto arrive = [&](int rank) {
+    return std::async(std::launch::async, [&s, rank] {
+      bool released = false;
+      EXPECT_TRUE(Barrier(*s, "epoch-1", rank, 10000, &released).ok());
+      return released;
+    });
+  };
+  auto r0 = arrive(0);
+  auto r2 = arrive(2);
+  // The same rank twice does not count as two workers.
+  auto r0_again = arrive(0);
+  EXPECT_EQ(r0.wait_for(60ms), std::future_status::timeout);
+  EXPECT_EQ(r2.wait_for(0ms), std::future_status::timeout);
+  EXPECT_EQ(r0_again.wait_for(0ms), std::future_status::timeout);
+
+  bool released = false;
+  ASSERT_TRUE(Barrier(*s, "epoch-1", 1, 10000, &released).ok());
+  EXPECT_TRUE(released);
+  for (auto* f : {&r0, &r2, &r0_again}) {
+    ASSERT_EQ(f->wait_for(5s), std::future_status::ready);
+    EXPECT_TRUE(f->get());
+  }
+
+  // A restarted worker re-entering a released barrier passes at once.
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Barrier(*s, "epoch-1", 2, 10000, &released).ok());
+  EXPECT_TRUE(released);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+
+  // Barriers are independent by name; an incomplete one times out unreleased.
+  ASSERT_TRUE(Barrier(*s, "epoch-2", 0, 30, &released).ok());
+  EXPECT_FALSE(released);
+}
+
+TEST(SchedulerTest, BarrierRankOutOfRangeIsInvalid) {
+  auto s = MakeScheduler(1, 2);
+  bool released = true;
+  EXPECT_EQ(Barrier(*s, "b", 2, 0, &released).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(Barrier(*s, "b", -1, 0, &released).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  // Those did not count as arrivals: two real workers are still needed.
+  ASSERT_TRUE(Barrier(*s, "b", 0, 20, &released).ok());
+  EXPECT_FALSE(released);
+}
+
+TEST(SchedulerTest, HeartbeatReportsSilentNodesAsDead) {
+  auto s = MakeScheduler(1, 2, /*dead_after_ms=*/100);
+  ASSERT_TRUE(Register(*s, "server-0", v1::SERVER, nullptr, 5).ok());
+  ASSERT_TRUE(Register(*s, "worker-0", v1::WORKER, nullptr, 5).ok());
+  ASSERT_TRUE(Register(*s, "worker-1", v1::WORKER, nullptr, 5).ok());
+  EXPECT_TRUE(Dead(Heartbeat(*s, "worker-1", 5)).empty());
+
+  // server-0 and worker-1 keep beating; worker-0 goes silent.
+  for (int i = 0; i < 6; ++i) {
+    std::this_thread::sleep_for(30ms);
+    Heartbeat(*s, "server-0", 5);
+    Heartbeat(*s, "worker-1", 5);
+  }
+  auto dead = Dead(Heartbeat(*s, "worker-1", 5));
+  EXPECT_THAT(dead, Contains("worker-0"));
+  EXPECT_THAT(dead, Not(Contains("worker-1")));
+  EXPECT_THAT(dead, Not(Contains("server-0")));
+
+  // A beat from a previous incarnation does not count as the node being alive.
+  dead = Dead(Heartbeat(*s, "worker-0", 4));
+  EXPECT_THAT(dead, Contains("worker-0"));
+  // A beat from the registered incarnation brings it back.
+  dead = Dead(Heartbeat(*s, "worker-0", 5));
+  EXPECT_THAT(dead, Not(Contains("worker-0")));
+}
+
+TEST(SchedulerTest, FinishedWorkerIsNotReportedDead) {
+  auto s = MakeScheduler(1, 2, /*dead_after_ms=*/50);
+  ASSERT_TRUE(Register(*s, "worker-0", v1::WORKER).ok());
+  ASSERT_TRUE(Register(*s, "worker-1", v1::WORKER).ok());
+  ASSERT_TRUE(Finish(*s, "worker-0", 0).ok());
+  std::this_thread::sleep_for(80ms);
+  auto dead = Dead(Heartbeat(*s, "nobody"));
+  EXPECT_THAT(dead, Not(Contains("worker-0")));
+  EXPECT_THAT(dead, Contains("worker-1"));
+}
+
+TEST(SchedulerTest, ShutdownOnlyAfterEveryWorkerFinished) {
+  auto s = MakeScheduler(1, 2);
+  ASSERT_TRUE(Register(*s, "worker-0", v1::WORKER).ok());
+  ASSERT_TRUE(Register(*s, "worker-1", v1::WORKER).ok());
+  EXPECT_FALSE(Heartbeat(*s, "worker-0").shutdown());
+
+  ASSERT_TRUE(Finish(*s, "worker-0", 0).ok());
+  ASSERT_TRUE(Finish(*s, "worker-0", 0).ok());  // a resent Finish counts once
+  EXPECT_FALSE(Heartbeat(*s, "worker-1").shutdown());
+  EXPECT_FALSE(s->AllWorkersFinished());
+  EXPECT_FALSE(s->WaitAllWorkersFinished(20ms));
+
+  auto waiter = std::async(std::launch::async, [&] { return s->WaitAllWorkersFinished(10s); });
+  EXPECT_EQ(waiter.wait_for(20ms), std::future_status::timeout);
+  ASSERT_TRUE(Finish(*s, "worker-1", 1).ok());
+  ASSERT_EQ(waiter.wait_for(5s), std::future_status::ready);
+  EXPECT_TRUE(waiter.get());
+  EXPECT_TRUE(s->AllWorkersFinished());
+  EXPECT_TRUE(Heartbeat(*s, "server-0").shutdown());
+}
+
+TEST(SchedulerTest, FinishWithRankOutOfRangeDoesNotEndTheJob) {
+  auto s = MakeScheduler(1, 2);
+  ASSERT_TRUE(Register(*s, "worker-0", v1::WORKER).ok());
+  ASSERT_TRUE(Register(*s, "worker-1", v1::WORKER).ok());
+  ASSERT_TRUE(Finish(*s, "worker-0", 0).ok());
+  // A Finish naming a rank that does not exist must not stand in for
+  // worker 1, which is still training. (Barrier rejects such ranks.)
+  grpc::Status status = Finish(*s, "worker-7", 7);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << "BUG: Finish accepts rank 7 of a 2-worker job";
+  EXPECT_FALSE(s->AllWorkersFinished())
+      << "BUG: an out-of-range rank counted as a finished worker; the job would shut down while "
+         "worker 1 still trains";
+  EXPECT_FALSE(Heartbeat(*s, "worker-1").shutdown());
+}
+
+// The token check needs real metadata, so this one runs a real gRPC server.
+class SchedulerServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SchedulerOptions options;
+    options.num_servers = 1;
+    options.num_workers = 1;
+    options.token = "s3cret";
+    service_ = std::make_unique<SchedulerService>(options, &NullMetrics());
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_GT(port, 0);
+    stub_ = v1::Scheduler::NewStub(OpenChannel("127.0.0.1:" + std::to_string(port)));
+  }
+  void TearDown() override {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + 1s);
+  }
+  std::unique_ptr<grpc::ClientContext> Context(const std::string& token) {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(std::chrono::system_clock::now() + 5s);
+    if (!token.empty()) context->AddMetadata(kTokenMetadataKey, token);
+    return context;
+  }
+
+  std::unique_ptr<SchedulerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Scheduler::Stub> stub_;
+};
+
+TEST_F(SchedulerServerTest, RequestsWithoutTheTokenAreUnauthenticated) {
+  v1::RegisterRequest request;
+  request.mutable_node()->set_node_id("worker-0");
+  request.mutable_node()->set_role(v1::WORKER);
+  v1::RegisterResponse response;
+
+  grpc::Status status = stub_->Register(Context("").get(), request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << status.error_message();
+  status = stub_->Register(Context("wrong").get(), request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << status.error_message();
+
+  v1::HeartbeatRequest beat;
+  v1::HeartbeatResponse beat_response;
+  EXPECT_EQ(stub_->Heartbeat(Context("").get(), beat, &beat_response).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  v1::FinishRequest finish;
+  v1::FinishResponse finish_response;
+  EXPECT_EQ(stub_->Finish(Context("").get(), finish, &finish_response).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_FALSE(service_->AllWorkersFinished()) << "an unauthenticated Finish was applied";
+
+  // The rejected Register took no rank: with the token, the worker gets rank 0.
+  request.mutable_node()->set_node_id("trainer");
+  status = stub_->Register(Context("s3cret").get(), request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.rank(), 0);
+}
+
+TEST_F(SchedulerServerTest, FullRendezvousOverTheWire) {
+  v1::RegisterRequest request;
+  request.mutable_node()->set_node_id("server-0");
+  request.mutable_node()->set_role(v1::SERVER);
+  request.mutable_node()->set_address("127.0.0.1:1234");
+  v1::RegisterResponse response;
+  ASSERT_TRUE(stub_->Register(Context("s3cret").get(), request, &response).ok());
+  request.mutable_node()->set_node_id("worker-0");
+  request.mutable_node()->set_role(v1::WORKER);
+  ASSERT_TRUE(stub_->Register(Context("s3cret").get(), request, &response).ok());
+
+  v1::ClusterViewRequest view_request;
+  view_request.set_wait_ms(1000);
+  v1::ClusterView view;
+  ASSERT_TRUE(stub_->GetClusterView(Context("s3cret").get(), view_request, &view).ok());
+  EXPECT_TRUE(view.ready());
+  ASSERT_EQ(view.servers_size(), 1);
+  EXPECT_EQ(view.servers(0).address(), "127.0.0.1:1234");
+
+  v1::BarrierRequest barrier;
+  barrier.set_name("init");
+  barrier.set_rank(0);
+  v1::BarrierResponse barrier_response;
+  ASSERT_TRUE(stub_->Barrier(Context("s3cret").get(), barrier, &barrier_response).ok());
+  EXPECT_TRUE(barrier_response.released());
+}
+
+}  // namespace
+}  // namespace kubeps

@@ -1,0 +1,400 @@
+// One parameter-server shard (ps-server/shard.h), driven directly with
+// protobuf messages: sync aggregation (mean of M gradients, applied once,
+// independent of arrival order), exactly-once pushes, step checks, async
+// mode, long-polling pulls, first-value-wins Init, and the errors for
+// malformed requests. SGD with learning rate 1 keeps the arithmetic plain:
+// new value = old value - mean gradient.
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/metrics.h"
+#include "common/optimizer.h"
+#include "ps-server/shard.h"
+
+namespace kubeps {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+struct Ref {
+  uint32_t key;
+  uint64_t offset;
+  uint64_t length;
+};
+
+std::unique_ptr<Shard> MakeShard(bool sync, int num_workers) {
+  ShardOptions options;
+  options.sync = sync;
+  options.num_workers = num_workers;
+  options.optimizer.name = "sgd";
+  options.optimizer.learning_rate = 1.0f;
+  std::string error;
+  auto optimizer = MakeOptimizer(options.optimizer, &error);
+  EXPECT_NE(optimizer, nullptr) << error;
+  return std::make_unique<Shard>(options, std::move(optimizer), &NullMetrics());
+}
+
+template <typename Message>
+void SetParts(Message* m, const std::vector<Ref>& refs) {
+  for (const Ref& r : refs) {
+    v1::PartRef* p = m->add_parts();
+    p->set_key(r.key);
+    p->set_offset(r.offset);
+    p->set_length(r.length);
+  }
+}
+
+std::string Bytes(const std::vector<float>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+}
+
+std::vector<float> Floats(const std::string& bytes) {
+  std::vector<float> out(bytes.size() / sizeof(float));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  return out;
+}
+
+grpc::Status Init(Shard& shard, const std::vector<Ref>& refs, const std::vector<float>& values,
+                  uint32_t* already = nullptr) {
+  v1::InitRequest request;
+  request.mutable_id()->set_node_id("worker-0");
+  SetParts(&request, refs);
+  request.set_data(Bytes(values));
+  v1::InitResponse response;
+  grpc::Status s = shard.Init(request, &response);
+  if (already) *already = response.already_initialized();
+  return s;
+}
+
+v1::PushRequest PushRequest(int rank, uint64_t seq, uint64_t step, const std::vector<Ref>& refs,
+                            const std::vector<float>& grad, uint64_t incarnation = 1) {
+  v1::PushRequest request;
+  request.mutable_id()->set_node_id("worker-" + std::to_string(rank));
+  request.mutable_id()->set_incarnation(incarnation);
+  request.mutable_id()->set_seq(seq);
+  request.set_worker_rank(rank);
+  request.set_step(step);
+  SetParts(&request, refs);
+  request.set_data(Bytes(grad));
+  return request;
+}
+
+grpc::Status Push(Shard& shard, int rank, uint64_t seq, uint64_t step, const std::vector<Ref>& refs,
+                  const std::vector<float>& grad) {
+  v1::PushResponse response;
+  return shard.Push(PushRequest(rank, seq, step, refs, grad), &response);
+}
+
+v1::PullResponse Pull(Shard& shard, const std::vector<Ref>& refs, uint64_t min_version, uint32_t wait_ms,
+                      grpc::Status* status = nullptr) {
+  v1::PullRequest request;
+  SetParts(&request, refs);
+  request.set_min_version(min_version);
+  request.set_wait_ms(wait_ms);
+  v1::PullResponse response;
+  grpc::Status s = shard.Pull(request, &response);
+  if (status) *status = s;
+  else EXPECT_TRUE(s.ok()) << s.error_message();
+  return response;
+}
+
+const std::vector<Ref> kPart = {{0, 0, 3}};
+
+TEST(ShardTest, SyncWaitsForAllWorkersThenAppliesMeanOnce) {
+  auto shard = MakeShard(true, 3);
+  ASSERT_TRUE(Init(*shard, kPart, {1, 2, 3}).ok());
+  EXPECT_EQ(shard->PartVersion(0, 0), 0u);
+
+  ASSERT_TRUE(Push(*shard, 0, 0, 0, kPart, {3, 0, 3}).ok());
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{1, 2, 3})) << "applied before all 3 arrived";
+  EXPECT_EQ(shard->PartVersion(0, 0), 0u);
+  ASSERT_TRUE(Push(*shard, 1, 0, 0, kPart, {0, 3, 3}).ok());
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(shard->PartVersion(0, 0), 0u);
+  ASSERT_TRUE(Push(*shard, 2, 0, 0, kPart, {0, 0, 3}).ok());
+  // mean = {1, 1, 3}; a sum (not a mean) would give {-2, -4, -6}.
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{0, 1, 0}));
+  EXPECT_EQ(shard->PartVersion(0, 0), 1u);
+
+  // Step 1 gathers afresh: nothing of step 0 is carried over.
+  ASSERT_TRUE(Push(*shard, 2, 1, 1, kPart, {3, 3, 3}).ok());
+  ASSERT_TRUE(Push(*shard, 0, 1, 1, kPart, {0, 0, 0}).ok());
+  EXPECT_EQ(shard->PartVersion(0, 0), 1u);
+  ASSERT_TRUE(Push(*shard, 1, 1, 1, kPart, {0, 0, 0}).ok());
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{-1, 0, -1}));
+  EXPECT_EQ(shard->PartVersion(0, 0), 2u);
+
+  auto pulled = Pull(*shard, kPart, 2, 0);
+  EXPECT_TRUE(pulled.ready());
+  EXPECT_EQ(pulled.version(), 2u);
+  EXPECT_EQ(Floats(pulled.data()), (std::vector<float>{-1, 0, -1}));
+}
+
+TEST(ShardTest, SyncResultIsBitIdenticalWhateverThePushOrder) {
+  // Float addition is not associative with these: summed in rank order
+  // (g0 + g1) + g2 and in arrival order 2, 1, 0 the results differ.
+  const std::vector<std::vector<float>> grads = {
+      {1.0f, 1e8f, 3.0f, 0.1f},
+      {1e8f, 1.0f, -1e8f, 0.2f},
+      {-1e8f, -1e8f, 1e8f, 0.3f},
+  };
+  const std::vector<Ref> part = {{4, 0, 4}};
+  const std::vector<float> w0 = {0.5f, 0.25f, 0.0f, 1.0f};
+  // Sanity: the orders really disagree on the raw sums.
+  float rank_order = (grads[0][0] + grads[1][0]) + grads[2][0];
+  float reverse_order = (grads[2][0] + grads[1][0]) + grads[0][0];
+  ASSERT_NE(rank_order, reverse_order);
+
+  auto forward = MakeShard(true, 3);
+  auto backward = MakeShard(true, 3);
+  ASSERT_TRUE(Init(*forward, part, w0).ok());
+  ASSERT_TRUE(Init(*backward, part, w0).ok());
+  for (int r : {0, 1, 2}) ASSERT_TRUE(Push(*forward, r, 0, 0, part, grads[r]).ok());
+  for (int r : {2, 1, 0}) ASSERT_TRUE(Push(*backward, r, 0, 0, part, grads[r]).ok());
+  std::vector<float> a = forward->PartValue(4, 0);
+  std::vector<float> b = backward->PartValue(4, 0);
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), 4 * sizeof(float)), 0);
+
+  // And the value is the rank-order mean: w - ((g0 + g1) + g2) * (1/3).
+  for (size_t i = 0; i < 4; ++i) {
+    float sum = (grads[0][i] + grads[1][i]) + grads[2][i];
+    float expected = w0[i] - 1.0f * (sum * (1.0f / 3.0f));
+    EXPECT_EQ(a[i], expected) << "element " << i;
+  }
+}
+
+TEST(ShardTest, ResentPushIsNotAppliedTwice) {
+  // Async: without the dedup table a resend would be applied again.
+  auto shard = MakeShard(false, 1);
+  ASSERT_TRUE(Init(*shard, kPart, {10, 10, 10}).ok());
+  auto request = PushRequest(0, 0, 0, kPart, {1, 2, 3});
+  v1::PushResponse response;
+  ASSERT_TRUE(shard->Push(request, &response).ok());
+  ASSERT_TRUE(shard->Push(request, &response).ok()) << "a resend is answered OK";
+  ASSERT_TRUE(shard->Push(request, &response).ok());
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{9, 8, 7}));
+  EXPECT_EQ(shard->PartVersion(0, 0), 1u);
+
+  // Sync: a resend of rank 0's push does not count as a second arrival.
+  auto sync = MakeShard(true, 2);
+  ASSERT_TRUE(Init(*sync, kPart, {10, 10, 10}).ok());
+  auto first = PushRequest(0, 0, 0, kPart, {2, 2, 2});
+  ASSERT_TRUE(sync->Push(first, &response).ok());
+  ASSERT_TRUE(sync->Push(first, &response).ok());
+  EXPECT_EQ(sync->PartVersion(0, 0), 0u) << "a duplicate completed the step";
+  ASSERT_TRUE(Push(*sync, 1, 0, 0, kPart, {4, 4, 4}).ok());
+  EXPECT_EQ(sync->PartValue(0, 0), (std::vector<float>{7, 7, 7}));
+  ASSERT_TRUE(sync->Push(first, &response).ok()) << "late resend after the step";
+  EXPECT_EQ(sync->PartValue(0, 0), (std::vector<float>{7, 7, 7}));
+  EXPECT_EQ(sync->PartVersion(0, 0), 1u);
+}
+
+TEST(ShardTest, SecondPushFromSameWorkerForSameStepIsIgnored) {
+  auto shard = MakeShard(true, 2);
+  ASSERT_TRUE(Init(*shard, kPart, {10, 10, 10}).ok());
+  ASSERT_TRUE(Push(*shard, 0, 0, 0, kPart, {2, 2, 2}).ok());
+  // A restarted rank 0 redoing step 0 sends a new request (new seq).
+  ASSERT_TRUE(Push(*shard, 0, 1, 0, kPart, {100, 100, 100}).ok());
+  EXPECT_EQ(shard->PartVersion(0, 0), 0u) << "rank 0's second push completed the step";
+  ASSERT_TRUE(Push(*shard, 1, 0, 0, kPart, {4, 4, 4}).ok());
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{7, 7, 7}));
+  EXPECT_EQ(shard->PartVersion(0, 0), 1u);
+}
+
+TEST(ShardTest, PushForFutureStepIsFailedPrecondition) {
+  auto shard = MakeShard(true, 1);
+  ASSERT_TRUE(Init(*shard, kPart, {1, 1, 1}).ok());
+  grpc::Status s = Push(*shard, 0, 0, 1, kPart, {1, 1, 1});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("key 0"));
+  EXPECT_THAT(s.error_message(), HasSubstr("at step 0"));
+  EXPECT_THAT(s.error_message(), HasSubstr("push is for step 1"));
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{1, 1, 1}));
+  // The rejected request was not recorded: the same id for the right step applies.
+  ASSERT_TRUE(Push(*shard, 0, 0, 0, kPart, {1, 1, 1}).ok());
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{0, 0, 0}));
+}
+
+TEST(ShardTest, StalePushForAppliedStepIsIgnored) {
+  auto shard = MakeShard(true, 1);
+  ASSERT_TRUE(Init(*shard, kPart, {1, 1, 1}).ok());
+  ASSERT_TRUE(Push(*shard, 0, 0, 0, kPart, {1, 1, 1}).ok());
+  ASSERT_TRUE(Push(*shard, 0, 1, 1, kPart, {1, 1, 1}).ok());
+  EXPECT_EQ(shard->PartVersion(0, 0), 2u);
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{-1, -1, -1}));
+  // A new request for step 0: OK, but changes nothing.
+  ASSERT_TRUE(Push(*shard, 0, 2, 0, kPart, {5, 5, 5}).ok());
+  EXPECT_EQ(shard->PartVersion(0, 0), 2u);
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{-1, -1, -1}));
+  // And it did not sit in a slot to pollute step 2.
+  ASSERT_TRUE(Push(*shard, 0, 3, 2, kPart, {1, 1, 1}).ok());
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{-2, -2, -2}));
+}
+
+TEST(ShardTest, AsyncAppliesEveryPushAtOnce) {
+  auto shard = MakeShard(false, 2);
+  ASSERT_TRUE(Init(*shard, kPart, {10, 10, 10}).ok());
+  ASSERT_TRUE(Push(*shard, 0, 0, 0, kPart, {1, 2, 3}).ok());
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{9, 8, 7}));
+  EXPECT_EQ(shard->PartVersion(0, 0), 1u);
+  ASSERT_TRUE(Push(*shard, 1, 0, 0, kPart, {1, 1, 1}).ok());
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{8, 7, 6}));
+  // Same worker again, even with a "stale" step: applied in async mode.
+  ASSERT_TRUE(Push(*shard, 0, 1, 0, kPart, {1, 1, 1}).ok());
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{7, 6, 5}));
+  EXPECT_EQ(shard->PartVersion(0, 0), 3u);
+  auto pulled = Pull(*shard, kPart, 0, 0);
+  EXPECT_TRUE(pulled.ready());
+  EXPECT_EQ(pulled.version(), 3u);
+}
+
+TEST(ShardTest, MultiPartPushSplitsDataInOrder) {
+  auto shard = MakeShard(true, 1);
+  const std::vector<Ref> parts = {{0, 0, 2}, {0, 2, 1}, {3, 0, 2}};
+  ASSERT_TRUE(Init(*shard, parts, {1, 2, 3, 4, 5}).ok());
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{1, 2}));
+  EXPECT_EQ(shard->PartValue(0, 2), (std::vector<float>{3}));
+  EXPECT_EQ(shard->PartValue(3, 0), (std::vector<float>{4, 5}));
+  ASSERT_TRUE(Push(*shard, 0, 0, 0, parts, {1, 1, 2, 3, 4}).ok());
+  auto pulled = Pull(*shard, {{3, 0, 2}, {0, 0, 2}}, 1, 0);
+  ASSERT_TRUE(pulled.ready());
+  EXPECT_EQ(Floats(pulled.data()), (std::vector<float>{1, 1, 0, 1}));
+  EXPECT_EQ(shard->PartValue(0, 2), (std::vector<float>{1}));
+}
+
+TEST(ShardTest, PullBeforeVersionIsReadyFalseAfterWaitMs) {
+  auto shard = MakeShard(true, 2);
+  ASSERT_TRUE(Init(*shard, kPart, {1, 2, 3}).ok());
+  auto start = std::chrono::steady_clock::now();
+  auto pulled = Pull(*shard, kPart, 1, 60);
+  auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_FALSE(pulled.ready());
+  EXPECT_TRUE(pulled.data().empty());
+  EXPECT_GE(waited, 55ms);
+  EXPECT_LT(waited, 2s);
+  // Version 0 is there at once.
+  auto now = Pull(*shard, kPart, 0, 0);
+  EXPECT_TRUE(now.ready());
+  EXPECT_EQ(Floats(now.data()), (std::vector<float>{1, 2, 3}));
+}
+
+TEST(ShardTest, WaitingPullIsReleasedByLastPush) {
+  auto shard = MakeShard(true, 2);
+  ASSERT_TRUE(Init(*shard, kPart, {1, 2, 3}).ok());
+  auto pull = std::async(std::launch::async, [&] { return Pull(*shard, kPart, 1, 10000); });
+  ASSERT_TRUE(Push(*shard, 0, 0, 0, kPart, {1, 1, 1}).ok());
+  EXPECT_EQ(pull.wait_for(50ms), std::future_status::timeout) << "released before the step completed";
+  auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Push(*shard, 1, 0, 0, kPart, {3, 3, 3}).ok());
+  ASSERT_EQ(pull.wait_for(5s), std::future_status::ready);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  auto pulled = pull.get();
+  EXPECT_TRUE(pulled.ready());
+  EXPECT_EQ(pulled.version(), 1u);
+  EXPECT_EQ(Floats(pulled.data()), (std::vector<float>{-1, 0, 1}));
+}
+
+TEST(ShardTest, PullWaitingForUninitialisedPartIsReleasedByInit) {
+  auto shard = MakeShard(true, 1);
+  auto pull = std::async(std::launch::async, [&] { return Pull(*shard, kPart, 0, 10000); });
+  EXPECT_EQ(pull.wait_for(30ms), std::future_status::timeout);
+  ASSERT_TRUE(Init(*shard, kPart, {4, 5, 6}).ok());
+  ASSERT_EQ(pull.wait_for(5s), std::future_status::ready);
+  auto pulled = pull.get();
+  EXPECT_TRUE(pulled.ready());
+  EXPECT_EQ(Floats(pulled.data()), (std::vector<float>{4, 5, 6}));
+}
+
+TEST(ShardTest, InitTwiceKeepsFirstValue) {
+  auto shard = MakeShard(true, 1);
+  uint32_t already = 99;
+  ASSERT_TRUE(Init(*shard, kPart, {1, 2, 3}, &already).ok());
+  EXPECT_EQ(already, 0u);
+  ASSERT_TRUE(Init(*shard, kPart, {7, 8, 9}, &already).ok());
+  EXPECT_EQ(already, 1u);
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{1, 2, 3}));
+  // One old part and one new one: only the old one is counted and kept.
+  ASSERT_TRUE(Init(*shard, {{0, 0, 3}, {1, 0, 2}}, {7, 8, 9, 5, 6}, &already).ok());
+  EXPECT_EQ(already, 1u);
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(shard->PartValue(1, 0), (std::vector<float>{5, 6}));
+}
+
+TEST(ShardTest, MalformedPushIsInvalidArgumentNamingThePart) {
+  auto shard = MakeShard(true, 2);
+  ASSERT_TRUE(Init(*shard, kPart, {1, 2, 3}).ok());
+
+  grpc::Status s = Push(*shard, 0, 0, 0, {{7, 0, 3}}, {1, 1, 1});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("key 7"));
+  EXPECT_THAT(s.error_message(), HasSubstr("not stored on this server"));
+
+  s = Push(*shard, 0, 1, 0, {{0, 5, 3}}, {1, 1, 1});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("offset 5"));
+
+  s = Push(*shard, 0, 2, 0, {{0, 0, 2}}, {1, 1});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("length 2"));
+  EXPECT_THAT(s.error_message(), HasSubstr("stores 3 elements"));
+
+  s = Push(*shard, 0, 3, 0, kPart, {1, 1});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("data holds 8 bytes, parts need 12"));
+
+  s = Push(*shard, 2, 4, 0, kPart, {1, 1, 1});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("worker_rank 2 outside [0, 2)"));
+  s = Push(*shard, -1, 5, 0, kPart, {1, 1, 1});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("worker_rank -1"));
+
+  s = Push(*shard, 0, 6, 0, {}, {});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("no parts"));
+
+  s = Push(*shard, 0, 7, 0, {{0, 0, 0}}, {});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("bad length"));
+
+  // None of them changed anything or completed a step; the rejected ids
+  // were not recorded as applied.
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(shard->PartVersion(0, 0), 0u);
+  EXPECT_EQ(shard->dedup().TrackedRequests(), 0u);
+}
+
+TEST(ShardTest, MalformedInitAndPullAreInvalidArgument) {
+  auto shard = MakeShard(true, 1);
+  grpc::Status s = Init(*shard, kPart, {1, 2});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("data holds 8 bytes, parts need 12"));
+  EXPECT_TRUE(shard->PartValue(0, 0).empty()) << "a rejected Init stored something";
+
+  s = Init(*shard, {}, {});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("no parts"));
+
+  ASSERT_TRUE(Init(*shard, kPart, {1, 2, 3}).ok());
+  Pull(*shard, {}, 0, 0, &s);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("no parts"));
+
+  Pull(*shard, {{0, 0, 2}}, 0, 0, &s);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("key 0"));
+  EXPECT_THAT(s.error_message(), HasSubstr("stores 3 elements"));
+}
+
+}  // namespace
+}  // namespace kubeps
