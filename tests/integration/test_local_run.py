@@ -28,24 +28,28 @@ class LocalRunTest(unittest.TestCase):
         self.assertLess(abs(distributed - local.accuracy()), 0.01)
 
     def test_sync_two_workers_equal_one_worker_with_double_batch(self):
-        # Plain SGD, fixed seed and data order: the sum over two workers of
-        # the mean over b examples is the mean over 2b examples, up to the
-        # order of float additions.
+        # Plain SGD, fixed seed and data order: the mean of two workers' means
+        # over b examples is the mean over 2b examples, up to the order of
+        # float additions. (Over hundreds of MLP steps those last-bit
+        # differences flip ReLUs and grow; 50 steps keep them at rounding.)
         sgd = {"name": "sgd", "learningRate": 0.1}
-        dumps = {}
-        for workers, batch in ((2, 32), (1, 64)):
-            path = write_manifest(self.dir, manifest("exact-%d" % workers, workers=workers, batch=batch,
-                                                     optimizer=sgd), "exact-%d.yaml" % workers)
-            dumps[workers] = os.path.join(self.dir, "params-%d.bin" % workers)
-            code, job = run_job(path, env={"KUBEPS_MAX_STEPS": "150", "KUBEPS_DUMP_PARAMS": dumps[workers]})
-            self.assertEqual(code, 0, job.output())
-        two, one = read_floats(dumps[2]), read_floats(dumps[1])
-        self.assertEqual(len(two), 784 * 256 + 256 + 256 * 10 + 10)
-        self.assertEqual(len(two), len(one))
-        worst = max(abs(a - b) for a, b in zip(two, one))
-        print("\nsync exactness: max |2 workers - 1 worker| = %.3g over %d parameters" % (worst, len(one)))
-        self.assertLess(worst, 1e-4)
-        self.assertNotEqual(two, read_floats(dumps[1])[:0])  # both dumps hold data
+        for model, steps, size in (("mlp", 50, 784 * 256 + 256 + 256 * 10 + 10),
+                                   ("softmax", 150, 784 * 10 + 10)):
+            dumps = {}
+            for workers, batch in ((2, 32), (1, 64)):
+                path = write_manifest(self.dir, manifest("exact-%d" % workers, model=model, workers=workers,
+                                                         batch=batch, optimizer=sgd), "exact-%d.yaml" % workers)
+                dumps[workers] = os.path.join(self.dir, "params-%s-%d.bin" % (model, workers))
+                code, job = run_job(path, env={"KUBEPS_MAX_STEPS": str(steps),
+                                               "KUBEPS_DUMP_PARAMS": dumps[workers]})
+                self.assertEqual(code, 0, job.output())
+            two, one = read_floats(dumps[2]), read_floats(dumps[1])
+            self.assertEqual(len(two), size)
+            self.assertEqual(len(one), size)
+            worst = max(abs(a - b) for a, b in zip(two, one))
+            print("\nsync exactness, %s after %d steps: max |2 workers x 32 - 1 worker x 64| = %.3g"
+                  % (model, steps, worst))
+            self.assertLess(worst, 1e-6)
 
     def test_sync_run_is_deterministic_bit_for_bit(self):
         path = write_manifest(self.dir, manifest("repeat", workers=2, batch=32))

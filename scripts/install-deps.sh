@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what kubeps needs to build and test, from Debian bookworm's
+# packages only. Safe to run again: apt skips what is already there.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git ca-certificates curl python3
+  # RPC and serialisation
+  libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
+  # manifests, JSON, metrics, Kubernetes REST
+  libyaml-cpp-dev nlohmann-json3-dev prometheus-cpp-dev libcpprest-dev
+  # CPU math: the OpenMP build of OpenBLAS (see CMakeLists.txt for why)
+  libopenblas-openmp-dev zlib1g-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # the real data set
+  dataset-fashion-mnist
+)
+
+missing=()
+for package in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: everything is installed"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The README's second command (and CI's): install what is missing, build,
+# and run the whole test suite: unit tests, then integration tests that run
+# real jobs on loopback.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+scripts/build.sh
+cd build
+ctest --output-on-failure -L unit -j "$(nproc)"
+ctest --output-on-failure -L integration
