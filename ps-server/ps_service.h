@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "common/fault_injector.h"
 #include "common/resend.h"
 #include "kubeps.grpc.pb.h"
 #include "ps-server/shard.h"
@@ -13,27 +14,33 @@ namespace kubeps {
 
 class ParameterServerService final : public v1::ParameterServer::Service {
  public:
-  ParameterServerService(Shard* shard, std::string token) : shard_(shard), token_(std::move(token)) {}
+  // `faults` may be null (no fault injection).
+  ParameterServerService(Shard* shard, std::string token, FaultInjector* faults)
+      : shard_(shard), token_(std::move(token)), faults_(faults) {}
 
   grpc::Status Init(grpc::ServerContext* context, const v1::InitRequest* request,
                     v1::InitResponse* response) override {
     if (auto s = CheckToken(*context, token_); !s.ok()) return s;
-    return shard_->Init(*request, response);
+    return WithFaults(faults_, context, "Init", response,
+                      [&](auto* r) { return shard_->Init(*request, r); });
   }
   grpc::Status Push(grpc::ServerContext* context, const v1::PushRequest* request,
                     v1::PushResponse* response) override {
     if (auto s = CheckToken(*context, token_); !s.ok()) return s;
-    return shard_->Push(*request, response);
+    return WithFaults(faults_, context, "Push", response,
+                      [&](auto* r) { return shard_->Push(*request, r); });
   }
   grpc::Status Pull(grpc::ServerContext* context, const v1::PullRequest* request,
                     v1::PullResponse* response) override {
     if (auto s = CheckToken(*context, token_); !s.ok()) return s;
-    return shard_->Pull(*request, response);
+    return WithFaults(faults_, context, "Pull", response,
+                      [&](auto* r) { return shard_->Pull(*request, r); });
   }
 
  private:
   Shard* shard_;
   std::string token_;
+  FaultInjector* faults_;
 };
 
 }  // namespace kubeps

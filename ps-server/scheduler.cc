@@ -53,7 +53,7 @@ SchedulerService::SchedulerService(const SchedulerOptions& options, MetricsServe
       registered_(metrics->Gauge("kubeps_scheduler_registered_nodes",
                                  "Nodes (servers and workers) registered with the scheduler")) {}
 
-grpc::Status SchedulerService::Register(grpc::ServerContext* context,
+grpc::Status SchedulerService::RegisterNow(grpc::ServerContext* context,
                                         const v1::RegisterRequest* request,
                                         v1::RegisterResponse* response) {
   if (auto s = CheckToken(*context, options_.token); !s.ok()) return s;
@@ -109,11 +109,41 @@ grpc::Status SchedulerService::Register(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
+grpc::Status SchedulerService::Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
+                                 v1::RegisterResponse* response) {
+  return WithFaults(options_.faults, context, "Register", response,
+                    [&](auto* r) { return RegisterNow(context, request, r); });
+}
+
+grpc::Status SchedulerService::GetClusterView(grpc::ServerContext* context, const v1::ClusterViewRequest* request,
+                                 v1::ClusterView* response) {
+  return WithFaults(options_.faults, context, "GetClusterView", response,
+                    [&](auto* r) { return GetClusterViewNow(context, request, r); });
+}
+
+grpc::Status SchedulerService::Barrier(grpc::ServerContext* context, const v1::BarrierRequest* request,
+                                 v1::BarrierResponse* response) {
+  return WithFaults(options_.faults, context, "Barrier", response,
+                    [&](auto* r) { return BarrierNow(context, request, r); });
+}
+
+grpc::Status SchedulerService::Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
+                                 v1::HeartbeatResponse* response) {
+  return WithFaults(options_.faults, context, "Heartbeat", response,
+                    [&](auto* r) { return HeartbeatNow(context, request, r); });
+}
+
+grpc::Status SchedulerService::Finish(grpc::ServerContext* context, const v1::FinishRequest* request,
+                                 v1::FinishResponse* response) {
+  return WithFaults(options_.faults, context, "Finish", response,
+                    [&](auto* r) { return FinishNow(context, request, r); });
+}
+
 bool SchedulerService::ViewReady() const {
   return Registered(server_ids_) == options_.num_servers && Registered(worker_ids_) == options_.num_workers;
 }
 
-grpc::Status SchedulerService::GetClusterView(grpc::ServerContext* context,
+grpc::Status SchedulerService::GetClusterViewNow(grpc::ServerContext* context,
                                               const v1::ClusterViewRequest* request,
                                               v1::ClusterView* response) {
   if (auto s = CheckToken(*context, options_.token); !s.ok()) return s;
@@ -130,7 +160,7 @@ grpc::Status SchedulerService::GetClusterView(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerService::Barrier(grpc::ServerContext* context,
+grpc::Status SchedulerService::BarrierNow(grpc::ServerContext* context,
                                        const v1::BarrierRequest* request,
                                        v1::BarrierResponse* response) {
   if (auto s = CheckToken(*context, options_.token); !s.ok()) return s;
@@ -165,7 +195,7 @@ std::vector<std::string> SchedulerService::DeadNodes() const {
   return dead;
 }
 
-grpc::Status SchedulerService::Heartbeat(grpc::ServerContext* context,
+grpc::Status SchedulerService::HeartbeatNow(grpc::ServerContext* context,
                                          const v1::HeartbeatRequest* request,
                                          v1::HeartbeatResponse* response) {
   if (auto s = CheckToken(*context, options_.token); !s.ok()) return s;
@@ -185,7 +215,7 @@ grpc::Status SchedulerService::Heartbeat(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerService::Finish(grpc::ServerContext* context, const v1::FinishRequest* request,
+grpc::Status SchedulerService::FinishNow(grpc::ServerContext* context, const v1::FinishRequest* request,
                                       v1::FinishResponse* response) {
   if (auto s = CheckToken(*context, options_.token); !s.ok()) return s;
   if (request->rank() < 0 || request->rank() >= options_.num_workers) {

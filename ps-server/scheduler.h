@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fault_injector.h"
 #include "common/metrics.h"
 #include "kubeps.grpc.pb.h"
 
@@ -30,6 +31,7 @@ struct SchedulerOptions {
   int num_workers = 1;
   int dead_after_ms = 5000;
   std::string token;
+  FaultInjector* faults = nullptr;  // KUBEPS_FAULTS; null = none
 };
 
 class SchedulerService final : public v1::Scheduler::Service {
@@ -61,6 +63,12 @@ class SchedulerService final : public v1::Scheduler::Service {
     v1::NodeInfo info;
     Clock::time_point last_seen;
   };
+  // The handlers proper; the overrides above run them through the faults.
+  grpc::Status RegisterNow(grpc::ServerContext* context, const v1::RegisterRequest* request, v1::RegisterResponse* response);
+  grpc::Status GetClusterViewNow(grpc::ServerContext* context, const v1::ClusterViewRequest* request, v1::ClusterView* response);
+  grpc::Status BarrierNow(grpc::ServerContext* context, const v1::BarrierRequest* request, v1::BarrierResponse* response);
+  grpc::Status HeartbeatNow(grpc::ServerContext* context, const v1::HeartbeatRequest* request, v1::HeartbeatResponse* response);
+  grpc::Status FinishNow(grpc::ServerContext* context, const v1::FinishRequest* request, v1::FinishResponse* response);
   bool ViewReady() const;  // requires mutex_
   std::vector<std::string> DeadNodes() const;  // requires mutex_
 

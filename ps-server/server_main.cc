@@ -8,6 +8,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/fault_injector.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/node_config.h"
@@ -21,6 +22,7 @@ namespace kubeps {
 namespace {
 
 volatile std::sig_atomic_t g_stop = 0;
+constexpr std::chrono::seconds kSchedulerLostAfter(60);
 void OnSignal(int) { g_stop = 1; }
 
 std::unique_ptr<grpc::Server> StartGrpc(const NodeConfig& config, grpc::Service* service,
@@ -41,8 +43,9 @@ Status LoadJob(const NodeConfig& config, api::TrainingJob* job) {
   return Status::Ok();
 }
 
-int RunScheduler(const NodeConfig& config, MetricsServer* metrics) {
+int RunScheduler(const NodeConfig& config, MetricsServer* metrics, FaultInjector* faults) {
   SchedulerOptions options;
+  options.faults = faults;
   options.num_servers = config.num_servers;
   options.num_workers = config.num_workers;
   options.token = config.token;
@@ -92,6 +95,7 @@ Status RegisterAndHeartbeat(const NodeConfig& config, const std::string& address
   KLOG_INFO << "registered as server " << response.rank() << " at " << address;
 
   ResendCaller caller(policy, config.token, metrics);
+  auto last_answer = std::chrono::steady_clock::now();
   while (!g_stop) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     v1::HeartbeatRequest beat;
@@ -100,7 +104,16 @@ Status RegisterAndHeartbeat(const NodeConfig& config, const std::string& address
     v1::HeartbeatResponse answer;
     s = caller.Call("scheduler " + config.scheduler_address, "Heartbeat",
                     [&](grpc::ClientContext& c) { return stub->Heartbeat(&c, beat, &answer); });
-    if (!s.ok()) return s;
+    if (!s.ok()) {
+      // A missed heartbeat is not fatal; a scheduler gone for long is: the
+      // job was deleted or lost, and nobody will ever tell us to stop.
+      if (std::chrono::steady_clock::now() - last_answer > kSchedulerLostAfter) {
+        return Status::Error("no answer from the scheduler for " +
+                             std::to_string(kSchedulerLostAfter.count()) + " s: " + s.message());
+      }
+      continue;
+    }
+    last_answer = std::chrono::steady_clock::now();
     if (answer.shutdown()) {
       KLOG_INFO << "the job is over; server exits";
       return Status::Ok();
@@ -109,7 +122,7 @@ Status RegisterAndHeartbeat(const NodeConfig& config, const std::string& address
   return Status::Ok();
 }
 
-int RunServer(const NodeConfig& config, MetricsServer* metrics) {
+int RunServer(const NodeConfig& config, MetricsServer* metrics, FaultInjector* faults) {
   api::TrainingJob job;
   if (Status s = LoadJob(config, &job); !s.ok()) {
     KLOG_ERROR << s.message();
@@ -128,7 +141,7 @@ int RunServer(const NodeConfig& config, MetricsServer* metrics) {
     return 2;
   }
   Shard shard(options, std::move(optimizer), metrics);
-  ParameterServerService service(&shard, config.token);
+  ParameterServerService service(&shard, config.token, faults);
   int port = 0;
   auto server = StartGrpc(config, &service, &port);
   if (!server || port == 0) {
@@ -174,6 +187,11 @@ int main(int argc, char** argv) {
     KLOG_ERROR << s.message();
     return 1;
   }
-  return config.role == "scheduler" ? RunScheduler(config, metrics.get())
-                                    : RunServer(config, metrics.get());
+  std::unique_ptr<FaultInjector> faults;
+  if (Status s = FaultInjector::FromEnvironment(metrics.get(), &faults); !s.ok()) {
+    KLOG_ERROR << s.message();
+    return 2;
+  }
+  return config.role == "scheduler" ? RunScheduler(config, metrics.get(), faults.get())
+                                    : RunServer(config, metrics.get(), faults.get());
 }

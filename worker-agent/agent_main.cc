@@ -7,6 +7,7 @@
 // accuracy. KUBEPS_DUMP_PARAMS=FILE makes rank 0 write the final parameters
 // (raw float32, key order) for exactness tests; KUBEPS_MAX_STEPS=N stops
 // after N steps (smoke runs and tests).
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -58,6 +59,9 @@ Status ConnectToJob(const NodeConfig& config, const api::TrainingJob& job, Metri
   options.token = config.token;
   options.metrics_address = config.pod_ip + ":" + std::to_string(metrics->port());
   options.resend = ResendPolicy{config.resend_timeout_ms, config.max_resends};
+  // A long poll that is lost costs its wait plus the timeout: keep the wait
+  // no longer than the timeout.
+  options.pull_wait_ms = std::min(options.pull_wait_ms, config.resend_timeout_ms);
   options.placement.big_array_bound = static_cast<uint64_t>(job.spec.big_array_bound);
   options.metrics = metrics;
   return KVWorker::Start(options, kv);

@@ -67,7 +67,7 @@ class Job {
       std::string error;
       auto optimizer = MakeOptimizer(shard_options.optimizer, &error);
       shards_.push_back(std::make_unique<Shard>(shard_options, std::move(optimizer), &NullMetrics()));
-      services_.push_back(std::make_unique<ParameterServerService>(shards_.back().get(), kToken));
+      services_.push_back(std::make_unique<ParameterServerService>(shards_.back().get(), kToken, nullptr));
       int port = 0;
       shard_servers_.push_back(Serve(services_.back().get(), &port));
       shard_ports_.push_back(port);
@@ -346,7 +346,7 @@ TEST(ResendCallerTest, NonRetryableErrorIsNotResent) {
   options.num_workers = 1;
   std::string error;
   Shard shard(options, MakeOptimizer(options.optimizer, &error), &NullMetrics());
-  ParameterServerService service(&shard, kToken);
+  ParameterServerService service(&shard, kToken, nullptr);
   int port = 0;
   auto server = Serve(&service, &port);
   ASSERT_NE(server, nullptr);

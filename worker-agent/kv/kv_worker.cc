@@ -112,6 +112,10 @@ Status KVWorker::AwaitClusterView() {
                             options_.pull_wait_ms);
     if (!s.ok()) return s;
     if (view.ready()) {
+      if (view.servers_size() != view.num_servers() || view.num_servers() < 1) {
+        return Status::Error("the scheduler sent a cluster view with " + std::to_string(view.servers_size()) +
+                             " servers for a job of " + std::to_string(view.num_servers()));
+      }
       num_workers_ = view.num_workers();
       for (const auto& server : view.servers()) {
         server_addresses_.push_back(server.address());
