@@ -15,7 +15,7 @@ std::map<std::string, std::string> CollectSettings(int argc, char** argv) {
   for (const char* name : {env::kRole, env::kJobName, env::kJob, env::kNodeId, env::kSchedulerAddr,
                            env::kPodIp, env::kPort, env::kMetricsPort, env::kNumServers,
                            env::kNumWorkers, env::kResendTimeoutMs, env::kMaxResends,
-                           env::kTokenFile, env::kRunDir, env::kBlasThreads}) {
+                           env::kTokenFile, env::kRunDir, env::kBlasThreads, env::kCheckpointDir}) {
     if (const char* value = std::getenv(name)) settings[name] = value;
   }
   // --scheduler_addr=x overrides KUBEPS_SCHEDULER_ADDR, and so on.
@@ -62,6 +62,7 @@ Status LoadNodeConfig(int argc, char** argv, NodeConfig* config) {
   config->scheduler_address = Get(settings, env::kSchedulerAddr, config->scheduler_address);
   config->pod_ip = Get(settings, env::kPodIp, config->pod_ip);
   config->run_dir = Get(settings, env::kRunDir, config->run_dir);
+  config->checkpoint_dir = Get(settings, env::kCheckpointDir, config->checkpoint_dir);
   for (auto [name, min, field] :
        {std::tuple{env::kPort, 0, &config->port}, {env::kMetricsPort, 0, &config->metrics_port},
         {env::kNumServers, 1, &config->num_servers}, {env::kNumWorkers, 1, &config->num_workers},

@@ -30,6 +30,7 @@ inline constexpr const char* kMaxResends = "KUBEPS_MAX_RESENDS";
 inline constexpr const char* kTokenFile = "KUBEPS_TOKEN_FILE";
 inline constexpr const char* kRunDir = "KUBEPS_RUN_DIR";             // local runner: where ports are published
 inline constexpr const char* kBlasThreads = "KUBEPS_BLAS_THREADS";
+inline constexpr const char* kCheckpointDir = "KUBEPS_CHECKPOINT_DIR";  // servers: <dir>/<node id>/
 }  // namespace env
 
 struct NodeConfig {
@@ -48,6 +49,7 @@ struct NodeConfig {
   std::string token;   // read from the token file; empty = no check
   std::string run_dir;
   int blas_threads = 1;
+  std::string checkpoint_dir;
 };
 
 // Reads the variables above. Command-line overrides (--name=value, same

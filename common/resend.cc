@@ -12,7 +12,6 @@ bool IsRetryable(const grpc::Status& status) {
     case grpc::StatusCode::DEADLINE_EXCEEDED:
     case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::RESOURCE_EXHAUSTED:
-    case grpc::StatusCode::ABORTED:
     case grpc::StatusCode::CANCELLED:
       return true;
     default:
@@ -24,7 +23,7 @@ ResendCaller::ResendCaller(ResendPolicy policy, std::string token, MetricsServer
     : policy_(policy), token_(std::move(token)), metrics_(metrics ? metrics : &NullMetrics()) {}
 
 Status ResendCaller::Call(const std::string& peer, const char* rpc, const Attempt& attempt,
-                          int long_poll_ms) const {
+                          int long_poll_ms, const std::function<bool()>& abandon) const {
   thread_local std::mt19937 jitter(std::random_device{}());
   grpc::Status last;
   const int tries = policy_.max_resends + 1;
@@ -32,6 +31,10 @@ Status ResendCaller::Call(const std::string& peer, const char* rpc, const Attemp
   for (int i = 0; i < tries; ++i) {
     ++made;
     if (i > 0) {
+      if (abandon && abandon()) {
+        return Status::Error("rpc " + std::string(rpc) + " to " + peer + " abandoned after " +
+                             std::to_string(made - 1) + " tries: " + last.error_message());
+      }
       metrics_->Counter("kubeps_rpc_resends_total", "Requests sent again after a timeout or a broken channel",
                         {{"rpc", rpc}, {"peer", peer}}).Increment();
       int cap = std::min(policy_.backoff_cap_ms, policy_.backoff_base_ms << std::min(i - 1, 16));

@@ -36,8 +36,10 @@ class ResendCaller {
 
   // `long_poll_ms` extends each attempt's deadline for calls that wait on
   // the server side (pull, barrier, cluster view).
+  // `abandon`, when given, is asked before every resend: true gives up at
+  // once (the caller knows the answer no longer matters).
   Status Call(const std::string& peer, const char* rpc, const Attempt& attempt,
-              int long_poll_ms = 0) const;
+              int long_poll_ms = 0, const std::function<bool()>& abandon = nullptr) const;
 
   const ResendPolicy& policy() const { return policy_; }
 
@@ -48,7 +50,8 @@ class ResendCaller {
 };
 
 // True for the failures a resend can cure: a passed deadline, a broken or
-// not yet open channel, an overloaded peer.
+// not yet open channel, an overloaded peer. Not ABORTED: a shard answers
+// that when the job has rolled back, and resending cannot change it.
 bool IsRetryable(const grpc::Status& status);
 
 // Server side: UNAUTHENTICATED unless the request carries the job's token.

@@ -42,4 +42,27 @@ size_t DedupTable::TrackedRequests() const {
   return total;
 }
 
+void DedupTable::Save(v1::ShardCheckpoint* checkpoint) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [node_id, sender] : senders_) {
+    auto* saved = checkpoint->add_senders();
+    saved->set_node_id(node_id);
+    saved->set_incarnation(sender.incarnation);
+    saved->set_floor(sender.floor);
+    for (uint64_t seq : sender.applied) saved->add_applied(seq);
+  }
+}
+
+void DedupTable::Restore(const v1::ShardCheckpoint& checkpoint) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  senders_.clear();
+  for (const auto& saved : checkpoint.senders()) {
+    Sender& sender = senders_[saved.node_id()];
+    sender.incarnation = saved.incarnation();
+    sender.floor = saved.floor();
+    sender.applied.insert(saved.applied().begin(), saved.applied().end());
+  }
+  done_.notify_all();
+}
+
 }  // namespace kubeps

@@ -31,6 +31,11 @@ class DedupTable {
 
   size_t TrackedRequests() const;  // for tests: proves the table stays bounded
 
+  // The settled requests, for a shard checkpoint; in-flight ones are not
+  // settled and are left out.
+  void Save(v1::ShardCheckpoint* checkpoint) const;
+  void Restore(const v1::ShardCheckpoint& checkpoint);
+
  private:
   struct Sender {
     uint64_t incarnation = 0;

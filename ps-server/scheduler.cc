@@ -88,6 +88,7 @@ grpc::Status SchedulerService::RegisterNow(grpc::ServerContext* context,
     if (existing->second.info.incarnation() != node.incarnation()) {
       KLOG_INFO << RoleName(node.role()) << " " << rank << " (" << node.node_id()
                 << ") re-registered after a restart; it keeps rank " << rank;
+      if (node.role() == v1::SERVER && options_.sync && started_) StartRecovery(node);
     }
   } else {
     if (Registered(*ids) >= expected) {
@@ -104,6 +105,7 @@ grpc::Status SchedulerService::RegisterNow(grpc::ServerContext* context,
   member.last_seen = Clock::now();
   ++epoch_;
   registered_.Set(static_cast<double>(Registered(server_ids_) + Registered(worker_ids_)));
+  if (ViewReady()) started_ = true;
   response->set_rank(rank);
   changed_.notify_all();
   return grpc::Status::OK;
@@ -137,6 +139,14 @@ grpc::Status SchedulerService::Finish(grpc::ServerContext* context, const v1::Fi
                                  v1::FinishResponse* response) {
   return WithFaults(options_.faults, context, "Finish", response,
                     [&](auto* r) { return FinishNow(context, request, r); });
+}
+
+void SchedulerService::StartRecovery(const v1::NodeInfo& server) {
+  ++generation_;
+  restore_step_ = server.checkpoint_step() < 0 ? 0 : static_cast<uint64_t>(server.checkpoint_step());
+  restored_.clear();
+  KLOG_INFO << "recovery: generation " << generation_ << " rolls every shard and worker back to step "
+            << restore_step_ << ", the checkpoint " << server.node_id() << " restarted from";
 }
 
 bool SchedulerService::ViewReady() const {
@@ -204,6 +214,14 @@ grpc::Status SchedulerService::HeartbeatNow(grpc::ServerContext* context,
   if (it != members_.end() && it->second.info.incarnation() == request->incarnation()) {
     it->second.last_seen = Clock::now();
   }
+  if (it != members_.end() && it->second.info.role() == v1::SERVER &&
+      request->restored_generation() == generation_) {
+    restored_.insert(request->node_id());
+  }
+  response->set_generation(generation_);
+  response->set_restore_step(restore_step_);
+  response->set_generation_ready(generation_ == 0 ||
+                                 static_cast<int>(restored_.size()) == options_.num_servers);
   for (auto& id : DeadNodes()) response->add_dead_nodes(id);
   const bool shutdown = static_cast<int>(finished_workers_.size()) == options_.num_workers;
   response->set_shutdown(shutdown);

@@ -9,6 +9,12 @@
 //    replaying its steps).
 //  - Heartbeat: reports nodes silent for longer than dead_after_ms, and
 //    tells everyone to shut down once every worker has finished.
+//  - Recovery (sync jobs): when a shard re-registers after a restart, having
+//    loaded its checkpoint of step S, the scheduler opens a new generation
+//    with restore step S. Every shard restores its checkpoint of S and says
+//    so in its heartbeats; once all have, the generation is ready and the
+//    workers, which learn of it from their heartbeats, resume from step S.
+//    The job ends up exactly where a run without the crash would have.
 #ifndef KUBEPS_PS_SERVER_SCHEDULER_H_
 #define KUBEPS_PS_SERVER_SCHEDULER_H_
 
@@ -30,6 +36,7 @@ struct SchedulerOptions {
   int num_servers = 1;
   int num_workers = 1;
   int dead_after_ms = 5000;
+  bool sync = true;  // sync jobs roll back every node when a shard restarts
   std::string token;
   FaultInjector* faults = nullptr;  // KUBEPS_FAULTS; null = none
 };
@@ -70,6 +77,7 @@ class SchedulerService final : public v1::Scheduler::Service {
   grpc::Status HeartbeatNow(grpc::ServerContext* context, const v1::HeartbeatRequest* request, v1::HeartbeatResponse* response);
   grpc::Status FinishNow(grpc::ServerContext* context, const v1::FinishRequest* request, v1::FinishResponse* response);
   bool ViewReady() const;  // requires mutex_
+  void StartRecovery(const v1::NodeInfo& server);  // requires mutex_
   std::vector<std::string> DeadNodes() const;  // requires mutex_
 
   const SchedulerOptions options_;
@@ -81,6 +89,10 @@ class SchedulerService final : public v1::Scheduler::Service {
   std::set<std::string> released_barriers_;
   std::set<int> finished_workers_;
   std::set<std::string> told_to_stop_;  // servers that got shutdown = true
+  uint64_t generation_ = 0;
+  uint64_t restore_step_ = 0;
+  std::set<std::string> restored_;      // servers that restored generation_
+  bool started_ = false;                // every node registered once
   uint64_t epoch_ = 0;
   prometheus::Gauge& registered_;
 };

@@ -23,6 +23,7 @@ namespace {
 
 volatile std::sig_atomic_t g_stop = 0;
 constexpr std::chrono::seconds kSchedulerLostAfter(60);
+constexpr std::chrono::milliseconds kHeartbeatInterval(250);
 void OnSignal(int) { g_stop = 1; }
 
 std::unique_ptr<grpc::Server> StartGrpc(const NodeConfig& config, grpc::Service* service,
@@ -44,8 +45,14 @@ Status LoadJob(const NodeConfig& config, api::TrainingJob* job) {
 }
 
 int RunScheduler(const NodeConfig& config, MetricsServer* metrics, FaultInjector* faults) {
+  api::TrainingJob job;
+  if (Status s = LoadJob(config, &job); !s.ok()) {
+    KLOG_ERROR << s.message();
+    return 2;
+  }
   SchedulerOptions options;
   options.faults = faults;
+  options.sync = job.spec.mode == api::SyncMode::kSync;
   options.num_servers = config.num_servers;
   options.num_workers = config.num_workers;
   options.token = config.token;
@@ -73,9 +80,11 @@ int RunScheduler(const NodeConfig& config, MetricsServer* metrics, FaultInjector
 }
 
 // Registers the shard with the scheduler, then heartbeats until the
-// scheduler says the job is over.
+// scheduler says the job is over, restoring a checkpoint whenever the
+// scheduler opens a new recovery generation.
 Status RegisterAndHeartbeat(const NodeConfig& config, const std::string& address,
-                            MetricsServer* metrics, uint64_t incarnation) {
+                            MetricsServer* metrics, uint64_t incarnation, Shard* shard,
+                            int64_t checkpoint_step) {
   auto stub = v1::Scheduler::NewStub(OpenChannel(config.scheduler_address));
   ResendPolicy policy{config.resend_timeout_ms, config.max_resends};
   // Registration waits for a scheduler that is not up yet: many tries.
@@ -87,6 +96,7 @@ Status RegisterAndHeartbeat(const NodeConfig& config, const std::string& address
   node->set_address(address);
   node->set_incarnation(incarnation);
   node->set_metrics_address(config.pod_ip + ":" + std::to_string(metrics->port()));
+  node->set_checkpoint_step(checkpoint_step);
   v1::RegisterResponse response;
   Status s = startup.Call("scheduler " + config.scheduler_address, "Register",
                           [&](grpc::ClientContext& c) { return stub->Register(&c, request, &response); });
@@ -97,10 +107,11 @@ Status RegisterAndHeartbeat(const NodeConfig& config, const std::string& address
   ResendCaller caller(policy, config.token, metrics);
   auto last_answer = std::chrono::steady_clock::now();
   while (!g_stop) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    std::this_thread::sleep_for(kHeartbeatInterval);
     v1::HeartbeatRequest beat;
     beat.set_node_id(config.node_id);
     beat.set_incarnation(incarnation);
+    beat.set_restored_generation(shard->generation());
     v1::HeartbeatResponse answer;
     s = caller.Call("scheduler " + config.scheduler_address, "Heartbeat",
                     [&](grpc::ClientContext& c) { return stub->Heartbeat(&c, beat, &answer); });
@@ -114,6 +125,13 @@ Status RegisterAndHeartbeat(const NodeConfig& config, const std::string& address
       continue;
     }
     last_answer = std::chrono::steady_clock::now();
+    if (answer.generation() > shard->generation()) {
+      if (Status r = shard->RestoreCheckpoint(answer.restore_step(), answer.generation()); !r.ok()) {
+        return Status::Error("recovery to step " + std::to_string(answer.restore_step()) + " failed: " +
+                             r.message());
+      }
+      continue;  // report the restore at once
+    }
     if (answer.shutdown()) {
       KLOG_INFO << "the job is over; server exits";
       return Status::Ok();
@@ -140,7 +158,12 @@ int RunServer(const NodeConfig& config, MetricsServer* metrics, FaultInjector* f
     KLOG_ERROR << error;
     return 2;
   }
+  if (!config.checkpoint_dir.empty()) {
+    options.checkpoint_dir = config.checkpoint_dir + "/" + config.node_id;
+    options.checkpoint_interval = static_cast<uint64_t>(job.spec.checkpoint_interval_steps);
+  }
   Shard shard(options, std::move(optimizer), metrics);
+  const int64_t checkpoint_step = shard.LoadLatestCheckpoint();
   ParameterServerService service(&shard, config.token, faults);
   int port = 0;
   auto server = StartGrpc(config, &service, &port);
@@ -151,7 +174,7 @@ int RunServer(const NodeConfig& config, MetricsServer* metrics, FaultInjector* f
   PublishPorts(config, port, metrics->port());
   const uint64_t incarnation = std::chrono::system_clock::now().time_since_epoch().count();
   Status s = RegisterAndHeartbeat(config, config.pod_ip + ":" + std::to_string(port), metrics,
-                                  incarnation);
+                                  incarnation, &shard, checkpoint_step);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   if (!s.ok()) {
     KLOG_ERROR << s.message();

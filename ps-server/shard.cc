@@ -1,7 +1,10 @@
 #include "ps-server/shard.h"
 
 #include <chrono>
+#include <algorithm>
 #include <cstring>
+
+#include "common/logging.h"
 
 namespace kubeps {
 namespace {
@@ -28,7 +31,129 @@ Shard::Shard(const ShardOptions& options, std::unique_ptr<Optimizer> optimizer,
       push_bytes_(metrics->Counter("kubeps_server_push_bytes_total", "Gradient bytes received")),
       pull_bytes_(metrics->Counter("kubeps_server_pull_bytes_total", "Parameter bytes sent")),
       duplicates_(metrics->Counter("kubeps_server_duplicates_suppressed_total",
-                                   "Resent requests answered without being applied again")) {}
+                                   "Resent requests answered without being applied again")),
+      checkpoints_written_(metrics->Counter("kubeps_server_checkpoints_total", "Checkpoints written")) {
+  if (!options_.checkpoint_dir.empty()) {
+    Status s = CheckpointStore::Open(options_.checkpoint_dir, &checkpoints_);
+    if (!s.ok()) KLOG_ERROR << s.message() << "; this shard will not checkpoint";
+  }
+}
+
+grpc::Status Shard::CheckGeneration(uint64_t generation) const {
+  if (awaiting_recovery_) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "this shard restarted from a checkpoint and waits for the job to roll back");
+  }
+  if (generation < generation_) {
+    return grpc::Status(grpc::StatusCode::ABORTED,
+                        "the job rolled back (generation " + std::to_string(generation_) + ")");
+  }
+  if (generation > generation_) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "this shard is still restoring generation " + std::to_string(generation));
+  }
+  return grpc::Status::OK;
+}
+
+uint64_t Shard::generation() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return generation_;
+}
+
+bool Shard::CheckpointDue(uint64_t* step) const {
+  if (!checkpoints_ || parts_.empty()) return false;
+  const uint64_t interval = std::max<uint64_t>(1, options_.checkpoint_interval);
+  if (!options_.sync) {
+    *step = applied_pushes_;
+    return applied_pushes_ % interval == 0 && static_cast<int64_t>(applied_pushes_) != last_checkpoint_;
+  }
+  // Sync: a worker pushes step S only after pulling version S from every
+  // part of every shard, so here all parts are at one version S.
+  uint64_t version = UINT64_MAX;
+  for (const auto& [key, part] : parts_) version = std::min(version, part.version);
+  *step = version;
+  return version % interval == 0 && static_cast<int64_t>(version) != last_checkpoint_;
+}
+
+v1::ShardCheckpoint Shard::Snapshot(uint64_t step) const {
+  v1::ShardCheckpoint checkpoint;
+  checkpoint.set_step(step);
+  auto bytes = [](const std::vector<float>& v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  };
+  for (const auto& [key, part] : parts_) {
+    auto* saved = checkpoint.add_parts();
+    saved->set_key(key.first);
+    saved->set_offset(key.second);
+    saved->set_version(part.version);
+    saved->set_value(bytes(part.value));
+    saved->set_slot1(bytes(part.state.slot1));
+    saved->set_slot2(bytes(part.state.slot2));
+    saved->set_optimizer_steps(part.state.steps);
+  }
+  dedup_.Save(&checkpoint);
+  return checkpoint;
+}
+
+void Shard::Install(const v1::ShardCheckpoint& checkpoint) {
+  auto floats = [](const std::string& b) {
+    const float* f = reinterpret_cast<const float*>(b.data());
+    return std::vector<float>(f, f + b.size() / sizeof(float));
+  };
+  parts_.clear();
+  for (const auto& saved : checkpoint.parts()) {
+    Part& part = parts_[{saved.key(), saved.offset()}];
+    part.value = floats(saved.value());
+    part.state.slot1 = floats(saved.slot1());
+    part.state.slot2 = floats(saved.slot2());
+    part.state.steps = saved.optimizer_steps();
+    part.version = saved.version();
+    if (options_.sync) part.contributions.resize(options_.num_workers);
+  }
+  dedup_.Restore(checkpoint);
+  last_checkpoint_ = static_cast<int64_t>(checkpoint.step());
+  applied_pushes_ = options_.sync ? 0 : checkpoint.step();
+}
+
+void Shard::WriteCheckpoint(const v1::ShardCheckpoint& checkpoint) {
+  std::lock_guard<std::mutex> lock(write_mutex_);
+  Status s = checkpoints_->Write(checkpoint);
+  if (!s.ok()) {
+    KLOG_ERROR << "checkpoint of step " << checkpoint.step() << " failed: " << s.message();
+    return;
+  }
+  checkpoints_written_.Increment();
+}
+
+int64_t Shard::LoadLatestCheckpoint() {
+  if (!checkpoints_) return -1;
+  v1::ShardCheckpoint checkpoint;
+  bool found = false;
+  std::string skipped;
+  checkpoints_->ReadLatest(&checkpoint, &found, &skipped);
+  if (!skipped.empty()) KLOG_ERROR << "skipped unreadable checkpoints: " << skipped;
+  if (!found) return -1;
+  std::lock_guard<std::mutex> lock(mutex_);
+  Install(checkpoint);
+  awaiting_recovery_ = options_.sync;
+  KLOG_INFO << "loaded checkpoint of step " << checkpoint.step() << " from " << checkpoints_->dir();
+  return static_cast<int64_t>(checkpoint.step());
+}
+
+Status Shard::RestoreCheckpoint(uint64_t step, uint64_t generation) {
+  if (!checkpoints_) return Status::Error("cannot roll back: this shard keeps no checkpoints");
+  v1::ShardCheckpoint checkpoint;
+  if (Status s = checkpoints_->Read(step, &checkpoint); !s.ok()) return s;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Install(checkpoint);
+    generation_ = generation;
+    awaiting_recovery_ = false;
+  }
+  advanced_.notify_all();
+  KLOG_INFO << "rolled back to the checkpoint of step " << step << " (generation " << generation << ")";
+  return Status::Ok();
+}
 
 grpc::Status Shard::CheckParts(const google::protobuf::RepeatedPtrField<v1::PartRef>& parts,
                                size_t data_bytes, bool must_exist) const {
@@ -112,10 +237,17 @@ grpc::Status Shard::Push(const v1::PushRequest& request, v1::PushResponse* respo
     return Invalid("worker_rank " + std::to_string(request.worker_rank()) + " outside [0, " +
                    std::to_string(options_.num_workers) + ")");
   }
+  std::unique_ptr<v1::ShardCheckpoint> due;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (grpc::Status g = CheckGeneration(request.generation()); !g.ok()) return g;
     grpc::Status valid = CheckParts(request.parts(), request.data().size(), true);
     if (!valid.ok()) return valid;
+    uint64_t checkpoint_step = 0;
+    if (options_.sync && CheckpointDue(&checkpoint_step)) {
+      due = std::make_unique<v1::ShardCheckpoint>(Snapshot(checkpoint_step));
+      last_checkpoint_ = static_cast<int64_t>(checkpoint_step);
+    }
     if (options_.sync) {
       for (const auto& ref : request.parts()) {
         const Part& part = parts_.at({ref.key(), ref.offset()});
@@ -133,13 +265,25 @@ grpc::Status Shard::Push(const v1::PushRequest& request, v1::PushResponse* respo
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // A restore may have happened since the checks above.
+    if (grpc::Status g = CheckGeneration(request.generation()); !g.ok()) {
+      dedup_.Done(request.id());
+      return g;
+    }
     const float* data = reinterpret_cast<const float*>(request.data().data());
     for (const auto& ref : request.parts()) {
       Accumulate(parts_.at({ref.key(), ref.offset()}), request.worker_rank(), request.step(), data);
       data += ref.length();
     }
+    ++applied_pushes_;
+    uint64_t checkpoint_step = 0;
+    if (!options_.sync && CheckpointDue(&checkpoint_step)) {
+      due = std::make_unique<v1::ShardCheckpoint>(Snapshot(checkpoint_step));
+      last_checkpoint_ = static_cast<int64_t>(checkpoint_step);
+    }
   }
   dedup_.Done(request.id());
+  if (due) WriteCheckpoint(*due);
   advanced_.notify_all();
   pushes_.Increment();
   push_bytes_.Increment(static_cast<double>(request.data().size()));
@@ -150,7 +294,9 @@ grpc::Status Shard::Pull(const v1::PullRequest& request, v1::PullResponse* respo
   grpc::Status valid = CheckParts(request.parts(), SIZE_MAX, false);
   if (!valid.ok()) return valid;
   std::unique_lock<std::mutex> lock(mutex_);
+  if (grpc::Status g = CheckGeneration(request.generation()); !g.ok()) return g;
   auto ready = [&] {
+    if (request.generation() != generation_) return true;  // rolled back while waiting
     for (const auto& ref : request.parts()) {
       auto it = parts_.find({ref.key(), ref.offset()});
       if (it == parts_.end() || it->second.version < request.min_version()) return false;
@@ -162,6 +308,7 @@ grpc::Status Shard::Pull(const v1::PullRequest& request, v1::PullResponse* respo
     response->set_ready(false);
     return grpc::Status::OK;
   }
+  if (grpc::Status g = CheckGeneration(request.generation()); !g.ok()) return g;
   grpc::Status exists = CheckParts(request.parts(), SIZE_MAX, true);
   if (!exists.ok()) return exists;
   uint64_t total = 0;

@@ -20,6 +20,7 @@
 
 #include "common/optimizer.h"
 #include "kubeps.pb.h"
+#include "ps-server/checkpoint_store.h"
 #include "ps-server/dedup_table.h"
 
 namespace kubeps {
@@ -28,6 +29,8 @@ struct ShardOptions {
   bool sync = true;
   int num_workers = 1;
   OptimizerConfig optimizer;
+  std::string checkpoint_dir;       // "" = no checkpoints
+  uint64_t checkpoint_interval = 100;  // sync: steps; async: applied pushes
 };
 
 class Shard {
@@ -38,6 +41,13 @@ class Shard {
   grpc::Status Init(const v1::InitRequest& request, v1::InitResponse* response);
   grpc::Status Push(const v1::PushRequest& request, v1::PushResponse* response);
   grpc::Status Pull(const v1::PullRequest& request, v1::PullResponse* response);
+
+  // Loads the newest checkpoint, if any, at start; returns its step or -1.
+  int64_t LoadLatestCheckpoint();
+  // Rollback (sync mode): replaces the state with the checkpoint of `step`
+  // and enters `generation`; requests of older generations are ABORTED.
+  Status RestoreCheckpoint(uint64_t step, uint64_t generation);
+  uint64_t generation() const;
 
   // Current value of a part, for tests and checkpoints; empty if unknown.
   std::vector<float> PartValue(uint32_t key, uint64_t offset) const;
@@ -60,6 +70,13 @@ class Shard {
   grpc::Status CheckParts(const google::protobuf::RepeatedPtrField<v1::PartRef>& parts,
                           size_t data_bytes, bool must_exist) const;
   void Accumulate(Part& part, int worker_rank, uint64_t step, const float* grad);
+  grpc::Status CheckGeneration(uint64_t generation) const;  // requires mutex_
+  // Takes a checkpoint when one is due (requires mutex_); the caller
+  // writes it once the lock is released.
+  bool CheckpointDue(uint64_t* step) const;
+  v1::ShardCheckpoint Snapshot(uint64_t step) const;  // requires mutex_
+  void Install(const v1::ShardCheckpoint& checkpoint);  // requires mutex_
+  void WriteCheckpoint(const v1::ShardCheckpoint& checkpoint);
 
   const ShardOptions options_;
   const std::unique_ptr<Optimizer> optimizer_;
@@ -68,6 +85,14 @@ class Shard {
   mutable std::mutex mutex_;  // guards parts_ and every Part
   std::condition_variable advanced_;
   std::map<PartKey, Part> parts_;
+  uint64_t generation_ = 0;
+  // Sync mode, after a restart from a checkpoint: serve nothing until the
+  // scheduler's recovery tells this shard which step the job resumes from.
+  bool awaiting_recovery_ = false;
+  int64_t last_checkpoint_ = -1;   // step (sync) or push count (async) of the last one
+  uint64_t applied_pushes_ = 0;
+  std::unique_ptr<CheckpointStore> checkpoints_;
+  std::mutex write_mutex_;  // one checkpoint write at a time
 
   prometheus::Counter& pushes_;
   prometheus::Counter& pulls_;
@@ -75,6 +100,7 @@ class Shard {
   prometheus::Counter& push_bytes_;
   prometheus::Counter& pull_bytes_;
   prometheus::Counter& duplicates_;
+  prometheus::Counter& checkpoints_written_;
 };
 
 }  // namespace kubeps

@@ -37,4 +37,12 @@ Status RemoteStore::Update(uint64_t step, trainer::Model& model) {
   return kv_->Wait(kv_->Pull(values_, 0));
 }
 
+Status RemoteStore::Resume(trainer::Model& model, uint64_t* step) {
+  for (;;) {
+    if (Status s = kv_->Recover(step); !s.ok()) return s;
+    Status pulled = kv_->Wait(kv_->Pull(values_, *step));
+    if (!pulled.rolled_back()) return pulled;  // else: rolled back again meanwhile
+  }
+}
+
 }  // namespace kubeps

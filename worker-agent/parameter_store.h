@@ -24,8 +24,14 @@ class ParameterStore {
   // are stored; every worker's model ends up holding them.
   virtual Status Init(trainer::Model& model) = 0;
   // Applies the gradients computed on the parameters of `step` and leaves
-  // the next parameters in the model.
+  // the next parameters in the model. A RolledBack status means the job
+  // went back to an earlier step: call Resume().
   virtual Status Update(uint64_t step, trainer::Model& model) = 0;
+  // After a rollback: waits until the job may go on, loads the parameters
+  // of the step to resume from into the model and returns that step.
+  virtual Status Resume(trainer::Model& model, uint64_t* step) {
+    return Status::Error("this parameter store cannot roll back");
+  }
 };
 
 class LocalStore : public ParameterStore {
@@ -44,6 +50,7 @@ class RemoteStore : public ParameterStore {
   RemoteStore(KVWorker* kv, bool sync) : kv_(kv), sync_(sync) {}
   Status Init(trainer::Model& model) override;
   Status Update(uint64_t step, trainer::Model& model) override;
+  Status Resume(trainer::Model& model, uint64_t* step) override;
 
  private:
   KVWorker* kv_;

@@ -56,32 +56,42 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
 
   uint64_t total_steps = static_cast<uint64_t>(steps_per_epoch) * config.epochs;
   if (config.max_steps > 0) total_steps = std::min(total_steps, config.max_steps);
+  auto& rollbacks = metrics.Counter("kubeps_worker_rollbacks_total",
+                                    "Times the job rolled back to a shard checkpoint", rank);
   const auto start = Clock::now();
   Window window;
   uint64_t step = 0;  // global step = parameter version in sync mode
-  for (int epoch = 0; epoch < config.epochs && step < total_steps; ++epoch) {
-    for (int64_t s = 0; s < steps_per_epoch && step < total_steps; ++s, ++step) {
-      const auto step_start = Clock::now();
-      Status filled = trainer::FillWorkerBatch(train, sampler, epoch, s, config.rank, config.num_workers,
-                                               images.data(), labels.data());
-      if (!filled.ok()) return filled;
-      const float loss = model.ForwardBackward(images.data(), labels.data(), config.local_batch);
-      if (Status updated = store.Update(step, model); !updated.ok()) {
-        return Status::Error("step " + std::to_string(step) + ": " + updated.message());
-      }
-      steps_total.Increment();
-      samples_total.Increment(config.local_batch);
-      loss_gauge.Set(loss);
-      step_seconds.Observe(std::chrono::duration<double>(Clock::now() - step_start).count());
-      ++window.steps;
-      window.loss_sum += loss;
-      const bool last = step + 1 == total_steps;
-      if (last || Clock::now() - window.start >= std::chrono::milliseconds(config.progress_interval_ms)) {
-        PrintProgress(epoch, config.epochs, s, steps_per_epoch, step + 1, window, config.local_batch);
-        result->final_loss = window.loss_sum / window.steps;
-        window = Window{};
-      }
+  while (step < total_steps) {
+    const int epoch = static_cast<int>(step / steps_per_epoch);
+    const int64_t s = static_cast<int64_t>(step % steps_per_epoch);
+    const auto step_start = Clock::now();
+    Status filled = trainer::FillWorkerBatch(train, sampler, epoch, s, config.rank, config.num_workers,
+                                             images.data(), labels.data());
+    if (!filled.ok()) return filled;
+    const float loss = model.ForwardBackward(images.data(), labels.data(), config.local_batch);
+    Status updated = store.Update(step, model);
+    if (updated.rolled_back()) {
+      // A shard restarted from its checkpoint: go back to that step, with
+      // its parameters, and redo the steps since, exactly as before.
+      if (Status resumed = store.Resume(model, &step); !resumed.ok()) return resumed;
+      rollbacks.Increment();
+      PrintLine("rolled back to step " + std::to_string(step) + ": " + updated.message());
+      continue;
     }
+    if (!updated.ok()) return Status::Error("step " + std::to_string(step) + ": " + updated.message());
+    steps_total.Increment();
+    samples_total.Increment(config.local_batch);
+    loss_gauge.Set(loss);
+    step_seconds.Observe(std::chrono::duration<double>(Clock::now() - step_start).count());
+    ++window.steps;
+    window.loss_sum += loss;
+    const bool last = step + 1 == total_steps;
+    if (last || Clock::now() - window.start >= std::chrono::milliseconds(config.progress_interval_ms)) {
+      PrintProgress(epoch, config.epochs, s, steps_per_epoch, step + 1, window, config.local_batch);
+      result->final_loss = window.loss_sum / window.steps;
+      window = Window{};
+    }
+    ++step;
   }
   result->steps = step;
   result->seconds = std::chrono::duration<double>(Clock::now() - start).count();

@@ -94,6 +94,8 @@ nlohmann::json ToJson(const TrainingJob& job) {
       {"maxResends", s.max_resends},
       {"progressIntervalMs", s.progress_interval_ms},
       {"gpusPerWorker", s.gpus_per_worker},
+      {"backend", s.backend},
+      {"checkpoint", {{"path", s.checkpoint_path}, {"intervalSteps", s.checkpoint_interval_steps}}},
       {"runPolicy",
        {{"restartPolicy", ToString(s.run_policy.restart_policy)},
         {"backoffLimit", s.run_policy.backoff_limit}}},

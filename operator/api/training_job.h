@@ -56,6 +56,12 @@ struct TrainingJobSpec {
   int max_resends = 10;
   int progress_interval_ms = 2000;   // how often workers print a progress line
   int gpus_per_worker = 0;
+  std::string backend = "cpu";    // cpu | cuda | auto (cuda when the worker sees a GPU)
+  // Shards write their parameters and optimizer state every
+  // checkpoint_interval_steps steps into checkpoint_path (the local runner
+  // uses its run folder when empty); a restarted shard reloads them.
+  std::string checkpoint_path;
+  int checkpoint_interval_steps = 100;
   ReplicaSpec ps{2, nullptr};
   ReplicaSpec worker{2, nullptr};
   ReplicaSpec scheduler{1, nullptr};  // implicit: always exactly one

@@ -147,6 +147,13 @@ void ReadSpec(const YAML::Node& node, TrainingJobSpec* spec, std::vector<FieldEr
   s.ReadInt("maxResends", &spec->max_resends, 0);
   s.ReadInt("progressIntervalMs", &spec->progress_interval_ms, 100);
   s.ReadInt("gpusPerWorker", &spec->gpus_per_worker, 0);
+  s.ReadEnum("backend", {"cpu", "cuda", "auto"}, &spec->backend);
+  {
+    MapReader checkpoint(s.Get("checkpoint"), "spec.checkpoint", errors);
+    checkpoint.ReadString("path", &spec->checkpoint_path, /*required=*/false);
+    checkpoint.ReadInt("intervalSteps", &spec->checkpoint_interval_steps, 1);
+    checkpoint.Finish();
+  }
   ReadRunPolicy(s.Get("runPolicy"), &spec->run_policy, errors);
   ReadReplicaSpecs(s.Get("replicaSpecs"), spec, errors);
   s.Finish();

@@ -16,6 +16,7 @@ std::map<std::string, std::string> ReplicaEnv(const api::TrainingJob& job, const
       {env::kNumWorkers, std::to_string(job.spec.worker.replicas)},
       {env::kResendTimeoutMs, std::to_string(job.spec.resend_timeout_ms)},
       {env::kMaxResends, std::to_string(job.spec.max_resends)},
+      {env::kCheckpointDir, job.spec.checkpoint_path},
   };
 }
 

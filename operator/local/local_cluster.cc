@@ -37,6 +37,7 @@ Status LocalCluster::Create(const controller::ReplicaLaunch& launch) {
   process.status.phase = ReplicaPhase::kRunning;
   process.status.exit_code = 0;
 
+  ReadPorts(launch.name, process);  // learn the old port before it is forgotten
   process.metrics_port = 0;  // a new process picks a new one
   // A re-created replica binds the port its peers already know.
   auto env = launch.env;

@@ -90,6 +90,7 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
     launch.env[env::kMetricsPort] = "0";
     launch.env[env::kRunDir] = run_dir;
     launch.env[env::kTokenFile] = token_file;
+    if (job.spec.checkpoint_path.empty()) launch.env[env::kCheckpointDir] = run_dir + "/checkpoints";
     launch.env[env::kBlasThreads] = std::to_string(threads);
     launch.env["OMP_NUM_THREADS"] = std::to_string(threads);
     // Idle OpenMP threads must sleep, not spin: they share the cores with

@@ -236,6 +236,8 @@ TEST(ApiTrainingJobTest, ToJsonIsTheCanonicalManifest) {
       "maxResends": 10,
       "progressIntervalMs": 2000,
       "gpusPerWorker": 0,
+      "backend": "cpu",
+      "checkpoint": {"path": "", "intervalSteps": 100},
       "runPolicy": {"restartPolicy": "OnFailure", "backoffLimit": 3},
       "replicaSpecs": {"ps": {"replicas": 2}, "worker": {"replicas": 2}}
     }

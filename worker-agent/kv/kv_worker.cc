@@ -11,6 +11,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// What a shard says when a request belongs to a generation it has left.
+constexpr const char* kRolledBackMarker = "the job rolled back";
+
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -75,6 +78,8 @@ Status KVWorker::Start(const KVOptions& options, std::unique_ptr<KVWorker>* out)
   worker->pull_bytes_ = &m->Counter("kubeps_worker_pull_bytes_total", "Parameter bytes pulled", rank_label);
   // Enough threads for a few requests per shard in flight, plus long polls.
   worker->pool_ = std::make_unique<TaskPool>(std::max(4, 4 * worker->num_servers()));
+  // A worker that (re)joins after a recovery starts in its generation.
+  if (worker->PollHeartbeat().ok()) worker->generation_ = worker->announced_generation_.load();
   worker->heartbeat_ = std::thread([w = worker.get()] { w->HeartbeatLoop(); });
   *out = std::move(worker);
   return Status::Ok();
@@ -131,22 +136,54 @@ Status KVWorker::AwaitClusterView() {
   }
 }
 
-void KVWorker::HeartbeatLoop() {
+Status KVWorker::PollHeartbeat() {
   v1::HeartbeatRequest request;
   request.set_node_id(options_.node_id);
   request.set_incarnation(incarnation_);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(options_.resend.timeout_ms));
+  if (!options_.token.empty()) context.AddMetadata(kTokenMetadataKey, options_.token);
+  v1::HeartbeatResponse response;
+  grpc::Status s = scheduler_->Heartbeat(&context, request, &response);
+  if (!s.ok()) return Status::Error("Heartbeat: " + s.error_message());
+  // Order matters for readers: step and readiness before the generation.
+  announced_step_ = response.restore_step();
+  announced_ready_ = response.generation_ready();
+  announced_generation_ = response.generation();
+  return Status::Ok();
+}
+
+void KVWorker::HeartbeatLoop() {
   while (!stopping_) {
     for (int waited = 0; waited < options_.heartbeat_interval_ms && !stopping_; waited += 50) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::milliseconds(options_.resend.timeout_ms));
-    if (!options_.token.empty()) context.AddMetadata(kTokenMetadataKey, options_.token);
-    v1::HeartbeatResponse response;
-    scheduler_->Heartbeat(&context, request, &response);  // a missed beat is not an error
+    PollHeartbeat();  // a missed beat is not an error
   }
 }
+
+Status KVWorker::Recover(uint64_t* resume_step) {
+  const auto start = Clock::now();
+  for (;;) {
+    if (Status s = PollHeartbeat(); !s.ok() && SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) {
+      return s;
+    }
+    if (announced_ready_ && announced_generation_ >= generation_) {
+      *resume_step = announced_step_;
+      generation_ = announced_generation_.load();
+      KLOG_INFO << "resuming from step " << *resume_step << " (generation " << generation_ << ")";
+      return Status::Ok();
+    }
+    if (SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) {
+      return Status::Error("the job's recovery did not complete within " +
+                           std::to_string(options_.peer_wait_limit_ms) + " ms");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+bool KVWorker::RollbackAnnounced() const { return announced_generation_ > generation_; }
 
 std::string KVWorker::ServerName(int server) const {
   return "server " + std::to_string(server) + " (" + server_addresses_[server] + ")";
@@ -253,6 +290,7 @@ Status KVWorker::PushBatch(const std::vector<const Part*>& batch,
   *request.mutable_id() = NextRequestId();
   request.set_worker_rank(rank_);
   request.set_step(step);
+  request.set_generation(generation_);
   uint64_t elements = 0;
   AddPartRefs(batch, request.mutable_parts(), &elements);
   std::string* data = request.mutable_data();
@@ -266,8 +304,12 @@ Status KVWorker::PushBatch(const std::vector<const Part*>& batch,
   v1::PushResponse response;
   Status s = caller_.Call(ServerName(server), "Push", [&](grpc::ClientContext& c) {
     return servers_[server]->Push(&c, request, &response);
-  });
+  }, 0, [this] { return RollbackAnnounced(); });
   Acknowledge(request.id().seq());
+  if (!s.ok() && (s.message().find(kRolledBackMarker) != std::string::npos || RollbackAnnounced())) {
+    return Status::RolledBack("push of step " + std::to_string(step) + " to " + ServerName(server) +
+                              ": the job rolled back");
+  }
   if (s.ok()) {
     push_latency_->Observe(SecondsSince(start));
     push_bytes_->Increment(static_cast<double>(data->size()));
@@ -283,13 +325,20 @@ Status KVWorker::PullBatch(const std::vector<const Part*>& batch, const std::vec
   AddPartRefs(batch, request.mutable_parts(), &elements);
   request.set_min_version(min_version);
   request.set_wait_ms(options_.pull_wait_ms);
+  request.set_generation(generation_);
   const int server = batch.front()->server;
   auto last_report = start;
   for (;;) {
     v1::PullResponse response;
+    if (RollbackAnnounced()) {
+      return Status::RolledBack("pull from " + ServerName(server) + ": the job rolled back");
+    }
     Status s = caller_.Call(ServerName(server), "Pull", [&](grpc::ClientContext& c) {
       return servers_[server]->Pull(&c, request, &response);
-    }, options_.pull_wait_ms);
+    }, options_.pull_wait_ms, [this] { return RollbackAnnounced(); });
+    if (!s.ok() && (s.message().find(kRolledBackMarker) != std::string::npos || RollbackAnnounced())) {
+      return Status::RolledBack("pull from " + ServerName(server) + ": the job rolled back");
+    }
     if (!s.ok()) return s;
     if (response.ready()) {
       if (response.data().size() != elements * sizeof(float)) {

@@ -82,6 +82,12 @@ class KVWorker {
   // Tells the scheduler this worker is done; the last one ends the job.
   Status Finish();
 
+  // Sync mode recovery. When a shard restarts from its checkpoint, the job
+  // rolls back: pending and new Push/Pull tickets end with a RolledBack
+  // status. Recover() then waits until every shard has restored and returns
+  // the step to resume from; requests made after it use the new generation.
+  Status Recover(uint64_t* resume_step);
+
   const std::vector<Part>& parts() const { return parts_; }
 
  private:
@@ -121,6 +127,14 @@ class KVWorker {
   std::set<uint64_t> unanswered_;  // sequence numbers that may still be resent
   Ticket next_ticket_ = 1;
   std::map<Ticket, std::shared_ptr<Pending>> pending_;
+
+  // Recovery generations, as the scheduler's heartbeats announce them.
+  std::atomic<uint64_t> generation_{0};          // the one requests carry
+  std::atomic<uint64_t> announced_generation_{0};
+  std::atomic<uint64_t> announced_step_{0};
+  std::atomic<bool> announced_ready_{true};
+  Status PollHeartbeat();
+  bool RollbackAnnounced() const;
 
   std::atomic<bool> stopping_{false};
   std::thread heartbeat_;

@@ -1,0 +1,116 @@
+#include "ps-server/checkpoint_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+namespace kubeps {
+namespace fs = std::filesystem;
+
+namespace {
+
+Status WriteFileDurably(const std::string& path, const std::string& data) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Error("cannot create " + path + ": " + std::strerror(errno));
+  size_t written = 0;
+  while (written < data.size()) {
+    ssize_t n = ::write(fd, data.data() + written, data.size() - written);
+    if (n <= 0) {
+      std::string reason = std::strerror(errno);
+      ::close(fd);
+      return Status::Error("cannot write " + path + ": " + reason);
+    }
+    written += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    return Status::Error("cannot flush " + path + ": " + std::strerror(errno));
+  }
+  return Status::Ok();
+}
+
+void SyncFolder(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+Status CheckpointStore::Open(const std::string& dir, std::unique_ptr<CheckpointStore>* out) {
+  std::error_code error;
+  fs::create_directories(dir, error);
+  if (error) return Status::Error("checkpoint folder " + dir + ": " + error.message());
+  out->reset(new CheckpointStore(dir));
+  return Status::Ok();
+}
+
+std::string CheckpointStore::PathOf(uint64_t step) const {
+  char name[48];
+  std::snprintf(name, sizeof name, "/step-%020llu.ckpt", static_cast<unsigned long long>(step));
+  return dir_ + name;
+}
+
+std::vector<uint64_t> CheckpointStore::Steps() const {
+  std::vector<uint64_t> steps;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(dir_, error)) {
+    const std::string name = entry.path().filename().string();
+    unsigned long long step = 0;
+    char tail[8] = {0};
+    if (std::sscanf(name.c_str(), "step-%20llu.%5s", &step, tail) == 2 && std::string(tail) == "ckpt") {
+      steps.push_back(step);
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+Status CheckpointStore::Write(const v1::ShardCheckpoint& checkpoint) {
+  std::string data;
+  if (!checkpoint.SerializeToString(&data)) return Status::Error("cannot serialize checkpoint");
+  const std::string path = PathOf(checkpoint.step());
+  const std::string tmp = path + ".tmp";
+  if (Status s = WriteFileDurably(tmp, data); !s.ok()) return s;
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Status::Error("cannot rename " + tmp + ": " + std::strerror(errno));
+  }
+  SyncFolder(dir_);
+  std::vector<uint64_t> steps = Steps();
+  for (size_t i = 0; i + kKeep < steps.size(); ++i) ::unlink(PathOf(steps[i]).c_str());
+  return Status::Ok();
+}
+
+Status CheckpointStore::Read(uint64_t step, v1::ShardCheckpoint* checkpoint) const {
+  const std::string path = PathOf(step);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::Error("no checkpoint " + path);
+  if (!checkpoint->ParseFromIstream(&in) || checkpoint->step() != step) {
+    return Status::Error("checkpoint " + path + " is damaged");
+  }
+  return Status::Ok();
+}
+
+Status CheckpointStore::ReadLatest(v1::ShardCheckpoint* checkpoint, bool* found,
+                                   std::string* skipped) const {
+  *found = false;
+  std::vector<uint64_t> steps = Steps();
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    Status s = Read(*it, checkpoint);
+    if (s.ok()) {
+      *found = true;
+      return Status::Ok();
+    }
+    if (skipped) *skipped += s.message() + "; ";
+  }
+  return Status::Ok();
+}
+
+}  // namespace kubeps
