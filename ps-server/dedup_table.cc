@@ -17,7 +17,9 @@ DedupTable::Verdict DedupTable::Begin(const v1::RequestId& id) {
   }
   if (id.seq() < sender.floor) return Verdict::kDuplicate;
   done_.wait(lock, [&] { return sender.in_flight.count(id.seq()) == 0; });
-  if (sender.applied.count(id.seq())) return Verdict::kDuplicate;
+  // While we waited, the original may have settled and the floor moved past
+  // it (its record then dropped): both mean it was applied.
+  if (id.seq() < sender.floor || sender.applied.count(id.seq())) return Verdict::kDuplicate;
   sender.in_flight.insert(id.seq());
   return Verdict::kApply;
 }
