@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git ca-certificates curl python3
+  build-essential cmake ninja-build pkg-config git ca-certificates curl python3 openssl util-linux
   # RPC and serialisation
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   # manifests, JSON, metrics, Kubernetes REST
@@ -15,6 +15,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # the real data set
   dataset-fashion-mnist
+  # a real Prometheus (and promtool) for the monitoring tests; kubectl comes with the machine
+  prometheus
 )
 
 missing=()

@@ -20,6 +20,7 @@
 #include "operator/api/training_job.h"
 #include "worker-agent/kv/kv_worker.h"
 #include "worker-agent/parameter_store.h"
+#include "worker-agent/trainer/cuda/gpu_backend.h"
 #include "worker-agent/trainer/evaluate.h"
 #include "worker-agent/trainer/fashion_mnist.h"
 #include "worker-agent/trainer/model.h"
@@ -37,16 +38,15 @@ Status LoadJob(const NodeConfig& config, api::TrainingJob* job) {
   api::ParseResult parsed = api::ParseTrainingJob(config.job_json);
   if (!parsed.ok()) return Status::Error(parsed.ErrorReport(env::kJob));
   *job = *parsed.job;
-  if (job->spec.gpus_per_worker > 0) {
-    return Status::Error("spec.gpusPerWorker is " + std::to_string(job->spec.gpus_per_worker) +
-                         " but this agent has no CUDA backend; set it to 0 to train on the CPU");
-  }
   return Status::Ok();
 }
 
+// The job's model on the chosen backend: the CPU, one GPU, or G GPUs whose
+// gradients NCCL sums before the one push of this pod.
 Status MakeModel(const api::TrainingJob& job, std::unique_ptr<trainer::Model>* model) {
-  *model = trainer::MakeModel(job.spec.model);
-  if (!*model) return Status::Error("spec.model: unknown model \"" + job.spec.model + "\"");
+  std::string error;
+  *model = trainer::MakeModelForBackend(job.spec.model, job.spec.backend, job.spec.gpus_per_worker, &error);
+  if (!*model) return Status::Error("spec.backend/spec.gpusPerWorker: " + error);
   (*model)->Initialize(job.spec.seed);
   return Status::Ok();
 }

@@ -252,6 +252,17 @@ bool MapReader::ReadString(const std::string& key, std::string* out, bool requir
   return true;
 }
 
+bool MapReader::ReadBool(const std::string& key, bool* out) {
+  YAML::Node value = Get(key);
+  if (Absent(value)) return false;
+  if (value.IsScalar() && value.Tag() != "!" && (value.Scalar() == "true" || value.Scalar() == "false")) {
+    *out = value.Scalar() == "true";
+    return true;
+  }
+  AddError(key, "must be true or false, got " + Describe(value));
+  return false;
+}
+
 bool MapReader::ReadEnum(const std::string& key, const std::vector<std::string>& allowed,
                          std::string* out) {
   std::string text;

@@ -81,6 +81,7 @@ class MapReader {
   bool ReadString(const std::string& key, std::string* out, bool required = false);
   bool ReadEnum(const std::string& key, const std::vector<std::string>& allowed,
                 std::string* out);
+  bool ReadBool(const std::string& key, bool* out);
   bool ReadInt(const std::string& key, int* out, int64_t min);
   bool ReadInt64(const std::string& key, int64_t* out, int64_t min);
   bool ReadUint64(const std::string& key, uint64_t* out);

@@ -35,6 +35,15 @@ const char* ToString(RestartPolicy policy) {
   return "OnFailure";
 }
 
+const char* ToString(CleanPodPolicy policy) {
+  switch (policy) {
+    case CleanPodPolicy::kAll: return "All";
+    case CleanPodPolicy::kRunning: return "Running";
+    case CleanPodPolicy::kNone: return "None";
+  }
+  return "Running";
+}
+
 std::string ParseResult::ErrorReport(const std::string& source) const {
   std::string report;
   for (const auto& error : errors) {
@@ -63,6 +72,16 @@ ParseResult ParseTrainingJobFile(const std::string& path) {
 }
 
 namespace {
+
+nlohmann::json RunPolicyToJson(const RunPolicy& p) {
+  nlohmann::json out = {{"restartPolicy", ToString(p.restart_policy)},
+                        {"backoffLimit", p.backoff_limit},
+                        {"cleanPodPolicy", ToString(p.clean_pod_policy)},
+                        {"suspend", p.suspend}};
+  if (p.active_deadline_seconds > 0) out["activeDeadlineSeconds"] = p.active_deadline_seconds;
+  if (p.ttl_seconds_after_finished >= 0) out["ttlSecondsAfterFinished"] = p.ttl_seconds_after_finished;
+  return out;
+}
 
 nlohmann::json ReplicaToJson(const ReplicaSpec& replica) {
   nlohmann::json out = {{"replicas", replica.replicas}};
@@ -96,9 +115,11 @@ nlohmann::json ToJson(const TrainingJob& job) {
       {"gpusPerWorker", s.gpus_per_worker},
       {"backend", s.backend},
       {"checkpoint", {{"path", s.checkpoint_path}, {"intervalSteps", s.checkpoint_interval_steps}}},
-      {"runPolicy",
-       {{"restartPolicy", ToString(s.run_policy.restart_policy)},
-        {"backoffLimit", s.run_policy.backoff_limit}}},
+      {"runPolicy", RunPolicyToJson(s.run_policy)},
+      {"schedulingPolicy", {{"schedulerName", s.scheduling_policy.scheduler_name},
+                            {"minAvailable", s.scheduling_policy.min_available},
+                            {"queue", s.scheduling_policy.queue},
+                            {"priorityClass", s.scheduling_policy.priority_class}}},
       // The scheduler is implicit and never written.
       {"replicaSpecs", {{"ps", ReplicaToJson(s.ps)}, {"worker", ReplicaToJson(s.worker)}}},
   };

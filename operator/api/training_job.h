@@ -38,9 +38,24 @@ struct ReplicaSpec {
   nlohmann::json template_override;  // null when absent
 };
 
+enum class CleanPodPolicy { kAll, kRunning, kNone };
+
 struct RunPolicy {
   RestartPolicy restart_policy = RestartPolicy::kOnFailure;
   int backoff_limit = 3;
+  int64_t active_deadline_seconds = 0;      // 0 = no deadline
+  int64_t ttl_seconds_after_finished = -1;  // -1 = keep the finished job
+  CleanPodPolicy clean_pod_policy = CleanPodPolicy::kRunning;  // pods deleted when the job ends
+  bool suspend = false;                     // no pods while true
+};
+
+// Gang scheduling (Volcano or scheduler-plugins): when scheduler_name is
+// set, the operator creates a PodGroup and sets the pods' schedulerName.
+struct SchedulingPolicy {
+  std::string scheduler_name;   // "" = the default scheduler, no PodGroup
+  int min_available = 0;        // 0 = every replica
+  std::string queue;
+  std::string priority_class;
 };
 
 struct TrainingJobSpec {
@@ -66,6 +81,7 @@ struct TrainingJobSpec {
   ReplicaSpec worker{2, nullptr};
   ReplicaSpec scheduler{1, nullptr};  // implicit: always exactly one
   RunPolicy run_policy;
+  SchedulingPolicy scheduling_policy;
 };
 
 struct TrainingJob {
@@ -102,6 +118,7 @@ nlohmann::json ToJson(const TrainingJob& job);
 
 const char* ToString(SyncMode mode);
 const char* ToString(RestartPolicy policy);
+const char* ToString(CleanPodPolicy policy);
 
 }  // namespace kubeps::api
 

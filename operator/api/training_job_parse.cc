@@ -123,6 +123,25 @@ void ReadRunPolicy(const YAML::Node& node, RunPolicy* policy, std::vector<FieldE
                                                     : RestartPolicy::kExitCode;
   }
   r.ReadInt("backoffLimit", &policy->backoff_limit, 0);
+  r.ReadInt64("activeDeadlineSeconds", &policy->active_deadline_seconds, 1);
+  r.ReadInt64("ttlSecondsAfterFinished", &policy->ttl_seconds_after_finished, 0);
+  std::string clean;
+  if (r.ReadEnum("cleanPodPolicy", {"All", "Running", "None"}, &clean)) {
+    policy->clean_pod_policy = clean == "All"       ? CleanPodPolicy::kAll
+                               : clean == "Running" ? CleanPodPolicy::kRunning
+                                                    : CleanPodPolicy::kNone;
+  }
+  r.ReadBool("suspend", &policy->suspend);
+  r.Finish();
+}
+
+void ReadSchedulingPolicy(const YAML::Node& node, SchedulingPolicy* policy,
+                          std::vector<FieldError>* errors) {
+  MapReader r(node, "spec.schedulingPolicy", errors);
+  r.ReadString("schedulerName", &policy->scheduler_name);
+  r.ReadInt("minAvailable", &policy->min_available, 0);
+  r.ReadString("queue", &policy->queue);
+  r.ReadString("priorityClass", &policy->priority_class);
   r.Finish();
 }
 
@@ -155,6 +174,7 @@ void ReadSpec(const YAML::Node& node, TrainingJobSpec* spec, std::vector<FieldEr
     checkpoint.Finish();
   }
   ReadRunPolicy(s.Get("runPolicy"), &spec->run_policy, errors);
+  ReadSchedulingPolicy(s.Get("schedulingPolicy"), &spec->scheduling_policy, errors);
   ReadReplicaSpecs(s.Get("replicaSpecs"), spec, errors);
   s.Finish();
 }

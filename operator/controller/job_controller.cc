@@ -77,6 +77,12 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     status.message = "TrainingJob " + job_.name + " completed successfully";
     return status;
   }
+  if (start_ms_ < 0) start_ms_ = now_ms;
+  const int64_t deadline_s = job_.spec.run_policy.active_deadline_seconds;
+  if (failure_.empty() && deadline_s > 0 && now_ms - start_ms_ > deadline_s * 1000) {
+    return Fail("DeadlineExceeded",
+                "the job ran longer than activeDeadlineSeconds (" + std::to_string(deadline_s) + " s)", now_ms);
+  }
   if (!failure_.empty()) {
     status.phase = JobPhase::kFailed;
     status.reason = failure_code_;
@@ -95,7 +101,7 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
       status.message = "every worker finished; waiting for servers to exit";
       return status;
     }
-    DeleteAll();
+    Cleanup();
     succeeded_ = true;
     return Reconcile(now_ms);
   }
@@ -109,12 +115,7 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
       // Everything but the scheduler needs its address; wait for it.
       if (name.role != ReplicaRole::kScheduler && scheduler_address.empty()) continue;
       Status s = cluster_->Create(build_launch_(name, scheduler_address));
-      if (!s.ok()) {
-        failure_code_ = "CreateFailed";
-        failure_ = "cannot start " + name.ToString() + ": " + s.message();
-        DeleteAll();
-        return Reconcile(now_ms);
-      }
+      if (!s.ok()) return Fail("CreateFailed", "cannot start " + name.ToString() + ": " + s.message(), now_ms);
       continue;
     }
     const ReplicaStatus& r = it->second;
@@ -124,19 +125,9 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     if (r.phase != ReplicaPhase::kFailed) continue;
     RestartDecision decision = DecideRestart(job_.spec.run_policy, name.ToString(), r.exit_code,
                                              status.restarts);
-    if (!decision.restart) {
-      failure_code_ = decision.code;
-      failure_ = decision.reason;
-      DeleteAll();
-      return Reconcile(now_ms);
-    }
+    if (!decision.restart) return Fail(decision.code, decision.reason, now_ms);
     Status s = cluster_->Create(build_launch_(name, scheduler_address));
-    if (!s.ok()) {
-      failure_code_ = "CreateFailed";
-      failure_ = "cannot restart " + name.ToString() + ": " + s.message();
-      DeleteAll();
-      return Reconcile(now_ms);
-    }
+    if (!s.ok()) return Fail("CreateFailed", "cannot restart " + name.ToString() + ": " + s.message(), now_ms);
     ++status.restarts;
     status.message = decision.reason;
     restarting = true;
@@ -154,6 +145,28 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     status.message = "starting replicas";
   }
   return status;
+}
+
+JobStatus JobController::Fail(const std::string& code, const std::string& message, int64_t now_ms) {
+  failure_code_ = code;
+  failure_ = message;
+  Cleanup();
+  return Reconcile(now_ms);
+}
+
+void JobController::Cleanup() {
+  switch (job_.spec.run_policy.clean_pod_policy) {
+    case api::CleanPodPolicy::kNone:
+      return;
+    case api::CleanPodPolicy::kAll:
+      DeleteAll();
+      return;
+    case api::CleanPodPolicy::kRunning:
+      for (auto& r : cluster_->List()) {
+        if (r.phase == ReplicaPhase::kPending || r.phase == ReplicaPhase::kRunning) cluster_->Delete(r.name);
+      }
+      return;
+  }
 }
 
 void JobController::DeleteAll() {

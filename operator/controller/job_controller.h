@@ -51,14 +51,21 @@ class JobController {
   // One reconcile pass; `now_ms` is a monotonic clock reading.
   JobStatus Reconcile(int64_t now_ms);
 
-  // Deletes every replica (job over, or the user asked to stop).
+  // Deletes every replica (the user asked to stop, or suspended the job).
   void DeleteAll();
+
+  // When the job started (monotonic ms), for activeDeadlineSeconds; the
+  // first Reconcile sets it when nobody did.
+  void set_start_ms(int64_t start_ms) { start_ms_ = start_ms; }
 
   // Every replica the job needs, scheduler first.
   std::vector<ReplicaName> DesiredReplicas() const;
 
  private:
   JobStatus Observe(const std::vector<ReplicaStatus>& replicas) const;
+  // At the end of the job: deletes replicas as cleanPodPolicy says.
+  void Cleanup();
+  JobStatus Fail(const std::string& code, const std::string& message, int64_t now_ms);
 
   const api::TrainingJob job_;
   Cluster* const cluster_;
@@ -67,6 +74,7 @@ class JobController {
   std::string failure_code_;
   bool succeeded_ = false;       // set once every worker succeeded
   int64_t workers_done_at_ms_ = -1;
+  int64_t start_ms_ = -1;
 };
 
 }  // namespace kubeps::controller

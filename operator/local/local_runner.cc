@@ -122,6 +122,7 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
     if (status.finished()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  controller.DeleteAll();  // whatever cleanPodPolicy keeps, no local process outlives the run
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   char elapsed[32];
   std::snprintf(elapsed, sizeof elapsed, "%.1f", seconds);

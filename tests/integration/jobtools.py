@@ -182,3 +182,49 @@ def read_floats(path):
     with open(path, "rb") as f:
         values.frombytes(f.read())
     return values
+
+
+# Helpers for the fault and restart tests ------------------------------------
+
+def manifest_with(name, spec=None, **kwargs):
+    """manifest(name, **kwargs) with the top-level spec fields in `spec`
+    added or replaced (resendTimeoutMs, maxResends, runPolicy, ...)."""
+    job = json.loads(manifest(name, **kwargs))
+    job["spec"].update(spec or {})
+    return json.dumps(job, indent=2)
+
+
+def replica_pids(run_dir, replica):
+    """Pids of the live processes of one replica ("worker-0") of the job
+    whose run folder is `run_dir`."""
+    return sorted(set(processes_with_env("KUBEPS_RUN_DIR", run_dir)) &
+                  set(processes_with_env("KUBEPS_NODE_ID", replica)))
+
+
+def wait_for_replica_pid(job, replica, exclude=(), timeout=60):
+    """The pid of `replica` once exactly one process of it runs, other than
+    the pids in `exclude` (a restarted replica's old pid)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        pids = [p for p in replica_pids(job.run_dir, replica) if p not in exclude]
+        if len(pids) == 1:
+            return pids[0]
+        if job.process.poll() is not None:
+            break
+        time.sleep(0.02)
+    raise AssertionError("no single live process of %s (excluding %s); output:\n%s"
+                         % (replica, list(exclude), job.output()))
+
+
+def wait_for_steps(job, rank, steps, timeout=120):
+    """Waits until worker `rank` has printed a progress line with at least
+    `steps` total steps; returns that line's parsed fields."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for p in job.progress(rank=rank):
+            if p["total_steps"] >= steps:
+                return p
+        if job.process.poll() is not None:
+            break
+        time.sleep(0.01)
+    raise AssertionError("worker %d never reached step %d; output:\n%s" % (rank, steps, job.output()))

@@ -37,6 +37,9 @@ line, and exits 0:
     resets 5
     blackholes 2
     bytes 123456
+    target 127.0.0.1:40423 connections 4 resets 3 blackholes 1 bytes 61728
+
+(the totals, then one line per target that carried a tunnel).
 
 --stats-file FILE also keeps them there (rewritten every second and at exit).
 
@@ -74,7 +77,7 @@ class Tunnel:
         self.upstream = None
         self.target = target
         self.name = name
-        self.port = target[1]
+        self.port = 0
         self.request = bytearray()
         self.pending = b""  # bytes the client sent after its CONNECT request
         self.state = "handshake"  # handshake -> waiting (blackholed target) -> connecting -> open
@@ -99,6 +102,7 @@ class Proxy:
         self.targets = []  # "host:port" of every target that carried a tunnel
         self.blackholed = {}  # "host:port" -> monotonic end
         self.stats = {"connections": 0, "resets": 0, "blackholes": 0, "bytes": 0}
+        self.per_target = {}  # "host:port" -> counters like self.stats
         self.started = time.monotonic()
         now = self.started
         self.next_blackhole = now + args.blackhole_every_ms / 1000.0 if args.blackhole_every_ms > 0 else None
@@ -108,8 +112,16 @@ class Proxy:
 
     # Counters --------------------------------------------------------------
 
+    def count(self, name, target, amount=1):
+        self.stats[name] += amount
+        counters = self.per_target.setdefault(target, dict.fromkeys(self.stats, 0))
+        counters[name] += amount
+
     def stats_text(self):
-        return "".join("%s %d\n" % item for item in self.stats.items())
+        lines = ["%s %d\n" % item for item in self.stats.items()]
+        for target, counters in self.per_target.items():
+            lines.append("target %s %s\n" % (target, " ".join("%s %d" % item for item in counters.items())))
+        return "".join(lines)
 
     def write_stats(self):
         if self.args.stats_file:
@@ -157,7 +169,7 @@ class Proxy:
         except OSError:
             return
         sock.setblocking(False)
-        tunnel = Tunnel(sock, None, "?")
+        tunnel = Tunnel(sock, ("?", 0), "?")
         self.tunnels.append(tunnel)
         self.by_sock[sock] = (tunnel, tunnel.client)
 
@@ -180,7 +192,7 @@ class Proxy:
                 pass
         self.tunnels.remove(tunnel)
         if reset:
-            self.stats["resets"] += 1
+            self.count("resets", tunnel.name)
             self.log("reset tunnel to %s" % tunnel.name)
 
     def refuse(self, tunnel, status):
@@ -250,7 +262,7 @@ class Proxy:
         tunnel.client.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         tunnel.client.out[:0] = b"HTTP/1.1 200 Connection established\r\n\r\n"
         tunnel.state = "open"
-        self.stats["connections"] += 1
+        self.count("connections", tunnel.name)
         if tunnel.name not in self.targets:
             self.targets.append(tunnel.name)
         self.log("tunnel to %s" % tunnel.name)
@@ -272,7 +284,7 @@ class Proxy:
             self.drop(tunnel, reset=True)
             return
         other.out += data
-        self.stats["bytes"] += len(data)
+        self.count("bytes", tunnel.name, len(data))
 
     def write(self, tunnel, side):
         try:
@@ -339,7 +351,7 @@ class Proxy:
             if candidates and self.args.blackhole_ms > 0 and self.faults_on():
                 target = self.random.choice(candidates)
                 self.blackholed[target] = now + self.args.blackhole_ms / 1000.0
-                self.stats["blackholes"] += 1
+                self.count("blackholes", target)
                 self.log("blackhole %s for %d ms" % (target, self.args.blackhole_ms))
         if self.next_rate_tick is not None and now >= self.next_rate_tick:
             self.next_rate_tick = now + 0.05

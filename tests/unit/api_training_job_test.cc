@@ -238,7 +238,9 @@ TEST(ApiTrainingJobTest, ToJsonIsTheCanonicalManifest) {
       "gpusPerWorker": 0,
       "backend": "cpu",
       "checkpoint": {"path": "", "intervalSteps": 100},
-      "runPolicy": {"restartPolicy": "OnFailure", "backoffLimit": 3},
+      "runPolicy": {"restartPolicy": "OnFailure", "backoffLimit": 3, "cleanPodPolicy": "Running",
+                    "suspend": false},
+      "schedulingPolicy": {"schedulerName": "", "minAvailable": 0, "queue": "", "priorityClass": ""},
       "replicaSpecs": {"ps": {"replicas": 2}, "worker": {"replicas": 2}}
     }
   })");

@@ -75,6 +75,8 @@ api::TrainingJob Job(api::RestartPolicy policy = api::RestartPolicy::kOnFailure,
   job.spec.worker.replicas = 2;
   job.spec.run_policy.restart_policy = policy;
   job.spec.run_policy.backoff_limit = backoff_limit;
+  // Most tests check that a finished job leaves nothing behind.
+  job.spec.run_policy.clean_pod_policy = api::CleanPodPolicy::kAll;
   return job;
 }
 
@@ -100,6 +102,15 @@ class JobControllerTest : public ::testing::Test {
     ASSERT_EQ(status.phase, JobPhase::kRunning) << status.message;
     cluster_.created.clear();
     cluster_.deleted.clear();
+  }
+
+  static LaunchBuilder Launch() {
+    return [](const ReplicaName& name, const std::string& address) {
+      ReplicaLaunch launch;
+      launch.name = name;
+      launch.binary = name.role == ReplicaRole::kWorker ? "kubeps-agent" : "kubeps-server";
+      return launch;
+    };
   }
 
   FakeCluster cluster_;
@@ -344,6 +355,51 @@ TEST_F(JobControllerTest, SucceededJobStaysSucceeded) {
       << "BUG: got " << ToString(status.phase) << " (" << status.reason << ")";
   EXPECT_THAT(cluster_.created, IsEmpty())
       << "BUG: reconciling a succeeded job re-created its replicas";
+}
+
+// cleanPodPolicy Running (Kubeflow's default) keeps finished replicas, for
+// their logs, and deletes only the live ones; None keeps everything.
+TEST_F(JobControllerTest, CleanPodPolicyRunningKeepsFinishedReplicas) {
+  api::TrainingJob job = Job(api::RestartPolicy::kNever);
+  job.spec.run_policy.clean_pod_policy = api::CleanPodPolicy::kRunning;
+  JobController controller(job, &cluster_, Launch());
+  cluster_.address = "10.0.0.1:7000";
+  controller.Reconcile(0);
+  cluster_.SetAll(ReplicaPhase::kRunning);
+  cluster_.Set({ReplicaRole::kWorker, 1}, ReplicaPhase::kFailed, 1);
+  JobStatus status = controller.Reconcile(10);
+  EXPECT_EQ(status.phase, JobPhase::kFailed);
+  EXPECT_EQ(cluster_.replicas.size(), 1u);
+  EXPECT_TRUE(cluster_.replicas.count({ReplicaRole::kWorker, 1}));
+}
+
+TEST_F(JobControllerTest, CleanPodPolicyNoneKeepsEverything) {
+  api::TrainingJob job = Job(api::RestartPolicy::kNever);
+  job.spec.run_policy.clean_pod_policy = api::CleanPodPolicy::kNone;
+  JobController controller(job, &cluster_, Launch());
+  cluster_.address = "10.0.0.1:7000";
+  controller.Reconcile(0);
+  cluster_.SetAll(ReplicaPhase::kRunning);
+  cluster_.Set({ReplicaRole::kWorker, 0}, ReplicaPhase::kFailed, 2);
+  EXPECT_EQ(controller.Reconcile(10).phase, JobPhase::kFailed);
+  EXPECT_EQ(cluster_.replicas.size(), 5u);
+  EXPECT_TRUE(cluster_.deleted.empty());
+}
+
+TEST_F(JobControllerTest, ActiveDeadlineFailsTheJob) {
+  api::TrainingJob job = Job();
+  job.spec.run_policy.active_deadline_seconds = 5;
+  JobController controller(job, &cluster_, Launch());
+  cluster_.address = "10.0.0.1:7000";
+  controller.set_start_ms(1000);
+  controller.Reconcile(1000);
+  cluster_.SetAll(ReplicaPhase::kRunning);
+  EXPECT_EQ(controller.Reconcile(5999).phase, JobPhase::kRunning);
+  JobStatus status = controller.Reconcile(6001);
+  EXPECT_EQ(status.phase, JobPhase::kFailed);
+  EXPECT_EQ(status.reason, "DeadlineExceeded");
+  EXPECT_NE(status.message.find("activeDeadlineSeconds (5 s)"), std::string::npos) << status.message;
+  EXPECT_TRUE(cluster_.replicas.empty());
 }
 
 }  // namespace

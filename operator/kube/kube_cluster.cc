@@ -1,0 +1,139 @@
+#include "operator/kube/kube_cluster.h"
+
+#include <algorithm>
+
+namespace kubeps::kube {
+
+using controller::ReplicaName;
+using controller::ReplicaPhase;
+using controller::ReplicaRole;
+using nlohmann::json;
+
+namespace {
+
+int Restarts(const json& pod) {
+  const json& annotations = pod["metadata"].value("annotations", json::object());
+  try {
+    return std::stoi(annotations.value(kRestartsAnnotation, "0"));
+  } catch (...) {
+    return 0;
+  }
+}
+
+bool IsDeleting(const json& pod) { return pod["metadata"].contains("deletionTimestamp"); }
+
+}  // namespace
+
+KubeCluster::KubeCluster(KubeClient* client, JobIdentity job, const api::TrainingJob& spec,
+                         ImageSet images, std::vector<json> pods)
+    : client_(client), job_(std::move(job)), spec_(spec), images_(std::move(images)), pods_(std::move(pods)) {}
+
+std::string KubeCluster::PodsPath() const { return "/api/v1/namespaces/" + job_.namespace_ + "/pods"; }
+
+bool KubeCluster::ReplicaOf(const json& pod, ReplicaName* name) {
+  const json& labels = pod["metadata"].value("labels", json::object());
+  const std::string type = labels.value(kReplicaTypeLabel, "");
+  const std::string index = labels.value(kReplicaIndexLabel, "");
+  if (type.empty() || index.empty()) return false;
+  if (type == "scheduler") name->role = ReplicaRole::kScheduler;
+  else if (type == "server") name->role = ReplicaRole::kServer;
+  else if (type == "worker") name->role = ReplicaRole::kWorker;
+  else return false;
+  try {
+    name->index = std::stoi(index);
+  } catch (...) {
+    return false;
+  }
+  return true;
+}
+
+controller::ReplicaStatus KubeCluster::StatusOf(const json& pod) {
+  controller::ReplicaStatus status;
+  ReplicaOf(pod, &status.name);
+  status.restarts = Restarts(pod);
+  const json& pod_status = pod.value("status", json::object());
+  const std::string phase = pod_status.value("phase", "Pending");
+  status.phase = phase == "Running"     ? ReplicaPhase::kRunning
+                 : phase == "Succeeded" ? ReplicaPhase::kSucceeded
+                 : phase == "Failed"    ? ReplicaPhase::kFailed
+                                        : ReplicaPhase::kPending;
+  for (const auto& container : pod_status.value("containerStatuses", json::array())) {
+    const json& terminated = container.value("state", json::object()).value("terminated", json::object());
+    if (terminated.contains("exitCode")) status.exit_code = terminated["exitCode"].get<int>();
+  }
+  // A pod the node lost or evicted has no exit code: treat it as killed.
+  if (status.phase == ReplicaPhase::kFailed && status.exit_code == 0) status.exit_code = 137;
+  return status;
+}
+
+std::map<ReplicaName, json> KubeCluster::Newest() const {
+  std::map<ReplicaName, json> newest;
+  for (const auto& pod : pods_) {
+    ReplicaName name{ReplicaRole::kWorker, 0};
+    if (!ReplicaOf(pod, &name) || IsDeleting(pod)) continue;
+    auto it = newest.find(name);
+    if (it == newest.end() || Restarts(pod) > Restarts(it->second)) newest[name] = pod;
+  }
+  return newest;
+}
+
+Status KubeCluster::Create(const controller::ReplicaLaunch& launch) {
+  auto newest = Newest();
+  auto existing = newest.find(launch.name);
+  int restarts = 0;
+  if (existing != newest.end()) {
+    controller::ReplicaStatus old = StatusOf(existing->second);
+    if (old.phase != ReplicaPhase::kFailed && old.phase != ReplicaPhase::kSucceeded) {
+      return Status::Error(launch.name.ToString() + " already has a live pod");
+    }
+    restarts = old.restarts + 1;
+  }
+  json pod = BuildPod(job_, spec_, launch, restarts, images_);
+  Response response;
+  if (Status s = client_->Post(PodsPath(), pod, &response); !s.ok()) return s;
+  if (!response.ok() && response.code != 409) {
+    return Status::Error("creating pod " + pod["metadata"]["name"].get<std::string>() + ": " +
+                         response.Describe());
+  }
+  created_.push_back(pod["metadata"]["name"]);
+  pods_.push_back(response.code == 409 ? pod : response.body);
+  if (existing != newest.end()) {
+    // The failed pod has told us what we needed; free its node resources.
+    const std::string old_name = existing->second["metadata"]["name"];
+    Response gone;
+    client_->Delete(PodsPath() + "/" + old_name, &gone);
+    deleted_.push_back(old_name);
+    pods_.erase(std::remove_if(pods_.begin(), pods_.end(),
+                               [&](const json& p) { return p["metadata"]["name"] == old_name; }),
+                pods_.end());
+  }
+  return Status::Ok();
+}
+
+Status KubeCluster::Delete(const ReplicaName& name) {
+  std::vector<json> kept;
+  for (const auto& pod : pods_) {
+    ReplicaName of{ReplicaRole::kWorker, 0};
+    if (!ReplicaOf(pod, &of) || !(of == name)) {
+      kept.push_back(pod);
+      continue;
+    }
+    const std::string pod_name = pod["metadata"]["name"];
+    Response response;
+    if (Status s = client_->Delete(PodsPath() + "/" + pod_name, &response); !s.ok()) return s;
+    if (!response.ok() && response.code != 404) {
+      return Status::Error("deleting pod " + pod_name + ": " + response.Describe());
+    }
+    deleted_.push_back(pod_name);
+  }
+  pods_ = std::move(kept);
+  return Status::Ok();
+}
+
+std::vector<controller::ReplicaStatus> KubeCluster::List() {
+  std::vector<controller::ReplicaStatus> all;
+  for (const auto& [name, pod] : Newest()) all.push_back(StatusOf(pod));
+  return all;
+}
+
+}  // namespace kubeps::kube

@@ -1,0 +1,55 @@
+// The Kubernetes backend of the cluster interface, for one TrainingJob:
+// replicas are pods. It works from a snapshot of the job's pods (the
+// operator's pod cache) plus what it created during this reconcile, so a
+// reconcile never waits for the watch to catch up; creating a pod that
+// already exists (an earlier operator made it) is not an error, so no
+// restart of the operator ever duplicates a pod.
+#ifndef KUBEPS_OPERATOR_KUBE_KUBE_CLUSTER_H_
+#define KUBEPS_OPERATOR_KUBE_KUBE_CLUSTER_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "operator/controller/cluster.h"
+#include "operator/kube/kube_client.h"
+#include "operator/kube/pod_builder.h"
+
+namespace kubeps::kube {
+
+class KubeCluster : public controller::Cluster {
+ public:
+  KubeCluster(KubeClient* client, JobIdentity job, const api::TrainingJob& spec, ImageSet images,
+              std::vector<nlohmann::json> pods);
+
+  Status Create(const controller::ReplicaLaunch& launch) override;
+  Status Delete(const controller::ReplicaName& name) override;
+  std::vector<controller::ReplicaStatus> List() override;
+  std::string SchedulerAddress() override { return kube::SchedulerAddress(job_); }
+
+  // Pods created or deleted by this reconcile, for events and metrics.
+  const std::vector<std::string>& created() const { return created_; }
+  const std::vector<std::string>& deleted() const { return deleted_; }
+
+  // The replica a pod belongs to, from its labels; false for a stranger.
+  static bool ReplicaOf(const nlohmann::json& pod, controller::ReplicaName* name);
+  static controller::ReplicaStatus StatusOf(const nlohmann::json& pod);
+
+ private:
+  // The newest pod of every replica (highest restart count).
+  std::map<controller::ReplicaName, nlohmann::json> Newest() const;
+  std::string PodsPath() const;
+
+  KubeClient* client_;
+  JobIdentity job_;
+  const api::TrainingJob& spec_;
+  ImageSet images_;
+  std::vector<nlohmann::json> pods_;
+  std::vector<std::string> created_, deleted_;
+};
+
+}  // namespace kubeps::kube
+
+#endif  // KUBEPS_OPERATOR_KUBE_KUBE_CLUSTER_H_

@@ -1,0 +1,203 @@
+#include "operator/kube/pod_builder.h"
+
+#include <set>
+
+#include "common/node_config.h"
+
+namespace kubeps::kube {
+namespace {
+
+using nlohmann::json;
+
+const char* RoleName(controller::ReplicaRole role) { return controller::ToString(role); }
+
+json Labels(const JobIdentity& job) { return {{kJobNameLabel, job.name}}; }
+
+std::string Base64(const std::string& in) {
+  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  int value = 0, bits = -6;
+  for (unsigned char c : in) {
+    value = (value << 8) + c;
+    bits += 8;
+    while (bits >= 0) {
+      out.push_back(kAlphabet[(value >> bits) & 0x3F]);
+      bits -= 6;
+    }
+  }
+  if (bits > -6) out.push_back(kAlphabet[((value << 8) >> (bits + 8)) & 0x3F]);
+  while (out.size() % 4) out.push_back('=');
+  return out;
+}
+
+// Merges kubeps' env into a container's env: same name, ours wins.
+void MergeEnv(json& container, const json& ours) {
+  json merged = json::array();
+  std::set<std::string> taken;
+  for (const auto& e : ours) taken.insert(e["name"].get<std::string>());
+  if (container.contains("env") && container["env"].is_array()) {
+    for (const auto& e : container["env"]) {
+      if (e.contains("name") && !taken.count(e["name"].get<std::string>())) merged.push_back(e);
+    }
+  }
+  for (const auto& e : ours) merged.push_back(e);
+  container["env"] = merged;
+}
+
+}  // namespace
+
+std::string SchedulerAddress(const JobIdentity& job) {
+  return job.name + "-scheduler." + job.namespace_ + ".svc:" + std::to_string(kGrpcPort);
+}
+
+std::string ReplicaHostname(const JobIdentity& job, const controller::ReplicaName& name) {
+  return job.name + "-" + name.ToString();
+}
+
+std::string PodName(const JobIdentity& job, const controller::ReplicaName& name, int restarts) {
+  std::string pod = ReplicaHostname(job, name);
+  return restarts > 0 ? pod + "-r" + std::to_string(restarts) : pod;
+}
+
+json OwnerReference(const JobIdentity& job) {
+  return {{"apiVersion", api::kApiVersion}, {"kind", api::kKind},     {"name", job.name},
+          {"uid", job.uid},                 {"controller", true}, {"blockOwnerDeletion", true}};
+}
+
+json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
+              const controller::ReplicaLaunch& launch, int restarts, const ImageSet& images) {
+  const controller::ReplicaName& name = launch.name;
+  const std::string role = RoleName(name.role);
+  const api::ReplicaSpec& replica = name.role == controller::ReplicaRole::kWorker ? spec.spec.worker
+                                                                                  : spec.spec.ps;
+  json pod_template = name.role == controller::ReplicaRole::kScheduler || replica.template_override.is_null()
+                          ? json::object()
+                          : replica.template_override;
+  json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}};
+  pod["metadata"] = pod_template.value("metadata", json::object());
+  json& meta = pod["metadata"];
+  meta["name"] = PodName(job, name, restarts);
+  meta["namespace"] = job.namespace_;
+  meta["labels"] = meta.value("labels", json::object());
+  meta["labels"][kJobNameLabel] = job.name;
+  meta["labels"][kReplicaTypeLabel] = role;
+  meta["labels"][kReplicaIndexLabel] = std::to_string(name.index);
+  meta["annotations"] = meta.value("annotations", json::object());
+  meta["annotations"][kRestartsAnnotation] = std::to_string(restarts);
+  meta["ownerReferences"] = json::array({OwnerReference(job)});
+
+  json spec_json = pod_template.value("spec", json::object());
+  json containers = spec_json.value("containers", json::array());
+  // kubeps runs in the container named after the role, or the only one.
+  int target = -1;
+  for (size_t i = 0; i < containers.size(); ++i) {
+    if (containers[i].value("name", "") == role) target = static_cast<int>(i);
+  }
+  if (target < 0 && containers.size() == 1) target = 0;
+  if (target < 0) {
+    containers.push_back(json::object());
+    target = static_cast<int>(containers.size()) - 1;
+  }
+  json& container = containers[target];
+  container["name"] = container.value("name", role);
+  if (!container.contains("image")) {
+    container["image"] = name.role == controller::ReplicaRole::kWorker ? images.agent : images.server;
+  }
+  container["command"] = json::array({launch.binary});
+
+  json env = json::array();
+  for (const auto& [key, value] : launch.env) env.push_back({{"name", key}, {"value", value}});
+  env.push_back({{"name", env::kPodIp}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}});
+  env.push_back({{"name", env::kPort}, {"value", std::to_string(kGrpcPort)}});
+  env.push_back({{"name", env::kMetricsPort}, {"value", std::to_string(kMetricsPort)}});
+  env.push_back({{"name", env::kTokenFile}, {"value", std::string(kTokenMountPath) + "/token"}});
+  MergeEnv(container, env);
+  container["ports"] = json::array({{{"name", "grpc"}, {"containerPort", kGrpcPort}},
+                                    {{"name", "metrics"}, {"containerPort", kMetricsPort}}});
+  json mounts = container.value("volumeMounts", json::array());
+  mounts.push_back({{"name", "kubeps-token"}, {"mountPath", kTokenMountPath}, {"readOnly", true}});
+  container["volumeMounts"] = mounts;
+  if (name.role == controller::ReplicaRole::kWorker && spec.spec.gpus_per_worker > 0) {
+    json& limits = container["resources"]["limits"];
+    if (!limits.contains("nvidia.com/gpu")) limits["nvidia.com/gpu"] = spec.spec.gpus_per_worker;
+  }
+  spec_json["containers"] = containers;
+
+  json volumes = spec_json.value("volumes", json::array());
+  volumes.push_back({{"name", "kubeps-token"}, {"secret", {{"secretName", TokenSecretName(job)}}}});
+  spec_json["volumes"] = volumes;
+  // The operator decides about restarts (restart policy, backoffLimit).
+  spec_json["restartPolicy"] = "Never";
+  spec_json["hostname"] = ReplicaHostname(job, name);
+  spec_json["subdomain"] = job.name;
+  const api::SchedulingPolicy& scheduling = spec.spec.scheduling_policy;
+  if (!scheduling.scheduler_name.empty()) {
+    spec_json["schedulerName"] = scheduling.scheduler_name;
+    meta["annotations"]["scheduling.k8s.io/group-name"] = job.name;
+    meta["labels"]["scheduling.x-k8s.io/pod-group"] = job.name;
+    if (!scheduling.priority_class.empty() && !spec_json.contains("priorityClassName")) {
+      spec_json["priorityClassName"] = scheduling.priority_class;
+    }
+  }
+  pod["spec"] = spec_json;
+  return pod;
+}
+
+json BuildHeadlessService(const JobIdentity& job) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata",
+           {{"name", job.name}, {"namespace", job.namespace_}, {"labels", Labels(job)},
+            {"ownerReferences", json::array({OwnerReference(job)})}}},
+          {"spec",
+           {{"clusterIP", "None"},
+            {"publishNotReadyAddresses", true},
+            {"selector", Labels(job)},
+            {"ports", json::array({{{"name", "grpc"}, {"port", kGrpcPort}, {"targetPort", kGrpcPort}}})}}}};
+}
+
+json BuildSchedulerService(const JobIdentity& job) {
+  json selector = Labels(job);
+  selector[kReplicaTypeLabel] = "scheduler";
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata",
+           {{"name", job.name + "-scheduler"}, {"namespace", job.namespace_}, {"labels", Labels(job)},
+            {"ownerReferences", json::array({OwnerReference(job)})}}},
+          {"spec",
+           {{"selector", selector},
+            {"ports", json::array({{{"name", "grpc"}, {"port", kGrpcPort}, {"targetPort", kGrpcPort}}})}}}};
+}
+
+std::string TokenSecretName(const JobIdentity& job) { return job.name + "-token"; }
+
+json BuildTokenSecret(const JobIdentity& job, const std::string& token) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"type", "Opaque"},
+          {"metadata",
+           {{"name", TokenSecretName(job)}, {"namespace", job.namespace_}, {"labels", Labels(job)},
+            {"ownerReferences", json::array({OwnerReference(job)})}}},
+          {"data", {{"token", Base64(token)}}}};
+}
+
+json BuildPodGroup(const JobIdentity& job, const api::TrainingJob& spec, std::string* api_path) {
+  const api::SchedulingPolicy& policy = spec.spec.scheduling_policy;
+  if (policy.scheduler_name.empty()) return nullptr;
+  const int total = 1 + spec.spec.ps.replicas + spec.spec.worker.replicas;
+  const int min_member = policy.min_available > 0 ? policy.min_available : total;
+  const bool volcano = policy.scheduler_name == "volcano";
+  const std::string group_version = volcano ? "scheduling.volcano.sh/v1beta1" : "scheduling.x-k8s.io/v1alpha1";
+  *api_path = "/apis/" + group_version + "/namespaces/" + job.namespace_ + "/podgroups";
+  json spec_json = {{"minMember", min_member}};
+  if (!policy.queue.empty()) spec_json["queue"] = policy.queue;
+  if (!policy.priority_class.empty()) spec_json["priorityClassName"] = policy.priority_class;
+  return {{"apiVersion", group_version},
+          {"kind", "PodGroup"},
+          {"metadata",
+           {{"name", job.name}, {"namespace", job.namespace_}, {"labels", Labels(job)},
+            {"ownerReferences", json::array({OwnerReference(job)})}}},
+          {"spec", spec_json}};
+}
+
+}  // namespace kubeps::kube

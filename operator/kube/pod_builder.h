@@ -1,0 +1,70 @@
+// The Kubernetes objects of one TrainingJob, as JSON: its pods, its
+// services, its token Secret and its PodGroup. Pure functions of the job
+// (and the replica), so they are unit-tested without an API server.
+//
+// Naming: the job's headless Service is "<job>"; replica R of role X runs
+// in a pod with hostname "<job>-X-R" under that subdomain, so it has a
+// stable DNS name whatever its pod name; the pod name adds "-r<N>" after
+// N restarts (the operator re-creates failed pods instead of letting the
+// kubelet restart them, so the restart policy is decided by the same code
+// as in `kubeps run`). The scheduler also gets a ClusterIP Service
+// "<job>-scheduler", the address every node is given.
+#ifndef KUBEPS_OPERATOR_KUBE_POD_BUILDER_H_
+#define KUBEPS_OPERATOR_KUBE_POD_BUILDER_H_
+
+#include <map>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "operator/api/training_job.h"
+#include "operator/controller/cluster.h"
+
+namespace kubeps::kube {
+
+inline constexpr const char* kJobNameLabel = "kubeps.io/job-name";
+inline constexpr const char* kReplicaTypeLabel = "kubeps.io/replica-type";
+inline constexpr const char* kReplicaIndexLabel = "kubeps.io/replica-index";
+inline constexpr const char* kRestartsAnnotation = "kubeps.io/restarts";
+inline constexpr int kGrpcPort = 7000;
+inline constexpr int kMetricsPort = 9090;
+inline constexpr const char* kTokenMountPath = "/var/run/kubeps";
+
+struct JobIdentity {
+  std::string name;
+  std::string namespace_;
+  std::string uid;  // owner of everything below: deleting the job deletes them
+};
+
+struct ImageSet {
+  std::string server = "kubeps/server:0.1.0";
+  std::string agent = "kubeps/agent:0.1.0";
+};
+
+// "<job>-scheduler.<namespace>.svc:7000"
+std::string SchedulerAddress(const JobIdentity& job);
+std::string ReplicaHostname(const JobIdentity& job, const controller::ReplicaName& name);
+std::string PodName(const JobIdentity& job, const controller::ReplicaName& name, int restarts);
+
+nlohmann::json OwnerReference(const JobIdentity& job);
+
+// The pod for `launch` (binary and KUBEPS_* environment from the job
+// logic), merged into the role's pod template override: the template's
+// image, resources, nodeSelector, tolerations, env, volumes and
+// priorityClassName are kept; kubeps' own env wins over a same-named one.
+nlohmann::json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
+                        const controller::ReplicaLaunch& launch, int restarts, const ImageSet& images);
+
+nlohmann::json BuildHeadlessService(const JobIdentity& job);
+nlohmann::json BuildSchedulerService(const JobIdentity& job);
+nlohmann::json BuildTokenSecret(const JobIdentity& job, const std::string& token);
+std::string TokenSecretName(const JobIdentity& job);
+// A PodGroup for gang scheduling when spec.schedulingPolicy.schedulerName
+// is set ("volcano": scheduling.volcano.sh; otherwise scheduler-plugins'
+// scheduling.x-k8s.io); null otherwise. *api_path gets its collection path.
+nlohmann::json BuildPodGroup(const JobIdentity& job, const api::TrainingJob& spec,
+                             std::string* api_path);
+
+}  // namespace kubeps::kube
+
+#endif  // KUBEPS_OPERATOR_KUBE_POD_BUILDER_H_

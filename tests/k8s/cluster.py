@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""An emulated Kubernetes cluster for tests: apiserver.py and kubelet.py as
+child processes, the real `kubectl` pointed at them.
+
+    from cluster import Cluster
+    with Cluster(bin_dirs=["build/bin"]) as c:
+        c.kubectl("apply", "-f", "deploy/crd/")
+        c.kubectl("get", "tj", "-o", "json", json_output=True)
+        c.client.get("/api/v1/namespaces/default/pods")   # direct REST calls
+        env = c.env()   # KUBECONFIG etc. for a controller process
+
+From a shell (prints the kubeconfig paths, runs until Ctrl-C):
+
+    python3 tests/k8s/cluster.py --bin-dir build/bin [--dir DIR]
+
+Files in c.dir: kubeconfig (admin), operator.kubeconfig (the service account
+kubeps-system/kubeps-operator: RBAC applies to it when Cluster(rbac=True)),
+kubelet.kubeconfig, apiserver.log, kubelet.log (with every container's output
+when stream_logs=True), node/ (pod folders, container logs).
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import k8sutil  # noqa: E402
+
+SOURCE_DIR = os.path.dirname(os.path.dirname(HERE))
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+
+
+class KubectlError(Exception):
+    def __init__(self, args, result):
+        self.result = result
+        super().__init__("kubectl %s failed (exit %d):\n%s%s" % (
+            " ".join(args), result.returncode, result.stdout, result.stderr))
+
+
+class Cluster:
+    def __init__(self, bin_dirs=(), images=None, kubelet=True, rbac=False, directory=None,
+                 event_window=1000, bookmark_interval=5.0, isolation=None, host_dns=None,
+                 stream_logs=False, pass_env=(), backoff=1.0, keep=False):
+        self.bin_dirs = [os.path.abspath(d) for d in bin_dirs]
+        self.images = images or {}
+        self.with_kubelet = kubelet
+        self.rbac = rbac
+        self.event_window = event_window
+        self.bookmark_interval = bookmark_interval
+        # KUBEPS_EMULATOR_ISOLATION=none runs the pods without mount/UTS
+        # namespaces, as on a machine where unshare(2) is not allowed
+        self.isolation = isolation or os.environ.get("KUBEPS_EMULATOR_ISOLATION", "auto")
+        self.host_dns = host_dns
+        self.stream_logs = stream_logs
+        self.pass_env = list(pass_env)
+        self.backoff = backoff
+        self.keep = keep or bool(os.environ.get("KUBEPS_EMULATOR_KEEP"))
+        self.own_dir = directory is None
+        self.dir = directory or tempfile.mkdtemp(prefix="kubeps-k8s-")
+        self.apiserver = None
+        self.kubelet = None
+        self.url = None
+        self.client = None
+
+    # -- lifecycle
+
+    def start(self):
+        os.makedirs(self.dir, exist_ok=True)
+        self.kubeconfig = os.path.join(self.dir, "kubeconfig")
+        self.operator_kubeconfig = os.path.join(self.dir, "operator.kubeconfig")
+        node_dir = os.path.join(self.dir, "node")
+        cmd = [sys.executable, os.path.join(HERE, "apiserver.py"), "--dir", self.dir,
+               "--event-window", str(self.event_window),
+               "--bookmark-interval", str(self.bookmark_interval),
+               "--log-dir", os.path.join(node_dir, "logs"), "--exit-with-parent"]
+        if self.rbac:
+            cmd.append("--rbac")
+        self._apiserver_log = open(os.path.join(self.dir, "apiserver.log"), "ab")
+        self.apiserver = subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                          stderr=self._apiserver_log, start_new_session=True)
+        line = self.apiserver.stdout.readline().decode()
+        if not line.startswith("READY "):
+            self.stop()
+            raise RuntimeError("the API server emulator did not start: %r (see %s)" % (
+                line, os.path.join(self.dir, "apiserver.log")))
+        self.url = line.split()[1]
+        self.client = k8sutil.Client.from_kubeconfig(self.kubeconfig)
+        if self.with_kubelet:
+            cmd = [sys.executable, os.path.join(HERE, "kubelet.py"),
+                   "--kubeconfig", os.path.join(self.dir, "kubelet.kubeconfig"),
+                   "--state-dir", node_dir, "--isolation", self.isolation,
+                   "--marker", os.path.basename(self.dir), "--backoff", str(self.backoff),
+                   "--exit-with-parent"]
+            for d in self.bin_dirs:
+                cmd += ["--bin-dir", d]
+            for image, program in self.images.items():
+                cmd += ["--image", "%s=%s" % (image, program)]
+            for name in self.pass_env:
+                cmd += ["--pass-env", name]
+            if self.host_dns is True:
+                cmd.append("--host-dns")
+            elif self.host_dns is False:
+                cmd.append("--no-host-dns")
+            if self.stream_logs:
+                cmd.append("--stream-logs")
+            self._kubelet_log = open(os.path.join(self.dir, "kubelet.log"), "ab")
+            self.kubelet = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._kubelet_log,
+                                            start_new_session=True)
+            line = self.kubelet.stdout.readline().decode()
+            if not line.startswith("READY"):
+                self.stop()
+                raise RuntimeError("the kubelet emulator did not start (see %s)" %
+                                   os.path.join(self.dir, "kubelet.log"))
+        return self
+
+    def stop(self):
+        self._procs = (self.kubelet, self.apiserver)
+        for proc in self._procs:
+            if proc is None or proc.poll() is not None:
+                continue
+            proc.send_signal(signal.SIGTERM)   # the kubelet stops its pods, cleans /etc/hosts
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for proc in self._procs:
+            if proc is not None and proc.stdout:
+                proc.stdout.close()
+        for name in ("_apiserver_log", "_kubelet_log"):
+            f = getattr(self, name, None)
+            if f is not None:
+                f.close()
+        self.kubelet = self.apiserver = None
+        if self.own_dir and not self.keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    # -- using it
+
+    def env(self, operator=False):
+        """Environment for a process that talks to the cluster."""
+        env = dict(os.environ)
+        env["KUBECONFIG"] = self.operator_kubeconfig if operator else self.kubeconfig
+        home = os.path.join(self.dir, "home")
+        os.makedirs(home, exist_ok=True)
+        env["HOME"] = home                                   # kubectl's caches stay here
+        env["KUBECACHEDIR"] = os.path.join(home, "cache")
+        return env
+
+    def kubectl(self, *args, check=True, json_output=False, input=None, timeout=60,
+                operator=False):
+        """Runs the real kubectl; returns the CompletedProcess (or the parsed
+        JSON of stdout when json_output)."""
+        result = subprocess.run([KUBECTL, *args], env=self.env(operator), input=input,
+                                capture_output=True, text=True, timeout=timeout)
+        if check and result.returncode != 0:
+            raise KubectlError(args, result)
+        if json_output:
+            return json.loads(result.stdout)
+        return result
+
+    def hook(self, name, **query):
+        path = "/_emulator/" + name
+        if query:
+            path += "?" + "&".join("%s=%s" % kv for kv in query.items())
+        return self.client.post(path, {})
+
+    def wait_for(self, predicate, timeout=30, interval=0.1, what="condition"):
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            try:
+                last = predicate()
+            except k8sutil.ApiError as e:
+                last = e
+                if e.code != 404:
+                    raise
+            except (KeyError, IndexError, TypeError) as e:   # not there yet
+                last = e
+            if last and not isinstance(last, Exception):
+                return last
+            time.sleep(interval)
+        raise AssertionError("timed out after %gs waiting for %s (last: %r)" % (
+            timeout, what, last))
+
+    def pod(self, name, namespace="default"):
+        return self.client.get("/api/v1/namespaces/%s/pods/%s" % (namespace, name))
+
+    def requests(self):
+        return self.client.get("/_emulator/requests")
+
+
+def main():
+    p = argparse.ArgumentParser(description="runs an emulated cluster until interrupted")
+    p.add_argument("--dir", default=None)
+    p.add_argument("--bin-dir", action="append", default=[])
+    p.add_argument("--rbac", action="store_true")
+    p.add_argument("--no-kubelet", action="store_true")
+    p.add_argument("--stream-logs", action="store_true")
+    p.add_argument("--apply", action="append", default=[],
+                   help="kubectl apply -f this once the cluster is up (repeatable)")
+    args = p.parse_args()
+    c = Cluster(bin_dirs=args.bin_dir, rbac=args.rbac, kubelet=not args.no_kubelet,
+                directory=args.dir, stream_logs=args.stream_logs, keep=True)
+    c.start()
+    for path in args.apply:
+        print(c.kubectl("apply", "-f", path).stdout, end="")
+    print("export KUBECONFIG=%s   # admin" % c.kubeconfig)
+    print("# operator (service account kubeps-system/kubeps-operator): %s" %
+          c.operator_kubeconfig)
+    print("# files: %s" % c.dir, flush=True)
+    try:
+        signal.sigwait([signal.SIGINT, signal.SIGTERM])
+    finally:
+        c.stop()
+
+
+if __name__ == "__main__":
+    main()

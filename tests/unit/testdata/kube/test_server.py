@@ -1,0 +1,191 @@
+#!/usr/bin/env python3
+"""A tiny HTTPS server for kube_client_test.cc (stdlib only).
+
+  test_server.py --cert server.crt --key server.key [--client-ca ca.crt]
+
+Listens on 127.0.0.1 on a free port and prints "PORT <n>" once ready. With
+--client-ca it demands a client certificate signed by that CA.
+
+  /echo...            any method: 200 and the request as JSON
+                      {"method", "path", "headers" (lower-case names),
+                       "body", "client_cert" (subject CN or null)}
+  /status/<code>      a Kubernetes Status object with that code
+  /notjson            200 text/plain
+  /release            opens the gate of /watch/gated
+  /watch/echo         one ADDED event whose object is the request (as /echo)
+  /watch/gated        ADDED 1, then waits (at most 5 s) for /release, then
+                      MODIFIED 2 and DELETED 3; every object carries
+                      "released": whether /release had come when it was sent
+  /watch/split        three events written in awkward chunks: one line split
+                      over two chunks, two lines in one chunk
+  /watch/hang         one ADDED event, then nothing for 30 s
+  /watch/gone         410 Gone (a Status object) before any event
+  /watch/garbage      a line that is not JSON
+"""
+import argparse
+import http.server
+import json
+import ssl
+import sys
+import threading
+import time
+
+released = threading.Event()
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):  # quiet
+        pass
+
+    def request_json(self, body):
+        cert = None
+        try:
+            peer = self.connection.getpeercert()
+            if peer:
+                for rdn in peer.get("subject", ()):
+                    for key, value in rdn:
+                        if key == "commonName":
+                            cert = value
+        except (AttributeError, ValueError):
+            pass
+        return {
+            "method": self.command,
+            "path": self.path,
+            "headers": {k.lower(): v for k, v in self.headers.items()},
+            "body": body.decode("utf-8", "replace"),
+            "client_cert": cert,
+        }
+
+    def read_body(self):
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            return self.rfile.read(length)
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            data = b""
+            while True:
+                size = int(self.rfile.readline().strip().split(b";")[0], 16)
+                if size == 0:
+                    self.rfile.readline()
+                    return data
+                data += self.rfile.read(size)
+                self.rfile.readline()
+        return b""
+
+    def send_json(self, code, obj):
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def start_stream(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+    def chunk(self, data):
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def event(self, kind, obj):
+        self.chunk(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
+
+    def end_stream(self):
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    def handle_any(self):
+        body = self.read_body()
+        path = self.path.split("?", 1)[0]
+        if path.startswith("/echo"):
+            self.send_json(200, self.request_json(body))
+        elif path.startswith("/status/"):
+            code = int(path[len("/status/"):])
+            self.send_json(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                  "message": "trainingjobs.kubeps.io \"demo\" already exists",
+                                  "reason": "AlreadyExists", "code": code})
+        elif path == "/notjson":
+            data = b"hello"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        elif path == "/release":
+            released.set()
+            self.send_json(200, {"released": True})
+        elif path == "/watch/echo":
+            self.start_stream()
+            self.event("ADDED", self.request_json(body))
+            self.end_stream()
+        elif path == "/watch/gated":
+            released.clear()
+            self.start_stream()
+            self.event("ADDED", {"n": 1, "released": released.is_set()})
+            released.wait(5)
+            self.event("MODIFIED", {"n": 2, "released": released.is_set()})
+            time.sleep(0.05)
+            self.event("DELETED", {"n": 3, "released": released.is_set()})
+            self.end_stream()
+        elif path == "/watch/split":
+            self.start_stream()
+            line1 = json.dumps({"type": "ADDED", "object": {"n": 1}}).encode() + b"\n"
+            line2 = json.dumps({"type": "MODIFIED", "object": {"n": 2}}).encode() + b"\n"
+            line3 = json.dumps({"type": "BOOKMARK", "object": {"n": 3}}).encode() + b"\n"
+            self.chunk(line1[:7])
+            time.sleep(0.05)
+            self.chunk(line1[7:] + line2 + line3[:5])
+            time.sleep(0.05)
+            self.chunk(line3[5:])
+            self.end_stream()
+        elif path == "/watch/hang":
+            self.start_stream()
+            self.event("ADDED", {"n": 1})
+            time.sleep(30)
+            self.end_stream()
+        elif path == "/watch/gone":
+            self.send_json(410, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                 "message": "too old resource version: 1 (42)",
+                                 "reason": "Expired", "code": 410})
+        elif path == "/watch/garbage":
+            self.start_stream()
+            self.chunk(b"this is not json\n")
+            self.end_stream()
+        else:
+            self.send_json(404, {"kind": "Status", "message": "no route " + path, "code": 404})
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = handle_any
+
+
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):  # quiet
+        pass
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--cert", required=True)
+    parser.add_argument("--key", required=True)
+    parser.add_argument("--client-ca")
+    args = parser.parse_args()
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(args.cert, args.key)
+    if args.client_ca:
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(args.client_ca)
+
+    server = Server(("127.0.0.1", 0), Handler)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    print("PORT %d" % server.server_address[1], flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
