@@ -100,6 +100,14 @@ void HttpMetricsEndpoint::Answer(int connection) {
     SendAll(connection, Response("200 OK", "text/plain; version=0.0.4; charset=utf-8", body.str()));
   } else if (line.rfind("GET /healthz", 0) == 0) {
     SendAll(connection, Response("200 OK", "text/plain", "ok\n"));
+  } else if (line.rfind("GET /readyz", 0) == 0) {
+    bool ready = true;
+    {
+      std::lock_guard<std::mutex> lock(ready_mutex_);
+      if (ready_) ready = ready_();
+    }
+    SendAll(connection, ready ? Response("200 OK", "text/plain", "ok\n")
+                              : Response("503 Service Unavailable", "text/plain", "not ready\n"));
   } else {
     SendAll(connection, Response("404 Not Found", "text/plain", "try /metrics\n"));
   }

@@ -1,5 +1,6 @@
 // A minimal HTTP/1.1 server that answers GET /metrics with the Prometheus
-// text format of a registry (and GET /healthz with "ok").
+// text format of a registry, GET /healthz with "ok" while the process
+// serves, and GET /readyz with 200 or 503 as a readiness check says.
 //
 // Why not prometheus-cpp's Exposer: it runs civetweb, whose threads Debian
 // builds with a 100 KiB stack, and glibc carves each thread's static TLS out
@@ -11,6 +12,8 @@
 #define KUBEPS_COMMON_HTTP_METRICS_ENDPOINT_H_
 
 #include <atomic>
+#include <functional>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <thread>
@@ -30,6 +33,11 @@ class HttpMetricsEndpoint {
   ~HttpMetricsEndpoint();
 
   int port() const { return port_; }
+  // /readyz answers 200 when `ready` returns true (always, when unset).
+  void set_ready_check(std::function<bool()> ready) {
+    std::lock_guard<std::mutex> lock(ready_mutex_);
+    ready_ = std::move(ready);
+  }
 
  private:
   HttpMetricsEndpoint() = default;
@@ -40,6 +48,8 @@ class HttpMetricsEndpoint {
   int listen_fd_ = -1;
   int port_ = 0;
   std::atomic<bool> stopping_{false};
+  std::mutex ready_mutex_;
+  std::function<bool()> ready_;
   std::thread thread_;
 };
 

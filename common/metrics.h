@@ -28,6 +28,8 @@ class MetricsServer {
                       std::unique_ptr<MetricsServer>* out);
 
   int port() const { return port_; }
+  // The HTTP endpoint, null when nothing is served.
+  HttpMetricsEndpoint* endpoint() { return endpoint_.get(); }
   prometheus::Registry& registry() { return *registry_; }
   const std::map<std::string, std::string>& labels() const { return labels_; }
 

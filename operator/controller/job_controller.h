@@ -57,6 +57,10 @@ class JobController {
   // When the job started (monotonic ms), for activeDeadlineSeconds; the
   // first Reconcile sets it when nobody did.
   void set_start_ms(int64_t start_ms) { start_ms_ = start_ms; }
+  // When every worker had finished (-1: not yet): a controller made anew
+  // for each reconcile carries the servers' linger over.
+  void set_workers_done_ms(int64_t ms) { workers_done_at_ms_ = ms; }
+  int64_t workers_done_ms() const { return workers_done_at_ms_; }
 
   // Every replica the job needs, scheduler first.
   std::vector<ReplicaName> DesiredReplicas() const;

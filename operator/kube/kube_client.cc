@@ -463,15 +463,31 @@ Status CppRestKubeClient::Prepare(const web::http::method& method, const std::st
 
 Status CppRestKubeClient::TransportError(const std::string& method, const std::string& path,
                                          const std::exception& e) const {
-  std::string message = "kube: " + method + " " + server_ + path + ": " + e.what();
+  const std::string what = e.what();
+  std::string detail;
   if (const auto* he = dynamic_cast<const web::http::http_exception*>(&e)) {
     const std::error_code& code = he->error_code();
-    if (code && message.find(code.message()) == std::string::npos) message += " (" + code.message() + ")";
+    if (code) {
+      // TLS failures arrive as OpenSSL error numbers in the system category
+      // ("Unknown error 167772294"); OpenSSL can name them.
+      const char* tls_reason = nullptr;
+      if (code.value() > 0 && ERR_GET_LIB(static_cast<unsigned long>(code.value())) == ERR_LIB_SSL) {
+        tls_reason = ERR_reason_error_string(static_cast<unsigned long>(code.value()));
+      }
+      detail = tls_reason != nullptr ? std::string("TLS: ") + tls_reason : code.message();
+      // cpprestsdk reports a refused connection as "host unreachable".
+      if (what.find("Failed to connect") != std::string::npos &&
+          code == std::make_error_code(std::errc::host_unreachable)) {
+        detail = "connection refused or host unreachable";
+      }
+    }
   }
-  if (https_ && std::string(e.what()).find("SSL") != std::string::npos) {
+  if (https_ && what.find("SSL") != std::string::npos) {
     const std::string why = DiagnoseTls(tls_, host_, port_);
-    if (!why.empty()) message += ": " + why;
+    if (!why.empty()) detail = why;
   }
+  std::string message = "kube: " + method + " " + server_ + path + ": " + what;
+  if (!detail.empty() && what.find(detail) == std::string::npos) message += ": " + detail;
   return Status::Error(message);
 }
 
@@ -818,6 +834,13 @@ Status KubeClient::Create(const KubeConfig& config, std::unique_ptr<KubeClient>*
       return Status::Error("kube: server " + server + ": the scheme must be https or http");
     }
     if (u.host().empty()) return Status::Error("kube: server " + server + ": no host");
+    if (u.host().front() == '[') {
+      // cpprestsdk 2.10 hands "[addr]" with its brackets to the resolver,
+      // which fails: IPv6 literals cannot be reached, only names.
+      return Status::Error("kube: server " + server +
+                           ": IPv6 address literals are not supported by the HTTP library; use a DNS name "
+                           "(in a pod: https://kubernetes.default.svc)");
+    }
   } catch (const std::exception& e) {
     return Status::Error("kube: server " + server + ": " + e.what());
   }

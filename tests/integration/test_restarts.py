@@ -2,7 +2,6 @@
 fail on their own) and the job ends as its restart policy says, with the
 reason on the runner's last line and no process left behind."""
 import os
-import re
 import signal
 import tempfile
 import time

@@ -396,6 +396,10 @@ TEST(KubeClientCreateTest, RejectsBadConfig) {
   EXPECT_FALSE(KubeClient::Create(c, &client).ok());
   c.server = "ftp://h:1";
   EXPECT_FALSE(KubeClient::Create(c, &client).ok());
+  c.server = "https://[::1]:6443";
+  Status v6 = KubeClient::Create(c, &client);
+  EXPECT_FALSE(v6.ok());
+  EXPECT_THAT(v6.message(), HasSubstr("IPv6"));
   c.server = "https://127.0.0.1:1";
   c.ca_data = "not a certificate";
   Status s = KubeClient::Create(c, &client);

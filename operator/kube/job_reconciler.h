@@ -1,0 +1,67 @@
+// Reconciles one TrainingJob against the cluster: the kubeps-operator's
+// reconcile function. Level-triggered and idempotent: it reads the job and
+// its pods (from the caches), makes the Secret and Services exist, lets the
+// shared job logic (controller/job_controller.h) create, restart and delete
+// pods, and writes the job's status through the /status subresource.
+// Running it twice on the same state changes nothing; an operator restart
+// loses nothing that matters (restart counts live on the pods, the phase of
+// a finished job in its status).
+#ifndef KUBEPS_OPERATOR_KUBE_JOB_RECONCILER_H_
+#define KUBEPS_OPERATOR_KUBE_JOB_RECONCILER_H_
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/metrics.h"
+#include "operator/controller/job_controller.h"
+#include "operator/kube/kube_client.h"
+#include "operator/kube/pod_builder.h"
+
+namespace kubeps::kube {
+
+struct ReconcileResult {
+  std::chrono::milliseconds requeue_after{0};  // 0 = only on the next change
+};
+
+class JobReconciler {
+ public:
+  JobReconciler(KubeClient* client, ImageSet images, MetricsServer* metrics);
+
+  // `job` is the TrainingJob object as the API server has it; `pods` are
+  // the pods labelled with its name in its namespace.
+  Status Reconcile(const nlohmann::json& job, const std::vector<nlohmann::json>& pods,
+                   ReconcileResult* result);
+
+  // The job is gone: forget its in-memory state.
+  void Forget(const std::string& uid);
+
+ private:
+  struct JobState {
+    int64_t workers_done_ms = -1;      // when every worker had finished
+    bool owned_objects_exist = false;  // Secret and Services made
+    bool reported_running = false;
+    int restarts_reported = 0;
+  };
+
+  Status EnsureOwnedObjects(const JobIdentity& id, const api::TrainingJob& spec, JobState* state);
+  Status WriteStatus(const nlohmann::json& job, const nlohmann::json& status);
+  void RecordEvent(const nlohmann::json& job, const std::string& type, const std::string& reason,
+                   const std::string& message);
+  nlohmann::json BuildStatus(const nlohmann::json& job, const api::TrainingJob& spec,
+                             const controller::JobStatus& observed) const;
+  Status FailInvalid(const nlohmann::json& job, const std::string& message);
+
+  KubeClient* client_;
+  ImageSet images_;
+  MetricsServer* metrics_;
+  std::map<std::string, JobState> jobs_;  // by uid
+};
+
+}  // namespace kubeps::kube
+
+#endif  // KUBEPS_OPERATOR_KUBE_JOB_RECONCILER_H_
