@@ -1,0 +1,213 @@
+"""Helpers for the kubeps-operator tests (test_operator.py): the operator as a
+child process of the test, TrainingJob manifests, and small queries against
+the emulated cluster (cluster.py).
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from cluster import SOURCE_DIR  # noqa: E402
+from k8sutil import ApiError  # noqa: E402
+
+BIN = os.path.abspath(os.environ.get("KUBEPS_BIN_DIR", os.path.join(SOURCE_DIR, "build", "bin")))
+DEPLOY = os.path.join(SOURCE_DIR, "deploy")
+DATASET = "/usr/share/datasets/fashion-mnist"
+TJ = "/apis/kubeps.io/v1alpha1/namespaces/default/trainingjobs"
+PODS = "/api/v1/namespaces/default/pods"
+OPERATOR_USER = "system:serviceaccount:kubeps-system:kubeps-operator"
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/kubeps-system/leases/kubeps-operator"
+
+
+class Operator:
+    """One kubeps-operator process talking to `cluster` as its service account."""
+
+    def __init__(self, cluster, *args, name="operator"):
+        self.cluster = cluster
+        self.name = name
+        self.log_path = os.path.join(cluster.dir, name + ".log")
+        self._log = open(self.log_path, "ab")
+        cmd = [os.path.join(BIN, "kubeps-operator"), "--kubeconfig=" + cluster.operator_kubeconfig,
+               "--metrics-port=0", *args]
+        self.proc = subprocess.Popen(cmd, env=cluster.env(operator=True), stdout=self._log,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.port = None
+        deadline = time.time() + 15
+        while time.time() < deadline and self.port is None:
+            m = re.search(r"/readyz on :(\d+)", self.log())
+            if m:
+                self.port = int(m.group(1))
+            elif self.proc.poll() is not None:
+                break
+            else:
+                time.sleep(0.05)
+        if self.port is None:
+            self.stop()
+            raise AssertionError("%s did not report its metrics port:\n%s" % (name, self.log()))
+
+    def log(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def http(self, path):
+        """(code, body) of GET http://127.0.0.1:PORT/path on the operator."""
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d%s" % (self.port, path), timeout=5) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def metrics(self):
+        code, text = self.http("/metrics")
+        assert code == 200, (code, text)
+        return parse_metrics(text)
+
+    def signal(self, sig):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def wait(self, timeout=20):
+        return self.proc.wait(timeout=timeout)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if not self._log.closed:
+            self._log.close()
+
+
+def parse_metrics(text):
+    """{(name, frozenset(labels.items())): value} of a Prometheus text page."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)', line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        out[(m.group(1), frozenset(labels.items()))] = float(m.group(3))
+    return out
+
+
+def metric(metrics, name, **labels):
+    """The sum of every series of `name` whose labels include `labels`."""
+    want = set(labels.items())
+    values = [v for (n, ls), v in metrics.items() if n == name and want <= set(ls)]
+    return sum(values) if values else None
+
+
+def training_job(name, epochs=1, max_steps=None, restart_policy=None, backoff_limit=None,
+                 clean_pod_policy=None, active_deadline=None, suspend=None, ttl=None,
+                 model="mlp", workers=2, servers=2, batch_size=64):
+    """A TrainingJob on the real data set. `max_steps` caps the workers' steps
+    through the worker pod template's env (KUBEPS_MAX_STEPS), per job."""
+    run_policy = {}
+    for key, value in (("restartPolicy", restart_policy), ("backoffLimit", backoff_limit),
+                       ("cleanPodPolicy", clean_pod_policy),
+                       ("activeDeadlineSeconds", active_deadline), ("suspend", suspend),
+                       ("ttlSecondsAfterFinished", ttl)):
+        if value is not None:
+            run_policy[key] = value
+    worker = {"replicas": workers}
+    if max_steps is not None:
+        worker["template"] = {"spec": {"containers": [{
+            "name": "worker", "env": [{"name": "KUBEPS_MAX_STEPS", "value": str(max_steps)}]}]}}
+    spec = {"mode": "sync", "model": model, "dataset": {"path": DATASET},
+            "optimizer": {"name": "adam", "learningRate": 0.001}, "batchSize": batch_size,
+            "epochs": epochs, "replicaSpecs": {"ps": {"replicas": servers}, "worker": worker}}
+    if run_policy:
+        spec["runPolicy"] = run_policy
+    return {"apiVersion": "kubeps.io/v1alpha1", "kind": "TrainingJob",
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+def apply(cluster, obj):
+    return cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
+
+
+def get_job(cluster, name):
+    return cluster.client.get(TJ + "/" + name)
+
+
+def phase_of(cluster, name):
+    try:
+        return get_job(cluster, name).get("status", {}).get("phase")
+    except ApiError as e:
+        if e.code == 404:
+            return None
+        raise
+
+
+def wait_phase(cluster, name, phases, timeout=60):
+    """Waits until the job's phase is one of `phases`; returns the job."""
+    if isinstance(phases, str):
+        phases = (phases,)
+    seen = []
+
+    def check():
+        job = get_job(cluster, name)
+        phase = job.get("status", {}).get("phase")
+        if not seen or seen[-1] != phase:
+            seen.append(phase)
+        return phase in phases and job
+    try:
+        return cluster.wait_for(check, timeout=timeout, interval=0.1,
+                                what="%s in phase %s" % (name, "/".join(phases)))
+    except AssertionError as e:
+        raise AssertionError("%s (phases seen: %s)" % (e, seen)) from None
+
+
+def job_pods(cluster, name):
+    return cluster.client.get(PODS + "?labelSelector=kubeps.io%2Fjob-name%3D" + name)["items"]
+
+
+def events_of(cluster, name, uid=None):
+    items = cluster.client.get("/api/v1/namespaces/default/events")["items"]
+    return [e for e in items if e.get("involvedObject", {}).get("name") == name and
+            e.get("involvedObject", {}).get("kind") == "TrainingJob" and
+            (uid is None or e["involvedObject"].get("uid") == uid)]
+
+
+def condition(job, ctype):
+    for c in job.get("status", {}).get("conditions", []):
+        if c.get("type") == ctype:
+            return c
+    return None
+
+
+def replica_pids(job_name, node_id):
+    """Process ids of the replica `node_id` (e.g. "worker-0") of job `job_name`:
+    the processes whose environment has KUBEPS_NODE_ID=node_id and the
+    replica's hostname."""
+    want = {b"KUBEPS_NODE_ID=" + node_id.encode(),
+            b"HOSTNAME=" + ("%s-%s" % (job_name, node_id)).encode()}
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % entry, "rb") as f:
+                env = set(f.read().split(b"\0"))
+        except OSError:
+            continue
+        if want <= env:
+            pids.append(int(entry))
+    return pids
+
+
+def kubelet_output(cluster):
+    with open(os.path.join(cluster.dir, "kubelet.log"), "rb") as f:
+        return f.read().decode(errors="replace")
