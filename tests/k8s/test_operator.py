@@ -1,0 +1,589 @@
+"""Tests of kubeps-operator against the emulated cluster (cluster.py): the real
+operator binary, the real kubectl, real kubeps-server/kubeps-agent pods
+training on the real Fashion-MNIST files.
+
+    KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_operator   (from tests/k8s)
+
+Jobs are kept short: the cluster passes KUBEPS_MAX_STEPS=100 to every pod, and
+jobs that must run longer set KUBEPS_MAX_STEPS in their worker pod template.
+"""
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from cluster import Cluster  # noqa: E402
+from k8sutil import ApiError  # noqa: E402
+from operator_harness import (BIN, DEPLOY, LEASE, OPERATOR_USER, PODS, TJ, Operator,  # noqa: E402
+                              apply, condition, events_of, get_job, job_pods, kubelet_output,
+                              metric, phase_of, replica_pids, training_job, wait_phase)
+
+MAX_STEPS = "100"
+ROLES = {"scheduler": "scheduler", "server": "ps", "worker": "worker"}
+
+
+def new_cluster(**kwargs):
+    os.environ["KUBEPS_MAX_STEPS"] = MAX_STEPS
+    c = Cluster(bin_dirs=[BIN], rbac=True, stream_logs=True, pass_env=["KUBEPS_MAX_STEPS"],
+                backoff=0.3, **kwargs).start()
+    try:
+        c.kubectl("apply", "-f", os.path.join(DEPLOY, "crd") + "/",
+                  "-f", os.path.join(DEPLOY, "rbac") + "/")
+    except Exception:
+        c.stop()
+        raise
+    return c
+
+
+def live(pod):
+    """A pod that runs or may still run: not finished and not being deleted."""
+    return (pod.get("status", {}).get("phase") not in ("Succeeded", "Failed") and
+            not pod["metadata"].get("deletionTimestamp"))
+
+
+def replica_key(pod):
+    labels = pod["metadata"]["labels"]
+    return labels["kubeps.io/replica-type"], labels["kubeps.io/replica-index"]
+
+
+def exit_code(pod):
+    for cs in pod.get("status", {}).get("containerStatuses", []):
+        term = cs.get("state", {}).get("terminated")
+        if term:
+            return term.get("exitCode")
+    return None
+
+
+class OperatorTestCase(unittest.TestCase):
+    c = None
+    op = None
+
+    def diag(self, job=None):
+        """What a failing assertion should show: the operator's log and the pods."""
+        parts = []
+        if self.op is not None:
+            parts.append("--- operator log (tail)\n" + self.op.log()[-4000:])
+        try:
+            parts.append("--- pods\n" + self.c.kubectl("get", "pods", "-o", "wide").stdout)
+            if job:
+                parts.append("--- status of %s\n%s" % (job, json.dumps(
+                    get_job(self.c, job).get("status"), indent=1)))
+        except Exception as e:   # diagnostics only
+            parts.append("(no more diagnostics: %s)" % e)
+        return "\n".join(parts)
+
+    def wait_phase(self, name, phases, timeout=60):
+        try:
+            return wait_phase(self.c, name, phases, timeout)
+        except AssertionError as e:
+            self.fail("%s\n%s" % (e, self.diag(name)))
+
+    def wait_running_pid(self, job, node_id, timeout=30):
+        """Waits until replica `node_id` of `job` runs; returns its process id."""
+        pids = self.c.wait_for(lambda: replica_pids(job, node_id), timeout=timeout,
+                               what="the process of %s %s" % (job, node_id))
+        self.assertEqual(len(pids), 1, pids)
+        return pids[0]
+
+    def delete_job(self, name):
+        self.c.kubectl("delete", "tj", name, "--ignore-not-found", "--wait=false")
+
+
+class OperatorTest(OperatorTestCase):
+    """One cluster and one operator (no leader election) for several jobs."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.c = new_cluster()
+        try:
+            cls.op = Operator(cls.c)
+        except Exception:
+            cls.c.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.op.stop()
+        cls.c.stop()
+
+    # -- 1. the documented user path
+
+    def test_user_path_with_kubectl(self):
+        c = self.c
+        out = c.kubectl("apply", "-f", os.path.join(DEPLOY, "crd") + "/").stdout
+        self.assertIn("customresourcedefinition.apiextensions.k8s.io/trainingjobs.kubeps.io", out)
+        out = c.kubectl("apply", "-f", os.path.join(DEPLOY, "examples", "fashion-mnist.yaml"))
+        self.assertIn("trainingjob.kubeps.io/fashion-mnist created", out.stdout)
+        self.wait_phase("fashion-mnist", ("Running", "Succeeded"), timeout=30)
+        job = self.wait_phase("fashion-mnist", "Succeeded", timeout=60)
+        uid = job["metadata"]["uid"]
+
+        # kubectl get tj: the printer columns
+        lines = c.kubectl("get", "tj").stdout.splitlines()
+        self.assertEqual(lines[0].split(), ["NAME", "PHASE", "WORKERS", "STEP", "AGE"])
+        row = [line.split() for line in lines[1:] if line.split()[0] == "fashion-mnist"]
+        self.assertEqual(len(row), 1, lines)
+        self.assertEqual(row[0][1:3], ["Succeeded", "2/2"], lines)
+
+        # status
+        st = job["status"]
+        self.assertTrue(st.get("startTime"), st)
+        self.assertTrue(st.get("completionTime"), st)
+        self.assertGreaterEqual(st["completionTime"], st["startTime"])
+        self.assertEqual(st.get("observedGeneration"), job["metadata"]["generation"], st)
+        self.assertEqual(st["workers"], "2/2")
+        cond = condition(job, "Succeeded")
+        self.assertIsNotNone(cond, st)
+        self.assertEqual(cond["status"], "True", st)
+        running = condition(job, "Running")
+        self.assertTrue(running is None or running["status"] == "False", st)
+        self.assertEqual(st["replicaStatuses"]["worker"],
+                         {"active": 0, "succeeded": 2, "failed": 0, "restarts": 0}, st)
+        self.assertEqual(st["replicaStatuses"]["ps"]["failed"], 0, st)
+
+        # the pods: names, labels, annotation, owner, all Completed
+        pods = {p["metadata"]["name"]: p for p in job_pods(c, "fashion-mnist")}
+        expected = ["fashion-mnist-scheduler-0", "fashion-mnist-server-0",
+                    "fashion-mnist-server-1", "fashion-mnist-worker-0", "fashion-mnist-worker-1"]
+        self.assertEqual(sorted(pods), expected, self.diag())
+        for name, pod in pods.items():
+            meta = pod["metadata"]
+            role, index = name.split("-")[-2:]
+            self.assertEqual(meta["labels"]["kubeps.io/replica-type"], role)
+            self.assertEqual(meta["labels"]["kubeps.io/replica-index"], index)
+            self.assertEqual(meta["annotations"]["kubeps.io/restarts"], "0")
+            self.assertEqual([(r["kind"], r["uid"], r.get("controller")) for r in
+                              meta["ownerReferences"]], [("TrainingJob", uid, True)])
+            self.assertEqual(pod["spec"]["restartPolicy"], "Never")
+        for name in ("fashion-mnist-worker-0", "fashion-mnist-worker-1"):
+            self.assertEqual(pods[name]["status"]["phase"], "Succeeded", name)
+        pod_lines = c.kubectl("get", "pods", "-l", "kubeps.io/job-name=fashion-mnist").stdout
+        self.assertEqual(pod_lines.count("Completed"), 5, pod_lines)
+
+        # the worker trained and evaluated
+        logs = c.kubectl("logs", "fashion-mnist-worker-0").stdout
+        self.assertIn("test accuracy", logs)
+        self.assertIn("[fashion-mnist-worker-0/worker] [worker 0] test accuracy",
+                      kubelet_output(c))
+
+        # events, through kubectl describe
+        desc = c.kubectl("describe", "tj", "fashion-mnist").stdout
+        for word in ("CreatedPod", "JobSucceeded", "Created pod fashion-mnist-worker-0"):
+            self.assertIn(word, desc)
+        events = events_of(c, "fashion-mnist", uid)
+        created = sorted(e["message"] for e in events if e["reason"] == "CreatedPod")
+        self.assertEqual(sorted(set(created)), ["Created pod " + n for n in expected])
+        succeeded = [e for e in events if e["reason"] == "JobSucceeded"]
+        self.assertEqual([e["type"] for e in succeeded], ["Normal"])
+        for e in events:
+            self.assertEqual(e["source"]["component"], "kubeps-operator")
+
+        # the objects the job owns
+        owned = {
+            "secrets/fashion-mnist-token": c.client.get(
+                "/api/v1/namespaces/default/secrets/fashion-mnist-token"),
+            "services/fashion-mnist": c.client.get(
+                "/api/v1/namespaces/default/services/fashion-mnist"),
+            "services/fashion-mnist-scheduler": c.client.get(
+                "/api/v1/namespaces/default/services/fashion-mnist-scheduler"),
+        }
+        for what, obj in owned.items():
+            refs = obj["metadata"].get("ownerReferences", [])
+            self.assertEqual([(r["kind"], r["name"], r["uid"]) for r in refs],
+                             [("TrainingJob", "fashion-mnist", uid)], what)
+        self.assertTrue(owned["secrets/fashion-mnist-token"]["data"]["token"])
+        self.assertEqual(owned["services/fashion-mnist"]["spec"]["clusterIP"], "None")
+
+        # kubectl delete cascades
+        c.kubectl("delete", "tj", "fashion-mnist")
+
+        def all_gone():
+            left = [p["metadata"]["name"] for p in job_pods(c, "fashion-mnist")]
+            for kind, name in (("secrets", "fashion-mnist-token"), ("services", "fashion-mnist"),
+                               ("services", "fashion-mnist-scheduler")):
+                try:
+                    c.client.get("/api/v1/namespaces/default/%s/%s" % (kind, name))
+                    left.append(kind + "/" + name)
+                except ApiError as e:
+                    if e.code != 404:
+                        raise
+            return not left or left and None
+        c.wait_for(all_gone, timeout=30, what="the job's pods, services and secret to go")
+        self.assertEqual(c.kubectl("get", "tj").stdout.count("fashion-mnist"), 0)
+
+    # -- 4. a killed worker under OnFailure and under Never
+
+    def test_killed_worker_restarts_under_on_failure(self):
+        c, name = self.c, "onfail"
+        before = metric(self.op.metrics(), "kubeps_operator_replica_restarts_total",
+                        job=name, namespace="default") or 0
+        apply(c, training_job(name, epochs=1, max_steps=700, restart_policy="OnFailure",
+                              backoff_limit=3))
+        self.wait_phase(name, "Running", timeout=30)
+        pid = self.wait_running_pid(name, "worker-0")
+        time.sleep(1.0)   # let it train a little
+        os.kill(pid, signal.SIGKILL)
+
+        r1 = c.wait_for(lambda: c.pod(name + "-worker-0-r1"), timeout=20,
+                        what="the replacement pod %s-worker-0-r1" % name)
+        self.assertEqual(r1["metadata"]["annotations"]["kubeps.io/restarts"], "1")
+        self.assertEqual(r1["metadata"]["labels"]["kubeps.io/replica-type"], "worker")
+        self.assertEqual(r1["metadata"]["labels"]["kubeps.io/replica-index"], "0")
+        self.assertEqual(r1["spec"]["hostname"], name + "-worker-0")
+        job = self.wait_phase(name, "Succeeded", timeout=60)
+        st = job["status"]
+        self.assertEqual(st["replicaStatuses"]["worker"]["restarts"], 1, st)
+        self.assertEqual(st["replicaStatuses"]["worker"]["succeeded"], 2, st)
+        # the failed pod is replaced, not kept next to its successor
+        c.wait_for(lambda: name + "-worker-0" not in
+                   [p["metadata"]["name"] for p in job_pods(c, name)], timeout=10,
+                   what="the failed pod %s-worker-0 deleted" % name)
+        names = sorted(p["metadata"]["name"] for p in job_pods(c, name))
+        self.assertNotIn(name + "-worker-0-r2", names)
+        self.assertEqual(c.pod(name + "-worker-0-r1")["status"]["phase"], "Succeeded")
+        # a Warning event says which replica failed and how
+        events = events_of(c, name, job["metadata"]["uid"])
+        warnings = [e for e in events if e["type"] == "Warning"]
+        self.assertTrue(any(e["reason"] == "ReplicaRestarted" and "worker-0" in e["message"] and
+                            "137" in e["message"] for e in warnings),
+                        [(e["type"], e["reason"], e["message"]) for e in events])
+        self.assertTrue(any(e["reason"] == "CreatedPod" and
+                            e["message"] == "Created pod %s-worker-0-r1" % name for e in events))
+        after = metric(self.op.metrics(), "kubeps_operator_replica_restarts_total",
+                       job=name, namespace="default")
+        self.assertEqual(after, before + 1)
+        self.assertIn("test accuracy", c.kubectl("logs", name + "-worker-0-r1").stdout)
+        self.delete_job(name)
+
+    def test_killed_worker_fails_job_under_never(self):
+        c, name = self.c, "never"
+        apply(c, training_job(name, epochs=1, max_steps=5000, restart_policy="Never"))
+        self.wait_phase(name, "Running", timeout=30)
+        pid = self.wait_running_pid(name, "worker-0")
+        time.sleep(0.5)
+        os.kill(pid, signal.SIGKILL)
+        job = self.wait_phase(name, "Failed", timeout=30)
+        st = job["status"]
+        failed = condition(job, "Failed")
+        self.assertIsNotNone(failed, st)
+        self.assertEqual((failed["status"], failed["reason"]), ("True", "RestartPolicyNever"), st)
+        self.assertIn("worker-0", st["message"])
+        self.assertIn("137", st["message"])
+        self.assertTrue(st.get("completionTime"), st)
+        # no replacement; cleanPodPolicy Running (the default) deletes what still runs
+        # and keeps the failed pod
+        def cleaned():
+            pods = job_pods(c, name)
+            return all(p["metadata"]["name"] == name + "-worker-0" for p in pods) and pods
+        pods = c.wait_for(cleaned, timeout=30, what="the running pods of %s deleted" % name)
+        self.assertEqual(len(pods), 1, [p["metadata"]["name"] for p in pods])
+        self.assertEqual(pods[0]["status"]["phase"], "Failed")
+        self.assertEqual(exit_code(pods[0]), 137)
+        events = events_of(c, name, job["metadata"]["uid"])
+        self.assertTrue(any(e["type"] == "Warning" and e["reason"] == "RestartPolicyNever"
+                            for e in events),
+                        [(e["type"], e["reason"], e["message"]) for e in events])
+        self.assertFalse(replica_pids(name, "worker-1"), "worker-1 still runs")
+        # a failed job stays failed
+        time.sleep(1)
+        self.assertEqual(phase_of(c, name), "Failed")
+        self.delete_job(name)
+
+    # -- 6. activeDeadlineSeconds and suspend
+
+    def test_active_deadline_fails_the_job(self):
+        c, name = self.c, "deadline"
+        # 0 = no step cap: 5 epochs run far longer than the deadline
+        apply(c, training_job(name, epochs=5, max_steps=0, active_deadline=2))
+        t0 = time.time()
+        job = self.wait_phase(name, "Failed", timeout=30)
+        elapsed = time.time() - t0
+        st = job["status"]
+        failed = condition(job, "Failed")
+        self.assertIsNotNone(failed, st)
+        self.assertEqual((failed["status"], failed["reason"]), ("True", "DeadlineExceeded"), st)
+        self.assertIn("activeDeadlineSeconds", st["message"])
+        self.assertGreaterEqual(elapsed, 2)
+        self.assertLess(elapsed, 10, "the deadline of 2 s was acted on after %.1f s" % elapsed)
+        # the pods that were running are deleted
+        c.wait_for(lambda: not any(live(p) or p["metadata"].get("deletionTimestamp")
+                                   for p in job_pods(c, name)) or None, timeout=30,
+                   what="no running pod of %s" % name)
+        self.assertEqual(st["replicaStatuses"]["worker"]["succeeded"], 0, st)
+        self.delete_job(name)
+
+    def test_suspend_and_resume(self):
+        c, name = self.c, "suspended"
+        apply(c, training_job(name, suspend=True))
+        job = self.wait_phase(name, "Suspended", timeout=20)
+        cond = condition(job, "Suspended")
+        self.assertIsNotNone(cond, job["status"])
+        self.assertEqual(cond["status"], "True")
+        time.sleep(1.5)   # nothing starts while it is suspended
+        self.assertEqual(job_pods(c, name), [])
+        self.assertEqual(phase_of(c, name), "Suspended")
+        lines = c.kubectl("get", "tj", name).stdout.splitlines()
+        self.assertEqual(lines[1].split()[1], "Suspended")
+
+        c.kubectl("patch", "tj", name, "--type=merge", "-p",
+                  json.dumps({"spec": {"runPolicy": {"suspend": False}}}))
+        c.wait_for(lambda: len(job_pods(c, name)) == 5, timeout=20,
+                   what="the pods of %s after resuming" % name)
+        job = self.wait_phase(name, "Succeeded", timeout=60)
+        st = job["status"]
+        self.assertEqual(st["observedGeneration"], job["metadata"]["generation"], st)
+        self.assertEqual(job["metadata"]["generation"], 2)
+        self.assertEqual(st["replicaStatuses"]["worker"]["succeeded"], 2, st)
+        # a resumed, finished job is no longer suspended
+        cond = condition(job, "Suspended")
+        self.assertTrue(cond is None or cond["status"] == "False",
+                        "the Suspended condition is still True on a %s job: %s" % (
+                            st["phase"], json.dumps(st["conditions"])))
+        self.delete_job(name)
+
+    # -- 7. the operator's own endpoints
+
+    def test_health_ready_and_metrics(self):
+        c, op, name = self.c, self.op, "metrics"
+        self.assertEqual(op.http("/healthz")[0], 200)
+        c.wait_for(lambda: op.http("/readyz")[0] == 200, timeout=10, what="/readyz 200")
+        self.assertIn("caches synced", op.log())
+        apply(c, training_job(name))
+        self.wait_phase(name, "Succeeded", timeout=60)
+
+        def scraped():
+            m = op.metrics()
+            ok = (metric(m, "kubeps_operator_jobs", phase="Succeeded") or 0) >= 1
+            return ok and m
+        m = c.wait_for(scraped, timeout=10, what='kubeps_operator_jobs{phase="Succeeded"} >= 1')
+        self.assertGreater(metric(m, "kubeps_operator_reconciles_total"), 0)
+        self.assertIsNotNone(metric(m, "kubeps_operator_reconcile_errors_total"))
+        self.assertIsNotNone(metric(m, "kubeps_operator_queue_depth"))
+        self.assertGreaterEqual(metric(m, "kubeps_operator_job_startup_seconds_count"), 1)
+        for phase in ("Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended"):
+            self.assertIsNotNone(metric(m, "kubeps_operator_jobs", phase=phase), phase)
+        # the gauge counts the jobs as they are
+        jobs = c.client.get(TJ)["items"]
+        succeeded = sum(1 for j in jobs if j.get("status", {}).get("phase") == "Succeeded")
+        c.wait_for(lambda: metric(op.metrics(), "kubeps_operator_jobs", phase="Succeeded") ==
+                   succeeded, timeout=5, what="jobs{phase=Succeeded} == %d" % succeeded)
+        self.assertEqual(op.http("/readyz")[0], 200)
+        self.delete_job(name)
+
+
+class OperatorRestartTest(OperatorTestCase):
+    """2. Killing the operator mid-job creates no second pod for a replica."""
+
+    def setUp(self):
+        self.c = new_cluster()
+        self.op = None
+
+    def tearDown(self):
+        if self.op is not None:
+            self.op.stop()
+        self.c.stop()
+
+    def test_operator_restart_mid_job_creates_no_duplicate_pods(self):
+        c, name = self.c, "restart"
+        violations, seen, stop = [], set(), threading.Event()
+
+        def watch_pods():
+            while not stop.is_set():
+                try:
+                    pods = job_pods(c, name)
+                except Exception:   # the cluster is going away
+                    return
+                per_replica = {}
+                for p in pods:
+                    seen.add(p["metadata"]["name"])
+                    if live(p):
+                        per_replica.setdefault(replica_key(p), []).append(p["metadata"]["name"])
+                for key, names in per_replica.items():
+                    if len(names) > 1:
+                        violations.append(names)
+                time.sleep(0.05)
+        poller = threading.Thread(target=watch_pods, daemon=True)
+        poller.start()
+        try:
+            self.op = Operator(c, name="operator-1")
+            apply(c, training_job(name, epochs=1, max_steps=900))
+            # kill it first while it creates the job's objects...
+            c.wait_for(lambda: job_pods(c, name), timeout=20, what="a first pod")
+            self.op.signal(signal.SIGKILL)
+            self.op.wait()
+            self.op.stop()
+            self.op = Operator(c, name="operator-2")
+            # ...then while the job runs
+            self.wait_phase(name, "Running", timeout=30)
+            self.wait_running_pid(name, "worker-1")
+            time.sleep(1.0)
+            self.op.signal(signal.SIGKILL)
+            self.op.wait()
+            self.op.stop()
+            self.assertEqual(phase_of(c, name), "Running", "the job ended before the 2nd kill")
+            time.sleep(0.5)
+            self.op = Operator(c, name="operator-3")
+            job = self.wait_phase(name, "Succeeded", timeout=60)
+        finally:
+            stop.set()
+            poller.join(5)
+        self.assertEqual(violations, [], "two live pods for one replica")
+        self.assertEqual(sorted(seen), sorted("%s-%s" % (name, r) for r in (
+            "scheduler-0", "server-0", "server-1", "worker-0", "worker-1")))
+        st = job["status"]
+        self.assertEqual(st["replicaStatuses"]["worker"],
+                         {"active": 0, "succeeded": 2, "failed": 0, "restarts": 0}, st)
+        requests = c.requests()
+        self.assertLess(len(requests), 2000, "the request log overflowed; cannot count")
+        posts = [r for r in requests if r["verb"] == "POST" and
+                 r["path"].split("?")[0] == PODS and r["user"] == OPERATOR_USER]
+        codes = [r["code"] for r in posts]
+        self.assertEqual(codes.count(201), 5, codes)
+        self.assertEqual([code for code in codes if code != 201 and code != 409], [], codes)
+        # every pod ran once: no pod was re-created after a delete
+        self.assertEqual([r for r in requests if r["verb"] == "DELETE" and
+                          r["path"].startswith(PODS + "/") and r["user"] == OPERATOR_USER], [])
+
+
+class WatchRecoveryTest(OperatorTestCase):
+    """3. Watches cut and their history compacted (410 Gone) while the
+    operator is not looking: it lists again and misses nothing."""
+
+    def setUp(self):
+        # no periodic bookmarks: the operator's resourceVersion stays behind
+        self.c = new_cluster(bookmark_interval=3600)
+        self.op = None
+
+    def tearDown(self):
+        if self.op is not None:
+            self.op.signal(signal.SIGCONT)
+            self.op.stop()
+        self.c.stop()
+
+    def test_watch_cut_and_410_gone(self):
+        c, name = self.c, "watchcut"
+        self.op = Operator(c)
+        apply(c, training_job(name, epochs=1, max_steps=500))
+        self.wait_phase(name, "Running", timeout=30)
+        # a plain cut (stream ended) while it runs: watched again from where it was
+        cut = c.hook("cut-watches")
+        self.assertGreaterEqual(cut["cut"], 2)
+        self.wait_running_pid(name, "worker-0")
+        # now the operator stops looking; the job's workers finish meanwhile
+        self.op.signal(signal.SIGSTOP)
+        try:
+            c.wait_for(lambda: sum(p["status"].get("phase") == "Succeeded"
+                                   for p in job_pods(c, name)
+                                   if replica_key(p)[0] == "worker") == 2,
+                       timeout=60, what="both workers Succeeded")
+            c.client.post("/api/v1/namespaces/default/configmaps",
+                          {"metadata": {"name": "bump"}})
+            compacted = c.hook("compact")["compactedResourceVersion"]
+            c.hook("cut-watches", mode="abort")
+            self.assertEqual(phase_of(c, name), "Running")
+        finally:
+            self.op.signal(signal.SIGCONT)
+        job = self.wait_phase(name, "Succeeded", timeout=30)
+        # the status agrees with the pods as they ended
+        pods = job_pods(c, name)
+        st = job["status"]
+        for role, key in ROLES.items():
+            mine = [p for p in pods if replica_key(p)[0] == role]
+            counted = st["replicaStatuses"][key]
+            self.assertEqual(counted["succeeded"],
+                             sum(p["status"]["phase"] == "Succeeded" for p in mine), (role, st))
+            self.assertEqual(counted["failed"], 0, (role, st))
+        self.assertEqual(st["replicaStatuses"]["worker"]["succeeded"], 2, st)
+        self.assertEqual(st["workers"], "2/2")
+        # it listed again after the compaction
+        requests = c.requests()
+        at = max(i for i, r in enumerate(requests) if r["path"].startswith("/_emulator/compact"))
+        after = [r for r in requests[at + 1:] if r["user"] == OPERATOR_USER and r["verb"] == "GET"]
+        lists = [r["path"] for r in after if "watch=" not in r["path"]]
+        self.assertTrue(any(p.startswith("/apis/kubeps.io/v1alpha1/trainingjobs") for p in lists),
+                        (compacted, [r["path"] for r in after]))
+        self.assertTrue(any(p.startswith("/api/v1/pods?labelSelector=") for p in lists),
+                        (compacted, [r["path"] for r in after]))
+        self.assertEqual(self.op.proc.poll(), None, "the operator died")
+
+
+class LeaderElectionTest(OperatorTestCase):
+    """5. Two operators with --leader-elect: one leads, the other waits; SIGTERM
+    hands the Lease over at once."""
+
+    def setUp(self):
+        self.c = new_cluster()
+        self.ops = []
+        self.op = None
+
+    def tearDown(self):
+        for op in self.ops:
+            op.stop()
+        self.c.stop()
+
+    def start(self, identity):
+        op = Operator(self.c, "--leader-elect", "--leader-election-namespace=kubeps-system",
+                      "--identity=" + identity, name=identity)
+        self.ops.append(op)
+        return op
+
+    def holder(self):
+        try:
+            return self.c.client.get(LEASE)["spec"].get("holderIdentity")
+        except ApiError as e:
+            if e.code == 404:
+                return None
+            raise
+
+    def test_one_leader_and_handover(self):
+        c = self.c
+        a = self.op = self.start("op-a")
+        c.wait_for(lambda: self.holder() == "op-a", timeout=15, what="op-a holds the lease")
+        b = self.start("op-b")
+        c.wait_for(lambda: a.http("/readyz")[0] == 200, timeout=10, what="the leader ready")
+        time.sleep(3)   # op-b has tried to take the lease at least once
+        self.assertEqual(self.holder(), "op-a")
+        self.assertEqual(b.http("/healthz")[0], 200)
+        self.assertEqual(b.http("/readyz")[0], 503)
+        self.assertNotIn("caches synced", b.log())
+        self.assertIn("leading as op-a", a.log())
+
+        apply(c, training_job("led-by-a"))
+        self.wait_phase("led-by-a", "Succeeded", timeout=60)
+        self.assertGreater(metric(a.metrics(), "kubeps_operator_reconciles_total"), 0)
+        self.assertEqual(metric(b.metrics(), "kubeps_operator_reconciles_total"), 0)
+        self.assertEqual(b.http("/readyz")[0], 503)
+        users = {r["user"] for r in c.requests() if r["verb"] == "POST" and
+                 r["path"].split("?")[0] == PODS}
+        self.assertEqual(users, {OPERATOR_USER})
+        transitions = c.client.get(LEASE)["spec"].get("leaseTransitions", 0)
+
+        # SIGTERM: the leader stops, gives the lease up, the standby takes over
+        # well before the lease (15 s) would have expired
+        t0 = time.time()
+        a.signal(signal.SIGTERM)
+        self.assertEqual(a.wait(timeout=15), 0, a.log()[-2000:])
+        c.wait_for(lambda: self.holder() == "op-b", timeout=10, what="op-b holds the lease")
+        self.assertLess(time.time() - t0, 10)
+        self.op = b
+        c.wait_for(lambda: b.http("/readyz")[0] == 200, timeout=10, what="op-b ready")
+        self.assertIn("leading as op-b", b.log())
+        self.assertIn("caches synced", b.log())
+        lease = c.client.get(LEASE)["spec"]
+        self.assertEqual(lease.get("leaseTransitions"), transitions + 1, lease)
+
+        apply(c, training_job("led-by-b"))
+        job = self.wait_phase("led-by-b", "Succeeded", timeout=60)
+        self.assertEqual(job["status"]["replicaStatuses"]["worker"]["succeeded"], 2)
+        self.assertGreater(metric(b.metrics(), "kubeps_operator_reconciles_total"), 0)
+        # the first job, finished under op-a, is left as it was
+        self.assertEqual(phase_of(c, "led-by-a"), "Succeeded")
+
+
+if __name__ == "__main__":
+    unittest.main()
