@@ -14,7 +14,7 @@
 #include "common/node_config.h"
 #include "common/resend.h"
 #include "kubeps.grpc.pb.h"
-#include "operator/api/training_job.h"
+#include "operator/api/job_environment.h"
 #include "ps-server/ps_service.h"
 #include "ps-server/scheduler.h"
 
@@ -37,19 +37,8 @@ std::unique_ptr<grpc::Server> StartGrpc(const NodeConfig& config, grpc::Service*
   return builder.BuildAndStart();
 }
 
-Status LoadJob(const NodeConfig& config, api::TrainingJob* job) {
-  api::ParseResult parsed = api::ParseTrainingJob(config.job_json);
-  if (!parsed.ok()) return Status::Error(parsed.ErrorReport(env::kJob));
-  *job = *parsed.job;
-  return Status::Ok();
-}
-
-int RunScheduler(const NodeConfig& config, MetricsServer* metrics, FaultInjector* faults) {
-  api::TrainingJob job;
-  if (Status s = LoadJob(config, &job); !s.ok()) {
-    KLOG_ERROR << s.message();
-    return 2;
-  }
+int RunScheduler(const NodeConfig& config, const api::TrainingJob& job, MetricsServer* metrics,
+                 FaultInjector* faults) {
   SchedulerOptions options;
   options.faults = faults;
   options.sync = job.spec.mode == api::SyncMode::kSync;
@@ -140,18 +129,12 @@ Status RegisterAndHeartbeat(const NodeConfig& config, const std::string& address
   return Status::Ok();
 }
 
-int RunServer(const NodeConfig& config, MetricsServer* metrics, FaultInjector* faults) {
-  api::TrainingJob job;
-  if (Status s = LoadJob(config, &job); !s.ok()) {
-    KLOG_ERROR << s.message();
-    return 2;
-  }
+int RunServer(const NodeConfig& config, const api::TrainingJob& job, MetricsServer* metrics,
+              FaultInjector* faults) {
   ShardOptions options;
   options.sync = job.spec.mode == api::SyncMode::kSync;
   options.num_workers = job.spec.worker.replicas;
-  const auto& o = job.spec.optimizer;
-  options.optimizer = OptimizerConfig{o.name, float(o.learning_rate), float(o.momentum), float(o.beta1),
-                                      float(o.beta2), float(o.epsilon), float(o.weight_decay)};
+  options.optimizer = api::ToOptimizerConfig(job.spec.optimizer);
   std::string error;
   auto optimizer = MakeOptimizer(options.optimizer, &error);
   if (!optimizer) {
@@ -215,6 +198,11 @@ int main(int argc, char** argv) {
     KLOG_ERROR << s.message();
     return 2;
   }
-  return config.role == "scheduler" ? RunScheduler(config, metrics.get(), faults.get())
-                                    : RunServer(config, metrics.get(), faults.get());
+  api::TrainingJob job;
+  if (Status s = api::ParseJobFromEnvironment(config.job_json, &job); !s.ok()) {
+    KLOG_ERROR << s.message();
+    return 2;
+  }
+  return config.role == "scheduler" ? RunScheduler(config, job, metrics.get(), faults.get())
+                                    : RunServer(config, job, metrics.get(), faults.get());
 }

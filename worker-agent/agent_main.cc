@@ -17,7 +17,7 @@
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/node_config.h"
-#include "operator/api/training_job.h"
+#include "operator/api/job_environment.h"
 #include "worker-agent/kv/kv_worker.h"
 #include "worker-agent/parameter_store.h"
 #include "worker-agent/trainer/cuda/gpu_backend.h"
@@ -28,18 +28,6 @@
 
 namespace kubeps {
 namespace {
-
-OptimizerConfig ToOptimizerConfig(const api::OptimizerSpec& o) {
-  return OptimizerConfig{o.name, float(o.learning_rate), float(o.momentum), float(o.beta1),
-                         float(o.beta2), float(o.epsilon), float(o.weight_decay)};
-}
-
-Status LoadJob(const NodeConfig& config, api::TrainingJob* job) {
-  api::ParseResult parsed = api::ParseTrainingJob(config.job_json);
-  if (!parsed.ok()) return Status::Error(parsed.ErrorReport(env::kJob));
-  *job = *parsed.job;
-  return Status::Ok();
-}
 
 // The job's model on the chosen backend: the CPU, one GPU, or G GPUs whose
 // gradients NCCL sums before the one push of this pod.
@@ -106,7 +94,7 @@ int main(int argc, char** argv) {
   SetBlasThreads(config.blas_threads);
 
   api::TrainingJob job;
-  if (Status s = LoadJob(config, &job); !s.ok()) return Fail(s);
+  if (Status s = api::ParseJobFromEnvironment(config.job_json, &job); !s.ok()) return Fail(s);
   std::unique_ptr<trainer::Model> model;
   if (Status s = MakeModel(job, &model); !s.ok()) return Fail(s);
   trainer::FashionMnist data;
@@ -132,7 +120,7 @@ int main(int argc, char** argv) {
   if (local) {
     // The baseline: one process, the whole global batch, the servers' optimizer.
     std::string error;
-    auto optimizer = MakeOptimizer(ToOptimizerConfig(job.spec.optimizer), &error);
+    auto optimizer = MakeOptimizer(api::ToOptimizerConfig(job.spec.optimizer), &error);
     if (!optimizer) return Fail(Status::Error("spec.optimizer: " + error));
     store = std::make_unique<LocalStore>(std::move(optimizer));
     loop.local_batch = job.spec.batch_size * job.spec.worker.replicas;

@@ -12,21 +12,6 @@ using nlohmann::json;
 
 namespace {
 
-std::string UrlEncode(const std::string& in) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : in) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  return out;
-}
-
 void SleepUnlessStopped(const std::atomic<bool>& stop, std::chrono::milliseconds total) {
   for (auto waited = std::chrono::milliseconds(0); waited < total && !stop;
        waited += std::chrono::milliseconds(50)) {
@@ -50,7 +35,7 @@ Informer::Informer(KubeClient* client, std::string collection, std::string label
 
 std::string Informer::Query(bool watch) const {
   std::string query = collection_;
-  if (!label_selector_.empty()) query += "?labelSelector=" + UrlEncode(label_selector_);
+  if (!label_selector_.empty()) query += "?labelSelector=" + UrlEncodeQueryValue(label_selector_);
   return query;
 }
 

@@ -131,21 +131,6 @@ bool Base64Decode(const std::string& in, std::string* out) {
   return bits < 6;  // a single leftover sextet is not valid base64
 }
 
-std::string UrlEncodeQueryValue(const std::string& s) {
-  static const char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-        c == '_' || c == '.' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  return out;
-}
 
 std::string ServerUrl(const std::string& host, const std::string& port) {
   if (host.find(':') != std::string::npos && host.front() != '[') {
@@ -871,6 +856,22 @@ Status KubeClient::Create(const KubeConfig& config, std::unique_ptr<KubeClient>*
     return Status::Error("kube: " + server + ": " + e.what());
   }
   return Status::Ok();
+}
+
+std::string UrlEncodeQueryValue(const std::string& s) {
+  static const char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+        c == '_' || c == '.' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
 }
 
 }  // namespace kubeps::kube

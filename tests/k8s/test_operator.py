@@ -9,6 +9,7 @@ jobs that must run longer set KUBEPS_MAX_STEPS in their worker pod template.
 """
 import json
 import os
+import re
 import signal
 import sys
 import threading
@@ -212,7 +213,7 @@ class OperatorTest(OperatorTestCase):
                 except ApiError as e:
                     if e.code != 404:
                         raise
-            return not left or left and None
+            return not left
         c.wait_for(all_gone, timeout=30, what="the job's pods, services and secret to go")
         self.assertEqual(c.kubectl("get", "tj").stdout.count("fashion-mnist"), 0)
 
@@ -312,7 +313,7 @@ class OperatorTest(OperatorTestCase):
         self.assertLess(elapsed, 10, "the deadline of 2 s was acted on after %.1f s" % elapsed)
         # the pods that were running are deleted
         c.wait_for(lambda: not any(live(p) or p["metadata"].get("deletionTimestamp")
-                                   for p in job_pods(c, name)) or None, timeout=30,
+                                   for p in job_pods(c, name)), timeout=30,
                    what="no running pod of %s" % name)
         self.assertEqual(st["replicaStatuses"]["worker"]["succeeded"], 0, st)
         self.delete_job(name)
@@ -445,9 +446,6 @@ class OperatorRestartTest(OperatorTestCase):
         codes = [r["code"] for r in posts]
         self.assertEqual(codes.count(201), 5, codes)
         self.assertEqual([code for code in codes if code != 201 and code != 409], [], codes)
-        # every pod ran once: no pod was re-created after a delete
-        self.assertEqual([r for r in requests if r["verb"] == "DELETE" and
-                          r["path"].startswith(PODS + "/") and r["user"] == OPERATOR_USER], [])
 
 
 class WatchRecoveryTest(OperatorTestCase):
@@ -470,11 +468,13 @@ class WatchRecoveryTest(OperatorTestCase):
         self.op = Operator(c)
         apply(c, training_job(name, epochs=1, max_steps=500))
         self.wait_phase(name, "Running", timeout=30)
-        # a plain cut (stream ended) while it runs: watched again from where it was
-        cut = c.hook("cut-watches")
+        # the connections dropped while it runs: it lists and watches again
+        cut = c.hook("cut-watches", mode="abort")
         self.assertGreaterEqual(cut["cut"], 2)
         self.wait_running_pid(name, "worker-0")
-        # now the operator stops looking; the job's workers finish meanwhile
+        # now the operator stops looking; the job's workers finish meanwhile,
+        # the history is compacted and the streams end cleanly, so that its
+        # next watch from where it stopped gets 410 Gone
         self.op.signal(signal.SIGSTOP)
         try:
             c.wait_for(lambda: sum(p["status"].get("phase") == "Succeeded"
@@ -483,8 +483,8 @@ class WatchRecoveryTest(OperatorTestCase):
                        timeout=60, what="both workers Succeeded")
             c.client.post("/api/v1/namespaces/default/configmaps",
                           {"metadata": {"name": "bump"}})
-            compacted = c.hook("compact")["compactedResourceVersion"]
-            c.hook("cut-watches", mode="abort")
+            compacted = int(c.hook("compact")["compactedResourceVersion"])
+            c.hook("cut-watches")
             self.assertEqual(phase_of(c, name), "Running")
         finally:
             self.op.signal(signal.SIGCONT)
@@ -500,15 +500,19 @@ class WatchRecoveryTest(OperatorTestCase):
             self.assertEqual(counted["failed"], 0, (role, st))
         self.assertEqual(st["replicaStatuses"]["worker"]["succeeded"], 2, st)
         self.assertEqual(st["workers"], "2/2")
-        # it listed again after the compaction
+        # after the compaction: a watch from an older resourceVersion (410),
+        # then a fresh list, for the jobs and for the pods
         requests = c.requests()
         at = max(i for i, r in enumerate(requests) if r["path"].startswith("/_emulator/compact"))
-        after = [r for r in requests[at + 1:] if r["user"] == OPERATOR_USER and r["verb"] == "GET"]
-        lists = [r["path"] for r in after if "watch=" not in r["path"]]
-        self.assertTrue(any(p.startswith("/apis/kubeps.io/v1alpha1/trainingjobs") for p in lists),
-                        (compacted, [r["path"] for r in after]))
-        self.assertTrue(any(p.startswith("/api/v1/pods?labelSelector=") for p in lists),
-                        (compacted, [r["path"] for r in after]))
+        after = [r["path"] for r in requests[at + 1:]
+                 if r["user"] == OPERATOR_USER and r["verb"] == "GET"]
+        for collection in ("/apis/kubeps.io/v1alpha1/trainingjobs", "/api/v1/pods?"):
+            mine = [p for p in after if p.startswith(collection)]
+            stale = [i for i, p in enumerate(mine) if "watch=1" in p and
+                     int(re.search(r"resourceVersion=(\d+)", p).group(1)) < compacted]
+            self.assertTrue(stale, (collection, compacted, mine))
+            relists = [i for i, p in enumerate(mine) if "watch=" not in p and i > stale[0]]
+            self.assertTrue(relists, (collection, compacted, mine))
         self.assertEqual(self.op.proc.poll(), None, "the operator died")
 
 
@@ -558,9 +562,6 @@ class LeaderElectionTest(OperatorTestCase):
         self.assertGreater(metric(a.metrics(), "kubeps_operator_reconciles_total"), 0)
         self.assertEqual(metric(b.metrics(), "kubeps_operator_reconciles_total"), 0)
         self.assertEqual(b.http("/readyz")[0], 503)
-        users = {r["user"] for r in c.requests() if r["verb"] == "POST" and
-                 r["path"].split("?")[0] == PODS}
-        self.assertEqual(users, {OPERATOR_USER})
         transitions = c.client.get(LEASE)["spec"].get("leaseTransitions", 0)
 
         # SIGTERM: the leader stops, gives the lease up, the standby takes over

@@ -38,6 +38,20 @@ void AddPartRefs(const std::vector<const Part*>& batch,
   }
 }
 
+// The parts' references and their values back to back: the one copy a
+// tensor makes on its way out.
+void PackParts(const std::vector<const Part*>& batch, const std::vector<const float*>& tensors,
+               google::protobuf::RepeatedPtrField<v1::PartRef>* refs, std::string* data) {
+  uint64_t elements = 0;
+  AddPartRefs(batch, refs, &elements);
+  data->resize(elements * sizeof(float));
+  char* out = data->data();
+  for (const Part* part : batch) {
+    std::memcpy(out, tensors[part->key] + part->offset, part->length * sizeof(float));
+    out += part->length * sizeof(float);
+  }
+}
+
 }  // namespace
 
 struct KVWorker::Pending {
@@ -198,15 +212,7 @@ Status KVWorker::InitTensors(const std::vector<const float*>& values,
       if (batch.empty()) continue;
       v1::InitRequest request;
       *request.mutable_id() = NextRequestId();
-      uint64_t elements = 0;
-      AddPartRefs(batch, request.mutable_parts(), &elements);
-      std::string* data = request.mutable_data();
-      data->resize(elements * sizeof(float));
-      char* out = data->data();
-      for (const Part* part : batch) {
-        std::memcpy(out, values[part->key] + part->offset, part->length * sizeof(float));
-        out += part->length * sizeof(float);
-      }
+      PackParts(batch, values, request.mutable_parts(), request.mutable_data());
       v1::InitResponse response;
       const int server = batch.front()->server;
       Status s = caller_.Call(ServerName(server), "Init", [&](grpc::ClientContext& c) {
@@ -291,15 +297,8 @@ Status KVWorker::PushBatch(const std::vector<const Part*>& batch,
   request.set_worker_rank(rank_);
   request.set_step(step);
   request.set_generation(generation_);
-  uint64_t elements = 0;
-  AddPartRefs(batch, request.mutable_parts(), &elements);
-  std::string* data = request.mutable_data();
-  data->resize(elements * sizeof(float));
-  char* out = data->data();
-  for (const Part* part : batch) {
-    std::memcpy(out, grads[part->key] + part->offset, part->length * sizeof(float));
-    out += part->length * sizeof(float);
-  }
+  PackParts(batch, grads, request.mutable_parts(), request.mutable_data());
+  const std::string* data = &request.data();
   const int server = batch.front()->server;
   v1::PushResponse response;
   Status s = caller_.Call(ServerName(server), "Push", [&](grpc::ClientContext& c) {

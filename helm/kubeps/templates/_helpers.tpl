@@ -1,0 +1,134 @@
+{{/*
+The chart's name, or nameOverride.
+*/}}
+{{- define "kubeps.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The full name: fullnameOverride, else the release name when it contains the
+chart's name (release "kubeps" -> "kubeps"), else "<release>-<chart>".
+*/}}
+{{- define "kubeps.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+The name of the operator's objects: "kubeps-operator" for a release named
+kubeps, as in the plain manifests of deploy/.
+*/}}
+{{- define "kubeps.operatorName" -}}
+{{- printf "%s-operator" (include "kubeps.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+"chart-version" for the helm.sh/chart label.
+*/}}
+{{- define "kubeps.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels of every object, but app.kubernetes.io/component.
+*/}}
+{{- define "kubeps.commonLabels" -}}
+helm.sh/chart: {{ include "kubeps.chart" . }}
+app.kubernetes.io/name: {{ include "kubeps.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- if .Chart.AppVersion }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kubeps
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Labels of the operator's objects.
+*/}}
+{{- define "kubeps.labels" -}}
+{{ include "kubeps.commonLabels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/*
+Labels that select the operator's pods.
+*/}}
+{{- define "kubeps.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kubeps.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/*
+The operator's service account.
+*/}}
+{{- define "kubeps.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kubeps.operatorName" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The namespace of the leader-election Lease.
+*/}}
+{{- define "kubeps.leaderElectionNamespace" -}}
+{{- default .Release.Namespace .Values.leaderElection.namespace }}
+{{- end }}
+
+{{/*
+"repository:tag" of one image; the tag defaults to the chart's appVersion.
+Call with (dict "image" .Values.image.server "context" $).
+*/}}
+{{- define "kubeps.image" -}}
+{{- $tag := default .context.Chart.AppVersion .image.tag }}
+{{- printf "%s:%s" (required "image repository is required" .image.repository) (toString $tag) }}
+{{- end }}
+
+{{/*
+What the operator does to TrainingJobs and their pods, services, token
+secrets and events. Exactly deploy/rbac/rbac.yaml's rules, in its order
+(tests/k8s/test_manifests_in_step.py compares them).
+*/}}
+{{- define "kubeps.jobRules" -}}
+# The jobs it reconciles, and their status.
+- apiGroups: ["kubeps.io"]
+  resources: ["trainingjobs"]
+  verbs: ["get", "list", "watch", "update", "patch"]
+- apiGroups: ["kubeps.io"]
+  resources: ["trainingjobs/status"]
+  verbs: ["get", "update", "patch"]
+# The pods and services of every job.
+- apiGroups: [""]
+  resources: ["pods", "services"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+# The per-job token every request inside a job carries.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["get", "create", "delete"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
+
+{{/*
+Leader election between the operator's replicas.
+*/}}
+{{- define "kubeps.leaderElectionRules" -}}
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["get", "create", "update"]
+{{- end }}
