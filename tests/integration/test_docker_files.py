@@ -24,8 +24,10 @@ RUNTIME_PACKAGES = os.path.join(DOCKER_DIR, "runtime-packages.sh")
 IMAGES = {"server.Dockerfile": "kubeps-server", "operator.Dockerfile": "kubeps-operator",
           "agent.Dockerfile": "kubeps-agent"}
 # scripts/install-deps.sh packages that building a binary does not need.
+# Packages the tests need (a real Prometheus, openssl and unshare for the
+# Kubernetes stand-in), not the build.
 NOT_FOR_BUILDING = {"git", "curl", "python3", "libgtest-dev", "libgmock-dev", "libbenchmark-dev",
-                    "dataset-fashion-mnist"}
+                    "dataset-fashion-mnist", "prometheus", "openssl", "util-linux"}
 # Root CMakeLists.txt subdirectories the images leave out: tests are off
 # (-DKUBEPS_BUILD_TESTS=OFF) and benchmarks need libbenchmark-dev.
 NOT_COPIED = {"tests", "bench"}

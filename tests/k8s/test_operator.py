@@ -25,6 +25,8 @@ from operator_harness import (BIN, DEPLOY, LEASE, OPERATOR_USER, PODS, TJ, Opera
                               metric, phase_of, replica_pids, training_job, wait_phase)
 
 MAX_STEPS = "100"
+JOBS_LIST = "/apis/kubeps.io/v1alpha1/trainingjobs"
+PODS_LIST = "/api/v1/pods?"
 ROLES = {"scheduler": "scheduler", "server": "ps", "worker": "worker"}
 
 
@@ -471,6 +473,17 @@ class WatchRecoveryTest(OperatorTestCase):
         # the connections dropped while it runs: it lists and watches again
         cut = c.hook("cut-watches", mode="abort")
         self.assertGreaterEqual(cut["cut"], 2)
+
+        def relisted():
+            requests = c.requests()
+            at = max(i for i, r in enumerate(requests)
+                     if r["path"].startswith("/_emulator/cut-watches"))
+            lists = [r["path"] for r in requests[at + 1:] if r["user"] == OPERATOR_USER and
+                     r["verb"] == "GET" and "watch=" not in r["path"]]
+            return (any(p.startswith(JOBS_LIST) for p in lists) and
+                    any(p.startswith(PODS_LIST) for p in lists))
+        c.wait_for(relisted, timeout=10, what="the operator to list again after the cut")
+        time.sleep(0.5)   # and to watch again
         self.wait_running_pid(name, "worker-0")
         # now the operator stops looking; the job's workers finish meanwhile,
         # the history is compacted and the streams end cleanly, so that its
@@ -500,19 +513,29 @@ class WatchRecoveryTest(OperatorTestCase):
             self.assertEqual(counted["failed"], 0, (role, st))
         self.assertEqual(st["replicaStatuses"]["worker"]["succeeded"], 2, st)
         self.assertEqual(st["workers"], "2/2")
-        # after the compaction: a watch from an older resourceVersion (410),
-        # then a fresh list, for the jobs and for the pods
-        requests = c.requests()
-        at = max(i for i, r in enumerate(requests) if r["path"].startswith("/_emulator/compact"))
-        after = [r["path"] for r in requests[at + 1:]
-                 if r["user"] == OPERATOR_USER and r["verb"] == "GET"]
-        for collection in ("/apis/kubeps.io/v1alpha1/trainingjobs", "/api/v1/pods?"):
-            mine = [p for p in after if p.startswith(collection)]
+        # after the compaction, for the jobs and for the pods: the watch that
+        # was cut, the watch from where it stopped (answered 410 Gone), then a
+        # fresh list
+        def requests_after_compaction(collection):
+            requests = c.requests()
+            at = max(i for i, r in enumerate(requests)
+                     if r["path"].startswith("/_emulator/compact"))
+            return [r["path"] for r in requests[at + 1:] if r["user"] == OPERATOR_USER and
+                    r["verb"] == "GET" and r["path"].startswith(collection)]
+
+        def relisted_after_gone(collection):
+            mine = requests_after_compaction(collection)
             stale = [i for i, p in enumerate(mine) if "watch=1" in p and
                      int(re.search(r"resourceVersion=(\d+)", p).group(1)) < compacted]
-            self.assertTrue(stale, (collection, compacted, mine))
-            relists = [i for i, p in enumerate(mine) if "watch=" not in p and i > stale[0]]
-            self.assertTrue(relists, (collection, compacted, mine))
+            return len(stale) >= 2 and any("watch=" not in p and i > stale[1]
+                                           for i, p in enumerate(mine))
+        for collection in (JOBS_LIST, PODS_LIST):
+            try:
+                c.wait_for(lambda: relisted_after_gone(collection), timeout=10,
+                           what="a list of %s after the 410" % collection)
+            except AssertionError as e:
+                self.fail("%s: %s (compacted at %d)\n%s" % (
+                    e, requests_after_compaction(collection), compacted, self.diag()))
         self.assertEqual(self.op.proc.poll(), None, "the operator died")
 
 
