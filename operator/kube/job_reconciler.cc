@@ -5,6 +5,7 @@
 #include "common/logging.h"
 #include "operator/controller/replica_env.h"
 #include "operator/kube/kube_cluster.h"
+#include "operator/kube/progress_probe.h"
 #include "operator/kube/time_format.h"
 
 namespace kubeps::kube {
@@ -158,6 +159,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods, 
   }
 
   json next = BuildStatus(job, spec, observed);
+  if (observed.phase == JobPhase::kRunning) ProbeProgress(pods, &state, &next);
   if (observed.phase == JobPhase::kRunning && !state.reported_running &&
       observed.workers.active == spec.spec.worker.replicas) {
     state.reported_running = true;
@@ -176,6 +178,35 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods, 
   if (!observed.finished()) result->requeue_after = std::chrono::seconds(5);
   if (Comparable(next) == Comparable(status)) return Status::Ok();
   return WriteStatus(job, next);
+}
+
+void JobReconciler::ProbeProgress(const std::vector<json>& pods, JobState* state, json* status) {
+  // At most every 5 s: each new step written is a change to the job, which
+  // brings the job back here; probing every time would loop.
+  if (state->last_steps >= 0 && std::chrono::steady_clock::now() - state->last_probe < std::chrono::seconds(5)) {
+    return;
+  }
+  for (const auto& pod : pods) {
+    controller::ReplicaName name{controller::ReplicaRole::kScheduler, 0};
+    if (!KubeCluster::ReplicaOf(pod, &name) || name.role != controller::ReplicaRole::kWorker || name.index != 0) {
+      continue;
+    }
+    const std::string ip = pod.value("status", json::object()).value("podIP", "");
+    if (ip.empty()) return;
+    std::optional<double> steps = ProbeSteps(ip, kMetricsPort);
+    if (!steps) return;
+    const auto now = std::chrono::steady_clock::now();
+    (*status)["step"] = static_cast<int64_t>(*steps);
+    const double seconds = std::chrono::duration<double>(now - state->last_probe).count();
+    if (state->last_steps >= 0 && *steps >= state->last_steps && seconds > 0.5) {
+      char rate[32];
+      std::snprintf(rate, sizeof rate, "%.1f", (*steps - state->last_steps) / seconds);
+      (*status)["stepsPerSecond"] = rate;
+    }
+    state->last_steps = *steps;
+    state->last_probe = now;
+    return;
+  }
 }
 
 json JobReconciler::BuildStatus(const json& job, const api::TrainingJob& spec,

@@ -46,7 +46,11 @@ class JobReconciler {
     bool owned_objects_exist = false;  // Secret and Services made
     bool reported_running = false;
     int restarts_reported = 0;
+    double last_steps = -1;            // worker 0's step counter at the last probe
+    std::chrono::steady_clock::time_point last_probe;
   };
+  // Step and steps/sec from worker 0's metrics, into `status`.
+  void ProbeProgress(const std::vector<nlohmann::json>& pods, JobState* state, nlohmann::json* status);
 
   Status EnsureOwnedObjects(const JobIdentity& id, const api::TrainingJob& spec, JobState* state);
   Status WriteStatus(const nlohmann::json& job, const nlohmann::json& status);

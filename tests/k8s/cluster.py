@@ -44,6 +44,7 @@ class KubectlError(Exception):
 
 
 class Cluster:
+    _started = 0
     def __init__(self, bin_dirs=(), images=None, kubelet=True, rbac=False, directory=None,
                  event_window=1000, bookmark_interval=5.0, isolation=None, host_dns=None,
                  stream_logs=False, pass_env=(), backoff=1.0, keep=False):
@@ -61,6 +62,11 @@ class Cluster:
         self.pass_env = list(pass_env)
         self.backoff = backoff
         self.keep = keep or bool(os.environ.get("KUBEPS_EMULATOR_KEEP"))
+        # Service IPs from 127.<octet>.0.0/16 and pod IPs from 127.<octet+1>.x.y,
+        # different for every cluster this process tree starts, so clusters
+        # of tests running side by side never share an address.
+        self.octet = 2 + 2 * ((os.getpid() + Cluster._started) % 120)
+        Cluster._started += 1
         self.own_dir = directory is None
         self.dir = directory or tempfile.mkdtemp(prefix="kubeps-k8s-")
         self.apiserver = None
@@ -78,7 +84,8 @@ class Cluster:
         cmd = [sys.executable, os.path.join(HERE, "apiserver.py"), "--dir", self.dir,
                "--event-window", str(self.event_window),
                "--bookmark-interval", str(self.bookmark_interval),
-               "--log-dir", os.path.join(node_dir, "logs"), "--exit-with-parent"]
+               "--log-dir", os.path.join(node_dir, "logs"), "--exit-with-parent",
+               "--service-cidr", "127.%d.0.0/16" % self.octet]
         if self.rbac:
             cmd.append("--rbac")
         self._apiserver_log = open(os.path.join(self.dir, "apiserver.log"), "ab")
@@ -110,8 +117,9 @@ class Cluster:
             if self.stream_logs:
                 cmd.append("--stream-logs")
             self._kubelet_log = open(os.path.join(self.dir, "kubelet.log"), "ab")
+            kubelet_env = dict(os.environ, KUBEPS_EMULATOR_POD_OCTET=str(self.octet + 1))
             self.kubelet = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._kubelet_log,
-                                            start_new_session=True)
+                                            start_new_session=True, env=kubelet_env)
             line = self.kubelet.stdout.readline().decode()
             if not line.startswith("READY"):
                 self.stop()

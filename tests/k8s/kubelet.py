@@ -48,7 +48,7 @@ Containers: each container is one local process group.
         the host is created as a symbolic link to the volume folder and removed
         when the pod goes (mountPaths that exist and are not ours are left
         alone and the container fails with CreateContainerError).
-  * Networking: every pod gets its own loopback address 127.0.0.N (N from 2
+  * Networking: every pod gets its own loopback address 127.X.0.N (X per node emulator, N from 2
     up), reported as status.podIP. All pods share the host's network
     namespace, so a process must listen on its pod IP (status.podIP through
     a fieldRef), not on 0.0.0.0, when two pods use the same port.
@@ -937,6 +937,9 @@ class Kubelet:
         self.ips = {}              # uid -> ip
         self.free_ips = []
         self.next_ip = 2
+        # Each node emulator takes its own 127.X.0.0/16 for pod IPs, so two
+        # emulated clusters on one machine (parallel tests) never collide.
+        self.pod_octet = int(os.environ.get("KUBEPS_EMULATOR_POD_OCTET", "0")) or (2 + os.getpid() % 240)
         self.procs = set()
         self.links = set()
         self.proxies = {}          # (ip, port) -> ServiceProxy
@@ -997,7 +1000,7 @@ class Kubelet:
             else:
                 n = self.next_ip
                 self.next_ip += 1
-                ip = "127.0.%d.%d" % (n // 254, n % 254 + 1) if n >= 254 else "127.0.0.%d" % n
+                ip = "127.%d.%d.%d" % (self.pod_octet, n // 254, n % 254 + 1)
             self.ips[uid] = ip
             return ip
 

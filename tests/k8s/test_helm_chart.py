@@ -33,6 +33,7 @@ import json
 import os
 import random
 import re
+import signal
 import socket
 import sys
 import tempfile
@@ -46,7 +47,6 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "tools", "helm_render"))
 from cluster import Cluster  # noqa: E402
 import helmrender  # noqa: E402
-import k8sutil  # noqa: E402
 
 BIN = os.path.abspath(os.environ.get("KUBEPS_BIN_DIR", os.path.join(SOURCE_DIR, "build", "bin")))
 CHART = os.path.join(SOURCE_DIR, "helm", "kubeps")
@@ -271,8 +271,13 @@ class HelmChartTest(unittest.TestCase):
             # The operator as the test runs it (see the module's docstring).
             overrides = self.path("default-test-values.yaml", json.dumps(
                 self.emulator_values(c, port, "kubeps-operator")))
-            self.install(c, self.render(overrides))
-            self.run_operator_and_job(c, "kubeps-operator", "default", port, lease=True)
+            rendered = self.render(overrides)
+            try:
+                self.install(c, rendered)
+                self.run_operator_and_job(c, "kubeps-operator", "default", port, lease=True)
+                self.uninstall(c, rendered, "default")
+            finally:
+                self.kill_leftovers(c)
 
     def test_non_default_values(self):
         """ci/non-default-values.yaml: one watched namespace with namespaced
@@ -329,14 +334,19 @@ class HelmChartTest(unittest.TestCase):
             overrides = self.path("non-default-test-values.yaml", json.dumps(values))
             for ns in ("team-a", "monitoring"):
                 c.kubectl("create", "namespace", ns)
-            self.install(c, self.render(NON_DEFAULT, overrides))
-            # A job outside the watched namespace is not the operator's.
-            c.kubectl("apply", "-n", "default", "-f", EXAMPLE)
-            self.run_operator_and_job(c, "ml-kubeps-operator", "team-a", port, lease=False)
-            other = c.kubectl("get", "tj", "-n", "default", "fashion-mnist", "-o", "json",
-                              json_output=True)
-            self.assertNotIn("phase", other.get("status", {}))
-            self.assertEqual(c.client.get("/api/v1/namespaces/default/pods")["items"], [])
+            rendered = self.render(NON_DEFAULT, overrides)
+            try:
+                self.install(c, rendered)
+                # A job outside the watched namespace is not the operator's.
+                c.kubectl("apply", "-n", "default", "-f", EXAMPLE)
+                self.run_operator_and_job(c, "ml-kubeps-operator", "team-a", port, lease=False)
+                other = c.kubectl("get", "tj", "-n", "default", "fashion-mnist", "-o", "json",
+                                  json_output=True)
+                self.assertNotIn("phase", other.get("status", {}))
+                self.assertEqual(c.client.get("/api/v1/namespaces/default/pods")["items"], [])
+                self.uninstall(c, rendered, "team-a")
+            finally:
+                self.kill_leftovers(c)
 
     # -- helpers
 
@@ -421,6 +431,38 @@ class HelmChartTest(unittest.TestCase):
             return re.search(r'^kubeps_operator_jobs\{[^}]*phase="Succeeded"[^}]*\} 1$', body, re.M) \
                 and "kubeps_operator_reconciles_total" in body
         c.wait_for(scraped, timeout=15, interval=0.5, what="operator metrics through " + url)
+
+    def uninstall(self, c, text, job_namespace):
+        """`helm uninstall`: the job goes, then the release; the garbage
+        collector takes the ReplicaSet and the pods, the kubelet stops them."""
+        c.kubectl("delete", "tj", "-n", job_namespace, "fashion-mnist", "--wait=false")
+        c.kubectl("delete", "-f", self.path("uninstall.yaml", text), "--wait=false")
+
+        def gone():
+            left = [p["metadata"]["name"] for ns in (job_namespace, NAMESPACE)
+                    for p in c.client.get("/api/v1/namespaces/%s/pods" % ns)["items"]]
+            left += [r["metadata"]["name"] for r in c.client.get(
+                "/apis/apps/v1/namespaces/%s/replicasets" % NAMESPACE)["items"]]
+            return not left
+        c.wait_for(gone, timeout=45, interval=0.5, what="the release's ReplicaSet and pods to go")
+
+    @staticmethod
+    def kill_leftovers(c):
+        """Ends any operator this test started that is still running (by its
+        pid; its --kubeconfig lies in this cluster's own folder)."""
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    cmdline = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            if "--kubeconfig=" + os.path.join(c.dir, "operator-kubeconfig") in cmdline:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except OSError:
+                    pass
 
     def logs(self, c, pod):
         r = c.kubectl("logs", "-n", NAMESPACE, pod, check=False)

@@ -297,6 +297,47 @@ class OperatorTest(OperatorTestCase):
         self.assertEqual(phase_of(c, name), "Failed")
         self.delete_job(name)
 
+    def test_backoff_limit_counts_every_restart(self):
+        c, name = self.c, "backoff"
+        apply(c, training_job(name, epochs=1, max_steps=5000, restart_policy="OnFailure",
+                              backoff_limit=1))
+        self.wait_phase(name, "Running", timeout=30)
+        first = self.wait_running_pid(name, "worker-1")
+        time.sleep(0.5)
+        os.kill(first, signal.SIGKILL)       # restart 1 of at most 1
+        c.wait_for(lambda: c.pod(name + "-worker-1-r1")["status"]["phase"] == "Running",
+                   timeout=20, what="%s-worker-1-r1 running" % name)
+        c.wait_for(lambda: [p for p in replica_pids(name, "worker-1") if p != first],
+                   timeout=20, what="the new worker-1 process")
+        os.kill(self.wait_running_pid(name, "worker-0"), signal.SIGKILL)   # one too many
+        job = self.wait_phase(name, "Failed", timeout=30)
+        st = job["status"]
+        failed = condition(job, "Failed")
+        self.assertEqual((failed["status"], failed["reason"]), ("True", "BackoffLimitExceeded"),
+                         st)
+        self.assertIn("worker-0 exited with code 137", st["message"])
+        self.assertIn("backoffLimit 1", st["message"])
+        names = sorted(p["metadata"]["name"] for p in job_pods(c, name))
+        self.assertNotIn(name + "-worker-0-r1", names)
+        m = self.op.metrics()
+        self.assertEqual(metric(m, "kubeps_operator_replica_restarts_total", job=name,
+                                namespace="default"), 1)
+        # the job restarted one replica once: its status says so, also after
+        # the cleanup deleted the restarted pod that was still running
+        self.assertEqual(st["replicaStatuses"]["worker"]["restarts"], 1,
+                         "status.replicaStatuses.worker: %s" % st["replicaStatuses"]["worker"])
+        self.delete_job(name)
+
+    def test_ttl_after_finished_deletes_the_job(self):
+        c, name = self.c, "ttl"
+        apply(c, training_job(name, ttl=1))
+        job = self.wait_phase(name, "Succeeded", timeout=60)
+        uid = job["metadata"]["uid"]
+        c.wait_for(lambda: phase_of(c, name) is None, timeout=15,
+                   what="%s deleted after ttlSecondsAfterFinished" % name)
+        c.wait_for(lambda: not job_pods(c, name), timeout=15, what="its pods collected")
+        self.assertTrue(any(e["reason"] == "JobSucceeded" for e in events_of(c, name, uid)))
+
     # -- 6. activeDeadlineSeconds and suspend
 
     def test_active_deadline_fails_the_job(self):
@@ -468,7 +509,7 @@ class WatchRecoveryTest(OperatorTestCase):
     def test_watch_cut_and_410_gone(self):
         c, name = self.c, "watchcut"
         self.op = Operator(c)
-        apply(c, training_job(name, epochs=1, max_steps=500))
+        apply(c, training_job(name, epochs=1, max_steps=700))
         self.wait_phase(name, "Running", timeout=30)
         # the connections dropped while it runs: it lists and watches again
         cut = c.hook("cut-watches", mode="abort")
@@ -484,16 +525,14 @@ class WatchRecoveryTest(OperatorTestCase):
                     any(p.startswith(PODS_LIST) for p in lists))
         c.wait_for(relisted, timeout=10, what="the operator to list again after the cut")
         time.sleep(0.5)   # and to watch again
-        self.wait_running_pid(name, "worker-0")
-        # now the operator stops looking; the job's workers finish meanwhile,
+        # now the operator stops looking; the job's pods all finish meanwhile,
         # the history is compacted and the streams end cleanly, so that its
         # next watch from where it stopped gets 410 Gone
+        self.assertEqual(phase_of(c, name), "Running")
         self.op.signal(signal.SIGSTOP)
         try:
-            c.wait_for(lambda: sum(p["status"].get("phase") == "Succeeded"
-                                   for p in job_pods(c, name)
-                                   if replica_key(p)[0] == "worker") == 2,
-                       timeout=60, what="both workers Succeeded")
+            c.wait_for(lambda: [p["status"].get("phase") for p in job_pods(c, name)] ==
+                       ["Succeeded"] * 5, timeout=60, what="every pod of the job Succeeded")
             c.client.post("/api/v1/namespaces/default/configmaps",
                           {"metadata": {"name": "bump"}})
             compacted = int(c.hook("compact")["compactedResourceVersion"])
