@@ -455,8 +455,9 @@ class DeployManifestsTest(unittest.TestCase):
             c.kubectl("apply", "-f", os.path.join(DEPLOY, "examples") + "/")
             # what the operator does
             op = lambda *a, **k: c.kubectl(*a, operator=True, **k)  # noqa: E731
+            examples = [f for f in os.listdir(os.path.join(DEPLOY, "examples")) if f.endswith(".yaml")]
             self.assertEqual(len(op("get", "tj", "-A", "-o", "json",
-                                    json_output=True)["items"]), 3)
+                                    json_output=True)["items"]), len(examples))
             op("get", "pods", "-A", "-l", "kubeps.io/job-name")
             op("create", "secret", "generic", "fm-token", "-n", "default",
                "--from-literal=token=x")
