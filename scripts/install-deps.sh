@@ -17,6 +17,8 @@ PACKAGES=(
   dataset-fashion-mnist
   # a real Prometheus (and promtool) for the monitoring tests; kubectl comes with the machine
   prometheus
+  # Go's text/template and sprig, to render the Helm chart in tests as Helm does
+  golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev
 )
 
 missing=()

@@ -99,7 +99,10 @@ class Operator {
         errors_(metrics->Counter("kubeps_operator_reconcile_errors_total", "Reconciles that failed and will be retried")),
         depth_(metrics->Gauge("kubeps_operator_queue_depth", "TrainingJobs waiting to be reconciled")) {}
 
-  bool ready() const { return jobs_.synced() && pods_.synced(); }
+  // A standby (waiting for the Lease) is healthy and ready; the leader is
+  // ready once its caches are synced.
+  bool ready() const { return !leading_ || (jobs_.synced() && pods_.synced()); }
+  void set_leading(bool leading) { leading_ = leading; }
 
   // Watches and reconciles until g_stop (or until `lost` says leadership is gone).
   void Run(const std::atomic<bool>& stop) {
@@ -167,6 +170,7 @@ class Operator {
 
   const Flags& flags_;
   MetricsServer* metrics_;
+  std::atomic<bool> leading_{false};
   WorkQueue queue_;
   JobReconciler reconciler_;
   Informer jobs_, pods_;
@@ -211,12 +215,14 @@ int main(int argc, char** argv) {
   metrics->endpoint()->set_ready_check([&op] { return op.ready(); });
 
   if (!flags.leader_elect) {
+    op.set_leading(true);
     op.Run(g_stop);
     return 0;
   }
   LeaderElector elector(client.get(), LeaseConfig{flags.leader_election_namespace, "kubeps-operator",
                                                   flags.identity});
   if (!elector.AwaitLeadership(g_stop)) return 0;
+  op.set_leading(true);
   std::atomic<bool> stop_leading{false};
   std::thread leading([&] {
     bool kept = elector.KeepLeading(g_stop);

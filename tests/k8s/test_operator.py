@@ -333,8 +333,13 @@ class OperatorTest(OperatorTestCase):
         apply(c, training_job(name, ttl=1))
         job = self.wait_phase(name, "Succeeded", timeout=60)
         uid = job["metadata"]["uid"]
-        c.wait_for(lambda: phase_of(c, name) is None, timeout=15,
-                   what="%s deleted after ttlSecondsAfterFinished" % name)
+        try:
+            c.wait_for(lambda: phase_of(c, name) is None, timeout=10,
+                       what="%s deleted after ttlSecondsAfterFinished" % name)
+        except AssertionError as e:
+            deletes = [(r["path"], r["code"]) for r in c.requests() if r["verb"] == "DELETE" and
+                       r["user"] == OPERATOR_USER and r["path"].startswith(TJ + "/" + name)]
+            self.fail("%s; the operator's DELETEs of the job: %s\n%s" % (e, deletes, self.diag()))
         c.wait_for(lambda: not job_pods(c, name), timeout=15, what="its pods collected")
         self.assertTrue(any(e["reason"] == "JobSucceeded" for e in events_of(c, name, uid)))
 
