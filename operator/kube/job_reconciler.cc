@@ -71,10 +71,6 @@ json UpdateConditions(json conditions, const std::string& current, const std::st
 // Status without its time stamps, to tell whether anything really changed.
 json Comparable(json status) {
   if (!status.is_object()) return json::object();
-  for (auto& c : status.value("conditions", json::array())) {
-    c.erase("lastUpdateTime");
-    c.erase("lastTransitionTime");
-  }
   if (status.contains("conditions")) {
     json cleaned = json::array();
     for (auto c : status["conditions"]) {
