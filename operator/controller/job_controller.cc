@@ -69,7 +69,7 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
   for (auto& r : cluster_->List()) observed[r.name] = r;
   std::vector<ReplicaStatus> all;
   for (auto& [name, r] : observed) all.push_back(r);
-  JobStatus status = Observe(all);
+  JobStatus status = final_counts_ ? *final_counts_ : Observe(all);
 
   if (succeeded_) {
     status.phase = JobPhase::kSucceeded;
@@ -101,6 +101,7 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
       status.message = "every worker finished; waiting for servers to exit";
       return status;
     }
+    final_counts_ = status;
     Cleanup();
     succeeded_ = true;
     return Reconcile(now_ms);
@@ -150,6 +151,9 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
 JobStatus JobController::Fail(const std::string& code, const std::string& message, int64_t now_ms) {
   failure_code_ = code;
   failure_ = message;
+  JobStatus counts = Observe(cluster_->List());
+  // The restart that was just refused is not counted; the failed one is.
+  final_counts_ = counts;
   Cleanup();
   return Reconcile(now_ms);
 }

@@ -9,6 +9,7 @@
 #define KUBEPS_OPERATOR_CONTROLLER_JOB_CONTROLLER_H_
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,9 @@ class JobController {
   std::string failure_;          // set once the job has failed for good
   std::string failure_code_;
   bool succeeded_ = false;       // set once every worker succeeded
+  // The replicas' counts when the job ended, before cleanPodPolicy deleted
+  // any: what a finished job's status keeps reporting.
+  std::optional<JobStatus> final_counts_;
   int64_t workers_done_at_ms_ = -1;
   int64_t start_ms_ = -1;
 };

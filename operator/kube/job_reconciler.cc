@@ -56,7 +56,10 @@ json UpdateConditions(json conditions, const std::string& current, const std::st
       c["reason"] = reason;
       c["message"] = message;
     }
-    if (c.value("status", "") != status && (active || type == "Running" || type == "Restarting")) {
+    // Every condition but the current one and Created stops holding
+    // (Running ends, a resumed job is no longer Suspended).
+    if (c.value("status", "") != status && (active || type != "Created")) {
+      if (type == "Suspended" && !active) c["reason"] = "JobResumed";
       c["status"] = status;
       c["lastTransitionTime"] = now;
     }
@@ -102,7 +105,10 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods, 
       auto expires = ParseTime(status.value("completionTime", "")) + std::chrono::seconds(ttl);
       if (Clock::now() >= expires) {
         Response deleted;
-        client_->Delete(JobPath(id), &deleted);
+        if (Status s = client_->Delete(JobPath(id), &deleted); !s.ok()) return s;
+        if (!deleted.ok() && deleted.code != 404) {
+          return Status::Error("deleting " + id.name + " after ttlSecondsAfterFinished: " + deleted.Describe());
+        }
         KLOG_INFO << "deleted " << id.namespace_ << "/" << id.name << ": ttlSecondsAfterFinished passed";
         return Status::Ok();
       }

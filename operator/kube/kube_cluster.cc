@@ -95,7 +95,7 @@ Status KubeCluster::Create(const controller::ReplicaLaunch& launch) {
     return Status::Error("creating pod " + pod["metadata"]["name"].get<std::string>() + ": " +
                          response.Describe());
   }
-  created_.push_back(pod["metadata"]["name"]);
+  if (response.ok()) created_.push_back(pod["metadata"]["name"]);  // 409: an earlier reconcile made it
   pods_.push_back(response.code == 409 ? pod : response.body);
   if (existing != newest.end()) {
     // The failed pod has told us what we needed; free its node resources.

@@ -81,7 +81,9 @@ void WorkQueue::ShutDown() {
 
 size_t WorkQueue::Depth() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return queue_.size() + delayed_.size();
+  std::set<std::string> waiting(queued_);
+  for (const auto& [when, key] : delayed_) waiting.insert(key);
+  return waiting.size();
 }
 
 }  // namespace kubeps::kube

@@ -107,7 +107,8 @@ secrets and events. Exactly deploy/rbac/rbac.yaml's rules, in its order
 # The jobs it reconciles, and their status.
 - apiGroups: ["kubeps.io"]
   resources: ["trainingjobs"]
-  verbs: ["get", "list", "watch", "update", "patch"]
+  # delete: ttlSecondsAfterFinished removes finished jobs.
+  verbs: ["get", "list", "watch", "update", "patch", "delete"]
 - apiGroups: ["kubeps.io"]
   resources: ["trainingjobs/status"]
   verbs: ["get", "update", "patch"]
