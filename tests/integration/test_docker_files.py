@@ -23,11 +23,12 @@ RUNTIME_PACKAGES = os.path.join(DOCKER_DIR, "runtime-packages.sh")
 # image file -> the binary it runs
 IMAGES = {"server.Dockerfile": "kubeps-server", "operator.Dockerfile": "kubeps-operator",
           "agent.Dockerfile": "kubeps-agent"}
-# scripts/install-deps.sh packages that building a binary does not need.
-# Packages the tests need (a real Prometheus, openssl and unshare for the
-# Kubernetes stand-in), not the build.
+# scripts/install-deps.sh packages that building a binary does not need:
+# tools, test libraries, and what only the tests use (a real Prometheus,
+# openssl and unshare for the Kubernetes stand-in, Go and sprig for Helm).
 NOT_FOR_BUILDING = {"git", "curl", "python3", "libgtest-dev", "libgmock-dev", "libbenchmark-dev",
-                    "dataset-fashion-mnist", "prometheus", "openssl", "util-linux"}
+                    "dataset-fashion-mnist", "prometheus", "openssl", "util-linux", "golang-go",
+                    "golang-github-masterminds-sprig-dev", "golang-gopkg-yaml.v2-dev"}
 # Root CMakeLists.txt subdirectories the images leave out: tests are off
 # (-DKUBEPS_BUILD_TESTS=OFF) and benchmarks need libbenchmark-dev.
 NOT_COPIED = {"tests", "bench"}
