@@ -20,7 +20,7 @@ std::string MicroTime(std::chrono::system_clock::time_point t) {
   gmtime_r(&seconds, &utc);
   const long micros = static_cast<long>(
       std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count() % 1000000);
-  char text[40];
+  char text[64];  // room for any year the compiler can imagine
   std::snprintf(text, sizeof text, "%04d-%02d-%02dT%02d:%02d:%02d.%06ldZ", utc.tm_year + 1900,
                 utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min, utc.tm_sec, micros);
   return text;

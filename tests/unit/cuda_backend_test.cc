@@ -24,7 +24,9 @@ bool Contains(const std::string& s, const std::string& part) {
 TEST(CudaBackendTest, BuiltWithCudaMatchesTheBuild) {
   EXPECT_EQ(BuiltWithCuda(), KUBEPS_HAVE_CUDA == 1);
   EXPECT_GE(CudaDeviceCount(), 0);
-  if (!BuiltWithCuda()) EXPECT_EQ(CudaDeviceCount(), 0);
+  if (!BuiltWithCuda()) {
+    EXPECT_EQ(CudaDeviceCount(), 0);
+  }
 }
 
 TEST(CudaBackendTest, CpuBackendReturnsTheCpuModel) {
@@ -59,7 +61,9 @@ TEST(CudaBackendTest, CudaWithoutDevicesIsAnErrorNamingBackendAndDeviceCount) {
   EXPECT_EQ(m, nullptr);
   EXPECT_TRUE(Contains(error, "'cuda'")) << error;
   EXPECT_TRUE(Contains(error, "0 CUDA device")) << error;
-  if (!BuiltWithCuda()) EXPECT_TRUE(Contains(error, "built without CUDA")) << error;
+  if (!BuiltWithCuda()) {
+    EXPECT_TRUE(Contains(error, "built without CUDA")) << error;
+  }
   // A null error pointer is allowed.
   EXPECT_EQ(MakeModelForBackend("mlp", "cuda", 1, nullptr), nullptr);
 }
