@@ -469,7 +469,7 @@ class DeployManifestsTest(unittest.TestCase):
                 "metadata": {"name": "kubeps-operator", "namespace": "kubeps-system"},
                 "spec": {"holderIdentity": "a"}}))
             # and what it may not
-            for args in (("get", "configmaps", "-A"), ("delete", "pvc", "-A", "--all"),
+            for args in (("get", "configmaps", "-A"), ("delete", "deploy", "-n", "kubeps-system", "kubeps-operator"),
                          ("get", "secrets", "-A"), ("delete", "lease", "-n", "kubeps-system",
                                                     "kubeps-operator")):
                 r = op(*args, check=False)
