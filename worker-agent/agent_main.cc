@@ -77,6 +77,71 @@ int Fail(const Status& status) {
   return 1;
 }
 
+Status LoadConfigAndJob(int argc, char** argv, NodeConfig* config, api::TrainingJob* job) {
+  if (Status s = LoadNodeConfig(argc, argv, config); !s.ok()) return s;
+  if (config->role != "local" && config->role != "worker") {
+    return Status::Error("kubeps-agent: KUBEPS_ROLE must be worker or local, got \"" + config->role + "\"");
+  }
+  SetLogTag(config->role == "local" ? "local" : config->node_id);
+  SetBlasThreads(config->blas_threads);
+  return api::ParseJobFromEnvironment(config->job_json, job);
+}
+
+Status LoadModelAndData(const api::TrainingJob& job, std::unique_ptr<trainer::Model>* model,
+                        trainer::FashionMnist* data) {
+  if (Status s = MakeModel(job, model); !s.ok()) return s;
+  if (Status s = trainer::LoadFashionMnist(job.spec.dataset_path, data); !s.ok()) {
+    return Status::Error("spec.dataset.path: " + s.message());
+  }
+  return Status::Ok();
+}
+
+// Where this process's parameters live and what share of the work it does.
+struct Session {
+  std::unique_ptr<KVWorker> kv;  // null in local mode
+  std::unique_ptr<ParameterStore> store;
+  LoopConfig loop;
+};
+
+// A worker joins the job (scheduler, rank, shards); the local baseline
+// keeps its parameters itself, with the servers' optimizer code and the
+// whole global batch.
+Status JoinJob(const NodeConfig& config, const api::TrainingJob& job, MetricsServer* metrics,
+               Session* session) {
+  LoopConfig& loop = session->loop;
+  loop.epochs = job.spec.epochs;
+  loop.seed = job.spec.seed;
+  loop.progress_interval_ms = job.spec.progress_interval_ms;
+  if (const char* max_steps = std::getenv("KUBEPS_MAX_STEPS")) loop.max_steps = std::strtoull(max_steps, nullptr, 10);
+  if (config.role == "local") {
+    std::string error;
+    auto optimizer = MakeOptimizer(api::ToOptimizerConfig(job.spec.optimizer), &error);
+    if (!optimizer) return Status::Error("spec.optimizer: " + error);
+    session->store = std::make_unique<LocalStore>(std::move(optimizer));
+    loop.local_batch = job.spec.batch_size * job.spec.worker.replicas;
+    return Status::Ok();
+  }
+  PublishPorts(config, 0, metrics->port());
+  if (Status s = ConnectToJob(config, job, metrics, &session->kv); !s.ok()) return s;
+  SetLogTag("worker " + std::to_string(session->kv->rank()));
+  session->store = std::make_unique<RemoteStore>(session->kv.get(), job.spec.mode == api::SyncMode::kSync);
+  loop.rank = session->kv->rank();
+  loop.num_workers = session->kv->size();
+  loop.local_batch = job.spec.batch_size;
+  return Status::Ok();
+}
+
+// Best effort: when the last worker's answer is lost, the scheduler may
+// already have ended the job and gone before our resend. The job's outcome
+// is this process's exit code, not this call.
+void TellSchedulerDone(KVWorker* kv) {
+  if (!kv) return;
+  if (Status s = kv->Finish(); !s.ok()) {
+    KLOG_INFO << "could not tell the scheduler this worker finished (the job may be over already): "
+              << s.message();
+  }
+}
+
 }  // namespace
 }  // namespace kubeps
 
@@ -85,72 +150,31 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
 
   NodeConfig config;
-  if (Status s = LoadNodeConfig(argc, argv, &config); !s.ok()) return Fail(s);
-  const bool local = config.role == "local";
-  if (!local && config.role != "worker") {
-    return Fail(Status::Error("kubeps-agent: KUBEPS_ROLE must be worker or local, got \"" + config.role + "\""));
-  }
-  SetLogTag(local ? "local" : config.node_id);
-  SetBlasThreads(config.blas_threads);
-
   api::TrainingJob job;
-  if (Status s = api::ParseJobFromEnvironment(config.job_json, &job); !s.ok()) return Fail(s);
+  if (Status s = LoadConfigAndJob(argc, argv, &config, &job); !s.ok()) return Fail(s);
   std::unique_ptr<trainer::Model> model;
-  if (Status s = MakeModel(job, &model); !s.ok()) return Fail(s);
   trainer::FashionMnist data;
-  if (Status s = trainer::LoadFashionMnist(job.spec.dataset_path, &data); !s.ok()) {
-    return Fail(Status::Error("spec.dataset.path: " + s.message()));
-  }
-
+  if (Status s = LoadModelAndData(job, &model, &data); !s.ok()) return Fail(s);
   std::unique_ptr<MetricsServer> metrics;
-  if (Status s = MetricsServer::Start(config.pod_ip, local ? -1 : config.metrics_port,
+  const int metrics_port = config.role == "local" ? -1 : config.metrics_port;
+  if (Status s = MetricsServer::Start(config.pod_ip, metrics_port,
                                       {{"job", config.job_name}, {"role", "worker"}, {"node", config.node_id}},
                                       &metrics);
       !s.ok()) {
     return Fail(s);
   }
 
-  std::unique_ptr<KVWorker> kv;
-  std::unique_ptr<ParameterStore> store;
-  LoopConfig loop;
-  loop.epochs = job.spec.epochs;
-  loop.seed = job.spec.seed;
-  loop.progress_interval_ms = job.spec.progress_interval_ms;
-  if (const char* max_steps = std::getenv("KUBEPS_MAX_STEPS")) loop.max_steps = std::strtoull(max_steps, nullptr, 10);
-  if (local) {
-    // The baseline: one process, the whole global batch, the servers' optimizer.
-    std::string error;
-    auto optimizer = MakeOptimizer(api::ToOptimizerConfig(job.spec.optimizer), &error);
-    if (!optimizer) return Fail(Status::Error("spec.optimizer: " + error));
-    store = std::make_unique<LocalStore>(std::move(optimizer));
-    loop.local_batch = job.spec.batch_size * job.spec.worker.replicas;
-  } else {
-    PublishPorts(config, 0, metrics->port());
-    if (Status s = ConnectToJob(config, job, metrics.get(), &kv); !s.ok()) return Fail(s);
-    SetLogTag("worker " + std::to_string(kv->rank()));
-    store = std::make_unique<RemoteStore>(kv.get(), job.spec.mode == api::SyncMode::kSync);
-    loop.rank = kv->rank();
-    loop.num_workers = kv->size();
-    loop.local_batch = job.spec.batch_size;
-  }
-
-  if (Status s = store->Init(*model); !s.ok()) return Fail(s);
+  Session session;
+  if (Status s = JoinJob(config, job, metrics.get(), &session); !s.ok()) return Fail(s);
+  if (Status s = session.store->Init(*model); !s.ok()) return Fail(s);
   LoopResult result;
-  if (Status s = RunTrainingLoop(loop, data.train, *model, *store, *metrics, &result); !s.ok()) {
+  if (Status s = RunTrainingLoop(session.loop, data.train, *model, *session.store, *metrics, &result); !s.ok()) {
     return Fail(s);
   }
-  if (loop.rank == 0) {
+  if (session.loop.rank == 0) {
     ReportAccuracy(*model, data.test, result);
     if (const char* path = std::getenv("KUBEPS_DUMP_PARAMS")) WriteParams(path, *model);
   }
-  if (kv) {
-    // Best effort: when the last worker's answer is lost, the scheduler may
-    // already have ended the job and gone before our resend. The job's
-    // outcome is this process's exit code, not this call.
-    if (Status s = kv->Finish(); !s.ok()) {
-      KLOG_INFO << "could not tell the scheduler this worker finished (the job may be over already): "
-                << s.message();
-    }
-  }
+  TellSchedulerDone(session.kv.get());
   return 0;
 }
