@@ -22,6 +22,11 @@ namespace kubeps {
 namespace {
 
 volatile std::sig_atomic_t g_stop = 0;
+
+int Fail(const Status& status, int exit_code) {
+  KLOG_ERROR << status.message();
+  return exit_code;
+}
 constexpr std::chrono::seconds kSchedulerLostAfter(60);
 constexpr std::chrono::milliseconds kHeartbeatInterval(250);
 void OnSignal(int) { g_stop = 1; }
@@ -175,34 +180,24 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
 
   NodeConfig config;
-  if (Status s = LoadNodeConfig(argc, argv, &config); !s.ok()) {
-    PrintError(s.message());
-    return 2;
-  }
+  if (Status s = LoadNodeConfig(argc, argv, &config); !s.ok()) return Fail(s, 2);
   if (config.role != "scheduler" && config.role != "server") {
-    PrintError("kubeps-server: --role (or KUBEPS_ROLE) must be scheduler or server, got \"" +
-               config.role + "\"");
-    return 2;
+    return Fail(Status::Error("kubeps-server: --role (or KUBEPS_ROLE) must be scheduler or server, got \"" +
+                              config.role + "\""), 2);
   }
   SetLogTag(config.role);
-
   std::unique_ptr<MetricsServer> metrics;
   if (Status s = MetricsServer::Start(config.pod_ip, config.metrics_port,
-                                      {{"job", config.job_name}, {"role", config.role}, {"node", config.node_id}}, &metrics);
+                                      {{"job", config.job_name}, {"role", config.role}, {"node", config.node_id}},
+                                      &metrics);
       !s.ok()) {
-    KLOG_ERROR << s.message();
-    return 1;
+    return Fail(s, 1);
   }
   std::unique_ptr<FaultInjector> faults;
-  if (Status s = FaultInjector::FromEnvironment(metrics.get(), &faults); !s.ok()) {
-    KLOG_ERROR << s.message();
-    return 2;
-  }
+  if (Status s = FaultInjector::FromEnvironment(metrics.get(), &faults); !s.ok()) return Fail(s, 2);
   api::TrainingJob job;
-  if (Status s = api::ParseJobFromEnvironment(config.job_json, &job); !s.ok()) {
-    KLOG_ERROR << s.message();
-    return 2;
-  }
+  if (Status s = api::ParseJobFromEnvironment(config.job_json, &job); !s.ok()) return Fail(s, 2);
+
   return config.role == "scheduler" ? RunScheduler(config, job, metrics.get(), faults.get())
                                     : RunServer(config, job, metrics.get(), faults.get());
 }
