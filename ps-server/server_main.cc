@@ -31,15 +31,21 @@ constexpr std::chrono::seconds kSchedulerLostAfter(60);
 constexpr std::chrono::milliseconds kHeartbeatInterval(250);
 void OnSignal(int) { g_stop = 1; }
 
-std::unique_ptr<grpc::Server> StartGrpc(const NodeConfig& config, grpc::Service* service,
-                                        int* bound_port) {
+// Serves `service` on the pod's address and publishes the bound ports.
+Status StartGrpc(const NodeConfig& config, grpc::Service* service, MetricsServer* metrics,
+                 std::unique_ptr<grpc::Server>* server, int* bound_port) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.pod_ip + ":" + std::to_string(config.port),
                            grpc::InsecureServerCredentials(), bound_port);
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.SetMaxSendMessageSize(256 << 20);
   builder.RegisterService(service);
-  return builder.BuildAndStart();
+  *server = builder.BuildAndStart();
+  if (!*server || *bound_port == 0) {
+    return Status::Error("cannot listen on " + config.pod_ip + ":" + std::to_string(config.port));
+  }
+  PublishPorts(config, *bound_port, metrics->port());
+  return Status::Ok();
 }
 
 int RunScheduler(const NodeConfig& config, const api::TrainingJob& job, MetricsServer* metrics,
@@ -52,12 +58,8 @@ int RunScheduler(const NodeConfig& config, const api::TrainingJob& job, MetricsS
   options.token = config.token;
   SchedulerService service(options, metrics);
   int port = 0;
-  auto server = StartGrpc(config, &service, &port);
-  if (!server || port == 0) {
-    KLOG_ERROR << "cannot listen on " << config.pod_ip << ":" << config.port;
-    return 1;
-  }
-  PublishPorts(config, port, metrics->port());
+  std::unique_ptr<grpc::Server> server;
+  if (Status s = StartGrpc(config, &service, metrics, &server, &port); !s.ok()) return Fail(s, 1);
   KLOG_INFO << "scheduler listening on " << config.pod_ip << ":" << port << ", metrics on :"
             << metrics->port() << ", expecting " << config.num_servers << " servers and "
             << config.num_workers << " workers";
@@ -154,12 +156,8 @@ int RunServer(const NodeConfig& config, const api::TrainingJob& job, MetricsServ
   const int64_t checkpoint_step = shard.LoadLatestCheckpoint();
   ParameterServerService service(&shard, config.token, faults);
   int port = 0;
-  auto server = StartGrpc(config, &service, &port);
-  if (!server || port == 0) {
-    KLOG_ERROR << "cannot listen on " << config.pod_ip << ":" << config.port;
-    return 1;
-  }
-  PublishPorts(config, port, metrics->port());
+  std::unique_ptr<grpc::Server> server;
+  if (Status s = StartGrpc(config, &service, metrics, &server, &port); !s.ok()) return Fail(s, 1);
   const uint64_t incarnation = std::chrono::system_clock::now().time_since_epoch().count();
   Status s = RegisterAndHeartbeat(config, config.pod_ip + ":" + std::to_string(port), metrics,
                                   incarnation, &shard, checkpoint_step);
