@@ -355,6 +355,29 @@ class OperatorTest(OperatorTestCase):
         self.assertEqual(st["workers"], "2/2", st)
         self.delete_job(name)
 
+    def test_two_jobs_in_two_namespaces_at_once(self):
+        # Same job name in two namespaces: names, Services and Secrets must
+        # not collide, and each job finds its own scheduler.
+        c, name = self.c, "twin"
+        c.kubectl("create", "namespace", "team-b")
+        first = training_job(name)
+        second = training_job(name)
+        second["metadata"]["namespace"] = "team-b"
+        apply(c, first)
+        apply(c, second)
+        self.wait_phase(name, "Succeeded", timeout=90)
+        other = c.wait_for(
+            lambda: (c.client.get("/apis/kubeps.io/v1alpha1/namespaces/team-b/trainingjobs/" + name)
+                     .get("status", {}).get("phase") == "Succeeded"),
+            timeout=90, what="%s in team-b Succeeded" % name)
+        self.assertTrue(other)
+        pods = c.client.get("/api/v1/namespaces/team-b/pods?labelSelector=kubeps.io%2Fjob-name%3D" + name)["items"]
+        self.assertEqual(len(pods), 5)
+        env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
+        self.assertEqual(env["KUBEPS_SCHEDULER_ADDR"], "twin-scheduler.team-b.svc:7000")
+        self.delete_job(name)
+        c.kubectl("delete", "tj", name, "-n", "team-b")
+
     # -- 6. activeDeadlineSeconds and suspend
 
     def test_active_deadline_fails_the_job(self):
