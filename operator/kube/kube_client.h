@@ -40,6 +40,7 @@ Status LoadConfig(const std::string& kubeconfig_flag, KubeConfig* config);
 // body is not JSON). ok() for 2xx.
 struct Response {
   int code = 0;
+  std::string reason;  // the server's reason phrase, e.g. "Conflict"
   nlohmann::json body;
   bool ok() const { return code >= 200 && code < 300; }
   // "409 Conflict: <message from the Status object>"
