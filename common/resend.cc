@@ -56,6 +56,9 @@ Status ResendCaller::Call(const std::string& peer, const char* rpc, const Attemp
     }
     if (!IsRetryable(last)) break;
   }
+  if (last.error_code() == grpc::StatusCode::ABORTED) {
+    return Status::RolledBack("rpc " + std::string(rpc) + " to " + peer + ": " + last.error_message());
+  }
   return Status::Error("rpc " + std::string(rpc) + " to " + peer + " failed after " +
                        std::to_string(made) + (made == 1 ? " try" : " tries") + " (resend timeout " +
                        std::to_string(policy_.timeout_ms) + " ms, max resends " +

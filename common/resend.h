@@ -36,7 +36,8 @@ class ResendCaller {
 
   // `long_poll_ms` extends each attempt's deadline for calls that wait on
   // the server side (pull, barrier, cluster view).
-  // `abandon`, when given, is asked before every resend: true gives up at
+  // ABORTED (a shard whose job rolled back to a checkpoint) comes back as
+  // Status::RolledBack, at once. `abandon`, when given, is asked before every resend: true gives up at
   // once (the caller knows the answer no longer matters).
   Status Call(const std::string& peer, const char* rpc, const Attempt& attempt,
               int long_poll_ms = 0, const std::function<bool()>& abandon = nullptr) const;

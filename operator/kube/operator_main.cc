@@ -154,12 +154,13 @@ class Operator {
     int ticks = 0;
     while (!stop) {
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      const bool resync_all = ++ticks % 60 == 0;
       std::map<std::string, int> phases = {{"Created", 0}, {"Running", 0}, {"Restarting", 0},
                                            {"Succeeded", 0}, {"Failed", 0}, {"Suspended", 0}};
       auto all = jobs_.Select([](const nlohmann::json&) { return true; });
       for (const auto& job : all) {
         ++phases[job.value("status", nlohmann::json::object()).value("phase", "Created")];
-        if (++ticks % 60 == 0) queue_.Add(ObjectKey(job));
+        if (resync_all) queue_.Add(ObjectKey(job));
       }
       for (const auto& [phase, count] : phases) {
         metrics_->Gauge("kubeps_operator_jobs", "TrainingJobs by phase", {{"phase", phase}}).Set(count);

@@ -11,8 +11,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// What a shard says when a request belongs to a generation it has left.
-constexpr const char* kRolledBackMarker = "the job rolled back";
 
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -305,7 +303,7 @@ Status KVWorker::PushBatch(const std::vector<const Part*>& batch,
     return servers_[server]->Push(&c, request, &response);
   }, 0, [this] { return RollbackAnnounced(); });
   Acknowledge(request.id().seq());
-  if (!s.ok() && (s.message().find(kRolledBackMarker) != std::string::npos || RollbackAnnounced())) {
+  if (!s.ok() && (s.rolled_back() || RollbackAnnounced())) {
     return Status::RolledBack("push of step " + std::to_string(step) + " to " + ServerName(server) +
                               ": the job rolled back");
   }
@@ -335,7 +333,7 @@ Status KVWorker::PullBatch(const std::vector<const Part*>& batch, const std::vec
     Status s = caller_.Call(ServerName(server), "Pull", [&](grpc::ClientContext& c) {
       return servers_[server]->Pull(&c, request, &response);
     }, options_.pull_wait_ms, [this] { return RollbackAnnounced(); });
-    if (!s.ok() && (s.message().find(kRolledBackMarker) != std::string::npos || RollbackAnnounced())) {
+    if (!s.ok() && (s.rolled_back() || RollbackAnnounced())) {
       return Status::RolledBack("pull from " + ServerName(server) + ": the job rolled back");
     }
     if (!s.ok()) return s;
