@@ -1,0 +1,168 @@
+"""meta.k8s.io/v1 Tables, what `kubectl get` asks for: the printer columns
+of built-in types and of CRDs."""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import k8sutil  # noqa: E402
+from crd_schema import go_value, simple_jsonpath  # noqa: E402
+
+
+# --------------------------------------------------------------------------
+# Tables
+
+
+def _col(name, typ="string", fmt="", desc="", priority=0):
+    return {"name": name, "type": typ, "format": fmt, "description": desc, "priority": priority}
+
+
+NAME_COL = _col("Name", fmt="name", desc="Name must be unique within a namespace.")
+AGE_COL = _col("Age", typ="date", desc="CreationTimestamp is a timestamp representing the server "
+               "time when this object was created.")
+
+
+def pod_status_reason(pod):
+    status = pod.get("status", {})
+    reason = status.get("reason") or status.get("phase", "Pending")
+    for cs in status.get("initContainerStatuses", []):
+        st = cs.get("state", {})
+        if "terminated" in st and st["terminated"].get("exitCode", 0) != 0:
+            reason = "Init:" + (st["terminated"].get("reason") or "Error")
+            break
+        if "waiting" in st and st["waiting"].get("reason") not in (None, "PodInitializing"):
+            reason = "Init:" + st["waiting"]["reason"]
+            break
+    else:
+        for cs in reversed(status.get("containerStatuses", [])):
+            st = cs.get("state", {})
+            if "waiting" in st and st["waiting"].get("reason"):
+                reason = st["waiting"]["reason"]
+            elif "terminated" in st:
+                reason = st["terminated"].get("reason") or (
+                    "Signal:%d" % st["terminated"]["signal"] if st["terminated"].get("signal")
+                    else "ExitCode:%d" % st["terminated"].get("exitCode", 0))
+    if pod["metadata"].get("deletionTimestamp"):
+        reason = "Terminating"
+    return reason
+
+
+def table_for(rtype, objects, include_object="Metadata", with_columns=True):
+    kind = (rtype.group, rtype.plural)
+    if rtype.printer_columns is not None:
+        cols = [NAME_COL] + [_col(c["name"], c.get("type", "string"), c.get("format", ""),
+                                  c.get("description", ""), c.get("priority", 0))
+                             for c in rtype.printer_columns]
+    elif kind == ("", "pods"):
+        cols = [NAME_COL, _col("Ready", desc="The aggregate readiness state of this pod for "
+                               "accepting traffic."),
+                _col("Status", desc="The aggregate status of the containers in this pod."),
+                _col("Restarts", desc="The number of times the containers in this pod have been "
+                     "restarted and when the last container in this pod has restarted."),
+                AGE_COL, _col("IP", desc="IP address assigned to the pod", priority=1),
+                _col("Node", desc="Name of the node assigned to the pod", priority=1)]
+    elif kind == ("", "services"):
+        cols = [NAME_COL, _col("Type"), _col("Cluster-IP"), _col("External-IP"), _col("Port(s)"),
+                AGE_COL, _col("Selector", priority=1)]
+    elif kind == ("", "namespaces"):
+        cols = [NAME_COL, _col("Status"), AGE_COL]
+    elif kind == ("", "events"):
+        cols = [_col("Last Seen"), _col("Type"), _col("Reason"), _col("Object"), _col("Message")]
+    elif kind == ("", "nodes"):
+        cols = [NAME_COL, _col("Status"), _col("Roles"), AGE_COL, _col("Version")]
+    elif kind == ("apiextensions.k8s.io", "customresourcedefinitions"):
+        cols = [NAME_COL, _col("Created At", typ="date")]
+    elif kind == ("", "secrets"):
+        cols = [NAME_COL, _col("Type"), _col("Data", typ="integer"), AGE_COL]
+    elif kind == ("apps", "deployments"):
+        cols = [NAME_COL, _col("Ready"), _col("Up-to-date", typ="integer"),
+                _col("Available", typ="integer"), AGE_COL]
+    elif kind == ("coordination.k8s.io", "leases"):
+        cols = [NAME_COL, _col("Holder"), AGE_COL]
+    else:
+        cols = [NAME_COL, AGE_COL]
+    rows = []
+    for obj in objects:
+        md = obj.get("metadata", {})
+        created = md.get("creationTimestamp")
+        if rtype.printer_columns is not None:
+            cells = [md.get("name")]
+            for c in rtype.printer_columns:
+                v = simple_jsonpath(obj, c.get("jsonPath", ""))
+                if v is None:
+                    cells.append(None)
+                elif c.get("type") == "date":
+                    cells.append(k8sutil.age(v) if isinstance(v, str) else None)
+                elif c.get("type") == "string":
+                    cells.append(v if isinstance(v, str) else json.dumps(v)
+                                 if isinstance(v, (dict, list)) else go_value(v))
+                else:
+                    cells.append(v)
+        elif kind == ("", "pods"):
+            st = obj.get("status", {})
+            css = st.get("containerStatuses", [])
+            ncont = len(obj.get("spec", {}).get("containers", []))
+            ready = sum(1 for c in css if c.get("ready"))
+            restarts = sum(c.get("restartCount", 0) for c in css)
+            cells = [md.get("name"), "%d/%d" % (ready, ncont), pod_status_reason(obj), restarts,
+                     k8sutil.age(created), st.get("podIP") or "<none>",
+                     obj.get("spec", {}).get("nodeName") or "<none>"]
+        elif kind == ("", "services"):
+            spec = obj.get("spec", {})
+            ports = ",".join("%s/%s" % (p.get("port"), p.get("protocol", "TCP"))
+                             for p in spec.get("ports", [])) or "<none>"
+            sel = ",".join("%s=%s" % kv for kv in sorted((spec.get("selector") or {}).items()))
+            cells = [md.get("name"), spec.get("type", "ClusterIP"), spec.get("clusterIP", ""),
+                     "<none>", ports, k8sutil.age(created), sel or "<none>"]
+        elif kind == ("", "namespaces"):
+            cells = [md.get("name"), obj.get("status", {}).get("phase", "Active"),
+                     k8sutil.age(created)]
+        elif kind == ("", "events"):
+            io = obj.get("involvedObject", {})
+            last = obj.get("lastTimestamp") or obj.get("eventTime") or created
+            cells = [k8sutil.age(last), obj.get("type", ""), obj.get("reason", ""),
+                     "%s/%s" % ((io.get("kind") or "").lower(), io.get("name", "")),
+                     obj.get("message", "")]
+        elif kind == ("", "nodes"):
+            ready = next((c.get("status") for c in obj.get("status", {}).get("conditions", [])
+                          if c.get("type") == "Ready"), "Unknown")
+            cells = [md.get("name"), "Ready" if ready == "True" else "NotReady", "<none>",
+                     k8sutil.age(created),
+                     obj.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", "")]
+        elif kind == ("apiextensions.k8s.io", "customresourcedefinitions"):
+            cells = [md.get("name"), created]
+        elif kind == ("", "secrets"):
+            cells = [md.get("name"), obj.get("type", "Opaque"), len(obj.get("data") or {}),
+                     k8sutil.age(created)]
+        elif kind == ("apps", "deployments"):
+            st = obj.get("status", {})
+            cells = [md.get("name"), "%d/%d" % (st.get("readyReplicas", 0),
+                                                obj.get("spec", {}).get("replicas", 1)),
+                     st.get("updatedReplicas", 0), st.get("availableReplicas", 0),
+                     k8sutil.age(created)]
+        elif kind == ("coordination.k8s.io", "leases"):
+            cells = [md.get("name"), obj.get("spec", {}).get("holderIdentity", ""),
+                     k8sutil.age(created)]
+        else:
+            cells = [md.get("name"), k8sutil.age(created)]
+        if include_object == "Object":
+            ro = obj
+        elif include_object == "None":
+            ro = None
+        else:
+            ro = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                  "metadata": md}
+        row = {"cells": cells}
+        if ro is not None:
+            row["object"] = ro
+        rows.append(row)
+    table = {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {}, "rows": rows}
+    if with_columns:
+        table["columnDefinitions"] = cols
+    else:
+        table["columnDefinitions"] = None
+    return table
+
+
+def wants_table(accept):
+    return "as=Table" in (accept or "")
