@@ -1,12 +1,10 @@
 #include "operator/kube/progress_probe.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
+#include <chrono>
 #include <cstdlib>
 #include <sstream>
+
+#include <cpprest/http_client.h>
 
 namespace kubeps::kube {
 
@@ -27,26 +25,18 @@ std::optional<double> MetricValue(const std::string& page, const std::string& me
 }
 
 std::optional<double> ProbeSteps(const std::string& host, int port) {
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  if (::inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) return std::nullopt;
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::nullopt;
-  timeval timeout{0, 300000};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
-  std::string page;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) {
-    const std::string request = "GET /metrics HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n";
-    if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
-      char buffer[8192];
-      ssize_t n;
-      while (page.size() < (4 << 20) && (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0) page.append(buffer, n);
-    }
+  web::http::client::http_client_config config;
+  config.set_timeout(std::chrono::milliseconds(300));
+  try {
+    web::http::client::http_client client(
+        utility::conversions::to_string_t("http://" + host + ":" + std::to_string(port)), config);
+    web::http::http_response response = client.request(web::http::methods::GET, U("/metrics")).get();
+    if (response.status_code() != web::http::status_codes::OK) return std::nullopt;
+    return MetricValue(utility::conversions::to_utf8string(response.extract_string().get()),
+                       "kubeps_worker_steps_total");
+  } catch (const std::exception&) {
+    return std::nullopt;  // not answering yet, or gone: best effort
   }
-  ::close(fd);
-  return MetricValue(page, "kubeps_worker_steps_total");
 }
 
 }  // namespace kubeps::kube

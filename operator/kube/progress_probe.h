@@ -1,7 +1,8 @@
 // Reads a job's training progress from worker 0's own /metrics (the pod's
 // IP, port "metrics"), for the Step and Steps/s printer columns of
-// `kubectl get tj`. Best effort: a worker that does not answer within
-// 300 ms leaves the status as it was.
+// `kubectl get tj`, with the cpprestsdk client the operator already uses.
+// Best effort: a worker that does not answer within 300 ms leaves the
+// status as it was.
 #ifndef KUBEPS_OPERATOR_KUBE_PROGRESS_PROBE_H_
 #define KUBEPS_OPERATOR_KUBE_PROGRESS_PROBE_H_
 
