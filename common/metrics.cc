@@ -47,7 +47,8 @@ prometheus::Histogram& MetricsServer::Latency(const std::string& name, const std
 MetricsServer& NullMetrics() {
   static std::unique_ptr<MetricsServer> null_metrics = [] {
     std::unique_ptr<MetricsServer> server;
-    MetricsServer::Start("", -1, {}, &server);
+    // Port -1 binds nothing, so this cannot fail.
+    [[maybe_unused]] Status started = MetricsServer::Start("", -1, {}, &server);
     return server;
   }();
   return *null_metrics;

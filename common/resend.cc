@@ -57,13 +57,27 @@ Status ResendCaller::Call(const std::string& peer, const char* rpc, const Attemp
     if (!IsRetryable(last)) break;
   }
   if (last.error_code() == grpc::StatusCode::ABORTED) {
-    return Status::RolledBack("rpc " + std::string(rpc) + " to " + peer + ": " + last.error_message());
+    return Status::Aborted("rpc " + std::string(rpc) + " to " + peer + ": " + last.error_message());
   }
-  return Status::Error("rpc " + std::string(rpc) + " to " + peer + " failed after " +
+  return Status(CodeOf(last), "rpc " + std::string(rpc) + " to " + peer + " failed after " +
                        std::to_string(made) + (made == 1 ? " try" : " tries") + " (resend timeout " +
                        std::to_string(policy_.timeout_ms) + " ms, max resends " +
                        std::to_string(policy_.max_resends) + "): " +
                        std::to_string(static_cast<int>(last.error_code())) + " " + last.error_message());
+}
+
+Status::Code CodeOf(const grpc::Status& status) {
+  if (IsRetryable(status)) return Status::Code::kUnavailable;
+  switch (status.error_code()) {
+    case grpc::StatusCode::OK: return Status::Code::kOk;
+    case grpc::StatusCode::INVALID_ARGUMENT: return Status::Code::kInvalidArgument;
+    case grpc::StatusCode::NOT_FOUND: return Status::Code::kNotFound;
+    case grpc::StatusCode::ALREADY_EXISTS: return Status::Code::kAlreadyExists;
+    case grpc::StatusCode::ABORTED: return Status::Code::kAborted;
+    case grpc::StatusCode::PERMISSION_DENIED:
+    case grpc::StatusCode::UNAUTHENTICATED: return Status::Code::kPermissionDenied;
+    default: return Status::Code::kUnknown;
+  }
 }
 
 grpc::Status CheckToken(const grpc::ServerContextBase& context, const std::string& token) {

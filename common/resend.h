@@ -36,9 +36,10 @@ class ResendCaller {
 
   // `long_poll_ms` extends each attempt's deadline for calls that wait on
   // the server side (pull, barrier, cluster view).
-  // ABORTED (a shard whose job rolled back to a checkpoint) comes back as
-  // Status::RolledBack, at once. `abandon`, when given, is asked before every resend: true gives up at
-  // once (the caller knows the answer no longer matters).
+  // ABORTED (a shard whose job rolled back to a checkpoint) comes back at
+  // once as an aborted Status. Other failures carry CodeOf() the last
+  // attempt. `abandon`, when given, is asked before every resend: true gives
+  // up at once (the caller knows the answer no longer matters).
   Status Call(const std::string& peer, const char* rpc, const Attempt& attempt,
               int long_poll_ms = 0, const std::function<bool()>& abandon = nullptr) const;
 
@@ -54,6 +55,10 @@ class ResendCaller {
 // not yet open channel, an overloaded peer. Not ABORTED: a shard answers
 // that when the job has rolled back, and resending cannot change it.
 bool IsRetryable(const grpc::Status& status);
+
+// The Status code for a failed call: kUnavailable for what a resend could
+// have cured (it was tried), else the nearest canonical code.
+Status::Code CodeOf(const grpc::Status& status);
 
 // Server side: UNAUTHENTICATED unless the request carries the job's token.
 grpc::Status CheckToken(const grpc::ServerContextBase& context, const std::string& token);

@@ -1,6 +1,6 @@
 // kubeps-server: the job's scheduler (--role=scheduler) or one of its
 // parameter-server shards (--role=server). Configuration comes from the
-// KUBEPS_* environment (common/node_config.h), set by the operator or by
+// KUBEPS_* environment or flags (api/pod_env_codec.h), set by the operator or by
 // `kubeps run`.
 #include <csignal>
 #include <memory>
@@ -9,12 +9,12 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/fault_injector.h"
+#include "common/command_line.h"
 #include "common/logging.h"
 #include "common/metrics.h"
-#include "common/node_config.h"
+#include "api/pod_env_codec.h"
 #include "common/resend.h"
 #include "kubeps.grpc.pb.h"
-#include "operator/api/job_environment.h"
 #include "ps-server/ps_service.h"
 #include "ps-server/scheduler.h"
 
@@ -32,7 +32,7 @@ constexpr std::chrono::milliseconds kHeartbeatInterval(250);
 void OnSignal(int) { g_stop = 1; }
 
 // Serves `service` on the pod's address and publishes the bound ports.
-Status StartGrpc(const NodeConfig& config, grpc::Service* service, MetricsServer* metrics,
+Status StartGrpc(const api::NodeConfig& config, grpc::Service* service, MetricsServer* metrics,
                  std::unique_ptr<grpc::Server>* server, int* bound_port) {
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config.pod_ip + ":" + std::to_string(config.port),
@@ -44,11 +44,11 @@ Status StartGrpc(const NodeConfig& config, grpc::Service* service, MetricsServer
   if (!*server || *bound_port == 0) {
     return Status::Error("cannot listen on " + config.pod_ip + ":" + std::to_string(config.port));
   }
-  PublishPorts(config, *bound_port, metrics->port());
+  api::PublishPorts(config, *bound_port, metrics->port());
   return Status::Ok();
 }
 
-int RunScheduler(const NodeConfig& config, const api::TrainingJob& job, MetricsServer* metrics,
+int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, MetricsServer* metrics,
                  FaultInjector* faults) {
   SchedulerOptions options;
   options.faults = faults;
@@ -78,7 +78,7 @@ int RunScheduler(const NodeConfig& config, const api::TrainingJob& job, MetricsS
 // Registers the shard with the scheduler, then heartbeats until the
 // scheduler says the job is over, restoring a checkpoint whenever the
 // scheduler opens a new recovery generation.
-Status RegisterAndHeartbeat(const NodeConfig& config, const std::string& address,
+Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& address,
                             MetricsServer* metrics, uint64_t incarnation, Shard* shard,
                             int64_t checkpoint_step) {
   auto stub = v1::Scheduler::NewStub(OpenChannel(config.scheduler_address));
@@ -136,7 +136,7 @@ Status RegisterAndHeartbeat(const NodeConfig& config, const std::string& address
   return Status::Ok();
 }
 
-int RunServer(const NodeConfig& config, const api::TrainingJob& job, MetricsServer* metrics,
+int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, MetricsServer* metrics,
               FaultInjector* faults) {
   ShardOptions options;
   options.sync = job.spec.mode == api::SyncMode::kSync;
@@ -177,8 +177,11 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
 
-  NodeConfig config;
-  if (Status s = LoadNodeConfig(argc, argv, &config); !s.ok()) return Fail(s, 2);
+  CLI::App app{"kubeps-server: the scheduler or a parameter-server shard of a TrainingJob"};
+  api::NodeConfig config;
+  api::AddNodeFlags(&app, &config);
+  if (auto exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
+  if (Status s = api::FinishNodeConfig(&config); !s.ok()) return Fail(s, 2);
   if (config.role != "scheduler" && config.role != "server") {
     return Fail(Status::Error("kubeps-server: --role (or KUBEPS_ROLE) must be scheduler or server, got \"" +
                               config.role + "\""), 2);
@@ -194,7 +197,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<FaultInjector> faults;
   if (Status s = FaultInjector::FromEnvironment(metrics.get(), &faults); !s.ok()) return Fail(s, 2);
   api::TrainingJob job;
-  if (Status s = api::ParseJobFromEnvironment(config.job_json, &job); !s.ok()) return Fail(s, 2);
+  if (Status s = api::DecodeJob(config.job_json, &job); !s.ok()) return Fail(s, 2);
 
   return config.role == "scheduler" ? RunScheduler(config, job, metrics.get(), faults.get())
                                     : RunServer(config, job, metrics.get(), faults.get());

@@ -130,7 +130,9 @@ int64_t Shard::LoadLatestCheckpoint() {
   v1::ShardCheckpoint checkpoint;
   bool found = false;
   std::string skipped;
-  checkpoints_->ReadLatest(&checkpoint, &found, &skipped);
+  if (Status s = checkpoints_->ReadLatest(&checkpoint, &found, &skipped); !s.ok()) {
+    KLOG_ERROR << "reading checkpoints: " << s.message();
+  }
   if (!skipped.empty()) KLOG_ERROR << "skipped unreadable checkpoints: " << skipped;
   if (!found) return -1;
   std::lock_guard<std::mutex> lock(mutex_);

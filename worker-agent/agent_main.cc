@@ -13,11 +13,12 @@
 #include <cstdlib>
 #include <fstream>
 
+
 #include "common/blas_threads.h"
+#include "common/command_line.h"
 #include "common/logging.h"
 #include "common/metrics.h"
-#include "common/node_config.h"
-#include "operator/api/job_environment.h"
+#include "api/pod_env_codec.h"
 #include "worker-agent/kv/kv_worker.h"
 #include "worker-agent/parameter_store.h"
 #include "worker-agent/trainer/cuda/gpu_backend.h"
@@ -39,7 +40,7 @@ Status MakeModel(const api::TrainingJob& job, std::unique_ptr<trainer::Model>* m
   return Status::Ok();
 }
 
-Status ConnectToJob(const NodeConfig& config, const api::TrainingJob& job, MetricsServer* metrics,
+Status ConnectToJob(const api::NodeConfig& config, const api::TrainingJob& job, MetricsServer* metrics,
                     std::unique_ptr<KVWorker>* kv) {
   KVOptions options;
   options.scheduler_address = config.scheduler_address;
@@ -77,14 +78,14 @@ int Fail(const Status& status) {
   return 1;
 }
 
-Status LoadConfigAndJob(int argc, char** argv, NodeConfig* config, api::TrainingJob* job) {
-  if (Status s = LoadNodeConfig(argc, argv, config); !s.ok()) return s;
+Status LoadConfigAndJob(api::NodeConfig* config, api::TrainingJob* job) {
+  if (Status s = api::FinishNodeConfig(config); !s.ok()) return s;
   if (config->role != "local" && config->role != "worker") {
     return Status::Error("kubeps-agent: KUBEPS_ROLE must be worker or local, got \"" + config->role + "\"");
   }
   SetLogTag(config->role == "local" ? "local" : config->node_id);
   SetBlasThreads(config->blas_threads);
-  return api::ParseJobFromEnvironment(config->job_json, job);
+  return api::DecodeJob(config->job_json, job);
 }
 
 Status LoadModelAndData(const api::TrainingJob& job, std::unique_ptr<trainer::Model>* model,
@@ -106,7 +107,7 @@ struct Session {
 // A worker joins the job (scheduler, rank, shards); the local baseline
 // keeps its parameters itself, with the servers' optimizer code and the
 // whole global batch.
-Status JoinJob(const NodeConfig& config, const api::TrainingJob& job, MetricsServer* metrics,
+Status JoinJob(const api::NodeConfig& config, const api::TrainingJob& job, MetricsServer* metrics,
                Session* session) {
   LoopConfig& loop = session->loop;
   loop.epochs = job.spec.epochs;
@@ -121,7 +122,7 @@ Status JoinJob(const NodeConfig& config, const api::TrainingJob& job, MetricsSer
     loop.local_batch = job.spec.batch_size * job.spec.worker.replicas;
     return Status::Ok();
   }
-  PublishPorts(config, 0, metrics->port());
+  api::PublishPorts(config, 0, metrics->port());
   if (Status s = ConnectToJob(config, job, metrics, &session->kv); !s.ok()) return s;
   SetLogTag("worker " + std::to_string(session->kv->rank()));
   session->store = std::make_unique<RemoteStore>(session->kv.get(), job.spec.mode == api::SyncMode::kSync);
@@ -149,9 +150,12 @@ int main(int argc, char** argv) {
   using namespace kubeps;
   std::signal(SIGPIPE, SIG_IGN);
 
-  NodeConfig config;
+  CLI::App app{"kubeps-agent: a worker of a TrainingJob, or its model in one process (role local)"};
+  api::NodeConfig config;
+  api::AddNodeFlags(&app, &config);
+  if (auto exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
   api::TrainingJob job;
-  if (Status s = LoadConfigAndJob(argc, argv, &config, &job); !s.ok()) return Fail(s);
+  if (Status s = LoadConfigAndJob(&config, &job); !s.ok()) return Fail(s);
   std::unique_ptr<trainer::Model> model;
   trainer::FashionMnist data;
   if (Status s = LoadModelAndData(job, &model, &data); !s.ok()) return Fail(s);

@@ -41,7 +41,7 @@ Status RemoteStore::Resume(trainer::Model& model, uint64_t* step) {
   for (;;) {
     if (Status s = kv_->Recover(step); !s.ok()) return s;
     Status pulled = kv_->Wait(kv_->Pull(values_, *step));
-    if (!pulled.rolled_back()) return pulled;  // else: rolled back again meanwhile
+    if (!pulled.IsAborted()) return pulled;  // else: rolled back again meanwhile
   }
 }
 

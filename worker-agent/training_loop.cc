@@ -70,7 +70,7 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
     if (!filled.ok()) return filled;
     const float loss = model.ForwardBackward(images.data(), labels.data(), config.local_batch);
     Status updated = store.Update(step, model);
-    if (updated.rolled_back()) {
+    if (updated.IsAborted()) {
       // A shard restarted from its checkpoint: go back to that step, with
       // its parameters, and redo the steps since, exactly as before.
       if (Status resumed = store.Resume(model, &step); !resumed.ok()) return resumed;

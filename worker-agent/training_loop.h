@@ -7,7 +7,7 @@
 
 #include "common/metrics.h"
 #include "common/status.h"
-#include "operator/api/training_job.h"
+#include "api/training_job.h"
 #include "worker-agent/parameter_store.h"
 #include "worker-agent/trainer/fashion_mnist.h"
 #include "worker-agent/trainer/model.h"

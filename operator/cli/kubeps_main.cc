@@ -10,23 +10,14 @@
 #include <string>
 #include <thread>
 
+#include "common/command_line.h"
 #include "common/logging.h"
-#include "common/node_config.h"
-#include "operator/api/training_job.h"
+#include "api/pod_env_codec.h"
+#include "api/training_job.h"
 #include "operator/local/local_runner.h"
 
 namespace kubeps {
 namespace {
-
-constexpr const char* kUsage =
-    "usage: kubeps COMMAND JOB.yaml [--run-dir=DIR]\n"
-    "\n"
-    "commands:\n"
-    "  run JOB.yaml          run a TrainingJob on this machine: one scheduler, its\n"
-    "                        parameter servers and workers as local processes\n"
-    "  train-local JOB.yaml  train the job's model in this one process without\n"
-    "                        parameter servers (global batch = batchSize x workers)\n"
-    "  validate JOB.yaml     check a TrainingJob manifest without running it\n";
 
 // The folder of this executable: kubeps-server and kubeps-agent live there.
 std::string BinaryDir() {
@@ -66,11 +57,11 @@ int TrainLocal(const std::string& path) {
   api::TrainingJob job;
   if (!LoadJob(path, &job)) return 1;
   const std::string agent = BinaryDir() + "/kubeps-agent";
-  ::setenv(env::kRole, "local", 1);
-  ::setenv(env::kJob, api::ToJson(job).dump().c_str(), 1);
-  ::setenv(env::kJobName, job.name.c_str(), 1);
-  if (!std::getenv(env::kBlasThreads)) {
-    ::setenv(env::kBlasThreads, std::to_string(std::max(1u, std::thread::hardware_concurrency())).c_str(), 1);
+  ::setenv(api::env::kRole, "local", 1);
+  ::setenv(api::env::kJob, api::ToJson(job).dump().c_str(), 1);
+  ::setenv(api::env::kJobName, job.name.c_str(), 1);
+  if (!std::getenv(api::env::kBlasThreads)) {
+    ::setenv(api::env::kBlasThreads, std::to_string(std::max(1u, std::thread::hardware_concurrency())).c_str(), 1);
   }
   char* argv[] = {const_cast<char*>(agent.c_str()), nullptr};
   ::execv(agent.c_str(), argv);
@@ -84,24 +75,21 @@ int TrainLocal(const std::string& path) {
 int main(int argc, char** argv) {
   using namespace kubeps;
   SetLogTag("kubeps");
-  if (argc < 3) {
-    std::fputs(kUsage, stderr);
-    return 2;
-  }
-  const std::string command = argv[1];
-  const std::string path = argv[2];
-  std::string run_dir;
-  for (int i = 3; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--run-dir=", 10) == 0) {
-      run_dir = argv[i] + 10;
-    } else {
-      PrintError(std::string("unknown option ") + argv[i] + "\n" + kUsage);
-      return 2;
-    }
-  }
-  if (command == "validate") return Validate(path);
-  if (command == "run") return Run(path, run_dir);
-  if (command == "train-local") return TrainLocal(path);
-  PrintError("unknown command \"" + command + "\"\n" + kUsage);
-  return 2;
+  CLI::App app{"kubeps: TrainingJobs on this machine"};
+  app.require_subcommand(1);
+  std::string path, run_dir;
+  CLI::App* run = app.add_subcommand(
+      "run", "run a TrainingJob on this machine: one scheduler, its parameter servers and workers as local processes");
+  run->add_option("JOB.yaml", path, "the TrainingJob manifest")->required();
+  run->add_option("--run-dir", run_dir, "folder for logs, ports and checkpoints (default: a new one under $TMPDIR)");
+  CLI::App* train_local = app.add_subcommand(
+      "train-local", "train the job's model in this one process without parameter servers (global batch = batchSize x workers)");
+  train_local->add_option("JOB.yaml", path, "the TrainingJob manifest")->required();
+  CLI::App* validate = app.add_subcommand("validate", "check a TrainingJob manifest without running it");
+  validate->add_option("JOB.yaml", path, "the TrainingJob manifest")->required();
+  if (auto exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
+
+  if (validate->parsed()) return Validate(path);
+  if (run->parsed()) return Run(path, run_dir);
+  return TrainLocal(path);
 }

@@ -1,5 +1,7 @@
 #include "operator/controller/job_controller.h"
 
+#include "common/logging.h"
+
 #include <map>
 
 #include "operator/controller/restart_policy.h"
@@ -25,17 +27,6 @@ const char* ToString(ReplicaPhase phase) {
     case ReplicaPhase::kRunning: return "Running";
     case ReplicaPhase::kSucceeded: return "Succeeded";
     case ReplicaPhase::kFailed: return "Failed";
-  }
-  return "?";
-}
-
-const char* ToString(JobPhase phase) {
-  switch (phase) {
-    case JobPhase::kCreated: return "Created";
-    case JobPhase::kRunning: return "Running";
-    case JobPhase::kRestarting: return "Restarting";
-    case JobPhase::kSucceeded: return "Succeeded";
-    case JobPhase::kFailed: return "Failed";
   }
   return "?";
 }
@@ -167,14 +158,20 @@ void JobController::Cleanup() {
       return;
     case api::CleanPodPolicy::kRunning:
       for (auto& r : cluster_->List()) {
-        if (r.phase == ReplicaPhase::kPending || r.phase == ReplicaPhase::kRunning) cluster_->Delete(r.name);
+        if (r.phase == ReplicaPhase::kPending || r.phase == ReplicaPhase::kRunning) DeleteOrLog(r.name);
       }
       return;
   }
 }
 
 void JobController::DeleteAll() {
-  for (auto& r : cluster_->List()) cluster_->Delete(r.name);
+  for (auto& r : cluster_->List()) DeleteOrLog(r.name);
+}
+
+// Deleting is best effort: a replica that stays is deleted again by the
+// next pass (and, on Kubernetes, collected with its job).
+void JobController::DeleteOrLog(const ReplicaName& name) {
+  if (Status s = cluster_->Delete(name); !s.ok()) KLOG_ERROR << "deleting " << name.ToString() << ": " << s.message();
 }
 
 }  // namespace kubeps::controller

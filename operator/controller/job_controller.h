@@ -13,13 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "operator/api/training_job.h"
+#include "api/training_job.h"
+#include "api/training_job_status.h"
 #include "operator/controller/cluster.h"
 
 namespace kubeps::controller {
 
-enum class JobPhase { kCreated, kRunning, kRestarting, kSucceeded, kFailed };
-const char* ToString(JobPhase phase);
+using api::JobPhase;
+using api::ToString;
 
 struct RoleCounts {
   int active = 0;
@@ -33,7 +34,7 @@ struct JobStatus {
   std::string message;  // one sentence for `kubectl describe` / the runner
   RoleCounts scheduler, servers, workers;
   int restarts = 0;
-  bool finished() const { return phase == JobPhase::kSucceeded || phase == JobPhase::kFailed; }
+  bool finished() const { return api::IsFinished(phase); }
 };
 
 // Builds the launch description (binary, env) of one replica; the backend
@@ -54,6 +55,7 @@ class JobController {
 
   // Deletes every replica (the user asked to stop, or suspended the job).
   void DeleteAll();
+  void DeleteOrLog(const ReplicaName& name);
 
   // When the job started (monotonic ms), for activeDeadlineSeconds; the
   // first Reconcile sets it when nobody did.

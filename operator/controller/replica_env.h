@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include "operator/api/training_job.h"
+#include "api/training_job.h"
 #include "operator/controller/cluster.h"
 
 namespace kubeps::controller {

@@ -3,10 +3,11 @@
 #include <random>
 
 #include "common/logging.h"
+#include "operator/kubeclient/api_path.h"
 #include "operator/controller/replica_env.h"
 #include "operator/kube/kube_cluster.h"
 #include "operator/kube/progress_probe.h"
-#include "operator/kube/time_format.h"
+#include "operator/kubeclient/time_format.h"
 
 namespace kubeps::kube {
 
@@ -21,8 +22,8 @@ JobIdentity IdentityOf(const json& job) {
   return {meta.value("name", ""), meta.value("namespace", "default"), meta.value("uid", "")};
 }
 
-std::string JobPath(const JobIdentity& id) {
-  return "/apis/kubeps.io/v1alpha1/namespaces/" + id.namespace_ + "/trainingjobs/" + id.name;
+std::string JobPath(const JobIdentity& id, const std::string& subresource = "") {
+  return ObjectPath(kTrainingJobs, id.namespace_, id.name, subresource);
 }
 
 int64_t NowMs() {
@@ -40,52 +41,6 @@ std::string RandomToken() {
   return hex;
 }
 
-// Conditions as Kubeflow keeps them: one per type, the current one True,
-// the others that no longer hold False; transitions time-stamped.
-json UpdateConditions(json conditions, const std::string& current, const std::string& reason,
-                      const std::string& message, const std::string& now) {
-  if (!conditions.is_array()) conditions = json::array();
-  bool found = false;
-  for (auto& c : conditions) {
-    const std::string type = c.value("type", "");
-    const bool active = type == current;
-    const std::string status = active ? "True" : "False";
-    if (active) {
-      found = true;
-      if (c.value("reason", "") != reason || c.value("message", "") != message) c["lastUpdateTime"] = now;
-      c["reason"] = reason;
-      c["message"] = message;
-    }
-    // Every condition but the current one and Created stops holding
-    // (Running ends, a resumed job is no longer Suspended).
-    if (c.value("status", "") != status && (active || type != "Created")) {
-      if (type == "Suspended" && !active) c["reason"] = "JobResumed";
-      c["status"] = status;
-      c["lastTransitionTime"] = now;
-    }
-  }
-  if (!found) {
-    conditions.push_back({{"type", current}, {"status", "True"}, {"reason", reason},
-                          {"message", message}, {"lastUpdateTime", now}, {"lastTransitionTime", now}});
-  }
-  return conditions;
-}
-
-// Status without its time stamps, to tell whether anything really changed.
-json Comparable(json status) {
-  if (!status.is_object()) return json::object();
-  if (status.contains("conditions")) {
-    json cleaned = json::array();
-    for (auto c : status["conditions"]) {
-      c.erase("lastUpdateTime");
-      c.erase("lastTransitionTime");
-      cleaned.push_back(c);
-    }
-    status["conditions"] = cleaned;
-  }
-  return status;
-}
-
 }  // namespace
 
 JobReconciler::JobReconciler(KubeClient* client, ImageSet images, MetricsServer* metrics)
@@ -95,14 +50,13 @@ void JobReconciler::Forget(const std::string& uid) { jobs_.erase(uid); }
 
 Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods, ReconcileResult* result) {
   const JobIdentity id = IdentityOf(job);
-  const json status = job.value("status", json::object());
-  const std::string phase = status.value("phase", "");
+  const api::TrainingJobStatus status = api::StatusFromJson(job.value("status", json::object()));
 
   // A finished job only waits for its TTL.
-  if (phase == "Succeeded" || phase == "Failed") {
+  if (status.finished()) {
     const int64_t ttl = job["spec"].value("runPolicy", json::object()).value("ttlSecondsAfterFinished", -1);
     if (ttl >= 0) {
-      auto expires = ParseTime(status.value("completionTime", "")) + std::chrono::seconds(ttl);
+      auto expires = ParseTime(status.completion_time) + std::chrono::seconds(ttl);
       if (Clock::now() >= expires) {
         Response deleted;
         if (Status s = client_->Delete(JobPath(id), &deleted); !s.ok()) return s;
@@ -133,21 +87,19 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods, 
   if (spec.spec.run_policy.suspend) {
     controller::JobController suspend(spec, &cluster, launch);
     suspend.DeleteAll();
-    json next = status;
-    next["phase"] = "Suspended";
-    next["message"] = "the job is suspended (spec.runPolicy.suspend); its pods are deleted";
-    next["conditions"] = UpdateConditions(status.value("conditions", json::array()), "Suspended",
-                                          "JobSuspended", next["message"], Rfc3339(Clock::now()));
-    if (Comparable(next) != Comparable(status)) {
-      RecordEvent(job, "Normal", "Suspended", next["message"]);
-      return WriteStatus(job, next);
-    }
-    return Status::Ok();
+    api::TrainingJobStatus next = status;
+    next.phase = api::JobPhase::kSuspended;
+    next.message = "the job is suspended (spec.runPolicy.suspend); its pods are deleted";
+    api::SetPhaseCondition(&next.conditions, api::JobPhase::kSuspended, "JobSuspended", next.message,
+                           Rfc3339(Clock::now()));
+    if (next.SameExceptTimes(status)) return Status::Ok();
+    RecordEvent(job, "Normal", "Suspended", next.message);
+    return WriteStatus(job, next);
   }
 
   if (Status s = EnsureOwnedObjects(id, spec, &state); !s.ok()) return s;
   controller::JobController controller(spec, &cluster, launch);
-  if (status.contains("startTime")) controller.set_start_ms(ToMs(ParseTime(status["startTime"])));
+  if (!status.start_time.empty()) controller.set_start_ms(ToMs(ParseTime(status.start_time)));
   controller.set_workers_done_ms(state.workers_done_ms);
   controller::JobStatus observed = controller.Reconcile(NowMs());
   state.workers_done_ms = controller.workers_done_ms();
@@ -160,7 +112,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods, 
     state.restarts_reported = observed.restarts;
   }
 
-  json next = BuildStatus(job, spec, observed);
+  api::TrainingJobStatus next = BuildStatus(job, status, spec, observed);
   if (observed.phase == JobPhase::kRunning) ProbeProgress(pods, &state, &next);
   if (observed.phase == JobPhase::kRunning && !state.reported_running &&
       observed.workers.active == spec.spec.worker.replicas) {
@@ -170,7 +122,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods, 
                       "Time from a TrainingJob's creation to all its pods running")
         .Observe(std::chrono::duration<double>(Clock::now() - created).count());
   }
-  if (next.value("phase", "") != phase) {
+  if (next.phase != status.phase) {
     const bool bad = observed.phase == JobPhase::kFailed || observed.phase == JobPhase::kRestarting;
     RecordEvent(job, bad ? "Warning" : "Normal", observed.reason, observed.message);
   }
@@ -178,11 +130,12 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods, 
   // Running jobs are looked at again now and then: the linger after the
   // workers finish and activeDeadlineSeconds are measured in time.
   if (!observed.finished()) result->requeue_after = std::chrono::seconds(5);
-  if (Comparable(next) == Comparable(status)) return Status::Ok();
+  if (next.SameExceptTimes(status)) return Status::Ok();
   return WriteStatus(job, next);
 }
 
-void JobReconciler::ProbeProgress(const std::vector<json>& pods, JobState* state, json* status) {
+void JobReconciler::ProbeProgress(const std::vector<json>& pods, JobState* state,
+                                  api::TrainingJobStatus* status) {
   // At most every 5 s: each new step written is a change to the job, which
   // brings the job back here; probing every time would loop.
   if (state->last_steps >= 0 && std::chrono::steady_clock::now() - state->last_probe < std::chrono::seconds(5)) {
@@ -198,12 +151,12 @@ void JobReconciler::ProbeProgress(const std::vector<json>& pods, JobState* state
     std::optional<double> steps = ProbeSteps(ip, kMetricsPort);
     if (!steps) return;
     const auto now = std::chrono::steady_clock::now();
-    (*status)["step"] = static_cast<int64_t>(*steps);
+    status->step = static_cast<int64_t>(*steps);
     const double seconds = std::chrono::duration<double>(now - state->last_probe).count();
     if (state->last_steps >= 0 && *steps >= state->last_steps && seconds > 0.5) {
       char rate[32];
       std::snprintf(rate, sizeof rate, "%.1f", (*steps - state->last_steps) / seconds);
-      (*status)["stepsPerSecond"] = rate;
+      status->steps_per_second = rate;
     }
     state->last_steps = *steps;
     state->last_probe = now;
@@ -211,38 +164,36 @@ void JobReconciler::ProbeProgress(const std::vector<json>& pods, JobState* state
   }
 }
 
-json JobReconciler::BuildStatus(const json& job, const api::TrainingJob& spec,
-                                const controller::JobStatus& observed) const {
-  const json old = job.value("status", json::object());
+api::TrainingJobStatus JobReconciler::BuildStatus(const json& job, const api::TrainingJobStatus& old,
+                                                  const api::TrainingJob& spec,
+                                                  const controller::JobStatus& observed) const {
   const std::string now = Rfc3339(Clock::now());
-  json next = old.is_object() ? old : json::object();
-  next["phase"] = controller::ToString(observed.phase);
-  next["message"] = observed.message;
-  next["observedGeneration"] = job["metadata"].value("generation", 0);
-  next["conditions"] = UpdateConditions(old.value("conditions", json::array()), next["phase"],
-                                        observed.reason, observed.message, now);
+  api::TrainingJobStatus next = old;
+  next.phase = observed.phase;
+  next.message = observed.message;
+  next.observed_generation = job["metadata"].value("generation", int64_t{0});
+  api::SetPhaseCondition(&next.conditions, observed.phase, observed.reason, observed.message, now);
   auto counts = [](const controller::RoleCounts& c, int restarts) {
-    return json{{"active", c.active}, {"succeeded", c.succeeded}, {"failed", c.failed}, {"restarts", restarts}};
+    return api::ReplicaStatus{c.active, c.succeeded, c.failed, restarts};
   };
-  next["replicaStatuses"] = {{"scheduler", counts(observed.scheduler, 0)},
-                             {"ps", counts(observed.servers, 0)},
-                             {"worker", counts(observed.workers, observed.restarts)}};
-  next["workers"] = std::to_string(observed.workers.active + observed.workers.succeeded) + "/" +
-                    std::to_string(spec.spec.worker.replicas);
-  if (!next.contains("startTime")) next["startTime"] = now;
-  if (observed.finished() && !next.contains("completionTime")) next["completionTime"] = now;
+  next.replica_statuses = {{"scheduler", counts(observed.scheduler, 0)},
+                           {"ps", counts(observed.servers, 0)},
+                           {"worker", counts(observed.workers, observed.restarts)}};
+  next.workers = std::to_string(observed.workers.active + observed.workers.succeeded) + "/" +
+                 std::to_string(spec.spec.worker.replicas);
+  if (next.start_time.empty()) next.start_time = now;
+  if (observed.finished() && next.completion_time.empty()) next.completion_time = now;
   return next;
 }
 
 Status JobReconciler::FailInvalid(const json& job, const std::string& message) {
-  json status = job.value("status", json::object());
-  if (!status.is_object()) status = json::object();
-  if (status.value("phase", "") == "Failed") return Status::Ok();
-  status["phase"] = "Failed";
-  status["message"] = message;
-  status["conditions"] = UpdateConditions(status.value("conditions", json::array()), "Failed",
-                                          "InvalidSpec", message, Rfc3339(Clock::now()));
-  status["completionTime"] = Rfc3339(Clock::now());
+  api::TrainingJobStatus status = api::StatusFromJson(job.value("status", json::object()));
+  if (status.phase == api::JobPhase::kFailed) return Status::Ok();
+  const std::string now = Rfc3339(Clock::now());
+  status.phase = api::JobPhase::kFailed;
+  status.message = message;
+  api::SetPhaseCondition(&status.conditions, api::JobPhase::kFailed, "InvalidSpec", message, now);
+  status.completion_time = now;
   RecordEvent(job, "Warning", "InvalidSpec", message);
   return WriteStatus(job, status);
 }
@@ -250,12 +201,14 @@ Status JobReconciler::FailInvalid(const json& job, const std::string& message) {
 Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::TrainingJob& spec,
                                          JobState* state) {
   if (state->owned_objects_exist) return Status::Ok();
-  const std::string core = "/api/v1/namespaces/" + id.namespace_;
   Response secret;
-  if (Status s = client_->Get(core + "/secrets/" + TokenSecretName(id), &secret); !s.ok()) return s;
-  std::vector<std::pair<std::string, json>> wanted = {{core + "/services", BuildHeadlessService(id)},
-                                                      {core + "/services", BuildSchedulerService(id)}};
-  if (secret.code == 404) wanted.push_back({core + "/secrets", BuildTokenSecret(id, RandomToken())});
+  if (Status s = client_->Get(ObjectPath(kSecrets, id.namespace_, TokenSecretName(id)), &secret); !s.ok()) return s;
+  const std::string services = CollectionPath(kServices, id.namespace_);
+  std::vector<std::pair<std::string, json>> wanted = {{services, BuildHeadlessService(id)},
+                                                      {services, BuildSchedulerService(id)}};
+  if (secret.code == 404) {
+    wanted.push_back({CollectionPath(kSecrets, id.namespace_), BuildTokenSecret(id, RandomToken())});
+  }
   std::string group_path;
   json group = BuildPodGroup(id, spec, &group_path);
   if (!group.is_null()) wanted.push_back({group_path, group});
@@ -271,13 +224,13 @@ Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::Train
   return Status::Ok();
 }
 
-Status JobReconciler::WriteStatus(const json& job, const json& status) {
+Status JobReconciler::WriteStatus(const json& job, const api::TrainingJobStatus& status) {
   const JobIdentity id = IdentityOf(job);
   json object = job;
   for (int attempt = 0; attempt < 5; ++attempt) {
-    object["status"] = status;
+    object["status"] = api::ToJson(status);
     Response response;
-    if (Status s = client_->Put(JobPath(id) + "/status", object, &response); !s.ok()) return s;
+    if (Status s = client_->Put(JobPath(id, "status"), object, &response); !s.ok()) return s;
     if (response.ok()) return Status::Ok();
     if (response.code == 404) return Status::Ok();  // the job was deleted meanwhile
     if (response.code != 409) return Status::Error("writing the status of " + id.name + ": " + response.Describe());
@@ -313,7 +266,13 @@ void JobReconciler::RecordEvent(const json& job, const std::string& type, const 
                 {"lastTimestamp", now},
                 {"source", {{"component", "kubeps-operator"}}}};
   Response created;
-  client_->Post("/api/v1/namespaces/" + id.namespace_ + "/events", event, &created);
+  // Events are best effort, as in client-go's recorder: a lost one changes
+  // nothing the job's status does not say.
+  if (Status s = client_->Post(CollectionPath(kEvents, id.namespace_), event, &created);
+      !s.ok() || !created.ok()) {
+    KLOG_INFO << "event " << reason << " for " << id.name << " not recorded: "
+              << (s.ok() ? created.Describe() : s.message());
+  }
 }
 
 }  // namespace kubeps::kube

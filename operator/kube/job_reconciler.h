@@ -17,9 +17,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "api/training_job_status.h"
 #include "common/metrics.h"
 #include "operator/controller/job_controller.h"
-#include "operator/kube/kube_client.h"
+#include "operator/kubeclient/kube_client.h"
 #include "operator/kube/pod_builder.h"
 
 namespace kubeps::kube {
@@ -50,14 +51,14 @@ class JobReconciler {
     std::chrono::steady_clock::time_point last_probe;
   };
   // Step and steps/sec from worker 0's metrics, into `status`.
-  void ProbeProgress(const std::vector<nlohmann::json>& pods, JobState* state, nlohmann::json* status);
+  void ProbeProgress(const std::vector<nlohmann::json>& pods, JobState* state, api::TrainingJobStatus* status);
 
   Status EnsureOwnedObjects(const JobIdentity& id, const api::TrainingJob& spec, JobState* state);
-  Status WriteStatus(const nlohmann::json& job, const nlohmann::json& status);
+  Status WriteStatus(const nlohmann::json& job, const api::TrainingJobStatus& status);
   void RecordEvent(const nlohmann::json& job, const std::string& type, const std::string& reason,
                    const std::string& message);
-  nlohmann::json BuildStatus(const nlohmann::json& job, const api::TrainingJob& spec,
-                             const controller::JobStatus& observed) const;
+  api::TrainingJobStatus BuildStatus(const nlohmann::json& job, const api::TrainingJobStatus& old,
+                                     const api::TrainingJob& spec, const controller::JobStatus& observed) const;
   Status FailInvalid(const nlohmann::json& job, const std::string& message);
 
   KubeClient* client_;

@@ -1,5 +1,8 @@
 #include "operator/kube/kube_cluster.h"
 
+#include "common/logging.h"
+#include "operator/kubeclient/api_path.h"
+
 #include <algorithm>
 
 namespace kubeps::kube {
@@ -28,7 +31,7 @@ KubeCluster::KubeCluster(KubeClient* client, JobIdentity job, const api::Trainin
                          ImageSet images, std::vector<json> pods)
     : client_(client), job_(std::move(job)), spec_(spec), images_(std::move(images)), pods_(std::move(pods)) {}
 
-std::string KubeCluster::PodsPath() const { return "/api/v1/namespaces/" + job_.namespace_ + "/pods"; }
+std::string KubeCluster::PodsPath() const { return CollectionPath(kPods, job_.namespace_); }
 
 bool KubeCluster::ReplicaOf(const json& pod, ReplicaName* name) {
   const json& labels = pod["metadata"].value("labels", json::object());
@@ -101,7 +104,9 @@ Status KubeCluster::Create(const controller::ReplicaLaunch& launch) {
     // The failed pod has told us what we needed; free its node resources.
     const std::string old_name = existing->second["metadata"]["name"];
     Response gone;
-    client_->Delete(PodsPath() + "/" + old_name, &gone);
+    if (Status s = client_->Delete(PodsPath() + "/" + old_name, &gone); !s.ok()) {
+      KLOG_INFO << "deleting replaced pod " << old_name << ": " << s.message() << " (its job's deletion collects it)";
+    }
     deleted_.push_back(old_name);
     pods_.erase(std::remove_if(pods_.begin(), pods_.end(),
                                [&](const json& p) { return p["metadata"]["name"] == old_name; }),

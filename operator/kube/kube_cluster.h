@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "operator/controller/cluster.h"
-#include "operator/kube/kube_client.h"
+#include "operator/kubeclient/kube_client.h"
 #include "operator/kube/pod_builder.h"
 
 namespace kubeps::kube {

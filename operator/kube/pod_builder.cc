@@ -2,7 +2,8 @@
 
 #include <set>
 
-#include "common/node_config.h"
+#include "api/pod_env_codec.h"
+#include "operator/kubeclient/api_path.h"
 
 namespace kubeps::kube {
 namespace {
@@ -12,23 +13,6 @@ using nlohmann::json;
 const char* RoleName(controller::ReplicaRole role) { return controller::ToString(role); }
 
 json Labels(const JobIdentity& job) { return {{kJobNameLabel, job.name}}; }
-
-std::string Base64(const std::string& in) {
-  static const char* kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  int value = 0, bits = -6;
-  for (unsigned char c : in) {
-    value = (value << 8) + c;
-    bits += 8;
-    while (bits >= 0) {
-      out.push_back(kAlphabet[(value >> bits) & 0x3F]);
-      bits -= 6;
-    }
-  }
-  if (bits > -6) out.push_back(kAlphabet[((value << 8) >> (bits + 8)) & 0x3F]);
-  while (out.size() % 4) out.push_back('=');
-  return out;
-}
 
 // Merges kubeps' env into a container's env: same name, ours wins.
 void MergeEnv(json& container, const json& ours) {
@@ -107,10 +91,10 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
 
   json env = json::array();
   for (const auto& [key, value] : launch.env) env.push_back({{"name", key}, {"value", value}});
-  env.push_back({{"name", env::kPodIp}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}});
-  env.push_back({{"name", env::kPort}, {"value", std::to_string(kGrpcPort)}});
-  env.push_back({{"name", env::kMetricsPort}, {"value", std::to_string(kMetricsPort)}});
-  env.push_back({{"name", env::kTokenFile}, {"value", std::string(kTokenMountPath) + "/token"}});
+  env.push_back({{"name", api::env::kPodIp}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}});
+  env.push_back({{"name", api::env::kPort}, {"value", std::to_string(kGrpcPort)}});
+  env.push_back({{"name", api::env::kMetricsPort}, {"value", std::to_string(kMetricsPort)}});
+  env.push_back({{"name", api::env::kTokenFile}, {"value", std::string(kTokenMountPath) + "/token"}});
   MergeEnv(container, env);
   container["ports"] = json::array({{{"name", "grpc"}, {"containerPort", kGrpcPort}},
                                     {{"name", "metrics"}, {"containerPort", kMetricsPort}}});
@@ -178,7 +162,8 @@ json BuildTokenSecret(const JobIdentity& job, const std::string& token) {
           {"metadata",
            {{"name", TokenSecretName(job)}, {"namespace", job.namespace_}, {"labels", Labels(job)},
             {"ownerReferences", json::array({OwnerReference(job)})}}},
-          {"data", {{"token", Base64(token)}}}};
+          // The API server encodes stringData into data, as it does for kubectl.
+          {"stringData", {{"token", token}}}};
 }
 
 json BuildPodGroup(const JobIdentity& job, const api::TrainingJob& spec, std::string* api_path) {
@@ -187,8 +172,10 @@ json BuildPodGroup(const JobIdentity& job, const api::TrainingJob& spec, std::st
   const int total = 1 + spec.spec.ps.replicas + spec.spec.worker.replicas;
   const int min_member = policy.min_available > 0 ? policy.min_available : total;
   const bool volcano = policy.scheduler_name == "volcano";
-  const std::string group_version = volcano ? "scheduling.volcano.sh/v1beta1" : "scheduling.x-k8s.io/v1alpha1";
-  *api_path = "/apis/" + group_version + "/namespaces/" + job.namespace_ + "/podgroups";
+  const Resource podgroups = volcano ? Resource{"scheduling.volcano.sh", "v1beta1", "podgroups"}
+                                    : Resource{"scheduling.x-k8s.io", "v1alpha1", "podgroups"};
+  const std::string group_version = podgroups.group + "/" + podgroups.version;
+  *api_path = CollectionPath(podgroups, job.namespace_);
   json spec_json = {{"minMember", min_member}};
   if (!policy.queue.empty()) spec_json["queue"] = policy.queue;
   if (!policy.priority_class.empty()) spec_json["priorityClassName"] = policy.priority_class;

@@ -17,10 +17,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "operator/api/training_job.h"
+#include "api/training_job.h"
 #include "operator/controller/cluster.h"
+#include "operator/kubeclient/api_path.h"
 
 namespace kubeps::kube {
+
+// The TrainingJob resource (api::kApiVersion's group and version).
+inline const Resource kTrainingJobs{"kubeps.io", "v1alpha1", "trainingjobs"};
 
 inline constexpr const char* kJobNameLabel = "kubeps.io/job-name";
 inline constexpr const char* kReplicaTypeLabel = "kubeps.io/replica-type";

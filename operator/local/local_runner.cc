@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "common/logging.h"
-#include "common/node_config.h"
+#include "api/pod_env_codec.h"
 #include "operator/controller/job_controller.h"
 #include "operator/controller/replica_env.h"
 #include "operator/local/local_cluster.h"
@@ -85,13 +85,13 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
     ReplicaLaunch launch{name, controller::ReplicaBinary(name), {},
                          controller::ReplicaEnv(job, name, scheduler)};
     const int threads = name.role == ReplicaRole::kWorker ? worker_threads : 1;
-    launch.env[env::kPodIp] = "127.0.0.1";
-    launch.env[env::kPort] = "0";
-    launch.env[env::kMetricsPort] = "0";
-    launch.env[env::kRunDir] = run_dir;
-    launch.env[env::kTokenFile] = token_file;
-    if (job.spec.checkpoint_path.empty()) launch.env[env::kCheckpointDir] = run_dir + "/checkpoints";
-    launch.env[env::kBlasThreads] = std::to_string(threads);
+    launch.env[api::env::kPodIp] = "127.0.0.1";
+    launch.env[api::env::kPort] = "0";
+    launch.env[api::env::kMetricsPort] = "0";
+    launch.env[api::env::kRunDir] = run_dir;
+    launch.env[api::env::kTokenFile] = token_file;
+    if (job.spec.checkpoint_path.empty()) launch.env[api::env::kCheckpointDir] = run_dir + "/checkpoints";
+    launch.env[api::env::kBlasThreads] = std::to_string(threads);
     launch.env["OMP_NUM_THREADS"] = std::to_string(threads);
     // Idle OpenMP threads must sleep, not spin: they share the cores with
     // the job's other processes and with gRPC's threads (measured: spinning

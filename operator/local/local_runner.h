@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "operator/api/training_job.h"
+#include "api/training_job.h"
 
 namespace kubeps::local {
 

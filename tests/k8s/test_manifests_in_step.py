@@ -22,6 +22,7 @@ the chart is rendered by tests/tools/helm_render (Go), built at test time.
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -31,6 +32,7 @@ SOURCE_DIR = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "tools", "helm_render"))
 from cluster import Cluster  # noqa: E402
+from operator_harness import BIN  # noqa: E402
 import helmrender  # noqa: E402
 
 DEPLOY = os.path.join(SOURCE_DIR, "deploy")
@@ -44,18 +46,14 @@ def read(path):
 
 
 def operator_defaults():
-    """The flag defaults compiled into kubeps-operator, read from its source."""
-    main = read(os.path.join(SOURCE_DIR, "operator", "kube", "operator_main.cc")).decode()
-    images = read(os.path.join(SOURCE_DIR, "operator", "kube", "pod_builder.h")).decode()
-    port = re.search(r"int metrics_port = (\d+);", main)
-    server = re.search(r'std::string server = "([^"]+)";', images)
-    agent = re.search(r'std::string agent = "([^"]+)";', images)
-    if not (port and server and agent):
-        raise AssertionError("cannot find the operator's flag defaults in operator_main.cc / "
-                             "pod_builder.h; update operator_defaults()")
-    return {"metrics-port": port.group(1), "server-image": server.group(1),
-            "agent-image": agent.group(1), "namespace": "", "leader-elect": False,
-            "leader-election-namespace": "$(POD_NAMESPACE)", "kubeconfig": "", "identity": ""}
+    """The flag defaults compiled into kubeps-operator, as it prints them."""
+    out = subprocess.run([os.path.join(BIN, "kubeps-operator"), "--print-defaults"], check=True,
+                         capture_output=True, text=True).stdout
+    flags = json.loads(out)
+    flags["leader-elect"] = flags["leader-elect"] == "true"
+    # the Deployment passes the pod's namespace when the flag is left out
+    flags["leader-election-namespace"] = "$(POD_NAMESPACE)"
+    return flags
 
 
 def effective_flags(args):

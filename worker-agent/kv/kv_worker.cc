@@ -171,7 +171,8 @@ void KVWorker::HeartbeatLoop() {
     for (int waited = 0; waited < options_.heartbeat_interval_ms && !stopping_; waited += 50) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    PollHeartbeat();  // a missed beat is not an error
+    // A missed beat is not an error: the next one tells the same.
+    [[maybe_unused]] Status beat = PollHeartbeat();
   }
 }
 
@@ -303,8 +304,8 @@ Status KVWorker::PushBatch(const std::vector<const Part*>& batch,
     return servers_[server]->Push(&c, request, &response);
   }, 0, [this] { return RollbackAnnounced(); });
   Acknowledge(request.id().seq());
-  if (!s.ok() && (s.rolled_back() || RollbackAnnounced())) {
-    return Status::RolledBack("push of step " + std::to_string(step) + " to " + ServerName(server) +
+  if (!s.ok() && (s.IsAborted() || RollbackAnnounced())) {
+    return Status::Aborted("push of step " + std::to_string(step) + " to " + ServerName(server) +
                               ": the job rolled back");
   }
   if (s.ok()) {
@@ -328,13 +329,13 @@ Status KVWorker::PullBatch(const std::vector<const Part*>& batch, const std::vec
   for (;;) {
     v1::PullResponse response;
     if (RollbackAnnounced()) {
-      return Status::RolledBack("pull from " + ServerName(server) + ": the job rolled back");
+      return Status::Aborted("pull from " + ServerName(server) + ": the job rolled back");
     }
     Status s = caller_.Call(ServerName(server), "Pull", [&](grpc::ClientContext& c) {
       return servers_[server]->Pull(&c, request, &response);
     }, options_.pull_wait_ms, [this] { return RollbackAnnounced(); });
-    if (!s.ok() && (s.rolled_back() || RollbackAnnounced())) {
-      return Status::RolledBack("pull from " + ServerName(server) + ": the job rolled back");
+    if (!s.ok() && (s.IsAborted() || RollbackAnnounced())) {
+      return Status::Aborted("pull from " + ServerName(server) + ": the job rolled back");
     }
     if (!s.ok()) return s;
     if (response.ready()) {

@@ -1,0 +1,105 @@
+#include "api/pod_env_codec.h"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+
+namespace kubeps::api {
+namespace {
+
+// "--scheduler-addr" for KUBEPS_SCHEDULER_ADDR.
+std::string FlagName(const char* variable) {
+  std::string name = std::string(variable).substr(sizeof("KUBEPS_") - 1);
+  for (char& c : name) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return "--" + name;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> EncodePodEnv(const TrainingJob& job, const std::string& role,
+                                                const std::string& node_id,
+                                                const std::string& scheduler_address) {
+  return {
+      {env::kRole, role},
+      {env::kJobName, job.name},
+      {env::kJob, ToJson(job).dump()},
+      {env::kNodeId, node_id},
+      {env::kSchedulerAddr, scheduler_address},
+      {env::kNumServers, std::to_string(job.spec.ps.replicas)},
+      {env::kNumWorkers, std::to_string(job.spec.worker.replicas)},
+      {env::kResendTimeoutMs, std::to_string(job.spec.resend_timeout_ms)},
+      {env::kMaxResends, std::to_string(job.spec.max_resends)},
+      {env::kCheckpointDir, job.spec.checkpoint_path},
+  };
+}
+
+void AddNodeFlags(CLI::App* app, NodeConfig* c) {
+  const auto text = [&](const char* variable, std::string* field, const char* help) {
+    app->add_option(FlagName(variable), *field, help)->envname(variable)->capture_default_str();
+  };
+  const auto number = [&](const char* variable, int* field, int min, const char* help) {
+    app->add_option(FlagName(variable), *field, help)
+        ->envname(variable)
+        ->check(min == 0 ? CLI::NonNegativeNumber : CLI::PositiveNumber)
+        ->capture_default_str();
+  };
+  text(env::kRole, &c->role, "scheduler | server | worker | local");
+  text(env::kJobName, &c->job_name, "the TrainingJob's name");
+  text(env::kJob, &c->job_json, "the canonical TrainingJob manifest, as JSON");
+  text(env::kNodeId, &c->node_id, "stable identity (the pod's name); a restart keeps the rank");
+  text(env::kSchedulerAddr, &c->scheduler_address, "host:port of the job's scheduler");
+  text(env::kPodIp, &c->pod_ip, "address to listen on and to report to the scheduler");
+  number(env::kPort, &c->port, 0, "gRPC port (0: any free port)");
+  number(env::kMetricsPort, &c->metrics_port, 0, "Prometheus metrics port (0: any free port)");
+  number(env::kNumServers, &c->num_servers, 1, "parameter servers in the job");
+  number(env::kNumWorkers, &c->num_workers, 1, "workers in the job");
+  number(env::kResendTimeoutMs, &c->resend_timeout_ms, 1, "deadline of one RPC before it is resent");
+  number(env::kMaxResends, &c->max_resends, 0, "resends of one RPC before it fails");
+  text(env::kTokenFile, &c->token_file, "file holding the job's token (empty: no token)");
+  text(env::kRunDir, &c->run_dir, "local runs: where the ports are published");
+  number(env::kBlasThreads, &c->blas_threads, 1, "OpenBLAS and OpenMP threads");
+  text(env::kCheckpointDir, &c->checkpoint_dir, "servers: checkpoints go to <dir>/<node id>/");
+}
+
+Status FinishNodeConfig(NodeConfig* config) {
+  if (!config->token_file.empty()) {
+    std::ifstream in(config->token_file);
+    if (!in) return Status::InvalidArgument(std::string(env::kTokenFile) + ": cannot read " + config->token_file);
+    std::getline(in, config->token);
+  }
+  if (config->node_id.empty()) config->node_id = config->role + "-" + std::to_string(::getpid());
+  return Status::Ok();
+}
+
+Status DecodeJob(const std::string& job_json, TrainingJob* job) {
+  ParseResult parsed = ParseTrainingJob(job_json);
+  if (!parsed.ok()) return Status::InvalidArgument(parsed.ErrorReport(env::kJob));
+  *job = *parsed.job;
+  return Status::Ok();
+}
+
+OptimizerConfig ToOptimizerConfig(const OptimizerSpec& o) {
+  return OptimizerConfig{o.name,
+                         static_cast<float>(o.learning_rate),
+                         static_cast<float>(o.momentum),
+                         static_cast<float>(o.beta1),
+                         static_cast<float>(o.beta2),
+                         static_cast<float>(o.epsilon),
+                         static_cast<float>(o.weight_decay)};
+}
+
+void PublishPorts(const NodeConfig& config, int grpc_port, int metrics_port) {
+  if (config.run_dir.empty()) return;
+  // Written under a temporary name and renamed, so a reader never sees half.
+  const std::string path = config.run_dir + "/" + config.node_id + ".ports";
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << "grpc " << grpc_port << "\nmetrics " << metrics_port << "\n";
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+}  // namespace kubeps::api

@@ -1,0 +1,87 @@
+// The pod-environment codec: how a replica learns who it is and which job it
+// belongs to, as MXNet's launcher tells its nodes through DMLC_*. The job
+// logic encodes (EncodePodEnv: the local runner and the operator call the
+// same function, so a node cannot tell them apart); every node decodes
+// (AddNodeFlags + FinishNodeConfig, DecodeJob). A flag (--scheduler-addr=x)
+// wins over its variable (KUBEPS_SCHEDULER_ADDR); `--help` lists both with the
+// default. Stateless functions: safe from any thread.
+#ifndef KUBEPS_API_POD_ENV_CODEC_H_
+#define KUBEPS_API_POD_ENV_CODEC_H_
+
+#include <map>
+#include <string>
+
+#include "api/training_job.h"
+#include "common/optimizer.h"
+#include "common/status.h"
+
+namespace CLI {
+class App;
+}
+
+namespace kubeps::api {
+
+// The variables' names, in one place for the runner, the operator and the nodes.
+namespace env {
+inline constexpr const char* kRole = "KUBEPS_ROLE";                  // scheduler | server | worker | local
+inline constexpr const char* kJobName = "KUBEPS_JOB_NAME";
+inline constexpr const char* kJob = "KUBEPS_JOB";                    // the canonical manifest (JSON)
+inline constexpr const char* kNodeId = "KUBEPS_NODE_ID";             // stable identity (pod name)
+inline constexpr const char* kSchedulerAddr = "KUBEPS_SCHEDULER_ADDR";
+inline constexpr const char* kPodIp = "KUBEPS_POD_IP";               // address to listen on and report
+inline constexpr const char* kPort = "KUBEPS_PORT";                  // gRPC port, 0 = any free port
+inline constexpr const char* kMetricsPort = "KUBEPS_METRICS_PORT";   // 0 = any free port
+inline constexpr const char* kNumServers = "KUBEPS_NUM_SERVERS";
+inline constexpr const char* kNumWorkers = "KUBEPS_NUM_WORKERS";
+inline constexpr const char* kResendTimeoutMs = "KUBEPS_RESEND_TIMEOUT_MS";
+inline constexpr const char* kMaxResends = "KUBEPS_MAX_RESENDS";
+inline constexpr const char* kTokenFile = "KUBEPS_TOKEN_FILE";
+inline constexpr const char* kRunDir = "KUBEPS_RUN_DIR";             // local runner: where ports are published
+inline constexpr const char* kBlasThreads = "KUBEPS_BLAS_THREADS";
+inline constexpr const char* kCheckpointDir = "KUBEPS_CHECKPOINT_DIR";  // servers: <dir>/<node id>/
+}  // namespace env
+
+// What a node (scheduler, server, worker) knows about itself, decoded.
+struct NodeConfig {
+  std::string role;
+  std::string job_name;
+  std::string job_json;
+  std::string node_id;
+  std::string scheduler_address;
+  std::string pod_ip = "127.0.0.1";
+  int port = 0;
+  int metrics_port = 0;
+  int num_servers = 0;
+  int num_workers = 0;
+  int resend_timeout_ms = 1000;
+  int max_resends = 10;
+  std::string token_file;
+  std::string token;   // read from token_file by FinishNodeConfig; empty = no check
+  std::string run_dir;
+  int blas_threads = 1;
+  std::string checkpoint_dir;
+};
+
+// The variables that say who a replica is and where its scheduler is: the
+// caller adds what only it knows (pod IP, ports, token file, run folder).
+std::map<std::string, std::string> EncodePodEnv(const TrainingJob& job, const std::string& role,
+                                                const std::string& node_id,
+                                                const std::string& scheduler_address);
+
+// Declares one flag per variable above on `app`, each reading its variable
+// when the flag is absent, with range checks; parsing fills `config`.
+void AddNodeFlags(CLI::App* app, NodeConfig* config);
+// After parsing: reads the token file and names an anonymous node.
+Status FinishNodeConfig(NodeConfig* config);
+
+// The job a node belongs to, from KUBEPS_JOB, by the one parser.
+Status DecodeJob(const std::string& job_json, TrainingJob* job);
+OptimizerConfig ToOptimizerConfig(const OptimizerSpec& optimizer);
+
+// Writes "<run_dir>/<node_id>.ports" with the node's gRPC and metrics ports,
+// atomically, so the local runner can find them; no-op without a run dir.
+void PublishPorts(const NodeConfig& config, int grpc_port, int metrics_port);
+
+}  // namespace kubeps::api
+
+#endif  // KUBEPS_API_POD_ENV_CODEC_H_

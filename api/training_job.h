@@ -1,0 +1,125 @@
+// TrainingJob: the one manifest a user writes. These types are the API of
+// kubeps (group kubeps.io, version v1alpha1); `kubeps run`, the operator and
+// every pod read the same structure, parsed and validated by one function.
+#ifndef KUBEPS_API_TRAINING_JOB_H_
+#define KUBEPS_API_TRAINING_JOB_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kubeps::api {
+
+inline constexpr const char* kApiVersion = "kubeps.io/v1alpha1";
+inline constexpr const char* kKind = "TrainingJob";
+
+enum class SyncMode { kSync, kAsync };
+enum class RestartPolicy { kOnFailure, kNever, kExitCode };
+
+struct OptimizerSpec {
+  std::string name = "sgd";  // sgd | momentum | adam
+  double learning_rate = 0.1;
+  double momentum = 0.9;     // momentum only
+  double beta1 = 0.9;        // adam only
+  double beta2 = 0.999;      // adam only
+  double epsilon = 1e-8;     // adam only
+  double weight_decay = 0.0;
+};
+
+// Per-role pod template overrides. Only the Kubernetes backend uses them;
+// they are kept verbatim (as JSON) so the operator can merge them into the
+// pods it creates.
+struct ReplicaSpec {
+  int replicas = 0;
+  nlohmann::json template_override;  // null when absent
+};
+
+enum class CleanPodPolicy { kAll, kRunning, kNone };
+
+struct RunPolicy {
+  RestartPolicy restart_policy = RestartPolicy::kOnFailure;
+  int backoff_limit = 3;
+  int64_t active_deadline_seconds = 0;      // 0 = no deadline
+  int64_t ttl_seconds_after_finished = -1;  // -1 = keep the finished job
+  CleanPodPolicy clean_pod_policy = CleanPodPolicy::kRunning;  // pods deleted when the job ends
+  bool suspend = false;                     // no pods while true
+};
+
+// Gang scheduling (Volcano or scheduler-plugins): when scheduler_name is
+// set, the operator creates a PodGroup and sets the pods' schedulerName.
+struct SchedulingPolicy {
+  std::string scheduler_name;   // "" = the default scheduler, no PodGroup
+  int min_available = 0;        // 0 = every replica
+  std::string queue;
+  std::string priority_class;
+};
+
+struct TrainingJobSpec {
+  SyncMode mode = SyncMode::kSync;
+  std::string model = "mlp";      // softmax | mlp | cnn
+  std::string dataset_path;       // folder holding the four Fashion-MNIST IDX .gz files
+  OptimizerSpec optimizer;
+  int batch_size = 64;            // per worker
+  int epochs = 1;
+  uint64_t seed = 1;              // parameter initialisation and data order
+  int64_t big_array_bound = 1000000;  // elements; larger tensors are sliced over all servers
+  int resend_timeout_ms = 1000;
+  int max_resends = 10;
+  int progress_interval_ms = 2000;   // how often workers print a progress line
+  int gpus_per_worker = 0;
+  std::string backend = "cpu";    // cpu | cuda | auto (cuda when the worker sees a GPU)
+  // Shards write their parameters and optimizer state every
+  // checkpoint_interval_steps steps into checkpoint_path (the local runner
+  // uses its run folder when empty); a restarted shard reloads them.
+  std::string checkpoint_path;
+  int checkpoint_interval_steps = 100;
+  ReplicaSpec ps{2, nullptr};
+  ReplicaSpec worker{2, nullptr};
+  ReplicaSpec scheduler{1, nullptr};  // implicit: always exactly one
+  RunPolicy run_policy;
+  SchedulingPolicy scheduling_policy;
+};
+
+struct TrainingJob {
+  std::string name;               // metadata.name
+  std::string namespace_ = "default";
+  TrainingJobSpec spec;
+};
+
+// One problem found in a manifest: `field` is a path such as
+// "spec.replicaSpecs.worker.replicas"; `message` says what is wrong.
+struct FieldError {
+  std::string field;
+  std::string message;
+  std::string ToString() const { return field + ": " + message; }
+};
+
+struct ParseResult {
+  std::optional<TrainingJob> job;   // set only when errors is empty
+  std::vector<FieldError> errors;
+  bool ok() const { return errors.empty(); }
+  // All errors, one per line, prefixed with `source` (a file name).
+  std::string ErrorReport(const std::string& source) const;
+};
+
+// Parses and validates a TrainingJob manifest given as YAML (or JSON) text.
+// Every problem is reported, not only the first; unknown fields are errors.
+ParseResult ParseTrainingJob(const std::string& yaml_text);
+ParseResult ParseTrainingJobFile(const std::string& path);
+
+// The canonical manifest of `job` as JSON (apiVersion, kind, metadata, spec),
+// which ParseTrainingJob accepts again unchanged. Used to hand the job to
+// every process (KUBEPS_JOB) and to the Kubernetes API.
+nlohmann::json ToJson(const TrainingJob& job);
+
+const char* ToString(SyncMode mode);
+const char* ToString(RestartPolicy policy);
+const char* ToString(CleanPodPolicy policy);
+
+}  // namespace kubeps::api
+
+#endif  // KUBEPS_API_TRAINING_JOB_H_

@@ -1,0 +1,137 @@
+#include "api/training_job_status.h"
+
+#include <tuple>
+
+namespace kubeps::api {
+
+using nlohmann::json;
+
+const char* ToString(JobPhase phase) {
+  switch (phase) {
+    case JobPhase::kCreated: return "Created";
+    case JobPhase::kRunning: return "Running";
+    case JobPhase::kRestarting: return "Restarting";
+    case JobPhase::kSucceeded: return "Succeeded";
+    case JobPhase::kFailed: return "Failed";
+    case JobPhase::kSuspended: return "Suspended";
+  }
+  return "?";
+}
+
+std::optional<JobPhase> ParseJobPhase(std::string_view text) {
+  for (JobPhase phase : kJobPhases) {
+    if (text == ToString(phase)) return phase;
+  }
+  return std::nullopt;
+}
+
+bool Condition::operator==(const Condition& o) const {
+  return std::tie(type, status, reason, message, last_update_time, last_transition_time) ==
+         std::tie(o.type, o.status, o.reason, o.message, o.last_update_time, o.last_transition_time);
+}
+
+bool ReplicaStatus::operator==(const ReplicaStatus& o) const {
+  return std::tie(active, succeeded, failed, restarts) == std::tie(o.active, o.succeeded, o.failed, o.restarts);
+}
+
+const Condition* FindCondition(const std::vector<Condition>& conditions, std::string_view type) {
+  for (const Condition& c : conditions) {
+    if (c.type == type) return &c;
+  }
+  return nullptr;
+}
+
+void SetStatusCondition(std::vector<Condition>* conditions, Condition condition, const std::string& now) {
+  for (Condition& c : *conditions) {
+    if (c.type != condition.type) continue;
+    if (c.status != condition.status) c.last_transition_time = now;
+    if (c.reason != condition.reason || c.message != condition.message) c.last_update_time = now;
+    c.status = std::move(condition.status);
+    c.reason = std::move(condition.reason);
+    c.message = std::move(condition.message);
+    return;
+  }
+  condition.last_update_time = condition.last_transition_time = now;
+  conditions->push_back(std::move(condition));
+}
+
+void SetPhaseCondition(std::vector<Condition>* conditions, JobPhase phase, const std::string& reason,
+                       const std::string& message, const std::string& now) {
+  const std::string current = ToString(phase);
+  for (Condition& c : *conditions) {
+    if (c.type == current || c.type == "Created" || c.status == "False") continue;
+    c.status = "False";
+    c.last_transition_time = now;
+    if (c.type == "Suspended") c.reason = "JobResumed";
+  }
+  SetStatusCondition(conditions, Condition{current, "True", reason, message, "", ""}, now);
+}
+
+bool TrainingJobStatus::SameExceptTimes(const TrainingJobStatus& o) const {
+  auto without_times = [](std::vector<Condition> conditions) {
+    for (Condition& c : conditions) c.last_update_time = c.last_transition_time = "";
+    return conditions;
+  };
+  return std::tie(phase, message, observed_generation, replica_statuses, workers, start_time,
+                  completion_time, step, steps_per_second) ==
+             std::tie(o.phase, o.message, o.observed_generation, o.replica_statuses, o.workers,
+                      o.start_time, o.completion_time, o.step, o.steps_per_second) &&
+         without_times(conditions) == without_times(o.conditions);
+}
+
+TrainingJobStatus StatusFromJson(const json& status) {
+  TrainingJobStatus s;
+  if (!status.is_object()) return s;
+  s.phase = ParseJobPhase(status.value("phase", ""));
+  s.message = status.value("message", "");
+  s.observed_generation = status.value("observedGeneration", int64_t{0});
+  for (const json& c : status.value("conditions", json::array())) {
+    if (!c.is_object()) continue;
+    s.conditions.push_back({c.value("type", ""), c.value("status", ""), c.value("reason", ""),
+                            c.value("message", ""), c.value("lastUpdateTime", ""),
+                            c.value("lastTransitionTime", "")});
+  }
+  for (const auto& [role, counts] : status.value("replicaStatuses", json::object()).items()) {
+    if (!counts.is_object()) continue;
+    s.replica_statuses[role] = {counts.value("active", 0), counts.value("succeeded", 0),
+                                counts.value("failed", 0), counts.value("restarts", 0)};
+  }
+  s.workers = status.value("workers", "");
+  s.start_time = status.value("startTime", "");
+  s.completion_time = status.value("completionTime", "");
+  if (status.contains("step") && status["step"].is_number()) s.step = status["step"].get<int64_t>();
+  s.steps_per_second = status.value("stepsPerSecond", "");
+  return s;
+}
+
+json ToJson(const TrainingJobStatus& s) {
+  json out = json::object();
+  if (s.phase) out["phase"] = ToString(*s.phase);
+  if (!s.message.empty()) out["message"] = s.message;
+  if (s.observed_generation) out["observedGeneration"] = s.observed_generation;
+  if (!s.conditions.empty()) {
+    json conditions = json::array();
+    for (const Condition& c : s.conditions) {
+      conditions.push_back({{"type", c.type}, {"status", c.status}, {"reason", c.reason},
+                            {"message", c.message}, {"lastUpdateTime", c.last_update_time},
+                            {"lastTransitionTime", c.last_transition_time}});
+    }
+    out["conditions"] = conditions;
+  }
+  if (!s.replica_statuses.empty()) {
+    json replicas = json::object();
+    for (const auto& [role, c] : s.replica_statuses) {
+      replicas[role] = {{"active", c.active}, {"succeeded", c.succeeded}, {"failed", c.failed},
+                        {"restarts", c.restarts}};
+    }
+    out["replicaStatuses"] = replicas;
+  }
+  if (!s.workers.empty()) out["workers"] = s.workers;
+  if (!s.start_time.empty()) out["startTime"] = s.start_time;
+  if (!s.completion_time.empty()) out["completionTime"] = s.completion_time;
+  if (s.step) out["step"] = *s.step;
+  if (!s.steps_per_second.empty()) out["stepsPerSecond"] = s.steps_per_second;
+  return out;
+}
+
+}  // namespace kubeps::api

@@ -1,0 +1,82 @@
+// The TrainingJob's status, typed: what the operator writes through the
+// /status subresource and `kubectl get tj` shows. Conditions follow
+// Kubernetes' API conventions (one per type, True/False, time-stamped
+// transitions) with the helpers of apimachinery's meta.SetStatusCondition.
+// Plain values and pure functions: safe to use from any thread.
+#ifndef KUBEPS_API_TRAINING_JOB_STATUS_H_
+#define KUBEPS_API_TRAINING_JOB_STATUS_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kubeps::api {
+
+enum class JobPhase { kCreated, kRunning, kRestarting, kSucceeded, kFailed, kSuspended };
+inline constexpr JobPhase kJobPhases[] = {JobPhase::kCreated,   JobPhase::kRunning, JobPhase::kRestarting,
+                                          JobPhase::kSucceeded, JobPhase::kFailed,  JobPhase::kSuspended};
+const char* ToString(JobPhase phase);
+std::optional<JobPhase> ParseJobPhase(std::string_view text);
+// Succeeded and Failed are terminal.
+inline bool IsFinished(JobPhase phase) { return phase == JobPhase::kSucceeded || phase == JobPhase::kFailed; }
+
+struct Condition {
+  std::string type;    // a phase's name: Created, Running, ..., Suspended
+  std::string status;  // "True" or "False"
+  std::string reason;  // CamelCase
+  std::string message;
+  std::string last_update_time;
+  std::string last_transition_time;
+  bool operator==(const Condition& other) const;
+};
+
+// Adds the condition of `condition.type` or updates it, as
+// meta.SetStatusCondition does: lastTransitionTime moves only when the status
+// changes, lastUpdateTime when the reason or message does.
+void SetStatusCondition(std::vector<Condition>* conditions, Condition condition, const std::string& now);
+// The condition of `type`, or null.
+const Condition* FindCondition(const std::vector<Condition>& conditions, std::string_view type);
+
+// Kubeflow's convention for a job's conditions: the condition of its phase is
+// True; every other one but Created becomes False (a resumed job is no
+// longer Suspended: reason JobResumed).
+void SetPhaseCondition(std::vector<Condition>* conditions, JobPhase phase, const std::string& reason,
+                       const std::string& message, const std::string& now);
+
+struct ReplicaStatus {
+  int active = 0;
+  int succeeded = 0;
+  int failed = 0;
+  int restarts = 0;
+  bool operator==(const ReplicaStatus& other) const;
+};
+
+struct TrainingJobStatus {
+  std::optional<JobPhase> phase;  // none until the operator first looks
+  std::string message;
+  int64_t observed_generation = 0;
+  std::vector<Condition> conditions;
+  std::map<std::string, ReplicaStatus> replica_statuses;  // "scheduler", "ps", "worker"
+  std::string workers;                                     // "active+succeeded/replicas"
+  std::string start_time;                                  // RFC 3339; "" = not yet
+  std::string completion_time;
+  std::optional<int64_t> step;                             // worker 0's step
+  std::string steps_per_second;                            // "12.3"; "" = not measured yet
+
+  bool finished() const { return phase && IsFinished(*phase); }
+  // Equal in everything but time stamps: whether a write would change anything.
+  bool SameExceptTimes(const TrainingJobStatus& other) const;
+};
+
+// From the object's "status" (missing, null or partial: the defaults above).
+TrainingJobStatus StatusFromJson(const nlohmann::json& status);
+nlohmann::json ToJson(const TrainingJobStatus& status);
+
+}  // namespace kubeps::api
+
+#endif  // KUBEPS_API_TRAINING_JOB_STATUS_H_

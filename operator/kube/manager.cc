@@ -1,0 +1,98 @@
+#include "operator/kube/manager.h"
+
+#include <map>
+#include <thread>
+
+#include "api/training_job_status.h"
+#include "common/logging.h"
+#include "operator/kubeclient/api_path.h"
+
+namespace kubeps::kube {
+namespace {
+
+// Every job's reconcile key is "namespace/name"; a pod maps to its job's.
+std::string JobKeyOfPod(const nlohmann::json& pod) {
+  const auto& meta = pod["metadata"];
+  const auto labels = meta.value("labels", nlohmann::json::object());
+  return meta.value("namespace", "") + "/" + labels.value(kJobNameLabel, "");
+}
+
+}  // namespace
+
+Manager::Manager(KubeClient* client, ManagerOptions options, MetricsServer* metrics)
+    : options_(std::move(options)),
+      metrics_(metrics),
+      reconciler_(client, options_.images, metrics),
+      jobs_(client, CollectionPath(kTrainingJobs, options_.namespace_), "",
+            [this](const nlohmann::json& job) { queue_.Add(ObjectKey(job)); }),
+      pods_(client, CollectionPath(kPods, options_.namespace_), kJobNameLabel,
+            [this](const nlohmann::json& pod) { queue_.Add(JobKeyOfPod(pod)); }),
+      reconciles_(metrics->Counter("kubeps_operator_reconciles_total", "Reconciles of TrainingJobs")),
+      errors_(metrics->Counter("kubeps_operator_reconcile_errors_total",
+                               "Reconciles that failed and will be retried")),
+      depth_(metrics->Gauge("kubeps_operator_queue_depth", "TrainingJobs waiting to be reconciled")) {}
+
+void Manager::Run(const std::atomic<bool>& stop) {
+  std::thread job_watch([&] { jobs_.Run(stop); });
+  std::thread pod_watch([&] { pods_.Run(stop); });
+  std::thread resync([&] { Resync(stop); });
+  while (!stop && !ready()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  KLOG_INFO << "caches synced; reconciling";
+  std::thread worker([&] { Work(); });
+  while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  queue_.ShutDown();
+  worker.join();
+  resync.join();
+  job_watch.join();
+  pod_watch.join();
+}
+
+void Manager::Work() {
+  while (auto key = queue_.Get()) {
+    depth_.Set(static_cast<double>(queue_.Depth()));
+    ReconcileKey(*key);
+    queue_.Done(*key);
+  }
+}
+
+void Manager::ReconcileKey(const std::string& key) {
+  const size_t slash = key.find('/');
+  const std::string namespace_ = key.substr(0, slash), name = key.substr(slash + 1);
+  nlohmann::json job = jobs_.Find(namespace_, name);
+  if (job.is_null()) return;  // deleted: its pods go with it (ownerReferences)
+  auto pods = pods_.Select([&](const nlohmann::json& pod) { return JobKeyOfPod(pod) == key; });
+  reconciles_.Increment();
+  ReconcileResult result;
+  if (Status s = reconciler_.Reconcile(job, pods, &result); !s.ok()) {
+    errors_.Increment();
+    KLOG_ERROR << "reconcile " << key << ": " << s.message() << "; retrying";
+    queue_.AddRateLimited(key);
+    return;
+  }
+  queue_.Forget(key);
+  if (result.requeue_after.count() > 0) queue_.AddAfter(key, result.requeue_after);
+}
+
+// Every resync period: every job once more (a missed event cannot stall a
+// job); every half second: the jobs-by-phase gauge.
+void Manager::Resync(const std::atomic<bool>& stop) {
+  constexpr std::chrono::milliseconds kTick(500);
+  auto next_resync = std::chrono::steady_clock::now() + options_.resync_period;
+  while (!stop) {
+    std::this_thread::sleep_for(kTick);
+    const bool resync_all = std::chrono::steady_clock::now() >= next_resync;
+    if (resync_all) next_resync += options_.resync_period;
+    std::map<std::string, int> phases;
+    for (api::JobPhase phase : api::kJobPhases) phases[api::ToString(phase)] = 0;
+    for (const auto& job : jobs_.Select([](const nlohmann::json&) { return true; })) {
+      ++phases[job.value("status", nlohmann::json::object()).value("phase", "Created")];
+      if (resync_all) queue_.Add(ObjectKey(job));
+    }
+    for (const auto& [phase, count] : phases) {
+      metrics_->Gauge("kubeps_operator_jobs", "TrainingJobs by phase", {{"phase", phase}}).Set(count);
+    }
+    depth_.Set(static_cast<double>(queue_.Depth()));
+  }
+}
+
+}  // namespace kubeps::kube

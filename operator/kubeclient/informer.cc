@@ -1,0 +1,129 @@
+#include "operator/kubeclient/informer.h"
+
+#include <cctype>
+#include <chrono>
+#include <thread>
+
+#include "common/logging.h"
+
+namespace kubeps::kube {
+
+using nlohmann::json;
+
+namespace {
+
+void SleepUnlessStopped(const std::atomic<bool>& stop, std::chrono::milliseconds total) {
+  for (auto waited = std::chrono::milliseconds(0); waited < total && !stop;
+       waited += std::chrono::milliseconds(50)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+}  // namespace
+
+std::string ObjectKey(const json& object) {
+  const json& meta = object["metadata"];
+  return meta.value("namespace", "") + "/" + meta.value("name", "");
+}
+
+Informer::Informer(KubeClient* client, std::string collection, std::string label_selector,
+                   Handler on_change)
+    : client_(client),
+      collection_(std::move(collection)),
+      label_selector_(std::move(label_selector)),
+      on_change_(std::move(on_change)) {}
+
+std::string Informer::Query(bool watch) const {
+  std::string query = collection_;
+  if (!label_selector_.empty()) query += "?labelSelector=" + UrlEncodeQueryValue(label_selector_);
+  return query;
+}
+
+Status Informer::List(std::string* resource_version) {
+  Response response;
+  if (Status s = client_->Get(Query(false), &response); !s.ok()) return s;
+  if (!response.ok()) return Status::Error("list " + collection_ + ": " + response.Describe());
+  ++lists_;
+  std::map<std::string, json> fresh;
+  for (const auto& item : response.body.value("items", json::array())) fresh[ObjectKey(item)] = item;
+  std::vector<json> changed;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Objects deleted while we were not watching: tell the handler too.
+    for (const auto& [key, old] : cache_) {
+      if (!fresh.count(key)) changed.push_back(old);
+    }
+    for (const auto& [key, item] : fresh) changed.push_back(item);
+    cache_ = std::move(fresh);
+  }
+  *resource_version = response.body["metadata"].value("resourceVersion", "");
+  synced_ = true;
+  for (const auto& object : changed) on_change_(object);
+  return Status::Ok();
+}
+
+bool Informer::Watch(std::string* resource_version, const std::atomic<bool>& stop) {
+  bool relist = false;
+  Response response;
+  ++watches_;
+  Status s = client_->Watch(
+      Query(true), *resource_version,
+      [&](const WatchEvent& event) {
+        if (event.type == "ERROR") {
+          // 410 Gone: our resourceVersion was compacted away.
+          relist = true;
+          return false;
+        }
+        const std::string rv = event.object["metadata"].value("resourceVersion", "");
+        if (!rv.empty()) *resource_version = rv;
+        if (event.type == "BOOKMARK") return true;
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          if (event.type == "DELETED") cache_.erase(ObjectKey(event.object));
+          else cache_[ObjectKey(event.object)] = event.object;
+        }
+        on_change_(event.object);
+        return true;
+      },
+      stop, &response);
+  if (!s.ok()) {
+    KLOG_ERROR << "watch " << collection_ << ": " << s.message() << "; listing again";
+    return false;
+  }
+  if (response.code != 0 && !response.ok()) return false;  // e.g. 410 at the start
+  return !relist;
+}
+
+void Informer::Run(const std::atomic<bool>& stop) {
+  std::string resource_version;
+  auto backoff = std::chrono::milliseconds(200);
+  while (!stop) {
+    if (Status s = List(&resource_version); !s.ok()) {
+      KLOG_ERROR << s.message() << "; retrying";
+      SleepUnlessStopped(stop, backoff);
+      backoff = std::min(backoff * 2, std::chrono::milliseconds(10000));
+      continue;
+    }
+    backoff = std::chrono::milliseconds(200);
+    // A stream that simply ends is watched again from where it stopped.
+    while (!stop && Watch(&resource_version, stop)) {
+    }
+  }
+}
+
+std::vector<json> Informer::Select(const std::function<bool(const json&)>& keep) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<json> out;
+  for (const auto& [key, object] : cache_) {
+    if (keep(object)) out.push_back(object);
+  }
+  return out;
+}
+
+json Informer::Find(const std::string& namespace_, const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = cache_.find(namespace_ + "/" + name);
+  return it == cache_.end() ? json(nullptr) : it->second;
+}
+
+}  // namespace kubeps::kube

@@ -1,0 +1,61 @@
+// A cache of one kind of Kubernetes object, kept current by list + watch,
+// as client-go's informers do: list (remember the resourceVersion), watch
+// from there (bookmarks move the resourceVersion on), watch again when the
+// stream ends, list again on 410 Gone or a transport error. Every change
+// calls the handler, which only enqueues work: reconciles read the cache.
+#ifndef KUBEPS_OPERATOR_KUBECLIENT_INFORMER_H_
+#define KUBEPS_OPERATOR_KUBECLIENT_INFORMER_H_
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "operator/kubeclient/kube_client.h"
+
+namespace kubeps::kube {
+
+class Informer {
+ public:
+  using Handler = std::function<void(const nlohmann::json& object)>;
+
+  // `collection` is a list path ("/api/v1/pods"); `label_selector` may be "".
+  Informer(KubeClient* client, std::string collection, std::string label_selector, Handler on_change);
+
+  // Lists and watches until `stop`; returns then.
+  void Run(const std::atomic<bool>& stop);
+
+  bool synced() const { return synced_; }
+  // Copies of the cached objects that `keep` accepts.
+  std::vector<nlohmann::json> Select(const std::function<bool(const nlohmann::json&)>& keep) const;
+  // The cached object namespace/name, or null.
+  nlohmann::json Find(const std::string& namespace_, const std::string& name) const;
+  // Counters, for tests and metrics.
+  int lists() const { return lists_; }
+  int watches() const { return watches_; }
+
+ private:
+  Status List(std::string* resource_version);
+  // Watches from `resource_version`; false when a relist is needed.
+  bool Watch(std::string* resource_version, const std::atomic<bool>& stop);
+  std::string Query(bool watch) const;
+
+  KubeClient* client_;
+  const std::string collection_;
+  const std::string label_selector_;
+  const Handler on_change_;
+  mutable std::mutex mutex_;
+  std::map<std::string, nlohmann::json> cache_;  // by namespace/name
+  std::atomic<bool> synced_{false};
+  std::atomic<int> lists_{0}, watches_{0};
+};
+
+std::string ObjectKey(const nlohmann::json& object);  // "namespace/name"
+
+}  // namespace kubeps::kube
+
+#endif  // KUBEPS_OPERATOR_KUBECLIENT_INFORMER_H_

@@ -1,0 +1,85 @@
+// A small Kubernetes REST client (cpprestsdk): what kubeps-operator needs
+// and nothing more. JSON in, JSON out; paths are API paths such as
+// "/api/v1/namespaces/default/pods" or
+// "/apis/kubeps.io/v1alpha1/trainingjobs".
+#ifndef KUBEPS_OPERATOR_KUBECLIENT_KUBE_CLIENT_H_
+#define KUBEPS_OPERATOR_KUBECLIENT_KUBE_CLIENT_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace kubeps::kube {
+
+// Where the API server is and how to prove who we are.
+struct KubeConfig {
+  std::string server;                 // https://host:port
+  std::string ca_data;                // PEM; empty = system trust store
+  std::string token;                  // bearer token, or
+  std::string client_cert_data;       // PEM client certificate and
+  std::string client_key_data;        // its PEM key
+  bool insecure_skip_tls_verify = false;
+  std::string namespace_ = "default"; // of the current context
+};
+
+// In-cluster: the service account's token and CA, KUBERNETES_SERVICE_HOST
+// and _PORT. Errors name what is missing.
+Status LoadInClusterConfig(KubeConfig* config);
+// A kubeconfig file's current context (certificate-authority[-data],
+// client-certificate[-data], client-key[-data], token, tokenFile).
+Status LoadKubeconfig(const std::string& path, KubeConfig* config);
+// --kubeconfig, else $KUBECONFIG, else in-cluster, else ~/.kube/config.
+Status LoadConfig(const std::string& kubeconfig_flag, KubeConfig* config);
+
+// The result of one request: HTTP status and parsed body (null when the
+// body is not JSON). ok() for 2xx.
+struct Response {
+  int code = 0;
+  std::string reason;  // the server's reason phrase, e.g. "Conflict"
+  nlohmann::json body;
+  bool ok() const { return code >= 200 && code < 300; }
+  // "409 Conflict: <message from the Status object>"
+  std::string Describe() const;
+};
+
+// Percent-encodes a query parameter's value (label selectors, versions).
+std::string UrlEncodeQueryValue(const std::string& value);
+
+// One event of a watch stream.
+struct WatchEvent {
+  std::string type;        // ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
+  nlohmann::json object;
+};
+
+class KubeClient {
+ public:
+  static Status Create(const KubeConfig& config, std::unique_ptr<KubeClient>* out);
+  virtual ~KubeClient() = default;
+
+  // Transport failures (connection refused, TLS) are a non-ok Status; HTTP
+  // errors are a Response with its code.
+  virtual Status Get(const std::string& path, Response* response) = 0;
+  virtual Status Post(const std::string& path, const nlohmann::json& body, Response* response) = 0;
+  virtual Status Put(const std::string& path, const nlohmann::json& body, Response* response) = 0;
+  // JSON merge patch (application/merge-patch+json).
+  virtual Status Patch(const std::string& path, const nlohmann::json& body, Response* response) = 0;
+  virtual Status Delete(const std::string& path, Response* response) = 0;
+
+  // Streams `path` with ?watch=1&resourceVersion=...&allowWatchBookmarks=true
+  // (query is appended to path's own), calling on_event for every event,
+  // until the server ends the stream, `stop` becomes true, or on_event
+  // returns false. An HTTP error before streaming (e.g. 410) is returned in
+  // *response with a non-2xx code.
+  virtual Status Watch(const std::string& path, const std::string& resource_version,
+                       const std::function<bool(const WatchEvent&)>& on_event,
+                       const std::atomic<bool>& stop, Response* response) = 0;
+};
+
+}  // namespace kubeps::kube
+
+#endif  // KUBEPS_OPERATOR_KUBECLIENT_KUBE_CLIENT_H_

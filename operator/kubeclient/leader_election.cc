@@ -1,0 +1,101 @@
+#include "operator/kubeclient/leader_election.h"
+
+#include <chrono>
+#include <ctime>
+#include <thread>
+
+#include "common/logging.h"
+#include "operator/kubeclient/api_path.h"
+#include "operator/kubeclient/time_format.h"
+
+namespace kubeps::kube {
+
+using nlohmann::json;
+
+std::string LeaderElector::Path() const {
+  return CollectionPath(kLeases, config_.namespace_);
+}
+
+bool LeaderElector::TryAcquireOrRenew() {
+  const std::string now = MicroTime(std::chrono::system_clock::now());
+  Response current;
+  if (!client_->Get(Path() + "/" + config_.name, &current).ok()) return false;
+  if (current.code == 404) {
+    json lease = {{"apiVersion", "coordination.k8s.io/v1"},
+                  {"kind", "Lease"},
+                  {"metadata", {{"name", config_.name}, {"namespace", config_.namespace_}}},
+                  {"spec",
+                   {{"holderIdentity", config_.identity},
+                    {"leaseDurationSeconds", config_.lease_duration_s},
+                    {"acquireTime", now},
+                    {"renewTime", now},
+                    {"leaseTransitions", 0}}}};
+    Response created;
+    return client_->Post(Path(), lease, &created).ok() && created.ok();
+  }
+  if (!current.ok()) return false;
+  json lease = current.body;
+  json& spec = lease["spec"];
+  const std::string holder = spec.value("holderIdentity", "");
+  const bool ours = holder == config_.identity;
+  if (!ours && !holder.empty()) {
+    const auto renewed = ParseTime(spec.value("renewTime", ""));
+    const int duration = spec.value("leaseDurationSeconds", config_.lease_duration_s);
+    if (std::chrono::system_clock::now() < renewed + std::chrono::seconds(duration)) return false;
+  }
+  if (!ours) {
+    spec["holderIdentity"] = config_.identity;
+    spec["acquireTime"] = now;
+    spec["leaseTransitions"] = spec.value("leaseTransitions", 0) + 1;
+  }
+  spec["renewTime"] = now;
+  spec["leaseDurationSeconds"] = config_.lease_duration_s;
+  Response updated;  // carries metadata.resourceVersion: 409 if someone was faster
+  return client_->Put(Path() + "/" + config_.name, lease, &updated).ok() && updated.ok();
+}
+
+bool LeaderElector::AwaitLeadership(const std::atomic<bool>& stop) {
+  while (!stop) {
+    if (TryAcquireOrRenew()) {
+      KLOG_INFO << "leading as " << config_.identity << " (lease " << config_.namespace_ << "/"
+                << config_.name << ")";
+      return true;
+    }
+    for (int waited = 0; waited < config_.renew_interval_ms / 2 && !stop; waited += 100) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  return false;
+}
+
+bool LeaderElector::KeepLeading(const std::atomic<bool>& stop) {
+  auto last_renewal = std::chrono::steady_clock::now();
+  while (!stop) {
+    for (int waited = 0; waited < config_.renew_interval_ms && !stop; waited += 100) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (stop) break;
+    if (TryAcquireOrRenew()) {
+      last_renewal = std::chrono::steady_clock::now();
+    } else if (std::chrono::steady_clock::now() - last_renewal >
+               std::chrono::seconds(config_.lease_duration_s)) {
+      return false;  // someone else may lead now: stop acting at once
+    }
+  }
+  return true;
+}
+
+void LeaderElector::Release() {
+  Response current;
+  if (!client_->Get(Path() + "/" + config_.name, &current).ok() || !current.ok()) return;
+  json lease = current.body;
+  if (lease["spec"].value("holderIdentity", "") != config_.identity) return;
+  lease["spec"]["holderIdentity"] = "";
+  Response updated;
+  // Best effort: if the release is lost, the next leader waits out the lease.
+  if (Status s = client_->Put(Path() + "/" + config_.name, lease, &updated); !s.ok()) {
+    KLOG_INFO << "releasing the lease: " << s.message();
+  }
+}
+
+}  // namespace kubeps::kube

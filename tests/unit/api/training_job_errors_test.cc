@@ -1,0 +1,349 @@
+// Bad TrainingJob manifests: one test per kind of mistake, each checking the
+// field path and the message a user sees.
+#include <algorithm>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "api/training_job.h"
+
+namespace kubeps::api {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// A valid manifest; tests replace one line (or add some) to break it.
+const char* kValid = R"(apiVersion: kubeps.io/v1alpha1
+kind: TrainingJob
+metadata:
+  name: fashion-mnist
+spec:
+  mode: sync
+  model: mlp
+  dataset:
+    path: /usr/share/datasets/fashion-mnist
+  optimizer:
+    name: sgd
+    learningRate: 0.1
+  epochs: 3
+  runPolicy:
+    restartPolicy: OnFailure
+    backoffLimit: 3
+  replicaSpecs:
+    ps:
+      replicas: 2
+    worker:
+      replicas: 2
+)";
+
+// kValid with the first occurrence of `from` replaced by `to`.
+std::string With(const std::string& from, const std::string& to) {
+  std::string text = kValid;
+  size_t pos = text.find(from);
+  EXPECT_NE(pos, std::string::npos) << from;
+  if (pos != std::string::npos) text.replace(pos, from.size(), to);
+  return text;
+}
+
+std::vector<std::string> Strings(const ParseResult& result) {
+  std::vector<std::string> out;
+  for (const auto& e : result.errors) out.push_back(e.ToString());
+  return out;
+}
+
+// The manifest fails with exactly one error, at `field`, saying `message`.
+void ExpectError(const std::string& yaml, const std::string& field, const std::string& message) {
+  ParseResult result = ParseTrainingJob(yaml);
+  EXPECT_FALSE(result.ok());
+  EXPECT_FALSE(result.job.has_value());
+  ASSERT_EQ(result.errors.size(), 1u) << ::testing::PrintToString(Strings(result));
+  EXPECT_EQ(result.errors[0].field, field);
+  EXPECT_EQ(result.errors[0].message, message);
+}
+
+TEST(ApiTrainingJobErrorsTest, ValidBaseManifestParses) {
+  ParseResult result = ParseTrainingJob(kValid);
+  ASSERT_TRUE(result.ok()) << result.ErrorReport("kValid");
+  ASSERT_TRUE(result.job.has_value());
+}
+
+TEST(ApiTrainingJobErrorsTest, UnknownFieldSuggestsTheKnownName) {
+  ExpectError(With("  optimizer:", "  optimiser:"), "spec.optimiser",
+              "unknown field (did you mean \"optimizer\"?)");
+  // Case and separators are folded: snake_case finds the camelCase name.
+  ExpectError(With("learningRate:", "learning_rate:"), "spec.optimizer.learning_rate",
+              "unknown field (did you mean \"learningRate\"?)");
+  ExpectError(With("  epochs: 3\n", "  epochs: 3\n  colour: red\n"), "spec.colour",
+              "unknown field");
+  ExpectError(With("kind: TrainingJob\n", "kind: TrainingJob\nmetdata: {}\n"), "metdata",
+              "unknown field (did you mean \"metadata\"?)");
+}
+
+TEST(ApiTrainingJobErrorsTest, NegativeReplicaCount) {
+  ExpectError(With("    ps:\n      replicas: 2", "    ps:\n      replicas: -1"),
+              "spec.replicaSpecs.ps.replicas", "must be >= 1, got -1");
+}
+
+TEST(ApiTrainingJobErrorsTest, ZeroWorkers) {
+  ExpectError(With("    worker:\n      replicas: 2", "    worker:\n      replicas: 0"),
+              "spec.replicaSpecs.worker.replicas", "must be >= 1, got 0");
+}
+
+TEST(ApiTrainingJobErrorsTest, UnknownOptimizer) {
+  ExpectError(With("name: sgd", "name: adagrad"), "spec.optimizer.name",
+              "must be one of \"sgd\", \"momentum\" or \"adam\", got \"adagrad\"");
+  ExpectError(With("name: sgd", "name: Adam"), "spec.optimizer.name",
+              "must be one of \"sgd\", \"momentum\" or \"adam\", got \"Adam\" "
+              "(did you mean \"adam\"?)");
+}
+
+TEST(ApiTrainingJobErrorsTest, UnknownModel) {
+  ExpectError(With("model: mlp", "model: resnet50"), "spec.model",
+              "must be one of \"softmax\", \"mlp\" or \"cnn\", got \"resnet50\"");
+}
+
+TEST(ApiTrainingJobErrorsTest, UnknownMode) {
+  ExpectError(With("mode: sync", "mode: bounded-staleness"), "spec.mode",
+              "must be one of \"sync\" or \"async\", got \"bounded-staleness\"");
+  ExpectError(With("mode: sync", "mode: asnyc"), "spec.mode",
+              "must be one of \"sync\" or \"async\", got \"asnyc\" (did you mean \"async\"?)");
+}
+
+TEST(ApiTrainingJobErrorsTest, MissingDatasetPath) {
+  ExpectError(With("    path: /usr/share/datasets/fashion-mnist\n", "    path: \"\"\n"),
+              "spec.dataset.path", "required");
+  ExpectError(With("  dataset:\n    path: /usr/share/datasets/fashion-mnist\n", ""),
+              "spec.dataset.path", "required");
+  ExpectError(With("    path: /usr/share/datasets/fashion-mnist\n", "    path:\n"),
+              "spec.dataset.path", "required");
+}
+
+TEST(ApiTrainingJobErrorsTest, DatasetGivenAsAStringIsOneError) {
+  // The path written directly under dataset: one error, not a second
+  // "required" for the path inside it.
+  ExpectError(With("  dataset:\n    path: /usr/share/datasets/fashion-mnist\n",
+                   "  dataset: /usr/share/datasets/fashion-mnist\n"),
+              "spec.dataset", "must be a mapping, got \"/usr/share/datasets/fashion-mnist\"");
+}
+
+TEST(ApiTrainingJobErrorsTest, BadLearningRate) {
+  const std::string field = "spec.optimizer.learningRate";
+  ExpectError(With("learningRate: 0.1", "learningRate: 0"), field, "must be > 0, got 0");
+  ExpectError(With("learningRate: 0.1", "learningRate: -0.05"), field, "must be > 0, got -0.05");
+  ExpectError(With("learningRate: 0.1", "learningRate: .inf"), field,
+              "must be a finite number, got .inf");
+  ExpectError(With("learningRate: 0.1", "learningRate: .nan"), field,
+              "must be a finite number, got .nan");
+  ExpectError(With("learningRate: 0.1", "learningRate: fast"), field,
+              "must be a number, got \"fast\"");
+  ExpectError(With("learningRate: 0.1", "learningRate: \"0.1\""), field,
+              "must be a number, got \"0.1\"");
+  ExpectError(With("learningRate: 0.1", "learningRate: [0.1]"), field,
+              "must be a number, got a list");
+}
+
+TEST(ApiTrainingJobErrorsTest, OptimizerRanges) {
+  ExpectError(With("learningRate: 0.1", "learningRate: 0.1\n    momentum: 1"),
+              "spec.optimizer.momentum", "must be in [0, 1), got 1");
+  ExpectError(With("learningRate: 0.1", "learningRate: 0.1\n    beta2: -0.5"),
+              "spec.optimizer.beta2", "must be in [0, 1), got -0.5");
+  ExpectError(With("learningRate: 0.1", "learningRate: 0.1\n    epsilon: 0"),
+              "spec.optimizer.epsilon", "must be > 0, got 0");
+  ExpectError(With("learningRate: 0.1", "learningRate: 0.1\n    weightDecay: -1e-4"),
+              "spec.optimizer.weightDecay", "must be >= 0, got -1e-4");
+}
+
+TEST(ApiTrainingJobErrorsTest, NonInteger) {
+  ExpectError(With("epochs: 3", "epochs: \"three\""), "spec.epochs",
+              "must be an integer, got \"three\"");
+  ExpectError(With("epochs: 3", "epochs: three"), "spec.epochs",
+              "must be an integer, got \"three\"");
+  ExpectError(With("epochs: 3", "epochs: 1.5"), "spec.epochs", "must be an integer, got 1.5");
+  ExpectError(With("epochs: 3", "epochs: \"3\""), "spec.epochs",
+              "must be an integer, got \"3\"");
+  ExpectError(With("epochs: 3", "epochs: {n: 3}"), "spec.epochs",
+              "must be an integer, got a mapping");
+}
+
+TEST(ApiTrainingJobErrorsTest, IntegerOutOfRange) {
+  ExpectError(With("epochs: 3", "epochs: 99999999999"), "spec.epochs",
+              "must be at most 2147483647, got 99999999999");
+  ExpectError(With("epochs: 3", "epochs: -99999999999999999999"), "spec.epochs",
+              "must be >= 1, got -99999999999999999999");
+  ExpectError(With("epochs: 3", "epochs: 3\n  bigArrayBound: 99999999999999999999"),
+              "spec.bigArrayBound", "must be at most 9223372036854775807, got 99999999999999999999");
+  ExpectError(With("epochs: 3", "epochs: 3\n  seed: -1"), "spec.seed", "must be >= 0, got -1");
+  ExpectError(With("epochs: 3", "epochs: 3\n  seed: 18446744073709551616"), "spec.seed",
+              "must be at most 18446744073709551615, got 18446744073709551616");
+  ExpectError(With("epochs: 3", "epochs: 3\n  progressIntervalMs: 50"),
+              "spec.progressIntervalMs", "must be >= 100, got 50");
+}
+
+TEST(ApiTrainingJobErrorsTest, WrongApiVersion) {
+  ExpectError(With("apiVersion: kubeps.io/v1alpha1", "apiVersion: kubeflow.org/v1"),
+              "apiVersion", "must be \"kubeps.io/v1alpha1\", got \"kubeflow.org/v1\"");
+  ExpectError(With("apiVersion: kubeps.io/v1alpha1\n", ""), "apiVersion",
+              "required (expected \"kubeps.io/v1alpha1\")");
+}
+
+TEST(ApiTrainingJobErrorsTest, WrongKind) {
+  ExpectError(With("kind: TrainingJob", "kind: TFJob"), "kind",
+              "must be \"TrainingJob\", got \"TFJob\"");
+  ExpectError(With("kind: TrainingJob\n", ""), "kind", "required (expected \"TrainingJob\")");
+}
+
+TEST(ApiTrainingJobErrorsTest, BadName) {
+  const std::string dns1035 =
+      "must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter "
+      "and ending with a letter or digit), got ";
+  ExpectError(With("name: fashion-mnist", "name: Fashion_MNIST"), "metadata.name",
+              dns1035 + "\"Fashion_MNIST\"");
+  ExpectError(With("name: fashion-mnist", "name: 1st-job"), "metadata.name",
+              dns1035 + "\"1st-job\"");
+  ExpectError(With("name: fashion-mnist", "name: job-"), "metadata.name", dns1035 + "\"job-\"");
+  ExpectError(With("name: fashion-mnist", "name: " + std::string(64, 'a')), "metadata.name",
+              "must be at most 63 characters, got 64");
+  ExpectError(With("  name: fashion-mnist\n", "  labels: {app: x}\n"), "metadata.name",
+              "required");
+  ExpectError(With("name: fashion-mnist", "name: fashion-mnist\n  namespace: Team_A"),
+              "metadata.namespace",
+              "must be a DNS-1123 label (lowercase letters, digits and '-', starting with a "
+              "letter or digit and ending with a letter or digit), got \"Team_A\"");
+}
+
+TEST(ApiTrainingJobErrorsTest, SchedulerInReplicaSpecs) {
+  ExpectError(With("  replicaSpecs:\n", "  replicaSpecs:\n    scheduler:\n      replicas: 1\n"),
+              "spec.replicaSpecs.scheduler",
+              "the scheduler is implicit (always exactly one replica); only \"ps\" and "
+              "\"worker\" may be listed");
+}
+
+TEST(ApiTrainingJobErrorsTest, BadTemplate) {
+  ExpectError(With("    worker:\n      replicas: 2",
+                   "    worker:\n      replicas: 2\n      template: [a, b]"),
+              "spec.replicaSpecs.worker.template", "must be a mapping (a pod template), got a list");
+}
+
+TEST(ApiTrainingJobErrorsTest, YamlSyntaxErrorNamesLineAndColumn) {
+  // Line 6 has a second ':' inside a plain value.
+  ExpectError(With("  mode: sync", "  mode: sync: async"), "",
+              "invalid YAML at line 6, column 13: illegal map value");
+  ParseResult unclosed = ParseTrainingJob("apiVersion: kubeps.io/v1alpha1\nkind: [TrainingJob\n");
+  ASSERT_EQ(unclosed.errors.size(), 1u);
+  EXPECT_THAT(unclosed.errors[0].message, HasSubstr("invalid YAML at line 3"));
+}
+
+TEST(ApiTrainingJobErrorsTest, EmptyDocument) {
+  const std::string message = "the manifest is empty (expected one TrainingJob document)";
+  ExpectError("", "", message);
+  ExpectError("# nothing but a comment\n", "", message);
+  ExpectError("---\n", "", message);
+}
+
+TEST(ApiTrainingJobErrorsTest, DocumentNotAMapping) {
+  ExpectError("- apiVersion: kubeps.io/v1alpha1\n", "",
+              "the manifest must be a mapping with apiVersion, kind, metadata and spec, "
+              "got a list");
+  ExpectError("TrainingJob\n", "",
+              "the manifest must be a mapping with apiVersion, kind, metadata and spec, "
+              "got \"TrainingJob\"");
+}
+
+TEST(ApiTrainingJobErrorsTest, MoreThanOneDocument) {
+  ExpectError(std::string(kValid) + "---\n" + kValid, "",
+              "expected exactly one YAML document (a TrainingJob), found 2");
+  // Empty documents around the job are fine.
+  EXPECT_TRUE(ParseTrainingJob(std::string("---\n") + kValid + "---\n").ok());
+}
+
+TEST(ApiTrainingJobErrorsTest, MissingSpec) {
+  std::string text = kValid;
+  text = text.substr(0, text.find("spec:"));
+  ExpectError(text, "spec", "required");
+}
+
+TEST(ApiTrainingJobErrorsTest, DuplicateField) {
+  ExpectError(With("epochs: 3", "epochs: 3\n  epochs: 4"), "spec.epochs", "duplicate field");
+}
+
+TEST(ApiTrainingJobErrorsTest, UnknownRestartPolicy) {
+  ExpectError(With("restartPolicy: OnFailure", "restartPolicy: Always"),
+              "spec.runPolicy.restartPolicy",
+              "must be one of \"OnFailure\", \"Never\" or \"ExitCode\", got \"Always\"");
+  ExpectError(With("restartPolicy: OnFailure", "restartPolicy: onfailure"),
+              "spec.runPolicy.restartPolicy",
+              "must be one of \"OnFailure\", \"Never\" or \"ExitCode\", got \"onfailure\" "
+              "(did you mean \"OnFailure\"?)");
+}
+
+TEST(ApiTrainingJobErrorsTest, NegativeBackoffLimit) {
+  ExpectError(With("backoffLimit: 3", "backoffLimit: -2"), "spec.runPolicy.backoffLimit",
+              "must be >= 0, got -2");
+}
+
+TEST(ApiTrainingJobErrorsTest, MultipleErrorsAreAllReported) {
+  const char* bad = R"(apiVersion: kubeps.io/v1
+kind: TrainingJob
+metadata:
+  name: Fashion
+spec:
+  mode: sync
+  model: vgg
+  dataset: {}
+  optimizer:
+    name: sgd
+    learningRate: -1
+  batchSize: 0
+  epochs: three
+  optimiser: {}
+  runPolicy:
+    restartPolicy: Always
+    backoffLimit: -1
+  replicaSpecs:
+    scheduler: {replicas: 1}
+    ps: {replicas: 0}
+    worker: {replicas: -3}
+)";
+  ParseResult result = ParseTrainingJob(bad);
+  ASSERT_FALSE(result.ok());
+  std::vector<std::string> fields;
+  for (const auto& e : result.errors) fields.push_back(e.field);
+  EXPECT_THAT(fields, ElementsAre("apiVersion", "metadata.name", "spec.model", "spec.dataset.path",
+                                  "spec.optimizer.learningRate", "spec.batchSize", "spec.epochs",
+                                  "spec.runPolicy.restartPolicy", "spec.runPolicy.backoffLimit",
+                                  "spec.replicaSpecs.ps.replicas",
+                                  "spec.replicaSpecs.worker.replicas",
+                                  "spec.replicaSpecs.scheduler", "spec.optimiser"));
+  std::string report = result.ErrorReport("job.yaml");
+  EXPECT_THAT(report, HasSubstr("job.yaml: spec.epochs: must be an integer, got \"three\"\n"));
+  EXPECT_THAT(report, HasSubstr("job.yaml: spec.replicaSpecs.worker.replicas: must be >= 1, got -3\n"));
+  EXPECT_EQ(std::count(report.begin(), report.end(), '\n'),
+            static_cast<std::ptrdiff_t>(result.errors.size()));
+}
+
+TEST(ApiTrainingJobErrorsTest, ErrorReportFormat) {
+  ParseResult result;
+  result.errors = {{"spec.epochs", "must be >= 1, got 0"}, {"", "the manifest is empty"}};
+  EXPECT_EQ(result.ErrorReport("a.yaml"),
+            "a.yaml: spec.epochs: must be >= 1, got 0\n"
+            "a.yaml: the manifest is empty\n");
+}
+
+TEST(ApiTrainingJobErrorsTest, MissingFile) {
+  const std::string path = "/nonexistent/kubeps/job.yaml";
+  ParseResult result = ParseTrainingJobFile(path);
+  ASSERT_EQ(result.errors.size(), 1u);
+  EXPECT_EQ(result.errors[0].field, "");
+  EXPECT_EQ(result.errors[0].message,
+            "cannot read \"/nonexistent/kubeps/job.yaml\": No such file or directory");
+  ParseResult dir = ParseTrainingJobFile(KUBEPS_SOURCE_DIR);
+  ASSERT_EQ(dir.errors.size(), 1u);
+  EXPECT_THAT(dir.errors[0].message, HasSubstr("is a directory"));
+}
+
+}  // namespace
+}  // namespace kubeps::api

@@ -1,0 +1,186 @@
+// The Kubernetes objects the operator makes for a TrainingJob, and its work
+// queue: pure code, tested without an API server.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "api/training_job.h"
+#include "operator/controller/replica_env.h"
+#include "operator/kube/kube_cluster.h"
+#include "operator/kube/pod_builder.h"
+#include "operator/kubeclient/time_format.h"
+#include "operator/kubeclient/work_queue.h"
+
+namespace kubeps::kube {
+namespace {
+
+using controller::ReplicaName;
+using controller::ReplicaRole;
+using nlohmann::json;
+
+api::TrainingJob Job(const std::string& extra = "") {
+  auto parsed = api::ParseTrainingJob(R"(
+apiVersion: kubeps.io/v1alpha1
+kind: TrainingJob
+metadata: {name: mnist, namespace: team-a}
+spec:
+  dataset: {path: /data}
+  gpusPerWorker: 2
+  replicaSpecs:
+    ps: {replicas: 2}
+    worker:
+      replicas: 3
+      template:
+        metadata: {labels: {team: vision}}
+        spec:
+          priorityClassName: high
+          nodeSelector: {gpu: "a100"}
+          containers:
+            - name: worker
+              image: registry.example/agent:1
+              env: [{name: EXTRA, value: "1"}, {name: KUBEPS_ROLE, value: overridden}]
+)" + extra);
+  EXPECT_TRUE(parsed.ok()) << parsed.ErrorReport("job");
+  return *parsed.job;
+}
+
+const JobIdentity kId{"mnist", "team-a", "uid-1"};
+
+json EnvValue(const json& container, const std::string& name) {
+  for (const auto& e : container["env"]) {
+    if (e["name"] == name) return e.contains("value") ? e["value"] : e["valueFrom"];
+  }
+  return nullptr;
+}
+
+controller::ReplicaLaunch Launch(const api::TrainingJob& job, ReplicaName name) {
+  return {name, controller::ReplicaBinary(name), {}, controller::ReplicaEnv(job, name, SchedulerAddress(kId))};
+}
+
+TEST(PodBuilderTest, WorkerPodMergesTheTemplateAndOwnsNothingElse) {
+  api::TrainingJob job = Job();
+  json pod = BuildPod(kId, job, Launch(job, {ReplicaRole::kWorker, 1}), 0, ImageSet{});
+  EXPECT_EQ(pod["metadata"]["name"], "mnist-worker-1");
+  EXPECT_EQ(pod["metadata"]["namespace"], "team-a");
+  EXPECT_EQ(pod["metadata"]["labels"]["team"], "vision");
+  EXPECT_EQ(pod["metadata"]["labels"][kJobNameLabel], "mnist");
+  EXPECT_EQ(pod["metadata"]["labels"][kReplicaTypeLabel], "worker");
+  EXPECT_EQ(pod["metadata"]["labels"][kReplicaIndexLabel], "1");
+  EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+  EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["controller"], true);
+  const json& spec = pod["spec"];
+  EXPECT_EQ(spec["restartPolicy"], "Never");
+  EXPECT_EQ(spec["hostname"], "mnist-worker-1");
+  EXPECT_EQ(spec["subdomain"], "mnist");
+  EXPECT_EQ(spec["priorityClassName"], "high");
+  EXPECT_EQ(spec["nodeSelector"]["gpu"], "a100");
+  ASSERT_EQ(spec["containers"].size(), 1u);
+  const json& c = spec["containers"][0];
+  EXPECT_EQ(c["image"], "registry.example/agent:1");  // the template's image wins
+  EXPECT_EQ(c["command"][0], "kubeps-agent");
+  EXPECT_EQ(c["resources"]["limits"]["nvidia.com/gpu"], 2);
+  EXPECT_EQ(EnvValue(c, "EXTRA"), "1");
+  EXPECT_EQ(EnvValue(c, "KUBEPS_ROLE"), "worker");  // kubeps' own env wins
+  EXPECT_EQ(EnvValue(c, "KUBEPS_NODE_ID"), "worker-1");
+  EXPECT_EQ(EnvValue(c, "KUBEPS_SCHEDULER_ADDR"), "mnist-scheduler.team-a.svc:7000");
+  EXPECT_EQ(EnvValue(c, "KUBEPS_POD_IP")["fieldRef"]["fieldPath"], "status.podIP");
+  EXPECT_EQ(EnvValue(c, "KUBEPS_TOKEN_FILE"), "/var/run/kubeps/token");
+  EXPECT_EQ(spec["volumes"].back()["secret"]["secretName"], "mnist-token");
+}
+
+TEST(PodBuilderTest, RestartedPodGetsANewNameButTheSameHostname) {
+  api::TrainingJob job = Job();
+  json pod = BuildPod(kId, job, Launch(job, {ReplicaRole::kServer, 0}), 2, ImageSet{});
+  EXPECT_EQ(pod["metadata"]["name"], "mnist-server-0-r2");
+  EXPECT_EQ(pod["metadata"]["annotations"][kRestartsAnnotation], "2");
+  EXPECT_EQ(pod["spec"]["hostname"], "mnist-server-0");
+  EXPECT_EQ(pod["spec"]["containers"][0]["image"], ImageSet{}.server);
+  EXPECT_EQ(pod["spec"]["containers"][0]["command"][0], "kubeps-server");
+}
+
+TEST(PodBuilderTest, ServicesSecretAndPodGroup) {
+  EXPECT_EQ(BuildHeadlessService(kId)["spec"]["clusterIP"], "None");
+  json scheduler = BuildSchedulerService(kId);
+  EXPECT_EQ(scheduler["metadata"]["name"], "mnist-scheduler");
+  EXPECT_EQ(scheduler["spec"]["selector"][kReplicaTypeLabel], "scheduler");
+  json secret = BuildTokenSecret(kId, "abc");
+  EXPECT_EQ(secret["stringData"]["token"], "abc");
+  EXPECT_FALSE(secret.contains("data"));
+  std::string path;
+  EXPECT_TRUE(BuildPodGroup(kId, Job(), &path).is_null());
+  api::TrainingJob gang = Job("  schedulingPolicy: {schedulerName: volcano, queue: research}\n");
+  json group = BuildPodGroup(kId, gang, &path);
+  EXPECT_EQ(path, "/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups");
+  EXPECT_EQ(group["spec"]["minMember"], 6);  // scheduler + 2 ps + 3 workers
+  EXPECT_EQ(group["spec"]["queue"], "research");
+  json pod = BuildPod(kId, gang, Launch(gang, {ReplicaRole::kWorker, 0}), 0, ImageSet{});
+  EXPECT_EQ(pod["spec"]["schedulerName"], "volcano");
+}
+
+TEST(KubeClusterTest, PodStatusMapsToReplicaStatus) {
+  json pod = {{"metadata", {{"name", "mnist-worker-0-r1"},
+                            {"labels", {{kReplicaTypeLabel, "worker"}, {kReplicaIndexLabel, "0"}}},
+                            {"annotations", {{kRestartsAnnotation, "1"}}}}},
+              {"status", {{"phase", "Failed"},
+                          {"containerStatuses", json::array({{{"state", {{"terminated", {{"exitCode", 143}}}}}}})}}}};
+  controller::ReplicaStatus status = KubeCluster::StatusOf(pod);
+  EXPECT_EQ(status.name.ToString(), "worker-0");
+  EXPECT_EQ(status.phase, controller::ReplicaPhase::kFailed);
+  EXPECT_EQ(status.exit_code, 143);
+  EXPECT_EQ(status.restarts, 1);
+}
+
+TEST(TimeFormatTest, RoundTrips) {
+  auto t = ParseTime("2026-11-22T01:02:03Z");
+  EXPECT_EQ(Rfc3339(t), "2026-11-22T01:02:03Z");
+  EXPECT_EQ(MicroTime(ParseTime("2026-11-22T01:02:03.250000Z")), "2026-11-22T01:02:03.250000Z");
+  EXPECT_EQ(ParseTime("not a time").time_since_epoch().count(), 0);
+}
+
+TEST(WorkQueueTest, AKeyIsQueuedOnceAndNeverProcessedTwiceAtOnce) {
+  WorkQueue queue;
+  queue.Add("a");
+  queue.Add("a");
+  queue.Add("b");
+  EXPECT_EQ(queue.Depth(), 2u);
+  auto first = queue.Get();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(*first, "a");
+  queue.Add("a");  // changed while being processed: again afterwards, not now
+  EXPECT_EQ(*queue.Get(), "b");
+  EXPECT_EQ(queue.Depth(), 0u);
+  queue.Done("a");
+  EXPECT_EQ(*queue.Get(), "a");
+}
+
+TEST(WorkQueueTest, DelaysAndRateLimitedRetries) {
+  WorkQueue queue;
+  const auto start = std::chrono::steady_clock::now();
+  queue.AddRateLimited("job");  // first failure: 100 ms
+  EXPECT_EQ(*queue.Get(), "job");
+  const auto waited = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(waited, std::chrono::milliseconds(90));
+  queue.Done("job");
+  queue.AddRateLimited("job");  // second failure: 200 ms
+  const auto second = std::chrono::steady_clock::now();
+  EXPECT_EQ(*queue.Get(), "job");
+  EXPECT_GE(std::chrono::steady_clock::now() - second, std::chrono::milliseconds(190));
+  queue.Done("job");
+  queue.Forget("job");
+  queue.AddRateLimited("job");  // forgotten: 100 ms again
+  const auto third = std::chrono::steady_clock::now();
+  EXPECT_EQ(*queue.Get(), "job");
+  EXPECT_LT(std::chrono::steady_clock::now() - third, std::chrono::milliseconds(190));
+}
+
+TEST(WorkQueueTest, ShutDownReleasesWaiters) {
+  WorkQueue queue;
+  std::thread waiter([&] { EXPECT_FALSE(queue.Get().has_value()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  queue.ShutDown();
+  waiter.join();
+}
+
+}  // namespace
+}  // namespace kubeps::kube
