@@ -13,18 +13,12 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/metrics.h"
+#include "common/resend_policy.h"
 #include "common/status.h"
 
 namespace kubeps {
 
 inline constexpr const char* kTokenMetadataKey = "x-kubeps-token";
-
-struct ResendPolicy {
-  int timeout_ms = 1000;  // per attempt, on top of any long-poll wait
-  int max_resends = 10;   // 0 = a single attempt
-  int backoff_base_ms = 10;
-  int backoff_cap_ms = 1000;
-};
 
 class ResendCaller {
  public:

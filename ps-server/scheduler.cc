@@ -3,7 +3,6 @@
 #include <cctype>
 
 #include "common/logging.h"
-#include "common/resend.h"
 
 namespace kubeps {
 namespace {
@@ -46,17 +45,15 @@ int FreeRank(const std::vector<std::string>& ids, int preferred, int expected) {
 
 }  // namespace
 
-SchedulerService::SchedulerService(const SchedulerOptions& options, MetricsServer* metrics)
+Scheduler::Scheduler(const SchedulerOptions& options, MetricsServer* metrics)
     : options_(options),
       server_ids_(options.num_servers),
       worker_ids_(options.num_workers),
       registered_(metrics->Gauge("kubeps_scheduler_registered_nodes",
                                  "Nodes (servers and workers) registered with the scheduler")) {}
 
-grpc::Status SchedulerService::RegisterNow(grpc::ServerContext* context,
-                                        const v1::RegisterRequest* request,
+grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
                                         v1::RegisterResponse* response) {
-  if (auto s = CheckToken(*context, options_.token); !s.ok()) return s;
   const v1::NodeInfo& node = request->node();
   if (node.node_id().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "node.node_id is empty");
@@ -111,37 +108,7 @@ grpc::Status SchedulerService::RegisterNow(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerService::Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
-                                 v1::RegisterResponse* response) {
-  return WithFaults(options_.faults, context, "Register", response,
-                    [&](auto* r) { return RegisterNow(context, request, r); });
-}
-
-grpc::Status SchedulerService::GetClusterView(grpc::ServerContext* context, const v1::ClusterViewRequest* request,
-                                 v1::ClusterView* response) {
-  return WithFaults(options_.faults, context, "GetClusterView", response,
-                    [&](auto* r) { return GetClusterViewNow(context, request, r); });
-}
-
-grpc::Status SchedulerService::Barrier(grpc::ServerContext* context, const v1::BarrierRequest* request,
-                                 v1::BarrierResponse* response) {
-  return WithFaults(options_.faults, context, "Barrier", response,
-                    [&](auto* r) { return BarrierNow(context, request, r); });
-}
-
-grpc::Status SchedulerService::Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
-                                 v1::HeartbeatResponse* response) {
-  return WithFaults(options_.faults, context, "Heartbeat", response,
-                    [&](auto* r) { return HeartbeatNow(context, request, r); });
-}
-
-grpc::Status SchedulerService::Finish(grpc::ServerContext* context, const v1::FinishRequest* request,
-                                 v1::FinishResponse* response) {
-  return WithFaults(options_.faults, context, "Finish", response,
-                    [&](auto* r) { return FinishNow(context, request, r); });
-}
-
-void SchedulerService::StartRecovery(const v1::NodeInfo& server) {
+void Scheduler::StartRecovery(const v1::NodeInfo& server) {
   ++generation_;
   restore_step_ = server.checkpoint_step() < 0 ? 0 : static_cast<uint64_t>(server.checkpoint_step());
   restored_.clear();
@@ -149,14 +116,12 @@ void SchedulerService::StartRecovery(const v1::NodeInfo& server) {
             << restore_step_ << ", the checkpoint " << server.node_id() << " restarted from";
 }
 
-bool SchedulerService::ViewReady() const {
+bool Scheduler::ViewReady() const {
   return Registered(server_ids_) == options_.num_servers && Registered(worker_ids_) == options_.num_workers;
 }
 
-grpc::Status SchedulerService::GetClusterViewNow(grpc::ServerContext* context,
-                                              const v1::ClusterViewRequest* request,
+grpc::Status Scheduler::GetClusterView(const v1::ClusterViewRequest* request,
                                               v1::ClusterView* response) {
-  if (auto s = CheckToken(*context, options_.token); !s.ok()) return s;
   std::unique_lock<std::mutex> lock(mutex_);
   bool ready = changed_.wait_for(lock, std::chrono::milliseconds(request->wait_ms()),
                                  [&] { return ViewReady(); });
@@ -170,10 +135,8 @@ grpc::Status SchedulerService::GetClusterViewNow(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerService::BarrierNow(grpc::ServerContext* context,
-                                       const v1::BarrierRequest* request,
+grpc::Status Scheduler::Barrier(const v1::BarrierRequest* request,
                                        v1::BarrierResponse* response) {
-  if (auto s = CheckToken(*context, options_.token); !s.ok()) return s;
   if (request->rank() < 0 || request->rank() >= options_.num_workers) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "barrier rank " + std::to_string(request->rank()) + " out of range");
@@ -195,7 +158,7 @@ grpc::Status SchedulerService::BarrierNow(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-std::vector<std::string> SchedulerService::DeadNodes() const {
+std::vector<std::string> Scheduler::DeadNodes() const {
   std::vector<std::string> dead;
   auto limit = Clock::now() - std::chrono::milliseconds(options_.dead_after_ms);
   for (const auto& [id, member] : members_) {
@@ -205,10 +168,8 @@ std::vector<std::string> SchedulerService::DeadNodes() const {
   return dead;
 }
 
-grpc::Status SchedulerService::HeartbeatNow(grpc::ServerContext* context,
-                                         const v1::HeartbeatRequest* request,
+grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
                                          v1::HeartbeatResponse* response) {
-  if (auto s = CheckToken(*context, options_.token); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = members_.find(request->node_id());
   if (it != members_.end() && it->second.info.incarnation() == request->incarnation()) {
@@ -233,9 +194,8 @@ grpc::Status SchedulerService::HeartbeatNow(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status SchedulerService::FinishNow(grpc::ServerContext* context, const v1::FinishRequest* request,
+grpc::Status Scheduler::Finish(const v1::FinishRequest* request,
                                       v1::FinishResponse* response) {
-  if (auto s = CheckToken(*context, options_.token); !s.ok()) return s;
   if (request->rank() < 0 || request->rank() >= options_.num_workers) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "finish rank " + std::to_string(request->rank()) + " out of range");
@@ -253,19 +213,19 @@ grpc::Status SchedulerService::FinishNow(grpc::ServerContext* context, const v1:
   return grpc::Status::OK;
 }
 
-bool SchedulerService::AllWorkersFinished() const {
+bool Scheduler::AllWorkersFinished() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return static_cast<int>(finished_workers_.size()) == options_.num_workers;
 }
 
-bool SchedulerService::WaitServersToldToStop(std::chrono::milliseconds timeout) const {
+bool Scheduler::WaitServersToldToStop(std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mutex_);
   return changed_.wait_for(lock, timeout, [&] {
     return static_cast<int>(told_to_stop_.size()) >= Registered(server_ids_);
   });
 }
 
-bool SchedulerService::WaitAllWorkersFinished(std::chrono::milliseconds timeout) const {
+bool Scheduler::WaitAllWorkersFinished(std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mutex_);
   return changed_.wait_for(lock, timeout, [&] {
     return static_cast<int>(finished_workers_.size()) == options_.num_workers;

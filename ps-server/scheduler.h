@@ -37,24 +37,23 @@ struct SchedulerOptions {
   int num_workers = 1;
   int dead_after_ms = 5000;
   bool sync = true;  // sync jobs roll back every node when a shard restarts
-  std::string token;
-  FaultInjector* faults = nullptr;  // KUBEPS_FAULTS; null = none
+  std::string token;                // checked by SchedulerService
+  FaultInjector* faults = nullptr;  // KUBEPS_FAULTS, injected by SchedulerService; null = none
 };
 
-class SchedulerService final : public v1::Scheduler::Service {
+// The scheduler's logic, apart from its gRPC service (scheduler_service.h),
+// as Shard is apart from ParameterServerService. Thread-safe: every method
+// may be called from any thread; the long polls (GetClusterView, Barrier)
+// block the calling thread for at most the request's wait_ms.
+class Scheduler {
  public:
-  SchedulerService(const SchedulerOptions& options, MetricsServer* metrics);
+  Scheduler(const SchedulerOptions& options, MetricsServer* metrics);
 
-  grpc::Status Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
-                        v1::RegisterResponse* response) override;
-  grpc::Status GetClusterView(grpc::ServerContext* context, const v1::ClusterViewRequest* request,
-                              v1::ClusterView* response) override;
-  grpc::Status Barrier(grpc::ServerContext* context, const v1::BarrierRequest* request,
-                       v1::BarrierResponse* response) override;
-  grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
-                         v1::HeartbeatResponse* response) override;
-  grpc::Status Finish(grpc::ServerContext* context, const v1::FinishRequest* request,
-                      v1::FinishResponse* response) override;
+  grpc::Status Register(const v1::RegisterRequest* request, v1::RegisterResponse* response);
+  grpc::Status GetClusterView(const v1::ClusterViewRequest* request, v1::ClusterView* response);
+  grpc::Status Barrier(const v1::BarrierRequest* request, v1::BarrierResponse* response);
+  grpc::Status Heartbeat(const v1::HeartbeatRequest* request, v1::HeartbeatResponse* response);
+  grpc::Status Finish(const v1::FinishRequest* request, v1::FinishResponse* response);
 
   // True once every worker has called Finish.
   bool AllWorkersFinished() const;
@@ -70,12 +69,6 @@ class SchedulerService final : public v1::Scheduler::Service {
     v1::NodeInfo info;
     Clock::time_point last_seen;
   };
-  // The handlers proper; the overrides above run them through the faults.
-  grpc::Status RegisterNow(grpc::ServerContext* context, const v1::RegisterRequest* request, v1::RegisterResponse* response);
-  grpc::Status GetClusterViewNow(grpc::ServerContext* context, const v1::ClusterViewRequest* request, v1::ClusterView* response);
-  grpc::Status BarrierNow(grpc::ServerContext* context, const v1::BarrierRequest* request, v1::BarrierResponse* response);
-  grpc::Status HeartbeatNow(grpc::ServerContext* context, const v1::HeartbeatRequest* request, v1::HeartbeatResponse* response);
-  grpc::Status FinishNow(grpc::ServerContext* context, const v1::FinishRequest* request, v1::FinishResponse* response);
   bool ViewReady() const;  // requires mutex_
   void StartRecovery(const v1::NodeInfo& server);  // requires mutex_
   std::vector<std::string> DeadNodes() const;  // requires mutex_

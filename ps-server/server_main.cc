@@ -14,9 +14,9 @@
 #include "common/metrics.h"
 #include "api/pod_env_codec.h"
 #include "common/resend.h"
-#include "kubeps.grpc.pb.h"
+#include "common/scheduler_client.h"
 #include "ps-server/ps_service.h"
-#include "ps-server/scheduler.h"
+#include "ps-server/scheduler_service.h"
 
 namespace kubeps {
 namespace {
@@ -63,12 +63,12 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
   KLOG_INFO << "scheduler listening on " << config.pod_ip << ":" << port << ", metrics on :"
             << metrics->port() << ", expecting " << config.num_servers << " servers and "
             << config.num_workers << " workers";
-  while (!g_stop && !service.WaitAllWorkersFinished(std::chrono::milliseconds(200))) {
+  while (!g_stop && !service.scheduler().WaitAllWorkersFinished(std::chrono::milliseconds(200))) {
   }
   if (!g_stop) {
     // Keep answering heartbeats until every server has learnt the job is
     // over, so they exit on their own (bounded: a dead server never asks).
-    service.WaitServersToldToStop(std::chrono::seconds(3));
+    service.scheduler().WaitServersToldToStop(std::chrono::seconds(3));
     KLOG_INFO << "every worker finished; scheduler exits";
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
@@ -79,56 +79,45 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
 // scheduler says the job is over, restoring a checkpoint whenever the
 // scheduler opens a new recovery generation.
 Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& address,
-                            MetricsServer* metrics, uint64_t incarnation, Shard* shard,
-                            int64_t checkpoint_step) {
-  auto stub = v1::Scheduler::NewStub(OpenChannel(config.scheduler_address));
-  ResendPolicy policy{config.resend_timeout_ms, config.max_resends};
-  // Registration waits for a scheduler that is not up yet: many tries.
-  ResendCaller startup(ResendPolicy{config.resend_timeout_ms, 1000}, config.token, metrics);
-  v1::RegisterRequest request;
-  v1::NodeInfo* node = request.mutable_node();
-  node->set_node_id(config.node_id);
-  node->set_role(v1::SERVER);
-  node->set_address(address);
-  node->set_incarnation(incarnation);
-  node->set_metrics_address(config.pod_ip + ":" + std::to_string(metrics->port()));
-  node->set_checkpoint_step(checkpoint_step);
-  v1::RegisterResponse response;
-  Status s = startup.Call("scheduler " + config.scheduler_address, "Register",
-                          [&](grpc::ClientContext& c) { return stub->Register(&c, request, &response); });
-  if (!s.ok()) return s;
-  SetLogTag("server " + std::to_string(response.rank()));
-  KLOG_INFO << "registered as server " << response.rank() << " at " << address;
+                            MetricsServer* metrics, Shard* shard, int64_t checkpoint_step) {
+  SchedulerClientOptions options;
+  options.scheduler_address = config.scheduler_address;
+  options.node_id = config.node_id;
+  options.role = NodeRole::kServer;
+  options.token = config.token;
+  options.address = address;
+  options.metrics_address = config.pod_ip + ":" + std::to_string(metrics->port());
+  options.checkpoint_step = checkpoint_step;
+  options.resend = ResendPolicy{config.resend_timeout_ms, config.max_resends};
+  options.metrics = metrics;
+  SchedulerClient scheduler(options);
+  int rank = -1;
+  if (Status s = scheduler.Register(&rank); !s.ok()) return s;
+  SetLogTag("server " + std::to_string(rank));
+  KLOG_INFO << "registered as server " << rank << " at " << address;
 
-  ResendCaller caller(policy, config.token, metrics);
   auto last_answer = std::chrono::steady_clock::now();
   while (!g_stop) {
     std::this_thread::sleep_for(kHeartbeatInterval);
-    v1::HeartbeatRequest beat;
-    beat.set_node_id(config.node_id);
-    beat.set_incarnation(incarnation);
-    beat.set_restored_generation(shard->generation());
-    v1::HeartbeatResponse answer;
-    s = caller.Call("scheduler " + config.scheduler_address, "Heartbeat",
-                    [&](grpc::ClientContext& c) { return stub->Heartbeat(&c, beat, &answer); });
-    if (!s.ok()) {
+    HeartbeatAnswer answer;
+    if (Status s = scheduler.Heartbeat(shard->generation(), &answer); !s.ok()) {
       // A missed heartbeat is not fatal; a scheduler gone for long is: the
       // job was deleted or lost, and nobody will ever tell us to stop.
       if (std::chrono::steady_clock::now() - last_answer > kSchedulerLostAfter) {
-        return Status::Error("no answer from the scheduler for " +
-                             std::to_string(kSchedulerLostAfter.count()) + " s: " + s.message());
+        return Status::Unavailable("no answer from the scheduler for " +
+                                   std::to_string(kSchedulerLostAfter.count()) + " s: " + s.message());
       }
       continue;
     }
     last_answer = std::chrono::steady_clock::now();
-    if (answer.generation() > shard->generation()) {
-      if (Status r = shard->RestoreCheckpoint(answer.restore_step(), answer.generation()); !r.ok()) {
-        return Status::Error("recovery to step " + std::to_string(answer.restore_step()) + " failed: " +
+    if (answer.generation > shard->generation()) {
+      if (Status r = shard->RestoreCheckpoint(answer.restore_step, answer.generation); !r.ok()) {
+        return Status::Error("recovery to step " + std::to_string(answer.restore_step) + " failed: " +
                              r.message());
       }
       continue;  // report the restore at once
     }
-    if (answer.shutdown()) {
+    if (answer.shutdown) {
       KLOG_INFO << "the job is over; server exits";
       return Status::Ok();
     }
@@ -158,9 +147,8 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   int port = 0;
   std::unique_ptr<grpc::Server> server;
   if (Status s = StartGrpc(config, &service, metrics, &server, &port); !s.ok()) return Fail(s, 1);
-  const uint64_t incarnation = std::chrono::system_clock::now().time_since_epoch().count();
-  Status s = RegisterAndHeartbeat(config, config.pod_ip + ":" + std::to_string(port), metrics,
-                                  incarnation, &shard, checkpoint_step);
+  Status s = RegisterAndHeartbeat(config, config.pod_ip + ":" + std::to_string(port), metrics, &shard,
+                                  checkpoint_step);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   if (!s.ok()) {
     KLOG_ERROR << s.message();

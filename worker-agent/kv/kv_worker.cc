@@ -1,4 +1,4 @@
-#include "worker-agent/kv/kv_worker.h"
+#include "worker-agent/kv/kv_worker_impl.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -16,12 +16,18 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Incarnations must grow from one process start to the next: a shard takes
-// a request from an older incarnation for a late duplicate. Wall-clock
-// nanoseconds at start do that (pods of one job share a synced clock).
-uint64_t NewIncarnation() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch()).count());
+SchedulerClientOptions MembershipOptions(const KVOptions& options) {
+  SchedulerClientOptions m;
+  m.scheduler_address = options.scheduler_address;
+  m.node_id = options.node_id;
+  m.role = NodeRole::kWorker;
+  m.token = options.token;
+  m.metrics_address = options.metrics_address;
+  m.resend = options.resend;
+  m.long_poll_ms = options.pull_wait_ms;
+  m.peer_wait_limit_ms = options.peer_wait_limit_ms;
+  m.metrics = options.metrics;
+  return m;
 }
 
 void AddPartRefs(const std::vector<const Part*>& batch,
@@ -52,7 +58,7 @@ void PackParts(const std::vector<const Part*>& batch, const std::vector<const fl
 
 }  // namespace
 
-struct KVWorker::Pending {
+struct KVWorkerImpl::Pending {
   std::mutex mutex;
   std::condition_variable done;
   int remaining = 0;
@@ -63,110 +69,61 @@ struct KVWorker::Pending {
   int then_requests = 0;
 };
 
-KVWorker::KVWorker(const KVOptions& options)
+KVWorkerImpl::KVWorkerImpl(const KVOptions& options)
     : options_(options),
-      incarnation_(NewIncarnation()),
       metrics_(options.metrics ? options.metrics : &NullMetrics()),
-      caller_(options.resend, options.token, metrics_) {}
+      caller_(options.resend, options.token, metrics_),
+      scheduler_(MembershipOptions(options)),
+      incarnation_(scheduler_.incarnation()) {}
 
-KVWorker::~KVWorker() {
+KVWorkerImpl::~KVWorkerImpl() {
   stopping_ = true;
   if (heartbeat_.joinable()) heartbeat_.join();
   pool_.reset();  // joins the RPC threads before the stubs go away
 }
 
 Status KVWorker::Start(const KVOptions& options, std::unique_ptr<KVWorker>* out) {
-  std::unique_ptr<KVWorker> worker(new KVWorker(options));
-  worker->scheduler_ = v1::Scheduler::NewStub(OpenChannel(options.scheduler_address));
-  if (Status s = worker->Register(); !s.ok()) return s;
-  if (Status s = worker->AwaitClusterView(); !s.ok()) return s;
-  const std::map<std::string, std::string> rank_label{{"rank", std::to_string(worker->rank_)}};
-  MetricsServer* m = worker->metrics_;
-  worker->push_latency_ = &m->Latency("kubeps_worker_push_latency_seconds",
-                                      "Time from push to acknowledgement, per request", rank_label);
-  worker->pull_latency_ = &m->Latency("kubeps_worker_pull_latency_seconds",
-                                      "Time from pull to parameters received, per request", rank_label);
-  worker->push_bytes_ = &m->Counter("kubeps_worker_push_bytes_total", "Gradient bytes pushed", rank_label);
-  worker->pull_bytes_ = &m->Counter("kubeps_worker_pull_bytes_total", "Parameter bytes pulled", rank_label);
-  // Enough threads for a few requests per shard in flight, plus long polls.
-  worker->pool_ = std::make_unique<TaskPool>(std::max(4, 4 * worker->num_servers()));
-  // A worker that (re)joins after a recovery starts in its generation.
-  if (worker->PollHeartbeat().ok()) worker->generation_ = worker->announced_generation_.load();
-  worker->heartbeat_ = std::thread([w = worker.get()] { w->HeartbeatLoop(); });
+  auto worker = std::make_unique<KVWorkerImpl>(options);
+  if (Status s = worker->Start(); !s.ok()) return s;
   *out = std::move(worker);
   return Status::Ok();
 }
 
-Status KVWorker::Register() {
-  v1::RegisterRequest request;
-  v1::NodeInfo* node = request.mutable_node();
-  node->set_node_id(options_.node_id);
-  node->set_role(v1::WORKER);
-  node->set_incarnation(incarnation_);
-  node->set_metrics_address(options_.metrics_address);
-  v1::RegisterResponse response;
-  // The scheduler may not be up yet (its pod or Service still starting):
-  // keep trying for as long as a peer wait is allowed.
-  ResendPolicy patient = options_.resend;
-  patient.max_resends = std::max(patient.max_resends,
-                                 options_.peer_wait_limit_ms / std::max(1, patient.backoff_cap_ms));
-  ResendCaller startup(patient, options_.token, metrics_);
-  Status s = startup.Call("scheduler " + options_.scheduler_address, "Register",
-                          [&](grpc::ClientContext& c) { return scheduler_->Register(&c, request, &response); });
-  if (!s.ok()) return s;
-  rank_ = response.rank();
-  return Status::Ok();
-}
-
-Status KVWorker::AwaitClusterView() {
-  const auto start = Clock::now();
-  v1::ClusterViewRequest request;
-  request.set_wait_ms(options_.pull_wait_ms);
-  for (;;) {
-    v1::ClusterView view;
-    Status s = caller_.Call("scheduler " + options_.scheduler_address, "GetClusterView",
-                            [&](grpc::ClientContext& c) { return scheduler_->GetClusterView(&c, request, &view); },
-                            options_.pull_wait_ms);
-    if (!s.ok()) return s;
-    if (view.ready()) {
-      if (view.servers_size() != view.num_servers() || view.num_servers() < 1) {
-        return Status::Error("the scheduler sent a cluster view with " + std::to_string(view.servers_size()) +
-                             " servers for a job of " + std::to_string(view.num_servers()));
-      }
-      num_workers_ = view.num_workers();
-      for (const auto& server : view.servers()) {
-        server_addresses_.push_back(server.address());
-        servers_.push_back(v1::ParameterServer::NewStub(OpenChannel(server.address())));
-      }
-      return Status::Ok();
-    }
-    if (SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) {
-      return Status::Error("the cluster never completed: " + std::to_string(view.num_servers()) +
-                           " servers and " + std::to_string(view.num_workers()) +
-                           " workers expected, waited " + std::to_string(options_.peer_wait_limit_ms) + " ms");
-    }
+Status KVWorkerImpl::Start() {
+  if (Status s = scheduler_.Register(&rank_); !s.ok()) return s;
+  ClusterInfo cluster;
+  if (Status s = scheduler_.AwaitClusterView(&cluster); !s.ok()) return s;
+  num_workers_ = cluster.num_workers;
+  for (const std::string& address : cluster.server_addresses) {
+    server_addresses_.push_back(address);
+    servers_.push_back(v1::ParameterServer::NewStub(OpenChannel(address)));
   }
-}
-
-Status KVWorker::PollHeartbeat() {
-  v1::HeartbeatRequest request;
-  request.set_node_id(options_.node_id);
-  request.set_incarnation(incarnation_);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(options_.resend.timeout_ms));
-  if (!options_.token.empty()) context.AddMetadata(kTokenMetadataKey, options_.token);
-  v1::HeartbeatResponse response;
-  grpc::Status s = scheduler_->Heartbeat(&context, request, &response);
-  if (!s.ok()) return Status::Error("Heartbeat: " + s.error_message());
-  // Order matters for readers: step and readiness before the generation.
-  announced_step_ = response.restore_step();
-  announced_ready_ = response.generation_ready();
-  announced_generation_ = response.generation();
+  const std::map<std::string, std::string> rank_label{{"rank", std::to_string(rank_)}};
+  push_latency_ = &metrics_->Latency("kubeps_worker_push_latency_seconds",
+                                     "Time from push to acknowledgement, per request", rank_label);
+  pull_latency_ = &metrics_->Latency("kubeps_worker_pull_latency_seconds",
+                                     "Time from pull to parameters received, per request", rank_label);
+  push_bytes_ = &metrics_->Counter("kubeps_worker_push_bytes_total", "Gradient bytes pushed", rank_label);
+  pull_bytes_ = &metrics_->Counter("kubeps_worker_pull_bytes_total", "Parameter bytes pulled", rank_label);
+  // Enough threads for a few requests per shard in flight, plus long polls.
+  pool_ = std::make_unique<TaskPool>(std::max(4, 4 * num_servers()));
+  // A worker that (re)joins after a recovery starts in its generation.
+  if (PollHeartbeat().ok()) generation_ = announced_generation_.load();
+  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
   return Status::Ok();
 }
 
-void KVWorker::HeartbeatLoop() {
+Status KVWorkerImpl::PollHeartbeat() {
+  HeartbeatAnswer answer;
+  if (Status s = scheduler_.Heartbeat(0, &answer); !s.ok()) return s;
+  // Order matters for readers: step and readiness before the generation.
+  announced_step_ = answer.restore_step;
+  announced_ready_ = answer.generation_ready;
+  announced_generation_ = answer.generation;
+  return Status::Ok();
+}
+
+void KVWorkerImpl::HeartbeatLoop() {
   while (!stopping_) {
     for (int waited = 0; waited < options_.heartbeat_interval_ms && !stopping_; waited += 50) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -176,7 +133,7 @@ void KVWorker::HeartbeatLoop() {
   }
 }
 
-Status KVWorker::Recover(uint64_t* resume_step) {
+Status KVWorkerImpl::Recover(uint64_t* resume_step) {
   const auto start = Clock::now();
   for (;;) {
     if (Status s = PollHeartbeat(); !s.ok() && SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) {
@@ -196,13 +153,13 @@ Status KVWorker::Recover(uint64_t* resume_step) {
   }
 }
 
-bool KVWorker::RollbackAnnounced() const { return announced_generation_ > generation_; }
+bool KVWorkerImpl::RollbackAnnounced() const { return announced_generation_ > generation_; }
 
-std::string KVWorker::ServerName(int server) const {
+std::string KVWorkerImpl::ServerName(int server) const {
   return "server " + std::to_string(server) + " (" + server_addresses_[server] + ")";
 }
 
-Status KVWorker::InitTensors(const std::vector<const float*>& values,
+Status KVWorkerImpl::InitTensors(const std::vector<const float*>& values,
                              const std::vector<uint64_t>& sizes) {
   parts_ = PlaceTensors(sizes, num_servers(), options_.placement);
   if (rank_ == 0) {
@@ -225,7 +182,7 @@ Status KVWorker::InitTensors(const std::vector<const float*>& values,
 }
 
 template <typename Ptr>
-std::vector<std::vector<const Part*>> KVWorker::Batches(const std::vector<Ptr>& selected) const {
+std::vector<std::vector<const Part*>> KVWorkerImpl::Batches(const std::vector<Ptr>& selected) const {
   std::vector<std::vector<const Part*>> batches;
   std::vector<int> open(servers_.size(), -1);        // batch being filled per server
   std::vector<uint64_t> filled(servers_.size(), 0);
@@ -243,7 +200,7 @@ std::vector<std::vector<const Part*>> KVWorker::Batches(const std::vector<Ptr>& 
   return batches;
 }
 
-v1::RequestId KVWorker::NextRequestId() {
+v1::RequestId KVWorkerImpl::NextRequestId() {
   std::lock_guard<std::mutex> lock(mutex_);
   v1::RequestId id;
   id.set_node_id(options_.node_id);
@@ -255,12 +212,12 @@ v1::RequestId KVWorker::NextRequestId() {
   return id;
 }
 
-void KVWorker::Acknowledge(uint64_t seq) {
+void KVWorkerImpl::Acknowledge(uint64_t seq) {
   std::lock_guard<std::mutex> lock(mutex_);
   unanswered_.erase(seq);
 }
 
-KVWorker::Ticket KVWorker::NewTicket(int requests, std::shared_ptr<Pending>* pending) {
+KVWorker::Ticket KVWorkerImpl::NewTicket(int requests, std::shared_ptr<Pending>* pending) {
   *pending = std::make_shared<Pending>();
   (*pending)->remaining = requests;
   std::lock_guard<std::mutex> lock(mutex_);
@@ -269,7 +226,7 @@ KVWorker::Ticket KVWorker::NewTicket(int requests, std::shared_ptr<Pending>* pen
   return ticket;
 }
 
-void KVWorker::Complete(const std::shared_ptr<Pending>& pending, const Status& status) {
+void KVWorkerImpl::Complete(const std::shared_ptr<Pending>& pending, const Status& status) {
   std::function<void()> then;
   {
     std::lock_guard<std::mutex> lock(pending->mutex);
@@ -288,7 +245,7 @@ void KVWorker::Complete(const std::shared_ptr<Pending>& pending, const Status& s
   pending->done.notify_all();
 }
 
-Status KVWorker::PushBatch(const std::vector<const Part*>& batch,
+Status KVWorkerImpl::PushBatch(const std::vector<const Part*>& batch,
                            const std::vector<const float*>& grads, uint64_t step) {
   const auto start = Clock::now();
   v1::PushRequest request;
@@ -315,7 +272,7 @@ Status KVWorker::PushBatch(const std::vector<const Part*>& batch,
   return s;
 }
 
-Status KVWorker::PullBatch(const std::vector<const Part*>& batch, const std::vector<float*>& values,
+Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch, const std::vector<float*>& values,
                            uint64_t min_version) {
   const auto start = Clock::now();
   v1::PullRequest request;
@@ -369,7 +326,7 @@ Status KVWorker::PullBatch(const std::vector<const Part*>& batch, const std::vec
   }
 }
 
-KVWorker::Ticket KVWorker::Push(const std::vector<const float*>& grads, uint64_t step) {
+KVWorker::Ticket KVWorkerImpl::Push(const std::vector<const float*>& grads, uint64_t step) {
   auto batches = Batches(grads);
   std::shared_ptr<Pending> pending;
   Ticket ticket = NewTicket(static_cast<int>(batches.size()), &pending);
@@ -379,7 +336,7 @@ KVWorker::Ticket KVWorker::Push(const std::vector<const float*>& grads, uint64_t
   return ticket;
 }
 
-KVWorker::Ticket KVWorker::Pull(const std::vector<float*>& values, uint64_t min_version) {
+KVWorker::Ticket KVWorkerImpl::Pull(const std::vector<float*>& values, uint64_t min_version) {
   auto batches = Batches(values);
   std::shared_ptr<Pending> pending;
   Ticket ticket = NewTicket(static_cast<int>(batches.size()), &pending);
@@ -391,7 +348,7 @@ KVWorker::Ticket KVWorker::Pull(const std::vector<float*>& values, uint64_t min_
   return ticket;
 }
 
-KVWorker::Ticket KVWorker::PushPull(const std::vector<const float*>& grads,
+KVWorker::Ticket KVWorkerImpl::PushPull(const std::vector<const float*>& grads,
                                     const std::vector<float*>& values, uint64_t step) {
   auto push_batches = Batches(grads);
   auto pull_batches = Batches(values);
@@ -417,7 +374,7 @@ KVWorker::Ticket KVWorker::PushPull(const std::vector<const float*>& grads,
   return ticket;
 }
 
-Status KVWorker::Wait(Ticket ticket) {
+Status KVWorkerImpl::Wait(Ticket ticket) {
   std::shared_ptr<Pending> pending;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -431,33 +388,8 @@ Status KVWorker::Wait(Ticket ticket) {
   return pending->status;
 }
 
-Status KVWorker::Barrier(const std::string& name) {
-  const auto start = Clock::now();
-  v1::BarrierRequest request;
-  request.set_name(name);
-  request.set_rank(rank_);
-  request.set_wait_ms(options_.pull_wait_ms);
-  for (;;) {
-    v1::BarrierResponse response;
-    Status s = caller_.Call("scheduler " + options_.scheduler_address, "Barrier",
-                            [&](grpc::ClientContext& c) { return scheduler_->Barrier(&c, request, &response); },
-                            options_.pull_wait_ms);
-    if (!s.ok()) return s;
-    if (response.released()) return Status::Ok();
-    if (SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) {
-      return Status::Error("barrier \"" + name + "\" not released after " +
-                           std::to_string(options_.peer_wait_limit_ms) + " ms");
-    }
-  }
-}
+Status KVWorkerImpl::Barrier(const std::string& name) { return scheduler_.Barrier(name, rank_); }
 
-Status KVWorker::Finish() {
-  v1::FinishRequest request;
-  request.set_node_id(options_.node_id);
-  request.set_rank(rank_);
-  v1::FinishResponse response;
-  return caller_.Call("scheduler " + options_.scheduler_address, "Finish",
-                      [&](grpc::ClientContext& c) { return scheduler_->Finish(&c, request, &response); });
-}
+Status KVWorkerImpl::Finish() { return scheduler_.Finish(rank_); }
 
 }  // namespace kubeps

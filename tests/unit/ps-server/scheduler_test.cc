@@ -16,6 +16,7 @@
 #include "common/resend.h"
 #include "kubeps.grpc.pb.h"
 #include "ps-server/scheduler.h"
+#include "ps-server/scheduler_service.h"
 
 namespace kubeps {
 namespace {
@@ -25,15 +26,15 @@ using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::unique_ptr<SchedulerService> MakeScheduler(int servers, int workers, int dead_after_ms = 5000) {
+std::unique_ptr<Scheduler> MakeScheduler(int servers, int workers, int dead_after_ms = 5000) {
   SchedulerOptions options;
   options.num_servers = servers;
   options.num_workers = workers;
   options.dead_after_ms = dead_after_ms;
-  return std::make_unique<SchedulerService>(options, &NullMetrics());
+  return std::make_unique<Scheduler>(options, &NullMetrics());
 }
 
-grpc::Status Register(SchedulerService& s, const std::string& node_id, v1::Role role,
+grpc::Status Register(Scheduler& s, const std::string& node_id, v1::Role role,
                       int* rank = nullptr, uint64_t incarnation = 1, const std::string& address = "") {
   v1::RegisterRequest request;
   request.mutable_node()->set_node_id(node_id);
@@ -42,58 +43,53 @@ grpc::Status Register(SchedulerService& s, const std::string& node_id, v1::Role 
   request.mutable_node()->set_address(
       address.empty() && role == v1::SERVER ? node_id + ".local:9000" : address);
   v1::RegisterResponse response;
-  grpc::ServerContext context;
-  grpc::Status status = s.Register(&context, &request, &response);
+  grpc::Status status = s.Register(&request, &response);
   if (rank) *rank = status.ok() ? response.rank() : -1;
   return status;
 }
 
-int RankOf(SchedulerService& s, const std::string& node_id, v1::Role role, uint64_t incarnation = 1) {
+int RankOf(Scheduler& s, const std::string& node_id, v1::Role role, uint64_t incarnation = 1) {
   int rank = -1;
   grpc::Status status = Register(s, node_id, role, &rank, incarnation);
   EXPECT_TRUE(status.ok()) << node_id << ": " << status.error_message();
   return rank;
 }
 
-v1::ClusterView View(SchedulerService& s, uint32_t wait_ms) {
+v1::ClusterView View(Scheduler& s, uint32_t wait_ms) {
   v1::ClusterViewRequest request;
   request.set_wait_ms(wait_ms);
   v1::ClusterView view;
-  grpc::ServerContext context;
-  EXPECT_TRUE(s.GetClusterView(&context, &request, &view).ok());
+  EXPECT_TRUE(s.GetClusterView(&request, &view).ok());
   return view;
 }
 
-grpc::Status Barrier(SchedulerService& s, const std::string& name, int rank, uint32_t wait_ms,
+grpc::Status Barrier(Scheduler& s, const std::string& name, int rank, uint32_t wait_ms,
                      bool* released) {
   v1::BarrierRequest request;
   request.set_name(name);
   request.set_rank(rank);
   request.set_wait_ms(wait_ms);
   v1::BarrierResponse response;
-  grpc::ServerContext context;
-  grpc::Status status = s.Barrier(&context, &request, &response);
+  grpc::Status status = s.Barrier(&request, &response);
   *released = response.released();
   return status;
 }
 
-v1::HeartbeatResponse Heartbeat(SchedulerService& s, const std::string& node_id, uint64_t incarnation = 1) {
+v1::HeartbeatResponse Heartbeat(Scheduler& s, const std::string& node_id, uint64_t incarnation = 1) {
   v1::HeartbeatRequest request;
   request.set_node_id(node_id);
   request.set_incarnation(incarnation);
   v1::HeartbeatResponse response;
-  grpc::ServerContext context;
-  EXPECT_TRUE(s.Heartbeat(&context, &request, &response).ok());
+  EXPECT_TRUE(s.Heartbeat(&request, &response).ok());
   return response;
 }
 
-grpc::Status Finish(SchedulerService& s, const std::string& node_id, int rank) {
+grpc::Status Finish(Scheduler& s, const std::string& node_id, int rank) {
   v1::FinishRequest request;
   request.set_node_id(node_id);
   request.set_rank(rank);
   v1::FinishResponse response;
-  grpc::ServerContext context;
-  return s.Finish(&context, &request, &response);
+  return s.Finish(&request, &response);
 }
 
 std::vector<std::string> Dead(const v1::HeartbeatResponse& r) {
@@ -155,8 +151,7 @@ TEST(SchedulerTest, BadRegistrationsAreRejected) {
   request.mutable_node()->set_node_id("server-0");
   request.mutable_node()->set_role(v1::SERVER);
   v1::RegisterResponse response;
-  grpc::ServerContext context;
-  grpc::Status status = s->Register(&context, &request, &response);
+  grpc::Status status = s->Register(&request, &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(status.error_message(), HasSubstr("server-0"));
   EXPECT_THAT(status.error_message(), HasSubstr("address"));
@@ -382,7 +377,7 @@ TEST_F(SchedulerServerTest, RequestsWithoutTheTokenAreUnauthenticated) {
   v1::FinishResponse finish_response;
   EXPECT_EQ(stub_->Finish(Context("").get(), finish, &finish_response).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_FALSE(service_->AllWorkersFinished()) << "an unauthenticated Finish was applied";
+  EXPECT_FALSE(service_->scheduler().AllWorkersFinished()) << "an unauthenticated Finish was applied";
 
   // The rejected Register took no rank: with the token, the worker gets rank 0.
   request.mutable_node()->set_node_id("trainer");

@@ -25,7 +25,7 @@
 #include "common/resend.h"
 #include "kubeps.grpc.pb.h"
 #include "ps-server/ps_service.h"
-#include "ps-server/scheduler.h"
+#include "ps-server/scheduler_service.h"
 #include "ps-server/shard.h"
 #include "worker-agent/kv/kv_worker.h"
 
@@ -275,7 +275,7 @@ TEST(KVWorkerTest, TwoWorkersTrainSyncStepsAgainstTwoShards) {
     EXPECT_GE(chunks_of_key1, 4);
   }
   EXPECT_EQ(ranks, (std::set<int>{0, 1}));
-  EXPECT_TRUE(job.scheduler().AllWorkersFinished());
+  EXPECT_TRUE(job.scheduler().scheduler().AllWorkersFinished());
 
   // The shards hold the same numbers, each its own slice, at version kSteps.
   if (!results.empty() && results[0].errors.empty()) {

@@ -1,0 +1,140 @@
+#include "common/scheduler_client.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/metrics.h"
+#include "common/resend.h"
+#include "kubeps.grpc.pb.h"
+
+namespace kubeps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t MillisSince(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+}
+
+uint64_t NewIncarnation() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+}  // namespace
+
+struct SchedulerClient::Stub {
+  std::unique_ptr<v1::Scheduler::Stub> stub;
+};
+
+SchedulerClient::SchedulerClient(SchedulerClientOptions options)
+    : options_(std::move(options)),
+      incarnation_(NewIncarnation()),
+      peer_("scheduler " + options_.scheduler_address),
+      metrics_(options_.metrics ? options_.metrics : &NullMetrics()),
+      caller_(std::make_unique<ResendCaller>(options_.resend, options_.token, metrics_)),
+      stub_(new Stub{v1::Scheduler::NewStub(OpenChannel(options_.scheduler_address))}) {}
+
+SchedulerClient::~SchedulerClient() = default;
+
+Status SchedulerClient::Register(int* rank) {
+  v1::RegisterRequest request;
+  v1::NodeInfo* node = request.mutable_node();
+  node->set_node_id(options_.node_id);
+  node->set_role(options_.role == NodeRole::kServer ? v1::SERVER : v1::WORKER);
+  node->set_address(options_.address);
+  node->set_incarnation(incarnation_);
+  node->set_metrics_address(options_.metrics_address);
+  node->set_checkpoint_step(options_.checkpoint_step);
+  v1::RegisterResponse response;
+  // The scheduler may not be up yet (its pod or Service still starting):
+  // keep trying for as long as a peer wait is allowed.
+  ResendPolicy patient = options_.resend;
+  patient.max_resends =
+      std::max(patient.max_resends, options_.peer_wait_limit_ms / std::max(1, patient.backoff_cap_ms));
+  ResendCaller startup(patient, options_.token, metrics_);
+  Status s = startup.Call(peer_, "Register",
+                          [&](grpc::ClientContext& c) { return stub_->stub->Register(&c, request, &response); });
+  if (!s.ok()) return s;
+  *rank = response.rank();
+  return Status::Ok();
+}
+
+Status SchedulerClient::AwaitClusterView(ClusterInfo* cluster) {
+  const auto start = Clock::now();
+  v1::ClusterViewRequest request;
+  request.set_wait_ms(options_.long_poll_ms);
+  for (;;) {
+    v1::ClusterView view;
+    Status s = caller_->Call(
+        peer_, "GetClusterView",
+        [&](grpc::ClientContext& c) { return stub_->stub->GetClusterView(&c, request, &view); },
+        options_.long_poll_ms);
+    if (!s.ok()) return s;
+    if (view.ready()) {
+      if (view.servers_size() != view.num_servers() || view.num_servers() < 1) {
+        return Status::Error("the scheduler sent a cluster view with " + std::to_string(view.servers_size()) +
+                             " servers for a job of " + std::to_string(view.num_servers()));
+      }
+      cluster->num_workers = view.num_workers();
+      cluster->server_addresses.clear();
+      for (const auto& server : view.servers()) cluster->server_addresses.push_back(server.address());
+      return Status::Ok();
+    }
+    if (MillisSince(start) > options_.peer_wait_limit_ms) {
+      return Status::Error("the cluster never completed: " + std::to_string(view.num_servers()) +
+                           " servers and " + std::to_string(view.num_workers()) + " workers expected, waited " +
+                           std::to_string(options_.peer_wait_limit_ms) + " ms");
+    }
+  }
+}
+
+Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer* answer) {
+  v1::HeartbeatRequest request;
+  request.set_node_id(options_.node_id);
+  request.set_incarnation(incarnation_);
+  request.set_restored_generation(restored_generation);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(options_.resend.timeout_ms));
+  if (!options_.token.empty()) context.AddMetadata(kTokenMetadataKey, options_.token);
+  v1::HeartbeatResponse response;
+  grpc::Status s = stub_->stub->Heartbeat(&context, request, &response);
+  if (!s.ok()) return Status(CodeOf(s), "Heartbeat to " + peer_ + ": " + s.error_message());
+  answer->generation = response.generation();
+  answer->restore_step = response.restore_step();
+  answer->generation_ready = response.generation_ready();
+  answer->shutdown = response.shutdown();
+  return Status::Ok();
+}
+
+Status SchedulerClient::Barrier(const std::string& name, int rank) {
+  const auto start = Clock::now();
+  v1::BarrierRequest request;
+  request.set_name(name);
+  request.set_rank(rank);
+  request.set_wait_ms(options_.long_poll_ms);
+  for (;;) {
+    v1::BarrierResponse response;
+    Status s = caller_->Call(
+        peer_, "Barrier", [&](grpc::ClientContext& c) { return stub_->stub->Barrier(&c, request, &response); },
+        options_.long_poll_ms);
+    if (!s.ok()) return s;
+    if (response.released()) return Status::Ok();
+    if (MillisSince(start) > options_.peer_wait_limit_ms) {
+      return Status::Error("barrier \"" + name + "\" not released after " +
+                           std::to_string(options_.peer_wait_limit_ms) + " ms");
+    }
+  }
+}
+
+Status SchedulerClient::Finish(int rank) {
+  v1::FinishRequest request;
+  request.set_node_id(options_.node_id);
+  request.set_rank(rank);
+  v1::FinishResponse response;
+  return caller_->Call(peer_, "Finish",
+                      [&](grpc::ClientContext& c) { return stub_->stub->Finish(&c, request, &response); });
+}
+
+}  // namespace kubeps

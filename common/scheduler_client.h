@@ -1,0 +1,92 @@
+// The one client of the scheduler protocol, as ps-lite's Postoffice: what
+// every node (parameter-server shard or worker) does with its job's
+// scheduler. Register once (waiting for a scheduler that is not up yet), then
+// long-poll the cluster view, heartbeat (which also carries the recovery
+// generations), meet at barriers and say when the worker is done.
+//
+//   SchedulerClient scheduler(options);
+//   int rank;  scheduler.Register(&rank);
+//   ClusterInfo cluster;  scheduler.AwaitClusterView(&cluster);
+//   every beat: scheduler.Heartbeat(restored_generation, &beat);
+//
+// Every call resends on timeout (common/resend.h) with the same identity,
+// except Heartbeat: a lost beat is replaced by the next. Thread-safe: one
+// thread may heartbeat while another waits at a barrier.
+#ifndef KUBEPS_COMMON_SCHEDULER_CLIENT_H_
+#define KUBEPS_COMMON_SCHEDULER_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/resend_policy.h"
+#include "common/status.h"
+
+namespace kubeps {
+
+class MetricsServer;
+class ResendCaller;
+
+enum class NodeRole { kServer, kWorker };
+
+struct SchedulerClientOptions {
+  std::string scheduler_address;
+  std::string node_id;            // stable identity: a restart keeps the rank
+  NodeRole role = NodeRole::kWorker;
+  std::string token;
+  std::string address;            // servers: host:port where workers reach the shard
+  std::string metrics_address;
+  int64_t checkpoint_step = -1;   // servers: the checkpoint loaded at start, -1 = none
+  ResendPolicy resend;
+  int long_poll_ms = 500;         // server-side wait of one cluster-view or barrier poll
+  int peer_wait_limit_ms = 600000;  // give up waiting for the scheduler or slow peers after this
+  MetricsServer* metrics = nullptr;  // null: not exported
+};
+
+// The job as the scheduler sees it once every node has registered.
+struct ClusterInfo {
+  int num_workers = 0;
+  std::vector<std::string> server_addresses;  // by rank
+};
+
+// One heartbeat's answer.
+struct HeartbeatAnswer {
+  uint64_t generation = 0;     // bumps at every recovery
+  uint64_t restore_step = 0;   // the step the current generation resumes from
+  bool generation_ready = true;  // every shard has restored it
+  bool shutdown = false;       // every worker finished: the job is over
+};
+
+class SchedulerClient {
+ public:
+  explicit SchedulerClient(SchedulerClientOptions options);
+  ~SchedulerClient();
+  SchedulerClient(const SchedulerClient&) = delete;
+  SchedulerClient& operator=(const SchedulerClient&) = delete;
+
+  // Changes on every process start (wall-clock nanoseconds, so it grows):
+  // a shard takes a request from an older incarnation for a late duplicate.
+  uint64_t incarnation() const { return incarnation_; }
+  const std::string& peer() const { return peer_; }  // "scheduler <address>", for messages
+
+  Status Register(int* rank);
+  Status AwaitClusterView(ClusterInfo* cluster);
+  // One beat, one attempt. Servers report the generation they restored.
+  Status Heartbeat(uint64_t restored_generation, HeartbeatAnswer* answer);
+  Status Barrier(const std::string& name, int rank);
+  Status Finish(int rank);
+
+ private:
+  struct Stub;
+  const SchedulerClientOptions options_;
+  const uint64_t incarnation_;
+  const std::string peer_;
+  MetricsServer* metrics_;
+  std::unique_ptr<ResendCaller> caller_;
+  std::unique_ptr<Stub> stub_;
+};
+
+}  // namespace kubeps
+
+#endif  // KUBEPS_COMMON_SCHEDULER_CLIENT_H_

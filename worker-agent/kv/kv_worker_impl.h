@@ -1,0 +1,106 @@
+// KVWorkerImpl: the KV client behind kv_worker.h. The data plane (sharded
+// push and pull with resend and exactly-once identities, in a thread pool)
+// is here; membership (register, cluster view, heartbeats, barriers, finish)
+// goes through the one scheduler client (common/scheduler_client.h).
+// Internal: include kv_worker.h instead.
+#ifndef KUBEPS_WORKER_AGENT_KV_KV_WORKER_IMPL_H_
+#define KUBEPS_WORKER_AGENT_KV_KV_WORKER_IMPL_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/metrics.h"
+#include "common/resend.h"
+#include "common/scheduler_client.h"
+#include "common/status.h"
+#include "kubeps.grpc.pb.h"
+#include "worker-agent/kv/kv_worker.h"
+#include "worker-agent/kv/placement.h"
+#include "worker-agent/kv/task_pool.h"
+
+namespace kubeps {
+
+class KVWorkerImpl final : public KVWorker {
+ public:
+  explicit KVWorkerImpl(const KVOptions& options);
+  ~KVWorkerImpl() override;
+  // Registers, waits for the cluster view, starts the heartbeats.
+  Status Start();
+
+  int rank() const override { return rank_; }
+  int size() const override { return num_workers_; }
+  int num_servers() const override { return static_cast<int>(servers_.size()); }
+  Status InitTensors(const std::vector<const float*>& values, const std::vector<uint64_t>& sizes) override;
+  Ticket Push(const std::vector<const float*>& grads, uint64_t step) override;
+  Ticket Pull(const std::vector<float*>& values, uint64_t min_version) override;
+  Ticket PushPull(const std::vector<const float*>& grads, const std::vector<float*>& values,
+                  uint64_t step) override;
+  Status Wait(Ticket ticket) override;
+  Status Barrier(const std::string& name) override;
+  Status Finish() override;
+  Status Recover(uint64_t* resume_step) override;
+  const std::vector<Part>& parts() const override { return parts_; }
+
+ private:
+  struct Pending;
+  void HeartbeatLoop();
+
+  // Parts of the selected keys on each server, cut into batches of at most
+  // max_part_elems elements, one RPC each.
+  template <typename Ptr>
+  std::vector<std::vector<const Part*>> Batches(const std::vector<Ptr>& selected) const;
+  Ticket NewTicket(int requests, std::shared_ptr<Pending>* pending);
+  void Complete(const std::shared_ptr<Pending>& pending, const Status& status);
+  v1::RequestId NextRequestId();
+  void Acknowledge(uint64_t seq);
+  Status PushBatch(const std::vector<const Part*>& batch, const std::vector<const float*>& grads,
+                   uint64_t step);
+  Status PullBatch(const std::vector<const Part*>& batch, const std::vector<float*>& values,
+                   uint64_t min_version);
+  std::string ServerName(int server) const;
+
+  const KVOptions options_;
+  MetricsServer* metrics_;
+  ResendCaller caller_;
+  SchedulerClient scheduler_;
+  const uint64_t incarnation_;
+  std::vector<std::unique_ptr<v1::ParameterServer::Stub>> servers_;
+  std::vector<std::string> server_addresses_;
+  int rank_ = -1;
+  int num_workers_ = 0;
+  std::vector<Part> parts_;
+
+  std::mutex mutex_;
+  uint64_t next_seq_ = 0;
+  std::set<uint64_t> unanswered_;  // sequence numbers that may still be resent
+  Ticket next_ticket_ = 1;
+  std::map<Ticket, std::shared_ptr<Pending>> pending_;
+
+  // Recovery generations, as the scheduler's heartbeats announce them.
+  std::atomic<uint64_t> generation_{0};          // the one requests carry
+  std::atomic<uint64_t> announced_generation_{0};
+  std::atomic<uint64_t> announced_step_{0};
+  std::atomic<bool> announced_ready_{true};
+  Status PollHeartbeat();
+  bool RollbackAnnounced() const;
+
+  std::atomic<bool> stopping_{false};
+  std::thread heartbeat_;
+  std::unique_ptr<TaskPool> pool_;
+
+  prometheus::Histogram* push_latency_ = nullptr;
+  prometheus::Histogram* pull_latency_ = nullptr;
+  prometheus::Counter* push_bytes_ = nullptr;
+  prometheus::Counter* pull_bytes_ = nullptr;
+};
+
+}  // namespace kubeps
+
+#endif  // KUBEPS_WORKER_AGENT_KV_KV_WORKER_IMPL_H_
