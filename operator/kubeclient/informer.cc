@@ -4,6 +4,8 @@
 #include <chrono>
 #include <thread>
 
+#include <cpprest/base_uri.h>
+
 #include "common/logging.h"
 
 namespace kubeps::kube {
@@ -35,7 +37,7 @@ Informer::Informer(KubeClient* client, std::string collection, std::string label
 
 std::string Informer::Query(bool watch) const {
   std::string query = collection_;
-  if (!label_selector_.empty()) query += "?labelSelector=" + UrlEncodeQueryValue(label_selector_);
+  if (!label_selector_.empty()) query += "?labelSelector=" + web::uri::encode_data_string(label_selector_);
   return query;
 }
 

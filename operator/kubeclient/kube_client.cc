@@ -363,7 +363,7 @@ Status CppRestKubeClient::Watch(const std::string& path, const std::string& reso
   if (stop.load()) return Status::Ok();
   std::string full = path + (path.find('?') == std::string::npos ? "?" : "&") +
                      "watch=1&allowWatchBookmarks=true&timeoutSeconds=" + std::to_string(kWatchServerTimeoutSeconds);
-  if (!resource_version.empty()) full += "&resourceVersion=" + UrlEncodeQueryValue(resource_version);
+  if (!resource_version.empty()) full += "&resourceVersion=" + web::uri::encode_data_string(resource_version);
   const std::string method = web::http::methods::GET;
   web::http::http_request request;
   Status s = Prepare(method, full, nullptr, "", &request);
@@ -543,22 +543,6 @@ Status KubeClient::Create(const KubeConfig& config, std::unique_ptr<KubeClient>*
     return Status::Error("kube: " + server + ": " + e.what());
   }
   return Status::Ok();
-}
-
-std::string UrlEncodeQueryValue(const std::string& s) {
-  static const char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-        c == '_' || c == '.' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(kHex[c >> 4]);
-      out.push_back(kHex[c & 15]);
-    }
-  }
-  return out;
 }
 
 }  // namespace kubeps::kube

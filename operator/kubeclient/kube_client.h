@@ -47,9 +47,6 @@ struct Response {
   std::string Describe() const;
 };
 
-// Percent-encodes a query parameter's value (label selectors, versions).
-std::string UrlEncodeQueryValue(const std::string& value);
-
 // One event of a watch stream.
 struct WatchEvent {
   std::string type;        // ADDED, MODIFIED, DELETED, BOOKMARK, ERROR

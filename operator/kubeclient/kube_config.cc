@@ -3,11 +3,15 @@
 // kube_client.h).
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cctype>
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
 
+#include <cpprest/asyncrt_utils.h>
 #include <yaml-cpp/yaml.h>
 
 #include "operator/kubeclient/kube_client.h"
@@ -68,39 +72,18 @@ std::string ResolvePath(const std::string& base_dir, const std::string& path) {
   return base_dir + "/" + path;
 }
 
-// Standard base64 (whitespace ignored, padding optional).
-bool Base64Decode(const std::string& in, std::string* out) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  out->clear();
-  unsigned int acc = 0;
-  int bits = 0;
-  bool padding = false;
-  for (char c : in) {
-    if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
-    if (c == '=') {
-      padding = true;
-      continue;
-    }
-    if (padding) return false;  // data after padding
-    int v = value(c);
-    if (v < 0) return false;
-    acc = (acc << 6) | static_cast<unsigned int>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out->push_back(static_cast<char>((acc >> bits) & 0xff));
-    }
+// Standard base64 through cpprestsdk; line breaks and spaces (kubeconfigs
+// written by hand wrap long values) are dropped first.
+bool Base64Decode(std::string in, std::string* out) {
+  in.erase(std::remove_if(in.begin(), in.end(), [](unsigned char c) { return std::isspace(c); }), in.end());
+  try {
+    std::vector<unsigned char> bytes = utility::conversions::from_base64(in);
+    out->assign(bytes.begin(), bytes.end());
+    return true;
+  } catch (const std::exception&) {
+    return false;
   }
-  return bits < 6;  // a single leftover sextet is not valid base64
 }
-
 
 std::string ServerUrl(const std::string& host, const std::string& port) {
   if (host.find(':') != std::string::npos && host.front() != '[') {

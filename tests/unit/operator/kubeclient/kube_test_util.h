@@ -8,6 +8,9 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
+
+#include <cpprest/asyncrt_utils.h>
 
 #include <gtest/gtest.h>
 
@@ -38,30 +41,7 @@ inline std::string ReadFile(const std::string& path) {
 }
 
 inline std::string Base64(const std::string& in) {
-  static const char kChars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8) |
-                 static_cast<unsigned char>(in[i + 2]);
-    out += kChars[(v >> 18) & 63];
-    out += kChars[(v >> 12) & 63];
-    out += kChars[(v >> 6) & 63];
-    out += kChars[v & 63];
-  }
-  if (i + 1 == in.size()) {
-    unsigned v = static_cast<unsigned char>(in[i]) << 16;
-    out += kChars[(v >> 18) & 63];
-    out += kChars[(v >> 12) & 63];
-    out += "==";
-  } else if (i + 2 == in.size()) {
-    unsigned v = (static_cast<unsigned char>(in[i]) << 16) | (static_cast<unsigned char>(in[i + 1]) << 8);
-    out += kChars[(v >> 18) & 63];
-    out += kChars[(v >> 12) & 63];
-    out += kChars[(v >> 6) & 63];
-    out += '=';
-  }
-  return out;
+  return utility::conversions::to_base64(std::vector<unsigned char>(in.begin(), in.end()));
 }
 
 // Sets (or with nullptr unsets) an environment variable for one scope.
