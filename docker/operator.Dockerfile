@@ -18,7 +18,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config ca-certificates \
       libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev \
-      libyaml-cpp-dev nlohmann-json3-dev prometheus-cpp-dev libcpprest-dev \
+      libyaml-cpp-dev nlohmann-json3-dev prometheus-cpp-dev libcpprest-dev libcli11-dev libabsl-dev \
       libopenblas-openmp-dev zlib1g-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -26,6 +26,7 @@ WORKDIR /src
 COPY CMakeLists.txt ./
 COPY proto proto
 COPY common common
+COPY api api
 COPY operator operator
 COPY ps-server ps-server
 COPY worker-agent worker-agent

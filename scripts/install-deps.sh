@@ -4,11 +4,11 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git ca-certificates curl python3 openssl util-linux
+  build-essential cmake ninja-build ccache pkg-config git ca-certificates curl python3 openssl util-linux
   # RPC and serialisation
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   # manifests, JSON, metrics, Kubernetes REST
-  libyaml-cpp-dev nlohmann-json3-dev prometheus-cpp-dev libcpprest-dev
+  libyaml-cpp-dev nlohmann-json3-dev prometheus-cpp-dev libcpprest-dev libcli11-dev libabsl-dev
   # CPU math: the OpenMP build of OpenBLAS (see CMakeLists.txt for why)
   libopenblas-openmp-dev zlib1g-dev
   # tests and benchmarks
