@@ -22,8 +22,8 @@ std::string FormatNumber(double value) {
 }
 
 bool IsBoolWord(const std::string& text) {
-  return text == "true" || text == "True" || text == "TRUE" || text == "false" ||
-         text == "False" || text == "FALSE";
+  return text == "true" || text == "True" || text == "TRUE" || text == "false" || text == "False" ||
+         text == "FALSE";
 }
 
 bool IsNullWord(const std::string& text) {
@@ -255,7 +255,8 @@ bool MapReader::ReadString(const std::string& key, std::string* out, bool requir
 bool MapReader::ReadBool(const std::string& key, bool* out) {
   YAML::Node value = Get(key);
   if (Absent(value)) return false;
-  if (value.IsScalar() && value.Tag() != "!" && (value.Scalar() == "true" || value.Scalar() == "false")) {
+  if (value.IsScalar() && value.Tag() != "!" &&
+      (value.Scalar() == "true" || value.Scalar() == "false")) {
     *out = value.Scalar() == "true";
     return true;
   }
@@ -284,8 +285,7 @@ bool MapReader::ReadEnum(const std::string& key, const std::vector<std::string>&
   return false;
 }
 
-std::optional<int64_t> MapReader::ReadIntegerIn(const std::string& key, int64_t min,
-                                                int64_t max) {
+std::optional<int64_t> MapReader::ReadIntegerIn(const std::string& key, int64_t min, int64_t max) {
   YAML::Node value = Get(key);
   if (Absent(value)) return std::nullopt;
   if (!IsPlain(value) || !LooksLikeInteger(value.Scalar())) {

@@ -9,6 +9,8 @@
 //    for the Kubernetes API server;
 //  * on any error the output is left untouched, so reading goes on and later
 //    fields are still checked.
+//
+// Not thread-safe: one MapReader reads one mapping, on one thread.
 #ifndef KUBEPS_API_MANIFEST_READER_H_
 #define KUBEPS_API_MANIFEST_READER_H_
 
@@ -18,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 #include "api/training_job.h"
 
@@ -79,8 +81,7 @@ class MapReader {
 
   // Typed readers. `required` reports "required" when absent or null.
   bool ReadString(const std::string& key, std::string* out, bool required = false);
-  bool ReadEnum(const std::string& key, const std::vector<std::string>& allowed,
-                std::string* out);
+  bool ReadEnum(const std::string& key, const std::vector<std::string>& allowed, std::string* out);
   bool ReadBool(const std::string& key, bool* out);
   bool ReadInt(const std::string& key, int* out, int64_t min);
   bool ReadInt64(const std::string& key, int64_t* out, int64_t min);
@@ -102,7 +103,7 @@ class MapReader {
   std::string path_;
   std::vector<FieldError>* errors_;
   bool is_mapping_ = false;
-  bool bad_type_ = false;  // present but not a mapping (already reported)
+  bool bad_type_ = false;           // present but not a mapping (already reported)
   std::vector<std::string> known_;  // in lookup order, for suggestions
   std::set<std::string> known_set_;
 };

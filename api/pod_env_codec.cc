@@ -12,7 +12,8 @@ namespace {
 // "--scheduler-addr" for KUBEPS_SCHEDULER_ADDR.
 std::string FlagName(const char* variable) {
   std::string name = std::string(variable).substr(sizeof("KUBEPS_") - 1);
-  for (char& c : name) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char& c : name)
+    c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return "--" + name;
 }
 
@@ -55,7 +56,8 @@ void AddNodeFlags(CLI::App* app, NodeConfig* c) {
   number(env::kMetricsPort, &c->metrics_port, 0, "Prometheus metrics port (0: any free port)");
   number(env::kNumServers, &c->num_servers, 1, "parameter servers in the job");
   number(env::kNumWorkers, &c->num_workers, 1, "workers in the job");
-  number(env::kResendTimeoutMs, &c->resend_timeout_ms, 1, "deadline of one RPC before it is resent");
+  number(env::kResendTimeoutMs, &c->resend_timeout_ms, 1,
+         "deadline of one RPC before it is resent");
   number(env::kMaxResends, &c->max_resends, 0, "resends of one RPC before it fails");
   text(env::kTokenFile, &c->token_file, "file holding the job's token (empty: no token)");
   text(env::kRunDir, &c->run_dir, "local runs: where the ports are published");
@@ -66,7 +68,9 @@ void AddNodeFlags(CLI::App* app, NodeConfig* c) {
 Status FinishNodeConfig(NodeConfig* config) {
   if (!config->token_file.empty()) {
     std::ifstream in(config->token_file);
-    if (!in) return Status::InvalidArgument(std::string(env::kTokenFile) + ": cannot read " + config->token_file);
+    if (!in)
+      return Status::InvalidArgument(std::string(env::kTokenFile) + ": cannot read " +
+                                     config->token_file);
     std::getline(in, config->token);
   }
   if (config->node_id.empty()) config->node_id = config->role + "-" + std::to_string(::getpid());

@@ -23,20 +23,20 @@ namespace kubeps::api {
 
 // The variables' names, in one place for the runner, the operator and the nodes.
 namespace env {
-inline constexpr const char* kRole = "KUBEPS_ROLE";                  // scheduler | server | worker | local
+inline constexpr const char* kRole = "KUBEPS_ROLE";  // scheduler | server | worker | local
 inline constexpr const char* kJobName = "KUBEPS_JOB_NAME";
-inline constexpr const char* kJob = "KUBEPS_JOB";                    // the canonical manifest (JSON)
-inline constexpr const char* kNodeId = "KUBEPS_NODE_ID";             // stable identity (pod name)
+inline constexpr const char* kJob = "KUBEPS_JOB";         // the canonical manifest (JSON)
+inline constexpr const char* kNodeId = "KUBEPS_NODE_ID";  // stable identity (pod name)
 inline constexpr const char* kSchedulerAddr = "KUBEPS_SCHEDULER_ADDR";
-inline constexpr const char* kPodIp = "KUBEPS_POD_IP";               // address to listen on and report
-inline constexpr const char* kPort = "KUBEPS_PORT";                  // gRPC port, 0 = any free port
-inline constexpr const char* kMetricsPort = "KUBEPS_METRICS_PORT";   // 0 = any free port
+inline constexpr const char* kPodIp = "KUBEPS_POD_IP";  // address to listen on and report
+inline constexpr const char* kPort = "KUBEPS_PORT";     // gRPC port, 0 = any free port
+inline constexpr const char* kMetricsPort = "KUBEPS_METRICS_PORT";  // 0 = any free port
 inline constexpr const char* kNumServers = "KUBEPS_NUM_SERVERS";
 inline constexpr const char* kNumWorkers = "KUBEPS_NUM_WORKERS";
 inline constexpr const char* kResendTimeoutMs = "KUBEPS_RESEND_TIMEOUT_MS";
 inline constexpr const char* kMaxResends = "KUBEPS_MAX_RESENDS";
 inline constexpr const char* kTokenFile = "KUBEPS_TOKEN_FILE";
-inline constexpr const char* kRunDir = "KUBEPS_RUN_DIR";             // local runner: where ports are published
+inline constexpr const char* kRunDir = "KUBEPS_RUN_DIR";  // local runner: where ports are published
 inline constexpr const char* kBlasThreads = "KUBEPS_BLAS_THREADS";
 inline constexpr const char* kCheckpointDir = "KUBEPS_CHECKPOINT_DIR";  // servers: <dir>/<node id>/
 }  // namespace env
@@ -56,7 +56,7 @@ struct NodeConfig {
   int resend_timeout_ms = 1000;
   int max_resends = 10;
   std::string token_file;
-  std::string token;   // read from token_file by FinishNodeConfig; empty = no check
+  std::string token;  // read from token_file by FinishNodeConfig; empty = no check
   std::string run_dir;
   int blas_threads = 1;
   std::string checkpoint_dir;

@@ -37,9 +37,12 @@ const char* ToString(RestartPolicy policy) {
 
 const char* ToString(CleanPodPolicy policy) {
   switch (policy) {
-    case CleanPodPolicy::kAll: return "All";
-    case CleanPodPolicy::kRunning: return "Running";
-    case CleanPodPolicy::kNone: return "None";
+    case CleanPodPolicy::kAll:
+      return "All";
+    case CleanPodPolicy::kRunning:
+      return "Running";
+    case CleanPodPolicy::kNone:
+      return "None";
   }
   return "Running";
 }
@@ -79,7 +82,8 @@ nlohmann::json RunPolicyToJson(const RunPolicy& p) {
                         {"cleanPodPolicy", ToString(p.clean_pod_policy)},
                         {"suspend", p.suspend}};
   if (p.active_deadline_seconds > 0) out["activeDeadlineSeconds"] = p.active_deadline_seconds;
-  if (p.ttl_seconds_after_finished >= 0) out["ttlSecondsAfterFinished"] = p.ttl_seconds_after_finished;
+  if (p.ttl_seconds_after_finished >= 0)
+    out["ttlSecondsAfterFinished"] = p.ttl_seconds_after_finished;
   return out;
 }
 
@@ -95,9 +99,12 @@ nlohmann::json ToJson(const TrainingJob& job) {
   const TrainingJobSpec& s = job.spec;
   const OptimizerSpec& o = s.optimizer;
   nlohmann::json optimizer = {
-      {"name", o.name},         {"learningRate", o.learning_rate},
-      {"momentum", o.momentum}, {"beta1", o.beta1},
-      {"beta2", o.beta2},       {"epsilon", o.epsilon},
+      {"name", o.name},
+      {"learningRate", o.learning_rate},
+      {"momentum", o.momentum},
+      {"beta1", o.beta1},
+      {"beta2", o.beta2},
+      {"epsilon", o.epsilon},
       {"weightDecay", o.weight_decay},
   };
   nlohmann::json spec = {
@@ -116,10 +123,11 @@ nlohmann::json ToJson(const TrainingJob& job) {
       {"backend", s.backend},
       {"checkpoint", {{"path", s.checkpoint_path}, {"intervalSteps", s.checkpoint_interval_steps}}},
       {"runPolicy", RunPolicyToJson(s.run_policy)},
-      {"schedulingPolicy", {{"schedulerName", s.scheduling_policy.scheduler_name},
-                            {"minAvailable", s.scheduling_policy.min_available},
-                            {"queue", s.scheduling_policy.queue},
-                            {"priorityClass", s.scheduling_policy.priority_class}}},
+      {"schedulingPolicy",
+       {{"schedulerName", s.scheduling_policy.scheduler_name},
+        {"minAvailable", s.scheduling_policy.min_available},
+        {"queue", s.scheduling_policy.queue},
+        {"priorityClass", s.scheduling_policy.priority_class}}},
       // The scheduler is implicit and never written.
       {"replicaSpecs", {{"ps", ReplicaToJson(s.ps)}, {"worker", ReplicaToJson(s.worker)}}},
   };

@@ -1,6 +1,8 @@
 // TrainingJob: the one manifest a user writes. These types are the API of
 // kubeps (group kubeps.io, version v1alpha1); `kubeps run`, the operator and
 // every pod read the same structure, parsed and validated by one function.
+//
+// Plain values and pure functions: safe from any thread.
 #ifndef KUBEPS_API_TRAINING_JOB_H_
 #define KUBEPS_API_TRAINING_JOB_H_
 
@@ -23,10 +25,10 @@ enum class RestartPolicy { kOnFailure, kNever, kExitCode };
 struct OptimizerSpec {
   std::string name = "sgd";  // sgd | momentum | adam
   double learning_rate = 0.1;
-  double momentum = 0.9;     // momentum only
-  double beta1 = 0.9;        // adam only
-  double beta2 = 0.999;      // adam only
-  double epsilon = 1e-8;     // adam only
+  double momentum = 0.9;  // momentum only
+  double beta1 = 0.9;     // adam only
+  double beta2 = 0.999;   // adam only
+  double epsilon = 1e-8;  // adam only
   double weight_decay = 0.0;
 };
 
@@ -43,35 +45,35 @@ enum class CleanPodPolicy { kAll, kRunning, kNone };
 struct RunPolicy {
   RestartPolicy restart_policy = RestartPolicy::kOnFailure;
   int backoff_limit = 3;
-  int64_t active_deadline_seconds = 0;      // 0 = no deadline
-  int64_t ttl_seconds_after_finished = -1;  // -1 = keep the finished job
+  int64_t active_deadline_seconds = 0;                         // 0 = no deadline
+  int64_t ttl_seconds_after_finished = -1;                     // -1 = keep the finished job
   CleanPodPolicy clean_pod_policy = CleanPodPolicy::kRunning;  // pods deleted when the job ends
-  bool suspend = false;                     // no pods while true
+  bool suspend = false;                                        // no pods while true
 };
 
 // Gang scheduling (Volcano or scheduler-plugins): when scheduler_name is
 // set, the operator creates a PodGroup and sets the pods' schedulerName.
 struct SchedulingPolicy {
-  std::string scheduler_name;   // "" = the default scheduler, no PodGroup
-  int min_available = 0;        // 0 = every replica
+  std::string scheduler_name;  // "" = the default scheduler, no PodGroup
+  int min_available = 0;       // 0 = every replica
   std::string queue;
   std::string priority_class;
 };
 
 struct TrainingJobSpec {
   SyncMode mode = SyncMode::kSync;
-  std::string model = "mlp";      // softmax | mlp | cnn
-  std::string dataset_path;       // folder holding the four Fashion-MNIST IDX .gz files
+  std::string model = "mlp";  // softmax | mlp | cnn
+  std::string dataset_path;   // folder holding the four Fashion-MNIST IDX .gz files
   OptimizerSpec optimizer;
-  int batch_size = 64;            // per worker
+  int batch_size = 64;  // per worker
   int epochs = 1;
-  uint64_t seed = 1;              // parameter initialisation and data order
+  uint64_t seed = 1;                  // parameter initialisation and data order
   int64_t big_array_bound = 1000000;  // elements; larger tensors are sliced over all servers
   int resend_timeout_ms = 1000;
   int max_resends = 10;
-  int progress_interval_ms = 2000;   // how often workers print a progress line
+  int progress_interval_ms = 2000;  // how often workers print a progress line
   int gpus_per_worker = 0;
-  std::string backend = "cpu";    // cpu | cuda | auto (cuda when the worker sees a GPU)
+  std::string backend = "cpu";  // cpu | cuda | auto (cuda when the worker sees a GPU)
   // Shards write their parameters and optimizer state every
   // checkpoint_interval_steps steps into checkpoint_path (the local runner
   // uses its run folder when empty); a restarted shard reloads them.
@@ -85,7 +87,7 @@ struct TrainingJobSpec {
 };
 
 struct TrainingJob {
-  std::string name;               // metadata.name
+  std::string name;  // metadata.name
   std::string namespace_ = "default";
   TrainingJobSpec spec;
 };
@@ -99,7 +101,7 @@ struct FieldError {
 };
 
 struct ParseResult {
-  std::optional<TrainingJob> job;   // set only when errors is empty
+  std::optional<TrainingJob> job;  // set only when errors is empty
   std::vector<FieldError> errors;
   bool ok() const { return errors.empty(); }
   // All errors, one per line, prefixed with `source` (a file name).

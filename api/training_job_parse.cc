@@ -68,9 +68,9 @@ void ReadMetadata(const YAML::Node& node, TrainingJob* job, std::vector<FieldErr
   }
   // Accepted and ignored: what users attach, and what the API server adds
   // when the operator reads the object back.
-  meta.Allow({"labels", "annotations", "uid", "resourceVersion", "generation",
-              "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
-              "managedFields", "ownerReferences", "finalizers", "generateName", "selfLink"});
+  meta.Allow({"labels", "annotations", "uid", "resourceVersion", "generation", "creationTimestamp",
+              "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields", "ownerReferences",
+              "finalizers", "generateName", "selfLink"});
   meta.Finish();
 }
 

@@ -8,12 +8,18 @@ using nlohmann::json;
 
 const char* ToString(JobPhase phase) {
   switch (phase) {
-    case JobPhase::kCreated: return "Created";
-    case JobPhase::kRunning: return "Running";
-    case JobPhase::kRestarting: return "Restarting";
-    case JobPhase::kSucceeded: return "Succeeded";
-    case JobPhase::kFailed: return "Failed";
-    case JobPhase::kSuspended: return "Suspended";
+    case JobPhase::kCreated:
+      return "Created";
+    case JobPhase::kRunning:
+      return "Running";
+    case JobPhase::kRestarting:
+      return "Restarting";
+    case JobPhase::kSucceeded:
+      return "Succeeded";
+    case JobPhase::kFailed:
+      return "Failed";
+    case JobPhase::kSuspended:
+      return "Suspended";
   }
   return "?";
 }
@@ -27,11 +33,13 @@ std::optional<JobPhase> ParseJobPhase(std::string_view text) {
 
 bool Condition::operator==(const Condition& o) const {
   return std::tie(type, status, reason, message, last_update_time, last_transition_time) ==
-         std::tie(o.type, o.status, o.reason, o.message, o.last_update_time, o.last_transition_time);
+         std::tie(o.type, o.status, o.reason, o.message, o.last_update_time,
+                  o.last_transition_time);
 }
 
 bool ReplicaStatus::operator==(const ReplicaStatus& o) const {
-  return std::tie(active, succeeded, failed, restarts) == std::tie(o.active, o.succeeded, o.failed, o.restarts);
+  return std::tie(active, succeeded, failed, restarts) ==
+         std::tie(o.active, o.succeeded, o.failed, o.restarts);
 }
 
 const Condition* FindCondition(const std::vector<Condition>& conditions, std::string_view type) {
@@ -41,7 +49,8 @@ const Condition* FindCondition(const std::vector<Condition>& conditions, std::st
   return nullptr;
 }
 
-void SetStatusCondition(std::vector<Condition>* conditions, Condition condition, const std::string& now) {
+void SetStatusCondition(std::vector<Condition>* conditions, Condition condition,
+                        const std::string& now) {
   for (Condition& c : *conditions) {
     if (c.type != condition.type) continue;
     if (c.status != condition.status) c.last_transition_time = now;
@@ -55,8 +64,9 @@ void SetStatusCondition(std::vector<Condition>* conditions, Condition condition,
   conditions->push_back(std::move(condition));
 }
 
-void SetPhaseCondition(std::vector<Condition>* conditions, JobPhase phase, const std::string& reason,
-                       const std::string& message, const std::string& now) {
+void SetPhaseCondition(std::vector<Condition>* conditions, JobPhase phase,
+                       const std::string& reason, const std::string& message,
+                       const std::string& now) {
   const std::string current = ToString(phase);
   for (Condition& c : *conditions) {
     if (c.type == current || c.type == "Created" || c.status == "False") continue;
@@ -112,8 +122,11 @@ json ToJson(const TrainingJobStatus& s) {
   if (!s.conditions.empty()) {
     json conditions = json::array();
     for (const Condition& c : s.conditions) {
-      conditions.push_back({{"type", c.type}, {"status", c.status}, {"reason", c.reason},
-                            {"message", c.message}, {"lastUpdateTime", c.last_update_time},
+      conditions.push_back({{"type", c.type},
+                            {"status", c.status},
+                            {"reason", c.reason},
+                            {"message", c.message},
+                            {"lastUpdateTime", c.last_update_time},
                             {"lastTransitionTime", c.last_transition_time}});
     }
     out["conditions"] = conditions;
@@ -121,7 +134,9 @@ json ToJson(const TrainingJobStatus& s) {
   if (!s.replica_statuses.empty()) {
     json replicas = json::object();
     for (const auto& [role, c] : s.replica_statuses) {
-      replicas[role] = {{"active", c.active}, {"succeeded", c.succeeded}, {"failed", c.failed},
+      replicas[role] = {{"active", c.active},
+                        {"succeeded", c.succeeded},
+                        {"failed", c.failed},
                         {"restarts", c.restarts}};
     }
     out["replicaStatuses"] = replicas;

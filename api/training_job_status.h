@@ -18,12 +18,15 @@
 namespace kubeps::api {
 
 enum class JobPhase { kCreated, kRunning, kRestarting, kSucceeded, kFailed, kSuspended };
-inline constexpr JobPhase kJobPhases[] = {JobPhase::kCreated,   JobPhase::kRunning, JobPhase::kRestarting,
-                                          JobPhase::kSucceeded, JobPhase::kFailed,  JobPhase::kSuspended};
+inline constexpr JobPhase kJobPhases[] = {JobPhase::kCreated,    JobPhase::kRunning,
+                                          JobPhase::kRestarting, JobPhase::kSucceeded,
+                                          JobPhase::kFailed,     JobPhase::kSuspended};
 const char* ToString(JobPhase phase);
 std::optional<JobPhase> ParseJobPhase(std::string_view text);
 // Succeeded and Failed are terminal.
-inline bool IsFinished(JobPhase phase) { return phase == JobPhase::kSucceeded || phase == JobPhase::kFailed; }
+inline bool IsFinished(JobPhase phase) {
+  return phase == JobPhase::kSucceeded || phase == JobPhase::kFailed;
+}
 
 struct Condition {
   std::string type;    // a phase's name: Created, Running, ..., Suspended
@@ -38,15 +41,17 @@ struct Condition {
 // Adds the condition of `condition.type` or updates it, as
 // meta.SetStatusCondition does: lastTransitionTime moves only when the status
 // changes, lastUpdateTime when the reason or message does.
-void SetStatusCondition(std::vector<Condition>* conditions, Condition condition, const std::string& now);
+void SetStatusCondition(std::vector<Condition>* conditions, Condition condition,
+                        const std::string& now);
 // The condition of `type`, or null.
 const Condition* FindCondition(const std::vector<Condition>& conditions, std::string_view type);
 
 // Kubeflow's convention for a job's conditions: the condition of its phase is
 // True; every other one but Created becomes False (a resumed job is no
 // longer Suspended: reason JobResumed).
-void SetPhaseCondition(std::vector<Condition>* conditions, JobPhase phase, const std::string& reason,
-                       const std::string& message, const std::string& now);
+void SetPhaseCondition(std::vector<Condition>* conditions, JobPhase phase,
+                       const std::string& reason, const std::string& message,
+                       const std::string& now);
 
 struct ReplicaStatus {
   int active = 0;
@@ -62,11 +67,11 @@ struct TrainingJobStatus {
   int64_t observed_generation = 0;
   std::vector<Condition> conditions;
   std::map<std::string, ReplicaStatus> replica_statuses;  // "scheduler", "ps", "worker"
-  std::string workers;                                     // "active+succeeded/replicas"
-  std::string start_time;                                  // RFC 3339; "" = not yet
+  std::string workers;                                    // "active+succeeded/replicas"
+  std::string start_time;                                 // RFC 3339; "" = not yet
   std::string completion_time;
-  std::optional<int64_t> step;                             // worker 0's step
-  std::string steps_per_second;                            // "12.3"; "" = not measured yet
+  std::optional<int64_t> step;   // worker 0's step
+  std::string steps_per_second;  // "12.3"; "" = not measured yet
 
   bool finished() const { return phase && IsFinished(*phase); }
   // Equal in everything but time stamps: whether a write would change anything.

@@ -21,15 +21,22 @@ Status ParseFaultConfig(const std::string& text, FaultConfig* config) {
       return Status::Error("KUBEPS_FAULTS: \"" + entry + "\": want name=non-negative number");
     }
     bool probability = true;
-    if (key == "drop_request") config->drop_request = number;
-    else if (key == "drop_response") config->drop_response = number;
-    else if (key == "duplicate") config->duplicate = number;
-    else if (key == "delay") config->delay = number;
-    else if (key == "delay_max_ms") config->delay_max_ms = static_cast<int>(number), probability = false;
-    else if (key == "seed") config->seed = static_cast<uint64_t>(number), probability = false;
+    if (key == "drop_request")
+      config->drop_request = number;
+    else if (key == "drop_response")
+      config->drop_response = number;
+    else if (key == "duplicate")
+      config->duplicate = number;
+    else if (key == "delay")
+      config->delay = number;
+    else if (key == "delay_max_ms")
+      config->delay_max_ms = static_cast<int>(number), probability = false;
+    else if (key == "seed")
+      config->seed = static_cast<uint64_t>(number), probability = false;
     else {
-      return Status::Error("KUBEPS_FAULTS: unknown fault \"" + key +
-                           "\" (want drop_request, drop_response, duplicate, delay, delay_max_ms, seed)");
+      return Status::Error(
+          "KUBEPS_FAULTS: unknown fault \"" + key +
+          "\" (want drop_request, drop_response, duplicate, delay, delay_max_ms, seed)");
     }
     if (probability && number > 1) {
       return Status::Error("KUBEPS_FAULTS: " + key + " is a share, in [0, 1]; got " + value);
@@ -71,15 +78,19 @@ grpc::Status FaultInjector::Drop(grpc::ServerContext* context, const char* rpc, 
   // The sender hears nothing: hold the call until its deadline passes (or
   // it gives up), capped so a call without deadline cannot hang us.
   auto cap = std::chrono::system_clock::now() + std::chrono::seconds(60);
-  while (!context->IsCancelled() && std::chrono::system_clock::now() < std::min(cap, context->deadline())) {
+  while (!context->IsCancelled() &&
+         std::chrono::system_clock::now() < std::min(cap, context->deadline())) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  return grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string("fault injected: ") + what + " dropped");
+  return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                      std::string("fault injected: ") + what + " dropped");
 }
 
 void FaultInjector::Count(const char* fault, const char* rpc) {
-  metrics_->Counter("kubeps_faults_injected_total", "Faults injected by KUBEPS_FAULTS",
-                    {{"fault", fault}, {"rpc", rpc}}).Increment();
+  metrics_
+      ->Counter("kubeps_faults_injected_total", "Faults injected by KUBEPS_FAULTS",
+                {{"fault", fault}, {"rpc", rpc}})
+      .Increment();
 }
 
 }  // namespace kubeps

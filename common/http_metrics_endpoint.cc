@@ -26,7 +26,8 @@ void SendAll(int fd, const std::string& data) {
 std::string Response(const char* status, const char* type, const std::string& body) {
   std::ostringstream out;
   out << "HTTP/1.1 " << status << "\r\nContent-Type: " << type
-      << "\r\nContent-Length: " << body.size() << "\r\nConnection: close\r\n\r\n" << body;
+      << "\r\nContent-Length: " << body.size() << "\r\nConnection: close\r\n\r\n"
+      << body;
   return out.str();
 }
 

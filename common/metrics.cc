@@ -1,6 +1,5 @@
 #include "common/metrics.h"
 
-
 namespace kubeps {
 
 Status MetricsServer::Start(const std::string& bind_address, int port,
@@ -10,7 +9,8 @@ Status MetricsServer::Start(const std::string& bind_address, int port,
   server->registry_ = std::make_shared<prometheus::Registry>();
   server->labels_ = std::move(constant_labels);
   if (port >= 0) {
-    Status s = HttpMetricsEndpoint::Start(bind_address, port, server->registry_, &server->endpoint_);
+    Status s =
+        HttpMetricsEndpoint::Start(bind_address, port, server->registry_, &server->endpoint_);
     if (!s.ok()) return s;
     server->port_ = server->endpoint_->port();
   }
@@ -40,8 +40,11 @@ prometheus::Histogram& MetricsServer::Latency(const std::string& name, const std
   static const prometheus::Histogram::BucketBoundaries kBuckets = {
       0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
       0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10};
-  return prometheus::BuildHistogram().Name(name).Help(help).Register(*registry_).Add(
-      Merge(extra), kBuckets);
+  return prometheus::BuildHistogram()
+      .Name(name)
+      .Help(help)
+      .Register(*registry_)
+      .Add(Merge(extra), kBuckets);
 }
 
 MetricsServer& NullMetrics() {

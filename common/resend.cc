@@ -35,8 +35,11 @@ Status ResendCaller::Call(const std::string& peer, const char* rpc, const Attemp
         return Status::Error("rpc " + std::string(rpc) + " to " + peer + " abandoned after " +
                              std::to_string(made - 1) + " tries: " + last.error_message());
       }
-      metrics_->Counter("kubeps_rpc_resends_total", "Requests sent again after a timeout or a broken channel",
-                        {{"rpc", rpc}, {"peer", peer}}).Increment();
+      metrics_
+          ->Counter("kubeps_rpc_resends_total",
+                    "Requests sent again after a timeout or a broken channel",
+                    {{"rpc", rpc}, {"peer", peer}})
+          .Increment();
       int cap = std::min(policy_.backoff_cap_ms, policy_.backoff_base_ms << std::min(i - 1, 16));
       std::uniform_int_distribution<int> wait(cap / 2, cap);
       std::this_thread::sleep_for(std::chrono::milliseconds(wait(jitter)));
@@ -51,8 +54,10 @@ Status ResendCaller::Call(const std::string& peer, const char* rpc, const Attemp
     last = attempt(context);
     if (last.ok()) return Status::Ok();
     if (last.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      metrics_->Counter("kubeps_rpc_timeouts_total", "Attempts whose deadline passed",
-                        {{"rpc", rpc}, {"peer", peer}}).Increment();
+      metrics_
+          ->Counter("kubeps_rpc_timeouts_total", "Attempts whose deadline passed",
+                    {{"rpc", rpc}, {"peer", peer}})
+          .Increment();
     }
     if (!IsRetryable(last)) break;
   }
@@ -60,23 +65,31 @@ Status ResendCaller::Call(const std::string& peer, const char* rpc, const Attemp
     return Status::Aborted("rpc " + std::string(rpc) + " to " + peer + ": " + last.error_message());
   }
   return Status(CodeOf(last), "rpc " + std::string(rpc) + " to " + peer + " failed after " +
-                       std::to_string(made) + (made == 1 ? " try" : " tries") + " (resend timeout " +
-                       std::to_string(policy_.timeout_ms) + " ms, max resends " +
-                       std::to_string(policy_.max_resends) + "): " +
-                       std::to_string(static_cast<int>(last.error_code())) + " " + last.error_message());
+                                  std::to_string(made) + (made == 1 ? " try" : " tries") +
+                                  " (resend timeout " + std::to_string(policy_.timeout_ms) +
+                                  " ms, max resends " + std::to_string(policy_.max_resends) +
+                                  "): " + std::to_string(static_cast<int>(last.error_code())) +
+                                  " " + last.error_message());
 }
 
 Status::Code CodeOf(const grpc::Status& status) {
   if (IsRetryable(status)) return Status::Code::kUnavailable;
   switch (status.error_code()) {
-    case grpc::StatusCode::OK: return Status::Code::kOk;
-    case grpc::StatusCode::INVALID_ARGUMENT: return Status::Code::kInvalidArgument;
-    case grpc::StatusCode::NOT_FOUND: return Status::Code::kNotFound;
-    case grpc::StatusCode::ALREADY_EXISTS: return Status::Code::kAlreadyExists;
-    case grpc::StatusCode::ABORTED: return Status::Code::kAborted;
+    case grpc::StatusCode::OK:
+      return Status::Code::kOk;
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return Status::Code::kInvalidArgument;
+    case grpc::StatusCode::NOT_FOUND:
+      return Status::Code::kNotFound;
+    case grpc::StatusCode::ALREADY_EXISTS:
+      return Status::Code::kAlreadyExists;
+    case grpc::StatusCode::ABORTED:
+      return Status::Code::kAborted;
     case grpc::StatusCode::PERMISSION_DENIED:
-    case grpc::StatusCode::UNAUTHENTICATED: return Status::Code::kPermissionDenied;
-    default: return Status::Code::kUnknown;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return Status::Code::kPermissionDenied;
+    default:
+      return Status::Code::kUnknown;
   }
 }
 

@@ -51,11 +51,12 @@ Status SchedulerClient::Register(int* rank) {
   // The scheduler may not be up yet (its pod or Service still starting):
   // keep trying for as long as a peer wait is allowed.
   ResendPolicy patient = options_.resend;
-  patient.max_resends =
-      std::max(patient.max_resends, options_.peer_wait_limit_ms / std::max(1, patient.backoff_cap_ms));
+  patient.max_resends = std::max(patient.max_resends,
+                                 options_.peer_wait_limit_ms / std::max(1, patient.backoff_cap_ms));
   ResendCaller startup(patient, options_.token, metrics_);
-  Status s = startup.Call(peer_, "Register",
-                          [&](grpc::ClientContext& c) { return stub_->stub->Register(&c, request, &response); });
+  Status s = startup.Call(peer_, "Register", [&](grpc::ClientContext& c) {
+    return stub_->stub->Register(&c, request, &response);
+  });
   if (!s.ok()) return s;
   *rank = response.rank();
   return Status::Ok();
@@ -74,17 +75,20 @@ Status SchedulerClient::AwaitClusterView(ClusterInfo* cluster) {
     if (!s.ok()) return s;
     if (view.ready()) {
       if (view.servers_size() != view.num_servers() || view.num_servers() < 1) {
-        return Status::Error("the scheduler sent a cluster view with " + std::to_string(view.servers_size()) +
-                             " servers for a job of " + std::to_string(view.num_servers()));
+        return Status::Error("the scheduler sent a cluster view with " +
+                             std::to_string(view.servers_size()) + " servers for a job of " +
+                             std::to_string(view.num_servers()));
       }
       cluster->num_workers = view.num_workers();
       cluster->server_addresses.clear();
-      for (const auto& server : view.servers()) cluster->server_addresses.push_back(server.address());
+      for (const auto& server : view.servers())
+        cluster->server_addresses.push_back(server.address());
       return Status::Ok();
     }
     if (MillisSince(start) > options_.peer_wait_limit_ms) {
       return Status::Error("the cluster never completed: " + std::to_string(view.num_servers()) +
-                           " servers and " + std::to_string(view.num_workers()) + " workers expected, waited " +
+                           " servers and " + std::to_string(view.num_workers()) +
+                           " workers expected, waited " +
                            std::to_string(options_.peer_wait_limit_ms) + " ms");
     }
   }
@@ -96,7 +100,8 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   request.set_incarnation(incarnation_);
   request.set_restored_generation(restored_generation);
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(options_.resend.timeout_ms));
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(options_.resend.timeout_ms));
   if (!options_.token.empty()) context.AddMetadata(kTokenMetadataKey, options_.token);
   v1::HeartbeatResponse response;
   grpc::Status s = stub_->stub->Heartbeat(&context, request, &response);
@@ -117,7 +122,8 @@ Status SchedulerClient::Barrier(const std::string& name, int rank) {
   for (;;) {
     v1::BarrierResponse response;
     Status s = caller_->Call(
-        peer_, "Barrier", [&](grpc::ClientContext& c) { return stub_->stub->Barrier(&c, request, &response); },
+        peer_, "Barrier",
+        [&](grpc::ClientContext& c) { return stub_->stub->Barrier(&c, request, &response); },
         options_.long_poll_ms);
     if (!s.ok()) return s;
     if (response.released()) return Status::Ok();
@@ -133,8 +139,9 @@ Status SchedulerClient::Finish(int rank) {
   request.set_node_id(options_.node_id);
   request.set_rank(rank);
   v1::FinishResponse response;
-  return caller_->Call(peer_, "Finish",
-                      [&](grpc::ClientContext& c) { return stub_->stub->Finish(&c, request, &response); });
+  return caller_->Call(peer_, "Finish", [&](grpc::ClientContext& c) {
+    return stub_->stub->Finish(&c, request, &response);
+  });
 }
 
 }  // namespace kubeps

@@ -32,15 +32,15 @@ enum class NodeRole { kServer, kWorker };
 
 struct SchedulerClientOptions {
   std::string scheduler_address;
-  std::string node_id;            // stable identity: a restart keeps the rank
+  std::string node_id;  // stable identity: a restart keeps the rank
   NodeRole role = NodeRole::kWorker;
   std::string token;
-  std::string address;            // servers: host:port where workers reach the shard
+  std::string address;  // servers: host:port where workers reach the shard
   std::string metrics_address;
-  int64_t checkpoint_step = -1;   // servers: the checkpoint loaded at start, -1 = none
+  int64_t checkpoint_step = -1;  // servers: the checkpoint loaded at start, -1 = none
   ResendPolicy resend;
-  int long_poll_ms = 500;         // server-side wait of one cluster-view or barrier poll
-  int peer_wait_limit_ms = 600000;  // give up waiting for the scheduler or slow peers after this
+  int long_poll_ms = 500;            // server-side wait of one cluster-view or barrier poll
+  int peer_wait_limit_ms = 600000;   // give up waiting for the scheduler or slow peers after this
   MetricsServer* metrics = nullptr;  // null: not exported
 };
 
@@ -52,10 +52,10 @@ struct ClusterInfo {
 
 // One heartbeat's answer.
 struct HeartbeatAnswer {
-  uint64_t generation = 0;     // bumps at every recovery
-  uint64_t restore_step = 0;   // the step the current generation resumes from
+  uint64_t generation = 0;       // bumps at every recovery
+  uint64_t restore_step = 0;     // the step the current generation resumes from
   bool generation_ready = true;  // every shard has restored it
-  bool shutdown = false;       // every worker finished: the job is over
+  bool shutdown = false;         // every worker finished: the job is over
 };
 
 class SchedulerClient {

@@ -15,21 +15,23 @@ class [[nodiscard]] Status {
  public:
   enum class Code {
     kOk,
-    kUnknown,             // a failure with no more specific code
-    kInvalidArgument,     // bad input: a manifest, a flag, an RPC field
+    kUnknown,          // a failure with no more specific code
+    kInvalidArgument,  // bad input: a manifest, a flag, an RPC field
     kNotFound,
     kAlreadyExists,
-    kConflict,            // a stale write (HTTP 409 on a resourceVersion)
-    kAborted,             // the job rolled back to an earlier step: resume from it
-    kUnavailable,         // the peer could not be reached, even after resends
+    kConflict,     // a stale write (HTTP 409 on a resourceVersion)
+    kAborted,      // the job rolled back to an earlier step: resume from it
+    kUnavailable,  // the peer could not be reached, even after resends
     kPermissionDenied,
-    kGone,                // history compacted away (HTTP 410): list again
+    kGone,  // history compacted away (HTTP 410): list again
   };
 
   Status() = default;
   static Status Ok() { return Status(); }
   static Status Error(std::string message) { return Status(Code::kUnknown, std::move(message)); }
-  static Status InvalidArgument(std::string m) { return Status(Code::kInvalidArgument, std::move(m)); }
+  static Status InvalidArgument(std::string m) {
+    return Status(Code::kInvalidArgument, std::move(m));
+  }
   static Status NotFound(std::string m) { return Status(Code::kNotFound, std::move(m)); }
   static Status AlreadyExists(std::string m) { return Status(Code::kAlreadyExists, std::move(m)); }
   static Status Conflict(std::string m) { return Status(Code::kConflict, std::move(m)); }
@@ -37,7 +39,9 @@ class [[nodiscard]] Status {
   // failure, the caller resumes from the step the scheduler announces.
   static Status Aborted(std::string m) { return Status(Code::kAborted, std::move(m)); }
   static Status Unavailable(std::string m) { return Status(Code::kUnavailable, std::move(m)); }
-  static Status PermissionDenied(std::string m) { return Status(Code::kPermissionDenied, std::move(m)); }
+  static Status PermissionDenied(std::string m) {
+    return Status(Code::kPermissionDenied, std::move(m));
+  }
   static Status Gone(std::string m) { return Status(Code::kGone, std::move(m)); }
   Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
 

@@ -65,7 +65,8 @@ std::vector<uint64_t> CheckpointStore::Steps() const {
     const std::string name = entry.path().filename().string();
     unsigned long long step = 0;
     char tail[8] = {0};
-    if (std::sscanf(name.c_str(), "step-%20llu.%5s", &step, tail) == 2 && std::string(tail) == "ckpt") {
+    if (std::sscanf(name.c_str(), "step-%20llu.%5s", &step, tail) == 2 &&
+        std::string(tail) == "ckpt") {
       steps.push_back(step);
     }
   }

@@ -40,7 +40,8 @@ void DedupTable::Done(const v1::RequestId& id) {
 size_t DedupTable::TrackedRequests() const {
   std::lock_guard<std::mutex> lock(mutex_);
   size_t total = 0;
-  for (const auto& [name, sender] : senders_) total += sender.applied.size() + sender.in_flight.size();
+  for (const auto& [name, sender] : senders_)
+    total += sender.applied.size() + sender.in_flight.size();
   return total;
 }
 

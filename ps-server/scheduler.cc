@@ -9,9 +9,12 @@ namespace {
 
 const char* RoleName(v1::Role role) {
   switch (role) {
-    case v1::SERVER: return "server";
-    case v1::WORKER: return "worker";
-    default: return "unknown";
+    case v1::SERVER:
+      return "server";
+    case v1::WORKER:
+      return "worker";
+    default:
+      return "unknown";
   }
 }
 
@@ -53,7 +56,7 @@ Scheduler::Scheduler(const SchedulerOptions& options, MetricsServer* metrics)
                                  "Nodes (servers and workers) registered with the scheduler")) {}
 
 grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
-                                        v1::RegisterResponse* response) {
+                                 v1::RegisterResponse* response) {
   const v1::NodeInfo& node = request->node();
   if (node.node_id().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "node.node_id is empty");
@@ -62,7 +65,8 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
   int expected = 0;
   if (node.role() == v1::SERVER) {
     if (node.address().empty()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "server " + node.node_id() + " sent no address");
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "server " + node.node_id() + " sent no address");
     }
     ids = &server_ids_;
     expected = options_.num_servers;
@@ -77,9 +81,9 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
   int rank;
   if (existing != members_.end()) {
     if (existing->second.info.role() != node.role()) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          node.node_id() + " registered before as a " +
-                              RoleName(existing->second.info.role()));
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          node.node_id() + " registered before as a " + RoleName(existing->second.info.role()));
     }
     rank = existing->second.info.rank();
     if (existing->second.info.incarnation() != node.incarnation()) {
@@ -90,8 +94,9 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
   } else {
     if (Registered(*ids) >= expected) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "the job expects " + std::to_string(expected) + " " + RoleName(node.role()) +
-                              "s and all ranks are taken; " + node.node_id() + " is one too many");
+                          "the job expects " + std::to_string(expected) + " " +
+                              RoleName(node.role()) + "s and all ranks are taken; " +
+                              node.node_id() + " is one too many");
     }
     rank = FreeRank(*ids, PreferredRank(node.node_id()), expected);
     (*ids)[rank] = node.node_id();
@@ -110,18 +115,21 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
 
 void Scheduler::StartRecovery(const v1::NodeInfo& server) {
   ++generation_;
-  restore_step_ = server.checkpoint_step() < 0 ? 0 : static_cast<uint64_t>(server.checkpoint_step());
+  restore_step_ =
+      server.checkpoint_step() < 0 ? 0 : static_cast<uint64_t>(server.checkpoint_step());
   restored_.clear();
-  KLOG_INFO << "recovery: generation " << generation_ << " rolls every shard and worker back to step "
-            << restore_step_ << ", the checkpoint " << server.node_id() << " restarted from";
+  KLOG_INFO << "recovery: generation " << generation_
+            << " rolls every shard and worker back to step " << restore_step_ << ", the checkpoint "
+            << server.node_id() << " restarted from";
 }
 
 bool Scheduler::ViewReady() const {
-  return Registered(server_ids_) == options_.num_servers && Registered(worker_ids_) == options_.num_workers;
+  return Registered(server_ids_) == options_.num_servers &&
+         Registered(worker_ids_) == options_.num_workers;
 }
 
 grpc::Status Scheduler::GetClusterView(const v1::ClusterViewRequest* request,
-                                              v1::ClusterView* response) {
+                                       v1::ClusterView* response) {
   std::unique_lock<std::mutex> lock(mutex_);
   bool ready = changed_.wait_for(lock, std::chrono::milliseconds(request->wait_ms()),
                                  [&] { return ViewReady(); });
@@ -135,8 +143,7 @@ grpc::Status Scheduler::GetClusterView(const v1::ClusterViewRequest* request,
   return grpc::Status::OK;
 }
 
-grpc::Status Scheduler::Barrier(const v1::BarrierRequest* request,
-                                       v1::BarrierResponse* response) {
+grpc::Status Scheduler::Barrier(const v1::BarrierRequest* request, v1::BarrierResponse* response) {
   if (request->rank() < 0 || request->rank() >= options_.num_workers) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "barrier rank " + std::to_string(request->rank()) + " out of range");
@@ -169,7 +176,7 @@ std::vector<std::string> Scheduler::DeadNodes() const {
 }
 
 grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
-                                         v1::HeartbeatResponse* response) {
+                                  v1::HeartbeatResponse* response) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = members_.find(request->node_id());
   if (it != members_.end() && it->second.info.incarnation() == request->incarnation()) {
@@ -194,8 +201,7 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
   return grpc::Status::OK;
 }
 
-grpc::Status Scheduler::Finish(const v1::FinishRequest* request,
-                                      v1::FinishResponse* response) {
+grpc::Status Scheduler::Finish(const v1::FinishRequest* request, v1::FinishResponse* response) {
   if (request->rank() < 0 || request->rank() >= options_.num_workers) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "finish rank " + std::to_string(request->rank()) + " out of range");

@@ -36,7 +36,7 @@ struct SchedulerOptions {
   int num_servers = 1;
   int num_workers = 1;
   int dead_after_ms = 5000;
-  bool sync = true;  // sync jobs roll back every node when a shard restarts
+  bool sync = true;                 // sync jobs roll back every node when a shard restarts
   std::string token;                // checked by SchedulerService
   FaultInjector* faults = nullptr;  // KUBEPS_FAULTS, injected by SchedulerService; null = none
 };
@@ -69,14 +69,14 @@ class Scheduler {
     v1::NodeInfo info;
     Clock::time_point last_seen;
   };
-  bool ViewReady() const;  // requires mutex_
+  bool ViewReady() const;                          // requires mutex_
   void StartRecovery(const v1::NodeInfo& server);  // requires mutex_
-  std::vector<std::string> DeadNodes() const;  // requires mutex_
+  std::vector<std::string> DeadNodes() const;      // requires mutex_
 
   const SchedulerOptions options_;
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;
-  std::map<std::string, Member> members_;        // by node_id
+  std::map<std::string, Member> members_;             // by node_id
   std::vector<std::string> server_ids_, worker_ids_;  // index = rank; "" = free
   std::map<std::string, std::set<int>> barriers_;
   std::set<std::string> released_barriers_;
@@ -84,8 +84,8 @@ class Scheduler {
   std::set<std::string> told_to_stop_;  // servers that got shutdown = true
   uint64_t generation_ = 0;
   uint64_t restore_step_ = 0;
-  std::set<std::string> restored_;      // servers that restored generation_
-  bool started_ = false;                // every node registered once
+  std::set<std::string> restored_;  // servers that restored generation_
+  bool started_ = false;            // every node registered once
   uint64_t epoch_ = 0;
   prometheus::Gauge& registered_;
 };

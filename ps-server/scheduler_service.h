@@ -20,7 +20,8 @@ class SchedulerService final : public v1::Scheduler::Service {
 
   grpc::Status Register(grpc::ServerContext* context, const v1::RegisterRequest* request,
                         v1::RegisterResponse* response) override {
-    return Serve(context, "Register", response, [&](auto* r) { return scheduler_.Register(request, r); });
+    return Serve(context, "Register", response,
+                 [&](auto* r) { return scheduler_.Register(request, r); });
   }
   grpc::Status GetClusterView(grpc::ServerContext* context, const v1::ClusterViewRequest* request,
                               v1::ClusterView* response) override {
@@ -29,20 +30,24 @@ class SchedulerService final : public v1::Scheduler::Service {
   }
   grpc::Status Barrier(grpc::ServerContext* context, const v1::BarrierRequest* request,
                        v1::BarrierResponse* response) override {
-    return Serve(context, "Barrier", response, [&](auto* r) { return scheduler_.Barrier(request, r); });
+    return Serve(context, "Barrier", response,
+                 [&](auto* r) { return scheduler_.Barrier(request, r); });
   }
   grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
                          v1::HeartbeatResponse* response) override {
-    return Serve(context, "Heartbeat", response, [&](auto* r) { return scheduler_.Heartbeat(request, r); });
+    return Serve(context, "Heartbeat", response,
+                 [&](auto* r) { return scheduler_.Heartbeat(request, r); });
   }
   grpc::Status Finish(grpc::ServerContext* context, const v1::FinishRequest* request,
                       v1::FinishResponse* response) override {
-    return Serve(context, "Finish", response, [&](auto* r) { return scheduler_.Finish(request, r); });
+    return Serve(context, "Finish", response,
+                 [&](auto* r) { return scheduler_.Finish(request, r); });
   }
 
  private:
   template <typename Response, typename Handler>
-  grpc::Status Serve(grpc::ServerContext* context, const char* rpc, Response* response, Handler handler) {
+  grpc::Status Serve(grpc::ServerContext* context, const char* rpc, Response* response,
+                     Handler handler) {
     if (auto s = CheckToken(*context, options_.token); !s.ok()) return s;
     return WithFaults(options_.faults, context, rpc, response, handler);
   }

@@ -8,11 +8,11 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "common/fault_injector.h"
+#include "api/pod_env_codec.h"
 #include "common/command_line.h"
+#include "common/fault_injector.h"
 #include "common/logging.h"
 #include "common/metrics.h"
-#include "api/pod_env_codec.h"
 #include "common/resend.h"
 #include "common/scheduler_client.h"
 #include "ps-server/ps_service.h"
@@ -60,9 +60,9 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
   int port = 0;
   std::unique_ptr<grpc::Server> server;
   if (Status s = StartGrpc(config, &service, metrics, &server, &port); !s.ok()) return Fail(s, 1);
-  KLOG_INFO << "scheduler listening on " << config.pod_ip << ":" << port << ", metrics on :"
-            << metrics->port() << ", expecting " << config.num_servers << " servers and "
-            << config.num_workers << " workers";
+  KLOG_INFO << "scheduler listening on " << config.pod_ip << ":" << port
+            << ", metrics on :" << metrics->port() << ", expecting " << config.num_servers
+            << " servers and " << config.num_workers << " workers";
   while (!g_stop && !service.scheduler().WaitAllWorkersFinished(std::chrono::milliseconds(200))) {
   }
   if (!g_stop) {
@@ -105,15 +105,16 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
       // job was deleted or lost, and nobody will ever tell us to stop.
       if (std::chrono::steady_clock::now() - last_answer > kSchedulerLostAfter) {
         return Status::Unavailable("no answer from the scheduler for " +
-                                   std::to_string(kSchedulerLostAfter.count()) + " s: " + s.message());
+                                   std::to_string(kSchedulerLostAfter.count()) +
+                                   " s: " + s.message());
       }
       continue;
     }
     last_answer = std::chrono::steady_clock::now();
     if (answer.generation > shard->generation()) {
       if (Status r = shard->RestoreCheckpoint(answer.restore_step, answer.generation); !r.ok()) {
-        return Status::Error("recovery to step " + std::to_string(answer.restore_step) + " failed: " +
-                             r.message());
+        return Status::Error("recovery to step " + std::to_string(answer.restore_step) +
+                             " failed: " + r.message());
       }
       continue;  // report the restore at once
     }
@@ -147,8 +148,8 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   int port = 0;
   std::unique_ptr<grpc::Server> server;
   if (Status s = StartGrpc(config, &service, metrics, &server, &port); !s.ok()) return Fail(s, 1);
-  Status s = RegisterAndHeartbeat(config, config.pod_ip + ":" + std::to_string(port), metrics, &shard,
-                                  checkpoint_step);
+  Status s = RegisterAndHeartbeat(config, config.pod_ip + ":" + std::to_string(port), metrics,
+                                  &shard, checkpoint_step);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   if (!s.ok()) {
     KLOG_ERROR << s.message();
@@ -171,14 +172,16 @@ int main(int argc, char** argv) {
   if (auto exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
   if (Status s = api::FinishNodeConfig(&config); !s.ok()) return Fail(s, 2);
   if (config.role != "scheduler" && config.role != "server") {
-    return Fail(Status::Error("kubeps-server: --role (or KUBEPS_ROLE) must be scheduler or server, got \"" +
-                              config.role + "\""), 2);
+    return Fail(
+        Status::Error("kubeps-server: --role (or KUBEPS_ROLE) must be scheduler or server, got \"" +
+                      config.role + "\""),
+        2);
   }
   SetLogTag(config.role);
   std::unique_ptr<MetricsServer> metrics;
-  if (Status s = MetricsServer::Start(config.pod_ip, config.metrics_port,
-                                      {{"job", config.job_name}, {"role", config.role}, {"node", config.node_id}},
-                                      &metrics);
+  if (Status s = MetricsServer::Start(
+          config.pod_ip, config.metrics_port,
+          {{"job", config.job_name}, {"role", config.role}, {"node", config.node_id}}, &metrics);
       !s.ok()) {
     return Fail(s, 1);
   }

@@ -1,7 +1,7 @@
 #include "ps-server/shard.h"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "common/logging.h"
@@ -32,7 +32,8 @@ Shard::Shard(const ShardOptions& options, std::unique_ptr<Optimizer> optimizer,
       pull_bytes_(metrics->Counter("kubeps_server_pull_bytes_total", "Parameter bytes sent")),
       duplicates_(metrics->Counter("kubeps_server_duplicates_suppressed_total",
                                    "Resent requests answered without being applied again")),
-      checkpoints_written_(metrics->Counter("kubeps_server_checkpoints_total", "Checkpoints written")) {
+      checkpoints_written_(
+          metrics->Counter("kubeps_server_checkpoints_total", "Checkpoints written")) {
   if (!options_.checkpoint_dir.empty()) {
     Status s = CheckpointStore::Open(options_.checkpoint_dir, &checkpoints_);
     if (!s.ok()) KLOG_ERROR << s.message() << "; this shard will not checkpoint";
@@ -41,8 +42,9 @@ Shard::Shard(const ShardOptions& options, std::unique_ptr<Optimizer> optimizer,
 
 grpc::Status Shard::CheckGeneration(uint64_t generation) const {
   if (awaiting_recovery_) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        "this shard restarted from a checkpoint and waits for the job to roll back");
+    return grpc::Status(
+        grpc::StatusCode::UNAVAILABLE,
+        "this shard restarted from a checkpoint and waits for the job to roll back");
   }
   if (generation < generation_) {
     return grpc::Status(grpc::StatusCode::ABORTED,
@@ -65,7 +67,8 @@ bool Shard::CheckpointDue(uint64_t* step) const {
   const uint64_t interval = std::max<uint64_t>(1, options_.checkpoint_interval);
   if (!options_.sync) {
     *step = applied_pushes_;
-    return applied_pushes_ % interval == 0 && static_cast<int64_t>(applied_pushes_) != last_checkpoint_;
+    return applied_pushes_ % interval == 0 &&
+           static_cast<int64_t>(applied_pushes_) != last_checkpoint_;
   }
   // Sync: a worker pushes step S only after pulling version S from every
   // part of every shard, so here all parts are at one version S.
@@ -153,7 +156,8 @@ Status Shard::RestoreCheckpoint(uint64_t step, uint64_t generation) {
     awaiting_recovery_ = false;
   }
   advanced_.notify_all();
-  KLOG_INFO << "rolled back to the checkpoint of step " << step << " (generation " << generation << ")";
+  KLOG_INFO << "rolled back to the checkpoint of step " << step << " (generation " << generation
+            << ")";
   return Status::Ok();
 }
 

@@ -15,8 +15,8 @@
 #include <mutex>
 #include <vector>
 
-#include "common/metrics.h"
 #include <grpcpp/support/status.h>
+#include "common/metrics.h"
 
 #include "common/optimizer.h"
 #include "kubeps.pb.h"
@@ -29,7 +29,7 @@ struct ShardOptions {
   bool sync = true;
   int num_workers = 1;
   OptimizerConfig optimizer;
-  std::string checkpoint_dir;       // "" = no checkpoints
+  std::string checkpoint_dir;          // "" = no checkpoints
   uint64_t checkpoint_interval = 100;  // sync: steps; async: applied pushes
 };
 
@@ -74,7 +74,7 @@ class Shard {
   // Takes a checkpoint when one is due (requires mutex_); the caller
   // writes it once the lock is released.
   bool CheckpointDue(uint64_t* step) const;
-  v1::ShardCheckpoint Snapshot(uint64_t step) const;  // requires mutex_
+  v1::ShardCheckpoint Snapshot(uint64_t step) const;    // requires mutex_
   void Install(const v1::ShardCheckpoint& checkpoint);  // requires mutex_
   void WriteCheckpoint(const v1::ShardCheckpoint& checkpoint);
 
@@ -89,7 +89,7 @@ class Shard {
   // Sync mode, after a restart from a checkpoint: serve nothing until the
   // scheduler's recovery tells this shard which step the job resumes from.
   bool awaiting_recovery_ = false;
-  int64_t last_checkpoint_ = -1;   // step (sync) or push count (async) of the last one
+  int64_t last_checkpoint_ = -1;  // step (sync) or push count (async) of the last one
   uint64_t applied_pushes_ = 0;
   std::unique_ptr<CheckpointStore> checkpoints_;
   std::mutex write_mutex_;  // one checkpoint write at a time

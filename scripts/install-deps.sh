@@ -12,7 +12,7 @@ PACKAGES=(
   # CPU math: the OpenMP build of OpenBLAS (see CMakeLists.txt for why)
   libopenblas-openmp-dev zlib1g-dev
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev clang-format
   # the real data set
   dataset-fashion-mnist
   # a real Prometheus (and promtool) for the monitoring tests; kubectl comes with the machine

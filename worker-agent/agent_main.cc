@@ -13,12 +13,11 @@
 #include <cstdlib>
 #include <fstream>
 
-
+#include "api/pod_env_codec.h"
 #include "common/blas_threads.h"
 #include "common/command_line.h"
 #include "common/logging.h"
 #include "common/metrics.h"
-#include "api/pod_env_codec.h"
 #include "worker-agent/kv/kv_worker.h"
 #include "worker-agent/parameter_store.h"
 #include "worker-agent/trainer/cuda/gpu_backend.h"
@@ -34,14 +33,15 @@ namespace {
 // gradients NCCL sums before the one push of this pod.
 Status MakeModel(const api::TrainingJob& job, std::unique_ptr<trainer::Model>* model) {
   std::string error;
-  *model = trainer::MakeModelForBackend(job.spec.model, job.spec.backend, job.spec.gpus_per_worker, &error);
+  *model = trainer::MakeModelForBackend(job.spec.model, job.spec.backend, job.spec.gpus_per_worker,
+                                        &error);
   if (!*model) return Status::Error("spec.backend/spec.gpusPerWorker: " + error);
   (*model)->Initialize(job.spec.seed);
   return Status::Ok();
 }
 
-Status ConnectToJob(const api::NodeConfig& config, const api::TrainingJob& job, MetricsServer* metrics,
-                    std::unique_ptr<KVWorker>* kv) {
+Status ConnectToJob(const api::NodeConfig& config, const api::TrainingJob& job,
+                    MetricsServer* metrics, std::unique_ptr<KVWorker>* kv) {
   KVOptions options;
   options.scheduler_address = config.scheduler_address;
   options.node_id = config.node_id;
@@ -67,7 +67,8 @@ void ReportAccuracy(trainer::Model& model, const trainer::Dataset& test, const L
   double loss = 0;
   const double accuracy = trainer::Evaluate(model, test, 500, &loss);
   char line[200];
-  std::snprintf(line, sizeof line, "test accuracy %.4f (test loss %.4f) after %llu steps in %.1f s (%.2f steps/sec)",
+  std::snprintf(line, sizeof line,
+                "test accuracy %.4f (test loss %.4f) after %llu steps in %.1f s (%.2f steps/sec)",
                 accuracy, loss, static_cast<unsigned long long>(result.steps), result.seconds,
                 result.seconds > 0 ? result.steps / result.seconds : 0.0);
   PrintLine(line);
@@ -81,7 +82,8 @@ int Fail(const Status& status) {
 Status LoadConfigAndJob(api::NodeConfig* config, api::TrainingJob* job) {
   if (Status s = api::FinishNodeConfig(config); !s.ok()) return s;
   if (config->role != "local" && config->role != "worker") {
-    return Status::Error("kubeps-agent: KUBEPS_ROLE must be worker or local, got \"" + config->role + "\"");
+    return Status::Error("kubeps-agent: KUBEPS_ROLE must be worker or local, got \"" +
+                         config->role + "\"");
   }
   SetLogTag(config->role == "local" ? "local" : config->node_id);
   SetBlasThreads(config->blas_threads);
@@ -113,7 +115,8 @@ Status JoinJob(const api::NodeConfig& config, const api::TrainingJob& job, Metri
   loop.epochs = job.spec.epochs;
   loop.seed = job.spec.seed;
   loop.progress_interval_ms = job.spec.progress_interval_ms;
-  if (const char* max_steps = std::getenv("KUBEPS_MAX_STEPS")) loop.max_steps = std::strtoull(max_steps, nullptr, 10);
+  if (const char* max_steps = std::getenv("KUBEPS_MAX_STEPS"))
+    loop.max_steps = std::strtoull(max_steps, nullptr, 10);
   if (config.role == "local") {
     std::string error;
     auto optimizer = MakeOptimizer(api::ToOptimizerConfig(job.spec.optimizer), &error);
@@ -125,7 +128,8 @@ Status JoinJob(const api::NodeConfig& config, const api::TrainingJob& job, Metri
   api::PublishPorts(config, 0, metrics->port());
   if (Status s = ConnectToJob(config, job, metrics, &session->kv); !s.ok()) return s;
   SetLogTag("worker " + std::to_string(session->kv->rank()));
-  session->store = std::make_unique<RemoteStore>(session->kv.get(), job.spec.mode == api::SyncMode::kSync);
+  session->store =
+      std::make_unique<RemoteStore>(session->kv.get(), job.spec.mode == api::SyncMode::kSync);
   loop.rank = session->kv->rank();
   loop.num_workers = session->kv->size();
   loop.local_batch = job.spec.batch_size;
@@ -161,9 +165,9 @@ int main(int argc, char** argv) {
   if (Status s = LoadModelAndData(job, &model, &data); !s.ok()) return Fail(s);
   std::unique_ptr<MetricsServer> metrics;
   const int metrics_port = config.role == "local" ? -1 : config.metrics_port;
-  if (Status s = MetricsServer::Start(config.pod_ip, metrics_port,
-                                      {{"job", config.job_name}, {"role", "worker"}, {"node", config.node_id}},
-                                      &metrics);
+  if (Status s = MetricsServer::Start(
+          config.pod_ip, metrics_port,
+          {{"job", config.job_name}, {"role", "worker"}, {"node", config.node_id}}, &metrics);
       !s.ok()) {
     return Fail(s);
   }
@@ -172,7 +176,9 @@ int main(int argc, char** argv) {
   if (Status s = JoinJob(config, job, metrics.get(), &session); !s.ok()) return Fail(s);
   if (Status s = session.store->Init(*model); !s.ok()) return Fail(s);
   LoopResult result;
-  if (Status s = RunTrainingLoop(session.loop, data.train, *model, *session.store, *metrics, &result); !s.ok()) {
+  if (Status s =
+          RunTrainingLoop(session.loop, data.train, *model, *session.store, *metrics, &result);
+      !s.ok()) {
     return Fail(s);
   }
   if (session.loop.rank == 0) {

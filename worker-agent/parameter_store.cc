@@ -10,7 +10,8 @@ Status LocalStore::Init(trainer::Model& model) {
 Status LocalStore::Update(uint64_t step, trainer::Model& model) {
   auto& params = model.parameters();
   for (size_t k = 0; k < params.size(); ++k) {
-    optimizer_->Apply(params[k].value.data(), params[k].grad.data(), params[k].value.size(), &states_[k]);
+    optimizer_->Apply(params[k].value.data(), params[k].grad.data(), params[k].value.size(),
+                      &states_[k]);
   }
   return Status::Ok();
 }

@@ -1,7 +1,7 @@
 #include "worker-agent/training_loop.h"
 
-#include <chrono>
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <vector>
 
@@ -20,16 +20,17 @@ struct Window {
   double loss_sum = 0;
 };
 
-void PrintProgress(int epoch, int epochs, int64_t step, int64_t steps_per_epoch, uint64_t total_steps,
-                   const Window& window, int local_batch) {
+void PrintProgress(int epoch, int epochs, int64_t step, int64_t steps_per_epoch,
+                   uint64_t total_steps, const Window& window, int local_batch) {
   const double seconds = std::chrono::duration<double>(Clock::now() - window.start).count();
   const double steps_per_sec = seconds > 0 ? window.steps / seconds : 0;
   char line[256];
-  std::snprintf(line, sizeof line,
-                "epoch %d/%d step %lld/%lld total_steps %llu steps/sec %.2f samples/sec %.1f loss %.4f",
-                epoch + 1, epochs, static_cast<long long>(step + 1), static_cast<long long>(steps_per_epoch),
-                static_cast<unsigned long long>(total_steps), steps_per_sec,
-                steps_per_sec * local_batch, window.steps ? window.loss_sum / window.steps : 0.0);
+  std::snprintf(
+      line, sizeof line,
+      "epoch %d/%d step %lld/%lld total_steps %llu steps/sec %.2f samples/sec %.1f loss %.4f",
+      epoch + 1, epochs, static_cast<long long>(step + 1), static_cast<long long>(steps_per_epoch),
+      static_cast<unsigned long long>(total_steps), steps_per_sec, steps_per_sec * local_batch,
+      window.steps ? window.loss_sum / window.steps : 0.0);
   PrintLine(line);
 }
 
@@ -39,8 +40,10 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
                        trainer::Model& model, ParameterStore& store, MetricsServer& metrics,
                        LoopResult* result) {
   const std::map<std::string, std::string> rank{{"rank", std::to_string(config.rank)}};
-  auto& steps_total = metrics.Counter("kubeps_worker_steps_total", "Training steps completed", rank);
-  auto& samples_total = metrics.Counter("kubeps_worker_samples_total", "Training examples processed", rank);
+  auto& steps_total =
+      metrics.Counter("kubeps_worker_steps_total", "Training steps completed", rank);
+  auto& samples_total =
+      metrics.Counter("kubeps_worker_samples_total", "Training examples processed", rank);
   auto& loss_gauge = metrics.Gauge("kubeps_worker_loss", "Training loss of the latest step", rank);
   auto& step_seconds = metrics.Latency("kubeps_worker_step_duration_seconds",
                                        "Wall time of one step: compute, push and pull", rank);
@@ -49,7 +52,8 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
   const int64_t steps_per_epoch = sampler.StepsPerEpoch();
   if (steps_per_epoch == 0) {
     return Status::Error("global batch " + std::to_string(sampler.global_batch()) +
-                         " is larger than the data set (" + std::to_string(train.size()) + " examples)");
+                         " is larger than the data set (" + std::to_string(train.size()) +
+                         " examples)");
   }
   std::vector<float> images(static_cast<size_t>(config.local_batch) * train.image_size());
   std::vector<uint8_t> labels(config.local_batch);
@@ -65,8 +69,8 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
     const int epoch = static_cast<int>(step / steps_per_epoch);
     const int64_t s = static_cast<int64_t>(step % steps_per_epoch);
     const auto step_start = Clock::now();
-    Status filled = trainer::FillWorkerBatch(train, sampler, epoch, s, config.rank, config.num_workers,
-                                             images.data(), labels.data());
+    Status filled = trainer::FillWorkerBatch(train, sampler, epoch, s, config.rank,
+                                             config.num_workers, images.data(), labels.data());
     if (!filled.ok()) return filled;
     const float loss = model.ForwardBackward(images.data(), labels.data(), config.local_batch);
     Status updated = store.Update(step, model);
@@ -78,7 +82,8 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
       PrintLine("rolled back to step " + std::to_string(step) + ": " + updated.message());
       continue;
     }
-    if (!updated.ok()) return Status::Error("step " + std::to_string(step) + ": " + updated.message());
+    if (!updated.ok())
+      return Status::Error("step " + std::to_string(step) + ": " + updated.message());
     steps_total.Increment();
     samples_total.Increment(config.local_batch);
     loss_gauge.Set(loss);
@@ -86,7 +91,8 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
     ++window.steps;
     window.loss_sum += loss;
     const bool last = step + 1 == total_steps;
-    if (last || Clock::now() - window.start >= std::chrono::milliseconds(config.progress_interval_ms)) {
+    if (last ||
+        Clock::now() - window.start >= std::chrono::milliseconds(config.progress_interval_ms)) {
       PrintProgress(epoch, config.epochs, s, steps_per_epoch, step + 1, window, config.local_batch);
       result->final_loss = window.loss_sum / window.steps;
       window = Window{};

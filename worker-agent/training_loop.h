@@ -5,9 +5,9 @@
 #ifndef KUBEPS_WORKER_AGENT_TRAINING_LOOP_H_
 #define KUBEPS_WORKER_AGENT_TRAINING_LOOP_H_
 
+#include "api/training_job.h"
 #include "common/metrics.h"
 #include "common/status.h"
-#include "api/training_job.h"
 #include "worker-agent/parameter_store.h"
 #include "worker-agent/trainer/fashion_mnist.h"
 #include "worker-agent/trainer/model.h"
@@ -17,17 +17,17 @@ namespace kubeps {
 struct LoopConfig {
   int rank = 0;
   int num_workers = 1;
-  int local_batch = 64;      // this worker's share of the global batch
+  int local_batch = 64;  // this worker's share of the global batch
   int epochs = 1;
   uint64_t seed = 1;
   int progress_interval_ms = 2000;
-  uint64_t max_steps = 0;    // stop early after this many steps (0 = all epochs)
+  uint64_t max_steps = 0;  // stop early after this many steps (0 = all epochs)
 };
 
 struct LoopResult {
   uint64_t steps = 0;
-  double seconds = 0;        // training time, evaluation excluded
-  double final_loss = 0;     // mean loss over the last progress interval
+  double seconds = 0;     // training time, evaluation excluded
+  double final_loss = 0;  // mean loss over the last progress interval
 };
 
 Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,

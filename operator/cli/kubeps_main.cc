@@ -10,10 +10,10 @@
 #include <string>
 #include <thread>
 
-#include "common/command_line.h"
-#include "common/logging.h"
 #include "api/pod_env_codec.h"
 #include "api/training_job.h"
+#include "common/command_line.h"
+#include "common/logging.h"
 #include "operator/local/local_runner.h"
 
 namespace kubeps {
@@ -61,7 +61,8 @@ int TrainLocal(const std::string& path) {
   ::setenv(api::env::kJob, api::ToJson(job).dump().c_str(), 1);
   ::setenv(api::env::kJobName, job.name.c_str(), 1);
   if (!std::getenv(api::env::kBlasThreads)) {
-    ::setenv(api::env::kBlasThreads, std::to_string(std::max(1u, std::thread::hardware_concurrency())).c_str(), 1);
+    ::setenv(api::env::kBlasThreads,
+             std::to_string(std::max(1u, std::thread::hardware_concurrency())).c_str(), 1);
   }
   char* argv[] = {const_cast<char*>(agent.c_str()), nullptr};
   ::execv(agent.c_str(), argv);
@@ -78,14 +79,19 @@ int main(int argc, char** argv) {
   CLI::App app{"kubeps: TrainingJobs on this machine"};
   app.require_subcommand(1);
   std::string path, run_dir;
-  CLI::App* run = app.add_subcommand(
-      "run", "run a TrainingJob on this machine: one scheduler, its parameter servers and workers as local processes");
+  CLI::App* run = app.add_subcommand("run",
+                                     "run a TrainingJob on this machine: one scheduler, its "
+                                     "parameter servers and workers as local processes");
   run->add_option("JOB.yaml", path, "the TrainingJob manifest")->required();
-  run->add_option("--run-dir", run_dir, "folder for logs, ports and checkpoints (default: a new one under $TMPDIR)");
-  CLI::App* train_local = app.add_subcommand(
-      "train-local", "train the job's model in this one process without parameter servers (global batch = batchSize x workers)");
+  run->add_option("--run-dir", run_dir,
+                  "folder for logs, ports and checkpoints (default: a new one under $TMPDIR)");
+  CLI::App* train_local =
+      app.add_subcommand("train-local",
+                         "train the job's model in this one process without parameter servers "
+                         "(global batch = batchSize x workers)");
   train_local->add_option("JOB.yaml", path, "the TrainingJob manifest")->required();
-  CLI::App* validate = app.add_subcommand("validate", "check a TrainingJob manifest without running it");
+  CLI::App* validate =
+      app.add_subcommand("validate", "check a TrainingJob manifest without running it");
   validate->add_option("JOB.yaml", path, "the TrainingJob manifest")->required();
   if (auto exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
 

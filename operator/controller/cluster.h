@@ -34,14 +34,14 @@ const char* ToString(ReplicaPhase phase);
 struct ReplicaStatus {
   ReplicaName name;
   ReplicaPhase phase = ReplicaPhase::kPending;
-  int exit_code = 0;     // when Succeeded or Failed; 128+N for signal N
-  int restarts = 0;      // times this replica was re-created
+  int exit_code = 0;  // when Succeeded or Failed; 128+N for signal N
+  int restarts = 0;   // times this replica was re-created
 };
 
 // What to run for one replica: the binary and its environment.
 struct ReplicaLaunch {
   ReplicaName name;
-  std::string binary;   // "kubeps-server" or "kubeps-agent"
+  std::string binary;  // "kubeps-server" or "kubeps-agent"
   std::vector<std::string> args;
   std::map<std::string, std::string> env;
 };

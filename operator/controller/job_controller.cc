@@ -10,9 +10,12 @@ namespace kubeps::controller {
 
 const char* ToString(ReplicaRole role) {
   switch (role) {
-    case ReplicaRole::kScheduler: return "scheduler";
-    case ReplicaRole::kServer: return "server";
-    case ReplicaRole::kWorker: return "worker";
+    case ReplicaRole::kScheduler:
+      return "scheduler";
+    case ReplicaRole::kServer:
+      return "server";
+    case ReplicaRole::kWorker:
+      return "worker";
   }
   return "?";
 }
@@ -23,10 +26,14 @@ std::string ReplicaName::ToString() const {
 
 const char* ToString(ReplicaPhase phase) {
   switch (phase) {
-    case ReplicaPhase::kPending: return "Pending";
-    case ReplicaPhase::kRunning: return "Running";
-    case ReplicaPhase::kSucceeded: return "Succeeded";
-    case ReplicaPhase::kFailed: return "Failed";
+    case ReplicaPhase::kPending:
+      return "Pending";
+    case ReplicaPhase::kRunning:
+      return "Running";
+    case ReplicaPhase::kSucceeded:
+      return "Succeeded";
+    case ReplicaPhase::kFailed:
+      return "Failed";
   }
   return "?";
 }
@@ -47,9 +54,12 @@ JobStatus JobController::Observe(const std::vector<ReplicaStatus>& replicas) con
     RoleCounts& counts = r.name.role == ReplicaRole::kWorker   ? status.workers
                          : r.name.role == ReplicaRole::kServer ? status.servers
                                                                : status.scheduler;
-    if (r.phase == ReplicaPhase::kSucceeded) ++counts.succeeded;
-    else if (r.phase == ReplicaPhase::kFailed) ++counts.failed;
-    else ++counts.active;
+    if (r.phase == ReplicaPhase::kSucceeded)
+      ++counts.succeeded;
+    else if (r.phase == ReplicaPhase::kFailed)
+      ++counts.failed;
+    else
+      ++counts.active;
     status.restarts += r.restarts;
   }
   return status;
@@ -71,8 +81,10 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
   if (start_ms_ < 0) start_ms_ = now_ms;
   const int64_t deadline_s = job_.spec.run_policy.active_deadline_seconds;
   if (failure_.empty() && deadline_s > 0 && now_ms - start_ms_ > deadline_s * 1000) {
-    return Fail("DeadlineExceeded",
-                "the job ran longer than activeDeadlineSeconds (" + std::to_string(deadline_s) + " s)", now_ms);
+    return Fail(
+        "DeadlineExceeded",
+        "the job ran longer than activeDeadlineSeconds (" + std::to_string(deadline_s) + " s)",
+        now_ms);
   }
   if (!failure_.empty()) {
     status.phase = JobPhase::kFailed;
@@ -107,7 +119,8 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
       // Everything but the scheduler needs its address; wait for it.
       if (name.role != ReplicaRole::kScheduler && scheduler_address.empty()) continue;
       Status s = cluster_->Create(build_launch_(name, scheduler_address));
-      if (!s.ok()) return Fail("CreateFailed", "cannot start " + name.ToString() + ": " + s.message(), now_ms);
+      if (!s.ok())
+        return Fail("CreateFailed", "cannot start " + name.ToString() + ": " + s.message(), now_ms);
       continue;
     }
     const ReplicaStatus& r = it->second;
@@ -115,11 +128,12 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     // every worker finish, which can be observed here a moment before the
     // workers' own exits: not a failure.
     if (r.phase != ReplicaPhase::kFailed) continue;
-    RestartDecision decision = DecideRestart(job_.spec.run_policy, name.ToString(), r.exit_code,
-                                             status.restarts);
+    RestartDecision decision =
+        DecideRestart(job_.spec.run_policy, name.ToString(), r.exit_code, status.restarts);
     if (!decision.restart) return Fail(decision.code, decision.reason, now_ms);
     Status s = cluster_->Create(build_launch_(name, scheduler_address));
-    if (!s.ok()) return Fail("CreateFailed", "cannot restart " + name.ToString() + ": " + s.message(), now_ms);
+    if (!s.ok())
+      return Fail("CreateFailed", "cannot restart " + name.ToString() + ": " + s.message(), now_ms);
     ++status.restarts;
     status.message = decision.reason;
     restarting = true;
@@ -158,7 +172,8 @@ void JobController::Cleanup() {
       return;
     case api::CleanPodPolicy::kRunning:
       for (auto& r : cluster_->List()) {
-        if (r.phase == ReplicaPhase::kPending || r.phase == ReplicaPhase::kRunning) DeleteOrLog(r.name);
+        if (r.phase == ReplicaPhase::kPending || r.phase == ReplicaPhase::kRunning)
+          DeleteOrLog(r.name);
       }
       return;
   }
@@ -171,7 +186,8 @@ void JobController::DeleteAll() {
 // Deleting is best effort: a replica that stays is deleted again by the
 // next pass (and, on Kubernetes, collected with its job).
 void JobController::DeleteOrLog(const ReplicaName& name) {
-  if (Status s = cluster_->Delete(name); !s.ok()) KLOG_ERROR << "deleting " << name.ToString() << ": " << s.message();
+  if (Status s = cluster_->Delete(name); !s.ok())
+    KLOG_ERROR << "deleting " << name.ToString() << ": " << s.message();
 }
 
 }  // namespace kubeps::controller

@@ -77,9 +77,9 @@ class JobController {
   const api::TrainingJob job_;
   Cluster* const cluster_;
   const LaunchBuilder build_launch_;
-  std::string failure_;          // set once the job has failed for good
+  std::string failure_;  // set once the job has failed for good
   std::string failure_code_;
-  bool succeeded_ = false;       // set once every worker succeeded
+  bool succeeded_ = false;  // set once every worker succeeded
   // The replicas' counts when the job ended, before cleanPodPolicy deleted
   // any: what a finished job's status keeps reporting.
   std::optional<JobStatus> final_counts_;

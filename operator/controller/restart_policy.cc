@@ -12,18 +12,22 @@ RestartDecision DecideRestart(const api::RunPolicy& policy, const std::string& r
       return {false, "RestartPolicyNever", failed + " and restartPolicy is Never"};
     case api::RestartPolicy::kExitCode:
       if (!IsRetryableExitCode(exit_code)) {
-        return {false, "PermanentExitCode", failed + ", a permanent error under restartPolicy ExitCode (1-127 are not retried)"};
+        return {
+            false, "PermanentExitCode",
+            failed + ", a permanent error under restartPolicy ExitCode (1-127 are not retried)"};
       }
       break;
     case api::RestartPolicy::kOnFailure:
       break;
   }
   if (restarts_so_far >= policy.backoff_limit) {
-    return {false, "BackoffLimitExceeded", failed + "; backoffLimit " + std::to_string(policy.backoff_limit) +
-                       " reached after " + std::to_string(restarts_so_far) + " restarts"};
+    return {false, "BackoffLimitExceeded",
+            failed + "; backoffLimit " + std::to_string(policy.backoff_limit) + " reached after " +
+                std::to_string(restarts_so_far) + " restarts"};
   }
-  return {true, "Restarting", failed + "; restarting it (restart " + std::to_string(restarts_so_far + 1) + " of at most " +
-                    std::to_string(policy.backoff_limit) + ")"};
+  return {true, "Restarting",
+          failed + "; restarting it (restart " + std::to_string(restarts_so_far + 1) +
+              " of at most " + std::to_string(policy.backoff_limit) + ")"};
 }
 
 }  // namespace kubeps::controller

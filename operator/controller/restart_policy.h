@@ -11,7 +11,8 @@ namespace kubeps::controller {
 
 struct RestartDecision {
   bool restart = false;
-  std::string code;    // CamelCase: Restarting, RestartPolicyNever, PermanentExitCode, BackoffLimitExceeded
+  std::string
+      code;  // CamelCase: Restarting, RestartPolicyNever, PermanentExitCode, BackoffLimitExceeded
   std::string reason;  // why, in words a user can act on
 };
 

@@ -3,10 +3,10 @@
 #include <random>
 
 #include "common/logging.h"
-#include "operator/kubeclient/api_path.h"
 #include "operator/controller/replica_env.h"
 #include "operator/kube/kube_cluster.h"
 #include "operator/kube/progress_probe.h"
+#include "operator/kubeclient/api_path.h"
 #include "operator/kubeclient/time_format.h"
 
 namespace kubeps::kube {
@@ -27,7 +27,8 @@ std::string JobPath(const JobIdentity& id, const std::string& subresource = "") 
 }
 
 int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch()).count();
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
+      .count();
 }
 
 int64_t ToMs(Clock::time_point t) {
@@ -48,25 +49,30 @@ JobReconciler::JobReconciler(KubeClient* client, ImageSet images, MetricsServer*
 
 void JobReconciler::Forget(const std::string& uid) { jobs_.erase(uid); }
 
-Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods, ReconcileResult* result) {
+Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
+                                ReconcileResult* result) {
   const JobIdentity id = IdentityOf(job);
   const api::TrainingJobStatus status = api::StatusFromJson(job.value("status", json::object()));
 
   // A finished job only waits for its TTL.
   if (status.finished()) {
-    const int64_t ttl = job["spec"].value("runPolicy", json::object()).value("ttlSecondsAfterFinished", -1);
+    const int64_t ttl =
+        job["spec"].value("runPolicy", json::object()).value("ttlSecondsAfterFinished", -1);
     if (ttl >= 0) {
       auto expires = ParseTime(status.completion_time) + std::chrono::seconds(ttl);
       if (Clock::now() >= expires) {
         Response deleted;
         if (Status s = client_->Delete(JobPath(id), &deleted); !s.ok()) return s;
         if (!deleted.ok() && deleted.code != 404) {
-          return Status::Error("deleting " + id.name + " after ttlSecondsAfterFinished: " + deleted.Describe());
+          return Status::Error("deleting " + id.name +
+                               " after ttlSecondsAfterFinished: " + deleted.Describe());
         }
-        KLOG_INFO << "deleted " << id.namespace_ << "/" << id.name << ": ttlSecondsAfterFinished passed";
+        KLOG_INFO << "deleted " << id.namespace_ << "/" << id.name
+                  << ": ttlSecondsAfterFinished passed";
         return Status::Ok();
       }
-      result->requeue_after = std::chrono::duration_cast<std::chrono::milliseconds>(expires - Clock::now());
+      result->requeue_after =
+          std::chrono::duration_cast<std::chrono::milliseconds>(expires - Clock::now());
     }
     return Status::Ok();
   }
@@ -79,8 +85,8 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods, 
 
   JobState& state = jobs_[id.uid];
   auto launch = [&spec](const controller::ReplicaName& name, const std::string& scheduler) {
-    return controller::ReplicaLaunch{name, controller::ReplicaBinary(name), {},
-                                     controller::ReplicaEnv(spec, name, scheduler)};
+    return controller::ReplicaLaunch{
+        name, controller::ReplicaBinary(name), {}, controller::ReplicaEnv(spec, name, scheduler)};
   };
   KubeCluster cluster(client_, id, spec, images_, pods);
 
@@ -90,8 +96,8 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods, 
     api::TrainingJobStatus next = status;
     next.phase = api::JobPhase::kSuspended;
     next.message = "the job is suspended (spec.runPolicy.suspend); its pods are deleted";
-    api::SetPhaseCondition(&next.conditions, api::JobPhase::kSuspended, "JobSuspended", next.message,
-                           Rfc3339(Clock::now()));
+    api::SetPhaseCondition(&next.conditions, api::JobPhase::kSuspended, "JobSuspended",
+                           next.message, Rfc3339(Clock::now()));
     if (next.SameExceptTimes(status)) return Status::Ok();
     RecordEvent(job, "Normal", "Suspended", next.message);
     return WriteStatus(job, next);
@@ -104,10 +110,13 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods, 
   controller::JobStatus observed = controller.Reconcile(NowMs());
   state.workers_done_ms = controller.workers_done_ms();
 
-  for (const auto& name : cluster.created()) RecordEvent(job, "Normal", "CreatedPod", "Created pod " + name);
+  for (const auto& name : cluster.created())
+    RecordEvent(job, "Normal", "CreatedPod", "Created pod " + name);
   if (observed.restarts > state.restarts_reported) {
-    metrics_->Counter("kubeps_operator_replica_restarts_total", "Replica pods re-created after a failure",
-                      {{"job", id.name}, {"namespace", id.namespace_}})
+    metrics_
+        ->Counter("kubeps_operator_replica_restarts_total",
+                  "Replica pods re-created after a failure",
+                  {{"job", id.name}, {"namespace", id.namespace_}})
         .Increment(observed.restarts - state.restarts_reported);
     state.restarts_reported = observed.restarts;
   }
@@ -118,8 +127,9 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods, 
       observed.workers.active == spec.spec.worker.replicas) {
     state.reported_running = true;
     auto created = ParseTime(job["metadata"].value("creationTimestamp", ""));
-    metrics_->Latency("kubeps_operator_job_startup_seconds",
-                      "Time from a TrainingJob's creation to all its pods running")
+    metrics_
+        ->Latency("kubeps_operator_job_startup_seconds",
+                  "Time from a TrainingJob's creation to all its pods running")
         .Observe(std::chrono::duration<double>(Clock::now() - created).count());
   }
   if (next.phase != status.phase) {
@@ -138,12 +148,14 @@ void JobReconciler::ProbeProgress(const std::vector<json>& pods, JobState* state
                                   api::TrainingJobStatus* status) {
   // At most every 5 s: each new step written is a change to the job, which
   // brings the job back here; probing every time would loop.
-  if (state->last_steps >= 0 && std::chrono::steady_clock::now() - state->last_probe < std::chrono::seconds(5)) {
+  if (state->last_steps >= 0 &&
+      std::chrono::steady_clock::now() - state->last_probe < std::chrono::seconds(5)) {
     return;
   }
   for (const auto& pod : pods) {
     controller::ReplicaName name{controller::ReplicaRole::kScheduler, 0};
-    if (!KubeCluster::ReplicaOf(pod, &name) || name.role != controller::ReplicaRole::kWorker || name.index != 0) {
+    if (!KubeCluster::ReplicaOf(pod, &name) || name.role != controller::ReplicaRole::kWorker ||
+        name.index != 0) {
       continue;
     }
     const std::string ip = pod.value("status", json::object()).value("podIP", "");
@@ -164,7 +176,8 @@ void JobReconciler::ProbeProgress(const std::vector<json>& pods, JobState* state
   }
 }
 
-api::TrainingJobStatus JobReconciler::BuildStatus(const json& job, const api::TrainingJobStatus& old,
+api::TrainingJobStatus JobReconciler::BuildStatus(const json& job,
+                                                  const api::TrainingJobStatus& old,
                                                   const api::TrainingJob& spec,
                                                   const controller::JobStatus& observed) const {
   const std::string now = Rfc3339(Clock::now());
@@ -202,12 +215,15 @@ Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::Train
                                          JobState* state) {
   if (state->owned_objects_exist) return Status::Ok();
   Response secret;
-  if (Status s = client_->Get(ObjectPath(kSecrets, id.namespace_, TokenSecretName(id)), &secret); !s.ok()) return s;
+  if (Status s = client_->Get(ObjectPath(kSecrets, id.namespace_, TokenSecretName(id)), &secret);
+      !s.ok())
+    return s;
   const std::string services = CollectionPath(kServices, id.namespace_);
   std::vector<std::pair<std::string, json>> wanted = {{services, BuildHeadlessService(id)},
                                                       {services, BuildSchedulerService(id)}};
   if (secret.code == 404) {
-    wanted.push_back({CollectionPath(kSecrets, id.namespace_), BuildTokenSecret(id, RandomToken())});
+    wanted.push_back(
+        {CollectionPath(kSecrets, id.namespace_), BuildTokenSecret(id, RandomToken())});
   }
   std::string group_path;
   json group = BuildPodGroup(id, spec, &group_path);
@@ -217,7 +233,8 @@ Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::Train
     if (Status s = client_->Post(path, object, &created); !s.ok()) return s;
     if (!created.ok() && created.code != 409) {  // 409: it exists already
       return Status::Error("creating " + object["kind"].get<std::string>() + " " +
-                           object["metadata"]["name"].get<std::string>() + ": " + created.Describe());
+                           object["metadata"]["name"].get<std::string>() + ": " +
+                           created.Describe());
     }
   }
   state->owned_objects_exist = true;
@@ -233,7 +250,8 @@ Status JobReconciler::WriteStatus(const json& job, const api::TrainingJobStatus&
     if (Status s = client_->Put(JobPath(id, "status"), object, &response); !s.ok()) return s;
     if (response.ok()) return Status::Ok();
     if (response.code == 404) return Status::Ok();  // the job was deleted meanwhile
-    if (response.code != 409) return Status::Error("writing the status of " + id.name + ": " + response.Describe());
+    if (response.code != 409)
+      return Status::Error("writing the status of " + id.name + ": " + response.Describe());
     // Conflict: someone changed the job since we read it; take the newest
     // version and write our status onto it.
     Response fresh;
@@ -250,13 +268,17 @@ void JobReconciler::RecordEvent(const json& job, const std::string& type, const 
   const std::string now = Rfc3339(Clock::now());
   static std::mt19937_64 suffix(std::random_device{}());
   char name[96];
-  std::snprintf(name, sizeof name, "%s.%016llx", id.name.c_str(), static_cast<unsigned long long>(suffix()));
+  std::snprintf(name, sizeof name, "%s.%016llx", id.name.c_str(),
+                static_cast<unsigned long long>(suffix()));
   json event = {{"apiVersion", "v1"},
                 {"kind", "Event"},
                 {"metadata", {{"name", name}, {"namespace", id.namespace_}}},
                 {"involvedObject",
-                 {{"apiVersion", api::kApiVersion}, {"kind", api::kKind}, {"name", id.name},
-                  {"namespace", id.namespace_}, {"uid", id.uid},
+                 {{"apiVersion", api::kApiVersion},
+                  {"kind", api::kKind},
+                  {"name", id.name},
+                  {"namespace", id.namespace_},
+                  {"uid", id.uid},
                   {"resourceVersion", job["metadata"].value("resourceVersion", "")}}},
                 {"reason", reason.empty() ? "Update" : reason},
                 {"message", message},
@@ -270,8 +292,8 @@ void JobReconciler::RecordEvent(const json& job, const std::string& type, const 
   // nothing the job's status does not say.
   if (Status s = client_->Post(CollectionPath(kEvents, id.namespace_), event, &created);
       !s.ok() || !created.ok()) {
-    KLOG_INFO << "event " << reason << " for " << id.name << " not recorded: "
-              << (s.ok() ? created.Describe() : s.message());
+    KLOG_INFO << "event " << reason << " for " << id.name
+              << " not recorded: " << (s.ok() ? created.Describe() : s.message());
   }
 }
 

@@ -20,8 +20,8 @@
 #include "api/training_job_status.h"
 #include "common/metrics.h"
 #include "operator/controller/job_controller.h"
-#include "operator/kubeclient/kube_client.h"
 #include "operator/kube/pod_builder.h"
+#include "operator/kubeclient/kube_client.h"
 
 namespace kubeps::kube {
 
@@ -47,18 +47,20 @@ class JobReconciler {
     bool owned_objects_exist = false;  // Secret and Services made
     bool reported_running = false;
     int restarts_reported = 0;
-    double last_steps = -1;            // worker 0's step counter at the last probe
+    double last_steps = -1;  // worker 0's step counter at the last probe
     std::chrono::steady_clock::time_point last_probe;
   };
   // Step and steps/sec from worker 0's metrics, into `status`.
-  void ProbeProgress(const std::vector<nlohmann::json>& pods, JobState* state, api::TrainingJobStatus* status);
+  void ProbeProgress(const std::vector<nlohmann::json>& pods, JobState* state,
+                     api::TrainingJobStatus* status);
 
   Status EnsureOwnedObjects(const JobIdentity& id, const api::TrainingJob& spec, JobState* state);
   Status WriteStatus(const nlohmann::json& job, const api::TrainingJobStatus& status);
   void RecordEvent(const nlohmann::json& job, const std::string& type, const std::string& reason,
                    const std::string& message);
   api::TrainingJobStatus BuildStatus(const nlohmann::json& job, const api::TrainingJobStatus& old,
-                                     const api::TrainingJob& spec, const controller::JobStatus& observed) const;
+                                     const api::TrainingJob& spec,
+                                     const controller::JobStatus& observed) const;
   Status FailInvalid(const nlohmann::json& job, const std::string& message);
 
   KubeClient* client_;

@@ -29,7 +29,11 @@ bool IsDeleting(const json& pod) { return pod["metadata"].contains("deletionTime
 
 KubeCluster::KubeCluster(KubeClient* client, JobIdentity job, const api::TrainingJob& spec,
                          ImageSet images, std::vector<json> pods)
-    : client_(client), job_(std::move(job)), spec_(spec), images_(std::move(images)), pods_(std::move(pods)) {}
+    : client_(client),
+      job_(std::move(job)),
+      spec_(spec),
+      images_(std::move(images)),
+      pods_(std::move(pods)) {}
 
 std::string KubeCluster::PodsPath() const { return CollectionPath(kPods, job_.namespace_); }
 
@@ -38,10 +42,14 @@ bool KubeCluster::ReplicaOf(const json& pod, ReplicaName* name) {
   const std::string type = labels.value(kReplicaTypeLabel, "");
   const std::string index = labels.value(kReplicaIndexLabel, "");
   if (type.empty() || index.empty()) return false;
-  if (type == "scheduler") name->role = ReplicaRole::kScheduler;
-  else if (type == "server") name->role = ReplicaRole::kServer;
-  else if (type == "worker") name->role = ReplicaRole::kWorker;
-  else return false;
+  if (type == "scheduler")
+    name->role = ReplicaRole::kScheduler;
+  else if (type == "server")
+    name->role = ReplicaRole::kServer;
+  else if (type == "worker")
+    name->role = ReplicaRole::kWorker;
+  else
+    return false;
   try {
     name->index = std::stoi(index);
   } catch (...) {
@@ -61,7 +69,8 @@ controller::ReplicaStatus KubeCluster::StatusOf(const json& pod) {
                  : phase == "Failed"    ? ReplicaPhase::kFailed
                                         : ReplicaPhase::kPending;
   for (const auto& container : pod_status.value("containerStatuses", json::array())) {
-    const json& terminated = container.value("state", json::object()).value("terminated", json::object());
+    const json& terminated =
+        container.value("state", json::object()).value("terminated", json::object());
     if (terminated.contains("exitCode")) status.exit_code = terminated["exitCode"].get<int>();
   }
   // A pod the node lost or evicted has no exit code: treat it as killed.
@@ -98,14 +107,16 @@ Status KubeCluster::Create(const controller::ReplicaLaunch& launch) {
     return Status::Error("creating pod " + pod["metadata"]["name"].get<std::string>() + ": " +
                          response.Describe());
   }
-  if (response.ok()) created_.push_back(pod["metadata"]["name"]);  // 409: an earlier reconcile made it
+  if (response.ok())
+    created_.push_back(pod["metadata"]["name"]);  // 409: an earlier reconcile made it
   pods_.push_back(response.code == 409 ? pod : response.body);
   if (existing != newest.end()) {
     // The failed pod has told us what we needed; free its node resources.
     const std::string old_name = existing->second["metadata"]["name"];
     Response gone;
     if (Status s = client_->Delete(PodsPath() + "/" + old_name, &gone); !s.ok()) {
-      KLOG_INFO << "deleting replaced pod " << old_name << ": " << s.message() << " (its job's deletion collects it)";
+      KLOG_INFO << "deleting replaced pod " << old_name << ": " << s.message()
+                << " (its job's deletion collects it)";
     }
     deleted_.push_back(old_name);
     pods_.erase(std::remove_if(pods_.begin(), pods_.end(),

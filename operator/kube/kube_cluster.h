@@ -14,8 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "operator/controller/cluster.h"
-#include "operator/kubeclient/kube_client.h"
 #include "operator/kube/pod_builder.h"
+#include "operator/kubeclient/kube_client.h"
 
 namespace kubeps::kube {
 

@@ -27,10 +27,12 @@ Manager::Manager(KubeClient* client, ManagerOptions options, MetricsServer* metr
             [this](const nlohmann::json& job) { queue_.Add(ObjectKey(job)); }),
       pods_(client, CollectionPath(kPods, options_.namespace_), kJobNameLabel,
             [this](const nlohmann::json& pod) { queue_.Add(JobKeyOfPod(pod)); }),
-      reconciles_(metrics->Counter("kubeps_operator_reconciles_total", "Reconciles of TrainingJobs")),
+      reconciles_(
+          metrics->Counter("kubeps_operator_reconciles_total", "Reconciles of TrainingJobs")),
       errors_(metrics->Counter("kubeps_operator_reconcile_errors_total",
                                "Reconciles that failed and will be retried")),
-      depth_(metrics->Gauge("kubeps_operator_queue_depth", "TrainingJobs waiting to be reconciled")) {}
+      depth_(
+          metrics->Gauge("kubeps_operator_queue_depth", "TrainingJobs waiting to be reconciled")) {}
 
 void Manager::Run(const std::atomic<bool>& stop) {
   std::thread job_watch([&] { jobs_.Run(stop); });
@@ -89,7 +91,8 @@ void Manager::Resync(const std::atomic<bool>& stop) {
       if (resync_all) queue_.Add(ObjectKey(job));
     }
     for (const auto& [phase, count] : phases) {
-      metrics_->Gauge("kubeps_operator_jobs", "TrainingJobs by phase", {{"phase", phase}}).Set(count);
+      metrics_->Gauge("kubeps_operator_jobs", "TrainingJobs by phase", {{"phase", phase}})
+          .Set(count);
     }
     depth_.Set(static_cast<double>(queue_.Depth()));
   }

@@ -34,17 +34,22 @@ struct Flags {
 };
 
 void DeclareFlags(CLI::App* app, Flags* flags) {
-  app->add_option("--kubeconfig", flags->kubeconfig, "kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)");
-  app->add_option("--namespace", flags->manager.namespace_, "watch only this namespace (default: every namespace)");
-  app->add_flag("--leader-elect", flags->leader_elect, "act only while holding the coordination.k8s.io Lease")
+  app->add_option("--kubeconfig", flags->kubeconfig,
+                  "kubeconfig file (default: $KUBECONFIG, in-cluster, ~/.kube/config)");
+  app->add_option("--namespace", flags->manager.namespace_,
+                  "watch only this namespace (default: every namespace)");
+  app->add_flag("--leader-elect", flags->leader_elect,
+                "act only while holding the coordination.k8s.io Lease")
       ->capture_default_str();
   app->add_option("--leader-election-namespace", flags->leader_election_namespace,
                   "namespace of the Lease (default: $POD_NAMESPACE, else kubeps-system)");
   app->add_option("--metrics-port", flags->metrics_port, "port of /metrics, /healthz and /readyz")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  app->add_option("--identity", flags->identity, "this replica's name in the Lease (default: host-pid)");
-  app->add_option("--server-image", flags->manager.images.server, "image of the scheduler and server pods")
+  app->add_option("--identity", flags->identity,
+                  "this replica's name in the Lease (default: host-pid)");
+  app->add_option("--server-image", flags->manager.images.server,
+                  "image of the scheduler and server pods")
       ->capture_default_str();
   app->add_option("--agent-image", flags->manager.images.agent, "image of the worker pods")
       ->capture_default_str();
@@ -89,12 +94,14 @@ int RunManager(const Flags& flags, KubeClient* client, Manager* manager) {
     manager->Run(g_stop);
     return 0;
   }
-  LeaderElector elector(client, LeaseConfig{flags.leader_election_namespace, "kubeps-operator", flags.identity});
+  LeaderElector elector(
+      client, LeaseConfig{flags.leader_election_namespace, "kubeps-operator", flags.identity});
   if (!elector.AwaitLeadership(g_stop)) return 0;
   manager->set_leading(true);
   std::atomic<bool> stop_leading{false};
   std::thread leading([&] {
-    if (!elector.KeepLeading(g_stop)) KLOG_ERROR << "lost the lease; stopping so that only the new leader acts";
+    if (!elector.KeepLeading(g_stop))
+      KLOG_ERROR << "lost the lease; stopping so that only the new leader acts";
     stop_leading = true;
   });
   manager->Run(stop_leading);
@@ -133,7 +140,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::unique_ptr<MetricsServer> metrics;
-  if (Status s = MetricsServer::Start("0.0.0.0", flags.metrics_port, {{"component", "operator"}}, &metrics); !s.ok()) {
+  if (Status s = MetricsServer::Start("0.0.0.0", flags.metrics_port, {{"component", "operator"}},
+                                      &metrics);
+      !s.ok()) {
     KLOG_ERROR << s.message();
     return 1;
   }

@@ -44,19 +44,24 @@ std::string PodName(const JobIdentity& job, const controller::ReplicaName& name,
 }
 
 json OwnerReference(const JobIdentity& job) {
-  return {{"apiVersion", api::kApiVersion}, {"kind", api::kKind},     {"name", job.name},
-          {"uid", job.uid},                 {"controller", true}, {"blockOwnerDeletion", true}};
+  return {{"apiVersion", api::kApiVersion},
+          {"kind", api::kKind},
+          {"name", job.name},
+          {"uid", job.uid},
+          {"controller", true},
+          {"blockOwnerDeletion", true}};
 }
 
 json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
               const controller::ReplicaLaunch& launch, int restarts, const ImageSet& images) {
   const controller::ReplicaName& name = launch.name;
   const std::string role = RoleName(name.role);
-  const api::ReplicaSpec& replica = name.role == controller::ReplicaRole::kWorker ? spec.spec.worker
-                                                                                  : spec.spec.ps;
-  json pod_template = name.role == controller::ReplicaRole::kScheduler || replica.template_override.is_null()
-                          ? json::object()
-                          : replica.template_override;
+  const api::ReplicaSpec& replica =
+      name.role == controller::ReplicaRole::kWorker ? spec.spec.worker : spec.spec.ps;
+  json pod_template =
+      name.role == controller::ReplicaRole::kScheduler || replica.template_override.is_null()
+          ? json::object()
+          : replica.template_override;
   json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}};
   pod["metadata"] = pod_template.value("metadata", json::object());
   json& meta = pod["metadata"];
@@ -85,16 +90,19 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
   json& container = containers[target];
   container["name"] = container.value("name", role);
   if (!container.contains("image")) {
-    container["image"] = name.role == controller::ReplicaRole::kWorker ? images.agent : images.server;
+    container["image"] =
+        name.role == controller::ReplicaRole::kWorker ? images.agent : images.server;
   }
   container["command"] = json::array({launch.binary});
 
   json env = json::array();
   for (const auto& [key, value] : launch.env) env.push_back({{"name", key}, {"value", value}});
-  env.push_back({{"name", api::env::kPodIp}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}});
+  env.push_back(
+      {{"name", api::env::kPodIp}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}});
   env.push_back({{"name", api::env::kPort}, {"value", std::to_string(kGrpcPort)}});
   env.push_back({{"name", api::env::kMetricsPort}, {"value", std::to_string(kMetricsPort)}});
-  env.push_back({{"name", api::env::kTokenFile}, {"value", std::string(kTokenMountPath) + "/token"}});
+  env.push_back(
+      {{"name", api::env::kTokenFile}, {"value", std::string(kTokenMountPath) + "/token"}});
   MergeEnv(container, env);
   container["ports"] = json::array({{{"name", "grpc"}, {"containerPort", kGrpcPort}},
                                     {{"name", "metrics"}, {"containerPort", kMetricsPort}}});
@@ -131,13 +139,16 @@ json BuildHeadlessService(const JobIdentity& job) {
   return {{"apiVersion", "v1"},
           {"kind", "Service"},
           {"metadata",
-           {{"name", job.name}, {"namespace", job.namespace_}, {"labels", Labels(job)},
+           {{"name", job.name},
+            {"namespace", job.namespace_},
+            {"labels", Labels(job)},
             {"ownerReferences", json::array({OwnerReference(job)})}}},
           {"spec",
            {{"clusterIP", "None"},
             {"publishNotReadyAddresses", true},
             {"selector", Labels(job)},
-            {"ports", json::array({{{"name", "grpc"}, {"port", kGrpcPort}, {"targetPort", kGrpcPort}}})}}}};
+            {"ports",
+             json::array({{{"name", "grpc"}, {"port", kGrpcPort}, {"targetPort", kGrpcPort}}})}}}};
 }
 
 json BuildSchedulerService(const JobIdentity& job) {
@@ -146,11 +157,14 @@ json BuildSchedulerService(const JobIdentity& job) {
   return {{"apiVersion", "v1"},
           {"kind", "Service"},
           {"metadata",
-           {{"name", job.name + "-scheduler"}, {"namespace", job.namespace_}, {"labels", Labels(job)},
+           {{"name", job.name + "-scheduler"},
+            {"namespace", job.namespace_},
+            {"labels", Labels(job)},
             {"ownerReferences", json::array({OwnerReference(job)})}}},
           {"spec",
            {{"selector", selector},
-            {"ports", json::array({{{"name", "grpc"}, {"port", kGrpcPort}, {"targetPort", kGrpcPort}}})}}}};
+            {"ports",
+             json::array({{{"name", "grpc"}, {"port", kGrpcPort}, {"targetPort", kGrpcPort}}})}}}};
 }
 
 std::string TokenSecretName(const JobIdentity& job) { return job.name + "-token"; }
@@ -160,7 +174,9 @@ json BuildTokenSecret(const JobIdentity& job, const std::string& token) {
           {"kind", "Secret"},
           {"type", "Opaque"},
           {"metadata",
-           {{"name", TokenSecretName(job)}, {"namespace", job.namespace_}, {"labels", Labels(job)},
+           {{"name", TokenSecretName(job)},
+            {"namespace", job.namespace_},
+            {"labels", Labels(job)},
             {"ownerReferences", json::array({OwnerReference(job)})}}},
           // The API server encodes stringData into data, as it does for kubectl.
           {"stringData", {{"token", token}}}};
@@ -173,7 +189,7 @@ json BuildPodGroup(const JobIdentity& job, const api::TrainingJob& spec, std::st
   const int min_member = policy.min_available > 0 ? policy.min_available : total;
   const bool volcano = policy.scheduler_name == "volcano";
   const Resource podgroups = volcano ? Resource{"scheduling.volcano.sh", "v1beta1", "podgroups"}
-                                    : Resource{"scheduling.x-k8s.io", "v1alpha1", "podgroups"};
+                                     : Resource{"scheduling.x-k8s.io", "v1alpha1", "podgroups"};
   const std::string group_version = podgroups.group + "/" + podgroups.version;
   *api_path = CollectionPath(podgroups, job.namespace_);
   json spec_json = {{"minMember", min_member}};
@@ -182,7 +198,9 @@ json BuildPodGroup(const JobIdentity& job, const api::TrainingJob& spec, std::st
   return {{"apiVersion", group_version},
           {"kind", "PodGroup"},
           {"metadata",
-           {{"name", job.name}, {"namespace", job.namespace_}, {"labels", Labels(job)},
+           {{"name", job.name},
+            {"namespace", job.namespace_},
+            {"labels", Labels(job)},
             {"ownerReferences", json::array({OwnerReference(job)})}}},
           {"spec", spec_json}};
 }

@@ -57,7 +57,8 @@ nlohmann::json OwnerReference(const JobIdentity& job);
 // image, resources, nodeSelector, tolerations, env, volumes and
 // priorityClassName are kept; kubeps' own env wins over a same-named one.
 nlohmann::json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
-                        const controller::ReplicaLaunch& launch, int restarts, const ImageSet& images);
+                        const controller::ReplicaLaunch& launch, int restarts,
+                        const ImageSet& images);
 
 nlohmann::json BuildHeadlessService(const JobIdentity& job);
 nlohmann::json BuildSchedulerService(const JobIdentity& job);

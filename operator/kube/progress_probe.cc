@@ -30,7 +30,8 @@ std::optional<double> ProbeSteps(const std::string& host, int port) {
   try {
     web::http::client::http_client client(
         utility::conversions::to_string_t("http://" + host + ":" + std::to_string(port)), config);
-    web::http::http_response response = client.request(web::http::methods::GET, U("/metrics")).get();
+    web::http::http_response response =
+        client.request(web::http::methods::GET, U("/metrics")).get();
     if (response.status_code() != web::http::status_codes::OK) return std::nullopt;
     return MetricValue(utility::conversions::to_utf8string(response.extract_string().get()),
                        "kubeps_worker_steps_total");

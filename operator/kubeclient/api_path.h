@@ -27,13 +27,15 @@ inline std::string GroupVersionPath(const Resource& r) {
 
 // The list (and create) path; `namespace_` "" lists every namespace.
 inline std::string CollectionPath(const Resource& r, const std::string& namespace_) {
-  return GroupVersionPath(r) + (namespace_.empty() ? "" : "/namespaces/" + namespace_) + "/" + r.plural;
+  return GroupVersionPath(r) + (namespace_.empty() ? "" : "/namespaces/" + namespace_) + "/" +
+         r.plural;
 }
 
 // One object, or one of its subresources ("status").
-inline std::string ObjectPath(const Resource& r, const std::string& namespace_, const std::string& name,
-                              const std::string& subresource = "") {
-  return CollectionPath(r, namespace_) + "/" + name + (subresource.empty() ? "" : "/" + subresource);
+inline std::string ObjectPath(const Resource& r, const std::string& namespace_,
+                              const std::string& name, const std::string& subresource = "") {
+  return CollectionPath(r, namespace_) + "/" + name +
+         (subresource.empty() ? "" : "/" + subresource);
 }
 
 }  // namespace kubeps::kube

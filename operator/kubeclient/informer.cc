@@ -37,7 +37,8 @@ Informer::Informer(KubeClient* client, std::string collection, std::string label
 
 std::string Informer::Query(bool watch) const {
   std::string query = collection_;
-  if (!label_selector_.empty()) query += "?labelSelector=" + web::uri::encode_data_string(label_selector_);
+  if (!label_selector_.empty())
+    query += "?labelSelector=" + web::uri::encode_data_string(label_selector_);
   return query;
 }
 
@@ -47,7 +48,8 @@ Status Informer::List(std::string* resource_version) {
   if (!response.ok()) return Status::Error("list " + collection_ + ": " + response.Describe());
   ++lists_;
   std::map<std::string, json> fresh;
-  for (const auto& item : response.body.value("items", json::array())) fresh[ObjectKey(item)] = item;
+  for (const auto& item : response.body.value("items", json::array()))
+    fresh[ObjectKey(item)] = item;
   std::vector<json> changed;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -81,8 +83,10 @@ bool Informer::Watch(std::string* resource_version, const std::atomic<bool>& sto
         if (event.type == "BOOKMARK") return true;
         {
           std::lock_guard<std::mutex> lock(mutex_);
-          if (event.type == "DELETED") cache_.erase(ObjectKey(event.object));
-          else cache_[ObjectKey(event.object)] = event.object;
+          if (event.type == "DELETED")
+            cache_.erase(ObjectKey(event.object));
+          else
+            cache_[ObjectKey(event.object)] = event.object;
         }
         on_change_(event.object);
         return true;

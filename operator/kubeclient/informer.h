@@ -24,7 +24,8 @@ class Informer {
   using Handler = std::function<void(const nlohmann::json& object)>;
 
   // `collection` is a list path ("/api/v1/pods"); `label_selector` may be "".
-  Informer(KubeClient* client, std::string collection, std::string label_selector, Handler on_change);
+  Informer(KubeClient* client, std::string collection, std::string label_selector,
+           Handler on_change);
 
   // Lists and watches until `stop`; returns then.
   void Run(const std::atomic<bool>& stop);

@@ -25,8 +25,6 @@
 #include <utility>
 #include <vector>
 
-#include <boost/asio.hpp>
-#include <boost/asio/ssl.hpp>
 #include <cpprest/http_client.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -34,9 +32,10 @@
 #include <openssl/x509.h>
 #include <openssl/x509_vfy.h>
 #include <yaml-cpp/yaml.h>
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 
 namespace kubeps::kube {
-
 
 namespace {
 
@@ -71,10 +70,11 @@ std::string OpenSslErrors() {
 
 // Applies the CA and client certificate to a fresh ssl::context. Returns
 // false with *error set when the PEM data is unusable.
-bool ConfigureSslContext(const TlsMaterial& tls, boost::asio::ssl::context& ctx, std::string* error) {
-  ctx.set_options(boost::asio::ssl::context::default_workarounds | boost::asio::ssl::context::no_sslv2 |
-                  boost::asio::ssl::context::no_sslv3 | boost::asio::ssl::context::no_tlsv1 |
-                  boost::asio::ssl::context::no_tlsv1_1);
+bool ConfigureSslContext(const TlsMaterial& tls, boost::asio::ssl::context& ctx,
+                         std::string* error) {
+  ctx.set_options(boost::asio::ssl::context::default_workarounds |
+                  boost::asio::ssl::context::no_sslv2 | boost::asio::ssl::context::no_sslv3 |
+                  boost::asio::ssl::context::no_tlsv1 | boost::asio::ssl::context::no_tlsv1_1);
   ERR_clear_error();
   if (!tls.ca_pem.empty()) {
     // Trust exactly the kubeconfig's CA bundle, not the system store.
@@ -156,30 +156,31 @@ std::string DiagnoseTls(const TlsMaterial& tls, const std::string& host, int por
       }
       bool ok = ssl::rfc2818_verification(host)(preverified, vc);
       if (!ok && verify_error.empty()) {
-        verify_error = "server certificate " + CertSubject(cert) + " is not valid for host " + host +
-                       " (no matching subjectAltName)";
+        verify_error = "server certificate " + CertSubject(cert) + " is not valid for host " +
+                       host + " (no matching subjectAltName)";
       }
       return ok;
     });
     boost::system::error_code result = boost::asio::error::timed_out;
     tcp::resolver resolver(io);
-    resolver.async_resolve(host, std::to_string(port),
-                           [&](const boost::system::error_code& ec, tcp::resolver::results_type endpoints) {
-                             if (ec) {
-                               result = ec;
-                               return;
-                             }
-                             boost::asio::async_connect(
-                                 stream.lowest_layer(), endpoints,
-                                 [&](const boost::system::error_code& ec2, const tcp::endpoint&) {
-                                   if (ec2) {
-                                     result = ec2;
-                                     return;
-                                   }
-                                   stream.async_handshake(ssl::stream_base::client,
-                                                          [&](const boost::system::error_code& ec3) { result = ec3; });
-                                 });
-                           });
+    resolver.async_resolve(
+        host, std::to_string(port),
+        [&](const boost::system::error_code& ec, tcp::resolver::results_type endpoints) {
+          if (ec) {
+            result = ec;
+            return;
+          }
+          boost::asio::async_connect(
+              stream.lowest_layer(), endpoints,
+              [&](const boost::system::error_code& ec2, const tcp::endpoint&) {
+                if (ec2) {
+                  result = ec2;
+                  return;
+                }
+                stream.async_handshake(ssl::stream_base::client,
+                                       [&](const boost::system::error_code& ec3) { result = ec3; });
+              });
+        });
     io.run_for(std::chrono::seconds(5));
     if (!verify_error.empty()) return verify_error;
     if (result) return "TLS handshake: " + result.message();
@@ -229,7 +230,8 @@ bool WaitOrStop(const pplx::task<T>& task, const std::atomic<bool>* stop) {
 
 nlohmann::json ParseBody(const std::vector<unsigned char>& bytes) {
   if (bytes.empty()) return nullptr;
-  nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
+  nlohmann::json j =
+      nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return nullptr;
   return j;
 }
@@ -270,15 +272,17 @@ class CppRestKubeClient : public KubeClient {
   }
 
   Status Watch(const std::string& path, const std::string& resource_version,
-               const std::function<bool(const WatchEvent&)>& on_event, const std::atomic<bool>& stop,
-               Response* response) override;
+               const std::function<bool(const WatchEvent&)>& on_event,
+               const std::atomic<bool>& stop, Response* response) override;
 
  private:
-  Status Prepare(const web::http::method& method, const std::string& path, const nlohmann::json* body,
-                 const std::string& content_type, web::http::http_request* request) const;
+  Status Prepare(const web::http::method& method, const std::string& path,
+                 const nlohmann::json* body, const std::string& content_type,
+                 web::http::http_request* request) const;
   Status Do(const web::http::method& method, const std::string& path, const nlohmann::json* body,
             const std::string& content_type, Response* response);
-  Status TransportError(const std::string& method, const std::string& path, const std::exception& e) const;
+  Status TransportError(const std::string& method, const std::string& path,
+                        const std::exception& e) const;
 
   std::string server_;
   TlsMaterial tls_;
@@ -319,7 +323,8 @@ Status CppRestKubeClient::TransportError(const std::string& method, const std::s
       // TLS failures arrive as OpenSSL error numbers in the system category
       // ("Unknown error 167772294"); OpenSSL can name them.
       const char* tls_reason = nullptr;
-      if (code.value() > 0 && ERR_GET_LIB(static_cast<unsigned long>(code.value())) == ERR_LIB_SSL) {
+      if (code.value() > 0 &&
+          ERR_GET_LIB(static_cast<unsigned long>(code.value())) == ERR_LIB_SSL) {
         tls_reason = ERR_reason_error_string(static_cast<unsigned long>(code.value()));
       }
       detail = tls_reason != nullptr ? std::string("TLS: ") + tls_reason : code.message();
@@ -339,8 +344,9 @@ Status CppRestKubeClient::TransportError(const std::string& method, const std::s
   return Status::Error(message);
 }
 
-Status CppRestKubeClient::Do(const web::http::method& method, const std::string& path, const nlohmann::json* body,
-                             const std::string& content_type, Response* response) {
+Status CppRestKubeClient::Do(const web::http::method& method, const std::string& path,
+                             const nlohmann::json* body, const std::string& content_type,
+                             Response* response) {
   *response = Response();
   web::http::http_request request;
   Status s = Prepare(method, path, body, content_type, &request);
@@ -362,8 +368,10 @@ Status CppRestKubeClient::Watch(const std::string& path, const std::string& reso
   *response = Response();
   if (stop.load()) return Status::Ok();
   std::string full = path + (path.find('?') == std::string::npos ? "?" : "&") +
-                     "watch=1&allowWatchBookmarks=true&timeoutSeconds=" + std::to_string(kWatchServerTimeoutSeconds);
-  if (!resource_version.empty()) full += "&resourceVersion=" + web::uri::encode_data_string(resource_version);
+                     "watch=1&allowWatchBookmarks=true&timeoutSeconds=" +
+                     std::to_string(kWatchServerTimeoutSeconds);
+  if (!resource_version.empty())
+    full += "&resourceVersion=" + web::uri::encode_data_string(resource_version);
   const std::string method = web::http::methods::GET;
   web::http::http_request request;
   Status s = Prepare(method, full, nullptr, "", &request);
@@ -422,7 +430,8 @@ Status CppRestKubeClient::Watch(const std::string& path, const std::string& reso
       if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;
       nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (j.is_discarded() || !j.is_object() || !j.contains("type") || !j["type"].is_string()) {
-        *error = Status::Error("kube: watch " + path + ": not a watch event: " + line.substr(0, 200));
+        *error =
+            Status::Error("kube: watch " + path + ": not a watch event: " + line.substr(0, 200));
         return false;
       }
       WatchEvent event;
@@ -473,7 +482,6 @@ Status CppRestKubeClient::Watch(const std::string& path, const std::string& reso
   return error;
 }
 
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -509,9 +517,10 @@ Status KubeClient::Create(const KubeConfig& config, std::unique_ptr<KubeClient>*
     if (u.host().front() == '[') {
       // cpprestsdk 2.10 hands "[addr]" with its brackets to the resolver,
       // which fails: IPv6 literals cannot be reached, only names.
-      return Status::Error("kube: server " + server +
-                           ": IPv6 address literals are not supported by the HTTP library; use a DNS name "
-                           "(in a pod: https://kubernetes.default.svc)");
+      return Status::Error(
+          "kube: server " + server +
+          ": IPv6 address literals are not supported by the HTTP library; use a DNS name "
+          "(in a pod: https://kubernetes.default.svc)");
     }
   } catch (const std::exception& e) {
     return Status::Error("kube: server " + server + ": " + e.what());
@@ -537,8 +546,9 @@ Status KubeClient::Create(const KubeConfig& config, std::unique_ptr<KubeClient>*
     return c;
   };
   try {
-    out->reset(new CppRestKubeClient(server, tls, config.token, make_config(kRequestTimeout),
-                                     make_config(std::chrono::seconds(kWatchServerTimeoutSeconds + kWatchGraceSeconds))));
+    out->reset(new CppRestKubeClient(
+        server, tls, config.token, make_config(kRequestTimeout),
+        make_config(std::chrono::seconds(kWatchServerTimeoutSeconds + kWatchGraceSeconds))));
   } catch (const std::exception& e) {
     return Status::Error("kube: " + server + ": " + e.what());
   }

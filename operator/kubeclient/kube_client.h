@@ -18,13 +18,13 @@ namespace kubeps::kube {
 
 // Where the API server is and how to prove who we are.
 struct KubeConfig {
-  std::string server;                 // https://host:port
-  std::string ca_data;                // PEM; empty = system trust store
-  std::string token;                  // bearer token, or
-  std::string client_cert_data;       // PEM client certificate and
-  std::string client_key_data;        // its PEM key
+  std::string server;            // https://host:port
+  std::string ca_data;           // PEM; empty = system trust store
+  std::string token;             // bearer token, or
+  std::string client_cert_data;  // PEM client certificate and
+  std::string client_key_data;   // its PEM key
   bool insecure_skip_tls_verify = false;
-  std::string namespace_ = "default"; // of the current context
+  std::string namespace_ = "default";  // of the current context
 };
 
 // In-cluster: the service account's token and CA, KUBERNETES_SERVICE_HOST
@@ -49,7 +49,7 @@ struct Response {
 
 // One event of a watch stream.
 struct WatchEvent {
-  std::string type;        // ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
+  std::string type;  // ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
   nlohmann::json object;
 };
 

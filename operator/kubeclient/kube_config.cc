@@ -75,7 +75,8 @@ std::string ResolvePath(const std::string& base_dir, const std::string& path) {
 // Standard base64 through cpprestsdk; line breaks and spaces (kubeconfigs
 // written by hand wrap long values) are dropped first.
 bool Base64Decode(std::string in, std::string* out) {
-  in.erase(std::remove_if(in.begin(), in.end(), [](unsigned char c) { return std::isspace(c); }), in.end());
+  in.erase(std::remove_if(in.begin(), in.end(), [](unsigned char c) { return std::isspace(c); }),
+           in.end());
   try {
     std::vector<unsigned char> bytes = utility::conversions::from_base64(in);
     out->assign(bytes.begin(), bytes.end());
@@ -158,10 +159,12 @@ Status LoadKubeconfig(const std::string& path, KubeConfig* config) {
     if (current.empty()) return Status::Error(path + ": current-context is not set");
     YAML::Node context;
     if (!FindNamed(root, "contexts", "context", current, &context)) {
-      return Status::Error(path + ": context \"" + current + "\" (the current-context) is not in contexts");
+      return Status::Error(path + ": context \"" + current +
+                           "\" (the current-context) is not in contexts");
     }
     const std::string cluster_name = Scalar(context, "cluster");
-    if (cluster_name.empty()) return Status::Error(path + ": context \"" + current + "\" has no cluster");
+    if (cluster_name.empty())
+      return Status::Error(path + ": context \"" + current + "\" has no cluster");
     YAML::Node cluster;
     if (!FindNamed(root, "clusters", "cluster", cluster_name, &cluster) || !cluster.IsMap()) {
       return Status::Error(path + ": cluster \"" + cluster_name + "\" (of context \"" + current +
@@ -171,7 +174,8 @@ Status LoadKubeconfig(const std::string& path, KubeConfig* config) {
     YAML::Node user;
     if (!user_name.empty()) {
       if (!FindNamed(root, "users", "user", user_name, &user)) {
-        return Status::Error(path + ": user \"" + user_name + "\" (of context \"" + current + "\") is not in users");
+        return Status::Error(path + ": user \"" + user_name + "\" (of context \"" + current +
+                             "\") is not in users");
       }
     }
 
@@ -187,12 +191,14 @@ Status LoadKubeconfig(const std::string& path, KubeConfig* config) {
 
     if (user && user.IsMap()) {
       const std::string user_where = "user \"" + user_name + "\"";
-      s = LoadPemField(path, user_where, base_dir, user, "client-certificate", &out.client_cert_data);
+      s = LoadPemField(path, user_where, base_dir, user, "client-certificate",
+                       &out.client_cert_data);
       if (!s.ok()) return s;
       s = LoadPemField(path, user_where, base_dir, user, "client-key", &out.client_key_data);
       if (!s.ok()) return s;
       if (out.client_cert_data.empty() != out.client_key_data.empty()) {
-        return Status::Error(path + ": " + user_where + " needs both client-certificate and client-key");
+        return Status::Error(path + ": " + user_where +
+                             " needs both client-certificate and client-key");
       }
       out.token = TrimSpace(Scalar(user, "token"));
       const std::string token_file = Scalar(user, "tokenFile");
@@ -206,8 +212,9 @@ Status LoadKubeconfig(const std::string& path, KubeConfig* config) {
       if (!has_credentials) {
         for (const char* unsupported : {"exec", "auth-provider", "username"}) {
           if (user[unsupported]) {
-            return Status::Error(path + ": " + user_where + " uses " + unsupported +
-                                 ", which kubeps does not support (use a token, tokenFile or client certificate)");
+            return Status::Error(
+                path + ": " + user_where + " uses " + unsupported +
+                ", which kubeps does not support (use a token, tokenFile or client certificate)");
           }
         }
       }
@@ -227,7 +234,8 @@ Status LoadInClusterConfigFrom(const std::string& service_account_dir, KubeConfi
   const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
   const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
   if (host == nullptr || *host == '\0') {
-    return Status::Error("in-cluster config: KUBERNETES_SERVICE_HOST is not set (not running in a pod?)");
+    return Status::Error(
+        "in-cluster config: KUBERNETES_SERVICE_HOST is not set (not running in a pod?)");
   }
   if (port == nullptr || *port == '\0') {
     return Status::Error("in-cluster config: KUBERNETES_SERVICE_PORT is not set");
@@ -238,7 +246,8 @@ Status LoadInClusterConfigFrom(const std::string& service_account_dir, KubeConfi
   Status s = ReadWholeFile(service_account_dir + "/token", &token);
   if (!s.ok()) return Status::Error("in-cluster config: service account token: " + s.message());
   out.token = TrimSpace(token);
-  if (out.token.empty()) return Status::Error("in-cluster config: " + service_account_dir + "/token is empty");
+  if (out.token.empty())
+    return Status::Error("in-cluster config: " + service_account_dir + "/token is empty");
   s = ReadWholeFile(service_account_dir + "/ca.crt", &out.ca_data);
   if (!s.ok()) return Status::Error("in-cluster config: service account CA: " + s.message());
   std::string ns;
@@ -284,7 +293,8 @@ Status LoadConfig(const std::string& kubeconfig_flag, KubeConfig* config) {
     if (FileExists(path)) return LoadKubeconfig(path, config);
   }
   std::string message =
-      "no Kubernetes configuration: pass --kubeconfig, set $KUBECONFIG, run in a pod, or create ~/.kube/config";
+      "no Kubernetes configuration: pass --kubeconfig, set $KUBECONFIG, run in a pod, or create "
+      "~/.kube/config";
   if (!in_cluster_error.empty()) message += " (" + in_cluster_error + ")";
   return Status::Error(message);
 }

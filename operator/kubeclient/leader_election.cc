@@ -12,9 +12,7 @@ namespace kubeps::kube {
 
 using nlohmann::json;
 
-std::string LeaderElector::Path() const {
-  return CollectionPath(kLeases, config_.namespace_);
-}
+std::string LeaderElector::Path() const { return CollectionPath(kLeases, config_.namespace_); }
 
 bool LeaderElector::TryAcquireOrRenew() {
   const std::string now = MicroTime(std::chrono::system_clock::now());

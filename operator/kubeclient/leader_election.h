@@ -16,14 +16,15 @@ namespace kubeps::kube {
 struct LeaseConfig {
   std::string namespace_ = "kubeps-system";
   std::string name = "kubeps-operator";
-  std::string identity;        // this replica, e.g. its pod name
+  std::string identity;  // this replica, e.g. its pod name
   int lease_duration_s = 15;
   int renew_interval_ms = 5000;
 };
 
 class LeaderElector {
  public:
-  LeaderElector(KubeClient* client, LeaseConfig config) : client_(client), config_(std::move(config)) {}
+  LeaderElector(KubeClient* client, LeaseConfig config)
+      : client_(client), config_(std::move(config)) {}
 
   // One attempt to take or renew the lease; true while we hold it.
   bool TryAcquireOrRenew();

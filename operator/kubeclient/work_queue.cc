@@ -43,8 +43,10 @@ void WorkQueue::Promote() {
   while (!delayed_.empty() && delayed_.begin()->first <= now) {
     std::string key = delayed_.begin()->second;
     delayed_.erase(delayed_.begin());
-    if (processing_.count(key)) dirty_.insert(key);
-    else if (queued_.insert(key).second) queue_.push_back(key);
+    if (processing_.count(key))
+      dirty_.insert(key);
+    else if (queued_.insert(key).second)
+      queue_.push_back(key);
   }
 }
 
@@ -54,8 +56,10 @@ std::optional<std::string> WorkQueue::Get() {
     Promote();
     if (shut_down_) return std::nullopt;
     if (!queue_.empty()) break;
-    if (delayed_.empty()) changed_.wait(lock);
-    else changed_.wait_until(lock, delayed_.begin()->first);
+    if (delayed_.empty())
+      changed_.wait(lock);
+    else
+      changed_.wait_until(lock, delayed_.begin()->first);
   }
   std::string key = queue_.front();
   queue_.pop_front();

@@ -31,14 +31,15 @@ Status LocalCluster::Create(const controller::ReplicaLaunch& launch) {
     return Status::Error(launch.name.ToString() + " is still running (pid " +
                          std::to_string(process.pid) + ")");
   }
-  const bool restart = process.status.phase != ReplicaPhase::kPending || process.status.restarts > 0;
+  const bool restart =
+      process.status.phase != ReplicaPhase::kPending || process.status.restarts > 0;
   if (restart) ++process.status.restarts;
   process.status.name = launch.name;
   process.status.phase = ReplicaPhase::kRunning;
   process.status.exit_code = 0;
 
   ReadPorts(launch.name, process);  // learn the old port before it is forgotten
-  process.metrics_port = 0;  // a new process picks a new one
+  process.metrics_port = 0;         // a new process picks a new one
   // A re-created replica binds the port its peers already know.
   auto env = launch.env;
   if (process.grpc_port > 0) env["KUBEPS_PORT"] = std::to_string(process.grpc_port);
@@ -75,7 +76,8 @@ void LocalCluster::Reap(Process& process) {
   if (::waitpid(process.pid, &wstatus, WNOHANG) != process.pid) return;
   process.pid = -1;
   process.status.exit_code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
-  process.status.phase = process.status.exit_code == 0 ? ReplicaPhase::kSucceeded : ReplicaPhase::kFailed;
+  process.status.phase =
+      process.status.exit_code == 0 ? ReplicaPhase::kSucceeded : ReplicaPhase::kFailed;
 }
 
 Status LocalCluster::Delete(const ReplicaName& name) {

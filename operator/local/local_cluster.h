@@ -35,7 +35,7 @@ class LocalCluster : public controller::Cluster {
   struct Process {
     controller::ReplicaStatus status;
     pid_t pid = -1;
-    int grpc_port = 0;     // kept across restarts: peers know this address
+    int grpc_port = 0;  // kept across restarts: peers know this address
     int metrics_port = 0;
   };
   void Reap(Process& process);

@@ -11,8 +11,8 @@
 #include <random>
 #include <thread>
 
-#include "common/logging.h"
 #include "api/pod_env_codec.h"
+#include "common/logging.h"
 #include "operator/controller/job_controller.h"
 #include "operator/controller/replica_env.h"
 #include "operator/local/local_cluster.h"
@@ -32,7 +32,8 @@ void OnInterrupt(int) { g_interrupted = 1; }
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch()).count();
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
 }
 
 std::string MakeRunDir(const std::string& requested, const std::string& job_name) {
@@ -74,37 +75,42 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
     return 1;
   }
   const std::string token_file = WriteToken(run_dir);
-  const int cores = options.cores > 0 ? options.cores
-                                      : std::max(1u, std::thread::hardware_concurrency());
+  const int cores =
+      options.cores > 0 ? options.cores : std::max(1u, std::thread::hardware_concurrency());
   // Workers do the math; servers and the scheduler mostly wait. Share the
   // cores among workers so BLAS threads never outnumber them.
   const int worker_threads = std::max(1, cores / job.spec.worker.replicas);
 
   LocalCluster cluster(options.bin_dir, run_dir);
-  JobController controller(job, &cluster, [&](const ReplicaName& name, const std::string& scheduler) {
-    ReplicaLaunch launch{name, controller::ReplicaBinary(name), {},
-                         controller::ReplicaEnv(job, name, scheduler)};
-    const int threads = name.role == ReplicaRole::kWorker ? worker_threads : 1;
-    launch.env[api::env::kPodIp] = "127.0.0.1";
-    launch.env[api::env::kPort] = "0";
-    launch.env[api::env::kMetricsPort] = "0";
-    launch.env[api::env::kRunDir] = run_dir;
-    launch.env[api::env::kTokenFile] = token_file;
-    if (job.spec.checkpoint_path.empty()) launch.env[api::env::kCheckpointDir] = run_dir + "/checkpoints";
-    launch.env[api::env::kBlasThreads] = std::to_string(threads);
-    launch.env["OMP_NUM_THREADS"] = std::to_string(threads);
-    // Idle OpenMP threads must sleep, not spin: they share the cores with
-    // the job's other processes and with gRPC's threads (measured: spinning
-    // makes a 1-server 1-worker MLP job 4x slower).
-    launch.env["OMP_WAIT_POLICY"] = "PASSIVE";
-    return launch;
-  });
+  JobController controller(
+      job, &cluster, [&](const ReplicaName& name, const std::string& scheduler) {
+        ReplicaLaunch launch{name,
+                             controller::ReplicaBinary(name),
+                             {},
+                             controller::ReplicaEnv(job, name, scheduler)};
+        const int threads = name.role == ReplicaRole::kWorker ? worker_threads : 1;
+        launch.env[api::env::kPodIp] = "127.0.0.1";
+        launch.env[api::env::kPort] = "0";
+        launch.env[api::env::kMetricsPort] = "0";
+        launch.env[api::env::kRunDir] = run_dir;
+        launch.env[api::env::kTokenFile] = token_file;
+        if (job.spec.checkpoint_path.empty())
+          launch.env[api::env::kCheckpointDir] = run_dir + "/checkpoints";
+        launch.env[api::env::kBlasThreads] = std::to_string(threads);
+        launch.env["OMP_NUM_THREADS"] = std::to_string(threads);
+        // Idle OpenMP threads must sleep, not spin: they share the cores with
+        // the job's other processes and with gRPC's threads (measured: spinning
+        // makes a 1-server 1-worker MLP job 4x slower).
+        launch.env["OMP_WAIT_POLICY"] = "PASSIVE";
+        return launch;
+      });
 
   std::signal(SIGINT, OnInterrupt);
   std::signal(SIGTERM, OnInterrupt);
   KLOG_INFO << "running job " << job.name << ": 1 scheduler, " << job.spec.ps.replicas
-            << " servers, " << job.spec.worker.replicas << " workers (" << api::ToString(job.spec.mode)
-            << ", model " << job.spec.model << "); run folder " << run_dir;
+            << " servers, " << job.spec.worker.replicas << " workers ("
+            << api::ToString(job.spec.mode) << ", model " << job.spec.model << "); run folder "
+            << run_dir;
   const auto start = std::chrono::steady_clock::now();
   std::string last_message;
   JobStatus status;
@@ -123,7 +129,8 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   controller.DeleteAll();  // whatever cleanPodPolicy keeps, no local process outlives the run
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   char elapsed[32];
   std::snprintf(elapsed, sizeof elapsed, "%.1f", seconds);
   if (status.phase == JobPhase::kSucceeded) {

@@ -11,9 +11,9 @@
 namespace kubeps::local {
 
 struct LocalRunOptions {
-  std::string bin_dir;   // where kubeps-server and kubeps-agent are
-  std::string run_dir;   // "" = a new folder under $TMPDIR
-  int cores = 0;         // 0 = this machine's; shared out as BLAS threads
+  std::string bin_dir;  // where kubeps-server and kubeps-agent are
+  std::string run_dir;  // "" = a new folder under $TMPDIR
+  int cores = 0;        // 0 = this machine's; shared out as BLAS threads
 };
 
 // Runs the job to its end. Returns the process exit code: 0 on success,

@@ -11,7 +11,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -101,10 +100,13 @@ Status KVWorkerImpl::Start() {
   const std::map<std::string, std::string> rank_label{{"rank", std::to_string(rank_)}};
   push_latency_ = &metrics_->Latency("kubeps_worker_push_latency_seconds",
                                      "Time from push to acknowledgement, per request", rank_label);
-  pull_latency_ = &metrics_->Latency("kubeps_worker_pull_latency_seconds",
-                                     "Time from pull to parameters received, per request", rank_label);
-  push_bytes_ = &metrics_->Counter("kubeps_worker_push_bytes_total", "Gradient bytes pushed", rank_label);
-  pull_bytes_ = &metrics_->Counter("kubeps_worker_pull_bytes_total", "Parameter bytes pulled", rank_label);
+  pull_latency_ =
+      &metrics_->Latency("kubeps_worker_pull_latency_seconds",
+                         "Time from pull to parameters received, per request", rank_label);
+  push_bytes_ =
+      &metrics_->Counter("kubeps_worker_push_bytes_total", "Gradient bytes pushed", rank_label);
+  pull_bytes_ =
+      &metrics_->Counter("kubeps_worker_pull_bytes_total", "Parameter bytes pulled", rank_label);
   // Enough threads for a few requests per shard in flight, plus long polls.
   pool_ = std::make_unique<TaskPool>(std::max(4, 4 * num_servers()));
   // A worker that (re)joins after a recovery starts in its generation.
@@ -136,7 +138,8 @@ void KVWorkerImpl::HeartbeatLoop() {
 Status KVWorkerImpl::Recover(uint64_t* resume_step) {
   const auto start = Clock::now();
   for (;;) {
-    if (Status s = PollHeartbeat(); !s.ok() && SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) {
+    if (Status s = PollHeartbeat();
+        !s.ok() && SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) {
       return s;
     }
     if (announced_ready_ && announced_generation_ >= generation_) {
@@ -160,7 +163,7 @@ std::string KVWorkerImpl::ServerName(int server) const {
 }
 
 Status KVWorkerImpl::InitTensors(const std::vector<const float*>& values,
-                             const std::vector<uint64_t>& sizes) {
+                                 const std::vector<uint64_t>& sizes) {
   parts_ = PlaceTensors(sizes, num_servers(), options_.placement);
   if (rank_ == 0) {
     auto batches = Batches(values);
@@ -182,9 +185,10 @@ Status KVWorkerImpl::InitTensors(const std::vector<const float*>& values,
 }
 
 template <typename Ptr>
-std::vector<std::vector<const Part*>> KVWorkerImpl::Batches(const std::vector<Ptr>& selected) const {
+std::vector<std::vector<const Part*>> KVWorkerImpl::Batches(
+    const std::vector<Ptr>& selected) const {
   std::vector<std::vector<const Part*>> batches;
-  std::vector<int> open(servers_.size(), -1);        // batch being filled per server
+  std::vector<int> open(servers_.size(), -1);  // batch being filled per server
   std::vector<uint64_t> filled(servers_.size(), 0);
   for (const Part& part : parts_) {
     if (part.key >= selected.size() || selected[part.key] == nullptr) continue;
@@ -246,7 +250,7 @@ void KVWorkerImpl::Complete(const std::shared_ptr<Pending>& pending, const Statu
 }
 
 Status KVWorkerImpl::PushBatch(const std::vector<const Part*>& batch,
-                           const std::vector<const float*>& grads, uint64_t step) {
+                               const std::vector<const float*>& grads, uint64_t step) {
   const auto start = Clock::now();
   v1::PushRequest request;
   *request.mutable_id() = NextRequestId();
@@ -257,13 +261,14 @@ Status KVWorkerImpl::PushBatch(const std::vector<const Part*>& batch,
   const std::string* data = &request.data();
   const int server = batch.front()->server;
   v1::PushResponse response;
-  Status s = caller_.Call(ServerName(server), "Push", [&](grpc::ClientContext& c) {
-    return servers_[server]->Push(&c, request, &response);
-  }, 0, [this] { return RollbackAnnounced(); });
+  Status s = caller_.Call(
+      ServerName(server), "Push",
+      [&](grpc::ClientContext& c) { return servers_[server]->Push(&c, request, &response); }, 0,
+      [this] { return RollbackAnnounced(); });
   Acknowledge(request.id().seq());
   if (!s.ok() && (s.IsAborted() || RollbackAnnounced())) {
     return Status::Aborted("push of step " + std::to_string(step) + " to " + ServerName(server) +
-                              ": the job rolled back");
+                           ": the job rolled back");
   }
   if (s.ok()) {
     push_latency_->Observe(SecondsSince(start));
@@ -272,8 +277,8 @@ Status KVWorkerImpl::PushBatch(const std::vector<const Part*>& batch,
   return s;
 }
 
-Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch, const std::vector<float*>& values,
-                           uint64_t min_version) {
+Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
+                               const std::vector<float*>& values, uint64_t min_version) {
   const auto start = Clock::now();
   v1::PullRequest request;
   uint64_t elements = 0;
@@ -288,9 +293,10 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch, const std:
     if (RollbackAnnounced()) {
       return Status::Aborted("pull from " + ServerName(server) + ": the job rolled back");
     }
-    Status s = caller_.Call(ServerName(server), "Pull", [&](grpc::ClientContext& c) {
-      return servers_[server]->Pull(&c, request, &response);
-    }, options_.pull_wait_ms, [this] { return RollbackAnnounced(); });
+    Status s = caller_.Call(
+        ServerName(server), "Pull",
+        [&](grpc::ClientContext& c) { return servers_[server]->Pull(&c, request, &response); },
+        options_.pull_wait_ms, [this] { return RollbackAnnounced(); });
     if (!s.ok() && (s.IsAborted() || RollbackAnnounced())) {
       return Status::Aborted("pull from " + ServerName(server) + ": the job rolled back");
     }
@@ -331,7 +337,8 @@ KVWorker::Ticket KVWorkerImpl::Push(const std::vector<const float*>& grads, uint
   std::shared_ptr<Pending> pending;
   Ticket ticket = NewTicket(static_cast<int>(batches.size()), &pending);
   for (auto& batch : batches) {
-    pool_->Run([this, batch, grads, step, pending] { Complete(pending, PushBatch(batch, grads, step)); });
+    pool_->Run(
+        [this, batch, grads, step, pending] { Complete(pending, PushBatch(batch, grads, step)); });
   }
   return ticket;
 }
@@ -349,7 +356,7 @@ KVWorker::Ticket KVWorkerImpl::Pull(const std::vector<float*>& values, uint64_t 
 }
 
 KVWorker::Ticket KVWorkerImpl::PushPull(const std::vector<const float*>& grads,
-                                    const std::vector<float*>& values, uint64_t step) {
+                                        const std::vector<float*>& values, uint64_t step) {
   auto push_batches = Batches(grads);
   auto pull_batches = Batches(values);
   std::shared_ptr<Pending> pending;
@@ -369,7 +376,8 @@ KVWorker::Ticket KVWorkerImpl::PushPull(const std::vector<const float*>& grads,
   pending->then = start_pulls;
   pending->then_requests = static_cast<int>(pull_batches.size());
   for (auto& batch : push_batches) {
-    pool_->Run([this, batch, grads, step, pending] { Complete(pending, PushBatch(batch, grads, step)); });
+    pool_->Run(
+        [this, batch, grads, step, pending] { Complete(pending, PushBatch(batch, grads, step)); });
   }
   return ticket;
 }
@@ -379,7 +387,8 @@ Status KVWorkerImpl::Wait(Ticket ticket) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = pending_.find(ticket);
-    if (it == pending_.end()) return Status::Error("Wait: unknown ticket " + std::to_string(ticket));
+    if (it == pending_.end())
+      return Status::Error("Wait: unknown ticket " + std::to_string(ticket));
     pending = it->second;
     pending_.erase(it);
   }

@@ -39,15 +39,15 @@ class MetricsServer;
 
 struct KVOptions {
   std::string scheduler_address;
-  std::string node_id;          // stable identity: a restart keeps the rank
+  std::string node_id;  // stable identity: a restart keeps the rank
   std::string token;
   std::string metrics_address;  // reported to the scheduler
   ResendPolicy resend;
   PlacementOptions placement;
-  int pull_wait_ms = 500;             // server-side long-poll slice
-  int peer_wait_limit_ms = 600000;    // give up waiting for slow peers after this
+  int pull_wait_ms = 500;           // server-side long-poll slice
+  int peer_wait_limit_ms = 600000;  // give up waiting for slow peers after this
   int heartbeat_interval_ms = 500;
-  MetricsServer* metrics = nullptr;   // null: metrics are not exported
+  MetricsServer* metrics = nullptr;  // null: metrics are not exported
 };
 
 class KVWorker {
@@ -65,7 +65,8 @@ class KVWorker {
   // Declares the tensors (sizes in elements, key = index) and sets their
   // initial values: rank 0's `values` are stored, the others' ignored (the
   // broadcast of initial weights). Returns when every worker has declared.
-  virtual Status InitTensors(const std::vector<const float*>& values, const std::vector<uint64_t>& sizes) = 0;
+  virtual Status InitTensors(const std::vector<const float*>& values,
+                             const std::vector<uint64_t>& sizes) = 0;
 
   // Gradients computed on parameters of version `step` (sync mode).
   virtual Ticket Push(const std::vector<const float*>& grads, uint64_t step) = 0;

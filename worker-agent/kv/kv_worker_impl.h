@@ -37,7 +37,8 @@ class KVWorkerImpl final : public KVWorker {
   int rank() const override { return rank_; }
   int size() const override { return num_workers_; }
   int num_servers() const override { return static_cast<int>(servers_.size()); }
-  Status InitTensors(const std::vector<const float*>& values, const std::vector<uint64_t>& sizes) override;
+  Status InitTensors(const std::vector<const float*>& values,
+                     const std::vector<uint64_t>& sizes) override;
   Ticket Push(const std::vector<const float*>& grads, uint64_t step) override;
   Ticket Pull(const std::vector<float*>& values, uint64_t min_version) override;
   Ticket PushPull(const std::vector<const float*>& grads, const std::vector<float*>& values,
@@ -84,7 +85,7 @@ class KVWorkerImpl final : public KVWorker {
   std::map<Ticket, std::shared_ptr<Pending>> pending_;
 
   // Recovery generations, as the scheduler's heartbeats announce them.
-  std::atomic<uint64_t> generation_{0};          // the one requests carry
+  std::atomic<uint64_t> generation_{0};  // the one requests carry
   std::atomic<uint64_t> announced_generation_{0};
   std::atomic<uint64_t> announced_step_{0};
   std::atomic<bool> announced_ready_{true};

@@ -29,7 +29,9 @@ uint64_t UniformUpTo(std::mt19937_64& rng, uint64_t bound) {
 }  // namespace
 
 BatchSampler::BatchSampler(int64_t num_examples, int global_batch, uint64_t seed)
-    : num_examples_(num_examples < 0 ? 0 : num_examples), global_batch_(global_batch), seed_(seed) {}
+    : num_examples_(num_examples < 0 ? 0 : num_examples),
+      global_batch_(global_batch),
+      seed_(seed) {}
 
 int64_t BatchSampler::StepsPerEpoch() const {
   return global_batch_ > 0 ? num_examples_ / global_batch_ : 0;
@@ -83,8 +85,8 @@ Status FillWorkerBatch(const Dataset& data, BatchSampler& sampler, int64_t epoch
                        int rank, int num_workers, float* images, uint8_t* labels) {
   if (sampler.num_examples() != data.size()) {
     return Status::Error("FillWorkerBatch: the sampler covers " +
-                         std::to_string(sampler.num_examples()) + " examples but the data set has " +
-                         std::to_string(data.size()));
+                         std::to_string(sampler.num_examples()) +
+                         " examples but the data set has " + std::to_string(data.size()));
   }
   thread_local std::vector<uint32_t> indices;
   Status s = sampler.WorkerIndices(epoch, step, rank, num_workers, &indices);

@@ -141,8 +141,8 @@ float* Conv2D::Backward(const float* dy, bool need_input_grad) {
   for (int co = 0; co < cout_; ++co) db[co] = SumContiguous(dy + static_cast<size_t>(co) * p, p);
   if (!need_input_grad) return nullptr;
   // dcol = W^T dy  (K x P), over the im2col buffer.
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kdim, p, cout_, 1.0f,
-              weight_->value.data(), kdim, dy, p, 0.0f, col, p);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, kdim, p, cout_, 1.0f, weight_->value.data(),
+              kdim, dy, p, 0.0f, col, p);
   float* dx = EnsureSize(dx_, static_cast<size_t>(cin_) * p);
   Col2Im(col, batch_, dx);
   return dx;

@@ -28,20 +28,18 @@ Status Open(const std::string& path, GzFile* file) {
   errno = 0;
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) {
-    return Status::Error(path + ": cannot open: " +
-                         (errno != 0 ? std::strerror(errno) : "out of memory"));
+    return Status::Error(path +
+                         ": cannot open: " + (errno != 0 ? std::strerror(errno) : "out of memory"));
   }
   file->reset(f);
   return Status::Ok();
 }
 
 // Reads exactly n bytes; `what` names the part being read for messages.
-Status ReadExactly(gzFile f, const std::string& path, const char* what, uint8_t* dst,
-                   uint64_t n) {
+Status ReadExactly(gzFile f, const std::string& path, const char* what, uint8_t* dst, uint64_t n) {
   uint64_t done = 0;
   while (done < n) {
-    const unsigned chunk =
-        static_cast<unsigned>(std::min<uint64_t>(n - done, uint64_t{1} << 30));
+    const unsigned chunk = static_cast<unsigned>(std::min<uint64_t>(n - done, uint64_t{1} << 30));
     const int got = gzread(f, dst + done, chunk);
     if (got > 0) {
       done += static_cast<uint64_t>(got);
@@ -88,10 +86,10 @@ Status ReadHeader(gzFile f, const std::string& path, uint32_t expected_magic, in
   if (!s.ok()) return s;
   const uint32_t magic = BigEndian32(header);
   if (magic != expected_magic) {
-    return Status::Error(path + ": bad magic number " + std::to_string(magic) + ", expected " +
-                         std::to_string(expected_magic) +
-                         (expected_magic == kIdxImagesMagic ? " (IDX uint8 images)"
-                                                            : " (IDX uint8 labels)"));
+    return Status::Error(
+        path + ": bad magic number " + std::to_string(magic) + ", expected " +
+        std::to_string(expected_magic) +
+        (expected_magic == kIdxImagesMagic ? " (IDX uint8 images)" : " (IDX uint8 labels)"));
   }
   for (int i = 0; i < dims; ++i) sizes[i] = BigEndian32(header + 4 + 4 * i);
   return Status::Ok();
@@ -179,9 +177,8 @@ Status LoadFashionMnistSplit(const std::string& dir, bool train, Dataset* out) {
   s = ReadIdxLabels(labels_path, &d.labels);
   if (!s.ok()) return s;
   if (static_cast<int64_t>(d.labels.size()) != d.count) {
-    return Status::Error(labels_path + ": has " + std::to_string(d.labels.size()) +
-                         " labels but " + images_path + " has " + std::to_string(d.count) +
-                         " images");
+    return Status::Error(labels_path + ": has " + std::to_string(d.labels.size()) + " labels but " +
+                         images_path + " has " + std::to_string(d.count) + " images");
   }
   for (size_t i = 0; i < d.labels.size(); ++i) {
     if (d.labels[i] >= kClasses) {

@@ -13,10 +13,10 @@
 namespace kubeps::trainer {
 
 struct Parameter {
-  std::string name;          // e.g. "dense1.weight"
+  std::string name;  // e.g. "dense1.weight"
   std::vector<int> shape;
   std::vector<float> value;
-  std::vector<float> grad;   // same size as value
+  std::vector<float> grad;  // same size as value
 };
 
 class Model {

@@ -90,9 +90,9 @@ class CnnModel : public Model {
   MaxPool2x2 pool2_;
   Dense dense1_, dense2_;
   SoftmaxCrossEntropy loss_;
-  float* act1_ = nullptr;  // pool1 output after ReLU
-  float* act2_ = nullptr;  // pool2 output after ReLU
-  float* act3_ = nullptr;  // dense1 output after ReLU
+  float* act1_ = nullptr;    // pool1 output after ReLU
+  float* act2_ = nullptr;    // pool2 output after ReLU
+  float* act3_ = nullptr;    // dense1 output after ReLU
   std::vector<float> flat_;  // pool2 output, batch x 3136
   std::vector<float> dp2_;   // its gradient back in CNHW
   int batch_ = 0;

@@ -163,8 +163,7 @@ TEST(ApiTrainingJobErrorsTest, NonInteger) {
   ExpectError(With("epochs: 3", "epochs: three"), "spec.epochs",
               "must be an integer, got \"three\"");
   ExpectError(With("epochs: 3", "epochs: 1.5"), "spec.epochs", "must be an integer, got 1.5");
-  ExpectError(With("epochs: 3", "epochs: \"3\""), "spec.epochs",
-              "must be an integer, got \"3\"");
+  ExpectError(With("epochs: 3", "epochs: \"3\""), "spec.epochs", "must be an integer, got \"3\"");
   ExpectError(With("epochs: 3", "epochs: {n: 3}"), "spec.epochs",
               "must be an integer, got a mapping");
 }
@@ -175,17 +174,18 @@ TEST(ApiTrainingJobErrorsTest, IntegerOutOfRange) {
   ExpectError(With("epochs: 3", "epochs: -99999999999999999999"), "spec.epochs",
               "must be >= 1, got -99999999999999999999");
   ExpectError(With("epochs: 3", "epochs: 3\n  bigArrayBound: 99999999999999999999"),
-              "spec.bigArrayBound", "must be at most 9223372036854775807, got 99999999999999999999");
+              "spec.bigArrayBound",
+              "must be at most 9223372036854775807, got 99999999999999999999");
   ExpectError(With("epochs: 3", "epochs: 3\n  seed: -1"), "spec.seed", "must be >= 0, got -1");
   ExpectError(With("epochs: 3", "epochs: 3\n  seed: 18446744073709551616"), "spec.seed",
               "must be at most 18446744073709551615, got 18446744073709551616");
-  ExpectError(With("epochs: 3", "epochs: 3\n  progressIntervalMs: 50"),
-              "spec.progressIntervalMs", "must be >= 100, got 50");
+  ExpectError(With("epochs: 3", "epochs: 3\n  progressIntervalMs: 50"), "spec.progressIntervalMs",
+              "must be >= 100, got 50");
 }
 
 TEST(ApiTrainingJobErrorsTest, WrongApiVersion) {
-  ExpectError(With("apiVersion: kubeps.io/v1alpha1", "apiVersion: kubeflow.org/v1"),
-              "apiVersion", "must be \"kubeps.io/v1alpha1\", got \"kubeflow.org/v1\"");
+  ExpectError(With("apiVersion: kubeps.io/v1alpha1", "apiVersion: kubeflow.org/v1"), "apiVersion",
+              "must be \"kubeps.io/v1alpha1\", got \"kubeflow.org/v1\"");
   ExpectError(With("apiVersion: kubeps.io/v1alpha1\n", ""), "apiVersion",
               "required (expected \"kubeps.io/v1alpha1\")");
 }
@@ -207,8 +207,7 @@ TEST(ApiTrainingJobErrorsTest, BadName) {
   ExpectError(With("name: fashion-mnist", "name: job-"), "metadata.name", dns1035 + "\"job-\"");
   ExpectError(With("name: fashion-mnist", "name: " + std::string(64, 'a')), "metadata.name",
               "must be at most 63 characters, got 64");
-  ExpectError(With("  name: fashion-mnist\n", "  labels: {app: x}\n"), "metadata.name",
-              "required");
+  ExpectError(With("  name: fashion-mnist\n", "  labels: {app: x}\n"), "metadata.name", "required");
   ExpectError(With("name: fashion-mnist", "name: fashion-mnist\n  namespace: Team_A"),
               "metadata.namespace",
               "must be a DNS-1123 label (lowercase letters, digits and '-', starting with a "
@@ -225,7 +224,8 @@ TEST(ApiTrainingJobErrorsTest, SchedulerInReplicaSpecs) {
 TEST(ApiTrainingJobErrorsTest, BadTemplate) {
   ExpectError(With("    worker:\n      replicas: 2",
                    "    worker:\n      replicas: 2\n      template: [a, b]"),
-              "spec.replicaSpecs.worker.template", "must be a mapping (a pod template), got a list");
+              "spec.replicaSpecs.worker.template",
+              "must be a mapping (a pod template), got a list");
 }
 
 TEST(ApiTrainingJobErrorsTest, YamlSyntaxErrorNamesLineAndColumn) {
@@ -312,15 +312,16 @@ spec:
   ASSERT_FALSE(result.ok());
   std::vector<std::string> fields;
   for (const auto& e : result.errors) fields.push_back(e.field);
-  EXPECT_THAT(fields, ElementsAre("apiVersion", "metadata.name", "spec.model", "spec.dataset.path",
-                                  "spec.optimizer.learningRate", "spec.batchSize", "spec.epochs",
-                                  "spec.runPolicy.restartPolicy", "spec.runPolicy.backoffLimit",
-                                  "spec.replicaSpecs.ps.replicas",
-                                  "spec.replicaSpecs.worker.replicas",
-                                  "spec.replicaSpecs.scheduler", "spec.optimiser"));
+  EXPECT_THAT(fields,
+              ElementsAre("apiVersion", "metadata.name", "spec.model", "spec.dataset.path",
+                          "spec.optimizer.learningRate", "spec.batchSize", "spec.epochs",
+                          "spec.runPolicy.restartPolicy", "spec.runPolicy.backoffLimit",
+                          "spec.replicaSpecs.ps.replicas", "spec.replicaSpecs.worker.replicas",
+                          "spec.replicaSpecs.scheduler", "spec.optimiser"));
   std::string report = result.ErrorReport("job.yaml");
   EXPECT_THAT(report, HasSubstr("job.yaml: spec.epochs: must be an integer, got \"three\"\n"));
-  EXPECT_THAT(report, HasSubstr("job.yaml: spec.replicaSpecs.worker.replicas: must be >= 1, got -3\n"));
+  EXPECT_THAT(report,
+              HasSubstr("job.yaml: spec.replicaSpecs.worker.replicas: must be >= 1, got -3\n"));
   EXPECT_EQ(std::count(report.begin(), report.end(), '\n'),
             static_cast<std::ptrdiff_t>(result.errors.size()));
 }

@@ -18,7 +18,8 @@ namespace {
 using Verdict = DedupTable::Verdict;
 using namespace std::chrono_literals;
 
-v1::RequestId Id(const std::string& node, uint64_t incarnation, uint64_t seq, uint64_t acked_below = 0) {
+v1::RequestId Id(const std::string& node, uint64_t incarnation, uint64_t seq,
+                 uint64_t acked_below = 0) {
   v1::RequestId id;
   id.set_node_id(node);
   id.set_incarnation(incarnation);
@@ -53,7 +54,8 @@ TEST(DedupTableTest, OutOfOrderSequenceNumbersAreEachAppliedOnce) {
     ASSERT_EQ(table.Begin(id), Verdict::kApply) << seq;
     table.Done(id);
   }
-  for (uint64_t seq : {0u, 2u, 5u, 9u}) EXPECT_EQ(table.Begin(Id("w", 1, seq)), Verdict::kDuplicate) << seq;
+  for (uint64_t seq : {0u, 2u, 5u, 9u})
+    EXPECT_EQ(table.Begin(Id("w", 1, seq)), Verdict::kDuplicate) << seq;
   auto gap = Id("w", 1, 3);
   EXPECT_EQ(table.Begin(gap), Verdict::kApply);
   table.Done(gap);
@@ -178,7 +180,7 @@ TEST(DedupTableTest, OldIncarnationDoneDoesNotReleaseNewIncarnationsInFlightRequ
   ASSERT_EQ(table.Begin(old_life), Verdict::kApply);  // still being applied
   const auto new_life = Id("worker-0", 2, 3);
   ASSERT_EQ(table.Begin(new_life), Verdict::kApply);  // new life, same seq
-  table.Done(old_life);  // the old request finishes
+  table.Done(old_life);                               // the old request finishes
 
   // A resend of the new life's request arrives while it is in flight: it
   // must wait for the original and then be a duplicate, never kApply.

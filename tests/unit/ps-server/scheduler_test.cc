@@ -34,8 +34,8 @@ std::unique_ptr<Scheduler> MakeScheduler(int servers, int workers, int dead_afte
   return std::make_unique<Scheduler>(options, &NullMetrics());
 }
 
-grpc::Status Register(Scheduler& s, const std::string& node_id, v1::Role role,
-                      int* rank = nullptr, uint64_t incarnation = 1, const std::string& address = "") {
+grpc::Status Register(Scheduler& s, const std::string& node_id, v1::Role role, int* rank = nullptr,
+                      uint64_t incarnation = 1, const std::string& address = "") {
   v1::RegisterRequest request;
   request.mutable_node()->set_node_id(node_id);
   request.mutable_node()->set_role(role);
@@ -75,7 +75,8 @@ grpc::Status Barrier(Scheduler& s, const std::string& name, int rank, uint32_t w
   return status;
 }
 
-v1::HeartbeatResponse Heartbeat(Scheduler& s, const std::string& node_id, uint64_t incarnation = 1) {
+v1::HeartbeatResponse Heartbeat(Scheduler& s, const std::string& node_id,
+                                uint64_t incarnation = 1) {
   v1::HeartbeatRequest request;
   request.set_node_id(node_id);
   request.set_incarnation(incarnation);
@@ -377,7 +378,8 @@ TEST_F(SchedulerServerTest, RequestsWithoutTheTokenAreUnauthenticated) {
   v1::FinishResponse finish_response;
   EXPECT_EQ(stub_->Finish(Context("").get(), finish, &finish_response).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_FALSE(service_->scheduler().AllWorkersFinished()) << "an unauthenticated Finish was applied";
+  EXPECT_FALSE(service_->scheduler().AllWorkersFinished())
+      << "an unauthenticated Finish was applied";
 
   // The rejected Register took no rank: with the token, the worker gets rank 0.
   request.mutable_node()->set_node_id("trainer");

@@ -93,16 +93,18 @@ grpc::Status Push(Shard& shard, int rank, uint64_t seq, uint64_t step, const std
   return shard.Push(PushRequest(rank, seq, step, refs, grad), &response);
 }
 
-v1::PullResponse Pull(Shard& shard, const std::vector<Ref>& refs, uint64_t min_version, uint32_t wait_ms,
-                      grpc::Status* status = nullptr) {
+v1::PullResponse Pull(Shard& shard, const std::vector<Ref>& refs, uint64_t min_version,
+                      uint32_t wait_ms, grpc::Status* status = nullptr) {
   v1::PullRequest request;
   SetParts(&request, refs);
   request.set_min_version(min_version);
   request.set_wait_ms(wait_ms);
   v1::PullResponse response;
   grpc::Status s = shard.Pull(request, &response);
-  if (status) *status = s;
-  else EXPECT_TRUE(s.ok()) << s.error_message();
+  if (status)
+    *status = s;
+  else
+    EXPECT_TRUE(s.ok()) << s.error_message();
   return response;
 }
 
@@ -114,7 +116,8 @@ TEST(ShardTest, SyncWaitsForAllWorkersThenAppliesMeanOnce) {
   EXPECT_EQ(shard->PartVersion(0, 0), 0u);
 
   ASSERT_TRUE(Push(*shard, 0, 0, 0, kPart, {3, 0, 3}).ok());
-  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{1, 2, 3})) << "applied before all 3 arrived";
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{1, 2, 3}))
+      << "applied before all 3 arrived";
   EXPECT_EQ(shard->PartVersion(0, 0), 0u);
   ASSERT_TRUE(Push(*shard, 1, 0, 0, kPart, {0, 3, 3}).ok());
   EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{1, 2, 3}));
@@ -293,7 +296,8 @@ TEST(ShardTest, WaitingPullIsReleasedByLastPush) {
   ASSERT_TRUE(Init(*shard, kPart, {1, 2, 3}).ok());
   auto pull = std::async(std::launch::async, [&] { return Pull(*shard, kPart, 1, 10000); });
   ASSERT_TRUE(Push(*shard, 0, 0, 0, kPart, {1, 1, 1}).ok());
-  EXPECT_EQ(pull.wait_for(50ms), std::future_status::timeout) << "released before the step completed";
+  EXPECT_EQ(pull.wait_for(50ms), std::future_status::timeout)
+      << "released before the step completed";
   auto start = std::chrono::steady_clock::now();
   ASSERT_TRUE(Push(*shard, 1, 0, 0, kPart, {3, 3, 3}).ok());
   ASSERT_EQ(pull.wait_for(5s), std::future_status::ready);

@@ -31,8 +31,8 @@ std::unique_ptr<Model> MakeCudaModelOnDevices(const std::string& model, int gpus
     return std::make_unique<MultiGpuModel>(model, gpus);
   } catch (const std::exception& e) {
     if (error != nullptr) {
-      *error = "backend 'cuda': could not set up model '" + model + "' on " +
-               std::to_string(gpus) + " GPU(s): " + e.what();
+      *error = "backend 'cuda': could not set up model '" + model + "' on " + std::to_string(gpus) +
+               " GPU(s): " + e.what();
     }
     return nullptr;
   }

@@ -33,9 +33,9 @@ inline void CheckCuda(cudaError_t status, const char* call, const char* file, in
 
 inline void CheckCublas(cublasStatus_t status, const char* call, const char* file, int line) {
   if (status != CUBLAS_STATUS_SUCCESS) {
-    ThrowCallError(call, file, line,
-                   std::string(cublasGetStatusName(status)) + " (" +
-                       cublasGetStatusString(status) + ")");
+    ThrowCallError(
+        call, file, line,
+        std::string(cublasGetStatusName(status)) + " (" + cublasGetStatusString(status) + ")");
   }
 }
 
@@ -116,8 +116,8 @@ class PinnedBuffer {
       KUBEPS_CUDA_CHECK(cudaFreeHost(ptr_));
       ptr_ = nullptr;
       capacity_ = 0;
-      KUBEPS_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&ptr_), n * sizeof(T),
-                                      cudaHostAllocPortable));
+      KUBEPS_CUDA_CHECK(
+          cudaHostAlloc(reinterpret_cast<void**>(&ptr_), n * sizeof(T), cudaHostAllocPortable));
       capacity_ = n;
     }
     return ptr_;

@@ -86,8 +86,8 @@ std::vector<float> Conv2DForward(const std::vector<float>& x, const std::vector<
   DeviceBuffer<float> d_x, d_w, d_b, d_col, d_y;
   float* col = d_col.Ensure(static_cast<size_t>(cin) * k * k * p);
   float* y = d_y.Ensure(cout * p);
-  cuda::ConvForward(ctx.blas(), ctx.stream(), Upload(d_x, x), Upload(d_w, w), Upload(d_b, b),
-                    batch, h, width, cin, cout, k, col, y);
+  cuda::ConvForward(ctx.blas(), ctx.stream(), Upload(d_x, x), Upload(d_w, w), Upload(d_b, b), batch,
+                    h, width, cin, cout, k, col, y);
   return Download(ctx, y, cout * p);
 }
 

@@ -186,8 +186,8 @@ void DeviceNet::Backward(float grad_scale) {
   loss_pending_ = true;
   switch (arch_) {
     case Arch::kSoftmax:
-      DenseBackward(blas_, s, images_.get(), Value(0), dlogits_.get(), n, kImage, kClasses,
-                    Grad(0), Grad(1), nullptr);
+      DenseBackward(blas_, s, images_.get(), Value(0), dlogits_.get(), n, kImage, kClasses, Grad(0),
+                    Grad(1), nullptr);
       break;
     case Arch::kMlp:
       DenseBackward(blas_, s, hidden_.get(), Value(2), dlogits_.get(), n, kMlpHidden, kClasses,
@@ -202,8 +202,8 @@ void DeviceNet::Backward(float grad_scale) {
       DenseBackward(blas_, s, hidden_.get(), Value(6), dlogits_.get(), n, kCnnHidden, kClasses,
                     Grad(6), Grad(7), dhidden_.get());
       ReluBackward(hidden_.get(), dhidden_.get(), static_cast<size_t>(n) * kCnnHidden, s);
-      DenseBackward(blas_, s, flat_.get(), Value(4), dhidden_.get(), n, kFlat, kCnnHidden,
-                    Grad(4), Grad(5), dflat_.get());
+      DenseBackward(blas_, s, flat_.get(), Value(4), dhidden_.get(), n, kFlat, kCnnHidden, Grad(4),
+                    Grad(5), dflat_.get());
       RowsToCnhw(dflat_.get(), 64, n, 49, dpool2_.get(), s);
       // Masking the pooled gradient by the pooled ReLU output is the ReLU
       // backward of the conv output (see CnnModel::ForwardBackward).
@@ -245,8 +245,8 @@ double DeviceNet::Finish(uint8_t* predictions) {
   }
   if (predictions_pending_ && predictions != nullptr) {
     host_predictions = staged_predictions_.Ensure(n);
-    KUBEPS_CUDA_CHECK(cudaMemcpyAsync(host_predictions, predictions_.get(), n,
-                                      cudaMemcpyDeviceToHost, stream_));
+    KUBEPS_CUDA_CHECK(
+        cudaMemcpyAsync(host_predictions, predictions_.get(), n, cudaMemcpyDeviceToHost, stream_));
   }
   KUBEPS_CUDA_CHECK(cudaStreamSynchronize(stream_));
   loss_pending_ = predictions_pending_ = false;

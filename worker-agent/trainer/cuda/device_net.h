@@ -40,12 +40,12 @@ class DeviceNet {
 
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
-  size_t param_count() const { return total_; }     // floats over all tensors
+  size_t param_count() const { return total_; }  // floats over all tensors
   size_t param_tensors() const { return offsets_.size() - 1; }
   size_t offset(size_t i) const { return offsets_[i]; }
   size_t size(size_t i) const { return offsets_[i + 1] - offsets_[i]; }
-  float* values() const { return values_.get(); }   // device, param_count()
-  float* grads() const { return grads_.get(); }     // device, param_count()
+  float* values() const { return values_.get(); }  // device, param_count()
+  float* grads() const { return grads_.get(); }    // device, param_count()
 
   // Copies param_count() floats from `staged` (pinned host memory, which
   // must stay untouched until Finish) to the device values.

@@ -9,9 +9,8 @@ namespace kubeps::trainer::cuda {
 // storage of its transpose. So the row-major C = op(A) op(B) is computed as
 // the column-major C^T = op(B)^T op(A)^T: pass B first, A second, swap m and
 // n; each transpose flag and leading dimension stays with its matrix.
-void GemmRowMajor(cublasHandle_t blas, bool trans_a, bool trans_b, int m, int n, int k,
-                  float alpha, const float* a, int lda, const float* b, int ldb, float beta,
-                  float* c, int ldc) {
+void GemmRowMajor(cublasHandle_t blas, bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                  const float* a, int lda, const float* b, int ldb, float beta, float* c, int ldc) {
   if (m == 0 || n == 0) return;
   KUBEPS_CUBLAS_CHECK(cublasSgemm(blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                   trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, a,
@@ -35,8 +34,8 @@ void DenseBackward(cublasHandle_t blas, cudaStream_t stream, const float* x, con
 }
 
 void ConvForward(cublasHandle_t blas, cudaStream_t stream, const float* x, const float* w,
-                 const float* b, int batch, int h, int width, int cin, int cout, int k,
-                 float* col, float* y) {
+                 const float* b, int batch, int h, int width, int cin, int cout, int k, float* col,
+                 float* y) {
   const int p = batch * h * width;
   const int kdim = cin * k * k;
   Im2Col(x, batch, h, width, cin, k, col, stream);
@@ -46,8 +45,8 @@ void ConvForward(cublasHandle_t blas, cudaStream_t stream, const float* x, const
 }
 
 void ConvBackward(cublasHandle_t blas, cudaStream_t stream, float* col, const float* w,
-                  const float* dy, int batch, int h, int width, int cin, int cout, int k,
-                  float* dw, float* db, float* dx) {
+                  const float* dy, int batch, int h, int width, int cin, int cout, int k, float* dw,
+                  float* db, float* dx) {
   const int p = batch * h * width;
   const int kdim = cin * k * k;
   // dW = dy col^T  (cout x K)

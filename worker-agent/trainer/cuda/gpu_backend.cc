@@ -45,8 +45,9 @@ std::unique_ptr<Model> MakeModelForBackend(const std::string& model, const std::
 
   // backend == "cuda", or "auto" with at least one device.
   if (!BuiltWithCuda()) {
-    return Fail(error, "backend 'cuda' requested but kubeps was built without CUDA "
-                       "(0 CUDA devices usable)");
+    return Fail(error,
+                "backend 'cuda' requested but kubeps was built without CUDA "
+                "(0 CUDA devices usable)");
   }
   if (devices < wanted) {
     return Fail(error, "backend '" + backend + "' requested with gpus=" + std::to_string(wanted) +

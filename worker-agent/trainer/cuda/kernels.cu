@@ -130,9 +130,18 @@ __global__ void MaxPoolForwardKernel(const float* x, size_t planes, int h, int w
     const float a = r0[0], b = r0[1], c = r0[w], d = r0[w + 1];
     float m = a;
     uint8_t k = 0;
-    if (b > m) { m = b; k = 1; }
-    if (c > m) { m = c; k = 2; }
-    if (d > m) { m = d; k = 3; }
+    if (b > m) {
+      m = b;
+      k = 1;
+    }
+    if (c > m) {
+      m = c;
+      k = 2;
+    }
+    if (d > m) {
+      m = d;
+      k = 3;
+    }
     y[i] = m;
     arg[i] = k;
   }
@@ -296,8 +305,8 @@ void MaxPoolBackward(const float* dy, const uint8_t* arg, size_t planes, int h, 
 void SoftmaxCrossEntropy(const float* logits, const uint8_t* labels, int batch, int classes,
                          float grad_scale, double* row_loss, float* grad, cudaStream_t stream) {
   if (batch == 0) return;
-  SoftmaxCrossEntropyKernel<<<Blocks(batch), kThreads, 0, stream>>>(
-      logits, labels, batch, classes, grad_scale, row_loss, grad);
+  SoftmaxCrossEntropyKernel<<<Blocks(batch), kThreads, 0, stream>>>(logits, labels, batch, classes,
+                                                                    grad_scale, row_loss, grad);
   KUBEPS_CUDA_CHECK_LAUNCH("SoftmaxCrossEntropyKernel");
 }
 

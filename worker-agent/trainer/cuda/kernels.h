@@ -57,8 +57,7 @@ void MaxPoolBackward(const float* dy, const uint8_t* arg, size_t planes, int h, 
 void SoftmaxCrossEntropy(const float* logits, const uint8_t* labels, int batch, int classes,
                          float grad_scale, double* row_loss, float* grad, cudaStream_t stream);
 // predictions[i] = index of the largest logit of row i (first on ties).
-void Argmax(const float* logits, int batch, int classes, uint8_t* predictions,
-            cudaStream_t stream);
+void Argmax(const float* logits, int batch, int classes, uint8_t* predictions, cudaStream_t stream);
 
 // The CNN flatten: x (channels x batch x plane, CNHW) -> rows (batch x
 // channels*plane, feature c*plane + s), and back.

@@ -68,7 +68,8 @@ class FakeCluster : public Cluster {
   std::string address;
 };
 
-api::TrainingJob Job(api::RestartPolicy policy = api::RestartPolicy::kOnFailure, int backoff_limit = 3) {
+api::TrainingJob Job(api::RestartPolicy policy = api::RestartPolicy::kOnFailure,
+                     int backoff_limit = 3) {
   api::TrainingJob job;
   job.name = "mnist";
   job.spec.ps.replicas = 2;
@@ -84,7 +85,8 @@ class JobControllerTest : public ::testing::Test {
  protected:
   void Start(api::RestartPolicy policy = api::RestartPolicy::kOnFailure, int backoff_limit = 3) {
     controller_ = std::make_unique<JobController>(
-        Job(policy, backoff_limit), &cluster_, [this](const ReplicaName& name, const std::string& address) {
+        Job(policy, backoff_limit), &cluster_,
+        [this](const ReplicaName& name, const std::string& address) {
           ReplicaLaunch launch;
           launch.name = name;
           launch.binary = name.role == ReplicaRole::kWorker ? "kubeps-agent" : "kubeps-server";
@@ -93,7 +95,8 @@ class JobControllerTest : public ::testing::Test {
         });
   }
   // Every replica created and running.
-  void StartRunning(api::RestartPolicy policy = api::RestartPolicy::kOnFailure, int backoff_limit = 3) {
+  void StartRunning(api::RestartPolicy policy = api::RestartPolicy::kOnFailure,
+                    int backoff_limit = 3) {
     Start(policy, backoff_limit);
     cluster_.address = "127.0.0.1:5000";
     controller_->Reconcile(0);
@@ -398,7 +401,8 @@ TEST_F(JobControllerTest, ActiveDeadlineFailsTheJob) {
   JobStatus status = controller.Reconcile(6001);
   EXPECT_EQ(status.phase, JobPhase::kFailed);
   EXPECT_EQ(status.reason, "DeadlineExceeded");
-  EXPECT_NE(status.message.find("activeDeadlineSeconds (5 s)"), std::string::npos) << status.message;
+  EXPECT_NE(status.message.find("activeDeadlineSeconds (5 s)"), std::string::npos)
+      << status.message;
   EXPECT_TRUE(cluster_.replicas.empty());
 }
 

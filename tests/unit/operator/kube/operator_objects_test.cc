@@ -55,7 +55,10 @@ json EnvValue(const json& container, const std::string& name) {
 }
 
 controller::ReplicaLaunch Launch(const api::TrainingJob& job, ReplicaName name) {
-  return {name, controller::ReplicaBinary(name), {}, controller::ReplicaEnv(job, name, SchedulerAddress(kId))};
+  return {name,
+          controller::ReplicaBinary(name),
+          {},
+          controller::ReplicaEnv(job, name, SchedulerAddress(kId))};
 }
 
 TEST(PodBuilderTest, WorkerPodMergesTheTemplateAndOwnsNothingElse) {
@@ -119,11 +122,14 @@ TEST(PodBuilderTest, ServicesSecretAndPodGroup) {
 }
 
 TEST(KubeClusterTest, PodStatusMapsToReplicaStatus) {
-  json pod = {{"metadata", {{"name", "mnist-worker-0-r1"},
-                            {"labels", {{kReplicaTypeLabel, "worker"}, {kReplicaIndexLabel, "0"}}},
-                            {"annotations", {{kRestartsAnnotation, "1"}}}}},
-              {"status", {{"phase", "Failed"},
-                          {"containerStatuses", json::array({{{"state", {{"terminated", {{"exitCode", 143}}}}}}})}}}};
+  json pod = {
+      {"metadata",
+       {{"name", "mnist-worker-0-r1"},
+        {"labels", {{kReplicaTypeLabel, "worker"}, {kReplicaIndexLabel, "0"}}},
+        {"annotations", {{kRestartsAnnotation, "1"}}}}},
+      {"status",
+       {{"phase", "Failed"},
+        {"containerStatuses", json::array({{{"state", {{"terminated", {{"exitCode", 143}}}}}}})}}}};
   controller::ReplicaStatus status = KubeCluster::StatusOf(pod);
   EXPECT_EQ(status.name.ToString(), "worker-0");
   EXPECT_EQ(status.phase, controller::ReplicaPhase::kFailed);

@@ -3,12 +3,12 @@
 // (tests/unit/testdata/kube/test_server.py) whose CA, server and client
 // certificates are made with the openssl command at test time.
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <netinet/in.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -97,21 +97,23 @@ const TestCerts& Certs() {
     const std::string d = c->dir;
     const std::string key = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
     auto ca = [&](const std::string& name) {
-      return Sh("openssl req -x509" + key + " -keyout " + d + "/" + name + ".key -out " + d + "/" + name +
-                ".crt -days 2 -subj /CN=" + name + " >/dev/null 2>&1");
+      return Sh("openssl req -x509" + key + " -keyout " + d + "/" + name + ".key -out " + d + "/" +
+                name + ".crt -days 2 -subj /CN=" + name + " >/dev/null 2>&1");
     };
     auto leaf = [&](const std::string& name, const std::string& ext) {
       WriteFile(d + "/" + name + ".ext", ext);
-      return Sh("openssl req -new" + key + " -keyout " + d + "/" + name + ".key -out " + d + "/" + name +
-                ".csr -subj /CN=" + name + " >/dev/null 2>&1") &&
-             Sh("openssl x509 -req -in " + d + "/" + name + ".csr -CA " + d + "/ca.crt -CAkey " + d +
-                "/ca.key -CAcreateserial -days 2 -extfile " + d + "/" + name + ".ext -out " + d + "/" + name +
-                ".crt >/dev/null 2>&1");
+      return Sh("openssl req -new" + key + " -keyout " + d + "/" + name + ".key -out " + d + "/" +
+                name + ".csr -subj /CN=" + name + " >/dev/null 2>&1") &&
+             Sh("openssl x509 -req -in " + d + "/" + name + ".csr -CA " + d + "/ca.crt -CAkey " +
+                d + "/ca.key -CAcreateserial -days 2 -extfile " + d + "/" + name + ".ext -out " +
+                d + "/" + name + ".crt >/dev/null 2>&1");
     };
     const bool ok =
         ca("ca") && ca("wrong-ca") &&
-        leaf("server", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n") &&
-        leaf("wrong-host", "subjectAltName=DNS:other.example,IP:10.1.2.3\nextendedKeyUsage=serverAuth\n") &&
+        leaf("server",
+             "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n") &&
+        leaf("wrong-host",
+             "subjectAltName=DNS:other.example,IP:10.1.2.3\nextendedKeyUsage=serverAuth\n") &&
         leaf("kubeps-test-client", "extendedKeyUsage=clientAuth\n");
     if (!ok) c->error = "openssl failed to make the test certificates in " + d;
     return c;
@@ -126,8 +128,10 @@ class ServerProcess {
 
   // Starts the server; "" or why not.
   std::string Start(const std::vector<std::string>& args) {
-    const std::string script = std::string(KUBEPS_SOURCE_DIR) + "/tests/unit/testdata/kube/test_server.py";
-    const std::string python = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+    const std::string script =
+        std::string(KUBEPS_SOURCE_DIR) + "/tests/unit/testdata/kube/test_server.py";
+    const std::string python =
+        access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
     int fds[2];
     if (pipe(fds) != 0) return "pipe failed";
     pid_ = fork();
@@ -408,12 +412,13 @@ TEST_F(KubeClientHttpsTest, WatchQueryAndHeaders) {
   std::vector<WatchEvent> events;
   std::atomic<bool> stop{false};
   Response r;
-  Status s = client->Watch("/watch/echo?labelSelector=app%3Dx", "12/3",
-                           [&](const WatchEvent& e) {
-                             events.push_back(e);
-                             return true;
-                           },
-                           stop, &r);
+  Status s = client->Watch(
+      "/watch/echo?labelSelector=app%3Dx", "12/3",
+      [&](const WatchEvent& e) {
+        events.push_back(e);
+        return true;
+      },
+      stop, &r);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(r.code, 200);
   ASSERT_EQ(events.size(), 1u);
@@ -425,13 +430,17 @@ TEST_F(KubeClientHttpsTest, WatchQueryAndHeaders) {
   EXPECT_EQ(events[0].object["headers"]["accept"], "application/json");
 
   events.clear();
-  s = client->Watch("/watch/echo", "", [&](const WatchEvent& e) {
-    events.push_back(e);
-    return true;
-  }, stop, &r);
+  s = client->Watch(
+      "/watch/echo", "",
+      [&](const WatchEvent& e) {
+        events.push_back(e);
+        return true;
+      },
+      stop, &r);
   ASSERT_TRUE(s.ok()) << s.message();
   ASSERT_EQ(events.size(), 1u);
-  EXPECT_EQ(events[0].object["path"], "/watch/echo?watch=1&allowWatchBookmarks=true&timeoutSeconds=300");
+  EXPECT_EQ(events[0].object["path"],
+            "/watch/echo?watch=1&allowWatchBookmarks=true&timeoutSeconds=300");
 }
 
 // The first event arrives while the server is still holding the rest: the
@@ -444,15 +453,18 @@ TEST_F(KubeClientHttpsTest, WatchDeliversEventsAsTheyArrive) {
   std::atomic<bool> stop{false};
   Response r;
   const auto start = Clock::now();
-  Status s = client->Watch("/watch/gated", "", [&](const WatchEvent& e) {
-    events.push_back(e);
-    if (e.object["n"] == 1) {
-      Response released;
-      Status rs = client->Get("/release", &released);
-      EXPECT_TRUE(rs.ok()) << rs.message();
-    }
-    return true;
-  }, stop, &r);
+  Status s = client->Watch(
+      "/watch/gated", "",
+      [&](const WatchEvent& e) {
+        events.push_back(e);
+        if (e.object["n"] == 1) {
+          Response released;
+          Status rs = client->Get("/release", &released);
+          EXPECT_TRUE(rs.ok()) << rs.message();
+        }
+        return true;
+      },
+      stop, &r);
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   ASSERT_TRUE(s.ok()) << s.message();
   ASSERT_EQ(events.size(), 3u);
@@ -460,7 +472,8 @@ TEST_F(KubeClientHttpsTest, WatchDeliversEventsAsTheyArrive) {
   EXPECT_EQ(events[1].type, "MODIFIED");
   EXPECT_EQ(events[2].type, "DELETED");
   EXPECT_EQ(events[0].object["released"], false);
-  EXPECT_EQ(events[1].object["released"], true) << "the first event came only after the stream ended";
+  EXPECT_EQ(events[1].object["released"], true)
+      << "the first event came only after the stream ended";
   EXPECT_EQ(events[2].object["released"], true);
   EXPECT_LT(seconds, 3.0);
 }
@@ -472,10 +485,13 @@ TEST_F(KubeClientHttpsTest, WatchLinesSplitAcrossChunks) {
   std::vector<WatchEvent> events;
   std::atomic<bool> stop{false};
   Response r;
-  Status s = client->Watch("/watch/split", "", [&](const WatchEvent& e) {
-    events.push_back(e);
-    return true;
-  }, stop, &r);
+  Status s = client->Watch(
+      "/watch/split", "",
+      [&](const WatchEvent& e) {
+        events.push_back(e);
+        return true;
+      },
+      stop, &r);
   ASSERT_TRUE(s.ok()) << s.message();
   ASSERT_EQ(events.size(), 3u);
   EXPECT_EQ(events[0].type, "ADDED");
@@ -483,7 +499,8 @@ TEST_F(KubeClientHttpsTest, WatchLinesSplitAcrossChunks) {
   EXPECT_EQ(events[2].type, "BOOKMARK");
   for (int i = 0; i < 3; ++i) EXPECT_EQ(events[i].object["n"], i + 1);
 
-  s = client->Watch("/watch/garbage", "", [&](const WatchEvent&) { return true; }, stop, &r);
+  s = client->Watch(
+      "/watch/garbage", "", [&](const WatchEvent&) { return true; }, stop, &r);
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("not a watch event"));
 }
@@ -497,15 +514,18 @@ TEST_F(KubeClientHttpsTest, StopAbortsAHangingWatch) {
   std::thread stopper;
   int events = 0;
   Response r;
-  Status s = client->Watch("/watch/hang", "", [&](const WatchEvent&) {
-    ++events;
-    stopper = std::thread([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(300));
-      stopped_at = Clock::now();
-      stop = true;
-    });
-    return true;
-  }, stop, &r);
+  Status s = client->Watch(
+      "/watch/hang", "",
+      [&](const WatchEvent&) {
+        ++events;
+        stopper = std::thread([&] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          stopped_at = Clock::now();
+          stop = true;
+        });
+        return true;
+      },
+      stop, &r);
   const auto returned_at = Clock::now();
   if (stopper.joinable()) stopper.join();
   ASSERT_TRUE(s.ok()) << s.message();
@@ -515,7 +535,8 @@ TEST_F(KubeClientHttpsTest, StopAbortsAHangingWatch) {
   // on_event returning false ends the watch at once.
   const auto start = Clock::now();
   stop = false;
-  s = client->Watch("/watch/hang", "", [&](const WatchEvent&) { return false; }, stop, &r);
+  s = client->Watch(
+      "/watch/hang", "", [&](const WatchEvent&) { return false; }, stop, &r);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 1.0);
 
@@ -532,10 +553,13 @@ TEST_F(KubeClientHttpsTest, WatchHttpErrorAtStart) {
   std::atomic<bool> stop{false};
   int events = 0;
   Response r;
-  Status s = client->Watch("/watch/gone", "1", [&](const WatchEvent&) {
-    ++events;
-    return true;
-  }, stop, &r);
+  Status s = client->Watch(
+      "/watch/gone", "1",
+      [&](const WatchEvent&) {
+        ++events;
+        return true;
+      },
+      stop, &r);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(r.code, 410);
   EXPECT_EQ(events, 0);

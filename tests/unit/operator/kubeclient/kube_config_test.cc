@@ -41,12 +41,13 @@ class KubeconfigTest : public ::testing::Test {
 };
 
 TEST_F(KubeconfigTest, DataFieldsAndToken) {
-  const std::string path = Write("config", Kubeconfig("    server: https://10.0.0.1:6443/\n"
-                                                      "    certificate-authority-data: " +
-                                                          Base64(kFakeCa) + "\n",
-                                                      "    client-certificate-data: " + Base64(kFakeCert) +
-                                                          "\n    client-key-data: " + Base64(kFakeKey) +
-                                                          "\n    token: abc.def\n"));
+  const std::string path =
+      Write("config", Kubeconfig("    server: https://10.0.0.1:6443/\n"
+                                 "    certificate-authority-data: " +
+                                     Base64(kFakeCa) + "\n",
+                                 "    client-certificate-data: " + Base64(kFakeCert) +
+                                     "\n    client-key-data: " + Base64(kFakeKey) +
+                                     "\n    token: abc.def\n"));
   KubeConfig c;
   Status s = LoadKubeconfig(path, &c);
   ASSERT_TRUE(s.ok()) << s.message();
@@ -65,11 +66,12 @@ TEST_F(KubeconfigTest, FilesRelativeToTheKubeconfigFolder) {
   Write("kube/certs/client.key", kFakeKey);
   Write("kube/token", "  file-token\n");
   const std::string absolute_ca = Write("elsewhere/ca.crt", "absolute CA");
-  const std::string path = Write("kube/config", Kubeconfig("    server: https://api.example:443\n"
-                                                           "    certificate-authority: certs/ca.crt\n",
-                                                           "    client-certificate: certs/client.crt\n"
-                                                           "    client-key: ./certs/client.key\n"
-                                                           "    tokenFile: token\n"));
+  const std::string path =
+      Write("kube/config", Kubeconfig("    server: https://api.example:443\n"
+                                      "    certificate-authority: certs/ca.crt\n",
+                                      "    client-certificate: certs/client.crt\n"
+                                      "    client-key: ./certs/client.key\n"
+                                      "    tokenFile: token\n"));
   KubeConfig c;
   Status s = LoadKubeconfig(path, &c);
   ASSERT_TRUE(s.ok()) << s.message();
@@ -85,20 +87,22 @@ TEST_F(KubeconfigTest, FilesRelativeToTheKubeconfigFolder) {
                                                              "    token: t\n"));
   ASSERT_TRUE(LoadKubeconfig(path2, &c).ok());
   EXPECT_EQ(c.ca_data, "absolute CA");
-  const std::string path3 = Write("kube/config3", Kubeconfig("    server: https://api.example:443\n"
-                                                             "    certificate-authority: missing.crt\n"
-                                                             "    certificate-authority-data: " +
-                                                                 Base64("from data") + "\n",
-                                                             "    token: t\n"));
+  const std::string path3 =
+      Write("kube/config3", Kubeconfig("    server: https://api.example:443\n"
+                                       "    certificate-authority: missing.crt\n"
+                                       "    certificate-authority-data: " +
+                                           Base64("from data") + "\n",
+                                       "    token: t\n"));
   ASSERT_TRUE(LoadKubeconfig(path3, &c).ok());
   EXPECT_EQ(c.ca_data, "from data");
 }
 
 TEST_F(KubeconfigTest, InsecureAndDefaultNamespace) {
-  const std::string path =
-      Write("config", "current-context: bare\n"
-                      "clusters:\n- name: c\n  cluster:\n    server: https://h:1\n    insecure-skip-tls-verify: true\n"
-                      "contexts:\n- name: bare\n  context:\n    cluster: c\n");
+  const std::string path = Write("config",
+                                 "current-context: bare\n"
+                                 "clusters:\n- name: c\n  cluster:\n    server: https://h:1\n    "
+                                 "insecure-skip-tls-verify: true\n"
+                                 "contexts:\n- name: bare\n  context:\n    cluster: c\n");
   KubeConfig c;
   Status s = LoadKubeconfig(path, &c);
   ASSERT_TRUE(s.ok()) << s.message();
@@ -124,15 +128,18 @@ TEST_F(KubeconfigTest, ErrorsNameTheFileAndTheKey) {
   EXPECT_THAT(s.message(), HasSubstr(path));
   EXPECT_THAT(s.message(), HasSubstr("context \"nope\""));
 
-  path = Write("no-cluster", Kubeconfig(cluster, user, "ctx2",
-                                        "- name: ctx2\n  context:\n    cluster: missing-cluster\n    user: u1\n"));
+  path =
+      Write("no-cluster",
+            Kubeconfig(cluster, user, "ctx2",
+                       "- name: ctx2\n  context:\n    cluster: missing-cluster\n    user: u1\n"));
   s = LoadKubeconfig(path, &c);
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr(path));
   EXPECT_THAT(s.message(), HasSubstr("cluster \"missing-cluster\""));
 
-  path = Write("no-user", Kubeconfig(cluster, user, "ctx2",
-                                     "- name: ctx2\n  context:\n    cluster: c1\n    user: missing-user\n"));
+  path = Write("no-user",
+               Kubeconfig(cluster, user, "ctx2",
+                          "- name: ctx2\n  context:\n    cluster: c1\n    user: missing-user\n"));
   s = LoadKubeconfig(path, &c);
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr(path));
@@ -143,7 +150,8 @@ TEST_F(KubeconfigTest, ErrorsNameTheFileAndTheKey) {
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("server"));
 
-  path = Write("missing-file", Kubeconfig(cluster + "    certificate-authority: nowhere/ca.crt\n", user));
+  path = Write("missing-file",
+               Kubeconfig(cluster + "    certificate-authority: nowhere/ca.crt\n", user));
   s = LoadKubeconfig(path, &c);
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("certificate-authority"));
@@ -159,7 +167,8 @@ TEST_F(KubeconfigTest, ErrorsNameTheFileAndTheKey) {
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("certificate-authority-data"));
 
-  path = Write("half-cert", Kubeconfig(cluster, "    client-certificate-data: " + Base64(kFakeCert) + "\n"));
+  path = Write("half-cert",
+               Kubeconfig(cluster, "    client-certificate-data: " + Base64(kFakeCert) + "\n"));
   s = LoadKubeconfig(path, &c);
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("client-key"));
@@ -227,8 +236,10 @@ TEST_F(KubeconfigTest, InCluster) {
 }
 
 TEST_F(KubeconfigTest, LoadConfigPrecedence) {
-  const std::string flag = Write("flag", Kubeconfig("    server: https://from-flag:1\n", "    token: t\n"));
-  const std::string env = Write("env", Kubeconfig("    server: https://from-env:1\n", "    token: t\n"));
+  const std::string flag =
+      Write("flag", Kubeconfig("    server: https://from-flag:1\n", "    token: t\n"));
+  const std::string env =
+      Write("env", Kubeconfig("    server: https://from-env:1\n", "    token: t\n"));
   Write("home/.kube/config", Kubeconfig("    server: https://from-home:1\n", "    token: t\n"));
   ScopedEnv home("HOME", (dir_ + "/home").c_str());
   ScopedEnv service_host("KUBERNETES_SERVICE_HOST", nullptr);

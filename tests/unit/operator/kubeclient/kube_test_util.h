@@ -20,7 +20,8 @@ namespace kubeps::kube::testing_util {
 // Helpers.
 
 inline std::string MakeTempDir() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "kube_client_test.XXXXXX").string();
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "kube_client_test.XXXXXX").string();
   std::vector<char> buf(pattern.begin(), pattern.end());
   buf.push_back('\0');
   if (mkdtemp(buf.data()) == nullptr) return "";
@@ -71,24 +72,28 @@ class ScopedEnv {
   std::string old_;
 };
 
-inline constexpr char kFakeCa[] = "-----BEGIN CERTIFICATE-----\nZmFrZSBjYQ==\n-----END CERTIFICATE-----\n";
-inline constexpr char kFakeCert[] = "-----BEGIN CERTIFICATE-----\nZmFrZSBjZXJ0\n-----END CERTIFICATE-----\n";
-inline constexpr char kFakeKey[] = "-----BEGIN PRIVATE KEY-----\nZmFrZSBrZXk=\n-----END PRIVATE KEY-----\n";
+inline constexpr char kFakeCa[] =
+    "-----BEGIN CERTIFICATE-----\nZmFrZSBjYQ==\n-----END CERTIFICATE-----\n";
+inline constexpr char kFakeCert[] =
+    "-----BEGIN CERTIFICATE-----\nZmFrZSBjZXJ0\n-----END CERTIFICATE-----\n";
+inline constexpr char kFakeKey[] =
+    "-----BEGIN PRIVATE KEY-----\nZmFrZSBrZXk=\n-----END PRIVATE KEY-----\n";
 
 // A kubeconfig with one context "ctx" -> cluster "c1", user "u1";
 // `cluster` and `user` are the indented bodies of their maps.
 inline std::string Kubeconfig(const std::string& cluster, const std::string& user,
-                       const std::string& current = "ctx", const std::string& extra_context = "") {
+                              const std::string& current = "ctx",
+                              const std::string& extra_context = "") {
   std::string out = "apiVersion: v1\nkind: Config\n";
   if (!current.empty()) out += "current-context: " + current + "\n";
   out += "clusters:\n- name: other\n  cluster:\n    server: https://other.example:6443\n";
   out += "- name: c1\n  cluster:\n" + cluster;
-  out += "contexts:\n- name: ctx\n  context:\n    cluster: c1\n    user: u1\n    namespace: team-a\n";
+  out +=
+      "contexts:\n- name: ctx\n  context:\n    cluster: c1\n    user: u1\n    namespace: team-a\n";
   out += extra_context;
   out += "users:\n- name: u1\n  user:\n" + user;
   return out;
 }
-
 
 }  // namespace kubeps::kube::testing_util
 

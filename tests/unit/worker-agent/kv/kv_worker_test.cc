@@ -3,8 +3,8 @@
 // KVWorker clients in two threads training a few sync steps with SGD
 // (learning rate 1), so every expected parameter is plain arithmetic.
 // Also the ResendCaller's bounded failure against a dead address.
-#include <sys/socket.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -66,8 +66,10 @@ class Job {
     for (int i = 0; i < kServers; ++i) {
       std::string error;
       auto optimizer = MakeOptimizer(shard_options.optimizer, &error);
-      shards_.push_back(std::make_unique<Shard>(shard_options, std::move(optimizer), &NullMetrics()));
-      services_.push_back(std::make_unique<ParameterServerService>(shards_.back().get(), kToken, nullptr));
+      shards_.push_back(
+          std::make_unique<Shard>(shard_options, std::move(optimizer), &NullMetrics()));
+      services_.push_back(
+          std::make_unique<ParameterServerService>(shards_.back().get(), kToken, nullptr));
       int port = 0;
       shard_servers_.push_back(Serve(services_.back().get(), &port));
       shard_ports_.push_back(port);
@@ -88,22 +90,25 @@ class Job {
       register_status_ = stub->Register(&context, request, &response);
       if (!register_status_.ok()) break;
       if (response.rank() != i) {
-        register_status_ = grpc::Status(grpc::StatusCode::INTERNAL, "server-" + std::to_string(i) +
-                                        " got rank " + std::to_string(response.rank()));
+        register_status_ =
+            grpc::Status(grpc::StatusCode::INTERNAL, "server-" + std::to_string(i) + " got rank " +
+                                                         std::to_string(response.rank()));
         break;
       }
     }
   }
   ~Job() {
     auto deadline = std::chrono::system_clock::now() + 2s;
-    for (auto& s : shard_servers_) if (s) s->Shutdown(deadline);
+    for (auto& s : shard_servers_)
+      if (s) s->Shutdown(deadline);
     if (scheduler_server_) scheduler_server_->Shutdown(deadline);
   }
 
   std::string error() const { return register_status_.error_message(); }
   bool ok() const {
     if (!scheduler_server_ || !register_status_.ok()) return false;
-    for (const auto& s : shard_servers_) if (!s) return false;
+    for (const auto& s : shard_servers_)
+      if (!s) return false;
     return true;
   }
   std::string SchedulerAddress() const { return "127.0.0.1:" + std::to_string(scheduler_port_); }
@@ -164,13 +169,13 @@ struct WorkerResult {
   std::vector<std::vector<std::vector<float>>> after_step;  // [step][key][i]
 };
 
-#define CHECK_OK(expr, what)                                      \
-  do {                                                            \
-    Status _s = (expr);                                           \
-    if (!_s.ok()) {                                               \
+#define CHECK_OK(expr, what)                                            \
+  do {                                                                  \
+    Status _s = (expr);                                                 \
+    if (!_s.ok()) {                                                     \
       result.errors.push_back(std::string(what) + ": " + _s.message()); \
-      return result;                                              \
-    }                                                             \
+      return result;                                                    \
+    }                                                                   \
   } while (0)
 
 WorkerResult RunWorker(const KVOptions& options) {
@@ -213,7 +218,8 @@ WorkerResult RunWorker(const KVOptions& options) {
   // Selecting keys: a null pointer leaves a key out.
   std::vector<float> only_key2(1, 0.0f);
   CHECK_OK(kv->Wait(kv->Pull({nullptr, nullptr, only_key2.data()}, kSteps)), "Pull key 2");
-  if (only_key2[0] != Expected(2, 0, kSteps)) result.errors.push_back("Pull of key 2 alone is wrong");
+  if (only_key2[0] != Expected(2, 0, kSteps))
+    result.errors.push_back("Pull of key 2 alone is wrong");
 
   CHECK_OK(kv->Barrier("end"), "Barrier");
   CHECK_OK(kv->Finish(), "Finish");
@@ -226,7 +232,8 @@ TEST(KVWorkerTest, TwoWorkersTrainSyncStepsAgainstTwoShards) {
   auto start = std::chrono::steady_clock::now();
   std::vector<std::future<WorkerResult>> workers;
   for (int w = 0; w < kWorkers; ++w) {
-    workers.push_back(std::async(std::launch::async, [&job, w] { return RunWorker(job.WorkerOptions(w)); }));
+    workers.push_back(
+        std::async(std::launch::async, [&job, w] { return RunWorker(job.WorkerOptions(w)); }));
   }
   std::vector<WorkerResult> results;
   for (auto& f : workers) {
@@ -247,7 +254,8 @@ TEST(KVWorkerTest, TwoWorkersTrainSyncStepsAgainstTwoShards) {
     ASSERT_EQ(r.after_init.size(), kSizes.size());
     for (uint32_t k = 0; k < kSizes.size(); ++k) {
       for (uint64_t i = 0; i < kSizes[k]; ++i) {
-        EXPECT_EQ(r.after_init[k][i], Initial(0, k, i)) << "rank " << r.rank << " key " << k << " [" << i << "]";
+        EXPECT_EQ(r.after_init[k][i], Initial(0, k, i))
+            << "rank " << r.rank << " key " << k << " [" << i << "]";
       }
     }
     // After every step: w0 - sum of the mean gradients.
@@ -284,8 +292,10 @@ TEST(KVWorkerTest, TwoWorkersTrainSyncStepsAgainstTwoShards) {
       Shard& shard = job.shard(p.server);
       EXPECT_EQ(shard.PartVersion(p.key, p.offset), static_cast<uint64_t>(kSteps));
       std::vector<float> stored = shard.PartValue(p.key, p.offset);
-      ASSERT_EQ(stored.size(), p.length) << "key " << p.key << " offset " << p.offset << " on server " << p.server;
-      for (uint64_t j = 0; j < p.length; ++j) EXPECT_EQ(stored[j], Expected(p.key, p.offset + j, kSteps));
+      ASSERT_EQ(stored.size(), p.length)
+          << "key " << p.key << " offset " << p.offset << " on server " << p.server;
+      for (uint64_t j = 0; j < p.length; ++j)
+        EXPECT_EQ(stored[j], Expected(p.key, p.offset + j, kSteps));
       // Each part lives on exactly one shard.
       EXPECT_TRUE(job.shard(1 - p.server).PartValue(p.key, p.offset).empty())
           << "key " << p.key << " offset " << p.offset << " is on both shards";

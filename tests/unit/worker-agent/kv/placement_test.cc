@@ -179,23 +179,29 @@ TEST(PlacementTest, EmptyTensorsHaveNoParts) {
 }
 
 TEST(PlacementTest, PureFunctionAndValidForManyShapes) {
-  const std::vector<std::vector<uint64_t>> shapes = {
-      {1}, {7, 1, 1, 1}, {1000, 3, 2048, 17, 999, 1001}, {12345, 1, 6789, 2, 3, 100000},
-      {64, 64, 64, 64, 64}, {1 << 16, 10, 1 << 15}};
+  const std::vector<std::vector<uint64_t>> shapes = {{1},
+                                                     {7, 1, 1, 1},
+                                                     {1000, 3, 2048, 17, 999, 1001},
+                                                     {12345, 1, 6789, 2, 3, 100000},
+                                                     {64, 64, 64, 64, 64},
+                                                     {1 << 16, 10, 1 << 15}};
   for (const auto& sizes : shapes) {
     for (int servers = 1; servers <= 5; ++servers) {
-      for (auto options : {Options(1000, 256), Options(1, 1), Options(1 << 20, 1 << 19), Options(500, 300)}) {
+      for (auto options :
+           {Options(1000, 256), Options(1, 1), Options(1 << 20, 1 << 19), Options(500, 300)}) {
         auto a = PlaceTensors(sizes, servers, options);
         auto b = PlaceTensors(sizes, servers, options);
         ASSERT_EQ(a.size(), b.size());
         for (size_t i = 0; i < a.size(); ++i) ASSERT_TRUE(Same(a[i], b[i])) << "part " << i;
-        SCOPED_TRACE(::testing::Message() << servers << " servers, bound " << options.big_array_bound
-                                          << ", max part " << options.max_part_elems);
+        SCOPED_TRACE(::testing::Message()
+                     << servers << " servers, bound " << options.big_array_bound << ", max part "
+                     << options.max_part_elems);
         ExpectValidPlacement(a, sizes, servers, options);
         // Sliced tensors reach every server.
         for (uint32_t key = 0; key < sizes.size(); ++key) {
           std::set<int> on;
-          for (const Part& p : a) if (p.key == key) on.insert(p.server);
+          for (const Part& p : a)
+            if (p.key == key) on.insert(p.server);
           bool big = sizes[key] >= options.big_array_bound && servers > 1 &&
                      sizes[key] >= static_cast<uint64_t>(servers);
           EXPECT_EQ(on.size(), big ? static_cast<size_t>(servers) : 1u) << "key " << key;

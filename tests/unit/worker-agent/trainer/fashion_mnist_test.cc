@@ -33,9 +33,10 @@ const FashionMnist& RealData() {
   return *data;
 }
 
-#define REQUIRE_REAL_DATA()                                                               \
-  if (!HaveRealData()) GTEST_SKIP() << "no Fashion-MNIST in " << kFashionMnistDefaultDir \
-                                    << " (apt-get install dataset-fashion-mnist)"
+#define REQUIRE_REAL_DATA()                                         \
+  if (!HaveRealData())                                              \
+  GTEST_SKIP() << "no Fashion-MNIST in " << kFashionMnistDefaultDir \
+               << " (apt-get install dataset-fashion-mnist)"
 
 TEST(FashionMnistTest, RealFilesHaveTheRightShape) {
   REQUIRE_REAL_DATA();
@@ -126,7 +127,8 @@ class FashionMnistErrorsTest : public ::testing::Test {
     const std::string path = Path(name);
     files_.push_back(path);
     std::ofstream out(path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
   }
 
   static void Put32(std::vector<uint8_t>& v, uint32_t x) {
@@ -171,12 +173,12 @@ class FashionMnistErrorsTest : public ::testing::Test {
   std::vector<std::string> files_;
 };
 
-#define EXPECT_ERROR_MENTIONS(status, a, b)                                       \
-  do {                                                                           \
-    const Status s_ = (status);                                                  \
-    ASSERT_FALSE(s_.ok());                                                       \
-    EXPECT_NE(s_.message().find(a), std::string::npos) << s_.message();          \
-    EXPECT_NE(s_.message().find(b), std::string::npos) << s_.message();          \
+#define EXPECT_ERROR_MENTIONS(status, a, b)                             \
+  do {                                                                  \
+    const Status s_ = (status);                                         \
+    ASSERT_FALSE(s_.ok());                                              \
+    EXPECT_NE(s_.message().find(a), std::string::npos) << s_.message(); \
+    EXPECT_NE(s_.message().find(b), std::string::npos) << s_.message(); \
   } while (0)
 
 TEST_F(FashionMnistErrorsTest, SmallGoodFilesLoad) {

@@ -139,7 +139,9 @@ TEST(DenseTest, BackwardWithoutInputGradient) {
 std::vector<double> NaiveConv(const std::vector<float>& x, const Parameter& w, const Parameter& b,
                               int batch, int h, int wd, int cin, int cout, int k) {
   const int pad = k / 2;
-  auto X = [&](int c, int n, int i, int j) { return x[((static_cast<size_t>(c) * batch + n) * h + i) * wd + j]; };
+  auto X = [&](int c, int n, int i, int j) {
+    return x[((static_cast<size_t>(c) * batch + n) * h + i) * wd + j];
+  };
   std::vector<double> y(static_cast<size_t>(batch) * h * wd * cout);
   for (int co = 0; co < cout; ++co)
     for (int n = 0; n < batch; ++n)
@@ -184,7 +186,8 @@ TEST_P(Conv2DTest, GradientsMatchFiniteDifferences) {
   Parameter w = RandomParameter(rng, {c.cout, c.cin, c.k, c.k}, 1.0f);
   Parameter b = RandomParameter(rng, {c.cout}, 1.0f);
   std::vector<float> x = RandomVector(rng, static_cast<size_t>(c.batch) * c.h * c.w * c.cin, -1, 1);
-  std::vector<float> r = RandomVector(rng, static_cast<size_t>(c.batch) * c.h * c.w * c.cout, -1, 1);
+  std::vector<float> r =
+      RandomVector(rng, static_cast<size_t>(c.batch) * c.h * c.w * c.cout, -1, 1);
   Conv2D conv(c.h, c.w, c.cin, c.cout, c.k);
   auto loss = [&] {
     conv.Bind(&w, &b);
@@ -200,16 +203,16 @@ TEST_P(Conv2DTest, GradientsMatchFiniteDifferences) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Conv2DTest,
-                         ::testing::Values(ConvCase{6, 5, 3, 4, 5, 2},   // kernel wider than half
-                                           ConvCase{4, 4, 1, 2, 5, 1},   // kernel > image
-                                           ConvCase{7, 6, 2, 3, 3, 3},
-                                           ConvCase{5, 5, 2, 2, 1, 2},
+                         ::testing::Values(ConvCase{6, 5, 3, 4, 5, 2},  // kernel wider than half
+                                           ConvCase{4, 4, 1, 2, 5, 1},  // kernel > image
+                                           ConvCase{7, 6, 2, 3, 3, 3}, ConvCase{5, 5, 2, 2, 1, 2},
                                            ConvCase{2, 3, 2, 2, 7, 2}));  // shift > plane
 
 TEST(Conv2DTest, BackwardWithoutInputGradientMatches) {
   std::mt19937_64 rng(6);
   Parameter w = RandomParameter(rng, {3, 1, 5, 5}, 1.0f), b = RandomParameter(rng, {3}, 1.0f);
-  std::vector<float> x = RandomVector(rng, 2 * 8 * 8, -1, 1), dy = RandomVector(rng, 2 * 64 * 3, -1, 1);
+  std::vector<float> x = RandomVector(rng, 2 * 8 * 8, -1, 1),
+                     dy = RandomVector(rng, 2 * 64 * 3, -1, 1);
   Conv2D conv(8, 8, 1, 3, 5);
   conv.Bind(&w, &b);
   conv.Forward(x.data(), 2);

@@ -34,10 +34,10 @@ TEST(BatchSamplerTest, PermutationIsAPermutationAndDeterministic) {
   std::sort(sorted.begin(), sorted.end());
   for (uint32_t i = 0; i < 1000; ++i) ASSERT_EQ(sorted[i], i);
   EXPECT_EQ(b.Permutation(0), p0);
-  EXPECT_NE(c.Permutation(0), p0);               // another seed
-  EXPECT_NE(a.Permutation(1), p0);               // another epoch
-  EXPECT_EQ(a.Permutation(0), p0);               // back to epoch 0
-  EXPECT_NE(p0, sorted);                         // actually shuffled
+  EXPECT_NE(c.Permutation(0), p0);  // another seed
+  EXPECT_NE(a.Permutation(1), p0);  // another epoch
+  EXPECT_EQ(a.Permutation(0), p0);  // back to epoch 0
+  EXPECT_NE(p0, sorted);            // actually shuffled
 }
 
 TEST(BatchSamplerTest, PermutationIsPortable) {
@@ -118,7 +118,7 @@ TEST(BatchSamplerTest, UnevenSplitLeavesTheTailOfEachGlobalBatchOut) {
 TEST(BatchSamplerTest, RejectsOutOfRangeArguments) {
   BatchSampler s(100, 10, 1);
   std::vector<uint32_t> idx;
-  EXPECT_FALSE(s.WorkerIndices(0, 10, 0, 1, &idx).ok());   // 10 steps per epoch: 0..9
+  EXPECT_FALSE(s.WorkerIndices(0, 10, 0, 1, &idx).ok());  // 10 steps per epoch: 0..9
   EXPECT_FALSE(s.WorkerIndices(0, -1, 0, 1, &idx).ok());
   EXPECT_FALSE(s.WorkerIndices(-1, 0, 0, 1, &idx).ok());
   EXPECT_FALSE(s.WorkerIndices(0, 0, 2, 2, &idx).ok());

@@ -65,7 +65,8 @@ TEST_F(TrainingTest, MlpLearnsWithSgdInOneEpoch) {
   double first_losses = 0, last_losses = 0;
   const int64_t steps = sampler.StepsPerEpoch();
   for (int64_t step = 0; step < steps; ++step) {
-    ASSERT_TRUE(FillWorkerBatch(data_->train, sampler, 0, step, 0, 1, images.data(), labels.data()).ok());
+    ASSERT_TRUE(
+        FillWorkerBatch(data_->train, sampler, 0, step, 0, 1, images.data(), labels.data()).ok());
     const float loss = model->ForwardBackward(images.data(), labels.data(), batch);
     ASSERT_TRUE(std::isfinite(loss));
     if (step < 50) first_losses += loss;
@@ -78,9 +79,10 @@ TEST_F(TrainingTest, MlpLearnsWithSgdInOneEpoch) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   double loss = 0;
   const double acc = Evaluate(*model, data_->test, 1000, &loss);
-  std::printf("mlp, SGD lr %.2f, batch %d, 1 epoch (%lld steps, %.2f s): test accuracy %.4f, "
-              "test loss %.4f (before: %.4f, %.4f)\n",
-              lr, batch, static_cast<long long>(steps), train_s, acc, loss, acc0, loss0);
+  std::printf(
+      "mlp, SGD lr %.2f, batch %d, 1 epoch (%lld steps, %.2f s): test accuracy %.4f, "
+      "test loss %.4f (before: %.4f, %.4f)\n",
+      lr, batch, static_cast<long long>(steps), train_s, acc, loss, acc0, loss0);
   RecordProperty("test_accuracy", std::to_string(acc));
   EXPECT_GT(acc, 0.80);
   EXPECT_LT(loss, 0.6);
@@ -99,23 +101,27 @@ TEST_F(TrainingTest, TwoWorkersAverageToTheGradientOfOneWorker) {
     w1->Initialize(3);
     std::vector<float> images(64 * 784);
     std::vector<uint8_t> labels(64);
-    ASSERT_TRUE(FillWorkerBatch(data_->train, sampler, 2, 7, 0, 1, images.data(), labels.data()).ok());
+    ASSERT_TRUE(
+        FillWorkerBatch(data_->train, sampler, 2, 7, 0, 1, images.data(), labels.data()).ok());
     const float loss = big->ForwardBackward(images.data(), labels.data(), 64);
-    ASSERT_TRUE(FillWorkerBatch(data_->train, sampler, 2, 7, 0, 2, images.data(), labels.data()).ok());
+    ASSERT_TRUE(
+        FillWorkerBatch(data_->train, sampler, 2, 7, 0, 2, images.data(), labels.data()).ok());
     const float l0 = w0->ForwardBackward(images.data(), labels.data(), 32);
-    ASSERT_TRUE(FillWorkerBatch(data_->train, sampler, 2, 7, 1, 2, images.data(), labels.data()).ok());
+    ASSERT_TRUE(
+        FillWorkerBatch(data_->train, sampler, 2, 7, 1, 2, images.data(), labels.data()).ok());
     const float l1 = w1->ForwardBackward(images.data(), labels.data(), 32);
     EXPECT_NEAR((l0 + l1) / 2, loss, 1e-5 * loss) << name;
     for (size_t t = 0; t < big->parameters().size(); ++t) {
       const std::vector<float>& g = big->parameters()[t].grad;
       double diff = 0, norm = 0;
       for (size_t i = 0; i < g.size(); ++i) {
-        const double avg = 0.5 * (static_cast<double>(w0->parameters()[t].grad[i]) +
-                                  w1->parameters()[t].grad[i]);
+        const double avg =
+            0.5 * (static_cast<double>(w0->parameters()[t].grad[i]) + w1->parameters()[t].grad[i]);
         diff += (avg - g[i]) * (avg - g[i]);
         norm += static_cast<double>(g[i]) * g[i];
       }
-      EXPECT_LT(std::sqrt(diff), 1e-4 * std::sqrt(norm)) << name << " " << big->parameters()[t].name;
+      EXPECT_LT(std::sqrt(diff), 1e-4 * std::sqrt(norm))
+          << name << " " << big->parameters()[t].name;
     }
   }
 }

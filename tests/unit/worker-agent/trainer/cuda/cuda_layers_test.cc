@@ -24,13 +24,13 @@
 namespace kubeps::trainer {
 namespace {
 
-#define SKIP_WITHOUT_GPU()                                                              \
-  do {                                                                                  \
-    if (!BuiltWithCuda()) GTEST_SKIP() << "built without CUDA: GPU test skipped";       \
-    if (CudaDeviceCount() < 1) {                                                        \
+#define SKIP_WITHOUT_GPU()                                                               \
+  do {                                                                                   \
+    if (!BuiltWithCuda()) GTEST_SKIP() << "built without CUDA: GPU test skipped";        \
+    if (CudaDeviceCount() < 1) {                                                         \
       GTEST_SKIP() << "no CUDA device visible (cudaGetDeviceCount reports 0 or fails): " \
-                      "GPU test skipped";                                               \
-    }                                                                                   \
+                      "GPU test skipped";                                                \
+    }                                                                                    \
   } while (0)
 
 std::vector<float> RandomVector(std::mt19937_64& rng, size_t n, float lo, float hi) {
@@ -75,9 +75,10 @@ void ExpectClose(const std::vector<float>& gpu, const float* cpu, size_t n, cons
 TEST(CudaLayersTest, DenseForwardAndBackward) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(1);
-  for (auto [batch, in, out] : {std::tuple{7, 33, 5}, std::tuple{16, 784, 256}, std::tuple{3, 1, 1}}) {
-    const std::string what = "dense " + std::to_string(batch) + "x" + std::to_string(in) + "->" +
-                             std::to_string(out);
+  for (auto [batch, in, out] :
+       {std::tuple{7, 33, 5}, std::tuple{16, 784, 256}, std::tuple{3, 1, 1}}) {
+    const std::string what =
+        "dense " + std::to_string(batch) + "x" + std::to_string(in) + "->" + std::to_string(out);
     Parameter w = MakeParam(RandomVector(rng, static_cast<size_t>(in) * out, -0.5f, 0.5f));
     Parameter b = MakeParam(RandomVector(rng, out, -0.5f, 0.5f));
     const std::vector<float> x = RandomVector(rng, static_cast<size_t>(batch) * in, -1.0f, 1.0f);
@@ -102,8 +103,8 @@ TEST(CudaLayersTest, Conv2DForwardAndBackward) {
     int batch, h, w, cin, cout, k;
   };
   // The two convolutions of the CNN, plus a non-square one with k = 3.
-  for (const Case& c : {Case{3, 28, 28, 1, 32, 5}, Case{2, 14, 14, 32, 64, 5},
-                        Case{2, 6, 10, 3, 4, 3}}) {
+  for (const Case& c :
+       {Case{3, 28, 28, 1, 32, 5}, Case{2, 14, 14, 32, 64, 5}, Case{2, 6, 10, 3, 4, 3}}) {
     const std::string what = "conv " + std::to_string(c.cin) + "->" + std::to_string(c.cout) +
                              " on " + std::to_string(c.h) + "x" + std::to_string(c.w);
     const size_t p = static_cast<size_t>(c.batch) * c.h * c.w;
@@ -115,12 +116,12 @@ TEST(CudaLayersTest, Conv2DForwardAndBackward) {
     Conv2D cpu(c.h, c.w, c.cin, c.cout, c.k);
     cpu.Bind(&w, &b);
     const float* y = cpu.Forward(x.data(), c.batch);
-    ExpectClose(cuda_layers::Conv2DForward(x, w.value, b.value, c.batch, c.h, c.w, c.cin, c.cout,
-                                           c.k),
-                y, c.cout * p, what + " y");
+    ExpectClose(
+        cuda_layers::Conv2DForward(x, w.value, b.value, c.batch, c.h, c.w, c.cin, c.cout, c.k), y,
+        c.cout * p, what + " y");
     const float* dx = cpu.Backward(dy.data(), true);
-    const cuda_layers::ConvGrads g = cuda_layers::Conv2DBackward(x, w.value, b.value, dy, c.batch,
-                                                                 c.h, c.w, c.cin, c.cout, c.k);
+    const cuda_layers::ConvGrads g =
+        cuda_layers::Conv2DBackward(x, w.value, b.value, dy, c.batch, c.h, c.w, c.cin, c.cout, c.k);
     ExpectClose(g.dw, w.grad.data(), w.grad.size(), what + " dW");
     ExpectClose(g.db, b.grad.data(), b.grad.size(), what + " db");
     ExpectClose(g.dx, dx, c.cin * p, what + " dx");
@@ -172,7 +173,8 @@ TEST(CudaLayersTest, SoftmaxCrossEntropyAndArgmax) {
   const float* grad = cpu.Backward();
   std::vector<uint8_t> argmax(batch);
   SoftmaxCrossEntropy::Argmax(logits.data(), batch, classes, argmax.data());
-  const cuda_layers::LossResult r = cuda_layers::SoftmaxCrossEntropy(logits, labels, batch, classes);
+  const cuda_layers::LossResult r =
+      cuda_layers::SoftmaxCrossEntropy(logits, labels, batch, classes);
   EXPECT_NEAR(r.loss, loss, 1e-5f * std::fabs(loss) + 1e-6f);
   ExpectClose(r.grad, grad, static_cast<size_t>(batch) * classes, "softmax grad");
   EXPECT_EQ(r.argmax, argmax);

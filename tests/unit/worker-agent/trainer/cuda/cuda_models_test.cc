@@ -131,10 +131,10 @@ void CompareWithCpu(Model& gpu, const std::string& name, int batch, const std::s
 
   const Batch eval = RandomBatch(999, batch);
   std::vector<uint8_t> cpu_pred(batch), gpu_pred(batch), gpu_pred2(batch);
-  const float cpu_eval = cpu->ForwardLoss(eval.images.data(), eval.labels.data(), batch,
-                                          cpu_pred.data());
-  const float gpu_eval = gpu.ForwardLoss(eval.images.data(), eval.labels.data(), batch,
-                                         gpu_pred.data());
+  const float cpu_eval =
+      cpu->ForwardLoss(eval.images.data(), eval.labels.data(), batch, cpu_pred.data());
+  const float gpu_eval =
+      gpu.ForwardLoss(eval.images.data(), eval.labels.data(), batch, gpu_pred.data());
   ExpectSameLoss(gpu_eval, cpu_eval, what + " ForwardLoss");
   gpu.Predict(eval.images.data(), batch, gpu_pred2.data());
   EXPECT_EQ(gpu_pred, gpu_pred2) << what;
