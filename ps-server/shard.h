@@ -6,6 +6,8 @@
 // depend on arrival order), divides by M, applies the optimizer once and
 // moves to v+1. Async mode: every push is applied at once, under the part's
 // lock. Pulls long-poll until the wanted version exists.
+//
+// Thread-safe: every RPC thread of the server calls it; each part has a lock.
 #ifndef KUBEPS_PS_SERVER_SHARD_H_
 #define KUBEPS_PS_SERVER_SHARD_H_
 
