@@ -12,8 +12,8 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from cluster import SOURCE_DIR, Cluster, KubectlError  # noqa: E402
-from k8sutil import ApiError  # noqa: E402
+from emulator.cluster import SOURCE_DIR, Cluster, KubectlError  # noqa: E402
+from emulator.k8sutil import ApiError  # noqa: E402
 
 DEPLOY = os.path.join(SOURCE_DIR, "deploy")
 TJ = "/apis/kubeps.io/v1alpha1/namespaces/default/trainingjobs"

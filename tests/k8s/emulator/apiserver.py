@@ -112,11 +112,10 @@ import time
 import urllib.parse
 import uuid
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import k8sutil  # noqa: E402
-from k8sutil import now_iso  # noqa: E402
-from crd_schema import go_value, prune_and_default, validate_schema, check_structural  # noqa: E402
-from tables import table_for, wants_table  # noqa: E402
+from . import k8sutil
+from .k8sutil import now_iso
+from .crd_schema import go_value, prune_and_default, validate_schema, check_structural
+from .tables import table_for, wants_table
 
 VERSION = {
     "major": "1", "minor": "32", "gitVersion": "v1.32.0-kubeps-emulator",

@@ -28,12 +28,26 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import k8sutil  # noqa: E402
+from . import k8sutil
 
-SOURCE_DIR = os.path.dirname(os.path.dirname(HERE))
+HERE = os.path.dirname(os.path.abspath(__file__))
+# the folder that holds this package: on the children's PYTHONPATH
+PACKAGE_PARENT = os.path.dirname(HERE)
+SOURCE_DIR = os.path.dirname(os.path.dirname(PACKAGE_PARENT))
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+
+
+def module_command(name):
+    """The command line that runs module `name` of this package as a program."""
+    return [sys.executable, "-m", "%s.%s" % (__package__, name)]
+
+
+def child_env(**extra):
+    """os.environ plus `extra`, with this package importable (PYTHONPATH)."""
+    env = dict(os.environ, **extra)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [PACKAGE_PARENT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
 
 
 class KubectlError(Exception):
@@ -81,16 +95,17 @@ class Cluster:
         self.kubeconfig = os.path.join(self.dir, "kubeconfig")
         self.operator_kubeconfig = os.path.join(self.dir, "operator.kubeconfig")
         node_dir = os.path.join(self.dir, "node")
-        cmd = [sys.executable, os.path.join(HERE, "apiserver.py"), "--dir", self.dir,
-               "--event-window", str(self.event_window),
-               "--bookmark-interval", str(self.bookmark_interval),
-               "--log-dir", os.path.join(node_dir, "logs"), "--exit-with-parent",
-               "--service-cidr", "127.%d.0.0/16" % self.octet]
+        cmd = module_command("apiserver") + [
+            "--dir", self.dir, "--event-window", str(self.event_window),
+            "--bookmark-interval", str(self.bookmark_interval),
+            "--log-dir", os.path.join(node_dir, "logs"), "--exit-with-parent",
+            "--service-cidr", "127.%d.0.0/16" % self.octet]
         if self.rbac:
             cmd.append("--rbac")
         self._apiserver_log = open(os.path.join(self.dir, "apiserver.log"), "ab")
         self.apiserver = subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                                          stderr=self._apiserver_log, start_new_session=True)
+                                          stderr=self._apiserver_log, start_new_session=True,
+                                          env=child_env())
         line = self.apiserver.stdout.readline().decode()
         if not line.startswith("READY "):
             self.stop()
@@ -99,11 +114,11 @@ class Cluster:
         self.url = line.split()[1]
         self.client = k8sutil.Client.from_kubeconfig(self.kubeconfig)
         if self.with_kubelet:
-            cmd = [sys.executable, os.path.join(HERE, "kubelet.py"),
-                   "--kubeconfig", os.path.join(self.dir, "kubelet.kubeconfig"),
-                   "--state-dir", node_dir, "--isolation", self.isolation,
-                   "--marker", os.path.basename(self.dir), "--backoff", str(self.backoff),
-                   "--exit-with-parent"]
+            cmd = module_command("kubelet") + [
+                "--kubeconfig", os.path.join(self.dir, "kubelet.kubeconfig"),
+                "--state-dir", node_dir, "--isolation", self.isolation,
+                "--marker", os.path.basename(self.dir), "--backoff", str(self.backoff),
+                "--exit-with-parent"]
             for d in self.bin_dirs:
                 cmd += ["--bin-dir", d]
             for image, program in self.images.items():
@@ -117,7 +132,7 @@ class Cluster:
             if self.stream_logs:
                 cmd.append("--stream-logs")
             self._kubelet_log = open(os.path.join(self.dir, "kubelet.log"), "ab")
-            kubelet_env = dict(os.environ, KUBEPS_EMULATOR_POD_OCTET=str(self.octet + 1))
+            kubelet_env = child_env(KUBEPS_EMULATOR_POD_OCTET=str(self.octet + 1))
             self.kubelet = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._kubelet_log,
                                             start_new_session=True, env=kubelet_env)
             line = self.kubelet.stdout.readline().decode()

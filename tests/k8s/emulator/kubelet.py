@@ -105,9 +105,8 @@ import threading
 import time
 import urllib.parse
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import k8sutil  # noqa: E402
-from k8sutil import ApiError, now_iso  # noqa: E402
+from . import k8sutil
+from .k8sutil import ApiError, now_iso
 
 HOSTS_FILE = "/etc/hosts"
 

@@ -1,12 +1,9 @@
 """meta.k8s.io/v1 Tables, what `kubectl get` asks for: the printer columns
 of built-in types and of CRDs."""
 import json
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import k8sutil  # noqa: E402
-from crd_schema import go_value, simple_jsonpath  # noqa: E402
+from . import k8sutil
+from .crd_schema import go_value, simple_jsonpath
 
 
 # --------------------------------------------------------------------------

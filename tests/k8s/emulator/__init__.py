@@ -1,0 +1,1 @@
+"""The Kubernetes stand-in of the tests."""
