@@ -15,7 +15,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from emulator.cluster import SOURCE_DIR  # noqa: E402
-from emulator.k8sutil import ApiError  # noqa: E402
+from emulator.client import ApiError  # noqa: E402
 
 BIN = os.path.abspath(os.environ.get("KUBEPS_BIN_DIR", os.path.join(SOURCE_DIR, "build", "bin")))
 DEPLOY = os.path.join(SOURCE_DIR, "deploy")

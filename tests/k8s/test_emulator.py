@@ -13,7 +13,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from emulator.cluster import SOURCE_DIR, Cluster, KubectlError  # noqa: E402
-from emulator.k8sutil import ApiError  # noqa: E402
+from emulator.client import ApiError  # noqa: E402
 
 DEPLOY = os.path.join(SOURCE_DIR, "deploy")
 TJ = "/apis/kubeps.io/v1alpha1/namespaces/default/trainingjobs"

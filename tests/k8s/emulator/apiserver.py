@@ -35,7 +35,7 @@ What is emulated
     An update that changes nothing is not written (no new resourceVersion,
     no watch event).
   * PATCH: merge-patch+json, json-patch+json, strategic-merge-patch+json for
-    built-in types (see k8sutil.strategic_merge_patch for the covered subset;
+    built-in types (see patches.strategic_merge_patch for the covered subset;
     custom resources answer 415 like the real server), apply-patch+yaml
     (server-side apply, simplified: the applied object is merged like a merge
     patch and created when missing; no field managers, JSON bodies only).
@@ -95,6 +95,7 @@ import argparse
 import base64
 import collections
 import copy
+import datetime
 import http.server
 import ipaddress
 import json
@@ -112,8 +113,8 @@ import time
 import urllib.parse
 import uuid
 
-from . import k8sutil
-from .k8sutil import now_iso
+from . import certificates, kubeconfig, lifetime, patches, protobuf, selector
+from .clock import now_iso
 from .crd_schema import go_value, prune_and_default, validate_schema, check_structural
 from .tables import table_for, wants_table
 
@@ -250,8 +251,8 @@ class Watcher:
         md = obj.get("metadata", {})
         if self.namespace is not None and md.get("namespace") != self.namespace:
             return False
-        return k8sutil.labels_match(self.label_reqs, md.get("labels")) and \
-            k8sutil.fields_match(self.field_reqs, obj)
+        return selector.labels_match(self.label_reqs, md.get("labels")) and \
+            selector.fields_match(self.field_reqs, obj)
 
 
 def _strip_for_compare(obj):
@@ -868,17 +869,17 @@ class Api:
                     obj, _ = self.update(rtype, namespace, name, patch, query, warnings,
                                          from_patch=True, create_if_missing=True, user=user)
                     return obj, True
-                patched = k8sutil.json_merge_patch(old, patch)
+                patched = patches.json_merge_patch(old, patch)
             else:
                 if old is None:
                     raise self.not_found(rtype, name)
                 if ctype == "application/merge-patch+json" or ctype == "application/json" and \
                         isinstance(patch, dict):
-                    patched = k8sutil.json_merge_patch(old, patch)
+                    patched = patches.json_merge_patch(old, patch)
                 elif ctype == "application/json-patch+json":
                     try:
-                        patched = k8sutil.json_patch(old, patch)
-                    except (k8sutil.PatchError, KeyError, ValueError, TypeError) as e:
+                        patched = patches.json_patch(old, patch)
+                    except (patches.PatchError, KeyError, ValueError, TypeError) as e:
                         raise ApiError(422, "Invalid", str(e))
                 elif ctype == "application/strategic-merge-patch+json":
                     if rtype.crd is not None:
@@ -886,7 +887,7 @@ class Api:
                                        "an unknown format - accepted media types include: "
                                        "application/json-patch+json, application/merge-patch+json, "
                                        "application/apply-patch+yaml")
-                    patched = k8sutil.strategic_merge_patch(old, patch)
+                    patched = patches.strategic_merge_patch(old, patch)
                 else:
                     raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an "
                                    "unknown format - accepted media types include: "
@@ -939,8 +940,8 @@ class Api:
                     current = md.get("deletionGracePeriodSeconds")
                     if md.get("deletionTimestamp") and current is not None and current <= grace:
                         return old
-                    md["deletionTimestamp"] = k8sutil.datetime.datetime.fromtimestamp(
-                        time.time() + grace, k8sutil.datetime.timezone.utc).strftime(
+                    md["deletionTimestamp"] = datetime.datetime.fromtimestamp(
+                        time.time() + grace, datetime.timezone.utc).strftime(
                             "%Y-%m-%dT%H:%M:%SZ")
                     md["deletionGracePeriodSeconds"] = grace
                     if policy == "Orphan":
@@ -1375,8 +1376,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if raw and "protobuf" in ctype:
             # kubectl's typed clients (`kubectl create secret ...`) send protobuf
             try:
-                raw = json.dumps(k8sutil.decode_protobuf_object(raw)).encode()
-            except (k8sutil.ProtobufError, UnicodeDecodeError, ValueError) as e:
+                raw = json.dumps(protobuf.decode_protobuf_object(raw)).encode()
+            except (protobuf.ProtobufError, UnicodeDecodeError, ValueError) as e:
                 raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an "
                                "unknown format - accepted media types include: application/json, "
                                "application/yaml (%s)" % e)
@@ -1413,12 +1414,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
         elif method == "DELETE":
             options = body or {}
             if name is None:
-                reqs = k8sutil.parse_label_selector(query.get("labelSelector"))
-                freqs = k8sutil.parse_field_selector(query.get("fieldSelector"))
+                reqs = selector.parse_label_selector(query.get("labelSelector"))
+                freqs = selector.parse_field_selector(query.get("fieldSelector"))
                 deleted = []
                 for o in api.store.list(rtype, namespace):
-                    if k8sutil.labels_match(reqs, o["metadata"].get("labels")) and \
-                            k8sutil.fields_match(freqs, o):
+                    if selector.labels_match(reqs, o["metadata"].get("labels")) and \
+                            selector.fields_match(freqs, o):
                         try:
                             deleted.append(api.delete(rtype, o["metadata"].get("namespace", ""),
                                                       o["metadata"]["name"], options, query))
@@ -1436,9 +1437,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def list(self, rtype, namespace, query, accept):
         api = self.api
         try:
-            lreqs = k8sutil.parse_label_selector(query.get("labelSelector"))
-            freqs = k8sutil.parse_field_selector(query.get("fieldSelector"))
-        except k8sutil.SelectorError as e:
+            lreqs = selector.parse_label_selector(query.get("labelSelector"))
+            freqs = selector.parse_field_selector(query.get("fieldSelector"))
+        except selector.SelectorError as e:
             raise ApiError(400, "BadRequest", "unable to parse requirement: %s" % e)
         rv = query.get("resourceVersion")
         with api.store.lock:
@@ -1459,8 +1460,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                        "message": "Too large resource version"}],
                                        "retryAfterSeconds": 1})
             items = [o for o in api.store.list(rtype, namespace)
-                     if k8sutil.labels_match(lreqs, o["metadata"].get("labels")) and
-                     k8sutil.fields_match(freqs, o)]
+                     if selector.labels_match(lreqs, o["metadata"].get("labels")) and
+                     selector.fields_match(freqs, o)]
         if wants_table(accept):
             t = table_for(rtype, items, query.get("includeObject", "Metadata"))
             t["metadata"]["resourceVersion"] = str(current)
@@ -1475,9 +1476,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def watch(self, rtype, namespace, query):
         api = self.api
         try:
-            lreqs = k8sutil.parse_label_selector(query.get("labelSelector"))
-            freqs = k8sutil.parse_field_selector(query.get("fieldSelector"))
-        except k8sutil.SelectorError as e:
+            lreqs = selector.parse_label_selector(query.get("labelSelector"))
+            freqs = selector.parse_field_selector(query.get("fieldSelector"))
+        except selector.SelectorError as e:
             raise ApiError(400, "BadRequest", "unable to parse requirement: %s" % e)
         bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
         send_initial = query.get("sendInitialEvents") == "true"
@@ -1706,10 +1707,10 @@ def main(argv=None):
                    help="exit when the process that started this one ends")
     args = p.parse_args(argv)
     if args.exit_with_parent:
-        k8sutil.exit_with_parent(lambda: os._exit(0))
+        lifetime.exit_with_parent(lambda: os._exit(0))
     args.port_hint = args.port
     os.makedirs(args.dir, exist_ok=True)
-    paths = k8sutil.make_certificates(os.path.join(args.dir, "pki"))
+    paths = certificates.make_certificates(os.path.join(args.dir, "pki"))
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(paths["server.crt"], paths["server.key"])
     api = Api(args)
@@ -1729,11 +1730,11 @@ def main(argv=None):
     api.tokens[operator_token] = ("system:serviceaccount:kubeps-system:kubeps-operator",
                                   ["system:serviceaccounts", "system:serviceaccounts:kubeps-system",
                                    "system:authenticated"])
-    k8sutil.write_kubeconfig(os.path.join(args.dir, "kubelet.kubeconfig"), url, paths["ca.crt"],
+    kubeconfig.write_kubeconfig(os.path.join(args.dir, "kubelet.kubeconfig"), url, paths["ca.crt"],
                              kubelet_token, user="kubelet")
-    k8sutil.write_kubeconfig(os.path.join(args.dir, "operator.kubeconfig"), url, paths["ca.crt"],
+    kubeconfig.write_kubeconfig(os.path.join(args.dir, "operator.kubeconfig"), url, paths["ca.crt"],
                              operator_token, user="kubeps-operator", namespace="kubeps-system")
-    k8sutil.write_kubeconfig(os.path.join(args.dir, "kubeconfig"), url, paths["ca.crt"], admin)
+    kubeconfig.write_kubeconfig(os.path.join(args.dir, "kubeconfig"), url, paths["ca.crt"], admin)
     with open(os.path.join(args.dir, "apiserver.url"), "w") as f:
         f.write(url + "\n")
     print("READY %s" % url, flush=True)

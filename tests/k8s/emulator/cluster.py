@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-from . import k8sutil
+from . import client
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # the folder that holds this package: on the children's PYTHONPATH
@@ -112,7 +112,7 @@ class Cluster:
             raise RuntimeError("the API server emulator did not start: %r (see %s)" % (
                 line, os.path.join(self.dir, "apiserver.log")))
         self.url = line.split()[1]
-        self.client = k8sutil.Client.from_kubeconfig(self.kubeconfig)
+        self.client = client.Client.from_kubeconfig(self.kubeconfig)
         if self.with_kubelet:
             cmd = module_command("kubelet") + [
                 "--kubeconfig", os.path.join(self.dir, "kubelet.kubeconfig"),
@@ -206,7 +206,7 @@ class Cluster:
         while time.time() < deadline:
             try:
                 last = predicate()
-            except k8sutil.ApiError as e:
+            except client.ApiError as e:
                 last = e
                 if e.code != 404:
                     raise

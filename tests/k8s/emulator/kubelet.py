@@ -105,8 +105,10 @@ import threading
 import time
 import urllib.parse
 
-from . import k8sutil
-from .k8sutil import ApiError, now_iso
+from . import client, clock, lifetime
+from .client import ApiError
+from .clock import now_iso
+from .selector import labels_match, selector_from_match_labels
 
 HOSTS_FILE = "/etc/hosts"
 
@@ -660,7 +662,7 @@ class PodWorker(threading.Thread):
         if not spec or "running" not in c.state:
             return None
         now = time.time()
-        started = k8sutil.parse_time(c.started_at) or now
+        started = clock.parse_time(c.started_at) or now
         nxt = c.probe_next.get(kind, started + spec.get("initialDelaySeconds", 0))
         if now < nxt:
             return None
@@ -909,7 +911,7 @@ class ServiceProxy:
 class Kubelet:
     def __init__(self, args):
         self.args = args
-        self.client = k8sutil.Client.from_kubeconfig(args.kubeconfig)
+        self.client = client.Client.from_kubeconfig(args.kubeconfig)
         self.node_name = args.node_name
         self.state_dir = os.path.abspath(args.state_dir)
         self.log_dir = os.path.abspath(args.log_dir or os.path.join(self.state_dir, "logs"))
@@ -1153,8 +1155,8 @@ class Kubelet:
                 w = self.workers.get(uid)
                 if w is None or pod["metadata"]["namespace"] != ns:
                     continue
-                if not k8sutil.labels_match(k8sutil.selector_from_match_labels(selector),
-                                            pod["metadata"].get("labels")):
+                if not labels_match(selector_from_match_labels(selector),
+                                    pod["metadata"].get("labels")):
                     continue
                 ready = w.phase == "Running" and w.containers and all(c.ready for c in w.containers)
                 if (ready or not_ready_too) and not w.deleting and \
@@ -1378,7 +1380,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     kubelet = Kubelet(args)
     if args.exit_with_parent:
-        k8sutil.exit_with_parent(lambda: (kubelet.shutdown(), os._exit(0)))
+        lifetime.exit_with_parent(lambda: (kubelet.shutdown(), os._exit(0)))
 
     def stop(signum, frame):
         kubelet.shutdown()
