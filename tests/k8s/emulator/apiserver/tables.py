@@ -2,7 +2,7 @@
 of built-in types and of CRDs."""
 import json
 
-from . import clock
+from .. import clock
 from .crd_schema import go_value, simple_jsonpath
 
 
