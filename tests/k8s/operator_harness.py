@@ -1,6 +1,6 @@
 """Helpers for the kubeps-operator tests (test_operator.py): the operator as a
 child process of the test, TrainingJob manifests, and small queries against
-the emulated cluster (cluster.py).
+the emulated cluster (emulator/cluster.py).
 """
 import json
 import os

@@ -1,5 +1,6 @@
-"""Tests of the Kubernetes emulator (apiserver.py, kubelet.py) driven by the
-real kubectl and by direct REST calls, and of the manifests in deploy/.
+"""Tests of the Kubernetes emulator (the emulator package: its API server and
+kubelet) driven by the real kubectl and by direct REST calls, and of the
+manifests in deploy/.
 
     python3 -m unittest -v test_emulator      (from tests/k8s)
 """

@@ -1,17 +1,18 @@
-#!/usr/bin/env python3
-"""An emulated Kubernetes cluster for tests: apiserver.py and kubelet.py as
-child processes, the real `kubectl` pointed at them.
+"""An emulated Kubernetes cluster for tests: the API server
+(emulator.apiserver) and the kubelet (emulator.kubelet) as child processes,
+the real `kubectl` pointed at them.
 
-    from cluster import Cluster
+    from emulator.cluster import Cluster
     with Cluster(bin_dirs=["build/bin"]) as c:
         c.kubectl("apply", "-f", "deploy/crd/")
         c.kubectl("get", "tj", "-o", "json", json_output=True)
         c.client.get("/api/v1/namespaces/default/pods")   # direct REST calls
         env = c.env()   # KUBECONFIG etc. for a controller process
 
-From a shell (prints the kubeconfig paths, runs until Ctrl-C):
+From a shell at the top of the repository (prints the kubeconfig paths,
+runs until Ctrl-C):
 
-    python3 tests/k8s/cluster.py --bin-dir build/bin [--dir DIR]
+    PYTHONPATH=tests/k8s python3 -m emulator.cluster --bin-dir build/bin [--dir DIR]
 
 Files in c.dir: kubeconfig (admin), operator.kubeconfig (the service account
 kubeps-system/kubeps-operator: RBAC applies to it when Cluster(rbac=True)),
