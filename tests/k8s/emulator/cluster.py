@@ -227,7 +227,8 @@ class Cluster:
 
 
 def main():
-    p = argparse.ArgumentParser(description="runs an emulated cluster until interrupted")
+    p = argparse.ArgumentParser(prog="python3 -m emulator.cluster",
+                                description="runs an emulated cluster until interrupted")
     p.add_argument("--dir", default=None)
     p.add_argument("--bin-dir", action="append", default=[])
     p.add_argument("--rbac", action="store_true")

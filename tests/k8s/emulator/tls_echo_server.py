@@ -142,7 +142,8 @@ class EchoHandler(StreamingHandler):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python3 -m emulator.tls_echo_server",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--cert", required=True)
     parser.add_argument("--key", required=True)
     parser.add_argument("--client-ca")

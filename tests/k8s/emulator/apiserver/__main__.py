@@ -24,7 +24,8 @@ from .routing import Handler
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=package_doc.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python3 -m emulator.apiserver",
+                                description=package_doc.split("\n")[0])
     p.add_argument("--dir", required=True, help="where certificates and kubeconfigs go")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)

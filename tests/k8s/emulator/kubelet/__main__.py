@@ -18,7 +18,8 @@ from .node import Kubelet
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=package_doc.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python3 -m emulator.kubelet",
+                                description=package_doc.split("\n")[0])
     p.add_argument("--kubeconfig", required=True)
     p.add_argument("--state-dir", required=True)
     p.add_argument("--log-dir", default=None, help="container logs (default STATE/logs)")
