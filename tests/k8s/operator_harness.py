@@ -1,6 +1,6 @@
 """Helpers for the kubeps-operator tests (test_operator.py): the operator as a
 child process of the test, TrainingJob manifests, and small queries against
-the emulated cluster (cluster.py).
+the emulated cluster (emulator/cluster.py).
 """
 import json
 import os
@@ -15,8 +15,8 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from cluster import SOURCE_DIR  # noqa: E402
-from k8sutil import ApiError  # noqa: E402
+from emulator.cluster import SOURCE_DIR  # noqa: E402
+from emulator.client import ApiError  # noqa: E402
 
 BIN = os.path.abspath(os.environ.get("KUBEPS_BIN_DIR", os.path.join(SOURCE_DIR, "build", "bin")))
 DEPLOY = os.path.join(SOURCE_DIR, "deploy")

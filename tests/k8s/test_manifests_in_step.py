@@ -31,7 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "tools", "helm_render"))
-from cluster import Cluster  # noqa: E402
+from emulator.cluster import Cluster  # noqa: E402
 from operator_harness import BIN  # noqa: E402
 import helmrender  # noqa: E402
 

@@ -18,8 +18,8 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from cluster import Cluster  # noqa: E402
-from k8sutil import ApiError  # noqa: E402
+from emulator.cluster import Cluster  # noqa: E402
+from emulator.client import ApiError  # noqa: E402
 from operator_harness import (BIN, DEPLOY, LEASE, OPERATOR_USER, PODS, TJ, Operator,  # noqa: E402
                               apply, condition, events_of, get_job, job_pods, kubelet_output,
                               metric, phase_of, replica_pids, training_job, wait_phase)
