@@ -1,4 +1,4 @@
-"""Tests of kubeps-operator against the emulated cluster (cluster.py): the real
+"""Tests of kubeps-operator against the emulated cluster (the emulator package, emulator/): the real
 operator binary, the real kubectl, real kubeps-server/kubeps-agent pods
 training on the real Fashion-MNIST files.
 
@@ -555,16 +555,22 @@ class WatchRecoveryTest(OperatorTestCase):
         cut = c.hook("cut-watches", mode="abort")
         self.assertGreaterEqual(cut["cut"], 2)
 
+        cut_seq = max(r["seq"] for r in c.requests()
+                      if r["path"].startswith("/_emulator/cut-watches"))
+
         def relisted():
-            requests = c.requests()
-            at = max(i for i, r in enumerate(requests)
-                     if r["path"].startswith("/_emulator/cut-watches"))
-            lists = [r["path"] for r in requests[at + 1:] if r["user"] == OPERATOR_USER and
-                     r["verb"] == "GET" and "watch=" not in r["path"]]
+            lists = [r["path"] for r in c.requests() if r["seq"] > cut_seq and
+                     r["user"] == OPERATOR_USER and r["verb"] == "GET" and "watch=" not in r["path"]]
             return (any(p.startswith(JOBS_LIST) for p in lists) and
                     any(p.startswith(PODS_LIST) for p in lists))
+
+        def watching_again():
+            watches = [w["path"] for w in c.watches()
+                       if w["user"] == OPERATOR_USER and w["openedAfter"] > cut_seq]
+            return (any(p.startswith(JOBS_LIST) for p in watches) and
+                    any(p.startswith(PODS_LIST) for p in watches))
         c.wait_for(relisted, timeout=30, what="the operator to list again after the cut")
-        time.sleep(0.5)   # and to watch again
+        c.wait_for(watching_again, timeout=30, what="the operator to watch again after its list")
         # now the operator stops looking; the job's pods all finish meanwhile,
         # the history is compacted and the streams end cleanly, so that its
         # next watch from where it stopped gets 410 Gone

@@ -225,6 +225,9 @@ class Cluster:
     def requests(self):
         return self.client.get("/_emulator/requests")
 
+    def watches(self):
+        return self.client.get("/_emulator/watches")
+
 
 def main():
     p = argparse.ArgumentParser(prog="python3 -m emulator.cluster",

@@ -79,7 +79,12 @@ Test hooks (POST, admin token required):
   /_emulator/bookmark       send a BOOKMARK now on every watch that allows them
   /_emulator/token          body {"token":..., "user":..., "groups":[...]}
                             adds a bearer token
-  GET /_emulator/requests   the last 2000 requests: [{verb, path, code, user}]
+  GET /_emulator/requests   the last 2000 finished requests, oldest first:
+                            [{seq, verb, path, code, user}] (a watch is logged
+                            when its stream ends)
+  GET /_emulator/watches    the open watch streams: [{user, path, openedAfter}],
+                            openedAfter the seq of the last request logged
+                            before the stream began
   GET /_emulator/healthz    "ok" (also /healthz, /readyz, /livez)
 
 Modules

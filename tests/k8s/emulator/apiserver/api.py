@@ -52,6 +52,7 @@ class Api(Admission, CustomResources, GarbageCollector):
         self.tokens = {}    # token -> (user, groups)
         self.rbac = args.rbac
         self.requests = collections.deque(maxlen=2000)
+        self.requests_logged = 0   # the seq of the last request logged
         self.crd_types = {}   # crd name -> [ResourceType]
         self.served = {}      # (group, version, plural) -> ResourceType
         for t in builtin_types():
@@ -75,6 +76,14 @@ class Api(Admission, CustomResources, GarbageCollector):
 
     # -- registry
 
+
+    def log_request(self, entry):
+        """Logs a finished request with its sequence number (as an audit log's
+        ResponseComplete stage); handler threads log one at a time."""
+        with self.store.lock:
+            self.requests_logged += 1
+            entry["seq"] = self.requests_logged
+            self.requests.append(entry)
     def register(self, rtype):
         self.served[(rtype.group, rtype.version, rtype.plural)] = rtype
         self.store.types.setdefault(rtype.key, rtype)

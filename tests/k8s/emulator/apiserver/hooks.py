@@ -1,6 +1,6 @@
 """The test hooks under /_emulator/ (admin token only): compact the change
 window, cut or abort every open watch, send bookmarks now, add a bearer
-token, and list the last requests. See the package's docstring.
+token, list the last requests and the open watches. See the package's docstring.
 
 A mixin of the request handler (routing.py).
 """
@@ -33,5 +33,10 @@ class EmulatorHooks:
             self.send_json(200, {"ok": True})
         elif path == "/_emulator/requests":
             self.send_json(200, list(api.requests))
+        elif path == "/_emulator/watches":
+            with api.store.lock:
+                watches = [{"user": w.user, "path": w.path, "openedAfter": w.opened_after}
+                           for w in api.store.watchers]
+            self.send_json(200, watches)
         else:
             raise ApiError(404, "NotFound", "no such hook")

@@ -93,6 +93,7 @@ class Handler(WatchStream, PodLogStream, EmulatorHooks, StreamingHandler):
                 self._code = 200
                 return
             user = self.authenticate()
+            self._user = user
             if path.startswith("/_emulator/"):
                 self.hook(method, path, query, raw, user)
                 return
@@ -109,8 +110,8 @@ class Handler(WatchStream, PodLogStream, EmulatorHooks, StreamingHandler):
             except Exception:
                 self.close_connection = True
         finally:
-            self.api.requests.append({"verb": method, "path": self.path, "code": self._code,
-                                      "user": user[0] if user else None})
+            self.api.log_request({"verb": method, "path": self.path, "code": self._code,
+                                  "user": user[0] if user else None})
 
     def authenticate(self):
         auth = self.headers.get("Authorization", "")

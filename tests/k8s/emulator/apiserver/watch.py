@@ -45,8 +45,6 @@ class WatchStream:
                         initial.append(("ADDED", o))
                 if send_initial and bookmarks:
                     initial.append(("INITIAL-END", api.store.rv))
-                if send_initial and rv not in ("", "0"):
-                    pass
             else:
                 try:
                     n = int(rv)
@@ -57,6 +55,10 @@ class WatchStream:
                 else:
                     api.store.replay(w, n)
             if gone is None:
+                # what /_emulator/watches shows: who watches what, since when
+                w.user = self._user[0] if getattr(self, "_user", None) else None
+                w.path = self.path
+                w.opened_after = api.requests_logged
                 api.store.watchers.add(w)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
