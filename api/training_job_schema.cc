@@ -28,7 +28,9 @@ std::string ModelDescriptions() {
 
 FieldSpec Replica(const std::string& role, ReplicaSpec TrainingJobSpec::*member) {
   return Object(role, {
-                          Integer("replicas", At(member, &ReplicaSpec::replicas)).AtLeast(1),
+                          Integer("replicas", At(member, &ReplicaSpec::replicas))
+                              .AtLeast(1)
+                              .Doc("pods of this role"),
                           PodTemplate("template", At(member, &ReplicaSpec::template_override))
                               .Doc("a pod template merged into the pods of this role"),
                       });
@@ -38,8 +40,9 @@ std::vector<FieldSpec> OptimizerFields() {
   using O = OptimizerSpec;
   auto at = [](double O::*member) { return At(&TrainingJobSpec::optimizer, member); };
   return {
-      Enum("name", At(&TrainingJobSpec::optimizer, &O::name), {"sgd", "momentum", "adam"}),
-      Number("learningRate", at(&O::learning_rate)).Above(0),
+      Enum("name", At(&TrainingJobSpec::optimizer, &O::name), {"sgd", "momentum", "adam"})
+          .Doc("the update rule"),
+      Number("learningRate", at(&O::learning_rate)).Above(0).Doc("step size"),
       Number("momentum", at(&O::momentum)).AtLeast(0).Below(1).Doc("momentum optimizer only"),
       Number("beta1", at(&O::beta1)).AtLeast(0).Below(1).Doc("adam only"),
       Number("beta2", at(&O::beta2)).AtLeast(0).Below(1).Doc("adam only"),
@@ -103,7 +106,8 @@ std::vector<FieldSpec> BuildSpecFields() {
       Object("dataset", {String("path", At(&S::dataset_path))
                              .Required()
                              .Doc("folder holding the four Fashion-MNIST IDX .gz files")})
-          .Required(),
+          .Required()
+          .Doc("the training and test images"),
       Object("optimizer", OptimizerFields()).Doc("applied on the parameter servers"),
       Integer("batchSize", At(&S::batch_size)).AtLeast(1).Doc("per worker"),
       Integer("epochs", At(&S::epochs)).AtLeast(1).Doc("passes over the training set"),
@@ -130,7 +134,8 @@ std::vector<FieldSpec> BuildSpecFields() {
                      .Doc("steps between two checkpoints of a shard"),
              })
           .Doc("a restarted shard reloads its newest checkpoint"),
-      Object("runPolicy", RunPolicyFields()),
+      Object("runPolicy", RunPolicyFields())
+          .Doc("restarts, deadlines and the clean-up of the job's pods"),
       Object("schedulingPolicy", SchedulingPolicyFields())
           .NoDefaultInCrd()
           .Doc("gang scheduling (Volcano or scheduler-plugins)"),
