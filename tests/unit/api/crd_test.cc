@@ -53,8 +53,11 @@ std::string FirstDifference(const std::string& committed, const std::string& gen
 TEST(CrdTest, CommittedCrdIsTheGeneratedOne) {
   const std::string path = "helm/kubeps/crds/trainingjobs.yaml";
   const std::string difference = FirstDifference(ReadSourceFile(path), TrainingJobCrdYaml());
-  EXPECT_EQ(difference, "") << "the committed CRD (" << path << ") differs from the generated one; "
-                            << kRegenerate;
+  if (!difference.empty()) {
+    ADD_FAILURE() << "the committed CRD (" << path << ") differs from the generated one; "
+                  << kRegenerate << "\n"
+                  << difference;
+  }
 }
 
 TEST(CrdTest, ReadmeFieldTableIsTheGeneratedOne) {
@@ -67,8 +70,11 @@ TEST(CrdTest, ReadmeFieldTableIsTheGeneratedOne) {
   ASSERT_NE(to, std::string::npos) << "README.md lacks the line " << end;
   const std::string committed = readme.substr(from + begin.size(), to - from - begin.size());
   const std::string difference = FirstDifference(committed, TrainingJobFieldsMarkdown());
-  EXPECT_EQ(difference, "") << "README.md's field table differs from the generated one; "
-                            << kRegenerate;
+  if (!difference.empty()) {
+    ADD_FAILURE() << "README.md's field table differs from the generated one; " << kRegenerate
+                  << "\n"
+                  << difference;
+  }
 }
 
 // The YAML writer's quoting: every value reads back with its type.
