@@ -24,7 +24,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "k8s"))
-from cluster import Cluster  # noqa: E402
+from emulator.cluster import Cluster  # noqa: E402
 from operator_harness import BIN, DEPLOY, Operator, job_pods, phase_of, training_job  # noqa: E402
 
 TJ = "/apis/kubeps.io/v1alpha1/namespaces/default/trainingjobs"

@@ -14,6 +14,9 @@
 //
 // A dropped message is simulated the way the sender sees it: the handler
 // holds the call until the sender's deadline has passed.
+//
+// Thread-safe: the services of one process share one injector; its random
+// stream is drawn under a lock.
 #ifndef KUBEPS_COMMON_FAULT_INJECTOR_H_
 #define KUBEPS_COMMON_FAULT_INJECTOR_H_
 

@@ -1,6 +1,9 @@
 // Line-oriented logging. Every line carries the process's tag (role and
 // rank, e.g. "worker 1"), so the interleaved output of a local job stays
 // readable. Lines are written whole, under a lock, with one write().
+//
+// Thread-safe: a LogLine belongs to the thread that builds it; writing it out
+// takes the process-wide output lock.
 #ifndef KUBEPS_COMMON_LOGGING_H_
 #define KUBEPS_COMMON_LOGGING_H_
 

@@ -2,6 +2,9 @@
 // served by common/http_metrics_endpoint.h). Each process owns one
 // MetricsServer; components register their metric families on its registry.
 // Every series carries the constant labels job, role and rank.
+//
+// Thread-safe once constructed: prometheus-cpp's metrics are updated from any
+// thread; families are registered at start-up.
 #ifndef KUBEPS_COMMON_METRICS_H_
 #define KUBEPS_COMMON_METRICS_H_
 

@@ -2,6 +2,9 @@
 // and the trainer's local (single-process) mode, so the two are comparable
 // bit for bit. The state of an optimizer belongs to one parameter part and
 // is checkpointed with it.
+//
+// Not synchronised: an optimizer belongs to one parameter part and is called
+// under that part's lock.
 #ifndef KUBEPS_COMMON_OPTIMIZER_H_
 #define KUBEPS_COMMON_OPTIMIZER_H_
 

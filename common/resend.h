@@ -4,6 +4,9 @@
 // exponential backoff with jitter, up to max_resends times. Then the call
 // fails with a message naming the peer, the RPC and the number of tries. It
 // never aborts and never waits forever.
+//
+// Thread-safe: Call() is const and keeps no state between calls, so many
+// threads share one ResendCaller.
 #ifndef KUBEPS_COMMON_RESEND_H_
 #define KUBEPS_COMMON_RESEND_H_
 

@@ -4,6 +4,8 @@
 // leaves the previous checkpoints intact and never a torn file under a
 // checkpoint's name. The newest kKeep are kept: a rollback may need the one
 // before the newest, when a peer shard died before writing that one.
+//
+// Not synchronised: the shard calls it under its own lock.
 #ifndef KUBEPS_PS_SERVER_CHECKPOINT_STORE_H_
 #define KUBEPS_PS_SERVER_CHECKPOINT_STORE_H_
 

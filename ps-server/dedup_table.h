@@ -5,6 +5,8 @@
 // Memory stays bounded: a sender reports with every request the lowest
 // sequence number it may still resend (acked_below); everything below it is
 // forgotten and any request below it is a stale duplicate.
+//
+// Thread-safe: the shard's RPC threads check and record under one lock.
 #ifndef KUBEPS_PS_SERVER_DEDUP_TABLE_H_
 #define KUBEPS_PS_SERVER_DEDUP_TABLE_H_
 

@@ -1,5 +1,7 @@
 // The ParameterServer gRPC service: checks the job token and hands each
 // request to the shard.
+//
+// Thread-safe: gRPC calls it from many threads; the shard does the locking.
 #ifndef KUBEPS_PS_SERVER_PS_SERVICE_H_
 #define KUBEPS_PS_SERVER_PS_SERVICE_H_
 

@@ -231,6 +231,7 @@ void Shard::Accumulate(Part& part, int worker_rank, uint64_t step, const float* 
   }
   const float scale = 1.0f / static_cast<float>(options_.num_workers);
   for (float& x : mean) x *= scale;
+  part.previous = part.value;
   optimizer_->Apply(part.value.data(), mean.data(), n, &part.state);
   for (auto& c : part.contributions) c.clear();
   part.received = 0;
@@ -325,9 +326,15 @@ grpc::Status Shard::Pull(const v1::PullRequest& request, v1::PullResponse* respo
   uint64_t min_version = UINT64_MAX;
   for (const auto& ref : request.parts()) {
     const Part& part = parts_.at({ref.key(), ref.offset()});
-    std::memcpy(out, part.value.data(), ref.length() * sizeof(float));
+    // Sync: a part one step past the version asked for is answered as it was
+    // at that version (see Part::previous), so that every part answered
+    // belongs to the same step.
+    const bool as_before =
+        options_.sync && part.version == request.min_version() + 1 && !part.previous.empty();
+    const std::vector<float>& value = as_before ? part.previous : part.value;
+    std::memcpy(out, value.data(), ref.length() * sizeof(float));
     out += ref.length() * sizeof(float);
-    min_version = std::min(min_version, part.version);
+    min_version = std::min(min_version, as_before ? request.min_version() : part.version);
   }
   lock.unlock();
   response->set_ready(true);

@@ -6,6 +6,8 @@
 // depend on arrival order), divides by M, applies the optimizer once and
 // moves to v+1. Async mode: every push is applied at once, under the part's
 // lock. Pulls long-poll until the wanted version exists.
+//
+// Thread-safe: every RPC thread of the server calls it; each part has a lock.
 #ifndef KUBEPS_PS_SERVER_SHARD_H_
 #define KUBEPS_PS_SERVER_SHARD_H_
 
@@ -59,6 +61,14 @@ class Shard {
     std::vector<float> value;
     OptimizerState state;
     uint64_t version = 0;
+    // Sync mode: the value at version - 1 (empty before the first update and
+    // after a restore). A worker that died between its pushes to two parts
+    // leaves one a step ahead; its replacement needs that step's parameters
+    // of every part to recompute the gradient the other part waits for.
+    // Parts are never more than one step apart in sync mode (a worker pushes
+    // step S only after pulling S from every part), so one value is enough.
+    // It costs a second copy of the parameters on each shard.
+    std::vector<float> previous;
     // Sync mode: one slot per worker for the step being gathered.
     std::vector<std::vector<float>> contributions;
     int received = 0;

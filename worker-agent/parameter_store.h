@@ -4,6 +4,8 @@
 //  - LocalStore: this process, with the same optimizer code the servers
 //    run, for the single-process baseline (`kubeps train-local`).
 // The training loop is written once against this interface.
+//
+// Not thread-safe: the training loop calls its store from one thread.
 #ifndef KUBEPS_WORKER_AGENT_PARAMETER_STORE_H_
 #define KUBEPS_WORKER_AGENT_PARAMETER_STORE_H_
 

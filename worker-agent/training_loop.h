@@ -2,6 +2,8 @@
 // global batch, forward and backward, then the parameter store's update.
 // Prints a progress line every progressIntervalMs and keeps the worker's
 // Prometheus metrics, from the same counters, so the two always agree.
+//
+// Runs on the calling thread; nothing in it is shared.
 #ifndef KUBEPS_WORKER_AGENT_TRAINING_LOOP_H_
 #define KUBEPS_WORKER_AGENT_TRAINING_LOOP_H_
 

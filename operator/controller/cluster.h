@@ -2,6 +2,9 @@
 // its replicas. Two implementations: local processes (operator/local) for
 // `kubeps run`, and Kubernetes pods for kubeps-operator. The job logic
 // (job_controller.h) is written once, against this.
+//
+// Not thread-safe: the job logic calls a Cluster from one thread, one
+// reconcile at a time.
 #ifndef KUBEPS_OPERATOR_CONTROLLER_CLUSTER_H_
 #define KUBEPS_OPERATOR_CONTROLLER_CLUSTER_H_
 

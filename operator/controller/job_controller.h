@@ -5,6 +5,9 @@
 // cluster runs now, compares it with what the job needs, acts on the
 // difference and returns the job's status. Calling it again with nothing
 // changed does nothing.
+//
+// Not thread-safe: one JobController per job, driven by one reconcile at a
+// time.
 #ifndef KUBEPS_OPERATOR_CONTROLLER_JOB_CONTROLLER_H_
 #define KUBEPS_OPERATOR_CONTROLLER_JOB_CONTROLLER_H_
 

@@ -1,5 +1,7 @@
 // What to do when a replica fails: one function decides for the local
 // runner and for the Kubernetes operator, so both behave the same.
+//
+// Pure functions: safe from any thread.
 #ifndef KUBEPS_OPERATOR_CONTROLLER_RESTART_POLICY_H_
 #define KUBEPS_OPERATOR_CONTROLLER_RESTART_POLICY_H_
 

@@ -6,6 +6,9 @@
 // Running it twice on the same state changes nothing; an operator restart
 // loses nothing that matters (restart counts live on the pods, the phase of
 // a finished job in its status).
+//
+// Not thread-safe: the manager runs one reconcile worker; its caches
+// (informer.h) are what other threads share.
 #ifndef KUBEPS_OPERATOR_KUBE_JOB_RECONCILER_H_
 #define KUBEPS_OPERATOR_KUBE_JOB_RECONCILER_H_
 

@@ -4,6 +4,8 @@
 // reconcile never waits for the watch to catch up; creating a pod that
 // already exists (an earlier operator made it) is not an error, so no
 // restart of the operator ever duplicates a pod.
+//
+// Not thread-safe: made for one reconcile of one job and dropped after it.
 #ifndef KUBEPS_OPERATOR_KUBE_KUBE_CLUSTER_H_
 #define KUBEPS_OPERATOR_KUBE_KUBE_CLUSTER_H_
 

@@ -9,6 +9,8 @@
 // kubelet restart them, so the restart policy is decided by the same code
 // as in `kubeps run`). The scheduler also gets a ClusterIP Service
 // "<job>-scheduler", the address every node is given.
+//
+// Pure functions: safe from any thread.
 #ifndef KUBEPS_OPERATOR_KUBE_POD_BUILDER_H_
 #define KUBEPS_OPERATOR_KUBE_POD_BUILDER_H_
 

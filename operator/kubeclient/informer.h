@@ -3,6 +3,9 @@
 // from there (bookmarks move the resourceVersion on), watch again when the
 // stream ends, list again on 410 Gone or a transport error. Every change
 // calls the handler, which only enqueues work: reconciles read the cache.
+//
+// Thread-safe: Run() owns its thread; the cache is read from any thread
+// under the informer's lock.
 #ifndef KUBEPS_OPERATOR_KUBECLIENT_INFORMER_H_
 #define KUBEPS_OPERATOR_KUBECLIENT_INFORMER_H_
 

@@ -2,6 +2,9 @@
 // and nothing more. JSON in, JSON out; paths are API paths such as
 // "/api/v1/namespaces/default/pods" or
 // "/apis/kubeps.io/v1alpha1/trainingjobs".
+//
+// Implementations are thread-safe: the informers, the lease and the reconcile
+// worker share one client.
 #ifndef KUBEPS_OPERATOR_KUBECLIENT_KUBE_CLIENT_H_
 #define KUBEPS_OPERATOR_KUBECLIENT_KUBE_CLIENT_H_
 

@@ -3,6 +3,9 @@
 // takes it over only once it has not been renewed for the lease duration.
 // Updates carry the lease's resourceVersion, so two candidates can never
 // both win (the loser gets 409 Conflict).
+//
+// Not thread-safe: one thread campaigns and renews; others only read the
+// stop flag it is given.
 #ifndef KUBEPS_OPERATOR_KUBECLIENT_LEADER_ELECTION_H_
 #define KUBEPS_OPERATOR_KUBECLIENT_LEADER_ELECTION_H_
 

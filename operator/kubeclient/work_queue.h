@@ -2,6 +2,8 @@
 // queued at most once, a key being processed is never handed to a second
 // worker, a key re-added meanwhile is processed again afterwards, and
 // failures are retried per key with exponential backoff.
+//
+// Thread-safe: informers add keys while workers take them.
 #ifndef KUBEPS_OPERATOR_KUBECLIENT_WORK_QUEUE_H_
 #define KUBEPS_OPERATOR_KUBECLIENT_WORK_QUEUE_H_
 

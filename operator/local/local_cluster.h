@@ -1,6 +1,8 @@
 // The local backend of the cluster interface: every replica is a child
 // process on this machine, on loopback. Children die with the runner
 // (PR_SET_PDEATHSIG), so nothing outlives `kubeps run`.
+//
+// Not thread-safe: the local runner drives it from its one thread.
 #ifndef KUBEPS_OPERATOR_LOCAL_LOCAL_CLUSTER_H_
 #define KUBEPS_OPERATOR_LOCAL_LOCAL_CLUSTER_H_
 

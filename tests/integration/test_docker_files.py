@@ -26,7 +26,7 @@ IMAGES = {"server.Dockerfile": "kubeps-server", "operator.Dockerfile": "kubeps-o
 # scripts/install-deps.sh packages that building a binary does not need:
 # tools, test libraries, and what only the tests use (a real Prometheus,
 # openssl and unshare for the Kubernetes stand-in, Go and sprig for Helm).
-NOT_FOR_BUILDING = {"git", "curl", "python3", "ccache", "libgtest-dev", "libgmock-dev", "libbenchmark-dev",
+NOT_FOR_BUILDING = {"git", "curl", "python3", "ccache", "clang-format", "libgtest-dev", "libgmock-dev", "libbenchmark-dev",
                     "dataset-fashion-mnist", "prometheus", "openssl", "util-linux", "golang-go",
                     "golang-github-masterminds-sprig-dev", "golang-gopkg-yaml.v2-dev"}
 # Root CMakeLists.txt subdirectories the images leave out: tests are off

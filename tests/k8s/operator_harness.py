@@ -1,6 +1,6 @@
 """Helpers for the kubeps-operator tests (test_operator.py): the operator as a
 child process of the test, TrainingJob manifests, and small queries against
-the emulated cluster (cluster.py).
+the emulated cluster (emulator/cluster.py).
 """
 import json
 import os
@@ -8,19 +8,22 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from cluster import SOURCE_DIR  # noqa: E402
-from k8sutil import ApiError  # noqa: E402
+from emulator.cluster import SOURCE_DIR  # noqa: E402
+from emulator.client import ApiError  # noqa: E402
 
 BIN = os.path.abspath(os.environ.get("KUBEPS_BIN_DIR", os.path.join(SOURCE_DIR, "build", "bin")))
 DEPLOY = os.path.join(SOURCE_DIR, "deploy")
 DATASET = "/usr/share/datasets/fashion-mnist"
 TJ = "/apis/kubeps.io/v1alpha1/namespaces/default/trainingjobs"
+ALL_TJ = "/apis/kubeps.io/v1alpha1/trainingjobs"
+DELETED = "(deleted)"   # the phase PhaseHistory records for a job's deletion
 PODS = "/api/v1/namespaces/default/pods"
 OPERATOR_USER = "system:serviceaccount:kubeps-system:kubeps-operator"
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/kubeps-system/leases/kubeps-operator"
@@ -39,7 +42,7 @@ class Operator:
         self.proc = subprocess.Popen(cmd, env=cluster.env(operator=True), stdout=self._log,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.port = None
-        deadline = time.time() + 15
+        deadline = time.time() + 60
         while time.time() < deadline and self.port is None:
             m = re.search(r"/readyz on :(\d+)", self.log())
             if m:
@@ -151,23 +154,106 @@ def phase_of(cluster, name):
         raise
 
 
+class PhaseHistory:
+    """Every phase each TrainingJob of `cluster` has had, seen through a watch
+    as a controller sees it: list, watch from the list's resourceVersion, and
+    list again when the stream is cut or answers 410 Gone. A test waits on
+    this history, not on a poll: a poll can miss a phase the job held only
+    briefly (with ttlSecondsAfterFinished=1 a job is Succeeded for about a
+    second, less than one poll on a loaded machine)."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self._changed = threading.Condition()
+        self._seen = {}   # (namespace, name) -> [(uid, phase or DELETED, job)]
+        self._ready = threading.Event()
+        threading.Thread(target=self._follow, daemon=True).start()
+        if not self._ready.wait(timeout=60):
+            raise AssertionError("could not list the TrainingJobs to follow their phases")
+
+    def _record(self, job, deleted=False):
+        meta = job["metadata"]
+        phase = DELETED if deleted else job.get("status", {}).get("phase")
+        with self._changed:
+            history = self._seen.setdefault((meta.get("namespace"), meta["name"]), [])
+            if not history or history[-1][:2] != (meta["uid"], phase) or deleted:
+                history.append((meta["uid"], phase, job))
+            elif history[-1][2]["metadata"]["resourceVersion"] != meta["resourceVersion"]:
+                history[-1] = (meta["uid"], phase, job)   # the same phase, newer counts
+            self._changed.notify_all()
+
+    def _follow(self):
+        client, version = self.cluster.client, None
+        while self.cluster.apiserver is not None:   # until the cluster stops
+            try:
+                if version is None:
+                    listing = client.get(ALL_TJ)
+                    for job in listing["items"]:
+                        self._record(job)
+                    version = listing["metadata"]["resourceVersion"]
+                    self._ready.set()
+                for event in client.watch(ALL_TJ + "?watch=1&resourceVersion=" + version):
+                    if event["type"] == "ERROR":   # 410 Gone: the history was compacted
+                        version = None
+                        break
+                    version = event["object"]["metadata"]["resourceVersion"]
+                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                        self._record(event["object"], deleted=event["type"] == "DELETED")
+            except ApiError as e:
+                if e.code == 410:
+                    version = None
+                else:
+                    time.sleep(0.2)
+            except (OSError, ValueError):   # the stream cut, or the cluster stopping
+                time.sleep(0.2)
+
+    def wait(self, name, phases, timeout, namespace="default"):
+        """The job `name` as it was when it first held one of `phases` (as it is
+        now if it still holds it): of the job now under that name, or, if it is
+        gone already, of the last one by that name."""
+        try:
+            uid = self.cluster.client.get(
+                "/apis/kubeps.io/v1alpha1/namespaces/%s/trainingjobs/%s" % (namespace, name)
+            )["metadata"]["uid"]
+        except ApiError as e:
+            if e.code != 404:
+                raise
+            uid = None
+        deadline = time.time() + timeout
+        with self._changed:
+            while True:
+                history = self._seen.get((namespace, name), [])
+                mine = uid or (history[-1][0] if history else None)
+                matches = [job for (u, phase, job) in history if u == mine and phase in phases]
+                if matches:
+                    break
+                left = deadline - time.time()
+                if left <= 0:
+                    seen = [phase for (u, phase, _) in history if u == mine]
+                    raise AssertionError("%s did not reach phase %s within %ss (phases seen: %s)" %
+                                         (name, "/".join(phases), timeout, seen))
+                self._changed.wait(min(left, 1.0))
+        try:
+            now = get_job(self.cluster, name) if namespace == "default" else None
+        except ApiError:
+            now = None
+        if now and now["metadata"]["uid"] == mine and now.get("status", {}).get("phase") in phases:
+            return now
+        return matches[0]
+
+
+def phase_history(cluster):
+    """The cluster's PhaseHistory, started on first use."""
+    if getattr(cluster, "phase_history", None) is None:
+        cluster.phase_history = PhaseHistory(cluster)
+    return cluster.phase_history
+
+
 def wait_phase(cluster, name, phases, timeout=60):
-    """Waits until the job's phase is one of `phases`; returns the job."""
+    """Waits until the job has been in one of `phases`; returns the job."""
     if isinstance(phases, str):
         phases = (phases,)
-    seen = []
-
-    def check():
-        job = get_job(cluster, name)
-        phase = job.get("status", {}).get("phase")
-        if not seen or seen[-1] != phase:
-            seen.append(phase)
-        return phase in phases and job
-    try:
-        return cluster.wait_for(check, timeout=timeout, interval=0.1,
-                                what="%s in phase %s" % (name, "/".join(phases)))
-    except AssertionError as e:
-        raise AssertionError("%s (phases seen: %s)" % (e, seen)) from None
+    return phase_history(cluster).wait(name, phases, timeout)
 
 
 def job_pods(cluster, name):

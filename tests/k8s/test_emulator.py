@@ -1,5 +1,6 @@
-"""Tests of the Kubernetes emulator (apiserver.py, kubelet.py) driven by the
-real kubectl and by direct REST calls, and of the manifests in deploy/.
+"""Tests of the Kubernetes emulator (the emulator package: its API server and
+kubelet) driven by the real kubectl and by direct REST calls, and of the
+manifests in deploy/.
 
     python3 -m unittest -v test_emulator      (from tests/k8s)
 """
@@ -12,8 +13,8 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from cluster import SOURCE_DIR, Cluster, KubectlError  # noqa: E402
-from k8sutil import ApiError  # noqa: E402
+from emulator.cluster import SOURCE_DIR, Cluster, KubectlError  # noqa: E402
+from emulator.client import ApiError  # noqa: E402
 
 DEPLOY = os.path.join(SOURCE_DIR, "deploy")
 TJ = "/apis/kubeps.io/v1alpha1/namespaces/default/trainingjobs"

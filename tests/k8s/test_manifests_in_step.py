@@ -31,7 +31,7 @@ SOURCE_DIR = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "tools", "helm_render"))
 sys.path.insert(0, os.path.join(SOURCE_DIR, "scripts"))
-from cluster import Cluster  # noqa: E402
+from emulator.cluster import Cluster  # noqa: E402
 from operator_harness import BIN  # noqa: E402
 import helmrender  # noqa: E402
 import render_deploy  # noqa: E402

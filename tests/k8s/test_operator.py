@@ -1,4 +1,4 @@
-"""Tests of kubeps-operator against the emulated cluster (cluster.py): the real
+"""Tests of kubeps-operator against the emulated cluster (the emulator package, emulator/): the real
 operator binary, the real kubectl, real kubeps-server/kubeps-agent pods
 training on the real Fashion-MNIST files.
 
@@ -18,8 +18,8 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from cluster import Cluster  # noqa: E402
-from k8sutil import ApiError  # noqa: E402
+from emulator.cluster import Cluster  # noqa: E402
+from emulator.client import ApiError  # noqa: E402
 from operator_harness import (BIN, DEPLOY, LEASE, OPERATOR_USER, PODS, TJ, Operator,  # noqa: E402
                               apply, condition, events_of, get_job, job_pods, kubelet_output,
                               metric, phase_of, replica_pids, training_job, wait_phase)
@@ -80,13 +80,13 @@ class OperatorTestCase(unittest.TestCase):
             parts.append("(no more diagnostics: %s)" % e)
         return "\n".join(parts)
 
-    def wait_phase(self, name, phases, timeout=60):
+    def wait_phase(self, name, phases, timeout=120):
         try:
             return wait_phase(self.c, name, phases, timeout)
         except AssertionError as e:
             self.fail("%s\n%s" % (e, self.diag(name)))
 
-    def wait_running_pid(self, job, node_id, timeout=30):
+    def wait_running_pid(self, job, node_id, timeout=90):
         """Waits until replica `node_id` of `job` runs; returns its process id."""
         pids = self.c.wait_for(lambda: replica_pids(job, node_id), timeout=timeout,
                                what="the process of %s %s" % (job, node_id))
@@ -122,8 +122,8 @@ class OperatorTest(OperatorTestCase):
         self.assertIn("customresourcedefinition.apiextensions.k8s.io/trainingjobs.kubeps.io", out)
         out = c.kubectl("apply", "-f", os.path.join(DEPLOY, "examples", "fashion-mnist.yaml"))
         self.assertIn("trainingjob.kubeps.io/fashion-mnist created", out.stdout)
-        self.wait_phase("fashion-mnist", ("Running", "Succeeded"), timeout=30)
-        job = self.wait_phase("fashion-mnist", "Succeeded", timeout=60)
+        self.wait_phase("fashion-mnist", ("Running", "Succeeded"), timeout=90)
+        job = self.wait_phase("fashion-mnist", "Succeeded", timeout=120)
         uid = job["metadata"]["uid"]
 
         # kubectl get tj: the printer columns
@@ -216,7 +216,7 @@ class OperatorTest(OperatorTestCase):
                     if e.code != 404:
                         raise
             return not left
-        c.wait_for(all_gone, timeout=30, what="the job's pods, services and secret to go")
+        c.wait_for(all_gone, timeout=90, what="the job's pods, services and secret to go")
         self.assertEqual(c.kubectl("get", "tj").stdout.count("fashion-mnist"), 0)
 
     # -- 4. a killed worker under OnFailure and under Never
@@ -227,24 +227,24 @@ class OperatorTest(OperatorTestCase):
                         job=name, namespace="default") or 0
         apply(c, training_job(name, epochs=1, max_steps=700, restart_policy="OnFailure",
                               backoff_limit=3))
-        self.wait_phase(name, "Running", timeout=30)
+        self.wait_phase(name, "Running", timeout=90)
         pid = self.wait_running_pid(name, "worker-0")
         time.sleep(1.0)   # let it train a little
         os.kill(pid, signal.SIGKILL)
 
-        r1 = c.wait_for(lambda: c.pod(name + "-worker-0-r1"), timeout=20,
+        r1 = c.wait_for(lambda: c.pod(name + "-worker-0-r1"), timeout=60,
                         what="the replacement pod %s-worker-0-r1" % name)
         self.assertEqual(r1["metadata"]["annotations"]["kubeps.io/restarts"], "1")
         self.assertEqual(r1["metadata"]["labels"]["kubeps.io/replica-type"], "worker")
         self.assertEqual(r1["metadata"]["labels"]["kubeps.io/replica-index"], "0")
         self.assertEqual(r1["spec"]["hostname"], name + "-worker-0")
-        job = self.wait_phase(name, "Succeeded", timeout=60)
+        job = self.wait_phase(name, "Succeeded", timeout=120)
         st = job["status"]
         self.assertEqual(st["replicaStatuses"]["worker"]["restarts"], 1, st)
         self.assertEqual(st["replicaStatuses"]["worker"]["succeeded"], 2, st)
         # the failed pod is replaced, not kept next to its successor
         c.wait_for(lambda: name + "-worker-0" not in
-                   [p["metadata"]["name"] for p in job_pods(c, name)], timeout=10,
+                   [p["metadata"]["name"] for p in job_pods(c, name)], timeout=30,
                    what="the failed pod %s-worker-0 deleted" % name)
         names = sorted(p["metadata"]["name"] for p in job_pods(c, name))
         self.assertNotIn(name + "-worker-0-r2", names)
@@ -266,11 +266,11 @@ class OperatorTest(OperatorTestCase):
     def test_killed_worker_fails_job_under_never(self):
         c, name = self.c, "never"
         apply(c, training_job(name, epochs=1, max_steps=5000, restart_policy="Never"))
-        self.wait_phase(name, "Running", timeout=30)
+        self.wait_phase(name, "Running", timeout=90)
         pid = self.wait_running_pid(name, "worker-0")
         time.sleep(0.5)
         os.kill(pid, signal.SIGKILL)
-        job = self.wait_phase(name, "Failed", timeout=30)
+        job = self.wait_phase(name, "Failed", timeout=90)
         st = job["status"]
         failed = condition(job, "Failed")
         self.assertIsNotNone(failed, st)
@@ -283,7 +283,7 @@ class OperatorTest(OperatorTestCase):
         def cleaned():
             pods = job_pods(c, name)
             return all(p["metadata"]["name"] == name + "-worker-0" for p in pods) and pods
-        pods = c.wait_for(cleaned, timeout=30, what="the running pods of %s deleted" % name)
+        pods = c.wait_for(cleaned, timeout=90, what="the running pods of %s deleted" % name)
         self.assertEqual(len(pods), 1, [p["metadata"]["name"] for p in pods])
         self.assertEqual(pods[0]["status"]["phase"], "Failed")
         self.assertEqual(exit_code(pods[0]), 137)
@@ -301,16 +301,16 @@ class OperatorTest(OperatorTestCase):
         c, name = self.c, "backoff"
         apply(c, training_job(name, epochs=1, max_steps=5000, restart_policy="OnFailure",
                               backoff_limit=1))
-        self.wait_phase(name, "Running", timeout=30)
+        self.wait_phase(name, "Running", timeout=90)
         first = self.wait_running_pid(name, "worker-1")
         time.sleep(0.5)
         os.kill(first, signal.SIGKILL)       # restart 1 of at most 1
         c.wait_for(lambda: c.pod(name + "-worker-1-r1")["status"]["phase"] == "Running",
-                   timeout=20, what="%s-worker-1-r1 running" % name)
+                   timeout=60, what="%s-worker-1-r1 running" % name)
         c.wait_for(lambda: [p for p in replica_pids(name, "worker-1") if p != first],
-                   timeout=20, what="the new worker-1 process")
+                   timeout=60, what="the new worker-1 process")
         os.kill(self.wait_running_pid(name, "worker-0"), signal.SIGKILL)   # one too many
-        job = self.wait_phase(name, "Failed", timeout=30)
+        job = self.wait_phase(name, "Failed", timeout=90)
         st = job["status"]
         failed = condition(job, "Failed")
         self.assertEqual((failed["status"], failed["reason"]), ("True", "BackoffLimitExceeded"),
@@ -331,23 +331,23 @@ class OperatorTest(OperatorTestCase):
     def test_ttl_after_finished_deletes_the_job(self):
         c, name = self.c, "ttl"
         apply(c, training_job(name, ttl=1))
-        job = self.wait_phase(name, "Succeeded", timeout=60)
+        job = self.wait_phase(name, "Succeeded", timeout=120)
         uid = job["metadata"]["uid"]
         try:
-            c.wait_for(lambda: phase_of(c, name) is None, timeout=10,
+            c.wait_for(lambda: phase_of(c, name) is None, timeout=30,
                        what="%s deleted after ttlSecondsAfterFinished" % name)
         except AssertionError as e:
             deletes = [(r["path"], r["code"]) for r in c.requests() if r["verb"] == "DELETE" and
                        r["user"] == OPERATOR_USER and r["path"].startswith(TJ + "/" + name)]
             self.fail("%s; the operator's DELETEs of the job: %s\n%s" % (e, deletes, self.diag()))
-        c.wait_for(lambda: not job_pods(c, name), timeout=15, what="its pods collected")
+        c.wait_for(lambda: not job_pods(c, name), timeout=45, what="its pods collected")
         self.assertTrue(any(e["reason"] == "JobSucceeded" for e in events_of(c, name, uid)))
 
     def test_clean_pod_policy_all_keeps_the_final_counts(self):
         c, name = self.c, "cleanall"
         apply(c, training_job(name, clean_pod_policy="All"))
-        job = self.wait_phase(name, "Succeeded", timeout=60)
-        c.wait_for(lambda: not job_pods(c, name), timeout=30,
+        job = self.wait_phase(name, "Succeeded", timeout=120)
+        c.wait_for(lambda: not job_pods(c, name), timeout=90,
                    what="every pod of %s deleted (cleanPodPolicy All)" % name)
         st = job["status"]
         # the pods are gone, what they did is not
@@ -365,11 +365,11 @@ class OperatorTest(OperatorTestCase):
         second["metadata"]["namespace"] = "team-b"
         apply(c, first)
         apply(c, second)
-        self.wait_phase(name, "Succeeded", timeout=90)
+        self.wait_phase(name, "Succeeded", timeout=180)
         other = c.wait_for(
             lambda: (c.client.get("/apis/kubeps.io/v1alpha1/namespaces/team-b/trainingjobs/" + name)
                      .get("status", {}).get("phase") == "Succeeded"),
-            timeout=90, what="%s in team-b Succeeded" % name)
+            timeout=180, what="%s in team-b Succeeded" % name)
         self.assertTrue(other)
         pods = c.client.get("/api/v1/namespaces/team-b/pods?labelSelector=kubeps.io%2Fjob-name%3D" + name)["items"]
         self.assertEqual(len(pods), 5)
@@ -385,7 +385,7 @@ class OperatorTest(OperatorTestCase):
         # 0 = no step cap: 5 epochs run far longer than the deadline
         apply(c, training_job(name, epochs=5, max_steps=0, active_deadline=2))
         t0 = time.time()
-        job = self.wait_phase(name, "Failed", timeout=30)
+        job = self.wait_phase(name, "Failed", timeout=90)
         elapsed = time.time() - t0
         st = job["status"]
         failed = condition(job, "Failed")
@@ -396,7 +396,7 @@ class OperatorTest(OperatorTestCase):
         self.assertLess(elapsed, 10, "the deadline of 2 s was acted on after %.1f s" % elapsed)
         # the pods that were running are deleted
         c.wait_for(lambda: not any(live(p) or p["metadata"].get("deletionTimestamp")
-                                   for p in job_pods(c, name)), timeout=30,
+                                   for p in job_pods(c, name)), timeout=90,
                    what="no running pod of %s" % name)
         self.assertEqual(st["replicaStatuses"]["worker"]["succeeded"], 0, st)
         self.delete_job(name)
@@ -404,7 +404,7 @@ class OperatorTest(OperatorTestCase):
     def test_suspend_and_resume(self):
         c, name = self.c, "suspended"
         apply(c, training_job(name, suspend=True))
-        job = self.wait_phase(name, "Suspended", timeout=20)
+        job = self.wait_phase(name, "Suspended", timeout=60)
         cond = condition(job, "Suspended")
         self.assertIsNotNone(cond, job["status"])
         self.assertEqual(cond["status"], "True")
@@ -416,9 +416,9 @@ class OperatorTest(OperatorTestCase):
 
         c.kubectl("patch", "tj", name, "--type=merge", "-p",
                   json.dumps({"spec": {"runPolicy": {"suspend": False}}}))
-        c.wait_for(lambda: len(job_pods(c, name)) == 5, timeout=20,
+        c.wait_for(lambda: len(job_pods(c, name)) == 5, timeout=60,
                    what="the pods of %s after resuming" % name)
-        job = self.wait_phase(name, "Succeeded", timeout=60)
+        job = self.wait_phase(name, "Succeeded", timeout=120)
         st = job["status"]
         self.assertEqual(st["observedGeneration"], job["metadata"]["generation"], st)
         self.assertEqual(job["metadata"]["generation"], 2)
@@ -435,16 +435,16 @@ class OperatorTest(OperatorTestCase):
     def test_health_ready_and_metrics(self):
         c, op, name = self.c, self.op, "metrics"
         self.assertEqual(op.http("/healthz")[0], 200)
-        c.wait_for(lambda: op.http("/readyz")[0] == 200, timeout=10, what="/readyz 200")
+        c.wait_for(lambda: op.http("/readyz")[0] == 200, timeout=30, what="/readyz 200")
         self.assertIn("caches synced", op.log())
         apply(c, training_job(name))
-        self.wait_phase(name, "Succeeded", timeout=60)
+        self.wait_phase(name, "Succeeded", timeout=120)
 
         def scraped():
             m = op.metrics()
             ok = (metric(m, "kubeps_operator_jobs", phase="Succeeded") or 0) >= 1
             return ok and m
-        m = c.wait_for(scraped, timeout=10, what='kubeps_operator_jobs{phase="Succeeded"} >= 1')
+        m = c.wait_for(scraped, timeout=30, what='kubeps_operator_jobs{phase="Succeeded"} >= 1')
         self.assertGreater(metric(m, "kubeps_operator_reconciles_total"), 0)
         self.assertIsNotNone(metric(m, "kubeps_operator_reconcile_errors_total"))
         self.assertIsNotNone(metric(m, "kubeps_operator_queue_depth"))
@@ -455,7 +455,7 @@ class OperatorTest(OperatorTestCase):
         jobs = c.client.get(TJ)["items"]
         succeeded = sum(1 for j in jobs if j.get("status", {}).get("phase") == "Succeeded")
         c.wait_for(lambda: metric(op.metrics(), "kubeps_operator_jobs", phase="Succeeded") ==
-                   succeeded, timeout=5, what="jobs{phase=Succeeded} == %d" % succeeded)
+                   succeeded, timeout=30, what="jobs{phase=Succeeded} == %d" % succeeded)
         self.assertEqual(op.http("/readyz")[0], 200)
         self.delete_job(name)
 
@@ -497,13 +497,13 @@ class OperatorRestartTest(OperatorTestCase):
             self.op = Operator(c, name="operator-1")
             apply(c, training_job(name, epochs=1, max_steps=900))
             # kill it first while it creates the job's objects...
-            c.wait_for(lambda: job_pods(c, name), timeout=20, what="a first pod")
+            c.wait_for(lambda: job_pods(c, name), timeout=60, what="a first pod")
             self.op.signal(signal.SIGKILL)
             self.op.wait()
             self.op.stop()
             self.op = Operator(c, name="operator-2")
             # ...then while the job runs
-            self.wait_phase(name, "Running", timeout=30)
+            self.wait_phase(name, "Running", timeout=90)
             self.wait_running_pid(name, "worker-1")
             time.sleep(1.0)
             self.op.signal(signal.SIGKILL)
@@ -512,7 +512,7 @@ class OperatorRestartTest(OperatorTestCase):
             self.assertEqual(phase_of(c, name), "Running", "the job ended before the 2nd kill")
             time.sleep(0.5)
             self.op = Operator(c, name="operator-3")
-            job = self.wait_phase(name, "Succeeded", timeout=60)
+            job = self.wait_phase(name, "Succeeded", timeout=120)
         finally:
             stop.set()
             poller.join(5)
@@ -550,21 +550,27 @@ class WatchRecoveryTest(OperatorTestCase):
         c, name = self.c, "watchcut"
         self.op = Operator(c)
         apply(c, training_job(name, epochs=1, max_steps=700))
-        self.wait_phase(name, "Running", timeout=30)
+        self.wait_phase(name, "Running", timeout=90)
         # the connections dropped while it runs: it lists and watches again
         cut = c.hook("cut-watches", mode="abort")
         self.assertGreaterEqual(cut["cut"], 2)
 
+        cut_seq = max(r["seq"] for r in c.requests()
+                      if r["path"].startswith("/_emulator/cut-watches"))
+
         def relisted():
-            requests = c.requests()
-            at = max(i for i, r in enumerate(requests)
-                     if r["path"].startswith("/_emulator/cut-watches"))
-            lists = [r["path"] for r in requests[at + 1:] if r["user"] == OPERATOR_USER and
-                     r["verb"] == "GET" and "watch=" not in r["path"]]
+            lists = [r["path"] for r in c.requests() if r["seq"] > cut_seq and
+                     r["user"] == OPERATOR_USER and r["verb"] == "GET" and "watch=" not in r["path"]]
             return (any(p.startswith(JOBS_LIST) for p in lists) and
                     any(p.startswith(PODS_LIST) for p in lists))
-        c.wait_for(relisted, timeout=10, what="the operator to list again after the cut")
-        time.sleep(0.5)   # and to watch again
+
+        def watching_again():
+            watches = [w["path"] for w in c.watches()
+                       if w["user"] == OPERATOR_USER and w["openedAfter"] > cut_seq]
+            return (any(p.startswith(JOBS_LIST) for p in watches) and
+                    any(p.startswith(PODS_LIST) for p in watches))
+        c.wait_for(relisted, timeout=30, what="the operator to list again after the cut")
+        c.wait_for(watching_again, timeout=30, what="the operator to watch again after its list")
         # now the operator stops looking; the job's pods all finish meanwhile,
         # the history is compacted and the streams end cleanly, so that its
         # next watch from where it stopped gets 410 Gone
@@ -572,7 +578,7 @@ class WatchRecoveryTest(OperatorTestCase):
         self.op.signal(signal.SIGSTOP)
         try:
             c.wait_for(lambda: [p["status"].get("phase") for p in job_pods(c, name)] ==
-                       ["Succeeded"] * 5, timeout=60, what="every pod of the job Succeeded")
+                       ["Succeeded"] * 5, timeout=120, what="every pod of the job Succeeded")
             c.client.post("/api/v1/namespaces/default/configmaps",
                           {"metadata": {"name": "bump"}})
             compacted = int(c.hook("compact")["compactedResourceVersion"])
@@ -580,7 +586,7 @@ class WatchRecoveryTest(OperatorTestCase):
             self.assertEqual(phase_of(c, name), "Running")
         finally:
             self.op.signal(signal.SIGCONT)
-        job = self.wait_phase(name, "Succeeded", timeout=30)
+        job = self.wait_phase(name, "Succeeded", timeout=90)
         # the status agrees with the pods as they ended
         pods = job_pods(c, name)
         st = job["status"]
@@ -610,7 +616,7 @@ class WatchRecoveryTest(OperatorTestCase):
                                            for i, p in enumerate(mine))
         for collection in (JOBS_LIST, PODS_LIST):
             try:
-                c.wait_for(lambda: relisted_after_gone(collection), timeout=10,
+                c.wait_for(lambda: relisted_after_gone(collection), timeout=30,
                            what="a list of %s after the 410" % collection)
             except AssertionError as e:
                 self.fail("%s: %s (compacted at %d)\n%s" % (
@@ -649,9 +655,9 @@ class LeaderElectionTest(OperatorTestCase):
     def test_one_leader_and_handover(self):
         c = self.c
         a = self.op = self.start("op-a")
-        c.wait_for(lambda: self.holder() == "op-a", timeout=15, what="op-a holds the lease")
+        c.wait_for(lambda: self.holder() == "op-a", timeout=45, what="op-a holds the lease")
         b = self.start("op-b")
-        c.wait_for(lambda: a.http("/readyz")[0] == 200, timeout=10, what="the leader ready")
+        c.wait_for(lambda: a.http("/readyz")[0] == 200, timeout=30, what="the leader ready")
         time.sleep(3)   # op-b has tried to take the lease at least once
         self.assertEqual(self.holder(), "op-a")
         self.assertEqual(b.http("/healthz")[0], 200)
@@ -661,7 +667,7 @@ class LeaderElectionTest(OperatorTestCase):
         self.assertIn("leading as op-a", a.log())
 
         apply(c, training_job("led-by-a"))
-        self.wait_phase("led-by-a", "Succeeded", timeout=60)
+        self.wait_phase("led-by-a", "Succeeded", timeout=120)
         self.assertGreater(metric(a.metrics(), "kubeps_operator_reconciles_total"), 0)
         self.assertEqual(metric(b.metrics(), "kubeps_operator_reconciles_total"), 0)
         self.assertNotIn("caches synced", b.log())
@@ -671,19 +677,19 @@ class LeaderElectionTest(OperatorTestCase):
         # well before the lease (15 s) would have expired
         t0 = time.time()
         a.signal(signal.SIGTERM)
-        self.assertEqual(a.wait(timeout=15), 0, a.log()[-2000:])
+        self.assertEqual(a.wait(timeout=45), 0, a.log()[-2000:])
         c.wait_for(lambda: self.holder() == "op-b", timeout=10, what="op-b holds the lease")
         self.assertLess(time.time() - t0, 10)
         self.op = b
         # A standby is ready too (it is healthy); leading shows in its log.
-        c.wait_for(lambda: "caches synced" in b.log(), timeout=10, what="op-b leading with synced caches")
+        c.wait_for(lambda: "caches synced" in b.log(), timeout=30, what="op-b leading with synced caches")
         self.assertIn("leading as op-b", b.log())
         self.assertEqual(b.http("/readyz")[0], 200)
         lease = c.client.get(LEASE)["spec"]
         self.assertEqual(lease.get("leaseTransitions"), transitions + 1, lease)
 
         apply(c, training_job("led-by-b"))
-        job = self.wait_phase("led-by-b", "Succeeded", timeout=60)
+        job = self.wait_phase("led-by-b", "Succeeded", timeout=120)
         self.assertEqual(job["status"]["replicaStatuses"]["worker"]["succeeded"], 2)
         self.assertGreater(metric(b.metrics(), "kubeps_operator_reconciles_total"), 0)
         # the first job, finished under op-a, is left as it was

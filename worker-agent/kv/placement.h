@@ -9,6 +9,8 @@
 //    server i (MXNET_KVSTORE_BIGARRAY_BOUND's rule).
 //  - Any part longer than max_part_elems is cut again into chunks, so big
 //    tensors travel as several requests in flight at once.
+//
+// Pure functions: safe from any thread.
 #ifndef KUBEPS_WORKER_AGENT_KV_PLACEMENT_H_
 #define KUBEPS_WORKER_AGENT_KV_PLACEMENT_H_
 

@@ -2,6 +2,9 @@
 //
 // Layout (row-major): x is batch x in, y is batch x out, the weight is
 // in x out (shape {in, out}) and the bias is out (shape {out}).
+//
+// Not thread-safe: a layer keeps what its backward pass needs between calls;
+// it belongs to one model on one thread.
 #ifndef KUBEPS_WORKER_AGENT_TRAINER_DENSE_H_
 #define KUBEPS_WORKER_AGENT_TRAINER_DENSE_H_
 

@@ -4,6 +4,8 @@
 // Debian's dataset-fashion-mnist package installs them in
 // kFashionMnistDefaultDir. Pixels stay uint8 in memory and are converted to
 // floats in [0, 1] one batch at a time.
+//
+// A loaded data set is read-only: safe to share between threads.
 #ifndef KUBEPS_WORKER_AGENT_TRAINER_FASHION_MNIST_H_
 #define KUBEPS_WORKER_AGENT_TRAINER_FASHION_MNIST_H_
 

@@ -2,6 +2,9 @@
 // i.e. on C*batch independent planes of H x W.
 // Ties pick the first of the window in the order (0,0) (0,1) (1,0) (1,1);
 // Backward routes each gradient to the position that won.
+//
+// Not thread-safe: a layer keeps what its backward pass needs between calls;
+// it belongs to one model on one thread.
 #ifndef KUBEPS_WORKER_AGENT_TRAINER_MAX_POOL_H_
 #define KUBEPS_WORKER_AGENT_TRAINER_MAX_POOL_H_
 

@@ -1,6 +1,9 @@
 // The built-in models. A Model owns its parameters and their gradients as
 // flat float32 tensors in a fixed order; the order is the KV key of each
 // tensor, so every worker and every shard agree on it.
+//
+// Not thread-safe: a model belongs to one training loop (its kernels may use
+// several threads inside one call).
 #ifndef KUBEPS_WORKER_AGENT_TRAINER_MODEL_H_
 #define KUBEPS_WORKER_AGENT_TRAINER_MODEL_H_
 

@@ -1,5 +1,7 @@
 // ReLU, in place: the layers hand out their own output buffers, so the
 // activation needs no buffer of its own.
+//
+// Static functions over the caller's buffers: safe from any thread.
 #ifndef KUBEPS_WORKER_AGENT_TRAINER_RELU_H_
 #define KUBEPS_WORKER_AGENT_TRAINER_RELU_H_
 

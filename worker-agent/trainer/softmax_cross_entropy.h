@@ -1,6 +1,9 @@
 // Softmax followed by the cross-entropy with integer labels, averaged over
 // the batch. Numerically stable: the row maximum is subtracted before exp
 // and the loss is computed as logsumexp(z) - z[label].
+//
+// Not thread-safe: a layer keeps what its backward pass needs between calls;
+// it belongs to one model on one thread.
 #ifndef KUBEPS_WORKER_AGENT_TRAINER_SOFTMAX_CROSS_ENTROPY_H_
 #define KUBEPS_WORKER_AGENT_TRAINER_SOFTMAX_CROSS_ENTROPY_H_
 

@@ -244,6 +244,39 @@ TEST(ShardTest, StalePushForAppliedStepIsIgnored) {
   EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{-2, -2, -2}));
 }
 
+// A worker killed between its pushes to two parts (on two shards, or in two
+// requests to one) leaves one part a step ahead. Its replacement replays up
+// to the part that waits for it and must compute that step's gradient from
+// the parameters of that step: the pull for version v answers every part as
+// it was at v, even the part that has moved on to v + 1.
+TEST(ShardTest, SyncPullOfAVersionAnswersPartsThatMovedOnAsTheyWereThen) {
+  const std::vector<Ref> both = {{0, 0, 1}, {1, 0, 1}};
+  const std::vector<Ref> first = {{0, 0, 1}};
+  auto shard = MakeShard(true, 2);
+  ASSERT_TRUE(Init(*shard, both, {10, 20}).ok());
+  // Worker 0 reaches only the first part before it dies; worker 1 pushes both.
+  ASSERT_TRUE(Push(*shard, 0, 0, 0, first, {2}).ok());
+  ASSERT_TRUE(Push(*shard, 1, 0, 0, both, {4, 6}).ok());
+  ASSERT_EQ(shard->PartVersion(0, 0), 1u);
+  ASSERT_EQ(shard->PartVersion(1, 0), 0u);
+
+  auto pulled = Pull(*shard, both, 0, 0);
+  ASSERT_TRUE(pulled.ready());
+  EXPECT_EQ(pulled.version(), 0u);
+  EXPECT_EQ(Floats(pulled.data()), (std::vector<float>{10, 20}))
+      << "the first part was answered as it is now, a step ahead of the second";
+
+  // The replacement pushes step 0 again: the first part keeps what it has,
+  // the second completes, and both end as if nobody had died.
+  v1::PushResponse response;
+  ASSERT_TRUE(shard->Push(PushRequest(0, 0, 0, both, {2, 8}, /*incarnation=*/2), &response).ok());
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{10 - 3}));
+  EXPECT_EQ(shard->PartValue(1, 0), (std::vector<float>{20 - 7}));
+  auto after = Pull(*shard, both, 1, 0);
+  EXPECT_EQ(after.version(), 1u);
+  EXPECT_EQ(Floats(after.data()), (std::vector<float>{7, 13}));
+}
+
 TEST(ShardTest, AsyncAppliesEveryPushAtOnce) {
   auto shard = MakeShard(false, 2);
   ASSERT_TRUE(Init(*shard, kPart, {10, 10, 10}).ok());

@@ -5,6 +5,8 @@
 // Host-only header; the layouts and meanings are those of the CPU layers
 // named. Only in builds with KUBEPS_HAVE_CUDA=1, and they need a device.
 // Throw std::runtime_error on CUDA errors.
+//
+// Not thread-safe: each call uses the calling thread's CUDA context and stream.
 #ifndef KUBEPS_WORKER_AGENT_TRAINER_CUDA_CUDA_LAYERS_H_
 #define KUBEPS_WORKER_AGENT_TRAINER_CUDA_CUDA_LAYERS_H_
 

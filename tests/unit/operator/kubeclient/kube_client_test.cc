@@ -1,6 +1,6 @@
 // The Kubernetes REST client (operator/kubeclient/kube_client.h): real HTTPS
-// requests against a small Python server
-// (tests/unit/testdata/kube/test_server.py) whose CA, server and client
+// requests against a small Python server of the Kubernetes emulator
+// (tests/k8s/emulator/tls_echo_server.py) whose CA, server and client
 // certificates are made with the openssl command at test time.
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -69,7 +69,7 @@ TEST(KubeClientCreateTest, RejectsBadConfig) {
 }
 
 // ---------------------------------------------------------------------------
-// HTTPS against test_server.py.
+// HTTPS against tls_echo_server.py.
 
 // Runs a shell command; true when it exits 0.
 bool Sh(const std::string& command) { return std::system(command.c_str()) == 0; }
@@ -121,17 +121,33 @@ const TestCerts& Certs() {
   return *certs;
 }
 
-// One test_server.py process.
+// One tls_echo_server.py process.
 class ServerProcess {
  public:
   ~ServerProcess() { Stop(); }
 
   // Starts the server; "" or why not.
   std::string Start(const std::vector<std::string>& args) {
-    const std::string script =
-        std::string(KUBEPS_SOURCE_DIR) + "/tests/unit/testdata/kube/test_server.py";
+    // A module of the emulator's package: python3 -m with tests/k8s on PYTHONPATH.
     const std::string python =
         access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+    std::vector<std::string> argv_s = {python, "-m", "emulator.tls_echo_server"};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::string python_path = std::string(KUBEPS_SOURCE_DIR) + "/tests/k8s";
+    if (const char* old = std::getenv("PYTHONPATH"); old != nullptr && *old != '\0') {
+      python_path += std::string(":") + old;
+    }
+    std::vector<std::string> env_s = {"PYTHONPATH=" + python_path};
+    for (char** e = environ; *e != nullptr; ++e) {
+      if (std::string(*e).rfind("PYTHONPATH=", 0) != 0) env_s.emplace_back(*e);
+    }
+    // The argument and environment arrays are made before fork().
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<char*> envp;
+    for (auto& e : env_s) envp.push_back(e.data());
+    envp.push_back(nullptr);
     int fds[2];
     if (pipe(fds) != 0) return "pipe failed";
     pid_ = fork();
@@ -144,12 +160,7 @@ class ServerProcess {
       dup2(fds[1], 1);
       close(fds[0]);
       close(fds[1]);
-      std::vector<std::string> argv_s = {python, script};
-      argv_s.insert(argv_s.end(), args.begin(), args.end());
-      std::vector<char*> argv;
-      for (auto& a : argv_s) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execvp(argv[0], argv.data());
+      execvpe(argv[0], argv.data(), envp.data());
       _exit(127);
     }
     close(fds[1]);
@@ -164,7 +175,9 @@ class ServerProcess {
       out.append(buf, static_cast<size_t>(n));
     }
     close(fds[0]);
-    if (out.rfind("PORT ", 0) != 0) return "test_server.py did not start (is python3 installed?)";
+    if (out.rfind("PORT ", 0) != 0) {
+      return "tls_echo_server.py did not start (is python3 installed?)";
+    }
     port_ = std::atoi(out.c_str() + 5);
     return "";
   }

@@ -1,17 +1,18 @@
-#!/usr/bin/env python3
-"""An emulated Kubernetes cluster for tests: apiserver.py and kubelet.py as
-child processes, the real `kubectl` pointed at them.
+"""An emulated Kubernetes cluster for tests: the API server
+(emulator.apiserver) and the kubelet (emulator.kubelet) as child processes,
+the real `kubectl` pointed at them.
 
-    from cluster import Cluster
+    from emulator.cluster import Cluster
     with Cluster(bin_dirs=["build/bin"]) as c:
         c.kubectl("apply", "-f", "deploy/crd/")
         c.kubectl("get", "tj", "-o", "json", json_output=True)
         c.client.get("/api/v1/namespaces/default/pods")   # direct REST calls
         env = c.env()   # KUBECONFIG etc. for a controller process
 
-From a shell (prints the kubeconfig paths, runs until Ctrl-C):
+From a shell at the top of the repository (prints the kubeconfig paths,
+runs until Ctrl-C):
 
-    python3 tests/k8s/cluster.py --bin-dir build/bin [--dir DIR]
+    PYTHONPATH=tests/k8s python3 -m emulator.cluster --bin-dir build/bin [--dir DIR]
 
 Files in c.dir: kubeconfig (admin), operator.kubeconfig (the service account
 kubeps-system/kubeps-operator: RBAC applies to it when Cluster(rbac=True)),
@@ -28,12 +29,26 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-import k8sutil  # noqa: E402
+from . import client
 
-SOURCE_DIR = os.path.dirname(os.path.dirname(HERE))
+HERE = os.path.dirname(os.path.abspath(__file__))
+# the folder that holds this package: on the children's PYTHONPATH
+PACKAGE_PARENT = os.path.dirname(HERE)
+SOURCE_DIR = os.path.dirname(os.path.dirname(PACKAGE_PARENT))
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+
+
+def module_command(name):
+    """The command line that runs module `name` of this package as a program."""
+    return [sys.executable, "-m", "%s.%s" % (__package__, name)]
+
+
+def child_env(**extra):
+    """os.environ plus `extra`, with this package importable (PYTHONPATH)."""
+    env = dict(os.environ, **extra)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [PACKAGE_PARENT] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
 
 
 class KubectlError(Exception):
@@ -81,29 +96,30 @@ class Cluster:
         self.kubeconfig = os.path.join(self.dir, "kubeconfig")
         self.operator_kubeconfig = os.path.join(self.dir, "operator.kubeconfig")
         node_dir = os.path.join(self.dir, "node")
-        cmd = [sys.executable, os.path.join(HERE, "apiserver.py"), "--dir", self.dir,
-               "--event-window", str(self.event_window),
-               "--bookmark-interval", str(self.bookmark_interval),
-               "--log-dir", os.path.join(node_dir, "logs"), "--exit-with-parent",
-               "--service-cidr", "127.%d.0.0/16" % self.octet]
+        cmd = module_command("apiserver") + [
+            "--dir", self.dir, "--event-window", str(self.event_window),
+            "--bookmark-interval", str(self.bookmark_interval),
+            "--log-dir", os.path.join(node_dir, "logs"), "--exit-with-parent",
+            "--service-cidr", "127.%d.0.0/16" % self.octet]
         if self.rbac:
             cmd.append("--rbac")
         self._apiserver_log = open(os.path.join(self.dir, "apiserver.log"), "ab")
         self.apiserver = subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                                          stderr=self._apiserver_log, start_new_session=True)
+                                          stderr=self._apiserver_log, start_new_session=True,
+                                          env=child_env())
         line = self.apiserver.stdout.readline().decode()
         if not line.startswith("READY "):
             self.stop()
             raise RuntimeError("the API server emulator did not start: %r (see %s)" % (
                 line, os.path.join(self.dir, "apiserver.log")))
         self.url = line.split()[1]
-        self.client = k8sutil.Client.from_kubeconfig(self.kubeconfig)
+        self.client = client.Client.from_kubeconfig(self.kubeconfig)
         if self.with_kubelet:
-            cmd = [sys.executable, os.path.join(HERE, "kubelet.py"),
-                   "--kubeconfig", os.path.join(self.dir, "kubelet.kubeconfig"),
-                   "--state-dir", node_dir, "--isolation", self.isolation,
-                   "--marker", os.path.basename(self.dir), "--backoff", str(self.backoff),
-                   "--exit-with-parent"]
+            cmd = module_command("kubelet") + [
+                "--kubeconfig", os.path.join(self.dir, "kubelet.kubeconfig"),
+                "--state-dir", node_dir, "--isolation", self.isolation,
+                "--marker", os.path.basename(self.dir), "--backoff", str(self.backoff),
+                "--exit-with-parent"]
             for d in self.bin_dirs:
                 cmd += ["--bin-dir", d]
             for image, program in self.images.items():
@@ -117,7 +133,7 @@ class Cluster:
             if self.stream_logs:
                 cmd.append("--stream-logs")
             self._kubelet_log = open(os.path.join(self.dir, "kubelet.log"), "ab")
-            kubelet_env = dict(os.environ, KUBEPS_EMULATOR_POD_OCTET=str(self.octet + 1))
+            kubelet_env = child_env(KUBEPS_EMULATOR_POD_OCTET=str(self.octet + 1))
             self.kubelet = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._kubelet_log,
                                             start_new_session=True, env=kubelet_env)
             line = self.kubelet.stdout.readline().decode()
@@ -191,7 +207,7 @@ class Cluster:
         while time.time() < deadline:
             try:
                 last = predicate()
-            except k8sutil.ApiError as e:
+            except client.ApiError as e:
                 last = e
                 if e.code != 404:
                     raise
@@ -209,9 +225,13 @@ class Cluster:
     def requests(self):
         return self.client.get("/_emulator/requests")
 
+    def watches(self):
+        return self.client.get("/_emulator/watches")
+
 
 def main():
-    p = argparse.ArgumentParser(description="runs an emulated cluster until interrupted")
+    p = argparse.ArgumentParser(prog="python3 -m emulator.cluster",
+                                description="runs an emulated cluster until interrupted")
     p.add_argument("--dir", default=None)
     p.add_argument("--bin-dir", action="append", default=[])
     p.add_argument("--rbac", action="store_true")

@@ -1,12 +1,9 @@
 """meta.k8s.io/v1 Tables, what `kubectl get` asks for: the printer columns
 of built-in types and of CRDs."""
 import json
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import k8sutil  # noqa: E402
-from crd_schema import go_value, simple_jsonpath  # noqa: E402
+from .. import clock
+from .crd_schema import go_value, simple_jsonpath
 
 
 # --------------------------------------------------------------------------
@@ -92,7 +89,7 @@ def table_for(rtype, objects, include_object="Metadata", with_columns=True):
                 if v is None:
                     cells.append(None)
                 elif c.get("type") == "date":
-                    cells.append(k8sutil.age(v) if isinstance(v, str) else None)
+                    cells.append(clock.age(v) if isinstance(v, str) else None)
                 elif c.get("type") == "string":
                     cells.append(v if isinstance(v, str) else json.dumps(v)
                                  if isinstance(v, (dict, list)) else go_value(v))
@@ -105,7 +102,7 @@ def table_for(rtype, objects, include_object="Metadata", with_columns=True):
             ready = sum(1 for c in css if c.get("ready"))
             restarts = sum(c.get("restartCount", 0) for c in css)
             cells = [md.get("name"), "%d/%d" % (ready, ncont), pod_status_reason(obj), restarts,
-                     k8sutil.age(created), st.get("podIP") or "<none>",
+                     clock.age(created), st.get("podIP") or "<none>",
                      obj.get("spec", {}).get("nodeName") or "<none>"]
         elif kind == ("", "services"):
             spec = obj.get("spec", {})
@@ -113,38 +110,38 @@ def table_for(rtype, objects, include_object="Metadata", with_columns=True):
                              for p in spec.get("ports", [])) or "<none>"
             sel = ",".join("%s=%s" % kv for kv in sorted((spec.get("selector") or {}).items()))
             cells = [md.get("name"), spec.get("type", "ClusterIP"), spec.get("clusterIP", ""),
-                     "<none>", ports, k8sutil.age(created), sel or "<none>"]
+                     "<none>", ports, clock.age(created), sel or "<none>"]
         elif kind == ("", "namespaces"):
             cells = [md.get("name"), obj.get("status", {}).get("phase", "Active"),
-                     k8sutil.age(created)]
+                     clock.age(created)]
         elif kind == ("", "events"):
             io = obj.get("involvedObject", {})
             last = obj.get("lastTimestamp") or obj.get("eventTime") or created
-            cells = [k8sutil.age(last), obj.get("type", ""), obj.get("reason", ""),
+            cells = [clock.age(last), obj.get("type", ""), obj.get("reason", ""),
                      "%s/%s" % ((io.get("kind") or "").lower(), io.get("name", "")),
                      obj.get("message", "")]
         elif kind == ("", "nodes"):
             ready = next((c.get("status") for c in obj.get("status", {}).get("conditions", [])
                           if c.get("type") == "Ready"), "Unknown")
             cells = [md.get("name"), "Ready" if ready == "True" else "NotReady", "<none>",
-                     k8sutil.age(created),
+                     clock.age(created),
                      obj.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", "")]
         elif kind == ("apiextensions.k8s.io", "customresourcedefinitions"):
             cells = [md.get("name"), created]
         elif kind == ("", "secrets"):
             cells = [md.get("name"), obj.get("type", "Opaque"), len(obj.get("data") or {}),
-                     k8sutil.age(created)]
+                     clock.age(created)]
         elif kind == ("apps", "deployments"):
             st = obj.get("status", {})
             cells = [md.get("name"), "%d/%d" % (st.get("readyReplicas", 0),
                                                 obj.get("spec", {}).get("replicas", 1)),
                      st.get("updatedReplicas", 0), st.get("availableReplicas", 0),
-                     k8sutil.age(created)]
+                     clock.age(created)]
         elif kind == ("coordination.k8s.io", "leases"):
             cells = [md.get("name"), obj.get("spec", {}).get("holderIdentity", ""),
-                     k8sutil.age(created)]
+                     clock.age(created)]
         else:
-            cells = [md.get("name"), k8sutil.age(created)]
+            cells = [md.get("name"), clock.age(created)]
         if include_object == "Object":
             ro = obj
         elif include_object == "None":

@@ -1,7 +1,11 @@
-#!/usr/bin/env python3
-"""A tiny HTTPS server for kube_client_test.cc (stdlib only).
+"""An HTTPS server of fixed answers for the C++ Kubernetes client's unit test
+(tests/unit/operator/kubeclient/kube_client_test.cc): the edge cases of TLS,
+client certificates, Status errors and watch streams that the emulated API
+server has no reason to produce on demand. It runs on the emulator's
+threading TLS server and streaming handler (http_server.py).
 
-  test_server.py --cert server.crt --key server.key [--client-ca ca.crt]
+    python3 -m emulator.tls_echo_server --cert server.crt --key server.key \\
+        [--client-ca ca.crt]            (from tests/k8s, or with it on PYTHONPATH)
 
 Listens on 127.0.0.1 on a free port and prints "PORT <n>" once ready. With
 --client-ca it demands a client certificate signed by that CA.
@@ -23,19 +27,18 @@ Listens on 127.0.0.1 on a free port and prints "PORT <n>" once ready. With
   /watch/garbage      a line that is not JSON
 """
 import argparse
-import http.server
 import json
 import ssl
 import sys
 import threading
 import time
 
+from .http_server import StreamingHandler, ThreadingTLSServer
+
 released = threading.Event()
 
 
-class Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
+class EchoHandler(StreamingHandler):
     def log_message(self, fmt, *args):  # quiet
         pass
 
@@ -58,21 +61,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
             "client_cert": cert,
         }
 
-    def read_body(self):
-        length = int(self.headers.get("Content-Length") or 0)
-        if length:
-            return self.rfile.read(length)
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            data = b""
-            while True:
-                size = int(self.rfile.readline().strip().split(b";")[0], 16)
-                if size == 0:
-                    self.rfile.readline()
-                    return data
-                data += self.rfile.read(size)
-                self.rfile.readline()
-        return b""
-
     def send_json(self, code, obj):
         data = json.dumps(obj).encode()
         self.send_response(code)
@@ -87,16 +75,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
 
-    def chunk(self, data):
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-        self.wfile.flush()
-
     def event(self, kind, obj):
-        self.chunk(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
-
-    def end_stream(self):
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
+        self.write_chunk(json.dumps({"type": kind, "object": obj}).encode() + b"\n")
 
     def handle_any(self):
         body = self.read_body()
@@ -121,7 +101,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         elif path == "/watch/echo":
             self.start_stream()
             self.event("ADDED", self.request_json(body))
-            self.end_stream()
+            self.end_chunks()
         elif path == "/watch/gated":
             released.clear()
             self.start_stream()
@@ -130,50 +110,44 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.event("MODIFIED", {"n": 2, "released": released.is_set()})
             time.sleep(0.05)
             self.event("DELETED", {"n": 3, "released": released.is_set()})
-            self.end_stream()
+            self.end_chunks()
         elif path == "/watch/split":
             self.start_stream()
             line1 = json.dumps({"type": "ADDED", "object": {"n": 1}}).encode() + b"\n"
             line2 = json.dumps({"type": "MODIFIED", "object": {"n": 2}}).encode() + b"\n"
             line3 = json.dumps({"type": "BOOKMARK", "object": {"n": 3}}).encode() + b"\n"
-            self.chunk(line1[:7])
+            self.write_chunk(line1[:7])
             time.sleep(0.05)
-            self.chunk(line1[7:] + line2 + line3[:5])
+            self.write_chunk(line1[7:] + line2 + line3[:5])
             time.sleep(0.05)
-            self.chunk(line3[5:])
-            self.end_stream()
+            self.write_chunk(line3[5:])
+            self.end_chunks()
         elif path == "/watch/hang":
             self.start_stream()
             self.event("ADDED", {"n": 1})
             time.sleep(30)
-            self.end_stream()
+            self.end_chunks()
         elif path == "/watch/gone":
             self.send_json(410, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
                                  "message": "too old resource version: 1 (42)",
                                  "reason": "Expired", "code": 410})
         elif path == "/watch/garbage":
             self.start_stream()
-            self.chunk(b"this is not json\n")
-            self.end_stream()
+            self.write_chunk(b"this is not json\n")
+            self.end_chunks()
         else:
             self.send_json(404, {"kind": "Status", "message": "no route " + path, "code": 404})
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = handle_any
 
 
-class Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):  # quiet
-        pass
-
-
-def main():
-    parser = argparse.ArgumentParser()
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python3 -m emulator.tls_echo_server",
+                                     description=__doc__.split("\n")[0])
     parser.add_argument("--cert", required=True)
     parser.add_argument("--key", required=True)
     parser.add_argument("--client-ca")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(args.cert, args.key)
@@ -181,8 +155,7 @@ def main():
         context.verify_mode = ssl.CERT_REQUIRED
         context.load_verify_locations(args.client_ca)
 
-    server = Server(("127.0.0.1", 0), Handler)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
+    server = ThreadingTLSServer(("127.0.0.1", 0), EchoHandler, context)
     print("PORT %d" % server.server_address[1], flush=True)
     server.serve_forever()
 

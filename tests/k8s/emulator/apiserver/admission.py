@@ -1,0 +1,128 @@
+"""Admission of built-in objects: the defaults the real API server fills in
+(pods, services, secrets, namespaces), ClusterIP allocation, the pod
+priority lookup, and the checks that refuse what a real server refuses (pod
+spec changes beyond the mutable fields).
+
+A mixin of Api (api.py): it uses its store, served types and service IPs.
+"""
+import base64
+import copy
+import uuid
+
+from ..clock import now_iso
+from .errors import ApiError, invalid
+
+
+class Admission:
+    def prepare_create(self, rtype, obj, namespace):
+        md = obj["metadata"]
+        md["uid"] = str(uuid.uuid4())
+        md["creationTimestamp"] = now_iso()
+        md["generation"] = 1
+        if rtype.namespaced:
+            md["namespace"] = namespace
+        else:
+            md.pop("namespace", None)
+        for k in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
+            md.pop(k, None)
+        if rtype.crd is not None and rtype.status:
+            obj.pop("status", None)
+        kind = (rtype.group, rtype.plural)
+        if kind == ("", "pods"):
+            self._default_pod(obj)
+        elif kind == ("", "services"):
+            self._default_service(obj)
+        elif kind == ("", "secrets"):
+            self._fold_string_data(obj)
+        elif kind == ("", "namespaces"):
+            obj.setdefault("spec", {"finalizers": ["kubernetes"]})
+            obj["status"] = {"phase": "Active"}
+        elif kind == ("apiextensions.k8s.io", "customresourcedefinitions"):
+            self._check_crd(obj)
+
+    @staticmethod
+    def _fold_string_data(obj):
+        sd = obj.pop("stringData", None)
+        if sd:
+            data = obj.setdefault("data", {})
+            for k, v in sd.items():
+                data[k] = base64.b64encode(str(v).encode()).decode()
+        if not obj.get("type"):
+            obj["type"] = "Opaque"
+
+    @staticmethod
+    def _default_pod(obj):
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("restartPolicy", "Always")
+        spec.setdefault("terminationGracePeriodSeconds", 30)
+        spec.setdefault("dnsPolicy", "ClusterFirst")
+        spec.setdefault("schedulerName", "default-scheduler")
+        spec.setdefault("securityContext", {})
+        spec.setdefault("enableServiceLinks", True)
+        spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+        spec.setdefault("priority", 0)
+        spec.setdefault("serviceAccountName", spec.get("serviceAccount", "default"))
+        spec.setdefault("serviceAccount", spec["serviceAccountName"])
+        for c in spec.get("containers", []) + spec.get("initContainers", []):
+            image = c.get("image", "")
+            tag = image.rsplit("/", 1)[-1]
+            latest = ":" not in tag or tag.endswith(":latest")
+            c.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
+            c.setdefault("terminationMessagePath", "/dev/termination-log")
+            c.setdefault("terminationMessagePolicy", "File")
+            c.setdefault("resources", {})
+            for p in c.get("ports", []):
+                p.setdefault("protocol", "TCP")
+        qos = "BestEffort"
+        if any(c.get("resources", {}).get("requests") or c.get("resources", {}).get("limits")
+               for c in spec.get("containers", [])):
+            qos = "Burstable"
+        obj["status"] = {"phase": "Pending", "qosClass": qos}
+
+    def _default_service(self, obj):
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("type", "ClusterIP")
+        spec.setdefault("sessionAffinity", "None")
+        for p in spec.get("ports", []):
+            p.setdefault("protocol", "TCP")
+            p.setdefault("targetPort", p.get("port"))
+        if spec.get("clusterIP") in (None, ""):
+            for ip in self.service_ips:
+                if ip not in self.used_service_ips:
+                    self.used_service_ips.add(ip)
+                    spec["clusterIP"] = ip
+                    break
+        if spec.get("clusterIP") == "None":
+            spec["clusterIPs"] = ["None"]
+        else:
+            spec["clusterIPs"] = [spec["clusterIP"]]
+        spec.setdefault("ipFamilies", ["IPv4"])
+        spec.setdefault("ipFamilyPolicy", "SingleStack")
+        spec.setdefault("internalTrafficPolicy", "Cluster")
+        obj.setdefault("status", {"loadBalancer": {}})
+
+    def _admit_pod(self, obj, namespace):
+        pc = obj.get("spec", {}).get("priorityClassName")
+        if pc and pc not in ("system-cluster-critical", "system-node-critical"):
+            t = self.served[("scheduling.k8s.io", "v1", "priorityclasses")]
+            if self.store.get(t, "", pc) is None:
+                raise ApiError(403, "Forbidden", 'pods "%s" is forbidden: no PriorityClass with '
+                               'name %s was found' % (obj["metadata"]["name"], pc))
+            obj["spec"]["priority"] = self.store.get(t, "", pc).get("value", 0)
+
+    def _check_pod_update(self, rtype, old, new):
+        ospec, nspec = copy.deepcopy(old.get("spec", {})), copy.deepcopy(new.get("spec", {}))
+        self._default_pod({"spec": nspec})
+        for s in (ospec, nspec):
+            for c in s.get("containers", []) + s.get("initContainers", []):
+                c.pop("image", None)
+            s.pop("activeDeadlineSeconds", None)
+            s.pop("tolerations", None)
+            s.pop("terminationGracePeriodSeconds", None)
+        if ospec != nspec:
+            raise invalid(rtype, new["metadata"]["name"], [(
+                "spec", "FieldValueForbidden",
+                "Forbidden: pod updates may not change fields other than `spec.containers[*].image`"
+                ",`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
+                "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
+                "(allow it to be set to 1 if it was previously negative)")])

@@ -1,0 +1,42 @@
+"""The test hooks under /_emulator/ (admin token only): compact the change
+window, cut or abort every open watch, send bookmarks now, add a bearer
+token, list the last requests and the open watches. See the package's docstring.
+
+A mixin of the request handler (routing.py).
+"""
+import json
+
+from .errors import ApiError
+
+
+class EmulatorHooks:
+    def hook(self, method, path, query, raw, user):
+        api = self.api
+        if "system:masters" not in user[1]:
+            raise ApiError(403, "Forbidden", "test hooks need the admin token")
+        if path == "/_emulator/compact":
+            api.store.compact()
+            self.send_json(200, {"compactedResourceVersion": str(api.store.compacted)})
+        elif path == "/_emulator/cut-watches":
+            mode = query.get("mode", "end")
+            with api.store.lock:
+                n = len(api.store.watchers)
+                for w in list(api.store.watchers):
+                    w.q.put(("CUT", mode))
+            self.send_json(200, {"cut": n})
+        elif path == "/_emulator/bookmark":
+            api.send_bookmarks()
+            self.send_json(200, {"resourceVersion": str(api.store.rv)})
+        elif path == "/_emulator/token":
+            body = json.loads(raw)
+            api.tokens[body["token"]] = (body["user"], body.get("groups", []))
+            self.send_json(200, {"ok": True})
+        elif path == "/_emulator/requests":
+            self.send_json(200, list(api.requests))
+        elif path == "/_emulator/watches":
+            with api.store.lock:
+                watches = [{"user": w.user, "path": w.path, "openedAfter": w.opened_after}
+                           for w in api.store.watchers]
+            self.send_json(200, watches)
+        else:
+            raise ApiError(404, "NotFound", "no such hook")

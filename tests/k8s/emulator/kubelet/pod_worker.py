@@ -1,0 +1,267 @@
+"""The life of one pod on the node, in a thread of its own: volumes first,
+then the init containers in order, then the containers, restarted by the
+pod's restartPolicy with a crash-loop back-off; probes; the phase,
+conditions and container statuses written to pods/NAME/status;
+activeDeadlineSeconds; and, once the pod is marked for deletion, stopping
+every process within the grace period and deleting the pod for good.
+
+How containers are configured, started and probed is in the mixins:
+environment.py, volumes.py, runtime.py, probes.py.
+"""
+import copy
+import os
+import signal
+import threading
+import time
+
+from ..client import ApiError
+from ..clock import now_iso
+from .containers import ConfigError, Container
+from .environment import ContainerEnvironment
+from .log import log
+from .probes import Probes
+from .runtime import ProcessRunner
+from .volumes import PodVolumes, remove_created
+
+
+class PodWorker(ContainerEnvironment, PodVolumes, ProcessRunner, Probes, threading.Thread):
+    """The worker of one pod (uid) bound to this node."""
+
+    def __init__(self, kubelet, pod):
+        super().__init__(daemon=True)
+        self.kubelet = kubelet
+        self.pod = pod
+        md = pod["metadata"]
+        self.uid = md["uid"]
+        self.ns, self.name = md["namespace"], md["name"]
+        self.key = "%s/%s" % (self.ns, self.name)
+        self.ip = kubelet.allocate_ip(self.uid)
+        self.dir = os.path.join(kubelet.state_dir, "pods", "%s_%s_%s" % (self.ns, self.name,
+                                                                          self.uid))
+        self.log_dir = os.path.join(kubelet.log_dir, "%s_%s_%s" % (self.ns, self.name, self.uid))
+        self.hosts_path = os.path.join(self.dir, "etc-hosts")
+        self.lock = threading.Lock()
+        self.wake = threading.Event()
+        spec = pod["spec"]
+        self.inits = [Container(c, init=True) for c in spec.get("initContainers", [])]
+        self.containers = [Container(c) for c in spec.get("containers", [])]
+        self.phase = "Pending"
+        self.reason = None
+        self.message = None
+        self.start_time = now_iso()
+        self.conditions = {}
+        self.deleting = False
+        self.gone = False
+        self.links = []
+        self.volumes_ready = False
+        self.initialized = not self.inits
+        self.last_status = None
+        self.hostname = (spec.get("hostname") or self.name)[:63]
+
+    # -- status
+
+    def set_condition(self, ctype, value, reason=None):
+        cur = self.conditions.get(ctype)
+        value = "True" if value else "False"
+        if cur and cur["status"] == value:
+            return
+        c = {"type": ctype, "status": value, "lastProbeTime": None,
+             "lastTransitionTime": now_iso()}
+        if reason:
+            c["reason"] = reason
+        self.conditions[ctype] = c
+
+    def build_status(self):
+        running = [c for c in self.containers if "running" in c.state]
+        all_ready = bool(self.containers) and all(c.ready for c in self.containers)
+        self.set_condition("PodScheduled", True)
+        self.set_condition("Initialized", self.initialized,
+                           None if self.initialized else "ContainersNotInitialized")
+        self.set_condition("ContainersReady", all_ready,
+                           None if all_ready else "ContainersNotReady")
+        self.set_condition("Ready", all_ready, None if all_ready else "ContainersNotReady")
+        status = {
+            "phase": self.phase,
+            "conditions": [self.conditions[t] for t in
+                           ("Initialized", "Ready", "ContainersReady", "PodScheduled")],
+            "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
+            "podIP": self.ip, "podIPs": [{"ip": self.ip}],
+            "startTime": self.start_time,
+            "qosClass": self.pod.get("status", {}).get("qosClass", "BestEffort"),
+            "containerStatuses": [c.status() for c in self.containers],
+        }
+        if self.inits:
+            status["initContainerStatuses"] = [c.status() for c in self.inits]
+        if self.reason:
+            status["reason"] = self.reason
+        if self.message:
+            status["message"] = self.message
+        del running
+        return status
+
+    def push_status(self):
+        status = self.build_status()
+        if status == self.last_status or self.gone:
+            return
+        try:
+            self.kubelet.client.patch(self.kubelet.pod_path(self.ns, self.name) + "/status",
+                                      [{"op": "test", "path": "/metadata/uid", "value": self.uid},
+                                       {"op": "replace", "path": "/status", "value": status}],
+                                      kind="json")
+            self.last_status = copy.deepcopy(status)
+        except ApiError as e:
+            if e.code in (404, 422):
+                self.gone = True
+            else:
+                log("%s: status update failed: %s" % (self.key, e))
+        except OSError as e:
+            log("%s: status update failed: %s" % (self.key, e))
+
+    # -- restarts
+
+    def terminated(self, c, code, reason, started, finished, message=None, signal_no=None):
+        t = {"exitCode": code, "reason": reason, "startedAt": started, "finishedAt": finished,
+             "containerID": "emulated://%d" % c.proc.pid if c.proc else ""}
+        if message:
+            t["message"] = message
+        if signal_no:
+            t["signal"] = signal_no
+        c.state = {"terminated": t}
+        c.ready = False
+        policy = self.pod["spec"].get("restartPolicy", "Always")
+        if c.init:
+            restart = code != 0 and policy != "Never"
+        else:
+            restart = policy == "Always" or (policy == "OnFailure" and code != 0)
+        if self.deleting:
+            restart = False
+        if restart:
+            c.backoff = min(self.kubelet.max_backoff, c.backoff * 2 if c.backoff else
+                            self.kubelet.backoff)
+            c.backoff_until = time.time() + c.backoff
+            c.last_state = c.state
+            c.state = {"waiting": {"reason": "CrashLoopBackOff", "message": (
+                "back-off %gs restarting failed container=%s pod=%s_%s(%s)" % (
+                    c.backoff, c.name, self.name, self.ns, self.uid))}}
+        else:
+            c.done = True
+
+    def restart_due(self, c):
+        if c.done or "running" in c.state or self.deleting:
+            return False
+        return time.time() >= c.backoff_until
+
+    # -- the loop
+
+    def update_pod(self, pod):
+        with self.lock:
+            self.pod = pod
+            if pod["metadata"].get("deletionTimestamp"):
+                self.deleting = True
+        self.wake.set()
+
+    def run(self):
+        try:
+            self.loop()
+        except Exception as e:  # keep the node alive
+            import traceback
+            traceback.print_exc()
+            log("%s: worker failed: %r" % (self.key, e))
+        finally:
+            self.cleanup()
+
+    def loop(self):
+        os.makedirs(self.dir, exist_ok=True)
+        self.kubelet.write_pod_hosts(self)
+        self.push_status()
+        deadline = self.pod["spec"].get("activeDeadlineSeconds")
+        started = time.time()
+        while not self.gone:
+            if self.deleting:
+                grace = self.pod["metadata"].get("deletionGracePeriodSeconds", 30)
+                self.stop_all(grace)
+                if self.phase not in ("Succeeded", "Failed"):
+                    codes = [c.state.get("terminated", {}).get("exitCode", 0)
+                             for c in self.containers]
+                    self.phase = "Failed" if any(codes) else "Succeeded"
+                self.push_status()
+                try:
+                    self.kubelet.client.delete(self.kubelet.pod_path(self.ns, self.name), {
+                        "kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
+                        "preconditions": {"uid": self.uid}})
+                except (ApiError, OSError):
+                    pass
+                self.gone = True
+                break
+            if deadline and time.time() - started > deadline and \
+                    self.phase not in ("Succeeded", "Failed"):
+                self.stop_all(0)
+                self.phase, self.reason = "Failed", "DeadlineExceeded"
+                self.message = "Pod was active on the node longer than the specified deadline"
+                self.push_status()
+            if not self.volumes_ready and self.phase == "Pending":
+                try:
+                    self.prepare_volumes()
+                    self.volumes_ready = True
+                except ConfigError as e:
+                    for c in self.inits + self.containers:
+                        c.state = {"waiting": {"reason": "ContainerCreating"}}
+                    self.message = str(e)
+                except (ApiError, OSError) as e:
+                    self.message = str(e)
+            if self.volumes_ready and self.phase not in ("Succeeded", "Failed"):
+                self.step()
+            self.push_status()
+            self.wake.wait(0.1)
+            self.wake.clear()
+
+    def step(self):
+        if not self.initialized:
+            for c in self.inits:
+                self.reap(c)
+                if c.done and c.state["terminated"]["exitCode"] == 0:
+                    continue
+                if c.done:
+                    self.phase = "Failed"
+                    return
+                if "running" in c.state:
+                    return
+                if self.restart_due(c):
+                    self.start_container(c)
+                return
+            self.initialized = True
+            for c in self.containers:
+                c.state = {"waiting": {"reason": "PodInitializing"}}
+        for c in self.containers:
+            self.reap(c)
+            if self.restart_due(c):
+                self.start_container(c)
+            r = self.probe(c, "readinessProbe")
+            if r is not None:
+                c.ready = r
+            if self.probe(c, "livenessProbe") is False and c.proc:
+                self.kubelet.signal(c.proc, signal.SIGKILL)
+        states = [c.state for c in self.containers]
+        if all(c.done for c in self.containers):
+            codes = [s["terminated"]["exitCode"] for s in states]
+            self.phase = "Succeeded" if not any(codes) else "Failed"
+        elif any("running" in s for s in states) or any(c.started_once for c in self.containers):
+            self.phase = "Running"
+
+    def cleanup(self):
+        for c in self.inits + self.containers:
+            if c.proc and c.proc.poll() is None:
+                self.kubelet.signal(c.proc, signal.SIGKILL)
+        with self.kubelet.lock:
+            mine = set(self.links)
+            others = set()
+            for w in self.kubelet.workers.values():
+                if w is not self:
+                    others.update(w.links)
+        for link in reversed(self.links):
+            if link in others:
+                continue
+            remove_created(link)
+            self.kubelet.links.discard(link)
+        del mine
+        self.kubelet.forget(self)

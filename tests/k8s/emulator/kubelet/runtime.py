@@ -1,0 +1,159 @@
+"""The container runtime: each container is a local process group, started
+in its own mount and UTS namespace (isolation "namespace": volumes bind-mounted
+on their mountPaths, the pod's hosts file on /etc/hosts, the pod's hostname)
+or without namespaces (isolation "none": mountPaths become symbolic links),
+with its output in the container's log file; reaped when it exits; stopped
+with SIGTERM, then SIGKILL after the grace period.
+
+A mixin of PodWorker (pod_worker.py).
+"""
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+
+from ..client import ApiError
+from ..clock import now_iso
+from .containers import ConfigError, exit_code
+from .log import log
+
+
+def unshare_works():
+    """Whether this process may make mount and UTS namespaces (isolation
+    "namespace"), e.g. as root."""
+    if not shutil.which("unshare") or not shutil.which("mount"):
+        return False
+    try:
+        r = subprocess.run(["unshare", "--mount", "--uts", "--propagation", "private", "true"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=10)
+        return r.returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+class ProcessRunner:
+    def start_container(self, c):
+        try:
+            env = self.container_env(c)
+            mounts = self.mounts(c)
+        except ConfigError as e:
+            c.state = {"waiting": {"reason": e.reason, "message": str(e)}}
+            c.backoff_until = time.time() + 1
+            return False
+        except (ApiError, OSError) as e:
+            c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(e)}}
+            c.backoff_until = time.time() + 1
+            return False
+        if c.started_once:
+            c.restarts += 1
+        c.started_once = True
+        program, argv = self.resolve_program(c, env)
+        now = now_iso()
+        if program is None:
+            msg = "exec: %r: executable file not found in $PATH" % (argv[0] if argv else "")
+            self.terminated(c, 128, "StartError", now, now, msg)
+            return False
+        os.makedirs(self.log_dir, exist_ok=True)
+        log_path = os.path.join(self.log_dir, "%s.%d.log" % (c.name, c.restarts))
+        logf = open(log_path, "ab")
+        cwd = c.spec.get("workingDir") or self.dir
+        os.makedirs(cwd, exist_ok=True)
+        iso = self.kubelet.isolation
+        if iso == "namespace":
+            script = ["set -e", 'mount --bind "$KUBEPS_EMU_HOSTS" /etc/hosts',
+                      'hostname "$KUBEPS_EMU_HOSTNAME"']
+            margs = []
+            for i, (src, dst, ro) in enumerate(mounts):
+                margs += [src, dst]
+                n = 2 * i
+                script.append('s="$KUBEPS_EMU_M%d"; d="$KUBEPS_EMU_M%d"' % (n, n + 1))
+                self.make_target(src, dst)
+                script.append('mount --bind "$s" "$d"')
+                if ro:
+                    script.append('mount -o remount,bind,ro "$d" || true')
+            script.append("unset KUBEPS_EMU_HOSTS KUBEPS_EMU_HOSTNAME " + " ".join(
+                "KUBEPS_EMU_M%d" % i for i in range(len(margs))))
+            script.append('cd "$KUBEPS_EMU_CWD" 2>/dev/null || true; unset KUBEPS_EMU_CWD')
+            script.append('exec "$@"')
+            full_env = dict(env)
+            full_env["KUBEPS_EMU_HOSTS"] = self.hosts_path
+            full_env["KUBEPS_EMU_HOSTNAME"] = self.hostname
+            full_env["KUBEPS_EMU_CWD"] = cwd
+            for i, m in enumerate(margs):
+                full_env["KUBEPS_EMU_M%d" % i] = m
+            cmd = ["unshare", "--mount", "--uts", "--propagation", "private", "--", "/bin/sh",
+                   "-c", "\n".join(script), "sh", program] + argv
+            env = full_env
+        else:
+            for src, dst, _ in mounts:
+                if os.path.lexists(dst):
+                    if os.path.islink(dst) and dst in self.kubelet.links:
+                        # another pod's link: pods of one job mount the same
+                        # secret at the same path; the first pod's copy is seen
+                        if os.readlink(dst) != src:
+                            log("%s: %s is shared with another pod (isolation none)" % (
+                                self.key, dst))
+                        self.links.append(dst)
+                        continue
+                    if os.path.realpath(dst) == os.path.realpath(src):
+                        continue
+                    self.terminated(c, 128, "StartError", now, now,
+                                    "mountPath %s exists on this machine; the emulator cannot "
+                                    "mount over it without --isolation=namespace" % dst)
+                    logf.close()
+                    return False
+                self.make_parents(dst)
+                os.symlink(src, dst)
+                self.links.append(dst)
+                self.kubelet.links.add(dst)
+            cmd = [program] + argv
+        try:
+            c.proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=logf, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as e:
+            logf.close()
+            self.terminated(c, 128, "StartError", now, now, str(e))
+            return False
+        logf.close()
+        c.log_path = log_path
+        c.started_at = now
+        c.state = {"running": {"startedAt": now}}
+        c.ready = not c.spec.get("readinessProbe") and not c.init
+        c.probe_next = {}
+        c.probe_counts = {}
+        self.kubelet.track(c.proc)
+        if self.kubelet.stream_logs:
+            threading.Thread(target=self.kubelet.tail, args=(log_path, "%s/%s" % (
+                self.name, c.name), c.proc), daemon=True).start()
+        return True
+
+    def reap(self, c):
+        if c.proc is None or "running" not in c.state:
+            return False
+        rc = c.proc.poll()
+        if rc is None:
+            return False
+        self.kubelet.untrack(c.proc)
+        code = exit_code(rc)
+        self.terminated(c, code, "Completed" if code == 0 else "Error",
+                        c.started_at, now_iso(), signal_no=-rc if rc < 0 else None)
+        return True
+
+    def stop_all(self, grace):
+        procs = [c for c in self.inits + self.containers if c.proc and "running" in c.state]
+        for c in procs:
+            self.kubelet.signal(c.proc, signal.SIGTERM)
+        deadline = time.time() + max(0, grace)
+        while time.time() < deadline and any(c.proc.poll() is None for c in procs):
+            time.sleep(0.05)
+        for c in procs:
+            if c.proc.poll() is None:
+                self.kubelet.signal(c.proc, signal.SIGKILL)
+        for c in procs:
+            try:
+                c.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+            self.reap(c)

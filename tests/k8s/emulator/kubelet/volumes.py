@@ -1,0 +1,124 @@
+"""Pod volumes: secret, configMap and downwardAPI files, emptyDir folders and
+hostPath, written under the pod's folder; the mounts of each container; and
+the mount points and parent folders the kubelet creates on the host and
+removes again.
+
+A mixin of PodWorker (pod_worker.py).
+"""
+import base64
+import os
+
+from .containers import ConfigError
+
+
+def remove_created(path):
+    """Removes a link, an empty folder or an empty file the kubelet made."""
+    try:
+        if os.path.islink(path):
+            os.unlink(path)
+        elif os.path.isdir(path):
+            os.rmdir(path)   # only when empty (nothing is mounted on it any more)
+        elif os.path.isfile(path) and os.path.getsize(path) == 0:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+class PodVolumes:
+    def volume_dir(self, name):
+        return os.path.join(self.dir, "volumes", name)
+
+    def prepare_volumes(self):
+        for v in self.pod["spec"].get("volumes", []):
+            name = v["name"]
+            path = self.volume_dir(name)
+            if "hostPath" in v:
+                continue
+            os.makedirs(path, exist_ok=True)
+            files = {}
+            if "secret" in v or "configMap" in v:
+                kind = "secrets" if "secret" in v else "configmaps"
+                src = v.get("secret") or v.get("configMap")
+                ref = src.get("secretName") if kind == "secrets" else src.get("name")
+                obj = self.get_object(kind, ref or "", src.get("optional"))
+                if obj is None:
+                    continue
+                data = dict(obj.get("data") or {})
+                if kind == "secrets":
+                    data = {k: base64.b64decode(x) for k, x in data.items()}
+                else:
+                    data = {k: x.encode() for k, x in data.items()}
+                    for k, x in (obj.get("binaryData") or {}).items():
+                        data[k] = base64.b64decode(x)
+                items = src.get("items")
+                if items:
+                    for it in items:
+                        if it["key"] not in data:
+                            if src.get("optional"):
+                                continue
+                            raise ConfigError("CreateContainerConfigError",
+                                              "couldn't find key %s" % it["key"])
+                        files[it["path"]] = (data[it["key"]], it.get("mode"))
+                else:
+                    files = {k: (x, None) for k, x in data.items()}
+                default_mode = src.get("defaultMode", 0o644)
+            elif "downwardAPI" in v:
+                default_mode = v["downwardAPI"].get("defaultMode", 0o644)
+                for it in v["downwardAPI"].get("items", []):
+                    fp = (it.get("fieldRef") or {}).get("fieldPath", "")
+                    md = self.pod["metadata"]
+                    if fp in ("metadata.labels", "metadata.annotations"):
+                        d = md.get(fp.split(".")[1]) or {}
+                        text = "".join('%s="%s"\n' % kv for kv in sorted(d.items()))
+                    else:
+                        text = self.field_ref(fp)
+                    files[it["path"]] = (text.encode(), it.get("mode"))
+            else:
+                default_mode = None
+            for rel, (content, mode) in files.items():
+                target = os.path.join(path, rel)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+                with open(target, "wb") as f:
+                    f.write(content)
+                os.chmod(target, mode or default_mode or 0o644)
+
+    def mounts(self, c):
+        """[(source, mountPath, readOnly)] of the container."""
+        out = []
+        vols = {v["name"]: v for v in self.pod["spec"].get("volumes", [])}
+        for m in c.spec.get("volumeMounts", []):
+            v = vols.get(m["name"])
+            if v is None:
+                raise ConfigError("CreateContainerConfigError",
+                                  "volume %s not found in the pod spec" % m["name"])
+            src = v["hostPath"]["path"] if "hostPath" in v else self.volume_dir(m["name"])
+            if m.get("subPath"):
+                src = os.path.join(src, m["subPath"])
+            out.append((src, m["mountPath"], bool(m.get("readOnly"))))
+        return out
+
+    def make_parents(self, path):
+        """Creates the missing parents of `path`, remembering them so that
+        cleanup() removes them again."""
+        missing = []
+        parent = os.path.dirname(path)
+        while parent and not os.path.exists(parent):
+            missing.append(parent)
+            parent = os.path.dirname(parent)
+        for d in reversed(missing):
+            os.mkdir(d)
+            self.links.append(d)
+            self.kubelet.links.add(d)
+
+    def make_target(self, src, dst):
+        """A mount point on the host for a bind mount (an empty folder or
+        file), removed again when the pod goes."""
+        if os.path.lexists(dst):
+            return
+        self.make_parents(dst)
+        if os.path.isdir(src):
+            os.mkdir(dst)
+        else:
+            open(dst, "a").close()
+        self.links.append(dst)
+        self.kubelet.links.add(dst)
