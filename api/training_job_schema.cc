@@ -136,6 +136,8 @@ std::vector<FieldSpec> BuildSpecFields() {
           .Doc("a restarted shard reloads its newest checkpoint"),
       Object("runPolicy", RunPolicyFields())
           .Doc("restarts, deadlines and the clean-up of the job's pods"),
+      // No defaults in the CRD: a job without gang scheduling keeps no
+      // schedulingPolicy in the API server (as before the table).
       Object("schedulingPolicy", SchedulingPolicyFields())
           .NoDefaultInCrd()
           .Doc("gang scheduling (Volcano or scheduler-plugins)"),
