@@ -390,6 +390,8 @@ Status FakeKubeClient::Watch(const std::string& path, const std::string& resourc
   while (streaming) {
     for (const WatchEvent& event : batch) {
       if (!on_event(event) || event.type == "ERROR") streaming = false;
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++delivered_events_;
       if (!streaming) break;
     }
     batch.clear();
@@ -533,6 +535,11 @@ void FakeKubeClient::ClearRequests() {
 int FakeKubeClient::open_watches() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return open_watches_;
+}
+
+int FakeKubeClient::delivered_events() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return delivered_events_;
 }
 
 bool FakeKubeClient::AwaitOpenWatches(int count, std::chrono::milliseconds timeout) {

@@ -104,6 +104,8 @@ class FakeKubeClient : public KubeClient {
   std::vector<Request> RequestsTo(const std::string& method, const std::string& prefix) const;
   void ClearRequests();
   int open_watches() const;
+  // Watch events handed to on_event so far (and returned from), all watches.
+  int delivered_events() const;
   // Waits until at least `count` watches are open; false on timeout.
   bool AwaitOpenWatches(int count, std::chrono::milliseconds timeout);
 
@@ -149,6 +151,7 @@ class FakeKubeClient : public KubeClient {
   bool gone_before_streaming_ = false;
   uint64_t watch_epoch_ = 0;  // EndWatches() moves it on
   int open_watches_ = 0;
+  int delivered_events_ = 0;
   std::vector<Failure> failures_;
   std::vector<Request> requests_;
 };
