@@ -60,6 +60,7 @@ JobStatus JobController::Observe(const std::vector<ReplicaStatus>& replicas) con
       ++counts.failed;
     else
       ++counts.active;
+    if (r.phase == ReplicaPhase::kRunning) ++counts.running;
     status.restarts += r.restarts;
   }
   return status;
@@ -141,7 +142,8 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
   if (restarting) {
     status.phase = JobPhase::kRestarting;
     status.reason = "ReplicaRestarted";
-  } else if (status.workers.active + status.workers.succeeded == job_.spec.worker.replicas) {
+  } else if (status.workers.running + status.workers.succeeded == job_.spec.worker.replicas) {
+    // Running, not merely created: a pending pod may wait long for a node.
     status.phase = JobPhase::kRunning;
     status.reason = "JobRunning";
     status.message = "every replica is running";

@@ -182,6 +182,20 @@ TEST_F(JobReconcilerTest, RunningPodsMakeARunningJob) {
   EXPECT_EQ(Metric("kubeps_operator_job_startup_seconds"), 1);
 }
 
+// Pods the scheduler has not placed yet (no GPU free, an image still
+// pulling) are not running, and `kubectl get tj` must not say they are.
+TEST_F(JobReconcilerTest, PendingPodsDoNotMakeARunningJob) {
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  ASSERT_TRUE(Reconcile().ok());  // observes the pods, all Pending
+  EXPECT_EQ(StatusOfJob()["phase"], "Created");
+  EXPECT_EQ(Metric("kubeps_operator_job_startup_seconds"), 0);
+  SetAllPods("Running");
+  SetPod("mnist-worker-1", "Pending");
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(StatusOfJob()["phase"], "Created");
+}
+
 TEST_F(JobReconcilerTest, AFailedWorkerPodIsReplacedByANewPod) {
   CreateJob();
   ASSERT_TRUE(Reconcile().ok());
