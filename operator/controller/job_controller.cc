@@ -120,6 +120,10 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
       // Everything but the scheduler needs its address; wait for it.
       if (name.role != ReplicaRole::kScheduler && scheduler_address.empty()) continue;
       Status s = cluster_->Create(build_launch_(name, scheduler_address));
+      if (s.code() == Status::Code::kUnavailable) {
+        KLOG_INFO << "starting " << name.ToString() << ": " << s.message() << "; trying again";
+        continue;
+      }
       if (!s.ok())
         return Fail("CreateFailed", "cannot start " + name.ToString() + ": " + s.message(), now_ms);
       continue;
@@ -133,6 +137,10 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
         DecideRestart(job_.spec.run_policy, name.ToString(), r.exit_code, status.restarts);
     if (!decision.restart) return Fail(decision.code, decision.reason, now_ms);
     Status s = cluster_->Create(build_launch_(name, scheduler_address));
+    if (s.code() == Status::Code::kUnavailable) {
+      KLOG_INFO << "restarting " << name.ToString() << ": " << s.message() << "; trying again";
+      continue;
+    }
     if (!s.ok())
       return Fail("CreateFailed", "cannot restart " + name.ToString() + ": " + s.message(), now_ms);
     ++status.restarts;

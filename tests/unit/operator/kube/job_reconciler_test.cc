@@ -317,6 +317,33 @@ TEST_F(JobReconcilerTest, AServiceThatCannotBeCreatedFailsTheReconcile) {
   EXPECT_EQ(fake_.List(kServicesPath).size(), 2u);
 }
 
+// The API server throttles (429), fails over (5xx) or drops a connection:
+// the pod is created on a later pass and the job goes on. Only a request the
+// server refuses for good (422 Invalid) fails the job.
+TEST_F(JobReconcilerTest, ATransientErrorCreatingAPodIsRetriedNotAFailedJob) {
+  for (int code : {0, 429, 500, 503}) {
+    SCOPED_TRACE("code " + std::to_string(code));
+    fake_.Remove(kJob);
+    for (const auto& name : Names(fake_.List(kPodsPath))) fake_.Remove(kPodsPath + "/" + name);
+    CreateJob();
+    fake_.FailNext("POST", kPodsPath, 1, code);
+    ASSERT_TRUE(Reconcile().ok());
+    EXPECT_EQ(StatusOfJob()["phase"], "Created");
+    EXPECT_GT(result_.requeue_after.count(), 0);
+    ASSERT_TRUE(Reconcile().ok());
+    EXPECT_EQ(fake_.List(kPodsPath).size(), kPodNames.size());
+    EXPECT_EQ(StatusOfJob()["phase"], "Created");
+  }
+}
+
+TEST_F(JobReconcilerTest, APodTheServerRefusesFailsTheJob) {
+  CreateJob();
+  fake_.FailNext("POST", kPodsPath, 1, 422);
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(StatusOfJob()["phase"], "Failed");
+  EXPECT_EQ(StatusOfJob()["conditions"].back()["reason"], "CreateFailed");
+}
+
 TEST_F(JobReconcilerTest, EventsAreBestEffort) {
   CreateJob();
   fake_.FailNext("POST", kEventsPath, 100, 500);
