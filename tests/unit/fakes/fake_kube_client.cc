@@ -123,8 +123,7 @@ constexpr CodeText kCodes[] = {
     {422, "Unprocessable Entity", "Invalid"},
     {429, "Too Many Requests", "TooManyRequests"},
     {503, "Service Unavailable", "ServiceUnavailable"},
-    {500, "Internal Server Error", "InternalError"},  // also for any other code
-};
+    {500, "Internal Server Error", "InternalError"}};  // the last: any other code
 
 const CodeText& TextOf(int code) {
   for (const CodeText& text : kCodes) {
@@ -146,6 +145,8 @@ Response Error(int code, const std::string& reason, const std::string& message) 
 Response Success(int code, json body) {
   return Response{code, TextOf(code).phrase, std::move(body)};
 }
+
+json BodyIfOk(const Response& response) { return response.ok() ? response.body : json(nullptr); }
 
 Response NotFound(const ApiPath& p) {
   return Error(404, "NotFound", p.Resource() + " \"" + p.name + "\" not found");
@@ -202,11 +203,9 @@ Response FakeKubeClient::DoCreate(const std::string& path, json object) {
                  "the request");
   }
   if (!p.namespace_.empty()) meta["namespace"] = p.namespace_;
-  if (meta.value("name", "").empty() && !meta.value("generateName", "").empty())
-    meta["name"] = meta["generateName"].get<std::string>() + std::to_string(next_uid_);
   p.name = meta.value("name", "");
   p.namespace_ = meta.value("namespace", "");
-  if (p.name.empty()) return Error(422, "Invalid", "name or generateName is required");
+  if (p.name.empty()) return Error(422, "Invalid", "metadata.name is required");
   if (objects_.count(p.ObjectPath())) {
     return Error(409, "AlreadyExists", p.Resource() + " " + Quoted(p.name) + " already exists");
   }
@@ -229,11 +228,6 @@ Response FakeKubeClient::DoUpdate(const std::string& path, const json& body, boo
   if (it == objects_.end()) return NotFound(p);
   const json& stored = it->second;
   const json body_meta = body.value("metadata", json::object());
-  if (!merge_patch && body_meta.value("name", p.name) != p.name) {
-    return Error(400, "BadRequest",
-                 "the name of the object (" + body_meta.value("name", "") +
-                     ") does not match the name on the URL (" + p.name + ")");
-  }
   const std::string wanted = body_meta.value("resourceVersion", "");
   if (!by_test && !wanted.empty() && wanted != stored["metadata"]["resourceVersion"]) {
     return Error(409, "Conflict",
@@ -423,42 +417,26 @@ Status FakeKubeClient::Watch(const std::string& path, const std::string& resourc
 // Test controls.
 
 json FakeKubeClient::Create(const std::string& collection, json object) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Response r = DoCreate(collection, std::move(object));
-  return r.ok() ? r.body : json(nullptr);
+  return Locked([&] { return BodyIfOk(DoCreate(collection, std::move(object))); });
 }
 
 json FakeKubeClient::SetStatus(const std::string& path, const json& status) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Response r = DoUpdate(path + "/status", {{"status", status}}, false, true);
-  return r.ok() ? r.body : json(nullptr);
+  return Locked([&] {
+    return BodyIfOk(DoUpdate(path + "/status", {{"status", status}}, false, true));
+  });
 }
 
 json FakeKubeClient::Modify(const std::string& path, const json& patch) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  Response r = DoUpdate(path, patch, true, true);
-  return r.ok() ? r.body : json(nullptr);
-}
-
-void FakeKubeClient::Remove(const std::string& path) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  DoDelete(path);
+  return Locked([&] { return BodyIfOk(DoUpdate(path, patch, true, true)); });
 }
 
 json FakeKubeClient::Object(const std::string& path) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = objects_.find(path);
-  return it == objects_.end() ? json(nullptr) : it->second;
+  return Locked([&] { return BodyIfOk(DoGet(WithoutQuery(path))); });
 }
 
 std::vector<json> FakeKubeClient::List(const std::string& collection) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return DoGet(collection).body.value("items", json::array()).get<std::vector<json>>();
-}
-
-std::string FakeKubeClient::resource_version() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return std::to_string(resource_version_);
+  return Locked([&] { return DoGet(collection).body.value("items", json::array()); })
+      .get<std::vector<json>>();
 }
 
 int FakeKubeClient::CollectGarbage() {
@@ -484,8 +462,7 @@ int FakeKubeClient::CollectGarbage() {
 
 void FakeKubeClient::FailNext(const std::string& method, const std::string& path, int times,
                               int code) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  failures_.push_back({method, WithoutQuery(path), times, code});
+  Locked([&] { failures_.push_back({method, WithoutQuery(path), times, code}); });
 }
 
 void FakeKubeClient::CompactHistory() {
@@ -512,11 +489,6 @@ void FakeKubeClient::SendBookmark() {
   Record("BOOKMARK", "", {{"kind", "Bookmark"}, {"metadata", {{"resourceVersion", rv}}}});
 }
 
-std::vector<Request> FakeKubeClient::requests() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return requests_;
-}
-
 std::vector<Request> FakeKubeClient::RequestsTo(const std::string& method,
                                                 const std::string& prefix) const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -525,21 +497,6 @@ std::vector<Request> FakeKubeClient::RequestsTo(const std::string& method,
     if (r.method == method && WithoutQuery(r.path).rfind(prefix, 0) == 0) out.push_back(r);
   }
   return out;
-}
-
-void FakeKubeClient::ClearRequests() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  requests_.clear();
-}
-
-int FakeKubeClient::open_watches() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return open_watches_;
-}
-
-int FakeKubeClient::delivered_events() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return delivered_events_;
 }
 
 bool FakeKubeClient::AwaitOpenWatches(int count, std::chrono::milliseconds timeout) {

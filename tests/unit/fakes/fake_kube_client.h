@@ -56,6 +56,13 @@ struct Request {
 };
 
 class FakeKubeClient : public KubeClient {
+  // Runs `function` with mutex_ held (first: the accessors below use it).
+  template <typename Function>
+  auto Locked(Function function) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return function();
+  }
+
  public:
   Status Get(const std::string& path, Response* response) override;
   Status Post(const std::string& path, const nlohmann::json& body, Response* response) override;
@@ -73,12 +80,16 @@ class FakeKubeClient : public KubeClient {
   nlohmann::json SetStatus(const std::string& path, const nlohmann::json& status);
   // Merge-patches the object at `path` (status included), unconditionally.
   nlohmann::json Modify(const std::string& path, const nlohmann::json& patch);
-  void Remove(const std::string& path);
+  void Remove(const std::string& path) {
+    Locked([&] { DoDelete(path); });
+  }
   // The stored object, or null.
   nlohmann::json Object(const std::string& path) const;
   // Objects of `collection` (any namespace when it names none).
   std::vector<nlohmann::json> List(const std::string& collection) const;
-  std::string resource_version() const;
+  std::string resource_version() const {
+    return Locked([&] { return std::to_string(resource_version_); });
+  }
   // Deletes every object whose controller ownerReference names a uid that
   // no longer exists, as the garbage collector does; returns how many.
   int CollectGarbage();
@@ -92,20 +103,30 @@ class FakeKubeClient : public KubeClient {
   void CompactHistory();
   // Keeps only the last `events` events of history (default: all).
   void set_history_limit(size_t events);
-  void set_gone_before_streaming(bool http_410) { gone_before_streaming_ = http_410; }
+  void set_gone_before_streaming(bool http_410) {
+    Locked([&] { gone_before_streaming_ = http_410; });
+  }
   // Ends every open watch cleanly, as the server's timeoutSeconds does.
   void EndWatches();
   // Sends a BOOKMARK with the current resourceVersion to open watches.
   void SendBookmark();
 
   // --- Reading back. ---
-  std::vector<Request> requests() const;
+  std::vector<Request> requests() const {
+    return Locked([&] { return requests_; });
+  }
   // Requests with this method whose path (query left out) starts with `prefix`.
   std::vector<Request> RequestsTo(const std::string& method, const std::string& prefix) const;
-  void ClearRequests();
-  int open_watches() const;
+  void ClearRequests() {
+    Locked([&] { requests_.clear(); });
+  }
+  int open_watches() const {
+    return Locked([&] { return open_watches_; });
+  }
   // Watch events handed to on_event so far (and returned from), all watches.
-  int delivered_events() const;
+  int delivered_events() const {
+    return Locked([&] { return delivered_events_; });
+  }
   // Waits until at least `count` watches are open; false on timeout.
   bool AwaitOpenWatches(int count, std::chrono::milliseconds timeout);
 
