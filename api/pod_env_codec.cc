@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cstdio>
 #include <fstream>
 
@@ -40,10 +41,21 @@ void AddNodeFlags(CLI::App* app, NodeConfig* c) {
   const auto text = [&](const char* variable, std::string* field, const char* help) {
     app->add_option(FlagName(variable), *field, help)->envname(variable)->capture_default_str();
   };
+  // A pod is configured through its variables, so a bad value names the
+  // variable as well as the flag (CLI11's own range checks name the flag only).
   const auto number = [&](const char* variable, int* field, int min, const char* help) {
-    app->add_option(FlagName(variable), *field, help)
+    const std::string flag = FlagName(variable);
+    auto in_range = [variable, flag, min](std::string& value) -> std::string {
+      int parsed = 0;
+      const char* end = value.data() + value.size();
+      auto [rest, error] = std::from_chars(value.data(), end, parsed);
+      if (error == std::errc() && rest == end && parsed >= min) return "";
+      return std::string(variable) + " (or " + flag +
+             ") must be an integer >= " + std::to_string(min) + ", got \"" + value + "\"";
+    };
+    app->add_option(flag, *field, help)
         ->envname(variable)
-        ->check(min == 0 ? CLI::NonNegativeNumber : CLI::PositiveNumber)
+        ->check(CLI::Validator(in_range, min == 0 ? "NONNEGATIVE" : "POSITIVE"))
         ->capture_default_str();
   };
   text(env::kRole, &c->role, "scheduler | server | worker | local");

@@ -101,7 +101,9 @@ TrainingJobStatus StatusFromJson(const json& status) {
                             c.value("message", ""), c.value("lastUpdateTime", ""),
                             c.value("lastTransitionTime", "")});
   }
-  for (const auto& [role, counts] : status.value("replicaStatuses", json::object()).items()) {
+  // Named: items() of a temporary would iterate over a destroyed object.
+  const json replicas = status.value("replicaStatuses", json::object());
+  for (const auto& [role, counts] : replicas.items()) {
     if (!counts.is_object()) continue;
     s.replica_statuses[role] = {counts.value("active", 0), counts.value("succeeded", 0),
                                 counts.value("failed", 0), counts.value("restarts", 0)};

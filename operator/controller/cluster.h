@@ -53,7 +53,9 @@ class Cluster {
  public:
   virtual ~Cluster() = default;
   // Starts the replica; if one of that name exists and has ended, it is
-  // replaced and its restart count goes up.
+  // replaced and its restart count goes up. kUnavailable: a passing failure
+  // (the backend could not be reached), tried again on the next pass; any
+  // other error fails the job.
   virtual Status Create(const ReplicaLaunch& launch) = 0;
   // Stops the replica (gracefully, then by force) and forgets it.
   virtual Status Delete(const ReplicaName& name) = 0;

@@ -60,6 +60,7 @@ JobStatus JobController::Observe(const std::vector<ReplicaStatus>& replicas) con
       ++counts.failed;
     else
       ++counts.active;
+    if (r.phase == ReplicaPhase::kRunning) ++counts.running;
     status.restarts += r.restarts;
   }
   return status;
@@ -119,6 +120,10 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
       // Everything but the scheduler needs its address; wait for it.
       if (name.role != ReplicaRole::kScheduler && scheduler_address.empty()) continue;
       Status s = cluster_->Create(build_launch_(name, scheduler_address));
+      if (s.code() == Status::Code::kUnavailable) {
+        KLOG_INFO << "starting " << name.ToString() << ": " << s.message() << "; trying again";
+        continue;
+      }
       if (!s.ok())
         return Fail("CreateFailed", "cannot start " + name.ToString() + ": " + s.message(), now_ms);
       continue;
@@ -132,6 +137,10 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
         DecideRestart(job_.spec.run_policy, name.ToString(), r.exit_code, status.restarts);
     if (!decision.restart) return Fail(decision.code, decision.reason, now_ms);
     Status s = cluster_->Create(build_launch_(name, scheduler_address));
+    if (s.code() == Status::Code::kUnavailable) {
+      KLOG_INFO << "restarting " << name.ToString() << ": " << s.message() << "; trying again";
+      continue;
+    }
     if (!s.ok())
       return Fail("CreateFailed", "cannot restart " + name.ToString() + ": " + s.message(), now_ms);
     ++status.restarts;
@@ -141,7 +150,8 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
   if (restarting) {
     status.phase = JobPhase::kRestarting;
     status.reason = "ReplicaRestarted";
-  } else if (status.workers.active + status.workers.succeeded == job_.spec.worker.replicas) {
+  } else if (status.workers.running + status.workers.succeeded == job_.spec.worker.replicas) {
+    // Running, not merely created: a pending pod may wait long for a node.
     status.phase = JobPhase::kRunning;
     status.reason = "JobRunning";
     status.message = "every replica is running";

@@ -26,7 +26,8 @@ using api::JobPhase;
 using api::ToString;
 
 struct RoleCounts {
-  int active = 0;
+  int active = 0;   // pending or running
+  int running = 0;  // of those, running
   int succeeded = 0;
   int failed = 0;
 };

@@ -124,7 +124,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   api::TrainingJobStatus next = BuildStatus(job, status, spec, observed);
   if (observed.phase == JobPhase::kRunning) ProbeProgress(pods, &state, &next);
   if (observed.phase == JobPhase::kRunning && !state.reported_running &&
-      observed.workers.active == spec.spec.worker.replicas) {
+      observed.workers.running == spec.spec.worker.replicas) {
     state.reported_running = true;
     auto created = ParseTime(job["metadata"].value("creationTimestamp", ""));
     metrics_

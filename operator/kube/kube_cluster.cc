@@ -102,13 +102,18 @@ Status KubeCluster::Create(const controller::ReplicaLaunch& launch) {
   }
   json pod = BuildPod(job_, spec_, launch, restarts, images_);
   Response response;
-  if (Status s = client_->Post(PodsPath(), pod, &response); !s.ok()) return s;
-  if (!response.ok() && response.code != 409) {
-    return Status::Error("creating pod " + pod["metadata"]["name"].get<std::string>() + ": " +
-                         response.Describe());
+  const std::string pod_name = pod["metadata"]["name"];
+  // Unreachable, throttled (429) or failing over (5xx): the API server will
+  // take the pod later, so the job logic tries again instead of failing.
+  if (Status s = client_->Post(PodsPath(), pod, &response); !s.ok()) {
+    return Status::Unavailable("creating pod " + pod_name + ": " + s.message());
   }
-  if (response.ok())
-    created_.push_back(pod["metadata"]["name"]);  // 409: an earlier reconcile made it
+  if (!response.ok() && response.code != 409) {
+    const std::string message = "creating pod " + pod_name + ": " + response.Describe();
+    if (response.code == 429 || response.code >= 500) return Status::Unavailable(message);
+    return Status::Error(message);
+  }
+  if (response.ok()) created_.push_back(pod_name);  // 409: an earlier reconcile made it
   pods_.push_back(response.code == 409 ? pod : response.body);
   if (existing != newest.end()) {
     // The failed pod has told us what we needed; free its node resources.

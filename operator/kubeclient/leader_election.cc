@@ -68,16 +68,22 @@ bool LeaderElector::AwaitLeadership(const std::atomic<bool>& stop) {
 
 bool LeaderElector::KeepLeading(const std::atomic<bool>& stop) {
   auto last_renewal = std::chrono::steady_clock::now();
+  // Checked while waiting too: past the deadline a standby may soon lead, so
+  // stop acting at once rather than at the next renewal.
+  auto past_deadline = [&] {
+    return std::chrono::steady_clock::now() - last_renewal >
+           std::chrono::milliseconds(config_.renew_deadline_ms);
+  };
   while (!stop) {
     for (int waited = 0; waited < config_.renew_interval_ms && !stop; waited += 100) {
+      if (past_deadline()) return false;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     if (stop) break;
     if (TryAcquireOrRenew()) {
       last_renewal = std::chrono::steady_clock::now();
-    } else if (std::chrono::steady_clock::now() - last_renewal >
-               std::chrono::seconds(config_.lease_duration_s)) {
-      return false;  // someone else may lead now: stop acting at once
+    } else if (past_deadline()) {
+      return false;
     }
   }
   return true;

@@ -22,6 +22,10 @@ struct LeaseConfig {
   std::string identity;  // this replica, e.g. its pod name
   int lease_duration_s = 15;
   int renew_interval_ms = 5000;
+  // A leader that could not renew for this long stops leading. Shorter than
+  // the lease (client-go's RenewDeadline), so that it has stopped before a
+  // standby may take the expired lease over.
+  int renew_deadline_ms = 10000;
 };
 
 class LeaderElector {
@@ -33,7 +37,8 @@ class LeaderElector {
   bool TryAcquireOrRenew();
   // Blocks until this replica leads (true) or `stop` (false).
   bool AwaitLeadership(const std::atomic<bool>& stop);
-  // Renews until `stop` or until the lease is lost; returns false if lost.
+  // Renews until `stop` or until the lease is lost (not renewed for
+  // renew_deadline_ms); returns false if lost.
   bool KeepLeading(const std::atomic<bool>& stop);
   // Gives the lease up at shutdown, so a standby takes over at once.
   void Release();

@@ -29,6 +29,7 @@ class FakeCluster : public Cluster {
     created.push_back(launch.name.ToString());
     launches.push_back(launch);
     if (fail_create.count(launch.name.ToString())) return Status::Error("no room on any node");
+    if (unavailable.count(launch.name.ToString())) return Status::Unavailable("API unreachable");
     auto it = replicas.find(launch.name);
     if (it != replicas.end()) {
       // Replaces an ended replica, as a real backend does.
@@ -64,7 +65,7 @@ class FakeCluster : public Cluster {
   std::map<ReplicaName, ReplicaStatus> replicas;
   std::vector<std::string> created, deleted;
   std::vector<ReplicaLaunch> launches;
-  std::set<std::string> fail_create;
+  std::set<std::string> fail_create, unavailable;
   std::string address;
 };
 
@@ -329,6 +330,30 @@ TEST_F(JobControllerTest, CreateFailureFailsTheJob) {
   size_t creates = cluster_.created.size();
   EXPECT_EQ(controller_->Reconcile(100).phase, JobPhase::kFailed);
   EXPECT_EQ(cluster_.created.size(), creates);
+}
+
+// kUnavailable from the backend is a passing failure: the next pass tries
+// again, whether the replica is new or a restart.
+TEST_F(JobControllerTest, AnUnavailableBackendIsTriedAgainNotAFailure) {
+  Start();
+  cluster_.address = "10.1.2.3:7000";
+  cluster_.unavailable.insert("worker-1");
+  EXPECT_EQ(controller_->Reconcile(0).phase, JobPhase::kCreated);
+  EXPECT_FALSE(cluster_.replicas.count(Worker(1)));
+  cluster_.unavailable.clear();
+  controller_->Reconcile(100);
+  EXPECT_TRUE(cluster_.replicas.count(Worker(1)));
+
+  cluster_.SetAll(ReplicaPhase::kRunning);
+  cluster_.Set(Worker(0), ReplicaPhase::kFailed, 1);
+  cluster_.unavailable.insert("worker-0");
+  JobStatus status = controller_->Reconcile(200);
+  EXPECT_NE(status.phase, JobPhase::kFailed);
+  EXPECT_EQ(cluster_.replicas[Worker(0)].restarts, 0);
+  cluster_.unavailable.clear();
+  status = controller_->Reconcile(300);
+  EXPECT_EQ(status.phase, JobPhase::kRestarting);
+  EXPECT_EQ(cluster_.replicas[Worker(0)].restarts, 1);
 }
 
 TEST_F(JobControllerTest, FailedJobLeavesNoReplicaRunning) {

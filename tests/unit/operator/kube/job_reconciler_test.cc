@@ -1,0 +1,356 @@
+// The operator's reconcile of one TrainingJob (operator/kube/job_reconciler.h)
+// against the fake API server: what a new job gets, that a second pass and a
+// restarted operator change nothing, how failed pods are replaced, how the
+// status is written (through /status, retried on a 409 onto the newest
+// object), and the invalid, suspended and finished cases.
+#include "operator/kube/job_reconciler.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "operator/kubeclient/api_path.h"
+#include "operator/kubeclient/time_format.h"
+#include "tests/unit/fakes/fake_kube_client.h"
+
+namespace kubeps::kube {
+namespace {
+
+using fake::FakeKubeClient;
+using nlohmann::json;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
+using ::testing::UnorderedElementsAreArray;
+
+const std::string kNamespace = "team-a";
+const std::string kJobsPath = CollectionPath(kTrainingJobs, kNamespace);
+const std::string kJob = kJobsPath + "/mnist";
+const std::string kPodsPath = CollectionPath(kPods, kNamespace);
+const std::string kServicesPath = CollectionPath(kServices, kNamespace);
+const std::string kSecretsPath = CollectionPath(kSecrets, kNamespace);
+const std::string kEventsPath = CollectionPath(kEvents, kNamespace);
+// One scheduler, one server, two workers.
+const std::vector<std::string> kPodNames = {"mnist-scheduler-0", "mnist-server-0", "mnist-worker-0",
+                                            "mnist-worker-1"};
+
+json JobManifest() {
+  return {{"apiVersion", "kubeps.io/v1alpha1"},
+          {"kind", "TrainingJob"},
+          {"metadata", {{"name", "mnist"}, {"namespace", kNamespace}}},
+          {"spec",
+           {{"dataset", {{"path", "/data"}}},
+            {"replicaSpecs", {{"ps", {{"replicas", 1}}}, {"worker", {{"replicas", 2}}}}}}}};
+}
+
+std::vector<std::string> Names(const std::vector<json>& objects) {
+  std::vector<std::string> names;
+  for (const auto& object : objects) names.push_back(object["metadata"]["name"]);
+  return names;
+}
+
+class JobReconcilerTest : public ::testing::Test {
+ protected:
+  JobReconcilerTest() {
+    EXPECT_TRUE(MetricsServer::Start("", -1, {}, &metrics_).ok());
+    reconciler_ = std::make_unique<JobReconciler>(&fake_, ImageSet{}, metrics_.get());
+  }
+
+  json CreateJob(json manifest = JobManifest()) {
+    json job = fake_.Create(kJobsPath, std::move(manifest));
+    uid_ = job["metadata"]["uid"];
+    return job;
+  }
+  // One reconcile of the job as the server has it now, with its pods as the
+  // operator's cache would hand them over.
+  Status Reconcile() { return ReconcileWith(fake_.Object(kJob), fake_.List(kPodsPath)); }
+  Status ReconcileWith(const json& job, const std::vector<json>& pods) {
+    result_ = ReconcileResult();
+    return reconciler_->Reconcile(job, pods, &result_);
+  }
+  json StatusOfJob() { return fake_.Object(kJob)["status"]; }
+  // The phase the kubelet reports; `exit_code` for a finished container.
+  void SetPod(const std::string& name, const std::string& phase, int exit_code = 0) {
+    json status = {{"phase", phase}};
+    if (phase == "Succeeded" || phase == "Failed") {
+      status["containerStatuses"] = {
+          {{"name", "c"}, {"state", {{"terminated", {{"exitCode", exit_code}}}}}}};
+    }
+    ASSERT_FALSE(fake_.SetStatus(kPodsPath + "/" + name, status).is_null()) << name;
+  }
+  void SetAllPods(const std::string& phase) {
+    for (const auto& name : Names(fake_.List(kPodsPath))) SetPod(name, phase);
+  }
+  std::vector<std::string> EventReasons() {
+    std::vector<std::string> reasons;
+    for (const auto& event : fake_.List(kEventsPath)) reasons.push_back(event["reason"]);
+    return reasons;
+  }
+  double Metric(const std::string& name) {
+    for (const auto& family : metrics_->registry().Collect()) {
+      if (family.name == name && !family.metric.empty())
+        return family.metric[0].counter.value + family.metric[0].histogram.sample_count;
+    }
+    return 0;
+  }
+
+  FakeKubeClient fake_;
+  std::unique_ptr<MetricsServer> metrics_;
+  std::unique_ptr<JobReconciler> reconciler_;
+  ReconcileResult result_;
+  std::string uid_;
+};
+
+TEST_F(JobReconcilerTest, ANewJobGetsItsSecretServicesAndPodsOwnedByIt) {
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_THAT(Names(fake_.List(kPodsPath)), UnorderedElementsAreArray(kPodNames));
+  EXPECT_THAT(Names(fake_.List(kServicesPath)), UnorderedElementsAre("mnist", "mnist-scheduler"));
+  EXPECT_THAT(Names(fake_.List(kSecretsPath)), UnorderedElementsAre("mnist-token"));
+  std::vector<json> owned = fake_.List(kPodsPath);
+  for (const auto& more : {fake_.List(kServicesPath), fake_.List(kSecretsPath)})
+    owned.insert(owned.end(), more.begin(), more.end());
+  for (const auto& object : owned) {
+    const json& owners = object["metadata"]["ownerReferences"];
+    ASSERT_EQ(owners.size(), 1u) << object["metadata"]["name"];
+    EXPECT_EQ(owners[0]["uid"], uid_);
+    EXPECT_EQ(owners[0]["kind"], "TrainingJob");
+    EXPECT_EQ(owners[0]["controller"], true);
+  }
+  // Garbage collection would take them all with the job.
+  fake_.Remove(kJob);
+  EXPECT_EQ(fake_.CollectGarbage(), static_cast<int>(owned.size()));
+}
+
+// The status says what the pass observed before it acted: no pods yet.
+TEST_F(JobReconcilerTest, TheFirstStatusSaysCreatedAndTheJobIsLookedAtAgain) {
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  json status = StatusOfJob();
+  EXPECT_EQ(status["phase"], "Created");
+  EXPECT_EQ(status["workers"], "0/2");
+  EXPECT_EQ(status["observedGeneration"], 1);
+  EXPECT_FALSE(status.value("startTime", "").empty());
+  EXPECT_EQ(fake_.RequestsTo("PUT", kJob + "/status").size(), 1u);
+  EXPECT_EQ(result_.requeue_after, std::chrono::seconds(5));
+  const auto reasons = EventReasons();
+  EXPECT_EQ(std::count(reasons.begin(), reasons.end(), "CreatedPod"), 4);
+}
+
+TEST_F(JobReconcilerTest, APassWithNothingChangedWritesNothing) {
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  ASSERT_TRUE(Reconcile().ok());  // observes the pods the first pass made
+  fake_.ClearRequests();
+  ASSERT_TRUE(Reconcile().ok());
+  for (const auto& request : fake_.requests()) {
+    EXPECT_EQ(request.method, "GET") << request.method << " " << request.path;
+  }
+}
+
+// A restarted operator has no memory, and its pod cache may lag: creating
+// what exists already (409 AlreadyExists) is not an error, and the job's
+// token is not replaced.
+TEST_F(JobReconcilerTest, ARestartedOperatorDuplicatesNothing) {
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  const json token = fake_.Object(kSecretsPath + "/mnist-token");
+  reconciler_ = std::make_unique<JobReconciler>(&fake_, ImageSet{}, metrics_.get());
+  fake_.ClearRequests();
+  ASSERT_TRUE(ReconcileWith(fake_.Object(kJob), {}).ok());
+  EXPECT_EQ(fake_.RequestsTo("POST", kPodsPath).size(), kPodNames.size());
+  EXPECT_THAT(Names(fake_.List(kPodsPath)), UnorderedElementsAreArray(kPodNames));
+  EXPECT_EQ(fake_.Object(kSecretsPath + "/mnist-token"), token);
+  const auto reasons = EventReasons();
+  EXPECT_EQ(std::count(reasons.begin(), reasons.end(), "CreatedPod"), 4)
+      << "no CreatedPod event for pods that existed";
+}
+
+TEST_F(JobReconcilerTest, RunningPodsMakeARunningJob) {
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Running");
+  ASSERT_TRUE(Reconcile().ok());
+  json status = StatusOfJob();
+  EXPECT_EQ(status["phase"], "Running");
+  json running;
+  for (const auto& condition : status["conditions"]) {
+    if (condition["type"] == "Running") running = condition;
+  }
+  EXPECT_EQ(running["status"], "True");
+  EXPECT_EQ(running["reason"], "JobRunning");
+  EXPECT_EQ(Metric("kubeps_operator_job_startup_seconds"), 1);
+}
+
+// Pods the scheduler has not placed yet (no GPU free, an image still
+// pulling) are not running, and `kubectl get tj` must not say they are.
+TEST_F(JobReconcilerTest, PendingPodsDoNotMakeARunningJob) {
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  ASSERT_TRUE(Reconcile().ok());  // observes the pods, all Pending
+  EXPECT_EQ(StatusOfJob()["phase"], "Created");
+  EXPECT_EQ(Metric("kubeps_operator_job_startup_seconds"), 0);
+  SetAllPods("Running");
+  SetPod("mnist-worker-1", "Pending");
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(StatusOfJob()["phase"], "Created");
+}
+
+TEST_F(JobReconcilerTest, AFailedWorkerPodIsReplacedByANewPod) {
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Running");
+  SetPod("mnist-worker-1", "Failed", 1);
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_TRUE(fake_.Object(kPodsPath + "/mnist-worker-1").is_null()) << "the failed pod is deleted";
+  json replacement = fake_.Object(kPodsPath + "/mnist-worker-1-r1");
+  ASSERT_FALSE(replacement.is_null());
+  EXPECT_EQ(replacement["metadata"]["annotations"][kRestartsAnnotation], "1");
+  EXPECT_EQ(replacement["spec"]["hostname"], "mnist-worker-1") << "same DNS name as before";
+  EXPECT_EQ(StatusOfJob()["phase"], "Restarting");
+  EXPECT_EQ(StatusOfJob()["replicaStatuses"]["worker"]["restarts"], 1);
+  EXPECT_EQ(Metric("kubeps_operator_replica_restarts_total"), 1);
+  EXPECT_THAT(EventReasons(), Contains("CreatedPod"));
+}
+
+// Someone changed the job between the cache's copy and our write: the
+// status is written again onto the newest object, keeping their change.
+TEST_F(JobReconcilerTest, AStatusConflictIsRetriedOnTheNewestObject) {
+  CreateJob();
+  const json cached = fake_.Object(kJob);
+  fake_.Modify(kJob, {{"metadata", {{"labels", {{"team", "vision"}}}}}});
+  ASSERT_TRUE(ReconcileWith(cached, {}).ok());
+  const auto writes = fake_.RequestsTo("PUT", kJob + "/status");
+  ASSERT_EQ(writes.size(), 2u);
+  EXPECT_EQ(writes[0].body["metadata"]["resourceVersion"], cached["metadata"]["resourceVersion"]);
+  json job = fake_.Object(kJob);
+  EXPECT_EQ(job["metadata"]["labels"]["team"], "vision");
+  EXPECT_EQ(job["status"]["phase"], "Created");
+}
+
+TEST_F(JobReconcilerTest, EndlessConflictsFailTheReconcileSoThatItIsRetried) {
+  CreateJob();
+  fake_.FailNext("PUT", kJob + "/status", 100, 409);
+  Status s = Reconcile();
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("conflict"));
+  EXPECT_TRUE(StatusOfJob().is_null()) << "nothing was written";
+}
+
+TEST_F(JobReconcilerTest, AJobDeletedMeanwhileIsNotAnError) {
+  CreateJob();
+  const json cached = fake_.Object(kJob);
+  fake_.Remove(kJob);
+  EXPECT_TRUE(ReconcileWith(cached, {}).ok());
+}
+
+TEST_F(JobReconcilerTest, AnInvalidSpecFailsTheJobWithoutPods) {
+  json manifest = JobManifest();
+  manifest["spec"]["replicaSpecs"]["worker"]["replicas"] = 0;
+  CreateJob(manifest);
+  ASSERT_TRUE(Reconcile().ok());
+  json status = StatusOfJob();
+  EXPECT_EQ(status["phase"], "Failed");
+  EXPECT_THAT(status["message"].get<std::string>(), HasSubstr("worker.replicas"));
+  EXPECT_EQ(status["conditions"].back()["reason"], "InvalidSpec");
+  EXPECT_THAT(fake_.List(kPodsPath), IsEmpty());
+  EXPECT_THAT(EventReasons(), Contains("InvalidSpec"));
+  fake_.ClearRequests();
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_THAT(fake_.requests(), IsEmpty()) << "a failed job is left alone";
+}
+
+TEST_F(JobReconcilerTest, ASuspendedJobHasNoPods) {
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  fake_.Modify(kJob, {{"spec", {{"runPolicy", {{"suspend", true}}}}}});
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_THAT(fake_.List(kPodsPath), IsEmpty());
+  EXPECT_EQ(StatusOfJob()["phase"], "Suspended");
+  EXPECT_THAT(EventReasons(), Contains("Suspended"));
+  fake_.ClearRequests();
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_TRUE(fake_.RequestsTo("PUT", kJob).empty()) << "the same status is not written again";
+}
+
+TEST_F(JobReconcilerTest, ASucceededJobKeepsItsFinishedPods) {
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Succeeded");
+  ASSERT_TRUE(Reconcile().ok());
+  json status = StatusOfJob();
+  EXPECT_EQ(status["phase"], "Succeeded");
+  EXPECT_FALSE(status.value("completionTime", "").empty());
+  EXPECT_EQ(status["replicaStatuses"]["worker"]["succeeded"], 2);
+  EXPECT_EQ(fake_.List(kPodsPath).size(), kPodNames.size()) << "cleanPodPolicy Running keeps them";
+  EXPECT_EQ(result_.requeue_after.count(), 0);
+}
+
+TEST_F(JobReconcilerTest, AFinishedJobIsDeletedOnlyAfterItsTtl) {
+  json manifest = JobManifest();
+  manifest["spec"]["runPolicy"] = {{"ttlSecondsAfterFinished", 3600}};
+  CreateJob(manifest);
+  auto finished = [&](std::chrono::system_clock::duration ago) {
+    fake_.SetStatus(kJob, {{"phase", "Succeeded"},
+                           {"completionTime", Rfc3339(std::chrono::system_clock::now() - ago)}});
+  };
+  finished(std::chrono::minutes(10));
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_FALSE(fake_.Object(kJob).is_null());
+  EXPECT_GT(result_.requeue_after, std::chrono::minutes(45));
+  EXPECT_LE(result_.requeue_after, std::chrono::minutes(50));
+
+  finished(std::chrono::hours(2));
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_TRUE(fake_.Object(kJob).is_null());
+}
+
+TEST_F(JobReconcilerTest, AServiceThatCannotBeCreatedFailsTheReconcile) {
+  CreateJob();
+  fake_.FailNext("POST", kServicesPath, 1, 403);
+  Status s = Reconcile();
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("Service mnist"));
+  EXPECT_THAT(s.message(), HasSubstr("403"));
+  EXPECT_THAT(fake_.List(kPodsPath), IsEmpty()) << "no pods before their Services";
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(fake_.List(kServicesPath).size(), 2u);
+}
+
+// The API server throttles (429), fails over (5xx) or drops a connection:
+// the pod is created on a later pass and the job goes on. Only a request the
+// server refuses for good (422 Invalid) fails the job.
+TEST_F(JobReconcilerTest, ATransientErrorCreatingAPodIsRetriedNotAFailedJob) {
+  for (int code : {0, 429, 500, 503}) {
+    SCOPED_TRACE("code " + std::to_string(code));
+    fake_.Remove(kJob);
+    for (const auto& name : Names(fake_.List(kPodsPath))) fake_.Remove(kPodsPath + "/" + name);
+    CreateJob();
+    fake_.FailNext("POST", kPodsPath, 1, code);
+    ASSERT_TRUE(Reconcile().ok());
+    EXPECT_EQ(StatusOfJob()["phase"], "Created");
+    EXPECT_GT(result_.requeue_after.count(), 0);
+    ASSERT_TRUE(Reconcile().ok());
+    EXPECT_EQ(fake_.List(kPodsPath).size(), kPodNames.size());
+    EXPECT_EQ(StatusOfJob()["phase"], "Created");
+  }
+}
+
+TEST_F(JobReconcilerTest, APodTheServerRefusesFailsTheJob) {
+  CreateJob();
+  fake_.FailNext("POST", kPodsPath, 1, 422);
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(StatusOfJob()["phase"], "Failed");
+  EXPECT_EQ(StatusOfJob()["conditions"].back()["reason"], "CreateFailed");
+}
+
+TEST_F(JobReconcilerTest, EventsAreBestEffort) {
+  CreateJob();
+  fake_.FailNext("POST", kEventsPath, 100, 500);
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(fake_.List(kPodsPath).size(), kPodNames.size());
+  EXPECT_EQ(StatusOfJob()["phase"], "Created");
+}
+
+}  // namespace
+}  // namespace kubeps::kube

@@ -1,0 +1,153 @@
+// `kubeps run` (operator/local/local_runner.h) with stand-in binaries: shell
+// scripts named kubeps-server and kubeps-agent that publish a port, record
+// their environment and exit as the test says. The job logic itself is
+// tested in tests/unit/operator/controller; this is the runner around it.
+#include "operator/local/local_runner.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace kubeps::local {
+namespace {
+
+using ::testing::HasSubstr;
+using namespace std::chrono_literals;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Every node publishes its ports and its environment; `worker_exit` is the
+// agent's exit code.
+constexpr char kServerScript[] = R"(#!/bin/sh
+env > "$KUBEPS_RUN_DIR/$KUBEPS_NODE_ID.env"
+printf 'grpc 45678\nmetrics 0\n' > "$KUBEPS_RUN_DIR/$KUBEPS_NODE_ID.ports"
+exit 0
+)";
+
+class LocalRunnerTest : public ::testing::Test {
+ protected:
+  LocalRunnerTest()
+      : dir_(::testing::TempDir() + "local_runner_test_" + std::to_string(::getpid())) {
+    std::filesystem::create_directories(dir_ + "/bin");
+    options_.bin_dir = dir_ + "/bin";
+    options_.run_dir = dir_ + "/run";
+    options_.cores = 4;
+    WriteScript("kubeps-server", kServerScript);
+    SetWorker("exit 0");
+  }
+  ~LocalRunnerTest() override { std::filesystem::remove_all(dir_); }
+
+  void WriteScript(const std::string& name, const std::string& text) {
+    const std::string path = dir_ + "/bin/" + name;
+    std::ofstream(path) << text;
+    ::chmod(path.c_str(), 0755);
+  }
+  // The agent records its environment, then runs `body`.
+  void SetWorker(const std::string& body) {
+    WriteScript("kubeps-agent",
+                "#!/bin/sh\nenv > \"$KUBEPS_RUN_DIR/$KUBEPS_NODE_ID.env\"\n" + body + "\n");
+  }
+  static api::TrainingJob Job(const std::string& run_policy = "{}") {
+    api::ParseResult parsed = api::ParseTrainingJob(R"(
+apiVersion: kubeps.io/v1alpha1
+kind: TrainingJob
+metadata: {name: mnist}
+spec:
+  dataset: {path: /data}
+  runPolicy: )" + run_policy + R"(
+  replicaSpecs: {ps: {replicas: 1}, worker: {replicas: 2}}
+)");
+    EXPECT_TRUE(parsed.ok()) << parsed.ErrorReport("job");
+    return *parsed.job;
+  }
+  // The value of `variable` in what node `node` recorded.
+  std::string EnvOf(const std::string& node, const std::string& variable) {
+    std::istringstream lines(ReadFile(options_.run_dir + "/" + node + ".env"));
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind(variable + "=", 0) == 0) return line.substr(variable.size() + 1);
+    }
+    return "<unset>";
+  }
+
+  std::string dir_;
+  LocalRunOptions options_;
+};
+
+TEST_F(LocalRunnerTest, AJobWhoseWorkersSucceedSucceeds) {
+  EXPECT_EQ(RunLocally(Job(), options_), 0);
+  EXPECT_EQ(EnvOf("worker-1", "KUBEPS_ROLE"), "worker");
+  EXPECT_EQ(EnvOf("server-0", "KUBEPS_ROLE"), "server");
+  EXPECT_EQ(EnvOf("scheduler-0", "KUBEPS_ROLE"), "scheduler");
+}
+
+// What only the local runner knows: loopback, any free port, the run folder,
+// the token, and the machine's cores shared among the workers.
+TEST_F(LocalRunnerTest, NodesGetTheLocalEnvironment) {
+  ASSERT_EQ(RunLocally(Job(), options_), 0);
+  EXPECT_EQ(EnvOf("worker-0", "KUBEPS_SCHEDULER_ADDR"), "127.0.0.1:45678")
+      << "the port the scheduler published";
+  EXPECT_EQ(EnvOf("worker-0", "KUBEPS_POD_IP"), "127.0.0.1");
+  EXPECT_EQ(EnvOf("worker-0", "KUBEPS_PORT"), "0");
+  EXPECT_EQ(EnvOf("worker-0", "KUBEPS_RUN_DIR"), options_.run_dir);
+  EXPECT_EQ(EnvOf("worker-0", "KUBEPS_BLAS_THREADS"), "2") << "4 cores, 2 workers";
+  EXPECT_EQ(EnvOf("worker-0", "OMP_NUM_THREADS"), "2");
+  EXPECT_EQ(EnvOf("server-0", "KUBEPS_BLAS_THREADS"), "1");
+  EXPECT_EQ(EnvOf("server-0", "KUBEPS_CHECKPOINT_DIR"), options_.run_dir + "/checkpoints");
+  const std::string token_file = EnvOf("worker-0", "KUBEPS_TOKEN_FILE");
+  struct stat info {};
+  ASSERT_EQ(::stat(token_file.c_str(), &info), 0) << token_file;
+  EXPECT_EQ(info.st_mode & 0777, 0600) << "only the job's own processes may read the token";
+  EXPECT_EQ(ReadFile(token_file).size(), 33u) << "32 hex digits and a newline";
+}
+
+TEST_F(LocalRunnerTest, AFailedWorkerUnderNeverFailsTheRun) {
+  SetWorker("exit 3");
+  EXPECT_EQ(RunLocally(Job("{restartPolicy: Never}"), options_), 1);
+}
+
+TEST_F(LocalRunnerTest, AFailedWorkerIsRestartedUnderOnFailure) {
+  // Fails on its first run, succeeds on its second.
+  SetWorker(
+      "f=\"$KUBEPS_RUN_DIR/$KUBEPS_NODE_ID.ran\"; [ -e \"$f\" ] && exit 0; touch \"$f\"; "
+      "exit 1");
+  EXPECT_EQ(RunLocally(Job("{restartPolicy: OnFailure, backoffLimit: 4}"), options_), 0);
+}
+
+// Declared last: RunLocally's interrupt flag, once set, stays set in this
+// process (ctest runs every test in a process of its own).
+TEST_F(LocalRunnerTest, AnInterruptStopsEveryReplicaAndExits130) {
+  SetWorker("echo $$ > \"$KUBEPS_RUN_DIR/$KUBEPS_NODE_ID.pid\"; exec sleep 60");
+  std::thread interrupter([&] {
+    auto started = [&] {
+      return std::filesystem::exists(options_.run_dir + "/worker-0.pid") &&
+             std::filesystem::exists(options_.run_dir + "/worker-1.pid");
+    };
+    for (auto waited = 0ms; waited < 30s && !started(); waited += 10ms)
+      std::this_thread::sleep_for(10ms);
+    ::kill(::getpid(), SIGINT);
+  });
+  EXPECT_EQ(RunLocally(Job(), options_), 130);
+  interrupter.join();
+  for (const char* worker : {"worker-0", "worker-1"}) {
+    const pid_t pid = std::stoi(ReadFile(options_.run_dir + "/" + worker + ".pid"));
+    EXPECT_TRUE(::kill(pid, 0) != 0 && errno == ESRCH) << worker << " outlived the run";
+  }
+}
+
+}  // namespace
+}  // namespace kubeps::local
