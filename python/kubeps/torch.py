@@ -174,16 +174,10 @@ class _DistributedOptimizer:
             self._kubeps_passes[binding.name] = passes
             if passes < self._kubeps_passes_per_step:
                 return
-        grad = binding.param.grad
-        if grad is None:
+        if binding.param.grad is None:
             return  # nothing accumulated: step() pushes zeros for it
-        if tuple(grad.shape) != binding.shape:
-            raise InvalidArgument(
-                "the gradient of %r has shape %s, but %r was declared to kubeps with shape %s "
-                "(did the parameter change shape after DistributedOptimizer was made?)"
-                % (binding.name, list(grad.shape), binding.name, list(binding.shape)))
         step = _current_step("the gradient hook of %r" % binding.name)
-        binding.grads.copy_(grad.to_dense() if grad.is_sparse else grad)
+        _copy_gradient(binding)
         handle = self._kubeps_session.push([binding.name], step)
         with self._kubeps_lock:
             self._kubeps_pushes[binding.name] = handle
@@ -207,11 +201,7 @@ class _DistributedOptimizer:
             self._kubeps_passes = {}
         for binding in self._kubeps_bindings:
             if binding.name not in pushes:
-                grad = binding.param.grad
-                if grad is None:
-                    binding.grads.zero_()
-                else:
-                    binding.grads.copy_(grad.to_dense() if grad.is_sparse else grad)
+                _copy_gradient(binding)
                 pushes[binding.name] = session.push([binding.name], step)
         try:
             session.wait(list(pushes.values()))
@@ -267,6 +257,20 @@ class _DistributedOptimizer:
 
     def _kubeps_close(self):
         self._kubeps_closed = True
+
+
+def _copy_gradient(binding):
+    """param.grad into the grads region (zeros without one), checked against the declaration."""
+    grad = binding.param.grad
+    if grad is None:
+        binding.grads.zero_()
+        return
+    if tuple(grad.shape) != binding.shape:
+        raise InvalidArgument(
+            "the gradient of %r has shape %s, but %r was declared to kubeps with shape %s "
+            "(did the parameter change shape after DistributedOptimizer was made?)"
+            % (binding.name, list(grad.shape), binding.name, list(binding.shape)))
+    binding.grads.copy_(grad.to_dense() if grad.is_sparse else grad)
 
 
 def _trainable_params(optimizer, named_parameters):

@@ -187,6 +187,7 @@ class FakeAgent:
         session = self._session
         if session is not None:
             session.close()
+            session.ended.wait(PULL_GIVE_UP_S)
         self.stopped.wait(5)
 
     def arm_rollback(self, at_step, resume_step):
@@ -277,6 +278,8 @@ class Session:
         self.next_handle = 1
         self.generation = self.servers.generation  # the generation the client has seen
         self.threads = []
+        self.ended = threading.Event()
+        self.closing = False
 
     def run(self):
         try:
@@ -310,13 +313,20 @@ class Session:
             pass
 
     def end(self):
+        with self.servers.cond:
+            self.closing = True  # a barrier nobody will hear of is abandoned
+            self.servers.cond.notify_all()
         for thread in list(self.threads):
             thread.join(PULL_GIVE_UP_S)
         self.conn.close()
         if self.mapping is not None:
             self.mapping.close()
-            os.unlink(self.file)
+            try:
+                os.unlink(self.file)
+            except FileNotFoundError:
+                pass
         self.agent._session_ended(self)
+        self.ended.set()
 
     def reply(self, request_id, **fields):
         try:
@@ -576,7 +586,8 @@ class Session:
 
         def reach():
             with self.servers.cond:
-                while name in self.agent.holding_barriers and name not in self.agent._released:
+                while (name in self.agent.holding_barriers and name not in self.agent._released
+                       and not self.closing):
                     self.servers.cond.wait()
         return reach
 
