@@ -316,11 +316,20 @@ class WithTheFakesControls(unittest.TestCase):
             reached.set()
         holder = threading.Thread(target=hold)
         holder.start()
-        # While the barrier's reply is held back, later requests are answered.
-        tensors = kubeps.declare([("w", (4,))])
-        kubeps.init_tensors()
-        tensors.grads("w")[:] = array.array("f", [1, 1, 1, 1])
-        kubeps.wait(kubeps.push_pull(["w"], 0))
+        time.sleep(0.1)
+
+        def step():  # on a thread, so a client that serialises requests fails, not hangs
+            tensors = kubeps.declare([("w", (4,))])
+            kubeps.init_tensors()
+            tensors.grads("w")[:] = array.array("f", [1, 1, 1, 1])
+            kubeps.wait(kubeps.push_pull(["w"], 0))
+        worker = threading.Thread(target=step)
+        worker.start()
+        worker.join(10)
+        stuck = worker.is_alive()
+        if stuck:
+            agent.fake.release_barrier("held")  # lets the test end
+        self.assertFalse(stuck, "later requests were not answered while a barrier was held")
         self.assertFalse(reached.is_set(), "the barrier's reply came before it was released")
         barrier_id = next(r["id"] for _, op, r in agent.fake.events if op == "barrier")
         later_ids = [r["id"] for _, op, r in agent.fake.events if op == "wait"]

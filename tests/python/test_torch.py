@@ -224,6 +224,23 @@ class StartAndRecovery(TorchTestCase):
         self.assertEqual(seen, [5, 6, 7])
 
     @requires_fake
+    def test_a_restart_with_servers_that_only_average_keeps_local_parameters(self):
+        model = torch.nn.Linear(2, 1)
+        self.connect(optimizer="none", server_values={"weight": [9.0, 9.0], "bias": [9.0]},
+                     start_step=3)
+        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters())
+        before = model.weight.detach().clone()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            kps.broadcast_parameters(model.state_dict())
+        self.assertTrue(torch.equal(model.weight, before), "averaged gradients are not weights")
+        self.assertEqual(len(caught), 1)
+        self.assertIn("resumes the job at step 3, but the servers' optimizer is 'none'",
+                      str(caught[0].message))
+        self.assertEqual(list(kps.steps(4)), [3])
+
+    @requires_fake
     def test_a_rollback_resumes_the_loop_and_ends_as_a_clean_run(self):
         agent = self.connect()
         model = three_layers()
