@@ -16,7 +16,7 @@ import math
 import mmap
 import os
 
-from kubeps.errors import Internal, NotFound
+from kubeps.errors import FailedPrecondition, Internal, NotFound
 
 FLOAT32_BYTES = 4
 
@@ -56,7 +56,6 @@ class SharedTensors:
         self.size_bytes = size_bytes
         self.slots = list(slots)
         self._by_name = {slot.name: slot for slot in self.slots}
-        self._views = []  # memoryviews handed out, released at close()
         fd = os.open(path, os.O_RDWR)
         try:
             actual = os.fstat(fd).st_size
@@ -119,24 +118,19 @@ class SharedTensors:
         return self._view(slot.grads_offset, slot.nbytes)
 
     def _view(self, offset, nbytes):
-        whole = memoryview(self.buffer)
-        view = whole[offset:offset + nbytes].cast("f")
-        self._views.extend((view, whole))
-        return view
+        if self.buffer is None:
+            raise FailedPrecondition("the tensors in %s are no longer mapped: their session "
+                                     "with the kubeps agent ended" % self.path)
+        return memoryview(self.buffer)[offset:offset + nbytes].cast("f")
 
     def close(self):
-        """Unmaps the file, unless views made elsewhere (torch tensors) still use it.
+        """Lets go of the mapping; it is unmapped once the last view of it is gone.
 
-        In that case the mapping lives on until they are gone: memory stays
-        valid for every view, which is what matters to the training process.
+        Never unmapped explicitly: a torch tensor made by torch.frombuffer holds
+        a reference to the mmap object but no buffer export, so closing the
+        mmap under it would leave the tensor pointing at unmapped memory.
         """
-        for view in reversed(self._views):
-            view.release()
-        self._views.clear()
-        try:
-            self.buffer.close()
-        except BufferError:
-            pass
+        self.buffer = None
 
 
 def describe_names(names, limit=8):

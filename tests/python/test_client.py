@@ -219,6 +219,16 @@ class Requests(unittest.TestCase):
         kubeps.wait(kubeps.pull(None, 2))
         self.assertEqual(list(w), [-1, 0, 1, 2, 3, 4])
 
+    def test_views_outlive_the_session_and_no_new_ones_are_made(self):
+        tensors = kubeps.declare([("w", (3,))])
+        w = tensors.values("w")
+        w[:] = array.array("f", [1, 2, 3])
+        kubeps.shutdown()
+        self.assertEqual(list(w), [1, 2, 3], "a view keeps its memory mapped")
+        with self.assertRaisesRegex(kubeps.FailedPrecondition, "no longer mapped: their session "
+                                                                "with the kubeps agent ended"):
+            tensors.values("w")
+
     def test_an_undeclared_tensor_is_named(self):
         kubeps.declare([("w", (2,)), ("b", (1,))])
         kubeps.init_tensors()

@@ -174,6 +174,18 @@ class Updates(TorchTestCase):
         train(model, optimizer, 2)  # would hang in sync mode if a key were never pushed
         self.assertTrue(torch.equal(unused.weight, before))
 
+    def test_the_shared_views_stay_valid_after_the_session(self):
+        self.connect()
+        model = three_layers()
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        train(model, optimizer, 1)
+        views = [(b.values, b.param) for b in optimizer._kubeps_bindings]
+        kps.shutdown()
+        # torch.frombuffer tensors hold no buffer export: unmapping under them would crash here.
+        for values, param in views:
+            self.assertTrue(torch.equal(values, param))
+
     def test_a_learning_rate_scheduler_accepts_the_distributed_optimizer(self):
         self.connect()
         model = three_layers()
