@@ -40,14 +40,14 @@ def batch_for(step):
     return torch.randn(8, 6, generator=generator), torch.randint(0, 3, (8,), generator=generator)
 
 
-def train(model, optimizer, total_steps, record=None):
+def train(model, optimizer, total_steps, record=None, set_to_none=False):
     """The user's loop of the brief, against the current session."""
     loss_fn = torch.nn.CrossEntropyLoss()
     for step in kps.steps(total_steps):
         if record is not None:
             record.append(step)
         x, y = batch_for(step)
-        optimizer.zero_grad()
+        optimizer.zero_grad(set_to_none=set_to_none)
         loss_fn(model(x), y).backward()
         optimizer.step()
 
@@ -81,7 +81,7 @@ class TorchTestCase(unittest.TestCase):
 
 
 class _SlowBackward(torch.autograd.Function if torch else object):
-    """Identity whose backward takes 0.3 s: the pushes of the later layers have time to land."""
+    """Identity whose backward takes 0.5 s: the pushes of the later layers have time to land."""
 
     @staticmethod
     def forward(ctx, x):
@@ -89,7 +89,7 @@ class _SlowBackward(torch.autograd.Function if torch else object):
 
     @staticmethod
     def backward(ctx, grad):
-        time.sleep(0.3)
+        time.sleep(0.5)
         return grad
 
 
@@ -144,7 +144,8 @@ class Updates(TorchTestCase):
             torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
             named_parameters=model.named_parameters())
         kps.broadcast_parameters(model.state_dict(), root_rank=0)
-        train(model, optimizer, 3)
+        # Gradients set to None between steps: the hooks still see each new one.
+        train(model, optimizer, 3, set_to_none=True)
         train_locally(reference, torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9), 3)
         # One worker: the average is this worker's gradient, so momentum SGD runs as locally.
         self.assertParametersEqual(model, reference)
