@@ -191,9 +191,9 @@ def _check_declaration(tensors):
             raise InvalidArgument("declare: a tensor name must be a non-empty string, got %r"
                                   % (name,))
         shape = tuple(int(d) for d in shape)
-        if not shape or any(d < 1 for d in shape):
+        if any(d < 1 for d in shape):
             raise InvalidArgument("declare: tensor %r has shape %s; every dimension must be >= 1"
-                                  " (a scalar is shape [1])" % (name, list(shape)))
+                                  % (name, list(shape)))
         if name in seen:
             raise InvalidArgument("declare: tensor name %r appears twice" % name)
         seen.add(name)

@@ -111,11 +111,6 @@ def _view(buffer, offset, numel, shape):
     return flat.view(shape)
 
 
-def _declared_shape(param):
-    # The protocol has no scalars: a 0-d parameter travels as shape [1].
-    return tuple(param.shape) or (1,)
-
-
 class _DistributedOptimizer:
     """The methods a DistributedOptimizer adds to the user's optimizer class.
 
@@ -139,7 +134,7 @@ class _DistributedOptimizer:
         self._kubeps_closed = False
         self._kubeps_warned_rollback = False
         params = _trainable_params(self, named_parameters)
-        tensors = session.declare([(name, _declared_shape(p)) for name, p in params])
+        tensors = session.declare([(name, tuple(p.shape)) for name, p in params])
         self._kubeps_bindings = [_Binding(name, p, tensors.slot(name), tensors.buffer)
                                  for name, p in params]
         self._kubeps_by_name = {b.name: b for b in self._kubeps_bindings}

@@ -401,7 +401,7 @@ class Session:
             if entry.get("dtype") != "float32":
                 raise RequestError("InvalidArgument", "tensor %r: dtype %r, only float32"
                                    % (name, entry.get("dtype")))
-            if not isinstance(shape, list) or not shape or any(
+            if not isinstance(shape, list) or any(  # [] is a scalar: no dimension < 1
                     not isinstance(d, int) or d < 1 for d in shape):
                 raise RequestError("InvalidArgument", "tensor %r: shape %r, every dimension "
                                    "must be >= 1" % (name, shape))

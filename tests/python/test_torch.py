@@ -163,6 +163,19 @@ class Updates(TorchTestCase):
         pulls = [r for _, op, r in agent.fake.events if op == "pull"]
         self.assertEqual([r["min_version"] for r in pulls], [0, 0])
 
+    def test_a_scalar_parameter(self):
+        self.connect()
+        scale, reference = torch.nn.Parameter(torch.tensor(2.0)), torch.tensor(2.0)
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD([scale], lr=0.1),
+                                             named_parameters=[("scale", scale)])
+        for step in kps.steps(2):
+            optimizer.zero_grad()
+            (scale * scale).backward()  # gradient 2 * scale
+            optimizer.step()
+            reference -= LEARNING_RATE * 2 * reference
+        self.assertEqual(scale.shape, torch.Size([]))
+        self.assertEqual(scale.item(), reference.item())
+
     def test_a_parameter_without_gradient_is_pushed_as_zeros(self):
         self.connect()
         model = three_layers()
