@@ -6,7 +6,8 @@ from FakeAgent directly, so the same tests run against the real
 command that starts an agent serving in $KUBEPS_SOCKET_DIR for a one-worker
 job (one server, the servers' optimizer $KUBEPS_TEST_OPTIMIZER with learning
 rate $KUBEPS_TEST_LEARNING_RATE, mode $KUBEPS_TEST_MODE) and keeps running
-until the session finishes or it is sent SIGTERM.  Tests that need what only
+until the session finishes or it is sent SIGTERM (real_agent.py is such a
+command: a one-worker job on loopback).  Tests that need what only
 the fake can do (read its request log, arm a rollback, hold a barrier, start
 from preset server values) are marked @requires_fake and skip there.
 
@@ -64,11 +65,12 @@ class AgentUnderTest:
         if self.fake is not None:
             self.fake.stop()
         if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
+            # The command's own process group: the shell and whatever it started.
+            os.killpg(self.process.pid, signal.SIGTERM)
             try:
                 self.process.wait(30)
             except subprocess.TimeoutExpired:
-                self.process.kill()
+                os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
 
 
@@ -86,7 +88,8 @@ def start_agent(test, **options):
                    KUBEPS_TEST_OPTIMIZER=settings["optimizer"],
                    KUBEPS_TEST_LEARNING_RATE=str(settings["learning_rate"]),
                    KUBEPS_TEST_MODE=settings["mode"])
-        process = subprocess.Popen(os.environ[AGENT_CMD_ENV], shell=True, env=env)
+        process = subprocess.Popen(os.environ[AGENT_CMD_ENV], shell=True, env=env,
+                                   start_new_session=True)
         agent = AgentUnderTest(socket_dir, process=process)
     test.addCleanup(agent.stop)
     return agent
