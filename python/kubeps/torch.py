@@ -184,8 +184,8 @@ class _DistributedOptimizer:
         servers' optimizer 'none', into their gradients).
 
         Returns False when the job rolled back instead (the parameters then hold the
-        values of the step to resume from).  step() calls it; call it yourself to clip
-        averaged gradients before step().
+        values of the step to resume from).  step() calls it; with the servers' optimizer
+        'none', call it yourself to clip the averaged gradients before step().
         """
         if self._kubeps_synchronized:
             return True

@@ -220,8 +220,8 @@ class StartAndRecovery(TorchTestCase):
         rank0 = {"0.weight": [1, 2, 3, 4, 5, 6], "0.bias": [7, 8],
                  "1.weight": [9, 10], "1.bias": [11, 12]}
         self.connect(rank=1, size=2, server_values=rank0)
-        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                             named_parameters=model.named_parameters())
+        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters())
         model[1].running_mean.fill_(3.0)
         state = model.state_dict()
         kps.broadcast_parameters(state, root_rank=0)
