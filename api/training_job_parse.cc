@@ -76,7 +76,7 @@ void ReadMetadata(const YAML::Node& node, TrainingJob* job, std::vector<FieldErr
 
 void ReadOptimizer(const YAML::Node& node, OptimizerSpec* opt, std::vector<FieldError>* errors) {
   MapReader o(node, "spec.optimizer", errors);
-  o.ReadEnum("name", {"sgd", "momentum", "adam"}, &opt->name);
+  o.ReadEnum("name", {"sgd", "momentum", "adam", "none"}, &opt->name);
   o.ReadDouble("learningRate", &opt->learning_rate, 0.0, /*min_exclusive=*/true);
   o.ReadDouble("momentum", &opt->momentum, 0.0, false, 1.0);
   o.ReadDouble("beta1", &opt->beta1, 0.0, false, 1.0);

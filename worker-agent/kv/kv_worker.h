@@ -76,6 +76,11 @@ class KVWorker {
   virtual Ticket PushPull(const std::vector<const float*>& grads, const std::vector<float*>& values,
                           uint64_t step) = 0;
   virtual Status Wait(Ticket ticket) = 0;
+  // Wait, and for a pull (or the pull half of PushPull) *version receives
+  // the smallest version among the values received: in sync mode the step
+  // the parameters are of, which a restarted process resumes from; 0 when
+  // the ticket pulled nothing.
+  virtual Status WaitWithVersion(Ticket ticket, uint64_t* version) = 0;
 
   // Blocks until every worker has reached the barrier `name`.
   virtual Status Barrier(const std::string& name) = 0;
