@@ -251,7 +251,8 @@ int ServeTrainingProcess(const api::NodeConfig& config, const api::TrainingJob& 
   if (Status s = server->Serve(); !s.ok()) return Fail(s);
   const std::string steps = std::to_string(server->steps()) + " steps";
   if (const int signal = g_stop_signal) {
-    PrintLine(std::string(strsignal(signal)) + ": stopped serving after " + steps);
+    PrintLine(std::string(signal == SIGINT ? "SIGINT" : "SIGTERM") + ": stopped serving after " +
+              steps);
     // A session's requests may still wait on peers that are going away
     // too: exit without waiting for them (the files are removed already).
     std::_Exit(0);

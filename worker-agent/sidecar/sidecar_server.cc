@@ -308,6 +308,7 @@ void SidecarServer::RunSession(int fd, int peer_pid) {
         break;
     }
   }
+  if (stopping_ && !bye) end = "the agent is shutting down";
   {
     std::lock_guard<std::mutex> lock(mutex_);
     slot_ = Slot::kEnding;
