@@ -1,6 +1,6 @@
 // Building blocks for reading a YAML manifest field by field while collecting
 // every problem as a FieldError. Nothing here knows the TrainingJob schema;
-// training_job_parse.cc describes the schema with these pieces.
+// field_spec.cc reads the schema's fields with these pieces.
 //
 // Conventions:
 //  * an absent key and an explicit null (`key:` or `key: null`) both mean

@@ -1,6 +1,8 @@
 // TrainingJob: the one manifest a user writes. These types are the API of
 // kubeps (group kubeps.io, version v1alpha1); `kubeps run`, the operator and
 // every pod read the same structure, parsed and validated by one function.
+// The member initializers below are the defaults; which member each manifest
+// field fills, with its checks, is the field table in training_job_schema.cc.
 //
 // Plain values and pure functions: safe from any thread.
 #ifndef KUBEPS_API_TRAINING_JOB_H_
@@ -62,7 +64,7 @@ struct SchedulingPolicy {
 
 struct TrainingJobSpec {
   SyncMode mode = SyncMode::kSync;
-  std::string model = "mlp";  // softmax | mlp | cnn
+  std::string model = "mlp";  // a name of api/models.h
   std::string dataset_path;   // folder holding the four Fashion-MNIST IDX .gz files
   OptimizerSpec optimizer;
   int batch_size = 64;  // per worker

@@ -1,6 +1,8 @@
-// ParseTrainingJob: the TrainingJob schema, read and validated field by
-// field. Pure syntax and range checks only (no file system, no cluster), so
-// the CLI, the operator and every pod run exactly the same code.
+// ParseTrainingJob: a TrainingJob manifest, read and validated field by
+// field. The envelope (apiVersion, kind, metadata) is read here; the spec
+// through its field table (training_job_schema.cc). Pure syntax and range
+// checks only (no file system, no cluster), so the CLI, the operator and
+// every pod run exactly the same code.
 #include <string>
 #include <vector>
 
@@ -8,6 +10,7 @@
 
 #include "api/manifest_reader.h"
 #include "api/training_job.h"
+#include "api/training_job_schema.h"
 
 namespace kubeps::api {
 namespace {
@@ -74,118 +77,13 @@ void ReadMetadata(const YAML::Node& node, TrainingJob* job, std::vector<FieldErr
   meta.Finish();
 }
 
-void ReadOptimizer(const YAML::Node& node, OptimizerSpec* opt, std::vector<FieldError>* errors) {
-  MapReader o(node, "spec.optimizer", errors);
-  o.ReadEnum("name", {"sgd", "momentum", "adam", "none"}, &opt->name);
-  o.ReadDouble("learningRate", &opt->learning_rate, 0.0, /*min_exclusive=*/true);
-  o.ReadDouble("momentum", &opt->momentum, 0.0, false, 1.0);
-  o.ReadDouble("beta1", &opt->beta1, 0.0, false, 1.0);
-  o.ReadDouble("beta2", &opt->beta2, 0.0, false, 1.0);
-  o.ReadDouble("epsilon", &opt->epsilon, 0.0, /*min_exclusive=*/true);
-  o.ReadDouble("weightDecay", &opt->weight_decay, 0.0, /*min_exclusive=*/false);
-  o.Finish();
-}
-
-void ReadReplica(const YAML::Node& node, const std::string& path, ReplicaSpec* replica,
-                 std::vector<FieldError>* errors) {
-  MapReader r(node, path, errors);
-  r.ReadInt("replicas", &replica->replicas, 1);
-  YAML::Node tmpl = r.Get("template");
-  if (tmpl.IsDefined() && !tmpl.IsNull()) {
-    if (!tmpl.IsMap()) {
-      r.AddError("template", "must be a mapping (a pod template), got " + Describe(tmpl));
-    } else {
-      replica->template_override = internal::YamlToJson(tmpl, r.FieldPath("template"), errors);
-    }
-  }
-  r.Finish();
-}
-
-void ReadReplicaSpecs(const YAML::Node& node, TrainingJobSpec* spec,
-                      std::vector<FieldError>* errors) {
-  MapReader r(node, "spec.replicaSpecs", errors);
-  ReadReplica(r.Get("ps"), r.FieldPath("ps"), &spec->ps, errors);
-  ReadReplica(r.Get("worker"), r.FieldPath("worker"), &spec->worker, errors);
-  if (r.Get("scheduler").IsDefined()) {
-    r.AddError("scheduler",
-               "the scheduler is implicit (always exactly one replica); only \"ps\" and "
-               "\"worker\" may be listed");
-  }
-  r.Finish();
-}
-
-void ReadRunPolicy(const YAML::Node& node, RunPolicy* policy, std::vector<FieldError>* errors) {
-  MapReader r(node, "spec.runPolicy", errors);
-  std::string restart;
-  if (r.ReadEnum("restartPolicy", {"OnFailure", "Never", "ExitCode"}, &restart)) {
-    policy->restart_policy = restart == "OnFailure" ? RestartPolicy::kOnFailure
-                             : restart == "Never"   ? RestartPolicy::kNever
-                                                    : RestartPolicy::kExitCode;
-  }
-  r.ReadInt("backoffLimit", &policy->backoff_limit, 0);
-  r.ReadInt64("activeDeadlineSeconds", &policy->active_deadline_seconds, 1);
-  r.ReadInt64("ttlSecondsAfterFinished", &policy->ttl_seconds_after_finished, 0);
-  std::string clean;
-  if (r.ReadEnum("cleanPodPolicy", {"All", "Running", "None"}, &clean)) {
-    policy->clean_pod_policy = clean == "All"       ? CleanPodPolicy::kAll
-                               : clean == "Running" ? CleanPodPolicy::kRunning
-                                                    : CleanPodPolicy::kNone;
-  }
-  r.ReadBool("suspend", &policy->suspend);
-  r.Finish();
-}
-
-void ReadSchedulingPolicy(const YAML::Node& node, SchedulingPolicy* policy,
-                          std::vector<FieldError>* errors) {
-  MapReader r(node, "spec.schedulingPolicy", errors);
-  r.ReadString("schedulerName", &policy->scheduler_name);
-  r.ReadInt("minAvailable", &policy->min_available, 0);
-  r.ReadString("queue", &policy->queue);
-  r.ReadString("priorityClass", &policy->priority_class);
-  r.Finish();
-}
-
-void ReadSpec(const YAML::Node& node, TrainingJobSpec* spec, std::vector<FieldError>* errors) {
-  MapReader s(node, "spec", errors);
-  std::string mode;
-  if (s.ReadEnum("mode", {"sync", "async"}, &mode)) {
-    spec->mode = mode == "sync" ? SyncMode::kSync : SyncMode::kAsync;
-  }
-  s.ReadEnum("model", {"softmax", "mlp", "cnn"}, &spec->model);
-  {
-    MapReader dataset(s.Get("dataset"), "spec.dataset", errors);
-    dataset.ReadString("path", &spec->dataset_path, /*required=*/true);
-    dataset.Finish();
-  }
-  ReadOptimizer(s.Get("optimizer"), &spec->optimizer, errors);
-  s.ReadInt("batchSize", &spec->batch_size, 1);
-  s.ReadInt("epochs", &spec->epochs, 1);
-  s.ReadUint64("seed", &spec->seed);
-  s.ReadInt64("bigArrayBound", &spec->big_array_bound, 1);
-  s.ReadInt("resendTimeoutMs", &spec->resend_timeout_ms, 1);
-  s.ReadInt("maxResends", &spec->max_resends, 0);
-  s.ReadInt("progressIntervalMs", &spec->progress_interval_ms, 100);
-  s.ReadInt("gpusPerWorker", &spec->gpus_per_worker, 0);
-  s.ReadEnum("backend", {"cpu", "cuda", "auto"}, &spec->backend);
-  {
-    MapReader checkpoint(s.Get("checkpoint"), "spec.checkpoint", errors);
-    checkpoint.ReadString("path", &spec->checkpoint_path, /*required=*/false);
-    checkpoint.ReadInt("intervalSteps", &spec->checkpoint_interval_steps, 1);
-    checkpoint.Finish();
-  }
-  ReadRunPolicy(s.Get("runPolicy"), &spec->run_policy, errors);
-  ReadSchedulingPolicy(s.Get("schedulingPolicy"), &spec->scheduling_policy, errors);
-  ReadReplicaSpecs(s.Get("replicaSpecs"), spec, errors);
-  s.Finish();
-}
-
 void ReadTrainingJob(const YAML::Node& root, TrainingJob* job, std::vector<FieldError>* errors) {
   MapReader top(root, "", errors);
   ReadConstant(top, "apiVersion", kApiVersion);
   ReadConstant(top, "kind", kKind);
   ReadMetadata(top.Get("metadata"), job, errors);
   if (top.Has("spec")) {
-    ReadSpec(top.Get("spec"), &job->spec, errors);
+    ReadFields(TrainingJobSpecFields(), top.Get("spec"), "spec", errors, &job->spec);
   } else {
     top.AddError("spec", "required");
   }

@@ -1,17 +1,16 @@
 #!/usr/bin/env python3
-"""The plain manifests (deploy/crd, deploy/rbac, deploy/operator,
-deploy/monitoring) and the Helm chart (helm/kubeps) say the same thing.
+"""The plain manifests in deploy/ are the Helm chart's rendering, and the
+operator the chart deploys can run as configured.
 
-  * the chart's copies of the CRD, the Grafana dashboard and the alert rules
-    are byte for byte the files in deploy/ (Helm reads no file outside the
-    chart, so the chart carries copies);
-  * the ClusterRole the chart renders with its default values has exactly
-    deploy/rbac/rbac.yaml's rules, and binds the same service account;
-  * the operator Deployments run the same image with the same effective
-    flags, declare the port the operator listens on, and probe /healthz and
-    /readyz on it (kubeps-operator serves /metrics, /healthz and /readyz on
-    its --metrics-port only), with the same timings, security settings and
-    resources.
+  * deploy/crd, deploy/rbac, deploy/operator and the chart's monitoring files
+    in deploy/monitoring are exactly what scripts/render-deploy.sh renders
+    from helm/kubeps with its default values (the chart is the source;
+    its CRD is generated from the TrainingJob's field table);
+  * the operator Deployment passes only flags kubeps-operator takes (their
+    defaults as `kubeps-operator --print-defaults` prints them), declares the
+    port the operator listens on, and probes /healthz and /readyz on it
+    (kubeps-operator serves /metrics, /healthz and /readyz on its
+    --metrics-port only).
 
 YAML becomes JSON through the real kubectl (`kubectl create --dry-run=client
 -o json` against the API server emulator, which kubectl needs for discovery);
@@ -31,18 +30,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "tools", "helm_render"))
+sys.path.insert(0, os.path.join(SOURCE_DIR, "scripts"))
 from emulator.cluster import Cluster  # noqa: E402
 from operator_harness import BIN  # noqa: E402
 import helmrender  # noqa: E402
+import render_deploy  # noqa: E402
 
 DEPLOY = os.path.join(SOURCE_DIR, "deploy")
 CHART = os.path.join(SOURCE_DIR, "helm", "kubeps")
-NAMESPACE = "kubeps-system"   # where deploy/ puts the operator
-
-
-def read(path):
-    with open(path, "rb") as f:
-        return f.read()
+NAMESPACE = render_deploy.NAMESPACE   # where deploy/ puts the operator
 
 
 def operator_defaults():
@@ -111,82 +107,28 @@ class ManifestsInStepTest(unittest.TestCase):
             f.write(text)
         return self.to_json(path)
 
-    # -- copies
+    # -- deploy/ is the rendering
 
-    def test_crd_copy_is_identical(self):
-        plain = sorted(os.listdir(os.path.join(DEPLOY, "crd")))
-        copies = sorted(os.listdir(os.path.join(CHART, "crds")))
-        self.assertEqual(copies, plain, "helm/kubeps/crds/ must hold exactly deploy/crd/'s files")
-        for name in plain:
-            self.assertEqual(read(os.path.join(CHART, "crds", name)),
-                             read(os.path.join(DEPLOY, "crd", name)),
-                             "helm/kubeps/crds/%s differs from deploy/crd/%s: copy it again "
-                             "(cp deploy/crd/%s helm/kubeps/crds/)" % (name, name, name))
-
-    def test_dashboard_copy_is_identical(self):
-        copy = read(os.path.join(CHART, "files", "grafana-dashboard.json"))
-        self.assertEqual(copy, read(os.path.join(DEPLOY, "monitoring", "grafana-dashboard.json")),
-                         "helm/kubeps/files/grafana-dashboard.json differs from deploy/monitoring/"
-                         "grafana-dashboard.json: cp deploy/monitoring/grafana-dashboard.json "
-                         "helm/kubeps/files/")
-        json.loads(copy)
-
-    def test_alert_rules_copy_is_identical(self):
-        self.assertEqual(read(os.path.join(CHART, "files", "prometheus-rules.yaml")),
-                         read(os.path.join(DEPLOY, "monitoring", "prometheus-rules.yaml")),
-                         "helm/kubeps/files/prometheus-rules.yaml differs from deploy/monitoring/"
-                         "prometheus-rules.yaml: cp deploy/monitoring/prometheus-rules.yaml "
-                         "helm/kubeps/files/")
-
-    # -- RBAC
-
-    def test_cluster_role_rules_match(self):
-        chart = self.chart_objects()
-        plain = self.to_json(os.path.join(DEPLOY, "rbac", "rbac.yaml"))
-        (chart_role,), (plain_role,) = by_kind(chart, "ClusterRole"), by_kind(plain, "ClusterRole")
-        self.assertEqual(chart_role["rules"], plain_role["rules"],
-                         "the chart's ClusterRole (helm/kubeps/templates/_helpers.tpl "
-                         "kubeps.jobRules + kubeps.leaderElectionRules) and deploy/rbac/rbac.yaml "
-                         "grant different permissions")
-        self.assertEqual(chart_role["metadata"]["name"], plain_role["metadata"]["name"])
-        (chart_binding,) = by_kind(chart, "ClusterRoleBinding")
-        (plain_binding,) = by_kind(plain, "ClusterRoleBinding")
-        self.assertEqual(chart_binding["roleRef"], plain_binding["roleRef"])
-        self.assertEqual(chart_binding["subjects"], plain_binding["subjects"])
-        (chart_sa,), plain_sas = by_kind(chart, "ServiceAccount"), by_kind(plain, "ServiceAccount")
-        self.assertEqual([(s["metadata"]["name"], s["metadata"]["namespace"]) for s in plain_sas],
-                         [(chart_sa["metadata"]["name"], chart_sa["metadata"]["namespace"])])
+    def test_deploy_is_the_charts_rendering(self):
+        if self.render_skip:
+            self.skipTest(self.render_skip)
+        stale = render_deploy.differences(render_deploy.render())
+        self.assertEqual(stale, [], "deploy/ differs from the chart's rendering; "
+                                    "run scripts/render-deploy.sh")
 
     # -- the operator Deployment
 
-    def deployments(self):
-        chart = self.chart_objects()
-        plain = self.to_json(os.path.join(DEPLOY, "operator", "deployment.yaml"))
-        (chart_dep,), (plain_dep,) = by_kind(chart, "Deployment"), by_kind(plain, "Deployment")
-        return chart_dep, plain_dep
+    def deployment(self):
+        (dep,) = by_kind(self.chart_objects(), "Deployment")
+        return dep
 
-    def test_deployment_runs_the_same_operator(self):
-        chart_dep, plain_dep = self.deployments()
-        for what, get in (
-                ("name", lambda d: d["metadata"]["name"]),
-                ("namespace", lambda d: d["metadata"]["namespace"]),
-                ("replicas", lambda d: d["spec"]["replicas"]),
-                ("strategy", lambda d: d["spec"]["strategy"]),
-                ("serviceAccountName", lambda d: d["spec"]["template"]["spec"]["serviceAccountName"]),
-                ("terminationGracePeriodSeconds",
-                 lambda d: d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]),
-                ("pod securityContext", lambda d: d["spec"]["template"]["spec"]["securityContext"])):
-            self.assertEqual(get(chart_dep), get(plain_dep), what)
-        chart_c = chart_dep["spec"]["template"]["spec"]["containers"]
-        plain_c = plain_dep["spec"]["template"]["spec"]["containers"]
-        self.assertEqual([c["name"] for c in chart_c], [c["name"] for c in plain_c])
-        for key in ("image", "imagePullPolicy", "resources", "securityContext"):
-            self.assertEqual(chart_c[0].get(key), plain_c[0].get(key), key)
-        self.assertEqual(effective_flags(chart_c[0].get("args", [])),
-                         effective_flags(plain_c[0].get("args", [])),
-                         "the operators run with different flags")
-        env = lambda c: [(e["name"], e.get("valueFrom")) for e in c.get("env", [])]  # noqa: E731
-        self.assertEqual(env(chart_c[0]), env(plain_c[0]))
+    def test_deployment_passes_only_operator_flags(self):
+        container = self.deployment()["spec"]["template"]["spec"]["containers"][0]
+        self.assertEqual([container["name"]], ["operator"])
+        flags = effective_flags(container.get("args", []))   # raises on a flag it does not take
+        self.assertTrue(flags["leader-elect"])
+        env = [(e["name"], e.get("valueFrom")) for e in container.get("env", [])]
+        self.assertEqual([name for name, _ in env], ["POD_NAME", "POD_NAMESPACE"])
 
     def check_probes(self, dep, where):
         """Every probe targets the port kubeps-operator listens on."""
@@ -195,7 +137,6 @@ class ManifestsInStepTest(unittest.TestCase):
         ports = {p.get("name"): p["containerPort"] for p in container.get("ports", [])}
         self.assertIn(port, ports.values(),
                       "%s: no containerPort for the operator's --metrics-port %d" % (where, port))
-        result = {}
         for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
             self.assertIn(probe, container, where)
             get = container[probe]["httpGet"]
@@ -206,16 +147,9 @@ class ManifestsInStepTest(unittest.TestCase):
                              "/healthz and /readyz only on its --metrics-port %d (port %r)" % (
                                  where, probe, path, get["port"], target, port,
                                  [n for n, p in ports.items() if p == port][0]))
-            result[probe] = {k: v for k, v in container[probe].items() if k != "httpGet"}
-            result[probe]["path"] = path
-        return result, ports
 
-    def test_probes_and_ports_agree(self):
-        chart_dep, plain_dep = self.deployments()
-        chart_probes, chart_ports = self.check_probes(chart_dep, "helm/kubeps (default values)")
-        plain_probes, plain_ports = self.check_probes(plain_dep, "deploy/operator/deployment.yaml")
-        self.assertEqual(chart_probes, plain_probes, "probe timings differ")
-        self.assertEqual(chart_ports, plain_ports, "the operator containers declare different ports")
+    def test_probes_target_the_operators_port(self):
+        self.check_probes(self.deployment(), "helm/kubeps (default values)")
 
 
 if __name__ == "__main__":

@@ -55,8 +55,10 @@ class Model {
   std::vector<Parameter> params_;
 };
 
-// "softmax", "mlp" (784-256-10) or "cnn" (the seed CNN); nullptr otherwise.
+// A model of api/models.h's list ("softmax", "mlp", "cnn"); nullptr for
+// any other name.
 std::unique_ptr<Model> MakeModel(const std::string& name);
+// api::kModels' names, in its order.
 const std::vector<std::string>& ModelNames();
 
 }  // namespace kubeps::trainer

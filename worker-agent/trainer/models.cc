@@ -2,9 +2,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <utility>
 
+#include "api/models.h"
 #include "worker-agent/trainer/buffer.h"
 #include "worker-agent/trainer/relu.h"
 
@@ -231,15 +233,29 @@ float CnnModel::ForwardLoss(const float* images, const uint8_t* labels, int batc
 
 // ---------------------------------------------------------------- factory
 
+// The names are api/models.h's: the list the manifest parser and the CRD
+// accept. A switch without a default, so the compiler (-Wswitch) points at a
+// kind listed there without a model here.
 std::unique_ptr<Model> MakeModel(const std::string& name) {
-  if (name == "softmax") return std::make_unique<SoftmaxModel>();
-  if (name == "mlp") return std::make_unique<MlpModel>();
-  if (name == "cnn") return std::make_unique<CnnModel>();
+  std::optional<api::ModelKind> kind = api::FindModel(name);
+  if (!kind) return nullptr;
+  switch (*kind) {
+    case api::ModelKind::kSoftmax:
+      return std::make_unique<SoftmaxModel>();
+    case api::ModelKind::kMlp:
+      return std::make_unique<MlpModel>();
+    case api::ModelKind::kCnn:
+      return std::make_unique<CnnModel>();
+  }
   return nullptr;
 }
 
 const std::vector<std::string>& ModelNames() {
-  static const std::vector<std::string> names = {"softmax", "mlp", "cnn"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const api::ModelInfo& model : api::kModels) out.push_back(model.name);
+    return out;
+  }();
   return names;
 }
 

@@ -100,8 +100,8 @@ Call with (dict "image" .Values.image.server "context" $).
 
 {{/*
 What the operator does to TrainingJobs and their pods, services, token
-secrets and events. Exactly deploy/rbac/rbac.yaml's rules, in its order
-(tests/k8s/test_manifests_in_step.py compares them).
+secrets and events. deploy/rbac/rbac.yaml is rendered from these
+(scripts/render-deploy.sh).
 */}}
 {{- define "kubeps.jobRules" -}}
 # The jobs it reconciles, and their status.

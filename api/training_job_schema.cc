@@ -1,0 +1,163 @@
+// The TrainingJob's spec, field by field. This table is the schema: edit it
+// (and the struct in training_job.h, whose member initializers are the
+// defaults), then run scripts/generate-crd.sh to regenerate the CRD, the
+// plain manifests in deploy/ and the README's field table.
+#include "api/training_job_schema.h"
+
+#include <string>
+
+#include "api/models.h"
+
+namespace kubeps::api {
+namespace {
+
+std::vector<std::string> ModelNames() {
+  std::vector<std::string> names;
+  for (const ModelInfo& model : kModels) names.push_back(model.name);
+  return names;
+}
+
+std::string ModelDescriptions() {
+  std::string text;
+  for (const ModelInfo& model : kModels) {
+    if (!text.empty()) text += "; ";
+    text += std::string(model.name) + ": " + model.summary;
+  }
+  return text;
+}
+
+FieldSpec Replica(const std::string& role, ReplicaSpec TrainingJobSpec::*member) {
+  return Object(role, {
+                          Integer("replicas", At(member, &ReplicaSpec::replicas))
+                              .AtLeast(1)
+                              .Doc("pods of this role"),
+                          PodTemplate("template", At(member, &ReplicaSpec::template_override))
+                              .Doc("a pod template merged into the pods of this role"),
+                      });
+}
+
+std::vector<FieldSpec> OptimizerFields() {
+  using O = OptimizerSpec;
+  auto at = [](double O::*member) { return At(&TrainingJobSpec::optimizer, member); };
+  return {
+      Enum("name", At(&TrainingJobSpec::optimizer, &O::name), {"sgd", "momentum", "adam", "none"})
+          .Doc("the update rule; none: the servers only average the gradients"),
+      Number("learningRate", at(&O::learning_rate)).Above(0).Doc("step size"),
+      Number("momentum", at(&O::momentum)).AtLeast(0).Below(1).Doc("momentum optimizer only"),
+      Number("beta1", at(&O::beta1)).AtLeast(0).Below(1).Doc("adam only"),
+      Number("beta2", at(&O::beta2)).AtLeast(0).Below(1).Doc("adam only"),
+      Number("epsilon", at(&O::epsilon)).Above(0).Doc("adam only"),
+      Number("weightDecay", at(&O::weight_decay))
+          .AtLeast(0)
+          .Doc("L2 penalty: weightDecay times the parameter is added to its gradient"),
+  };
+}
+
+std::vector<FieldSpec> RunPolicyFields() {
+  using R = RunPolicy;
+  auto at = [](auto R::*member) { return At(&TrainingJobSpec::run_policy, member); };
+  return {
+      Enum("restartPolicy", at(&R::restart_policy),
+           {RestartPolicy::kOnFailure, RestartPolicy::kNever, RestartPolicy::kExitCode})
+          .Doc("ExitCode: only signal exits (128 and up) are retried"),
+      Integer("backoffLimit", at(&R::backoff_limit))
+          .AtLeast(0)
+          .Doc("restarts allowed before the job fails"),
+      Integer("activeDeadlineSeconds", at(&R::active_deadline_seconds))
+          .AtLeast(1)
+          .UnsetByDefault()
+          .Doc("the job fails when it runs longer"),
+      Integer("ttlSecondsAfterFinished", at(&R::ttl_seconds_after_finished))
+          .AtLeast(0)
+          .UnsetByDefault()
+          .Doc("the finished job is deleted this long after it ends"),
+      // No default in the CRD (as before the table): the operator's Running
+      // applies, and stored jobs do not gain the field.
+      Enum("cleanPodPolicy", at(&R::clean_pod_policy),
+           {CleanPodPolicy::kAll, CleanPodPolicy::kRunning, CleanPodPolicy::kNone})
+          .NoDefaultInCrd()
+          .Doc("which pods are deleted when the job ends"),
+      Boolean("suspend", at(&R::suspend))
+          .NoDefaultInCrd()
+          .Doc("true deletes the job's pods and keeps the job"),
+  };
+}
+
+std::vector<FieldSpec> SchedulingPolicyFields() {
+  using S = SchedulingPolicy;
+  auto at = [](auto S::*member) { return At(&TrainingJobSpec::scheduling_policy, member); };
+  return {
+      String("schedulerName", at(&S::scheduler_name))
+          .Doc("when set, the pods use this scheduler and the operator creates a PodGroup"),
+      Integer("minAvailable", at(&S::min_available))
+          .AtLeast(0)
+          .Doc("gang scheduling, pods that must start together; 0: every replica"),
+      String("queue", at(&S::queue)).Doc("the PodGroup's queue"),
+      String("priorityClass", at(&S::priority_class)).Doc("the PodGroup's priority class"),
+  };
+}
+
+std::vector<FieldSpec> BuildSpecFields() {
+  using S = TrainingJobSpec;
+  return {
+      Enum("mode", At(&S::mode), {SyncMode::kSync, SyncMode::kAsync})
+          .Doc("sync: gradients of all workers averaged per step; async: applied on arrival"),
+      Enum("model", At(&S::model), ModelNames()).Doc(ModelDescriptions()),
+      Object("dataset", {String("path", At(&S::dataset_path))
+                             .Required()
+                             .Doc("folder holding the four Fashion-MNIST IDX .gz files")})
+          .Required()
+          .Doc("the training and test images"),
+      Object("optimizer", OptimizerFields()).Doc("applied on the parameter servers"),
+      Integer("batchSize", At(&S::batch_size)).AtLeast(1).Doc("per worker"),
+      Integer("epochs", At(&S::epochs)).AtLeast(1).Doc("passes over the training set"),
+      Integer("seed", At(&S::seed)).Doc("parameter initialisation and data order"),
+      Integer("bigArrayBound", At(&S::big_array_bound))
+          .AtLeast(1)
+          .Doc("elements; tensors at least this big are sliced over all servers"),
+      Integer("resendTimeoutMs", At(&S::resend_timeout_ms))
+          .AtLeast(1)
+          .Doc("how long a request waits for its answer before it is sent again"),
+      Integer("maxResends", At(&S::max_resends)).AtLeast(0).Doc("0 disables resending"),
+      Integer("progressIntervalMs", At(&S::progress_interval_ms))
+          .AtLeast(100)
+          .Doc("how often workers print a progress line"),
+      Integer("gpusPerWorker", At(&S::gpus_per_worker)).AtLeast(0).Doc("GPUs of each worker pod"),
+      Enum("backend", At(&S::backend), {"cpu", "cuda", "auto"})
+          .Doc("auto: cuda when the worker sees a GPU"),
+      Object("checkpoint",
+             {
+                 String("path", At(&S::checkpoint_path))
+                     .Doc("where shards write parameters and optimizer state"),
+                 Integer("intervalSteps", At(&S::checkpoint_interval_steps))
+                     .AtLeast(1)
+                     .Doc("steps between two checkpoints of a shard"),
+             })
+          .Doc("a restarted shard reloads its newest checkpoint"),
+      Object("runPolicy", RunPolicyFields())
+          .Doc("restarts, deadlines and the clean-up of the job's pods"),
+      // No defaults in the CRD: a job without gang scheduling keeps no
+      // schedulingPolicy in the API server (as before the table).
+      Object("schedulingPolicy", SchedulingPolicyFields())
+          .NoDefaultInCrd()
+          .Doc("gang scheduling (Volcano or scheduler-plugins)"),
+      Object("replicaSpecs",
+             {
+                 Replica("ps", &S::ps).Doc("the parameter servers"),
+                 Replica("worker", &S::worker).Doc("the workers"),
+                 Rejected("scheduler",
+                          "the scheduler is implicit (always exactly one replica); only \"ps\" "
+                          "and \"worker\" may be listed"),
+             })
+          .Doc("the scheduler is implicit (always one) and never listed"),
+  };
+}
+
+}  // namespace
+
+const std::vector<FieldSpec>& TrainingJobSpecFields() {
+  static const std::vector<FieldSpec> fields = BuildSpecFields();
+  return fields;
+}
+
+}  // namespace kubeps::api
