@@ -20,7 +20,9 @@
 // returns the first failure, which names the shard and the RPC.
 //
 // Thread-safe: Push, Pull, PushPull and Wait may be called from several
-// threads (each ticket waited for once); InitTensors comes first, once.
+// threads (each ticket waited for once); InitTensors comes first. It may
+// come again with the same sizes and no ticket open (a restarted training
+// process behind the sidecar): the servers keep their values.
 #ifndef KUBEPS_WORKER_AGENT_KV_KV_WORKER_H_
 #define KUBEPS_WORKER_AGENT_KV_KV_WORKER_H_
 
