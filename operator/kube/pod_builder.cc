@@ -3,6 +3,7 @@
 #include <set>
 
 #include "api/pod_env_codec.h"
+#include "api/user_container.h"
 #include "operator/kubeclient/api_path.h"
 
 namespace kubeps::kube {
@@ -77,12 +78,9 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
 
   json spec_json = pod_template.value("spec", json::object());
   json containers = spec_json.value("containers", json::array());
-  // kubeps runs in the container named after the role, or the only one.
-  int target = -1;
-  for (size_t i = 0; i < containers.size(); ++i) {
-    if (containers[i].value("name", "") == role) target = static_cast<int>(i);
-  }
-  if (target < 0 && containers.size() == 1) target = 0;
+  // kubeps runs in the container named after the role, or the only one
+  // (for workers, the rule that also finds a job's own program).
+  int target = api::MainContainerIndex(pod_template, role);
   if (target < 0) {
     containers.push_back(json::object());
     target = static_cast<int>(containers.size()) - 1;
