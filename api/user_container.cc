@@ -4,10 +4,12 @@
 #include "api/user_container.h"
 
 #include <algorithm>
+#include <iterator>
 #include <optional>
 #include <string>
 
 #include "api/manifest_reader.h"
+#include "api/models.h"
 
 namespace kubeps::api {
 namespace {
@@ -241,7 +243,11 @@ void CheckReservedNames(const json& pod_spec, std::vector<FieldError>* errors) {
 
 // Why a job without a model has no program of its own, at which field.
 FieldError NoProgram(const json& pod_template) {
-  const std::string model_names = "softmax, mlp or cnn";
+  std::string model_names;
+  const size_t count = std::size(kModels);
+  for (size_t i = 0; i < count; ++i) {
+    model_names += std::string(i == 0 ? "" : i + 1 == count ? " or " : ", ") + kModels[i].name;
+  }
   FieldError neither{"spec.model",
                      "required unless the job brings its own training program: name a built-in "
                      "model (" +

@@ -225,9 +225,9 @@ TEST(UserContainerTest, EnvEntriesNeedANameAndOneValue) {
 TEST(UserContainerTest, VolumeMountsAndResourcesHaveTheirShape) {
   EXPECT_THAT(Errors(Replace(kOwnProgram, "{name: data, mountPath: /data}", "{name: data}")),
               ElementsAre(kContainer + ".volumeMounts[0].mountPath: required"));
-  EXPECT_THAT(Errors(Replace(kOwnProgram, "limits: {cpu: \"2\"}", "limits: {cpu: \"2\"}\n"
-                                                                  "              resources: 2")),
-              ElementsAre(HasSubstr("resources")));
+  EXPECT_THAT(Errors(Replace(kOwnProgram, "resources:\n                limits: {cpu: \"2\"}",
+                             "resources: 2")),
+              ElementsAre(kContainer + ".resources: must be a mapping, got 2"));
 }
 
 TEST(UserContainerTest, TheAgentsNameIsReserved) {
