@@ -82,19 +82,11 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   api::TrainingJob spec = *parsed.job;
   spec.name = id.name;
   spec.namespace_ = id.namespace_;
-  // Until the pod builder adds the agent beside the user's container as a
-  // native sidecar, such a pod would run the agent in place of the program.
-  if (spec.spec.brings_own_program()) {
-    return FailInvalid(job, id.name +
-                                ": the operator cannot run a job that brings its own program "
-                                "yet (its worker pods need the kubeps agent as a sidecar); run "
-                                "it with kubeps run");
-  }
-
   JobState& state = jobs_[id.uid];
   auto launch = [&spec](const controller::ReplicaName& name, const std::string& scheduler) {
-    return controller::ReplicaLaunch{
-        name, controller::ReplicaBinary(name), {}, controller::ReplicaEnv(spec, name, scheduler)};
+    return controller::ReplicaLaunch{name, controller::ReplicaBinary(name),
+                                     controller::ReplicaArgs(spec, name),
+                                     controller::ReplicaEnv(spec, name, scheduler), std::nullopt};
   };
   KubeCluster cluster(client_, id, spec, images_, pods);
 
