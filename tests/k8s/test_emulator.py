@@ -276,6 +276,9 @@ class EmulatorTest(unittest.TestCase):
         self.assertEqual(inits["side"]["restartCount"], 0)
         self.assertEqual(p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 0)
         self.assertIn("got TERM", c.kubectl("logs", "sidecar-order", "-c", "side").stdout)
+        # kubectl counts the sidecar among the containers, not its exit
+        line = c.kubectl("get", "pod", "sidecar-order").stdout.splitlines()[1].split()
+        self.assertEqual(line[:4], ["sidecar-order", "0/2", "Completed", "0"])
         c.kubectl("delete", "pod", "sidecar-order")
 
     def test_native_sidecar_restarts_when_it_dies_whatever_the_pod_policy(self):

@@ -127,6 +127,9 @@ class UserCodeTest(unittest.TestCase):
             self.assertEqual([s["name"] for s in status["initContainerStatuses"]],
                              ["kubeps-agent"])
             self.assertIn("terminated", status["initContainerStatuses"][0]["state"])
+            if pod_name in c.kubectl("get", "pods").stdout:
+                line = c.kubectl("get", "pod", pod_name).stdout.splitlines()[1].split()
+                self.assertEqual(line[1:3], ["0/2", "Completed"])
         rank0 = [n for n in sorted(workers) if "worker-0" in n][0]
         log = c.kubectl("logs", rank0, "-c", "trainer").stdout
         self.assertIn("test accuracy", log)
