@@ -108,6 +108,7 @@ class UserCodeTest(unittest.TestCase):
         if job.process.poll() is None:
             job.process.kill()
             job.process.wait()
+        job._reader.join(timeout=10)
         job.process.stdout.close()
 
     def assert_succeeded(self, job, code):
