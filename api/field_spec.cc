@@ -175,8 +175,13 @@ void ReadFields(const std::vector<FieldSpec>& fields, const YAML::Node& object,
   for (const FieldSpec& field : fields) {
     if (field.read) {
       field.read(reader, field, errors, spec);
-    } else {
-      ReadFields(field.fields, reader.Get(field.name), reader.FieldPath(field.name), errors, spec);
+      continue;
+    }
+    // An object left out is not looked into: the fields it requires are
+    // required only when it is written (as in the CRD's schema).
+    YAML::Node child = reader.Get(field.name);
+    if (child.IsDefined() && !child.IsNull()) {
+      ReadFields(field.fields, child, reader.FieldPath(field.name), errors, spec);
     }
   }
   reader.Finish();
@@ -188,7 +193,10 @@ nlohmann::json WriteFields(const std::vector<FieldSpec>& fields, const TrainingJ
   for (const FieldSpec& field : fields) {
     if (!field.rejected_because.empty()) continue;
     if (field.type == FieldType::kObject) {
-      out[field.name] = WriteFields(field.fields, spec);
+      // Left out when every field in it is unset (spec.dataset of a job
+      // that brings its own program).
+      nlohmann::json object = WriteFields(field.fields, spec);
+      if (!object.empty()) out[field.name] = std::move(object);
       continue;
     }
     nlohmann::json value = field.write(spec);

@@ -34,9 +34,35 @@ struct OptimizerSpec {
   double weight_decay = 0.0;
 };
 
-// Per-role pod template overrides. Only the Kubernetes backend uses them;
-// they are kept verbatim (as JSON) so the operator can merge them into the
-// pods it creates.
+// One environment variable of a container, as Kubernetes spells it.
+struct EnvVar {
+  std::string name;
+  std::string value;
+  // A `valueFrom` source (secretKeyRef, fieldRef, ...), verbatim; null when
+  // `value` is given. Only Kubernetes can resolve it: `kubeps run` does not
+  // set such a variable, and says so.
+  nlohmann::json value_from;
+};
+
+// The training program a job brings instead of a built-in model: the main
+// container of the worker's pod template (see MainContainerIndex in
+// api/user_container.h), typed for `kubeps run`, which runs its command
+// beside the worker's kubeps-agent. The operator uses the template's JSON,
+// which keeps every field (resources, volumeMounts, ...).
+struct UserContainer {
+  int index = 0;  // its position in template.spec.containers
+  std::string name;
+  std::string image;  // not used by `kubeps run`
+  std::vector<std::string> command;
+  std::vector<std::string> args;
+  std::vector<EnvVar> env;  // in the manifest's order
+  std::string working_dir;  // "" = the image's (locally: the manifest's folder)
+};
+
+// Per-role pod template overrides, kept verbatim (as JSON) so the operator
+// can merge them into the pods it creates. A worker template's main
+// container is also the user's training program when the job names no
+// built-in model (TrainingJobSpec::user_container).
 struct ReplicaSpec {
   int replicas = 0;
   nlohmann::json template_override;  // null when absent
@@ -64,8 +90,12 @@ struct SchedulingPolicy {
 
 struct TrainingJobSpec {
   SyncMode mode = SyncMode::kSync;
-  std::string model = "mlp";  // a name of api/models.h
-  std::string dataset_path;   // folder holding the four Fashion-MNIST IDX .gz files
+  // A job either trains a built-in model on Fashion-MNIST (model and
+  // dataset_path set; a manifest with a data set and no model gets "mlp") or
+  // brings its own training program (user_container set, model and
+  // dataset_path empty). The parser enforces exactly one.
+  std::string model;         // a name of api/models.h, or "" for a job's own program
+  std::string dataset_path;  // folder holding the four Fashion-MNIST IDX .gz files
   OptimizerSpec optimizer;
   int batch_size = 64;  // per worker
   int epochs = 1;
@@ -86,6 +116,11 @@ struct TrainingJobSpec {
   ReplicaSpec scheduler{1, nullptr};  // implicit: always exactly one
   RunPolicy run_policy;
   SchedulingPolicy scheduling_policy;
+  // Derived from worker.template_override by the parser (not a field of its
+  // own: ToJson writes the template, which holds it).
+  std::optional<UserContainer> user_container;
+
+  bool brings_own_program() const { return user_container.has_value(); }
 };
 
 struct TrainingJob {

@@ -11,6 +11,7 @@
 #include "api/manifest_reader.h"
 #include "api/training_job.h"
 #include "api/training_job_schema.h"
+#include "api/user_container.h"
 
 namespace kubeps::api {
 namespace {
@@ -18,6 +19,7 @@ namespace {
 using internal::Describe;
 using internal::MapReader;
 using internal::Quote;
+using internal::ReadTrainingProgram;
 
 constexpr size_t kMaxLabelLength = 63;
 
@@ -84,6 +86,7 @@ void ReadTrainingJob(const YAML::Node& root, TrainingJob* job, std::vector<Field
   ReadMetadata(top.Get("metadata"), job, errors);
   if (top.Has("spec")) {
     ReadFields(TrainingJobSpecFields(), top.Get("spec"), "spec", errors, &job->spec);
+    ReadTrainingProgram(top.Get("spec"), &job->spec, errors);
   } else {
     top.AddError("spec", "required");
   }

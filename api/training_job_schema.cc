@@ -26,14 +26,16 @@ std::string ModelDescriptions() {
   return text;
 }
 
-FieldSpec Replica(const std::string& role, ReplicaSpec TrainingJobSpec::*member) {
-  return Object(role, {
-                          Integer("replicas", At(member, &ReplicaSpec::replicas))
-                              .AtLeast(1)
-                              .Doc("pods of this role"),
-                          PodTemplate("template", At(member, &ReplicaSpec::template_override))
-                              .Doc("a pod template merged into the pods of this role"),
-                      });
+FieldSpec Replica(const std::string& role, ReplicaSpec TrainingJobSpec::*member,
+                  const std::string& template_doc) {
+  return Object(
+      role,
+      {
+          Integer("replicas", At(member, &ReplicaSpec::replicas))
+              .AtLeast(1)
+              .Doc("pods of this role"),
+          PodTemplate("template", At(member, &ReplicaSpec::template_override)).Doc(template_doc),
+      });
 }
 
 std::vector<FieldSpec> OptimizerFields() {
@@ -102,12 +104,18 @@ std::vector<FieldSpec> BuildSpecFields() {
   return {
       Enum("mode", At(&S::mode), {SyncMode::kSync, SyncMode::kAsync})
           .Doc("sync: gradients of all workers averaged per step; async: applied on arrival"),
-      Enum("model", At(&S::model), ModelNames()).Doc(ModelDescriptions()),
+      // Unset: the job brings its own program (api/user_container.h); a
+      // manifest with a data set and no model trains mlp, the default
+      // before jobs could bring their own.
+      Enum("model", At(&S::model), ModelNames())
+          .UnsetByDefault()
+          .Doc("a built-in model: " + ModelDescriptions() +
+               ". Leave out (with dataset) to run your own program in the worker's container"),
       Object("dataset", {String("path", At(&S::dataset_path))
                              .Required()
+                             .UnsetByDefault()
                              .Doc("folder holding the four Fashion-MNIST IDX .gz files")})
-          .Required()
-          .Doc("the training and test images"),
+          .Doc("the built-in model's training and test images (mlp when no model is named)"),
       Object("optimizer", OptimizerFields()).Doc("applied on the parameter servers"),
       Integer("batchSize", At(&S::batch_size)).AtLeast(1).Doc("per worker"),
       Integer("epochs", At(&S::epochs)).AtLeast(1).Doc("passes over the training set"),
@@ -143,8 +151,15 @@ std::vector<FieldSpec> BuildSpecFields() {
           .Doc("gang scheduling (Volcano or scheduler-plugins)"),
       Object("replicaSpecs",
              {
-                 Replica("ps", &S::ps).Doc("the parameter servers"),
-                 Replica("worker", &S::worker).Doc("the workers"),
+                 Replica("ps", &S::ps, "a pod template merged into the pods of this role")
+                     .Doc("the parameter servers"),
+                 Replica("worker", &S::worker,
+                         "a pod template merged into the pods of this role. Its container "
+                         "named worker (or its only one) runs the built-in model, or, without "
+                         "spec.model, your training program: name, image, command, args, env, "
+                         "workingDir, resources, volumeMounts as in any pod; kubeps adds its "
+                         "agent beside it as the sidecar kubeps-agent")
+                     .Doc("the workers"),
                  Rejected("scheduler",
                           "the scheduler is implicit (always exactly one replica); only \"ps\" "
                           "and \"worker\" may be listed"),

@@ -7,7 +7,9 @@
 
 #include <climits>
 #include <cstring>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "api/pod_env_codec.h"
@@ -49,13 +51,25 @@ int Validate(const std::string& path) {
 int Run(const std::string& path, const std::string& run_dir) {
   api::TrainingJob job;
   if (!LoadJob(path, &job)) return 1;
-  return local::RunLocally(job, local::LocalRunOptions{BinaryDir(), run_dir, 0});
+  // A job's own program runs in the manifest's folder (or its workingDir,
+  // taken from there), wherever `kubeps run` was started.
+  std::error_code error;
+  const std::string manifest_dir =
+      std::filesystem::absolute(path, error).parent_path().lexically_normal().string();
+  return local::RunLocally(job, local::LocalRunOptions{BinaryDir(), run_dir, 0, manifest_dir});
 }
 
 // Hands over to kubeps-agent in its single-process mode.
 int TrainLocal(const std::string& path) {
   api::TrainingJob job;
   if (!LoadJob(path, &job)) return 1;
+  if (job.spec.brings_own_program()) {
+    PrintError(path +
+               ": train-local trains one of kubeps' built-in models (spec.model), and job \"" +
+               job.name + "\" brings its own program: run that program yourself, or the job " +
+               "with kubeps run");
+    return 1;
+  }
   const std::string agent = BinaryDir() + "/kubeps-agent";
   ::setenv(api::env::kRole, "local", 1);
   ::setenv(api::env::kJob, api::ToJson(job).dump().c_str(), 1);

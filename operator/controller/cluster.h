@@ -9,6 +9,7 @@
 #define KUBEPS_OPERATOR_CONTROLLER_CLUSTER_H_
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,12 +42,30 @@ struct ReplicaStatus {
   int restarts = 0;   // times this replica was re-created
 };
 
-// What to run for one replica: the binary and its environment.
+// The training program of a worker whose job brings its own
+// (api::UserContainer): it runs in the replica's pod beside kubeps' own
+// process, which then serves it as a sidecar (kubeps-agent --serve). The
+// program is the pod's main process: the replica's outcome is its exit,
+// the agent is restarted alone when it dies while the program runs, and
+// stopped once the program has ended (Kubernetes' native sidecars).
+struct UserProcess {
+  std::string container;                   // the container's name, for logs
+  std::vector<std::string> argv;           // the container's command, then its args
+  std::map<std::string, std::string> env;  // what the process adds to the backend's environment
+  std::string working_dir;                 // the container's workingDir, "" when it has none
+  // Variables of the container's env given by valueFrom (secrets, the
+  // downward API): only Kubernetes can resolve them.
+  std::vector<std::string> cluster_only_env;
+};
+
+// What to run for one replica: the binary and its environment, and for a
+// worker of a job that brings its own program, that program beside it.
 struct ReplicaLaunch {
   ReplicaName name;
   std::string binary;  // "kubeps-server" or "kubeps-agent"
   std::vector<std::string> args;
   std::map<std::string, std::string> env;
+  std::optional<UserProcess> user_process;
 };
 
 class Cluster {

@@ -82,11 +82,11 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   api::TrainingJob spec = *parsed.job;
   spec.name = id.name;
   spec.namespace_ = id.namespace_;
-
   JobState& state = jobs_[id.uid];
   auto launch = [&spec](const controller::ReplicaName& name, const std::string& scheduler) {
-    return controller::ReplicaLaunch{
-        name, controller::ReplicaBinary(name), {}, controller::ReplicaEnv(spec, name, scheduler)};
+    return controller::ReplicaLaunch{name, controller::ReplicaBinary(name),
+                                     controller::ReplicaArgs(spec, name),
+                                     controller::ReplicaEnv(spec, name, scheduler), std::nullopt};
   };
   KubeCluster cluster(client_, id, spec, images_, pods);
 

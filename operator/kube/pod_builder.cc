@@ -3,12 +3,18 @@
 #include <set>
 
 #include "api/pod_env_codec.h"
+#include "api/user_container.h"
 #include "operator/kubeclient/api_path.h"
 
 namespace kubeps::kube {
 namespace {
 
 using nlohmann::json;
+
+constexpr const char* kTokenVolume = "kubeps-token";
+constexpr const char* kSocketVolume = "kubeps-socket";
+// The agent image's user (docker/agent.Dockerfile).
+constexpr int kAgentUser = 10001;
 
 const char* RoleName(controller::ReplicaRole role) { return controller::ToString(role); }
 
@@ -26,6 +32,58 @@ void MergeEnv(json& container, const json& ours) {
   }
   for (const auto& e : ours) merged.push_back(e);
   container["env"] = merged;
+}
+
+// kubeps' own process in `container`: the binary with its arguments, the
+// node's environment (kubeps' own variables win over the template's), its
+// ports and the job's token.
+void SetKubepsProcess(json& container, const controller::ReplicaLaunch& launch) {
+  json command = json::array({launch.binary});
+  for (const std::string& arg : launch.args) command.push_back(arg);
+  container["command"] = command;
+  json env = json::array();
+  for (const auto& [key, value] : launch.env) env.push_back({{"name", key}, {"value", value}});
+  env.push_back(
+      {{"name", api::env::kPodIp}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}});
+  env.push_back({{"name", api::env::kPort}, {"value", std::to_string(kGrpcPort)}});
+  env.push_back({{"name", api::env::kMetricsPort}, {"value", std::to_string(kMetricsPort)}});
+  env.push_back(
+      {{"name", api::env::kTokenFile}, {"value", std::string(kTokenMountPath) + "/token"}});
+  MergeEnv(container, env);
+  container["ports"] = json::array({{{"name", "grpc"}, {"containerPort", kGrpcPort}},
+                                    {{"name", "metrics"}, {"containerPort", kMetricsPort}}});
+  json mounts = container.value("volumeMounts", json::array());
+  mounts.push_back({{"name", kTokenVolume}, {"mountPath", kTokenMountPath}, {"readOnly", true}});
+  container["volumeMounts"] = mounts;
+}
+
+// The pod's socket directory in `container`: the shared volume, and
+// KUBEPS_SOCKET_DIR naming it.
+void AddSocketDir(json& container) {
+  MergeEnv(container, json::array({{{"name", api::env::kSocketDir}, {"value", kSocketDir}}}));
+  json mounts = container.value("volumeMounts", json::array());
+  mounts.push_back({{"name", kSocketVolume}, {"mountPath", kSocketDir}});
+  container["volumeMounts"] = mounts;
+}
+
+// The agent's socket and shared-memory files are mode 0600, so the agent
+// runs as the user's program does: as the user the main container names,
+// else the pod's; when neither names one, the pod runs as the agent
+// image's user (kAgentUser), whose files the program can then open.
+void SameUser(const json& main, json* sidecar, json* pod_spec) {
+  const json user_context = main.value("securityContext", json::object());
+  if (user_context.contains("runAsUser")) {
+    for (const char* field : {"runAsUser", "runAsGroup", "runAsNonRoot"}) {
+      if (user_context.contains(field)) (*sidecar)["securityContext"][field] = user_context[field];
+    }
+    return;
+  }
+  json& pod_context = (*pod_spec)["securityContext"];
+  if (pod_context.is_null()) pod_context = json::object();
+  if (pod_context.contains("runAsUser")) return;
+  pod_context["runAsUser"] = kAgentUser;
+  if (!pod_context.contains("runAsGroup")) pod_context["runAsGroup"] = kAgentUser;
+  if (!pod_context.contains("fsGroup")) pod_context["fsGroup"] = kAgentUser;
 }
 
 }  // namespace
@@ -77,46 +135,52 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
 
   json spec_json = pod_template.value("spec", json::object());
   json containers = spec_json.value("containers", json::array());
-  // kubeps runs in the container named after the role, or the only one.
-  int target = -1;
-  for (size_t i = 0; i < containers.size(); ++i) {
-    if (containers[i].value("name", "") == role) target = static_cast<int>(i);
-  }
-  if (target < 0 && containers.size() == 1) target = 0;
+  // kubeps runs in the container named after the role, or the only one
+  // (for workers, the rule that also finds a job's own program).
+  int target = api::MainContainerIndex(pod_template, role);
   if (target < 0) {
     containers.push_back(json::object());
     target = static_cast<int>(containers.size()) - 1;
   }
-  json& container = containers[target];
-  container["name"] = container.value("name", role);
-  if (!container.contains("image")) {
-    container["image"] =
-        name.role == controller::ReplicaRole::kWorker ? images.agent : images.server;
+  json& main = containers[target];
+  if (name.role == controller::ReplicaRole::kWorker && spec.spec.brings_own_program()) {
+    // The job's own program stays the main container as written (Kubernetes
+    // expands its $(VAR) references); kubeps' agent serves it from a native
+    // sidecar (an init container with restartPolicy Always).
+    AddSocketDir(main);
+    json sidecar = {
+        {"name", api::kAgentContainerName}, {"image", images.agent}, {"restartPolicy", "Always"}};
+    SetKubepsProcess(sidecar, launch);
+    AddSocketDir(sidecar);
+    // Kubernetes starts the main containers once this probe passed: the
+    // agent writes agent.json when it is registered and serving.
+    sidecar["startupProbe"] = {
+        {"exec",
+         {{"command", json::array({"test", "-f", std::string(kSocketDir) + "/agent.json"})}}},
+        {"periodSeconds", 1},
+        {"failureThreshold", 600}};
+    SameUser(main, &sidecar, &spec_json);
+    json inits = spec_json.value("initContainers", json::array());
+    inits.push_back(sidecar);
+    spec_json["initContainers"] = inits;
+    json volumes = spec_json.value("volumes", json::array());
+    volumes.push_back({{"name", kSocketVolume}, {"emptyDir", {{"medium", "Memory"}}}});
+    spec_json["volumes"] = volumes;
+  } else {
+    main["name"] = main.value("name", role);
+    if (!main.contains("image")) {
+      main["image"] = name.role == controller::ReplicaRole::kWorker ? images.agent : images.server;
+    }
+    SetKubepsProcess(main, launch);
   }
-  container["command"] = json::array({launch.binary});
-
-  json env = json::array();
-  for (const auto& [key, value] : launch.env) env.push_back({{"name", key}, {"value", value}});
-  env.push_back(
-      {{"name", api::env::kPodIp}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}});
-  env.push_back({{"name", api::env::kPort}, {"value", std::to_string(kGrpcPort)}});
-  env.push_back({{"name", api::env::kMetricsPort}, {"value", std::to_string(kMetricsPort)}});
-  env.push_back(
-      {{"name", api::env::kTokenFile}, {"value", std::string(kTokenMountPath) + "/token"}});
-  MergeEnv(container, env);
-  container["ports"] = json::array({{{"name", "grpc"}, {"containerPort", kGrpcPort}},
-                                    {{"name", "metrics"}, {"containerPort", kMetricsPort}}});
-  json mounts = container.value("volumeMounts", json::array());
-  mounts.push_back({{"name", "kubeps-token"}, {"mountPath", kTokenMountPath}, {"readOnly", true}});
-  container["volumeMounts"] = mounts;
   if (name.role == controller::ReplicaRole::kWorker && spec.spec.gpus_per_worker > 0) {
-    json& limits = container["resources"]["limits"];
+    json& limits = main["resources"]["limits"];
     if (!limits.contains("nvidia.com/gpu")) limits["nvidia.com/gpu"] = spec.spec.gpus_per_worker;
   }
   spec_json["containers"] = containers;
 
   json volumes = spec_json.value("volumes", json::array());
-  volumes.push_back({{"name", "kubeps-token"}, {"secret", {{"secretName", TokenSecretName(job)}}}});
+  volumes.push_back({{"name", kTokenVolume}, {"secret", {{"secretName", TokenSecretName(job)}}}});
   spec_json["volumes"] = volumes;
   // The operator decides about restarts (restart policy, backoffLimit).
   spec_json["restartPolicy"] = "Never";

@@ -34,7 +34,10 @@ inline constexpr const char* kReplicaIndexLabel = "kubeps.io/replica-index";
 inline constexpr const char* kRestartsAnnotation = "kubeps.io/restarts";
 inline constexpr int kGrpcPort = 7000;
 inline constexpr int kMetricsPort = 9090;
-inline constexpr const char* kTokenMountPath = "/var/run/kubeps";
+inline constexpr const char* kTokenMountPath = "/var/run/secrets/kubeps";
+// A worker pod's socket directory (docs/sidecar-protocol.md): an emptyDir
+// with medium Memory that the user's container and the agent sidecar mount.
+inline constexpr const char* kSocketDir = "/var/run/kubeps";
 
 struct JobIdentity {
   std::string name;
@@ -58,6 +61,16 @@ nlohmann::json OwnerReference(const JobIdentity& job);
 // logic), merged into the role's pod template override: the template's
 // image, resources, nodeSelector, tolerations, env, volumes and
 // priorityClassName are kept; kubeps' own env wins over a same-named one.
+//
+// A worker of a job that brings its own program keeps the template's main
+// container (api::MainContainerIndex) as written, with KUBEPS_SOCKET_DIR
+// added, and gets kubeps-agent --serve as a native sidecar (Kubernetes
+// 1.29+): an init container with restartPolicy Always and a startupProbe
+// on agent.json, both sharing an emptyDir (medium Memory) at kSocketDir.
+// The two run as one user (the agent's files are mode 0600): the sidecar
+// takes the main container's runAsUser/runAsGroup; when neither it nor the
+// pod names a user, the pod's securityContext gets the agent image's
+// (10001: runAsUser, runAsGroup, fsGroup).
 nlohmann::json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
                         const controller::ReplicaLaunch& launch, int restarts,
                         const ImageSet& images);

@@ -1,142 +1,321 @@
 #include "operator/local/local_cluster.h"
 
 #include <signal.h>
-#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <system_error>
 #include <thread>
+
+#include "api/pod_env_codec.h"
+#include "common/logging.h"
+#include "operator/local/local_process.h"
 
 namespace kubeps::local {
 
 using controller::ReplicaName;
 using controller::ReplicaPhase;
 
+namespace {
+
+// After its program succeeded, the agent is given this long to exit on its
+// own (it does once the client said finish) before it is sent SIGTERM.
+constexpr int64_t kAgentOwnExitMs = 1000;
+// A dead agent is restarted at once, then after 0.5 s, 1 s, 2 s, ... up to
+// this (Kubernetes' crash-loop back-off, shortened for one machine).
+constexpr int64_t kAgentRestartDelayMaxMs = 10000;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t AgentRestartDelayMs(int restarts_so_far) {
+  if (restarts_so_far == 0) return 0;
+  return std::min<int64_t>(kAgentRestartDelayMaxMs,
+                           int64_t{500} << std::min(restarts_so_far - 1, 8));
+}
+
+// A new pod's shared folder starts empty, as an emptyDir does.
+Status MakeEmptyFolder(const std::string& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) return Status::Error("cannot create " + dir + ": " + error.message());
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    std::filesystem::remove_all(entry.path(), error);
+  }
+  ::chmod(dir.c_str(), 0700);
+  return Status::Ok();
+}
+
+// Waits until `pid` has ended or `deadline_ms` has passed; the exit code,
+// or -1 when it still runs.
+int WaitUntil(pid_t pid, int64_t deadline_ms) {
+  for (;;) {
+    const int code = ReapIfEnded(pid);
+    if (code >= 0 || NowMs() >= deadline_ms) return code;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void KillAndReap(pid_t pid, bool whole_group) {
+  ::kill(whole_group ? -pid : pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+}
+
+// The program's executable, checked before its pod starts: a command that
+// cannot run fails the job at once, with the reason, instead of after
+// every restart the run policy allows.
+Status FindProgramOf(const controller::UserProcess& process, std::string* path) {
+  const std::string what = "the command of container " + process.container;
+  if (process.argv.empty()) return Status::Error(what + " is empty");
+  std::error_code error;
+  if (!process.working_dir.empty() && !std::filesystem::is_directory(process.working_dir, error)) {
+    return Status::Error("the workingDir of container " + process.container + ", " +
+                         process.working_dir +
+                         ", is not a folder on this machine (kubeps run runs the command here, "
+                         "without the container's image)");
+  }
+  auto own_path = process.env.find("PATH");
+  const char* runner_path = std::getenv("PATH");
+  const std::string search_path = own_path != process.env.end() ? own_path->second
+                                  : runner_path                 ? runner_path
+                                                                : "/usr/bin:/bin";
+  std::string cwd = process.working_dir;
+  if (cwd.empty()) cwd = std::filesystem::current_path(error).string();
+  if (Status s = FindProgram(process.argv.front(), search_path, cwd, path); !s.ok()) {
+    return Status::Error(what + " cannot run here: " + s.message());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 LocalCluster::LocalCluster(std::string bin_dir, std::string run_dir, int grace_ms)
     : bin_dir_(std::move(bin_dir)), run_dir_(std::move(run_dir)), grace_ms_(grace_ms) {}
 
 LocalCluster::~LocalCluster() {
-  for (auto& [name, process] : processes_) {
-    if (process.pid > 0) ::kill(process.pid, SIGKILL), ::waitpid(process.pid, nullptr, 0);
+  for (auto& [name, pod] : pods_) {
+    if (pod.program_pid > 0) KillAndReap(pod.program_pid, /*whole_group=*/true);
+    if (pod.pid > 0) KillAndReap(pod.pid, /*whole_group=*/false);
   }
+}
+
+std::string LocalCluster::SocketDir(const ReplicaName& name) const {
+  return run_dir_ + "/" + name.ToString();
 }
 
 Status LocalCluster::Create(const controller::ReplicaLaunch& launch) {
-  Process& process = processes_[launch.name];
-  Reap(process);
-  if (process.pid > 0) {
+  Pod& pod = pods_[launch.name];
+  Reap(pod);
+  if (pod.pid > 0 || pod.program_pid > 0) {
     return Status::Error(launch.name.ToString() + " is still running (pid " +
-                         std::to_string(process.pid) + ")");
+                         std::to_string(pod.program_pid > 0 ? pod.program_pid : pod.pid) + ")");
   }
-  const bool restart =
-      process.status.phase != ReplicaPhase::kPending || process.status.restarts > 0;
-  if (restart) ++process.status.restarts;
-  process.status.name = launch.name;
-  process.status.phase = ReplicaPhase::kRunning;
-  process.status.exit_code = 0;
+  std::string program_path;
+  if (launch.user_process) {
+    if (Status s = FindProgramOf(*launch.user_process, &program_path); !s.ok()) return s;
+  }
+  const bool restart = pod.status.phase != ReplicaPhase::kPending || pod.status.restarts > 0;
+  if (restart) ++pod.status.restarts;
+  pod.status.name = launch.name;
+  pod.status.phase = ReplicaPhase::kRunning;
+  pod.status.exit_code = 0;
+  pod.launch = launch;
+  pod.has_program = launch.user_process.has_value();
+  pod.program_exit_code = -1;
+  pod.agent_restarts = 0;
+  pod.agent_start_at_ms = pod.agent_term_at_ms = pod.agent_kill_at_ms = -1;
 
-  ReadPorts(launch.name, process);  // learn the old port before it is forgotten
-  process.metrics_port = 0;         // a new process picks a new one
+  ReadPorts(launch.name, pod);  // learn the old port before it is forgotten
+  pod.metrics_port = 0;         // a new process picks a new one
   // A re-created replica binds the port its peers already know.
-  auto env = launch.env;
-  if (process.grpc_port > 0) env["KUBEPS_PORT"] = std::to_string(process.grpc_port);
+  if (pod.grpc_port > 0) pod.launch.env[api::env::kPort] = std::to_string(pod.grpc_port);
   ::unlink((run_dir_ + "/" + launch.name.ToString() + ".ports").c_str());
 
-  const std::string path = bin_dir_ + "/" + launch.binary;
-  std::vector<std::string> args{path};
-  args.insert(args.end(), launch.args.begin(), launch.args.end());
-  const pid_t parent = ::getpid();
-  pid_t pid = ::fork();
-  if (pid < 0) return Status::Error("fork for " + launch.name.ToString() + " failed");
-  if (pid == 0) {
-    // Own process group: a Ctrl-C reaches the runner, which stops children
-    // in order, instead of every process at once.
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(137);  // the runner died before prctl
-    for (const auto& [key, value] : env) ::setenv(key.c_str(), value.c_str(), 1);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(path.c_str(), argv.data());
-    std::string message = "cannot execute " + path + "\n";
-    (void)!::write(2, message.data(), message.size());
-    ::_exit(127);
+  if (pod.has_program) {
+    const std::string socket_dir = SocketDir(launch.name);
+    if (Status s = MakeEmptyFolder(socket_dir); !s.ok()) return s;
+    pod.launch.env[api::env::kSocketDir] = socket_dir;
+    pod.launch.user_process->env[api::env::kSocketDir] = socket_dir;
   }
-  process.pid = pid;
+  // The agent first: it registers while the program starts (a client waits
+  // for the agent's agent.json).
+  if (Status s = StartAgent(pod); !s.ok()) {
+    pod.status.phase = ReplicaPhase::kFailed;
+    return s;
+  }
+  if (!pod.has_program) return Status::Ok();
+  const controller::UserProcess& program = *pod.launch.user_process;
+  ChildSpec spec{program_path, program.argv, program.env, program.working_dir,
+                 launch.name.ToString() + "/" + program.container};
+  if (Status s = StartChild(spec, &pod.program_pid); !s.ok()) {
+    StopPod(pod);
+    pod.status.phase = ReplicaPhase::kFailed;
+    return s;
+  }
   return Status::Ok();
 }
 
-void LocalCluster::Reap(Process& process) {
-  if (process.pid <= 0) return;
-  int wstatus = 0;
-  if (::waitpid(process.pid, &wstatus, WNOHANG) != process.pid) return;
-  process.pid = -1;
-  process.status.exit_code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
-  process.status.phase =
-      process.status.exit_code == 0 ? ReplicaPhase::kSucceeded : ReplicaPhase::kFailed;
+Status LocalCluster::StartAgent(Pod& pod) {
+  const std::string path = bin_dir_ + "/" + pod.launch.binary;
+  std::vector<std::string> argv{path};
+  argv.insert(argv.end(), pod.launch.args.begin(), pod.launch.args.end());
+  return StartChild(ChildSpec{path, argv, pod.launch.env, "", ""}, &pod.pid);
+}
+
+void LocalCluster::Reap(Pod& pod) {
+  if (pod.has_program) {
+    ReapSidecarPod(pod);
+    return;
+  }
+  if (pod.pid <= 0) return;
+  const int code = ReapIfEnded(pod.pid);
+  if (code < 0) return;
+  pod.pid = -1;
+  pod.status.exit_code = code;
+  pod.status.phase = code == 0 ? ReplicaPhase::kSucceeded : ReplicaPhase::kFailed;
+}
+
+void LocalCluster::ReapSidecarPod(Pod& pod) {
+  const std::string name = pod.status.name.ToString();
+  const int64_t now = NowMs();
+  if (pod.program_pid > 0) {
+    const int code = ReapIfEnded(pod.program_pid);
+    if (code >= 0) {
+      pod.program_pid = -1;
+      pod.program_exit_code = code;
+      if (code != 0) {
+        KLOG_INFO << name << "'s program (container " << pod.launch.user_process->container
+                  << ") exited with code " << code;
+      }
+      pod.agent_start_at_ms = -1;  // a dead agent stays dead now
+      pod.agent_term_at_ms = now + (code == 0 ? kAgentOwnExitMs : 0);
+    }
+  }
+  const bool program_runs = pod.program_pid > 0;
+  if (pod.pid > 0) {
+    const int code = ReapIfEnded(pod.pid);
+    if (code >= 0) {
+      pod.pid = -1;
+      // Exit 0 is the agent's end after its program said finish (the
+      // program may still evaluate or shut down): the worker is done, and
+      // a new agent would register it again.
+      if (program_runs && code != 0) {
+        KLOG_INFO << name << "'s agent exited with code " << code << "; restarting it";
+        pod.agent_start_at_ms = now + AgentRestartDelayMs(pod.agent_restarts);
+      }
+    }
+  }
+  if (program_runs && pod.pid < 0 && pod.agent_start_at_ms >= 0 && now >= pod.agent_start_at_ms) {
+    ++pod.agent_restarts;
+    pod.agent_start_at_ms = -1;
+    ::unlink((run_dir_ + "/" + name + ".ports").c_str());
+    pod.metrics_port = 0;
+    if (Status s = StartAgent(pod); !s.ok()) {
+      KLOG_ERROR << "restarting " << name << "'s agent: " << s.message();
+      pod.agent_start_at_ms = now + AgentRestartDelayMs(pod.agent_restarts);
+    }
+  }
+  if (program_runs) return;
+  // The program has ended: the agent goes too, then the pod is over.
+  if (pod.pid > 0 && pod.agent_kill_at_ms >= 0 && now >= pod.agent_kill_at_ms) {
+    KLOG_INFO << name << "'s agent ignored SIGTERM for " << grace_ms_ << " ms; killing it";
+    KillAndReap(pod.pid, /*whole_group=*/false);
+    pod.pid = -1;
+  } else if (pod.pid > 0 && pod.agent_kill_at_ms < 0 && now >= pod.agent_term_at_ms) {
+    KLOG_INFO << "stopping " << name << "'s agent: its program exited with code "
+              << pod.program_exit_code;
+    ::kill(pod.pid, SIGTERM);
+    pod.agent_kill_at_ms = now + grace_ms_;
+  }
+  if (pod.pid > 0) return;
+  pod.status.exit_code = pod.program_exit_code;
+  pod.status.phase = pod.program_exit_code == 0 ? ReplicaPhase::kSucceeded : ReplicaPhase::kFailed;
+}
+
+// As Kubernetes ends a pod: the program first, then its agent, each asked
+// with SIGTERM and killed when it outlasts the grace period.
+void LocalCluster::StopPod(Pod& pod) {
+  const int64_t deadline = NowMs() + grace_ms_;
+  if (pod.program_pid > 0) {
+    ::kill(-pod.program_pid, SIGTERM);  // its whole group: data loader processes too
+    if (WaitUntil(pod.program_pid, deadline) < 0) KillAndReap(pod.program_pid, true);
+    pod.program_pid = -1;
+  }
+  if (pod.pid > 0) {
+    ::kill(pod.pid, SIGTERM);
+    // An agent whose program used up the grace period still gets a moment.
+    if (WaitUntil(pod.pid, std::max(deadline, NowMs() + kAgentOwnExitMs)) < 0) {
+      KillAndReap(pod.pid, false);
+    }
+    pod.pid = -1;
+  }
 }
 
 Status LocalCluster::Delete(const ReplicaName& name) {
-  auto it = processes_.find(name);
-  if (it == processes_.end()) return Status::Ok();
-  Process& process = it->second;
-  if (process.pid > 0) {
-    ::kill(process.pid, SIGTERM);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms_);
-    while (process.pid > 0 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      Reap(process);
-    }
-    if (process.pid > 0) {
-      ::kill(process.pid, SIGKILL);
-      ::waitpid(process.pid, nullptr, 0);
-    }
-  }
-  processes_.erase(it);
+  auto it = pods_.find(name);
+  if (it == pods_.end()) return Status::Ok();
+  StopPod(it->second);
+  pods_.erase(it);
   return Status::Ok();
 }
 
 std::vector<controller::ReplicaStatus> LocalCluster::List() {
   std::vector<controller::ReplicaStatus> all;
-  for (auto& [name, process] : processes_) {
-    Reap(process);
-    all.push_back(process.status);
+  for (auto& [name, pod] : pods_) {
+    Reap(pod);
+    all.push_back(pod.status);
   }
   return all;
 }
 
-void LocalCluster::ReadPorts(const ReplicaName& name, Process& process) {
-  if (process.grpc_port > 0 && process.metrics_port > 0) return;
+void LocalCluster::ReadPorts(const ReplicaName& name, Pod& pod) {
+  if (pod.grpc_port > 0 && pod.metrics_port > 0) return;
   std::ifstream in(run_dir_ + "/" + name.ToString() + ".ports");
   std::string key;
   int value = 0;
   while (in >> key >> value) {
-    if (key == "grpc") process.grpc_port = value;
-    if (key == "metrics") process.metrics_port = value;
+    if (key == "grpc") pod.grpc_port = value;
+    if (key == "metrics") pod.metrics_port = value;
   }
 }
 
 int LocalCluster::GrpcPort(const ReplicaName& name) {
-  auto it = processes_.find(name);
-  if (it == processes_.end()) return 0;
+  auto it = pods_.find(name);
+  if (it == pods_.end()) return 0;
   ReadPorts(name, it->second);
   return it->second.grpc_port;
 }
 
 int LocalCluster::MetricsPort(const ReplicaName& name) {
-  auto it = processes_.find(name);
-  if (it == processes_.end()) return 0;
+  auto it = pods_.find(name);
+  if (it == pods_.end()) return 0;
   ReadPorts(name, it->second);
   return it->second.metrics_port;
 }
 
 pid_t LocalCluster::Pid(const ReplicaName& name) const {
-  auto it = processes_.find(name);
-  return it == processes_.end() ? -1 : it->second.pid;
+  auto it = pods_.find(name);
+  if (it == pods_.end()) return -1;
+  return it->second.has_program ? it->second.program_pid : it->second.pid;
+}
+
+pid_t LocalCluster::AgentPid(const ReplicaName& name) const {
+  auto it = pods_.find(name);
+  return it == pods_.end() || !it->second.has_program ? -1 : it->second.pid;
+}
+
+int LocalCluster::AgentRestarts(const ReplicaName& name) const {
+  auto it = pods_.find(name);
+  return it == pods_.end() ? 0 : it->second.agent_restarts;
 }
 
 std::string LocalCluster::SchedulerAddress() {

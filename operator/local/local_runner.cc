@@ -7,8 +7,11 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
+#include <system_error>
 #include <thread>
 
 #include "api/pod_env_codec.h"
@@ -61,6 +64,58 @@ std::string WriteToken(const std::string& run_dir) {
   return path;
 }
 
+// Threads for a process that computes on `threads` cores. Idle OpenMP
+// threads must sleep, not spin: they share the cores with the job's other
+// processes and with gRPC's threads (measured: spinning makes a 1-server
+// 1-worker MLP job 4x slower). A job's own program may set its own.
+std::map<std::string, std::string> ThreadHints(int threads) {
+  return {{api::env::kBlasThreads, std::to_string(threads)},
+          {"OMP_NUM_THREADS", std::to_string(threads)},
+          {"OMP_WAIT_POLICY", "PASSIVE"}};
+}
+
+// The job's program as the first log line names it.
+std::string Program(const api::TrainingJob& job) {
+  if (!job.spec.brings_own_program()) return "model " + job.spec.model;
+  const api::UserContainer& container = *job.spec.user_container;
+  std::string command;
+  for (const auto* part : {&container.command, &container.args}) {
+    for (const std::string& word : *part) command += (command.empty() ? "" : " ") + word;
+  }
+  return "container " + container.name + ": " + command;
+}
+
+// The folder the program runs in: workingDir, relative to the manifest's
+// folder (`given`, or the runner's when empty).
+std::string ProgramDir(const api::TrainingJob& job, const std::string& given) {
+  if (!job.spec.brings_own_program()) return "";
+  std::error_code error;
+  const std::filesystem::path base =
+      given.empty() ? std::filesystem::current_path(error) : std::filesystem::path(given);
+  const std::string& working_dir = job.spec.user_container->working_dir;
+  if (working_dir.empty()) return base.string();
+  return (base / working_dir).lexically_normal().string();  // an absolute workingDir stays
+}
+
+// What a pod on Kubernetes would have that a local process has not.
+void ExplainLocalDifferences(const api::TrainingJob& job, const std::string& program_dir) {
+  const api::UserContainer& container = *job.spec.user_container;
+  KLOG_INFO << "each worker runs container " << container.name << "'s command in " << program_dir
+            << " beside its kubeps-agent (the image " << container.image << " is not used here)";
+  for (const api::EnvVar& var : container.env) {
+    if (!var.value_from.is_null()) {
+      KLOG_INFO << "env " << var.name << " of container " << container.name
+                << " comes from valueFrom, which only Kubernetes resolves: not set here";
+    }
+  }
+  const nlohmann::json& pod_template = job.spec.worker.template_override;
+  const nlohmann::json& main = pod_template["spec"]["containers"][container.index];
+  if (main.contains("volumeMounts") && !main["volumeMounts"].empty()) {
+    KLOG_INFO << "the volumeMounts of container " << container.name
+              << " are not mounted here: the program sees this machine's files";
+  }
+}
+
 void Report(const api::TrainingJob& job, const JobStatus& status) {
   KLOG_INFO << "job " << job.name << " " << controller::ToString(status.phase) << ": "
             << status.message;
@@ -80,28 +135,33 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
   // Workers do the math; servers and the scheduler mostly wait. Share the
   // cores among workers so BLAS threads never outnumber them.
   const int worker_threads = std::max(1, cores / job.spec.worker.replicas);
+  const std::string program_dir = ProgramDir(job, options.program_dir);
 
   LocalCluster cluster(options.bin_dir, run_dir);
   JobController controller(
       job, &cluster, [&](const ReplicaName& name, const std::string& scheduler) {
-        ReplicaLaunch launch{name,
-                             controller::ReplicaBinary(name),
-                             {},
+        ReplicaLaunch launch{name, controller::ReplicaBinary(name),
+                             controller::ReplicaArgs(job, name),
                              controller::ReplicaEnv(job, name, scheduler)};
-        const int threads = name.role == ReplicaRole::kWorker ? worker_threads : 1;
+        // Where a worker runs the job's own program, the program does the
+        // math and its agent mostly waits.
+        const bool computes = name.role == ReplicaRole::kWorker && !job.spec.brings_own_program();
+        const int threads = computes ? worker_threads : 1;
+        launch.env[api::env::kRunDir] = run_dir;
+        launch.user_process =
+            controller::UserProcessOf(job, name, ThreadHints(worker_threads),
+                                      // kubeps' own variables: who the worker is (the socket folder
+                                      // is the cluster's), and the run folder every process of the
+                                      // job carries.
+                                      launch.env);
+        if (launch.user_process) launch.user_process->working_dir = program_dir;
         launch.env[api::env::kPodIp] = "127.0.0.1";
         launch.env[api::env::kPort] = "0";
         launch.env[api::env::kMetricsPort] = "0";
-        launch.env[api::env::kRunDir] = run_dir;
         launch.env[api::env::kTokenFile] = token_file;
         if (job.spec.checkpoint_path.empty())
           launch.env[api::env::kCheckpointDir] = run_dir + "/checkpoints";
-        launch.env[api::env::kBlasThreads] = std::to_string(threads);
-        launch.env["OMP_NUM_THREADS"] = std::to_string(threads);
-        // Idle OpenMP threads must sleep, not spin: they share the cores with
-        // the job's other processes and with gRPC's threads (measured: spinning
-        // makes a 1-server 1-worker MLP job 4x slower).
-        launch.env["OMP_WAIT_POLICY"] = "PASSIVE";
+        for (const auto& [key, value] : ThreadHints(threads)) launch.env[key] = value;
         return launch;
       });
 
@@ -109,8 +169,8 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
   std::signal(SIGTERM, OnInterrupt);
   KLOG_INFO << "running job " << job.name << ": 1 scheduler, " << job.spec.ps.replicas
             << " servers, " << job.spec.worker.replicas << " workers ("
-            << api::ToString(job.spec.mode) << ", model " << job.spec.model << "); run folder "
-            << run_dir;
+            << api::ToString(job.spec.mode) << ", " << Program(job) << "); run folder " << run_dir;
+  if (job.spec.brings_own_program()) ExplainLocalDifferences(job, program_dir);
   const auto start = std::chrono::steady_clock::now();
   std::string last_message;
   JobStatus status;

@@ -1,6 +1,8 @@
 // `kubeps run`: the embedded default. Runs a TrainingJob on this machine,
 // every replica a child process on loopback, driven by the same job
-// controller as the Kubernetes operator.
+// controller as the Kubernetes operator. A job that brings its own training
+// program runs it as a local process beside each worker's agent (the
+// container's command, args, env and workingDir; its image is not used).
 #ifndef KUBEPS_OPERATOR_LOCAL_LOCAL_RUNNER_H_
 #define KUBEPS_OPERATOR_LOCAL_LOCAL_RUNNER_H_
 
@@ -14,6 +16,12 @@ struct LocalRunOptions {
   std::string bin_dir;  // where kubeps-server and kubeps-agent are
   std::string run_dir;  // "" = a new folder under $TMPDIR
   int cores = 0;        // 0 = this machine's; shared out as BLAS threads
+  // The folder a job's own program runs in when its container names no
+  // workingDir, and what a relative workingDir is relative to: the
+  // manifest's folder, so `kubeps run dir/job.yaml` finds dir/train.py
+  // from anywhere, as the image's working directory would. "" = the
+  // runner's.
+  std::string program_dir;
 };
 
 // Runs the job to its end. Returns the process exit code: 0 on success,

@@ -233,6 +233,87 @@ class EmulatorTest(unittest.TestCase):
         with self.assertRaises(ApiError):
             c.pod("crash")
 
+    # -- native sidecars (Kubernetes 1.29+)
+
+    def sidecar_pod(self, name, sidecar, main, inits=()):
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
+            "volumes": [{"name": "shared", "emptyDir": {"medium": "Memory"}}],
+            "initContainers": list(inits) + [dict(sidecar, name="side", image="x",
+                                                  restartPolicy="Always",
+                                                  volumeMounts=[{"name": "shared",
+                                                                 "mountPath": "/shared"}])],
+            "containers": [{"name": "main", "image": "x", "command": ["/bin/sh", "-c", main],
+                            "volumeMounts": [{"name": "shared", "mountPath": "/shared"}]}]}}
+
+    def test_native_sidecar_starts_first_and_ends_after_the_main_container(self):
+        c = self.c
+        first = {"name": "first", "image": "x", "command": [
+            "/bin/sh", "-c", "echo first >> /shared/order"],
+            "volumeMounts": [{"name": "shared", "mountPath": "/shared"}]}
+        sidecar = {"command": ["/bin/sh", "-c",
+                               "trap 'echo got TERM; exit 7' TERM; sleep 1; "
+                               "echo side-up >> /shared/order; touch /shared/ready; "
+                               "while :; do sleep 0.1; done"],
+                   "startupProbe": {"exec": {"command": ["test", "-f", "/shared/ready"]},
+                                    "periodSeconds": 1, "failureThreshold": 30}}
+        pod = self.sidecar_pod("sidecar-order", sidecar,
+                               "echo main >> /shared/order; cat /shared/order; sleep 0.5",
+                               inits=[first])
+        c.kubectl("apply", "-f", "-", input=yaml_of(pod))
+        # the init container, then the sidecar (started once its probe passed)
+        # and only then the main container, all seeing one memory volume
+        p = c.wait_for(lambda: c.pod("sidecar-order")["status"]["phase"] in (
+            "Succeeded", "Failed") and c.pod("sidecar-order"), what="the pod's end")
+        self.assertEqual(c.kubectl("logs", "sidecar-order", "-c", "main").stdout,
+                         "first\nside-up\nmain\n")
+        # the pod's phase is the main container's: the sidecar, stopped by
+        # SIGTERM after it, exited 7 and does not count
+        self.assertEqual(p["status"]["phase"], "Succeeded")
+        inits = {s["name"]: s for s in p["status"]["initContainerStatuses"]}
+        self.assertEqual(list(inits), ["first", "side"])
+        self.assertEqual(inits["side"]["state"]["terminated"]["exitCode"], 7)
+        self.assertEqual(inits["side"]["restartCount"], 0)
+        self.assertEqual(p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 0)
+        self.assertIn("got TERM", c.kubectl("logs", "sidecar-order", "-c", "side").stdout)
+        # kubectl counts the sidecar among the containers, not its exit
+        line = c.kubectl("get", "pod", "sidecar-order").stdout.splitlines()[1].split()
+        self.assertEqual(line[:4], ["sidecar-order", "0/2", "Completed", "0"])
+        c.kubectl("delete", "pod", "sidecar-order")
+
+    def test_native_sidecar_restarts_when_it_dies_whatever_the_pod_policy(self):
+        c = self.c
+        sidecar = {"command": ["/bin/sh", "-c",
+                               "if [ -f /shared/once ]; then touch /shared/again; "
+                               "while :; do sleep 0.1; done; fi; touch /shared/once; exit 1"]}
+        pod = self.sidecar_pod("sidecar-restart", sidecar,
+                               "while [ ! -f /shared/again ]; do sleep 0.1; done; exit 3")
+        c.kubectl("apply", "-f", "-", input=yaml_of(pod))
+        p = c.wait_for(lambda: c.pod("sidecar-restart")["status"]["phase"] in (
+            "Succeeded", "Failed") and c.pod("sidecar-restart"), what="the pod's end")
+        side = p["status"]["initContainerStatuses"][0]
+        self.assertGreaterEqual(side["restartCount"], 1)
+        self.assertEqual(side["lastState"]["terminated"]["exitCode"], 1)
+        self.assertIn("terminated", side["state"])   # stopped once the main one ended
+        # restartPolicy Never: the main container's exit 3 fails the pod
+        self.assertEqual(p["status"]["phase"], "Failed")
+        c.kubectl("delete", "pod", "sidecar-restart")
+
+    def test_restart_policy_only_on_init_containers(self):
+        c = self.c
+        pod = self.sidecar_pod("bad-policy", {"command": ["true"]}, "true")
+        pod["spec"]["containers"][0]["restartPolicy"] = "Always"
+        with self.assertRaises(KubectlError) as e:
+            c.kubectl("apply", "-f", "-", input=yaml_of(pod))
+        self.assertIn("spec.containers[0].restartPolicy: Forbidden: may not be set for "
+                      "non-init containers", str(e.exception))
+        pod = self.sidecar_pod("bad-policy", {"command": ["true"]}, "true")
+        pod["spec"]["initContainers"][0]["restartPolicy"] = "OnFailure"
+        with self.assertRaises(KubectlError) as e:
+            c.kubectl("apply", "-f", "-", input=yaml_of(pod))
+        self.assertIn('spec.initContainers[0].restartPolicy: Unsupported value: "OnFailure"',
+                      str(e.exception))
+
     def test_owner_references_cascade(self):
         c = self.c
         owner = c.client.post(TJ, job("owner"))

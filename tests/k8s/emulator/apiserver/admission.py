@@ -1,7 +1,8 @@
 """Admission of built-in objects: the defaults the real API server fills in
 (pods, services, secrets, namespaces), ClusterIP allocation, the pod
 priority lookup, and the checks that refuse what a real server refuses (pod
-spec changes beyond the mutable fields).
+spec changes beyond the mutable fields, a container restartPolicy other
+than a native sidecar's).
 
 A mixin of Api (api.py): it uses its store, served types and service IPs.
 """
@@ -29,6 +30,7 @@ class Admission:
             obj.pop("status", None)
         kind = (rtype.group, rtype.plural)
         if kind == ("", "pods"):
+            self._check_restart_policies(rtype, obj)
             self._default_pod(obj)
         elif kind == ("", "services"):
             self._default_service(obj)
@@ -78,6 +80,31 @@ class Admission:
                for c in spec.get("containers", [])):
             qos = "Burstable"
         obj["status"] = {"phase": "Pending", "qosClass": qos}
+
+    @staticmethod
+    def _check_restart_policies(rtype, obj):
+        """A container's own restartPolicy (Kubernetes 1.29+): "Always" on an
+        init container makes it a native sidecar; nothing else is allowed."""
+        spec = obj.get("spec", {})
+        causes = []
+        for i, c in enumerate(spec.get("initContainers", [])):
+            policy = c.get("restartPolicy")
+            if policy is not None and policy != "Always":
+                causes.append(("spec.initContainers[%d].restartPolicy" % i, "FieldValueNotSupported",
+                               'Unsupported value: "%s": supported values: "Always"' % policy))
+            elif policy is None and any(k in c for k in ("startupProbe", "readinessProbe",
+                                                           "livenessProbe", "lifecycle")):
+                field = next(k for k in ("startupProbe", "readinessProbe", "livenessProbe",
+                                         "lifecycle") if k in c)
+                causes.append(("spec.initContainers[%d].%s" % (i, field), "FieldValueForbidden",
+                               "Forbidden: may not be set for init containers without "
+                               "restartPolicy=Always"))
+        for i, c in enumerate(spec.get("containers", [])):
+            if "restartPolicy" in c:
+                causes.append(("spec.containers[%d].restartPolicy" % i, "FieldValueForbidden",
+                               "Forbidden: may not be set for non-init containers"))
+        if causes:
+            raise invalid(rtype, obj["metadata"]["name"], causes)
 
     def _default_service(self, obj):
         spec = obj.setdefault("spec", {})

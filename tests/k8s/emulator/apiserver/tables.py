@@ -19,18 +19,37 @@ AGE_COL = _col("Age", typ="date", desc="CreationTimestamp is a timestamp represe
                "time when this object was created.")
 
 
+def sidecar_names(pod):
+    """The pod's native sidecars: init containers with restartPolicy Always."""
+    return {c["name"] for c in pod.get("spec", {}).get("initContainers", [])
+            if c.get("restartPolicy") == "Always"}
+
+
 def pod_status_reason(pod):
+    """The STATUS column as kubectl 1.29 prints it: a failed or waiting init
+    container while the pod initializes (a started sidecar does not count),
+    else the containers' state."""
     status = pod.get("status", {})
     reason = status.get("reason") or status.get("phase", "Pending")
+    sidecars = sidecar_names(pod)
+    initialized = any(c.get("type") == "Initialized" and c.get("status") == "True"
+                      for c in status.get("conditions", []))
+    initializing = False
     for cs in status.get("initContainerStatuses", []):
         st = cs.get("state", {})
-        if "terminated" in st and st["terminated"].get("exitCode", 0) != 0:
+        if "terminated" in st and st["terminated"].get("exitCode", 0) == 0:
+            continue
+        if cs.get("name") in sidecars and cs.get("started"):
+            continue
+        if "terminated" in st:
             reason = "Init:" + (st["terminated"].get("reason") or "Error")
+            initializing = True
             break
         if "waiting" in st and st["waiting"].get("reason") not in (None, "PodInitializing"):
             reason = "Init:" + st["waiting"]["reason"]
+            initializing = True
             break
-    else:
+    if not initializing or initialized:
         for cs in reversed(status.get("containerStatuses", [])):
             st = cs.get("state", {})
             if "waiting" in st and st["waiting"].get("reason"):
@@ -97,10 +116,13 @@ def table_for(rtype, objects, include_object="Metadata", with_columns=True):
                     cells.append(v)
         elif kind == ("", "pods"):
             st = obj.get("status", {})
-            css = st.get("containerStatuses", [])
-            ncont = len(obj.get("spec", {}).get("containers", []))
+            sidecars = sidecar_names(obj)
+            css = st.get("containerStatuses", []) + [
+                c for c in st.get("initContainerStatuses", []) if c.get("name") in sidecars]
+            ncont = len(obj.get("spec", {}).get("containers", [])) + len(sidecars)
             ready = sum(1 for c in css if c.get("ready"))
-            restarts = sum(c.get("restartCount", 0) for c in css)
+            restarts = sum(c.get("restartCount", 0) for c in css + [
+                c for c in st.get("initContainerStatuses", []) if c.get("name") not in sidecars])
             cells = [md.get("name"), "%d/%d" % (ready, ncont), pod_status_reason(obj), restarts,
                      clock.age(created), st.get("podIP") or "<none>",
                      obj.get("spec", {}).get("nodeName") or "<none>"]

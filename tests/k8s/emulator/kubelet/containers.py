@@ -62,12 +62,20 @@ class Container:
         self.probe_counts = {}
         self.log_file = None
         self.started_once = False
+        self.startup_ok = False    # its startupProbe passed (or it has none)
+
+    @property
+    def sidecar(self):
+        """A native sidecar (Kubernetes 1.29+): an init container with
+        restartPolicy Always, started before the next init container and the
+        containers, kept running beside them, restarted whenever it exits."""
+        return self.init and self.spec.get("restartPolicy") == "Always"
 
     def status(self, image_id=""):
         st = {"name": self.name, "image": self.spec.get("image", ""),
               "imageID": image_id, "ready": self.ready, "restartCount": self.restarts,
               "state": self.state, "lastState": self.last_state,
-              "started": "running" in self.state}
+              "started": "running" in self.state and self.startup_ok}
         if self.proc is not None:
             st["containerID"] = "emulated://%d" % self.proc.pid
         return st

@@ -55,6 +55,7 @@ class PodWorker(ContainerEnvironment, PodVolumes, ProcessRunner, Probes, threadi
         self.links = []
         self.volumes_ready = False
         self.initialized = not self.inits
+        self.containers_done = False   # every container ended: sidecars stop
         self.last_status = None
         self.hostname = (spec.get("hostname") or self.name)[:63]
 
@@ -129,7 +130,10 @@ class PodWorker(ContainerEnvironment, PodVolumes, ProcessRunner, Probes, threadi
         c.state = {"terminated": t}
         c.ready = False
         policy = self.pod["spec"].get("restartPolicy", "Always")
-        if c.init:
+        if c.sidecar:
+            # whatever the pod's policy, until the containers have ended
+            restart = not self.containers_done
+        elif c.init:
             restart = code != 0 and policy != "Never"
         else:
             restart = policy == "Always" or (policy == "OnFailure" and code != 0)
@@ -219,10 +223,16 @@ class PodWorker(ContainerEnvironment, PodVolumes, ProcessRunner, Probes, threadi
         if not self.initialized:
             for c in self.inits:
                 self.reap(c)
+                if c.sidecar:
+                    # started (and its startupProbe passed) before the next
+                    if not self.run_container(c) or not c.startup_ok:
+                        return
+                    continue
                 if c.done and c.state["terminated"]["exitCode"] == 0:
                     continue
                 if c.done:
                     self.phase = "Failed"
+                    self.stop_sidecars()
                     return
                 if "running" in c.state:
                     return
@@ -232,21 +242,55 @@ class PodWorker(ContainerEnvironment, PodVolumes, ProcessRunner, Probes, threadi
             self.initialized = True
             for c in self.containers:
                 c.state = {"waiting": {"reason": "PodInitializing"}}
+        for c in self.inits:
+            if c.sidecar:
+                self.reap(c)
+                self.run_container(c)
         for c in self.containers:
             self.reap(c)
-            if self.restart_due(c):
-                self.start_container(c)
-            r = self.probe(c, "readinessProbe")
-            if r is not None:
-                c.ready = r
-            if self.probe(c, "livenessProbe") is False and c.proc:
-                self.kubelet.signal(c.proc, signal.SIGKILL)
+            self.run_container(c)
         states = [c.state for c in self.containers]
         if all(c.done for c in self.containers):
+            # the pod's phase is its containers', whatever the sidecars did
             codes = [s["terminated"]["exitCode"] for s in states]
+            self.stop_sidecars()
             self.phase = "Succeeded" if not any(codes) else "Failed"
         elif any("running" in s for s in states) or any(c.started_once for c in self.containers):
             self.phase = "Running"
+
+    def run_container(self, c):
+        """Starts `c` when due and probes it; whether it is running."""
+        if self.restart_due(c):
+            self.start_container(c)
+        if "running" not in c.state:
+            return False
+        if not c.startup_ok:
+            r = self.probe(c, "startupProbe")
+            if r is True:
+                c.startup_ok = True
+                c.ready = not c.spec.get("readinessProbe")
+            elif r is False and c.proc:
+                self.kubelet.signal(c.proc, signal.SIGKILL)
+            return True
+        r = self.probe(c, "readinessProbe")
+        if r is not None:
+            c.ready = r
+        if self.probe(c, "livenessProbe") is False and c.proc:
+            self.kubelet.signal(c.proc, signal.SIGKILL)
+        return True
+
+    def stop_sidecars(self):
+        """Once the containers have ended (or an init container failed): the
+        sidecars get SIGTERM in reverse order, SIGKILL after the pod's
+        grace period, and are not restarted."""
+        self.containers_done = True
+        for c in self.inits:
+            if c.sidecar and "running" not in c.state:
+                c.done = True
+                if "terminated" not in c.state:
+                    c.state = c.last_state or c.state
+        grace = self.pod["spec"].get("terminationGracePeriodSeconds", 30)
+        self.stop_all(grace)
 
     def cleanup(self):
         for c in self.inits + self.containers:

@@ -1,4 +1,5 @@
-"""readinessProbe and livenessProbe: exec, tcpSocket, httpGet (and grpc as a
+"""startupProbe, readinessProbe and livenessProbe: exec (in the container's
+mount namespace), tcpSocket, httpGet (and grpc as a
 TCP connect), with initialDelaySeconds, periodSeconds, timeoutSeconds and the
 success and failure thresholds.
 
@@ -30,7 +31,11 @@ class Probes:
         try:
             if "exec" in spec:
                 env = self.container_env(c)
-                r = subprocess.run(spec["exec"].get("command", []), env=env, timeout=timeout,
+                command = list(spec["exec"].get("command", []))
+                if self.kubelet.isolation == "namespace" and c.proc is not None:
+                    # in the container's mount namespace, where its volumes are
+                    command = ["nsenter", "--target", str(c.proc.pid), "--mount", "--"] + command
+                r = subprocess.run(command, env=env, timeout=timeout,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 ok = r.returncode == 0
             elif "tcpSocket" in spec:

@@ -120,7 +120,8 @@ class ProcessRunner:
         c.log_path = log_path
         c.started_at = now
         c.state = {"running": {"startedAt": now}}
-        c.ready = not c.spec.get("readinessProbe") and not c.init
+        c.startup_ok = not c.spec.get("startupProbe")
+        c.ready = not c.spec.get("readinessProbe") and (not c.init or c.sidecar) and c.startup_ok
         c.probe_next = {}
         c.probe_counts = {}
         self.kubelet.track(c.proc)
@@ -142,10 +143,18 @@ class ProcessRunner:
         return True
 
     def stop_all(self, grace):
-        procs = [c for c in self.inits + self.containers if c.proc and "running" in c.state]
+        """Stops the containers (and any init container still running), then
+        the sidecars in reverse order, as the kubelet ends a pod; each step
+        gets what is left of `grace`."""
+        deadline = time.time() + max(0, grace)
+        self.stop([c for c in self.inits + self.containers if not c.sidecar], deadline)
+        for c in reversed([c for c in self.inits if c.sidecar]):
+            self.stop([c], deadline)
+
+    def stop(self, containers, deadline):
+        procs = [c for c in containers if c.proc and "running" in c.state]
         for c in procs:
             self.kubelet.signal(c.proc, signal.SIGTERM)
-        deadline = time.time() + max(0, grace)
         while time.time() < deadline and any(c.proc.poll() is None for c in procs):
             time.sleep(0.05)
         for c in procs:

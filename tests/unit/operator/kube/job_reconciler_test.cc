@@ -101,6 +101,27 @@ class JobReconcilerTest : public ::testing::Test {
   std::string uid_;
 };
 
+TEST_F(JobReconcilerTest, AJobThatBringsItsOwnProgramRunsItBesideTheAgentSidecar) {
+  json manifest = JobManifest();
+  manifest["spec"].erase("dataset");
+  manifest["spec"]["replicaSpecs"]["worker"]["template"] = {
+      {"spec",
+       {{"containers", json::array({{{"name", "trainer"},
+                                     {"image", "registry.example/mlp:1"},
+                                     {"command", json::array({"python3", "train.py"})}}})}}}};
+  CreateJob(manifest);
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_NE(StatusOfJob().value("phase", ""), "Failed") << StatusOfJob().dump();
+  EXPECT_THAT(Names(fake_.List(kPodsPath)), UnorderedElementsAreArray(kPodNames));
+  const json worker = fake_.Object(kPodsPath + "/mnist-worker-0");
+  EXPECT_EQ(worker["spec"]["containers"][0]["name"], "trainer");
+  EXPECT_EQ(worker["spec"]["initContainers"][0]["name"], "kubeps-agent");
+  EXPECT_EQ(worker["spec"]["initContainers"][0]["command"],
+            json::array({"kubeps-agent", "--serve"}));
+  const json server = fake_.Object(kPodsPath + "/mnist-server-0");
+  EXPECT_FALSE(server["spec"].contains("initContainers"));
+}
+
 TEST_F(JobReconcilerTest, ANewJobGetsItsSecretServicesAndPodsOwnedByIt) {
   CreateJob();
   ASSERT_TRUE(Reconcile().ok());

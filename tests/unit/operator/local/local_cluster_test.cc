@@ -4,6 +4,7 @@
 // children that never outlive the cluster.
 #include "operator/local/local_cluster.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -165,6 +166,146 @@ TEST_F(LocalClusterTest, ChildrenDoNotOutliveTheCluster) {
   ASSERT_TRUE(Exists(pid));
   cluster_.reset();
   EXPECT_FALSE(Exists(pid));
+}
+
+// A worker of a job that brings its own program: a pod of two processes,
+// the agent (here /bin/sh running `agent`) and the program beside it.
+class SidecarPodTest : public LocalClusterTest {
+ protected:
+  Status RunPod(const std::string& agent, const std::string& program,
+                std::map<std::string, std::string> program_env = {},
+                const std::string& working_dir = "") {
+    controller::UserProcess process;
+    process.container = "trainer";
+    process.argv = {"/bin/sh", "-c", program};
+    program_env["RUN_DIR"] = run_dir_;
+    process.env = program_env;
+    process.working_dir = working_dir;
+    ReplicaLaunch launch{kWorker, "sh", {"-c", agent}, {{"RUN_DIR", run_dir_}}};
+    launch.user_process = process;
+    return cluster_->Create(launch);
+  }
+};
+
+TEST_F(SidecarPodTest, TheProgramRunsBesideItsAgentInAFreshSharedFolder) {
+  const std::string socket_dir = cluster_->SocketDir(kWorker);
+  EXPECT_EQ(socket_dir, run_dir_ + "/worker-0");
+  std::filesystem::create_directories(socket_dir);
+  std::ofstream(socket_dir + "/agent.json") << "{}";  // left by an earlier pod
+  ASSERT_TRUE(
+      RunPod("echo \"$KUBEPS_SOCKET_DIR\" > \"$KUBEPS_SOCKET_DIR/agent-saw\"; exec sleep 60",
+             "while [ ! -e \"$KUBEPS_SOCKET_DIR/agent-saw\" ]; do sleep 0.01; done; "
+             "ls \"$KUBEPS_SOCKET_DIR\" > \"$RUN_DIR/listing\"; "
+             "echo \"$KUBEPS_SOCKET_DIR $GREETING\" > \"$RUN_DIR/program-saw\"",
+             {{"GREETING", "hello"}})
+          .ok());
+  const pid_t agent = cluster_->AgentPid(kWorker);
+  EXPECT_GT(agent, 0);
+  EXPECT_GT(cluster_->Pid(kWorker), 0);
+  EXPECT_NE(cluster_->Pid(kWorker), agent);
+  ASSERT_TRUE(Eventually([&] { return Ended(kWorker); }));
+  EXPECT_EQ(StatusOf(kWorker).phase, ReplicaPhase::kSucceeded)
+      << "the program's exit, not the agent's SIGTERM";
+  EXPECT_EQ(StatusOf(kWorker).exit_code, 0);
+  EXPECT_EQ(ReadFile(run_dir_ + "/program-saw"), socket_dir + " hello\n");
+  EXPECT_EQ(ReadFile(socket_dir + "/agent-saw"), socket_dir + "\n");
+  EXPECT_EQ(ReadFile(run_dir_ + "/listing"), "agent-saw\n") << "the earlier pod's files are gone";
+  EXPECT_FALSE(Exists(agent)) << "the agent is stopped once its program has ended";
+}
+
+TEST_F(SidecarPodTest, AnAgentThatExitsAfterItsProgramIsNotSignalled) {
+  ASSERT_TRUE(RunPod("trap 'touch \"$RUN_DIR/agent-got-term\"' TERM; "
+                     "while [ ! -e \"$KUBEPS_SOCKET_DIR/finished\" ]; do sleep 0.01; done; exit 0",
+                     "touch \"$KUBEPS_SOCKET_DIR/finished\"; exit 0")
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return Ended(kWorker); }));
+  EXPECT_EQ(StatusOf(kWorker).phase, ReplicaPhase::kSucceeded);
+  EXPECT_FALSE(std::filesystem::exists(run_dir_ + "/agent-got-term"));
+  EXPECT_EQ(cluster_->AgentRestarts(kWorker), 0) << "an agent that exits 0 is done, not dead";
+}
+
+TEST_F(SidecarPodTest, AFailedProgramFailsThePodWithItsExitCode) {
+  ASSERT_TRUE(RunPod("exec sleep 60", "exit 3").ok());
+  const pid_t agent = cluster_->AgentPid(kWorker);
+  ASSERT_TRUE(Eventually([&] { return Ended(kWorker); }));
+  EXPECT_EQ(StatusOf(kWorker).phase, ReplicaPhase::kFailed);
+  EXPECT_EQ(StatusOf(kWorker).exit_code, 3);
+  EXPECT_FALSE(Exists(agent));
+
+  // The run policy's restart starts both again, as a new pod.
+  ASSERT_TRUE(RunPod("exec sleep 60", "kill -9 $$").ok());
+  ASSERT_TRUE(Eventually([&] { return Ended(kWorker); }));
+  EXPECT_EQ(StatusOf(kWorker).exit_code, 128 + SIGKILL);
+  EXPECT_EQ(StatusOf(kWorker).restarts, 1);
+}
+
+TEST_F(SidecarPodTest, AnAgentThatDiesIsRestartedAloneWhileTheProgramRuns) {
+  ASSERT_TRUE(RunPod("exec sleep 60", "exec sleep 60").ok());
+  const pid_t program = cluster_->Pid(kWorker);
+  const pid_t agent = cluster_->AgentPid(kWorker);
+  ::kill(agent, SIGKILL);
+  ASSERT_TRUE(Eventually([&] {
+    cluster_->List();
+    return cluster_->AgentPid(kWorker) > 0 && cluster_->AgentPid(kWorker) != agent;
+  }));
+  EXPECT_EQ(cluster_->AgentRestarts(kWorker), 1);
+  EXPECT_EQ(cluster_->Pid(kWorker), program) << "the program keeps running";
+  EXPECT_EQ(StatusOf(kWorker).phase, ReplicaPhase::kRunning);
+  EXPECT_EQ(StatusOf(kWorker).restarts, 0) << "a sidecar's restart is not the pod's";
+
+  ASSERT_TRUE(cluster_->Delete(kWorker).ok());
+  EXPECT_FALSE(Exists(program));
+}
+
+TEST_F(SidecarPodTest, TheProgramsOutputCarriesTheReplicasTag) {
+  const std::string captured = run_dir_ + "/stdout";
+  const int saved = ::dup(STDOUT_FILENO);
+  const int file = ::open(captured.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  ::dup2(file, STDOUT_FILENO);
+  Status started = RunPod("exec sleep 60", "echo first; printf 'second\\nno newline'");
+  const bool copied =
+      Eventually([&] { return ReadFile(captured).find("no newline\n") != std::string::npos; });
+  ::dup2(saved, STDOUT_FILENO);
+  ::close(saved);
+  ::close(file);
+  ASSERT_TRUE(started.ok());
+  ASSERT_TRUE(copied) << ReadFile(captured);
+  EXPECT_EQ(ReadFile(captured),
+            "[worker-0/trainer] first\n[worker-0/trainer] second\n[worker-0/trainer] no newline\n");
+}
+
+TEST_F(SidecarPodTest, AProgramThatCannotRunFailsCreateWithTheReason) {
+  controller::UserProcess process;
+  process.container = "trainer";
+  process.argv = {"no-such-program-of-kubeps"};
+  ReplicaLaunch launch{kWorker, "sh", {"-c", "exec sleep 60"}, {}};
+  launch.user_process = process;
+  Status s = cluster_->Create(launch);
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("the command of container trainer cannot run "
+                                                "here: no-such-program-of-kubeps is not on PATH"));
+  EXPECT_EQ(cluster_->AgentPid(kWorker), -1) << "nothing was started";
+
+  Status missing_dir = RunPod("exec sleep 60", "exit 0", {}, "/no/such/folder");
+  EXPECT_THAT(missing_dir.message(),
+              ::testing::HasSubstr("the workingDir of container trainer, /no/such/folder, is not "
+                                   "a folder on this machine"));
+}
+
+TEST_F(SidecarPodTest, TheProgramRunsInItsWorkingDirectory) {
+  std::filesystem::create_directories(run_dir_ + "/app");
+  ASSERT_TRUE(RunPod("exec sleep 60", "pwd > \"$RUN_DIR/pwd\"", {}, run_dir_ + "/app").ok());
+  ASSERT_TRUE(Eventually([&] { return Ended(kWorker); }));
+  EXPECT_EQ(ReadFile(run_dir_ + "/pwd"), run_dir_ + "/app\n");
+}
+
+TEST_F(SidecarPodTest, NeitherProcessOutlivesTheCluster) {
+  ASSERT_TRUE(RunPod("exec sleep 60", "exec sleep 60").ok());
+  const pid_t program = cluster_->Pid(kWorker);
+  const pid_t agent = cluster_->AgentPid(kWorker);
+  cluster_.reset();
+  EXPECT_FALSE(Exists(program));
+  EXPECT_FALSE(Exists(agent));
 }
 
 }  // namespace

@@ -128,6 +128,78 @@ TEST_F(LocalRunnerTest, AFailedWorkerIsRestartedUnderOnFailure) {
   EXPECT_EQ(RunLocally(Job("{restartPolicy: OnFailure, backoffLimit: 4}"), options_), 0);
 }
 
+// A job that brings its own program: `program` runs with /bin/sh beside
+// each worker's stand-in agent, which waits for it to say "done".
+api::TrainingJob OwnProgramJob(const std::string& program) {
+  nlohmann::json job = {
+      {"apiVersion", "kubeps.io/v1alpha1"},
+      {"kind", "TrainingJob"},
+      {"metadata", {{"name", "torch"}}},
+      {"spec",
+       {{"runPolicy", {{"restartPolicy", "OnFailure"}, {"backoffLimit", 4}}},
+        {"replicaSpecs",
+         {{"ps", {{"replicas", 1}}},
+          {"worker",
+           {{"replicas", 2},
+            {"template",
+             {{"spec",
+               {{"containers",
+                 {{{"name", "trainer"},
+                   {"image", "registry.example/torch:1"},
+                   {"command", {"/bin/sh", "-c", program}},
+                   {"workingDir", "app"},
+                   {"env", {{{"name", "GREETING"}, {"value", "hello"}}}}}}}}}}}}}}}}}};
+  api::ParseResult parsed = api::ParseTrainingJob(job.dump());
+  EXPECT_TRUE(parsed.ok()) << parsed.ErrorReport("job");
+  return parsed.job.value_or(api::TrainingJob{});
+}
+
+constexpr char kAgentWaitingForItsProgram[] =
+    "echo \"$@\" > \"$KUBEPS_RUN_DIR/$KUBEPS_NODE_ID.args\"\n"
+    "while [ ! -e \"$KUBEPS_SOCKET_DIR/done\" ]; do sleep 0.01; done";
+
+TEST_F(LocalRunnerTest, AJobsOwnProgramRunsBesideEachWorkersAgent) {
+  SetWorker(kAgentWaitingForItsProgram);
+  std::filesystem::create_directories(dir_ + "/manifests/app");
+  options_.program_dir = dir_ + "/manifests";
+  ASSERT_EQ(RunLocally(OwnProgramJob("env > \"$KUBEPS_RUN_DIR/$KUBEPS_NODE_ID.program.env\"; "
+                                     "pwd > \"$KUBEPS_RUN_DIR/$KUBEPS_NODE_ID.pwd\"; "
+                                     "touch \"$KUBEPS_SOCKET_DIR/done\""),
+                       options_),
+            0);
+  EXPECT_EQ(ReadFile(options_.run_dir + "/worker-1.args"), "--serve\n");
+  EXPECT_EQ(ReadFile(options_.run_dir + "/worker-1.pwd"), dir_ + "/manifests/app\n")
+      << "workingDir, from the manifest's folder";
+  const std::string socket_dir = options_.run_dir + "/worker-1";
+  EXPECT_EQ(EnvOf("worker-1", "KUBEPS_SOCKET_DIR"), socket_dir);
+  EXPECT_EQ(EnvOf("worker-1", "KUBEPS_BLAS_THREADS"), "1") << "the agent does no math";
+  EXPECT_EQ(EnvOf("worker-1.program", "KUBEPS_SOCKET_DIR"), socket_dir);
+  EXPECT_EQ(EnvOf("worker-1.program", "KUBEPS_NODE_ID"), "worker-1");
+  EXPECT_EQ(EnvOf("worker-1.program", "KUBEPS_RUN_DIR"), options_.run_dir);
+  EXPECT_EQ(EnvOf("worker-1.program", "GREETING"), "hello");
+  EXPECT_EQ(EnvOf("worker-1.program", "OMP_NUM_THREADS"), "2") << "4 cores, 2 programs";
+  EXPECT_EQ(EnvOf("worker-1.program", "KUBEPS_TOKEN_FILE"), "<unset>")
+      << "only the agent talks to the servers";
+}
+
+TEST_F(LocalRunnerTest, AFailedProgramIsRestartedWithItsAgent) {
+  SetWorker(kAgentWaitingForItsProgram);
+  std::filesystem::create_directories(dir_ + "/app");
+  options_.program_dir = dir_;
+  // Fails on its first run, succeeds on its second.
+  ASSERT_EQ(RunLocally(OwnProgramJob("f=\"$KUBEPS_RUN_DIR/$KUBEPS_NODE_ID.ran\"; "
+                                     "[ -e \"$f\" ] || { touch \"$f\"; exit 1; }; "
+                                     "touch \"$KUBEPS_SOCKET_DIR/done\""),
+                       options_),
+            0);
+}
+
+TEST_F(LocalRunnerTest, AProgramThatCannotRunFailsTheJobAtOnce) {
+  SetWorker(kAgentWaitingForItsProgram);
+  options_.program_dir = dir_ + "/no-such-folder";
+  EXPECT_EQ(RunLocally(OwnProgramJob("exit 0"), options_), 1);
+}
+
 // Declared last: RunLocally's interrupt flag, once set, stays set in this
 // process (ctest runs every test in a process of its own).
 TEST_F(LocalRunnerTest, AnInterruptStopsEveryReplicaAndExits130) {

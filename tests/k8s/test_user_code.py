@@ -1,0 +1,139 @@
+"""A TrainingJob that brings its own program, end to end on the emulated
+cluster: the PyTorch example (examples/pytorch/mlp) applied with the real
+kubectl, the real operator putting kubeps-agent beside the user's container
+as a native sidecar, and the job succeeding.
+
+    KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_user_code   (from tests/k8s)
+
+On the emulator an image is not pulled: the user's container runs its
+command as a local process, so the test points the container at this
+repository (workingDir, PYTHONPATH) and at /usr/bin/python3, which needs
+Debian's python3-torch.
+"""
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+import unittest
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from emulator.cluster import SOURCE_DIR  # noqa: E402
+from operator_harness import DATASET, Operator, apply, get_job, job_pods  # noqa: E402
+from test_operator import new_cluster  # noqa: E402
+
+EXAMPLE = os.path.join(SOURCE_DIR, "examples", "pytorch", "mlp")
+PYTHON = "/usr/bin/python3"
+
+
+def torch_missing():
+    """Why the test cannot run, or None."""
+    try:
+        r = subprocess.run([PYTHON, "-c", "import torch"], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return "%s cannot import torch: %s" % (PYTHON, e)
+    if r.returncode != 0:
+        return ("torch is missing for %s (sudo apt-get install python3-torch): %s" %
+                (PYTHON, r.stderr.decode(errors="replace").strip().splitlines()[-1:]))
+    return None
+
+
+def example_job(steps):
+    """examples/pytorch/mlp/trainingjob.yaml as the emulator can run it: the
+    image's working directory and installed kubeps package are this
+    repository's folders; fewer steps."""
+    with open(os.path.join(EXAMPLE, "trainingjob.yaml")) as f:
+        job = yaml.safe_load(f)
+    container = job["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["containers"][0]
+    container["command"] = [PYTHON, "train.py"]
+    container["args"] = ["--steps", str(steps), "--batch-size", "64", "--log-every", "10"]
+    container["workingDir"] = EXAMPLE
+    container["env"] = [{"name": "DATA_DIR", "value": DATASET},
+                        {"name": "PYTHONPATH", "value": os.path.join(SOURCE_DIR, "python")},
+                        {"name": "OMP_NUM_THREADS", "value": "1"}]
+    container.pop("resources", None)
+    return job
+
+
+@unittest.skipIf(torch_missing(), torch_missing() or "")
+class UserCodeTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = new_cluster()
+        try:
+            cls.op = Operator(cls.c)
+        except Exception:
+            cls.c.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.op.stop()
+        cls.c.stop()
+
+    def diag(self, name):
+        parts = ["--- operator log (tail)\n" + self.op.log()[-4000:]]
+        try:
+            parts.append("--- pods\n" + self.c.kubectl("get", "pods", "-o", "wide").stdout)
+            parts.append("--- status\n" + json.dumps(get_job(self.c, name).get("status"),
+                                                     indent=1))
+            for pod in job_pods(self.c, name):
+                if pod["metadata"]["labels"].get("kubeps.io/replica-type") != "worker":
+                    continue
+                for container in ("trainer", "kubeps-agent"):
+                    out = self.c.kubectl("logs", pod["metadata"]["name"], "-c", container,
+                                         check=False)
+                    parts.append("--- %s/%s\n%s%s" % (pod["metadata"]["name"], container,
+                                                      out.stdout[-3000:], out.stderr[-1000:]))
+        except Exception as e:   # diagnostics only
+            parts.append("(no more diagnostics: %s)" % e)
+        return "\n".join(parts)
+
+    def test_pytorch_example_runs_beside_a_native_sidecar_and_succeeds(self):
+        c = self.c
+        job = example_job(steps=40)
+        name = job["metadata"]["name"]
+        apply(c, job)
+        # Watch the worker pods while the job runs (they may be cleaned up
+        # once it ends): the last state of each is what it ended with.
+        workers, phase, deadline = {}, None, time.time() + 420
+        while time.time() < deadline:
+            for pod in job_pods(c, name):
+                if pod["metadata"]["labels"].get("kubeps.io/replica-type") == "worker":
+                    workers[pod["metadata"]["name"]] = copy.deepcopy(pod)
+            phase = get_job(c, name).get("status", {}).get("phase")
+            if phase in ("Succeeded", "Failed"):
+                break
+            time.sleep(0.5)
+        self.assertEqual(phase, "Succeeded", self.diag(name))
+        self.assertEqual(len(workers), 2, self.diag(name))
+        for pod_name, pod in sorted(workers.items()):
+            spec, status = pod["spec"], pod["status"]
+            # the user's container is the pod's one container, as written
+            self.assertEqual([x["name"] for x in spec["containers"]], ["trainer"])
+            self.assertEqual(spec["containers"][0]["command"], [PYTHON, "train.py"])
+            # the agent is a native sidecar beside it
+            agent = spec["initContainers"][-1]
+            self.assertEqual((agent["name"], agent["restartPolicy"]), ("kubeps-agent", "Always"))
+            self.assertEqual(agent["command"], ["kubeps-agent", "--serve"])
+            self.assertEqual(status["phase"], "Succeeded", pod_name + "\n" + self.diag(name))
+            trainer = status["containerStatuses"][0]
+            self.assertEqual(trainer["state"]["terminated"]["exitCode"], 0)
+            self.assertEqual([s["name"] for s in status["initContainerStatuses"]],
+                             ["kubeps-agent"])
+            self.assertIn("terminated", status["initContainerStatuses"][0]["state"])
+            if pod_name in c.kubectl("get", "pods").stdout:
+                line = c.kubectl("get", "pod", pod_name).stdout.splitlines()[1].split()
+                self.assertEqual(line[1:3], ["0/2", "Completed"])
+        rank0 = [n for n in sorted(workers) if "worker-0" in n][0]
+        log = c.kubectl("logs", rank0, "-c", "trainer").stdout
+        self.assertIn("test accuracy", log)
+
+
+if __name__ == "__main__":
+    unittest.main()
