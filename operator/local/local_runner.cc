@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <system_error>
 #include <random>
+#include <system_error>
 #include <thread>
 
 #include "api/pod_env_codec.h"
@@ -90,7 +90,8 @@ std::string Program(const api::TrainingJob& job) {
 std::string ProgramDir(const api::TrainingJob& job, const std::string& given) {
   if (!job.spec.brings_own_program()) return "";
   std::error_code error;
-  const std::filesystem::path base = given.empty() ? std::filesystem::current_path(error) : given;
+  const std::filesystem::path base =
+      given.empty() ? std::filesystem::current_path(error) : std::filesystem::path(given);
   const std::string& working_dir = job.spec.user_container->working_dir;
   if (working_dir.empty()) return base.string();
   return (base / working_dir).lexically_normal().string();  // an absolute workingDir stays
@@ -147,12 +148,12 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
         const bool computes = name.role == ReplicaRole::kWorker && !job.spec.brings_own_program();
         const int threads = computes ? worker_threads : 1;
         launch.env[api::env::kRunDir] = run_dir;
-        launch.user_process = controller::UserProcessOf(
-            job, name, ThreadHints(worker_threads),
-            // kubeps' own variables: who the worker is (the socket folder
-            // is the cluster's), and the run folder every process of the
-            // job carries.
-            launch.env);
+        launch.user_process =
+            controller::UserProcessOf(job, name, ThreadHints(worker_threads),
+                                      // kubeps' own variables: who the worker is (the socket folder
+                                      // is the cluster's), and the run folder every process of the
+                                      // job carries.
+                                      launch.env);
         if (launch.user_process) launch.user_process->working_dir = program_dir;
         launch.env[api::env::kPodIp] = "127.0.0.1";
         launch.env[api::env::kPort] = "0";
