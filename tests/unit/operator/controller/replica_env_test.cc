@@ -22,7 +22,7 @@ api::TrainingJob Parse(const std::string& yaml) {
 }
 
 api::TrainingJob OwnProgram() {
-  return Parse(R"(apiVersion: kubeps.io/v1alpha1
+  return Parse(R"yaml(apiVersion: kubeps.io/v1alpha1
 kind: TrainingJob
 metadata: {name: torch}
 spec:
@@ -43,7 +43,7 @@ spec:
                 - {name: OUT_LOG, value: "$(OUT)/log"}
                 - name: SECRET
                   valueFrom: {secretKeyRef: {name: s, key: k}}
-)");
+)yaml");
 }
 
 TEST(ReplicaEnvTest, TheAgentOfAJobsOwnProgramServesIt) {
