@@ -16,7 +16,9 @@ so the tools that read a job's output read this one's too:
 
     epoch 1/3 step 120/468 total_steps 120 steps/sec 3.10 samples/sec 198.4 loss 0.5123
 
-Rank 0 reports the test accuracy at the end: "test accuracy 0.9123 ...".
+Rank 0 reports the test accuracy at the end: "test accuracy 0.9057 ...", as
+measured after the 3 epochs (1404 steps) of trainingjob.yaml on a 2-core
+machine, at a median of 10.6 steps/sec (the job took 140 s).
 
 bench/torch_vs_ddp.py imports make_model() and ProgressPrinter from here so
 that it measures PyTorch's DistributedDataParallel on the same model.
