@@ -28,13 +28,14 @@ std::string ModelDescriptions() {
 
 FieldSpec Replica(const std::string& role, ReplicaSpec TrainingJobSpec::*member,
                   const std::string& template_doc) {
-  return Object(role, {
-                          Integer("replicas", At(member, &ReplicaSpec::replicas))
-                              .AtLeast(1)
-                              .Doc("pods of this role"),
-                          PodTemplate("template", At(member, &ReplicaSpec::template_override))
-                              .Doc(template_doc),
-                      });
+  return Object(
+      role,
+      {
+          Integer("replicas", At(member, &ReplicaSpec::replicas))
+              .AtLeast(1)
+              .Doc("pods of this role"),
+          PodTemplate("template", At(member, &ReplicaSpec::template_override)).Doc(template_doc),
+      });
 }
 
 std::vector<FieldSpec> OptimizerFields() {

@@ -105,16 +105,16 @@ class ContainerReader {
     const json* value = Find("volumeMounts");
     if (!value) return;
     if (!value->is_array()) {
-      Error("volumeMounts", "must be a list of {name, mountPath} entries, got " +
-                                DescribeJson(*value));
+      Error("volumeMounts",
+            "must be a list of {name, mountPath} entries, got " + DescribeJson(*value));
       return;
     }
     for (size_t i = 0; i < value->size(); ++i) {
       const json& mount = (*value)[i];
       const std::string at = Index(internal::JoinPath(path_, "volumeMounts"), i);
       if (!mount.is_object()) {
-        errors_->push_back({at, "must be a mapping with name and mountPath, got " +
-                                    DescribeJson(mount)});
+        errors_->push_back(
+            {at, "must be a mapping with name and mountPath, got " + DescribeJson(mount)});
         continue;
       }
       ContainerReader entry(mount, at, errors_);
@@ -156,13 +156,14 @@ class ContainerReader {
     if (!reader.String("name", &var->name)) {
       if (!reader.Find("name")) reader.Error("name", "required");
     } else if (!IsEnvName(var->name)) {
-      reader.Error("name", "must be printable ASCII without '=', got " + internal::Quote(var->name));
+      reader.Error("name",
+                   "must be printable ASCII without '=', got " + internal::Quote(var->name));
     }
     reader.String("value", &var->value);
     if (const json* from = reader.Find("valueFrom")) {
       if (!from->is_object()) {
-        reader.Error("valueFrom", "must be a mapping (secretKeyRef, fieldRef, ...), got " +
-                                      DescribeJson(*from));
+        reader.Error("valueFrom",
+                     "must be a mapping (secretKeyRef, fieldRef, ...), got " + DescribeJson(*from));
       } else if (!var->value.empty()) {
         reader.Error("valueFrom", "may not be given together with a value");
       } else {
@@ -200,8 +201,9 @@ std::optional<UserContainer> ReadUserContainer(const json& container, int index,
   ContainerReader reader(container, path, errors);
   if (!reader.String("name", &user.name)) user.name = kWorkerContainerName;
   if (!reader.String("image", &user.image) && !reader.Find("image")) {
-    reader.Error("image", "required: the image that holds your training program (the operator "
-                          "runs it; kubeps run runs the command on this machine instead)");
+    reader.Error("image",
+                 "required: the image that holds your training program (the operator "
+                 "runs it; kubeps run runs the command on this machine instead)");
   }
   if (reader.StringList("command", &user.command)) {
     if (user.command.empty()) {
@@ -268,7 +270,8 @@ FieldError NoProgram(const json& pod_template) {
     return neither;
   }
   if (!containers->is_array()) {
-    return {kWorkerContainersPath, "must be a list of containers, got " + DescribeJson(*containers)};
+    return {kWorkerContainersPath,
+            "must be a list of containers, got " + DescribeJson(*containers)};
   }
   return {kWorkerContainersPath,
           std::to_string(containers->size()) + " containers and none is named \"" +

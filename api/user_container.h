@@ -33,7 +33,8 @@ inline constexpr const char* kWorkerContainerName = "worker";
 // container of the worker template may take this name.
 inline constexpr const char* kAgentContainerName = "kubeps-agent";
 // Where template.spec.containers is, for messages.
-inline constexpr const char* kWorkerContainersPath = "spec.replicaSpecs.worker.template.spec.containers";
+inline constexpr const char* kWorkerContainersPath =
+    "spec.replicaSpecs.worker.template.spec.containers";
 
 // The index in `pod_template`'s spec.containers of the container named
 // `name`, else of the only container; -1 when there is neither (no

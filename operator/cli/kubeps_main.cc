@@ -64,7 +64,8 @@ int TrainLocal(const std::string& path) {
   api::TrainingJob job;
   if (!LoadJob(path, &job)) return 1;
   if (job.spec.brings_own_program()) {
-    PrintError(path + ": train-local trains one of kubeps' built-in models (spec.model), and job \"" +
+    PrintError(path +
+               ": train-local trains one of kubeps' built-in models (spec.model), and job \"" +
                job.name + "\" brings its own program: run that program yourself, or the job " +
                "with kubeps run");
     return 1;

@@ -49,10 +49,10 @@ struct ReplicaStatus {
 // the agent is restarted alone when it dies while the program runs, and
 // stopped once the program has ended (Kubernetes' native sidecars).
 struct UserProcess {
-  std::string container;           // the container's name, for logs
-  std::vector<std::string> argv;   // the container's command, then its args
+  std::string container;                   // the container's name, for logs
+  std::vector<std::string> argv;           // the container's command, then its args
   std::map<std::string, std::string> env;  // what the process adds to the backend's environment
-  std::string working_dir;         // the container's workingDir, "" when it has none
+  std::string working_dir;                 // the container's workingDir, "" when it has none
   // Variables of the container's env given by valueFrom (secrets, the
   // downward API): only Kubernetes can resolve them.
   std::vector<std::string> cluster_only_env;

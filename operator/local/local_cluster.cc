@@ -39,7 +39,8 @@ int64_t NowMs() {
 
 int64_t AgentRestartDelayMs(int restarts_so_far) {
   if (restarts_so_far == 0) return 0;
-  return std::min<int64_t>(kAgentRestartDelayMaxMs, int64_t{500} << std::min(restarts_so_far - 1, 8));
+  return std::min<int64_t>(kAgentRestartDelayMaxMs,
+                           int64_t{500} << std::min(restarts_so_far - 1, 8));
 }
 
 // A new pod's shared folder starts empty, as an emptyDir does.
@@ -85,7 +86,7 @@ Status FindProgramOf(const controller::UserProcess& process, std::string* path) 
   auto own_path = process.env.find("PATH");
   const char* runner_path = std::getenv("PATH");
   const std::string search_path = own_path != process.env.end() ? own_path->second
-                                   : runner_path                ? runner_path
+                                  : runner_path                 ? runner_path
                                                                 : "/usr/bin:/bin";
   std::string cwd = process.working_dir;
   if (cwd.empty()) cwd = std::filesystem::current_path(error).string();

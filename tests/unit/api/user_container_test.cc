@@ -156,8 +156,9 @@ spec:
 
 TEST(UserContainerTest, BothAModelAndAProgram) {
   EXPECT_THAT(
-      Errors(Replace(kOwnProgram, "spec:\n  optimizer:", "spec:\n  model: mlp\n  dataset: {path: "
-                                                         "/data}\n  optimizer:")),
+      Errors(Replace(kOwnProgram, "spec:\n  optimizer:",
+                     "spec:\n  model: mlp\n  dataset: {path: "
+                     "/data}\n  optimizer:")),
       ElementsAre(kContainer +
                   ".command: a job either trains a built-in model (spec.model, whose trainer "
                   "runs in this container) or runs its own program (this command), not both: "
@@ -168,12 +169,13 @@ TEST(UserContainerTest, BothAModelAndAProgram) {
 }
 
 TEST(UserContainerTest, AModelWithoutItsDataSet) {
-  EXPECT_THAT(Errors(Replace(kOwnProgram, "spec:\n  optimizer:", "spec:\n  model: cnn\n  optimizer:")),
-              ElementsAre("spec.dataset.path: required",
-                          kContainer + ".command: a job either trains a built-in model "
-                                       "(spec.model, whose trainer runs in this container) or "
-                                       "runs its own program (this command), not both: leave "
-                                       "out spec.model and spec.dataset, or this command"));
+  EXPECT_THAT(
+      Errors(Replace(kOwnProgram, "spec:\n  optimizer:", "spec:\n  model: cnn\n  optimizer:")),
+      ElementsAre("spec.dataset.path: required",
+                  kContainer + ".command: a job either trains a built-in model "
+                               "(spec.model, whose trainer runs in this container) or "
+                               "runs its own program (this command), not both: leave "
+                               "out spec.model and spec.dataset, or this command"));
 }
 
 TEST(UserContainerTest, AProgramNeedsACommandAndAnImage) {
@@ -185,10 +187,10 @@ TEST(UserContainerTest, AProgramNeedsACommandAndAnImage) {
   EXPECT_THAT(Errors(Replace(kOwnProgram, "command: [python3, train.py]", "command: []")),
               ElementsAre(kContainer + ".command: must name the program to run, got an empty "
                                        "list"));
-  EXPECT_THAT(Errors(Replace(kOwnProgram, "command: [python3, train.py]",
-                             "command: python3 train.py")),
-              ElementsAre(kContainer + ".command: must be a list of strings, got \"python3 "
-                                       "train.py\""));
+  EXPECT_THAT(
+      Errors(Replace(kOwnProgram, "command: [python3, train.py]", "command: python3 train.py")),
+      ElementsAre(kContainer + ".command: must be a list of strings, got \"python3 "
+                               "train.py\""));
   EXPECT_THAT(Errors(Replace(kOwnProgram, "              image: registry.example/mlp:1\n", "")),
               ElementsAre(HasSubstr(kContainer + ".image: required: the image that holds your "
                                                  "training program")));
@@ -197,10 +199,10 @@ TEST(UserContainerTest, AProgramNeedsACommandAndAnImage) {
 TEST(UserContainerTest, ArgsAndEnvValuesAreStrings) {
   EXPECT_THAT(Errors(Replace(kOwnProgram, "args: [\"--steps\", \"300\"]", "args: [--steps, 300]")),
               ElementsAre(kContainer + ".args[1]: must be a string, got 300 (quote it: \"300\")"));
-  EXPECT_THAT(Errors(Replace(kOwnProgram, "{name: STEPS, value: \"300\"}",
-                             "{name: STEPS, value: 300}")),
-              ElementsAre(kContainer + ".env[0].value: must be a string, got 300 (quote it: "
-                                       "\"300\")"));
+  EXPECT_THAT(
+      Errors(Replace(kOwnProgram, "{name: STEPS, value: \"300\"}", "{name: STEPS, value: 300}")),
+      ElementsAre(kContainer + ".env[0].value: must be a string, got 300 (quote it: "
+                               "\"300\")"));
 }
 
 TEST(UserContainerTest, EnvEntriesNeedANameAndOneValue) {
@@ -210,9 +212,9 @@ TEST(UserContainerTest, EnvEntriesNeedANameAndOneValue) {
                              "{name: \"A=B\", value: \"300\"}")),
               ElementsAre(kContainer + ".env[0].name: must be printable ASCII without '=', got "
                                        "\"A=B\""));
-  EXPECT_THAT(Errors(Replace(kOwnProgram, "{name: STEPS, value: \"300\"}",
-                             "{name: STEPS, valu: \"300\"}")),
-              ElementsAre(kContainer + ".env[0].valu: unknown field (did you mean \"value\"?)"));
+  EXPECT_THAT(
+      Errors(Replace(kOwnProgram, "{name: STEPS, value: \"300\"}", "{name: STEPS, valu: \"300\"}")),
+      ElementsAre(kContainer + ".env[0].valu: unknown field (did you mean \"value\"?)"));
   EXPECT_THAT(Errors(Replace(kOwnProgram, "                  valueFrom:",
                              "                  value: x\n                  valueFrom:")),
               ElementsAre(kContainer + ".env[2].valueFrom: may not be given together with a "
@@ -265,9 +267,9 @@ TEST(UserContainerTest, MainContainerIndex) {
   using nlohmann::json;
   EXPECT_EQ(MainContainerIndex(nullptr, "worker"), -1);
   EXPECT_EQ(MainContainerIndex(json::object(), "worker"), -1);
-  EXPECT_EQ(MainContainerIndex({{"spec", {{"containers", json::array({{{"name", "a"}}})}}}},
-                               "worker"),
-            0);
+  EXPECT_EQ(
+      MainContainerIndex({{"spec", {{"containers", json::array({{{"name", "a"}}})}}}}, "worker"),
+      0);
   json two = {{"spec", {{"containers", json::array({{{"name", "a"}}, {{"name", "worker"}}})}}}};
   EXPECT_EQ(MainContainerIndex(two, "worker"), 1);
   EXPECT_EQ(MainContainerIndex(two, "server"), -1);

@@ -192,12 +192,13 @@ TEST_F(SidecarPodTest, TheProgramRunsBesideItsAgentInAFreshSharedFolder) {
   EXPECT_EQ(socket_dir, run_dir_ + "/worker-0");
   std::filesystem::create_directories(socket_dir);
   std::ofstream(socket_dir + "/agent.json") << "{}";  // left by an earlier pod
-  ASSERT_TRUE(RunPod("echo \"$KUBEPS_SOCKET_DIR\" > \"$KUBEPS_SOCKET_DIR/agent-saw\"; exec sleep 60",
-                     "while [ ! -e \"$KUBEPS_SOCKET_DIR/agent-saw\" ]; do sleep 0.01; done; "
-                     "ls \"$KUBEPS_SOCKET_DIR\" > \"$RUN_DIR/listing\"; "
-                     "echo \"$KUBEPS_SOCKET_DIR $GREETING\" > \"$RUN_DIR/program-saw\"",
-                     {{"GREETING", "hello"}})
-                  .ok());
+  ASSERT_TRUE(
+      RunPod("echo \"$KUBEPS_SOCKET_DIR\" > \"$KUBEPS_SOCKET_DIR/agent-saw\"; exec sleep 60",
+             "while [ ! -e \"$KUBEPS_SOCKET_DIR/agent-saw\" ]; do sleep 0.01; done; "
+             "ls \"$KUBEPS_SOCKET_DIR\" > \"$RUN_DIR/listing\"; "
+             "echo \"$KUBEPS_SOCKET_DIR $GREETING\" > \"$RUN_DIR/program-saw\"",
+             {{"GREETING", "hello"}})
+          .ok());
   const pid_t agent = cluster_->AgentPid(kWorker);
   EXPECT_GT(agent, 0);
   EXPECT_GT(cluster_->Pid(kWorker), 0);
@@ -262,9 +263,8 @@ TEST_F(SidecarPodTest, TheProgramsOutputCarriesTheReplicasTag) {
   const int file = ::open(captured.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   ::dup2(file, STDOUT_FILENO);
   Status started = RunPod("exec sleep 60", "echo first; printf 'second\\nno newline'");
-  const bool copied = Eventually([&] {
-    return ReadFile(captured).find("no newline\n") != std::string::npos;
-  });
+  const bool copied =
+      Eventually([&] { return ReadFile(captured).find("no newline\n") != std::string::npos; });
   ::dup2(saved, STDOUT_FILENO);
   ::close(saved);
   ::close(file);
