@@ -14,7 +14,7 @@ after a rollback.
 
 The data set is Fashion-MNIST's four IDX files (Debian's dataset-fashion-mnist
 puts them in /usr/share/datasets/fashion-mnist; $DATA_DIR or --data-dir names
-another folder), read with gzip and struct. The batch of a step is a pure
+another folder), read by ../fashion_mnist.py with gzip and struct. The batch of a step is a pure
 function of (seed, step, rank): each epoch's order comes from a generator
 seeded with (seed, epoch), and worker r takes the r-th slice of the step's
 global batch. So a worker that is killed and restarted, or rolled back,
@@ -23,9 +23,8 @@ computes exactly the batches it would have computed anyway.
 Rank 0 reports the test accuracy at the end: "test accuracy 0.8412 ...".
 """
 import argparse
-import gzip
 import os
-import struct
+import sys
 import time
 
 import torch
@@ -33,53 +32,9 @@ import torch.nn.functional as F
 
 import kubeps.torch as kps
 
-DEFAULT_DATA_DIR = "/usr/share/datasets/fashion-mnist"
-
-
-def read_idx(path):
-    """An IDX file (gzip) as a uint8 tensor of its dimensions."""
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    zero, dtype, ndim = struct.unpack(">HBB", data[:4])
-    if zero != 0 or dtype != 0x08:
-        raise ValueError("%s: not an IDX file of unsigned bytes" % path)
-    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
-    return torch.frombuffer(bytearray(data[4 + 4 * ndim:]), dtype=torch.uint8).reshape(dims)
-
-
-def load(data_dir, prefix):
-    """(images as float32 rows of 784 in [0, 1], labels as int64) of train or t10k."""
-    images = read_idx(os.path.join(data_dir, prefix + "-images-idx3-ubyte.gz"))
-    labels = read_idx(os.path.join(data_dir, prefix + "-labels-idx1-ubyte.gz"))
-    return images.reshape(len(images), -1).float().div_(255), labels.long()
-
-
-class StepSampler:
-    """The examples worker `rank` of `size` trains on at global step `step`."""
-
-    def __init__(self, num_examples, batch_size, rank, size, seed):
-        self.num_examples, self.batch_size = num_examples, batch_size
-        self.rank, self.size, self.seed = rank, size, seed
-        self.steps_per_epoch = num_examples // (batch_size * size)
-        self._epoch, self._order = None, None
-
-    def indices(self, step):
-        epoch, within = divmod(step, self.steps_per_epoch)
-        if epoch != self._epoch:
-            generator = torch.Generator().manual_seed(self.seed * 1000003 + epoch)
-            self._epoch, self._order = epoch, torch.randperm(self.num_examples, generator=generator)
-        start = (within * self.size + self.rank) * self.batch_size
-        return self._order[start:start + self.batch_size]
-
-
-def evaluate(model, images, labels):
-    model.eval()
-    with torch.no_grad():
-        logits = model(images)
-        loss = F.cross_entropy(logits, labels).item()
-        accuracy = (logits.argmax(dim=1) == labels).float().mean().item()
-    model.train()
-    return accuracy, loss
+# The data reading is shared with the other examples: fashion_mnist.py, one folder up.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from fashion_mnist import DEFAULT_DATA_DIR, StepSampler, evaluate, load  # noqa: E402
 
 
 def main():
