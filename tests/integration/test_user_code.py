@@ -39,8 +39,9 @@ def why_torch_is_missing():
     except OSError as error:
         return "%s cannot run (%s)" % (TORCH_PYTHON, error)
     if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         return "%s has no torch (apt-get install python3-torch, or set KUBEPS_TORCH_PYTHON): %s" % (
-            TORCH_PYTHON, result.stderr.strip().splitlines()[-1:])
+            TORCH_PYTHON, last)
     return None
 
 
