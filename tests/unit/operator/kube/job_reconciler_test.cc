@@ -260,6 +260,24 @@ TEST_F(JobReconcilerTest, AnInvalidSpecFailsTheJobWithoutPods) {
   EXPECT_THAT(fake_.requests(), IsEmpty()) << "a failed job is left alone";
 }
 
+// Until worker pods carry the kubeps agent as a native sidecar, a pod of
+// such a job would run the agent in place of the user's program.
+TEST_F(JobReconcilerTest, AJobThatBringsItsOwnProgramFailsSayingSoWithoutPods) {
+  json manifest = JobManifest();
+  manifest["spec"].erase("dataset");
+  manifest["spec"]["replicaSpecs"]["worker"]["template"] = {
+      {"spec",
+       {{"containers",
+         {{{"name", "trainer"}, {"image", "x"}, {"command", {"python3", "train.py"}}}}}}}};
+  CreateJob(manifest);
+  ASSERT_TRUE(Reconcile().ok());
+  json status = StatusOfJob();
+  EXPECT_EQ(status["phase"], "Failed");
+  EXPECT_THAT(status["message"].get<std::string>(),
+              HasSubstr("the operator cannot run a job that brings its own program yet"));
+  EXPECT_THAT(fake_.List(kPodsPath), IsEmpty());
+}
+
 TEST_F(JobReconcilerTest, ASuspendedJobHasNoPods) {
   CreateJob();
   ASSERT_TRUE(Reconcile().ok());
