@@ -326,20 +326,21 @@ namespace internal {
 
 void ReadTrainingProgram(const YAML::Node& spec_node, TrainingJobSpec* spec,
                          std::vector<FieldError>* errors) {
+  if (!spec_node.IsMap()) return;  // reported already, by the spec's reader
   const bool has_model = Present(spec_node["model"]);
   const bool has_dataset = Present(spec_node["dataset"]);
   const json& pod_template = spec->worker.template_override;
-  const int main = MainContainerIndex(pod_template, kWorkerContainerName);
-  const std::string main_path = Index(kWorkerContainersPath, main < 0 ? 0 : main);
+  const int main_index = MainContainerIndex(pod_template, kWorkerContainerName);
+  const std::string main_path = Index(kWorkerContainersPath, main_index < 0 ? 0 : main_index);
 
   if (has_model || has_dataset) {
     // Before jobs could bring their own program, spec.model defaulted to
     // mlp: a manifest with only a data set still trains it.
     if (!has_model) spec->model = "mlp";
     if (!has_dataset) errors->push_back({"spec.dataset.path", "required"});
-    if (main >= 0 && pod_template["spec"]["containers"][main].is_object() &&
-        pod_template["spec"]["containers"][main].contains("command") &&
-        !pod_template["spec"]["containers"][main]["command"].is_null()) {
+    if (main_index >= 0 && pod_template["spec"]["containers"][main_index].is_object() &&
+        pod_template["spec"]["containers"][main_index].contains("command") &&
+        !pod_template["spec"]["containers"][main_index]["command"].is_null()) {
       errors->push_back(
           {main_path + ".command",
            std::string("a job either trains a built-in model (spec.") +
@@ -349,13 +350,13 @@ void ReadTrainingProgram(const YAML::Node& spec_node, TrainingJobSpec* spec,
     }
     return;
   }
-  if (main < 0) {
+  if (main_index < 0) {
     errors->push_back(NoProgram(pod_template));
     return;
   }
   CheckReservedNames(pod_template["spec"], errors);
-  spec->user_container =
-      ReadUserContainer(pod_template["spec"]["containers"][main], main, main_path, errors);
+  spec->user_container = ReadUserContainer(pod_template["spec"]["containers"][main_index],
+                                           main_index, main_path, errors);
 }
 
 }  // namespace internal

@@ -109,8 +109,8 @@ void ExplainLocalDifferences(const api::TrainingJob& job, const std::string& pro
     }
   }
   const nlohmann::json& pod_template = job.spec.worker.template_override;
-  const nlohmann::json& main = pod_template["spec"]["containers"][container.index];
-  if (main.contains("volumeMounts") && !main["volumeMounts"].empty()) {
+  const nlohmann::json& own = pod_template["spec"]["containers"][container.index];
+  if (own.contains("volumeMounts") && !own["volumeMounts"].empty()) {
     KLOG_INFO << "the volumeMounts of container " << container.name
               << " are not mounted here: the program sees this machine's files";
   }

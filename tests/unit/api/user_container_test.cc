@@ -263,6 +263,12 @@ spec:
   EXPECT_FALSE(parsed.job->spec.brings_own_program());
 }
 
+TEST(UserContainerTest, ASpecThatIsNoMappingIsOneError) {
+  EXPECT_THAT(Errors("apiVersion: kubeps.io/v1alpha1\nkind: TrainingJob\nmetadata: {name: x}\n"
+                     "spec: 3\n"),
+              ElementsAre("spec: must be a mapping, got 3"));
+}
+
 TEST(UserContainerTest, MainContainerIndex) {
   using nlohmann::json;
   EXPECT_EQ(MainContainerIndex(nullptr, "worker"), -1);
