@@ -75,6 +75,9 @@ void AddNodeFlags(CLI::App* app, NodeConfig* c) {
   text(env::kRunDir, &c->run_dir, "local runs: where the ports are published");
   number(env::kBlasThreads, &c->blas_threads, 1, "OpenBLAS and OpenMP threads");
   text(env::kCheckpointDir, &c->checkpoint_dir, "servers: checkpoints go to <dir>/<node id>/");
+  text(env::kSocketDir, &c->socket_dir,
+       "workers with --serve: the directory shared with the training process (agent.sock, "
+       "agent.json, the tensors' shared memory)");
 }
 
 Status FinishNodeConfig(NodeConfig* config) {

@@ -39,6 +39,9 @@ inline constexpr const char* kTokenFile = "KUBEPS_TOKEN_FILE";
 inline constexpr const char* kRunDir = "KUBEPS_RUN_DIR";  // local runner: where ports are published
 inline constexpr const char* kBlasThreads = "KUBEPS_BLAS_THREADS";
 inline constexpr const char* kCheckpointDir = "KUBEPS_CHECKPOINT_DIR";  // servers: <dir>/<node id>/
+// Workers serving a training process (kubeps-agent --serve): the directory
+// both containers mount (docs/sidecar-protocol.md).
+inline constexpr const char* kSocketDir = "KUBEPS_SOCKET_DIR";
 }  // namespace env
 
 // What a node (scheduler, server, worker) knows about itself, decoded.
@@ -60,6 +63,7 @@ struct NodeConfig {
   std::string run_dir;
   int blas_threads = 1;
   std::string checkpoint_dir;
+  std::string socket_dir;
 };
 
 // The variables that say who a replica is and where its scheduler is: the

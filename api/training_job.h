@@ -25,7 +25,7 @@ enum class SyncMode { kSync, kAsync };
 enum class RestartPolicy { kOnFailure, kNever, kExitCode };
 
 struct OptimizerSpec {
-  std::string name = "sgd";  // sgd | momentum | adam
+  std::string name = "sgd";  // sgd | momentum | adam | none (servers only average)
   double learning_rate = 0.1;
   double momentum = 0.9;  // momentum only
   double beta1 = 0.9;     // adam only

@@ -40,8 +40,8 @@ std::vector<FieldSpec> OptimizerFields() {
   using O = OptimizerSpec;
   auto at = [](double O::*member) { return At(&TrainingJobSpec::optimizer, member); };
   return {
-      Enum("name", At(&TrainingJobSpec::optimizer, &O::name), {"sgd", "momentum", "adam"})
-          .Doc("the update rule"),
+      Enum("name", At(&TrainingJobSpec::optimizer, &O::name), {"sgd", "momentum", "adam", "none"})
+          .Doc("the update rule; none: the servers only average the gradients"),
       Number("learningRate", at(&O::learning_rate)).Above(0).Doc("step size"),
       Number("momentum", at(&O::momentum)).AtLeast(0).Below(1).Doc("momentum optimizer only"),
       Number("beta1", at(&O::beta1)).AtLeast(0).Below(1).Doc("adam only"),

@@ -1,5 +1,6 @@
 #include "common/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace kubeps {
@@ -63,13 +64,29 @@ class Adam : public Optimizer {
   OptimizerConfig c_;
 };
 
+// No update rule: the part's value becomes the averaged gradient, so a pull
+// answers the mean of the workers' gradients. For a training process that
+// runs its own optimizer and uses the servers only to average (the sidecar's
+// `optimizer: none`, an allreduce through the parameter servers). In async
+// mode there is nothing to average: the value is the latest push.
+class AverageOnly : public Optimizer {
+ public:
+  void Apply(float* w, const float* g, size_t n, OptimizerState* state) const override {
+    std::copy(g, g + n, w);
+    ++state->steps;
+  }
+};
+
 }  // namespace
 
 std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerConfig& config, std::string* error) {
   if (config.name == "sgd") return std::make_unique<Sgd>(config);
   if (config.name == "momentum") return std::make_unique<Momentum>(config);
   if (config.name == "adam") return std::make_unique<Adam>(config);
-  if (error) *error = "unknown optimizer \"" + config.name + "\" (want sgd, momentum or adam)";
+  if (config.name == "none") return std::make_unique<AverageOnly>();
+  if (error) {
+    *error = "unknown optimizer \"" + config.name + "\" (want sgd, momentum, adam or none)";
+  }
   return nullptr;
 }
 

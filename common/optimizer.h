@@ -17,7 +17,7 @@
 namespace kubeps {
 
 struct OptimizerConfig {
-  std::string name = "sgd";  // sgd | momentum | adam
+  std::string name = "sgd";  // sgd | momentum | adam | none (average only)
   float learning_rate = 0.1f;
   float momentum = 0.9f;
   float beta1 = 0.9f;
@@ -36,7 +36,8 @@ struct OptimizerState {
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
-  // weights -= update(grad); `grad` is the (averaged) gradient.
+  // weights -= update(grad); `grad` is the (averaged) gradient. (`none`:
+  // weights = grad.)
   virtual void Apply(float* weights, const float* grad, size_t n, OptimizerState* state) const = 0;
 };
 

@@ -7,11 +7,21 @@
 // accuracy. KUBEPS_DUMP_PARAMS=FILE makes rank 0 write the final parameters
 // (raw float32, key order) for exactness tests; KUBEPS_MAX_STEPS=N stops
 // after N steps (smoke runs and tests).
+//
+// With --serve, a worker trains nothing itself: it registers and serves the
+// pod's own training process (PyTorch, C++) over a Unix socket in
+// --socket-dir (docs/sidecar-protocol.md) until that process says finish.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "api/pod_env_codec.h"
 #include "common/blas_threads.h"
@@ -20,6 +30,7 @@
 #include "common/metrics.h"
 #include "worker-agent/kv/kv_worker.h"
 #include "worker-agent/parameter_store.h"
+#include "worker-agent/sidecar/sidecar_server.h"
 #include "worker-agent/trainer/cuda/gpu_backend.h"
 #include "worker-agent/trainer/evaluate.h"
 #include "worker-agent/trainer/fashion_mnist.h"
@@ -136,6 +147,13 @@ Status JoinJob(const api::NodeConfig& config, const api::TrainingJob& job, Metri
   return Status::Ok();
 }
 
+Status StartMetrics(const api::NodeConfig& config, std::unique_ptr<MetricsServer>* metrics) {
+  const int port = config.role == "local" ? -1 : config.metrics_port;
+  return MetricsServer::Start(
+      config.pod_ip, port, {{"job", config.job_name}, {"role", "worker"}, {"node", config.node_id}},
+      metrics);
+}
+
 // Best effort: when the last worker's answer is lost, the scheduler may
 // already have ended the job and gone before our resend. The job's outcome
 // is this process's exit code, not this call.
@@ -147,30 +165,12 @@ void TellSchedulerDone(KVWorker* kv) {
   }
 }
 
-}  // namespace
-}  // namespace kubeps
-
-int main(int argc, char** argv) {
-  using namespace kubeps;
-  std::signal(SIGPIPE, SIG_IGN);
-
-  CLI::App app{"kubeps-agent: a worker of a TrainingJob, or its model in one process (role local)"};
-  api::NodeConfig config;
-  api::AddNodeFlags(&app, &config);
-  if (auto exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
-  api::TrainingJob job;
-  if (Status s = LoadConfigAndJob(&config, &job); !s.ok()) return Fail(s);
+int TrainBuiltInModel(const api::NodeConfig& config, const api::TrainingJob& job) {
   std::unique_ptr<trainer::Model> model;
   trainer::FashionMnist data;
   if (Status s = LoadModelAndData(job, &model, &data); !s.ok()) return Fail(s);
   std::unique_ptr<MetricsServer> metrics;
-  const int metrics_port = config.role == "local" ? -1 : config.metrics_port;
-  if (Status s = MetricsServer::Start(
-          config.pod_ip, metrics_port,
-          {{"job", config.job_name}, {"role", "worker"}, {"node", config.node_id}}, &metrics);
-      !s.ok()) {
-    return Fail(s);
-  }
+  if (Status s = StartMetrics(config, &metrics); !s.ok()) return Fail(s);
 
   Session session;
   if (Status s = JoinJob(config, job, metrics.get(), &session); !s.ok()) return Fail(s);
@@ -187,4 +187,98 @@ int main(int argc, char** argv) {
   }
   TellSchedulerDone(session.kv.get());
   return 0;
+}
+
+// SIGTERM and SIGINT stop the sidecar server. A signal handler may not take
+// locks, so it only writes to a pipe; a thread reads it and calls Shutdown.
+int g_stop_pipe[2] = {-1, -1};
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+void OnStopSignal(int signal) {
+  g_stop_signal = signal;
+  [[maybe_unused]] ssize_t written = ::write(g_stop_pipe[1], "x", 1);
+}
+
+void StopOnSignal(sidecar::SidecarServer* server) {
+  if (::pipe2(g_stop_pipe, O_CLOEXEC) != 0) return;  // then signals act as by default
+  std::thread([server] {
+    char c;
+    while (::read(g_stop_pipe[0], &c, 1) < 0 && errno == EINTR) {
+    }
+    server->Shutdown();
+  }).detach();
+  std::signal(SIGTERM, OnStopSignal);
+  std::signal(SIGINT, OnStopSignal);
+}
+
+sidecar::SidecarOptions ServingOptions(const api::NodeConfig& config, const api::TrainingJob& job,
+                                       MetricsServer* metrics) {
+  sidecar::SidecarOptions options;
+  options.socket_dir = config.socket_dir;
+  options.job_name = config.job_name;
+  options.replica = config.node_id;
+  options.sync = job.spec.mode == api::SyncMode::kSync;
+  options.optimizer = job.spec.optimizer.name;
+  options.metrics = metrics;
+  options.progress_interval_ms = job.spec.progress_interval_ms;
+  return options;
+}
+
+// The worker as a sidecar: it joins the job as the built-in trainer does,
+// with the same KV options and metrics, then serves the pod's training
+// process until it says finish.
+int ServeTrainingProcess(const api::NodeConfig& config, const api::TrainingJob& job) {
+  if (config.role != "worker") {
+    return Fail(Status::InvalidArgument("kubeps-agent --serve: KUBEPS_ROLE must be worker, got \"" +
+                                        config.role + "\""));
+  }
+  // First, so that a client does not read the nonce of an agent that died.
+  if (Status s = sidecar::PrepareSocketDirectory(config.socket_dir); !s.ok()) return Fail(s);
+  std::unique_ptr<MetricsServer> metrics;
+  if (Status s = StartMetrics(config, &metrics); !s.ok()) return Fail(s);
+  api::PublishPorts(config, 0, metrics->port());
+  std::unique_ptr<KVWorker> kv;
+  if (Status s = ConnectToJob(config, job, metrics.get(), &kv); !s.ok()) return Fail(s);
+  SetLogTag("worker " + std::to_string(kv->rank()));
+  std::unique_ptr<sidecar::SidecarServer> server;
+  if (Status s = sidecar::SidecarServer::Start(ServingOptions(config, job, metrics.get()), kv.get(),
+                                               &server);
+      !s.ok()) {
+    return Fail(s);
+  }
+  PrintLine("serving this pod's training process on " + server->socket_path());
+  StopOnSignal(server.get());
+  if (Status s = server->Serve(); !s.ok()) return Fail(s);
+  const std::string steps = std::to_string(server->steps()) + " steps";
+  if (const int signal = g_stop_signal) {
+    PrintLine(std::string(signal == SIGINT ? "SIGINT" : "SIGTERM") + ": stopped serving after " +
+              steps);
+    // A session's requests may still wait on peers that are going away
+    // too: exit without waiting for them (the files are removed already).
+    std::_Exit(0);
+  }
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_DFL);
+  PrintLine("the training process finished after " + steps);
+  return 0;
+}
+
+}  // namespace
+}  // namespace kubeps
+
+int main(int argc, char** argv) {
+  using namespace kubeps;
+  std::signal(SIGPIPE, SIG_IGN);
+
+  CLI::App app{"kubeps-agent: a worker of a TrainingJob, or its model in one process (role local)"};
+  api::NodeConfig config;
+  api::AddNodeFlags(&app, &config);
+  bool serve = false;
+  app.add_flag("--serve", serve,
+               "serve the pod's own training process over a Unix socket in --socket-dir "
+               "(docs/sidecar-protocol.md) instead of training the built-in model");
+  if (auto exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
+  api::TrainingJob job;
+  if (Status s = LoadConfigAndJob(&config, &job); !s.ok()) return Fail(s);
+  return serve ? ServeTrainingProcess(config, job) : TrainBuiltInModel(config, job);
 }

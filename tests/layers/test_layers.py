@@ -109,6 +109,23 @@ class LayersTest(unittest.TestCase):
         for library in ("kubeps_controller", "kubeps_local", "kubeps"):
             self.assertFalse(reaches(library, "kubeps_kubeclient"), library + " links the Kubernetes client")
 
+    def test_sidecar_drives_the_kv_client_through_its_public_header(self):
+        # The sidecar seam (DESIGN.md): the serving mode reaches the servers
+        # only through KVWorker, as the C++ SDK's users do, and links neither
+        # the trainer nor the wire protocol.
+        folder = os.path.join("worker-agent", "sidecar")
+        self.assertTrue(list(sources(folder)), "no sources in " + folder)
+        allowed_kv = {"worker-agent/kv/kv_worker.h", "worker-agent/kv/task_pool.h"}
+        bad = ["%s includes %s" % (os.path.relpath(path, SOURCE_DIR), included)
+               for path in sources(folder) for included in INCLUDE.findall(read(path))
+               if (included.startswith("worker-agent/") and not included.startswith(folder + "/")
+                   and included not in allowed_kv) or included.startswith("kubeps.")]
+        self.assertEqual(bad, [], "the sidecar includes behind the KV client's header")
+        graph = link_graph()
+        self.assertIn("kubeps_sidecar", graph, "the link graph has no kubeps_sidecar")
+        self.assertEqual(graph["kubeps_sidecar"] - {"kubeps_kv", "kubeps_common"}, set(),
+                         "kubeps_sidecar links more than the KV client and common/")
+
     def test_kv_client_header_does_not_expose_grpc(self):
         # The header the C++ SDK installs: preprocessed, it names neither
         # gRPC nor protobuf.

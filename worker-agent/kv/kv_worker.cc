@@ -62,6 +62,7 @@ struct KVWorkerImpl::Pending {
   std::condition_variable done;
   int remaining = 0;
   Status status;
+  uint64_t version = UINT64_MAX;  // smallest version pulled so far
   // Second stage (PushPull's pull): started once every request of the first
   // stage has succeeded; it brings then_requests more requests.
   std::function<void()> then;
@@ -278,7 +279,8 @@ Status KVWorkerImpl::PushBatch(const std::vector<const Part*>& batch,
 }
 
 Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
-                               const std::vector<float*>& values, uint64_t min_version) {
+                               const std::vector<float*>& values, uint64_t min_version,
+                               const std::shared_ptr<Pending>& pending) {
   const auto start = Clock::now();
   v1::PullRequest request;
   uint64_t elements = 0;
@@ -314,6 +316,8 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
       }
       pull_latency_->Observe(SecondsSince(start));
       pull_bytes_->Increment(static_cast<double>(response.data().size()));
+      std::lock_guard<std::mutex> lock(pending->mutex);
+      pending->version = std::min(pending->version, response.version());
       return Status::Ok();
     }
     // Not ready: some worker has not pushed this step yet (slow, or being
@@ -349,7 +353,7 @@ KVWorker::Ticket KVWorkerImpl::Pull(const std::vector<float*>& values, uint64_t 
   Ticket ticket = NewTicket(static_cast<int>(batches.size()), &pending);
   for (auto& batch : batches) {
     pool_->Run([this, batch, values, min_version, pending] {
-      Complete(pending, PullBatch(batch, values, min_version));
+      Complete(pending, PullBatch(batch, values, min_version, pending));
     });
   }
   return ticket;
@@ -364,7 +368,7 @@ KVWorker::Ticket KVWorkerImpl::PushPull(const std::vector<const float*>& grads,
   auto start_pulls = [this, pending, pull_batches, values, step] {
     for (auto& batch : pull_batches) {
       pool_->Run([this, batch, values, step, pending] {
-        Complete(pending, PullBatch(batch, values, step + 1));
+        Complete(pending, PullBatch(batch, values, step + 1, pending));
       });
     }
   };
@@ -383,6 +387,11 @@ KVWorker::Ticket KVWorkerImpl::PushPull(const std::vector<const float*>& grads,
 }
 
 Status KVWorkerImpl::Wait(Ticket ticket) {
+  uint64_t version = 0;
+  return WaitWithVersion(ticket, &version);
+}
+
+Status KVWorkerImpl::WaitWithVersion(Ticket ticket, uint64_t* version) {
   std::shared_ptr<Pending> pending;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -394,6 +403,7 @@ Status KVWorkerImpl::Wait(Ticket ticket) {
   }
   std::unique_lock<std::mutex> lock(pending->mutex);
   pending->done.wait(lock, [&] { return pending->remaining <= 0; });
+  *version = pending->version == UINT64_MAX ? 0 : pending->version;
   return pending->status;
 }
 

@@ -20,7 +20,9 @@
 // returns the first failure, which names the shard and the RPC.
 //
 // Thread-safe: Push, Pull, PushPull and Wait may be called from several
-// threads (each ticket waited for once); InitTensors comes first, once.
+// threads (each ticket waited for once); InitTensors comes first. It may
+// come again with the same sizes and no ticket open (a restarted training
+// process behind the sidecar): the servers keep their values.
 #ifndef KUBEPS_WORKER_AGENT_KV_KV_WORKER_H_
 #define KUBEPS_WORKER_AGENT_KV_KV_WORKER_H_
 
@@ -76,6 +78,11 @@ class KVWorker {
   virtual Ticket PushPull(const std::vector<const float*>& grads, const std::vector<float*>& values,
                           uint64_t step) = 0;
   virtual Status Wait(Ticket ticket) = 0;
+  // Wait, and for a pull (or the pull half of PushPull) *version receives
+  // the smallest version among the values received: in sync mode the step
+  // the parameters are of, which a restarted process resumes from; 0 when
+  // the ticket pulled nothing.
+  virtual Status WaitWithVersion(Ticket ticket, uint64_t* version) = 0;
 
   // Blocks until every worker has reached the barrier `name`.
   virtual Status Barrier(const std::string& name) = 0;

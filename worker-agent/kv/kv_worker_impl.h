@@ -44,6 +44,7 @@ class KVWorkerImpl final : public KVWorker {
   Ticket PushPull(const std::vector<const float*>& grads, const std::vector<float*>& values,
                   uint64_t step) override;
   Status Wait(Ticket ticket) override;
+  Status WaitWithVersion(Ticket ticket, uint64_t* version) override;
   Status Barrier(const std::string& name) override;
   Status Finish() override;
   Status Recover(uint64_t* resume_step) override;
@@ -64,7 +65,7 @@ class KVWorkerImpl final : public KVWorker {
   Status PushBatch(const std::vector<const Part*>& batch, const std::vector<const float*>& grads,
                    uint64_t step);
   Status PullBatch(const std::vector<const Part*>& batch, const std::vector<float*>& values,
-                   uint64_t min_version);
+                   uint64_t min_version, const std::shared_ptr<Pending>& pending);
   std::string ServerName(int server) const;
 
   const KVOptions options_;

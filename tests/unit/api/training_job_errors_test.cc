@@ -95,9 +95,9 @@ TEST(ApiTrainingJobErrorsTest, ZeroWorkers) {
 
 TEST(ApiTrainingJobErrorsTest, UnknownOptimizer) {
   ExpectError(With("name: sgd", "name: adagrad"), "spec.optimizer.name",
-              "must be one of \"sgd\", \"momentum\" or \"adam\", got \"adagrad\"");
+              "must be one of \"sgd\", \"momentum\", \"adam\" or \"none\", got \"adagrad\"");
   ExpectError(With("name: sgd", "name: Adam"), "spec.optimizer.name",
-              "must be one of \"sgd\", \"momentum\" or \"adam\", got \"Adam\" "
+              "must be one of \"sgd\", \"momentum\", \"adam\" or \"none\", got \"Adam\" "
               "(did you mean \"adam\"?)");
 }
 

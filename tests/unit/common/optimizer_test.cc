@@ -250,12 +250,30 @@ TEST(OptimizerTest, StateIsPerPart) {
   EXPECT_FLOAT_EQ(b[0], -1.0f);
 }
 
+// `none`: the servers only average; the part's value is the mean gradient,
+// whatever it was before and whatever the learning rate or weight decay.
+TEST(OptimizerTest, NoneStoresTheGradientAsTheValue) {
+  OptimizerConfig config;
+  config.name = "none";
+  config.weight_decay = 0.5f;
+  auto none = Make(config);
+  ASSERT_NE(none, nullptr);
+  std::vector<float> w = kW0;
+  OptimizerState state;
+  none->Apply(w.data(), kG1.data(), w.size(), &state);
+  EXPECT_EQ(w, kG1);
+  none->Apply(w.data(), kG2.data(), w.size(), &state);
+  EXPECT_EQ(w, kG2);
+  EXPECT_EQ(state.steps, 2u);
+  EXPECT_TRUE(state.slot1.empty()) << "no optimizer state to checkpoint";
+}
+
 TEST(OptimizerTest, UnknownNameIsAnErrorNamingIt) {
   OptimizerConfig config;
   config.name = "rmsprop";
   std::string error;
   EXPECT_EQ(MakeOptimizer(config, &error), nullptr);
-  EXPECT_EQ(error, "unknown optimizer \"rmsprop\" (want sgd, momentum or adam)");
+  EXPECT_EQ(error, "unknown optimizer \"rmsprop\" (want sgd, momentum, adam or none)");
 
   // Names are case sensitive, and a null error pointer is allowed.
   config.name = "SGD";

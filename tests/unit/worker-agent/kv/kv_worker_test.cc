@@ -215,11 +215,18 @@ WorkerResult RunWorker(const KVOptions& options) {
     }
     result.after_step.push_back(values);
   }
-  // Selecting keys: a null pointer leaves a key out.
+  // Selecting keys: a null pointer leaves a key out. The version pulled is
+  // the step the parameters are of (what a restarted process resumes from).
   std::vector<float> only_key2(1, 0.0f);
-  CHECK_OK(kv->Wait(kv->Pull({nullptr, nullptr, only_key2.data()}, kSteps)), "Pull key 2");
+  uint64_t version = 0;
+  CHECK_OK(kv->WaitWithVersion(kv->Pull({nullptr, nullptr, only_key2.data()}, 0), &version),
+           "Pull key 2");
   if (only_key2[0] != Expected(2, 0, kSteps))
     result.errors.push_back("Pull of key 2 alone is wrong");
+  if (version != static_cast<uint64_t>(kSteps)) {
+    result.errors.push_back("Pull of key 2 reports version " + std::to_string(version) + ", want " +
+                            std::to_string(kSteps));
+  }
 
   CHECK_OK(kv->Barrier("end"), "Barrier");
   CHECK_OK(kv->Finish(), "Finish");

@@ -1,0 +1,580 @@
+#include "worker-agent/sidecar/session.h"
+
+#include <unistd.h>
+
+#include <set>
+
+#include "common/logging.h"
+
+namespace kubeps::sidecar {
+namespace {
+
+using json = nlohmann::json;
+
+// The protocol's error codes.
+constexpr const char* kInvalidArgument = "InvalidArgument";
+constexpr const char* kFailedPrecondition = "FailedPrecondition";
+constexpr const char* kNotFound = "NotFound";
+constexpr const char* kAborted = "Aborted";
+constexpr const char* kUnavailable = "Unavailable";
+constexpr const char* kInternal = "Internal";
+
+// Tensors are float32; a tensor over this many elements is surely a mistake
+// (2^40 bytes), and it keeps the byte arithmetic far from overflowing.
+constexpr uint64_t kMaxNumel = uint64_t{1} << 38;
+
+std::string Quote(const std::string& s) { return json(s).dump(); }
+
+// Reads a request's fields; the first problem becomes `error`, naming the
+// op and the field.
+class Fields {
+ public:
+  Fields(const json& request, const char* op) : request_(request), op_(op) {}
+
+  bool Has(const char* name) const { return request_.contains(name); }
+
+  bool Unsigned(const char* name, uint64_t* out, bool required) {
+    if (!Has(name)) return !required || Missing(name);
+    const json& value = request_[name];
+    if (!value.is_number_unsigned()) {
+      return Bad(std::string(op_) + ": \"" + name + "\" must be an unsigned integer, got " +
+                 value.dump());
+    }
+    *out = value.get<uint64_t>();
+    return true;
+  }
+
+  bool String(const char* name, std::string* out, bool required) {
+    if (!Has(name)) return !required || Missing(name);
+    const json& value = request_[name];
+    if (!value.is_string()) {
+      return Bad(std::string(op_) + ": \"" + name + "\" must be a string, got " + value.dump());
+    }
+    *out = value.get<std::string>();
+    return true;
+  }
+
+  bool UnsignedList(const char* name, std::vector<uint64_t>* out, bool required) {
+    if (!Has(name)) return !required || Missing(name);
+    const json& value = request_[name];
+    bool ok = value.is_array();
+    for (size_t i = 0; ok && i < value.size(); ++i) ok = value[i].is_number_unsigned();
+    if (!ok) {
+      return Bad(std::string(op_) + ": \"" + name + "\" must be a list of unsigned integers, got " +
+                 value.dump());
+    }
+    out->clear();
+    for (const json& v : value) out->push_back(v.get<uint64_t>());
+    return true;
+  }
+
+  bool Bad(std::string message) {
+    if (error.empty()) error = std::move(message);
+    return false;
+  }
+
+  std::string error;
+
+ private:
+  bool Missing(const char* name) {
+    return Bad(std::string(op_) + ": the field \"" + name + "\" is required");
+  }
+
+  const json& request_;
+  const char* op_;
+};
+
+// The protocol's code for a failure of the KV client (Aborted is handled
+// apart: it comes with a resume step).
+const char* CodeOf(const Status& status) {
+  return status.code() == Status::Code::kUnavailable ? kUnavailable : kInternal;
+}
+
+}  // namespace
+
+Session::Session(SessionContext context, Send send)
+    : context_(std::move(context)), send_(std::move(send)) {}
+
+Session::~Session() { Close(); }
+
+Session::Next Session::Handle(const json& request) {
+  const json id = request.contains("id") ? request["id"] : json();
+  if (!id.is_number_unsigned()) {
+    send_(
+        ToReply(json(), {kInvalidArgument, "every request needs \"id\", an unsigned integer; got " +
+                                               (request.contains("id") ? id.dump() : "none")}));
+    return Next::kRead;
+  }
+  const json op_field = request.contains("op") ? request["op"] : json();
+  const std::string op = op_field.is_string() ? op_field.get<std::string>() : "";
+  std::optional<Outcome> now;
+  if (op == "bye") {
+    bye_id_ = id;
+    return Next::kBye;
+  }
+  if (op == "hello") {
+    now = Hello(request);
+  } else if (op == "declare") {
+    now = Declare(request);
+  } else if (op == "init") {
+    now = StartInit(id);
+  } else if (op == "push") {
+    now = StartTransfer(Kind::kPush, "push", request);
+  } else if (op == "pull") {
+    now = StartTransfer(Kind::kPull, "pull", request);
+  } else if (op == "push_pull") {
+    now = StartTransfer(Kind::kPushPull, "push_pull", request);
+  } else if (op == "wait") {
+    now = StartWait(id, request);
+  } else if (op == "barrier") {
+    now = StartBarrier(id, request);
+  } else if (op == "finish") {
+    now = StartFinish(id);
+  } else {
+    now = Outcome{kInvalidArgument,
+                  "unknown op " + (op_field.is_null() ? std::string("(none)") : op_field.dump()) +
+                      ": want hello, declare, init, push, pull, push_pull, wait, barrier, "
+                      "finish or bye"};
+  }
+  if (now) send_(ToReply(id, *now));
+  return Next::kRead;
+}
+
+json Session::ToReply(const json& id, const Outcome& outcome) {
+  json reply = {{"id", id}, {"ok", outcome.ok()}};
+  if (!outcome.ok()) {
+    reply["code"] = outcome.code;
+    reply["error"] = outcome.error;
+  }
+  for (const auto& [name, value] : outcome.fields.items()) reply[name] = value;
+  return reply;
+}
+
+json Session::ByeReply() const { return ToReply(bye_id_, {}); }
+
+Session::Outcome Session::Hello(const json& request) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (said_hello_) {
+    return {kFailedPrecondition, "hello: already said in this session (by pid " +
+                                     std::to_string(hello_pid_.load()) + ")"};
+  }
+  Fields fields(request, "hello");
+  uint64_t protocol = 0, pid = 0;
+  std::string nonce;
+  if (!fields.Unsigned("protocol", &protocol, true) || !fields.String("nonce", &nonce, true) ||
+      !fields.Unsigned("pid", &pid, false)) {
+    return {kInvalidArgument, fields.error};
+  }
+  if (protocol != kProtocolVersion) {
+    return {kInvalidArgument, "hello: protocol " + std::to_string(protocol) +
+                                  " is not spoken here: this agent speaks protocol " +
+                                  std::to_string(kProtocolVersion)};
+  }
+  if (nonce != context_.nonce) {
+    return {kInvalidArgument,
+            "hello: the nonce " + Quote(nonce) + " is another agent's: this socket belongs to " +
+                "the agent (pid " + std::to_string(::getpid()) + ") that wrote " +
+                context_.socket_dir + "/agent.json; do both containers mount the same directory?"};
+  }
+  said_hello_ = true;
+  hello_pid_ = pid;
+  Outcome ok;
+  ok.fields = {{"rank", context_.kv->rank()},
+               {"size", context_.kv->size()},
+               {"num_servers", context_.kv->num_servers()},
+               {"mode", context_.sync ? "sync" : "async"},
+               {"optimizer", context_.optimizer}};
+  return ok;
+}
+
+Session::Outcome Session::Declare(const json& request) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!said_hello_) return {kFailedPrecondition, "declare before hello"};
+  if (tensors_) {
+    return {kFailedPrecondition, "declare: this session declared its " +
+                                     std::to_string(names_.size()) + " tensors already (file " +
+                                     tensors_->file_name() + ")"};
+  }
+  const json tensors = request.contains("tensors") ? request["tensors"] : json();
+  if (!tensors.is_array()) {
+    return {kInvalidArgument,
+            "declare: \"tensors\" must be a list of {\"name\", \"shape\", \"dtype\"}, got " +
+                tensors.dump()};
+  }
+  if (tensors.empty()) return {kInvalidArgument, "declare: the list of tensors is empty"};
+  std::vector<std::string> names;
+  std::vector<uint64_t> numels;
+  std::map<std::string, size_t> keys_by_name;
+  for (size_t key = 0; key < tensors.size(); ++key) {
+    const json& t = tensors[key];
+    const std::string where = "declare: tensor " + std::to_string(key);
+    if (!t.is_object() || !t.contains("name") || !t["name"].is_string() ||
+        t["name"].get<std::string>().empty()) {
+      return {kInvalidArgument, where + " needs a \"name\" (a non-empty string), got " + t.dump()};
+    }
+    const std::string name = t["name"].get<std::string>();
+    const std::string what =
+        "declare: tensor " + Quote(name) + " (key " + std::to_string(key) + ")";
+    if (auto [it, inserted] = keys_by_name.emplace(name, key); !inserted) {
+      return {kInvalidArgument, "declare: tensors " + std::to_string(it->second) + " and " +
+                                    std::to_string(key) + " are both named " + Quote(name)};
+    }
+    if (t.contains("dtype") && t["dtype"] != "float32") {
+      return {kInvalidArgument,
+              what + " has dtype " + t["dtype"].dump() + ": only \"float32\" is supported"};
+    }
+    if (!t.contains("shape") || !t["shape"].is_array()) {
+      return {kInvalidArgument, what + " needs a \"shape\", a list of dimensions"};
+    }
+    uint64_t numel = 1;
+    const json& shape = t["shape"];
+    for (size_t d = 0; d < shape.size(); ++d) {
+      const bool positive = shape[d].is_number_integer() && shape[d].get<int64_t>() >= 1;
+      if (!positive) {
+        return {kInvalidArgument, what + " has dimension " + std::to_string(d) + " = " +
+                                      shape[d].dump() + ": every dimension must be at least 1"};
+      }
+      const uint64_t dim = shape[d].get<uint64_t>();
+      if (dim > kMaxNumel || numel * dim > kMaxNumel) {
+        return {kInvalidArgument, what + " has shape " + shape.dump() + ": over " +
+                                      std::to_string(kMaxNumel) + " elements"};
+      }
+      numel *= dim;
+    }
+    names.push_back(name);
+    numels.push_back(numel);
+  }
+  const std::vector<uint64_t>* known = context_.known_numels;
+  if (known && !known->empty()) {
+    const std::string why =
+        " this worker's parameter servers hold the tensors an earlier training process of the "
+        "pod declared, and a restarted process must declare the same";
+    if (known->size() != numels.size()) {
+      return {kFailedPrecondition, "declare: " + std::to_string(numels.size()) + " tensors, but " +
+                                       std::to_string(known->size()) + " before:" + why};
+    }
+    for (size_t key = 0; key < numels.size(); ++key) {
+      if ((*known)[key] != numels[key]) {
+        return {kFailedPrecondition, "declare: tensor " + Quote(names[key]) + " (key " +
+                                         std::to_string(key) + ") has " +
+                                         std::to_string(numels[key]) + " elements, but " +
+                                         std::to_string((*known)[key]) + " before:" + why};
+      }
+    }
+  }
+  std::unique_ptr<SharedTensors> shared;
+  if (Status s = SharedTensors::Create(context_.socket_dir, numels, &shared); !s.ok()) {
+    return {kInternal, "declare: " + s.message()};
+  }
+  Outcome ok;
+  ok.fields = {{"file", shared->file_name()}, {"bytes", shared->bytes()}};
+  json layout = json::array();
+  for (size_t key = 0; key < names.size(); ++key) {
+    const TensorRegion& region = shared->regions()[key];
+    layout.push_back({{"name", names[key]},
+                      {"key", key},
+                      {"numel", region.numel},
+                      {"values", region.values_offset},
+                      {"grads", region.grads_offset}});
+  }
+  ok.fields["tensors"] = std::move(layout);
+  tensors_ = std::move(shared);
+  names_ = std::move(names);
+  return ok;
+}
+
+std::optional<Session::Outcome> Session::StartInit(const json& id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!tensors_) return Outcome{kFailedPrecondition, "init before declare"};
+    if (init_ == InitState::kRunning) {
+      return Outcome{kFailedPrecondition, "init: sent twice (the first is still running)"};
+    }
+    if (init_ == InitState::kDone) {
+      return Outcome{kFailedPrecondition, "init: this session's tensors are initialized already"};
+    }
+    init_ = InitState::kRunning;
+  }
+  RunLater(id, [this] { return Initialize(); });
+  return std::nullopt;
+}
+
+Session::Outcome Session::Initialize() {
+  const uint64_t recoveries = recoveries_;
+  std::vector<const float*> initial;
+  std::vector<uint64_t> sizes;
+  for (size_t key = 0; key < tensors_->regions().size(); ++key) {
+    initial.push_back(tensors_->values(key));
+    sizes.push_back(tensors_->regions()[key].numel);
+  }
+  // Rank 0's values are stored (the first value wins, so a restarted
+  // process does not overwrite training); then every worker takes what the
+  // servers hold, at the step they are at.
+  Status s = context_.kv->InitTensors(initial, sizes);
+  uint64_t step = 0;
+  if (s.ok()) s = PullAll(0, &step);
+  if (s.IsAborted()) s = Recover(recoveries, &step);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!s.ok()) {
+    init_ = InitState::kNotYet;
+    return {CodeOf(s), "init: " + s.message()};
+  }
+  init_ = InitState::kDone;
+  if (context_.known_numels) {
+    context_.known_numels->clear();
+    for (const TensorRegion& region : tensors_->regions())
+      context_.known_numels->push_back(region.numel);
+  }
+  Outcome ok;
+  ok.fields = {{"step", step}};
+  return ok;
+}
+
+Status Session::PullAll(uint64_t min_version, uint64_t* version) {
+  std::vector<float*> values;
+  for (size_t key = 0; key < tensors_->regions().size(); ++key)
+    values.push_back(tensors_->values(key));
+  Status s = context_.kv->WaitWithVersion(context_.kv->Pull(values, min_version), version);
+  // Sync: a worker killed between its pushes to two parts leaves them a step
+  // apart. Asking again for the smaller version answers the part ahead as it
+  // was at that version, so every region holds parameters of one step.
+  if (s.ok() && context_.sync && *version > min_version) {
+    s = context_.kv->Wait(context_.kv->Pull(values, *version));
+  }
+  return s;
+}
+
+std::string Session::NotReadyForData(const char* op) const {
+  if (init_ == InitState::kNotYet) return std::string(op) + " before init";
+  if (init_ == InitState::kRunning) return std::string(op) + " before init has completed";
+  if (finished_) return std::string(op) + " after finish";
+  return "";
+}
+
+Session::Outcome Session::StartTransfer(Kind kind, const char* op, const json& request) {
+  const bool push = kind != Kind::kPull, pull = kind != Kind::kPush;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (std::string why = NotReadyForData(op); !why.empty()) return {kFailedPrecondition, why};
+  const size_t declared = names_.size();
+  Fields fields(request, op);
+  std::vector<uint64_t> keys, numels;
+  uint64_t step = 0;
+  if (!fields.UnsignedList("keys", &keys, push) || !fields.UnsignedList("numel", &numels, push) ||
+      !fields.Unsigned(push ? "step" : "min_version", &step, push)) {
+    return {kInvalidArgument, fields.error};
+  }
+  if (!fields.Has("keys")) {
+    for (uint64_t key = 0; key < declared; ++key) keys.push_back(key);
+  }
+  if (keys.empty()) return {kInvalidArgument, std::string(op) + ": \"keys\" is empty"};
+  if (fields.Has("numel") && numels.size() != keys.size()) {
+    return {kInvalidArgument, std::string(op) + ": " + std::to_string(keys.size()) + " keys but " +
+                                  std::to_string(numels.size()) +
+                                  " numel entries (want one per key)"};
+  }
+  std::set<uint64_t> seen;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint64_t key = keys[i];
+    if (key >= declared) {
+      return {kNotFound, std::string(op) + ": key " + std::to_string(key) +
+                             " was never declared (this session declared " +
+                             std::to_string(declared) + " tensors, keys 0 to " +
+                             std::to_string(declared - 1) + ")"};
+    }
+    if (!seen.insert(key).second) {
+      return {kInvalidArgument, std::string(op) + ": key " + std::to_string(key) + " (" +
+                                    Quote(names_[key]) + ") is listed twice"};
+    }
+    const uint64_t declared_numel = tensors_->regions()[key].numel;
+    if (!numels.empty() && numels[i] != declared_numel) {
+      return {kInvalidArgument, std::string(op) + ": tensor " + Quote(names_[key]) + " (key " +
+                                    std::to_string(key) + ") was declared with " +
+                                    std::to_string(declared_numel) + " elements, the request has " +
+                                    std::to_string(numels[i])};
+    }
+  }
+  std::vector<const float*> grads(push ? declared : 0, nullptr);
+  std::vector<float*> values(pull ? declared : 0, nullptr);
+  for (uint64_t key : keys) {
+    if (push) grads[key] = tensors_->grads(key);
+    if (pull) values[key] = tensors_->values(key);
+  }
+  KVWorker& kv = *context_.kv;
+  Transfer transfer;
+  transfer.kind = kind;
+  transfer.step = step;
+  transfer.recoveries = recoveries_;
+  transfer.ticket = kind == Kind::kPush   ? kv.Push(grads, step)
+                    : kind == Kind::kPull ? kv.Pull(values, step)
+                                          : kv.PushPull(grads, values, step);
+  const uint64_t handle = next_handle_++;
+  transfers_[handle] = transfer;
+  Outcome ok;
+  ok.fields = {{"handle", handle}};
+  return ok;
+}
+
+std::optional<Session::Outcome> Session::StartWait(const json& id, const json& request) {
+  std::vector<Transfer> transfers;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Fields fields(request, "wait");
+    std::vector<uint64_t> handles;
+    if (!fields.UnsignedList("handles", &handles, true))
+      return Outcome{kInvalidArgument, fields.error};
+    if (handles.empty()) return Outcome{kInvalidArgument, "wait: \"handles\" is empty"};
+    std::set<uint64_t> seen;
+    for (uint64_t handle : handles) {
+      const std::string what = "wait: handle " + std::to_string(handle);
+      if (!seen.insert(handle).second) return Outcome{kInvalidArgument, what + " is listed twice"};
+      if (transfers_.count(handle)) continue;
+      if (handle == 0 || handle >= next_handle_) {
+        return Outcome{kNotFound, what + " was never issued in this session"};
+      }
+      return Outcome{kFailedPrecondition, what + " was waited for already"};
+    }
+    for (uint64_t handle : handles) {
+      transfers.push_back(transfers_.at(handle));
+      transfers_.erase(handle);
+    }
+  }
+  RunLater(id, [this, transfers] { return WaitFor(transfers); });
+  return std::nullopt;
+}
+
+Session::Outcome Session::WaitFor(const std::vector<Transfer>& transfers) {
+  Status failure;
+  const Transfer* aborted = nullptr;
+  for (const Transfer& transfer : transfers) {
+    Status s = context_.kv->Wait(transfer.ticket);
+    if (s.IsAborted() && !aborted) {
+      // A rollback wins over other failures: the client must resume.
+      aborted = &transfer;
+      failure = s;
+    } else if (!s.ok() && failure.ok()) {
+      failure = s;
+    }
+  }
+  if (failure.ok()) {
+    CountSteps(transfers);
+    return {};
+  }
+  if (!aborted) {
+    return {CodeOf(failure), "wait: " + failure.message()};
+  }
+  uint64_t resume_step = 0;
+  if (Status s = Recover(aborted->recoveries, &resume_step); !s.ok()) {
+    return {CodeOf(s), "wait: the job rolled back (" + failure.message() +
+                           ") and its recovery failed: " + s.message()};
+  }
+  Outcome outcome{kAborted, "wait: " + failure.message() + "; the parameters of step " +
+                                std::to_string(resume_step) + " are in the values regions"};
+  outcome.fields = {{"resume_step", resume_step}};
+  return outcome;
+}
+
+void Session::CountSteps(const std::vector<Transfer>& transfers) {
+  if (!context_.metrics) return;
+  for (const Transfer& transfer : transfers) {
+    uint64_t completed = 0;  // the step whose parameters just arrived, if any
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (transfer.kind == Kind::kPush) {
+        pushed_since_step_ = true;
+        last_push_step_ = transfer.step;
+        continue;
+      }
+      if (transfer.kind == Kind::kPull && !pushed_since_step_) continue;
+      completed = (transfer.kind == Kind::kPushPull ? transfer.step : last_push_step_) + 1;
+      pushed_since_step_ = false;
+    }
+    context_.metrics->StepCompleted(completed);
+  }
+}
+
+Status Session::Recover(uint64_t recoveries, uint64_t* resume_step) {
+  std::lock_guard<std::mutex> lock(recovery_mutex_);
+  if (recoveries_ > recoveries) {
+    // This request belonged to a generation this session recovered from
+    // already: the values regions hold the resume step's parameters.
+    *resume_step = resume_step_;
+    return Status::Ok();
+  }
+  for (;;) {
+    if (Status s = context_.kv->Recover(resume_step); !s.ok()) return s;
+    uint64_t version = 0;
+    Status pulled = PullAll(*resume_step, &version);
+    if (pulled.IsAborted()) continue;  // rolled back again meanwhile
+    if (!pulled.ok()) return pulled;
+    break;
+  }
+  resume_step_ = *resume_step;
+  ++recoveries_;
+  if (context_.metrics) context_.metrics->RolledBack(*resume_step);
+  return Status::Ok();
+}
+
+std::optional<Session::Outcome> Session::StartBarrier(const json& id, const json& request) {
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!said_hello_) return Outcome{kFailedPrecondition, "barrier before hello"};
+    Fields fields(request, "barrier");
+    if (!fields.String("name", &name, true)) return Outcome{kInvalidArgument, fields.error};
+    if (name.empty()) return Outcome{kInvalidArgument, "barrier: \"name\" is empty"};
+  }
+  RunLater(id, [this, name]() -> Outcome {
+    // Apart from the agent's own barriers ("init").
+    Status s = context_.kv->Barrier("sidecar/" + name);
+    if (s.ok()) return {};
+    return {CodeOf(s), "barrier " + Quote(name) + ": " + s.message()};
+  });
+  return std::nullopt;
+}
+
+std::optional<Session::Outcome> Session::StartFinish(const json& id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (init_ != InitState::kDone) return Outcome{kFailedPrecondition, "finish before init"};
+    finished_ = true;
+  }
+  RunLater(id, [this]() -> Outcome {
+    // As the built-in trainer: when the last worker's answer is lost, the
+    // scheduler may have ended the job and gone before our resend. The
+    // training is over either way.
+    if (Status s = context_.kv->Finish(); !s.ok()) {
+      KLOG_INFO << "could not tell the scheduler this worker finished (the job may be over "
+                   "already): "
+                << s.message();
+    }
+    return {};
+  });
+  return std::nullopt;
+}
+
+void Session::RunLater(const json& id, std::function<Outcome()> work) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++in_flight_;
+  }
+  context_.pool->Run([this, id, work = std::move(work)] {
+    send_(ToReply(id, work()));
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (--in_flight_ == 0) idle_.notify_all();
+  });
+}
+
+void Session::Close() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  idle_.wait(lock, [&] { return in_flight_ == 0; });
+  std::map<uint64_t, Transfer> unwaited;
+  unwaited.swap(transfers_);
+  lock.unlock();
+  // The KV client may still be reading or writing the regions of requests
+  // the client never waited for.
+  for (const auto& [handle, transfer] : unwaited) (void)context_.kv->Wait(transfer.ticket);
+  lock.lock();
+  tensors_.reset();
+}
+
+}  // namespace kubeps::sidecar
