@@ -88,10 +88,14 @@ class KUBEPS_EXPORT KVWorker {
   // holds the agent), with the agent's message.
   //
   // Tensor data travels through a file of shared memory, never through the
-  // socket. Push copies the caller's gradients into it and Wait copies
-  // pulled values out of it to the caller's pointers: one memcpy each way
-  // per tensor. A caller that passes SharedGrads(key) / SharedValues(key)
-  // as the key's pointer is not copied at all.
+  // socket. Push copies the caller's gradients into it before it returns
+  // (the caller's buffers are free again at once) and Wait copies pulled
+  // values out of it to the caller's pointers: one memcpy each way per
+  // tensor. A caller that passes SharedGrads(key) / SharedValues(key) as
+  // the key's pointer is not copied at all. Each tensor has one grads and
+  // one values region, so a Push (Pull) of a key whose region a ticket not
+  // yet waited for still uses fails, at Wait, with FailedPrecondition.
+  // InitTensors comes once per connection.
   //
   // Destroying the client ends the session (the agent keeps the worker's
   // rank for a restarted process); after Finish the agent exits.
@@ -107,8 +111,9 @@ class KUBEPS_EXPORT KVWorker {
   // initial values: rank 0's `values` are stored, the others' ignored (the
   // broadcast of initial weights; a null pointer is allowed where ignored).
   // Returns when every worker has declared. It does not write `values`:
-  // Pull the parameters to start from. REQUIRES: every size >= 1; no
-  // ticket open.
+  // Pull the parameters to start from; WaitWithVersion on that pull says
+  // their step, where a restarted process resumes. REQUIRES: every
+  // size >= 1; no ticket open.
   virtual Status InitTensors(const std::vector<const float*>& values,
                              const std::vector<uint64_t>& sizes) = 0;
 
@@ -138,7 +143,8 @@ class KUBEPS_EXPORT KVWorker {
   // released once per job: pass a new one each time (e.g. with the epoch).
   virtual Status Barrier(const std::string& name) = 0;
   // Tells the scheduler this worker is done; the last one ends the job.
-  // REQUIRES: InitTensors succeeded; no Push/Pull after it.
+  // REQUIRES: no Push/Pull after it; behind the sidecar, InitTensors
+  // succeeded.
   virtual Status Finish() = 0;
 
   // Sync mode recovery. When a shard restarts from its checkpoint, the job
@@ -160,8 +166,8 @@ class KUBEPS_EXPORT KVWorker {
   // passes SharedValues(key) to Pull, saves the copy. The protocol's rule
   // holds: do not write a grads region until the push reading it was waited
   // for, nor read a values region before its pull was. Null for a key
-  // never declared and for the in-process client (Start), which has no
-  // shared memory and copies nothing anyway.
+  // never declared, and for the in-process client (Start), which has no
+  // shared memory: it reads and writes the caller's buffers directly.
   virtual float* SharedValues(uint32_t key) { return nullptr; }
   virtual float* SharedGrads(uint32_t key) { return nullptr; }
 };
