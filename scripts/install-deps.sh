@@ -13,6 +13,9 @@ PACKAGES=(
   libopenblas-openmp-dev zlib1g-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev clang-format
+  # the Python client (python/) and its tests: torch for Debian's python3, and
+  # what an offline `pip install --no-build-isolation ./python` into a venv needs
+  python3-torch python3-venv python3-pip python3-setuptools python3-wheel
   # the real data set
   dataset-fashion-mnist
   # a real Prometheus (and promtool) for the monitoring tests; kubectl comes with the machine

@@ -28,7 +28,10 @@ IMAGES = {"server.Dockerfile": "kubeps-server", "operator.Dockerfile": "kubeps-o
 # openssl and unshare for the Kubernetes stand-in, Go and sprig for Helm).
 NOT_FOR_BUILDING = {"git", "curl", "python3", "ccache", "clang-format", "libgtest-dev", "libgmock-dev", "libbenchmark-dev",
                     "dataset-fashion-mnist", "prometheus", "openssl", "util-linux", "golang-go",
-                    "golang-github-masterminds-sprig-dev", "golang-gopkg-yaml.v2-dev"}
+                    "golang-github-masterminds-sprig-dev", "golang-gopkg-yaml.v2-dev",
+                    # the Python client's tests and the PyTorch examples
+                    "python3-torch", "python3-venv", "python3-pip", "python3-setuptools",
+                    "python3-wheel"}
 # Root CMakeLists.txt subdirectories the images leave out: tests are off
 # (-DKUBEPS_BUILD_TESTS=OFF) and benchmarks need libbenchmark-dev.
 NOT_COPIED = {"tests", "bench"}

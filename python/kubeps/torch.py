@@ -1,0 +1,460 @@
+"""kubeps.torch: PyTorch training on kubeps' parameter servers, through the pod's agent.
+
+    import kubeps.torch as kps
+    kps.init()
+    optimizer = kps.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    kps.broadcast_parameters(model.state_dict(), root_rank=0)
+    for step in kps.steps(total_steps):
+        ...forward, loss.backward(), optimizer.step()...
+    kps.finish()
+
+How a step goes.  `DistributedOptimizer` declares every trainable parameter
+(float32, by name) and hooks each one's gradient accumulator: as soon as
+backward has the gradient of a parameter, the hook copies it into the
+parameter's `grads` region of the shared-memory file and sends `push` for
+that key, so the last layers' gradients travel while backward still works on
+the first ones.  `step()` waits for the pushes, pulls version step+1 of every
+key into the `values` regions and then, by the servers' optimizer (`hello`
+says which):
+
+- a real optimizer (sgd, adam, ...): the servers hold the parameters and the
+  optimizer state and apply the averaged gradient; the pulled values are the
+  new parameters, copied into `p.data`; the wrapped torch optimizer is not
+  stepped (its hyperparameters are the TrainingJob's);
+- `none`: the servers only average; the pulled values are the averaged
+  gradients, copied into `p.grad`, and the wrapped optimizer's `step()` runs.
+
+Views over the mapping are made once per parameter (`torch.frombuffer`) and
+data moves with one `copy_` each way; no bytes cross the socket.
+
+A rollback (a parameter server restarted from its checkpoint) surfaces as
+`RolledBack(resume_step)` from the agent; `step()` handles it: the values of
+`resume_step` are already in the mapping, they are copied into the
+parameters, and `steps()` yields `resume_step` next.
+"""
+
+import threading
+import warnings
+
+import torch
+
+import kubeps
+from kubeps.errors import FailedPrecondition, InvalidArgument, RolledBack
+from kubeps.shared_tensors import describe_names
+
+__all__ = ["init", "rank", "size", "DistributedOptimizer", "broadcast_parameters", "steps",
+           "finish", "shutdown"]
+
+SERVERS_AVERAGE_ONLY = "none"
+
+
+class _StepCounter:
+    """The global step this process computes, shared by steps() and the optimizer.
+
+    `step` is None until `init` told where to start.  `moves` counts every
+    change (an optimizer step or a rollback), so steps() can tell a loop body
+    that moved the step from one that did not.
+    """
+
+    def __init__(self):
+        self.step = None
+        self.moves = 0
+
+    def start(self, step):
+        self.step = step
+        self.moves += 1
+
+    def advance(self):
+        self.step += 1
+        self.moves += 1
+
+    def roll_back(self, resume_step):
+        self.step = resume_step
+        self.moves += 1
+
+
+_counter = _StepCounter()
+_optimizer = None  # the process's one DistributedOptimizer, which holds the declaration
+
+
+def init(socket_dir=None, timeout=None):
+    """Connects to the pod's kubeps agent (see kubeps.init)."""
+    return kubeps.init(socket_dir=socket_dir, timeout=timeout)
+
+
+def rank():
+    return kubeps.rank()
+
+
+def size():
+    return kubeps.size()
+
+
+class _Binding:
+    """One declared parameter: the torch parameter and its two regions as torch views."""
+
+    __slots__ = ("name", "param", "shape", "values", "grads")
+
+    def __init__(self, name, param, slot, buffer):
+        self.name = name
+        self.param = param
+        self.shape = tuple(param.shape)
+        self.values = _view(buffer, slot.values_offset, slot.numel, self.shape)
+        self.grads = _view(buffer, slot.grads_offset, slot.numel, self.shape)
+
+
+def _view(buffer, offset, numel, shape):
+    with warnings.catch_warnings():
+        # frombuffer warns for read-only buffers only; the mapping is writable.
+        warnings.simplefilter("ignore")
+        flat = torch.frombuffer(buffer, dtype=torch.float32, count=numel, offset=offset)
+    return flat.view(shape)
+
+
+class _DistributedOptimizer:
+    """The methods a DistributedOptimizer adds to the user's optimizer class.
+
+    `DistributedOptimizer()` makes a subclass of the user's optimizer's class
+    with these methods first, so it is still an instance of that class (LR
+    schedulers accept it) and keeps the same param_groups and state.
+    Thread-safe where autograd needs it: hooks may run on autograd's device
+    threads while another hook pushes.
+    """
+
+    def _kubeps_setup(self, session, named_parameters, backward_passes_per_step):
+        if int(backward_passes_per_step) < 1:
+            raise InvalidArgument("DistributedOptimizer: backward_passes_per_step=%r must be >= 1"
+                                  % (backward_passes_per_step,))
+        self._kubeps_session = session
+        self._kubeps_passes_per_step = int(backward_passes_per_step)
+        self._kubeps_lock = threading.Lock()
+        self._kubeps_pushes = {}  # name -> Handle of this step's push
+        self._kubeps_passes = {}  # name -> backward passes seen this step
+        self._kubeps_synchronized = False
+        self._kubeps_closed = False
+        self._kubeps_warned_rollback = False
+        params = _trainable_params(self, named_parameters)
+        tensors = session.declare([(name, tuple(p.shape)) for name, p in params])
+        self._kubeps_bindings = [_Binding(name, p, tensors.slot(name), tensors.buffer)
+                                 for name, p in params]
+        self._kubeps_by_name = {b.name: b for b in self._kubeps_bindings}
+        self._kubeps_grad_accumulators = [
+            _register_gradient_hook(b.param, self._kubeps_make_hook(b))
+            for b in self._kubeps_bindings]
+
+    @property
+    def kubeps_parameter_names(self):
+        """The declared names in key order."""
+        return [b.name for b in self._kubeps_bindings]
+
+    def _kubeps_servers_optimize(self):
+        return self._kubeps_session.server_optimizer != SERVERS_AVERAGE_ONLY
+
+    def _kubeps_make_hook(self, binding):
+        def on_gradient_ready(*unused):
+            if not self._kubeps_closed:
+                self._kubeps_push_gradient(binding)
+        return on_gradient_ready
+
+    def _kubeps_push_gradient(self, binding):
+        """Runs in backward as soon as `binding`'s gradient is accumulated: copy and push."""
+        with self._kubeps_lock:
+            passes = self._kubeps_passes.get(binding.name, 0) + 1
+            if passes > self._kubeps_passes_per_step:
+                raise FailedPrecondition(
+                    "the gradient of %r was computed %d times before optimizer.step(); pass "
+                    "backward_passes_per_step=%d to kubeps.torch.DistributedOptimizer to "
+                    "accumulate that many backward passes per step"
+                    % (binding.name, passes, passes))
+            self._kubeps_passes[binding.name] = passes
+            if passes < self._kubeps_passes_per_step:
+                return
+        if binding.param.grad is None:
+            return  # nothing accumulated: step() pushes zeros for it
+        step = _current_step("the gradient hook of %r" % binding.name)
+        _copy_gradient(binding)
+        handle = self._kubeps_session.push([binding.name], step)
+        with self._kubeps_lock:
+            self._kubeps_pushes[binding.name] = handle
+
+    def synchronize(self):
+        """Finishes this step's communication: pushes what backward did not (zeros for
+        parameters without a gradient, so every key of the step arrives), waits for the
+        pushes, pulls the next version and copies it into the parameters (or, with the
+        servers' optimizer 'none', into their gradients).
+
+        Returns False when the job rolled back instead (the parameters then hold the
+        values of the step to resume from).  step() calls it; with the servers' optimizer
+        'none', call it yourself to clip the averaged gradients before step().
+        """
+        if self._kubeps_synchronized:
+            return True
+        step = _current_step("optimizer.step()")
+        session = self._kubeps_session
+        with self._kubeps_lock:
+            pushes, self._kubeps_pushes = self._kubeps_pushes, {}
+            self._kubeps_passes = {}
+        for binding in self._kubeps_bindings:
+            if binding.name not in pushes:
+                _copy_gradient(binding)
+                pushes[binding.name] = session.push([binding.name], step)
+        try:
+            session.wait(list(pushes.values()))
+            min_version = step + 1 if session.mode == "sync" else 0
+            session.wait(session.pull(None, min_version))
+        except RolledBack as rollback:
+            self._kubeps_roll_back(rollback.resume_step)
+            return False
+        with torch.no_grad():
+            if self._kubeps_servers_optimize():
+                for binding in self._kubeps_bindings:
+                    binding.param.copy_(binding.values)
+            else:
+                for binding in self._kubeps_bindings:
+                    if binding.param.grad is None:
+                        binding.param.grad = binding.values.to(binding.param.device, copy=True)
+                    else:
+                        binding.param.grad.copy_(binding.values)
+        self._kubeps_synchronized = True
+        return True
+
+    def step(self, closure=None):
+        """Synchronizes (see synchronize()), then applies the update and moves to the next
+        step.  A closure is called once, before the communication."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if not self.synchronize():
+            return loss  # rolled back: steps() goes on from the resume step
+        if not self._kubeps_servers_optimize():
+            super().step()
+        self._kubeps_synchronized = False
+        _counter.advance()
+        return loss
+
+    def _kubeps_roll_back(self, resume_step):
+        if self._kubeps_servers_optimize():
+            with torch.no_grad():
+                for binding in self._kubeps_bindings:
+                    binding.param.copy_(binding.values)
+        elif not self._kubeps_warned_rollback:
+            self._kubeps_warned_rollback = True
+            warnings.warn(
+                "kubeps: the job rolled back to step %d. With the servers' optimizer 'none' "
+                "the parameters and optimizer state live in this process, not on the servers, "
+                "so they keep their values; only the step goes back" % resume_step)
+        with self._kubeps_lock:
+            self._kubeps_pushes = {}
+            self._kubeps_passes = {}
+        self._kubeps_synchronized = False
+        _counter.roll_back(resume_step)
+
+    def _kubeps_close(self):
+        self._kubeps_closed = True
+
+
+def _copy_gradient(binding):
+    """param.grad into the grads region (zeros without one), checked against the declaration."""
+    grad = binding.param.grad
+    if grad is None:
+        binding.grads.zero_()
+        return
+    if tuple(grad.shape) != binding.shape:
+        raise InvalidArgument(
+            "the gradient of %r has shape %s, but %r was declared to kubeps with shape %s "
+            "(did the parameter change shape after DistributedOptimizer was made?)"
+            % (binding.name, list(grad.shape), binding.name, list(binding.shape)))
+    binding.grads.copy_(grad.to_dense() if grad.is_sparse else grad)
+
+
+def _trainable_params(optimizer, named_parameters):
+    """[(name, param)] of the optimizer's trainable parameters, in its order (the key order)."""
+    in_optimizer = [p for group in optimizer.param_groups for p in group["params"]]
+    if named_parameters is None:
+        names = {}
+        for g, group in enumerate(optimizer.param_groups):
+            for i, p in enumerate(group["params"]):
+                names[id(p)] = "param_groups.%d.%d" % (g, i)
+    else:
+        named_parameters = list(named_parameters)
+        if any(not isinstance(entry, tuple) or len(entry) != 2 for entry in named_parameters):
+            raise InvalidArgument("DistributedOptimizer: named_parameters must be (name, "
+                                  "parameter) pairs, as model.named_parameters() gives")
+        names = {}
+        seen = set()
+        for name, p in named_parameters:
+            if name in seen:
+                raise InvalidArgument("DistributedOptimizer: the name %r appears twice in "
+                                      "named_parameters" % name)
+            seen.add(name)
+            names[id(p)] = name
+    params = []
+    for p in in_optimizer:
+        if not p.requires_grad:
+            continue  # frozen: never pushed, so never declared
+        name = names.get(id(p))
+        if name is None:
+            raise InvalidArgument(
+                "DistributedOptimizer: a parameter of the optimizer (shape %s) is not in "
+                "named_parameters; every trainable parameter needs its name, the key all "
+                "workers agree on" % list(p.shape))
+        if p.dtype != torch.float32:
+            raise InvalidArgument(
+                "DistributedOptimizer: parameter %r is %s; kubeps carries float32 only "
+                "(model.float() converts a model)" % (name, str(p.dtype).replace("torch.", "")))
+        params.append((name, p))
+    if not params:
+        raise InvalidArgument("DistributedOptimizer: the optimizer has no trainable parameter")
+    return params
+
+
+def _register_gradient_hook(param, hook):
+    """Calls hook() each time backward has accumulated param.grad; returns what must be kept."""
+    if hasattr(param, "register_post_accumulate_grad_hook"):  # torch >= 2.1
+        return param.register_post_accumulate_grad_hook(hook)
+    # Older torch: hook the parameter's gradient accumulator, the node that
+    # writes param.grad.  The parameter keeps it only weakly, so the caller
+    # keeps the node alive (and the hook with it).
+    with torch.enable_grad():
+        accumulator = param.expand_as(param).grad_fn.next_functions[0][0]
+    accumulator.register_hook(hook)
+    return accumulator
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_step=1):
+    """Wraps a torch optimizer so that each step goes through kubeps' parameter servers.
+
+    Declares every trainable parameter of `optimizer` to the agent, by its name in
+    `named_parameters` (model.named_parameters(); without it, names by position),
+    and pushes each gradient from backward as soon as it is ready.  Parameters must
+    be float32; frozen ones (requires_grad False) stay out.  One per process.
+
+    Returns an optimizer of a subclass of `optimizer`'s class, sharing its
+    param_groups and state: use it in place of `optimizer`.
+    """
+    global _optimizer
+    session = kubeps.session("kubeps.torch.DistributedOptimizer()")
+    if _optimizer is not None:
+        raise FailedPrecondition(
+            "kubeps.torch.DistributedOptimizer() was called twice: the parameters are declared "
+            "once per session, and %s are declared already"
+            % describe_names(_optimizer.kubeps_parameter_names))
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise InvalidArgument("DistributedOptimizer: expected a torch.optim.Optimizer, got %s"
+                              % type(optimizer).__name__)
+    cls = type(type(optimizer).__name__, (_DistributedOptimizer, type(optimizer)), {})
+    wrapped = cls.__new__(cls)
+    wrapped.__dict__.update(optimizer.__dict__)
+    wrapped._kubeps_setup(session, named_parameters, backward_passes_per_step)
+    _optimizer = wrapped
+    return wrapped
+
+
+def broadcast_parameters(params, root_rank=0):
+    """Starts every worker from the same parameters: rank 0's, or the servers' on a restart.
+
+    `params` is a state_dict or (name, tensor) pairs.  Only float32 tensors that the
+    DistributedOptimizer declared (its trainable parameters, by name) go through
+    kubeps; the others (buffers such as BatchNorm's running statistics, integer or
+    float64 tensors, frozen parameters) are left alone: each worker keeps its own.
+    Each declared tensor's value is written into its values region and `init` sent;
+    the servers keep the first values they get (rank 0's on a new job, their own on a
+    restarted process) and every worker receives them back into the tensors.
+    """
+    if root_rank != 0:
+        raise InvalidArgument("broadcast_parameters: root_rank=%r; kubeps broadcasts rank 0's "
+                              "values (the servers keep the first values they get)" % root_rank)
+    optimizer = _require_optimizer("kubeps.torch.broadcast_parameters()")
+    items = list(params.items()) if hasattr(params, "items") else list(params)
+    given = {}
+    for name, tensor in items:
+        binding = optimizer._kubeps_by_name.get(name)
+        if binding is None or not torch.is_tensor(tensor) or tensor.dtype != torch.float32:
+            continue
+        if tuple(tensor.shape) != binding.shape:
+            raise InvalidArgument("broadcast_parameters: %r has shape %s; it was declared with "
+                                  "shape %s" % (name, list(tensor.shape), list(binding.shape)))
+        given[name] = tensor
+    if items and not given:
+        raise InvalidArgument(
+            "broadcast_parameters: none of the tensors given (%s) is a declared parameter "
+            "(declared: %s); pass model.state_dict() of the model whose named_parameters() "
+            "the DistributedOptimizer got" % (describe_names(name for name, _ in items),
+                                              describe_names(optimizer.kubeps_parameter_names)))
+    _broadcast(optimizer, given)
+
+
+def _broadcast(optimizer, given):
+    session = optimizer._kubeps_session
+    if _counter.step is not None:
+        raise FailedPrecondition("broadcast_parameters: the initial values were already "
+                                 "broadcast in this session (by broadcast_parameters or steps())")
+    with torch.no_grad():
+        for binding in optimizer._kubeps_bindings:
+            binding.values.copy_(given.get(binding.name, binding.param))
+        start = session.init_tensors()
+        if start > 0 and not optimizer._kubeps_servers_optimize():
+            warnings.warn(
+                "kubeps: this process resumes the job at step %d, but the servers' optimizer is "
+                "'none': the servers hold averaged gradients, not parameters, so the parameters "
+                "stay as this process made them (restore them from your own checkpoint)" % start)
+        else:
+            for binding in optimizer._kubeps_bindings:
+                binding.param.copy_(binding.values)
+                if binding.name in given and given[binding.name] is not binding.param:
+                    given[binding.name].copy_(binding.values)
+    _counter.start(start)
+
+
+def steps(total_steps):
+    """Yields the global steps this worker computes, from where the job is up to
+    `total_steps` (exclusive): 0 on a new job, the servers' step after a restart, and
+    after a rollback the step to resume from.  Broadcasts the parameters first if
+    broadcast_parameters() was not called."""
+    optimizer = _require_optimizer("kubeps.torch.steps()")
+    if _counter.step is None:
+        _broadcast(optimizer, {})
+    while _counter.step < total_steps:
+        step, moves = _counter.step, _counter.moves
+        yield step
+        if _counter.moves == moves:
+            _counter.advance()  # a body without optimizer.step() still moves on
+
+
+def finish():
+    """Tells the job this worker is done and ends the session (see kubeps.finish)."""
+    kubeps.finish()
+    _forget()
+
+
+def shutdown():
+    """Ends the session without finishing (see kubeps.shutdown)."""
+    kubeps.shutdown()
+    _forget()
+
+
+def _forget():
+    global _optimizer, _counter
+    if _optimizer is not None:
+        _optimizer._kubeps_close()
+    _optimizer = None
+    _counter = _StepCounter()
+
+
+def _current_step(caller):
+    if _counter.step is None:
+        raise FailedPrecondition(
+            "%s ran before the servers had initial values: call "
+            "kubeps.torch.broadcast_parameters(model.state_dict()) or iterate "
+            "kubeps.torch.steps(), before the first backward" % caller)
+    return _counter.step
+
+
+def _require_optimizer(caller):
+    kubeps.session(caller)
+    if _optimizer is None:
+        raise FailedPrecondition(
+            "%s needs the parameters declared: make kubeps.torch.DistributedOptimizer(optimizer, "
+            "named_parameters=model.named_parameters()) first" % caller)
+    return _optimizer

@@ -1,0 +1,80 @@
+"""Starts a real `kubeps-agent --serve` for the client's tests: KUBEPS_TEST_AGENT_CMD's command.
+
+A one-worker job on loopback: the scheduler, one parameter server and the
+agent, as `kubeps run` would start them, the agent serving in
+$KUBEPS_SOCKET_DIR.  The job's optimizer, learning rate and mode come from
+$KUBEPS_TEST_OPTIMIZER, $KUBEPS_TEST_LEARNING_RATE and $KUBEPS_TEST_MODE (set
+by agent_fixture.py); the binaries from $KUBEPS_BIN_DIR (default build/bin).
+
+    KUBEPS_TEST_AGENT_CMD="python3 tests/python/real_agent.py" \\
+        /usr/bin/python3 -m unittest test_client test_torch   # in tests/python
+
+Exits with the agent's exit status (0 after the client's finish); SIGTERM
+stops the three processes.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_BIN_DIR = os.path.join(os.path.dirname(os.path.dirname(HERE)), "build", "bin")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    socket_dir = os.environ["KUBEPS_SOCKET_DIR"]
+    bin_dir = os.environ.get("KUBEPS_BIN_DIR", DEFAULT_BIN_DIR)
+    job = {
+        "apiVersion": "kubeps.io/v1alpha1", "kind": "TrainingJob",
+        "metadata": {"name": "pyclient-test"},
+        "spec": {
+            "mode": os.environ.get("KUBEPS_TEST_MODE", "sync"),
+            "model": "mlp",
+            "dataset": {"path": "/usr/share/datasets/fashion-mnist"},
+            "optimizer": {"name": os.environ.get("KUBEPS_TEST_OPTIMIZER", "sgd"),
+                          "learningRate": float(os.environ.get("KUBEPS_TEST_LEARNING_RATE",
+                                                               "0.5"))},
+            "replicaSpecs": {"ps": {"replicas": 1}, "worker": {"replicas": 1}},
+        },
+    }
+    port = free_port()
+    env = dict(os.environ, KUBEPS_JOB=json.dumps(job), KUBEPS_JOB_NAME="pyclient-test",
+               KUBEPS_NUM_SERVERS="1", KUBEPS_NUM_WORKERS="1",
+               KUBEPS_SCHEDULER_ADDR="127.0.0.1:%d" % port)
+    server = os.path.join(bin_dir, "kubeps-server")
+    children = [
+        subprocess.Popen([server, "--role=scheduler", "--node-id=scheduler", "--port=%d" % port],
+                         env=env),
+        subprocess.Popen([server, "--role=server", "--node-id=ps-0"], env=env),
+    ]
+    agent = subprocess.Popen([os.path.join(bin_dir, "kubeps-agent"), "--role=worker",
+                              "--node-id=worker-0", "--serve", "--socket-dir=%s" % socket_dir],
+                             env=env)
+    children.append(agent)
+
+    def stop(*unused):
+        for child in reversed(children):
+            if child.poll() is None:
+                child.terminate()
+    signal.signal(signal.SIGTERM, stop)
+    code = agent.wait()
+    stop()
+    for child in children:
+        try:
+            child.wait(10)
+        except subprocess.TimeoutExpired:
+            child.kill()
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

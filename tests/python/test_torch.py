@@ -1,0 +1,472 @@
+"""kubeps.torch against the agent under test: the DistributedOptimizer's hook-driven pushes,
+both update modes, broadcast, steps() across restarts and rollbacks, and the errors a user
+sees.  Skips, saying why, where torch is not installed.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import unittest
+import warnings
+
+from agent_fixture import (HERE, client_environment, make_socket_dir, requires_fake,
+                           reset_kubeps, start_agent)
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+if torch is not None:
+    import kubeps.torch as kps
+import kubeps
+
+needs_torch = unittest.skipIf(torch is None, "torch is not installed for %s; kubeps.torch's "
+                              "tests need it (Debian: apt-get install python3-torch)"
+                              % sys.executable)
+LEARNING_RATE = 0.5  # the agent's servers' optimizer: sgd with this learning rate
+
+
+def three_layers(seed=1):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.ReLU(), torch.nn.Linear(5, 4),
+                               torch.nn.ReLU(), torch.nn.Linear(4, 3))
+
+
+def batch_for(step):
+    generator = torch.Generator().manual_seed(1000 + step)
+    return torch.randn(8, 6, generator=generator), torch.randint(0, 3, (8,), generator=generator)
+
+
+def train(model, optimizer, total_steps, record=None, set_to_none=False):
+    """The user's loop of the brief, against the current session."""
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for step in kps.steps(total_steps):
+        if record is not None:
+            record.append(step)
+        x, y = batch_for(step)
+        optimizer.zero_grad(set_to_none=set_to_none)
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+
+
+def train_locally(model, optimizer, total_steps):
+    loss_fn = torch.nn.CrossEntropyLoss()
+    for step in range(total_steps):
+        x, y = batch_for(step)
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()
+        optimizer.step()
+
+
+class TorchTestCase(unittest.TestCase):
+    def connect(self, **options):
+        self.agent = start_agent(self, **options)
+        kps.init(socket_dir=self.agent.socket_dir, timeout=10)
+        return self.agent
+
+    def tearDown(self):
+        reset_kubeps()
+        if getattr(self, "agent", None) is not None and self.agent.fake is not None:
+            self.assertEqual(self.agent.fake.violations, [], "the client broke the protocol")
+
+    def assertParametersEqual(self, model, expected, exact=True):
+        for (name, p), q in zip(model.named_parameters(), expected.parameters()):
+            if exact:
+                self.assertTrue(torch.equal(p, q), name)
+            else:
+                self.assertTrue(torch.allclose(p, q, rtol=1e-5, atol=1e-6), name)
+
+
+class _SlowBackward(torch.autograd.Function if torch else object):
+    """Identity whose backward takes 0.5 s: the pushes of the later layers have time to land."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    finished_at = []   # time.monotonic_ns() when each backward returned
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(0.5)
+        _SlowBackward.finished_at.append(time.monotonic_ns())
+        return grad
+
+
+@needs_torch
+class Updates(TorchTestCase):
+    @requires_fake
+    def test_gradients_are_pushed_during_backward_last_layer_first(self):
+        agent = self.connect()
+        model = three_layers()
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        kps.broadcast_parameters(model.state_dict(), root_rank=0)
+        # Layer 0's gradients exist only once the slow identity's backward has
+        # returned: that moment splits the pushes that overlapped backward
+        # from those that could not have.
+        _SlowBackward.finished_at.clear()
+        x, y = batch_for(0)
+        hidden = _SlowBackward.apply(torch.relu(model[0](x)))
+        loss = torch.nn.functional.cross_entropy(model[4](torch.relu(model[2](hidden))), y)
+        loss.backward()
+        time.sleep(0.2)  # room for the last push to be read by the agent
+        step_called_at = time.monotonic_ns()
+        optimizer.step()
+        pushes = [(at, request["keys"][0]) for at, op, request in agent.fake.events
+                  if op == "push"]
+        key = {name: i for i, name in enumerate(optimizer.kubeps_parameter_names)}
+        arrival = {k: at for at, k in pushes}
+        self.assertEqual(sorted(arrival), sorted(key.values()), "one push per parameter")
+        layer_0_grads_from = _SlowBackward.finished_at[0]
+        for later_layer in ("4.weight", "4.bias", "2.weight", "2.bias"):
+            self.assertLess(arrival[key[later_layer]], layer_0_grads_from,
+                            "%s reached the agent before backward reached layer 0" % later_layer)
+        for first_layer in ("0.weight", "0.bias"):
+            self.assertGreater(arrival[key[first_layer]], layer_0_grads_from)
+            self.assertLess(arrival[key[first_layer]], step_called_at,
+                            "%s was pushed by its hook, not by step()" % first_layer)
+        order = [k for _, k in sorted(pushes)]
+        self.assertLess(order.index(key["4.weight"]), order.index(key["2.weight"]))
+
+    def test_the_servers_optimizer_updates_the_parameters(self):
+        self.connect()
+        model, reference = three_layers(), three_layers()
+        # The user's own optimizer (lr 100) is not stepped: the servers' sgd is.
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=100.0),
+                                             named_parameters=model.named_parameters())
+        kps.broadcast_parameters(model.state_dict(), root_rank=0)
+        train(model, optimizer, 3)
+        train_locally(reference, torch.optim.SGD(reference.parameters(), lr=LEARNING_RATE), 3)
+        self.assertParametersEqual(model, reference, exact=False)
+
+    def test_with_servers_that_only_average_the_wrapped_optimizer_steps(self):
+        self.connect(optimizer="none")
+        model, reference = three_layers(), three_layers()
+        optimizer = kps.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+            named_parameters=model.named_parameters())
+        kps.broadcast_parameters(model.state_dict(), root_rank=0)
+        # Gradients set to None between steps: the hooks still see each new one.
+        train(model, optimizer, 3, set_to_none=True)
+        train_locally(reference, torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9), 3)
+        # One worker: the average is this worker's gradient, so momentum SGD runs as locally.
+        self.assertParametersEqual(model, reference)
+        self.assertTrue(optimizer.state, "the wrapped optimizer kept its momentum buffers")
+
+    @requires_fake
+    def test_async_mode_pulls_the_newest_values(self):
+        agent = self.connect(mode="async")
+        model, reference = three_layers(), three_layers()
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        train(model, optimizer, 2)
+        train_locally(reference, torch.optim.SGD(reference.parameters(), lr=LEARNING_RATE), 2)
+        self.assertParametersEqual(model, reference, exact=False)
+        pulls = [r for _, op, r in agent.fake.events if op == "pull"]
+        self.assertEqual([r["min_version"] for r in pulls], [0, 0])
+
+    def test_a_scalar_parameter(self):
+        self.connect()
+        scale, reference = torch.nn.Parameter(torch.tensor(2.0)), torch.tensor(2.0)
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD([scale], lr=0.1),
+                                             named_parameters=[("scale", scale)])
+        for step in kps.steps(2):
+            optimizer.zero_grad()
+            (scale * scale).backward()  # gradient 2 * scale
+            optimizer.step()
+            reference -= LEARNING_RATE * 2 * reference
+        self.assertEqual(scale.shape, torch.Size([]))
+        self.assertEqual(scale.item(), reference.item())
+
+    def test_a_parameter_without_gradient_is_pushed_as_zeros(self):
+        self.connect()
+        model = three_layers()
+        unused = torch.nn.Linear(2, 2)
+        params = list(model.named_parameters()) + [("unused." + n, p)
+                                                   for n, p in unused.named_parameters()]
+        before = unused.weight.detach().clone()
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD([p for _, p in params], lr=0.1),
+                                             named_parameters=params)
+        train(model, optimizer, 2)  # would hang in sync mode if a key were never pushed
+        self.assertTrue(torch.equal(unused.weight, before))
+
+    def test_the_shared_views_stay_valid_after_the_session(self):
+        self.connect()
+        model = three_layers()
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        train(model, optimizer, 1)
+        views = [(b.values, b.param) for b in optimizer._kubeps_bindings]
+        kps.shutdown()
+        # torch.frombuffer tensors hold no buffer export: unmapping under them would crash here.
+        for values, param in views:
+            self.assertTrue(torch.equal(values, param))
+
+    def test_a_learning_rate_scheduler_accepts_the_distributed_optimizer(self):
+        self.connect()
+        model = three_layers()
+        sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+        optimizer = kps.DistributedOptimizer(sgd, named_parameters=model.named_parameters())
+        self.assertIsInstance(optimizer, torch.optim.SGD)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        train(model, optimizer, 1)
+        scheduler.step()
+        self.assertEqual(optimizer.param_groups[0]["lr"], 0.05)
+
+
+@needs_torch
+class StartAndRecovery(TorchTestCase):
+    @requires_fake
+    def test_broadcast_gives_rank_0s_values_and_leaves_other_tensors_alone(self):
+        model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+        rank0 = {"0.weight": [1, 2, 3, 4, 5, 6], "0.bias": [7, 8],
+                 "1.weight": [9, 10], "1.bias": [11, 12]}
+        self.connect(rank=1, size=2, server_values=rank0)
+        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters())
+        model[1].running_mean.fill_(3.0)
+        state = model.state_dict()
+        kps.broadcast_parameters(state, root_rank=0)
+        self.assertEqual(kps.rank(), 1)
+        self.assertEqual(model[0].weight.tolist(), [[1, 2, 3], [4, 5, 6]])
+        self.assertEqual(model[1].bias.tolist(), [11, 12])
+        self.assertEqual(model[1].running_mean.tolist(), [3.0, 3.0], "a buffer stays local")
+        self.assertEqual(state["1.num_batches_tracked"].item(), 0)
+        self.assertEqual(list(kps.steps(2)), [0, 1])
+
+    @requires_fake
+    def test_a_restarted_process_resumes_at_the_servers_step_with_their_values(self):
+        model = torch.nn.Linear(2, 1)
+        self.connect(server_values={"weight": [0.5, -0.5], "bias": [2.0]}, start_step=5)
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        seen = []
+        for step in kps.steps(8):  # broadcasts by itself: no broadcast_parameters call
+            if not seen:
+                self.assertEqual(model.weight.tolist(), [[0.5, -0.5]])
+                self.assertEqual(model.bias.tolist(), [2.0])
+            seen.append(step)
+            optimizer.zero_grad()
+            model(torch.ones(1, 2)).sum().backward()
+            optimizer.step()
+        self.assertEqual(seen, [5, 6, 7])
+
+    @requires_fake
+    def test_a_restart_with_servers_that_only_average_keeps_local_parameters(self):
+        model = torch.nn.Linear(2, 1)
+        self.connect(optimizer="none", server_values={"weight": [9.0, 9.0], "bias": [9.0]},
+                     start_step=3)
+        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters())
+        before = model.weight.detach().clone()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            kps.broadcast_parameters(model.state_dict())
+        self.assertTrue(torch.equal(model.weight, before), "averaged gradients are not weights")
+        self.assertEqual(len(caught), 1)
+        self.assertIn("resumes the job at step 3, but the servers' optimizer is 'none'",
+                      str(caught[0].message))
+        self.assertEqual(list(kps.steps(4)), [3])
+
+    @requires_fake
+    def test_a_rollback_resumes_the_loop_and_ends_as_a_clean_run(self):
+        agent = self.connect()
+        model = three_layers()
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        kps.broadcast_parameters(model.state_dict(), root_rank=0)
+        agent.fake.arm_rollback(at_step=4, resume_step=2)
+        seen = []
+        train(model, optimizer, 6, record=seen)
+        self.assertEqual(seen, [0, 1, 2, 3, 4, 2, 3, 4, 5])
+        reset_kubeps()
+        clean = three_layers()
+        self.connect()
+        clean_optimizer = kps.DistributedOptimizer(torch.optim.SGD(clean.parameters(), lr=0.1),
+                                                   named_parameters=clean.named_parameters())
+        train(clean, clean_optimizer, 6)
+        self.assertParametersEqual(model, clean)
+
+    @requires_fake
+    def test_a_rollback_with_servers_that_only_average_keeps_local_parameters(self):
+        agent = self.connect(optimizer="none")
+        model = three_layers()
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        agent.fake.arm_rollback(at_step=2, resume_step=1)
+        seen = []
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            train(model, optimizer, 3, record=seen)
+        self.assertEqual(seen, [0, 1, 2, 1, 2])
+        self.assertEqual(len(caught), 1)
+        self.assertIn("rolled back to step 1", str(caught[0].message))
+        self.assertIn("only the step goes back", str(caught[0].message))
+
+
+@needs_torch
+class UserErrors(TorchTestCase):
+    def test_the_optimizer_before_init(self):
+        model = three_layers()
+        with self.assertRaises(kubeps.FailedPrecondition) as caught:
+            kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     named_parameters=model.named_parameters())
+        self.assertIn("kubeps.torch.DistributedOptimizer() was called before kubeps.init()",
+                      str(caught.exception))
+
+    def test_broadcast_and_steps_before_the_optimizer(self):
+        self.connect()
+        model = three_layers()
+        for call, name in [(lambda: kps.broadcast_parameters(model.state_dict()),
+                            "kubeps.torch.broadcast_parameters()"),
+                           (lambda: list(kps.steps(3)), "kubeps.torch.steps()")]:
+            with self.assertRaises(kubeps.FailedPrecondition) as caught:
+                call()
+            self.assertIn("%s needs the parameters declared: make "
+                          "kubeps.torch.DistributedOptimizer" % name, str(caught.exception))
+
+    def test_a_second_optimizer(self):
+        self.connect()
+        model = three_layers()
+        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters())
+        with self.assertRaisesRegex(kubeps.FailedPrecondition,
+                                    r"DistributedOptimizer\(\) was called twice.*0.weight, "
+                                    r"0.bias, 2.weight"):
+            kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     named_parameters=model.named_parameters())
+
+    def test_a_float64_parameter(self):
+        self.connect()
+        model = three_layers().double()
+        with self.assertRaisesRegex(kubeps.InvalidArgument, "parameter '0.weight' is float64; "
+                                                            "kubeps carries float32 only"):
+            kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     named_parameters=model.named_parameters())
+
+    def test_a_parameter_without_a_name(self):
+        self.connect()
+        model = three_layers()
+        named = list(model.named_parameters())[1:]
+        with self.assertRaisesRegex(kubeps.InvalidArgument, r"a parameter of the optimizer "
+                                                            r"\(shape \[5, 6\]\) is not in "
+                                                            "named_parameters"):
+            kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     named_parameters=named)
+
+    def test_a_state_dict_of_another_model(self):
+        self.connect()
+        model = three_layers()
+        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters())
+        other = torch.nn.Linear(2, 2)
+        with self.assertRaisesRegex(kubeps.InvalidArgument,
+                                    r"none of the tensors given \(weight, bias\) is a declared "
+                                    r"parameter \(declared: 0.weight, 0.bias"):
+            kps.broadcast_parameters(other.state_dict())
+
+    def test_backward_before_the_initial_values(self):
+        self.connect()
+        model = three_layers()
+        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters())
+        x, y = batch_for(0)
+        with self.assertRaises(kubeps.FailedPrecondition) as caught:
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+        self.assertRegex(str(caught.exception), r"the gradient hook of '4.(weight|bias)' ran "
+                         r"before the servers had initial values: call "
+                         r"kubeps.torch.broadcast_parameters\(model.state_dict\(\)\) or "
+                         r"iterate kubeps.torch.steps\(\), before the first backward")
+
+    def test_a_gradient_of_the_wrong_shape(self):
+        self.connect()
+        weight = torch.nn.Parameter(torch.zeros(2, 3))
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD([weight], lr=0.1),
+                                             named_parameters=[("weight", weight)])
+        kps.broadcast_parameters({"weight": weight})
+        # The parameter changed after the declaration; its gradient set by hand.  (A
+        # backward over it is refused by torch itself: the hook's node keeps the old shape.)
+        weight.data = torch.zeros(4, 3)
+        weight.grad = torch.ones(4, 3)
+        with self.assertRaises(kubeps.InvalidArgument) as caught:
+            optimizer.step()
+        self.assertEqual(str(caught.exception), "InvalidArgument: the gradient of 'weight' has "
+                         "shape [4, 3], but 'weight' was declared to kubeps with shape [2, 3] "
+                         "(did the parameter change shape after DistributedOptimizer was made?)")
+
+    def test_two_backward_passes_in_one_step(self):
+        self.connect()
+        model = torch.nn.Linear(3, 2)
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        kps.broadcast_parameters(model.state_dict())
+        model(torch.ones(1, 3)).sum().backward()
+        with self.assertRaisesRegex(kubeps.FailedPrecondition,
+                                    "the gradient of '(weight|bias)' was computed 2 times before "
+                                    "optimizer.step\\(\\); pass backward_passes_per_step=2"):
+            model(torch.ones(1, 3)).sum().backward()
+        optimizer.step()
+
+    def test_backward_passes_per_step_accumulates(self):
+        self.connect()
+        model, reference = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+        reference.load_state_dict(model.state_dict())
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters(),
+                                             backward_passes_per_step=2)
+        for step in kps.steps(1):
+            optimizer.zero_grad()
+            model(torch.ones(1, 3)).sum().backward()
+            model(2 * torch.ones(1, 3)).sum().backward()
+            optimizer.step()
+        local = torch.optim.SGD(reference.parameters(), lr=LEARNING_RATE)
+        reference(torch.ones(1, 3)).sum().backward()
+        reference(2 * torch.ones(1, 3)).sum().backward()
+        local.step()
+        self.assertParametersEqual(model, reference, exact=False)
+
+
+@needs_torch
+class AsAUserRunsIt(unittest.TestCase):
+    def test_the_three_lines_in_a_training_process_beside_an_agent_process(self):
+        socket_dir = make_socket_dir(self)
+        agent = subprocess.Popen([sys.executable, os.path.join(HERE, "fake_agent.py"), socket_dir,
+                                  "--rollback-at", "3", "--resume-step", "2"],
+                                 stderr=subprocess.PIPE, text=True)
+        self.addCleanup(agent.kill)
+        script = textwrap.dedent("""
+            import torch
+            import kubeps.torch as kps
+            kps.init()
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(),
+                                        torch.nn.Linear(8, 2))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            optimizer = kps.DistributedOptimizer(optimizer,
+                                                 named_parameters=model.named_parameters())
+            kps.broadcast_parameters(model.state_dict(), root_rank=0)
+            seen = []
+            for step in kps.steps(5):
+                seen.append(step)
+                x = torch.full((3, 4), float(step))
+                optimizer.zero_grad()
+                model(x).pow(2).mean().backward()
+                optimizer.step()
+            kps.finish()
+            print("steps", seen)
+        """)
+        user = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                              env=client_environment(KUBEPS_SOCKET_DIR=socket_dir), timeout=120,
+                              cwd="/tmp")
+        self.assertEqual(user.returncode, 0, user.stderr)
+        self.assertIn("steps [0, 1, 2, 3, 2, 3, 4]", user.stdout)
+        _, agent_errors = agent.communicate(timeout=30)
+        self.assertEqual(agent.returncode, 0, "the agent exits 0 after finish: " + agent_errors)
+
+
+if __name__ == "__main__":
+    unittest.main()
