@@ -11,8 +11,13 @@ with the same parameters, bit for bit, as a run without the crash.
 
 The job is started by hand (scheduler, servers, one serving agent and one
 trainer per worker), as tests/python/real_agent.py does, until `kubeps run`
-starts a worker's own command beside its agent; then only HandStartedJob
-gives way to a TrainingJob whose worker container runs the trainer.
+starts a worker's own command beside its agent. Then only `train` changes:
+a TrainingJob without spec.model whose worker container's command is the
+trainer with --epochs=2, runPolicy OnFailure, run with jobtools.RunningJob;
+worker 1's trainer SIGKILLed by the test as test_user_code.py does, instead
+of --crash-after-step (the bit-for-bit comparison holds wherever it dies).
+The patterns below already allow the "[worker-N/trainer] " tag that
+`kubeps run` puts on a program's lines.
 """
 import glob
 import json
@@ -29,9 +34,10 @@ from jobtools import BIN_DIR, DATASET, SOURCE_DIR
 
 BUILD_DIR = os.path.dirname(BIN_DIR)
 EXAMPLE_DIR = os.path.join(SOURCE_DIR, "examples", "cpp")
-ACCURACY = re.compile(r"^rank (\d+): test accuracy ([\d.]+)$", re.M)
-PARAMETERS = re.compile(r"^rank (\d+): parameters fnv1a ([0-9a-f]+)$", re.M)
-STARTING = re.compile(r"^rank (\d+) of \d+: steps (\d+) to (\d+)", re.M)
+TAG = r"^(?:\[worker-\d+/\w+\] )?"  # kubeps run's, on a worker program's lines
+ACCURACY = re.compile(TAG + r"rank (\d+): test accuracy ([\d.]+)$", re.M)
+PARAMETERS = re.compile(TAG + r"rank (\d+): parameters fnv1a ([0-9a-f]+)$", re.M)
+STARTING = re.compile(TAG + r"rank (\d+) of \d+: steps (\d+) to (\d+)", re.M)
 
 # What the prefix holds, relative to it (libdir as GNUInstallDirs chose it).
 HEADERS = ["include/kubeps/common/resend_policy.h", "include/kubeps/common/status.h",
