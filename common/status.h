@@ -23,7 +23,9 @@ class [[nodiscard]] Status {
     kAborted,      // the job rolled back to an earlier step: resume from it
     kUnavailable,  // the peer could not be reached, even after resends
     kPermissionDenied,
-    kGone,  // history compacted away (HTTP 410): list again
+    kGone,                // history compacted away (HTTP 410): list again
+    kFailedPrecondition,  // a call out of order (before its setup, or twice)
+    kInternal,            // a broken invariant, or a peer that broke its protocol
   };
 
   Status() = default;
@@ -43,6 +45,10 @@ class [[nodiscard]] Status {
     return Status(Code::kPermissionDenied, std::move(m));
   }
   static Status Gone(std::string m) { return Status(Code::kGone, std::move(m)); }
+  static Status FailedPrecondition(std::string m) {
+    return Status(Code::kFailedPrecondition, std::move(m));
+  }
+  static Status Internal(std::string m) { return Status(Code::kInternal, std::move(m)); }
   Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
 
   bool ok() const { return code_ == Code::kOk; }

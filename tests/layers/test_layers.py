@@ -39,10 +39,12 @@ def read(path):
 
 
 def cmake_files():
+    """Every CMakeLists.txt, and the *.cmake files they include."""
     for root, dirs, files in os.walk(SOURCE_DIR):
-        dirs[:] = [d for d in dirs if not d.startswith(".") and d not in ("build",)]
-        if "CMakeLists.txt" in files:
-            yield os.path.join(root, "CMakeLists.txt")
+        dirs[:] = [d for d in dirs if not d.startswith(".") and not d.startswith("build")]
+        for name in files:
+            if name == "CMakeLists.txt" or name.endswith(".cmake"):
+                yield os.path.join(root, name)
 
 
 def link_graph():
@@ -125,6 +127,24 @@ class LayersTest(unittest.TestCase):
         self.assertIn("kubeps_sidecar", graph, "the link graph has no kubeps_sidecar")
         self.assertEqual(graph["kubeps_sidecar"] - {"kubeps_kv", "kubeps_common"}, set(),
                          "kubeps_sidecar links more than the KV client and common/")
+
+    def test_the_sdk_library_holds_the_kv_client_and_nothing_above_it(self):
+        # libkubeps.so (worker-agent/kv/sdk.cmake) is what users' programs
+        # load: the KV client and what it uses, none of the agent's server,
+        # the trainer or the control side.
+        graph = link_graph()
+        self.assertIn("kubeps_sdk", graph, "the link graph has no kubeps_sdk")
+        reached, todo = set(), ["kubeps_sdk"]
+        while todo:
+            for dep in graph.get(todo.pop(), ()):
+                if dep not in reached:
+                    reached.add(dep)
+                    todo.append(dep)
+        # kubeps_blas comes with kubeps_common; the library links with
+        # --as-needed, and the KV client calls no BLAS.
+        allowed = {"kubeps_kv_objects", "kubeps_common", "kubeps_proto", "kubeps_scheduler_client",
+                   "kubeps_blas"}
+        self.assertEqual(reached - allowed, set(), "libkubeps.so links more than the KV client")
 
     def test_kv_client_header_does_not_expose_grpc(self):
         # The header the C++ SDK installs: preprocessed, it names neither

@@ -1,11 +1,16 @@
 // The worker's key-value client: the whole API a trainer needs to train
 // against kubeps' parameter servers, in the spirit of ps-lite's KVWorker.
-// This is the public header the C++ SDK installs: it includes no gRPC and no
-// protobuf (the implementation, KVWorkerImpl, is behind it, as LevelDB's
-// DBImpl is behind db.h).
+// This is the public header the C++ SDK installs (libkubeps.so, CMake target
+// kubeps::kv): it includes no gRPC and no protobuf. Two implementations are
+// behind it, as LevelDB's DBImpl is behind db.h:
+//  - Start: the KV client in this process (KVWorkerImpl), which registers
+//    with the job's scheduler itself; the built-in trainer uses it.
+//  - Connect: a client of the pod's kubeps-agent sidecar (SidecarKVWorker,
+//    docs/sidecar-protocol.md), which holds the registration, the resends
+//    and the recovery; a user's own training program uses it.
 //
 //   std::unique_ptr<KVWorker> kv;
-//   KVWorker::Start(options, &kv);             // register, get rank, find shards
+//   KVWorker::Connect(SidecarOptions(), &kv);  // or Start(options, &kv)
 //   kv->InitTensors(initial, sizes);           // rank 0's values win; all wait
 //   for (step...) {
 //     kv->Wait(kv->Pull(params, step));        // parameters of version `step`
@@ -17,7 +22,8 @@
 // Keys are tensor indices. Push and Pull take one pointer per key; a null
 // pointer leaves that key out. They return at once with a ticket; Wait
 // blocks until every request of the ticket is answered (after resends) and
-// returns the first failure, which names the shard and the RPC.
+// returns the first failure, which names the shard and the RPC (or, behind
+// the sidecar, carries the agent's message and code).
 //
 // Thread-safe: Push, Pull, PushPull and Wait may be called from several
 // threads (each ticket waited for once); InitTensors comes first. It may
@@ -34,6 +40,7 @@
 #include "common/resend_policy.h"
 #include "common/status.h"
 #include "worker-agent/kv/placement.h"
+#include "worker-agent/kv/sdk_export.h"
 
 namespace kubeps {
 
@@ -52,12 +59,48 @@ struct KVOptions {
   MetricsServer* metrics = nullptr;  // null: metrics are not exported
 };
 
-class KVWorker {
+// Where to find the pod's kubeps-agent sidecar (KVWorker::Connect).
+struct SidecarOptions {
+  // The directory the agent shares with this process (agent.json,
+  // agent.sock, the tensors' shared-memory file). Empty: the environment
+  // variable KUBEPS_SOCKET_DIR, which kubeps run and the operator set.
+  std::string socket_dir;
+  // How long Connect waits for the agent to appear (it may still be
+  // registering with the job's scheduler) and to accept the session.
+  int connect_timeout_ms = 120000;
+};
+
+class KUBEPS_EXPORT KVWorker {
  public:
   using Ticket = uint64_t;
 
   // Registers with the scheduler and waits for the cluster to be complete.
+  // On success stores the client in *out and returns OK; otherwise *out is
+  // left alone and the status says which peer could not be reached.
   static Status Start(const KVOptions& options, std::unique_ptr<KVWorker>* out);
+
+  // Opens a session with the pod's kubeps-agent sidecar: waits (up to
+  // connect_timeout_ms) for <socket_dir>/agent.json, connects to
+  // agent.sock and presents agent.json's nonce, so a directory mounted from
+  // another pod is refused. On success stores the client in *out and
+  // returns OK; otherwise Unavailable (no agent), InvalidArgument (another
+  // protocol or nonce) or FailedPrecondition (another process of the pod
+  // holds the agent), with the agent's message.
+  //
+  // Tensor data travels through a file of shared memory, never through the
+  // socket. Push copies the caller's gradients into it before it returns
+  // (the caller's buffers are free again at once) and Wait copies pulled
+  // values out of it to the caller's pointers: one memcpy each way per
+  // tensor. A caller that passes SharedGrads(key) / SharedValues(key) as
+  // the key's pointer is not copied at all. Each tensor has one grads and
+  // one values region, so a Push (Pull) of a key whose region a ticket not
+  // yet waited for still uses fails, at Wait, with FailedPrecondition.
+  // InitTensors comes once per connection.
+  //
+  // Destroying the client ends the session (the agent keeps the worker's
+  // rank for a restarted process); after Finish the agent exits.
+  static Status Connect(const SidecarOptions& options, std::unique_ptr<KVWorker>* out);
+
   virtual ~KVWorker() = default;
 
   virtual int rank() const = 0;
@@ -66,17 +109,29 @@ class KVWorker {
 
   // Declares the tensors (sizes in elements, key = index) and sets their
   // initial values: rank 0's `values` are stored, the others' ignored (the
-  // broadcast of initial weights). Returns when every worker has declared.
+  // broadcast of initial weights; a null pointer is allowed where ignored).
+  // Returns when every worker has declared. It does not write `values`:
+  // Pull the parameters to start from; WaitWithVersion on that pull says
+  // their step, where a restarted process resumes. REQUIRES: every
+  // size >= 1; no ticket open.
   virtual Status InitTensors(const std::vector<const float*>& values,
                              const std::vector<uint64_t>& sizes) = 0;
 
-  // Gradients computed on parameters of version `step` (sync mode).
+  // Gradients computed on parameters of version `step` (sync mode). The
+  // ticket owns no copy of `grads`: REQUIRES: the buffers stay valid and
+  // unchanged until the ticket is waited for, each as long as its tensor.
   virtual Ticket Push(const std::vector<const float*>& grads, uint64_t step) = 0;
-  // Parameters of at least version `min_version` (0 in async mode).
+  // Parameters of at least version `min_version` (0 in async mode), written
+  // to `values` by the time Wait returns OK. REQUIRES: the buffers stay
+  // valid, and unread, until the ticket is waited for.
   virtual Ticket Pull(const std::vector<float*>& values, uint64_t min_version) = 0;
   // Push, then pull version step+1 once the push is acknowledged.
   virtual Ticket PushPull(const std::vector<const float*>& grads, const std::vector<float*>& values,
                           uint64_t step) = 0;
+  // Blocks until every request of `ticket` is answered; OK, or the first
+  // failure (Aborted: see Recover). A ticket is waited for once; an unknown
+  // one is an error. A failure of Push/Pull itself (a key never declared,
+  // a call before InitTensors) is reported here, not by Push/Pull.
   virtual Status Wait(Ticket ticket) = 0;
   // Wait, and for a pull (or the pull half of PushPull) *version receives
   // the smallest version among the values received: in sync mode the step
@@ -84,20 +139,37 @@ class KVWorker {
   // the ticket pulled nothing.
   virtual Status WaitWithVersion(Ticket ticket, uint64_t* version) = 0;
 
-  // Blocks until every worker has reached the barrier `name`.
+  // Blocks until every worker has reached the barrier `name`. A name is
+  // released once per job: pass a new one each time (e.g. with the epoch).
   virtual Status Barrier(const std::string& name) = 0;
   // Tells the scheduler this worker is done; the last one ends the job.
+  // REQUIRES: no Push/Pull after it; behind the sidecar, InitTensors
+  // succeeded.
   virtual Status Finish() = 0;
 
   // Sync mode recovery. When a shard restarts from its checkpoint, the job
   // rolls back: pending and new Push/Pull tickets end with an aborted status
   // (Status::IsAborted). Recover() then waits until every shard has restored
   // and returns the step to resume from; requests made after it use the new
-  // generation.
+  // generation. Behind the sidecar the agent has recovered before the
+  // aborted Wait returned: Recover returns its step at once (and
+  // FailedPrecondition when no Wait was aborted).
   virtual Status Recover(uint64_t* resume_step) = 0;
 
-  // Where each part of each tensor lives (after InitTensors).
+  // Where each part of each tensor lives (after InitTensors). Behind the
+  // sidecar the agent places the parts, and this list is empty.
   virtual const std::vector<Part>& parts() const = 0;
+
+  // Zero copy behind the sidecar: the shared-memory regions of tensor `key`
+  // (after InitTensors; valid until the client is destroyed). A caller that
+  // computes its gradients into SharedGrads(key) and passes it to Push, or
+  // passes SharedValues(key) to Pull, saves the copy. The protocol's rule
+  // holds: do not write a grads region until the push reading it was waited
+  // for, nor read a values region before its pull was. Null for a key
+  // never declared, and for the in-process client (Start), which has no
+  // shared memory: it reads and writes the caller's buffers directly.
+  virtual float* SharedValues(uint32_t key) { return nullptr; }
+  virtual float* SharedGrads(uint32_t key) { return nullptr; }
 };
 
 }  // namespace kubeps

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "worker-agent/kv/sdk_export.h"
+
 namespace kubeps {
 
 struct Part {
@@ -32,8 +34,8 @@ struct PlacementOptions {
 };
 
 // Parts of every tensor, grouped by key in key order, offsets increasing.
-std::vector<Part> PlaceTensors(const std::vector<uint64_t>& tensor_sizes, int num_servers,
-                               const PlacementOptions& options);
+KUBEPS_EXPORT std::vector<Part> PlaceTensors(const std::vector<uint64_t>& tensor_sizes,
+                                             int num_servers, const PlacementOptions& options);
 
 }  // namespace kubeps
 

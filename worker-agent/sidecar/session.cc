@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <set>
 
 #include "common/logging.h"
@@ -445,8 +446,11 @@ std::optional<Session::Outcome> Session::StartWait(const json& id, const json& r
 Session::Outcome Session::WaitFor(const std::vector<Transfer>& transfers) {
   Status failure;
   const Transfer* aborted = nullptr;
+  uint64_t pulled_version = UINT64_MAX;  // the smallest version the pulls received
   for (const Transfer& transfer : transfers) {
-    Status s = context_.kv->Wait(transfer.ticket);
+    uint64_t version = 0;
+    Status s = context_.kv->WaitWithVersion(transfer.ticket, &version);
+    if (s.ok() && transfer.kind != Kind::kPush) pulled_version = std::min(pulled_version, version);
     if (s.IsAborted() && !aborted) {
       // A rollback wins over other failures: the client must resume.
       aborted = &transfer;
@@ -457,7 +461,9 @@ Session::Outcome Session::WaitFor(const std::vector<Transfer>& transfers) {
   }
   if (failure.ok()) {
     CountSteps(transfers);
-    return {};
+    Outcome ok;
+    if (pulled_version != UINT64_MAX) ok.fields = {{"version", pulled_version}};
+    return ok;
   }
   if (!aborted) {
     return {CodeOf(failure), "wait: " + failure.message()};
