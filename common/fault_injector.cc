@@ -75,11 +75,16 @@ void FaultInjector::SleepRandom(const char* rpc) {
 
 grpc::Status FaultInjector::Drop(grpc::ServerContext* context, const char* rpc, const char* what) {
   Count(what[0] == 'r' && what[2] == 'q' ? "drop_request" : "drop_response", rpc);
-  // The sender hears nothing: hold the call until its deadline passes (or
-  // it gives up), capped so a call without deadline cannot hang us.
-  auto cap = std::chrono::system_clock::now() + std::chrono::seconds(60);
-  while (!context->IsCancelled() &&
-         std::chrono::system_clock::now() < std::min(cap, context->deadline())) {
+  // The sender hears nothing: hold the call until it is cancelled (the
+  // sender's deadline passed, or it gave up), capped so a call without
+  // deadline cannot hang us. Not until our view of the deadline: on a loaded
+  // machine our answer would then reach a sender whose own timer has not
+  // fired yet, and it would hear UNAVAILABLE instead of nothing.
+  using std::chrono::system_clock;
+  auto cap = system_clock::now() + std::chrono::seconds(60);
+  // (A call without deadline has the greatest time point: no sum with it.)
+  if (context->deadline() < cap) cap = context->deadline() + std::chrono::seconds(5);
+  while (!context->IsCancelled() && system_clock::now() < cap) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return grpc::Status(grpc::StatusCode::UNAVAILABLE,

@@ -8,21 +8,33 @@
 // (raw float32, key order) for exactness tests; KUBEPS_MAX_STEPS=N stops
 // after N steps (smoke runs and tests).
 //
+// With --connect, the worker trains the built-in model as a pod's own
+// program does: through the pod's `kubeps-agent --serve` (KVWorker::Connect)
+// instead of a KV client of its own. It is the user-code path with the
+// built-in trainer on top, so the two can be measured against each other
+// (bench/sidecar_cost.py); --model and --dataset name what the job, which
+// brings this command as its program, does not.
+//
 // With --serve, a worker trains nothing itself: it registers and serves the
 // pod's own training process (PyTorch, C++) over a Unix socket in
-// --socket-dir (docs/sidecar-protocol.md) until that process says finish.
+// --socket-dir (docs/sidecar-protocol.md); once that process has said finish
+// it waits for SIGTERM, as a native sidecar does.
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <thread>
+#include <vector>
 
+#include "api/models.h"
 #include "api/pod_env_codec.h"
 #include "common/blas_threads.h"
 #include "common/command_line.h"
@@ -110,6 +122,9 @@ Status LoadModelAndData(const api::TrainingJob& job, std::unique_ptr<trainer::Mo
   return Status::Ok();
 }
 
+// How a worker reaches the job: a KV client of its own, or the pod's agent.
+enum class KVPath { kInProcess, kThroughSidecar };
+
 // Where this process's parameters live and what share of the work it does.
 struct Session {
   std::unique_ptr<KVWorker> kv;  // null in local mode
@@ -120,8 +135,8 @@ struct Session {
 // A worker joins the job (scheduler, rank, shards); the local baseline
 // keeps its parameters itself, with the servers' optimizer code and the
 // whole global batch.
-Status JoinJob(const api::NodeConfig& config, const api::TrainingJob& job, MetricsServer* metrics,
-               Session* session) {
+Status JoinJob(const api::NodeConfig& config, const api::TrainingJob& job, KVPath path,
+               MetricsServer* metrics, Session* session) {
   LoopConfig& loop = session->loop;
   loop.epochs = job.spec.epochs;
   loop.seed = job.spec.seed;
@@ -136,8 +151,14 @@ Status JoinJob(const api::NodeConfig& config, const api::TrainingJob& job, Metri
     loop.local_batch = job.spec.batch_size * job.spec.worker.replicas;
     return Status::Ok();
   }
-  api::PublishPorts(config, 0, metrics->port());
-  if (Status s = ConnectToJob(config, job, metrics, &session->kv); !s.ok()) return s;
+  if (path == KVPath::kThroughSidecar) {
+    SidecarOptions options;
+    options.socket_dir = config.socket_dir;
+    if (Status s = KVWorker::Connect(options, &session->kv); !s.ok()) return s;
+  } else {
+    api::PublishPorts(config, 0, metrics->port());
+    if (Status s = ConnectToJob(config, job, metrics, &session->kv); !s.ok()) return s;
+  }
   SetLogTag("worker " + std::to_string(session->kv->rank()));
   session->store =
       std::make_unique<RemoteStore>(session->kv.get(), job.spec.mode == api::SyncMode::kSync);
@@ -147,8 +168,12 @@ Status JoinJob(const api::NodeConfig& config, const api::TrainingJob& job, Metri
   return Status::Ok();
 }
 
-Status StartMetrics(const api::NodeConfig& config, std::unique_ptr<MetricsServer>* metrics) {
-  const int port = config.role == "local" ? -1 : config.metrics_port;
+// A worker through the sidecar exports nothing itself: its agent, which
+// holds the worker's identity and its port, exports the worker's metrics.
+Status StartMetrics(const api::NodeConfig& config, KVPath path,
+                    std::unique_ptr<MetricsServer>* metrics) {
+  const bool exports = config.role != "local" && path == KVPath::kInProcess;
+  const int port = exports ? config.metrics_port : -1;
   return MetricsServer::Start(
       config.pod_ip, port, {{"job", config.job_name}, {"role", "worker"}, {"node", config.node_id}},
       metrics);
@@ -165,15 +190,15 @@ void TellSchedulerDone(KVWorker* kv) {
   }
 }
 
-int TrainBuiltInModel(const api::NodeConfig& config, const api::TrainingJob& job) {
+int TrainBuiltInModel(const api::NodeConfig& config, const api::TrainingJob& job, KVPath path) {
   std::unique_ptr<trainer::Model> model;
   trainer::FashionMnist data;
   if (Status s = LoadModelAndData(job, &model, &data); !s.ok()) return Fail(s);
   std::unique_ptr<MetricsServer> metrics;
-  if (Status s = StartMetrics(config, &metrics); !s.ok()) return Fail(s);
+  if (Status s = StartMetrics(config, path, &metrics); !s.ok()) return Fail(s);
 
   Session session;
-  if (Status s = JoinJob(config, job, metrics.get(), &session); !s.ok()) return Fail(s);
+  if (Status s = JoinJob(config, job, path, metrics.get(), &session); !s.ok()) return Fail(s);
   if (Status s = session.store->Init(*model); !s.ok()) return Fail(s);
   LoopResult result;
   if (Status s =
@@ -189,10 +214,13 @@ int TrainBuiltInModel(const api::NodeConfig& config, const api::TrainingJob& job
   return 0;
 }
 
-// SIGTERM and SIGINT stop the sidecar server. A signal handler may not take
-// locks, so it only writes to a pipe; a thread reads it and calls Shutdown.
+// SIGTERM and SIGINT stop the sidecar. A signal handler may not take
+// locks, so it only writes to a pipe; a thread reads it, stops the server
+// (cutting a session still open) and wakes WaitForStopSignal.
 int g_stop_pipe[2] = {-1, -1};
 volatile std::sig_atomic_t g_stop_signal = 0;
+std::mutex g_stop_mutex;
+std::condition_variable g_stopped;
 
 void OnStopSignal(int signal) {
   g_stop_signal = signal;
@@ -206,10 +234,19 @@ void StopOnSignal(sidecar::SidecarServer* server) {
     while (::read(g_stop_pipe[0], &c, 1) < 0 && errno == EINTR) {
     }
     server->Shutdown();
+    std::lock_guard<std::mutex> lock(g_stop_mutex);
+    g_stopped.notify_all();
   }).detach();
   std::signal(SIGTERM, OnStopSignal);
   std::signal(SIGINT, OnStopSignal);
 }
+
+void WaitForStopSignal() {
+  std::unique_lock<std::mutex> lock(g_stop_mutex);
+  g_stopped.wait(lock, [] { return g_stop_signal != 0; });
+}
+
+const char* SignalName(int signal) { return signal == SIGINT ? "SIGINT" : "SIGTERM"; }
 
 sidecar::SidecarOptions ServingOptions(const api::NodeConfig& config, const api::TrainingJob& job,
                                        MetricsServer* metrics) {
@@ -224,6 +261,36 @@ sidecar::SidecarOptions ServingOptions(const api::NodeConfig& config, const api:
   return options;
 }
 
+// What --connect trains: the job brings this command as its program, so it
+// names no model; the flags do (or the job's spec, where it names one).
+struct BuiltInProgram {
+  bool connect = false;
+  std::string model;
+  std::string dataset;
+};
+
+Status NameTheBuiltInModel(const BuiltInProgram& program, const api::NodeConfig& config,
+                           api::TrainingJob* job) {
+  if (config.role != "worker") {
+    return Status::InvalidArgument("kubeps-agent --connect: KUBEPS_ROLE must be worker, got \"" +
+                                   config.role + "\"");
+  }
+  if (!program.model.empty()) job->spec.model = program.model;
+  if (!program.dataset.empty()) job->spec.dataset_path = program.dataset;
+  if (job->spec.model.empty() || job->spec.dataset_path.empty()) {
+    return Status::InvalidArgument(
+        "kubeps-agent --connect: --model and --dataset are required when the job names no "
+        "spec.model and spec.dataset");
+  }
+  return Status::Ok();
+}
+
+std::vector<std::string> ModelNames() {
+  std::vector<std::string> names;
+  for (const api::ModelInfo& model : api::kModels) names.push_back(model.name);
+  return names;
+}
+
 // The worker as a sidecar: it joins the job as the built-in trainer does,
 // with the same KV options and metrics, then serves the pod's training
 // process until it says finish.
@@ -235,7 +302,7 @@ int ServeTrainingProcess(const api::NodeConfig& config, const api::TrainingJob& 
   // First, so that a client does not read the nonce of an agent that died.
   if (Status s = sidecar::PrepareSocketDirectory(config.socket_dir); !s.ok()) return Fail(s);
   std::unique_ptr<MetricsServer> metrics;
-  if (Status s = StartMetrics(config, &metrics); !s.ok()) return Fail(s);
+  if (Status s = StartMetrics(config, KVPath::kInProcess, &metrics); !s.ok()) return Fail(s);
   api::PublishPorts(config, 0, metrics->port());
   std::unique_ptr<KVWorker> kv;
   if (Status s = ConnectToJob(config, job, metrics.get(), &kv); !s.ok()) return Fail(s);
@@ -251,15 +318,19 @@ int ServeTrainingProcess(const api::NodeConfig& config, const api::TrainingJob& 
   if (Status s = server->Serve(); !s.ok()) return Fail(s);
   const std::string steps = std::to_string(server->steps()) + " steps";
   if (const int signal = g_stop_signal) {
-    PrintLine(std::string(signal == SIGINT ? "SIGINT" : "SIGTERM") + ": stopped serving after " +
-              steps);
+    PrintLine(std::string(SignalName(signal)) + ": stopped serving after " + steps);
     // A session's requests may still wait on peers that are going away
     // too: exit without waiting for them (the files are removed already).
     std::_Exit(0);
   }
-  std::signal(SIGTERM, SIG_DFL);
-  std::signal(SIGINT, SIG_DFL);
-  PrintLine("the training process finished after " + steps);
+  // A native sidecar that exits is started again by the kubelet while the
+  // pod's main container still runs (it may evaluate after finish), and a
+  // new agent would register the worker again: stay until the kubelet (or
+  // kubeps run) ends the pod's sidecars, as it does once the program ended.
+  PrintLine("the training process finished after " + steps + "; waiting to be stopped");
+  WaitForStopSignal();
+  PrintLine(std::string(SignalName(g_stop_signal)) +
+            ": stopped after the training process finished");
   return 0;
 }
 
@@ -277,8 +348,23 @@ int main(int argc, char** argv) {
   app.add_flag("--serve", serve,
                "serve the pod's own training process over a Unix socket in --socket-dir "
                "(docs/sidecar-protocol.md) instead of training the built-in model");
+  BuiltInProgram program;
+  auto* connect = app.add_flag("--connect", program.connect,
+                               "train the built-in model as the pod's own program, through the "
+                               "pod's kubeps-agent --serve in --socket-dir, not a KV client of "
+                               "its own");
+  app.add_option("--model", program.model, "with --connect: the built-in model")
+      ->needs(connect)
+      ->check(CLI::IsMember(ModelNames()));
+  app.add_option("--dataset", program.dataset,
+                 "with --connect: the folder of the four Fashion-MNIST IDX .gz files")
+      ->needs(connect);
+  connect->excludes(app.get_option("--serve"));
   if (auto exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
   api::TrainingJob job;
   if (Status s = LoadConfigAndJob(&config, &job); !s.ok()) return Fail(s);
-  return serve ? ServeTrainingProcess(config, job) : TrainBuiltInModel(config, job);
+  if (serve) return ServeTrainingProcess(config, job);
+  if (!program.connect) return TrainBuiltInModel(config, job, KVPath::kInProcess);
+  if (Status s = NameTheBuiltInModel(program, config, &job); !s.ok()) return Fail(s);
+  return TrainBuiltInModel(config, job, KVPath::kThroughSidecar);
 }

@@ -8,14 +8,13 @@
 //
 //   softmax_trainer [--epochs=1] [--batch-size=64] [--seed=1]
 //                   [--data-dir=/usr/share/datasets/fashion-mnist]
-//                   [--zero-copy] [--crash-after-step=N]
+//                   [--zero-copy]
 //
 // Each step's batch is a pure function of the seed, the step and the rank,
 // so a restarted process that resumes at the servers' step sees exactly
 // the data it would have seen. --zero-copy computes gradients straight into
 // the shared-memory regions the agent pushes from and reads parameters
-// where it pulls them to; --crash-after-step=N exits abruptly after step N,
-// as a killed process would (for tests of restarts).
+// where it pulls them to.
 //
 // Prints progress, then "rank R: test accuracy X" and a hash of the final
 // parameters.
@@ -41,7 +40,6 @@ struct Flags {
   uint64_t seed = 1;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   bool zero_copy = false;
-  long crash_after_step = -1;
 };
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
@@ -60,8 +58,6 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       flags->data_dir = value;
     } else if (name == "--zero-copy") {
       flags->zero_copy = true;
-    } else if (name == "--crash-after-step") {
-      flags->crash_after_step = std::atol(value.c_str());
     } else {
       std::fprintf(stderr, "unknown flag %s\n", arg.c_str());
       return false;
@@ -259,11 +255,6 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
       loss_sum = 0;
       losses = 0;
-    }
-    if (flags.crash_after_step >= 0 && step - 1 == static_cast<uint64_t>(flags.crash_after_step)) {
-      std::printf("rank %d: crashing after step %ld\n", rank, flags.crash_after_step);
-      std::fflush(stdout);
-      std::_Exit(3);  // no bye, no finish: as if killed
     }
   }
 

@@ -24,9 +24,9 @@ using controller::ReplicaPhase;
 
 namespace {
 
-// After its program succeeded, the agent is given this long to exit on its
-// own (it does once the client said finish) before it is sent SIGTERM.
-constexpr int64_t kAgentOwnExitMs = 1000;
+// An agent whose program used up the pod's grace period still gets this
+// long to stop after its SIGTERM.
+constexpr int64_t kAgentStopMs = 1000;
 // A dead agent is restarted at once, then after 0.5 s, 1 s, 2 s, ... up to
 // this (Kubernetes' crash-loop back-off, shortened for one machine).
 constexpr int64_t kAgentRestartDelayMaxMs = 10000;
@@ -197,7 +197,8 @@ void LocalCluster::ReapSidecarPod(Pod& pod) {
                   << ") exited with code " << code;
       }
       pod.agent_start_at_ms = -1;  // a dead agent stays dead now
-      pod.agent_term_at_ms = now + (code == 0 ? kAgentOwnExitMs : 0);
+      // As the kubelet ends a native sidecar once the main containers ended.
+      pod.agent_term_at_ms = now;
     }
   }
   const bool program_runs = pod.program_pid > 0;
@@ -253,7 +254,7 @@ void LocalCluster::StopPod(Pod& pod) {
   if (pod.pid > 0) {
     ::kill(pod.pid, SIGTERM);
     // An agent whose program used up the grace period still gets a moment.
-    if (WaitUntil(pod.pid, std::max(deadline, NowMs() + kAgentOwnExitMs)) < 0) {
+    if (WaitUntil(pod.pid, std::max(deadline, NowMs() + kAgentStopMs)) < 0) {
       KillAndReap(pod.pid, false);
     }
     pod.pid = -1;

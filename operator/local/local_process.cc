@@ -113,6 +113,11 @@ Status StartChild(const ChildSpec& spec, pid_t* pid) {
     (void)!::write(STDERR_FILENO, message.data(), message.size());
     ::_exit(127);
   }
+  // The parent too, so that the group exists when StartChild returns: a
+  // kill of the group (-pid) right after it would otherwise find none, and
+  // the child would run on (EACCES once it has exec'ed: then it made the
+  // group itself already).
+  ::setpgid(child, child);
   if (tagged) {
     ::close(out_pipe[1]);
     ::close(err_pipe[1]);

@@ -153,7 +153,7 @@ class Session:
         self._connection.call("barrier", name=str(name))
 
     def finish(self):
-        """Tells the job this worker is done, then ends the session (the agent exits)."""
+        """Tells the job this worker is done, then ends the session (the agent serves no other)."""
         self._connection.call("finish")
         self.close()
 

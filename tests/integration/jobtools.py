@@ -93,6 +93,14 @@ class RunningJob:
             time.sleep(0.05)
         raise AssertionError("no line matching %r; output:\n%s" % (pattern, self.output()))
 
+    def close(self):
+        """Kills `kubeps run` if it still runs, and closes its output."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self._reader.join(timeout=10)
+        self.process.stdout.close()
+
     def interrupt(self):
         self.process.send_signal(signal.SIGINT)
 
@@ -158,6 +166,38 @@ def metric(series, name, **labels):
             total += value
             found = True
     return total if found else None
+
+
+def read_ports(run_dir, replica):
+    """(grpc, metrics) from the replica's ports file, or None if not there yet."""
+    try:
+        with open(os.path.join(run_dir, replica + ".ports")) as f:
+            values = dict(line.split() for line in f if line.strip())
+        return int(values["grpc"]), int(values["metrics"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def scrape_while_running(job, replicas, interval=0.3):
+    """Scrapes every one of `replicas` until the job ends; returns the last
+    scrape of each (counters only grow, so the last one is the largest)."""
+    latest = {}
+    while job.process.poll() is None:
+        for replica in replicas:
+            ports = read_ports(job.run_dir, replica)
+            if ports is None:
+                continue
+            try:
+                latest[replica] = scrape(ports[1])
+            except OSError:
+                pass  # not serving yet, or already gone
+        time.sleep(interval)
+    return latest
+
+
+def total(scrapes, name, **labels):
+    """The sum of metric `name` over every replica's scrape."""
+    return sum(metric(series, name, **labels) or 0 for series in scrapes.values())
 
 
 def processes_with_env(key, value):

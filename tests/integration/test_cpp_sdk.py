@@ -3,41 +3,36 @@ fresh prefix; what lands there (headers that compile alone and name no gRPC
 or protobuf, a library that exports the SDK and nothing else, a CMake
 package); examples/cpp configured and built against that prefix only, with
 its own build folder; and the built example training softmax regression on
-Fashion-MNIST with a job's parameter servers through each worker's
-`kubeps-agent --serve`; a trainer killed midway and restarted ends the job
-with the same parameters, bit for bit, as a run without the crash.
+Fashion-MNIST as a TrainingJob's own program under `kubeps run`:
+examples/cpp/trainingjob.yaml, a job without spec.model whose worker
+container's command is the trainer, each worker's trainer beside its
+`kubeps-agent --serve`. A trainer SIGKILLed
+midway is restarted by the run policy, keeps its rank and ends the job with
+the same parameters, bit for bit, as a run without the kill; the clean run
+trains in the agent's shared regions (--zero-copy) and the killed one
+through its own buffers, so the two paths are compared too.
 
     python3 -m unittest -v test_cpp_sdk        (from tests/integration)
-
-The job is started by hand (scheduler, servers, one serving agent and one
-trainer per worker), as tests/python/real_agent.py does, until `kubeps run`
-starts a worker's own command beside its agent. Then only `train` changes:
-a TrainingJob without spec.model whose worker container's command is the
-trainer with --epochs=2, runPolicy OnFailure, run with jobtools.RunningJob;
-worker 1's trainer SIGKILLed by the test as test_user_code.py does, instead
-of --crash-after-step (the bit-for-bit comparison holds wherever it dies).
-The patterns below already allow the "[worker-N/trainer] " tag that
-`kubeps run` puts on a program's lines.
 """
 import glob
 import json
 import os
 import re
 import shutil
-import socket
+import signal
 import subprocess
 import tempfile
-import time
 import unittest
 
-from jobtools import BIN_DIR, DATASET, SOURCE_DIR
+from jobtools import BIN_DIR, SOURCE_DIR, RunningJob, replica_pids, write_manifest
 
 BUILD_DIR = os.path.dirname(BIN_DIR)
 EXAMPLE_DIR = os.path.join(SOURCE_DIR, "examples", "cpp")
-TAG = r"^(?:\[worker-\d+/\w+\] )?"  # kubeps run's, on a worker program's lines
+TAG = r"^\[worker-(\d+)/trainer\] "  # kubeps run's, on a worker program's lines
 ACCURACY = re.compile(TAG + r"rank (\d+): test accuracy ([\d.]+)$", re.M)
 PARAMETERS = re.compile(TAG + r"rank (\d+): parameters fnv1a ([0-9a-f]+)$", re.M)
 STARTING = re.compile(TAG + r"rank (\d+) of \d+: steps (\d+) to (\d+)", re.M)
+KILL_AFTER_STEP = 100
 
 # What the prefix holds, relative to it (libdir as GNUInstallDirs chose it).
 HEADERS = ["include/kubeps/common/resend_policy.h", "include/kubeps/common/status.h",
@@ -55,87 +50,6 @@ def run(args, **kwargs):
         raise AssertionError("%s failed (%d):\n%s%s" % (" ".join(args), result.returncode,
                                                         result.stdout, result.stderr))
     return result.stdout
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class HandStartedJob:
-    """A sync job on loopback: a scheduler, `servers` parameter servers and,
-    per worker, `kubeps-agent --serve` in its own socket folder. Trainers are
-    started beside the agents with start_trainer. Every process's output goes
-    to a log file in `folder`; stop() ends the processes still running."""
-
-    def __init__(self, folder, servers=2, workers=2, optimizer=None):
-        self.folder = folder
-        self.processes = []  # (name, Popen, log path)
-        job = {
-            "apiVersion": "kubeps.io/v1alpha1", "kind": "TrainingJob",
-            "metadata": {"name": "cpp-sdk"},
-            "spec": {
-                "mode": "sync", "model": "mlp", "dataset": {"path": DATASET},
-                "optimizer": optimizer or {"name": "sgd", "learningRate": 0.1},
-                "replicaSpecs": {"ps": {"replicas": servers}, "worker": {"replicas": workers}},
-            },
-        }
-        port = free_port()
-        self.env = dict(os.environ, KUBEPS_JOB=json.dumps(job), KUBEPS_JOB_NAME="cpp-sdk",
-                        KUBEPS_NUM_SERVERS=str(servers), KUBEPS_NUM_WORKERS=str(workers),
-                        KUBEPS_SCHEDULER_ADDR="127.0.0.1:%d" % port)
-        server = os.path.join(BIN_DIR, "kubeps-server")
-        self.start("scheduler", [server, "--role=scheduler", "--node-id=scheduler",
-                                 "--port=%d" % port])
-        for i in range(servers):
-            self.start("ps-%d" % i, [server, "--role=server", "--node-id=ps-%d" % i])
-        self.agents = []
-        for i in range(workers):
-            self.agents.append(self.start("agent-%d" % i, [
-                os.path.join(BIN_DIR, "kubeps-agent"), "--role=worker", "--node-id=worker-%d" % i,
-                "--serve", "--socket-dir=" + self.socket_dir(i)]))
-
-    def socket_dir(self, worker):
-        return os.path.join(self.folder, "worker-%d" % worker)
-
-    def start(self, name, args, env=None):
-        log = os.path.join(self.folder, name + ".log")
-        with open(log, "ab") as out:
-            process = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT,
-                                       env=env or self.env, start_new_session=True)
-        self.processes.append((name, process, log))
-        return process
-
-    def start_trainer(self, worker, command, name=None):
-        """The worker's own command, as the pod's user container runs it."""
-        env = dict(self.env, KUBEPS_SOCKET_DIR=self.socket_dir(worker))
-        return self.start(name or "trainer-%d" % worker, command, env=env)
-
-    def log(self, name):
-        with open(os.path.join(self.folder, name + ".log"), errors="replace") as f:
-            return f.read()
-
-    def logs(self):
-        return "\n".join("--- %s (exit %s)\n%s" % (name, process.poll(), self.log(name)[-3000:])
-                         for name, process, _ in self.processes)
-
-    def wait(self, process, timeout):
-        try:
-            return process.wait(timeout=max(1, timeout))
-        except subprocess.TimeoutExpired:
-            raise AssertionError("a process did not end in time; logs:\n" + self.logs())
-
-    def stop(self):
-        for _, process, _ in reversed(self.processes):
-            if process.poll() is None:
-                process.terminate()
-        for _, process, _ in self.processes:
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
 
 class CppSdkTest(unittest.TestCase):
@@ -223,62 +137,76 @@ class CppSdkTest(unittest.TestCase):
             self.assertNotIn(BUILD_DIR, entry["command"])
         self.assertTrue(os.access(self.trainer, os.X_OK))
 
-    def train(self, crash_after_step=None):
-        """Two epochs with two workers, two servers; worker 0 works in the
-        shared regions, worker 1 through its own buffers. With
-        crash_after_step, worker 1's trainer dies after that step, as if
-        killed, and is started again. Returns the trainers' logs joined."""
-        job = HandStartedJob(tempfile.mkdtemp(prefix="job-", dir=self.work))
-        deadline = time.time() + 120
-        try:
-            trainers = [job.start_trainer(0, [self.trainer, "--zero-copy", "--epochs=2"])]
-            if crash_after_step is None:
-                trainers.append(job.start_trainer(1, [self.trainer, "--epochs=2"]))
-            else:
-                crashing = job.start_trainer(
-                    1, [self.trainer, "--epochs=2", "--crash-after-step=%d" % crash_after_step],
-                    name="trainer-1-crashed")
-                self.assertEqual(job.wait(crashing, deadline - time.time()), 3, job.logs())
-                trainers.append(job.start_trainer(1, [self.trainer, "--epochs=2"]))
-            for trainer in trainers:
-                self.assertEqual(job.wait(trainer, deadline - time.time()), 0, job.logs())
-            for agent in job.agents:  # each agent exits once its trainer said finish
-                self.assertEqual(job.wait(agent, deadline - time.time()), 0, job.logs())
-            return {name: job.log(name) for name in ("trainer-0", "trainer-1")}, job.logs()
-        finally:
-            job.stop()
+    def manifest(self, zero_copy):
+        """examples/cpp/trainingjob.yaml in a folder of its own whose build/
+        is the example's build, as after the example's README; without
+        `zero_copy`, its trainers copy through their own buffers."""
+        with open(os.path.join(EXAMPLE_DIR, "trainingjob.yaml")) as f:
+            text = f.read()
+        if not zero_copy:
+            self.assertIn('"--zero-copy", ', text)
+            text = text.replace('"--zero-copy", ', "")
+        folder = tempfile.mkdtemp(prefix="job-", dir=self.work)
+        os.symlink(self.example_build, os.path.join(folder, "build"))
+        return folder, write_manifest(folder, text, "trainingjob.yaml")
 
-    def results(self, logs):
-        """{rank: (accuracy, parameter hash)} from the trainers' logs."""
-        text = "\n".join(logs.values())
-        hashes = dict(PARAMETERS.findall(text))
-        return {rank: (accuracy, hashes.get(rank)) for rank, accuracy in ACCURACY.findall(text)}
+    def train(self, zero_copy, kill=False):
+        """Two epochs of the example as a job of two workers and two servers;
+        with `kill`, worker 1's trainer is SIGKILLed after its progress line
+        of step KILL_AFTER_STEP. Returns the job's output."""
+        folder, path = self.manifest(zero_copy)
+        job = RunningJob(path, run_dir=os.path.join(folder, "run"))
+        try:
+            if kill:
+                job.wait_for_line(TAG + r"rank \d+: step %d/" % KILL_AFTER_STEP)
+                trainers = [pid for pid in replica_pids(job.run_dir, "worker-1")
+                            if os.path.basename(os.readlink("/proc/%d/exe" % pid)) ==
+                            "softmax_trainer"]
+                self.assertEqual(len(trainers), 1, job.output())
+                os.kill(trainers[0], signal.SIGKILL)
+            code = job.wait(240)
+        finally:
+            job.close()
+        output = job.output()
+        self.assertEqual(code, 0, output)
+        self.assertRegex(output, r"\[kubeps\] job cpp-softmax succeeded in [\d.]+ s")
+        return output
+
+    def results(self, output):
+        """{rank: (accuracy, parameter hash)} from the trainers' lines."""
+        hashes = {rank: value for _, rank, value in PARAMETERS.findall(output)}
+        return {rank: (accuracy, hashes.get(rank))
+                for _, rank, accuracy in ACCURACY.findall(output)}
 
     def clean_run(self):
         if not hasattr(CppSdkTest, "_clean"):
-            CppSdkTest._clean = self.train()
+            CppSdkTest._clean = self.train(zero_copy=True)
         return CppSdkTest._clean
 
-    def test_trains_with_the_jobs_servers(self):
-        logs, everything = self.clean_run()
-        results = self.results(logs)
-        self.assertEqual(sorted(results), ["0", "1"], everything)
+    def test_trains_as_the_jobs_own_program(self):
+        output = self.clean_run()
+        results = self.results(output)
+        self.assertEqual(sorted(results), ["0", "1"], output)
         # Sync: both workers end with the same parameters.
         self.assertEqual(results["0"], results["1"])
         # Softmax regression reaches about 0.83 in two epochs.
-        self.assertGreaterEqual(float(results["0"][0]), 0.78, everything)
+        self.assertGreaterEqual(float(results["0"][0]), 0.78, output)
         print("test accuracy %s after two epochs" % results["0"][0])
 
     def test_a_killed_trainer_resumes_exactly_where_it_was(self):
-        logs, everything = self.train(crash_after_step=150)
+        output = self.train(zero_copy=False, kill=True)
+        self.assertIn("worker-1's program (container trainer) exited with code 137", output)
+        starts = [(int(worker), rank, int(first)) for worker, rank, first, _ in
+                  STARTING.findall(output) if worker == "1"]
+        self.assertEqual(len(starts), 2, "worker-1's trainer ran twice; output:\n" + output)
         # Restarted, it keeps its rank and goes on from the servers' step...
-        restarted = STARTING.search(logs["trainer-1"])
-        self.assertIsNotNone(restarted, everything)
-        self.assertEqual(restarted.group(2), "151", "the restarted trainer's first step")
+        self.assertEqual(starts[1][1], starts[0][1], output)
+        self.assertEqual(starts[0][2], 0)
+        self.assertGreaterEqual(starts[1][2], KILL_AFTER_STEP, output)
         # ...with the data it would have had: the parameters are those of
-        # the run without a crash, bit for bit.
-        clean_logs, _ = self.clean_run()
-        self.assertEqual(self.results(logs), self.results(clean_logs), everything)
+        # the run without a kill (and in shared regions), bit for bit.
+        self.assertEqual(self.results(output), self.results(self.clean_run()), output)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -13,8 +13,8 @@ import time
 import unittest
 from unittest import mock
 
-from jobtools import (SOURCE_DIR, RunningJob, manifest_with, metric, read_floats, run_job, scrape,
-                      write_manifest)
+from jobtools import (SOURCE_DIR, RunningJob, manifest_with, metric, read_floats, run_job,
+                      scrape_while_running, total, write_manifest)
 
 PROXY = os.path.join(SOURCE_DIR, "tests", "tools", "fault_proxy.py")
 FAULTS = "drop_request=0.2,drop_response=0.2,duplicate=0.05,delay=0.1,delay_max_ms=300,seed=7"
@@ -30,37 +30,6 @@ def sync_job(name, max_resends=20):
     return manifest_with(name, {"resendTimeoutMs": 150, "maxResends": max_resends,
                                 "runPolicy": {"restartPolicy": "Never"}},
                          optimizer={"name": "sgd", "learningRate": 0.1})
-
-
-def read_ports(run_dir, replica):
-    """(grpc, metrics) from the replica's ports file, or None if not there yet."""
-    try:
-        with open(os.path.join(run_dir, replica + ".ports")) as f:
-            values = dict(line.split() for line in f if line.strip())
-        return int(values["grpc"]), int(values["metrics"])
-    except (OSError, KeyError, ValueError):
-        return None
-
-
-def scrape_while_running(job, interval=0.3):
-    """Scrapes every replica until the job ends; returns the last scrape of
-    each (counters only grow, so the last one is the largest)."""
-    latest = {}
-    while job.process.poll() is None:
-        for replica in REPLICAS:
-            ports = read_ports(job.run_dir, replica)
-            if ports is None:
-                continue
-            try:
-                latest[replica] = scrape(ports[1])
-            except OSError:
-                pass  # not serving yet, or already gone
-        time.sleep(interval)
-    return latest
-
-
-def total(scrapes, name, **labels):
-    return sum(metric(series, name, **labels) or 0 for series in scrapes.values())
 
 
 class FaultsTest(unittest.TestCase):
@@ -87,7 +56,7 @@ class FaultsTest(unittest.TestCase):
         path = write_manifest(self.dir, sync_job("faults"), "faults.yaml")
         job = RunningJob(path, env={"KUBEPS_MAX_STEPS": str(STEPS), "KUBEPS_DUMP_PARAMS": dump,
                                     "KUBEPS_FAULTS": FAULTS})
-        scrapes = scrape_while_running(job)
+        scrapes = scrape_while_running(job, REPLICAS)
         self.assertEqual(job.wait(timeout=240), 0, job.output())
         self.assertEqual(set(scrapes), set(REPLICAS), "replicas never scraped:\n" + job.output())
 

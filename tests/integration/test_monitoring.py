@@ -399,8 +399,7 @@ class PrometheusEndToEndTest(unittest.TestCase):
                 self.job.process.kill()
                 self.job.process.wait()
         if self.job is not None:
-            self.job._reader.join(timeout=10)
-            self.job.process.stdout.close()
+            self.job.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def api(self, path, **params):

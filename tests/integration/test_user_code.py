@@ -3,14 +3,19 @@ examples/pytorch/mlp (train.py and its trainingjob.yaml, 2 servers, 2 workers,
 sync, Adam on the servers, 500 steps), each worker's program beside its
 kubeps-agent. It trains to the accuracy measured for it; a SIGKILL of a
 worker's program or of its agent mid-job is repaired by the run policy, the
-worker keeps its rank and the job ends at the same accuracy; a manifest with
-neither a model nor a program fails `kubeps validate`, saying so.
+worker keeps its rank and the job ends at the same accuracy; a SIGKILL of a
+parameter server rolls the job back to its checkpoint and it ends with the
+same parameters, bit for bit, as without it; so does a job under injected
+faults (KUBEPS_FAULTS: dropped, duplicated and delayed requests and
+answers); a manifest with neither a model nor a program fails
+`kubeps validate`, saying so.
 
 The program needs a Python with torch: $KUBEPS_TORCH_PYTHON (ctest sets it to
 Debian's /usr/bin/python3, which has python3-torch), found as `python3` on the
 PATH the job gets, and the kubeps package from python/ on PYTHONPATH, as the
 example's comments tell a user to do.
 """
+import json
 import os
 import re
 import signal
@@ -19,9 +24,12 @@ import tempfile
 import time
 import unittest
 
-from jobtools import KUBEPS, SOURCE_DIR, RunningJob, processes_with_env, write_manifest
+from jobtools import (KUBEPS, SOURCE_DIR, RunningJob, processes_with_env, replica_pids,
+                      scrape_while_running, total, write_manifest)
 
-EXAMPLE = os.path.join(SOURCE_DIR, "examples", "pytorch", "mlp", "trainingjob.yaml")
+EXAMPLE_DIR = os.path.join(SOURCE_DIR, "examples", "pytorch", "mlp")
+EXAMPLE = os.path.join(EXAMPLE_DIR, "trainingjob.yaml")
+EXAMPLE_ARGS = '["--steps", "500", "--batch-size", "64"]'
 TORCH_PYTHON = os.environ.get("KUBEPS_TORCH_PYTHON", "/usr/bin/python3")
 STEPS = 500
 KILL_AFTER_STEP = 100
@@ -30,6 +38,9 @@ KILL_AFTER_STEP = 100
 MIN_ACCURACY = 0.83
 ACCURACY = re.compile(r"^\[worker-\d/trainer\] test accuracy ([\d.]+)")
 RANK = re.compile(r"^\[worker-0/trainer\] rank (\d) of 2")
+# What test_faults.py injects, on every process of the job.
+FAULTS = "drop_request=0.2,drop_response=0.2,duplicate=0.05,delay=0.1,delay_max_ms=300,seed=7"
+FAULT_STEPS = 40
 
 
 def why_torch_is_missing():
@@ -58,6 +69,40 @@ def program_env(directory):
     os.chmod(wrapper, 0o755)
     return {"PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
             "PYTHONPATH": os.path.join(SOURCE_DIR, "python")}
+
+
+def example_manifest(directory, name, steps=STEPS, save=None, spec=None):
+    """The example's manifest, written to `directory`, with `steps` steps,
+    rank 0 saving its final parameters to `save`, the top-level spec fields
+    in `spec` added, and its folder as the container's workingDir."""
+    with open(EXAMPLE) as f:
+        text = f.read()
+    args = json.loads(EXAMPLE_ARGS)
+    args[1] = str(steps)
+    if save:
+        args += ["--save", save]
+    for old, new in [
+            (EXAMPLE_ARGS, json.dumps(args)),
+            ("command: [python3, train.py]\n",
+             "command: [python3, train.py]\n              workingDir: %s\n" % EXAMPLE_DIR),
+            ("  mode: sync\n", "  mode: sync\n" + "".join(
+                "  %s: %s\n" % (key, json.dumps(value)) for key, value in (spec or {}).items()))]:
+        assert old in text, old
+        text = text.replace(old, new)
+    return write_manifest(directory, text, name + ".yaml")
+
+
+def differing_parameters(first, second):
+    """The names of the tensors whose bytes differ between two saved state_dicts."""
+    script = ("import sys, torch\n"
+              "a, b = torch.load(sys.argv[1]), torch.load(sys.argv[2])\n"
+              "assert a.keys() == b.keys(), (list(a), list(b))\n"
+              "print(' '.join(k for k in a if a[k].numpy().tobytes() != b[k].numpy().tobytes()))\n")
+    result = subprocess.run([TORCH_PYTHON, "-c", script, first, second], capture_output=True,
+                            text=True, timeout=120)
+    if result.returncode != 0:
+        raise AssertionError("comparing %s and %s: %s" % (first, second, result.stderr))
+    return result.stdout.split()
 
 
 def cmdline(pid):
@@ -99,18 +144,11 @@ class UserCodeTest(unittest.TestCase):
         self.dir = tempfile.mkdtemp(prefix="kubeps-user-code-")
         self.env = program_env(self.dir)
 
-    def start(self, name):
-        job = RunningJob(EXAMPLE, run_dir=os.path.join(self.dir, "run-" + name), env=self.env)
-        self.addCleanup(self.stop, job)
+    def start(self, name, manifest=EXAMPLE, env=None):
+        job = RunningJob(manifest, run_dir=os.path.join(self.dir, "run-" + name),
+                         env=dict(self.env, **(env or {})))
+        self.addCleanup(job.close)
         return job
-
-    @staticmethod
-    def stop(job):
-        if job.process.poll() is None:
-            job.process.kill()
-            job.process.wait()
-        job._reader.join(timeout=10)
-        job.process.stdout.close()
 
     def assert_succeeded(self, job, code):
         self.assertEqual(code, 0, job.output())
@@ -131,6 +169,12 @@ class UserCodeTest(unittest.TestCase):
             self.assert_succeeded(job, job.wait(180))
             UserCodeTest.clean_accuracy = accuracy_of(job)
         return UserCodeTest.clean_accuracy
+
+    def saved_run(self, name, steps=STEPS, spec=None, env=None):
+        """A run of the example whose rank 0 saves its parameters: (job, saved file)."""
+        saved = os.path.join(self.dir, name + ".pt")
+        job = self.start(name, example_manifest(self.dir, name, steps, saved, spec), env)
+        return job, saved
 
     def test_example_trains_with_its_program_beside_each_agent(self):
         job = self.start("example")
@@ -199,6 +243,49 @@ class UserCodeTest(unittest.TestCase):
               "with it" % (rank, killed_at, KILL_AFTER_STEP, rank, resumed[0], resumed[1], clean,
                            accuracy))
         self.assertLess(abs(accuracy - clean), 0.01, output)
+
+
+    def test_a_killed_parameter_server_costs_no_bit(self):
+        spec = {"checkpoint": {"intervalSteps": 50}}
+        clean, clean_saved = self.saved_run("server-clean", spec=spec)
+        self.assert_succeeded(clean, clean.wait(180))
+        job, saved = self.saved_run("kill-server", spec=spec)
+        job.wait_for_line(r"^\[worker-0/trainer\] step 150/", timeout=120)
+        victims = replica_pids(job.run_dir, "server-1")
+        self.assertEqual(len(victims), 1, job.output())
+        killed_at = time.time() - job.start
+        os.kill(victims[0], signal.SIGKILL)
+        self.assert_succeeded(job, job.wait(180))
+        output = job.output()
+        self.assertIn("server-1 exited with code 137; restarting it", output)
+        self.assertIn("loaded checkpoint of step", output)
+        resumed = [t for t, line in job.lines if t > killed_at and
+                   re.match(r"^\[worker-0/trainer\] step \d+/", line)]
+        self.assertTrue(resumed, output)
+        print("\nSIGKILL of server-1 %.1f s into the PyTorch job, after step 150: worker-0's next "
+              "progress line %.1f s after the kill; accuracy %.4f without the kill, %.4f with it"
+              % (killed_at, resumed[0] - killed_at, accuracy_of(clean), accuracy_of(job)))
+        self.assertEqual(differing_parameters(clean_saved, saved), [], output)
+        self.assertEqual(accuracy_of(job), accuracy_of(clean))
+
+    def test_injected_faults_change_no_parameter(self):
+        # Short deadlines, so that lost messages are resent quickly.
+        spec = {"resendTimeoutMs": 150, "maxResends": 20}
+        clean, clean_saved = self.saved_run("faults-clean", FAULT_STEPS, spec)
+        self.assert_succeeded(clean, clean.wait(180))
+        job, saved = self.saved_run("faults", FAULT_STEPS, spec, env={"KUBEPS_FAULTS": FAULTS})
+        scrapes = scrape_while_running(job, ("scheduler-0", "server-0", "server-1", "worker-0",
+                                             "worker-1"))
+        self.assert_succeeded(job, job.wait(240))
+        injected = {kind: total(scrapes, "kubeps_faults_injected_total", fault=kind)
+                    for kind in ("drop_request", "drop_response", "duplicate", "delay")}
+        resends = total(scrapes, "kubeps_rpc_resends_total")
+        print("\nPyTorch job of %d steps under KUBEPS_FAULTS: faults injected %s; resends %d"
+              % (FAULT_STEPS, ", ".join("%s %d" % item for item in injected.items()), resends))
+        for kind, count in injected.items():
+            self.assertGreater(count, 0, "no %s fault injected" % kind)
+        self.assertGreater(resends, 0)
+        self.assertEqual(differing_parameters(clean_saved, saved), [], job.output())
 
 
 class UserCodeValidationTest(unittest.TestCase):

@@ -98,7 +98,8 @@ class KUBEPS_EXPORT KVWorker {
   // InitTensors comes once per connection.
   //
   // Destroying the client ends the session (the agent keeps the worker's
-  // rank for a restarted process); after Finish the agent exits.
+  // rank for a restarted process); after Finish it serves no other session
+  // and waits for SIGTERM, as a native sidecar.
   static Status Connect(const SidecarOptions& options, std::unique_ptr<KVWorker>* out);
 
   virtual ~KVWorker() = default;

@@ -20,7 +20,7 @@ seeded with (seed, epoch), and worker r takes the r-th slice of the step's
 global batch. So a worker that is killed and restarted, or rolled back,
 computes exactly the batches it would have computed anyway.
 
-Rank 0 reports the test accuracy at the end: "test accuracy 0.8412 ...".
+Rank 0 reports the test accuracy at the end: "test accuracy 0.8455 ...".
 """
 import argparse
 import os
@@ -44,8 +44,13 @@ def main():
     parser.add_argument("--seed", type=int, default=1, help="initial parameters and data order")
     parser.add_argument("--data-dir", default=os.environ.get("DATA_DIR", DEFAULT_DATA_DIR))
     parser.add_argument("--log-every", type=int, default=50, help="steps between progress lines")
+    parser.add_argument("--save", metavar="PATH", help="rank 0 saves the final state_dict there")
     args = parser.parse_args()
 
+    # The same seed gives the same parameters, bit for bit, however the
+    # network behaved or whoever was restarted: the servers sum the workers'
+    # gradients in rank order, and torch computes each one the same way.
+    torch.use_deterministic_algorithms(True)
     torch.manual_seed(args.seed)  # rank 0's initial values are the job's
     train_images, train_labels = load(args.data_dir, "train")
     model = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(),
@@ -81,6 +86,8 @@ def main():
         accuracy, test_loss = evaluate(model, test_images, test_labels)
         print("test accuracy %.4f (test loss %.4f) after %d steps, %.1f s in this process"
               % (accuracy, test_loss, args.steps, seconds), flush=True)
+        if args.save:
+            torch.save(model.state_dict(), args.save)
     kps.finish()
 
 

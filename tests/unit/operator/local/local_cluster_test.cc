@@ -213,14 +213,27 @@ TEST_F(SidecarPodTest, TheProgramRunsBesideItsAgentInAFreshSharedFolder) {
   EXPECT_FALSE(Exists(agent)) << "the agent is stopped once its program has ended";
 }
 
-TEST_F(SidecarPodTest, AnAgentThatExitsAfterItsProgramIsNotSignalled) {
-  ASSERT_TRUE(RunPod("trap 'touch \"$RUN_DIR/agent-got-term\"' TERM; "
-                     "while [ ! -e \"$KUBEPS_SOCKET_DIR/finished\" ]; do sleep 0.01; done; exit 0",
-                     "touch \"$KUBEPS_SOCKET_DIR/finished\"; exit 0")
+TEST_F(SidecarPodTest, TheAgentIsSignalledAsSoonAsItsProgramHasEnded) {
+  // As the kubelet ends a native sidecar: no grace for it to leave by itself.
+  ASSERT_TRUE(RunPod("trap 'touch \"$RUN_DIR/agent-got-term\"; exit 0' TERM; "
+                     "while :; do sleep 0.01; done",
+                     "exit 0")
                   .ok());
   ASSERT_TRUE(Eventually([&] { return Ended(kWorker); }));
   EXPECT_EQ(StatusOf(kWorker).phase, ReplicaPhase::kSucceeded);
-  EXPECT_FALSE(std::filesystem::exists(run_dir_ + "/agent-got-term"));
+  EXPECT_TRUE(std::filesystem::exists(run_dir_ + "/agent-got-term"));
+  EXPECT_EQ(cluster_->AgentRestarts(kWorker), 0);
+}
+
+TEST_F(SidecarPodTest, AnAgentThatExitsZeroIsDoneNotDead) {
+  ASSERT_TRUE(RunPod("exit 0", "while [ ! -e \"$RUN_DIR/go\" ]; do sleep 0.01; done; exit 0").ok());
+  ASSERT_TRUE(Eventually([&] {
+    cluster_->List();
+    return cluster_->AgentPid(kWorker) <= 0;
+  }));
+  std::ofstream(run_dir_ + "/go").put('\n');
+  ASSERT_TRUE(Eventually([&] { return Ended(kWorker); }));
+  EXPECT_EQ(StatusOf(kWorker).phase, ReplicaPhase::kSucceeded);
   EXPECT_EQ(cluster_->AgentRestarts(kWorker), 0) << "an agent that exits 0 is done, not dead";
 }
 

@@ -1,0 +1,137 @@
+#!/usr/bin/python3
+"""What the sidecar costs: the built-in CNN job through the pod's agent beside the in-process KV client.
+
+The same training, two ways, with `kubeps run` on this machine (the seed CNN
+on Fashion-MNIST, 2 servers with Adam 1e-3, 2 workers, sync, 64 examples per
+worker and step):
+
+  in-process  spec.model: cnn; each worker is `kubeps-agent`, whose trainer
+              links the KV client (KVWorker::Start) and talks gRPC to the
+              servers itself;
+  sidecar     the job brings its own program: each worker's container runs
+              `kubeps-agent --connect --model=cnn`, the same trainer on the
+              sidecar client (KVWorker::Connect), beside the worker's
+              `kubeps-agent --serve`, which holds the registration, the
+              resends and the gRPC; tensors cross between the two through
+              the pod's shared memory, as a user's PyTorch or C++ program's do.
+
+The two alternate (in-process, sidecar, sidecar, in-process, ...) --rounds
+times, so that the machine's drift falls on both. Each run trains
+--warmup + --steps steps (KUBEPS_MAX_STEPS) with a progress line every
+--window-ms; a run's figures are worker 0's steps/sec over the windows that
+start after the warm-up. Prints the exact commands, every window, the median
+of each side over all its windows and the ratio sidecar / in-process (1.0:
+no cost; 0.95: 5% slower).
+
+Usage (holding the machine for the whole run):
+
+    flock /tmp/cpu.lock python3 bench/sidecar_cost.py \
+        [--steps 120] [--warmup 20] [--window-ms 2000] [--rounds 2] [--bin-dir DIR]
+
+Standard library only; not a test.
+"""
+import argparse
+import json
+import os
+import re
+import shlex
+import statistics
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE_DIR = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "integration"))
+
+DATA_DIR = "/usr/share/datasets/fashion-mnist"
+# The trainer's progress line, under either tag: "[worker 0] epoch ..." in
+# process, "[worker-0/trainer] [worker 0] epoch ..." as a job's own program.
+PROGRESS = re.compile(r"\[worker 0\] epoch \d+/\d+ step \d+/\d+ total_steps (\d+) "
+                      r"steps/sec ([\d.]+) ")
+
+
+def manifest(folder, name, window_ms, bin_dir, through_sidecar):
+    spec = {"mode": "sync", "optimizer": {"name": "adam", "learningRate": 0.001},
+            "batchSize": 64, "epochs": 1, "progressIntervalMs": window_ms,
+            "replicaSpecs": {"ps": {"replicas": 2}, "worker": {"replicas": 2}}}
+    if through_sidecar:
+        container = {"name": "trainer", "image": "kubeps/agent:0.1.0",
+                     "command": [os.path.join(bin_dir, "kubeps-agent"), "--connect",
+                                 "--model=cnn", "--dataset=" + DATA_DIR]}
+        spec["replicaSpecs"]["worker"]["template"] = {"spec": {"containers": [container]}}
+    else:
+        spec.update({"model": "cnn", "dataset": {"path": DATA_DIR}})
+    job = {"apiVersion": "kubeps.io/v1alpha1", "kind": "TrainingJob",
+           "metadata": {"name": name}, "spec": spec}
+    path = os.path.join(folder, name + ".yaml")
+    with open(path, "w") as f:
+        json.dump(job, f, indent=2)  # JSON is YAML
+    return path
+
+
+def window_speeds(lines, warmup):
+    """Worker 0's steps/sec of each progress window that starts at or after the warm-up."""
+    speeds, window_start = [], 0
+    for line in lines:
+        m = PROGRESS.search(line)
+        if not m:
+            continue
+        if window_start >= warmup:
+            speeds.append(float(m.group(2)))
+        window_start = int(m.group(1))
+    return speeds
+
+
+def run(path, env):
+    import jobtools  # reads KUBEPS_BIN_DIR, set by main()
+    print("  $ KUBEPS_MAX_STEPS=%s %s run %s" % (env["KUBEPS_MAX_STEPS"], jobtools.KUBEPS, path),
+          flush=True)
+    with open(path) as f:
+        worker = json.load(f)["spec"]["replicaSpecs"]["worker"]
+    if "template" in worker:
+        command = worker["template"]["spec"]["containers"][0]["command"]
+        print("    each worker's program: " + " ".join(shlex.quote(w) for w in command),
+              flush=True)
+    code, job = jobtools.run_job(path, env=env, timeout=1800)
+    if code != 0:
+        sys.exit("kubeps run failed:\n" + job.output())
+    return [line for _, line in job.lines]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--steps", type=int, default=120, help="timed steps of each run")
+    parser.add_argument("--warmup", type=int, default=20, help="steps before the timing")
+    parser.add_argument("--window-ms", type=int, default=2000, help="progress interval")
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each side, alternated")
+    parser.add_argument("--bin-dir", default=os.path.join(SOURCE_DIR, "build", "bin"))
+    args = parser.parse_args()
+    os.environ["KUBEPS_BIN_DIR"] = os.path.abspath(args.bin_dir)
+    folder = tempfile.mkdtemp(prefix="kubeps-sidecar-cost-")
+    sides = {"in-process": manifest(folder, "cnn-in-process", args.window_ms,
+                                    os.environ["KUBEPS_BIN_DIR"], through_sidecar=False),
+             "sidecar": manifest(folder, "cnn-sidecar", args.window_ms,
+                                 os.environ["KUBEPS_BIN_DIR"], through_sidecar=True)}
+    env = {"KUBEPS_MAX_STEPS": str(args.warmup + args.steps)}
+    order = []
+    for round_ in range(args.rounds):
+        order += ["in-process", "sidecar"] if round_ % 2 == 0 else ["sidecar", "in-process"]
+    speeds = {side: [] for side in sides}
+    for side in order:
+        print("%s:" % side, flush=True)
+        windows = window_speeds(run(sides[side], env), args.warmup)
+        if not windows:
+            sys.exit("no progress window after the warm-up: raise --steps or lower --window-ms")
+        print("    windows: " + " ".join("%.2f" % w for w in windows), flush=True)
+        speeds[side] += windows
+    medians = {side: statistics.median(values) for side, values in speeds.items()}
+    for side in sides:
+        print("%-10s median %.2f steps/sec over %d windows" % (side, medians[side],
+                                                               len(speeds[side])))
+    ratio = medians["sidecar"] / medians["in-process"]
+    print("sidecar / in-process: %.3f (%.1f%% %s)" % (
+        ratio, abs(1 - ratio) * 100, "slower" if ratio < 1 else "faster"))
+
+
+if __name__ == "__main__":
+    main()
