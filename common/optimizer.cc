@@ -6,12 +6,20 @@
 namespace kubeps {
 namespace {
 
+// The update loops read their hyperparameters into locals and take
+// restrict pointers, so that the compiler need not reload them after every
+// store, and this file is compiled with -fno-math-errno (common/CMakeLists),
+// so that std::sqrt does not block vectorisation: the same operations in
+// the same order on each element, so the results are the same, bit for bit.
+
 // Plain SGD with L2 weight decay: w -= lr * (g + wd * w).
 class Sgd : public Optimizer {
  public:
   explicit Sgd(const OptimizerConfig& c) : c_(c) {}
-  void Apply(float* w, const float* g, size_t n, OptimizerState* state) const override {
-    for (size_t i = 0; i < n; ++i) w[i] -= c_.learning_rate * (g[i] + c_.weight_decay * w[i]);
+  void Apply(float* __restrict w, const float* __restrict g, size_t n,
+             OptimizerState* state) const override {
+    const float lr = c_.learning_rate, wd = c_.weight_decay;
+    for (size_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
     ++state->steps;
   }
 
@@ -23,13 +31,15 @@ class Sgd : public Optimizer {
 class Momentum : public Optimizer {
  public:
   explicit Momentum(const OptimizerConfig& c) : c_(c) {}
-  void Apply(float* w, const float* g, size_t n, OptimizerState* state) const override {
+  void Apply(float* __restrict w, const float* __restrict g, size_t n,
+             OptimizerState* state) const override {
     state->slot1.resize(n, 0.0f);
-    float* v = state->slot1.data();
+    float* __restrict v = state->slot1.data();
+    const float lr = c_.learning_rate, wd = c_.weight_decay, mu = c_.momentum;
     for (size_t i = 0; i < n; ++i) {
-      float grad = g[i] + c_.weight_decay * w[i];
-      v[i] = c_.momentum * v[i] + grad;
-      w[i] -= c_.learning_rate * v[i];
+      float grad = g[i] + wd * w[i];
+      v[i] = mu * v[i] + grad;
+      w[i] -= lr * v[i];
     }
     ++state->steps;
   }
@@ -42,21 +52,24 @@ class Momentum : public Optimizer {
 class Adam : public Optimizer {
  public:
   explicit Adam(const OptimizerConfig& c) : c_(c) {}
-  void Apply(float* w, const float* g, size_t n, OptimizerState* state) const override {
+  void Apply(float* __restrict w, const float* __restrict g, size_t n,
+             OptimizerState* state) const override {
     state->slot1.resize(n, 0.0f);
     state->slot2.resize(n, 0.0f);
     const uint64_t t = ++state->steps;
     const float correction1 = 1.0f - std::pow(c_.beta1, static_cast<float>(t));
     const float correction2 = 1.0f - std::pow(c_.beta2, static_cast<float>(t));
-    float* m = state->slot1.data();
-    float* v = state->slot2.data();
+    float* __restrict m = state->slot1.data();
+    float* __restrict v = state->slot2.data();
+    const float beta1 = c_.beta1, beta2 = c_.beta2, lr = c_.learning_rate, wd = c_.weight_decay,
+                epsilon = c_.epsilon;
     for (size_t i = 0; i < n; ++i) {
-      float grad = g[i] + c_.weight_decay * w[i];
-      m[i] = c_.beta1 * m[i] + (1.0f - c_.beta1) * grad;
-      v[i] = c_.beta2 * v[i] + (1.0f - c_.beta2) * grad * grad;
+      float grad = g[i] + wd * w[i];
+      m[i] = beta1 * m[i] + (1.0f - beta1) * grad;
+      v[i] = beta2 * v[i] + (1.0f - beta2) * grad * grad;
       float m_hat = m[i] / correction1;
       float v_hat = v[i] / correction2;
-      w[i] -= c_.learning_rate * m_hat / (std::sqrt(v_hat) + c_.epsilon);
+      w[i] -= lr * m_hat / (std::sqrt(v_hat) + epsilon);
     }
   }
 

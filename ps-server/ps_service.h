@@ -1,50 +1,60 @@
 // The ParameterServer gRPC service: checks the job token and hands each
 // request to the shard.
 //
+// It serves kubeps.proto's ParameterServer (the same method paths and
+// messages the generated stub sends), but Push and Pull carry their tensors
+// without protobuf's copies: a Push's data field is read from gRPC's
+// buffers straight into the shard's (PushData), and a Pull's answer is
+// written around the shard's own buffer of values, which gRPC sends from
+// where it lies. Init, rare and small, is an ordinary protobuf method.
+//
 // Thread-safe: gRPC calls it from many threads; the shard does the locking.
 #ifndef KUBEPS_PS_SERVER_PS_SERVICE_H_
 #define KUBEPS_PS_SERVER_PS_SERVICE_H_
 
 #include <string>
 
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/service_type.h>
+
 #include "common/fault_injector.h"
-#include "common/resend.h"
-#include "kubeps.grpc.pb.h"
+#include "kubeps.pb.h"
 #include "ps-server/shard.h"
 
 namespace kubeps {
 
-class ParameterServerService final : public v1::ParameterServer::Service {
+class ParameterServerService final : public grpc::Service {
  public:
   // `faults` may be null (no fault injection).
-  ParameterServerService(Shard* shard, std::string token, FaultInjector* faults)
-      : shard_(shard), token_(std::move(token)), faults_(faults) {}
-
-  grpc::Status Init(grpc::ServerContext* context, const v1::InitRequest* request,
-                    v1::InitResponse* response) override {
-    if (auto s = CheckToken(*context, token_); !s.ok()) return s;
-    return WithFaults(faults_, context, "Init", response,
-                      [&](auto* r) { return shard_->Init(*request, r); });
-  }
-  grpc::Status Push(grpc::ServerContext* context, const v1::PushRequest* request,
-                    v1::PushResponse* response) override {
-    if (auto s = CheckToken(*context, token_); !s.ok()) return s;
-    return WithFaults(faults_, context, "Push", response,
-                      [&](auto* r) { return shard_->Push(*request, r); });
-  }
-  grpc::Status Pull(grpc::ServerContext* context, const v1::PullRequest* request,
-                    v1::PullResponse* response) override {
-    if (auto s = CheckToken(*context, token_); !s.ok()) return s;
-    return WithFaults(faults_, context, "Pull", response,
-                      [&](auto* r) { return shard_->Pull(*request, r); });
-  }
+  ParameterServerService(Shard* shard, std::string token, FaultInjector* faults);
 
  private:
+  grpc::Status Init(grpc::ServerContext* context, const v1::InitRequest* request,
+                    v1::InitResponse* response);
+  grpc::Status Push(grpc::ServerContext* context, const grpc::ByteBuffer* request,
+                    v1::PushResponse* response);
+  grpc::Status Pull(grpc::ServerContext* context, const v1::PullRequest* request,
+                    grpc::ByteBuffer* response);
+
   Shard* shard_;
   std::string token_;
   FaultInjector* faults_;
 };
 
+// The wire format of the two tensor methods, apart for its tests.
+namespace wire {
+
+// Splits a serialized PushRequest into every field but data (parsed into
+// *header) and the data field's bytes, left where they lie in `request`'s
+// slices (*pieces, valid while *slices lives). False for a malformed one.
+bool DecodePush(const grpc::ByteBuffer& request, v1::PushRequest* header,
+                std::vector<grpc::Slice>* slices, std::vector<std::string_view>* pieces);
+
+// A serialized PullResponse of `answer`; its data field is answer.values,
+// taken over (not copied) and freed when gRPC is done with it.
+grpc::ByteBuffer EncodePull(PullAnswer answer);
+
+}  // namespace wire
 }  // namespace kubeps
 
 #endif  // KUBEPS_PS_SERVER_PS_SERVICE_H_

@@ -15,6 +15,7 @@
 #include "common/metrics.h"
 #include "common/resend.h"
 #include "common/scheduler_client.h"
+#include "common/tensor_memory.h"
 #include "ps-server/ps_service.h"
 #include "ps-server/scheduler_service.h"
 
@@ -163,6 +164,7 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
 
 int main(int argc, char** argv) {
   using namespace kubeps;
+  KeepFreedTensorMemory();
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
 

@@ -111,7 +111,7 @@ void Shard::Install(const v1::ShardCheckpoint& checkpoint) {
     part.state.slot2 = floats(saved.slot2());
     part.state.steps = saved.optimizer_steps();
     part.version = saved.version();
-    if (options_.sync) part.contributions.resize(options_.num_workers);
+    ResetContributions(part);
   }
   dedup_.Restore(checkpoint);
   last_checkpoint_ = static_cast<int64_t>(checkpoint.step());
@@ -197,7 +197,7 @@ grpc::Status Shard::Init(const v1::InitRequest& request, v1::InitResponse* respo
     auto [it, inserted] = parts_.try_emplace({ref.key(), ref.offset()});
     if (inserted) {
       it->second.value.assign(data, data + ref.length());
-      if (options_.sync) it->second.contributions.resize(options_.num_workers);
+      ResetContributions(it->second);
     } else {
       ++kept;
     }
@@ -209,37 +209,52 @@ grpc::Status Shard::Init(const v1::InitRequest& request, v1::InitResponse* respo
   return grpc::Status::OK;
 }
 
-void Shard::Accumulate(Part& part, int worker_rank, uint64_t step, const float* grad) {
+void Shard::ResetContributions(Part& part) const {
+  if (!options_.sync) return;
+  part.contributions.resize(options_.num_workers);
+  part.contributed.assign(options_.num_workers, false);
+  part.received = 0;
+}
+
+void Shard::Accumulate(Part& part, int worker_rank, uint64_t step, PushData& data) {
   const size_t n = part.value.size();
   if (!options_.sync) {
-    optimizer_->Apply(part.value.data(), grad, n, &part.state);
+    async_gradient_.resize(n);
+    data.Read(async_gradient_.data(), n);
+    optimizer_->Apply(part.value.data(), async_gradient_.data(), n, &part.state);
     ++part.version;
     updates_.Increment();
     return;
   }
   // A gradient for a step already applied, or a second one from the same
   // worker for this step (a restarted worker redoing it), changes nothing.
-  if (step < part.version || !part.contributions[worker_rank].empty()) return;
-  part.contributions[worker_rank].assign(grad, grad + n);
+  if (step < part.version || part.contributed[worker_rank]) {
+    data.Skip(n);
+    return;
+  }
+  part.contributions[worker_rank].resize(n);
+  data.Read(part.contributions[worker_rank].data(), n);
+  part.contributed[worker_rank] = true;
   if (++part.received < options_.num_workers) return;
 
   // Sum in rank order: the result is the same whatever order pushes came in.
-  std::vector<float> mean(part.contributions[0]);
+  // In rank 0's slot, which is cleared below anyway: no buffer to allocate.
+  float* __restrict mean = part.contributions[0].data();
   for (int r = 1; r < options_.num_workers; ++r) {
-    const float* g = part.contributions[r].data();
+    const float* __restrict g = part.contributions[r].data();
     for (size_t i = 0; i < n; ++i) mean[i] += g[i];
   }
   const float scale = 1.0f / static_cast<float>(options_.num_workers);
-  for (float& x : mean) x *= scale;
+  for (size_t i = 0; i < n; ++i) mean[i] *= scale;
   part.previous = part.value;
-  optimizer_->Apply(part.value.data(), mean.data(), n, &part.state);
-  for (auto& c : part.contributions) c.clear();
+  optimizer_->Apply(part.value.data(), mean, n, &part.state);
+  part.contributed.assign(options_.num_workers, false);
   part.received = 0;
   ++part.version;
   updates_.Increment();
 }
 
-grpc::Status Shard::Push(const v1::PushRequest& request, v1::PushResponse* response) {
+grpc::Status Shard::Push(const v1::PushRequest& request, PushData& data) {
   if (request.worker_rank() < 0 || request.worker_rank() >= options_.num_workers) {
     return Invalid("worker_rank " + std::to_string(request.worker_rank()) + " outside [0, " +
                    std::to_string(options_.num_workers) + ")");
@@ -248,7 +263,7 @@ grpc::Status Shard::Push(const v1::PushRequest& request, v1::PushResponse* respo
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (grpc::Status g = CheckGeneration(request.generation()); !g.ok()) return g;
-    grpc::Status valid = CheckParts(request.parts(), request.data().size(), true);
+    grpc::Status valid = CheckParts(request.parts(), data.size(), true);
     if (!valid.ok()) return valid;
     uint64_t checkpoint_step = 0;
     if (options_.sync && CheckpointDue(&checkpoint_step)) {
@@ -277,10 +292,8 @@ grpc::Status Shard::Push(const v1::PushRequest& request, v1::PushResponse* respo
       dedup_.Done(request.id());
       return g;
     }
-    const float* data = reinterpret_cast<const float*>(request.data().data());
     for (const auto& ref : request.parts()) {
       Accumulate(parts_.at({ref.key(), ref.offset()}), request.worker_rank(), request.step(), data);
-      data += ref.length();
     }
     ++applied_pushes_;
     uint64_t checkpoint_step = 0;
@@ -293,11 +306,11 @@ grpc::Status Shard::Push(const v1::PushRequest& request, v1::PushResponse* respo
   if (due) WriteCheckpoint(*due);
   advanced_.notify_all();
   pushes_.Increment();
-  push_bytes_.Increment(static_cast<double>(request.data().size()));
+  push_bytes_.Increment(static_cast<double>(data.size()));
   return grpc::Status::OK;
 }
 
-grpc::Status Shard::Pull(const v1::PullRequest& request, v1::PullResponse* response) {
+grpc::Status Shard::Pull(const v1::PullRequest& request, PullAnswer* answer) {
   grpc::Status valid = CheckParts(request.parts(), SIZE_MAX, false);
   if (!valid.ok()) return valid;
   std::unique_lock<std::mutex> lock(mutex_);
@@ -311,18 +324,16 @@ grpc::Status Shard::Pull(const v1::PullRequest& request, v1::PullResponse* respo
     return true;
   };
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(request.wait_ms());
-  if (!advanced_.wait_until(lock, deadline, ready)) {
-    response->set_ready(false);
-    return grpc::Status::OK;
-  }
+  *answer = PullAnswer{};
+  if (!advanced_.wait_until(lock, deadline, ready)) return grpc::Status::OK;
   if (grpc::Status g = CheckGeneration(request.generation()); !g.ok()) return g;
   grpc::Status exists = CheckParts(request.parts(), SIZE_MAX, true);
   if (!exists.ok()) return exists;
   uint64_t total = 0;
   for (const auto& ref : request.parts()) total += ref.length();
-  std::string* data = response->mutable_data();
-  data->resize(total * sizeof(float));
-  char* out = data->data();
+  answer->values.reset(new float[total]);  // not zeroed: every float is written below
+  answer->size = total;
+  float* out = answer->values.get();
   uint64_t min_version = UINT64_MAX;
   for (const auto& ref : request.parts()) {
     const Part& part = parts_.at({ref.key(), ref.offset()});
@@ -332,15 +343,14 @@ grpc::Status Shard::Pull(const v1::PullRequest& request, v1::PullResponse* respo
     const bool as_before =
         options_.sync && part.version == request.min_version() + 1 && !part.previous.empty();
     const std::vector<float>& value = as_before ? part.previous : part.value;
-    std::memcpy(out, value.data(), ref.length() * sizeof(float));
-    out += ref.length() * sizeof(float);
+    out = std::copy_n(value.data(), ref.length(), out);
     min_version = std::min(min_version, as_before ? request.min_version() : part.version);
   }
   lock.unlock();
-  response->set_ready(true);
-  response->set_version(min_version);
+  answer->ready = true;
+  answer->version = min_version;
   pulls_.Increment();
-  pull_bytes_.Increment(static_cast<double>(data->size()));
+  pull_bytes_.Increment(static_cast<double>(total * sizeof(float)));
   return grpc::Status::OK;
 }
 

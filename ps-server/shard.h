@@ -24,6 +24,7 @@
 #include "kubeps.pb.h"
 #include "ps-server/checkpoint_store.h"
 #include "ps-server/dedup_table.h"
+#include "ps-server/push_data.h"
 
 namespace kubeps {
 
@@ -35,14 +36,24 @@ struct ShardOptions {
   uint64_t checkpoint_interval = 100;  // sync: steps; async: applied pushes
 };
 
+// What a pull answers: when ready, the parts' values back to back, in a
+// buffer of its own that the answer on the wire takes over without a copy.
+struct PullAnswer {
+  bool ready = false;
+  uint64_t version = 0;  // smallest version among the values answered
+  std::unique_ptr<float[]> values;
+  size_t size = 0;  // floats in values
+};
+
 class Shard {
  public:
   // `metrics` must outlive the shard.
   Shard(const ShardOptions& options, std::unique_ptr<Optimizer> optimizer, MetricsServer* metrics);
 
   grpc::Status Init(const v1::InitRequest& request, v1::InitResponse* response);
-  grpc::Status Push(const v1::PushRequest& request, v1::PushResponse* response);
-  grpc::Status Pull(const v1::PullRequest& request, v1::PullResponse* response);
+  // `request`'s data field is not read: `data` holds the gradients.
+  grpc::Status Push(const v1::PushRequest& request, PushData& data);
+  grpc::Status Pull(const v1::PullRequest& request, PullAnswer* answer);
 
   // Loads the newest checkpoint, if any, at start; returns its step or -1.
   int64_t LoadLatestCheckpoint();
@@ -69,8 +80,11 @@ class Shard {
     // step S only after pulling S from every part), so one value is enough.
     // It costs a second copy of the parameters on each shard.
     std::vector<float> previous;
-    // Sync mode: one slot per worker for the step being gathered.
+    // Sync mode: one slot per worker for the step being gathered, which has
+    // arrived where contributed says so. The slots keep their size from
+    // step to step, so a push is copied in without allocating.
     std::vector<std::vector<float>> contributions;
+    std::vector<bool> contributed;
     int received = 0;
   };
   using PartKey = std::pair<uint32_t, uint64_t>;  // (key, offset)
@@ -79,7 +93,8 @@ class Shard {
   // holds exactly their floats; names the first offender otherwise.
   grpc::Status CheckParts(const google::protobuf::RepeatedPtrField<v1::PartRef>& parts,
                           size_t data_bytes, bool must_exist) const;
-  void Accumulate(Part& part, int worker_rank, uint64_t step, const float* grad);
+  void Accumulate(Part& part, int worker_rank, uint64_t step, PushData& data);
+  void ResetContributions(Part& part) const;
   grpc::Status CheckGeneration(uint64_t generation) const;  // requires mutex_
   // Takes a checkpoint when one is due (requires mutex_); the caller
   // writes it once the lock is released.
@@ -101,6 +116,7 @@ class Shard {
   bool awaiting_recovery_ = false;
   int64_t last_checkpoint_ = -1;  // step (sync) or push count (async) of the last one
   uint64_t applied_pushes_ = 0;
+  std::vector<float> async_gradient_;  // async mode: a push's part, contiguous
   std::unique_ptr<CheckpointStore> checkpoints_;
   std::mutex write_mutex_;  // one checkpoint write at a time
 

@@ -40,6 +40,7 @@
 #include "common/command_line.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/tensor_memory.h"
 #include "worker-agent/kv/kv_worker.h"
 #include "worker-agent/parameter_store.h"
 #include "worker-agent/sidecar/sidecar_server.h"
@@ -339,6 +340,7 @@ int ServeTrainingProcess(const api::NodeConfig& config, const api::TrainingJob& 
 
 int main(int argc, char** argv) {
   using namespace kubeps;
+  KeepFreedTensorMemory();
   std::signal(SIGPIPE, SIG_IGN);
 
   CLI::App app{"kubeps-agent: a worker of a TrainingJob, or its model in one process (role local)"};

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/logging.h"
+#include "worker-agent/kv/tensor_wire.h"
 
 namespace kubeps {
 namespace {
@@ -96,7 +97,8 @@ Status KVWorkerImpl::Start() {
   num_workers_ = cluster.num_workers;
   for (const std::string& address : cluster.server_addresses) {
     server_addresses_.push_back(address);
-    servers_.push_back(v1::ParameterServer::NewStub(OpenChannel(address)));
+    channels_.push_back(OpenChannel(address));
+    servers_.push_back(v1::ParameterServer::NewStub(channels_.back()));
   }
   const std::map<std::string, std::string> rank_label{{"rank", std::to_string(rank_)}};
   push_latency_ = &metrics_->Latency("kubeps_worker_push_latency_seconds",
@@ -253,27 +255,27 @@ void KVWorkerImpl::Complete(const std::shared_ptr<Pending>& pending, const Statu
 Status KVWorkerImpl::PushBatch(const std::vector<const Part*>& batch,
                                const std::vector<const float*>& grads, uint64_t step) {
   const auto start = Clock::now();
-  v1::PushRequest request;
-  *request.mutable_id() = NextRequestId();
-  request.set_worker_rank(rank_);
-  request.set_step(step);
-  request.set_generation(generation_);
-  PackParts(batch, grads, request.mutable_parts(), request.mutable_data());
-  const std::string* data = &request.data();
+  v1::PushRequest header;  // the request but its data, which go from the tensors themselves
+  *header.mutable_id() = NextRequestId();
+  header.set_worker_rank(rank_);
+  header.set_step(step);
+  header.set_generation(generation_);
+  uint64_t elements = 0;
+  AddPartRefs(batch, header.mutable_parts(), &elements);
+  const grpc::ByteBuffer request = PushRequestOverTensors(header, batch, grads);
   const int server = batch.front()->server;
-  v1::PushResponse response;
   Status s = caller_.Call(
       ServerName(server), "Push",
-      [&](grpc::ClientContext& c) { return servers_[server]->Push(&c, request, &response); }, 0,
+      [&](grpc::ClientContext& c) { return CallPush(channels_[server].get(), &c, request); }, 0,
       [this] { return RollbackAnnounced(); });
-  Acknowledge(request.id().seq());
+  Acknowledge(header.id().seq());
   if (!s.ok() && (s.IsAborted() || RollbackAnnounced())) {
     return Status::Aborted("push of step " + std::to_string(step) + " to " + ServerName(server) +
                            ": the job rolled back");
   }
   if (s.ok()) {
     push_latency_->Observe(SecondsSince(start));
-    push_bytes_->Increment(static_cast<double>(data->size()));
+    push_bytes_->Increment(static_cast<double>(elements * sizeof(float)));
   }
   return s;
 }
@@ -291,33 +293,25 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
   const int server = batch.front()->server;
   auto last_report = start;
   for (;;) {
-    v1::PullResponse response;
+    PullAnswer answer;
     if (RollbackAnnounced()) {
       return Status::Aborted("pull from " + ServerName(server) + ": the job rolled back");
     }
     Status s = caller_.Call(
         ServerName(server), "Pull",
-        [&](grpc::ClientContext& c) { return servers_[server]->Pull(&c, request, &response); },
+        [&](grpc::ClientContext& c) {
+          return CallPull(channels_[server].get(), &c, request, batch, values, &answer);
+        },
         options_.pull_wait_ms, [this] { return RollbackAnnounced(); });
     if (!s.ok() && (s.IsAborted() || RollbackAnnounced())) {
       return Status::Aborted("pull from " + ServerName(server) + ": the job rolled back");
     }
     if (!s.ok()) return s;
-    if (response.ready()) {
-      if (response.data().size() != elements * sizeof(float)) {
-        return Status::Error("Pull from " + ServerName(server) + " returned " +
-                             std::to_string(response.data().size()) + " bytes, want " +
-                             std::to_string(elements * sizeof(float)));
-      }
-      const char* in = response.data().data();
-      for (const Part* part : batch) {
-        std::memcpy(values[part->key] + part->offset, in, part->length * sizeof(float));
-        in += part->length * sizeof(float);
-      }
+    if (answer.ready) {
       pull_latency_->Observe(SecondsSince(start));
-      pull_bytes_->Increment(static_cast<double>(response.data().size()));
+      pull_bytes_->Increment(static_cast<double>(answer.bytes));
       std::lock_guard<std::mutex> lock(pending->mutex);
-      pending->version = std::min(pending->version, response.version());
+      pending->version = std::min(pending->version, answer.version);
       return Status::Ok();
     }
     // Not ready: some worker has not pushed this step yet (slow, or being

@@ -73,7 +73,8 @@ class KVWorkerImpl final : public KVWorker {
   ResendCaller caller_;
   SchedulerClient scheduler_;
   const uint64_t incarnation_;
-  std::vector<std::unique_ptr<v1::ParameterServer::Stub>> servers_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;  // Push and Pull (tensor_wire.h)
+  std::vector<std::unique_ptr<v1::ParameterServer::Stub>> servers_;  // Init
   std::vector<std::string> server_addresses_;
   int rank_ = -1;
   int num_workers_ = 0;

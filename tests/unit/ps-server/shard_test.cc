@@ -1,5 +1,8 @@
-// One parameter-server shard (ps-server/shard.h), driven directly with
-// protobuf messages: sync aggregation (mean of M gradients, applied once,
+// One parameter-server shard (ps-server/shard.h), driven with protobuf
+// messages through the service's wire codec (ps_service.h: a Push cut into
+// gRPC slices of a few bytes and read in place, a Pull's answer parsed back
+// by protobuf, so the hand-made wire format is checked against protobuf's
+// on every call): sync aggregation (mean of M gradients, applied once,
 // independent of arrival order), exactly-once pushes, step checks, async
 // mode, long-polling pulls, first-value-wins Init, and the errors for
 // malformed requests. SGD with learning rate 1 keeps the arithmetic plain:
@@ -16,6 +19,7 @@
 
 #include "common/metrics.h"
 #include "common/optimizer.h"
+#include "ps-server/ps_service.h"
 #include "ps-server/shard.h"
 
 namespace kubeps {
@@ -87,10 +91,30 @@ v1::PushRequest PushRequest(int rank, uint64_t seq, uint64_t step, const std::ve
   return request;
 }
 
+// The request as gRPC hands it to the service: protobuf's bytes in slices
+// of 5 bytes, so that every part's data straddles several of them.
+grpc::Status PushThroughWire(Shard& shard, const v1::PushRequest& request) {
+  const std::string bytes = request.SerializeAsString();
+  std::vector<grpc::Slice> cut;
+  for (size_t i = 0; i < bytes.size(); i += 5) {
+    cut.emplace_back(bytes.data() + i, std::min<size_t>(5, bytes.size() - i));
+  }
+  const grpc::ByteBuffer buffer(cut.data(), cut.size());
+  v1::PushRequest header;
+  std::vector<grpc::Slice> slices;
+  std::vector<std::string_view> pieces;
+  EXPECT_TRUE(wire::DecodePush(buffer, &header, &slices, &pieces));
+  EXPECT_TRUE(header.data().empty()) << "data stays in the slices";
+  v1::PushRequest rest = request;
+  rest.clear_data();
+  EXPECT_EQ(header.SerializeAsString(), rest.SerializeAsString()) << "every other field decoded";
+  PushData data(pieces);
+  return shard.Push(header, data);
+}
+
 grpc::Status Push(Shard& shard, int rank, uint64_t seq, uint64_t step, const std::vector<Ref>& refs,
                   const std::vector<float>& grad) {
-  v1::PushResponse response;
-  return shard.Push(PushRequest(rank, seq, step, refs, grad), &response);
+  return PushThroughWire(shard, PushRequest(rank, seq, step, refs, grad));
 }
 
 v1::PullResponse Pull(Shard& shard, const std::vector<Ref>& refs, uint64_t min_version,
@@ -99,12 +123,21 @@ v1::PullResponse Pull(Shard& shard, const std::vector<Ref>& refs, uint64_t min_v
   SetParts(&request, refs);
   request.set_min_version(min_version);
   request.set_wait_ms(wait_ms);
-  v1::PullResponse response;
-  grpc::Status s = shard.Pull(request, &response);
+  PullAnswer answer;
+  grpc::Status s = shard.Pull(request, &answer);
   if (status)
     *status = s;
   else
     EXPECT_TRUE(s.ok()) << s.error_message();
+  v1::PullResponse response;
+  if (!s.ok()) return response;
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(wire::EncodePull(std::move(answer)).Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  EXPECT_TRUE(response.ParseFromString(bytes)) << "the answer is a PullResponse";
   return response;
 }
 
@@ -181,10 +214,9 @@ TEST(ShardTest, ResentPushIsNotAppliedTwice) {
   auto shard = MakeShard(false, 1);
   ASSERT_TRUE(Init(*shard, kPart, {10, 10, 10}).ok());
   auto request = PushRequest(0, 0, 0, kPart, {1, 2, 3});
-  v1::PushResponse response;
-  ASSERT_TRUE(shard->Push(request, &response).ok());
-  ASSERT_TRUE(shard->Push(request, &response).ok()) << "a resend is answered OK";
-  ASSERT_TRUE(shard->Push(request, &response).ok());
+  ASSERT_TRUE(PushThroughWire(*shard, request).ok());
+  ASSERT_TRUE(PushThroughWire(*shard, request).ok()) << "a resend is answered OK";
+  ASSERT_TRUE(PushThroughWire(*shard, request).ok());
   EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{9, 8, 7}));
   EXPECT_EQ(shard->PartVersion(0, 0), 1u);
 
@@ -192,12 +224,12 @@ TEST(ShardTest, ResentPushIsNotAppliedTwice) {
   auto sync = MakeShard(true, 2);
   ASSERT_TRUE(Init(*sync, kPart, {10, 10, 10}).ok());
   auto first = PushRequest(0, 0, 0, kPart, {2, 2, 2});
-  ASSERT_TRUE(sync->Push(first, &response).ok());
-  ASSERT_TRUE(sync->Push(first, &response).ok());
+  ASSERT_TRUE(PushThroughWire(*sync, first).ok());
+  ASSERT_TRUE(PushThroughWire(*sync, first).ok());
   EXPECT_EQ(sync->PartVersion(0, 0), 0u) << "a duplicate completed the step";
   ASSERT_TRUE(Push(*sync, 1, 0, 0, kPart, {4, 4, 4}).ok());
   EXPECT_EQ(sync->PartValue(0, 0), (std::vector<float>{7, 7, 7}));
-  ASSERT_TRUE(sync->Push(first, &response).ok()) << "late resend after the step";
+  ASSERT_TRUE(PushThroughWire(*sync, first).ok()) << "late resend after the step";
   EXPECT_EQ(sync->PartValue(0, 0), (std::vector<float>{7, 7, 7}));
   EXPECT_EQ(sync->PartVersion(0, 0), 1u);
 }
@@ -268,8 +300,7 @@ TEST(ShardTest, SyncPullOfAVersionAnswersPartsThatMovedOnAsTheyWereThen) {
 
   // The replacement pushes step 0 again: the first part keeps what it has,
   // the second completes, and both end as if nobody had died.
-  v1::PushResponse response;
-  ASSERT_TRUE(shard->Push(PushRequest(0, 0, 0, both, {2, 8}, /*incarnation=*/2), &response).ok());
+  ASSERT_TRUE(PushThroughWire(*shard, PushRequest(0, 0, 0, both, {2, 8}, /*incarnation=*/2)).ok());
   EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{10 - 3}));
   EXPECT_EQ(shard->PartValue(1, 0), (std::vector<float>{20 - 7}));
   auto after = Pull(*shard, both, 1, 0);
@@ -431,6 +462,26 @@ TEST(ShardTest, MalformedInitAndPullAreInvalidArgument) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("key 0"));
   EXPECT_THAT(s.error_message(), HasSubstr("stores 3 elements"));
+}
+
+TEST(ShardWireTest, AMalformedPushIsRefused) {
+  for (const std::string& bytes : {std::string("\x2a\x10" "abc", 5),  // data longer than the message
+                                   std::string("\xff", 1),         // a cut-off tag
+                                   std::string("\x22\x03\x08", 3)}) {  // parts cut off
+    grpc::Slice slice(bytes.data(), bytes.size());
+    v1::PushRequest header;
+    std::vector<grpc::Slice> slices;
+    std::vector<std::string_view> pieces;
+    EXPECT_FALSE(wire::DecodePush(grpc::ByteBuffer(&slice, 1), &header, &slices, &pieces));
+  }
+}
+
+TEST(ShardWireTest, ANotReadyPullAnswersNoData) {
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(wire::EncodePull(PullAnswer{}).Dump(&slices).ok());
+  size_t bytes = 0;
+  for (const grpc::Slice& slice : slices) bytes += slice.size();
+  EXPECT_EQ(bytes, 0u) << "every field at its default, as protobuf leaves them out";
 }
 
 }  // namespace

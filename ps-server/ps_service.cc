@@ -1,0 +1,183 @@
+#include "ps-server/ps_service.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/wire_format_lite.h>
+#include <grpcpp/impl/codegen/proto_utils.h>
+#include <grpcpp/impl/rpc_service_method.h>
+#include <grpcpp/support/method_handler.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+
+#include "common/resend.h"
+#include "kubeps.grpc.pb.h"
+
+namespace kubeps {
+namespace {
+
+using google::protobuf::MessageLite;
+using google::protobuf::internal::WireFormatLite;
+
+// Field numbers of kubeps.proto that this file reads or writes by hand.
+constexpr int kPushRequestDataField = 5;
+constexpr int kPullResponseReadyField = 1;
+constexpr int kPullResponseVersionField = 2;
+constexpr int kPullResponseDataField = 3;
+
+// "/kubeps.v1.ParameterServer/Push": what the generated stub calls.
+std::string MethodPath(const char* rpc) {
+  return std::string("/") + v1::ParameterServer::service_full_name() + "/" + rpc;
+}
+
+template <typename Request, typename Response, typename BaseRequest, typename BaseResponse>
+using Handler = grpc::internal::RpcMethodHandler<ParameterServerService, Request, Response,
+                                                 BaseRequest, BaseResponse>;
+
+// gRPC keeps `path`'s pointer: it must live as long as the service.
+template <typename Request, typename Response, typename BaseRequest, typename BaseResponse>
+grpc::internal::RpcServiceMethod* Method(const std::string& path, ParameterServerService* service,
+                                         grpc::Status (*call)(ParameterServerService*,
+                                                              grpc::ServerContext*, const Request*,
+                                                              Response*)) {
+  return new grpc::internal::RpcServiceMethod(
+      path.c_str(), grpc::internal::RpcMethod::NORMAL_RPC,
+      new Handler<Request, Response, BaseRequest, BaseResponse>(call, service));
+}
+
+}  // namespace
+
+ParameterServerService::ParameterServerService(Shard* shard, std::string token,
+                                               FaultInjector* faults)
+    : shard_(shard), token_(std::move(token)), faults_(faults) {
+  // Registered as the generated service registers them: same paths, same
+  // order; only the message types of Push's request and Pull's answer are
+  // raw bytes.
+  static const std::string init = MethodPath("Init"), push = MethodPath("Push"),
+                           pull = MethodPath("Pull");
+  AddMethod(Method<v1::InitRequest, v1::InitResponse, MessageLite, MessageLite>(
+      init, this,
+      [](ParameterServerService* s, grpc::ServerContext* c, const v1::InitRequest* q,
+         v1::InitResponse* r) { return s->Init(c, q, r); }));
+  AddMethod(Method<grpc::ByteBuffer, v1::PushResponse, grpc::ByteBuffer, MessageLite>(
+      push, this,
+      [](ParameterServerService* s, grpc::ServerContext* c, const grpc::ByteBuffer* q,
+         v1::PushResponse* r) { return s->Push(c, q, r); }));
+  AddMethod(Method<v1::PullRequest, grpc::ByteBuffer, MessageLite, grpc::ByteBuffer>(
+      pull, this,
+      [](ParameterServerService* s, grpc::ServerContext* c, const v1::PullRequest* q,
+         grpc::ByteBuffer* r) { return s->Pull(c, q, r); }));
+}
+
+grpc::Status ParameterServerService::Init(grpc::ServerContext* context,
+                                          const v1::InitRequest* request,
+                                          v1::InitResponse* response) {
+  if (auto s = CheckToken(*context, token_); !s.ok()) return s;
+  return WithFaults(faults_, context, "Init", response,
+                    [&](auto* r) { return shard_->Init(*request, r); });
+}
+
+grpc::Status ParameterServerService::Push(grpc::ServerContext* context,
+                                          const grpc::ByteBuffer* request,
+                                          v1::PushResponse* response) {
+  if (auto s = CheckToken(*context, token_); !s.ok()) return s;
+  v1::PushRequest header;
+  std::vector<grpc::Slice> slices;
+  std::vector<std::string_view> pieces;
+  if (!wire::DecodePush(*request, &header, &slices, &pieces)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "malformed PushRequest");
+  }
+  return WithFaults(faults_, context, "Push", response, [&](auto*) {
+    PushData data(pieces);  // each handling (a duplicate too) reads the data anew
+    return shard_->Push(header, data);
+  });
+}
+
+grpc::Status ParameterServerService::Pull(grpc::ServerContext* context,
+                                          const v1::PullRequest* request,
+                                          grpc::ByteBuffer* response) {
+  if (auto s = CheckToken(*context, token_); !s.ok()) return s;
+  return WithFaults(faults_, context, "Pull", response, [&](grpc::ByteBuffer* r) {
+    PullAnswer answer;
+    grpc::Status status = shard_->Pull(*request, &answer);
+    if (status.ok()) *r = wire::EncodePull(std::move(answer));
+    return status;
+  });
+}
+
+namespace wire {
+
+bool DecodePush(const grpc::ByteBuffer& request, v1::PushRequest* header,
+                std::vector<grpc::Slice>* slices, std::vector<std::string_view>* pieces) {
+  if (!request.Dump(slices).ok()) return false;
+  // Every field but data is copied, as it is, into `rest` (a few hundred
+  // bytes) and parsed from there; data's place is only noted.
+  std::string rest;
+  uint64_t data_begin = 0, data_length = 0;
+  {
+    grpc::ByteBuffer reading(request);  // shares the slices
+    grpc::ProtoBufferReader reader(&reading);
+    google::protobuf::io::CodedInputStream in(&reader);
+    google::protobuf::io::StringOutputStream sink(&rest);
+    google::protobuf::io::CodedOutputStream out(&sink);
+    while (const uint32_t tag = in.ReadTag()) {
+      if (WireFormatLite::GetTagFieldNumber(tag) == kPushRequestDataField &&
+          WireFormatLite::GetTagWireType(tag) == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+        uint32_t length = 0;
+        if (!in.ReadVarint32(&length)) return false;
+        data_begin = static_cast<uint64_t>(in.CurrentPosition());
+        data_length = length;  // a later data field wins, as in protobuf
+        if (!in.Skip(static_cast<int>(length))) return false;
+      } else if (!WireFormatLite::SkipField(&in, tag, &out)) {
+        return false;
+      }
+    }
+    if (!in.ConsumedEntireMessage()) return false;
+  }
+  if (!header->ParseFromString(rest)) return false;
+  pieces->clear();
+  uint64_t position = 0;  // of the slice's first byte in the message
+  for (const grpc::Slice& slice : *slices) {
+    const uint64_t begin = std::max(position, data_begin);
+    const uint64_t end = std::min(position + slice.size(), data_begin + data_length);
+    if (begin < end) {
+      pieces->emplace_back(reinterpret_cast<const char*>(slice.begin()) + (begin - position),
+                           end - begin);
+    }
+    position += slice.size();
+  }
+  return true;
+}
+
+grpc::ByteBuffer EncodePull(PullAnswer answer) {
+  const size_t bytes = answer.size * sizeof(float);
+  std::string head;
+  {
+    google::protobuf::io::StringOutputStream sink(&head);
+    google::protobuf::io::CodedOutputStream out(&sink);
+    // proto3 leaves out fields at their defaults; so does this.
+    if (answer.ready) {
+      out.WriteTag(
+          WireFormatLite::MakeTag(kPullResponseReadyField, WireFormatLite::WIRETYPE_VARINT));
+      out.WriteVarint32(1);
+    }
+    if (answer.version != 0) {
+      out.WriteTag(
+          WireFormatLite::MakeTag(kPullResponseVersionField, WireFormatLite::WIRETYPE_VARINT));
+      out.WriteVarint64(answer.version);
+    }
+    if (bytes > 0) {
+      out.WriteTag(WireFormatLite::MakeTag(kPullResponseDataField,
+                                           WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+      out.WriteVarint64(bytes);
+    }
+  }
+  std::vector<grpc::Slice> slices;
+  slices.emplace_back(head);
+  if (bytes > 0) {
+    slices.emplace_back(answer.values.release(), bytes,
+                        [](void* values) { delete[] static_cast<float*>(values); });
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+}  // namespace wire
+}  // namespace kubeps

@@ -1,0 +1,41 @@
+// The gradient bytes of one push, read once, in order, straight into the
+// shard's buffers. gRPC receives a request in pieces (its slices); a shard
+// that took the request as a parsed protobuf message would first have the
+// pieces copied into one string and then copy that string again. The
+// pieces are read where they lie instead (ps_service.cc), and a test hands
+// in one string as a single piece.
+//
+// Not thread-safe: one push, one thread.
+#ifndef KUBEPS_PS_SERVER_PUSH_DATA_H_
+#define KUBEPS_PS_SERVER_PUSH_DATA_H_
+
+#include <cstddef>
+#include <string_view>
+#include <vector>
+
+namespace kubeps {
+
+class PushData {
+ public:
+  // The pieces must outlive this object.
+  explicit PushData(std::vector<std::string_view> pieces);
+
+  size_t size() const { return size_; }  // bytes, all pieces together
+  // Copies the next `n` floats to `out`. REQUIRES: that many bytes are left.
+  void Read(float* out, size_t n);
+  // Passes over the next `n` floats.
+  void Skip(size_t n);
+
+ private:
+  template <typename Sink>
+  void Consume(size_t bytes, Sink sink);
+
+  std::vector<std::string_view> pieces_;
+  size_t size_ = 0;
+  size_t piece_ = 0;   // the piece read next
+  size_t offset_ = 0;  // bytes of it already read
+};
+
+}  // namespace kubeps
+
+#endif  // KUBEPS_PS_SERVER_PUSH_DATA_H_

@@ -1,0 +1,55 @@
+// The tensor-carrying calls of the KV client, Push and Pull, without the
+// copies protobuf's generated stubs make. A stub's Push copies the gradients
+// into the request's bytes field and serializes it into gRPC's buffers (two
+// copies of every byte before the kernel's); its Pull parses the answer's
+// bytes field into a string that the caller copies into its tensors again.
+// Here the request is the same protobuf message on the wire, but its data
+// field is a list of gRPC slices over the tensors' own memory, and the
+// answer's data field is read from gRPC's buffers straight into the
+// tensors: the kernel's copy and one more on the way in, none on the way out.
+// The servers see the same bytes and parse them as before.
+//
+// Internal to the KV client (kv_worker.cc). Thread-safe: plain functions.
+#ifndef KUBEPS_WORKER_AGENT_KV_TENSOR_WIRE_H_
+#define KUBEPS_WORKER_AGENT_KV_TENSOR_WIRE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "kubeps.pb.h"
+#include "worker-agent/kv/placement.h"
+
+namespace kubeps {
+
+// A PushRequest: `header` (every field but data) followed by the data
+// field, whose bytes are the parts' values read in place from `tensors`.
+// REQUIRES: the tensors' memory outlives every call made with the buffer.
+grpc::ByteBuffer PushRequestOverTensors(const v1::PushRequest& header,
+                                        const std::vector<const Part*>& batch,
+                                        const std::vector<const float*>& tensors);
+
+// ParameterServer.Push with a request made by PushRequestOverTensors.
+grpc::Status CallPush(grpc::Channel* channel, grpc::ClientContext* context,
+                      const grpc::ByteBuffer& request);
+
+// What a Pull answered. When `ready`, the values are in the tensors.
+struct PullAnswer {
+  bool ready = false;
+  uint64_t version = 0;
+  uint64_t bytes = 0;  // of data received
+};
+
+// ParameterServer.Pull of `request`'s parts; a ready answer's data are
+// written into `values` (the parts' places in each key's tensor). A data
+// field of another length than the parts' is an INTERNAL error naming both,
+// and a malformed answer one that says so; neither writes any value.
+grpc::Status CallPull(grpc::Channel* channel, grpc::ClientContext* context,
+                      const v1::PullRequest& request, const std::vector<const Part*>& batch,
+                      const std::vector<float*>& values, PullAnswer* answer);
+
+}  // namespace kubeps
+
+#endif  // KUBEPS_WORKER_AGENT_KV_TENSOR_WIRE_H_
