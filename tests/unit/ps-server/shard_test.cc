@@ -465,9 +465,12 @@ TEST(ShardTest, MalformedInitAndPullAreInvalidArgument) {
 }
 
 TEST(ShardWireTest, AMalformedPushIsRefused) {
-  for (const std::string& bytes : {std::string("\x2a\x10" "abc", 5),  // data longer than the message
-                                   std::string("\xff", 1),         // a cut-off tag
-                                   std::string("\x22\x03\x08", 3)}) {  // parts cut off
+  const std::vector<std::string> malformed = {
+      {'\x2a', '\x10', 'a', 'b', 'c'},  // data (field 5) of 16 bytes, 3 there
+      {'\xff'},                         // a tag cut off
+      {'\x22', '\x03', '\x08'},         // parts (field 4) of 3 bytes, 1 there
+  };
+  for (const std::string& bytes : malformed) {
     grpc::Slice slice(bytes.data(), bytes.size());
     v1::PushRequest header;
     std::vector<grpc::Slice> slices;
