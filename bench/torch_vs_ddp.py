@@ -27,12 +27,15 @@ Usage (run it with a Python that has torch, holding the machine for the whole ru
 
 Standard library and torch only; not a test.
 
-Measured on the 2-core development machine (2026-11-23, --rounds 2, the other
-settings the defaults): kubeps 10.81 steps/sec, DDP 14.64, kubeps/DDP 0.738.
-The issue's goal (kubeps at least as fast as DDP) is not met there: per step
-each worker sends its 13 MB of gradients to the servers and pulls 13 MB of
-parameters back through its agent, and the servers run Adam, all on the two
-cores the workers compute on, where DDP all-reduces in place over loopback.
+Measured on the 2-core development machine (2026-11-23, --rounds 3, the other
+settings the defaults): kubeps 5.38 steps/sec, DDP 6.06, kubeps/DDP 0.889
+(0.797 the same day before Push and Pull went around protobuf's copies). The
+issue's goal (kubeps at least as fast as DDP) is not met there. Every core is
+busy (a profile shows under 3% idle), so only CPU spent matters: per step each
+worker sends its 13 MB of gradients to the servers and pulls 13 MB of
+parameters back through its agent, twice DDP's bytes through loopback TCP
+(each crossing the kernel twice), and the servers run on the two cores the
+workers compute on.
 """
 import argparse
 import json
