@@ -150,6 +150,9 @@ int main(int argc, char** argv) {
             << "; metrics, /healthz and /readyz on :" << metrics->port();
 
   Manager manager(client.get(), flags.manager, metrics.get());
-  metrics->endpoint()->set_ready_check([&manager] { return manager.ready(); });
+  // Not ready while the API server refuses our token: every call fails then.
+  KubeClient* api = client.get();
+  metrics->endpoint()->set_ready_check(
+      [&manager, api] { return manager.ready() && !api->credentials_refused(); });
   return RunManager(flags, client.get(), &manager);
 }

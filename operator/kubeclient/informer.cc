@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <random>
 #include <thread>
 
 #include <cpprest/base_uri.h>
@@ -13,6 +14,10 @@ namespace kubeps::kube {
 using nlohmann::json;
 
 namespace {
+
+// A reflector's pauses after a failed watch (client-go: 800 ms to 30 s).
+constexpr std::chrono::milliseconds kWatchRetryFirst{800};
+constexpr std::chrono::milliseconds kWatchRetryMax{30000};
 
 void SleepUnlessStopped(const std::atomic<bool>& stop, std::chrono::milliseconds total) {
   for (auto waited = std::chrono::milliseconds(0); waited < total && !stop;
@@ -66,8 +71,8 @@ Status Informer::List(std::string* resource_version) {
   return Status::Ok();
 }
 
-bool Informer::Watch(std::string* resource_version, const std::atomic<bool>& stop) {
-  bool relist = false;
+Informer::WatchEnd Informer::Watch(std::string* resource_version, const std::atomic<bool>& stop) {
+  bool gone = false;
   Response response;
   ++watches_;
   Status s = client_->Watch(
@@ -75,7 +80,7 @@ bool Informer::Watch(std::string* resource_version, const std::atomic<bool>& sto
       [&](const WatchEvent& event) {
         if (event.type == "ERROR") {
           // 410 Gone: our resourceVersion was compacted away.
-          relist = true;
+          gone = true;
           return false;
         }
         const std::string rv = event.object["metadata"].value("resourceVersion", "");
@@ -94,26 +99,41 @@ bool Informer::Watch(std::string* resource_version, const std::atomic<bool>& sto
       stop, &response);
   if (!s.ok()) {
     KLOG_ERROR << "watch " << collection_ << ": " << s.message() << "; listing again";
-    return false;
+    return WatchEnd::kFailed;
   }
-  if (response.code != 0 && !response.ok()) return false;  // e.g. 410 at the start
-  return !relist;
+  if (response.code == 410 || gone) return WatchEnd::kGone;
+  if (response.code != 0 && !response.ok()) {
+    KLOG_ERROR << "watch " << collection_ << ": " << response.Describe() << "; listing again";
+    return WatchEnd::kFailed;
+  }
+  return WatchEnd::kEnded;
 }
 
 void Informer::Run(const std::atomic<bool>& stop) {
   std::string resource_version;
-  auto backoff = std::chrono::milliseconds(200);
+  auto list_backoff = std::chrono::milliseconds(200);
+  auto watch_backoff = kWatchRetryFirst;
+  std::minstd_rand jitter(std::random_device{}());
   while (!stop) {
     if (Status s = List(&resource_version); !s.ok()) {
       KLOG_ERROR << s.message() << "; retrying";
-      SleepUnlessStopped(stop, backoff);
-      backoff = std::min(backoff * 2, std::chrono::milliseconds(10000));
+      SleepUnlessStopped(stop, list_backoff);
+      list_backoff = std::min(list_backoff * 2, std::chrono::milliseconds(10000));
       continue;
     }
-    backoff = std::chrono::milliseconds(200);
+    list_backoff = std::chrono::milliseconds(200);
     // A stream that simply ends is watched again from where it stopped.
-    while (!stop && Watch(&resource_version, stop)) {
+    WatchEnd end;
+    while (!stop && (end = Watch(&resource_version, stop)) == WatchEnd::kEnded) {
+      watch_backoff = kWatchRetryFirst;  // a healthy stream: the server is fine
     }
+    if (stop || end == WatchEnd::kGone) continue;
+    // Jittered, so that the operator's informers (and its replicas) do not
+    // come back in step.
+    const auto pause = watch_backoff + std::chrono::milliseconds(
+                                           jitter() % (watch_backoff.count() + 1));
+    SleepUnlessStopped(stop, pause);
+    watch_backoff = std::min(watch_backoff * 2, kWatchRetryMax);
   }
 }
 

@@ -1,7 +1,10 @@
 // A cache of one kind of Kubernetes object, kept current by list + watch,
 // as client-go's informers do: list (remember the resourceVersion), watch
 // from there (bookmarks move the resourceVersion on), watch again when the
-// stream ends, list again on 410 Gone or a transport error. Every change
+// stream ends, list again at once on 410 Gone, and after a pause that grows
+// (0.8 s to 30 s, jittered, as a reflector's) when a watch fails: a 403, a
+// 429, a 5xx or a broken connection must not turn into tens of LISTs a
+// second against a struggling API server. Every change
 // calls the handler, which only enqueues work: reconciles read the cache.
 //
 // Thread-safe: Run() owns its thread; the cache is read from any thread
@@ -44,8 +47,12 @@ class Informer {
 
  private:
   Status List(std::string* resource_version);
-  // Watches from `resource_version`; false when a relist is needed.
-  bool Watch(std::string* resource_version, const std::atomic<bool>& stop);
+  enum class WatchEnd {
+    kEnded,   // the server ended the stream (its timeout): watch again
+    kGone,    // 410: our resourceVersion is too old; list again now
+    kFailed,  // an HTTP error or a broken connection: pause, then list again
+  };
+  WatchEnd Watch(std::string* resource_version, const std::atomic<bool>& stop);
   std::string Query(bool watch) const;
 
   KubeClient* client_;

@@ -13,6 +13,8 @@
 // asks the server to end the stream after kWatchServerTimeoutSeconds and
 // gives up on a silent connection a little after that.
 #include "operator/kubeclient/kube_client.h"
+#include "operator/kubeclient/bearer_token.h"
+#include "common/logging.h"
 
 #include <sys/stat.h>
 
@@ -241,12 +243,12 @@ nlohmann::json ParseBody(const std::vector<unsigned char>& bytes) {
 
 class CppRestKubeClient : public KubeClient {
  public:
-  CppRestKubeClient(const std::string& server, const TlsMaterial& tls, const std::string& token,
+  CppRestKubeClient(const std::string& server, const TlsMaterial& tls, const KubeConfig& config,
                     const web::http::client::http_client_config& request_config,
                     const web::http::client::http_client_config& watch_config)
       : server_(server),
         tls_(tls),
-        token_(token),
+        token_(config.token, config.token_file),
         client_(web::uri(server), request_config),
         watch_client_(web::uri(server), watch_config) {
     web::uri u(server);
@@ -275,10 +277,16 @@ class CppRestKubeClient : public KubeClient {
                const std::function<bool(const WatchEvent&)>& on_event,
                const std::atomic<bool>& stop, Response* response) override;
 
+  bool credentials_refused() const override { return refused_.load(); }
+
  private:
+  // A 401 means the token expired or was revoked: read the file again, and
+  // say whether the request is worth repeating. Any other answer clears the
+  // refusal, so /readyz turns red only while the API server refuses us.
+  bool RetryAfterRefusal(int code, const std::string& sent_token);
   Status Prepare(const web::http::method& method, const std::string& path,
                  const nlohmann::json* body, const std::string& content_type,
-                 web::http::http_request* request) const;
+                 web::http::http_request* request, std::string* sent_token);
   Status Do(const web::http::method& method, const std::string& path, const nlohmann::json* body,
             const std::string& content_type, Response* response);
   Status TransportError(const std::string& method, const std::string& path,
@@ -286,7 +294,8 @@ class CppRestKubeClient : public KubeClient {
 
   std::string server_;
   TlsMaterial tls_;
-  std::string token_;
+  BearerToken token_;
+  std::atomic<bool> refused_{false};
   std::string host_;
   int port_ = 0;
   bool https_ = false;
@@ -296,7 +305,8 @@ class CppRestKubeClient : public KubeClient {
 
 Status CppRestKubeClient::Prepare(const web::http::method& method, const std::string& path,
                                   const nlohmann::json* body, const std::string& content_type,
-                                  web::http::http_request* request) const {
+                                  web::http::http_request* request,
+                                  std::string* sent_token) {
   if (path.empty() || path[0] != '/') {
     return Status::Error("kube: " + method + " " + path + ": the path must start with '/'");
   }
@@ -305,7 +315,8 @@ Status CppRestKubeClient::Prepare(const web::http::method& method, const std::st
     request->set_request_uri(web::uri(path));
     request->headers().add("Accept", "application/json");
     request->headers().add("User-Agent", kUserAgent);
-    if (!token_.empty()) request->headers().add("Authorization", "Bearer " + token_);
+    *sent_token = token_.Get();
+    if (!sent_token->empty()) request->headers().add("Authorization", "Bearer " + *sent_token);
     if (body != nullptr) request->set_body(body->dump(), content_type);
   } catch (const std::exception& e) {
     return Status::Error("kube: " + method + " " + path + ": " + e.what());
@@ -347,19 +358,36 @@ Status CppRestKubeClient::TransportError(const std::string& method, const std::s
 Status CppRestKubeClient::Do(const web::http::method& method, const std::string& path,
                              const nlohmann::json* body, const std::string& content_type,
                              Response* response) {
-  *response = Response();
-  web::http::http_request request;
-  Status s = Prepare(method, path, body, content_type, &request);
-  if (!s.ok()) return s;
-  try {
-    web::http::http_response r = client_.request(request).get();
-    response->code = r.status_code();
-    response->reason = utility::conversions::to_utf8string(r.reason_phrase());
-    response->body = ParseBody(r.extract_vector().get());
-  } catch (const std::exception& e) {
-    return TransportError(method, path, e);
+  for (bool retried = false;; retried = true) {
+    *response = Response();
+    web::http::http_request request;
+    std::string sent_token;
+    Status s = Prepare(method, path, body, content_type, &request, &sent_token);
+    if (!s.ok()) return s;
+    try {
+      web::http::http_response r = client_.request(request).get();
+      response->code = r.status_code();
+      response->reason = utility::conversions::to_utf8string(r.reason_phrase());
+      response->body = ParseBody(r.extract_vector().get());
+    } catch (const std::exception& e) {
+      return TransportError(method, path, e);
+    }
+    if (retried || !RetryAfterRefusal(response->code, sent_token)) return Status::Ok();
   }
-  return Status::Ok();
+}
+
+bool CppRestKubeClient::RetryAfterRefusal(int code, const std::string& sent_token) {
+  if (code != 401) {
+    refused_.store(false);
+    return false;
+  }
+  if (token_.ReloadAfterRefusal(sent_token)) return true;
+  if (!refused_.exchange(true)) {
+    KLOG_ERROR << "kube: the API server refuses this operator's credentials (401 Unauthorized)"
+              << (token_.file().empty() ? std::string()
+                                        : "; " + token_.file() + " holds no newer token");
+  }
+  return false;
 }
 
 Status CppRestKubeClient::Watch(const std::string& path, const std::string& resource_version,
@@ -374,7 +402,8 @@ Status CppRestKubeClient::Watch(const std::string& path, const std::string& reso
     full += "&resourceVersion=" + web::uri::encode_data_string(resource_version);
   const std::string method = web::http::methods::GET;
   web::http::http_request request;
-  Status s = Prepare(method, full, nullptr, "", &request);
+  std::string sent_token;
+  Status s = Prepare(method, full, nullptr, "", &request, &sent_token);
   if (!s.ok()) return s;
 
   // Aborts the request (closes the connection) on every early return.
@@ -398,6 +427,9 @@ Status CppRestKubeClient::Watch(const std::string& path, const std::string& reso
   }
   response->code = r.status_code();
   response->reason = utility::conversions::to_utf8string(r.reason_phrase());
+  // A refused watch is not repeated here: the informer lists again, and that
+  // request carries the token this re-read found.
+  RetryAfterRefusal(response->code, sent_token);
   if (!response->ok()) {
     try {
       pplx::task<std::vector<unsigned char>> body = r.extract_vector();
@@ -547,7 +579,7 @@ Status KubeClient::Create(const KubeConfig& config, std::unique_ptr<KubeClient>*
   };
   try {
     out->reset(new CppRestKubeClient(
-        server, tls, config.token, make_config(kRequestTimeout),
+        server, tls, config, make_config(kRequestTimeout),
         make_config(std::chrono::seconds(kWatchServerTimeoutSeconds + kWatchGraceSeconds))));
   } catch (const std::exception& e) {
     return Status::Error("kube: " + server + ": " + e.what());

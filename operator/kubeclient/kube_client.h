@@ -23,7 +23,8 @@ namespace kubeps::kube {
 struct KubeConfig {
   std::string server;            // https://host:port
   std::string ca_data;           // PEM; empty = system trust store
-  std::string token;             // bearer token, or
+  std::string token;             // bearer token (re-read from token_file as it rotates), or
+  std::string token_file;        // where the token came from: tokenFile or in-cluster
   std::string client_cert_data;  // PEM client certificate and
   std::string client_key_data;   // its PEM key
   bool insecure_skip_tls_verify = false;
@@ -78,6 +79,10 @@ class KubeClient {
   virtual Status Watch(const std::string& path, const std::string& resource_version,
                        const std::function<bool(const WatchEvent&)>& on_event,
                        const std::atomic<bool>& stop, Response* response) = 0;
+
+  // True while the API server answers 401 even to a freshly re-read token:
+  // every call fails, so the operator must not report itself ready.
+  virtual bool credentials_refused() const { return false; }
 };
 
 }  // namespace kubeps::kube

@@ -15,6 +15,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "operator/kubeclient/kube_client.h"
+#include "operator/kubeclient/bearer_token.h"
 
 namespace kubeps::kube {
 
@@ -203,10 +204,9 @@ Status LoadKubeconfig(const std::string& path, KubeConfig* config) {
       out.token = TrimSpace(Scalar(user, "token"));
       const std::string token_file = Scalar(user, "tokenFile");
       if (out.token.empty() && !token_file.empty()) {
-        std::string token;
-        s = ReadWholeFile(ResolvePath(base_dir, token_file), &token);
+        out.token_file = ResolvePath(base_dir, token_file);
+        s = ReadTokenFile(out.token_file, &out.token);
         if (!s.ok()) return Status::Error(path + ": " + user_where + ".tokenFile: " + s.message());
-        out.token = TrimSpace(token);
       }
       const bool has_credentials = !out.token.empty() || !out.client_cert_data.empty();
       if (!has_credentials) {
@@ -242,12 +242,9 @@ Status LoadInClusterConfigFrom(const std::string& service_account_dir, KubeConfi
   }
   KubeConfig out;
   out.server = ServerUrl(host, port);
-  std::string token;
-  Status s = ReadWholeFile(service_account_dir + "/token", &token);
+  out.token_file = service_account_dir + "/token";
+  Status s = ReadTokenFile(out.token_file, &out.token);
   if (!s.ok()) return Status::Error("in-cluster config: service account token: " + s.message());
-  out.token = TrimSpace(token);
-  if (out.token.empty())
-    return Status::Error("in-cluster config: " + service_account_dir + "/token is empty");
   s = ReadWholeFile(service_account_dir + "/ca.crt", &out.ca_data);
   if (!s.ok()) return Status::Error("in-cluster config: service account CA: " + s.message());
   std::string ns;

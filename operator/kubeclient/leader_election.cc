@@ -36,11 +36,7 @@ bool LeaderElector::TryAcquireOrRenew() {
   json& spec = lease["spec"];
   const std::string holder = spec.value("holderIdentity", "");
   const bool ours = holder == config_.identity;
-  if (!ours && !holder.empty()) {
-    const auto renewed = ParseTime(spec.value("renewTime", ""));
-    const int duration = spec.value("leaseDurationSeconds", config_.lease_duration_s);
-    if (std::chrono::system_clock::now() < renewed + std::chrono::seconds(duration)) return false;
-  }
+  if (!ours && !holder.empty() && !ExpiredByOurClock(spec)) return false;
   if (!ours) {
     spec["holderIdentity"] = config_.identity;
     spec["acquireTime"] = now;
@@ -50,6 +46,17 @@ bool LeaderElector::TryAcquireOrRenew() {
   spec["leaseDurationSeconds"] = config_.lease_duration_s;
   Response updated;  // carries metadata.resourceVersion: 409 if someone was faster
   return client_->Put(Path() + "/" + config_.name, lease, &updated).ok() && updated.ok();
+}
+
+bool LeaderElector::ExpiredByOurClock(const json& spec) {
+  const auto now = clock_();
+  if (spec != observed_spec_) {  // renewed (or changed hands) since we looked
+    observed_spec_ = spec;
+    observed_at_ = now;
+    return false;
+  }
+  const int duration = spec.value("leaseDurationSeconds", config_.lease_duration_s);
+  return now >= observed_at_ + std::chrono::seconds(duration);
 }
 
 bool LeaderElector::AwaitLeadership(const std::atomic<bool>& stop) {

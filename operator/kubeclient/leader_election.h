@@ -1,6 +1,9 @@
 // Leader election with a coordination.k8s.io/v1 Lease, as client-go does
 // it: the holder renews the lease every renew interval; another replica
 // takes it over only once it has not been renewed for the lease duration.
+// "Not renewed" is judged by the observer's own clock, from when it last saw
+// the lease change, never by comparing the holder's renewTime with its own
+// clock: two nodes' clocks may be minutes apart.
 // Updates carry the lease's resourceVersion, so two candidates can never
 // both win (the loser gets 409 Conflict).
 //
@@ -10,7 +13,11 @@
 #define KUBEPS_OPERATOR_KUBECLIENT_LEADER_ELECTION_H_
 
 #include <atomic>
+#include <chrono>
+#include <functional>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "operator/kubeclient/kube_client.h"
 
@@ -30,8 +37,11 @@ struct LeaseConfig {
 
 class LeaderElector {
  public:
-  LeaderElector(KubeClient* client, LeaseConfig config)
-      : client_(client), config_(std::move(config)) {}
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+  // `clock` is for tests; it must not go backwards.
+  LeaderElector(KubeClient* client, LeaseConfig config,
+                Clock clock = [] { return std::chrono::steady_clock::now(); })
+      : client_(client), config_(std::move(config)), clock_(std::move(clock)) {}
 
   // One attempt to take or renew the lease; true while we hold it.
   bool TryAcquireOrRenew();
@@ -45,8 +55,15 @@ class LeaderElector {
 
  private:
   std::string Path() const;
+  // Whether another holder's lease, as read now, has gone unchanged for its
+  // duration by our clock.
+  bool ExpiredByOurClock(const nlohmann::json& spec);
+
   KubeClient* client_;
   LeaseConfig config_;
+  Clock clock_;
+  nlohmann::json observed_spec_;  // the other holder's lease as we last saw it
+  std::chrono::steady_clock::time_point observed_at_;  // when it last changed
 };
 
 }  // namespace kubeps::kube

@@ -360,7 +360,7 @@ class HelmChartTest(unittest.TestCase):
             "token": token, "user": "system:serviceaccount:%s:%s" % (NAMESPACE, service_account),
             "groups": ["system:serviceaccounts", "system:serviceaccounts:" + NAMESPACE,
                        "system:authenticated"]})
-        config["users"][0]["user"]["token"] = token
+        config["users"][0]["user"] = {"token": token}
         kubeconfig = self.path("kubeconfig-" + service_account, json.dumps(config))
         c.kubectl("create", "namespace", NAMESPACE, check=False)
         c.kubectl("create", "secret", "generic", "operator-kubeconfig", "-n", NAMESPACE,

@@ -20,6 +20,7 @@ kubelet.kubeconfig, apiserver.log, kubelet.log (with every container's output
 when stream_logs=True), node/ (pod folders, container logs).
 """
 import argparse
+import base64
 import json
 import os
 import shutil
@@ -29,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from . import client
+from . import client, kubeconfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # the folder that holds this package: on the children's PYTHONPATH
@@ -194,6 +195,23 @@ class Cluster:
         if json_output:
             return json.loads(result.stdout)
         return result
+
+    def rotate_operator_token(self, expire_old=True, write_file=True):
+        """Issues the operator's service account a new token, as the kubelet
+        does for a projected token: the new one is written over the token
+        file (unless write_file is False: a kubelet that stopped refreshing
+        it), and the old one is refused from now on when expire_old."""
+        path = os.path.join(self.dir, "operator-token", "token")
+        with open(path) as f:
+            old = f.read().strip()
+        new = base64.b32encode(os.urandom(20)).decode().lower().rstrip("=")
+        user, groups = kubeconfig.OPERATOR_IDENTITY
+        self.client.post("/_emulator/token", {"token": new, "user": user, "groups": groups})
+        if write_file:
+            kubeconfig.write_token_file(path, new)
+        if expire_old:
+            self.client.post("/_emulator/expire-token", {"token": old})
+        return new
 
     def hook(self, name, **query):
         path = "/_emulator/" + name

@@ -7,9 +7,16 @@ import json
 import os
 
 
+# Who the operator is to the API server: its service account's user and groups.
+OPERATOR_IDENTITY = ("system:serviceaccount:kubeps-system:kubeps-operator",
+                     ["system:serviceaccounts", "system:serviceaccounts:kubeps-system",
+                      "system:authenticated"])
+
+
 def write_kubeconfig(path, server, ca_file, token, user="admin", namespace="default",
-                     context="kubeps-emulator"):
-    """A kubeconfig (JSON is valid YAML) for one user with a bearer token."""
+                     context="kubeps-emulator", token_file=None):
+    """A kubeconfig (JSON is valid YAML) for one user with a bearer token,
+    inline or (token_file) in a file that write_token_file may rotate."""
     with open(ca_file, "rb") as f:
         ca_data = base64.b64encode(f.read()).decode()
     config = {
@@ -17,7 +24,8 @@ def write_kubeconfig(path, server, ca_file, token, user="admin", namespace="defa
         "kind": "Config",
         "clusters": [{"name": context, "cluster": {
             "server": server, "certificate-authority-data": ca_data}}],
-        "users": [{"name": user, "user": {"token": token}}],
+        "users": [{"name": user, "user": {"tokenFile": token_file} if token_file else
+                   {"token": token}}],
         "contexts": [{"name": context, "context": {
             "cluster": context, "user": user, "namespace": namespace}}],
         "current-context": context,
@@ -30,6 +38,16 @@ def write_kubeconfig(path, server, ca_file, token, user="admin", namespace="defa
     return path
 
 
+def write_token_file(path, token):
+    """Writes a token as the kubelet writes a projected service-account token:
+    the new file replaces the old one atomically."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(token)
+    os.replace(tmp, path)
+
+
 def read_kubeconfig(path):
     """Reads a kubeconfig written by write_kubeconfig (JSON). Returns
     (server, ca_pem_bytes, token)."""
@@ -39,4 +57,8 @@ def read_kubeconfig(path):
     ctx = next(c["context"] for c in config["contexts"] if c["name"] == ctx_name)
     cluster = next(c["cluster"] for c in config["clusters"] if c["name"] == ctx["cluster"])
     user = next(u["user"] for u in config["users"] if u["name"] == ctx["user"])
-    return cluster["server"], base64.b64decode(cluster["certificate-authority-data"]), user.get("token")
+    token = user.get("token")
+    if token is None and user.get("tokenFile"):
+        with open(user["tokenFile"]) as f:
+            token = f.read().strip()
+    return cluster["server"], base64.b64decode(cluster["certificate-authority-data"]), token

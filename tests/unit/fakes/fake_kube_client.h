@@ -99,6 +99,9 @@ class FakeKubeClient : public KubeClient {
   // left out) fail: code 0 with a transport error Status, else with that
   // HTTP code and a Status body.
   void FailNext(const std::string& method, const std::string& path, int times, int code);
+  void ClearFailures() {
+    Locked([&] { failures_.clear(); });
+  }
   // Forgets the history so far: a watch from an older version gets 410.
   void CompactHistory();
   // Keeps only the last `events` events of history (default: all).

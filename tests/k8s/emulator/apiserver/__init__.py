@@ -77,8 +77,10 @@ Test hooks (POST, admin token required):
   /_emulator/cut-watches    end every open watch stream (?mode=abort drops the
                             TCP connection without the final chunk)
   /_emulator/bookmark       send a BOOKMARK now on every watch that allows them
-  /_emulator/token          body {"token":..., "user":..., "groups":[...]}
-                            adds a bearer token
+  /_emulator/token          body {"token":..., "user":..., "groups":[...],
+                            "expiresIn": seconds (optional)} adds a bearer token
+  /_emulator/expire-token   body {"token":...}: refused (401) from now on, as
+                            a rotated service-account token is once it expires
   GET /_emulator/requests   the last 2000 finished requests, oldest first:
                             [{seq, verb, path, code, user}] (a watch is logged
                             when its stream ends)

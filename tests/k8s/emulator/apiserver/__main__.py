@@ -15,7 +15,7 @@ import os
 import ssl
 
 from ..http_server import ThreadingTLSServer
-from ..kubeconfig import write_kubeconfig
+from ..kubeconfig import OPERATOR_IDENTITY, write_kubeconfig, write_token_file
 from ..lifetime import exit_with_parent
 from . import __doc__ as package_doc
 from .api import Api
@@ -65,13 +65,16 @@ def main(argv=None):
     api.tokens[admin] = ("kubernetes-admin", ["system:masters", "system:authenticated"])
     api.tokens[kubelet_token] = ("system:node:kubeps-node", ["system:nodes", "system:masters",
                                                              "system:authenticated"])
-    api.tokens[operator_token] = ("system:serviceaccount:kubeps-system:kubeps-operator",
-                                  ["system:serviceaccounts", "system:serviceaccounts:kubeps-system",
-                                   "system:authenticated"])
+    api.tokens[operator_token] = OPERATOR_IDENTITY
     write_kubeconfig(os.path.join(args.dir, "kubelet.kubeconfig"), url, paths["ca.crt"],
                      kubelet_token, user="kubelet")
+    # The operator reads its token from a file, as it reads a projected
+    # service-account token in a pod, so that tests can rotate it.
+    operator_token_file = os.path.join(args.dir, "operator-token", "token")
+    write_token_file(operator_token_file, operator_token)
     write_kubeconfig(os.path.join(args.dir, "operator.kubeconfig"), url, paths["ca.crt"],
-                     operator_token, user="kubeps-operator", namespace="kubeps-system")
+                     operator_token, user="kubeps-operator", namespace="kubeps-system",
+                     token_file=operator_token_file)
     write_kubeconfig(os.path.join(args.dir, "kubeconfig"), url, paths["ca.crt"], admin)
     with open(os.path.join(args.dir, "apiserver.url"), "w") as f:
         f.write(url + "\n")

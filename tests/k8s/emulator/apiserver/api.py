@@ -50,6 +50,7 @@ class Api(Admission, CustomResources, GarbageCollector):
         self.args = args
         self.store = Store(args.event_window)
         self.tokens = {}    # token -> (user, groups)
+        self.token_expiry = {}  # token -> time.time() after which it is refused (401)
         self.rbac = args.rbac
         self.requests = collections.deque(maxlen=2000)
         self.requests_logged = 0   # the seq of the last request logged

@@ -5,6 +5,7 @@ token, list the last requests and the open watches. See the package's docstring.
 A mixin of the request handler (routing.py).
 """
 import json
+import time
 
 from .errors import ApiError
 
@@ -30,6 +31,11 @@ class EmulatorHooks:
         elif path == "/_emulator/token":
             body = json.loads(raw)
             api.tokens[body["token"]] = (body["user"], body.get("groups", []))
+            if "expiresIn" in body:
+                api.token_expiry[body["token"]] = time.time() + float(body["expiresIn"])
+            self.send_json(200, {"ok": True})
+        elif path == "/_emulator/expire-token":
+            api.token_expiry[json.loads(raw)["token"]] = time.time()
             self.send_json(200, {"ok": True})
         elif path == "/_emulator/requests":
             self.send_json(200, list(api.requests))

@@ -8,6 +8,7 @@ watch streams (watch.py) and pods/log (pod_log.py) as mixins.
 import json
 import ssl
 import sys
+import time
 import urllib.parse
 import uuid
 
@@ -116,8 +117,11 @@ class Handler(WatchStream, PodLogStream, EmulatorHooks, StreamingHandler):
     def authenticate(self):
         auth = self.headers.get("Authorization", "")
         if auth.startswith("Bearer "):
-            who = self.api.tokens.get(auth[7:].strip())
-            if who:
+            token = auth[7:].strip()
+            who = self.api.tokens.get(token)
+            # An expired token is refused like an unknown one, as a real API
+            # server refuses a projected service-account token past its expiry.
+            if who and time.time() < self.api.token_expiry.get(token, float("inf")):
                 return who
         raise ApiError(401, "Unauthorized", "Unauthorized")
 

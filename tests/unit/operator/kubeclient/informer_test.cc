@@ -228,6 +228,24 @@ TEST_F(InformerTest, ABrokenWatchListsAgain) {
   ASSERT_TRUE(Eventually([&] { return Saw("a"); }));
 }
 
+// A reflector backs off between a failed watch and the next LIST; without it
+// an API server that answers 429 or 500 to every watch gets tens of LISTs a
+// second from every informer.
+TEST_F(InformerTest, AFailingWatchIsRetriedWithGrowingPausesNotAtOnce) {
+  Start();
+  fake_.FailNext("WATCH", kPods, 1000, 429);
+  fake_.EndWatches();
+  const int lists_before = informer_->lists();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  // Pauses of 0.8-1.6 s, then 1.6-3.2 s: at most 3 LISTs in 2.5 s.
+  EXPECT_LE(informer_->lists() - lists_before, 3);
+  EXPECT_GE(informer_->lists() - lists_before, 1) << "it does keep trying";
+  // The server recovers: the informer watches again and misses nothing.
+  fake_.ClearFailures();
+  fake_.Create(kPods, Pod("after"));
+  ASSERT_TRUE(Eventually([&] { return Saw("after"); }));
+}
+
 TEST_F(InformerTest, AFailingListIsRetriedAndNotSyncedUntilItWorks) {
   fake_.Create(kPods, Pod("a"));
   fake_.FailNext("GET", kPods, 2, 500);

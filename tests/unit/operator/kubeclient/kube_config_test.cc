@@ -79,6 +79,7 @@ TEST_F(KubeconfigTest, FilesRelativeToTheKubeconfigFolder) {
   EXPECT_EQ(c.client_cert_data, kFakeCert);
   EXPECT_EQ(c.client_key_data, kFakeKey);
   EXPECT_EQ(c.token, "file-token");
+  EXPECT_EQ(c.token_file, dir_ + "/kube/token") << "kept, so the client re-reads it as it rotates";
 
   // Absolute paths stay as they are; data beats the file.
   const std::string path2 = Write("kube/config2", Kubeconfig("    server: https://api.example:443\n"
@@ -200,6 +201,7 @@ TEST_F(KubeconfigTest, InCluster) {
     ASSERT_TRUE(s.ok()) << s.message();
     EXPECT_EQ(c.server, "https://10.96.0.1:443");
     EXPECT_EQ(c.token, "sa-token");
+    EXPECT_EQ(c.token_file, dir_ + "/sa/token");
     EXPECT_EQ(c.ca_data, kFakeCa);
     EXPECT_EQ(c.namespace_, "jobs");
   }

@@ -53,6 +53,14 @@ json HeldLease(const std::string& holder, system_clock::duration age, int durati
 
 json Spec(FakeKubeClient& fake) { return fake.Object(kLease)["spec"]; }
 
+// A steady clock the test moves by hand.
+struct ManualClock {
+  std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now();
+  LeaderElector::Clock Get() {
+    return [this] { return now; };
+  }
+};
+
 // Passes requests on to the fake; a test can cut this candidate off the
 // network, or run something just before its next PUT reaches the server.
 class InterposedClient : public KubeClient {
@@ -118,13 +126,16 @@ TEST(LeaderElectionTest, RenewsItsOwnLeaseWithoutATransition) {
 TEST(LeaderElectionTest, LeavesAnotherHoldersLeaseAloneUntilItExpires) {
   FakeKubeClient fake;
   fake.Create(kLeaseCollection, HeldLease("other", 10s));
-  LeaderElector elector(&fake, Config("me"));
+  ManualClock clock;
+  LeaderElector elector(&fake, Config("me"), clock.Get());
   EXPECT_FALSE(elector.TryAcquireOrRenew());
   EXPECT_EQ(Spec(fake)["holderIdentity"], "other");
   EXPECT_TRUE(fake.RequestsTo("PUT", kLease).empty()) << "a valid lease is not even written";
+  clock.now += 14s;
+  EXPECT_FALSE(elector.TryAcquireOrRenew());
 
-  // The holder stopped renewing 16 s ago; its lease said 15 s.
-  fake.Modify(kLease, {{"spec", {{"renewTime", MicroTime(system_clock::now() - 16s)}}}});
+  // Unchanged for 16 s by our clock; the lease said 15 s.
+  clock.now += 2s;
   ASSERT_TRUE(elector.TryAcquireOrRenew());
   json spec = Spec(fake);
   EXPECT_EQ(spec["holderIdentity"], "me");
@@ -135,8 +146,47 @@ TEST(LeaderElectionTest, LeavesAnotherHoldersLeaseAloneUntilItExpires) {
 TEST(LeaderElectionTest, HonoursTheHoldersLeaseDuration) {
   FakeKubeClient fake;
   fake.Create(kLeaseCollection, HeldLease("other", 20s, /*duration_s=*/60));
-  LeaderElector elector(&fake, Config("me"));  // our own duration is 15 s
+  ManualClock clock;
+  LeaderElector elector(&fake, Config("me"), clock.Get());  // our own duration is 15 s
   EXPECT_FALSE(elector.TryAcquireOrRenew());
+  clock.now += 20s;
+  EXPECT_FALSE(elector.TryAcquireOrRenew());
+  clock.now += 40s;
+  EXPECT_TRUE(elector.TryAcquireOrRenew());
+}
+
+// The holder's clock is an hour behind the standby's: its renewTime looks
+// long expired, yet it renews every few seconds. Comparing clocks would make
+// a second leader at once.
+TEST(LeaderElectionTest, AHolderWhoseClockIsBehindKeepsTheLeaseWhileItRenews) {
+  FakeKubeClient fake;
+  fake.Create(kLeaseCollection, HeldLease("other", 1h));
+  ManualClock clock;
+  LeaderElector standby(&fake, Config("standby"), clock.Get());
+  for (int renewal = 1; renewal <= 6; ++renewal) {
+    EXPECT_FALSE(standby.TryAcquireOrRenew()) << "renewal " << renewal;
+    clock.now += 10s;
+    fake.Modify(kLease, {{"spec", {{"renewTime", MicroTime(system_clock::now() - 1h)}}}});
+  }
+  EXPECT_FALSE(standby.TryAcquireOrRenew());
+  EXPECT_EQ(Spec(fake)["holderIdentity"], "other");
+  // It stops renewing: 15 s later by the standby's clock, the lease is free.
+  clock.now += 15s;
+  EXPECT_TRUE(standby.TryAcquireOrRenew());
+}
+
+// The holder's clock is an hour ahead and it died: its renewTime looks valid
+// for an hour, but the standby takes over one lease duration after it last
+// saw a renewal.
+TEST(LeaderElectionTest, ADeadHolderWhoseClockWasAheadIsReplacedAfterOneLeaseDuration) {
+  FakeKubeClient fake;
+  fake.Create(kLeaseCollection, HeldLease("other", -1h));
+  ManualClock clock;
+  LeaderElector standby(&fake, Config("standby"), clock.Get());
+  EXPECT_FALSE(standby.TryAcquireOrRenew());
+  clock.now += 15s;
+  EXPECT_TRUE(standby.TryAcquireOrRenew());
+  EXPECT_EQ(Spec(fake)["holderIdentity"], "standby");
 }
 
 TEST(LeaderElectionTest, ReleaseHandsTheLeaseOverAtOnce) {
@@ -159,7 +209,13 @@ TEST(LeaderElectionTest, OfTwoCandidatesRacingForALeaseOnlyOneWins) {
   FakeKubeClient fake;
   fake.Create(kLeaseCollection, HeldLease("old", 30s));
   InterposedClient slow_client(&fake);
-  LeaderElector slow(&slow_client, Config("slow")), fast(&fake, Config("fast"));
+  ManualClock clock;
+  LeaderElector slow(&slow_client, Config("slow"), clock.Get()),
+      fast(&fake, Config("fast"), clock.Get());
+  // Both have watched the lease go unrenewed for longer than its duration.
+  EXPECT_FALSE(slow.TryAcquireOrRenew());
+  EXPECT_FALSE(fast.TryAcquireOrRenew());
+  clock.now += 16s;
   bool fast_won = false;
   slow_client.before_next_put = [&] { fast_won = fast.TryAcquireOrRenew(); };
   EXPECT_FALSE(slow.TryAcquireOrRenew());
