@@ -1,5 +1,7 @@
 #include "operator/kube/pod_builder.h"
 
+#include <cstdint>
+#include <cstdio>
 #include <set>
 
 #include "api/pod_env_codec.h"
@@ -88,12 +90,27 @@ void SameUser(const json& main, json* sidecar, json* pod_spec) {
 
 }  // namespace
 
+std::string DnsLabel(const std::string& base, const std::string& suffix) {
+  constexpr size_t kMaxLabel = 63, kHashDigits = 8;
+  std::string whole = base + suffix;
+  if (whole.size() <= kMaxLabel) return whole;
+  uint32_t hash = 2166136261u;  // FNV-1a, 32 bits
+  for (unsigned char c : whole) hash = (hash ^ c) * 16777619u;
+  char hex[kHashDigits + 1];
+  std::snprintf(hex, sizeof hex, "%08x", hash);
+  std::string cut = base.substr(0, kMaxLabel - suffix.size() - kHashDigits - 1);
+  while (!cut.empty() && cut.back() == '-') cut.pop_back();  // no "--" before the hash
+  return cut + "-" + hex + suffix;
+}
+
+std::string SchedulerServiceName(const JobIdentity& job) { return DnsLabel(job.name, "-scheduler"); }
+
 std::string SchedulerAddress(const JobIdentity& job) {
-  return job.name + "-scheduler." + job.namespace_ + ".svc:" + std::to_string(kGrpcPort);
+  return SchedulerServiceName(job) + "." + job.namespace_ + ".svc:" + std::to_string(kGrpcPort);
 }
 
 std::string ReplicaHostname(const JobIdentity& job, const controller::ReplicaName& name) {
-  return job.name + "-" + name.ToString();
+  return DnsLabel(job.name, "-" + name.ToString());
 }
 
 std::string PodName(const JobIdentity& job, const controller::ReplicaName& name, int restarts) {
@@ -221,7 +238,7 @@ json BuildSchedulerService(const JobIdentity& job) {
   return {{"apiVersion", "v1"},
           {"kind", "Service"},
           {"metadata",
-           {{"name", job.name + "-scheduler"},
+           {{"name", SchedulerServiceName(job)},
             {"namespace", job.namespace_},
             {"labels", Labels(job)},
             {"ownerReferences", json::array({OwnerReference(job)})}}},

@@ -8,7 +8,11 @@
 // N restarts (the operator re-creates failed pods instead of letting the
 // kubelet restart them, so the restart policy is decided by the same code
 // as in `kubeps run`). The scheduler also gets a ClusterIP Service
-// "<job>-scheduler", the address every node is given.
+// "<job>-scheduler", the address every node is given. Hostnames and
+// Service names are DNS labels, at most 63 characters: where the job's name
+// (itself at most 63) and the suffix are longer, the name is cut and a hash
+// of the whole added (DnsLabel), so every legal job name works and two jobs
+// never share a name.
 //
 // Pure functions: safe from any thread.
 #ifndef KUBEPS_OPERATOR_KUBE_POD_BUILDER_H_
@@ -50,7 +54,15 @@ struct ImageSet {
   std::string agent = "kubeps/agent:0.1.0";
 };
 
-// "<job>-scheduler.<namespace>.svc:7000"
+// `base` + `suffix` if that is a DNS label's length (63), else `base` cut,
+// "-", 8 hex digits of a hash of `base` + `suffix`, then `suffix`. The hash is
+// FNV-1a, stable across builds: an operator restarted with a new build must
+// derive the same names.
+std::string DnsLabel(const std::string& base, const std::string& suffix);
+
+// "<job>-scheduler": the scheduler's ClusterIP Service.
+std::string SchedulerServiceName(const JobIdentity& job);
+// "<scheduler service>.<namespace>.svc:7000"
 std::string SchedulerAddress(const JobIdentity& job);
 std::string ReplicaHostname(const JobIdentity& job, const controller::ReplicaName& name);
 std::string PodName(const JobIdentity& job, const controller::ReplicaName& name, int restarts);

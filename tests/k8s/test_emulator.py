@@ -340,6 +340,27 @@ class EmulatorTest(unittest.TestCase):
                 "/api/v1/namespaces/default/" + kind)["items"]), what=kind + " collected")
         del pod
 
+    def test_names_are_validated_as_kubernetes_does(self):
+        c, long = self.c, "s" + "x" * 63
+        cases = [
+            ("services", {"apiVersion": "v1", "kind": "Service", "metadata": {"name": long},
+                          "spec": {"clusterIP": "None"}}, "metadata.name", "no more than 63"),
+            ("services", {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "1svc"},
+                          "spec": {"clusterIP": "None"}}, "metadata.name", "DNS-1035 label"),
+            ("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {
+                "hostname": long, "containers": [{"name": "m", "image": "x"}]}},
+             "spec.hostname", "no more than 63"),
+            ("pods", {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": "p", "labels": {"kubeps.io/job-name": long}}, "spec": {
+                "containers": [{"name": "m", "image": "x"}]}}, "metadata.labels", "no more than 63"),
+        ]
+        for kind, obj, field, message in cases:
+            with self.assertRaises(ApiError) as e:
+                c.client.post("/api/v1/namespaces/default/" + kind, obj)
+            self.assertEqual(e.exception.code, 422)
+            self.assertIn(field + ": Invalid value", str(e.exception))
+            self.assertIn(message, str(e.exception))
+
     def test_services_resolve_and_proxy(self):
         c = self.c
         server = ("import http.server, os\n"

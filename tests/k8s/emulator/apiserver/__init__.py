@@ -67,6 +67,9 @@ What is emulated
     object whose ownerReferences all point at objects that are gone is
     deleted (background propagation; Orphan removes the references;
     Foreground is treated as Background), recursively.
+  * Kubernetes' validation of the names the operator derives (validation.py):
+    Service names (DNS-1035), pod hostnames and subdomains (DNS-1123 labels)
+    and label values, each at most 63 characters: 422 Invalid otherwise.
   * authentication with bearer tokens (401 otherwise); with --rbac, requests
     of service-account tokens are authorised against the stored
     (Cluster)Role(Binding)s (403 with the upstream message otherwise).

@@ -26,6 +26,7 @@ from .errors import ApiError, conflict, invalid, not_found, status_success
 from .garbage_collector import GarbageCollector
 from .resources import builtin_types
 from .store import Store
+from . import validation
 
 
 def _strip_for_compare(obj):
@@ -154,6 +155,7 @@ class Api(Admission, CustomResources, GarbageCollector):
                                              "kind": rtype.plural})
             if rtype.crd is not None:
                 self.validate_custom(rtype, obj, self._field_validation(query), warnings, name)
+            validation.validate(rtype, obj)
             self.prepare_create(rtype, obj, namespace)
             if rtype.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
                 self._crd_established(obj)
@@ -264,6 +266,7 @@ class Api(Admission, CustomResources, GarbageCollector):
             new["apiVersion"], new["kind"] = rtype.gv, rtype.kind
             if rtype.crd is not None:
                 self.validate_custom(rtype, new, self._field_validation(query), warnings, name)
+            validation.validate(rtype, new)
             if _strip_for_compare(new) == _strip_for_compare(old):
                 return old, False
             if subresource != "status":

@@ -2,7 +2,10 @@
 // queue: pure code, tested without an API server.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include "api/training_job.h"
@@ -119,6 +122,38 @@ TEST(PodBuilderTest, ServicesSecretAndPodGroup) {
   EXPECT_EQ(group["spec"]["queue"], "research");
   json pod = BuildPod(kId, gang, Launch(gang, {ReplicaRole::kWorker, 0}), 0, ImageSet{});
   EXPECT_EQ(pod["spec"]["schedulerName"], "volcano");
+}
+
+// Hostnames and Service names are DNS labels (at most 63 characters, letters
+// digits and '-', alphanumeric at both ends); a job's name may be 63 itself.
+bool IsDnsLabel(const std::string& s) {
+  if (s.empty() || s.size() > 63 || !std::isalnum(s.front()) || !std::isalnum(s.back()))
+    return false;
+  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(c) || c == '-'; });
+}
+
+TEST(PodBuilderTest, EveryNameIsADnsLabelWhateverTheJobsNameLength) {
+  std::set<std::string> seen;
+  for (size_t length : {1, 40, 51, 52, 53, 60, 62, 63}) {
+    std::string name = "j" + std::string(length - 1, 'x');
+    if (length > 10) name[length / 2] = '-';  // a '-' where the cut may fall
+    const JobIdentity id{name, "ns", "uid"};
+    const std::vector<std::string> names = {
+        ReplicaHostname(id, {ReplicaRole::kWorker, 12}), ReplicaHostname(id, {ReplicaRole::kServer, 0}),
+        ReplicaHostname(id, {ReplicaRole::kScheduler, 0}), SchedulerServiceName(id)};
+    for (const std::string& n : names) {
+      EXPECT_TRUE(IsDnsLabel(n)) << n << " (job name of " << length << ")";
+      EXPECT_TRUE(seen.insert(n).second) << n << " is not unique";
+    }
+    EXPECT_EQ(BuildSchedulerService(id)["metadata"]["name"], SchedulerServiceName(id));
+    EXPECT_EQ(SchedulerAddress(id), SchedulerServiceName(id) + ".ns.svc:7000");
+  }
+  // Short names stay readable; names of two long jobs differing only at the
+  // end stay apart.
+  EXPECT_EQ(ReplicaHostname(kId, {ReplicaRole::kWorker, 1}), "mnist-worker-1");
+  const std::string stem(60, 'a');
+  EXPECT_NE(DnsLabel(stem + "bc", "-worker-0"), DnsLabel(stem + "bd", "-worker-0"));
+  EXPECT_EQ(DnsLabel(stem + "bc", "-worker-0"), DnsLabel(stem + "bc", "-worker-0"));
 }
 
 TEST(KubeClusterTest, PodStatusMapsToReplicaStatus) {
