@@ -47,7 +47,10 @@ std::string RandomToken() {
 JobReconciler::JobReconciler(KubeClient* client, ImageSet images, MetricsServer* metrics)
     : client_(client), images_(std::move(images)), metrics_(metrics) {}
 
-void JobReconciler::Forget(const std::string& uid) { jobs_.erase(uid); }
+void JobReconciler::Forget(const std::string& uid) {
+  jobs_.erase(uid);
+  finished_.erase(uid);
+}
 
 Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
                                 ReconcileResult* result) {
@@ -77,12 +80,19 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     return Status::Ok();
   }
 
+  if (finished_.count(id.uid) != 0) {
+    KLOG_INFO << "reconcile " << id.namespace_ << "/" << id.name
+              << ": this operator finished it; waiting for the cache to show it";
+    return Status::Ok();
+  }
+
   api::ParseResult parsed = api::ParseTrainingJob(job.dump());
-  if (!parsed.ok()) return FailInvalid(job, parsed.ErrorReport(id.name));
+  if (!parsed.ok()) return FailInvalid(job, parsed.ErrorReport(id.name), result);
   api::TrainingJob spec = *parsed.job;
   spec.name = id.name;
   spec.namespace_ = id.namespace_;
   JobState& state = jobs_[id.uid];
+  if (state.terminal) return Write(job, *state.terminal, result);
   auto launch = [&spec](const controller::ReplicaName& name, const std::string& scheduler) {
     return controller::ReplicaLaunch{name, controller::ReplicaBinary(name),
                                      controller::ReplicaArgs(spec, name),
@@ -99,8 +109,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     api::SetPhaseCondition(&next.conditions, api::JobPhase::kSuspended, "JobSuspended",
                            next.message, Rfc3339(Clock::now()));
     if (next.SameExceptTimes(status)) return Status::Ok();
-    RecordEvent(job, "Normal", "Suspended", next.message);
-    return WriteStatus(job, next);
+    return Write(job, next, result);
   }
 
   if (Status s = EnsureOwnedObjects(id, spec, &state); !s.ok()) return s;
@@ -132,16 +141,41 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
                   "Time from a TrainingJob's creation to all its pods running")
         .Observe(std::chrono::duration<double>(Clock::now() - created).count());
   }
-  if (next.phase != status.phase) {
-    const bool bad = observed.phase == JobPhase::kFailed || observed.phase == JobPhase::kRestarting;
-    RecordEvent(job, bad ? "Warning" : "Normal", observed.reason, observed.message);
-  }
-  if (observed.finished()) Forget(id.uid);
   // Running jobs are looked at again now and then: the linger after the
   // workers finish and activeDeadlineSeconds are measured in time.
   if (!observed.finished()) result->requeue_after = std::chrono::seconds(5);
+  // A finished job's pods may be deleted already (cleanPodPolicy): should
+  // this write meet a conflict, the next reconcile writes this status again
+  // instead of running the job logic on a job that looks unfinished.
+  if (observed.finished()) state.terminal = next;
   if (next.SameExceptTimes(status)) return Status::Ok();
-  return WriteStatus(job, next);
+  return Write(job, next, result);
+}
+
+Status JobReconciler::Write(const json& job, const api::TrainingJobStatus& status,
+                            ReconcileResult* result) {
+  const std::string uid = job["metadata"].value("uid", "");
+  bool stale = false;
+  if (Status s = WriteStatus(job, status, &stale); !s.ok()) return s;
+  if (stale) {
+    result->requeue_after = std::chrono::milliseconds(250);
+    return Status::Ok();
+  }
+  const api::TrainingJobStatus old = api::StatusFromJson(job.value("status", json::object()));
+  if (status.phase != old.phase) {  // once, when it lands
+    const bool bad = status.phase == api::JobPhase::kFailed ||
+                     status.phase == api::JobPhase::kRestarting;
+    std::string reason;
+    for (const auto& condition : status.conditions) {
+      if (status.phase && condition.type == api::ToString(*status.phase)) reason = condition.reason;
+    }
+    RecordEvent(job, bad ? "Warning" : "Normal", reason, status.message);
+  }
+  if (status.finished()) {
+    jobs_.erase(uid);
+    finished_.insert(uid);
+  }
+  return Status::Ok();
 }
 
 void JobReconciler::ProbeProgress(const std::vector<json>& pods, JobState* state,
@@ -199,7 +233,8 @@ api::TrainingJobStatus JobReconciler::BuildStatus(const json& job,
   return next;
 }
 
-Status JobReconciler::FailInvalid(const json& job, const std::string& message) {
+Status JobReconciler::FailInvalid(const json& job, const std::string& message,
+                                  ReconcileResult* result) {
   api::TrainingJobStatus status = api::StatusFromJson(job.value("status", json::object()));
   if (status.phase == api::JobPhase::kFailed) return Status::Ok();
   const std::string now = Rfc3339(Clock::now());
@@ -207,8 +242,7 @@ Status JobReconciler::FailInvalid(const json& job, const std::string& message) {
   status.message = message;
   api::SetPhaseCondition(&status.conditions, api::JobPhase::kFailed, "InvalidSpec", message, now);
   status.completion_time = now;
-  RecordEvent(job, "Warning", "InvalidSpec", message);
-  return WriteStatus(job, status);
+  return Write(job, status, result);
 }
 
 Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::TrainingJob& spec,
@@ -218,6 +252,7 @@ Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::Train
   if (Status s = client_->Get(ObjectPath(kSecrets, id.namespace_, TokenSecretName(id)), &secret);
       !s.ok())
     return s;
+  if (secret.ok() && !OwnedBy(secret.body, id)) return WaitForPredecessor("Secret", secret.body);
   const std::string services = CollectionPath(kServices, id.namespace_);
   std::vector<std::pair<std::string, json>> wanted = {{services, BuildHeadlessService(id)},
                                                       {services, BuildSchedulerService(id)}};
@@ -229,37 +264,40 @@ Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::Train
   json group = BuildPodGroup(id, spec, &group_path);
   if (!group.is_null()) wanted.push_back({group_path, group});
   for (const auto& [path, object] : wanted) {
+    const std::string kind = object["kind"], name = object["metadata"]["name"];
     Response created;
     if (Status s = client_->Post(path, object, &created); !s.ok()) return s;
-    if (!created.ok() && created.code != 409) {  // 409: it exists already
-      return Status::Error("creating " + object["kind"].get<std::string>() + " " +
-                           object["metadata"]["name"].get<std::string>() + ": " +
-                           created.Describe());
+    if (created.code == 409) {  // ours from an earlier reconcile, or a predecessor's
+      Response existing;
+      if (Status s = client_->Get(path + "/" + name, &existing); !s.ok()) return s;
+      if (existing.ok() && !OwnedBy(existing.body, id)) return WaitForPredecessor(kind, existing.body);
+    } else if (!created.ok()) {
+      return Status::Error("creating " + kind + " " + name + ": " + created.Describe());
     }
   }
   state->owned_objects_exist = true;
   return Status::Ok();
 }
 
-Status JobReconciler::WriteStatus(const json& job, const api::TrainingJobStatus& status) {
+Status JobReconciler::WaitForPredecessor(const std::string& kind, const json& object) {
+  // Kubernetes deletes a deleted job's dependents in the background, seconds
+  // later; until then its Secret, Services and pods hold our names. Adopting
+  // them would lose them to the garbage collector: wait, and try again.
+  return Status::Unavailable(kind + " " + object["metadata"].value("name", "") +
+                             " is not owned by this job: an earlier job of this name's, waiting "
+                             "for the garbage collector to delete it");
+}
+
+Status JobReconciler::WriteStatus(const json& job, const api::TrainingJobStatus& status,
+                                  bool* stale) {
   const JobIdentity id = IdentityOf(job);
-  json object = job;
-  for (int attempt = 0; attempt < 5; ++attempt) {
-    object["status"] = api::ToJson(status);
-    Response response;
-    if (Status s = client_->Put(JobPath(id, "status"), object, &response); !s.ok()) return s;
-    if (response.ok()) return Status::Ok();
-    if (response.code == 404) return Status::Ok();  // the job was deleted meanwhile
-    if (response.code != 409)
-      return Status::Error("writing the status of " + id.name + ": " + response.Describe());
-    // Conflict: someone changed the job since we read it; take the newest
-    // version and write our status onto it.
-    Response fresh;
-    if (Status s = client_->Get(JobPath(id), &fresh); !s.ok()) return s;
-    if (!fresh.ok()) return Status::Error("re-reading " + id.name + ": " + fresh.Describe());
-    object = fresh.body;
-  }
-  return Status::Error("writing the status of " + id.name + ": conflict after 5 tries");
+  json object = job;  // carries the resourceVersion it was read at
+  object["status"] = api::ToJson(status);
+  Response response;
+  if (Status s = client_->Put(JobPath(id, "status"), object, &response); !s.ok()) return s;
+  *stale = response.code == 409;
+  if (response.ok() || response.code == 404 || *stale) return Status::Ok();  // 404: deleted
+  return Status::Error("writing the status of " + id.name + ": " + response.Describe());
 }
 
 void JobReconciler::RecordEvent(const json& job, const std::string& type, const std::string& reason,

@@ -14,7 +14,9 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,7 @@ class JobReconciler {
     bool reported_running = false;
     int restarts_reported = 0;
     double last_steps = -1;  // worker 0's step counter at the last probe
+    std::optional<api::TrainingJobStatus> terminal;  // decided, not yet written
     std::chrono::steady_clock::time_point last_probe;
   };
   // Step and steps/sec from worker 0's metrics, into `status`.
@@ -58,18 +61,32 @@ class JobReconciler {
                      api::TrainingJobStatus* status);
 
   Status EnsureOwnedObjects(const JobIdentity& id, const api::TrainingJob& spec, JobState* state);
-  Status WriteStatus(const nlohmann::json& job, const api::TrainingJobStatus& status);
+  static Status WaitForPredecessor(const std::string& kind, const nlohmann::json& object);
+  // Writes `status` onto `job` as read. On a conflict (the job changed since
+  // that read) it writes nothing: what was computed from an older read must
+  // not land on a newer object; *stale is set, and the job is reconciled
+  // again from the newer one.
+  Status WriteStatus(const nlohmann::json& job, const api::TrainingJobStatus& status,
+                     bool* stale);
+  // WriteStatus, then the bookkeeping of a write that lands or is stale.
+  Status Write(const nlohmann::json& job, const api::TrainingJobStatus& status,
+               ReconcileResult* result);
   void RecordEvent(const nlohmann::json& job, const std::string& type, const std::string& reason,
                    const std::string& message);
   api::TrainingJobStatus BuildStatus(const nlohmann::json& job, const api::TrainingJobStatus& old,
                                      const api::TrainingJob& spec,
                                      const controller::JobStatus& observed) const;
-  Status FailInvalid(const nlohmann::json& job, const std::string& message);
+  Status FailInvalid(const nlohmann::json& job, const std::string& message,
+                     ReconcileResult* result);
 
   KubeClient* client_;
   ImageSet images_;
   MetricsServer* metrics_;
   std::map<std::string, JobState> jobs_;  // by uid
+  // Jobs whose terminal status this operator has written, by uid: until the
+  // job cache shows it (a write's response can come before its watch event),
+  // a reconcile of such a job does nothing. Terminal is terminal.
+  std::set<std::string> finished_;
 };
 
 }  // namespace kubeps::kube

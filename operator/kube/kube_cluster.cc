@@ -32,8 +32,11 @@ KubeCluster::KubeCluster(KubeClient* client, JobIdentity job, const api::Trainin
     : client_(client),
       job_(std::move(job)),
       spec_(spec),
-      images_(std::move(images)),
-      pods_(std::move(pods)) {}
+      images_(std::move(images)) {
+  for (auto& pod : pods) {
+    if (OwnedBy(pod, job_)) pods_.push_back(std::move(pod));
+  }
+}
 
 std::string KubeCluster::PodsPath() const { return CollectionPath(kPods, job_.namespace_); }
 
@@ -113,8 +116,24 @@ Status KubeCluster::Create(const controller::ReplicaLaunch& launch) {
     if (response.code == 429 || response.code >= 500) return Status::Unavailable(message);
     return Status::Error(message);
   }
-  if (response.ok()) created_.push_back(pod_name);  // 409: an earlier reconcile made it
-  pods_.push_back(response.code == 409 ? pod : response.body);
+  if (response.code == 409) {
+    // An earlier reconcile made it (our cache has not seen it yet), or it is
+    // a pod of a deleted job of the same name that the garbage collector has
+    // not reached: that one is not ours to adopt.
+    Response current;
+    if (Status s = client_->Get(PodsPath() + "/" + pod_name, &current); !s.ok()) {
+      return Status::Unavailable("reading pod " + pod_name + ": " + s.message());
+    }
+    if (current.ok() && !OwnedBy(current.body, job_)) {
+      return Status::Unavailable("pod " + pod_name +
+                                 " still belongs to an earlier job of this name; waiting for "
+                                 "its deletion");
+    }
+    pods_.push_back(current.ok() ? current.body : pod);
+  } else {
+    created_.push_back(pod_name);
+    pods_.push_back(response.body);
+  }
   if (existing != newest.end()) {
     // The failed pod has told us what we needed; free its node resources.
     const std::string old_name = existing->second["metadata"]["name"];

@@ -3,7 +3,9 @@
 // operator's pod cache) plus what it created during this reconcile, so a
 // reconcile never waits for the watch to catch up; creating a pod that
 // already exists (an earlier operator made it) is not an error, so no
-// restart of the operator ever duplicates a pod.
+// restart of the operator ever duplicates a pod. Only pods the job owns (by
+// uid) are its replicas: a pod of the same name left by a deleted job of the
+// same name is waited for, never adopted.
 //
 // Not thread-safe: made for one reconcile of one job and dropped after it.
 #ifndef KUBEPS_OPERATOR_KUBE_KUBE_CLUSTER_H_

@@ -61,7 +61,15 @@ void Manager::ReconcileKey(const std::string& key) {
   const size_t slash = key.find('/');
   const std::string namespace_ = key.substr(0, slash), name = key.substr(slash + 1);
   nlohmann::json job = jobs_.Find(namespace_, name);
-  if (job.is_null()) return;  // deleted: its pods go with it (ownerReferences)
+  // A job deleted, or deleted and applied again (a new uid): forget what was
+  // kept in memory about the old one. Its pods go with it (ownerReferences).
+  const std::string uid = job.is_null() ? "" : job["metadata"].value("uid", "");
+  if (auto known = uid_of_key_.find(key); known != uid_of_key_.end() && known->second != uid) {
+    reconciler_.Forget(known->second);
+    uid_of_key_.erase(known);
+  }
+  if (job.is_null()) return;
+  uid_of_key_[key] = uid;
   auto pods = pods_.Select([&](const nlohmann::json& pod) { return JobKeyOfPod(pod) == key; });
   reconciles_.Increment();
   ReconcileResult result;

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <string>
 
 #include "common/metrics.h"
@@ -53,6 +54,7 @@ class Manager {
   std::atomic<bool> leading_{false};
   WorkQueue queue_;
   JobReconciler reconciler_;
+  std::map<std::string, std::string> uid_of_key_;  // the reconcile worker's own
   Informer jobs_, pods_;
   prometheus::Counter& reconciles_;
   prometheus::Counter& errors_;

@@ -118,6 +118,13 @@ std::string PodName(const JobIdentity& job, const controller::ReplicaName& name,
   return restarts > 0 ? pod + "-r" + std::to_string(restarts) : pod;
 }
 
+bool OwnedBy(const json& object, const JobIdentity& job) {
+  for (const auto& ref : object["metadata"].value("ownerReferences", json::array())) {
+    if (ref.value("controller", false)) return ref.value("uid", "") == job.uid;
+  }
+  return false;
+}
+
 json OwnerReference(const JobIdentity& job) {
   return {{"apiVersion", api::kApiVersion},
           {"kind", api::kKind},

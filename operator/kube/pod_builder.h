@@ -68,6 +68,11 @@ std::string ReplicaHostname(const JobIdentity& job, const controller::ReplicaNam
 std::string PodName(const JobIdentity& job, const controller::ReplicaName& name, int restarts);
 
 nlohmann::json OwnerReference(const JobIdentity& job);
+// Whether `object`'s controller ownerReference names the job's uid. Objects
+// are matched to a job by uid, never by name or label alone: after a job is
+// deleted and applied again, its predecessor's objects (same names, same
+// labels) live on until the garbage collector gets to them.
+bool OwnedBy(const nlohmann::json& object, const JobIdentity& job);
 
 // The pod for `launch` (binary and KUBEPS_* environment from the job
 // logic), merged into the role's pod template override: the template's

@@ -207,6 +207,11 @@ class PhaseHistory:
             except (OSError, ValueError):   # the stream cut, or the cluster stopping
                 time.sleep(0.2)
 
+    def phases(self, name, uid, namespace="default"):
+        """The phases the job `name` with `uid` has had so far, in order."""
+        with self._changed:
+            return [p for (u, p, _) in self._seen.get((namespace, name), []) if u == uid]
+
     def wait(self, name, phases, timeout, namespace="default"):
         """The job `name` as it was when it first held one of `phases` (as it is
         now if it still holds it): of the job now under that name, or, if it is

@@ -196,6 +196,18 @@ class Cluster:
             return json.loads(result.stdout)
         return result
 
+    def settings(self, watch_delay=None, gc_delay=None):
+        """Makes the API server less kind, as a real one under load is: watch
+        events of each resource in `watch_delay` ({plural: seconds}) arrive
+        that long after the write's response; dependents are collected
+        `gc_delay` seconds after their owner."""
+        body = {}
+        if watch_delay is not None:
+            body["watchDelay"] = watch_delay
+        if gc_delay is not None:
+            body["gcDelay"] = gc_delay
+        return self.client.post("/_emulator/settings", body)
+
     def rotate_operator_token(self, expire_old=True, write_file=True):
         """Issues the operator's service account a new token, as the kubelet
         does for a projected token: the new one is written over the token

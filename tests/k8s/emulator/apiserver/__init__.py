@@ -82,6 +82,10 @@ Test hooks (POST, admin token required):
   /_emulator/bookmark       send a BOOKMARK now on every watch that allows them
   /_emulator/token          body {"token":..., "user":..., "groups":[...],
                             "expiresIn": seconds (optional)} adds a bearer token
+  /_emulator/settings       body {"watchDelay": {plural: seconds}, "gcDelay": s}:
+                            deliver each watch event of those resources that
+                            long after the write's response (order kept), and
+                            collect dependents that long after their owner
   /_emulator/expire-token   body {"token":...}: refused (401) from now on, as
                             a rotated service-account token is once it expires
   GET /_emulator/requests   the last 2000 finished requests, oldest first:

@@ -52,6 +52,11 @@ class Api(Admission, CustomResources, GarbageCollector):
         self.store = Store(args.event_window)
         self.tokens = {}    # token -> (user, groups)
         self.token_expiry = {}  # token -> time.time() after which it is refused (401)
+        # Realism settings (also /_emulator/settings): seconds between a
+        # write's response and its watch event, per resource plural; seconds
+        # between an owner's deletion and its dependents'.
+        self.watch_delays = dict(getattr(args, "watch_delay", None) or {})
+        self.gc_delay = getattr(args, "gc_delay", 0.05)
         self.rbac = args.rbac
         self.requests = collections.deque(maxlen=2000)
         self.requests_logged = 0   # the seq of the last request logged

@@ -39,8 +39,10 @@ class GarbageCollector:
 
     def _gc_loop(self):
         while True:
-            uid = self.store.gc_queue.get()
-            time.sleep(0.05)
+            # Kubernetes' garbage collector deletes dependents in the
+            # background, seconds after their owner on a busy cluster.
+            put_at, uid = self.store.gc_queue.get()
+            time.sleep(max(0.0, put_at + self.gc_delay - time.monotonic()))
             try:
                 self._collect(uid)
             except Exception as e:  # keep collecting

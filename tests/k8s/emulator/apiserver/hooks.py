@@ -34,6 +34,13 @@ class EmulatorHooks:
             if "expiresIn" in body:
                 api.token_expiry[body["token"]] = time.time() + float(body["expiresIn"])
             self.send_json(200, {"ok": True})
+        elif path == "/_emulator/settings":
+            body = json.loads(raw)
+            if "watchDelay" in body:
+                api.watch_delays = {k: float(v) for k, v in body["watchDelay"].items()}
+            if "gcDelay" in body:
+                api.gc_delay = float(body["gcDelay"])
+            self.send_json(200, {"watchDelay": api.watch_delays, "gcDelay": api.gc_delay})
         elif path == "/_emulator/expire-token":
             api.token_expiry[json.loads(raw)["token"]] = time.time()
             self.send_json(200, {"ok": True})

@@ -6,8 +6,17 @@ and the fan-out of each change to the open watches that match it.
 import collections
 import queue
 import threading
+import time
 
 from ..selector import fields_match, labels_match
+
+
+class StampedQueue(queue.Queue):
+    """A queue whose get() answers (when it was put, item), so a consumer
+    can hold an item back until a delay after its put has passed."""
+
+    def put(self, item, block=True, timeout=None):
+        super().put((time.monotonic(), item), block, timeout)
 
 
 class Watcher:
@@ -17,7 +26,7 @@ class Watcher:
         self.rtype, self.namespace = rtype, namespace
         self.label_reqs, self.field_reqs = label_reqs, field_reqs
         self.bookmarks = bookmarks
-        self.q = queue.Queue()
+        self.q = StampedQueue()
 
     def matches(self, obj):
         if obj is None:
@@ -43,7 +52,7 @@ class Store:
         self.log = collections.deque(maxlen=event_window)   # (rv, key, type, obj, old)
         self.compacted = 1     # a watch from rv >= compacted can be served
         self.watchers = set()
-        self.gc_queue = queue.Queue()
+        self.gc_queue = StampedQueue()
         self.log_changed = threading.Condition(self.lock)
 
     def next_rv(self):

@@ -101,10 +101,15 @@ class WatchStream:
                         bookmark(api.store.rv)
                     break
                 try:
-                    item = w.q.get(timeout=min(left, 1.0))
+                    put_at, (etype, obj) = w.q.get(timeout=min(left, 1.0))
                 except queue.Empty:
                     continue
-                etype, obj = item
+                # A real API server's watch cache delivers a change a little
+                # after the write's response (per resource, with settings):
+                # later events queue behind this one, so order is kept.
+                delay = api.watch_delays.get(rtype.plural, 0.0)
+                if delay > 0 and etype != "CUT":
+                    time.sleep(max(0.0, put_at + delay - time.monotonic()))
                 if etype == "CUT":
                     if obj == "abort":
                         self.close_connection = True

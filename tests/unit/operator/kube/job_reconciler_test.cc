@@ -1,8 +1,9 @@
 // The operator's reconcile of one TrainingJob (operator/kube/job_reconciler.h)
 // against the fake API server: what a new job gets, that a second pass and a
 // restarted operator change nothing, how failed pods are replaced, how the
-// status is written (through /status, retried on a 409 onto the newest
-// object), and the invalid, suspended and finished cases.
+// status is written (through /status, never over a newer object), that a
+// finished job stays finished, that a job applied again owns only its own
+// objects (by uid), and the invalid, suspended and finished cases.
 #include "operator/kube/job_reconciler.h"
 
 #include <gmock/gmock.h>
@@ -236,26 +237,123 @@ TEST_F(JobReconcilerTest, AFailedWorkerPodIsReplacedByANewPod) {
 
 // Someone changed the job between the cache's copy and our write: the
 // status is written again onto the newest object, keeping their change.
-TEST_F(JobReconcilerTest, AStatusConflictIsRetriedOnTheNewestObject) {
+// A status computed from an older read must not land on a newer object: on
+// a 409 nothing is written, and the job is reconciled again soon from the
+// newer one.
+TEST_F(JobReconcilerTest, AStatusComputedFromAnOlderReadIsNotWrittenOverANewerObject) {
   CreateJob();
   const json cached = fake_.Object(kJob);
   fake_.Modify(kJob, {{"metadata", {{"labels", {{"team", "vision"}}}}}});
   ASSERT_TRUE(ReconcileWith(cached, {}).ok());
   const auto writes = fake_.RequestsTo("PUT", kJob + "/status");
-  ASSERT_EQ(writes.size(), 2u);
+  ASSERT_EQ(writes.size(), 1u) << "no second write of the same computation";
   EXPECT_EQ(writes[0].body["metadata"]["resourceVersion"], cached["metadata"]["resourceVersion"]);
+  EXPECT_TRUE(StatusOfJob().is_null());
+  EXPECT_EQ(result_.requeue_after, std::chrono::milliseconds(250));
+  ASSERT_TRUE(Reconcile().ok());
   json job = fake_.Object(kJob);
   EXPECT_EQ(job["metadata"]["labels"]["team"], "vision");
   EXPECT_EQ(job["status"]["phase"], "Created");
 }
 
-TEST_F(JobReconcilerTest, EndlessConflictsFailTheReconcileSoThatItIsRetried) {
+TEST_F(JobReconcilerTest, ConflictsRequeueTheJobRatherThanFailTheReconcile) {
   CreateJob();
   fake_.FailNext("PUT", kJob + "/status", 100, 409);
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_TRUE(StatusOfJob().is_null()) << "nothing was written";
+  EXPECT_EQ(result_.requeue_after, std::chrono::milliseconds(250));
+}
+
+// The cache still shows the job running after the operator finished it and
+// (cleanPodPolicy All) deleted its pods: a write's response can come before
+// its watch event. Reconciling that stale view must not start the job again.
+TEST_F(JobReconcilerTest, AFinishedJobSeenStaleInTheCacheGetsNoNewPods) {
+  json manifest = JobManifest();
+  manifest["spec"]["runPolicy"] = {{"cleanPodPolicy", "All"}};
+  CreateJob(manifest);
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Succeeded");
+  const json running = fake_.Object(kJob);
+  ASSERT_TRUE(Reconcile().ok());
+  ASSERT_EQ(StatusOfJob()["phase"], "Succeeded");
+  ASSERT_THAT(fake_.List(kPodsPath), IsEmpty());
+  fake_.ClearRequests();
+  ASSERT_TRUE(ReconcileWith(running, {}).ok());
+  EXPECT_TRUE(fake_.RequestsTo("POST", kPodsPath).empty()) << "pods made for a finished job";
+  EXPECT_TRUE(fake_.RequestsTo("PUT", kJob + "/status").empty());
+  EXPECT_EQ(StatusOfJob()["phase"], "Succeeded");
+}
+
+// The terminal status meets a conflict after the pods were deleted: the next
+// reconcile writes that status again; it does not run the job logic on a job
+// that looks unfinished and has no pods.
+TEST_F(JobReconcilerTest, ATerminalStatusThatMeetsAConflictIsWrittenAgainNotRecomputed) {
+  json manifest = JobManifest();
+  manifest["spec"]["runPolicy"] = {{"cleanPodPolicy", "All"}};
+  CreateJob(manifest);
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Succeeded");
+  const json running = fake_.Object(kJob);
+  fake_.FailNext("PUT", kJob + "/status", 1, 409);
+  ASSERT_TRUE(Reconcile().ok());
+  ASSERT_THAT(fake_.List(kPodsPath), IsEmpty());
+  ASSERT_NE(StatusOfJob().value("phase", ""), "Succeeded");
+  fake_.ClearRequests();
+  ASSERT_TRUE(ReconcileWith(running, {}).ok());
+  EXPECT_TRUE(fake_.RequestsTo("POST", kPodsPath).empty()) << "pods made for a finished job";
+  EXPECT_EQ(StatusOfJob()["phase"], "Succeeded");
+  EXPECT_THAT(EventReasons(), Contains("JobSucceeded"));
+}
+
+// Deleted and applied again at once: the garbage collector has not yet
+// deleted the old job's Secret, Services and pods, which have the new job's
+// names and labels. They are not adopted; the new job waits for them to go.
+TEST_F(JobReconcilerTest, AJobAppliedAgainDoesNotAdoptItsPredecessorsObjects) {
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  const std::string old_uid = uid_;
+  fake_.Remove(kJob);
+  CreateJob();
+  ASSERT_NE(uid_, old_uid);
   Status s = Reconcile();
   EXPECT_FALSE(s.ok());
-  EXPECT_THAT(s.message(), HasSubstr("conflict"));
-  EXPECT_TRUE(StatusOfJob().is_null()) << "nothing was written";
+  EXPECT_THAT(s.message(), HasSubstr("not owned by this job"));
+  EXPECT_GT(fake_.CollectGarbage(), 0);
+  ASSERT_TRUE(Reconcile().ok());
+  for (const std::string& path : {kSecretsPath, kServicesPath, kPodsPath}) {
+    const auto objects = fake_.List(path);
+    EXPECT_FALSE(objects.empty()) << path;
+    for (const auto& object : objects) {
+      EXPECT_EQ(object["metadata"]["ownerReferences"][0]["uid"], uid_)
+          << object["metadata"]["name"];
+    }
+  }
+}
+
+// Only the pods may still be the predecessor's (their deletion is graceful):
+// a replica whose name is taken is not adopted but waited for.
+TEST_F(JobReconcilerTest, APodOfThePredecessorIsWaitedForNotAdopted) {
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Running");
+  const std::vector<json> old_pods = fake_.List(kPodsPath);
+  fake_.Remove(kJob);
+  for (const std::string& path : {kSecretsPath, kServicesPath}) {
+    for (const auto& name : Names(fake_.List(path))) fake_.Remove(path + "/" + name);
+  }
+  CreateJob();
+  ASSERT_TRUE(ReconcileWith(fake_.Object(kJob), old_pods).ok());
+  EXPECT_TRUE(fake_.RequestsTo("DELETE", kPodsPath).empty());
+  EXPECT_EQ(StatusOfJob().value("phase", ""), "Created") << "the old job's pods ran, not ours";
+  EXPECT_EQ(StatusOfJob().value("workers", ""), "0/2");
+  for (const auto& pod : fake_.List(kPodsPath)) {
+    EXPECT_NE(pod["metadata"]["ownerReferences"][0]["uid"], uid_) << "nothing new yet";
+  }
+  fake_.CollectGarbage();
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_THAT(Names(fake_.List(kPodsPath)), UnorderedElementsAreArray(kPodNames));
+  for (const auto& pod : fake_.List(kPodsPath))
+    EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["uid"], uid_);
 }
 
 TEST_F(JobReconcilerTest, AJobDeletedMeanwhileIsNotAnError) {
@@ -288,7 +386,7 @@ TEST_F(JobReconcilerTest, ASuspendedJobHasNoPods) {
   ASSERT_TRUE(Reconcile().ok());
   EXPECT_THAT(fake_.List(kPodsPath), IsEmpty());
   EXPECT_EQ(StatusOfJob()["phase"], "Suspended");
-  EXPECT_THAT(EventReasons(), Contains("Suspended"));
+  EXPECT_THAT(EventReasons(), Contains("JobSuspended"));
   fake_.ClearRequests();
   ASSERT_TRUE(Reconcile().ok());
   EXPECT_TRUE(fake_.RequestsTo("PUT", kJob).empty()) << "the same status is not written again";
@@ -345,7 +443,7 @@ TEST_F(JobReconcilerTest, ATransientErrorCreatingAPodIsRetriedNotAFailedJob) {
   for (int code : {0, 429, 500, 503}) {
     SCOPED_TRACE("code " + std::to_string(code));
     fake_.Remove(kJob);
-    for (const auto& name : Names(fake_.List(kPodsPath))) fake_.Remove(kPodsPath + "/" + name);
+    fake_.CollectGarbage();  // the last round's job's objects
     CreateJob();
     fake_.FailNext("POST", kPodsPath, 1, code);
     ASSERT_TRUE(Reconcile().ok());
