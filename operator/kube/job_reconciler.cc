@@ -87,7 +87,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   }
 
   api::ParseResult parsed = api::ParseTrainingJob(job.dump());
-  if (!parsed.ok()) return FailInvalid(job, parsed.ErrorReport(id.name), result);
+  if (!parsed.ok()) return FailJob(job, "InvalidSpec", parsed.ErrorReport(id.name), result);
   api::TrainingJob spec = *parsed.job;
   spec.name = id.name;
   spec.namespace_ = id.namespace_;
@@ -112,7 +112,10 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     return Write(job, next, result);
   }
 
-  if (Status s = EnsureOwnedObjects(id, spec, &state); !s.ok()) return s;
+  if (Status s = EnsureOwnedObjects(id, spec, &state); !s.ok()) {
+    if (s.code() != Status::Code::kFailedPrecondition) return s;
+    return FailJob(job, "CreateFailed", s.message(), result);
+  }
   controller::JobController controller(spec, &cluster, launch);
   if (!status.start_time.empty()) controller.set_start_ms(ToMs(ParseTime(status.start_time)));
   controller.set_workers_done_ms(state.workers_done_ms);
@@ -233,14 +236,14 @@ api::TrainingJobStatus JobReconciler::BuildStatus(const json& job,
   return next;
 }
 
-Status JobReconciler::FailInvalid(const json& job, const std::string& message,
-                                  ReconcileResult* result) {
+Status JobReconciler::FailJob(const json& job, const std::string& reason,
+                              const std::string& message, ReconcileResult* result) {
   api::TrainingJobStatus status = api::StatusFromJson(job.value("status", json::object()));
   if (status.phase == api::JobPhase::kFailed) return Status::Ok();
   const std::string now = Rfc3339(Clock::now());
   status.phase = api::JobPhase::kFailed;
   status.message = message;
-  api::SetPhaseCondition(&status.conditions, api::JobPhase::kFailed, "InvalidSpec", message, now);
+  api::SetPhaseCondition(&status.conditions, api::JobPhase::kFailed, reason, message, now);
   status.completion_time = now;
   return Write(job, status, result);
 }
@@ -272,7 +275,13 @@ Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::Train
       if (Status s = client_->Get(path + "/" + name, &existing); !s.ok()) return s;
       if (existing.ok() && !OwnedBy(existing.body, id)) return WaitForPredecessor(kind, existing.body);
     } else if (!created.ok()) {
-      return Status::Error("creating " + kind + " " + name + ": " + created.Describe());
+      const std::string message = "creating " + kind + " " + name + ": " + created.Describe();
+      // Forbidden (RBAC, admission), a kind the cluster does not serve (no
+      // PodGroup CRD) or an object it refuses: retrying will not help, and the
+      // user must see why in the job, not only in the operator's log.
+      if (created.code == 403 || created.code == 404 || created.code == 422)
+        return Status::FailedPrecondition(message);
+      return Status::Error(message);
     }
   }
   state->owned_objects_exist = true;

@@ -76,8 +76,9 @@ class JobReconciler {
   api::TrainingJobStatus BuildStatus(const nlohmann::json& job, const api::TrainingJobStatus& old,
                                      const api::TrainingJob& spec,
                                      const controller::JobStatus& observed) const;
-  Status FailInvalid(const nlohmann::json& job, const std::string& message,
-                     ReconcileResult* result);
+  // Fails the job at once, with `reason` and `message` in its condition.
+  Status FailJob(const nlohmann::json& job, const std::string& reason, const std::string& message,
+                 ReconcileResult* result);
 
   KubeClient* client_;
   ImageSet images_;

@@ -281,8 +281,11 @@ json BuildPodGroup(const JobIdentity& job, const api::TrainingJob& spec, std::st
   const std::string group_version = podgroups.group + "/" + podgroups.version;
   *api_path = CollectionPath(podgroups, job.namespace_);
   json spec_json = {{"minMember", min_member}};
-  if (!policy.queue.empty()) spec_json["queue"] = policy.queue;
-  if (!policy.priority_class.empty()) spec_json["priorityClassName"] = policy.priority_class;
+  // Only Volcano's PodGroup has these; scheduler-plugins' schema would
+  // refuse them (or drop them, where pruning is on).
+  if (volcano && !policy.queue.empty()) spec_json["queue"] = policy.queue;
+  if (volcano && !policy.priority_class.empty())
+    spec_json["priorityClassName"] = policy.priority_class;
   return {{"apiVersion", group_version},
           {"kind", "PodGroup"},
           {"metadata",

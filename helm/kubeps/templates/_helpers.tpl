@@ -112,6 +112,16 @@ secrets and events. deploy/rbac/rbac.yaml is rendered from these
 - apiGroups: ["kubeps.io"]
   resources: ["trainingjobs/status"]
   verbs: ["get", "update", "patch"]
+# Every object it creates sets blockOwnerDeletion on its job, which the
+# OwnerReferencesPermissionEnforcement admission plugin (OpenShift) allows
+# only to who may update the job's finalizers.
+- apiGroups: ["kubeps.io"]
+  resources: ["trainingjobs/finalizers"]
+  verbs: ["update"]
+# Gang scheduling: a PodGroup per job, Volcano's or scheduler-plugins'.
+- apiGroups: ["scheduling.volcano.sh", "scheduling.x-k8s.io"]
+  resources: ["podgroups"]
+  verbs: ["get", "create", "delete"]
 # The pods and services of every job.
 - apiGroups: [""]
   resources: ["pods", "services"]

@@ -72,7 +72,9 @@ What is emulated
     and label values, each at most 63 characters: 422 Invalid otherwise.
   * authentication with bearer tokens (401 otherwise); with --rbac, requests
     of service-account tokens are authorised against the stored
-    (Cluster)Role(Binding)s (403 with the upstream message otherwise).
+    (Cluster)Role(Binding)s (403 with the upstream message otherwise), and
+    the OwnerReferencesPermissionEnforcement admission plugin is on:
+    blockOwnerDeletion needs `update` on the owner's finalizers.
 
 Test hooks (POST, admin token required):
   /_emulator/compact        forget every change so far: any watch or exact

@@ -57,6 +57,9 @@ class Api(Admission, CustomResources, GarbageCollector):
         # between an owner's deletion and its dependents'.
         self.watch_delays = dict(getattr(args, "watch_delay", None) or {})
         self.gc_delay = getattr(args, "gc_delay", 0.05)
+        # With RBAC, blockOwnerDeletion needs `update` on the owner's
+        # finalizers, as OpenShift's admission enforces.
+        self.owner_references_enforcement = bool(getattr(args, "rbac", False))
         self.rbac = args.rbac
         self.requests = collections.deque(maxlen=2000)
         self.requests_logged = 0   # the seq of the last request logged

@@ -40,6 +40,8 @@ class EmulatorHooks:
                 api.watch_delays = {k: float(v) for k, v in body["watchDelay"].items()}
             if "gcDelay" in body:
                 api.gc_delay = float(body["gcDelay"])
+            if "ownerReferencesEnforcement" in body:
+                api.owner_references_enforcement = bool(body["ownerReferencesEnforcement"])
             self.send_json(200, {"watchDelay": api.watch_delays, "gcDelay": api.gc_delay})
         elif path == "/_emulator/expire-token":
             api.token_expiry[json.loads(raw)["token"]] = time.time()

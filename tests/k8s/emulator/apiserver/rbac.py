@@ -68,3 +68,29 @@ def authorize(api, user, verb, group, resource, subresource, namespace, name):
                            res + (("." + group) if group else ""),
                            (' "%s"' % name) if name else "", username, verb, res, group,
                            scope), {"name": name or "", "group": group, "kind": resource})
+
+
+def check_owner_references(api, user, rtype, namespace, obj):
+    """The OwnerReferencesPermissionEnforcement admission plugin (on in
+    OpenShift and many hardened clusters): setting blockOwnerDeletion on an
+    ownerReference needs `update` on the owner's `finalizers` subresource.
+    Raises the upstream 403 otherwise."""
+    if not api.rbac or not api.owner_references_enforcement or "system:masters" in user[1]:
+        return
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if not ref.get("blockOwnerDeletion"):
+            continue
+        group = ref.get("apiVersion", "").rpartition("/")[0]
+        owner = next((t for t in api.served.values()
+                      if t.group == group and t.kind == ref.get("kind")), None)
+        if owner is None:
+            continue
+        try:
+            authorize(api, user, "update", group, owner.plural, "finalizers",
+                      namespace if owner.namespaced else None, ref.get("name"))
+        except ApiError as e:
+            name = (obj.get("metadata") or {}).get("name", "")
+            raise ApiError(403, "Forbidden", '%s "%s" is forbidden: cannot set blockOwnerDeletion '
+                           "if an ownerReference refers to a resource you can't set finalizers "
+                           "on: %s" % (rtype.plural, name, e.message),
+                           {"name": name, "group": rtype.group, "kind": rtype.plural})

@@ -202,12 +202,14 @@ class Handler(WatchStream, PodLogStream, EmulatorHooks, StreamingHandler):
             if name is not None:
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on "
                                "the requested resource")
+            rbac.check_owner_references(api, user, rtype, namespace, body)
             obj = api.create(rtype, ns, body, query, warnings, user)
             code = 201
         elif method == "PUT":
             if name is None:
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on "
                                "the requested resource")
+            rbac.check_owner_references(api, user, rtype, namespace, body)
             obj, created = api.update(rtype, ns, name, body, query, warnings, subresource=sub,
                                       user=user)
             code = 201 if created else 200

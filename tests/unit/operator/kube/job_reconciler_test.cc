@@ -424,13 +424,13 @@ TEST_F(JobReconcilerTest, AFinishedJobIsDeletedOnlyAfterItsTtl) {
   EXPECT_TRUE(fake_.Object(kJob).is_null());
 }
 
-TEST_F(JobReconcilerTest, AServiceThatCannotBeCreatedFailsTheReconcile) {
+TEST_F(JobReconcilerTest, AServiceThatCannotBeCreatedYetFailsTheReconcileSoThatItIsRetried) {
   CreateJob();
-  fake_.FailNext("POST", kServicesPath, 1, 403);
+  fake_.FailNext("POST", kServicesPath, 1, 503);
   Status s = Reconcile();
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("Service mnist"));
-  EXPECT_THAT(s.message(), HasSubstr("403"));
+  EXPECT_THAT(s.message(), HasSubstr("503"));
   EXPECT_THAT(fake_.List(kPodsPath), IsEmpty()) << "no pods before their Services";
   ASSERT_TRUE(Reconcile().ok());
   EXPECT_EQ(fake_.List(kServicesPath).size(), 2u);
@@ -461,6 +461,27 @@ TEST_F(JobReconcilerTest, APodTheServerRefusesFailsTheJob) {
   ASSERT_TRUE(Reconcile().ok());
   EXPECT_EQ(StatusOfJob()["phase"], "Failed");
   EXPECT_EQ(StatusOfJob()["conditions"].back()["reason"], "CreateFailed");
+}
+
+// A Service, Secret or PodGroup the API server will never take (forbidden by
+// RBAC or admission, a kind it does not serve): the job fails and says why,
+// rather than the operator retrying forever with only a log line.
+TEST_F(JobReconcilerTest, AnObjectTheServerRefusesFailsTheJobSayingWhich) {
+  for (int code : {403, 404, 422}) {
+    SCOPED_TRACE("code " + std::to_string(code));
+    fake_.Remove(kJob);
+    fake_.CollectGarbage();
+    CreateJob();
+    fake_.FailNext("POST", kServicesPath, 1, code);
+    ASSERT_TRUE(Reconcile().ok());
+    const json status = StatusOfJob();
+    EXPECT_EQ(status["phase"], "Failed");
+    EXPECT_EQ(status["conditions"].back()["reason"], "CreateFailed");
+    EXPECT_THAT(status["message"].get<std::string>(), HasSubstr("creating Service mnist"));
+    EXPECT_THAT(status["message"].get<std::string>(), HasSubstr(std::to_string(code)));
+    EXPECT_THAT(EventReasons(), Contains("CreateFailed"));
+    EXPECT_THAT(fake_.List(kPodsPath), IsEmpty());
+  }
 }
 
 TEST_F(JobReconcilerTest, EventsAreBestEffort) {

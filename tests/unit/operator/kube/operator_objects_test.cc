@@ -122,6 +122,13 @@ TEST(PodBuilderTest, ServicesSecretAndPodGroup) {
   EXPECT_EQ(group["spec"]["queue"], "research");
   json pod = BuildPod(kId, gang, Launch(gang, {ReplicaRole::kWorker, 0}), 0, ImageSet{});
   EXPECT_EQ(pod["spec"]["schedulerName"], "volcano");
+  // scheduler-plugins' PodGroup has neither field: its schema would refuse them.
+  api::TrainingJob plugins = Job(
+      "  schedulingPolicy: {schedulerName: scheduler-plugins-scheduler, queue: research, "
+      "priorityClass: high}\n");
+  group = BuildPodGroup(kId, plugins, &path);
+  EXPECT_EQ(path, "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team-a/podgroups");
+  EXPECT_EQ(group["spec"], json({{"minMember", 6}}));
 }
 
 // Hostnames and Service names are DNS labels (at most 63 characters, letters
