@@ -113,7 +113,7 @@ struct TrainingJobSpec {
   int checkpoint_interval_steps = 100;
   ReplicaSpec ps{2, nullptr};
   ReplicaSpec worker{2, nullptr};
-  ReplicaSpec scheduler{1, nullptr};  // implicit: always exactly one
+  ReplicaSpec scheduler{1, nullptr};  // always exactly one; only its template may be given
   RunPolicy run_policy;
   SchedulingPolicy scheduling_policy;
   // Derived from worker.template_override by the parser (not a field of its

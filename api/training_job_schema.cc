@@ -149,22 +149,30 @@ std::vector<FieldSpec> BuildSpecFields() {
       Object("schedulingPolicy", SchedulingPolicyFields())
           .NoDefaultInCrd()
           .Doc("gang scheduling (Volcano or scheduler-plugins)"),
-      Object("replicaSpecs",
-             {
-                 Replica("ps", &S::ps, "a pod template merged into the pods of this role")
-                     .Doc("the parameter servers"),
-                 Replica("worker", &S::worker,
-                         "a pod template merged into the pods of this role. Its container "
-                         "named worker (or its only one) runs the built-in model, or, without "
-                         "spec.model, your training program: name, image, command, args, env, "
-                         "workingDir, resources, volumeMounts as in any pod; kubeps adds its "
-                         "agent beside it as the sidecar kubeps-agent")
-                     .Doc("the workers"),
-                 Rejected("scheduler",
-                          "the scheduler is implicit (always exactly one replica); only \"ps\" "
-                          "and \"worker\" may be listed"),
-             })
-          .Doc("the scheduler is implicit (always one) and never listed"),
+      Object(
+          "replicaSpecs",
+          {
+              Replica("ps", &S::ps, "a pod template merged into the pods of this role")
+                  .Doc("the parameter servers"),
+              Replica("worker", &S::worker,
+                      "a pod template merged into the pods of this role. Its container "
+                      "named worker (or its only one) runs the built-in model, or, without "
+                      "spec.model, your training program: name, image, command, args, env, "
+                      "workingDir, resources, volumeMounts as in any pod; kubeps adds its "
+                      "agent beside it as the sidecar kubeps-agent")
+                  .Doc("the workers"),
+              Object("scheduler",
+                     {
+                         Rejected("replicas",
+                                  "the scheduler is always exactly one replica: give only its "
+                                  "template"),
+                         PodTemplate("template", At(&S::scheduler, &ReplicaSpec::template_override))
+                             .Doc("a pod template merged into the scheduler's pod (resources, "
+                                  "securityContext, tolerations, nodeSelector...)"),
+                     })
+                  .Doc("the scheduler: always one replica, its template optional"),
+          })
+          .Doc("the parameter servers, the workers and, optionally, the scheduler's template"),
   };
 }
 

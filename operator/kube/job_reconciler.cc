@@ -166,8 +166,8 @@ Status JobReconciler::Write(const json& job, const api::TrainingJobStatus& statu
   }
   const api::TrainingJobStatus old = api::StatusFromJson(job.value("status", json::object()));
   if (status.phase != old.phase) {  // once, when it lands
-    const bool bad = status.phase == api::JobPhase::kFailed ||
-                     status.phase == api::JobPhase::kRestarting;
+    const bool bad =
+        status.phase == api::JobPhase::kFailed || status.phase == api::JobPhase::kRestarting;
     std::string reason;
     for (const auto& condition : status.conditions) {
       if (status.phase && condition.type == api::ToString(*status.phase)) reason = condition.reason;
@@ -273,7 +273,8 @@ Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::Train
     if (created.code == 409) {  // ours from an earlier reconcile, or a predecessor's
       Response existing;
       if (Status s = client_->Get(path + "/" + name, &existing); !s.ok()) return s;
-      if (existing.ok() && !OwnedBy(existing.body, id)) return WaitForPredecessor(kind, existing.body);
+      if (existing.ok() && !OwnedBy(existing.body, id))
+        return WaitForPredecessor(kind, existing.body);
     } else if (!created.ok()) {
       const std::string message = "creating " + kind + " " + name + ": " + created.Describe();
       // Forbidden (RBAC, admission), a kind the cluster does not serve (no

@@ -14,9 +14,9 @@
 
 #include <chrono>
 #include <map>
-#include <set>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -52,7 +52,7 @@ class JobReconciler {
     bool owned_objects_exist = false;  // Secret and Services made
     bool reported_running = false;
     int restarts_reported = 0;
-    double last_steps = -1;  // worker 0's step counter at the last probe
+    double last_steps = -1;                          // worker 0's step counter at the last probe
     std::optional<api::TrainingJobStatus> terminal;  // decided, not yet written
     std::chrono::steady_clock::time_point last_probe;
   };
@@ -66,8 +66,7 @@ class JobReconciler {
   // that read) it writes nothing: what was computed from an older read must
   // not land on a newer object; *stale is set, and the job is reconciled
   // again from the newer one.
-  Status WriteStatus(const nlohmann::json& job, const api::TrainingJobStatus& status,
-                     bool* stale);
+  Status WriteStatus(const nlohmann::json& job, const api::TrainingJobStatus& status, bool* stale);
   // WriteStatus, then the bookkeeping of a write that lands or is stale.
   Status Write(const nlohmann::json& job, const api::TrainingJobStatus& status,
                ReconcileResult* result);

@@ -29,10 +29,7 @@ bool IsDeleting(const json& pod) { return pod["metadata"].contains("deletionTime
 
 KubeCluster::KubeCluster(KubeClient* client, JobIdentity job, const api::TrainingJob& spec,
                          ImageSet images, std::vector<json> pods)
-    : client_(client),
-      job_(std::move(job)),
-      spec_(spec),
-      images_(std::move(images)) {
+    : client_(client), job_(std::move(job)), spec_(spec), images_(std::move(images)) {
   for (auto& pod : pods) {
     if (OwnedBy(pod, job_)) pods_.push_back(std::move(pod));
   }

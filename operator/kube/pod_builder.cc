@@ -59,6 +59,19 @@ void SetKubepsProcess(json& container, const controller::ReplicaLaunch& launch) 
   container["volumeMounts"] = mounts;
 }
 
+// What the restricted Pod Security profile asks of a container, where the
+// template has not said otherwise: kubeps' own processes need no privilege,
+// no capability and no root (its images run as kAgentUser).
+void RestrictedByDefault(json& container) {
+  json& context = container["securityContext"];
+  if (context.is_null()) context = json::object();
+  if (!context.contains("allowPrivilegeEscalation")) context["allowPrivilegeEscalation"] = false;
+  if (!context.contains("capabilities")) context["capabilities"] = {{"drop", json::array({"ALL"})}};
+  // Not where the user's program runs as root and the agent with it (SameUser).
+  if (!context.contains("runAsNonRoot") && context.value("runAsUser", 1) != 0)
+    context["runAsNonRoot"] = true;
+}
+
 // The pod's socket directory in `container`: the shared volume, and
 // KUBEPS_SOCKET_DIR naming it.
 void AddSocketDir(json& container) {
@@ -103,7 +116,9 @@ std::string DnsLabel(const std::string& base, const std::string& suffix) {
   return cut + "-" + hex + suffix;
 }
 
-std::string SchedulerServiceName(const JobIdentity& job) { return DnsLabel(job.name, "-scheduler"); }
+std::string SchedulerServiceName(const JobIdentity& job) {
+  return DnsLabel(job.name, "-scheduler");
+}
 
 std::string SchedulerAddress(const JobIdentity& job) {
   return SchedulerServiceName(job) + "." + job.namespace_ + ".svc:" + std::to_string(kGrpcPort);
@@ -138,12 +153,12 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
               const controller::ReplicaLaunch& launch, int restarts, const ImageSet& images) {
   const controller::ReplicaName& name = launch.name;
   const std::string role = RoleName(name.role);
-  const api::ReplicaSpec& replica =
-      name.role == controller::ReplicaRole::kWorker ? spec.spec.worker : spec.spec.ps;
+  const api::ReplicaSpec& replica = name.role == controller::ReplicaRole::kWorker ? spec.spec.worker
+                                    : name.role == controller::ReplicaRole::kServer
+                                        ? spec.spec.ps
+                                        : spec.spec.scheduler;
   json pod_template =
-      name.role == controller::ReplicaRole::kScheduler || replica.template_override.is_null()
-          ? json::object()
-          : replica.template_override;
+      replica.template_override.is_null() ? json::object() : replica.template_override;
   json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}};
   pod["metadata"] = pod_template.value("metadata", json::object());
   json& meta = pod["metadata"];
@@ -184,6 +199,7 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
         {"periodSeconds", 1},
         {"failureThreshold", 600}};
     SameUser(main, &sidecar, &spec_json);
+    RestrictedByDefault(sidecar);
     json inits = spec_json.value("initContainers", json::array());
     inits.push_back(sidecar);
     spec_json["initContainers"] = inits;
@@ -196,6 +212,7 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
       main["image"] = name.role == controller::ReplicaRole::kWorker ? images.agent : images.server;
     }
     SetKubepsProcess(main, launch);
+    RestrictedByDefault(main);
   }
   if (name.role == controller::ReplicaRole::kWorker && spec.spec.gpus_per_worker > 0) {
     json& limits = main["resources"]["limits"];
@@ -208,6 +225,10 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
   spec_json["volumes"] = volumes;
   // The operator decides about restarts (restart policy, backoffLimit).
   spec_json["restartPolicy"] = "Never";
+  json& pod_context = spec_json["securityContext"];
+  if (pod_context.is_null()) pod_context = json::object();
+  if (!pod_context.contains("seccompProfile"))
+    pod_context["seccompProfile"] = {{"type", "RuntimeDefault"}};
   spec_json["hostname"] = ReplicaHostname(job, name);
   spec_json["subdomain"] = job.name;
   const api::SchedulingPolicy& scheduling = spec.spec.scheduling_policy;

@@ -130,8 +130,8 @@ void Informer::Run(const std::atomic<bool>& stop) {
     if (stop || end == WatchEnd::kGone) continue;
     // Jittered, so that the operator's informers (and its replicas) do not
     // come back in step.
-    const auto pause = watch_backoff + std::chrono::milliseconds(
-                                           jitter() % (watch_backoff.count() + 1));
+    const auto pause =
+        watch_backoff + std::chrono::milliseconds(jitter() % (watch_backoff.count() + 1));
     SleepUnlessStopped(stop, pause);
     watch_backoff = std::min(watch_backoff * 2, kWatchRetryMax);
   }

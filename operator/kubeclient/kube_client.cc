@@ -13,8 +13,8 @@
 // asks the server to end the stream after kWatchServerTimeoutSeconds and
 // gives up on a silent connection a little after that.
 #include "operator/kubeclient/kube_client.h"
-#include "operator/kubeclient/bearer_token.h"
 #include "common/logging.h"
+#include "operator/kubeclient/bearer_token.h"
 
 #include <sys/stat.h>
 
@@ -305,8 +305,7 @@ class CppRestKubeClient : public KubeClient {
 
 Status CppRestKubeClient::Prepare(const web::http::method& method, const std::string& path,
                                   const nlohmann::json* body, const std::string& content_type,
-                                  web::http::http_request* request,
-                                  std::string* sent_token) {
+                                  web::http::http_request* request, std::string* sent_token) {
   if (path.empty() || path[0] != '/') {
     return Status::Error("kube: " + method + " " + path + ": the path must start with '/'");
   }
@@ -384,8 +383,8 @@ bool CppRestKubeClient::RetryAfterRefusal(int code, const std::string& sent_toke
   if (token_.ReloadAfterRefusal(sent_token)) return true;
   if (!refused_.exchange(true)) {
     KLOG_ERROR << "kube: the API server refuses this operator's credentials (401 Unauthorized)"
-              << (token_.file().empty() ? std::string()
-                                        : "; " + token_.file() + " holds no newer token");
+               << (token_.file().empty() ? std::string()
+                                         : "; " + token_.file() + " holds no newer token");
   }
   return false;
 }

@@ -14,8 +14,8 @@
 #include <cpprest/asyncrt_utils.h>
 #include <yaml-cpp/yaml.h>
 
-#include "operator/kubeclient/kube_client.h"
 #include "operator/kubeclient/bearer_token.h"
+#include "operator/kubeclient/kube_client.h"
 
 namespace kubeps::kube {
 

@@ -39,8 +39,9 @@ class LeaderElector {
  public:
   using Clock = std::function<std::chrono::steady_clock::time_point()>;
   // `clock` is for tests; it must not go backwards.
-  LeaderElector(KubeClient* client, LeaseConfig config,
-                Clock clock = [] { return std::chrono::steady_clock::now(); })
+  LeaderElector(
+      KubeClient* client, LeaseConfig config,
+      Clock clock = [] { return std::chrono::steady_clock::now(); })
       : client_(client), config_(std::move(config)), clock_(std::move(clock)) {}
 
   // One attempt to take or renew the lease; true while we hold it.
@@ -62,7 +63,7 @@ class LeaderElector {
   KubeClient* client_;
   LeaseConfig config_;
   Clock clock_;
-  nlohmann::json observed_spec_;  // the other holder's lease as we last saw it
+  nlohmann::json observed_spec_;                       // the other holder's lease as we last saw it
   std::chrono::steady_clock::time_point observed_at_;  // when it last changed
 };
 

@@ -112,7 +112,7 @@ class EmulatorTest(unittest.TestCase):
         self.assertIn('strict decoding error: unknown field "spec.optimiser"', r.stderr)
         r = c.kubectl("apply", "-f", "-", input=yaml_of(job("bad", replicaSpecs={
             "scheduler": {"replicas": 1}})), check=False)
-        self.assertIn('unknown field "spec.replicaSpecs.scheduler"', r.stderr)
+        self.assertIn('unknown field "spec.replicaSpecs.scheduler.replicas"', r.stderr)
         # missing dataset.path; a wrong type
         r = c.kubectl("create", "-f", "-", input=yaml_of({
             "apiVersion": "kubeps.io/v1alpha1", "kind": "TrainingJob", "metadata": {"name": "bad"},

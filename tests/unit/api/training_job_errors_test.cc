@@ -216,9 +216,8 @@ TEST(ApiTrainingJobErrorsTest, BadName) {
 
 TEST(ApiTrainingJobErrorsTest, SchedulerInReplicaSpecs) {
   ExpectError(With("  replicaSpecs:\n", "  replicaSpecs:\n    scheduler:\n      replicas: 1\n"),
-              "spec.replicaSpecs.scheduler",
-              "the scheduler is implicit (always exactly one replica); only \"ps\" and "
-              "\"worker\" may be listed");
+              "spec.replicaSpecs.scheduler.replicas",
+              "the scheduler is always exactly one replica: give only its template");
 }
 
 TEST(ApiTrainingJobErrorsTest, BadTemplate) {
@@ -317,7 +316,7 @@ spec:
                           "spec.optimizer.learningRate", "spec.batchSize", "spec.epochs",
                           "spec.runPolicy.restartPolicy", "spec.runPolicy.backoffLimit",
                           "spec.replicaSpecs.ps.replicas", "spec.replicaSpecs.worker.replicas",
-                          "spec.replicaSpecs.scheduler", "spec.optimiser"));
+                          "spec.replicaSpecs.scheduler.replicas", "spec.optimiser"));
   std::string report = result.ErrorReport("job.yaml");
   EXPECT_THAT(report, HasSubstr("job.yaml: spec.epochs: must be an integer, got \"three\"\n"));
   EXPECT_THAT(report,

@@ -70,6 +70,9 @@ What is emulated
   * Kubernetes' validation of the names the operator derives (validation.py):
     Service names (DNS-1035), pod hostnames and subdomains (DNS-1123 labels)
     and label values, each at most 63 characters: 422 Invalid otherwise.
+  * Pod Security admission (pod_security.py) on namespaces labelled
+    pod-security.kubernetes.io/enforce=baseline|restricted: 403 with the
+    upstream message listing every failed check.
   * authentication with bearer tokens (401 otherwise); with --rbac, requests
     of service-account tokens are authorised against the stored
     (Cluster)Role(Binding)s (403 with the upstream message otherwise), and

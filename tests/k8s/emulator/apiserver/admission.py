@@ -12,6 +12,7 @@ import uuid
 
 from ..clock import now_iso
 from .errors import ApiError, invalid
+from . import pod_security
 
 
 class Admission:
@@ -129,6 +130,8 @@ class Admission:
         obj.setdefault("status", {"loadBalancer": {}})
 
     def _admit_pod(self, obj, namespace):
+        ns_obj = self.store.get(self.served[("", "v1", "namespaces")], "", namespace)
+        pod_security.admit(ns_obj, obj)
         pc = obj.get("spec", {}).get("priorityClassName")
         if pc and pc not in ("system-cluster-critical", "system-node-critical"):
             t = self.served[("scheduling.k8s.io", "v1", "priorityclasses")]

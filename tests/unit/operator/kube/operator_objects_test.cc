@@ -123,9 +123,9 @@ TEST(PodBuilderTest, ServicesSecretAndPodGroup) {
   json pod = BuildPod(kId, gang, Launch(gang, {ReplicaRole::kWorker, 0}), 0, ImageSet{});
   EXPECT_EQ(pod["spec"]["schedulerName"], "volcano");
   // scheduler-plugins' PodGroup has neither field: its schema would refuse them.
-  api::TrainingJob plugins = Job(
-      "  schedulingPolicy: {schedulerName: scheduler-plugins-scheduler, queue: research, "
-      "priorityClass: high}\n");
+  api::TrainingJob plugins =
+      Job("  schedulingPolicy: {schedulerName: scheduler-plugins-scheduler, queue: research, "
+          "priorityClass: high}\n");
   group = BuildPodGroup(kId, plugins, &path);
   EXPECT_EQ(path, "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team-a/podgroups");
   EXPECT_EQ(group["spec"], json({{"minMember", 6}}));
@@ -145,9 +145,10 @@ TEST(PodBuilderTest, EveryNameIsADnsLabelWhateverTheJobsNameLength) {
     std::string name = "j" + std::string(length - 1, 'x');
     if (length > 10) name[length / 2] = '-';  // a '-' where the cut may fall
     const JobIdentity id{name, "ns", "uid"};
-    const std::vector<std::string> names = {
-        ReplicaHostname(id, {ReplicaRole::kWorker, 12}), ReplicaHostname(id, {ReplicaRole::kServer, 0}),
-        ReplicaHostname(id, {ReplicaRole::kScheduler, 0}), SchedulerServiceName(id)};
+    const std::vector<std::string> names = {ReplicaHostname(id, {ReplicaRole::kWorker, 12}),
+                                            ReplicaHostname(id, {ReplicaRole::kServer, 0}),
+                                            ReplicaHostname(id, {ReplicaRole::kScheduler, 0}),
+                                            SchedulerServiceName(id)};
     for (const std::string& n : names) {
       EXPECT_TRUE(IsDnsLabel(n)) << n << " (job name of " << length << ")";
       EXPECT_TRUE(seen.insert(n).second) << n << " is not unique";
@@ -161,6 +162,66 @@ TEST(PodBuilderTest, EveryNameIsADnsLabelWhateverTheJobsNameLength) {
   const std::string stem(60, 'a');
   EXPECT_NE(DnsLabel(stem + "bc", "-worker-0"), DnsLabel(stem + "bd", "-worker-0"));
   EXPECT_EQ(DnsLabel(stem + "bc", "-worker-0"), DnsLabel(stem + "bc", "-worker-0"));
+}
+
+// The restricted Pod Security profile: what a namespace enforcing it asks of
+// every container and of the pod.
+void ExpectRestricted(const json& pod, const json& container) {
+  SCOPED_TRACE(container.value("name", "?"));
+  const json& context = container["securityContext"];
+  EXPECT_EQ(context["allowPrivilegeEscalation"], false);
+  EXPECT_EQ(context["capabilities"]["drop"], json::array({"ALL"}));
+  EXPECT_EQ(context["runAsNonRoot"], true);
+  EXPECT_EQ(pod["spec"]["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+}
+
+TEST(PodBuilderTest, KubepsContainersPassTheRestrictedProfileByDefault) {
+  const api::TrainingJob job = Job();
+  for (ReplicaName name :
+       {ReplicaName{ReplicaRole::kScheduler, 0}, ReplicaName{ReplicaRole::kServer, 1},
+        ReplicaName{ReplicaRole::kWorker, 0}}) {
+    const json pod = BuildPod(kId, job, Launch(job, name), 0, ImageSet{});
+    ExpectRestricted(pod, pod["spec"]["containers"][0]);
+  }
+  // A template's own choice wins.
+  api::TrainingJob own = Job(R"(
+    scheduler:
+      template:
+        spec:
+          securityContext: {seccompProfile: {type: Localhost, localhostProfile: s.json}}
+          containers:
+            - name: scheduler
+              securityContext: {capabilities: {add: [NET_ADMIN]}}
+)");
+  const json pod = BuildPod(kId, own, Launch(own, {ReplicaRole::kScheduler, 0}), 0, ImageSet{});
+  EXPECT_EQ(pod["spec"]["securityContext"]["seccompProfile"]["type"], "Localhost");
+  EXPECT_EQ(pod["spec"]["containers"][0]["securityContext"]["capabilities"],
+            json({{"add", {"NET_ADMIN"}}}));
+}
+
+// The scheduler takes a template like the other roles: a namespace with a
+// quota or node restrictions can then admit it.
+TEST(PodBuilderTest, TheSchedulersTemplateIsMergedIntoItsPod) {
+  api::TrainingJob job = Job(R"(
+    scheduler:
+      template:
+        metadata: {labels: {tier: control}}
+        spec:
+          nodeSelector: {pool: cpu}
+          tolerations: [{key: dedicated, operator: Exists}]
+          containers:
+            - name: scheduler
+              resources: {requests: {cpu: 100m, memory: 64Mi}, limits: {memory: 128Mi}}
+)");
+  const json pod = BuildPod(kId, job, Launch(job, {ReplicaRole::kScheduler, 0}), 0, ImageSet{});
+  EXPECT_EQ(pod["metadata"]["labels"]["tier"], "control");
+  EXPECT_EQ(pod["spec"]["nodeSelector"]["pool"], "cpu");
+  EXPECT_EQ(pod["spec"]["tolerations"][0]["key"], "dedicated");
+  ASSERT_EQ(pod["spec"]["containers"].size(), 1u);
+  const json& main = pod["spec"]["containers"][0];
+  EXPECT_EQ(main["resources"]["requests"]["cpu"], "100m");
+  EXPECT_EQ(main["command"][0], "kubeps-server");
+  ExpectRestricted(pod, main);
 }
 
 TEST(KubeClusterTest, PodStatusMapsToReplicaStatus) {

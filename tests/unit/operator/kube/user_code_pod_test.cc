@@ -125,15 +125,17 @@ TEST(UserCodePodTest, BothContainersRunAsOneUser) {
   json pod = Worker(Job());
   EXPECT_EQ(pod["spec"]["securityContext"]["runAsUser"], 10001);
   EXPECT_EQ(pod["spec"]["securityContext"]["fsGroup"], 10001);
-  EXPECT_FALSE(pod["spec"]["initContainers"][0].contains("securityContext"));
+  EXPECT_FALSE(pod["spec"]["initContainers"][0]["securityContext"].contains("runAsUser"));
 
-  // The pod names one: both inherit it, nothing added.
+  // The pod names one: both inherit it, no user added (only the restricted
+  // profile's seccomp default).
   pod = Worker(Job("          securityContext: {runAsUser: 2000}\n"));
-  EXPECT_EQ(pod["spec"]["securityContext"], json({{"runAsUser", 2000}}));
+  EXPECT_EQ(pod["spec"]["securityContext"],
+            json({{"runAsUser", 2000}, {"seccompProfile", {{"type", "RuntimeDefault"}}}}));
 
   // The user's container names one: the sidecar takes it.
   pod = Worker(Job("", "              securityContext: {runAsUser: 3000, runAsGroup: 30}\n"));
-  EXPECT_FALSE(pod["spec"].contains("securityContext"));
+  EXPECT_FALSE(pod["spec"]["securityContext"].contains("runAsUser"));
   EXPECT_EQ(pod["spec"]["initContainers"][0]["securityContext"]["runAsUser"], 3000);
   EXPECT_EQ(pod["spec"]["initContainers"][0]["securityContext"]["runAsGroup"], 30);
 }
