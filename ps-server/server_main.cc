@@ -151,6 +151,7 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   if (Status s = StartGrpc(config, &service, metrics, &server, &port); !s.ok()) return Fail(s, 1);
   Status s = RegisterAndHeartbeat(config, config.pod_ip + ":" + std::to_string(port), metrics,
                                   &shard, checkpoint_step);
+  shard.Stop();  // ends waiting pulls now, so that Shutdown need not wait for them
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   if (!s.ok()) {
     KLOG_ERROR << s.message();

@@ -97,8 +97,8 @@ TEST(HostileClientTest, PullOfTooManyPartsIsRefused) {
 TEST(HostileClientTest, PullOfTooManyBytesIsRefused) {
   auto shard = MakeShard(1);
   v1::PullRequest request;
-  // Two parts of 2^25 floats: 256 MiB, one float over the bound of an answer.
-  AddPart(&request, 0, 0, 1ull << 25);
+  // 2^26 floats and one more: 256 MiB and 4 bytes, over the bound of an answer.
+  AddPart(&request, 0, 0, 1ull << 26);
   AddPart(&request, 1, 0, 1);
   PullAnswer answer;
   grpc::Status s = shard->Pull(request, &answer);
@@ -121,7 +121,6 @@ TEST(HostileClientTest, PullWaitOverSixtySecondsIsRefused) {
   EXPECT_THAT(s.error_message(), HasSubstr("wait_ms 4233600000 is over the bound of 60000"));
 }
 
-#ifndef KUBEPS_OLD_SHARD  // defined only to run these against the shard before the checks
 TEST(HostileClientTest, WaitingPullEndsWhenTheCallIsCancelled) {
   auto shard = MakeShard(1);
   ASSERT_TRUE(Init(*shard, 0, {1, 2, 3}).ok());
@@ -131,8 +130,9 @@ TEST(HostileClientTest, WaitingPullEndsWhenTheCallIsCancelled) {
   request.set_wait_ms(60000);
   std::atomic<bool> cancelled{false};
   PullAnswer answer;
-  auto pull = std::async(std::launch::async,
-                         [&] { return shard->Pull(request, &answer, [&] { return cancelled.load(); }); });
+  auto pull = std::async(std::launch::async, [&] {
+    return shard->Pull(request, &answer, [&] { return cancelled.load(); });
+  });
   EXPECT_EQ(pull.wait_for(100ms), std::future_status::timeout);
   cancelled = true;
   ASSERT_EQ(pull.wait_for(5s), std::future_status::ready) << "a cancelled pull kept waiting";
@@ -155,8 +155,6 @@ TEST(HostileClientTest, WaitingPullEndsWhenTheShardStops) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_THAT(s.error_message(), HasSubstr("shutting down"));
 }
-
-#endif
 
 TEST(HostileClientTest, InitOfANewKeyAfterTheFirstPushIsRefused) {
   auto shard = MakeShard(1);

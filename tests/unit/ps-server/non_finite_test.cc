@@ -31,9 +31,7 @@ std::unique_ptr<Shard> MakeShard(bool sync, int num_workers, bool skip = false) 
   options.num_workers = num_workers;
   options.optimizer.name = "sgd";
   options.optimizer.learning_rate = 1.0f;
-#ifndef KUBEPS_OLD_SHARD
   if (skip) options.non_finite = NonFinitePolicy::kSkipStep;
-#endif
   std::string error;
   auto optimizer = MakeOptimizer(options.optimizer, &error);
   EXPECT_NE(optimizer, nullptr) << error;
@@ -115,7 +113,6 @@ TEST(NonFiniteTest, FailRefusesInfInAsyncMode) {
   EXPECT_EQ(shard->PartValue(7, 0), (std::vector<float>{1, 2, 3}));
 }
 
-#ifndef KUBEPS_OLD_SHARD
 TEST(NonFiniteTest, SkipStepCompletesTheSyncStepWithoutUpdating) {
   auto shard = MakeShard(true, 2, true);
   Init(*shard, {0});
@@ -147,7 +144,5 @@ TEST(NonFiniteTest, FiniteExtremesAreAccepted) {
   const float tiny = std::numeric_limits<float>::denorm_min();
   EXPECT_TRUE(Push(*shard, 0, 0, 0, {0}, {big, -big, tiny}).ok());
 }
-#endif
-
 }  // namespace
 }  // namespace kubeps
