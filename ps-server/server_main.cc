@@ -132,6 +132,8 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   ShardOptions options;
   options.sync = job.spec.mode == api::SyncMode::kSync;
   options.num_workers = job.spec.worker.replicas;
+  options.non_finite =
+      job.spec.non_finite == "SkipStep" ? NonFinitePolicy::kSkipStep : NonFinitePolicy::kFail;
   options.optimizer = api::ToOptimizerConfig(job.spec.optimizer);
   std::string error;
   auto optimizer = MakeOptimizer(options.optimizer, &error);
