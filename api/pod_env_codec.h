@@ -41,6 +41,10 @@ inline constexpr const char* kBlasThreads = "KUBEPS_BLAS_THREADS";
 inline constexpr const char* kCheckpointDir = "KUBEPS_CHECKPOINT_DIR";  // servers: <dir>/<node id>/
 // Workers serving a training process (kubeps-agent --serve): the directory
 // both containers mount (docs/sidecar-protocol.md).
+// A file where a replica writes, when it fails for a reason no restart can
+// cure, one line "Reason: message" (Kubernetes' termination message); unset
+// on Kubernetes, where it is /dev/termination-log.
+inline constexpr const char* kTerminationLog = "KUBEPS_TERMINATION_LOG";
 inline constexpr const char* kSocketDir = "KUBEPS_SOCKET_DIR";
 }  // namespace env
 

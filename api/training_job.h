@@ -106,6 +106,9 @@ struct TrainingJobSpec {
   int progress_interval_ms = 2000;  // how often workers print a progress line
   int gpus_per_worker = 0;
   std::string backend = "cpu";  // cpu | cuda | auto (cuda when the worker sees a GPU)
+  // What a shard does with a NaN or Inf gradient: Fail (refuse it; the
+  // worker, and with it the job, fails) | SkipStep (skip that update, count it).
+  std::string non_finite = "Fail";
   // Shards write their parameters and optimizer state every
   // checkpoint_interval_steps steps into checkpoint_path (the local runner
   // uses its run folder when empty); a restarted shard reloads them.

@@ -133,6 +133,10 @@ std::vector<FieldSpec> BuildSpecFields() {
       Integer("gpusPerWorker", At(&S::gpus_per_worker)).AtLeast(0).Doc("GPUs of each worker pod"),
       Enum("backend", At(&S::backend), {"cpu", "cuda", "auto"})
           .Doc("auto: cuda when the worker sees a GPU"),
+      Enum("nonFinite", At(&S::non_finite), {"Fail", "SkipStep"})
+          .Doc("a NaN or Inf gradient at a parameter server: Fail refuses it and fails the job "
+               "(a rerun would diverge again); SkipStep skips that step's update and counts it "
+               "(kubeps_server_updates_skipped_total)"),
       Object("checkpoint",
              {
                  String("path", At(&S::checkpoint_path))

@@ -37,6 +37,15 @@ void DedupTable::Done(const v1::RequestId& id) {
   done_.notify_all();
 }
 
+void DedupTable::Abandon(const v1::RequestId& id) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Sender& sender = senders_[id.node_id()];
+    if (id.incarnation() == sender.incarnation) sender.in_flight.erase(id.seq());
+  }
+  done_.notify_all();
+}
+
 size_t DedupTable::TrackedRequests() const {
   std::lock_guard<std::mutex> lock(mutex_);
   size_t total = 0;

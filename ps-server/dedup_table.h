@@ -30,6 +30,9 @@ class DedupTable {
   // its answer is never sent before the original's effect exists.
   Verdict Begin(const v1::RequestId& id);
   void Done(const v1::RequestId& id);
+  // After kApply, for a request refused instead of applied: it is forgotten,
+  // so that its resend (or a corrected one with the same id) is applied.
+  void Abandon(const v1::RequestId& id);
 
   size_t TrackedRequests() const;  // for tests: proves the table stays bounded
 

@@ -97,7 +97,8 @@ grpc::Status ParameterServerService::Pull(grpc::ServerContext* context,
   if (auto s = CheckToken(*context, token_); !s.ok()) return s;
   return WithFaults(faults_, context, "Pull", response, [&](grpc::ByteBuffer* r) {
     PullAnswer answer;
-    grpc::Status status = shard_->Pull(*request, &answer);
+    grpc::Status status =
+        shard_->Pull(*request, &answer, [context] { return context->IsCancelled(); });
     if (status.ok()) *r = wire::EncodePull(std::move(answer));
     return status;
   });

@@ -1,6 +1,7 @@
 #include "ps-server/push_data.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace kubeps {
@@ -24,12 +25,36 @@ void PushData::Consume(size_t bytes, Sink sink) {
   }
 }
 
-void PushData::Read(float* out, size_t n) {
+namespace {
+
+// True if none of v[0, n) has an all-ones exponent (NaN or +-Inf). On the
+// bits rather than std::isfinite: it vectorises, and it holds under
+// -ffast-math too.
+bool AllFinite(const float* v, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, v + i, sizeof bits);
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
+}  // namespace
+
+bool PushData::Read(float* out, size_t n) {
   char* to = reinterpret_cast<char*>(out);
-  Consume(n * sizeof(float), [&to](const char* from, size_t bytes) {
+  size_t checked = 0;  // floats of out already checked
+  bool finite = true;
+  Consume(n * sizeof(float), [&](const char* from, size_t bytes) {
     std::memcpy(to, from, bytes);
     to += bytes;
+    // A float cut between two pieces is checked once its last byte is in.
+    const size_t complete = static_cast<size_t>(to - reinterpret_cast<char*>(out)) / sizeof(float);
+    finite &= AllFinite(out + checked, complete - checked);
+    checked = complete;
   });
+  return finite;
 }
 
 void PushData::Skip(size_t n) {

@@ -21,8 +21,11 @@ class PushData {
   explicit PushData(std::vector<std::string_view> pieces);
 
   size_t size() const { return size_; }  // bytes, all pieces together
-  // Copies the next `n` floats to `out`. REQUIRES: that many bytes are left.
-  void Read(float* out, size_t n);
+  // Copies the next `n` floats to `out`; false if one of them is NaN or Inf.
+  // The check runs on each piece right after it is copied, while it is still
+  // in cache: no second pass over the gradient. REQUIRES: that many bytes
+  // are left.
+  bool Read(float* out, size_t n);
   // Passes over the next `n` floats.
   void Skip(size_t n);
 

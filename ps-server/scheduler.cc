@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "common/logging.h"
+#include "common/long_poll.h"
 
 namespace kubeps {
 namespace {
@@ -130,6 +131,7 @@ bool Scheduler::ViewReady() const {
 
 grpc::Status Scheduler::GetClusterView(const v1::ClusterViewRequest* request,
                                        v1::ClusterView* response) {
+  if (auto w = CheckLongPollWait("GetClusterView", request->wait_ms()); !w.ok()) return w;
   std::unique_lock<std::mutex> lock(mutex_);
   bool ready = changed_.wait_for(lock, std::chrono::milliseconds(request->wait_ms()),
                                  [&] { return ViewReady(); });
@@ -144,6 +146,7 @@ grpc::Status Scheduler::GetClusterView(const v1::ClusterViewRequest* request,
 }
 
 grpc::Status Scheduler::Barrier(const v1::BarrierRequest* request, v1::BarrierResponse* response) {
+  if (auto w = CheckLongPollWait("Barrier", request->wait_ms()); !w.ok()) return w;
   if (request->rank() < 0 || request->rank() >= options_.num_workers) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "barrier rank " + std::to_string(request->rank()) + " out of range");

@@ -132,6 +132,8 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   ShardOptions options;
   options.sync = job.spec.mode == api::SyncMode::kSync;
   options.num_workers = job.spec.worker.replicas;
+  options.non_finite =
+      job.spec.non_finite == "SkipStep" ? NonFinitePolicy::kSkipStep : NonFinitePolicy::kFail;
   options.optimizer = api::ToOptimizerConfig(job.spec.optimizer);
   std::string error;
   auto optimizer = MakeOptimizer(options.optimizer, &error);
@@ -151,6 +153,7 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   if (Status s = StartGrpc(config, &service, metrics, &server, &port); !s.ok()) return Fail(s, 1);
   Status s = RegisterAndHeartbeat(config, config.pod_ip + ":" + std::to_string(port), metrics,
                                   &shard, checkpoint_step);
+  shard.Stop();  // ends waiting pulls now, so that Shutdown need not wait for them
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   if (!s.ok()) {
     KLOG_ERROR << s.message();

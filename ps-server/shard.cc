@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/logging.h"
+#include "common/long_poll.h"
 
 namespace kubeps {
 namespace {
@@ -33,7 +34,12 @@ Shard::Shard(const ShardOptions& options, std::unique_ptr<Optimizer> optimizer,
       duplicates_(metrics->Counter("kubeps_server_duplicates_suppressed_total",
                                    "Resent requests answered without being applied again")),
       checkpoints_written_(
-          metrics->Counter("kubeps_server_checkpoints_total", "Checkpoints written")) {
+          metrics->Counter("kubeps_server_checkpoints_total", "Checkpoints written")),
+      nonfinite_pushes_(metrics->Counter("kubeps_server_nonfinite_pushes_total",
+                                         "Pushes holding a NaN or Inf gradient")),
+      updates_skipped_(metrics->Counter(
+          "kubeps_server_updates_skipped_total",
+          "Updates of a parameter part skipped for a non-finite gradient (nonFinite: SkipStep)")) {
   if (!options_.checkpoint_dir.empty()) {
     Status s = CheckpointStore::Open(options_.checkpoint_dir, &checkpoints_);
     if (!s.ok()) KLOG_ERROR << s.message() << "; this shard will not checkpoint";
@@ -114,6 +120,7 @@ void Shard::Install(const v1::ShardCheckpoint& checkpoint) {
     ResetContributions(part);
   }
   dedup_.Restore(checkpoint);
+  key_set_fixed_ = true;  // a checkpoint is taken after the first push
   last_checkpoint_ = static_cast<int64_t>(checkpoint.step());
   applied_pushes_ = options_.sync ? 0 : checkpoint.step();
 }
@@ -164,12 +171,36 @@ Status Shard::RestoreCheckpoint(uint64_t step, uint64_t generation) {
 grpc::Status Shard::CheckParts(const google::protobuf::RepeatedPtrField<v1::PartRef>& parts,
                                size_t data_bytes, bool must_exist) const {
   if (parts.empty()) return Invalid("request names no parts");
+  if (static_cast<size_t>(parts.size()) > kMaxPartsPerRequest) {
+    return Invalid("request names " + std::to_string(parts.size()) + " parts, at most " +
+                   std::to_string(kMaxPartsPerRequest));
+  }
   uint64_t total = 0;
   for (const auto& ref : parts) {
     if (ref.length() == 0 || ref.length() > (1ull << 32)) {
       return Invalid(Describe(ref) + ": bad length");
     }
     total += ref.length();
+  }
+  if (total * sizeof(float) > kMaxRequestBytes) {
+    return Invalid("request's parts hold " + std::to_string(total * sizeof(float)) +
+                   " bytes, more than the " + std::to_string(kMaxRequestBytes) +
+                   " bytes (256 MiB) one request may move");
+  }
+  // Each part once: a part named twice would be answered twice (a pull's
+  // answer grows without bound) or applied twice (an async push).
+  std::vector<const v1::PartRef*> sorted;
+  sorted.reserve(parts.size());
+  for (const auto& ref : parts) sorted.push_back(&ref);
+  auto key_of = [](const v1::PartRef* r) { return PartKey{r->key(), r->offset()}; };
+  std::sort(sorted.begin(), sorted.end(),
+            [&](const v1::PartRef* a, const v1::PartRef* b) { return key_of(a) < key_of(b); });
+  for (size_t i = 1; i < sorted.size(); ++i) {
+    if (key_of(sorted[i]) == key_of(sorted[i - 1])) {
+      return Invalid(Describe(*sorted[i]) + " listed twice in one request");
+    }
+  }
+  for (const auto& ref : parts) {
     if (!must_exist) continue;
     auto it = parts_.find({ref.key(), ref.offset()});
     if (it == parts_.end()) return Invalid(Describe(ref) + ": not stored on this server");
@@ -189,6 +220,15 @@ grpc::Status Shard::Init(const v1::InitRequest& request, v1::InitResponse* respo
   std::unique_lock<std::mutex> lock(mutex_);
   grpc::Status valid = CheckParts(request.parts(), request.data().size(), false);
   if (!valid.ok()) return valid;
+  if (key_set_fixed_) {
+    for (const auto& ref : request.parts()) {
+      if (!parts_.count({ref.key(), ref.offset()})) {
+        return Invalid(Describe(ref) +
+                       ": not stored on this server, and the key set is fixed since the first "
+                       "push (every part is initialised before any worker pushes)");
+      }
+    }
+  }
   // Init is idempotent by nature (first value wins), so it needs no dedup:
   // rank 0's resends and a restarted rank 0 leave the parameters alone.
   const float* data = reinterpret_cast<const float*>(request.data().data());
@@ -216,48 +256,103 @@ void Shard::ResetContributions(Part& part) const {
   part.received = 0;
 }
 
-void Shard::Accumulate(Part& part, int worker_rank, uint64_t step, PushData& data) {
-  const size_t n = part.value.size();
+int Shard::Gather(const v1::PushRequest& request, PushData& data, std::vector<Part*>* gathered) {
+  const int rank = request.worker_rank();
+  int non_finite = -1;
+  gathered->clear();
   if (!options_.sync) {
-    async_gradient_.resize(n);
-    data.Read(async_gradient_.data(), n);
-    optimizer_->Apply(part.value.data(), async_gradient_.data(), n, &part.state);
-    ++part.version;
-    updates_.Increment();
-    return;
+    uint64_t total = 0;
+    for (const auto& ref : request.parts()) total += ref.length();
+    async_gradient_.resize(total);
+    float* out = async_gradient_.data();
+    for (int i = 0; i < request.parts_size(); ++i) {
+      const auto& ref = request.parts(i);
+      gathered->push_back(&parts_.at({ref.key(), ref.offset()}));
+      if (!data.Read(out, ref.length()) && non_finite < 0) non_finite = i;
+      out += ref.length();
+    }
+    return non_finite;
   }
-  // A gradient for a step already applied, or a second one from the same
-  // worker for this step (a restarted worker redoing it), changes nothing.
-  if (step < part.version || part.contributed[worker_rank]) {
-    data.Skip(n);
-    return;
+  for (int i = 0; i < request.parts_size(); ++i) {
+    const auto& ref = request.parts(i);
+    Part& part = parts_.at({ref.key(), ref.offset()});
+    const size_t n = part.value.size();
+    // A gradient for a step already applied, or a second one from the same
+    // worker for this step (a restarted worker redoing it), changes nothing.
+    if (request.step() < part.version || part.contributed[rank]) {
+      data.Skip(n);
+      gathered->push_back(nullptr);
+      continue;
+    }
+    // The slot is not marked yet: a push refused below leaves nothing behind.
+    part.contributions[rank].resize(n);
+    if (!data.Read(part.contributions[rank].data(), n) && non_finite < 0) non_finite = i;
+    gathered->push_back(&part);
   }
-  part.contributions[worker_rank].resize(n);
-  data.Read(part.contributions[worker_rank].data(), n);
-  part.contributed[worker_rank] = true;
-  if (++part.received < options_.num_workers) return;
+  return non_finite;
+}
 
-  // Sum in rank order: the result is the same whatever order pushes came in.
-  // In rank 0's slot, which is cleared below anyway: no buffer to allocate.
-  float* __restrict mean = part.contributions[0].data();
-  for (int r = 1; r < options_.num_workers; ++r) {
-    const float* __restrict g = part.contributions[r].data();
-    for (size_t i = 0; i < n; ++i) mean[i] += g[i];
+void Shard::Apply(const v1::PushRequest& request, const std::vector<Part*>& gathered, bool skip) {
+  if (!options_.sync) {
+    const float* gradient = async_gradient_.data();
+    for (Part* part : gathered) {
+      const size_t n = part->value.size();
+      if (skip) {
+        updates_skipped_.Increment();
+      } else {
+        optimizer_->Apply(part->value.data(), gradient, n, &part->state);
+        ++part->version;
+        updates_.Increment();
+      }
+      gradient += n;
+    }
+    return;
   }
-  const float scale = 1.0f / static_cast<float>(options_.num_workers);
-  for (size_t i = 0; i < n; ++i) mean[i] *= scale;
+  for (Part* part : gathered) {
+    if (part == nullptr) continue;
+    part->contributed[request.worker_rank()] = true;
+    part->skip_update |= skip;
+    if (++part->received == options_.num_workers) CompleteStep(*part);
+  }
+}
+
+void Shard::CompleteStep(Part& part) {
+  const size_t n = part.value.size();
   part.previous = part.value;
-  optimizer_->Apply(part.value.data(), mean, n, &part.state);
+  if (part.skip_update) {
+    // SkipStep: the step ends without an update, so that every worker's
+    // pull of the next version is answered (with this one's values).
+    updates_skipped_.Increment();
+  } else {
+    // Sum in rank order: the result is the same whatever order pushes came
+    // in. In rank 0's slot, which is cleared below anyway: no buffer to
+    // allocate.
+    float* __restrict mean = part.contributions[0].data();
+    for (int r = 1; r < options_.num_workers; ++r) {
+      const float* __restrict g = part.contributions[r].data();
+      for (size_t i = 0; i < n; ++i) mean[i] += g[i];
+    }
+    const float scale = 1.0f / static_cast<float>(options_.num_workers);
+    for (size_t i = 0; i < n; ++i) mean[i] *= scale;
+    optimizer_->Apply(part.value.data(), mean, n, &part.state);
+    updates_.Increment();
+  }
   part.contributed.assign(options_.num_workers, false);
   part.received = 0;
+  part.skip_update = false;
   ++part.version;
-  updates_.Increment();
 }
 
 grpc::Status Shard::Push(const v1::PushRequest& request, PushData& data) {
   if (request.worker_rank() < 0 || request.worker_rank() >= options_.num_workers) {
     return Invalid("worker_rank " + std::to_string(request.worker_rank()) + " outside [0, " +
                    std::to_string(options_.num_workers) + ")");
+  }
+  // The exactly-once table keys on the sender's id: without one, every
+  // later push would be a duplicate of sender "" and be dropped.
+  if (request.id().node_id().empty()) {
+    return Invalid("push without a request id (id.node_id is empty) from worker_rank " +
+                   std::to_string(request.worker_rank()));
   }
   std::unique_ptr<v1::ShardCheckpoint> due;
   {
@@ -292,9 +387,22 @@ grpc::Status Shard::Push(const v1::PushRequest& request, PushData& data) {
       dedup_.Done(request.id());
       return g;
     }
-    for (const auto& ref : request.parts()) {
-      Accumulate(parts_.at({ref.key(), ref.offset()}), request.worker_rank(), request.step(), data);
+    std::vector<Part*> gathered;
+    const int non_finite = Gather(request, data, &gathered);
+    if (non_finite >= 0) {
+      nonfinite_pushes_.Increment();
+      if (options_.non_finite == NonFinitePolicy::kFail) {
+        // Not applied, so not recorded as applied: the id stays free.
+        dedup_.Abandon(request.id());
+        return Invalid("the gradient of " + request.id().node_id() + " (rank " +
+                       std::to_string(request.worker_rank()) + ") for step " +
+                       std::to_string(request.step()) + ", " + Describe(request.parts(non_finite)) +
+                       ", is not finite (NaN or Inf): the model diverged; lower the learning "
+                       "rate, or set spec.nonFinite: SkipStep to skip such steps");
+      }
     }
+    Apply(request, gathered, non_finite >= 0);
+    key_set_fixed_ = true;
     ++applied_pushes_;
     uint64_t checkpoint_step = 0;
     if (!options_.sync && CheckpointDue(&checkpoint_step)) {
@@ -310,12 +418,26 @@ grpc::Status Shard::Push(const v1::PushRequest& request, PushData& data) {
   return grpc::Status::OK;
 }
 
-grpc::Status Shard::Pull(const v1::PullRequest& request, PullAnswer* answer) {
+void Shard::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  advanced_.notify_all();
+}
+
+grpc::Status Shard::Pull(const v1::PullRequest& request, PullAnswer* answer,
+                         const std::function<bool()>& cancelled) {
+  *answer = PullAnswer{};
+  if (grpc::Status w = CheckLongPollWait("Pull", request.wait_ms()); !w.ok()) return w;
   grpc::Status valid = CheckParts(request.parts(), SIZE_MAX, false);
   if (!valid.ok()) return valid;
   std::unique_lock<std::mutex> lock(mutex_);
   if (grpc::Status g = CheckGeneration(request.generation()); !g.ok()) return g;
+  const grpc::Status stopped(grpc::StatusCode::UNAVAILABLE,
+                             "this shard is shutting down (the job is over or it was stopped)");
   auto ready = [&] {
+    if (stopping_) return true;
     if (request.generation() != generation_) return true;  // rolled back while waiting
     for (const auto& ref : request.parts()) {
       auto it = parts_.find({ref.key(), ref.offset()});
@@ -323,9 +445,18 @@ grpc::Status Shard::Pull(const v1::PullRequest& request, PullAnswer* answer) {
     }
     return true;
   };
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(request.wait_ms());
-  *answer = PullAnswer{};
-  if (!advanced_.wait_until(lock, deadline, ready)) return grpc::Status::OK;
+  // Waits in slices, looking at the call's cancellation between them.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(request.wait_ms());
+  while (!ready()) {
+    if (cancelled && cancelled()) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the pull was cancelled while it waited");
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return grpc::Status::OK;  // ready = false
+    advanced_.wait_until(lock, std::min(deadline, now + kLongPollSlice));
+  }
+  if (stopping_) return stopped;
   if (grpc::Status g = CheckGeneration(request.generation()); !g.ok()) return g;
   grpc::Status exists = CheckParts(request.parts(), SIZE_MAX, true);
   if (!exists.ok()) return exists;

@@ -12,6 +12,7 @@
 #define KUBEPS_PS_SERVER_SHARD_H_
 
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,8 +29,20 @@
 
 namespace kubeps {
 
+// What a shard does with a push holding NaN or Inf (spec.nonFinite).
+enum class NonFinitePolicy {
+  kFail,      // refuse it (INVALID_ARGUMENT naming the worker and the key): the worker fails
+  kSkipStep,  // accept it once and skip the update it belongs to, counting it
+};
+
+// Bounds of what one request may name: its parts, each at most once, and
+// the bytes they hold (a Pull's answer, a Push's data).
+constexpr size_t kMaxPartsPerRequest = 65536;
+constexpr uint64_t kMaxRequestBytes = 256ull << 20;
+
 struct ShardOptions {
   bool sync = true;
+  NonFinitePolicy non_finite = NonFinitePolicy::kFail;
   int num_workers = 1;
   OptimizerConfig optimizer;
   std::string checkpoint_dir;          // "" = no checkpoints
@@ -53,7 +66,13 @@ class Shard {
   grpc::Status Init(const v1::InitRequest& request, v1::InitResponse* response);
   // `request`'s data field is not read: `data` holds the gradients.
   grpc::Status Push(const v1::PushRequest& request, PushData& data);
-  grpc::Status Pull(const v1::PullRequest& request, PullAnswer* answer);
+  // A waiting pull ends early, CANCELLED, once `cancelled` says so (its
+  // call was cancelled; looked at every kLongPollSlice), and UNAVAILABLE
+  // once Stop() was called.
+  grpc::Status Pull(const v1::PullRequest& request, PullAnswer* answer,
+                    const std::function<bool()>& cancelled = {});
+  // The server is shutting down: every waiting pull ends now, later ones at once.
+  void Stop();
 
   // Loads the newest checkpoint, if any, at start; returns its step or -1.
   int64_t LoadLatestCheckpoint();
@@ -86,14 +105,24 @@ class Shard {
     std::vector<std::vector<float>> contributions;
     std::vector<bool> contributed;
     int received = 0;
+    // Sync, SkipStep: a non-finite gradient was gathered for this step, so
+    // the step completes without an update.
+    bool skip_update = false;
   };
   using PartKey = std::pair<uint32_t, uint64_t>;  // (key, offset)
 
-  // Checks that every part exists with the stated length and that `data`
+  // Checks that the parts are within the bounds above and listed once each,
+  // that each exists with the stated length (`must_exist`) and that `data`
   // holds exactly their floats; names the first offender otherwise.
   grpc::Status CheckParts(const google::protobuf::RepeatedPtrField<v1::PartRef>& parts,
                           size_t data_bytes, bool must_exist) const;
-  void Accumulate(Part& part, int worker_rank, uint64_t step, PushData& data);
+  // Both take every part of a push, in order, under mutex_. Gather copies
+  // the gradients in (sync: into the worker's slots, marking nothing yet;
+  // async: into async_gradient_) and returns the index of the first part
+  // holding NaN or Inf, or -1; Apply then counts them in and updates.
+  int Gather(const v1::PushRequest& request, PushData& data, std::vector<Part*>* gathered);
+  void Apply(const v1::PushRequest& request, const std::vector<Part*>& gathered, bool skip);
+  void CompleteStep(Part& part);
   void ResetContributions(Part& part) const;
   grpc::Status CheckGeneration(uint64_t generation) const;  // requires mutex_
   // Takes a checkpoint when one is due (requires mutex_); the caller
@@ -114,9 +143,14 @@ class Shard {
   // Sync mode, after a restart from a checkpoint: serve nothing until the
   // scheduler's recovery tells this shard which step the job resumes from.
   bool awaiting_recovery_ = false;
+  bool stopping_ = false;
+  // Init adds parts only until the first push (or a checkpoint) fixes the
+  // key set: a part added later would never advance and would stop the
+  // shard's checkpoints (CheckpointDue takes the lowest version).
+  bool key_set_fixed_ = false;
   int64_t last_checkpoint_ = -1;  // step (sync) or push count (async) of the last one
   uint64_t applied_pushes_ = 0;
-  std::vector<float> async_gradient_;  // async mode: a push's part, contiguous
+  std::vector<float> async_gradient_;  // async mode: a push's parts, back to back
   std::unique_ptr<CheckpointStore> checkpoints_;
   std::mutex write_mutex_;  // one checkpoint write at a time
 
@@ -127,6 +161,8 @@ class Shard {
   prometheus::Counter& pull_bytes_;
   prometheus::Counter& duplicates_;
   prometheus::Counter& checkpoints_written_;
+  prometheus::Counter& nonfinite_pushes_;
+  prometheus::Counter& updates_skipped_;
 };
 
 }  // namespace kubeps

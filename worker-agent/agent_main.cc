@@ -103,6 +103,16 @@ int Fail(const Status& status) {
   return 1;
 }
 
+// Leaves "reason: message" where the job logic reads why this replica
+// failed (api::env::kTerminationLog; Kubernetes' /dev/termination-log),
+// so that it can fail the job at once instead of restarting a replica
+// that would fail the same way.
+void WriteTerminationMessage(const std::string& reason, const std::string& message) {
+  const char* path = std::getenv(api::env::kTerminationLog);
+  std::ofstream out(path && *path ? path : "/dev/termination-log", std::ios::trunc);
+  if (out) out << reason << ": " << message << "\n";
+}
+
 Status LoadConfigAndJob(api::NodeConfig* config, api::TrainingJob* job) {
   if (Status s = api::FinishNodeConfig(config); !s.ok()) return s;
   if (config->role != "local" && config->role != "worker") {
@@ -142,6 +152,7 @@ Status JoinJob(const api::NodeConfig& config, const api::TrainingJob& job, KVPat
   loop.epochs = job.spec.epochs;
   loop.seed = job.spec.seed;
   loop.progress_interval_ms = job.spec.progress_interval_ms;
+  loop.fail_on_non_finite_loss = job.spec.non_finite != "SkipStep";
   if (const char* max_steps = std::getenv("KUBEPS_MAX_STEPS"))
     loop.max_steps = std::strtoull(max_steps, nullptr, 10);
   if (config.role == "local") {
@@ -205,6 +216,7 @@ int TrainBuiltInModel(const api::NodeConfig& config, const api::TrainingJob& job
   if (Status s =
           RunTrainingLoop(session.loop, data.train, *model, *session.store, *metrics, &result);
       !s.ok()) {
+    if (!result.failure_reason.empty()) WriteTerminationMessage(result.failure_reason, s.message());
     return Fail(s);
   }
   if (session.loop.rank == 0) {

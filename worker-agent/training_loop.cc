@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <vector>
 
@@ -73,6 +74,13 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
                                              config.num_workers, images.data(), labels.data());
     if (!filled.ok()) return filled;
     const float loss = model.ForwardBackward(images.data(), labels.data(), config.local_batch);
+    if (config.fail_on_non_finite_loss && !std::isfinite(loss)) {
+      result->failure_reason = "NonFiniteLoss";
+      return Status::Error("the loss of step " + std::to_string(step) + " is " +
+                           std::to_string(loss) +
+                           ": the model diverged (lower the learning rate, or set "
+                           "spec.nonFinite: SkipStep to skip such steps)");
+    }
     Status updated = store.Update(step, model);
     if (updated.IsAborted()) {
       // A shard restarted from its checkpoint: go back to that step, with
@@ -82,8 +90,14 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
       PrintLine("rolled back to step " + std::to_string(step) + ": " + updated.message());
       continue;
     }
-    if (!updated.ok())
+    if (!updated.ok()) {
+      // A shard refused a NaN or Inf gradient (ps-server/shard.cc says so).
+      if (updated.code() == Status::Code::kInvalidArgument &&
+          updated.message().find("is not finite") != std::string::npos) {
+        result->failure_reason = "NonFiniteGradient";
+      }
       return Status::Error("step " + std::to_string(step) + ": " + updated.message());
+    }
     steps_total.Increment();
     samples_total.Increment(config.local_batch);
     loss_gauge.Set(loss);

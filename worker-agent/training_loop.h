@@ -24,12 +24,19 @@ struct LoopConfig {
   uint64_t seed = 1;
   int progress_interval_ms = 2000;
   uint64_t max_steps = 0;  // stop early after this many steps (0 = all epochs)
+  // spec.nonFinite is Fail: a NaN or Inf loss ends training (the gradient
+  // pushed with it would be refused anyway); under SkipStep it is pushed and
+  // the shards skip that step.
+  bool fail_on_non_finite_loss = true;
 };
 
 struct LoopResult {
   uint64_t steps = 0;
   double seconds = 0;     // training time, evaluation excluded
   double final_loss = 0;  // mean loss over the last progress interval
+  // When training failed for a reason a restart cannot cure (a diverged
+  // model): NonFiniteLoss or NonFiniteGradient; "" otherwise.
+  std::string failure_reason;
 };
 
 Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,

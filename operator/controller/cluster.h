@@ -40,7 +40,15 @@ struct ReplicaStatus {
   ReplicaPhase phase = ReplicaPhase::kPending;
   int exit_code = 0;  // when Succeeded or Failed; 128+N for signal N
   int restarts = 0;   // times this replica was re-created
+  // When Failed: what the replica said of its failure (its termination
+  // message, "Reason: message"), split; both "" when it said nothing.
+  std::string reason;
+  std::string message;
 };
+
+// Splits a termination message "Reason: message" (Reason a CamelCase word)
+// into *reason and *message; a text of another form is all message.
+void ParseTerminationMessage(const std::string& text, std::string* reason, std::string* message);
 
 // The training program of a worker whose job brings its own
 // (api::UserContainer): it runs in the replica's pod beside kubeps' own

@@ -133,6 +133,13 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     // every worker finish, which can be observed here a moment before the
     // workers' own exits: not a failure.
     if (r.phase != ReplicaPhase::kFailed) continue;
+    if (IsPermanentReason(r.reason)) {
+      return Fail(
+          r.reason,
+          name.ToString() +
+              " failed and is not restarted (a rerun would fail the same way): " + r.message,
+          now_ms);
+    }
     RestartDecision decision =
         DecideRestart(job_.spec.run_policy, name.ToString(), r.exit_code, status.restarts);
     if (!decision.restart) return Fail(decision.code, decision.reason, now_ms);

@@ -1,6 +1,25 @@
 #include "operator/controller/restart_policy.h"
 
+#include <cctype>
+
+#include "operator/controller/cluster.h"
+
 namespace kubeps::controller {
+
+bool IsPermanentReason(const std::string& reason) {
+  return reason == "NonFiniteLoss" || reason == "NonFiniteGradient";
+}
+
+void ParseTerminationMessage(const std::string& text, std::string* reason, std::string* message) {
+  std::string line = text.substr(0, text.find('\n'));
+  const size_t colon = line.find(": ");
+  bool camel =
+      colon != std::string::npos && colon > 0 && std::isupper(static_cast<unsigned char>(line[0]));
+  for (size_t i = 0; camel && i < colon; ++i)
+    camel = std::isalnum(static_cast<unsigned char>(line[i]));
+  reason->assign(camel ? line.substr(0, colon) : "");
+  message->assign(camel ? line.substr(colon + 2) : line);
+}
 
 bool IsRetryableExitCode(int exit_code) { return exit_code >= 128; }
 

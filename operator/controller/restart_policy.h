@@ -23,6 +23,11 @@ struct RestartDecision {
 // 1..127 are the program's own verdict and are permanent under ExitCode.
 bool IsRetryableExitCode(int exit_code);
 
+// A replica's termination reason that no restart cures: the model diverged
+// (NonFiniteLoss, NonFiniteGradient), so a rerun from the same parameters
+// diverges again. The job fails at once, whatever the restart policy.
+bool IsPermanentReason(const std::string& reason);
+
 // `restarts_so_far` counts the job's restarts, all replicas together, and
 // is compared with backoffLimit as Kubeflow's training operator does.
 RestartDecision DecideRestart(const api::RunPolicy& policy, const std::string& replica,

@@ -72,6 +72,11 @@ controller::ReplicaStatus KubeCluster::StatusOf(const json& pod) {
     const json& terminated =
         container.value("state", json::object()).value("terminated", json::object());
     if (terminated.contains("exitCode")) status.exit_code = terminated["exitCode"].get<int>();
+    // The container's termination message (/dev/termination-log).
+    if (terminated.contains("message") && status.reason.empty()) {
+      controller::ParseTerminationMessage(terminated.value("message", ""), &status.reason,
+                                          &status.message);
+    }
   }
   // A pod the node lost or evicted has no exit code: treat it as killed.
   if (status.phase == ReplicaPhase::kFailed && status.exit_code == 0) status.exit_code = 137;

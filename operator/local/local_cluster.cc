@@ -139,6 +139,14 @@ Status LocalCluster::Create(const controller::ReplicaLaunch& launch) {
   // A re-created replica binds the port its peers already know.
   if (pod.grpc_port > 0) pod.launch.env[api::env::kPort] = std::to_string(pod.grpc_port);
   ::unlink((run_dir_ + "/" + launch.name.ToString() + ".ports").c_str());
+  // Where the replica says why it failed; the last life's words are gone.
+  const std::string termination_log = run_dir_ + "/" + launch.name.ToString() + ".termination";
+  ::unlink(termination_log.c_str());
+  pod.status.reason.clear();
+  pod.status.message.clear();
+  pod.launch.env[api::env::kTerminationLog] = termination_log;
+  if (pod.launch.user_process)
+    pod.launch.user_process->env[api::env::kTerminationLog] = termination_log;
 
   if (pod.has_program) {
     const std::string socket_dir = SocketDir(launch.name);
@@ -273,6 +281,13 @@ std::vector<controller::ReplicaStatus> LocalCluster::List() {
   std::vector<controller::ReplicaStatus> all;
   for (auto& [name, pod] : pods_) {
     Reap(pod);
+    if (pod.status.phase == ReplicaPhase::kFailed && pod.status.reason.empty()) {
+      std::ifstream in(run_dir_ + "/" + name.ToString() + ".termination");
+      std::string text;
+      if (in && std::getline(in, text)) {
+        controller::ParseTerminationMessage(text, &pod.status.reason, &pod.status.message);
+      }
+    }
     all.push_back(pod.status);
   }
   return all;

@@ -225,6 +225,7 @@ TEST(ApiTrainingJobTest, ToJsonIsTheCanonicalManifest) {
     "spec": {
       "mode": "sync",
       "model": "mlp",
+      "nonFinite": "Fail",
       "dataset": {"path": "/data/fmnist"},
       "optimizer": {"name": "sgd", "learningRate": 0.1, "momentum": 0.9, "beta1": 0.9,
                     "beta2": 0.999, "epsilon": 1e-8, "weightDecay": 0.0},

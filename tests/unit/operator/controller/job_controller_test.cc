@@ -37,7 +37,9 @@ class FakeCluster : public Cluster {
       it->second.exit_code = 0;
       ++it->second.restarts;
     } else {
-      replicas[launch.name] = ReplicaStatus{launch.name, ReplicaPhase::kPending, 0, 0};
+      ReplicaStatus status;
+      status.name = launch.name;
+      replicas[launch.name] = status;
     }
     return Status::Ok();
   }
@@ -260,6 +262,29 @@ TEST_F(JobControllerTest, PermanentExitCodeFailsTheJob) {
   EXPECT_EQ(status.phase, JobPhase::kFailed);
   EXPECT_EQ(status.reason, "PermanentExitCode");
   EXPECT_THAT(status.message, HasSubstr("worker-1 exited with code 2"));
+}
+
+TEST_F(JobControllerTest, ADivergedWorkerFailsTheJobAtOnceWithItsReason) {
+  StartRunning(api::RestartPolicy::kOnFailure, 3);
+  cluster_.Set(Worker(1), ReplicaPhase::kFailed, 1);
+  cluster_.replicas[Worker(1)].reason = "NonFiniteLoss";
+  cluster_.replicas[Worker(1)].message = "the loss of step 3 is nan: the model diverged";
+  JobStatus status = controller_->Reconcile(100);
+  EXPECT_EQ(status.phase, JobPhase::kFailed);
+  EXPECT_EQ(status.reason, "NonFiniteLoss");
+  EXPECT_THAT(status.message, HasSubstr("worker-1 failed and is not restarted"));
+  EXPECT_THAT(status.message, HasSubstr("the loss of step 3 is nan"));
+  EXPECT_THAT(cluster_.created, IsEmpty()) << "a diverged worker was restarted";
+}
+
+TEST(TerminationMessageTest, ReasonIsTheLeadingCamelCaseWord) {
+  std::string reason, message;
+  ParseTerminationMessage("NonFiniteGradient: key 7 is not finite\nmore", &reason, &message);
+  EXPECT_EQ(reason, "NonFiniteGradient");
+  EXPECT_EQ(message, "key 7 is not finite");
+  ParseTerminationMessage("panic: out of memory", &reason, &message);
+  EXPECT_EQ(reason, "");
+  EXPECT_EQ(message, "panic: out of memory");
 }
 
 TEST_F(JobControllerTest, AllWorkersSucceededThenServersGetKLingerMsToExit) {

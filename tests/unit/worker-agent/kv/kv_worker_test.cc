@@ -375,6 +375,7 @@ TEST(ResendCallerTest, NonRetryableErrorIsNotResent) {
 
   // A push of a part the shard does not store: INVALID_ARGUMENT, once.
   v1::PushRequest request;
+  request.mutable_id()->set_node_id("worker-0");
   request.set_worker_rank(0);
   auto* part = request.add_parts();
   part->set_key(9);

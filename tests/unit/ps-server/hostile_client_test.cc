@@ -1,0 +1,222 @@
+// What a client holding the job's token (or a buggy one) can send to a shard
+// and to the scheduler's barrier, and what it gets: every field it controls
+// is bounded and checked, each refusal is INVALID_ARGUMENT with a message
+// that names the field, and nothing it sends changes the shard's state.
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/metrics.h"
+#include "common/optimizer.h"
+#include "ps-server/scheduler.h"
+#include "ps-server/shard.h"
+
+namespace kubeps {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+std::unique_ptr<Shard> MakeShard(int num_workers) {
+  ShardOptions options;
+  options.num_workers = num_workers;
+  options.optimizer.name = "sgd";
+  options.optimizer.learning_rate = 1.0f;
+  std::string error;
+  auto optimizer = MakeOptimizer(options.optimizer, &error);
+  EXPECT_NE(optimizer, nullptr) << error;
+  return std::make_unique<Shard>(options, std::move(optimizer), &NullMetrics());
+}
+
+template <typename Message>
+void AddPart(Message* m, uint32_t key, uint64_t offset, uint64_t length) {
+  v1::PartRef* p = m->add_parts();
+  p->set_key(key);
+  p->set_offset(offset);
+  p->set_length(length);
+}
+
+std::string Bytes(const std::vector<float>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+}
+
+grpc::Status Init(Shard& shard, uint32_t key, const std::vector<float>& values) {
+  v1::InitRequest request;
+  request.mutable_id()->set_node_id("worker-0");
+  AddPart(&request, key, 0, values.size());
+  request.set_data(Bytes(values));
+  v1::InitResponse response;
+  return shard.Init(request, &response);
+}
+
+v1::PushRequest PushOf(uint32_t key, const std::vector<float>& grad, uint64_t seq = 0) {
+  v1::PushRequest request;
+  request.mutable_id()->set_node_id("worker-0");
+  request.mutable_id()->set_incarnation(1);
+  request.mutable_id()->set_seq(seq);
+  request.set_worker_rank(0);
+  AddPart(&request, key, 0, grad.size());
+  request.set_data(Bytes(grad));
+  return request;
+}
+
+grpc::Status Push(Shard& shard, const v1::PushRequest& request) {
+  PushData data({request.data()});
+  return shard.Push(request, data);
+}
+
+TEST(HostileClientTest, PullNamingThePartTwiceIsRefused) {
+  auto shard = MakeShard(1);
+  ASSERT_TRUE(Init(*shard, 0, std::vector<float>(1000, 1.0f)).ok());
+  // 300 times the same part: today's shard would answer 300 copies.
+  v1::PullRequest request;
+  for (int i = 0; i < 300; ++i) AddPart(&request, 0, 0, 1000);
+  PullAnswer answer;
+  grpc::Status s = shard->Pull(request, &answer);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("part (key 0, offset 0, length 1000) listed twice"));
+  EXPECT_EQ(answer.values, nullptr) << "nothing was allocated for the answer";
+}
+
+TEST(HostileClientTest, PullOfTooManyPartsIsRefused) {
+  auto shard = MakeShard(1);
+  v1::PullRequest request;
+  for (uint32_t key = 0; key <= 65536; ++key) AddPart(&request, key, 0, 1);
+  PullAnswer answer;
+  grpc::Status s = shard->Pull(request, &answer);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("names 65537 parts, at most 65536"));
+}
+
+TEST(HostileClientTest, PullOfTooManyBytesIsRefused) {
+  auto shard = MakeShard(1);
+  v1::PullRequest request;
+  // 2^26 floats and one more: 256 MiB and 4 bytes, over the bound of an answer.
+  AddPart(&request, 0, 0, 1ull << 26);
+  AddPart(&request, 1, 0, 1);
+  PullAnswer answer;
+  grpc::Status s = shard->Pull(request, &answer);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("268435460 bytes, more than the 268435456"));
+}
+
+TEST(HostileClientTest, PullWaitOverSixtySecondsIsRefused) {
+  auto shard = MakeShard(1);
+  ASSERT_TRUE(Init(*shard, 0, {1, 2, 3}).ok());
+  v1::PullRequest request;
+  AddPart(&request, 0, 0, 3);
+  request.set_min_version(5);
+  request.set_wait_ms(4233600000u);  // 49 days
+  PullAnswer answer;
+  auto pull = std::async(std::launch::async, [&] { return shard->Pull(request, &answer); });
+  ASSERT_EQ(pull.wait_for(10s), std::future_status::ready) << "the pull waited";
+  grpc::Status s = pull.get();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("wait_ms 4233600000 is over the bound of 60000"));
+}
+
+TEST(HostileClientTest, WaitingPullEndsWhenTheCallIsCancelled) {
+  auto shard = MakeShard(1);
+  ASSERT_TRUE(Init(*shard, 0, {1, 2, 3}).ok());
+  v1::PullRequest request;
+  AddPart(&request, 0, 0, 3);
+  request.set_min_version(5);
+  request.set_wait_ms(60000);
+  std::atomic<bool> cancelled{false};
+  PullAnswer answer;
+  auto pull = std::async(std::launch::async, [&] {
+    return shard->Pull(request, &answer, [&] { return cancelled.load(); });
+  });
+  EXPECT_EQ(pull.wait_for(100ms), std::future_status::timeout);
+  cancelled = true;
+  ASSERT_EQ(pull.wait_for(5s), std::future_status::ready) << "a cancelled pull kept waiting";
+  EXPECT_EQ(pull.get().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+TEST(HostileClientTest, WaitingPullEndsWhenTheShardStops) {
+  auto shard = MakeShard(1);
+  ASSERT_TRUE(Init(*shard, 0, {1, 2, 3}).ok());
+  v1::PullRequest request;
+  AddPart(&request, 0, 0, 3);
+  request.set_min_version(5);
+  request.set_wait_ms(60000);
+  PullAnswer answer;
+  auto pull = std::async(std::launch::async, [&] { return shard->Pull(request, &answer); });
+  EXPECT_EQ(pull.wait_for(100ms), std::future_status::timeout);
+  shard->Stop();
+  ASSERT_EQ(pull.wait_for(5s), std::future_status::ready) << "a stopped shard kept a pull waiting";
+  grpc::Status s = pull.get();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(s.error_message(), HasSubstr("shutting down"));
+}
+
+TEST(HostileClientTest, InitOfANewKeyAfterTheFirstPushIsRefused) {
+  auto shard = MakeShard(1);
+  ASSERT_TRUE(Init(*shard, 0, {1, 2, 3}).ok());
+  ASSERT_TRUE(Push(*shard, PushOf(0, {1, 1, 1})).ok());
+  grpc::Status s = Init(*shard, 9, {5});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("part (key 9, offset 0, length 1)"));
+  EXPECT_THAT(s.error_message(), HasSubstr("the key set is fixed since the first push"));
+  EXPECT_TRUE(shard->PartValue(9, 0).empty());
+  // A known part (a restarted rank 0 initialising again) is still fine.
+  EXPECT_TRUE(Init(*shard, 0, {7, 7, 7}).ok());
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{0, 1, 2}));
+}
+
+TEST(HostileClientTest, PushWithoutRequestIdIsRefused) {
+  auto shard = MakeShard(1);
+  ASSERT_TRUE(Init(*shard, 0, {1, 2, 3}).ok());
+  v1::PushRequest request = PushOf(0, {1, 1, 1});
+  request.clear_id();
+  grpc::Status s = Push(*shard, request);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("push without a request id (id.node_id is empty)"));
+  request = PushOf(0, {1, 1, 1});
+  request.mutable_id()->clear_node_id();
+  s = Push(*shard, request);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("id.node_id is empty"));
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(shard->dedup().TrackedRequests(), 0u) << "sender \"\" was recorded";
+}
+
+TEST(HostileClientTest, PushListingThePartTwiceIsRefused) {
+  auto shard = MakeShard(1);
+  ASSERT_TRUE(Init(*shard, 0, {1, 2, 3}).ok());
+  v1::PushRequest request = PushOf(0, {1, 1, 1});
+  AddPart(&request, 0, 0, 3);
+  request.set_data(Bytes({1, 1, 1, 1, 1, 1}));
+  grpc::Status s = Push(*shard, request);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("part (key 0, offset 0, length 3) listed twice"));
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(shard->PartVersion(0, 0), 0u);
+}
+
+TEST(HostileClientTest, BarrierWaitOverSixtySecondsIsRefused) {
+  SchedulerOptions options;
+  options.num_servers = 1;
+  options.num_workers = 2;
+  Scheduler scheduler(options, &NullMetrics());
+  v1::BarrierRequest request;
+  request.set_name("start");
+  request.set_rank(0);
+  request.set_wait_ms(4233600000u);
+  v1::BarrierResponse response;
+  auto barrier =
+      std::async(std::launch::async, [&] { return scheduler.Barrier(&request, &response); });
+  ASSERT_EQ(barrier.wait_for(10s), std::future_status::ready) << "the barrier waited";
+  grpc::Status s = barrier.get();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("wait_ms 4233600000 is over the bound of 60000"));
+}
+
+}  // namespace
+}  // namespace kubeps

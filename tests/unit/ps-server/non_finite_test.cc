@@ -1,0 +1,148 @@
+// NaN and Inf gradients at a shard (ShardOptions::non_finite): Fail (the
+// default) refuses the push with INVALID_ARGUMENT naming the worker and the
+// tensor key, and leaves no trace (not applied, not recorded as applied,
+// nothing half-gathered); SkipStep accepts it once, skips the update it
+// belongs to (sync: the step still completes, so no worker waits forever)
+// and counts it.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/metrics.h"
+#include "common/optimizer.h"
+#include "ps-server/shard.h"
+
+namespace kubeps {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::unique_ptr<Shard> MakeShard(bool sync, int num_workers, bool skip = false) {
+  ShardOptions options;
+  options.sync = sync;
+  options.num_workers = num_workers;
+  options.optimizer.name = "sgd";
+  options.optimizer.learning_rate = 1.0f;
+  if (skip) options.non_finite = NonFinitePolicy::kSkipStep;
+  std::string error;
+  auto optimizer = MakeOptimizer(options.optimizer, &error);
+  EXPECT_NE(optimizer, nullptr) << error;
+  return std::make_unique<Shard>(options, std::move(optimizer), &NullMetrics());
+}
+
+std::string Bytes(const std::vector<float>& values) {
+  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+}
+
+void Init(Shard& shard, const std::vector<uint32_t>& keys) {
+  v1::InitRequest request;
+  request.mutable_id()->set_node_id("worker-0");
+  std::vector<float> values;
+  for (uint32_t key : keys) {
+    v1::PartRef* p = request.add_parts();
+    p->set_key(key);
+    p->set_length(3);
+    values.insert(values.end(), {1, 2, 3});
+  }
+  request.set_data(Bytes(values));
+  v1::InitResponse response;
+  ASSERT_TRUE(shard.Init(request, &response).ok());
+}
+
+// A push of 3 floats per key, cut into pieces of 5 bytes so that floats
+// straddle pieces as they do in gRPC's slices.
+grpc::Status Push(Shard& shard, int rank, uint64_t seq, uint64_t step,
+                  const std::vector<uint32_t>& keys, const std::vector<float>& grad) {
+  v1::PushRequest request;
+  request.mutable_id()->set_node_id("worker-" + std::to_string(rank));
+  request.mutable_id()->set_incarnation(1);
+  request.mutable_id()->set_seq(seq);
+  request.set_worker_rank(rank);
+  request.set_step(step);
+  for (uint32_t key : keys) {
+    v1::PartRef* p = request.add_parts();
+    p->set_key(key);
+    p->set_length(3);
+  }
+  const std::string bytes = Bytes(grad);
+  std::vector<std::string_view> pieces;
+  for (size_t i = 0; i < bytes.size(); i += 5) {
+    pieces.emplace_back(bytes.data() + i, std::min<size_t>(5, bytes.size() - i));
+  }
+  PushData data(pieces);
+  return shard.Push(request, data);
+}
+
+TEST(NonFiniteTest, FailRefusesANaNPushNamingWorkerAndKeyAndLeavesNoTrace) {
+  auto shard = MakeShard(true, 2);
+  Init(*shard, {0, 7});
+  // Key 0 is finite, key 7 holds the NaN: nothing of the push may stay.
+  grpc::Status s = Push(*shard, 1, 0, 0, {0, 7}, {1, 1, 1, 1, kNaN, 1});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("worker-1 (rank 1)"));
+  EXPECT_THAT(s.error_message(), HasSubstr("key 7"));
+  EXPECT_THAT(s.error_message(), HasSubstr("not finite"));
+  EXPECT_EQ(shard->dedup().TrackedRequests(), 0u) << "a refused push was recorded as applied";
+  // Worker 0's push alone must not complete the step: worker 1's refused
+  // gradient for key 0 was not gathered.
+  ASSERT_TRUE(Push(*shard, 0, 0, 0, {0, 7}, {2, 2, 2, 2, 2, 2}).ok());
+  EXPECT_EQ(shard->PartVersion(0, 0), 0u);
+  // The worker's corrected push (same id: a resend) is applied.
+  ASSERT_TRUE(Push(*shard, 1, 0, 0, {0, 7}, {4, 4, 4, 4, 4, 4}).ok());
+  EXPECT_EQ(shard->PartVersion(0, 0), 1u);
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{-2, -1, 0}));
+  EXPECT_EQ(shard->PartValue(7, 0), (std::vector<float>{-2, -1, 0}));
+}
+
+TEST(NonFiniteTest, FailRefusesInfInAsyncMode) {
+  auto shard = MakeShard(false, 1);
+  Init(*shard, {0, 7});
+  grpc::Status s = Push(*shard, 0, 0, 0, {0, 7}, {1, 1, 1, 1, 1, -kInf});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("worker-0 (rank 0)"));
+  EXPECT_THAT(s.error_message(), HasSubstr("key 7"));
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{1, 2, 3})) << "half the push applied";
+  EXPECT_EQ(shard->PartValue(7, 0), (std::vector<float>{1, 2, 3}));
+}
+
+TEST(NonFiniteTest, SkipStepCompletesTheSyncStepWithoutUpdating) {
+  auto shard = MakeShard(true, 2, true);
+  Init(*shard, {0});
+  ASSERT_TRUE(Push(*shard, 0, 0, 0, {0}, {1, 1, 1}).ok());
+  ASSERT_TRUE(Push(*shard, 1, 0, 0, {0}, {kNaN, 1, 1}).ok());
+  EXPECT_EQ(shard->PartVersion(0, 0), 1u) << "the step did not complete: workers would hang";
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{1, 2, 3})) << "the step was applied";
+  // Exactly once: the resent NaN push is a duplicate, the next step is normal.
+  ASSERT_TRUE(Push(*shard, 1, 0, 0, {0}, {kNaN, 1, 1}).ok());
+  ASSERT_TRUE(Push(*shard, 0, 1, 1, {0}, {1, 1, 1}).ok());
+  ASSERT_TRUE(Push(*shard, 1, 1, 1, {0}, {3, 3, 3}).ok());
+  EXPECT_EQ(shard->PartVersion(0, 0), 2u);
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{-1, 0, 1}));
+}
+
+TEST(NonFiniteTest, SkipStepDropsAnAsyncPush) {
+  auto shard = MakeShard(false, 1, true);
+  Init(*shard, {0});
+  ASSERT_TRUE(Push(*shard, 0, 0, 0, {0}, {1, kInf, 1}).ok());
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{1, 2, 3}));
+  ASSERT_TRUE(Push(*shard, 0, 1, 0, {0}, {1, 1, 1}).ok());
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{0, 1, 2}));
+}
+
+TEST(NonFiniteTest, FiniteExtremesAreAccepted) {
+  auto shard = MakeShard(false, 1);
+  Init(*shard, {0});
+  const float big = std::numeric_limits<float>::max();
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  EXPECT_TRUE(Push(*shard, 0, 0, 0, {0}, {big, -big, tiny}).ok());
+}
+}  // namespace
+}  // namespace kubeps
