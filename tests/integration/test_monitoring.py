@@ -242,7 +242,8 @@ class MonitoringFilesTest(unittest.TestCase):
         self.assertIn("kind: PrometheusRule\n", text)
         rules = parse_rules(rules_spec())
         by_name = {r["alert"]: r for r in rules}
-        self.assertEqual(set(by_name), {"KubepsJobStalled", "KubepsHighResendRate", "KubepsWorkerRestarts"})
+        self.assertEqual(set(by_name), {"KubepsJobStalled", "KubepsHighResendRate", "KubepsWorkerRestarts",
+                                        "KubepsCheckpointWriteFailures"})
         for rule in rules:
             self.assertIn(rule["labels"].get("severity"), ("critical", "warning", "info"), rule)
             self.assertTrue(rule["annotations"].get("summary"), rule)
@@ -250,6 +251,8 @@ class MonitoringFilesTest(unittest.TestCase):
         self.assertIn("sum by (job) (rate(kubeps_worker_steps_total[5m])) == 0", by_name["KubepsJobStalled"]["expr"])
         self.assertIn("kubeps_rpc_resends_total", by_name["KubepsHighResendRate"]["expr"])
         self.assertIn("kubeps_operator_replica_restarts_total", by_name["KubepsWorkerRestarts"]["expr"])
+        self.assertIn("kubeps_server_checkpoint_failures_total",
+                      by_name["KubepsCheckpointWriteFailures"]["expr"])
         self.assertNotIn("process_start_time_seconds", text)
 
     def test_file_sd_generator(self):
