@@ -8,6 +8,7 @@ import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -106,6 +107,38 @@ class RunTwiceTest(unittest.TestCase):
         self.assertIn(newest + ".damaged", second.output())
         self.assertTrue(os.path.exists(newest + ".damaged"))
         self.assertIn("resuming at step 100 of 200", second.output())
+
+
+class LaggingShardTest(unittest.TestCase):
+    """One shard's checkpoint writes fail (a directory stands where its
+    temporary file would go: running as root, a read-only mode would not stop
+    the write); the other shard is then killed. The recovery goes back to the
+    newest step both hold, which the healthy shard kept although it is older
+    than its newest 3, and the job succeeds."""
+
+    def test_recovery_uses_the_newest_common_step(self):
+        tmp = tempfile.mkdtemp(prefix="kubeps-ckpt-lag-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        run_dir = os.path.join(tmp, "run")
+        folder = os.path.join(run_dir, "checkpoints", "server-1")
+        os.makedirs(folder)
+        for step in (100, 150, 200, 250):
+            os.makedirs(os.path.join(folder, "step-%020d.ckpt.tmp" % step))
+        job = RunningJob(write_manifest(tmp, job_text("lag")), run_dir=run_dir,
+                         env={"KUBEPS_MAX_STEPS": "400"})
+        self.addCleanup(job.close)
+        deadline = time.time() + TIMEOUT
+        while time.time() < deadline and not any(p["total_steps"] >= 260 for p in job.progress()):
+            self.assertIsNone(job.process.poll(), job.output())
+            time.sleep(0.05)
+        victims = set(processes_with_env("KUBEPS_RUN_DIR", run_dir)) & set(
+            processes_with_env("KUBEPS_NODE_ID", "server-0"))
+        self.assertEqual(len(victims), 1, job.output())
+        os.kill(victims.pop(), signal.SIGKILL)
+        self.assertEqual(job.wait(TIMEOUT), 0, job.output())
+        output = job.output()
+        self.assertIn("checkpoint of step 100 into %s failed" % folder, output)
+        self.assertIn("rolled back to step 50", output)
 
 
 class RunFolderTest(unittest.TestCase):
