@@ -122,7 +122,7 @@ class LaggingShardTest(unittest.TestCase):
         run_dir = os.path.join(tmp, "run")
         folder = os.path.join(run_dir, "checkpoints", "server-1")
         os.makedirs(folder)
-        for step in (100, 150, 200, 250):
+        for step in (100, 150, 200, 250, 300, 350):
             os.makedirs(os.path.join(folder, "step-%020d.ckpt.tmp" % step))
         job = RunningJob(write_manifest(tmp, job_text("lag")), run_dir=run_dir,
                          env={"KUBEPS_MAX_STEPS": "400"})
