@@ -311,12 +311,9 @@ Session::Outcome Session::Initialize() {
   // Rank 0's values are stored (the first value wins, so a restarted
   // process does not overwrite training); then every worker takes what the
   // servers hold, at the step they are at.
-  // A job started over an earlier run's checkpoints opens generation 1
-  // (resumed or emptied shards): Init only once every shard is in it.
+  Status s = context_.kv->InitTensors(initial, sizes);
   uint64_t step = 0;
-  Status s = context_.kv->Recover(&step);
-  if (s.ok()) s = context_.kv->InitTensors(initial, sizes);
-  if (s.ok()) s = PullAll(step, &step);
+  if (s.ok()) s = PullAll(0, &step);
   if (s.IsAborted()) s = Recover(recoveries, &step);
   std::lock_guard<std::mutex> lock(mutex_);
   if (!s.ok()) {
