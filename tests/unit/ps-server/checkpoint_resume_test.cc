@@ -37,10 +37,6 @@ TEST(NewestCommonStepTest, NoneInCommonIsMinusOne) {
   EXPECT_EQ(NewestCommonStep({}), -1);
 }
 
-struct Cluster {
-  std::unique_ptr<Scheduler> scheduler;
-};
-
 std::unique_ptr<Scheduler> MakeScheduler(bool resume, const std::string& dir = "/ckpt") {
   SchedulerOptions options;
   options.num_servers = 2;
