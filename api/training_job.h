@@ -114,6 +114,10 @@ struct TrainingJobSpec {
   // uses its run folder when empty); a restarted shard reloads them.
   std::string checkpoint_path;
   int checkpoint_interval_steps = 100;
+  // A job started over checkpoints of an earlier run (the same path):
+  // true resumes from the newest step every shard holds; false deletes them
+  // and trains from the start.
+  bool checkpoint_resume = true;
   ReplicaSpec ps{2, nullptr};
   ReplicaSpec worker{2, nullptr};
   ReplicaSpec scheduler{1, nullptr};  // always exactly one; only its template may be given

@@ -144,6 +144,9 @@ std::vector<FieldSpec> BuildSpecFields() {
                  Integer("intervalSteps", At(&S::checkpoint_interval_steps))
                      .AtLeast(1)
                      .Doc("steps between two checkpoints of a shard"),
+                 Boolean("resume", At(&S::checkpoint_resume))
+                     .Doc("a job started over an earlier run's checkpoints resumes from the "
+                          "newest step every shard holds; false: delete them, start fresh"),
              })
           .Doc("a restarted shard reloads its newest checkpoint"),
       Object("runPolicy", RunPolicyFields())

@@ -47,6 +47,7 @@ Status SchedulerClient::Register(int* rank) {
   node->set_incarnation(incarnation_);
   node->set_metrics_address(options_.metrics_address);
   node->set_checkpoint_step(options_.checkpoint_step);
+  for (uint64_t step : options_.checkpoint_steps) node->add_checkpoint_steps(step);
   v1::RegisterResponse response;
   // The scheduler may not be up yet (its pod or Service still starting):
   // keep trying for as long as a peer wait is allowed.
@@ -59,6 +60,7 @@ Status SchedulerClient::Register(int* rank) {
   });
   if (!s.ok()) return s;
   *rank = response.rank();
+  discard_checkpoints_ = response.discard_checkpoints();
   return Status::Ok();
 }
 
@@ -94,8 +96,12 @@ Status SchedulerClient::AwaitClusterView(ClusterInfo* cluster) {
   }
 }
 
-Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer* answer) {
+Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer* answer,
+                                  const std::vector<uint64_t>* checkpoint_steps) {
   v1::HeartbeatRequest request;
+  if (checkpoint_steps) {
+    for (uint64_t step : *checkpoint_steps) request.add_checkpoint_steps(step);
+  }
   request.set_node_id(options_.node_id);
   request.set_incarnation(incarnation_);
   request.set_restored_generation(restored_generation);
@@ -110,6 +116,8 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   answer->restore_step = response.restore_step();
   answer->generation_ready = response.generation_ready();
   answer->shutdown = response.shutdown();
+  answer->common_checkpoint_step = response.common_checkpoint_step();
+  answer->failure = response.failure();
   return Status::Ok();
 }
 

@@ -37,7 +37,8 @@ struct SchedulerClientOptions {
   std::string token;
   std::string address;  // servers: host:port where workers reach the shard
   std::string metrics_address;
-  int64_t checkpoint_step = -1;  // servers: the checkpoint loaded at start, -1 = none
+  int64_t checkpoint_step = -1;            // servers: the checkpoint loaded at start, -1 = none
+  std::vector<uint64_t> checkpoint_steps;  // servers: every step they hold at start
   ResendPolicy resend;
   int long_poll_ms = 500;            // server-side wait of one cluster-view or barrier poll
   int peer_wait_limit_ms = 600000;   // give up waiting for the scheduler or slow peers after this
@@ -52,10 +53,12 @@ struct ClusterInfo {
 
 // One heartbeat's answer.
 struct HeartbeatAnswer {
-  uint64_t generation = 0;       // bumps at every recovery
-  uint64_t restore_step = 0;     // the step the current generation resumes from
-  bool generation_ready = true;  // every shard has restored it
-  bool shutdown = false;         // every worker finished: the job is over
+  uint64_t generation = 0;              // bumps at every recovery
+  uint64_t restore_step = 0;            // the step the current generation resumes from
+  bool generation_ready = true;         // every shard has restored it
+  bool shutdown = false;                // every worker finished: the job is over
+  int64_t common_checkpoint_step = -1;  // the newest step every shard holds, -1 = none known
+  std::string failure;                  // non-empty: the job cannot go on, and why
 };
 
 class SchedulerClient {
@@ -71,9 +74,14 @@ class SchedulerClient {
   const std::string& peer() const { return peer_; }  // "scheduler <address>", for messages
 
   Status Register(int* rank);
+  // Servers, after Register: the scheduler said to delete the checkpoints
+  // of an earlier run (spec.checkpoint.resume false).
+  bool discard_checkpoints() const { return discard_checkpoints_; }
   Status AwaitClusterView(ClusterInfo* cluster);
-  // One beat, one attempt. Servers report the generation they restored.
-  Status Heartbeat(uint64_t restored_generation, HeartbeatAnswer* answer);
+  // One beat, one attempt. Servers report the generation they restored and
+  // the steps they hold checkpoints of.
+  Status Heartbeat(uint64_t restored_generation, HeartbeatAnswer* answer,
+                   const std::vector<uint64_t>* checkpoint_steps = nullptr);
   Status Barrier(const std::string& name, int rank);
   Status Finish(int rank);
 
@@ -85,6 +93,7 @@ class SchedulerClient {
   MetricsServer* metrics_;
   std::unique_ptr<ResendCaller> caller_;
   std::unique_ptr<Stub> stub_;
+  bool discard_checkpoints_ = false;
 };
 
 }  // namespace kubeps

@@ -85,8 +85,39 @@ Status CheckpointStore::Write(const v1::ShardCheckpoint& checkpoint) {
   }
   SyncFolder(dir_);
   std::vector<uint64_t> steps = Steps();
-  for (size_t i = 0; i + kKeep < steps.size(); ++i) ::unlink(PathOf(steps[i]).c_str());
+  for (size_t i = 0; i + kKeep < steps.size(); ++i) {
+    if (static_cast<int64_t>(steps[i]) != keep_step_) ::unlink(PathOf(steps[i]).c_str());
+  }
   return Status::Ok();
+}
+
+Status CheckpointStore::RemoveAll() {
+  for (uint64_t step : Steps()) {
+    if (::unlink(PathOf(step).c_str()) != 0 && errno != ENOENT) {
+      return Status::Error("cannot delete " + PathOf(step) + ": " + std::strerror(errno));
+    }
+  }
+  return Status::Ok();
+}
+
+void CheckpointStore::SetAside(uint64_t step, std::string* skipped) const {
+  const std::string path = PathOf(step);
+  const std::string aside = path + ".damaged";
+  if (std::rename(path.c_str(), aside.c_str()) != 0) {
+    if (skipped) *skipped += "cannot rename " + path + " aside: " + std::strerror(errno) + "; ";
+    return;
+  }
+  if (skipped) *skipped += "renamed aside to " + aside + "; ";
+}
+
+void CheckpointStore::SetAsideDamaged(std::string* skipped) const {
+  v1::ShardCheckpoint checkpoint;
+  for (uint64_t step : Steps()) {
+    Status s = Read(step, &checkpoint);
+    if (s.ok()) continue;
+    if (skipped) *skipped += s.message() + ", ";
+    SetAside(step, skipped);
+  }
 }
 
 Status CheckpointStore::Read(uint64_t step, v1::ShardCheckpoint* checkpoint) const {
@@ -109,7 +140,8 @@ Status CheckpointStore::ReadLatest(v1::ShardCheckpoint* checkpoint, bool* found,
       *found = true;
       return Status::Ok();
     }
-    if (skipped) *skipped += s.message() + "; ";
+    if (skipped) *skipped += s.message() + ", ";
+    SetAside(*it, skipped);
   }
   return Status::Ok();
 }

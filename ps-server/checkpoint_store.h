@@ -3,13 +3,18 @@
 // (temporary file, fsync, rename, fsync of the folder): a crash mid-write
 // leaves the previous checkpoints intact and never a torn file under a
 // checkpoint's name. The newest kKeep are kept: a rollback may need the one
-// before the newest, when a peer shard died before writing that one.
+// before the newest, when a peer shard died before writing that one; and so is
+// the step the scheduler names as the newest every shard holds (KeepStep),
+// however old, since a recovery would roll back to it. A file that cannot be
+// read is renamed aside ("<name>.damaged") and never loaded.
 //
 // Not synchronised: the shard calls it under its own lock.
 #ifndef KUBEPS_PS_SERVER_CHECKPOINT_STORE_H_
 #define KUBEPS_PS_SERVER_CHECKPOINT_STORE_H_
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,16 +34,27 @@ class CheckpointStore {
   Status Read(uint64_t step, v1::ShardCheckpoint* checkpoint) const;
   // The newest readable checkpoint; *found = false when there is none.
   // Unreadable files are skipped, and named in `skipped`.
+  // Damaged files are renamed aside, and named in `skipped`.
   Status ReadLatest(v1::ShardCheckpoint* checkpoint, bool* found, std::string* skipped) const;
+  // Reads every checkpoint and renames the damaged ones aside (naming them
+  // in `skipped`), so that Steps() lists only loadable ones.
+  void SetAsideDamaged(std::string* skipped) const;
   // Steps that have a checkpoint, oldest first.
   std::vector<uint64_t> Steps() const;
+  // Deletes every checkpoint (an earlier run's, when the job starts fresh).
+  Status RemoveAll();
+  // Never prune this step (-1: none).
+  void KeepStep(int64_t step) { keep_step_ = step; }
+  int64_t kept_step() const { return keep_step_; }
   const std::string& dir() const { return dir_; }
 
  private:
   explicit CheckpointStore(std::string dir) : dir_(std::move(dir)) {}
   std::string PathOf(uint64_t step) const;
+  void SetAside(uint64_t step, std::string* skipped) const;
 
   std::string dir_;
+  std::atomic<int64_t> keep_step_{-1};  // set by the heartbeat thread
 };
 
 }  // namespace kubeps

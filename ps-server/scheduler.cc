@@ -1,5 +1,6 @@
 #include "ps-server/scheduler.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "common/logging.h"
@@ -47,7 +48,30 @@ int FreeRank(const std::vector<std::string>& ids, int preferred, int expected) {
   return -1;
 }
 
+std::string JoinSteps(const std::vector<uint64_t>& steps) {
+  if (steps.empty()) return "none";
+  std::string out;
+  for (uint64_t step : steps) out += (out.empty() ? "" : ",") + std::to_string(step);
+  return out;
+}
+
 }  // namespace
+
+int64_t NewestCommonStep(const std::vector<std::vector<uint64_t>>& steps) {
+  if (steps.empty()) return -1;
+  // Newest first through the first list; the first step every other list
+  // holds too wins.
+  std::vector<uint64_t> candidates = steps[0];
+  std::sort(candidates.rbegin(), candidates.rend());
+  for (uint64_t step : candidates) {
+    bool everywhere = true;
+    for (size_t i = 1; i < steps.size() && everywhere; ++i) {
+      everywhere = std::find(steps[i].begin(), steps[i].end(), step) != steps[i].end();
+    }
+    if (everywhere) return static_cast<int64_t>(step);
+  }
+  return -1;
+}
 
 Scheduler::Scheduler(const SchedulerOptions& options, MetricsServer* metrics)
     : options_(options),
@@ -87,6 +111,10 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
           node.node_id() + " registered before as a " + RoleName(existing->second.info.role()));
     }
     rank = existing->second.info.rank();
+    if (node.role() == v1::SERVER) {
+      checkpoint_steps_[node.node_id()].assign(node.checkpoint_steps().begin(),
+                                               node.checkpoint_steps().end());
+    }
     if (existing->second.info.incarnation() != node.incarnation()) {
       KLOG_INFO << RoleName(node.role()) << " " << rank << " (" << node.node_id()
                 << ") re-registered after a restart; it keeps rank " << rank;
@@ -101,6 +129,20 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
     }
     rank = FreeRank(*ids, PreferredRank(node.node_id()), expected);
     (*ids)[rank] = node.node_id();
+    if (node.role() == v1::SERVER) {
+      std::vector<uint64_t>& steps = checkpoint_steps_[node.node_id()];
+      steps.assign(node.checkpoint_steps().begin(), node.checkpoint_steps().end());
+      // A run that asked to start fresh: what this shard holds is an earlier
+      // run's. Only before the first start: a shard restarted mid-job needs
+      // its checkpoints for the recovery.
+      if (!started_ && !options_.resume && !steps.empty()) {
+        KLOG_INFO << "server " << node.node_id() << " holds checkpoints of an earlier run (steps "
+                  << JoinSteps(steps) << "); spec.checkpoint.resume is false: it discards them";
+        response->set_discard_checkpoints(true);
+        steps.clear();
+        discarded_ = true;
+      }
+    }
   }
   Member& member = members_[node.node_id()];
   member.info = node;
@@ -108,20 +150,87 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
   member.last_seen = Clock::now();
   ++epoch_;
   registered_.Set(static_cast<double>(Registered(server_ids_) + Registered(worker_ids_)));
-  if (ViewReady()) started_ = true;
+  if (ViewReady() && !started_) {
+    started_ = true;
+    FirstStart();
+  }
   response->set_rank(rank);
   changed_.notify_all();
   return grpc::Status::OK;
 }
 
+std::vector<std::vector<uint64_t>> Scheduler::ServerSteps() const {
+  std::vector<std::vector<uint64_t>> steps;
+  for (const auto& id : server_ids_) {
+    auto it = checkpoint_steps_.find(id);
+    steps.push_back(it == checkpoint_steps_.end() ? std::vector<uint64_t>{} : it->second);
+  }
+  return steps;
+}
+
+std::string Scheduler::DescribeSteps() const {
+  std::string out;
+  for (const auto& id : server_ids_) {
+    auto it = checkpoint_steps_.find(id);
+    out += (out.empty() ? "" : "; ") + id + " holds steps " +
+           JoinSteps(it == checkpoint_steps_.end() ? std::vector<uint64_t>{} : it->second);
+    if (!options_.checkpoint_dir.empty()) out += " in " + options_.checkpoint_dir + "/" + id;
+  }
+  return out;
+}
+
+void Scheduler::FirstStart() {
+  bool any = discarded_;
+  for (const auto& steps : ServerSteps()) any = any || !steps.empty();
+  if (!any) return;  // a new job: nothing to resume, generation 0 as always
+  if (!options_.resume) {
+    // Generation 1 at step 0 on empty shards: the workers wait for every
+    // shard to have discarded its old checkpoints before they start.
+    generation_ = 1;
+    restore_step_ = 0;
+    restored_.clear();
+    KLOG_INFO << "first start: the shards discarded an earlier run's checkpoints; training starts "
+                 "fresh (generation 1)";
+    return;
+  }
+  const int64_t common = NewestCommonStep(ServerSteps());
+  if (common < 0) {
+    failure_ = "the job cannot resume: its shards hold no checkpoint step in common (" +
+               DescribeSteps() +
+               "); delete those folders or set spec.checkpoint.resume: false to start fresh";
+    KLOG_ERROR << failure_;
+    return;
+  }
+  generation_ = 1;
+  restore_step_ = static_cast<uint64_t>(common);
+  common_step_ = common;
+  restored_.clear();
+  KLOG_INFO << "first start over existing checkpoints: the job resumes from step " << common
+            << ", the newest every shard holds (" << DescribeSteps() << ")";
+}
+
 void Scheduler::StartRecovery(const v1::NodeInfo& server) {
+  if (!failure_.empty()) return;
+  uint64_t step = 0;
+  // A shard that restarted with no checkpoint at all (killed before its
+  // first one) rolls the job back to its start, as it always did.
+  if (server.checkpoint_steps_size() > 0 || server.checkpoint_step() >= 0) {
+    const int64_t common = NewestCommonStep(ServerSteps());
+    if (common < 0) {
+      failure_ = "recovery after the restart of " + server.node_id() +
+                 " is impossible: the shards hold no checkpoint step in common (" +
+                 DescribeSteps() + ")";
+      KLOG_ERROR << failure_;
+      return;
+    }
+    step = static_cast<uint64_t>(common);
+  }
   ++generation_;
-  restore_step_ =
-      server.checkpoint_step() < 0 ? 0 : static_cast<uint64_t>(server.checkpoint_step());
+  restore_step_ = step;
   restored_.clear();
   KLOG_INFO << "recovery: generation " << generation_
-            << " rolls every shard and worker back to step " << restore_step_ << ", the checkpoint "
-            << server.node_id() << " restarted from";
+            << " rolls every shard and worker back to step " << restore_step_
+            << ", the newest checkpoint every shard holds (" << server.node_id() << " restarted)";
 }
 
 bool Scheduler::ViewReady() const {
@@ -185,14 +294,23 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
   if (it != members_.end() && it->second.info.incarnation() == request->incarnation()) {
     it->second.last_seen = Clock::now();
   }
-  if (it != members_.end() && it->second.info.role() == v1::SERVER &&
-      request->restored_generation() == generation_) {
+  const bool current = it != members_.end() && it->second.info.role() == v1::SERVER &&
+                       it->second.info.incarnation() == request->incarnation();
+  if (current && request->restored_generation() == generation_) {
     restored_.insert(request->node_id());
+  }
+  if (current) {
+    checkpoint_steps_[request->node_id()].assign(request->checkpoint_steps().begin(),
+                                                 request->checkpoint_steps().end());
+    if (ViewReady()) common_step_ = NewestCommonStep(ServerSteps());
   }
   response->set_generation(generation_);
   response->set_restore_step(restore_step_);
-  response->set_generation_ready(generation_ == 0 ||
-                                 static_cast<int>(restored_.size()) == options_.num_servers);
+  response->set_generation_ready(
+      failure_.empty() &&
+      (generation_ == 0 || static_cast<int>(restored_.size()) == options_.num_servers));
+  response->set_common_checkpoint_step(common_step_);
+  response->set_failure(failure_);
   for (auto& id : DeadNodes()) response->add_dead_nodes(id);
   const bool shutdown = static_cast<int>(finished_workers_.size()) == options_.num_workers;
   response->set_shutdown(shutdown);
@@ -232,6 +350,11 @@ bool Scheduler::WaitServersToldToStop(std::chrono::milliseconds timeout) const {
   return changed_.wait_for(lock, timeout, [&] {
     return static_cast<int>(told_to_stop_.size()) >= Registered(server_ids_);
   });
+}
+
+std::string Scheduler::Failure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failure_;
 }
 
 bool Scheduler::WaitAllWorkersFinished(std::chrono::milliseconds timeout) const {

@@ -15,6 +15,16 @@
 //    so in its heartbeats; once all have, the generation is ready and the
 //    workers, which learn of it from their heartbeats, resume from step S.
 //    The job ends up exactly where a run without the crash would have.
+//    The step is the newest one every shard holds a checkpoint of (shards
+//    report their steps in their heartbeats), not the restarted shard's own
+//    newest: one shard's checkpoints may lag. None in common fails the job.
+//  - First start over old checkpoints (a job run again with the same
+//    checkpoint folder): once every node has registered for the first time,
+//    the scheduler opens generation 1 at the newest step every shard holds
+//    (spec.checkpoint.resume, the default), and the workers resume there; with
+//    resume false it tells the shards to delete them and opens generation 1
+//    at step 0 on empty shards. This happens once, when `started_` turns
+//    true: a node registering again later (a restart) never re-opens it.
 #ifndef KUBEPS_PS_SERVER_SCHEDULER_H_
 #define KUBEPS_PS_SERVER_SCHEDULER_H_
 
@@ -37,6 +47,8 @@ struct SchedulerOptions {
   int num_workers = 1;
   int dead_after_ms = 5000;
   bool sync = true;                 // sync jobs roll back every node when a shard restarts
+  bool resume = true;               // spec.checkpoint.resume: see "First start" above
+  std::string checkpoint_dir;       // for messages: where the shards' checkpoint folders are
   std::string token;                // checked by SchedulerService
   FaultInjector* faults = nullptr;  // KUBEPS_FAULTS, injected by SchedulerService; null = none
 };
@@ -45,6 +57,10 @@ struct SchedulerOptions {
 // as Shard is apart from ParameterServerService. Thread-safe: every method
 // may be called from any thread; the long polls (GetClusterView, Barrier)
 // block the calling thread for at most the request's wait_ms.
+// The newest step present in every list (each list: the steps one shard
+// holds), or -1 when there is none or `steps` is empty.
+int64_t NewestCommonStep(const std::vector<std::vector<uint64_t>>& steps);
+
 class Scheduler {
  public:
   Scheduler(const SchedulerOptions& options, MetricsServer* metrics);
@@ -62,6 +78,8 @@ class Scheduler {
   // Blocks until every server has been told to shut down (in a heartbeat
   // answer) or the timeout passes.
   bool WaitServersToldToStop(std::chrono::milliseconds timeout) const;
+  // Non-empty once the job cannot go on (no checkpoint step in common).
+  std::string Failure() const;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -71,7 +89,11 @@ class Scheduler {
   };
   bool ViewReady() const;                          // requires mutex_
   void StartRecovery(const v1::NodeInfo& server);  // requires mutex_
-  std::vector<std::string> DeadNodes() const;      // requires mutex_
+  void FirstStart();                               // requires mutex_
+  // Every server's checkpoint steps, by rank (requires mutex_).
+  std::vector<std::vector<uint64_t>> ServerSteps() const;
+  std::string DescribeSteps() const;           // requires mutex_
+  std::vector<std::string> DeadNodes() const;  // requires mutex_
 
   const SchedulerOptions options_;
   mutable std::mutex mutex_;
@@ -86,6 +108,10 @@ class Scheduler {
   uint64_t restore_step_ = 0;
   std::set<std::string> restored_;  // servers that restored generation_
   bool started_ = false;            // every node registered once
+  std::map<std::string, std::vector<uint64_t>> checkpoint_steps_;  // servers', newest report
+  int64_t common_step_ = -1;
+  std::string failure_;
+  bool discarded_ = false;  // a shard was told to discard an earlier run's checkpoints
   uint64_t epoch_ = 0;
   prometheus::Gauge& registered_;
 };

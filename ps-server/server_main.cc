@@ -54,6 +54,8 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
   SchedulerOptions options;
   options.faults = faults;
   options.sync = job.spec.mode == api::SyncMode::kSync;
+  options.resume = job.spec.checkpoint_resume;
+  options.checkpoint_dir = config.checkpoint_dir;
   options.num_servers = config.num_servers;
   options.num_workers = config.num_workers;
   options.token = config.token;
@@ -65,6 +67,12 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
             << ", metrics on :" << metrics->port() << ", expecting " << config.num_servers
             << " servers and " << config.num_workers << " workers";
   while (!g_stop && !service.scheduler().WaitAllWorkersFinished(std::chrono::milliseconds(200))) {
+    if (!service.scheduler().Failure().empty()) {
+      // Give every node a few heartbeats to learn why the job stops.
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      return Fail(Status::Error(service.scheduler().Failure()), 1);
+    }
   }
   if (!g_stop) {
     // Keep answering heartbeats until every server has learnt the job is
@@ -89,6 +97,7 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
   options.address = address;
   options.metrics_address = config.pod_ip + ":" + std::to_string(metrics->port());
   options.checkpoint_step = checkpoint_step;
+  options.checkpoint_steps = shard->CheckpointSteps();
   options.resend = ResendPolicy{config.resend_timeout_ms, config.max_resends};
   options.metrics = metrics;
   SchedulerClient scheduler(options);
@@ -96,12 +105,16 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
   if (Status s = scheduler.Register(&rank); !s.ok()) return s;
   SetLogTag("server " + std::to_string(rank));
   KLOG_INFO << "registered as server " << rank << " at " << address;
+  if (scheduler.discard_checkpoints()) {
+    if (Status s = shard->DiscardCheckpoints(); !s.ok()) return s;
+  }
 
   auto last_answer = std::chrono::steady_clock::now();
   while (!g_stop) {
     std::this_thread::sleep_for(kHeartbeatInterval);
     HeartbeatAnswer answer;
-    if (Status s = scheduler.Heartbeat(shard->generation(), &answer); !s.ok()) {
+    const std::vector<uint64_t> steps = shard->CheckpointSteps();
+    if (Status s = scheduler.Heartbeat(shard->generation(), &answer, &steps); !s.ok()) {
       // A missed heartbeat is not fatal; a scheduler gone for long is: the
       // job was deleted or lost, and nobody will ever tell us to stop.
       if (std::chrono::steady_clock::now() - last_answer > kSchedulerLostAfter) {
@@ -112,6 +125,9 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
       continue;
     }
     last_answer = std::chrono::steady_clock::now();
+    if (!answer.failure.empty())
+      return Status::Error("the scheduler stopped the job: " + answer.failure);
+    shard->KeepCheckpoint(answer.common_checkpoint_step);
     if (answer.generation > shard->generation()) {
       if (Status r = shard->RestoreCheckpoint(answer.restore_step, answer.generation); !r.ok()) {
         return Status::Error("recovery to step " + std::to_string(answer.restore_step) +
@@ -120,6 +136,7 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
       continue;  // report the restore at once
     }
     if (answer.shutdown) {
+      shard->WriteFinalCheckpoint();
       KLOG_INFO << "the job is over; server exits";
       return Status::Ok();
     }

@@ -39,7 +39,9 @@ Shard::Shard(const ShardOptions& options, std::unique_ptr<Optimizer> optimizer,
                                          "Pushes holding a NaN or Inf gradient")),
       updates_skipped_(metrics->Counter(
           "kubeps_server_updates_skipped_total",
-          "Updates of a parameter part skipped for a non-finite gradient (nonFinite: SkipStep)")) {
+          "Updates of a parameter part skipped for a non-finite gradient (nonFinite: SkipStep)")),
+      checkpoint_failures_(metrics->Counter("kubeps_server_checkpoint_failures_total",
+                                            "Checkpoint writes that failed")) {
   if (!options_.checkpoint_dir.empty()) {
     Status s = CheckpointStore::Open(options_.checkpoint_dir, &checkpoints_);
     if (!s.ok()) KLOG_ERROR << s.message() << "; this shard will not checkpoint";
@@ -129,7 +131,11 @@ void Shard::WriteCheckpoint(const v1::ShardCheckpoint& checkpoint) {
   std::lock_guard<std::mutex> lock(write_mutex_);
   Status s = checkpoints_->Write(checkpoint);
   if (!s.ok()) {
-    KLOG_ERROR << "checkpoint of step " << checkpoint.step() << " failed: " << s.message();
+    // Loud: a shard whose checkpoints stop can make a later recovery
+    // impossible (the scheduler needs a step every shard holds).
+    checkpoint_failures_.Increment();
+    KLOG_ERROR << "checkpoint of step " << checkpoint.step() << " into " << checkpoints_->dir()
+               << " failed: " << s.message();
     return;
   }
   checkpoints_written_.Increment();
@@ -144,6 +150,10 @@ int64_t Shard::LoadLatestCheckpoint() {
     KLOG_ERROR << "reading checkpoints: " << s.message();
   }
   if (!skipped.empty()) KLOG_ERROR << "skipped unreadable checkpoints: " << skipped;
+  skipped.clear();
+  // The steps reported to the scheduler must all be loadable.
+  checkpoints_->SetAsideDamaged(&skipped);
+  if (!skipped.empty()) KLOG_ERROR << "skipped unreadable checkpoints: " << skipped;
   if (!found) return -1;
   std::lock_guard<std::mutex> lock(mutex_);
   Install(checkpoint);
@@ -152,19 +162,71 @@ int64_t Shard::LoadLatestCheckpoint() {
   return static_cast<int64_t>(checkpoint.step());
 }
 
+std::vector<uint64_t> Shard::CheckpointSteps() const {
+  return checkpoints_ ? checkpoints_->Steps() : std::vector<uint64_t>{};
+}
+
+void Shard::KeepCheckpoint(int64_t step) {
+  if (checkpoints_) checkpoints_->KeepStep(step);
+}
+
+Status Shard::DiscardCheckpoints() {
+  if (!checkpoints_) return Status::Ok();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    parts_.clear();
+    dedup_.Restore(v1::ShardCheckpoint());
+    awaiting_recovery_ = false;
+    last_checkpoint_ = -1;
+    applied_pushes_ = 0;
+    key_set_fixed_ = false;  // loading the discarded checkpoint had fixed it
+  }
+  std::lock_guard<std::mutex> lock(write_mutex_);
+  if (Status s = checkpoints_->RemoveAll(); !s.ok()) return s;
+  KLOG_INFO << "discarded an earlier run's checkpoints in " << checkpoints_->dir();
+  return Status::Ok();
+}
+
+void Shard::WriteFinalCheckpoint() {
+  std::unique_ptr<v1::ShardCheckpoint> last;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!checkpoints_ || parts_.empty() || awaiting_recovery_) return;
+    uint64_t step = applied_pushes_;
+    if (options_.sync) {
+      step = UINT64_MAX;
+      for (const auto& [key, part] : parts_) step = std::min(step, part.version);
+    }
+    if (static_cast<int64_t>(step) == last_checkpoint_) return;
+    last = std::make_unique<v1::ShardCheckpoint>(Snapshot(step));
+    last_checkpoint_ = static_cast<int64_t>(step);
+  }
+  WriteCheckpoint(*last);
+  KLOG_INFO << "final checkpoint of step " << last->step() << " in " << checkpoints_->dir();
+}
+
 Status Shard::RestoreCheckpoint(uint64_t step, uint64_t generation) {
   if (!checkpoints_) return Status::Error("cannot roll back: this shard keeps no checkpoints");
   v1::ShardCheckpoint checkpoint;
-  if (Status s = checkpoints_->Read(step, &checkpoint); !s.ok()) return s;
+  Status read = checkpoints_->Read(step, &checkpoint);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    Install(checkpoint);
+    if (read.ok()) {
+      Install(checkpoint);
+    } else if (step != 0 || !parts_.empty()) {
+      std::string held;
+      for (uint64_t s : checkpoints_->Steps())
+        held += (held.empty() ? "" : ",") + std::to_string(s);
+      return Status::Error(read.message() + " (" + checkpoints_->dir() + " holds steps " +
+                           (held.empty() ? "none" : held) + ")");
+    }
+    // else a fresh start: nothing to restore; rank 0's Init fills this shard.
     generation_ = generation;
     awaiting_recovery_ = false;
   }
   advanced_.notify_all();
-  KLOG_INFO << "rolled back to the checkpoint of step " << step << " (generation " << generation
-            << ")";
+  KLOG_INFO << (read.ok() ? "rolled back to the checkpoint of step " : "started empty at step ")
+            << step << " (generation " << generation << ")";
   return Status::Ok();
 }
 

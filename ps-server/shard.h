@@ -75,9 +75,22 @@ class Shard {
   void Stop();
 
   // Loads the newest checkpoint, if any, at start; returns its step or -1.
+  // Damaged checkpoint files are renamed aside first (and logged).
   int64_t LoadLatestCheckpoint();
+  // The steps this shard holds a checkpoint of, oldest first.
+  std::vector<uint64_t> CheckpointSteps() const;
+  // The job starts fresh over an earlier run's checkpoints: deletes them and
+  // forgets what LoadLatestCheckpoint loaded.
+  Status DiscardCheckpoints();
+  // The newest step every shard holds (from the scheduler): kept on disk.
+  void KeepCheckpoint(int64_t step);
+  // At the job's end: a checkpoint of the final state, so that the job run
+  // again finds nothing left to train.
+  void WriteFinalCheckpoint();
   // Rollback (sync mode): replaces the state with the checkpoint of `step`
   // and enters `generation`; requests of older generations are ABORTED.
+  // Step 0 on a shard that holds nothing and has no checkpoint of it (a
+  // fresh start) just enters the generation.
   Status RestoreCheckpoint(uint64_t step, uint64_t generation);
   uint64_t generation() const;
 
@@ -163,6 +176,7 @@ class Shard {
   prometheus::Counter& checkpoints_written_;
   prometheus::Counter& nonfinite_pushes_;
   prometheus::Counter& updates_skipped_;
+  prometheus::Counter& checkpoint_failures_;
 };
 
 }  // namespace kubeps

@@ -26,9 +26,13 @@ Status RemoteStore::Init(trainer::Model& model) {
     grads_.push_back(p.grad.data());
     values_.push_back(p.value.data());
   }
+  // First wait for the job's current generation to be ready: a job started
+  // over earlier checkpoints resumes (or starts empty) in generation 1, and
+  // rank 0's Init must reach shards that have restored (or discarded) them.
+  if (Status s = kv_->Recover(&start_step_); !s.ok()) return s;
   if (Status s = kv_->InitTensors(initial, sizes); !s.ok()) return s;
   // Every worker, rank 0 included, starts from what the servers hold.
-  return kv_->Wait(kv_->Pull(values_, 0));
+  return kv_->Wait(kv_->Pull(values_, start_step_));
 }
 
 Status RemoteStore::Update(uint64_t step, trainer::Model& model) {

@@ -25,6 +25,9 @@ class ParameterStore {
   // Makes the model's parameters the job's initial ones: rank 0's values
   // are stored; every worker's model ends up holding them.
   virtual Status Init(trainer::Model& model) = 0;
+  // The step training starts from: 0, or, for a job run again over its
+  // checkpoints (or a worker restarted mid-job), the step the job resumes at.
+  uint64_t start_step() const { return start_step_; }
   // Applies the gradients computed on the parameters of `step` and leaves
   // the next parameters in the model. A RolledBack status means the job
   // went back to an earlier step: call Resume().
@@ -34,6 +37,9 @@ class ParameterStore {
   virtual Status Resume(trainer::Model& model, uint64_t* step) {
     return Status::Error("this parameter store cannot roll back");
   }
+
+ protected:
+  uint64_t start_step_ = 0;
 };
 
 class LocalStore : public ParameterStore {

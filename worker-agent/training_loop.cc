@@ -65,7 +65,10 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
                                     "Times the job rolled back to a shard checkpoint", rank);
   const auto start = Clock::now();
   Window window;
-  uint64_t step = 0;  // global step = parameter version in sync mode
+  uint64_t step = store.start_step();  // global step = parameter version in sync mode
+  if (step > 0)
+    PrintLine("resuming at step " + std::to_string(step) + " of " + std::to_string(total_steps) +
+              " from the shards' checkpoints");
   while (step < total_steps) {
     const int epoch = static_cast<int>(step / steps_per_epoch);
     const int64_t s = static_cast<int64_t>(step % steps_per_epoch);

@@ -48,7 +48,7 @@ int Validate(const std::string& path) {
   return 0;
 }
 
-int Run(const std::string& path, const std::string& run_dir) {
+int Run(const std::string& path, const std::string& run_dir, bool keep_run_dir) {
   api::TrainingJob job;
   if (!LoadJob(path, &job)) return 1;
   // A job's own program runs in the manifest's folder (or its workingDir,
@@ -56,7 +56,8 @@ int Run(const std::string& path, const std::string& run_dir) {
   std::error_code error;
   const std::string manifest_dir =
       std::filesystem::absolute(path, error).parent_path().lexically_normal().string();
-  return local::RunLocally(job, local::LocalRunOptions{BinaryDir(), run_dir, 0, manifest_dir});
+  return local::RunLocally(
+      job, local::LocalRunOptions{BinaryDir(), run_dir, 0, manifest_dir, keep_run_dir});
 }
 
 // Hands over to kubeps-agent in its single-process mode.
@@ -98,7 +99,11 @@ int main(int argc, char** argv) {
                                      "parameter servers and workers as local processes");
   run->add_option("JOB.yaml", path, "the TrainingJob manifest")->required();
   run->add_option("--run-dir", run_dir,
-                  "folder for logs, ports and checkpoints (default: a new one under $TMPDIR)");
+                  "folder for logs, ports and checkpoints (default: a new one under $TMPDIR, "
+                  "removed after a successful job)");
+  bool keep_run_dir = false;
+  run->add_flag("--keep-run-dir", keep_run_dir,
+                "keep the new run folder after a successful job (a failed job's is always kept)");
   CLI::App* train_local =
       app.add_subcommand("train-local",
                          "train the job's model in this one process without parameter servers "
@@ -110,6 +115,6 @@ int main(int argc, char** argv) {
   if (auto exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
 
   if (validate->parsed()) return Validate(path);
-  if (run->parsed()) return Run(path, run_dir);
+  if (run->parsed()) return Run(path, run_dir, keep_run_dir);
   return TrainLocal(path);
 }

@@ -195,10 +195,19 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
   std::snprintf(elapsed, sizeof elapsed, "%.1f", seconds);
   if (status.phase == JobPhase::kSucceeded) {
     KLOG_INFO << "job " << job.name << " succeeded in " << elapsed << " s";
+    // A folder of our own making holds nothing the user asked for (logs,
+    // ports, and checkpoints a new run would never find): without this,
+    // every run leaves one behind under $TMPDIR.
+    if (options.run_dir.empty() && !options.keep_run_dir) {
+      std::error_code error;
+      std::filesystem::remove_all(run_dir, error);
+      if (error)
+        KLOG_ERROR << "cannot remove the run folder " << run_dir << ": " << error.message();
+    }
     return 0;
   }
   KLOG_ERROR << "job " << job.name << " failed after " << elapsed << " s (" << status.reason
-             << "): " << status.message;
+             << "): " << status.message << "; the replicas' logs are in the run folder " << run_dir;
   return 1;
 }
 

@@ -22,6 +22,9 @@ struct LocalRunOptions {
   // from anywhere, as the image's working directory would. "" = the
   // runner's.
   std::string program_dir;
+  // A run folder made here (run_dir "") is removed after a successful job
+  // unless this is set (`kubeps run --keep-run-dir`); a failed job's is kept.
+  bool keep_run_dir = false;
 };
 
 // Runs the job to its end. Returns the process exit code: 0 on success,

@@ -242,7 +242,8 @@ class MonitoringFilesTest(unittest.TestCase):
         self.assertIn("kind: PrometheusRule\n", text)
         rules = parse_rules(rules_spec())
         by_name = {r["alert"]: r for r in rules}
-        self.assertEqual(set(by_name), {"KubepsJobStalled", "KubepsHighResendRate", "KubepsWorkerRestarts"})
+        self.assertEqual(set(by_name), {"KubepsJobStalled", "KubepsHighResendRate", "KubepsWorkerRestarts",
+                                        "KubepsCheckpointWriteFailures"})
         for rule in rules:
             self.assertIn(rule["labels"].get("severity"), ("critical", "warning", "info"), rule)
             self.assertTrue(rule["annotations"].get("summary"), rule)
@@ -250,6 +251,8 @@ class MonitoringFilesTest(unittest.TestCase):
         self.assertIn("sum by (job) (rate(kubeps_worker_steps_total[5m])) == 0", by_name["KubepsJobStalled"]["expr"])
         self.assertIn("kubeps_rpc_resends_total", by_name["KubepsHighResendRate"]["expr"])
         self.assertIn("kubeps_operator_replica_restarts_total", by_name["KubepsWorkerRestarts"]["expr"])
+        self.assertIn("kubeps_server_checkpoint_failures_total",
+                      by_name["KubepsCheckpointWriteFailures"]["expr"])
         self.assertNotIn("process_start_time_seconds", text)
 
     def test_file_sd_generator(self):
@@ -284,7 +287,7 @@ class PromtoolTest(unittest.TestCase):
     def test_check_rules(self):
         result = self.promtool("check", "rules", self.rules)
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
-        self.assertIn("SUCCESS: 3 rules found", result.stdout + result.stderr)
+        self.assertIn("SUCCESS: 4 rules found", result.stdout + result.stderr)
 
     def test_check_local_config(self):
         # A copy beside the extracted rules, so the rule_files glob matches.
@@ -535,7 +538,7 @@ class PrometheusEndToEndTest(unittest.TestCase):
         def evaluated():
             groups = self.api("rules")["groups"]
             rules = [r for g in groups for r in g["rules"]]
-            return rules if len(rules) == 3 and all(r.get("lastEvaluation", "").startswith("2") and
+            return rules if len(rules) == 4 and all(r.get("lastEvaluation", "").startswith("2") and
                                                    not r["lastEvaluation"].startswith("0001")
                                                    for r in rules) else None
         rules = self.wait_until("the alerting rules evaluated", evaluated, 30)

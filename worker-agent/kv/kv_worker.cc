@@ -125,6 +125,10 @@ Status KVWorkerImpl::PollHeartbeat() {
   announced_step_ = answer.restore_step;
   announced_ready_ = answer.generation_ready;
   announced_generation_ = answer.generation;
+  if (!answer.failure.empty()) {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    failure_ = answer.failure;
+  }
   return Status::Ok();
 }
 
@@ -145,10 +149,16 @@ Status KVWorkerImpl::Recover(uint64_t* resume_step) {
         !s.ok() && SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) {
       return s;
     }
+    {
+      std::lock_guard<std::mutex> lock(failure_mutex_);
+      if (!failure_.empty()) return Status::Error("the scheduler stopped the job: " + failure_);
+    }
     if (announced_ready_ && announced_generation_ >= generation_) {
       *resume_step = announced_step_;
       generation_ = announced_generation_.load();
-      KLOG_INFO << "resuming from step " << *resume_step << " (generation " << generation_ << ")";
+      if (generation_ > 0) {
+        KLOG_INFO << "resuming from step " << *resume_step << " (generation " << generation_ << ")";
+      }
       return Status::Ok();
     }
     if (SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) {

@@ -91,6 +91,8 @@ class KVWorkerImpl final : public KVWorker {
   std::atomic<uint64_t> announced_generation_{0};
   std::atomic<uint64_t> announced_step_{0};
   std::atomic<bool> announced_ready_{true};
+  std::mutex failure_mutex_;
+  std::string failure_;  // the scheduler's reason to stop the job, if any
   Status PollHeartbeat();
   bool RollbackAnnounced() const;
 

@@ -238,7 +238,7 @@ TEST(ApiTrainingJobTest, ToJsonIsTheCanonicalManifest) {
       "progressIntervalMs": 2000,
       "gpusPerWorker": 0,
       "backend": "cpu",
-      "checkpoint": {"path": "", "intervalSteps": 100},
+      "checkpoint": {"path": "", "intervalSteps": 100, "resume": true},
       "runPolicy": {"restartPolicy": "OnFailure", "backoffLimit": 3, "cleanPodPolicy": "Running",
                     "suspend": false},
       "schedulingPolicy": {"schedulerName": "", "minAvailable": 0, "queue": "", "priorityClass": ""},

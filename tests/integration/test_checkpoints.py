@@ -1,0 +1,173 @@
+"""A job run again over its own checkpoints (the same --run-dir, or the same
+spec.checkpoint.path): it resumes from the newest step every shard holds, or
+starts fresh with spec.checkpoint.resume false; shards whose checkpoints do
+not overlap fail the job with a message naming the folders; a damaged
+checkpoint file is set aside. And `kubeps run` without --run-dir removes its
+run folder after a successful job unless --keep-run-dir is given."""
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+from jobtools import KUBEPS, RunningJob, manifest, processes_with_env, write_manifest
+
+TIMEOUT = 300  # generous: four engineers' builds and tests share two cores
+
+
+def job_text(name, resume=None):
+    checkpoint = {"intervalSteps": 50}
+    if resume is not None:
+        checkpoint["resume"] = resume
+    text = manifest(name, batch=32).replace(
+        '"epochs": 1', '"epochs": 1, "checkpoint": ' + json.dumps(checkpoint))
+    return text.replace('"progressIntervalMs": 500', '"progressIntervalMs": 200')
+
+
+def steps_of(run_dir, server):
+    return sorted(int(os.path.basename(p)[5:-5])
+                  for p in glob.glob(os.path.join(run_dir, "checkpoints", server, "step-*.ckpt")))
+
+
+class RunTwiceTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="kubeps-ckpt-")
+        self.run_dir = os.path.join(self.dir, "run")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def run_job(self, text, max_steps, filename="job.yaml"):
+        job = RunningJob(write_manifest(self.dir, text, filename), run_dir=self.run_dir,
+                         env={"KUBEPS_MAX_STEPS": str(max_steps)})
+        try:
+            code = job.wait(TIMEOUT)
+        finally:
+            job.close()
+        self.assertEqual(processes_with_env("KUBEPS_RUN_DIR", self.run_dir), [])
+        return code, job
+
+    def test_second_run_resumes_and_a_finished_job_run_again_succeeds(self):
+        code, first = self.run_job(job_text("twice"), 120)
+        self.assertEqual(code, 0, first.output())
+        # The final checkpoint: the job's last step, on every shard.
+        self.assertIn(120, steps_of(self.run_dir, "server-0"))
+        self.assertIn(120, steps_of(self.run_dir, "server-1"))
+
+        start = time.time()
+        code, second = self.run_job(job_text("twice"), 200)
+        self.assertEqual(code, 0, second.output())
+        self.assertIn("resuming at step 120 of 200", second.output())
+        self.assertNotIn("waits for the job to roll back", second.output())
+        print("\nrun again over its checkpoints (120 -> 200 steps): exit %d in %.1f s"
+              % (code, time.time() - start))
+
+        start = time.time()
+        code, third = self.run_job(job_text("twice"), 200)
+        self.assertEqual(code, 0, third.output())
+        self.assertIn("resuming at step 200 of 200", third.output())
+        print("finished job run again: exit %d in %.1f s" % (code, time.time() - start))
+
+    def test_resume_false_starts_fresh(self):
+        code, first = self.run_job(job_text("fresh"), 120)
+        self.assertEqual(code, 0, first.output())
+        code, second = self.run_job(job_text("fresh", resume=False), 60, "fresh.yaml")
+        self.assertEqual(code, 0, second.output())
+        self.assertIn("discarded an earlier run's checkpoints", second.output())
+        self.assertNotIn("resuming at step", second.output())
+        # The old steps are gone; this run's final checkpoint is there.
+        self.assertNotIn(120, steps_of(self.run_dir, "server-0"))
+        self.assertIn(60, steps_of(self.run_dir, "server-0"))
+
+    def test_no_common_step_fails_naming_the_folders(self):
+        code, first = self.run_job(job_text("apart"), 120)
+        self.assertEqual(code, 0, first.output())
+        folder = os.path.join(self.run_dir, "checkpoints")
+        # server-0 keeps only its newest step, server-1 only an older one.
+        for step in steps_of(self.run_dir, "server-0")[:-1]:
+            os.unlink(os.path.join(folder, "server-0", "step-%020d.ckpt" % step))
+        os.unlink(os.path.join(folder, "server-1", "step-%020d.ckpt" % 120))
+        code, second = self.run_job(job_text("apart"), 200)
+        self.assertNotEqual(code, 0, second.output())
+        self.assertIn("no checkpoint step in common", second.output())
+        self.assertIn(os.path.join(folder, "server-0"), second.output())
+
+    def test_damaged_checkpoint_is_set_aside(self):
+        code, first = self.run_job(job_text("damaged"), 120)
+        self.assertEqual(code, 0, first.output())
+        newest = os.path.join(self.run_dir, "checkpoints", "server-1", "step-%020d.ckpt" % 120)
+        with open(newest, "wb") as f:
+            f.write(b"\x08\x05not a checkpoint")
+        code, second = self.run_job(job_text("damaged"), 200)
+        self.assertEqual(code, 0, second.output())
+        self.assertIn(newest + ".damaged", second.output())
+        self.assertTrue(os.path.exists(newest + ".damaged"))
+        self.assertIn("resuming at step 100 of 200", second.output())
+
+
+class LaggingShardTest(unittest.TestCase):
+    """One shard's checkpoint writes fail (a directory stands where its
+    temporary file would go: running as root, a read-only mode would not stop
+    the write); the other shard is then killed. The recovery goes back to the
+    newest step both hold, which the healthy shard kept although it is older
+    than its newest 3, and the job succeeds."""
+
+    def test_recovery_uses_the_newest_common_step(self):
+        tmp = tempfile.mkdtemp(prefix="kubeps-ckpt-lag-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        run_dir = os.path.join(tmp, "run")
+        folder = os.path.join(run_dir, "checkpoints", "server-1")
+        os.makedirs(folder)
+        for step in (100, 150, 200, 250, 300, 350):
+            os.makedirs(os.path.join(folder, "step-%020d.ckpt.tmp" % step))
+        job = RunningJob(write_manifest(tmp, job_text("lag")), run_dir=run_dir,
+                         env={"KUBEPS_MAX_STEPS": "400"})
+        self.addCleanup(job.close)
+        deadline = time.time() + TIMEOUT
+        while time.time() < deadline and not any(p["total_steps"] >= 260 for p in job.progress()):
+            self.assertIsNone(job.process.poll(), job.output())
+            time.sleep(0.05)
+        victims = set(processes_with_env("KUBEPS_RUN_DIR", run_dir)) & set(
+            processes_with_env("KUBEPS_NODE_ID", "server-0"))
+        self.assertEqual(len(victims), 1, job.output())
+        os.kill(victims.pop(), signal.SIGKILL)
+        self.assertEqual(job.wait(TIMEOUT), 0, job.output())
+        output = job.output()
+        self.assertIn("checkpoint of step 100 into %s failed" % folder, output)
+        self.assertIn("rolled back to step 50", output)
+
+
+class RunFolderTest(unittest.TestCase):
+    """Without --run-dir: the folder `kubeps run` makes under $TMPDIR."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="kubeps-tmpdir-")
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def run_kubeps(self, *flags, max_steps=20):
+        path = write_manifest(self.tmp, job_text("folder"), "job.yaml")
+        env = dict(os.environ, TMPDIR=self.tmp, KUBEPS_MAX_STEPS=str(max_steps))
+        result = subprocess.run([KUBEPS, "run", path] + list(flags), env=env, timeout=TIMEOUT,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return result, glob.glob(os.path.join(self.tmp, "kubeps-folder-*"))
+
+    def test_removed_after_success(self):
+        result, folders = self.run_kubeps()
+        self.assertEqual(result.returncode, 0, result.stdout)
+        self.assertEqual(folders, [], result.stdout)
+
+    def test_kept_when_asked(self):
+        result, folders = self.run_kubeps("--keep-run-dir")
+        self.assertEqual(result.returncode, 0, result.stdout)
+        self.assertEqual(len(folders), 1, result.stdout)
+        self.assertTrue(os.path.isdir(os.path.join(folders[0], "checkpoints")))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,222 @@
+// Which checkpoint step a job resumes or recovers from (ps-server/scheduler.h):
+// the newest step every shard holds, at the scheduler's first start (a job
+// run again over its checkpoints) and at a recovery; none in common fails
+// the job with a message naming the checkpoint folders. And the store's side
+// (ps-server/checkpoint_store.h): the common step survives pruning, damaged
+// files are set aside.
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/metrics.h"
+#include "ps-server/checkpoint_store.h"
+#include "ps-server/scheduler.h"
+
+namespace kubeps {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(NewestCommonStepTest, PicksTheNewestStepEveryShardHolds) {
+  EXPECT_EQ(NewestCommonStep({{100, 200, 300}, {100, 200, 300}}), 300);
+  // One shard lags (a failed write): the job goes back to what both hold.
+  EXPECT_EQ(NewestCommonStep({{100, 200, 300}, {100, 200}}), 200);
+  EXPECT_EQ(NewestCommonStep({{0, 300, 400, 500}, {0, 100, 200}}), 0);
+  EXPECT_EQ(NewestCommonStep({{300, 100, 200}, {200, 100}}), 200);  // any order
+  EXPECT_EQ(NewestCommonStep({{5}}), 5);
+}
+
+TEST(NewestCommonStepTest, NoneInCommonIsMinusOne) {
+  EXPECT_EQ(NewestCommonStep({{300, 400}, {100, 200}}), -1);
+  EXPECT_EQ(NewestCommonStep({{100}, {}}), -1);
+  EXPECT_EQ(NewestCommonStep({}), -1);
+}
+
+std::unique_ptr<Scheduler> MakeScheduler(bool resume, const std::string& dir = "/ckpt") {
+  SchedulerOptions options;
+  options.num_servers = 2;
+  options.num_workers = 1;
+  options.resume = resume;
+  options.checkpoint_dir = dir;
+  return std::make_unique<Scheduler>(options, &NullMetrics());
+}
+
+v1::RegisterResponse RegisterServer(Scheduler& s, const std::string& id,
+                                    const std::vector<uint64_t>& steps, uint64_t incarnation = 1) {
+  v1::RegisterRequest request;
+  request.mutable_node()->set_node_id(id);
+  request.mutable_node()->set_role(v1::SERVER);
+  request.mutable_node()->set_address(id + ":1");
+  request.mutable_node()->set_incarnation(incarnation);
+  request.mutable_node()->set_checkpoint_step(steps.empty() ? -1 : int64_t(steps.back()));
+  for (uint64_t step : steps) request.mutable_node()->add_checkpoint_steps(step);
+  v1::RegisterResponse response;
+  grpc::Status status = s.Register(&request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  return response;
+}
+
+void RegisterWorker(Scheduler& s) {
+  v1::RegisterRequest request;
+  request.mutable_node()->set_node_id("worker-0");
+  request.mutable_node()->set_role(v1::WORKER);
+  request.mutable_node()->set_incarnation(1);
+  v1::RegisterResponse response;
+  ASSERT_TRUE(s.Register(&request, &response).ok());
+}
+
+v1::HeartbeatResponse Beat(Scheduler& s, const std::string& id, uint64_t restored,
+                           const std::vector<uint64_t>& steps, uint64_t incarnation = 1) {
+  v1::HeartbeatRequest request;
+  request.set_node_id(id);
+  request.set_incarnation(incarnation);
+  request.set_restored_generation(restored);
+  for (uint64_t step : steps) request.add_checkpoint_steps(step);
+  v1::HeartbeatResponse response;
+  EXPECT_TRUE(s.Heartbeat(&request, &response).ok());
+  return response;
+}
+
+TEST(FirstStartTest, NewJobStaysInGenerationZero) {
+  auto s = MakeScheduler(true);
+  RegisterServer(*s, "server-0", {});
+  RegisterServer(*s, "server-1", {});
+  RegisterWorker(*s);
+  v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {});
+  EXPECT_EQ(beat.generation(), 0u);
+  EXPECT_TRUE(beat.generation_ready());
+  EXPECT_EQ(beat.failure(), "");
+}
+
+TEST(FirstStartTest, JobRunAgainResumesFromTheNewestCommonStep) {
+  auto s = MakeScheduler(true);
+  EXPECT_FALSE(RegisterServer(*s, "server-0", {100, 200, 300}).discard_checkpoints());
+  RegisterServer(*s, "server-1", {100, 200});
+  RegisterWorker(*s);
+  v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {});
+  EXPECT_EQ(beat.generation(), 1u);
+  EXPECT_EQ(beat.restore_step(), 200u);
+  EXPECT_FALSE(beat.generation_ready());  // until both shards restored it
+  Beat(*s, "server-0", 1, {100, 200, 300});
+  Beat(*s, "server-1", 1, {100, 200});
+  beat = Beat(*s, "worker-0", 0, {});
+  EXPECT_TRUE(beat.generation_ready());
+  EXPECT_EQ(beat.common_checkpoint_step(), 200);
+}
+
+TEST(FirstStartTest, ReRegistrationAfterTheFirstStartOpensNoNewGeneration) {
+  auto s = MakeScheduler(true);
+  RegisterServer(*s, "server-0", {100});
+  RegisterServer(*s, "server-1", {100});
+  RegisterWorker(*s);
+  // The same incarnation registering again (a resent Register, or every
+  // node re-registering with a restarted scheduler's successor): no effect.
+  RegisterServer(*s, "server-0", {100});
+  EXPECT_EQ(Beat(*s, "worker-0", 0, {}).generation(), 1u);
+}
+
+TEST(FirstStartTest, ResumeFalseDiscardsAndStartsEmptyInGenerationOne) {
+  auto s = MakeScheduler(false);
+  EXPECT_TRUE(RegisterServer(*s, "server-0", {100, 200}).discard_checkpoints());
+  EXPECT_TRUE(RegisterServer(*s, "server-1", {200}).discard_checkpoints());
+  RegisterWorker(*s);
+  v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {});
+  EXPECT_EQ(beat.generation(), 1u);
+  EXPECT_EQ(beat.restore_step(), 0u);
+  // A shard restarted mid-job keeps its checkpoints: they are this run's.
+  EXPECT_FALSE(RegisterServer(*s, "server-1", {0}, 2).discard_checkpoints());
+}
+
+TEST(FirstStartTest, NoCommonStepFailsNamingTheFolders) {
+  auto s = MakeScheduler(true, "/runs/job/checkpoints");
+  RegisterServer(*s, "server-0", {300});
+  RegisterServer(*s, "server-1", {100, 200});
+  RegisterWorker(*s);
+  v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {});
+  EXPECT_FALSE(beat.generation_ready());
+  EXPECT_THAT(beat.failure(), HasSubstr("no checkpoint step in common"));
+  EXPECT_THAT(beat.failure(), HasSubstr("/runs/job/checkpoints/server-0"));
+  EXPECT_THAT(beat.failure(), HasSubstr("server-1 holds steps 100,200"));
+  EXPECT_EQ(s->Failure(), beat.failure());
+}
+
+TEST(RecoveryStepTest, RollsBackToTheNewestStepEveryShardHolds) {
+  auto s = MakeScheduler(true);
+  RegisterServer(*s, "server-0", {});
+  RegisterServer(*s, "server-1", {});
+  RegisterWorker(*s);
+  Beat(*s, "server-0", 0, {0, 100, 200, 300});
+  Beat(*s, "server-1", 0, {0, 100, 200});  // its write of 300 failed
+  EXPECT_EQ(Beat(*s, "worker-0", 0, {}).common_checkpoint_step(), 200);
+  // server-0 restarts having loaded its newest, 300: the job goes to 200.
+  RegisterServer(*s, "server-0", {0, 100, 200, 300}, 2);
+  v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {});
+  EXPECT_EQ(beat.generation(), 1u);
+  EXPECT_EQ(beat.restore_step(), 200u);
+}
+
+TEST(RecoveryStepTest, NoCommonStepAtRecoveryFailsTheJob) {
+  auto s = MakeScheduler(true, "/c");
+  RegisterServer(*s, "server-0", {});
+  RegisterServer(*s, "server-1", {});
+  RegisterWorker(*s);
+  Beat(*s, "server-1", 0, {100});
+  RegisterServer(*s, "server-0", {200}, 2);
+  EXPECT_THAT(Beat(*s, "worker-0", 0, {}).failure(),
+              HasSubstr("server-1 holds steps 100 in /c/server-1"));
+}
+
+std::string TempDir() {
+  char pattern[] = "/tmp/kubeps-ckpt-test-XXXXXX";
+  return ::mkdtemp(pattern);
+}
+
+v1::ShardCheckpoint Step(uint64_t step) {
+  v1::ShardCheckpoint checkpoint;
+  checkpoint.set_step(step);
+  return checkpoint;
+}
+
+TEST(CheckpointStoreTest, TheCommonStepSurvivesPruning) {
+  std::unique_ptr<CheckpointStore> store;
+  ASSERT_TRUE(CheckpointStore::Open(TempDir(), &store).ok());
+  store->KeepStep(100);
+  for (uint64_t step : {100, 200, 300, 400, 500}) ASSERT_TRUE(store->Write(Step(step)).ok());
+  EXPECT_THAT(store->Steps(), ElementsAre(100, 300, 400, 500));
+}
+
+TEST(CheckpointStoreTest, DamagedFileIsSetAsideAndNotLoaded) {
+  std::unique_ptr<CheckpointStore> store;
+  const std::string dir = TempDir();
+  ASSERT_TRUE(CheckpointStore::Open(dir, &store).ok());
+  ASSERT_TRUE(store->Write(Step(100)).ok());
+  ASSERT_TRUE(store->Write(Step(200)).ok());
+  const std::string newest = dir + "/step-00000000000000000200.ckpt";
+  std::ofstream(newest, std::ios::trunc) << "\x08\x05garbage";
+  v1::ShardCheckpoint loaded;
+  bool found = false;
+  std::string skipped;
+  ASSERT_TRUE(store->ReadLatest(&loaded, &found, &skipped).ok());
+  ASSERT_TRUE(found);
+  EXPECT_EQ(loaded.step(), 100u);
+  EXPECT_THAT(skipped, HasSubstr(newest + ".damaged"));
+  EXPECT_THAT(store->Steps(), ElementsAre(100));
+  EXPECT_TRUE(std::ifstream(newest + ".damaged").good());
+}
+
+TEST(CheckpointStoreTest, RemoveAllDeletesEveryStep) {
+  std::unique_ptr<CheckpointStore> store;
+  ASSERT_TRUE(CheckpointStore::Open(TempDir(), &store).ok());
+  ASSERT_TRUE(store->Write(Step(1)).ok());
+  ASSERT_TRUE(store->Write(Step(2)).ok());
+  ASSERT_TRUE(store->RemoveAll().ok());
+  EXPECT_TRUE(store->Steps().empty());
+}
+
+}  // namespace
+}  // namespace kubeps
