@@ -38,15 +38,31 @@ SchedulerClient::SchedulerClient(SchedulerClientOptions options)
 
 SchedulerClient::~SchedulerClient() = default;
 
+v1::NodeInfo SchedulerClient::Node() const {
+  v1::NodeInfo node;
+  node.set_node_id(options_.node_id);
+  node.set_role(options_.role == NodeRole::kServer ? v1::SERVER : v1::WORKER);
+  node.set_address(options_.address);
+  node.set_incarnation(incarnation_);
+  node.set_metrics_address(options_.metrics_address);
+  node.set_checkpoint_step(options_.checkpoint_step);
+  return node;
+}
+
+Status SchedulerClient::RegisterAgain() {
+  v1::RegisterRequest request;
+  *request.mutable_node() = Node();
+  request.mutable_node()->set_generation(generation_.load());
+  request.mutable_node()->set_restore_step(restore_step_.load());
+  v1::RegisterResponse response;
+  return caller_->Call(peer_, "Register", [&](grpc::ClientContext& c) {
+    return stub_->stub->Register(&c, request, &response);
+  });
+}
+
 Status SchedulerClient::Register(int* rank) {
   v1::RegisterRequest request;
-  v1::NodeInfo* node = request.mutable_node();
-  node->set_node_id(options_.node_id);
-  node->set_role(options_.role == NodeRole::kServer ? v1::SERVER : v1::WORKER);
-  node->set_address(options_.address);
-  node->set_incarnation(incarnation_);
-  node->set_metrics_address(options_.metrics_address);
-  node->set_checkpoint_step(options_.checkpoint_step);
+  *request.mutable_node() = Node();
   v1::RegisterResponse response;
   // The scheduler may not be up yet (its pod or Service still starting):
   // keep trying for as long as a peer wait is allowed.
@@ -106,6 +122,14 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   v1::HeartbeatResponse response;
   grpc::Status s = stub_->stub->Heartbeat(&context, request, &response);
   if (!s.ok()) return Status(CodeOf(s), "Heartbeat to " + peer_ + ": " + s.error_message());
+  if (response.register_again()) {
+    // The scheduler restarted. This beat tells nothing; the next one, after
+    // the registration, does.
+    if (Status r = RegisterAgain(); !r.ok()) return r;
+    return Status::Unavailable(peer_ + " restarted; registered with it again");
+  }
+  generation_ = response.generation();
+  restore_step_ = response.restore_step();
   answer->generation = response.generation();
   answer->restore_step = response.restore_step();
   answer->generation_ready = response.generation_ready();
@@ -139,9 +163,16 @@ Status SchedulerClient::Finish(int rank) {
   request.set_node_id(options_.node_id);
   request.set_rank(rank);
   v1::FinishResponse response;
-  return caller_->Call(peer_, "Finish", [&](grpc::ClientContext& c) {
-    return stub_->stub->Finish(&c, request, &response);
-  });
+  auto call = [&] {
+    return caller_->Call(peer_, "Finish", [&](grpc::ClientContext& c) {
+      return stub_->stub->Finish(&c, request, &response);
+    });
+  };
+  Status s = call();
+  // A scheduler that restarted since the last heartbeat does not know this
+  // worker yet: register again and say it once more.
+  if (s.code() == Status::Code::kFailedPrecondition && RegisterAgain().ok()) s = call();
+  return s;
 }
 
 }  // namespace kubeps

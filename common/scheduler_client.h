@@ -15,6 +15,7 @@
 #ifndef KUBEPS_COMMON_SCHEDULER_CLIENT_H_
 #define KUBEPS_COMMON_SCHEDULER_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -27,6 +28,9 @@ namespace kubeps {
 
 class MetricsServer;
 class ResendCaller;
+namespace v1 {
+class NodeInfo;
+}
 
 enum class NodeRole { kServer, kWorker };
 
@@ -70,6 +74,8 @@ class SchedulerClient {
   uint64_t incarnation() const { return incarnation_; }
   const std::string& peer() const { return peer_; }  // "scheduler <address>", for messages
 
+  // Registers and remembers the rank. Heartbeat and Finish register again,
+  // on their own, with a scheduler that restarted and forgot this node.
   Status Register(int* rank);
   Status AwaitClusterView(ClusterInfo* cluster);
   // One beat, one attempt. Servers report the generation they restored.
@@ -79,7 +85,14 @@ class SchedulerClient {
 
  private:
   struct Stub;
+  // One attempt to register with a restarted scheduler, carrying the
+  // recovery generation this node last heard of.
+  Status RegisterAgain();
+  v1::NodeInfo Node() const;
+
   const SchedulerClientOptions options_;
+  // What the last heartbeat answered: told to a restarted scheduler.
+  std::atomic<uint64_t> generation_{0}, restore_step_{0};
   const uint64_t incarnation_;
   const std::string peer_;
   MetricsServer* metrics_;

@@ -100,6 +100,20 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
     }
     rank = FreeRank(*ids, PreferredRank(node.node_id()), expected);
     (*ids)[rank] = node.node_id();
+    // A node in a generation this scheduler has not seen: the scheduler
+    // restarted and the node registers again. The job's recovery state is
+    // rebuilt from what the nodes know rather than from a state file: the
+    // nodes outlive the scheduler by design, a file would need a volume on
+    // Kubernetes and could disagree with them, and a first start has every
+    // node at generation 0, so the two never mix.
+    if (node.generation() > generation_) {
+      generation_ = node.generation();
+      restore_step_ = node.restore_step();
+      restored_.clear();
+      KLOG_INFO << RoleName(node.role()) << " " << rank << " (" << node.node_id()
+                << ") registered again after a scheduler restart; the job is in recovery "
+                << "generation " << generation_ << " from step " << restore_step_;
+    }
   }
   Member& member = members_[node.node_id()];
   member.info = node;
@@ -179,7 +193,13 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
                                   v1::HeartbeatResponse* response) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = members_.find(request->node_id());
-  if (it != members_.end() && it->second.info.incarnation() == request->incarnation()) {
+  if (it == members_.end()) {
+    // This scheduler restarted since the node registered (or the node was
+    // never registered): it learns the node again from its registration.
+    response->set_register_again(true);
+    return grpc::Status::OK;
+  }
+  if (it->second.info.incarnation() == request->incarnation()) {
     it->second.last_seen = Clock::now();
   }
   if (it != members_.end() && it->second.info.role() == v1::SERVER &&
