@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/logging.h"
 #include "common/metrics.h"
 #include "common/resend.h"
 #include "kubeps.grpc.pb.h"
@@ -115,6 +116,10 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   request.set_node_id(options_.node_id);
   request.set_incarnation(incarnation_);
   request.set_restored_generation(restored_generation);
+  {
+    std::lock_guard<std::mutex> lock(passed_mutex_);
+    for (const auto& name : passed_barriers_) request.add_passed_barriers(name);
+  }
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::milliseconds(options_.resend.timeout_ms));
@@ -126,6 +131,8 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
     // The scheduler restarted. This beat tells nothing; the next one, after
     // the registration, does.
     if (Status r = RegisterAgain(); !r.ok()) return r;
+    KLOG_INFO << options_.node_id << " registered again with the restarted scheduler (generation "
+              << generation_.load() << ")";
     return Status::Unavailable(peer_ + " restarted; registered with it again");
   }
   generation_ = response.generation();
@@ -150,7 +157,14 @@ Status SchedulerClient::Barrier(const std::string& name, int rank) {
         [&](grpc::ClientContext& c) { return stub_->stub->Barrier(&c, request, &response); },
         options_.long_poll_ms);
     if (!s.ok()) return s;
-    if (response.released()) return Status::Ok();
+    if (response.released()) {
+      std::lock_guard<std::mutex> lock(passed_mutex_);
+      if (std::find(passed_barriers_.begin(), passed_barriers_.end(), name) ==
+          passed_barriers_.end()) {
+        passed_barriers_.push_back(name);
+      }
+      return Status::Ok();
+    }
     if (MillisSince(start) > options_.peer_wait_limit_ms) {
       return Status::Error("barrier \"" + name + "\" not released after " +
                            std::to_string(options_.peer_wait_limit_ms) + " ms");

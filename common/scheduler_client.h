@@ -18,6 +18,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,8 @@ class SchedulerClient {
   const SchedulerClientOptions options_;
   // What the last heartbeat answered: told to a restarted scheduler.
   std::atomic<uint64_t> generation_{0}, restore_step_{0};
+  std::mutex passed_mutex_;
+  std::vector<std::string> passed_barriers_;  // sent in every heartbeat
   const uint64_t incarnation_;
   const std::string peer_;
   MetricsServer* metrics_;

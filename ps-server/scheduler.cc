@@ -199,6 +199,14 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
     response->set_register_again(true);
     return grpc::Status::OK;
   }
+  // A barrier some node passed was released, though a restarted scheduler
+  // may not remember it.
+  for (const auto& name : request->passed_barriers()) {
+    if (it->second.info.role() == v1::WORKER && released_barriers_.insert(name).second) {
+      barriers_.erase(name);
+      changed_.notify_all();
+    }
+  }
   if (it->second.info.incarnation() == request->incarnation()) {
     it->second.last_seen = Clock::now();
   }
