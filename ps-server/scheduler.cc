@@ -196,18 +196,19 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
   if (it == members_.end()) {
     // This scheduler restarted since the node registered (or the node was
     // never registered): it learns the node again from its registration.
+    // The rest of the answer is filled in as before; the node ignores it.
     response->set_register_again(true);
-    return grpc::Status::OK;
   }
-  // A barrier some node passed was released, though a restarted scheduler
-  // may not remember it.
   for (const auto& name : request->passed_barriers()) {
-    if (it->second.info.role() == v1::WORKER && released_barriers_.insert(name).second) {
+    // A barrier some worker passed was released, though a restarted
+    // scheduler may not remember it.
+    if (it != members_.end() && it->second.info.role() == v1::WORKER &&
+        released_barriers_.insert(name).second) {
       barriers_.erase(name);
       changed_.notify_all();
     }
   }
-  if (it->second.info.incarnation() == request->incarnation()) {
+  if (it != members_.end() && it->second.info.incarnation() == request->incarnation()) {
     it->second.last_seen = Clock::now();
   }
   if (it != members_.end() && it->second.info.role() == v1::SERVER &&
