@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/logging.h"
 #include "common/metrics.h"
 #include "common/resend.h"
 #include "kubeps.grpc.pb.h"
@@ -38,16 +39,33 @@ SchedulerClient::SchedulerClient(SchedulerClientOptions options)
 
 SchedulerClient::~SchedulerClient() = default;
 
+v1::NodeInfo SchedulerClient::Node() const {
+  v1::NodeInfo node;
+  node.set_node_id(options_.node_id);
+  node.set_role(options_.role == NodeRole::kServer ? v1::SERVER : v1::WORKER);
+  node.set_address(options_.address);
+  node.set_incarnation(incarnation_);
+  node.set_metrics_address(options_.metrics_address);
+  node.set_checkpoint_step(options_.checkpoint_step);
+  for (uint64_t step : options_.checkpoint_steps) node.add_checkpoint_steps(step);
+  return node;
+}
+
+Status SchedulerClient::RegisterAgain() {
+  v1::RegisterRequest request;
+  *request.mutable_node() = Node();
+  request.mutable_node()->set_generation(generation_.load());
+  request.mutable_node()->set_restore_step(restore_step_.load());
+  request.mutable_node()->set_registered_before(true);
+  v1::RegisterResponse response;
+  return caller_->Call(peer_, "Register", [&](grpc::ClientContext& c) {
+    return stub_->stub->Register(&c, request, &response);
+  });
+}
+
 Status SchedulerClient::Register(int* rank) {
   v1::RegisterRequest request;
-  v1::NodeInfo* node = request.mutable_node();
-  node->set_node_id(options_.node_id);
-  node->set_role(options_.role == NodeRole::kServer ? v1::SERVER : v1::WORKER);
-  node->set_address(options_.address);
-  node->set_incarnation(incarnation_);
-  node->set_metrics_address(options_.metrics_address);
-  node->set_checkpoint_step(options_.checkpoint_step);
-  for (uint64_t step : options_.checkpoint_steps) node->add_checkpoint_steps(step);
+  *request.mutable_node() = Node();
   v1::RegisterResponse response;
   // The scheduler may not be up yet (its pod or Service still starting):
   // keep trying for as long as a peer wait is allowed.
@@ -105,6 +123,10 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   request.set_node_id(options_.node_id);
   request.set_incarnation(incarnation_);
   request.set_restored_generation(restored_generation);
+  {
+    std::lock_guard<std::mutex> lock(passed_mutex_);
+    for (const auto& name : passed_barriers_) request.add_passed_barriers(name);
+  }
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::milliseconds(options_.resend.timeout_ms));
@@ -112,6 +134,16 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   v1::HeartbeatResponse response;
   grpc::Status s = stub_->stub->Heartbeat(&context, request, &response);
   if (!s.ok()) return Status(CodeOf(s), "Heartbeat to " + peer_ + ": " + s.error_message());
+  if (response.register_again()) {
+    // The scheduler restarted. This beat tells nothing; the next one, after
+    // the registration, does.
+    if (Status r = RegisterAgain(); !r.ok()) return r;
+    KLOG_INFO << options_.node_id << " registered again with the restarted scheduler (generation "
+              << generation_.load() << ")";
+    return Status::Unavailable(peer_ + " restarted; registered with it again");
+  }
+  generation_ = response.generation();
+  restore_step_ = response.restore_step();
   answer->generation = response.generation();
   answer->restore_step = response.restore_step();
   answer->generation_ready = response.generation_ready();
@@ -134,7 +166,14 @@ Status SchedulerClient::Barrier(const std::string& name, int rank) {
         [&](grpc::ClientContext& c) { return stub_->stub->Barrier(&c, request, &response); },
         options_.long_poll_ms);
     if (!s.ok()) return s;
-    if (response.released()) return Status::Ok();
+    if (response.released()) {
+      std::lock_guard<std::mutex> lock(passed_mutex_);
+      if (std::find(passed_barriers_.begin(), passed_barriers_.end(), name) ==
+          passed_barriers_.end()) {
+        passed_barriers_.push_back(name);
+      }
+      return Status::Ok();
+    }
     if (MillisSince(start) > options_.peer_wait_limit_ms) {
       return Status::Error("barrier \"" + name + "\" not released after " +
                            std::to_string(options_.peer_wait_limit_ms) + " ms");
@@ -147,9 +186,16 @@ Status SchedulerClient::Finish(int rank) {
   request.set_node_id(options_.node_id);
   request.set_rank(rank);
   v1::FinishResponse response;
-  return caller_->Call(peer_, "Finish", [&](grpc::ClientContext& c) {
-    return stub_->stub->Finish(&c, request, &response);
-  });
+  auto call = [&] {
+    return caller_->Call(peer_, "Finish", [&](grpc::ClientContext& c) {
+      return stub_->stub->Finish(&c, request, &response);
+    });
+  };
+  Status s = call();
+  // A scheduler that restarted since the last heartbeat does not know this
+  // worker yet: register again and say it once more.
+  if (s.code() == Status::Code::kFailedPrecondition && RegisterAgain().ok()) s = call();
+  return s;
 }
 
 }  // namespace kubeps

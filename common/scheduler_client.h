@@ -15,8 +15,10 @@
 #ifndef KUBEPS_COMMON_SCHEDULER_CLIENT_H_
 #define KUBEPS_COMMON_SCHEDULER_CLIENT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -27,6 +29,9 @@ namespace kubeps {
 
 class MetricsServer;
 class ResendCaller;
+namespace v1 {
+class NodeInfo;
+}
 
 enum class NodeRole { kServer, kWorker };
 
@@ -73,6 +78,8 @@ class SchedulerClient {
   uint64_t incarnation() const { return incarnation_; }
   const std::string& peer() const { return peer_; }  // "scheduler <address>", for messages
 
+  // Registers and remembers the rank. Heartbeat and Finish register again,
+  // on their own, with a scheduler that restarted and forgot this node.
   Status Register(int* rank);
   // Servers, after Register: the scheduler said to delete the checkpoints
   // of an earlier run (spec.checkpoint.resume false).
@@ -87,7 +94,16 @@ class SchedulerClient {
 
  private:
   struct Stub;
+  // One attempt to register with a restarted scheduler, carrying the
+  // recovery generation this node last heard of.
+  Status RegisterAgain();
+  v1::NodeInfo Node() const;
+
   const SchedulerClientOptions options_;
+  // What the last heartbeat answered: told to a restarted scheduler.
+  std::atomic<uint64_t> generation_{0}, restore_step_{0};
+  std::mutex passed_mutex_;
+  std::vector<std::string> passed_barriers_;  // sent in every heartbeat
   const uint64_t incarnation_;
   const std::string peer_;
   MetricsServer* metrics_;

@@ -135,13 +135,28 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
       // A run that asked to start fresh: what this shard holds is an earlier
       // run's. Only before the first start: a shard restarted mid-job needs
       // its checkpoints for the recovery.
-      if (!started_ && !options_.resume && !steps.empty()) {
+      if (!started_ && !node.registered_before() && !options_.resume && !steps.empty()) {
         KLOG_INFO << "server " << node.node_id() << " holds checkpoints of an earlier run (steps "
                   << JoinSteps(steps) << "); spec.checkpoint.resume is false: it discards them";
         response->set_discard_checkpoints(true);
         steps.clear();
         discarded_ = true;
       }
+    }
+    // A node registering again: this scheduler restarted and lost its
+    // memory. The job's recovery state is rebuilt from what the nodes know
+    // rather than from a state file: the nodes outlive the scheduler by
+    // design, a file would need a volume on Kubernetes and could disagree
+    // with them. Such a job has started already: no first start (which would
+    // roll it back to the shards' newest common checkpoint) ever follows.
+    if (node.registered_before()) restarted_ = true;
+    if (node.generation() > generation_) {
+      generation_ = node.generation();
+      restore_step_ = node.restore_step();
+      restored_.clear();
+      KLOG_INFO << RoleName(node.role()) << " " << rank << " (" << node.node_id()
+                << ") registered again after a scheduler restart; the job is in recovery "
+                << "generation " << generation_ << " from step " << restore_step_;
     }
   }
   Member& member = members_[node.node_id()];
@@ -152,7 +167,7 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
   registered_.Set(static_cast<double>(Registered(server_ids_) + Registered(worker_ids_)));
   if (ViewReady() && !started_) {
     started_ = true;
-    FirstStart();
+    if (!restarted_) FirstStart();
   }
   response->set_rank(rank);
   changed_.notify_all();
@@ -291,6 +306,21 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
                                   v1::HeartbeatResponse* response) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = members_.find(request->node_id());
+  if (it == members_.end()) {
+    // This scheduler restarted since the node registered (or the node was
+    // never registered): it learns the node again from its registration.
+    // The rest of the answer is filled in as before; the node ignores it.
+    response->set_register_again(true);
+  }
+  for (const auto& name : request->passed_barriers()) {
+    // A barrier some worker passed was released, though a restarted
+    // scheduler may not remember it.
+    if (it != members_.end() && it->second.info.role() == v1::WORKER &&
+        released_barriers_.insert(name).second) {
+      barriers_.erase(name);
+      changed_.notify_all();
+    }
+  }
   if (it != members_.end() && it->second.info.incarnation() == request->incarnation()) {
     it->second.last_seen = Clock::now();
   }

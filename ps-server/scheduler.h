@@ -24,7 +24,9 @@
 //    (spec.checkpoint.resume, the default), and the workers resume there; with
 //    resume false it tells the shards to delete them and opens generation 1
 //    at step 0 on empty shards. This happens once, when `started_` turns
-//    true: a node registering again later (a restart) never re-opens it.
+//    true: a node registering again later (a restart) never re-opens it, and
+//    a scheduler that learns the job back from nodes registering again
+//    (NodeInfo.registered_before) never runs it at all.
 #ifndef KUBEPS_PS_SERVER_SCHEDULER_H_
 #define KUBEPS_PS_SERVER_SCHEDULER_H_
 
@@ -108,6 +110,7 @@ class Scheduler {
   uint64_t restore_step_ = 0;
   std::set<std::string> restored_;  // servers that restored generation_
   bool started_ = false;            // every node registered once
+  bool restarted_ = false;          // a node registered again: this scheduler restarted mid-job
   std::map<std::string, std::vector<uint64_t>> checkpoint_steps_;  // servers', newest report
   int64_t common_step_ = -1;
   std::string failure_;

@@ -326,6 +326,45 @@ TEST(SchedulerTest, FinishWithRankOutOfRangeDoesNotEndTheJob) {
   EXPECT_FALSE(Heartbeat(*s, "worker-1").shutdown());
 }
 
+// A restarted scheduler knows nobody: it tells each heartbeating node to
+// register again, and takes the job's recovery generation and released
+// barriers from the nodes, so the job goes on as if it had not restarted.
+TEST(SchedulerTest, RestartedSchedulerLearnsTheJobBackFromItsNodes) {
+  auto s = MakeScheduler(1, 2);
+  v1::HeartbeatResponse beat = Heartbeat(*s, "worker-1", 7);
+  EXPECT_TRUE(beat.register_again());
+  EXPECT_FALSE(beat.shutdown());
+
+  v1::RegisterRequest request;
+  request.mutable_node()->set_node_id("server-0");
+  request.mutable_node()->set_role(v1::SERVER);
+  request.mutable_node()->set_address("server-0.local:9000");
+  request.mutable_node()->set_incarnation(3);
+  request.mutable_node()->set_generation(2);
+  request.mutable_node()->set_restore_step(150);
+  v1::RegisterResponse response;
+  ASSERT_TRUE(s->Register(&request, &response).ok());
+  EXPECT_EQ(RankOf(*s, "worker-1", v1::WORKER, 7), 1);
+  EXPECT_EQ(RankOf(*s, "worker-0", v1::WORKER, 5), 0);
+
+  beat = Heartbeat(*s, "worker-1", 7);
+  EXPECT_FALSE(beat.register_again());
+  EXPECT_EQ(beat.generation(), 2u);
+  EXPECT_EQ(beat.restore_step(), 150u);
+  EXPECT_FALSE(beat.generation_ready()) << "server-0 has not reported generation 2 restored";
+
+  // A barrier worker 1 passed before the restart releases a worker that
+  // arrives at it now (a worker restarted after the scheduler).
+  v1::HeartbeatRequest passed;
+  passed.set_node_id("worker-1");
+  passed.set_incarnation(7);
+  passed.add_passed_barriers("init");
+  ASSERT_TRUE(s->Heartbeat(&passed, &beat).ok());
+  bool released = false;
+  ASSERT_TRUE(Barrier(*s, "init", 0, 10, &released).ok());
+  EXPECT_TRUE(released);
+}
+
 // The token check needs real metadata, so this one runs a real gRPC server.
 class SchedulerServerTest : public ::testing::Test {
  protected:

@@ -1,0 +1,109 @@
+"""The scheduler killed with SIGKILL mid-job: the local runner starts it
+again, every node registers with it again (rank, incarnation, recovery
+generation), and the job ends as fast as without the kill, with no error
+logged and exactly the same parameters. Faults after the restart (a shard
+or a worker killed) recover as if the scheduler had never restarted."""
+import os
+import re
+import signal
+import tempfile
+import time
+import unittest
+
+from jobtools import (RunningJob, manifest_with, processes_with_env, read_floats, run_job,
+                      wait_for_replica_pid, wait_for_steps, write_manifest)
+
+STEPS = 468
+
+
+def job_text(name):
+    return manifest_with(name, {"progressIntervalMs": 100,
+                                "runPolicy": {"restartPolicy": "OnFailure", "backoffLimit": 3}},
+                         optimizer={"name": "adam", "learningRate": 0.001}).replace(
+        '"epochs": 1', '"epochs": 1, "checkpoint": {"intervalSteps": 50}')
+
+
+def scheduler_pid(job):
+    for replica in ("scheduler", "scheduler-0"):
+        pids = sorted(set(processes_with_env("KUBEPS_RUN_DIR", job.run_dir)) &
+                      set(processes_with_env("KUBEPS_NODE_ID", replica)))
+        if len(pids) == 1:
+            return pids[0]
+    raise AssertionError("no single scheduler process; output:\n" + job.output())
+
+
+class SchedulerRestartTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="kubeps-schedrestart-")
+
+    def start(self, name):
+        dump = os.path.join(self.dir, name + ".bin")
+        job = RunningJob(write_manifest(self.dir, job_text(name), name + ".yaml"),
+                         env={"KUBEPS_DUMP_PARAMS": dump, "KUBEPS_MAX_STEPS": str(STEPS)})
+        self.addCleanup(lambda: job.process.poll() is None and (job.process.kill(), job.process.wait()))
+        return job, dump
+
+    def clean_run(self):
+        dump = os.path.join(self.dir, "clean.bin")
+        start = time.time()
+        code, clean = run_job(write_manifest(self.dir, job_text("clean"), "clean.yaml"),
+                              env={"KUBEPS_DUMP_PARAMS": dump, "KUBEPS_MAX_STEPS": str(STEPS)})
+        self.assertEqual(code, 0, clean.output())
+        return time.time() - start, read_floats(dump)
+
+    def kill_scheduler(self, job, at_step):
+        wait_for_steps(job, 0, at_step)
+        os.kill(scheduler_pid(job), signal.SIGKILL)
+        job.wait_for_line(r"scheduler\S* exited with code 137; restarting it")
+        # Wait until every node is known to the restarted scheduler.
+        deadline = time.time() + 60
+        while time.time() < deadline and job.process.poll() is None and len(
+                [l for _, l in job.lines if "registered again with the restarted scheduler" in l]) < 4:
+            time.sleep(0.02)
+
+    def assert_no_error(self, job):
+        bad = [line for _, line in job.lines
+               if re.search(r"error|could not|failed", line, re.I) and "exited with code 137" not in line]
+        self.assertEqual(bad, [], job.output())
+
+    def test_scheduler_kill_costs_nothing_then_a_shard_kill_recovers(self):
+        clean_time, clean_params = self.clean_run()
+        job, dump = self.start("schedkill")
+        self.kill_scheduler(job, 100)
+        # A shard killed after the scheduler's restart: rolled back and recovered.
+        wait_for_steps(job, 0, 250, timeout=180)
+        os.kill(wait_for_replica_pid(job, "server-1"), signal.SIGKILL)
+        self.assertEqual(job.wait(300), 0, job.output())
+        self.assertIn("server-1 exited with code 137; restarting it", job.output())
+        self.assertIn("rolled back to step", job.output())
+        self.assertEqual(read_floats(dump), clean_params, "parameters differ from the clean run's")
+
+    def test_scheduler_kill_alone_then_a_worker_kill_recovers(self):
+        clean_time, clean_params = self.clean_run()
+        job, dump = self.start("schedonly")
+        start = time.time()
+        self.kill_scheduler(job, 100)
+        wait_for_steps(job, 0, 250, timeout=180)
+        os.kill(wait_for_replica_pid(job, "worker-1"), signal.SIGKILL)
+        self.assertEqual(job.wait(300), 0, job.output())
+        took = time.time() - job.start
+        print("\nscheduler SIGKILL + worker SIGKILL: %.1f s; without kills %.1f s" % (took, clean_time))
+        self.assertIn("worker-1 exited with code 137; restarting it", job.output())
+        self.assertEqual(read_floats(dump), clean_params, "parameters differ from the clean run's")
+        for rank in (0, 1):
+            self.assertEqual(job.progress(rank=rank)[-1]["total_steps"], STEPS, job.output())
+
+    def test_scheduler_kill_ends_within_5_s_of_a_clean_run_with_no_error(self):
+        clean_time, clean_params = self.clean_run()
+        job, dump = self.start("schedtime")
+        self.kill_scheduler(job, 150)
+        self.assertEqual(job.wait(300), 0, job.output())
+        took = time.time() - job.start
+        print("\nscheduler SIGKILL: job took %.1f s; without the kill %.1f s" % (took, clean_time))
+        self.assert_no_error(job)
+        self.assertEqual(read_floats(dump), clean_params, "parameters differ from the clean run's")
+        self.assertLess(took, clean_time + 5, job.output())
+
+
+if __name__ == "__main__":
+    unittest.main()
