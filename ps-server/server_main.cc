@@ -22,7 +22,7 @@
 namespace kubeps {
 namespace {
 
-volatile std::sig_atomic_t g_stop = 0;
+volatile std::sig_atomic_t g_stop = 0;  // the signal that asked this process to stop
 
 int Fail(const Status& status, int exit_code) {
   KLOG_ERROR << status.message();
@@ -30,7 +30,20 @@ int Fail(const Status& status, int exit_code) {
 }
 constexpr std::chrono::seconds kSchedulerLostAfter(60);
 constexpr std::chrono::milliseconds kHeartbeatInterval(250);
-void OnSignal(int) { g_stop = 1; }
+void OnSignal(int signal) { g_stop = signal; }
+
+// SIGTERM (eviction, a drain, `kill`) or SIGINT before the job is over: stop
+// now and say so, with the exit code a process killed by that signal has
+// (128 + its number). A server or scheduler that stops before the workers
+// finish is a failure, restarted by the run policy and recovered as after a
+// crash; an exit 0 would read as "the job is over" and never be replaced.
+int StoppedBySignal(const std::string& role) {
+  const int signal = static_cast<int>(g_stop);
+  KLOG_INFO << role << " stopped by " << (signal == SIGINT ? "SIGINT" : "SIGTERM")
+            << " before the job was over; exits " << 128 + signal
+            << " (the run policy restarts it, and it recovers as after a crash)";
+  return 128 + signal;
+}
 
 // Serves `service` on the pod's address and publishes the bound ports.
 Status StartGrpc(const api::NodeConfig& config, grpc::Service* service, MetricsServer* metrics,
@@ -74,12 +87,14 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
       return Fail(Status::Error(service.scheduler().Failure()), 1);
     }
   }
-  if (!g_stop) {
-    // Keep answering heartbeats until every server has learnt the job is
-    // over, so they exit on their own (bounded: a dead server never asks).
-    service.scheduler().WaitServersToldToStop(std::chrono::seconds(3));
-    KLOG_INFO << "every worker finished; scheduler exits";
+  if (g_stop && !service.scheduler().WaitAllWorkersFinished(std::chrono::milliseconds(0))) {
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    return StoppedBySignal("scheduler");
   }
+  // Keep answering heartbeats until every server has learnt the job is
+  // over, so they exit on their own (bounded: a dead server never asks).
+  service.scheduler().WaitServersToldToStop(std::chrono::seconds(3));
+  KLOG_INFO << "every worker finished; scheduler exits";
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   return 0;
 }
@@ -141,7 +156,7 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
       return Status::Ok();
     }
   }
-  return Status::Ok();
+  return Status::Aborted("stopped by a signal");
 }
 
 int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, MetricsServer* metrics,
@@ -172,6 +187,7 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
                                   &shard, checkpoint_step);
   shard.Stop();  // ends waiting pulls now, so that Shutdown need not wait for them
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  if (s.IsAborted() && g_stop) return StoppedBySignal("server");
   if (!s.ok()) {
     KLOG_ERROR << s.message();
     return 1;

@@ -102,7 +102,10 @@ class SchedulerRestartTest(unittest.TestCase):
         print("\nscheduler SIGKILL: job took %.1f s; without the kill %.1f s" % (took, clean_time))
         self.assert_no_error(job)
         self.assertEqual(read_floats(dump), clean_params, "parameters differ from the clean run's")
-        self.assertLess(took, clean_time + 5, job.output())
+        # The figure (printed above) is within 5 s on an idle machine; the
+        # bound is looser so that a loaded CI machine does not fail it, and
+        # still far below the 20-30 s the lost-membership bug cost.
+        self.assertLess(took, clean_time + 10, job.output())
 
 
 if __name__ == "__main__":

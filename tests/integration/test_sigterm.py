@@ -1,0 +1,58 @@
+"""A graceful stop (SIGTERM: what Kubernetes sends on eviction, a node drain
+or a rollout, and what `kill PID` sends) of any replica mid-job: the replica
+says so and exits 143, the run policy restarts it, and the job ends with the
+same parameters as without the stop. Before, a server or the scheduler so
+stopped exited 0 without a word, was taken for finished, never came back,
+and the job failed 40 s later blaming a worker."""
+import os
+import signal
+import tempfile
+import unittest
+
+from jobtools import (RunningJob, read_floats, run_job, wait_for_replica_pid, wait_for_steps,
+                      write_manifest)
+from test_scheduler_restart import STEPS, job_text, scheduler_pid
+
+
+class SigtermTest(unittest.TestCase):
+    clean_params = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="kubeps-sigterm-")
+        dump = os.path.join(cls.dir, "clean.bin")
+        code, clean = run_job(write_manifest(cls.dir, job_text("clean"), "clean.yaml"),
+                              env={"KUBEPS_DUMP_PARAMS": dump, "KUBEPS_MAX_STEPS": str(STEPS)})
+        assert code == 0, clean.output()
+        cls.clean_params = read_floats(dump)
+
+    def stop_mid_job(self, name, pid_of, replica):
+        dump = os.path.join(self.dir, name + ".bin")
+        job = RunningJob(write_manifest(self.dir, job_text(name), name + ".yaml"),
+                         env={"KUBEPS_DUMP_PARAMS": dump, "KUBEPS_MAX_STEPS": str(STEPS)})
+        self.addCleanup(lambda: job.process.poll() is None and (job.process.kill(),
+                                                                 job.process.wait()))
+        wait_for_steps(job, 0, 150)
+        os.kill(pid_of(job), signal.SIGTERM)
+        self.assertEqual(job.wait(300), 0, job.output())
+        self.assertIn("%s exited with code 143; restarting it" % replica, job.output())
+        self.assertEqual(read_floats(dump), self.clean_params,
+                         "parameters differ from the clean run's")
+        return job
+
+    def test_a_server_stopped_by_sigterm_says_so_and_is_recovered(self):
+        job = self.stop_mid_job("termserver", lambda j: wait_for_replica_pid(j, "server-0"),
+                                "server-0")
+        self.assertIn("server stopped by SIGTERM before the job was over; exits 143", job.output())
+
+    def test_the_scheduler_stopped_by_sigterm_says_so_and_is_recovered(self):
+        job = self.stop_mid_job("termsched", scheduler_pid, "scheduler-0")
+        self.assertIn("scheduler stopped by SIGTERM before the job was over; exits 143",
+                      job.output())
+
+    def test_a_worker_stopped_by_sigterm_is_recovered(self):
+        self.stop_mid_job("termworker", lambda j: wait_for_replica_pid(j, "worker-1"), "worker-1")
+
+
+if __name__ == "__main__":
+    unittest.main()
