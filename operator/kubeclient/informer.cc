@@ -123,7 +123,7 @@ void Informer::Run(const std::atomic<bool>& stop) {
     }
     list_backoff = std::chrono::milliseconds(200);
     // A stream that simply ends is watched again from where it stopped.
-    WatchEnd end;
+    WatchEnd end = WatchEnd::kEnded;
     while (!stop && (end = Watch(&resource_version, stop)) == WatchEnd::kEnded) {
       watch_backoff = kWatchRetryFirst;  // a healthy stream: the server is fine
     }

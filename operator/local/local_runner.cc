@@ -142,7 +142,7 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
       job, &cluster, [&](const ReplicaName& name, const std::string& scheduler) {
         ReplicaLaunch launch{name, controller::ReplicaBinary(name),
                              controller::ReplicaArgs(job, name),
-                             controller::ReplicaEnv(job, name, scheduler)};
+                             controller::ReplicaEnv(job, name, scheduler), std::nullopt};
         // Where a worker runs the job's own program, the program does the
         // math and its agent mostly waits.
         const bool computes = name.role == ReplicaRole::kWorker && !job.spec.brings_own_program();
