@@ -51,9 +51,13 @@ v1::NodeInfo SchedulerClient::Node() const {
   return node;
 }
 
-Status SchedulerClient::RegisterAgain() {
+Status SchedulerClient::RegisterAgain(const std::vector<uint64_t>* checkpoint_steps) {
   v1::RegisterRequest request;
   *request.mutable_node() = Node();
+  if (checkpoint_steps) {
+    request.mutable_node()->clear_checkpoint_steps();
+    for (uint64_t step : *checkpoint_steps) request.mutable_node()->add_checkpoint_steps(step);
+  }
   request.mutable_node()->set_generation(generation_.load());
   request.mutable_node()->set_restore_step(restore_step_.load());
   request.mutable_node()->set_registered_before(true);
@@ -137,7 +141,7 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   if (response.register_again()) {
     // The scheduler restarted. This beat tells nothing; the next one, after
     // the registration, does.
-    if (Status r = RegisterAgain(); !r.ok()) return r;
+    if (Status r = RegisterAgain(checkpoint_steps); !r.ok()) return r;
     KLOG_INFO << options_.node_id << " registered again with the restarted scheduler (generation "
               << generation_.load() << ")";
     return Status::Unavailable(peer_ + " restarted; registered with it again");

@@ -95,8 +95,9 @@ class SchedulerClient {
  private:
   struct Stub;
   // One attempt to register with a restarted scheduler, carrying the
-  // recovery generation this node last heard of.
-  Status RegisterAgain();
+  // recovery generation this node last heard of and (servers) the steps it
+  // holds now, not at start: a recovery right after the restart needs them.
+  Status RegisterAgain(const std::vector<uint64_t>* checkpoint_steps = nullptr);
   v1::NodeInfo Node() const;
 
   const SchedulerClientOptions options_;

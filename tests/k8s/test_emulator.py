@@ -55,7 +55,7 @@ class EmulatorTest(unittest.TestCase):
         # defaults of the schema, as the parser's
         self.assertEqual(tj["spec"]["optimizer"]["beta2"], 0.999)
         self.assertEqual(tj["spec"]["runPolicy"], {"restartPolicy": "OnFailure", "backoffLimit": 3})
-        self.assertEqual(tj["spec"]["checkpoint"], {"intervalSteps": 100})
+        self.assertEqual(tj["spec"]["checkpoint"], {"intervalSteps": 100, "resume": True})
         self.assertEqual(tj["spec"]["bigArrayBound"], 1000000)
         # printer columns, from status written by a "controller"
         c.client.patch(TJ + "/fashion-mnist/status", {"status": {

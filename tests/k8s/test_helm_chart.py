@@ -320,7 +320,8 @@ class HelmChartTest(unittest.TestCase):
             self.assertEqual(sm["metadata"]["labels"]["release"], "prometheus")
             self.assertEqual(by["PodMonitor"]["spec"]["namespaceSelector"], {"matchNames": ["team-a"]})
             alerts = [r["alert"] for g in by["PrometheusRule"]["spec"]["groups"] for r in g["rules"]]
-            self.assertEqual(alerts, ["KubepsJobStalled", "KubepsHighResendRate", "KubepsWorkerRestarts"])
+            self.assertEqual(alerts, ["KubepsJobStalled", "KubepsHighResendRate", "KubepsWorkerRestarts",
+                                  "KubepsCheckpointWriteFailures"])
             self.assertIn("{{ $labels.job }}", json.dumps(by["PrometheusRule"]))
             cm = by["ConfigMap"]
             self.assertEqual((cm["metadata"]["namespace"], cm["metadata"]["labels"]["grafana_dashboard"]),
