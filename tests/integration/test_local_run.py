@@ -82,7 +82,9 @@ class LocalRunTest(unittest.TestCase):
                 continue
             self.assertLessEqual(before, steps)
             self.assertLessEqual(steps, after)
-            self.assertEqual(samples, steps * 64)
+            # The two counters are collected one after the other while the
+            # worker trains: they may be a step apart, never more.
+            self.assertIn(samples, ((steps - 1) * 64, steps * 64, (steps + 1) * 64))
             self.assertIsNotNone(metric(series, "kubeps_worker_loss", rank="0"))
             self.assertGreater(metric(series, "kubeps_worker_push_latency_seconds_count", rank="0"), 0)
             self.assertGreater(metric(series, "kubeps_worker_pull_bytes_total", rank="0"), 0)
