@@ -13,9 +13,9 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from operator_harness import (OPERATOR_USER, PODS, Operator, apply, get_job,  # noqa: E402
-                              job_pods, phase_history, training_job)
-from test_operator import OperatorTestCase, new_cluster  # noqa: E402
+from operator_harness import (OPERATOR_USER, PODS, apply, get_job, job_pods,  # noqa: E402
+                              phase_history, training_job)
+from own_cluster import OwnClusterTestCase  # noqa: E402
 
 SECRETS = "/api/v1/namespaces/default/secrets"
 SERVICES = "/api/v1/namespaces/default/services"
@@ -27,15 +27,9 @@ def owner_uid(obj):
     return refs[0].get("uid")
 
 
-class EventualConsistencyTest(OperatorTestCase):
-    def setUp(self):
-        self.c = new_cluster()
+class EventualConsistencyTest(OwnClusterTestCase):
+    def prepare_cluster(self):
         self.c.settings(watch_delay={"trainingjobs": 1.5, "pods": 0.3}, gc_delay=3.0)
-        self.op = Operator(self.c)
-
-    def tearDown(self):
-        self.op.stop()
-        self.c.stop()
 
     def pod_creations(self):
         return [r for r in self.c.requests() if r["verb"] == "POST" and r["user"] == OPERATOR_USER

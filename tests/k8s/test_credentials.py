@@ -18,22 +18,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from emulator import kubeconfig  # noqa: E402
 from operator_harness import Operator, apply, job_pods, training_job  # noqa: E402
-from test_operator import OperatorTestCase, new_cluster  # noqa: E402
+from own_cluster import OwnClusterTestCase  # noqa: E402
 
 REFUSED = "refuses this operator's credentials"
 
 
-class TokenRotationTest(OperatorTestCase):
-    def setUp(self):
-        self.c = new_cluster()
-        self.op = None
+class TokenRotationTest(OwnClusterTestCase):
+    start_operator = False
 
-    def tearDown(self):
-        if self.op is not None:
-            self.op.stop()
-        self.c.stop()
-
-    def start_operator(self):
+    def start_ready_operator(self):
         self.op = Operator(self.c)
         self.c.wait_for(lambda: self.op.http("/readyz")[0] == 200, timeout=60,
                         what="/readyz 200")
@@ -45,7 +38,7 @@ class TokenRotationTest(OperatorTestCase):
 
     def test_a_rotated_token_is_read_again(self):
         c, name = self.c, "rotated"
-        self.start_operator()
+        self.start_ready_operator()
         c.rotate_operator_token(expire_old=True)
         self.expire_watches()
         apply(c, training_job(name, max_steps=50))
@@ -57,7 +50,7 @@ class TokenRotationTest(OperatorTestCase):
 
     def test_an_expired_token_turns_readyz_red_until_a_new_one_arrives(self):
         c, name = self.c, "expired"
-        self.start_operator()
+        self.start_ready_operator()
         # The kubelet stopped refreshing the file: the token in it expires.
         new = c.rotate_operator_token(expire_old=True, write_file=False)
         self.expire_watches()

@@ -12,19 +12,11 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from operator_harness import Operator, apply, job_pods, training_job  # noqa: E402
-from test_operator import OperatorTestCase, new_cluster  # noqa: E402
+from operator_harness import apply, job_pods, training_job  # noqa: E402
+from own_cluster import OwnClusterTestCase  # noqa: E402
 
 
-class LongJobNameTest(OperatorTestCase):
-    def setUp(self):
-        self.c = new_cluster()
-        self.op = Operator(self.c)
-
-    def tearDown(self):
-        self.op.stop()
-        self.c.stop()
-
+class LongJobNameTest(OwnClusterTestCase):
     def test_a_job_named_with_63_characters_succeeds(self):
         c = self.c
         name = "long-" + "n" * 57 + "e"

@@ -13,23 +13,17 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from emulator.client import ApiError  # noqa: E402
-from operator_harness import Operator, apply, training_job  # noqa: E402
-from test_operator import OperatorTestCase, new_cluster  # noqa: E402
+from operator_harness import apply, training_job  # noqa: E402
+from own_cluster import OwnClusterTestCase  # noqa: E402
 
 NAMESPACE = "secure"
 
 
-class RestrictedNamespaceTest(OperatorTestCase):
-    def setUp(self):
-        self.c = new_cluster()
+class RestrictedNamespaceTest(OwnClusterTestCase):
+    def prepare_cluster(self):
         self.c.kubectl("create", "namespace", NAMESPACE)
         self.c.kubectl("label", "namespace", NAMESPACE,
                        "pod-security.kubernetes.io/enforce=restricted")
-        self.op = Operator(self.c)
-
-    def tearDown(self):
-        self.op.stop()
-        self.c.stop()
 
     def test_the_stand_in_refuses_a_pod_that_breaks_the_profile(self):
         with self.assertRaises(ApiError) as e:

@@ -95,6 +95,17 @@ class JobReconcilerTest : public ::testing::Test {
     return 0;
   }
 
+  // A job with cleanPodPolicy All whose pods have all succeeded; returns it
+  // as read then, still unfinished, before the reconcile that ends it.
+  json RunCleanAllJobToItsEnd() {
+    json manifest = JobManifest();
+    manifest["spec"]["runPolicy"] = {{"cleanPodPolicy", "All"}};
+    CreateJob(manifest);
+    EXPECT_TRUE(Reconcile().ok());
+    SetAllPods("Succeeded");
+    return fake_.Object(kJob);
+  }
+
   FakeKubeClient fake_;
   std::unique_ptr<MetricsServer> metrics_;
   std::unique_ptr<JobReconciler> reconciler_;
@@ -268,12 +279,7 @@ TEST_F(JobReconcilerTest, ConflictsRequeueTheJobRatherThanFailTheReconcile) {
 // (cleanPodPolicy All) deleted its pods: a write's response can come before
 // its watch event. Reconciling that stale view must not start the job again.
 TEST_F(JobReconcilerTest, AFinishedJobSeenStaleInTheCacheGetsNoNewPods) {
-  json manifest = JobManifest();
-  manifest["spec"]["runPolicy"] = {{"cleanPodPolicy", "All"}};
-  CreateJob(manifest);
-  ASSERT_TRUE(Reconcile().ok());
-  SetAllPods("Succeeded");
-  const json running = fake_.Object(kJob);
+  const json running = RunCleanAllJobToItsEnd();
   ASSERT_TRUE(Reconcile().ok());
   ASSERT_EQ(StatusOfJob()["phase"], "Succeeded");
   ASSERT_THAT(fake_.List(kPodsPath), IsEmpty());
@@ -288,12 +294,7 @@ TEST_F(JobReconcilerTest, AFinishedJobSeenStaleInTheCacheGetsNoNewPods) {
 // reconcile writes that status again; it does not run the job logic on a job
 // that looks unfinished and has no pods.
 TEST_F(JobReconcilerTest, ATerminalStatusThatMeetsAConflictIsWrittenAgainNotRecomputed) {
-  json manifest = JobManifest();
-  manifest["spec"]["runPolicy"] = {{"cleanPodPolicy", "All"}};
-  CreateJob(manifest);
-  ASSERT_TRUE(Reconcile().ok());
-  SetAllPods("Succeeded");
-  const json running = fake_.Object(kJob);
+  const json running = RunCleanAllJobToItsEnd();
   fake_.FailNext("PUT", kJob + "/status", 1, 409);
   ASSERT_TRUE(Reconcile().ok());
   ASSERT_THAT(fake_.List(kPodsPath), IsEmpty());

@@ -1,0 +1,28 @@
+"""A test case with a cluster of its own for every test, and the operator
+started on it: for tests that change the cluster (its settings, its
+namespaces, the operator's token) in ways other tests must not see."""
+from operator_harness import Operator
+from test_operator import OperatorTestCase, new_cluster
+
+
+class OwnClusterTestCase(OperatorTestCase):
+    start_operator = True   # False: the test starts it (self.op = Operator(self.c))
+
+    def prepare_cluster(self):
+        """Runs before the operator starts: settings, namespaces."""
+
+    def setUp(self):
+        self.c = new_cluster()
+        self.op = None
+        try:
+            self.prepare_cluster()
+            if self.start_operator:
+                self.op = Operator(self.c)
+        except Exception:
+            self.c.stop()
+            raise
+
+    def tearDown(self):
+        if self.op is not None:
+            self.op.stop()
+        self.c.stop()
