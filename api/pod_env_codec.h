@@ -14,6 +14,7 @@
 #include "api/training_job.h"
 #include "common/optimizer.h"
 #include "common/status.h"
+#include "common/termination_message.h"
 
 namespace CLI {
 class App;
@@ -41,10 +42,10 @@ inline constexpr const char* kBlasThreads = "KUBEPS_BLAS_THREADS";
 inline constexpr const char* kCheckpointDir = "KUBEPS_CHECKPOINT_DIR";  // servers: <dir>/<node id>/
 // Workers serving a training process (kubeps-agent --serve): the directory
 // both containers mount (docs/sidecar-protocol.md).
-// A file where a replica writes, when it fails for a reason no restart can
-// cure, one line "Reason: message" (Kubernetes' termination message); unset
-// on Kubernetes, where it is /dev/termination-log.
-inline constexpr const char* kTerminationLog = "KUBEPS_TERMINATION_LOG";
+// A file where a replica writes why it ended, one line "Reason: message"
+// (common/termination_message.h); unset on Kubernetes, where it is
+// /dev/termination-log.
+inline constexpr const char* kTerminationLog = kTerminationLogVariable;
 inline constexpr const char* kSocketDir = "KUBEPS_SOCKET_DIR";
 }  // namespace env
 

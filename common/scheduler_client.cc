@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -17,10 +18,13 @@ int64_t MillisSince(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
 }
 
+// 64 random bits (never 0, which the shards' tables read as "none yet"):
+// two lives of one node draw the same number with a chance of 2^-64.
 uint64_t NewIncarnation() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::system_clock::now().time_since_epoch())
-                                   .count());
+  std::random_device device;
+  uint64_t value = 0;
+  while (value == 0) value = (static_cast<uint64_t>(device()) << 32) | device();
+  return value;
 }
 
 }  // namespace
@@ -62,9 +66,14 @@ Status SchedulerClient::RegisterAgain(const std::vector<uint64_t>* checkpoint_st
   request.mutable_node()->set_restore_step(restore_step_.load());
   request.mutable_node()->set_registered_before(true);
   v1::RegisterResponse response;
-  return caller_->Call(peer_, "Register", [&](grpc::ClientContext& c) {
+  Status s = caller_->Call(peer_, "Register", [&](grpc::ClientContext& c) {
     return stub_->stub->Register(&c, request, &response);
   });
+  if (s.ok()) {
+    std::lock_guard<std::mutex> lock(key_mutex_);
+    registration_key_ = response.registration_key();
+  }
+  return s;
 }
 
 Status SchedulerClient::Register(int* rank) {
@@ -83,6 +92,10 @@ Status SchedulerClient::Register(int* rank) {
   if (!s.ok()) return s;
   *rank = response.rank();
   discard_checkpoints_ = response.discard_checkpoints();
+  {
+    std::lock_guard<std::mutex> lock(key_mutex_);
+    registration_key_ = response.registration_key();
+  }
   return Status::Ok();
 }
 
@@ -154,6 +167,9 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   answer->shutdown = response.shutdown();
   answer->common_checkpoint_step = response.common_checkpoint_step();
   answer->failure = response.failure();
+  answer->worker_incarnations.clear();
+  for (const auto& [node_id, incarnation] : response.worker_incarnations())
+    answer->worker_incarnations[node_id] = incarnation;
   return Status::Ok();
 }
 
@@ -191,6 +207,10 @@ Status SchedulerClient::Finish(int rank) {
   request.set_rank(rank);
   v1::FinishResponse response;
   auto call = [&] {
+    {
+      std::lock_guard<std::mutex> lock(key_mutex_);
+      request.set_registration_key(registration_key_);
+    }
     return caller_->Call(peer_, "Finish", [&](grpc::ClientContext& c) {
       return stub_->stub->Finish(&c, request, &response);
     });

@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -64,6 +65,8 @@ struct HeartbeatAnswer {
   bool shutdown = false;                // every worker finished: the job is over
   int64_t common_checkpoint_step = -1;  // the newest step every shard holds, -1 = none known
   std::string failure;                  // non-empty: the job cannot go on, and why
+  // Servers: every registered worker's current incarnation, by node id.
+  std::map<std::string, uint64_t> worker_incarnations;
 };
 
 class SchedulerClient {
@@ -73,8 +76,9 @@ class SchedulerClient {
   SchedulerClient(const SchedulerClient&) = delete;
   SchedulerClient& operator=(const SchedulerClient&) = delete;
 
-  // Changes on every process start (wall-clock nanoseconds, so it grows):
-  // a shard takes a request from an older incarnation for a late duplicate.
+  // Drawn at random for every process, never from a clock (a clock set
+  // behind would make a new life look older than the one it replaces): the
+  // scheduler's view, not the numbers' order, says which life is current.
   uint64_t incarnation() const { return incarnation_; }
   const std::string& peer() const { return peer_; }  // "scheduler <address>", for messages
 
@@ -111,6 +115,10 @@ class SchedulerClient {
   std::unique_ptr<ResendCaller> caller_;
   std::unique_ptr<Stub> stub_;
   bool discard_checkpoints_ = false;
+  // What the newest registration answered; Finish proves with it that this
+  // process is the node it names.
+  std::mutex key_mutex_;
+  std::string registration_key_;
 };
 
 }  // namespace kubeps

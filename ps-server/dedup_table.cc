@@ -6,9 +6,15 @@ DedupTable::Verdict DedupTable::Begin(const v1::RequestId& id) {
   std::unique_lock<std::mutex> lock(mutex_);
   Sender& sender = senders_[id.node_id()];
   if (id.incarnation() != sender.incarnation) {
+    auto current = current_.find(id.node_id());
+    const bool first_contact = sender.incarnation == 0;
+    const bool confirmed = current != current_.end() && current->second == id.incarnation();
+    if (!first_contact && !confirmed) {
+      const auto& known = known_[id.node_id()];
+      return known.count(id.incarnation()) ? Verdict::kStale : Verdict::kNotYetKnown;
+    }
     // A restarted process numbers its requests from scratch; what its
     // previous life sent has been settled or will never be resent.
-    if (id.incarnation() < sender.incarnation) return Verdict::kDuplicate;
     sender = Sender{id.incarnation(), 0, {}, {}};
   }
   if (id.acked_below() > sender.floor) {
@@ -44,6 +50,20 @@ void DedupTable::Abandon(const v1::RequestId& id) {
     if (id.incarnation() == sender.incarnation) sender.in_flight.erase(id.seq());
   }
   done_.notify_all();
+}
+
+void DedupTable::SetCurrentIncarnations(const std::map<std::string, uint64_t>& current) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& [node_id, incarnation] : current) {
+    current_[node_id] = incarnation;
+    known_[node_id].insert(incarnation);
+  }
+}
+
+uint64_t DedupTable::CurrentIncarnation(const std::string& node_id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = current_.find(node_id);
+  return it == current_.end() ? 0 : it->second;
 }
 
 size_t DedupTable::TrackedRequests() const {

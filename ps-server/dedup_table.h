@@ -6,6 +6,15 @@
 // sequence number it may still resend (acked_below); everything below it is
 // forgotten and any request below it is a stale duplicate.
 //
+// A restarted process numbers its requests from scratch under a new
+// incarnation (a random number, never a clock: a clock set behind would
+// make the new life look older than the old). Which life is current is the
+// scheduler's word, learnt through the shard's heartbeats
+// (SetCurrentIncarnations): a request of the current incarnation replaces
+// the sender's record, one of an incarnation the scheduler has since
+// replaced is refused (kStale), and one the scheduler has not confirmed yet
+// waits for the next heartbeat (kNotYetKnown, resent by the client).
+//
 // Thread-safe: the shard's RPC threads check and record under one lock.
 #ifndef KUBEPS_PS_SERVER_DEDUP_TABLE_H_
 #define KUBEPS_PS_SERVER_DEDUP_TABLE_H_
@@ -23,7 +32,7 @@ namespace kubeps {
 
 class DedupTable {
  public:
-  enum class Verdict { kApply, kDuplicate };
+  enum class Verdict { kApply, kDuplicate, kStale, kNotYetKnown };
 
   // kApply: the caller must apply the request, then call Done(). A
   // duplicate of a request still being applied waits for that to finish, so
@@ -35,6 +44,12 @@ class DedupTable {
   void Abandon(const v1::RequestId& id);
 
   size_t TrackedRequests() const;  // for tests: proves the table stays bounded
+
+  // The scheduler's view: every registered node's current incarnation.
+  // Merged in: a node the view leaves out keeps what was known of it.
+  void SetCurrentIncarnations(const std::map<std::string, uint64_t>& current);
+  // For messages: the current incarnation of `node_id` by the view, 0 if unknown.
+  uint64_t CurrentIncarnation(const std::string& node_id) const;
 
   // The settled requests, for a shard checkpoint; in-flight ones are not
   // settled and are left out.
@@ -52,6 +67,10 @@ class DedupTable {
   mutable std::mutex mutex_;
   std::condition_variable done_;
   std::map<std::string, Sender> senders_;
+  // By node: the incarnation the scheduler calls current, and every one it
+  // ever did (a request of a replaced one is refused, not waited for).
+  std::map<std::string, uint64_t> current_;
+  std::map<std::string, std::set<uint64_t>> known_;
 };
 
 }  // namespace kubeps

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <random>
 
 #include "common/logging.h"
 #include "common/long_poll.h"
@@ -46,6 +48,22 @@ int FreeRank(const std::vector<std::string>& ids, int preferred, int expected) {
     if (ids[r].empty()) return r;
   }
   return -1;
+}
+
+// 128 random bits, hex.
+std::string NewRegistrationKey() {
+  std::random_device device;
+  char hex[33];
+  for (int i = 0; i < 4; ++i) std::snprintf(hex + 8 * i, 9, "%08x", device());
+  return hex;
+}
+
+// Compares in time independent of where the strings differ.
+bool SameKey(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
 }
 
 std::string JoinSteps(const std::vector<uint64_t>& steps) {
@@ -110,6 +128,26 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
           grpc::StatusCode::FAILED_PRECONDITION,
           node.node_id() + " registered before as a " + RoleName(existing->second.info.role()));
     }
+    const Member& registered = existing->second;
+    if (registered.info.incarnation() != node.incarnation()) {
+      const auto silent_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - registered.last_seen)
+              .count();
+      if (silent_ms < options_.replace_silent_after_ms) {
+        // A restarted process's predecessor is dead and falls silent; one
+        // that still beats is alive, and a second process claiming its
+        // name (a hostile or confused client) would take its rank, its
+        // address and, for a server, open a recovery. UNAVAILABLE: a real
+        // restart is resent until the old life has been silent long enough.
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                            node.node_id() + " is registered and alive (incarnation " +
+                                std::to_string(registered.info.incarnation()) + ", heard from " +
+                                std::to_string(silent_ms) +
+                                " ms ago): another process claiming its name is "
+                                "refused until that one has been silent for " +
+                                std::to_string(options_.replace_silent_after_ms) + " ms");
+      }
+    }
     rank = existing->second.info.rank();
     if (node.role() == v1::SERVER) {
       checkpoint_steps_[node.node_id()].assign(node.checkpoint_steps().begin(),
@@ -160,6 +198,9 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
     }
   }
   Member& member = members_[node.node_id()];
+  // A resend of the same life's registration keeps its key.
+  if (member.registration_key.empty() || member.info.incarnation() != node.incarnation())
+    member.registration_key = NewRegistrationKey();
   member.info = node;
   member.info.set_rank(rank);
   member.last_seen = Clock::now();
@@ -170,6 +211,7 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
     if (!restarted_) FirstStart();
   }
   response->set_rank(rank);
+  response->set_registration_key(member.registration_key);
   changed_.notify_all();
   return grpc::Status::OK;
 }
@@ -345,6 +387,12 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
   const bool shutdown = static_cast<int>(finished_workers_.size()) == options_.num_workers;
   response->set_shutdown(shutdown);
   response->set_epoch(epoch_);
+  if (current) {
+    for (const auto& id : worker_ids_) {
+      if (!id.empty())
+        (*response->mutable_worker_incarnations())[id] = members_.at(id).info.incarnation();
+    }
+  }
   if (shutdown && it != members_.end() && it->second.info.role() == v1::SERVER) {
     told_to_stop_.insert(request->node_id());
     changed_.notify_all();
@@ -364,6 +412,13 @@ grpc::Status Scheduler::Finish(const v1::FinishRequest* request, v1::FinishRespo
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         request->node_id() + " is not the registered worker of rank " +
                             std::to_string(request->rank()));
+  }
+  if (!SameKey(member->second.registration_key, request->registration_key())) {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
+                        "Finish for " + request->node_id() + " (rank " +
+                            std::to_string(request->rank()) +
+                            ") refused: the caller is not the process registered under that "
+                            "name (its registration key does not match)");
   }
   finished_workers_.insert(request->rank());
   changed_.notify_all();

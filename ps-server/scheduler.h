@@ -48,6 +48,11 @@ struct SchedulerOptions {
   int num_servers = 1;
   int num_workers = 1;
   int dead_after_ms = 5000;
+  // A node registering under a known name with a new incarnation replaces
+  // the registered one only once that has been silent this long (workers
+  // beat every 500 ms, servers every 250 ms): a live node is never replaced
+  // by a second process claiming its name.
+  int replace_silent_after_ms = 1500;
   bool sync = true;                 // sync jobs roll back every node when a shard restarts
   bool resume = true;               // spec.checkpoint.resume: see "First start" above
   std::string checkpoint_dir;       // for messages: where the shards' checkpoint folders are
@@ -88,6 +93,7 @@ class Scheduler {
   struct Member {
     v1::NodeInfo info;
     Clock::time_point last_seen;
+    std::string registration_key;  // given to the process that registered
   };
   bool ViewReady() const;                          // requires mutex_
   void StartRecovery(const v1::NodeInfo& server);  // requires mutex_

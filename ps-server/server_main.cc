@@ -16,6 +16,7 @@
 #include "common/resend.h"
 #include "common/scheduler_client.h"
 #include "common/tensor_memory.h"
+#include "common/termination_message.h"
 #include "ps-server/ps_service.h"
 #include "ps-server/scheduler_service.h"
 
@@ -96,6 +97,7 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
   service.scheduler().WaitServersToldToStop(std::chrono::seconds(3));
   KLOG_INFO << "every worker finished; scheduler exits";
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  WriteTerminationMessage(kReasonJobOver, "every worker finished");
   return 0;
 }
 
@@ -143,6 +145,7 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
     if (!answer.failure.empty())
       return Status::Error("the scheduler stopped the job: " + answer.failure);
     shard->KeepCheckpoint(answer.common_checkpoint_step);
+    shard->SetCurrentIncarnations(answer.worker_incarnations);
     if (answer.generation > shard->generation()) {
       if (Status r = shard->RestoreCheckpoint(answer.restore_step, answer.generation); !r.ok()) {
         return Status::Error("recovery to step " + std::to_string(answer.restore_step) +
@@ -192,6 +195,7 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
     KLOG_ERROR << s.message();
     return 1;
   }
+  WriteTerminationMessage(kReasonJobOver, "the scheduler said every worker finished");
   return 0;
 }
 

@@ -438,9 +438,26 @@ grpc::Status Shard::Push(const v1::PushRequest& request, PushData& data) {
       }
     }
   }
-  if (dedup_.Begin(request.id()) == DedupTable::Verdict::kDuplicate) {
-    duplicates_.Increment();
-    return grpc::Status::OK;  // the original answer: the push was applied
+  switch (dedup_.Begin(request.id())) {
+    case DedupTable::Verdict::kApply:
+      break;
+    case DedupTable::Verdict::kDuplicate:
+      duplicates_.Increment();
+      return grpc::Status::OK;  // the original answer: the push was applied
+    case DedupTable::Verdict::kStale:
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "push from incarnation " + std::to_string(request.id().incarnation()) +
+                              " of " + request.id().node_id() +
+                              ", which the scheduler has replaced by incarnation " +
+                              std::to_string(dedup_.CurrentIncarnation(request.id().node_id())) +
+                              ": not applied (the process it came from restarted)");
+    case DedupTable::Verdict::kNotYetKnown:
+      // The client resends; the next heartbeat brings the scheduler's view.
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "incarnation " + std::to_string(request.id().incarnation()) + " of " +
+                              request.id().node_id() +
+                              " is not yet known to this shard (it has not heard from the "
+                              "scheduler since that process registered); try again");
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);

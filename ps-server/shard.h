@@ -98,6 +98,11 @@ class Shard {
   std::vector<float> PartValue(uint32_t key, uint64_t offset) const;
   uint64_t PartVersion(uint32_t key, uint64_t offset) const;
   const DedupTable& dedup() const { return dedup_; }
+  // The scheduler's view of every node's current incarnation (heartbeats):
+  // which life of a restarted worker the exactly-once table follows.
+  void SetCurrentIncarnations(const std::map<std::string, uint64_t>& current) {
+    dedup_.SetCurrentIncarnations(current);
+  }
 
  private:
   struct Part {

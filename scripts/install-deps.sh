@@ -11,8 +11,8 @@ PACKAGES=(
   libyaml-cpp-dev nlohmann-json3-dev prometheus-cpp-dev libcpprest-dev libcli11-dev libabsl-dev
   # CPU math: the OpenMP build of OpenBLAS (see CMakeLists.txt for why)
   libopenblas-openmp-dev zlib1g-dev
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev clang-format
+  # tests and benchmarks (faketime: a worker restarted with its clock behind)
+  libgtest-dev libgmock-dev libbenchmark-dev clang-format faketime
   # the Python client (python/) and its tests: torch for Debian's python3, and
   # what an offline `pip install --no-build-isolation ./python` into a venv needs
   python3-torch python3-venv python3-pip python3-setuptools python3-wheel

@@ -41,6 +41,7 @@
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/tensor_memory.h"
+#include "common/termination_message.h"
 #include "worker-agent/kv/kv_worker.h"
 #include "worker-agent/parameter_store.h"
 #include "worker-agent/sidecar/sidecar_server.h"
@@ -101,16 +102,6 @@ void ReportAccuracy(trainer::Model& model, const trainer::Dataset& test, const L
 int Fail(const Status& status) {
   KLOG_ERROR << status.message();
   return 1;
-}
-
-// Leaves "reason: message" where the job logic reads why this replica
-// failed (api::env::kTerminationLog; Kubernetes' /dev/termination-log),
-// so that it can fail the job at once instead of restarting a replica
-// that would fail the same way.
-void WriteTerminationMessage(const std::string& reason, const std::string& message) {
-  const char* path = std::getenv(api::env::kTerminationLog);
-  std::ofstream out(path && *path ? path : "/dev/termination-log", std::ios::trunc);
-  if (out) out << reason << ": " << message << "\n";
 }
 
 Status LoadConfigAndJob(api::NodeConfig* config, api::TrainingJob* job) {

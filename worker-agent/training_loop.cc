@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "common/termination_message.h"
 #include "worker-agent/trainer/batch_sampler.h"
 
 namespace kubeps {
@@ -78,7 +79,7 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
     if (!filled.ok()) return filled;
     const float loss = model.ForwardBackward(images.data(), labels.data(), config.local_batch);
     if (config.fail_on_non_finite_loss && !std::isfinite(loss)) {
-      result->failure_reason = "NonFiniteLoss";
+      result->failure_reason = kReasonNonFiniteLoss;
       return Status::Error("the loss of step " + std::to_string(step) + " is " +
                            std::to_string(loss) +
                            ": the model diverged (lower the learning rate, or set "
@@ -97,7 +98,7 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
       // A shard refused a NaN or Inf gradient (ps-server/shard.cc says so).
       if (updated.code() == Status::Code::kInvalidArgument &&
           updated.message().find("is not finite") != std::string::npos) {
-        result->failure_reason = "NonFiniteGradient";
+        result->failure_reason = kReasonNonFiniteGradient;
       }
       return Status::Error("step " + std::to_string(step) + ": " + updated.message());
     }

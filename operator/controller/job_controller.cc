@@ -1,6 +1,7 @@
 #include "operator/controller/job_controller.h"
 
 #include "common/logging.h"
+#include "common/termination_message.h"
 
 #include <map>
 
@@ -129,10 +130,7 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
       continue;
     }
     const ReplicaStatus& r = it->second;
-    // Servers and the scheduler exit 0 only when the scheduler has seen
-    // every worker finish, which can be observed here a moment before the
-    // workers' own exits: not a failure.
-    if (r.phase != ReplicaPhase::kFailed) continue;
+    if (r.phase != ReplicaPhase::kFailed && !EndedBeforeTheWorkers(r)) continue;
     if (IsPermanentReason(r.reason)) {
       return Fail(
           r.reason,
@@ -168,6 +166,15 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     status.message = "starting replicas";
   }
   return status;
+}
+
+// Servers and the scheduler end, with exit 0 and the reason JobOver, when
+// the scheduler has seen every worker finish, which can be observed here a
+// moment before the workers' own exits: not a failure. Any other end of
+// theirs while workers still need them is one, whatever the exit code.
+bool JobController::EndedBeforeTheWorkers(const ReplicaStatus& replica) {
+  return replica.name.role != ReplicaRole::kWorker && replica.phase == ReplicaPhase::kSucceeded &&
+         replica.reason != kReasonJobOver;
 }
 
 JobStatus JobController::Fail(const std::string& code, const std::string& message, int64_t now_ms) {

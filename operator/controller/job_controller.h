@@ -74,6 +74,9 @@ class JobController {
 
  private:
   JobStatus Observe(const std::vector<ReplicaStatus>& replicas) const;
+  // A server or the scheduler that exited 0 without being told the job is
+  // over: a failure, like any other exit of theirs.
+  static bool EndedBeforeTheWorkers(const ReplicaStatus& replica);
   // At the end of the job: deletes replicas as cleanPodPolicy says.
   void Cleanup();
   JobStatus Fail(const std::string& code, const std::string& message, int64_t now_ms);

@@ -2,12 +2,13 @@
 
 #include <cctype>
 
+#include "common/termination_message.h"
 #include "operator/controller/cluster.h"
 
 namespace kubeps::controller {
 
 bool IsPermanentReason(const std::string& reason) {
-  return reason == "NonFiniteLoss" || reason == "NonFiniteGradient";
+  return reason == kReasonNonFiniteLoss || reason == kReasonNonFiniteGradient;
 }
 
 void ParseTerminationMessage(const std::string& text, std::string* reason, std::string* message) {
@@ -21,11 +22,12 @@ void ParseTerminationMessage(const std::string& text, std::string* reason, std::
   message->assign(camel ? line.substr(colon + 2) : line);
 }
 
-bool IsRetryableExitCode(int exit_code) { return exit_code >= 128; }
+bool IsRetryableExitCode(int exit_code) { return exit_code == 0 || exit_code >= 128; }
 
 RestartDecision DecideRestart(const api::RunPolicy& policy, const std::string& replica,
                               int exit_code, int restarts_so_far) {
-  const std::string failed = replica + " exited with code " + std::to_string(exit_code);
+  const std::string failed = replica + " exited with code " + std::to_string(exit_code) +
+                             (exit_code == 0 ? " before the workers finished" : "");
   switch (policy.restart_policy) {
     case api::RestartPolicy::kNever:
       return {false, "RestartPolicyNever", failed + " and restartPolicy is Never"};

@@ -21,6 +21,9 @@ struct RestartDecision {
 // Exit codes 128 and above mean "killed by a signal" (137 = SIGKILL, 143 =
 // SIGTERM): the node, not the program, failed, so ExitCode retries them.
 // 1..127 are the program's own verdict and are permanent under ExitCode.
+// 0 reaches here only for a server or the scheduler that ended before the
+// workers finished without being told the job is over: not a verdict on
+// the job, so it is retried too.
 bool IsRetryableExitCode(int exit_code);
 
 // A replica's termination reason that no restart cures: the model diverged

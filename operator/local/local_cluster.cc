@@ -144,6 +144,7 @@ Status LocalCluster::Create(const controller::ReplicaLaunch& launch) {
   ::unlink(termination_log.c_str());
   pod.status.reason.clear();
   pod.status.message.clear();
+  pod.termination_read = false;
   pod.launch.env[api::env::kTerminationLog] = termination_log;
   if (pod.launch.user_process)
     pod.launch.user_process->env[api::env::kTerminationLog] = termination_log;
@@ -281,7 +282,12 @@ std::vector<controller::ReplicaStatus> LocalCluster::List() {
   std::vector<controller::ReplicaStatus> all;
   for (auto& [name, pod] : pods_) {
     Reap(pod);
-    if (pod.status.phase == ReplicaPhase::kFailed && pod.status.reason.empty()) {
+    const bool ended =
+        pod.status.phase == ReplicaPhase::kSucceeded || pod.status.phase == ReplicaPhase::kFailed;
+    if (ended && !pod.termination_read) {
+      // Read once per life: a server's exit 0 means "done" only with the
+      // reason JobOver, a failure's reason may make it permanent.
+      pod.termination_read = true;
       std::ifstream in(run_dir_ + "/" + name.ToString() + ".termination");
       std::string text;
       if (in && std::getline(in, text)) {

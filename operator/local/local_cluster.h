@@ -66,7 +66,8 @@ class LocalCluster : public controller::Cluster {
     pid_t pid = -1;                    // kubeps' process: the agent, where there is a program
     pid_t program_pid = -1;            // the user's program, -1 when none or ended
     bool has_program = false;
-    int program_exit_code = -1;  // -1 while the program runs (or the pod has none)
+    int program_exit_code = -1;     // -1 while the program runs (or the pod has none)
+    bool termination_read = false;  // the ended life's termination message was read
     int agent_restarts = 0;
     int64_t agent_start_at_ms = -1;  // a dead agent's restart is due then
     int64_t agent_term_at_ms = -1;   // the agent is sent SIGTERM then, its program ended

@@ -54,9 +54,9 @@ class RunningJob:
     """`kubeps run` in the background; its output is collected line by line
     with the time each line arrived."""
 
-    def __init__(self, manifest_path, run_dir=None, env=None, command="run"):
+    def __init__(self, manifest_path, run_dir=None, env=None, command="run", kubeps=KUBEPS):
         self.run_dir = run_dir or tempfile.mkdtemp(prefix="kubeps-test-run-")
-        args = [KUBEPS, command, manifest_path]
+        args = [kubeps, command, manifest_path]
         if command == "run":
             args.append("--run-dir=" + self.run_dir)
         full_env = dict(os.environ)

@@ -103,30 +103,51 @@ TEST(DedupTableTest, WithoutAcknowledgementsTheTableGrows) {
   EXPECT_EQ(table.TrackedRequests(), 11u);  // 90..100
 }
 
-TEST(DedupTableTest, NewIncarnationResetsAndOldIncarnationIsDuplicate) {
+TEST(DedupTableTest, ACurrentIncarnationResetsAndAReplacedOneIsRefused) {
   DedupTable table;
   for (uint64_t seq = 0; seq < 5; ++seq) {
     auto id = Id("worker-0", 100, seq, 0);
     ASSERT_EQ(table.Begin(id), Verdict::kApply);
     table.Done(id);
   }
+  table.SetCurrentIncarnations({{"worker-0", 100}});
   EXPECT_EQ(table.Begin(Id("worker-0", 100, 3)), Verdict::kDuplicate);
 
-  // The restarted process numbers from 0 again: its requests are new.
+  // The restarted process registered with the scheduler; the shard has not
+  // heard yet: its requests wait.
   auto restarted = Id("worker-0", 200, 0);
+  EXPECT_EQ(table.Begin(restarted), Verdict::kNotYetKnown);
+  // Once the scheduler names it current, it numbers from 0 again: new.
+  table.SetCurrentIncarnations({{"worker-0", 200}});
   EXPECT_EQ(table.Begin(restarted), Verdict::kApply);
   table.Done(restarted);
   EXPECT_EQ(table.Begin(restarted), Verdict::kDuplicate);
   EXPECT_EQ(table.TrackedRequests(), 1u) << "the old incarnation's entries must be dropped";
 
   // A late resend from the previous life is never applied, even with a
-  // sequence number the new life has not used.
-  EXPECT_EQ(table.Begin(Id("worker-0", 100, 3)), Verdict::kDuplicate);
-  EXPECT_EQ(table.Begin(Id("worker-0", 100, 50)), Verdict::kDuplicate);
+  // sequence number the new life has not used, and says so.
+  EXPECT_EQ(table.Begin(Id("worker-0", 100, 3)), Verdict::kStale);
+  EXPECT_EQ(table.Begin(Id("worker-0", 100, 50)), Verdict::kStale);
   // ... and does not disturb the new life.
   auto next = Id("worker-0", 200, 1);
   EXPECT_EQ(table.Begin(next), Verdict::kApply);
   table.Done(next);
+}
+
+// Before, the larger number won: a worker restarted with its clock behind
+// (rescheduled to another node, an NTP step) had every push dropped as a
+// "late duplicate" of its dead predecessor.
+TEST(DedupTableTest, ASmallerIncarnationIsCurrentWhenTheSchedulerSaysSo) {
+  DedupTable table;
+  const auto old_life = Id("worker-1", 1'700'000'000'000'000'000ull, 0);
+  table.SetCurrentIncarnations({{"worker-1", old_life.incarnation()}});
+  ASSERT_EQ(table.Begin(old_life), Verdict::kApply);
+  table.Done(old_life);
+  table.SetCurrentIncarnations({{"worker-1", 1'699'999'000'000'000'000ull}});
+  const auto new_life = Id("worker-1", 1'699'999'000'000'000'000ull, 0);
+  EXPECT_EQ(table.Begin(new_life), Verdict::kApply);
+  table.Done(new_life);
+  EXPECT_EQ(table.Begin(old_life), Verdict::kStale);
 }
 
 TEST(DedupTableTest, DuplicateOfInFlightRequestWaitsForDone) {
@@ -179,6 +200,7 @@ TEST(DedupTableTest, OldIncarnationDoneDoesNotReleaseNewIncarnationsInFlightRequ
   const auto old_life = Id("worker-0", 1, 3);
   ASSERT_EQ(table.Begin(old_life), Verdict::kApply);  // still being applied
   const auto new_life = Id("worker-0", 2, 3);
+  table.SetCurrentIncarnations({{"worker-0", 2}});    // it registered
   ASSERT_EQ(table.Begin(new_life), Verdict::kApply);  // new life, same seq
   table.Done(old_life);                               // the old request finishes
 

@@ -6,7 +6,10 @@
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <map>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -216,6 +219,108 @@ TEST(HostileClientTest, BarrierWaitOverSixtySecondsIsRefused) {
   grpc::Status s = barrier.get();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("wait_ms 4233600000 is over the bound of 60000"));
+}
+
+// Control calls from a client that holds the job's token but is not the
+// node it names. Before, two Finish calls for the two workers shut the
+// servers and the scheduler down while the workers still trained, and two
+// Register calls of a live server with a new incarnation and a made-up
+// checkpoint step opened a recovery and took the server's address.
+class HostileControlCallTest : public ::testing::Test {
+ protected:
+  HostileControlCallTest() {
+    SchedulerOptions options;
+    options.num_servers = 1;
+    options.num_workers = 2;
+    options.replace_silent_after_ms = 300;
+    scheduler_ = std::make_unique<Scheduler>(options, &NullMetrics());
+    keys_["server-0"] = Register("server-0", v1::SERVER, 11, "10.0.0.5:9000").registration_key();
+    keys_["worker-0"] = Register("worker-0", v1::WORKER, 21).registration_key();
+    keys_["worker-1"] = Register("worker-1", v1::WORKER, 22).registration_key();
+  }
+  v1::RegisterResponse Register(const std::string& id, v1::Role role, uint64_t incarnation,
+                                const std::string& address = "", grpc::Status* status = nullptr,
+                                int64_t made_up_step = -1) {
+    v1::RegisterRequest request;
+    request.mutable_node()->set_node_id(id);
+    request.mutable_node()->set_role(role);
+    request.mutable_node()->set_incarnation(incarnation);
+    request.mutable_node()->set_address(address);
+    if (made_up_step >= 0) request.mutable_node()->add_checkpoint_steps(made_up_step);
+    v1::RegisterResponse response;
+    grpc::Status s = scheduler_->Register(&request, &response);
+    if (status) *status = s;
+    return response;
+  }
+  grpc::Status Finish(const std::string& id, int rank, const std::string& key) {
+    v1::FinishRequest request;
+    request.set_node_id(id);
+    request.set_rank(rank);
+    request.set_registration_key(key);
+    v1::FinishResponse response;
+    return scheduler_->Finish(&request, &response);
+  }
+  v1::HeartbeatResponse Beat(const std::string& id, uint64_t incarnation) {
+    v1::HeartbeatRequest request;
+    request.set_node_id(id);
+    request.set_incarnation(incarnation);
+    v1::HeartbeatResponse response;
+    EXPECT_TRUE(scheduler_->Heartbeat(&request, &response).ok());
+    return response;
+  }
+  std::unique_ptr<Scheduler> scheduler_;
+  std::map<std::string, std::string> keys_;
+};
+
+TEST_F(HostileControlCallTest, FinishFromAnyoneButTheNodeItNamesIsRefused) {
+  for (const std::string key : {"", "0123456789abcdef0123456789abcdef"}) {
+    grpc::Status s = Finish("worker-0", 0, key);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(s.error_message(),
+                HasSubstr("Finish for worker-0 (rank 0) refused: the caller is not the process "
+                          "registered under that name"));
+  }
+  // One worker's key does not finish another.
+  EXPECT_EQ(Finish("worker-1", 1, keys_["worker-0"]).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_FALSE(scheduler_->AllWorkersFinished());
+  EXPECT_FALSE(Beat("server-0", 11).shutdown()) << "the servers were told the job is over";
+
+  ASSERT_TRUE(Finish("worker-0", 0, keys_["worker-0"]).ok());
+  ASSERT_TRUE(Finish("worker-1", 1, keys_["worker-1"]).ok());
+  EXPECT_TRUE(scheduler_->AllWorkersFinished());
+}
+
+TEST_F(HostileControlCallTest, RegisteringALiveServerAgainIsRefusedAndChangesNothing) {
+  Beat("server-0", 11);
+  grpc::Status s;
+  Register("server-0", v1::SERVER, 666, "10.9.9.9:1", &s, /*made_up_step=*/999999);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("server-0 is registered and alive (incarnation 11, heard from"));
+  EXPECT_THAT(s.error_message(), HasSubstr("another process claiming its name is refused"));
+  v1::HeartbeatResponse beat = Beat("server-0", 11);
+  EXPECT_EQ(beat.generation(), 0u) << "a recovery was opened";
+  v1::ClusterViewRequest request;
+  v1::ClusterView view;
+  ASSERT_TRUE(scheduler_->GetClusterView(&request, &view).ok());
+  ASSERT_EQ(view.servers_size(), 1);
+  EXPECT_EQ(view.servers(0).address(), "10.0.0.5:9000");
+  EXPECT_EQ(view.servers(0).incarnation(), 11u);
+}
+
+TEST_F(HostileControlCallTest, AWorkerRestartedAfterItsPredecessorFellSilentIsAccepted) {
+  grpc::Status s;
+  Register("worker-1", v1::WORKER, 23, "", &s);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << "its predecessor was just heard";
+  std::this_thread::sleep_for(400ms);  // replace_silent_after_ms is 300
+  const std::string key = Register("worker-1", v1::WORKER, 23, "", &s).registration_key();
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_NE(key, keys_["worker-1"]);
+  EXPECT_EQ(Finish("worker-1", 1, keys_["worker-1"]).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED)
+      << "the dead life's key still finishes the worker";
+  EXPECT_TRUE(Finish("worker-1", 1, key).ok());
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // and the job token over a real gRPC server.
 #include <chrono>
 #include <future>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -31,7 +32,16 @@ std::unique_ptr<Scheduler> MakeScheduler(int servers, int workers, int dead_afte
   options.num_servers = servers;
   options.num_workers = workers;
   options.dead_after_ms = dead_after_ms;
+  // These tests restart nodes at once; the wait for a predecessor's silence
+  // has tests of its own (hostile_client_test.cc).
+  options.replace_silent_after_ms = 0;
   return std::make_unique<Scheduler>(options, &NullMetrics());
+}
+
+// The registration key each node got last, as the node keeps it.
+std::map<std::string, std::string>& Keys() {
+  static std::map<std::string, std::string> keys;
+  return keys;
 }
 
 grpc::Status Register(Scheduler& s, const std::string& node_id, v1::Role role, int* rank = nullptr,
@@ -45,6 +55,7 @@ grpc::Status Register(Scheduler& s, const std::string& node_id, v1::Role role, i
   v1::RegisterResponse response;
   grpc::Status status = s.Register(&request, &response);
   if (rank) *rank = status.ok() ? response.rank() : -1;
+  if (status.ok()) Keys()[node_id] = response.registration_key();
   return status;
 }
 
@@ -89,6 +100,7 @@ grpc::Status Finish(Scheduler& s, const std::string& node_id, int rank) {
   v1::FinishRequest request;
   request.set_node_id(node_id);
   request.set_rank(rank);
+  request.set_registration_key(Keys()[node_id]);
   v1::FinishResponse response;
   return s.Finish(&request, &response);
 }

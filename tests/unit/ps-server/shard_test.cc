@@ -113,8 +113,8 @@ grpc::Status PushThroughWire(Shard& shard, const v1::PushRequest& request) {
 }
 
 grpc::Status Push(Shard& shard, int rank, uint64_t seq, uint64_t step, const std::vector<Ref>& refs,
-                  const std::vector<float>& grad) {
-  return PushThroughWire(shard, PushRequest(rank, seq, step, refs, grad));
+                  const std::vector<float>& grad, uint64_t incarnation = 1) {
+  return PushThroughWire(shard, PushRequest(rank, seq, step, refs, grad, incarnation));
 }
 
 v1::PullResponse Pull(Shard& shard, const std::vector<Ref>& refs, uint64_t min_version,
@@ -298,14 +298,48 @@ TEST(ShardTest, SyncPullOfAVersionAnswersPartsThatMovedOnAsTheyWereThen) {
   EXPECT_EQ(Floats(pulled.data()), (std::vector<float>{10, 20}))
       << "the first part was answered as it is now, a step ahead of the second";
 
-  // The replacement pushes step 0 again: the first part keeps what it has,
+  // The replacement (registered with the scheduler, which the shard heard
+  // in a heartbeat) pushes step 0 again: the first part keeps what it has,
   // the second completes, and both end as if nobody had died.
+  shard->SetCurrentIncarnations({{"worker-0", 2}});
   ASSERT_TRUE(PushThroughWire(*shard, PushRequest(0, 0, 0, both, {2, 8}, /*incarnation=*/2)).ok());
   EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{10 - 3}));
   EXPECT_EQ(shard->PartValue(1, 0), (std::vector<float>{20 - 7}));
   auto after = Pull(*shard, both, 1, 0);
   EXPECT_EQ(after.version(), 1u);
   EXPECT_EQ(Floats(after.data()), (std::vector<float>{7, 13}));
+}
+
+// A worker restarted on a node whose clock is behind the old one's draws a
+// smaller incarnation; before, the shard took its pushes for late
+// duplicates of the old life, answered OK without applying them, and a sync
+// job hung. Now the scheduler's view decides, and the dead life's late
+// pushes get an error instead of a silent OK.
+TEST(ShardTest, TheSchedulersViewNotTheNumbersOrderSaysWhichLifeOfAWorkerIsCurrent) {
+  auto shard = MakeShard(false, 1);
+  ASSERT_TRUE(Init(*shard, kPart, {10, 10, 10}).ok());
+  shard->SetCurrentIncarnations({{"worker-0", 900}});
+  ASSERT_TRUE(Push(*shard, 0, 0, 0, kPart, {1, 1, 1}, /*incarnation=*/900).ok());
+
+  // The restarted worker, with a smaller number, before the shard has heard
+  // of it: not yet known, to be resent.
+  grpc::Status early = Push(*shard, 0, 0, 0, kPart, {1, 1, 1}, /*incarnation=*/5);
+  EXPECT_EQ(early.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(early.error_message(), HasSubstr("incarnation 5 of worker-0 is not yet known"));
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{9, 9, 9}));
+
+  // Once the scheduler's view names it, its pushes are applied.
+  shard->SetCurrentIncarnations({{"worker-0", 5}});
+  ASSERT_TRUE(Push(*shard, 0, 0, 0, kPart, {1, 1, 1}, /*incarnation=*/5).ok());
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{8, 8, 8}));
+
+  // A late push of the replaced life is refused, saying why, and changes nothing.
+  grpc::Status late = Push(*shard, 0, 7, 0, kPart, {1, 1, 1}, /*incarnation=*/900);
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(late.error_message(),
+              HasSubstr("push from incarnation 900 of worker-0, which the scheduler has replaced "
+                        "by incarnation 5: not applied"));
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{8, 8, 8}));
 }
 
 TEST(ShardTest, AsyncAppliesEveryPushAtOnce) {

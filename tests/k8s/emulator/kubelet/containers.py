@@ -63,6 +63,7 @@ class Container:
         self.log_file = None
         self.started_once = False
         self.startup_ok = False    # its startupProbe passed (or it has none)
+        self.termination_file = None  # bound to its terminationMessagePath, this start's
 
     @property
     def sidecar(self):

@@ -123,6 +123,14 @@ class PodWorker(ContainerEnvironment, PodVolumes, ProcessRunner, Probes, threadi
     def terminated(self, c, code, reason, started, finished, message=None, signal_no=None):
         t = {"exitCode": code, "reason": reason, "startedAt": started, "finishedAt": finished,
              "containerID": "emulated://%d" % c.proc.pid if c.proc else ""}
+        if message is None and c.termination_file:
+            # what the container wrote to its terminationMessagePath, at most
+            # 4096 bytes, as the kubelet reads it
+            try:
+                with open(c.termination_file, errors="replace") as f:
+                    message = f.read(4096)
+            except OSError:
+                pass
         if message:
             t["message"] = message
         if signal_no:

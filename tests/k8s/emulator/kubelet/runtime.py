@@ -49,6 +49,10 @@ class ProcessRunner:
         if c.started_once:
             c.restarts += 1
         c.started_once = True
+        c.termination_file = self.new_termination_file(c)
+        if c.termination_file:
+            mounts.append((c.termination_file,
+                           c.spec.get("terminationMessagePath", "/dev/termination-log"), False))
         program, argv = self.resolve_program(c, env)
         now = now_iso()
         if program is None:
@@ -129,6 +133,19 @@ class ProcessRunner:
             threading.Thread(target=self.kubelet.tail, args=(log_path, "%s/%s" % (
                 self.name, c.name), c.proc), daemon=True).start()
         return True
+
+    def new_termination_file(self, c):
+        """The file a container's terminationMessagePath is bound to, empty
+        for each start as the kubelet makes it; None where there are no
+        mount namespaces to bind it in (one path on the host cannot be every
+        container's)."""
+        if self.kubelet.isolation != "namespace":
+            return None
+        folder = os.path.join(self.dir, "termination")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, "%s.%d" % (c.name, c.restarts))
+        open(path, "w").close()
+        return path
 
     def reap(self, c):
         if c.proc is None or "running" not in c.state:

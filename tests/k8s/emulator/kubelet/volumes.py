@@ -114,6 +114,10 @@ class PodVolumes:
         """A mount point on the host for a bind mount (an empty folder or
         file), removed again when the pod goes."""
         if os.path.lexists(dst):
+            if dst in self.kubelet.links and dst not in self.links:
+                # made for another pod (every container's /dev/termination-log,
+                # a job's shared mount path): kept while either pod uses it
+                self.links.append(dst)
             return
         self.make_parents(dst)
         if os.path.isdir(src):

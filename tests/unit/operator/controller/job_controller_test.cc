@@ -326,9 +326,10 @@ TEST_F(JobControllerTest, ServersExitingZeroBeforeWorkersAreDoneIsNotAFailure) {
   StartRunning(api::RestartPolicy::kNever);
   // The scheduler saw every worker finish and told the servers; their exit
   // is observed before the workers' own.
-  cluster_.Set(Scheduler(), ReplicaPhase::kSucceeded);
-  cluster_.Set(Server(0), ReplicaPhase::kSucceeded);
-  cluster_.Set(Server(1), ReplicaPhase::kSucceeded);
+  for (const ReplicaName& name : {Scheduler(), Server(0), Server(1)}) {
+    cluster_.Set(name, ReplicaPhase::kSucceeded);
+    cluster_.replicas[name].reason = "JobOver";
+  }
   JobStatus status = controller_->Reconcile(100);
   EXPECT_NE(status.phase, JobPhase::kFailed) << status.reason << ": " << status.message;
   EXPECT_FALSE(status.finished());
@@ -340,6 +341,30 @@ TEST_F(JobControllerTest, ServersExitingZeroBeforeWorkersAreDoneIsNotAFailure) {
   cluster_.Set(Worker(1), ReplicaPhase::kSucceeded);
   status = controller_->Reconcile(200);
   EXPECT_EQ(status.phase, JobPhase::kSucceeded);
+}
+
+// A SIGTERM handler that exits 0, a bug: before, the job logic took such a
+// server for finished, never started it again, and the workers burnt the
+// backoffLimit against its dead address.
+TEST_F(JobControllerTest, AServerEndingBeforeTheWorkersWithoutJobOverIsRestarted) {
+  StartRunning();
+  cluster_.Set(Server(1), ReplicaPhase::kSucceeded);
+  JobStatus status = controller_->Reconcile(100);
+  EXPECT_EQ(status.phase, JobPhase::kRestarting) << status.message;
+  EXPECT_THAT(cluster_.created, ElementsAre("server-1"));
+  EXPECT_THAT(status.message,
+              HasSubstr("server-1 exited with code 0 before the workers finished; restarting it"));
+}
+
+TEST_F(JobControllerTest, TheSchedulerEndingBeforeTheWorkersUnderNeverFailsTheJobNamingIt) {
+  StartRunning(api::RestartPolicy::kNever);
+  cluster_.Set(Scheduler(), ReplicaPhase::kSucceeded);
+  JobStatus status = controller_->Reconcile(100);
+  EXPECT_EQ(status.phase, JobPhase::kFailed);
+  EXPECT_EQ(status.reason, "RestartPolicyNever");
+  EXPECT_THAT(status.message,
+              HasSubstr("scheduler-0 exited with code 0 before the workers finished"));
+  EXPECT_THAT(cluster_.created, IsEmpty());
 }
 
 TEST_F(JobControllerTest, CreateFailureFailsTheJob) {

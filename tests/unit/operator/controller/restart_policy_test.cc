@@ -62,6 +62,7 @@ TEST(RestartPolicyTest, ExitCodeRetriesSignalsOnly) {
   EXPECT_TRUE(IsRetryableExitCode(137));  // SIGKILL: OOM kill, node drain
   EXPECT_TRUE(IsRetryableExitCode(143));  // SIGTERM: pod eviction
   EXPECT_TRUE(IsRetryableExitCode(128));
+  EXPECT_TRUE(IsRetryableExitCode(0));  // a server's exit before the workers finished
   EXPECT_FALSE(IsRetryableExitCode(1));
   EXPECT_FALSE(IsRetryableExitCode(127));  // command not found
   EXPECT_FALSE(IsRetryableExitCode(2));

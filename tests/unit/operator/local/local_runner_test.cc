@@ -32,10 +32,12 @@ std::string ReadFile(const std::string& path) {
 }
 
 // Every node publishes its ports and its environment; `worker_exit` is the
-// agent's exit code.
+// agent's exit code. The scheduler and the servers end as when told the
+// job is over (their exit may be seen before the workers').
 constexpr char kServerScript[] = R"(#!/bin/sh
 env > "$KUBEPS_RUN_DIR/$KUBEPS_NODE_ID.env"
 printf 'grpc 45678\nmetrics 0\n' > "$KUBEPS_RUN_DIR/$KUBEPS_NODE_ID.ports"
+echo "JobOver: every worker finished" > "$KUBEPS_TERMINATION_LOG"
 exit 0
 )";
 

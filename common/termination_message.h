@@ -1,0 +1,32 @@
+// A replica's last words: one line "Reason: message" that the job logic reads
+// to learn why a replica ended (Kubernetes' terminationMessagePath,
+// /dev/termination-log; locally the file KUBEPS_TERMINATION_LOG names).
+// The reasons below are the ones the job logic acts on.
+//
+// Thread-compatible: call it once, as the process ends.
+#ifndef KUBEPS_COMMON_TERMINATION_MESSAGE_H_
+#define KUBEPS_COMMON_TERMINATION_MESSAGE_H_
+
+#include <string>
+
+namespace kubeps {
+
+inline constexpr const char* kTerminationLogVariable = "KUBEPS_TERMINATION_LOG";
+
+// A server or the scheduler ending because the scheduler saw every worker
+// finish. Any other end of theirs before the workers are done is a failure
+// that the run policy restarts: without the reason, an exit 0 of a server
+// (a bug, a stray signal handler) would read as "done" and strand the job.
+inline constexpr const char* kReasonJobOver = "JobOver";
+// The model diverged: a rerun from the same parameters diverges again.
+inline constexpr const char* kReasonNonFiniteLoss = "NonFiniteLoss";
+inline constexpr const char* kReasonNonFiniteGradient = "NonFiniteGradient";
+
+// Writes "reason: message" to $KUBEPS_TERMINATION_LOG, or to
+// /dev/termination-log when that is unset (a pod's default). Best effort: a
+// process that cannot write it still ends with its exit code.
+void WriteTerminationMessage(const std::string& reason, const std::string& message);
+
+}  // namespace kubeps
+
+#endif  // KUBEPS_COMMON_TERMINATION_MESSAGE_H_
