@@ -34,8 +34,8 @@ SchedulerClient::SchedulerClient(SchedulerClientOptions options)
       incarnation_(NewIncarnation()),
       peer_("scheduler " + options_.scheduler_address),
       metrics_(options_.metrics ? options_.metrics : &NullMetrics()),
-      caller_(std::make_unique<ResendCaller>(options_.resend, options_.token, metrics_,
-                                             options_.stop)),
+      caller_(
+          std::make_unique<ResendCaller>(options_.resend, options_.token, metrics_, options_.stop)),
       stub_(new Stub{v1::Scheduler::NewStub(OpenChannel(options_.scheduler_address))}) {}
 
 SchedulerClient::~SchedulerClient() = default;

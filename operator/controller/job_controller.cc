@@ -204,7 +204,8 @@ std::string JobController::RunningMessage(
     if (it != observed.end() && it->second.phase == ReplicaPhase::kRunning) continue;
     // A worker that is done is part of a running job.
     if (name.role == ReplicaRole::kWorker) continue;
-    others += (others.empty() ? "" : ", ") + name.ToString() + " " + Describe(observed, name, "is starting");
+    others += (others.empty() ? "" : ", ") + name.ToString() + " " +
+              Describe(observed, name, "is starting");
   }
   if (others.empty()) return "every replica is running";
   return "the workers are running, but " + others;
@@ -234,8 +235,8 @@ JobStatus JobController::FinishJob(JobStatus status,
   }
   if (!left.empty()) {
     if (!scheduler_left) {
-      KLOG_INFO << "every worker finished and scheduler-0 " << Describe(observed, scheduler, "is gone")
-                << ": stopping " << JoinNames(left)
+      KLOG_INFO << "every worker finished and scheduler-0 "
+                << Describe(observed, scheduler, "is gone") << ": stopping " << JoinNames(left)
                 << ", which no scheduler will tell that the job is over";
     } else {
       KLOG_INFO << "every worker finished " << waited << " ms ago: stopping " << JoinNames(left)

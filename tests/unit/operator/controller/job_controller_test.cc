@@ -353,7 +353,8 @@ TEST_F(JobControllerTest, ServersWhoseSchedulerIsGoneAreStoppedAsSoonAsTheWorker
     SCOPED_TRACE("scheduler exit code " + std::to_string(scheduler_exit));
     cluster_ = FakeCluster();
     StartRunning();
-    cluster_.Set(Scheduler(), scheduler_exit == 0 ? ReplicaPhase::kSucceeded : ReplicaPhase::kFailed,
+    cluster_.Set(Scheduler(),
+                 scheduler_exit == 0 ? ReplicaPhase::kSucceeded : ReplicaPhase::kFailed,
                  scheduler_exit);
     cluster_.Set(Worker(0), ReplicaPhase::kSucceeded);
     cluster_.Set(Worker(1), ReplicaPhase::kSucceeded);
@@ -397,7 +398,8 @@ TEST_F(JobControllerTest, RunningMessageNamesEveryReplicaThatIsNotRunning) {
   cluster_.Set(Server(1), ReplicaPhase::kPending);
   JobStatus status = controller_->Reconcile(100);
   EXPECT_EQ(status.phase, JobPhase::kRunning);
-  EXPECT_EQ(status.message, "the workers are running, but scheduler-0 is pending, server-1 is pending");
+  EXPECT_EQ(status.message,
+            "the workers are running, but scheduler-0 is pending, server-1 is pending");
   cluster_.SetAll(ReplicaPhase::kRunning);
   EXPECT_EQ(controller_->Reconcile(200).message, "every replica is running");
 }
