@@ -37,8 +37,13 @@ constexpr std::chrono::milliseconds kStopCheckInterval(50);
 // Calls still in flight when a process stops get this long before they are
 // cancelled: it was told to stop, and its grace period may be short.
 constexpr std::chrono::milliseconds kStopShutdownGrace(100);
-// Calls in flight at the end of the job get this long.
-constexpr std::chrono::seconds kEndShutdownGrace(1);
+// Calls in flight at the end of the job get this long: nobody waits on
+// them any more (the workers are gone), and `kubeps run` waits for the exit.
+constexpr std::chrono::milliseconds kEndShutdownGrace(250);
+// Once every worker finished, the scheduler answers heartbeats this long
+// (four beats) for the servers to hear the job is over. A server that does
+// not ask in that time is dead or hung, and the job logic stops it.
+constexpr std::chrono::seconds kServersHearTheEndWithin(1);
 
 // SIGTERM (eviction, a drain, `kill`) or SIGINT before the job is over: stop
 // now and say so, with the exit code a process killed by that signal has
@@ -104,7 +109,7 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
   // Keep answering heartbeats until every server has learnt the job is
   // over, so they exit on their own (bounded: a dead server never asks; and
   // a stop ends the wait, the job being over).
-  const auto told_by = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  const auto told_by = std::chrono::steady_clock::now() + kServersHearTheEndWithin;
   while (!g_stop.stop_requested() && std::chrono::steady_clock::now() < told_by &&
          !service.scheduler().WaitServersToldToStop(kStopCheckInterval)) {
   }

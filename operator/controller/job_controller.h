@@ -56,8 +56,7 @@ class JobController {
   // while the scheduler and a server are both there to talk.
   static constexpr int kLingerMs = 10000;
   // Once the servers are gone, the scheduler has only this long left: it
-  // would otherwise wait up to 3 s for servers that died before hearing
-  // the job was over.
+  // waits a while for servers that died before hearing the job was over.
   static constexpr int kSchedulerLingerMs = 1000;
 
   JobController(api::TrainingJob job, Cluster* cluster, LaunchBuilder build_launch);

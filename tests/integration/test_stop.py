@@ -147,16 +147,17 @@ class EndOfJobTest(unittest.TestCase):
     def test_a_job_whose_scheduler_is_gone_before_its_servers_ends_at_once(self):
         # The servers must miss the scheduler's "the job is over": they are
         # frozen (SIGSTOP) from the moment the workers need them no more
-        # until the scheduler, which waits 3 s for them, has exited. Worker
-        # rank 0 writes its parameters to a FIFO after its test accuracy and
-        # before it tells the scheduler it finished: it waits there until
-        # the servers are frozen.
+        # until the scheduler, which waits a second for them, has exited.
+        # Worker rank 0 writes its parameters to a FIFO after its test
+        # accuracy and before it tells the scheduler it finished: it waits
+        # there until the servers are frozen.
         workdir = tempfile.mkdtemp(prefix="kubeps-stop-late-")
         fifo = os.path.join(workdir, "params.fifo")
         os.mkfifo(fifo)
         job = RunningJob(write_manifest(workdir, manifest("latesched")),
                          env={"KUBEPS_MAX_STEPS": "100", "KUBEPS_DUMP_PARAMS": fifo})
         self.addCleanup(job.close)
+        watch = LastWorkerWatch(job)
         servers = [wait_for_replica_pid(job, "server-%d" % i) for i in range(2)]
         scheduler = wait_for_replica_pid(job, "scheduler-0")
         job.wait_for_line(r"^\[worker 0\] test accuracy")
@@ -172,9 +173,11 @@ class EndOfJobTest(unittest.TestCase):
             for pid in servers:
                 os.kill(pid, signal.SIGCONT)
         code = job.wait(60)
-        gap = time.time() - scheduler_gone
+        ended = time.time()
+        watch.thread.join()
+        gap = ended - scheduler_gone
         print("scheduler gone before the servers: kubeps run exited %.2f s after the "
-              "scheduler" % gap)
+              "scheduler, %.2f s after the last worker" % (gap, ended - watch.last_alive))
         self.assertEqual(code, 0, job.output())
         self.assertLessEqual(gap, BOUND_S, job.output())
         self.assertRegex(job.output(), r"scheduler-0 .*(exited|gone).*server-0, server-1")

@@ -365,8 +365,8 @@ TEST_F(JobControllerTest, ServersWhoseSchedulerIsGoneAreStoppedAsSoonAsTheWorker
   }
 }
 
-// The servers have exited: the scheduler would wait up to 3 s for servers
-// that died before hearing the job was over. It gets kSchedulerLingerMs.
+// The servers have exited: the scheduler would wait on for servers that
+// died before hearing the job was over. It gets kSchedulerLingerMs.
 TEST_F(JobControllerTest, TheSchedulerLeftAloneGetsKSchedulerLingerMs) {
   StartRunning();
   cluster_.Set(Server(0), ReplicaPhase::kSucceeded);
