@@ -19,8 +19,12 @@ bool IsRetryable(const grpc::Status& status) {
   }
 }
 
-ResendCaller::ResendCaller(ResendPolicy policy, std::string token, MetricsServer* metrics)
-    : policy_(policy), token_(std::move(token)), metrics_(metrics ? metrics : &NullMetrics()) {}
+ResendCaller::ResendCaller(ResendPolicy policy, std::string token, MetricsServer* metrics,
+                           StopToken* stop)
+    : policy_(policy),
+      token_(std::move(token)),
+      metrics_(metrics ? metrics : &NullMetrics()),
+      stop_(stop) {}
 
 Status ResendCaller::Call(const std::string& peer, const char* rpc, const Attempt& attempt,
                           int long_poll_ms, const std::function<bool()>& abandon) const {
@@ -28,7 +32,13 @@ Status ResendCaller::Call(const std::string& peer, const char* rpc, const Attemp
   grpc::Status last;
   const int tries = policy_.max_resends + 1;
   int made = 0;
+  const auto stopped = [&] {
+    return Status::Aborted("rpc " + std::string(rpc) + " to " + peer + " given up after " +
+                           std::to_string(made) + (made == 1 ? " try" : " tries") +
+                           ": this process is stopping");
+  };
   for (int i = 0; i < tries; ++i) {
+    if (stop_ && stop_->stop_requested()) return stopped();
     ++made;
     if (i > 0) {
       if (abandon && abandon()) {
@@ -42,7 +52,9 @@ Status ResendCaller::Call(const std::string& peer, const char* rpc, const Attemp
           .Increment();
       int cap = std::min(policy_.backoff_cap_ms, policy_.backoff_base_ms << std::min(i - 1, 16));
       std::uniform_int_distribution<int> wait(cap / 2, cap);
-      std::this_thread::sleep_for(std::chrono::milliseconds(wait(jitter)));
+      const std::chrono::milliseconds backoff(wait(jitter));
+      if (stop_ && !stop_->SleepFor(backoff)) return stopped();
+      if (!stop_) std::this_thread::sleep_for(backoff);
     }
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
@@ -51,7 +63,11 @@ Status ResendCaller::Call(const std::string& peer, const char* rpc, const Attemp
     // instead of failing at once; the deadline still bounds the wait.
     context.set_wait_for_ready(true);
     if (!token_.empty()) context.AddMetadata(kTokenMetadataKey, token_);
-    last = attempt(context);
+    {
+      StopToken::CallGuard cancelled_by_a_stop(stop_, &context);
+      last = attempt(context);
+    }
+    if (stop_ && stop_->stop_requested() && !last.ok()) return stopped();
     if (last.ok()) return Status::Ok();
     if (last.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
       metrics_

@@ -3,7 +3,9 @@
 // RequestId, so the receiver applies it once) is sent again after an
 // exponential backoff with jitter, up to max_resends times. Then the call
 // fails with a message naming the peer, the RPC and the number of tries. It
-// never aborts and never waits forever.
+// never aborts and never waits forever, and with a StopToken it ends as soon
+// as the token is stopped (kAborted): the attempt in flight is cancelled and
+// no backoff is waited out.
 //
 // Thread-safe: Call() is const and keeps no state between calls, so many
 // threads share one ResendCaller.
@@ -18,6 +20,7 @@
 #include "common/metrics.h"
 #include "common/resend_policy.h"
 #include "common/status.h"
+#include "common/stop_token.h"
 
 namespace kubeps {
 
@@ -25,7 +28,9 @@ inline constexpr const char* kTokenMetadataKey = "x-kubeps-token";
 
 class ResendCaller {
  public:
-  ResendCaller(ResendPolicy policy, std::string token, MetricsServer* metrics);
+  // `stop`, when given, outlives the caller.
+  ResendCaller(ResendPolicy policy, std::string token, MetricsServer* metrics,
+               StopToken* stop = nullptr);
 
   // One attempt: fill the request (already built by the caller) and call the
   // stub with `context`. Called again, unchanged, for every resend.
@@ -46,6 +51,7 @@ class ResendCaller {
   ResendPolicy policy_;
   std::string token_;
   MetricsServer* metrics_;
+  StopToken* stop_;
 };
 
 // True for the failures a resend can cure: a passed deadline, a broken or

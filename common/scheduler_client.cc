@@ -38,7 +38,8 @@ SchedulerClient::SchedulerClient(SchedulerClientOptions options)
       incarnation_(NewIncarnation()),
       peer_("scheduler " + options_.scheduler_address),
       metrics_(options_.metrics ? options_.metrics : &NullMetrics()),
-      caller_(std::make_unique<ResendCaller>(options_.resend, options_.token, metrics_)),
+      caller_(
+          std::make_unique<ResendCaller>(options_.resend, options_.token, metrics_, options_.stop)),
       stub_(new Stub{v1::Scheduler::NewStub(OpenChannel(options_.scheduler_address))}) {}
 
 SchedulerClient::~SchedulerClient() = default;
@@ -85,7 +86,7 @@ Status SchedulerClient::Register(int* rank) {
   ResendPolicy patient = options_.resend;
   patient.max_resends = std::max(patient.max_resends,
                                  options_.peer_wait_limit_ms / std::max(1, patient.backoff_cap_ms));
-  ResendCaller startup(patient, options_.token, metrics_);
+  ResendCaller startup(patient, options_.token, metrics_, options_.stop);
   Status s = startup.Call(peer_, "Register", [&](grpc::ClientContext& c) {
     return stub_->stub->Register(&c, request, &response);
   });
@@ -149,7 +150,11 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
                        std::chrono::milliseconds(options_.resend.timeout_ms));
   if (!options_.token.empty()) context.AddMetadata(kTokenMetadataKey, options_.token);
   v1::HeartbeatResponse response;
-  grpc::Status s = stub_->stub->Heartbeat(&context, request, &response);
+  grpc::Status s;
+  {
+    StopToken::CallGuard cancelled_by_a_stop(options_.stop, &context);
+    s = stub_->stub->Heartbeat(&context, request, &response);
+  }
   if (!s.ok()) return Status(CodeOf(s), "Heartbeat to " + peer_ + ": " + s.error_message());
   if (response.register_again()) {
     // The scheduler restarted. This beat tells nothing; the next one, after

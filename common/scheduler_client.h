@@ -30,6 +30,7 @@ namespace kubeps {
 
 class MetricsServer;
 class ResendCaller;
+class StopToken;
 namespace v1 {
 class NodeInfo;
 }
@@ -49,6 +50,9 @@ struct SchedulerClientOptions {
   int long_poll_ms = 500;            // server-side wait of one cluster-view or barrier poll
   int peer_wait_limit_ms = 600000;   // give up waiting for the scheduler or slow peers after this
   MetricsServer* metrics = nullptr;  // null: not exported
+  // When given (it outlives the client), its stop ends every call at once,
+  // a Register still waiting for the scheduler included: kAborted.
+  StopToken* stop = nullptr;
 };
 
 // The job as the scheduler sees it once every node has registered.

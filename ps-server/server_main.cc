@@ -15,6 +15,7 @@
 #include "common/metrics.h"
 #include "common/resend.h"
 #include "common/scheduler_client.h"
+#include "common/stop_token.h"
 #include "common/tensor_memory.h"
 #include "common/termination_message.h"
 #include "ps-server/ps_service.h"
@@ -23,7 +24,8 @@
 namespace kubeps {
 namespace {
 
-volatile std::sig_atomic_t g_stop = 0;  // the signal that asked this process to stop
+// Stopped by SIGTERM or SIGINT; ends the process's waits and calls at once.
+StopToken g_stop;
 
 int Fail(const Status& status, int exit_code) {
   KLOG_ERROR << status.message();
@@ -31,7 +33,18 @@ int Fail(const Status& status, int exit_code) {
 }
 constexpr std::chrono::seconds kSchedulerLostAfter(60);
 constexpr std::chrono::milliseconds kHeartbeatInterval(250);
-void OnSignal(int signal) { g_stop = signal; }
+// How often the scheduler looks at whether it was stopped while it waits.
+constexpr std::chrono::milliseconds kStopCheckInterval(50);
+// Calls still in flight when a process stops get this long before they are
+// cancelled: it was told to stop, and its grace period may be short.
+constexpr std::chrono::milliseconds kStopShutdownGrace(100);
+// Calls in flight at the end of the job get this long: nobody waits on
+// them any more (the workers are gone), and `kubeps run` waits for the exit.
+constexpr std::chrono::milliseconds kEndShutdownGrace(250);
+// Once every worker finished, the scheduler answers heartbeats this long
+// (four beats) for the servers to hear the job is over. A server that does
+// not ask in that time is dead or hung, and the job logic stops it.
+constexpr std::chrono::seconds kServersHearTheEndWithin(1);
 
 // SIGTERM (eviction, a drain, `kill`) or SIGINT before the job is over: stop
 // now and say so, with the exit code a process killed by that signal has
@@ -39,7 +52,7 @@ void OnSignal(int signal) { g_stop = signal; }
 // finish is a failure, restarted by the run policy and recovered as after a
 // crash; an exit 0 would read as "the job is over" and never be replaced.
 int StoppedBySignal(const std::string& role) {
-  const int signal = static_cast<int>(g_stop);
+  const int signal = StopSignal();
   KLOG_INFO << role << " stopped by " << (signal == SIGINT ? "SIGINT" : "SIGTERM")
             << " before the job was over; exits " << 128 + signal
             << " (the run policy restarts it, and it recovers as after a crash)";
@@ -80,23 +93,30 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
   KLOG_INFO << "scheduler listening on " << config.pod_ip << ":" << port
             << ", metrics on :" << metrics->port() << ", expecting " << config.num_servers
             << " servers and " << config.num_workers << " workers";
-  while (!g_stop && !service.scheduler().WaitAllWorkersFinished(std::chrono::milliseconds(200))) {
+  while (!g_stop.stop_requested() &&
+         !service.scheduler().WaitAllWorkersFinished(kStopCheckInterval)) {
     if (!service.scheduler().Failure().empty()) {
       // Give every node a few heartbeats to learn why the job stops.
-      std::this_thread::sleep_for(std::chrono::seconds(2));
-      server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      g_stop.SleepFor(std::chrono::seconds(2));
+      server->Shutdown(std::chrono::system_clock::now() + kEndShutdownGrace);
       return Fail(Status::Error(service.scheduler().Failure()), 1);
     }
   }
-  if (g_stop && !service.scheduler().WaitAllWorkersFinished(std::chrono::milliseconds(0))) {
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  if (g_stop.stop_requested() &&
+      !service.scheduler().WaitAllWorkersFinished(std::chrono::milliseconds(0))) {
+    server->Shutdown(std::chrono::system_clock::now() + kStopShutdownGrace);
     return StoppedBySignal("scheduler");
   }
   // Keep answering heartbeats until every server has learnt the job is
-  // over, so they exit on their own (bounded: a dead server never asks).
-  service.scheduler().WaitServersToldToStop(std::chrono::seconds(3));
+  // over, so they exit on their own (bounded: a dead server never asks; and
+  // a stop ends the wait, the job being over).
+  const auto told_by = std::chrono::steady_clock::now() + kServersHearTheEndWithin;
+  while (!g_stop.stop_requested() && std::chrono::steady_clock::now() < told_by &&
+         !service.scheduler().WaitServersToldToStop(kStopCheckInterval)) {
+  }
+  server->Shutdown(std::chrono::system_clock::now() +
+                   (g_stop.stop_requested() ? kStopShutdownGrace : kEndShutdownGrace));
   KLOG_INFO << "every worker finished; scheduler exits";
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   WriteTerminationMessage(kReasonJobOver, "every worker finished");
   return 0;
 }
@@ -117,6 +137,7 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
   options.checkpoint_steps = shard->CheckpointSteps();
   options.resend = ResendPolicy{config.resend_timeout_ms, config.max_resends};
   options.metrics = metrics;
+  options.stop = &g_stop;
   SchedulerClient scheduler(options);
   int rank = -1;
   if (Status s = scheduler.Register(&rank); !s.ok()) return s;
@@ -127,11 +148,11 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
   }
 
   auto last_answer = std::chrono::steady_clock::now();
-  while (!g_stop) {
-    std::this_thread::sleep_for(kHeartbeatInterval);
+  while (g_stop.SleepFor(kHeartbeatInterval)) {
     HeartbeatAnswer answer;
     const std::vector<uint64_t> steps = shard->CheckpointSteps();
     if (Status s = scheduler.Heartbeat(shard->generation(), &answer, &steps); !s.ok()) {
+      if (g_stop.stop_requested()) break;
       // A missed heartbeat is not fatal; a scheduler gone for long is: the
       // job was deleted or lost, and nobody will ever tell us to stop.
       if (std::chrono::steady_clock::now() - last_answer > kSchedulerLostAfter) {
@@ -154,8 +175,8 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
       continue;  // report the restore at once
     }
     if (answer.shutdown) {
+      KLOG_INFO << "the scheduler says the job is over; writing the final checkpoint";
       shard->WriteFinalCheckpoint();
-      KLOG_INFO << "the job is over; server exits";
       return Status::Ok();
     }
   }
@@ -189,13 +210,16 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   Status s = RegisterAndHeartbeat(config, config.pod_ip + ":" + std::to_string(port), metrics,
                                   &shard, checkpoint_step);
   shard.Stop();  // ends waiting pulls now, so that Shutdown need not wait for them
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
-  if (s.IsAborted() && g_stop) return StoppedBySignal("server");
+  server->Shutdown(std::chrono::system_clock::now() +
+                   (g_stop.stop_requested() ? kStopShutdownGrace : kEndShutdownGrace));
+  if (s.IsAborted() && g_stop.stop_requested()) return StoppedBySignal("server");
   if (!s.ok()) {
     KLOG_ERROR << s.message();
     return 1;
   }
   WriteTerminationMessage(kReasonJobOver, "the scheduler said every worker finished");
+  // Said once the calls have ended: the process is gone right after.
+  KLOG_INFO << "the job is over; server exits";
   return 0;
 }
 
@@ -205,8 +229,7 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
 int main(int argc, char** argv) {
   using namespace kubeps;
   KeepFreedTensorMemory();
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
+  StopOnSignals(&g_stop);
 
   CLI::App app{"kubeps-server: the scheduler or a parameter-server shard of a TrainingJob"};
   api::NodeConfig config;

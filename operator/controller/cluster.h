@@ -84,8 +84,20 @@ class Cluster {
   // (the backend could not be reached), tried again on the next pass; any
   // other error fails the job.
   virtual Status Create(const ReplicaLaunch& launch) = 0;
-  // Stops the replica (gracefully, then by force) and forgets it.
-  virtual Status Delete(const ReplicaName& name) = 0;
+  // The grace period a backend gives its replicas when told none: the
+  // local backend's own (5 s), on Kubernetes each pod's
+  // terminationGracePeriodSeconds.
+  static constexpr int kBackendGrace = -1;
+
+  // Stops these replicas together and forgets them, as a deletion of many
+  // pods does: each is told to stop (SIGTERM) at once, in the order given,
+  // then all share one grace period of `grace_ms` (or kBackendGrace), after
+  // which whatever is left is killed. Not one grace period after another: a
+  // replica that takes its whole grace delays no other. Names it does not
+  // run are skipped.
+  virtual Status DeleteAll(const std::vector<ReplicaName>& names, int grace_ms) = 0;
+  // One replica, with the backend's grace period.
+  Status Delete(const ReplicaName& name) { return DeleteAll({name}, kBackendGrace); }
   // Every replica this backend runs for the job, with its current phase.
   virtual std::vector<ReplicaStatus> List() = 0;
   // host:port of the job's scheduler, or "" while it is not known yet.

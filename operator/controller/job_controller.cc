@@ -1,13 +1,45 @@
 #include "operator/controller/job_controller.h"
 
-#include "common/logging.h"
-#include "common/termination_message.h"
-
+#include <algorithm>
 #include <map>
 
+#include "common/logging.h"
+#include "common/termination_message.h"
 #include "operator/controller/restart_policy.h"
 
 namespace kubeps::controller {
+namespace {
+
+bool IsActive(const ReplicaStatus& r) {
+  return r.phase == ReplicaPhase::kPending || r.phase == ReplicaPhase::kRunning;
+}
+
+// "server-0, server-1"
+std::string JoinNames(const std::vector<ReplicaName>& names) {
+  std::string joined;
+  for (const ReplicaName& name : names) joined += (joined.empty() ? "" : ", ") + name.ToString();
+  return joined;
+}
+
+// What the replica is doing, for messages: "exited with code 0";
+// `if_missing` when the cluster runs none of that name.
+std::string Describe(const std::map<ReplicaName, ReplicaStatus>& observed, const ReplicaName& name,
+                     const char* if_missing) {
+  auto it = observed.find(name);
+  if (it == observed.end()) return if_missing;
+  switch (it->second.phase) {
+    case ReplicaPhase::kPending:
+      return "is pending";
+    case ReplicaPhase::kRunning:
+      return "is running";
+    case ReplicaPhase::kSucceeded:
+    case ReplicaPhase::kFailed:
+      return "exited with code " + std::to_string(it->second.exit_code);
+  }
+  return "?";
+}
+
+}  // namespace
 
 const char* ToString(ReplicaRole role) {
   switch (role) {
@@ -41,6 +73,12 @@ const char* ToString(ReplicaPhase phase) {
 
 JobController::JobController(api::TrainingJob job, Cluster* cluster, LaunchBuilder build_launch)
     : job_(std::move(job)), cluster_(cluster), build_launch_(std::move(build_launch)) {}
+
+void JobController::SortForStopping(std::vector<ReplicaName>* names) {
+  std::sort(names->begin(), names->end(), [](const ReplicaName& a, const ReplicaName& b) {
+    return a.role != b.role ? a.role > b.role : a.index < b.index;
+  });
+}
 
 std::vector<ReplicaName> JobController::DesiredReplicas() const {
   std::vector<ReplicaName> names{{ReplicaRole::kScheduler, 0}};
@@ -95,26 +133,12 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     return status;
   }
 
-  // Done: every worker exited 0. Servers and the scheduler exit on their
-  // own when the scheduler tells them; after kLingerMs they are deleted.
-  if (status.workers.succeeded == job_.spec.worker.replicas) {
-    if (workers_done_at_ms_ < 0) workers_done_at_ms_ = now_ms;
-    if (status.scheduler.active + status.servers.active > 0 &&
-        now_ms - workers_done_at_ms_ < kLingerMs) {
-      status.phase = JobPhase::kRunning;
-      status.reason = "WorkersSucceeded";
-      status.message = "every worker finished; waiting for servers to exit";
-      return status;
-    }
-    final_counts_ = status;
-    Cleanup();
-    succeeded_ = true;
-    return Reconcile(now_ms);
-  }
+  if (status.workers.succeeded == job_.spec.worker.replicas)
+    return FinishJob(std::move(status), observed, now_ms);
 
   // Create what is missing; decide about what failed.
   const std::string scheduler_address = cluster_->SchedulerAddress();
-  bool restarting = false;
+  std::vector<std::string> restarts;  // what each restart of this pass says
   for (const ReplicaName& name : DesiredReplicas()) {
     auto it = observed.find(name);
     if (it == observed.end()) {
@@ -149,17 +173,19 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     if (!s.ok())
       return Fail("CreateFailed", "cannot restart " + name.ToString() + ": " + s.message(), now_ms);
     ++status.restarts;
-    status.message = decision.reason;
-    restarting = true;
+    restarts.push_back(decision.reason);
   }
-  if (restarting) {
+  if (!restarts.empty()) {
     status.phase = JobPhase::kRestarting;
     status.reason = "ReplicaRestarted";
+    status.message.clear();
+    for (const std::string& restart : restarts)
+      status.message += (status.message.empty() ? "" : "; ") + restart;
   } else if (status.workers.running + status.workers.succeeded == job_.spec.worker.replicas) {
     // Running, not merely created: a pending pod may wait long for a node.
     status.phase = JobPhase::kRunning;
     status.reason = "JobRunning";
-    status.message = "every replica is running";
+    status.message = RunningMessage(observed);
   } else {
     status.phase = JobPhase::kCreated;
     status.reason = "JobCreated";
@@ -175,6 +201,59 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
 bool JobController::EndedBeforeTheWorkers(const ReplicaStatus& replica) {
   return replica.name.role != ReplicaRole::kWorker && replica.phase == ReplicaPhase::kSucceeded &&
          replica.reason != kReasonJobOver;
+}
+
+std::string JobController::RunningMessage(
+    const std::map<ReplicaName, ReplicaStatus>& observed) const {
+  std::string others;
+  for (const ReplicaName& name : DesiredReplicas()) {
+    auto it = observed.find(name);
+    if (it != observed.end() && it->second.phase == ReplicaPhase::kRunning) continue;
+    // A worker that is done is part of a running job.
+    if (name.role == ReplicaRole::kWorker) continue;
+    others += (others.empty() ? "" : ", ") + name.ToString() + " " +
+              Describe(observed, name, "is starting");
+  }
+  if (others.empty()) return "every replica is running";
+  return "the workers are running, but " + others;
+}
+
+JobStatus JobController::FinishJob(JobStatus status,
+                                   const std::map<ReplicaName, ReplicaStatus>& observed,
+                                   int64_t now_ms) {
+  if (workers_done_at_ms_ < 0) workers_done_at_ms_ = now_ms;
+  std::vector<ReplicaName> left;  // the scheduler and servers still there
+  for (const auto& [name, r] : observed) {
+    if (name.role != ReplicaRole::kWorker && IsActive(r)) left.push_back(name);
+  }
+  const ReplicaName scheduler{ReplicaRole::kScheduler, 0};
+  const bool scheduler_left = status.scheduler.active > 0;
+  const bool servers_left = status.servers.active > 0;
+  // Servers exit when the scheduler tells them the job is over, and the
+  // scheduler once they have heard it: worth waiting for only while both
+  // are there. A server whose scheduler is gone would wait for it in vain.
+  const int64_t linger = servers_left ? kLingerMs : kSchedulerLingerMs;
+  const int64_t waited = now_ms - workers_done_at_ms_;
+  if (!left.empty() && scheduler_left && waited < linger) {
+    status.phase = JobPhase::kRunning;
+    status.reason = "WorkersSucceeded";
+    status.message = "every worker finished; waiting for " + JoinNames(left) + " to exit";
+    return status;
+  }
+  if (!left.empty()) {
+    if (!scheduler_left) {
+      KLOG_INFO << "every worker finished and scheduler-0 "
+                << Describe(observed, scheduler, "is gone") << ": stopping " << JoinNames(left)
+                << ", which no scheduler will tell that the job is over";
+    } else {
+      KLOG_INFO << "every worker finished " << waited << " ms ago: stopping " << JoinNames(left)
+                << ", still running";
+    }
+  }
+  final_counts_ = status;
+  Cleanup();
+  succeeded_ = true;
+  return Reconcile(now_ms);
 }
 
 JobStatus JobController::Fail(const std::string& code, const std::string& message, int64_t now_ms) {
@@ -194,24 +273,30 @@ void JobController::Cleanup() {
     case api::CleanPodPolicy::kAll:
       DeleteAll();
       return;
-    case api::CleanPodPolicy::kRunning:
+    case api::CleanPodPolicy::kRunning: {
+      std::vector<ReplicaName> running;
       for (auto& r : cluster_->List()) {
-        if (r.phase == ReplicaPhase::kPending || r.phase == ReplicaPhase::kRunning)
-          DeleteOrLog(r.name);
+        if (IsActive(r)) running.push_back(r.name);
       }
+      DeleteOrLog(std::move(running), Cluster::kBackendGrace);
       return;
+    }
   }
 }
 
-void JobController::DeleteAll() {
-  for (auto& r : cluster_->List()) DeleteOrLog(r.name);
+void JobController::DeleteAll(int grace_ms) {
+  std::vector<ReplicaName> names;
+  for (auto& r : cluster_->List()) names.push_back(r.name);
+  DeleteOrLog(std::move(names), grace_ms);
 }
 
 // Deleting is best effort: a replica that stays is deleted again by the
 // next pass (and, on Kubernetes, collected with its job).
-void JobController::DeleteOrLog(const ReplicaName& name) {
-  if (Status s = cluster_->Delete(name); !s.ok())
-    KLOG_ERROR << "deleting " << name.ToString() << ": " << s.message();
+void JobController::DeleteOrLog(std::vector<ReplicaName> names, int grace_ms) {
+  if (names.empty()) return;
+  SortForStopping(&names);
+  if (Status s = cluster_->DeleteAll(names, grace_ms); !s.ok())
+    KLOG_ERROR << "deleting " << JoinNames(names) << ": " << s.message();
 }
 
 }  // namespace kubeps::controller

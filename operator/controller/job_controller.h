@@ -12,6 +12,7 @@
 #define KUBEPS_OPERATOR_CONTROLLER_JOB_CONTROLLER_H_
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,17 +50,25 @@ using LaunchBuilder =
 class JobController {
  public:
   // Servers and the scheduler get this long to exit on their own once the
-  // workers are done, before they are deleted.
+  // workers are done, before they are deleted. They exit within a second:
+  // the scheduler tells the servers at their next heartbeat, then goes. The
+  // linger is for a server that restarts at that moment; it lasts only
+  // while the scheduler and a server are both there to talk.
   static constexpr int kLingerMs = 10000;
+  // Once the servers are gone, the scheduler has only this long left: it
+  // waits a while for servers that died before hearing the job was over.
+  static constexpr int kSchedulerLingerMs = 1000;
 
   JobController(api::TrainingJob job, Cluster* cluster, LaunchBuilder build_launch);
 
   // One reconcile pass; `now_ms` is a monotonic clock reading.
   JobStatus Reconcile(int64_t now_ms);
 
-  // Deletes every replica (the user asked to stop, or suspended the job).
-  void DeleteAll();
-  void DeleteOrLog(const ReplicaName& name);
+  // Deletes every replica (the user asked to stop, or suspended the job),
+  // all at once: workers first, so that none trains on against servers
+  // that are going, then the servers, then the scheduler. `grace_ms`: how
+  // long they have together to exit before they are killed.
+  void DeleteAll(int grace_ms = Cluster::kBackendGrace);
 
   // When the job started (monotonic ms), for activeDeadlineSeconds; the
   // first Reconcile sets it when nobody did.
@@ -71,14 +80,25 @@ class JobController {
 
   // Every replica the job needs, scheduler first.
   std::vector<ReplicaName> DesiredReplicas() const;
+  // The order in which replicas are stopped: workers, servers, scheduler.
+  static void SortForStopping(std::vector<ReplicaName>* names);
 
  private:
   JobStatus Observe(const std::vector<ReplicaStatus>& replicas) const;
   // A server or the scheduler that exited 0 without being told the job is
   // over: a failure, like any other exit of theirs.
   static bool EndedBeforeTheWorkers(const ReplicaStatus& replica);
+  // Every worker has succeeded: waits for the servers and the scheduler to
+  // exit on their own, or stops them; done when the job has succeeded.
+  JobStatus FinishJob(JobStatus status, const std::map<ReplicaName, ReplicaStatus>& observed,
+                      int64_t now_ms);
+  // JobRunning's message: every replica runs, or which does not and why.
+  std::string RunningMessage(const std::map<ReplicaName, ReplicaStatus>& observed) const;
   // At the end of the job: deletes replicas as cleanPodPolicy says.
   void Cleanup();
+  // Deletes these replicas together, in stopping order; logs a failure (the
+  // next pass deletes again what stays).
+  void DeleteOrLog(std::vector<ReplicaName> names, int grace_ms);
   JobStatus Fail(const std::string& code, const std::string& message, int64_t now_ms);
 
   const api::TrainingJob job_;

@@ -152,24 +152,33 @@ Status KubeCluster::Create(const controller::ReplicaLaunch& launch) {
   return Status::Ok();
 }
 
-Status KubeCluster::Delete(const ReplicaName& name) {
-  std::vector<json> kept;
-  for (const auto& pod : pods_) {
-    ReplicaName of{ReplicaRole::kWorker, 0};
-    if (!ReplicaOf(pod, &of) || !(of == name)) {
-      kept.push_back(pod);
-      continue;
+Status KubeCluster::DeleteAll(const std::vector<ReplicaName>& names, int /*grace_ms*/) {
+  Status first_error = Status::Ok();
+  for (const ReplicaName& name : names) {
+    std::vector<json> kept;
+    for (const auto& pod : pods_) {
+      ReplicaName of{ReplicaRole::kWorker, 0};
+      if (!ReplicaOf(pod, &of) || !(of == name)) {
+        kept.push_back(pod);
+        continue;
+      }
+      const std::string pod_name = pod["metadata"]["name"];
+      Response response;
+      Status s = client_->Delete(PodsPath() + "/" + pod_name, &response);
+      if (s.ok() && !response.ok() && response.code != 404)
+        s = Status::Error("deleting pod " + pod_name + ": " + response.Describe());
+      if (!s.ok()) {
+        // The others are still deleted; this one stays known and is
+        // deleted again by a later pass.
+        if (first_error.ok()) first_error = s;
+        kept.push_back(pod);
+        continue;
+      }
+      deleted_.push_back(pod_name);
     }
-    const std::string pod_name = pod["metadata"]["name"];
-    Response response;
-    if (Status s = client_->Delete(PodsPath() + "/" + pod_name, &response); !s.ok()) return s;
-    if (!response.ok() && response.code != 404) {
-      return Status::Error("deleting pod " + pod_name + ": " + response.Describe());
-    }
-    deleted_.push_back(pod_name);
+    pods_ = std::move(kept);
   }
-  pods_ = std::move(kept);
-  return Status::Ok();
+  return first_error;
 }
 
 std::vector<controller::ReplicaStatus> KubeCluster::List() {

@@ -29,7 +29,11 @@ class KubeCluster : public controller::Cluster {
               std::vector<nlohmann::json> pods);
 
   Status Create(const controller::ReplicaLaunch& launch) override;
-  Status Delete(const controller::ReplicaName& name) override;
+  // Deletes each replica's pods in the order given; the API server's
+  // deletions are asynchronous already, so the pods stop together. Each
+  // pod keeps its own terminationGracePeriodSeconds: `grace_ms` is not
+  // passed on (the operator never asks for a shorter one).
+  Status DeleteAll(const std::vector<controller::ReplicaName>& names, int grace_ms) override;
   std::vector<controller::ReplicaStatus> List() override;
   std::string SchedulerAddress() override { return kube::SchedulerAddress(job_); }
 

@@ -24,9 +24,6 @@ using controller::ReplicaPhase;
 
 namespace {
 
-// An agent whose program used up the pod's grace period still gets this
-// long to stop after its SIGTERM.
-constexpr int64_t kAgentStopMs = 1000;
 // A dead agent is restarted at once, then after 0.5 s, 1 s, 2 s, ... up to
 // this (Kubernetes' crash-loop back-off, shortened for one machine).
 constexpr int64_t kAgentRestartDelayMaxMs = 10000;
@@ -53,16 +50,6 @@ Status MakeEmptyFolder(const std::string& dir) {
   }
   ::chmod(dir.c_str(), 0700);
   return Status::Ok();
-}
-
-// Waits until `pid` has ended or `deadline_ms` has passed; the exit code,
-// or -1 when it still runs.
-int WaitUntil(pid_t pid, int64_t deadline_ms) {
-  for (;;) {
-    const int code = ReapIfEnded(pid);
-    if (code >= 0 || NowMs() >= deadline_ms) return code;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
 }
 
 void KillAndReap(pid_t pid, bool whole_group) {
@@ -166,7 +153,7 @@ Status LocalCluster::Create(const controller::ReplicaLaunch& launch) {
   ChildSpec spec{program_path, program.argv, program.env, program.working_dir,
                  launch.name.ToString() + "/" + program.container};
   if (Status s = StartChild(spec, &pod.program_pid); !s.ok()) {
-    StopPod(pod);
+    StopPods({&pod}, grace_ms_);
     pod.status.phase = ReplicaPhase::kFailed;
     return s;
   }
@@ -251,30 +238,46 @@ void LocalCluster::ReapSidecarPod(Pod& pod) {
   pod.status.phase = pod.program_exit_code == 0 ? ReplicaPhase::kSucceeded : ReplicaPhase::kFailed;
 }
 
-// As Kubernetes ends a pod: the program first, then its agent, each asked
-// with SIGTERM and killed when it outlasts the grace period.
-void LocalCluster::StopPod(Pod& pod) {
-  const int64_t deadline = NowMs() + grace_ms_;
-  if (pod.program_pid > 0) {
-    ::kill(-pod.program_pid, SIGTERM);  // its whole group: data loader processes too
-    if (WaitUntil(pod.program_pid, deadline) < 0) KillAndReap(pod.program_pid, true);
-    pod.program_pid = -1;
-  }
-  if (pod.pid > 0) {
-    ::kill(pod.pid, SIGTERM);
-    // An agent whose program used up the grace period still gets a moment.
-    if (WaitUntil(pod.pid, std::max(deadline, NowMs() + kAgentStopMs)) < 0) {
-      KillAndReap(pod.pid, false);
+// As Kubernetes ends pods deleted together: each pod's program (or its one
+// process) is asked first, every pod at once; an agent is asked once its
+// program has ended; at the one deadline whatever is left is killed.
+void LocalCluster::StopPods(std::vector<Pod*> pods, int grace_ms) {
+  const int64_t deadline = NowMs() + grace_ms;
+  for (Pod* pod : pods) {
+    if (pod->program_pid > 0) {
+      ::kill(-pod->program_pid, SIGTERM);  // its whole group: data loader processes too
+    } else if (pod->pid > 0) {
+      ::kill(pod->pid, SIGTERM);
     }
-    pod.pid = -1;
+  }
+  for (;;) {
+    bool running = false;
+    for (Pod* pod : pods) {
+      if (pod->program_pid > 0 && ReapIfEnded(pod->program_pid) >= 0) {
+        pod->program_pid = -1;
+        if (pod->pid > 0) ::kill(pod->pid, SIGTERM);  // the sidecar goes after its program
+      }
+      if (pod->pid > 0 && ReapIfEnded(pod->pid) >= 0) pod->pid = -1;
+      running = running || pod->program_pid > 0 || pod->pid > 0;
+    }
+    if (!running || NowMs() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (Pod* pod : pods) {
+    if (pod->program_pid > 0) KillAndReap(pod->program_pid, /*whole_group=*/true);
+    if (pod->pid > 0) KillAndReap(pod->pid, /*whole_group=*/false);
+    pod->program_pid = pod->pid = -1;
   }
 }
 
-Status LocalCluster::Delete(const ReplicaName& name) {
-  auto it = pods_.find(name);
-  if (it == pods_.end()) return Status::Ok();
-  StopPod(it->second);
-  pods_.erase(it);
+Status LocalCluster::DeleteAll(const std::vector<ReplicaName>& names, int grace_ms) {
+  std::vector<Pod*> stopping;
+  for (const ReplicaName& name : names) {
+    auto it = pods_.find(name);
+    if (it != pods_.end()) stopping.push_back(&it->second);
+  }
+  StopPods(stopping, grace_ms == kBackendGrace ? grace_ms_ : grace_ms);
+  for (const ReplicaName& name : names) pods_.erase(name);
   return Status::Ok();
 }
 

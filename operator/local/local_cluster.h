@@ -12,8 +12,7 @@
 //   * the pod's outcome is the program's: it stays Running until the
 //     program has ended and the agent is gone; the agent is stopped
 //     (SIGTERM, then SIGKILL after the grace period) once the program has
-//     ended, after a second to exit on its own when the program succeeded
-//     (after the client's finish it does);
+//     ended;
 //   * an agent that dies while the program runs is restarted alone, at once
 //     and then with a growing delay (restartPolicy Always); one that exits 0
 //     is not: it does so once its program said finish, the worker is done;
@@ -42,7 +41,11 @@ class LocalCluster : public controller::Cluster {
   ~LocalCluster() override;
 
   Status Create(const controller::ReplicaLaunch& launch) override;
-  Status Delete(const controller::ReplicaName& name) override;
+  // SIGTERM to every pod's main process at once, in the order given (an
+  // agent beside a program once its program has ended, as the kubelet ends
+  // native sidecars), then SIGKILL of whatever is left at the shared
+  // deadline; returns once every process of these pods is reaped.
+  Status DeleteAll(const std::vector<controller::ReplicaName>& names, int grace_ms) override;
   std::vector<controller::ReplicaStatus> List() override;
   std::string SchedulerAddress() override;
 
@@ -80,7 +83,8 @@ class LocalCluster : public controller::Cluster {
   void ReapSidecarPod(Pod& pod);
   Status StartAgent(Pod& pod);
   Status StartProgram(Pod& pod);
-  void StopPod(Pod& pod);
+  // Stops the pods together (DeleteAll's contract).
+  static void StopPods(std::vector<Pod*> pods, int grace_ms);
   void ReadPorts(const controller::ReplicaName& name, Pod& pod);
 
   const std::string bin_dir_;

@@ -33,6 +33,13 @@ using controller::ReplicaRole;
 volatile std::sig_atomic_t g_interrupted = 0;
 void OnInterrupt(int) { g_interrupted = 1; }
 
+// After Ctrl-C the replicas get this long, together, to exit before they
+// are killed: the user wants the terminal back within a second. Each exits
+// at once on SIGTERM, a server or the scheduler in a few milliseconds.
+constexpr int kInterruptGraceMs = 500;
+// How often the job is reconciled, and so how soon Ctrl-C is acted on.
+constexpr std::chrono::milliseconds kReconcileInterval(100);
+
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
@@ -124,6 +131,9 @@ void Report(const api::TrainingJob& job, const JobStatus& status) {
 }  // namespace
 
 int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
+  // First: a Ctrl-C from here on stops the job and exits 130.
+  std::signal(SIGINT, OnInterrupt);
+  std::signal(SIGTERM, OnInterrupt);
   const std::string run_dir = MakeRunDir(options.run_dir, job.name);
   if (run_dir.empty()) {
     KLOG_ERROR << "cannot create a run folder under $TMPDIR";
@@ -165,8 +175,6 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
         return launch;
       });
 
-  std::signal(SIGINT, OnInterrupt);
-  std::signal(SIGTERM, OnInterrupt);
   KLOG_INFO << "running job " << job.name << ": 1 scheduler, " << job.spec.ps.replicas
             << " servers, " << job.spec.worker.replicas << " workers ("
             << api::ToString(job.spec.mode) << ", " << Program(job) << "); run folder " << run_dir;
@@ -177,7 +185,7 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
   for (;;) {
     if (g_interrupted) {
       KLOG_INFO << "interrupted: stopping every replica of job " << job.name;
-      controller.DeleteAll();
+      controller.DeleteAll(kInterruptGraceMs);
       return 130;
     }
     status = controller.Reconcile(NowMs());
@@ -186,7 +194,7 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
       last_message = status.message;
     }
     if (status.finished()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::this_thread::sleep_for(kReconcileInterval);
   }
   controller.DeleteAll();  // whatever cleanPodPolicy keeps, no local process outlives the run
   const double seconds =

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -219,6 +220,64 @@ TEST(ResendCallerTest, AWrongTokenIsRefusedAndNotSentAgain) {
   EXPECT_EQ(s.code(), Status::Code::kPermissionDenied);
   EXPECT_EQ(calls, 1);
   server->Shutdown(std::chrono::system_clock::now() + 5s);
+}
+
+// A stop (SIGTERM) ends the call at once: the attempt waiting for its
+// deadline is cancelled, no backoff is waited out, nothing is sent again.
+TEST(ResendCallerTest, AStopEndsTheCallInFlightAndTheResends) {
+  std::atomic<int> calls{0};
+  testing_util::EchoService service(
+      [&](grpc::ServerContext* context, const std::string&, std::string*) {
+        ++calls;
+        while (!context->IsCancelled()) std::this_thread::sleep_for(5ms);  // never answers
+        return grpc::Status(grpc::StatusCode::CANCELLED, "too late");
+      });
+  int port = 0;
+  auto server = service.Serve(&port);
+  ASSERT_NE(server, nullptr);
+  auto channel = OpenChannel("127.0.0.1:" + std::to_string(port));
+  ResendPolicy policy = FastPolicy(100);
+  policy.timeout_ms = 10000;
+  StopToken stop;
+  ResendCaller caller(policy, "", nullptr, &stop);
+  std::thread stopper([&] {
+    while (calls == 0) std::this_thread::sleep_for(5ms);
+    stop.RequestStop();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  Status s = caller.Call("scheduler 10.0.0.1:7000", "Register", [&](grpc::ClientContext& context) {
+    return testing_util::CallEcho(channel.get(), &context, "x", nullptr);
+  });
+  stopper.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << "the attempt waited out its deadline";
+  EXPECT_EQ(s.code(), Status::Code::kAborted);
+  EXPECT_THAT(s.message(), HasSubstr("Register to scheduler 10.0.0.1:7000 given up after 1 try"));
+  EXPECT_THAT(s.message(), HasSubstr("this process is stopping"));
+  EXPECT_EQ(calls, 1);
+  // Stopped already: the next call makes no attempt at all.
+  int attempts = 0;
+  s = caller.Call("scheduler", "Heartbeat", [&](grpc::ClientContext&) {
+    ++attempts;
+    return grpc::Status::OK;
+  });
+  EXPECT_EQ(attempts, 0);
+  EXPECT_EQ(s.code(), Status::Code::kAborted);
+  server->Shutdown(std::chrono::system_clock::now() + 5s);
+}
+
+TEST(StopTokenTest, SleepForEndsAtTheStop) {
+  StopToken stop;
+  EXPECT_TRUE(stop.SleepFor(1ms));
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(50ms);
+    stop.RequestStop();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(stop.SleepFor(10s));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  stopper.join();
+  EXPECT_TRUE(stop.stop_requested());
+  EXPECT_FALSE(stop.SleepFor(10s)) << "a stopped token sleeps no more";
 }
 
 }  // namespace

@@ -43,9 +43,15 @@ class FakeCluster : public Cluster {
     }
     return Status::Ok();
   }
-  Status Delete(const ReplicaName& name) override {
-    deleted.push_back(name.ToString());
-    replicas.erase(name);
+  Status DeleteAll(const std::vector<ReplicaName>& names, int grace_ms) override {
+    std::vector<std::string> batch;
+    for (const ReplicaName& name : names) {
+      deleted.push_back(name.ToString());
+      batch.push_back(name.ToString());
+      replicas.erase(name);
+    }
+    batches.push_back(batch);
+    graces.push_back(grace_ms);
     return Status::Ok();
   }
   std::vector<ReplicaStatus> List() override {
@@ -66,6 +72,8 @@ class FakeCluster : public Cluster {
 
   std::map<ReplicaName, ReplicaStatus> replicas;
   std::vector<std::string> created, deleted;
+  std::vector<std::vector<std::string>> batches;  // one per DeleteAll, in its order
+  std::vector<int> graces;                        // each DeleteAll's grace_ms
   std::vector<ReplicaLaunch> launches;
   std::set<std::string> fail_create, unavailable;
   std::string address;
@@ -108,6 +116,8 @@ class JobControllerTest : public ::testing::Test {
     ASSERT_EQ(status.phase, JobPhase::kRunning) << status.message;
     cluster_.created.clear();
     cluster_.deleted.clear();
+    cluster_.batches.clear();
+    cluster_.graces.clear();
   }
 
   static LaunchBuilder Launch() {
@@ -311,6 +321,97 @@ TEST_F(JobControllerTest, AllWorkersSucceededThenServersGetKLingerMsToExit) {
   std::sort(deleted.begin(), deleted.end());
   EXPECT_THAT(deleted, ElementsAre("scheduler-0", "server-0", "server-1", "worker-0", "worker-1"));
   EXPECT_THAT(cluster_.created, IsEmpty());
+}
+
+// Ctrl-C, a suspended job, a failed one: every replica is told to stop in
+// one batch, which shares one grace period, workers first so that none
+// trains on against servers that are going.
+TEST_F(JobControllerTest, DeleteAllStopsEveryReplicaInOneBatchWorkersFirst) {
+  StartRunning();
+  controller_->DeleteAll(300);
+  ASSERT_EQ(cluster_.batches.size(), 1u) << "replicas deleted one by one";
+  EXPECT_THAT(cluster_.batches[0],
+              ElementsAre("worker-0", "worker-1", "server-0", "server-1", "scheduler-0"));
+  EXPECT_THAT(cluster_.graces, ElementsAre(300));
+  EXPECT_TRUE(cluster_.replicas.empty());
+}
+
+TEST_F(JobControllerTest, AFailedJobStopsItsReplicasInOneBatchWorkersFirst) {
+  StartRunning(api::RestartPolicy::kNever);
+  cluster_.Set(Server(1), ReplicaPhase::kFailed, 1);
+  ASSERT_EQ(controller_->Reconcile(100).phase, JobPhase::kFailed);
+  ASSERT_EQ(cluster_.batches.size(), 1u) << "replicas deleted one by one";
+  EXPECT_THAT(cluster_.batches[0],
+              ElementsAre("worker-0", "worker-1", "server-0", "server-1", "scheduler-0"));
+  EXPECT_THAT(cluster_.graces, ElementsAre(Cluster::kBackendGrace));
+}
+
+// Nobody will tell servers whose scheduler is gone that the job is over:
+// they are stopped in the pass that sees it, not after kLingerMs.
+TEST_F(JobControllerTest, ServersWhoseSchedulerIsGoneAreStoppedAsSoonAsTheWorkersAreDone) {
+  for (int scheduler_exit : {0, 137}) {
+    SCOPED_TRACE("scheduler exit code " + std::to_string(scheduler_exit));
+    cluster_ = FakeCluster();
+    StartRunning();
+    cluster_.Set(Scheduler(),
+                 scheduler_exit == 0 ? ReplicaPhase::kSucceeded : ReplicaPhase::kFailed,
+                 scheduler_exit);
+    cluster_.Set(Worker(0), ReplicaPhase::kSucceeded);
+    cluster_.Set(Worker(1), ReplicaPhase::kSucceeded);
+    JobStatus status = controller_->Reconcile(1000);
+    EXPECT_EQ(status.phase, JobPhase::kSucceeded) << status.message;
+    EXPECT_THAT(cluster_.created, IsEmpty()) << "the scheduler was restarted after the job";
+    EXPECT_TRUE(cluster_.replicas.empty());
+  }
+}
+
+// The servers have exited: the scheduler would wait on for servers that
+// died before hearing the job was over. It gets kSchedulerLingerMs.
+TEST_F(JobControllerTest, TheSchedulerLeftAloneGetsKSchedulerLingerMs) {
+  StartRunning();
+  cluster_.Set(Server(0), ReplicaPhase::kSucceeded);
+  cluster_.Set(Server(1), ReplicaPhase::kFailed, 137);
+  cluster_.Set(Worker(0), ReplicaPhase::kSucceeded);
+  cluster_.Set(Worker(1), ReplicaPhase::kSucceeded);
+  JobStatus status = controller_->Reconcile(1000);
+  EXPECT_EQ(status.phase, JobPhase::kRunning);
+  EXPECT_EQ(status.message, "every worker finished; waiting for scheduler-0 to exit");
+  EXPECT_THAT(cluster_.deleted, IsEmpty());
+  status = controller_->Reconcile(1000 + JobController::kSchedulerLingerMs);
+  EXPECT_EQ(status.phase, JobPhase::kSucceeded) << status.message;
+  EXPECT_TRUE(cluster_.replicas.empty());
+}
+
+TEST_F(JobControllerTest, WaitingForServersNamesThem) {
+  StartRunning();
+  cluster_.Set(Server(0), ReplicaPhase::kSucceeded);
+  cluster_.Set(Worker(0), ReplicaPhase::kSucceeded);
+  cluster_.Set(Worker(1), ReplicaPhase::kSucceeded);
+  EXPECT_EQ(controller_->Reconcile(1000).message,
+            "every worker finished; waiting for scheduler-0, server-1 to exit");
+}
+
+// "every replica is running" only when it is true.
+TEST_F(JobControllerTest, RunningMessageNamesEveryReplicaThatIsNotRunning) {
+  StartRunning();
+  cluster_.Set(Scheduler(), ReplicaPhase::kPending);
+  cluster_.Set(Server(1), ReplicaPhase::kPending);
+  JobStatus status = controller_->Reconcile(100);
+  EXPECT_EQ(status.phase, JobPhase::kRunning);
+  EXPECT_EQ(status.message,
+            "the workers are running, but scheduler-0 is pending, server-1 is pending");
+  cluster_.SetAll(ReplicaPhase::kRunning);
+  EXPECT_EQ(controller_->Reconcile(200).message, "every replica is running");
+}
+
+TEST_F(JobControllerTest, TwoRestartsInOnePassAreBothReported) {
+  StartRunning();
+  cluster_.Set(Server(0), ReplicaPhase::kFailed, 143);
+  cluster_.Set(Worker(1), ReplicaPhase::kFailed, 137);
+  JobStatus status = controller_->Reconcile(100);
+  EXPECT_EQ(status.phase, JobPhase::kRestarting);
+  EXPECT_THAT(status.message, HasSubstr("server-0 exited with code 143; restarting it (restart 1"));
+  EXPECT_THAT(status.message, HasSubstr("worker-1 exited with code 137; restarting it (restart 2"));
 }
 
 TEST_F(JobControllerTest, SucceedsAtOnceWhenServersHaveAlreadyExited) {

@@ -160,6 +160,38 @@ TEST_F(LocalClusterTest, AReplicaIgnoringSigtermIsKilledAfterTheGracePeriod) {
   EXPECT_FALSE(Exists(pid));
 }
 
+// Ctrl-C must end a job within a second: replicas deleted together are all
+// sent SIGTERM at once and share one grace period, not one each in turn.
+TEST_F(LocalClusterTest, ReplicasDeletedTogetherShareOneGracePeriod) {
+  const std::vector<ReplicaName> names{{ReplicaRole::kWorker, 0},
+                                       {ReplicaRole::kServer, 0},
+                                       {ReplicaRole::kServer, 1},
+                                       {ReplicaRole::kScheduler, 0}};
+  std::vector<pid_t> pids;
+  for (const ReplicaName& name : names) {
+    const std::string ready = run_dir_ + "/" + name.ToString() + ".ready";
+    ASSERT_TRUE(Run(name, "trap '' TERM; touch \"" + ready + "\"; while :; do sleep 1; done").ok());
+    ASSERT_TRUE(Eventually([&] { return std::filesystem::exists(ready); }));
+    pids.push_back(cluster_->Pid(name));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(cluster_->DeleteAll(names, 300).ok());
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, 300ms) << "they were given their grace period";
+  EXPECT_LT(took, 600ms) << "each got a grace period of its own, one after the other";
+  for (pid_t pid : pids) EXPECT_FALSE(Exists(pid));
+  EXPECT_TRUE(cluster_->List().empty());
+}
+
+TEST_F(LocalClusterTest, DeletingReplicasThatStopAtOnceTakesNoGracePeriod) {
+  const std::vector<ReplicaName> names{kWorker, kScheduler};
+  for (const ReplicaName& name : names) ASSERT_TRUE(Run(name, "exec sleep 60").ok());
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(cluster_->DeleteAll(names, 5000).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  EXPECT_TRUE(cluster_->List().empty());
+}
+
 TEST_F(LocalClusterTest, ChildrenDoNotOutliveTheCluster) {
   ASSERT_TRUE(Run(kWorker, "exec sleep 60").ok());
   const pid_t pid = cluster_->Pid(kWorker);
