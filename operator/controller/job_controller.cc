@@ -227,7 +227,12 @@ JobStatus JobController::FinishJob(JobStatus status,
     if (name.role != ReplicaRole::kWorker && IsActive(r)) left.push_back(name);
   }
   const ReplicaName scheduler{ReplicaRole::kScheduler, 0};
-  const bool scheduler_left = status.scheduler.active > 0;
+  // A scheduler that ended with JobOver told the servers first (it waits
+  // for them to hear it): they are on their way out, worth waiting for.
+  auto scheduler_it = observed.find(scheduler);
+  const bool scheduler_told_them =
+      scheduler_it != observed.end() && scheduler_it->second.reason == kReasonJobOver;
+  const bool scheduler_left = status.scheduler.active > 0 || scheduler_told_them;
   const bool servers_left = status.servers.active > 0;
   // Servers exit when the scheduler tells them the job is over, and the
   // scheduler once they have heard it: worth waiting for only while both
