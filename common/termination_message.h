@@ -18,6 +18,15 @@ inline constexpr const char* kTerminationLogVariable = "KUBEPS_TERMINATION_LOG";
 // that the run policy restarts: without the reason, an exit 0 of a server
 // (a bug, a stray signal handler) would read as "done" and strand the job.
 inline constexpr const char* kReasonJobOver = "JobOver";
+// The scheduler's end when every worker finished but not every server heard
+// so before it gave up waiting (a frozen or cut-off server): the servers
+// left will not end on their own, and the job logic stops them at once.
+inline constexpr const char* kReasonJobOverUnheard = "JobOverUnheard";
+
+// Whether a replica's reason says it ended because the job was over.
+inline bool IsJobOverReason(const std::string& reason) {
+  return reason == kReasonJobOver || reason == kReasonJobOverUnheard;
+}
 // The model diverged: a rerun from the same parameters diverges again.
 inline constexpr const char* kReasonNonFiniteLoss = "NonFiniteLoss";
 inline constexpr const char* kReasonNonFiniteGradient = "NonFiniteGradient";

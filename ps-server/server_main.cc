@@ -116,8 +116,14 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
   }
   server->Shutdown(std::chrono::system_clock::now() +
                    (g_stop.stop_requested() ? kStopShutdownGrace : kEndShutdownGrace));
-  KLOG_INFO << "every worker finished; scheduler exits";
-  WriteTerminationMessage(kReasonJobOver, "every worker finished");
+  if (service.scheduler().WaitServersToldToStop(std::chrono::milliseconds(0))) {
+    KLOG_INFO << "every worker finished; scheduler exits";
+    WriteTerminationMessage(kReasonJobOver, "every worker finished and every server heard so");
+  } else {
+    KLOG_INFO << "every worker finished; scheduler exits before every server heard so";
+    WriteTerminationMessage(kReasonJobOverUnheard,
+                            "every worker finished, but not every server heard so");
+  }
   return 0;
 }
 

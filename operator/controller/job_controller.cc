@@ -200,7 +200,7 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
 // theirs while workers still need them is one, whatever the exit code.
 bool JobController::EndedBeforeTheWorkers(const ReplicaStatus& replica) {
   return replica.name.role != ReplicaRole::kWorker && replica.phase == ReplicaPhase::kSucceeded &&
-         replica.reason != kReasonJobOver;
+         !IsJobOverReason(replica.reason);
 }
 
 std::string JobController::RunningMessage(
@@ -227,8 +227,9 @@ JobStatus JobController::FinishJob(JobStatus status,
     if (name.role != ReplicaRole::kWorker && IsActive(r)) left.push_back(name);
   }
   const ReplicaName scheduler{ReplicaRole::kScheduler, 0};
-  // A scheduler that ended with JobOver told the servers first (it waits
+  // A scheduler that ended with JobOver told every server first (it waits
   // for them to hear it): they are on their way out, worth waiting for.
+  // One that gave up waiting (JobOverUnheard) left some that never will.
   auto scheduler_it = observed.find(scheduler);
   const bool scheduler_told_them =
       scheduler_it != observed.end() && scheduler_it->second.reason == kReasonJobOver;

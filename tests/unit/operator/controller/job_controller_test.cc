@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/termination_message.h"
 #include "operator/controller/job_controller.h"
 
 namespace kubeps::controller {
@@ -362,6 +363,32 @@ TEST_F(JobControllerTest, ServersWhoseSchedulerIsGoneAreStoppedAsSoonAsTheWorker
     EXPECT_EQ(status.phase, JobPhase::kSucceeded) << status.message;
     EXPECT_THAT(cluster_.created, IsEmpty()) << "the scheduler was restarted after the job";
     EXPECT_TRUE(cluster_.replicas.empty());
+  }
+}
+
+// A scheduler that ended with JobOver waited for every server to hear it:
+// they are on their way out (a final checkpoint each) and are waited for.
+// One that gave up waiting (JobOverUnheard: a frozen or cut-off server)
+// left servers that will never hear it: they are stopped at once.
+TEST_F(JobControllerTest, ServersAreWaitedForOnlyIfTheSchedulerSaysTheyHeardTheJobIsOver) {
+  for (const char* reason : {kReasonJobOver, kReasonJobOverUnheard}) {
+    SCOPED_TRACE(reason);
+    cluster_ = FakeCluster();
+    StartRunning();
+    cluster_.Set(Scheduler(), ReplicaPhase::kSucceeded);
+    cluster_.replicas[Scheduler()].reason = reason;
+    cluster_.Set(Worker(0), ReplicaPhase::kSucceeded);
+    cluster_.Set(Worker(1), ReplicaPhase::kSucceeded);
+    JobStatus status = controller_->Reconcile(1000);
+    if (std::string(reason) == kReasonJobOver) {
+      EXPECT_EQ(status.phase, JobPhase::kRunning) << status.message;
+      EXPECT_EQ(status.message, "every worker finished; waiting for server-0, server-1 to exit");
+      EXPECT_THAT(cluster_.deleted, IsEmpty());
+    } else {
+      EXPECT_EQ(status.phase, JobPhase::kSucceeded) << status.message;
+      EXPECT_TRUE(cluster_.replicas.empty());
+    }
+    EXPECT_THAT(cluster_.created, IsEmpty());
   }
 }
 
