@@ -9,7 +9,10 @@
 #define KUBEPS_COMMON_LONG_POLL_H_
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <mutex>
 #include <string>
 
 #include <grpcpp/support/status.h>
@@ -25,6 +28,25 @@ inline grpc::Status CheckLongPollWait(const char* call, uint32_t wait_ms) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                       std::string(call) + ": wait_ms " + std::to_string(wait_ms) +
                           " is over the bound of " + std::to_string(kMaxLongPollMs) + " ms");
+}
+
+enum class LongPollEnd { kReady, kTimedOut, kCancelled };
+
+// Waits on `cv` (with `lock` held) until `ready()`, `wait_ms` passes, or
+// `cancelled()` (may be empty) turns true, looking at the last between
+// slices of kLongPollSlice: a cancelled call's handler must return for its
+// server to shut down. A server that is stopping makes `ready()` true.
+template <typename Ready>
+LongPollEnd WaitLongPoll(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                         uint32_t wait_ms, Ready ready, const std::function<bool()>& cancelled) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  while (!ready()) {
+    if (cancelled && cancelled()) return LongPollEnd::kCancelled;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return LongPollEnd::kTimedOut;
+    cv.wait_until(lock, std::min(deadline, now + kLongPollSlice));
+  }
+  return LongPollEnd::kReady;
 }
 
 }  // namespace kubeps

@@ -9,6 +9,8 @@
 
 #include <string>
 
+#include "common/status.h"
+
 namespace kubeps {
 
 inline constexpr const char* kTerminationLogVariable = "KUBEPS_TERMINATION_LOG";
@@ -27,9 +29,22 @@ inline constexpr const char* kReasonJobOverUnheard = "JobOverUnheard";
 inline bool IsJobOverReason(const std::string& reason) {
   return reason == kReasonJobOver || reason == kReasonJobOverUnheard;
 }
+// A server gave up after Shard::kMaxCheckpointFailuresInARow failed
+// checkpoint writes (a read-only or full volume): a restart writes into the
+// same folder, so the job fails, naming it.
+inline constexpr const char* kReasonCheckpointWriteFailed = "CheckpointWriteFailed";
 // The model diverged: a rerun from the same parameters diverges again.
 inline constexpr const char* kReasonNonFiniteLoss = "NonFiniteLoss";
 inline constexpr const char* kReasonNonFiniteGradient = "NonFiniteGradient";
+
+// How a shard words its refusal (INVALID_ARGUMENT) of a NaN or Inf gradient,
+// so that whoever sees it (the built-in training loop, the sidecar serving a
+// job's own program) can name the job's failure NonFiniteGradient.
+inline constexpr const char* kNonFiniteGradientRefusal = "is not finite (NaN or Inf)";
+inline bool IsNonFiniteGradientRefusal(const Status& status) {
+  return status.code() == Status::Code::kInvalidArgument &&
+         status.message().find(kNonFiniteGradientRefusal) != std::string::npos;
+}
 
 // Writes "reason: message" to $KUBEPS_TERMINATION_LOG, or to
 // /dev/termination-log when that is unset (a pod's default). Best effort: a

@@ -295,12 +295,38 @@ bool Scheduler::ViewReady() const {
          Registered(worker_ids_) == options_.num_workers;
 }
 
+void Scheduler::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+}
+
+// The end of a long poll that did not end with its condition met: an error
+// for a cancelled call or a stopping scheduler, OK (not ready) for a wait
+// that ran out. Requires mutex_.
+grpc::Status Scheduler::LongPollOutcome(const char* call, LongPollEnd end) const {
+  if (end == LongPollEnd::kCancelled) {
+    return grpc::Status(grpc::StatusCode::CANCELLED,
+                        std::string(call) + " was cancelled while it waited");
+  }
+  if (stopping_) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "the scheduler is shutting down (the job is over or it was stopped)");
+  }
+  return grpc::Status::OK;
+}
+
 grpc::Status Scheduler::GetClusterView(const v1::ClusterViewRequest* request,
-                                       v1::ClusterView* response) {
+                                       v1::ClusterView* response,
+                                       const std::function<bool()>& cancelled) {
   if (auto w = CheckLongPollWait("GetClusterView", request->wait_ms()); !w.ok()) return w;
   std::unique_lock<std::mutex> lock(mutex_);
-  bool ready = changed_.wait_for(lock, std::chrono::milliseconds(request->wait_ms()),
-                                 [&] { return ViewReady(); });
+  const LongPollEnd end = WaitLongPoll(
+      lock, changed_, request->wait_ms(), [&] { return stopping_ || ViewReady(); }, cancelled);
+  if (grpc::Status s = LongPollOutcome("GetClusterView", end); !s.ok()) return s;
+  const bool ready = end == LongPollEnd::kReady;
   response->set_ready(ready);
   response->set_num_servers(options_.num_servers);
   response->set_num_workers(options_.num_workers);
@@ -311,7 +337,8 @@ grpc::Status Scheduler::GetClusterView(const v1::ClusterViewRequest* request,
   return grpc::Status::OK;
 }
 
-grpc::Status Scheduler::Barrier(const v1::BarrierRequest* request, v1::BarrierResponse* response) {
+grpc::Status Scheduler::Barrier(const v1::BarrierRequest* request, v1::BarrierResponse* response,
+                                const std::function<bool()>& cancelled) {
   if (auto w = CheckLongPollWait("Barrier", request->wait_ms()); !w.ok()) return w;
   if (request->rank() < 0 || request->rank() >= options_.num_workers) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -328,9 +355,11 @@ grpc::Status Scheduler::Barrier(const v1::BarrierRequest* request, v1::BarrierRe
       changed_.notify_all();
     }
   }
-  bool released = changed_.wait_for(lock, std::chrono::milliseconds(request->wait_ms()),
-                                    [&] { return released_barriers_.count(name) > 0; });
-  response->set_released(released);
+  const LongPollEnd end = WaitLongPoll(
+      lock, changed_, request->wait_ms(),
+      [&] { return stopping_ || released_barriers_.count(name) > 0; }, cancelled);
+  if (grpc::Status s = LongPollOutcome("Barrier", end); !s.ok()) return s;
+  response->set_released(end == LongPollEnd::kReady);
   return grpc::Status::OK;
 }
 

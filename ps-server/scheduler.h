@@ -32,6 +32,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -39,6 +40,7 @@
 #include <vector>
 
 #include "common/fault_injector.h"
+#include "common/long_poll.h"
 #include "common/metrics.h"
 #include "kubeps.grpc.pb.h"
 
@@ -73,8 +75,12 @@ class Scheduler {
   Scheduler(const SchedulerOptions& options, MetricsServer* metrics);
 
   grpc::Status Register(const v1::RegisterRequest* request, v1::RegisterResponse* response);
-  grpc::Status GetClusterView(const v1::ClusterViewRequest* request, v1::ClusterView* response);
-  grpc::Status Barrier(const v1::BarrierRequest* request, v1::BarrierResponse* response);
+  // The long polls end early, with CANCELLED, once `cancelled` (may be
+  // empty) turns true, and with UNAVAILABLE once Stop() is called.
+  grpc::Status GetClusterView(const v1::ClusterViewRequest* request, v1::ClusterView* response,
+                              const std::function<bool()>& cancelled = {});
+  grpc::Status Barrier(const v1::BarrierRequest* request, v1::BarrierResponse* response,
+                       const std::function<bool()>& cancelled = {});
   grpc::Status Heartbeat(const v1::HeartbeatRequest* request, v1::HeartbeatResponse* response);
   grpc::Status Finish(const v1::FinishRequest* request, v1::FinishResponse* response);
 
@@ -87,6 +93,9 @@ class Scheduler {
   bool WaitServersToldToStop(std::chrono::milliseconds timeout) const;
   // Non-empty once the job cannot go on (no checkpoint step in common).
   std::string Failure() const;
+  // Ends every waiting long poll now, so that the gRPC server's Shutdown
+  // need not wait out their wait_ms.
+  void Stop();
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -95,9 +104,10 @@ class Scheduler {
     Clock::time_point last_seen;
     std::string registration_key;  // given to the process that registered
   };
-  bool ViewReady() const;                          // requires mutex_
-  void StartRecovery(const v1::NodeInfo& server);  // requires mutex_
-  void FirstStart();                               // requires mutex_
+  bool ViewReady() const;                                                 // requires mutex_
+  grpc::Status LongPollOutcome(const char* call, LongPollEnd end) const;  // requires mutex_
+  void StartRecovery(const v1::NodeInfo& server);                         // requires mutex_
+  void FirstStart();                                                      // requires mutex_
   // Every server's checkpoint steps, by rank (requires mutex_).
   std::vector<std::vector<uint64_t>> ServerSteps() const;
   std::string DescribeSteps() const;           // requires mutex_
@@ -106,6 +116,7 @@ class Scheduler {
   const SchedulerOptions options_;
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;
+  bool stopping_ = false;                             // Stop() was called
   std::map<std::string, Member> members_;             // by node_id
   std::vector<std::string> server_ids_, worker_ids_;  // index = rank; "" = free
   std::map<std::string, std::set<int>> barriers_;

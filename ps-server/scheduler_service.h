@@ -25,13 +25,14 @@ class SchedulerService final : public v1::Scheduler::Service {
   }
   grpc::Status GetClusterView(grpc::ServerContext* context, const v1::ClusterViewRequest* request,
                               v1::ClusterView* response) override {
-    return Serve(context, "GetClusterView", response,
-                 [&](auto* r) { return scheduler_.GetClusterView(request, r); });
+    return Serve(context, "GetClusterView", response, [&](auto* r) {
+      return scheduler_.GetClusterView(request, r, Cancelled(context));
+    });
   }
   grpc::Status Barrier(grpc::ServerContext* context, const v1::BarrierRequest* request,
                        v1::BarrierResponse* response) override {
     return Serve(context, "Barrier", response,
-                 [&](auto* r) { return scheduler_.Barrier(request, r); });
+                 [&](auto* r) { return scheduler_.Barrier(request, r, Cancelled(context)); });
   }
   grpc::Status Heartbeat(grpc::ServerContext* context, const v1::HeartbeatRequest* request,
                          v1::HeartbeatResponse* response) override {
@@ -45,6 +46,10 @@ class SchedulerService final : public v1::Scheduler::Service {
   }
 
  private:
+  static std::function<bool()> Cancelled(grpc::ServerContext* context) {
+    return [context] { return context->IsCancelled(); };
+  }
+
   template <typename Response, typename Handler>
   grpc::Status Serve(grpc::ServerContext* context, const char* rpc, Response* response,
                      Handler handler) {

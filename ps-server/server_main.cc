@@ -90,6 +90,12 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
   int port = 0;
   std::unique_ptr<grpc::Server> server;
   if (Status s = StartGrpc(config, &service, metrics, &server, &port); !s.ok()) return Fail(s, 1);
+  // Ends the scheduler's waiting long polls first: Shutdown waits for every
+  // handler to return.
+  auto shut_down = [&](std::chrono::milliseconds grace) {
+    service.scheduler().Stop();
+    server->Shutdown(std::chrono::system_clock::now() + grace);
+  };
   KLOG_INFO << "scheduler listening on " << config.pod_ip << ":" << port
             << ", metrics on :" << metrics->port() << ", expecting " << config.num_servers
             << " servers and " << config.num_workers << " workers";
@@ -98,13 +104,13 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
     if (!service.scheduler().Failure().empty()) {
       // Give every node a few heartbeats to learn why the job stops.
       g_stop.SleepFor(std::chrono::seconds(2));
-      server->Shutdown(std::chrono::system_clock::now() + kEndShutdownGrace);
+      shut_down(kEndShutdownGrace);
       return Fail(Status::Error(service.scheduler().Failure()), 1);
     }
   }
   if (g_stop.stop_requested() &&
       !service.scheduler().WaitAllWorkersFinished(std::chrono::milliseconds(0))) {
-    server->Shutdown(std::chrono::system_clock::now() + kStopShutdownGrace);
+    shut_down(kStopShutdownGrace);
     return StoppedBySignal("scheduler");
   }
   // Keep answering heartbeats until every server has learnt the job is
@@ -114,8 +120,7 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
   while (!g_stop.stop_requested() && std::chrono::steady_clock::now() < told_by &&
          !service.scheduler().WaitServersToldToStop(kStopCheckInterval)) {
   }
-  server->Shutdown(std::chrono::system_clock::now() +
-                   (g_stop.stop_requested() ? kStopShutdownGrace : kEndShutdownGrace));
+  shut_down(g_stop.stop_requested() ? kStopShutdownGrace : kEndShutdownGrace);
   if (service.scheduler().WaitServersToldToStop(std::chrono::milliseconds(0))) {
     KLOG_INFO << "every worker finished; scheduler exits";
     WriteTerminationMessage(kReasonJobOver, "every worker finished and every server heard so");
@@ -169,6 +174,9 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
       continue;
     }
     last_answer = std::chrono::steady_clock::now();
+    if (std::string failure = shard->CheckpointFailure(); !failure.empty()) {
+      return Status::Error(failure);
+    }
     if (!answer.failure.empty())
       return Status::Error("the scheduler stopped the job: " + answer.failure);
     shard->KeepCheckpoint(answer.common_checkpoint_step);
@@ -182,8 +190,7 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
     }
     if (answer.shutdown) {
       KLOG_INFO << "the scheduler says the job is over; writing the final checkpoint";
-      shard->WriteFinalCheckpoint();
-      return Status::Ok();
+      return shard->WriteFinalCheckpoint();
     }
   }
   return Status::Aborted("stopped by a signal");
@@ -221,6 +228,9 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   if (s.IsAborted() && g_stop.stop_requested()) return StoppedBySignal("server");
   if (!s.ok()) {
     KLOG_ERROR << s.message();
+    if (!shard.CheckpointFailure().empty()) {
+      WriteTerminationMessage(kReasonCheckpointWriteFailed, s.message());
+    }
     return 1;
   }
   WriteTerminationMessage(kReasonJobOver, "the scheduler said every worker finished");

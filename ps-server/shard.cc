@@ -6,6 +6,7 @@
 
 #include "common/logging.h"
 #include "common/long_poll.h"
+#include "common/termination_message.h"
 
 namespace kubeps {
 namespace {
@@ -127,18 +128,30 @@ void Shard::Install(const v1::ShardCheckpoint& checkpoint) {
   applied_pushes_ = options_.sync ? 0 : checkpoint.step();
 }
 
-void Shard::WriteCheckpoint(const v1::ShardCheckpoint& checkpoint) {
+Status Shard::WriteCheckpoint(const v1::ShardCheckpoint& checkpoint) {
   std::lock_guard<std::mutex> lock(write_mutex_);
   Status s = checkpoints_->Write(checkpoint);
   if (!s.ok()) {
     // Loud: a shard whose checkpoints stop can make a later recovery
     // impossible (the scheduler needs a step every shard holds).
     checkpoint_failures_.Increment();
-    KLOG_ERROR << "checkpoint of step " << checkpoint.step() << " into " << checkpoints_->dir()
-               << " failed: " << s.message();
-    return;
+    ++failures_in_a_row_;
+    last_failure_ = "checkpoint of step " + std::to_string(checkpoint.step()) + " into " +
+                    checkpoints_->dir() + " failed: " + s.message();
+    KLOG_ERROR << last_failure_ << " (" << failures_in_a_row_ << " in a row; the shard gives up at "
+               << kMaxCheckpointFailuresInARow << ")";
+    return Status::Error(last_failure_);
   }
+  failures_in_a_row_ = 0;
   checkpoints_written_.Increment();
+  return s;
+}
+
+std::string Shard::CheckpointFailure() const {
+  std::lock_guard<std::mutex> lock(write_mutex_);
+  if (failures_in_a_row_ < kMaxCheckpointFailuresInARow) return "";
+  return std::to_string(failures_in_a_row_) +
+         " checkpoint writes in a row failed, the last: " + last_failure_;
 }
 
 int64_t Shard::LoadLatestCheckpoint() {
@@ -187,22 +200,23 @@ Status Shard::DiscardCheckpoints() {
   return Status::Ok();
 }
 
-void Shard::WriteFinalCheckpoint() {
+Status Shard::WriteFinalCheckpoint() {
   std::unique_ptr<v1::ShardCheckpoint> last;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!checkpoints_ || parts_.empty() || awaiting_recovery_) return;
+    if (!checkpoints_ || parts_.empty() || awaiting_recovery_) return Status::Ok();
     uint64_t step = applied_pushes_;
     if (options_.sync) {
       step = UINT64_MAX;
       for (const auto& [key, part] : parts_) step = std::min(step, part.version);
     }
-    if (static_cast<int64_t>(step) == last_checkpoint_) return;
+    if (static_cast<int64_t>(step) == last_checkpoint_) return Status::Ok();
     last = std::make_unique<v1::ShardCheckpoint>(Snapshot(step));
     last_checkpoint_ = static_cast<int64_t>(step);
   }
-  WriteCheckpoint(*last);
+  if (Status s = WriteCheckpoint(*last); !s.ok()) return s;
   KLOG_INFO << "final checkpoint of step " << last->step() << " in " << checkpoints_->dir();
+  return Status::Ok();
 }
 
 Status Shard::RestoreCheckpoint(uint64_t step, uint64_t generation) {
@@ -225,6 +239,12 @@ Status Shard::RestoreCheckpoint(uint64_t step, uint64_t generation) {
     awaiting_recovery_ = false;
   }
   advanced_.notify_all();
+  if (read.ok()) {
+    // The shard is back on a step it holds: what it trains from here on is
+    // what a later write would protect.
+    std::lock_guard<std::mutex> lock(write_mutex_);
+    failures_in_a_row_ = 0;
+  }
   KLOG_INFO << (read.ok() ? "rolled back to the checkpoint of step " : "started empty at step ")
             << step << " (generation " << generation << ")";
   return Status::Ok();
@@ -476,8 +496,9 @@ grpc::Status Shard::Push(const v1::PushRequest& request, PushData& data) {
         return Invalid("the gradient of " + request.id().node_id() + " (rank " +
                        std::to_string(request.worker_rank()) + ") for step " +
                        std::to_string(request.step()) + ", " + Describe(request.parts(non_finite)) +
-                       ", is not finite (NaN or Inf): the model diverged; lower the learning "
-                       "rate, or set spec.nonFinite: SkipStep to skip such steps");
+                       ", " + kNonFiniteGradientRefusal +
+                       ": the model diverged; lower the learning rate, or set spec.nonFinite: "
+                       "SkipStep to skip such steps");
       }
     }
     Apply(request, gathered, non_finite >= 0);
@@ -490,7 +511,7 @@ grpc::Status Shard::Push(const v1::PushRequest& request, PushData& data) {
     }
   }
   dedup_.Done(request.id());
-  if (due) WriteCheckpoint(*due);
+  if (due) (void)WriteCheckpoint(*due);  // logged and counted; see CheckpointFailure
   advanced_.notify_all();
   pushes_.Increment();
   push_bytes_.Increment(static_cast<double>(data.size()));
@@ -524,16 +545,13 @@ grpc::Status Shard::Pull(const v1::PullRequest& request, PullAnswer* answer,
     }
     return true;
   };
-  // Waits in slices, looking at the call's cancellation between them.
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(request.wait_ms());
-  while (!ready()) {
-    if (cancelled && cancelled()) {
+  switch (WaitLongPoll(lock, advanced_, request.wait_ms(), ready, cancelled)) {
+    case LongPollEnd::kCancelled:
       return grpc::Status(grpc::StatusCode::CANCELLED, "the pull was cancelled while it waited");
-    }
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) return grpc::Status::OK;  // ready = false
-    advanced_.wait_until(lock, std::min(deadline, now + kLongPollSlice));
+    case LongPollEnd::kTimedOut:
+      return grpc::Status::OK;  // ready = false
+    case LongPollEnd::kReady:
+      break;
   }
   if (stopping_) return stopped;
   if (grpc::Status g = CheckGeneration(request.generation()); !g.ok()) return g;

@@ -85,8 +85,16 @@ class Shard {
   // The newest step every shard holds (from the scheduler): kept on disk.
   void KeepCheckpoint(int64_t step);
   // At the job's end: a checkpoint of the final state, so that the job run
-  // again finds nothing left to train.
-  void WriteFinalCheckpoint();
+  // again finds nothing left to train. An error names the folder.
+  Status WriteFinalCheckpoint();
+  // A failed checkpoint write is logged, counted and tolerated (a full disk
+  // freed, a storage blip): the job can still recover to an older step every
+  // shard holds. After this many in a row (none written since, nor a
+  // checkpoint restored), the shard gives up: training on with nothing to
+  // recover to would lose the work since at the next crash.
+  static constexpr int kMaxCheckpointFailuresInARow = 10;
+  // Non-empty, naming the folder and the last error, once the shard gave up.
+  std::string CheckpointFailure() const;
   // Rollback (sync mode): replaces the state with the checkpoint of `step`
   // and enters `generation`; requests of older generations are ABORTED.
   // Step 0 on a shard that holds nothing and has no checkpoint of it (a
@@ -148,7 +156,7 @@ class Shard {
   bool CheckpointDue(uint64_t* step) const;
   v1::ShardCheckpoint Snapshot(uint64_t step) const;    // requires mutex_
   void Install(const v1::ShardCheckpoint& checkpoint);  // requires mutex_
-  void WriteCheckpoint(const v1::ShardCheckpoint& checkpoint);
+  Status WriteCheckpoint(const v1::ShardCheckpoint& checkpoint);
 
   const ShardOptions options_;
   const std::unique_ptr<Optimizer> optimizer_;
@@ -170,7 +178,9 @@ class Shard {
   uint64_t applied_pushes_ = 0;
   std::vector<float> async_gradient_;  // async mode: a push's parts, back to back
   std::unique_ptr<CheckpointStore> checkpoints_;
-  std::mutex write_mutex_;  // one checkpoint write at a time
+  mutable std::mutex write_mutex_;  // one checkpoint write at a time; guards the two below
+  int failures_in_a_row_ = 0;
+  std::string last_failure_;
 
   prometheus::Counter& pushes_;
   prometheus::Counter& pulls_;

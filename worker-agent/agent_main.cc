@@ -321,6 +321,11 @@ int ServeTrainingProcess(const api::NodeConfig& config, const api::TrainingJob& 
   StopOnSignal(server.get());
   if (Status s = server->Serve(); !s.ok()) return Fail(s);
   const std::string steps = std::to_string(server->steps()) + " steps";
+  // The program's exit code says only that it failed; the agent's last
+  // words say why, when a rerun would fail the same way.
+  if (auto [reason, message] = server->JobFailure(); !reason.empty()) {
+    WriteTerminationMessage(reason, message);
+  }
   if (const int signal = g_stop_signal) {
     PrintLine(std::string(SignalName(signal)) + ": stopped serving after " + steps);
     // A session's requests may still wait on peers that are going away

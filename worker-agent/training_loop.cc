@@ -95,11 +95,7 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
       continue;
     }
     if (!updated.ok()) {
-      // A shard refused a NaN or Inf gradient (ps-server/shard.cc says so).
-      if (updated.code() == Status::Code::kInvalidArgument &&
-          updated.message().find("is not finite") != std::string::npos) {
-        result->failure_reason = kReasonNonFiniteGradient;
-      }
+      if (IsNonFiniteGradientRefusal(updated)) result->failure_reason = kReasonNonFiniteGradient;
       return Status::Error("step " + std::to_string(step) + ": " + updated.message());
     }
     steps_total.Increment();

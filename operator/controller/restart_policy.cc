@@ -8,7 +8,8 @@
 namespace kubeps::controller {
 
 bool IsPermanentReason(const std::string& reason) {
-  return reason == kReasonNonFiniteLoss || reason == kReasonNonFiniteGradient;
+  return reason == kReasonNonFiniteLoss || reason == kReasonNonFiniteGradient ||
+         reason == kReasonCheckpointWriteFailed;
 }
 
 void ParseTerminationMessage(const std::string& text, std::string* reason, std::string* message) {

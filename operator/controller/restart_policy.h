@@ -28,7 +28,9 @@ bool IsRetryableExitCode(int exit_code);
 
 // A replica's termination reason that no restart cures: the model diverged
 // (NonFiniteLoss, NonFiniteGradient), so a rerun from the same parameters
-// diverges again. The job fails at once, whatever the restart policy.
+// diverges again; or a server's checkpoint folder takes no more writes
+// (CheckpointWriteFailed), and a restart writes into the same one. The job
+// fails at once, whatever the restart policy.
 bool IsPermanentReason(const std::string& reason);
 
 // `restarts_so_far` counts the job's restarts, all replicas together, and

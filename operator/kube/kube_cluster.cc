@@ -68,15 +68,27 @@ controller::ReplicaStatus KubeCluster::StatusOf(const json& pod) {
                  : phase == "Succeeded" ? ReplicaPhase::kSucceeded
                  : phase == "Failed"    ? ReplicaPhase::kFailed
                                         : ReplicaPhase::kPending;
-  for (const auto& container : pod_status.value("containerStatuses", json::array())) {
-    const json& terminated =
-        container.value("state", json::object()).value("terminated", json::object());
-    if (terminated.contains("exitCode")) status.exit_code = terminated["exitCode"].get<int>();
-    // The container's termination message (/dev/termination-log).
+  // A container's termination message (/dev/termination-log): the first
+  // with a reason wins.
+  auto read_message = [&status](const json& terminated) {
     if (terminated.contains("message") && status.reason.empty()) {
       controller::ParseTerminationMessage(terminated.value("message", ""), &status.reason,
                                           &status.message);
     }
+  };
+  auto terminated_of = [](const json& container) {
+    return container.value("state", json::object()).value("terminated", json::object());
+  };
+  for (const auto& container : pod_status.value("containerStatuses", json::array())) {
+    const json terminated = terminated_of(container);
+    if (terminated.contains("exitCode")) status.exit_code = terminated["exitCode"].get<int>();
+    read_message(terminated);
+  }
+  // A worker's agent, a native sidecar (an init container), says why the
+  // job's own program failed when the program cannot (it saw a shard
+  // refuse a NaN gradient): read after the program's own words.
+  for (const auto& container : pod_status.value("initContainerStatuses", json::array())) {
+    read_message(terminated_of(container));
   }
   // A pod the node lost or evicted has no exit code: treat it as killed.
   if (status.phase == ReplicaPhase::kFailed && status.exit_code == 0) status.exit_code = 137;

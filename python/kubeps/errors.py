@@ -13,12 +13,16 @@ class KubepsError(Exception):
     """A failed kubeps request: `code` is the protocol's code, `message` says what is wrong."""
 
     code = "Internal"
+    # Why the job must end, when the agent says a rerun would fail the same
+    # way ("NonFiniteGradient": a parameter server refused a NaN gradient).
+    reason = None
 
-    def __init__(self, message, code=None):
+    def __init__(self, message, code=None, reason=None):
         super().__init__(message)
         self.message = message
         if code is not None:
             self.code = code
+        self.reason = reason
 
     def __str__(self):
         return "%s: %s" % (self.code, self.message)
@@ -78,5 +82,5 @@ def error_from_reply(reply, op):
     cls = _BY_CODE.get(code)
     if cls is None:
         # A code this client does not know is still an error: keep the code.
-        return KubepsError(message, code=str(code))
-    return cls(message)
+        return KubepsError(message, code=str(code), reason=reply.get("reason"))
+    return cls(message, reason=reply.get("reason"))

@@ -7,6 +7,7 @@ run folder after a successful job unless --keep-run-dir is given."""
 import glob
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,8 +20,8 @@ from jobtools import KUBEPS, RunningJob, manifest, processes_with_env, write_man
 TIMEOUT = 300  # generous: four engineers' builds and tests share two cores
 
 
-def job_text(name, resume=None):
-    checkpoint = {"intervalSteps": 50}
+def job_text(name, resume=None, interval=50):
+    checkpoint = {"intervalSteps": interval}
     if resume is not None:
         checkpoint["resume"] = resume
     text = manifest(name, batch=32).replace(
@@ -139,6 +140,54 @@ class LaggingShardTest(unittest.TestCase):
         output = job.output()
         self.assertIn("checkpoint of step 100 into %s failed" % folder, output)
         self.assertIn("rolled back to step 50", output)
+
+
+class ReadOnlyFolderTest(unittest.TestCase):
+    """The checkpoints' volume turns read-only mid-job (ext4 remounts itself
+    read-only after an I/O error; a volume is detached under the pod).
+    `kubeps run` runs in a mount namespace of its own, where its checkpoints
+    folder is a bind mount that the test remounts read-only once both shards
+    wrote a checkpoint: as root, a read-only mode would stop nothing. Each
+    shard tolerates failed writes for a while, then gives up, and the job
+    fails at once (a restart would write into the same folder), with a
+    message that names the folder and the error."""
+
+    def test_the_job_fails_naming_the_folder(self):
+        probe = subprocess.run(["unshare", "--mount", "true"], capture_output=True, text=True)
+        if probe.returncode != 0:
+            self.skipTest("needs a mount namespace (root with CAP_SYS_ADMIN): " + probe.stderr)
+        tmp = tempfile.mkdtemp(prefix="kubeps-ckpt-ro-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        run_dir = os.path.join(tmp, "run")
+        folder = os.path.join(run_dir, "checkpoints")
+        os.makedirs(folder)
+        wrapper = os.path.join(tmp, "kubeps-in-a-mount-namespace")
+        with open(wrapper, "w") as f:
+            f.write('#!/bin/sh\nexec unshare --mount --propagation private sh -c '
+                    '\'mount --bind "$0" "$0" && exec "$@"\' %s %s "$@"\n' % (folder, KUBEPS))
+        os.chmod(wrapper, 0o755)
+        job = RunningJob(write_manifest(tmp, job_text("readonly", interval=10)), run_dir=run_dir,
+                         env={"KUBEPS_MAX_STEPS": "1500"}, kubeps=wrapper)
+        self.addCleanup(job.close)
+        deadline = time.time() + TIMEOUT
+        while not (steps_of(run_dir, "server-0") and steps_of(run_dir, "server-1")):
+            self.assertIsNone(job.process.poll(), job.output())
+            self.assertLess(time.time(), deadline, job.output())
+            time.sleep(0.05)
+        subprocess.run(["nsenter", "-t", str(job.process.pid), "-m",
+                        "mount", "-o", "remount,bind,ro", folder], check=True)
+        start = time.time()
+        code = job.wait(TIMEOUT)
+        output = job.output()
+        self.assertNotEqual(code, 0, output)
+        self.assertRegex(output, r"server-\d failed and is not restarted \(a rerun would fail the "
+                         r"same way\): \d+ checkpoint writes in a row failed, the last: checkpoint "
+                         r"of step \d+ into %s/server-\d failed: .*Read-only file system"
+                         % re.escape(folder))
+        self.assertNotIn("restarting it", output)
+        self.assertEqual(processes_with_env("KUBEPS_RUN_DIR", run_dir), [])
+        print("\ncheckpoints folder read-only mid-job: the job failed %.1f s later" %
+              (time.time() - start))
 
 
 class RunFolderTest(unittest.TestCase):

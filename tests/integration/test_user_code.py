@@ -287,6 +287,30 @@ class UserCodeTest(unittest.TestCase):
         self.assertGreater(resends, 0)
         self.assertEqual(differing_parameters(clean_saved, saved), [], job.output())
 
+    def test_a_program_whose_model_diverges_fails_the_job_saying_why(self):
+        # SGD with learning rate 1e10 on the servers: within a few steps the
+        # program pushes NaN gradients, which the shards refuse. The program
+        # dies of the exception with exit 1, which alone would be restarted
+        # until the backoffLimit; its agent says why.
+        path = example_manifest(self.dir, "diverge", 200)
+        with open(path) as f:
+            text = f.read()
+        adam = "    name: adam\n    learningRate: 0.001\n"
+        self.assertIn(adam, text)
+        with open(path, "w") as f:
+            f.write(text.replace(adam, "    name: sgd\n    learningRate: 1e10\n"))
+        job = self.start("diverge", path)
+        code = job.wait(180)
+        out = job.output()
+        self.assertNotEqual(code, 0, out)
+        self.assertRegex(out, r"job pytorch-mlp failed.*NonFiniteGradient", out)
+        self.assertRegex(out, r"worker-\d failed and is not restarted \(a rerun would fail the "
+                         r"same way\): .*is not finite \(NaN or Inf\)", out)
+        self.assertNotIn("restarting it", out)
+        # The program saw why, in the exception the client raised.
+        self.assertRegex(out, r"kubeps\.errors\.InvalidArgument: InvalidArgument: wait: .*is "
+                         r"not finite", out)
+
 
 class UserCodeValidationTest(unittest.TestCase):
     def test_a_job_with_neither_a_model_nor_a_program_is_invalid(self):

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/logging.h"
+#include "common/termination_message.h"
 
 namespace kubeps::sidecar {
 namespace {
@@ -466,6 +467,13 @@ Session::Outcome Session::WaitFor(const std::vector<Transfer>& transfers) {
     return ok;
   }
   if (!aborted) {
+    if (IsNonFiniteGradientRefusal(failure)) {
+      if (context_.on_job_failure)
+        context_.on_job_failure(kReasonNonFiniteGradient, failure.message());
+      Outcome refused{kInvalidArgument, "wait: " + failure.message()};
+      refused.fields = {{"reason", kReasonNonFiniteGradient}};
+      return refused;
+    }
     return {CodeOf(failure), "wait: " + failure.message()};
   }
   uint64_t resume_step = 0;

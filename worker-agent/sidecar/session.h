@@ -48,6 +48,11 @@ struct SessionContext {
   // (empty before the first init); a session's init sets them. A restarted
   // training process must declare the same tensors.
   std::vector<uint64_t>* known_numels = nullptr;
+  // Told when a request fails in a way that ends the job, not the process
+  // (a shard refused a NaN gradient: the model diverged), with the
+  // termination reason; the agent writes it as its last words, since the
+  // client's own exit code says only that it failed. May be empty.
+  std::function<void(const std::string& reason, const std::string& message)> on_job_failure;
 };
 
 class Session {

@@ -255,6 +255,11 @@ void SidecarServer::Refuse(int fd, const std::string& why) {
   KLOG_INFO << "refused a connection: " << why;
 }
 
+std::pair<std::string, std::string> SidecarServer::JobFailure() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return job_failure_;
+}
+
 void SidecarServer::RunSession(int fd, int peer_pid) {
   const std::string client = peer_pid > 0 ? "pid " + std::to_string(peer_pid) : "a client";
   KLOG_INFO << "session of " << client << " started";
@@ -268,6 +273,10 @@ void SidecarServer::RunSession(int fd, int peer_pid) {
   context.sync = options_.sync;
   context.optimizer = options_.optimizer;
   context.known_numels = &known_numels_;
+  context.on_job_failure = [this](const std::string& reason, const std::string& message) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (job_failure_.first.empty()) job_failure_ = {reason, message};
+  };
   Session session(context, [&writer](const json& reply) {
     // A client that is gone cannot read its replies; the session ends at
     // the reader's next read.

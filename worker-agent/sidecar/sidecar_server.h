@@ -22,6 +22,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/metrics.h"
@@ -76,6 +77,10 @@ class SidecarServer {
   const std::string& nonce() const { return nonce_; }
   std::string socket_path() const;
   uint64_t steps() const { return step_metrics_.steps(); }
+  // Why the job must end, as a termination reason and message, once a
+  // session saw a failure no restart cures (SessionContext::on_job_failure);
+  // empty reason otherwise.
+  std::pair<std::string, std::string> JobFailure() const;
 
  private:
   enum class Slot { kFree, kActive, kEnding };
@@ -107,6 +112,7 @@ class SidecarServer {
   int holder_pid_ = 0;                // the session's client, as the kernel sees it (0: unknown)
   const Session* session_ = nullptr;  // the open session, on its reader's stack
   bool finished_ = false;             // a session that said finish has ended
+  std::pair<std::string, std::string> job_failure_;  // the first one a session saw
   std::thread reader_;
 };
 

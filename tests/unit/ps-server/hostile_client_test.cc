@@ -16,25 +16,19 @@
 #include <gtest/gtest.h>
 
 #include "common/metrics.h"
-#include "common/optimizer.h"
 #include "ps-server/scheduler.h"
 #include "ps-server/shard.h"
+#include "tests/unit/ps-server/test_shard.h"
 
 namespace kubeps {
 namespace {
 
 using namespace std::chrono_literals;
+using shard_testing::Bytes;
 using ::testing::HasSubstr;
 
 std::unique_ptr<Shard> MakeShard(int num_workers) {
-  ShardOptions options;
-  options.num_workers = num_workers;
-  options.optimizer.name = "sgd";
-  options.optimizer.learning_rate = 1.0f;
-  std::string error;
-  auto optimizer = MakeOptimizer(options.optimizer, &error);
-  EXPECT_NE(optimizer, nullptr) << error;
-  return std::make_unique<Shard>(options, std::move(optimizer), &NullMetrics());
+  return shard_testing::MakeShard(shard_testing::PlainShardOptions(true, num_workers));
 }
 
 template <typename Message>
@@ -43,10 +37,6 @@ void AddPart(Message* m, uint32_t key, uint64_t offset, uint64_t length) {
   p->set_key(key);
   p->set_offset(offset);
   p->set_length(length);
-}
-
-std::string Bytes(const std::vector<float>& values) {
-  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
 }
 
 grpc::Status Init(Shard& shard, uint32_t key, const std::vector<float>& values) {
@@ -220,6 +210,64 @@ TEST(HostileClientTest, BarrierWaitOverSixtySecondsIsRefused) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("wait_ms 4233600000 is over the bound of 60000"));
 }
+
+// Before, the scheduler's long polls looked at neither the call's
+// cancellation nor the scheduler's end: at the end of a job its gRPC
+// Shutdown waited out every Barrier and GetClusterView in flight.
+class SchedulerLongPollTest : public ::testing::TestWithParam<bool> {
+ protected:
+  SchedulerLongPollTest() {
+    SchedulerOptions options;
+    options.num_servers = 1;
+    options.num_workers = 2;
+    scheduler_ = std::make_unique<Scheduler>(options, &NullMetrics());
+  }
+
+  // Starts a 60 s Barrier (or GetClusterView) that nothing will release.
+  std::future<grpc::Status> StartWaiting(bool barrier) {
+    return std::async(std::launch::async, [this, barrier] {
+      auto cancelled = [this] { return cancelled_.load(); };
+      if (barrier) {
+        v1::BarrierRequest request;
+        request.set_name("start");
+        request.set_rank(0);
+        request.set_wait_ms(60000);
+        v1::BarrierResponse response;
+        return scheduler_->Barrier(&request, &response, cancelled);
+      }
+      v1::ClusterViewRequest request;
+      request.set_wait_ms(60000);
+      v1::ClusterView view;
+      return scheduler_->GetClusterView(&request, &view, cancelled);
+    });
+  }
+
+  std::unique_ptr<Scheduler> scheduler_;
+  std::atomic<bool> cancelled_{false};
+};
+
+TEST_P(SchedulerLongPollTest, EndsWhenTheCallIsCancelled) {
+  auto call = StartWaiting(GetParam());
+  EXPECT_EQ(call.wait_for(100ms), std::future_status::timeout);
+  cancelled_ = true;
+  ASSERT_EQ(call.wait_for(5s), std::future_status::ready) << "a cancelled call kept waiting";
+  grpc::Status s = call.get();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_THAT(s.error_message(), HasSubstr("cancelled while it waited"));
+}
+
+TEST_P(SchedulerLongPollTest, EndsWhenTheSchedulerStops) {
+  auto call = StartWaiting(GetParam());
+  EXPECT_EQ(call.wait_for(100ms), std::future_status::timeout);
+  scheduler_->Stop();
+  ASSERT_EQ(call.wait_for(5s), std::future_status::ready) << "a stopped scheduler kept it waiting";
+  grpc::Status s = call.get();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_THAT(s.error_message(), HasSubstr("the scheduler is shutting down"));
+}
+
+INSTANTIATE_TEST_SUITE_P(BarrierAndClusterView, SchedulerLongPollTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Barrier" : "ClusterView"; });
 
 // Control calls from a client that holds the job's token but is not the
 // node it names. Before, two Finish calls for the two workers shut the

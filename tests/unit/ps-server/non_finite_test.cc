@@ -13,33 +13,22 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "common/metrics.h"
-#include "common/optimizer.h"
 #include "ps-server/shard.h"
+#include "tests/unit/ps-server/test_shard.h"
 
 namespace kubeps {
 namespace {
 
+using shard_testing::Bytes;
 using ::testing::HasSubstr;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 std::unique_ptr<Shard> MakeShard(bool sync, int num_workers, bool skip = false) {
-  ShardOptions options;
-  options.sync = sync;
-  options.num_workers = num_workers;
-  options.optimizer.name = "sgd";
-  options.optimizer.learning_rate = 1.0f;
+  ShardOptions options = shard_testing::PlainShardOptions(sync, num_workers);
   if (skip) options.non_finite = NonFinitePolicy::kSkipStep;
-  std::string error;
-  auto optimizer = MakeOptimizer(options.optimizer, &error);
-  EXPECT_NE(optimizer, nullptr) << error;
-  return std::make_unique<Shard>(options, std::move(optimizer), &NullMetrics());
-}
-
-std::string Bytes(const std::vector<float>& values) {
-  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  return shard_testing::MakeShard(options);
 }
 
 void Init(Shard& shard, const std::vector<uint32_t>& keys) {

@@ -17,15 +17,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "common/metrics.h"
-#include "common/optimizer.h"
 #include "ps-server/ps_service.h"
 #include "ps-server/shard.h"
+#include "tests/unit/ps-server/test_shard.h"
 
 namespace kubeps {
 namespace {
 
 using namespace std::chrono_literals;
+using shard_testing::Bytes;
 using ::testing::HasSubstr;
 
 struct Ref {
@@ -35,15 +35,7 @@ struct Ref {
 };
 
 std::unique_ptr<Shard> MakeShard(bool sync, int num_workers) {
-  ShardOptions options;
-  options.sync = sync;
-  options.num_workers = num_workers;
-  options.optimizer.name = "sgd";
-  options.optimizer.learning_rate = 1.0f;
-  std::string error;
-  auto optimizer = MakeOptimizer(options.optimizer, &error);
-  EXPECT_NE(optimizer, nullptr) << error;
-  return std::make_unique<Shard>(options, std::move(optimizer), &NullMetrics());
+  return shard_testing::MakeShard(shard_testing::PlainShardOptions(sync, num_workers));
 }
 
 template <typename Message>
@@ -54,10 +46,6 @@ void SetParts(Message* m, const std::vector<Ref>& refs) {
     p->set_offset(r.offset);
     p->set_length(r.length);
   }
-}
-
-std::string Bytes(const std::vector<float>& values) {
-  return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
 }
 
 std::vector<float> Floats(const std::string& bytes) {

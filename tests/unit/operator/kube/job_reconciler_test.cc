@@ -246,6 +246,39 @@ TEST_F(JobReconcilerTest, AFailedWorkerPodIsReplacedByANewPod) {
   EXPECT_THAT(EventReasons(), Contains("CreatedPod"));
 }
 
+// A job's own program exits 1 after a shard refused its NaN gradient; its
+// agent (a native sidecar: initContainerStatuses) says why. Before, only
+// the main containers' messages were read, and the worker was restarted
+// until the backoffLimit.
+TEST_F(JobReconcilerTest, TheAgentSidecarsTerminationMessageFailsTheJobWithItsReason) {
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Running");
+  json pod_status = {
+      {"phase", "Failed"},
+      {"containerStatuses",
+       {{{"name", "trainer"}, {"state", {{"terminated", {{"exitCode", 1}}}}}}}},
+      {"initContainerStatuses",
+       {{{"name", "kubeps-agent"},
+         {"state",
+          {{"terminated",
+            {{"exitCode", 0},
+             {"message", "NonFiniteGradient: the gradient of worker-1 is not finite"}}}}}}}}};
+  ASSERT_FALSE(fake_.SetStatus(kPodsPath + "/mnist-worker-1", pod_status).is_null());
+  ASSERT_TRUE(Reconcile().ok());
+  json status = StatusOfJob();
+  EXPECT_EQ(status["phase"], "Failed") << status.dump();
+  json failed;
+  for (const auto& condition : status["conditions"]) {
+    if (condition["type"] == "Failed") failed = condition;
+  }
+  EXPECT_EQ(failed["status"], "True") << status.dump();
+  EXPECT_EQ(failed["reason"], "NonFiniteGradient");
+  EXPECT_THAT(failed["message"].get<std::string>(),
+              HasSubstr("worker-1 failed and is not restarted"));
+  EXPECT_TRUE(fake_.Object(kPodsPath + "/mnist-worker-1-r1").is_null()) << "a worker restarted";
+}
+
 // Someone changed the job between the cache's copy and our write: the
 // status is written again onto the newest object, keeping their change.
 // A status computed from an older read must not land on a newer object: on

@@ -1,0 +1,152 @@
+// A shard whose checkpoint writes fail (a read-only or full volume): each
+// failure is logged and tolerated, a write that succeeds or a checkpoint
+// restored starts the count again, and after
+// Shard::kMaxCheckpointFailuresInARow in a row the shard gives up with a
+// message that names the folder and the error. Writes fail here because a
+// file stands where the checkpoint folder was: the tests run as root, for
+// whom a read-only mode stops nothing.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "ps-server/shard.h"
+#include "tests/unit/ps-server/test_shard.h"
+
+namespace kubeps {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+class CheckpointFailureTest : public ::testing::Test {
+ protected:
+  CheckpointFailureTest() {
+    dir_ =
+        (fs::temp_directory_path() / ("kubeps-ckpt-fail-" + std::to_string(::getpid()))).string();
+    fs::remove_all(dir_);
+  }
+
+  void Start(uint64_t checkpoint_interval) {
+    ShardOptions options = shard_testing::PlainShardOptions(true, 1);
+    options.checkpoint_dir = dir_;
+    options.checkpoint_interval = checkpoint_interval;
+    shard_ = shard_testing::MakeShard(options);
+    v1::InitRequest init;
+    init.mutable_id()->set_node_id("worker-0");
+    AddPart(&init);
+    init.set_data(shard_testing::Bytes({1, 2, 3}));
+    v1::InitResponse response;
+    ASSERT_TRUE(shard_->Init(init, &response).ok());
+  }
+  ~CheckpointFailureTest() override { fs::remove_all(dir_); }
+
+  template <typename Message>
+  static void AddPart(Message* m) {
+    v1::PartRef* p = m->add_parts();
+    p->set_key(0);
+    p->set_length(3);
+  }
+
+  // One sync step of the only worker; the shard then takes a checkpoint of
+  // the state the step started from (LastCheckpointStep).
+  void Step() {
+    v1::PushRequest request;
+    request.mutable_id()->set_node_id("worker-0");
+    request.mutable_id()->set_incarnation(1);
+    request.mutable_id()->set_seq(seq_++);
+    request.set_worker_rank(0);
+    request.set_step(step_);
+    request.set_generation(shard_->generation());
+    AddPart(&request);
+    const std::string bytes = shard_testing::Bytes({0.5f, 0.5f, 0.5f});
+    PushData data({bytes});
+    grpc::Status s = shard_->Push(request, data);
+    ASSERT_TRUE(s.ok()) << "a failed checkpoint must not fail the push: " << s.error_message();
+    ++step_;
+  }
+
+  uint64_t LastCheckpointStep() const { return step_ - 1; }
+
+  void BreakTheFolder() {
+    fs::remove_all(dir_);
+    std::ofstream(dir_) << "not a folder";
+  }
+  void MendTheFolder() {
+    fs::remove(dir_);
+    fs::create_directories(dir_);
+  }
+
+  std::string dir_;
+  std::unique_ptr<Shard> shard_;
+  uint64_t step_ = 0;
+  uint64_t seq_ = 0;
+};
+
+TEST_F(CheckpointFailureTest, TheShardGivesUpAfterTheLimitInARowNamingTheFolder) {
+  Start(1);  // a checkpoint every step
+  Step();    // step 1 written
+  BreakTheFolder();
+  for (int i = 1; i < Shard::kMaxCheckpointFailuresInARow; ++i) {
+    Step();
+    ASSERT_THAT(shard_->CheckpointFailure(), IsEmpty()) << "gave up after " << i << " failures";
+  }
+  Step();
+  const std::string failure = shard_->CheckpointFailure();
+  EXPECT_THAT(failure, HasSubstr(std::to_string(Shard::kMaxCheckpointFailuresInARow) +
+                                 " checkpoint writes in a row failed"));
+  EXPECT_THAT(failure, HasSubstr("checkpoint of step " + std::to_string(LastCheckpointStep()) +
+                                 " into " + dir_ + " failed"));
+  // Training was not held back meanwhile.
+  EXPECT_EQ(shard_->PartVersion(0, 0), step_);
+}
+
+TEST_F(CheckpointFailureTest, AWriteThatSucceedsStartsTheCountAgain) {
+  Start(1);
+  BreakTheFolder();
+  for (int i = 1; i < Shard::kMaxCheckpointFailuresInARow; ++i) Step();
+  MendTheFolder();
+  Step();
+  EXPECT_THAT(shard_->CheckpointSteps(), ::testing::ElementsAre(LastCheckpointStep()));
+  BreakTheFolder();
+  for (int i = 1; i < Shard::kMaxCheckpointFailuresInARow; ++i) Step();
+  EXPECT_THAT(shard_->CheckpointFailure(), IsEmpty());
+}
+
+TEST_F(CheckpointFailureTest, ARestoredCheckpointStartsTheCountAgain) {
+  Start(1);
+  Step();
+  Step();  // steps 0 and 1 written
+  const std::string saved = dir_ + ".saved";
+  fs::remove_all(saved);
+  fs::copy(dir_, saved);
+  BreakTheFolder();
+  for (int i = 1; i < Shard::kMaxCheckpointFailuresInARow; ++i) Step();
+  // A recovery rolls the job back to step 1, which this shard holds.
+  fs::remove(dir_);
+  fs::rename(saved, dir_);
+  ASSERT_TRUE(shard_->RestoreCheckpoint(1, 1).ok());
+  BreakTheFolder();
+  step_ = 1;
+  for (int i = 1; i < Shard::kMaxCheckpointFailuresInARow; ++i) Step();
+  EXPECT_THAT(shard_->CheckpointFailure(), IsEmpty());
+}
+
+TEST_F(CheckpointFailureTest, AFailedFinalCheckpointIsAnErrorNamingTheFolder) {
+  Start(100);  // no checkpoint due before the end
+  Step();
+  BreakTheFolder();
+  Status s = shard_->WriteFinalCheckpoint();
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("checkpoint of step 1 into " + dir_ + " failed"));
+}
+
+}  // namespace
+}  // namespace kubeps
