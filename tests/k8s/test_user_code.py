@@ -1,7 +1,8 @@
 """A TrainingJob that brings its own program, end to end on the emulated
 cluster: the PyTorch example (examples/pytorch/mlp) applied with the real
 kubectl, the real operator putting kubeps-agent beside the user's container
-as a native sidecar, and the job succeeding.
+as a native sidecar, and the job succeeding; and a program whose model
+diverges failing the job with the reason its agent gives.
 
     KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_user_code   (from tests/k8s)
 
@@ -134,6 +135,33 @@ class UserCodeTest(unittest.TestCase):
         log = c.kubectl("logs", rank0, "-c", "trainer").stdout
         self.assertIn("test accuracy", log)
 
+
+    def test_a_diverging_program_fails_the_job_with_the_reason_its_agent_gives(self):
+        # SGD at learning rate 1e10 on the servers: the program soon pushes
+        # NaN gradients, which the shards refuse; it dies of the exception
+        # (exit 1, no reason of its own). Its agent, a native sidecar, writes
+        # NonFiniteGradient to its termination message when the kubelet
+        # stops it, and the operator fails the job with it, restarting
+        # nothing: a rerun would diverge again.
+        c = self.c
+        job = example_job(steps=200)
+        job["metadata"]["name"] = "pytorch-diverge"
+        job["spec"]["optimizer"] = {"name": "sgd", "learningRate": 1e10}
+        name = job["metadata"]["name"]
+        apply(c, job)
+        status, deadline = {}, time.time() + 300
+        while time.time() < deadline:
+            status = get_job(c, name).get("status", {})
+            if status.get("phase") in ("Succeeded", "Failed"):
+                break
+            time.sleep(0.5)
+        self.assertEqual(status.get("phase"), "Failed", self.diag(name))
+        failed = [x for x in status.get("conditions", []) if x["type"] == "Failed"]
+        self.assertEqual(len(failed), 1, self.diag(name))
+        self.assertEqual(failed[0]["reason"], "NonFiniteGradient", self.diag(name))
+        self.assertRegex(failed[0]["message"], r"worker-\d failed and is not restarted .*is not "
+                         r"finite \(NaN or Inf\)")
+        self.assertEqual(status["replicaStatuses"]["worker"]["restarts"], 0, self.diag(name))
 
 if __name__ == "__main__":
     unittest.main()
