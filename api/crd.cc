@@ -163,9 +163,12 @@ Json StatusSchema() {
         {"replicaStatuses",
          {{"type", "object"},
           {"properties",
-           {{"ps", replica_status},
-            {"worker", replica_status},
-            {"scheduler", replica_status}}}}}}}};
+           {{"ps", replica_status}, {"worker", replica_status}, {"scheduler", replica_status}}}}},
+        {"replicaRestarts",
+         {{"type", "object"},
+          {"description",
+           "each replica's restarts, e.g. worker-1: 2, kept when its pod is deleted from outside"},
+          {"additionalProperties", int64}}}}}};
 }
 
 std::string PhaseNames() {

@@ -83,9 +83,10 @@ bool TrainingJobStatus::SameExceptTimes(const TrainingJobStatus& o) const {
     return conditions;
   };
   return std::tie(phase, message, observed_generation, replica_statuses, workers, start_time,
-                  completion_time, step, steps_per_second) ==
+                  completion_time, step, steps_per_second, replica_restarts) ==
              std::tie(o.phase, o.message, o.observed_generation, o.replica_statuses, o.workers,
-                      o.start_time, o.completion_time, o.step, o.steps_per_second) &&
+                      o.start_time, o.completion_time, o.step, o.steps_per_second,
+                      o.replica_restarts) &&
          without_times(conditions) == without_times(o.conditions);
 }
 
@@ -113,6 +114,10 @@ TrainingJobStatus StatusFromJson(const json& status) {
   s.completion_time = status.value("completionTime", "");
   if (status.contains("step") && status["step"].is_number()) s.step = status["step"].get<int64_t>();
   s.steps_per_second = status.value("stepsPerSecond", "");
+  const json restarts = status.value("replicaRestarts", json::object());
+  for (const auto& [replica, count] : restarts.items()) {
+    if (count.is_number_integer() && count.get<int>() > 0) s.replica_restarts[replica] = count;
+  }
   return s;
 }
 
@@ -148,6 +153,7 @@ json ToJson(const TrainingJobStatus& s) {
   if (!s.completion_time.empty()) out["completionTime"] = s.completion_time;
   if (s.step) out["step"] = *s.step;
   if (!s.steps_per_second.empty()) out["stepsPerSecond"] = s.steps_per_second;
+  if (!s.replica_restarts.empty()) out["replicaRestarts"] = s.replica_restarts;
   return out;
 }
 

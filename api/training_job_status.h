@@ -72,6 +72,10 @@ struct TrainingJobStatus {
   std::string completion_time;
   std::optional<int64_t> step;   // worker 0's step
   std::string steps_per_second;  // "12.3"; "" = not measured yet
+  // Each replica's restarts ("worker-1" -> 2): the record that outlives its
+  // pods, so that a pod deleted from outside does not reset the count
+  // that backoffLimit is checked against.
+  std::map<std::string, int> replica_restarts;
 
   bool finished() const { return phase && IsFinished(*phase); }
   // Equal in everything but time stamps: whether a write would change anything.

@@ -55,7 +55,8 @@ int StoppedBySignal(const std::string& role) {
   const int signal = StopSignal();
   KLOG_INFO << role << " stopped by " << (signal == SIGINT ? "SIGINT" : "SIGTERM")
             << " before the job was over; exits " << 128 + signal
-            << " (the run policy restarts it, and it recovers as after a crash)";
+            << " (if the job goes on, its run policy restarts it, and it recovers as after a "
+               "crash)";
   return 128 + signal;
 }
 

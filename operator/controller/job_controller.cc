@@ -89,6 +89,11 @@ std::vector<ReplicaName> JobController::DesiredReplicas() const {
 
 JobStatus JobController::Observe(const std::vector<ReplicaStatus>& replicas) const {
   JobStatus status;
+  // Recorded restarts count even for a replica whose pod was deleted from
+  // outside and is not there right now.
+  for (const auto& [name, restarts] : known_restarts_) {
+    if (restarts > 0) status.replica_restarts[name] = restarts;
+  }
   for (const auto& r : replicas) {
     RoleCounts& counts = r.name.role == ReplicaRole::kWorker   ? status.workers
                          : r.name.role == ReplicaRole::kServer ? status.servers
@@ -100,8 +105,12 @@ JobStatus JobController::Observe(const std::vector<ReplicaStatus>& replicas) con
     else
       ++counts.active;
     if (r.phase == ReplicaPhase::kRunning) ++counts.running;
-    status.restarts += r.restarts;
+    if (r.restarts > 0) {
+      int& restarts = status.replica_restarts[r.name.ToString()];
+      restarts = std::max(restarts, r.restarts);
+    }
   }
+  for (const auto& [name, restarts] : status.replica_restarts) status.restarts += restarts;
   return status;
 }
 
@@ -173,6 +182,7 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     if (!s.ok())
       return Fail("CreateFailed", "cannot restart " + name.ToString() + ": " + s.message(), now_ms);
     ++status.restarts;
+    ++status.replica_restarts[name.ToString()];
     restarts.push_back(decision.reason);
   }
   if (!restarts.empty()) {

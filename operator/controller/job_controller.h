@@ -38,7 +38,8 @@ struct JobStatus {
   std::string reason;   // CamelCase, e.g. "WorkerFailed"
   std::string message;  // one sentence for `kubectl describe` / the runner
   RoleCounts scheduler, servers, workers;
-  int restarts = 0;
+  int restarts = 0;                             // all replicas together, for backoffLimit
+  std::map<std::string, int> replica_restarts;  // "worker-1" -> its restarts; none: 0
   bool finished() const { return api::IsFinished(phase); }
 };
 
@@ -77,6 +78,9 @@ class JobController {
   // for each reconcile carries the servers' linger over.
   void set_workers_done_ms(int64_t ms) { workers_done_at_ms_ = ms; }
   int64_t workers_done_ms() const { return workers_done_at_ms_; }
+  // Each replica's restarts as recorded earlier (the job's status): a pod
+  // deleted from outside takes its count with it, the record does not.
+  void set_known_restarts(std::map<std::string, int> known) { known_restarts_ = std::move(known); }
 
   // Every replica the job needs, scheduler first.
   std::vector<ReplicaName> DesiredReplicas() const;
@@ -112,6 +116,7 @@ class JobController {
   std::optional<JobStatus> final_counts_;
   int64_t workers_done_at_ms_ = -1;
   int64_t start_ms_ = -1;
+  std::map<std::string, int> known_restarts_;
 };
 
 }  // namespace kubeps::controller

@@ -98,7 +98,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
                                      controller::ReplicaArgs(spec, name),
                                      controller::ReplicaEnv(spec, name, scheduler), std::nullopt};
   };
-  KubeCluster cluster(client_, id, spec, images_, pods);
+  KubeCluster cluster(client_, id, spec, images_, pods, status.replica_restarts);
 
   if (spec.spec.run_policy.suspend) {
     controller::JobController suspend(spec, &cluster, launch);
@@ -117,6 +117,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     return FailJob(job, "CreateFailed", s.message(), result);
   }
   controller::JobController controller(spec, &cluster, launch);
+  controller.set_known_restarts(status.replica_restarts);
   if (!status.start_time.empty()) controller.set_start_ms(ToMs(ParseTime(status.start_time)));
   controller.set_workers_done_ms(state.workers_done_ms);
   controller::JobStatus observed = controller.Reconcile(NowMs());
@@ -223,12 +224,18 @@ api::TrainingJobStatus JobReconciler::BuildStatus(const json& job,
   next.message = observed.message;
   next.observed_generation = job["metadata"].value("generation", int64_t{0});
   api::SetPhaseCondition(&next.conditions, observed.phase, observed.reason, observed.message, now);
-  auto counts = [](const controller::RoleCounts& c, int restarts) {
+  auto counts = [&observed](const controller::RoleCounts& c, controller::ReplicaRole role) {
+    int restarts = 0;
+    for (const auto& [name, n] : observed.replica_restarts) {
+      if (name.rfind(std::string(controller::ToString(role)) + "-", 0) == 0) restarts += n;
+    }
     return api::ReplicaStatus{c.active, c.succeeded, c.failed, restarts};
   };
-  next.replica_statuses = {{"scheduler", counts(observed.scheduler, 0)},
-                           {"ps", counts(observed.servers, 0)},
-                           {"worker", counts(observed.workers, observed.restarts)}};
+  next.replica_statuses = {
+      {"scheduler", counts(observed.scheduler, controller::ReplicaRole::kScheduler)},
+      {"ps", counts(observed.servers, controller::ReplicaRole::kServer)},
+      {"worker", counts(observed.workers, controller::ReplicaRole::kWorker)}};
+  next.replica_restarts = observed.replica_restarts;
   next.workers = std::to_string(observed.workers.active + observed.workers.succeeded) + "/" +
                  std::to_string(spec.spec.worker.replicas);
   if (next.start_time.empty()) next.start_time = now;

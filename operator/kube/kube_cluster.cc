@@ -28,8 +28,13 @@ bool IsDeleting(const json& pod) { return pod["metadata"].contains("deletionTime
 }  // namespace
 
 KubeCluster::KubeCluster(KubeClient* client, JobIdentity job, const api::TrainingJob& spec,
-                         ImageSet images, std::vector<json> pods)
-    : client_(client), job_(std::move(job)), spec_(spec), images_(std::move(images)) {
+                         ImageSet images, std::vector<json> pods,
+                         std::map<std::string, int> known_restarts)
+    : client_(client),
+      job_(std::move(job)),
+      spec_(spec),
+      images_(std::move(images)),
+      known_restarts_(std::move(known_restarts)) {
   for (auto& pod : pods) {
     if (OwnedBy(pod, job_)) pods_.push_back(std::move(pod));
   }
@@ -109,13 +114,16 @@ std::map<ReplicaName, json> KubeCluster::Newest() const {
 Status KubeCluster::Create(const controller::ReplicaLaunch& launch) {
   auto newest = Newest();
   auto existing = newest.find(launch.name);
-  int restarts = 0;
+  // A replica whose pod was deleted from outside keeps its count; the new
+  // pod takes that count's name (-rN) once the deleted one is gone.
+  auto known = known_restarts_.find(launch.name.ToString());
+  int restarts = known == known_restarts_.end() ? 0 : known->second;
   if (existing != newest.end()) {
     controller::ReplicaStatus old = StatusOf(existing->second);
     if (old.phase != ReplicaPhase::kFailed && old.phase != ReplicaPhase::kSucceeded) {
       return Status::Error(launch.name.ToString() + " already has a live pod");
     }
-    restarts = old.restarts + 1;
+    restarts = std::max(restarts, old.restarts + 1);
   }
   json pod = BuildPod(job_, spec_, launch, restarts, images_);
   Response response;
@@ -142,6 +150,11 @@ Status KubeCluster::Create(const controller::ReplicaLaunch& launch) {
       return Status::Unavailable("pod " + pod_name +
                                  " still belongs to an earlier job of this name; waiting for "
                                  "its deletion");
+    }
+    if (current.ok() && IsDeleting(current.body)) {
+      // Ours, deleted from outside and still terminating: its name is
+      // taken until it is gone.
+      return Status::Unavailable("pod " + pod_name + " is still being deleted; waiting for it");
     }
     pods_.push_back(current.ok() ? current.body : pod);
   } else {

@@ -25,8 +25,10 @@ namespace kubeps::kube {
 
 class KubeCluster : public controller::Cluster {
  public:
+  // `known_restarts`: each replica's restarts as the job's status recorded
+  // them, for a replica whose pod was deleted from outside.
   KubeCluster(KubeClient* client, JobIdentity job, const api::TrainingJob& spec, ImageSet images,
-              std::vector<nlohmann::json> pods);
+              std::vector<nlohmann::json> pods, std::map<std::string, int> known_restarts = {});
 
   Status Create(const controller::ReplicaLaunch& launch) override;
   // Deletes each replica's pods in the order given; the API server's
@@ -55,6 +57,7 @@ class KubeCluster : public controller::Cluster {
   const api::TrainingJob& spec_;
   ImageSet images_;
   std::vector<nlohmann::json> pods_;
+  std::map<std::string, int> known_restarts_;
   std::vector<std::string> created_, deleted_;
 };
 

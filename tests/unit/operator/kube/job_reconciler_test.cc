@@ -279,6 +279,44 @@ TEST_F(JobReconcilerTest, TheAgentSidecarsTerminationMessageFailsTheJobWithItsRe
   EXPECT_TRUE(fake_.Object(kPodsPath + "/mnist-worker-1-r1").is_null()) << "a worker restarted";
 }
 
+// `kubectl delete pod` of a restarted worker, a node drained: before, the
+// count lived only on the pods, so the replacement started again at 0 and
+// the backoffLimit never came. The job's status keeps each replica's count.
+TEST_F(JobReconcilerTest, APodDeletedFromOutsideKeepsItsRestartCount) {
+  json manifest = JobManifest();
+  manifest["spec"]["runPolicy"] = {{"backoffLimit", 2}};
+  CreateJob(manifest);
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Running");
+  SetPod("mnist-worker-1", "Failed", 1);
+  ASSERT_TRUE(Reconcile().ok());
+  SetPod("mnist-worker-1-r1", "Failed", 1);
+  ASSERT_TRUE(Reconcile().ok());
+  SetPod("mnist-worker-1-r2", "Running");
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(StatusOfJob()["replicaStatuses"]["worker"]["restarts"], 2);
+  EXPECT_EQ(StatusOfJob()["replicaRestarts"]["worker-1"], 2) << StatusOfJob().dump();
+
+  fake_.Remove(kPodsPath + "/mnist-worker-1-r2");
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(StatusOfJob()["replicaStatuses"]["worker"]["restarts"], 2) << StatusOfJob().dump();
+  json replacement;
+  for (const auto& pod : fake_.List(kPodsPath)) {
+    if (pod["metadata"]["labels"].value("kubeps.io/replica-index", "") == "1" &&
+        pod["metadata"]["labels"].value("kubeps.io/replica-type", "") == "worker")
+      replacement = pod;
+  }
+  ASSERT_FALSE(replacement.is_null()) << "worker-1 was not re-created";
+  EXPECT_EQ(replacement["metadata"]["annotations"][kRestartsAnnotation], "2");
+
+  // One more failure is one too many under backoffLimit 2.
+  SetPod(replacement["metadata"]["name"], "Running");
+  ASSERT_TRUE(Reconcile().ok());
+  SetPod(replacement["metadata"]["name"], "Failed", 1);
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(StatusOfJob()["phase"], "Failed") << StatusOfJob().dump();
+}
+
 // Someone changed the job between the cache's copy and our write: the
 // status is written again onto the newest object, keeping their change.
 // A status computed from an older read must not land on a newer object: on
