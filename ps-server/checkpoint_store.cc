@@ -85,8 +85,11 @@ Status CheckpointStore::Write(const v1::ShardCheckpoint& checkpoint) {
   }
   SyncFolder(dir_);
   std::vector<uint64_t> steps = Steps();
+  const int64_t kept = keep_step_;
   for (size_t i = 0; i + kKeep < steps.size(); ++i) {
-    if (static_cast<int64_t>(steps[i]) != keep_step_) ::unlink(PathOf(steps[i]).c_str());
+    const auto step = static_cast<int64_t>(steps[i]);
+    const bool may_become_common = step > kept && steps.size() - i <= kMaxKept;
+    if (step != kept && !may_become_common) ::unlink(PathOf(steps[i]).c_str());
   }
   return Status::Ok();
 }

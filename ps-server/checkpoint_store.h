@@ -5,8 +5,12 @@
 // checkpoint's name. The newest kKeep are kept: a rollback may need the one
 // before the newest, when a peer shard died before writing that one; and so is
 // the step the scheduler names as the newest every shard holds (KeepStep),
-// however old, since a recovery would roll back to it. A file that cannot be
-// read is renamed aside ("<name>.damaged") and never loaded.
+// however old, since a recovery would roll back to it. Steps newer than that
+// one are kept too (up to kMaxKept in all): the scheduler hears of a peer's
+// checkpoints a heartbeat late, so one of them may be the next common step,
+// and pruning it before the scheduler says so could leave a recovery
+// nothing newer than step 0. A file that cannot be read is renamed aside
+// ("<name>.damaged") and never loaded.
 //
 // Not synchronised: the shard calls it under its own lock.
 #ifndef KUBEPS_PS_SERVER_CHECKPOINT_STORE_H_
@@ -26,6 +30,9 @@ namespace kubeps {
 class CheckpointStore {
  public:
   static constexpr int kKeep = 3;
+  // At most this many steps newer than the kept one stay on disk (a peer
+  // that lags more has given up: Shard::kMaxCheckpointFailuresInARow).
+  static constexpr int kMaxKept = 16;
 
   // Creates `dir` (and its parents) if needed.
   static Status Open(const std::string& dir, std::unique_ptr<CheckpointStore>* out);

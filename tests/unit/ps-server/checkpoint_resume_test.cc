@@ -186,9 +186,29 @@ v1::ShardCheckpoint Step(uint64_t step) {
 TEST(CheckpointStoreTest, TheCommonStepSurvivesPruning) {
   std::unique_ptr<CheckpointStore> store;
   ASSERT_TRUE(CheckpointStore::Open(TempDir(), &store).ok());
-  store->KeepStep(100);
-  for (uint64_t step : {100, 200, 300, 400, 500}) ASSERT_TRUE(store->Write(Step(step)).ok());
-  EXPECT_THAT(store->Steps(), ElementsAre(100, 300, 400, 500));
+  store->KeepStep(300);  // older ones beyond the newest 3 go; newer ones may become it
+  for (uint64_t step : {100, 200, 300, 400, 500, 600, 700})
+    ASSERT_TRUE(store->Write(Step(step)).ok());
+  EXPECT_THAT(store->Steps(), ElementsAre(300, 400, 500, 600, 700));
+}
+
+// The scheduler hears of a lagging peer's checkpoints a heartbeat late: a
+// step newer than the common one may become it, and was pruned before
+// (CI saw a recovery go back to step 0 instead of 50 under load).
+TEST(CheckpointStoreTest, StepsNewerThanTheCommonOneAreKeptUpToABound) {
+  std::unique_ptr<CheckpointStore> store;
+  ASSERT_TRUE(CheckpointStore::Open(TempDir(), &store).ok());
+  store->KeepStep(0);
+  for (uint64_t step : {0, 50, 100, 150, 200}) ASSERT_TRUE(store->Write(Step(step)).ok());
+  EXPECT_THAT(store->Steps(), ElementsAre(0, 50, 100, 150, 200));
+  store->KeepStep(50);
+  ASSERT_TRUE(store->Write(Step(250)).ok());
+  EXPECT_THAT(store->Steps(), ElementsAre(50, 100, 150, 200, 250));
+  for (uint64_t step = 300; step <= 1500; step += 50) ASSERT_TRUE(store->Write(Step(step)).ok());
+  const std::vector<uint64_t> steps = store->Steps();
+  EXPECT_EQ(steps.size(), size_t{CheckpointStore::kMaxKept} + 1) << "the common step and the bound";
+  EXPECT_EQ(steps.front(), 50u);
+  EXPECT_EQ(steps.back(), 1500u);
 }
 
 TEST(CheckpointStoreTest, DamagedFileIsSetAsideAndNotLoaded) {
