@@ -33,6 +33,9 @@ inline bool IsJobOverReason(const std::string& reason) {
 // checkpoint writes (a read-only or full volume): a restart writes into the
 // same folder, so the job fails, naming it.
 inline constexpr const char* kReasonCheckpointWriteFailed = "CheckpointWriteFailed";
+// A server had to roll back but the job keeps no checkpoints
+// (spec.checkpoint.path empty): a lost shard's parameters are gone for good.
+inline constexpr const char* kReasonShardStateLost = "ShardStateLost";
 // The model diverged: a rerun from the same parameters diverges again.
 inline constexpr const char* kReasonNonFiniteLoss = "NonFiniteLoss";
 inline constexpr const char* kReasonNonFiniteGradient = "NonFiniteGradient";

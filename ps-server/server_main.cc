@@ -184,6 +184,18 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
     shard->SetCurrentIncarnations(answer.worker_incarnations);
     if (answer.generation > shard->generation()) {
       if (Status r = shard->RestoreCheckpoint(answer.restore_step, answer.generation); !r.ok()) {
+        if (config.checkpoint_dir.empty()) {
+          // A shard was lost and nothing holds its parameters: no restart
+          // of any server can bring them back, so the job fails at once
+          // instead of spending its backoffLimit on restarts that fail alike.
+          const std::string lost =
+              "a server restarted and the job must roll back to step " +
+              std::to_string(answer.restore_step) +
+              ", but it keeps no checkpoints (spec.checkpoint.path is empty): set it to a "
+              "folder on a volume that every server pod mounts for shards to be recovered";
+          WriteTerminationMessage(kReasonShardStateLost, lost);
+          return Status::Error(lost);
+        }
         return Status::Error("recovery to step " + std::to_string(answer.restore_step) +
                              " failed: " + r.message());
       }

@@ -9,7 +9,7 @@ namespace kubeps::controller {
 
 bool IsPermanentReason(const std::string& reason) {
   return reason == kReasonNonFiniteLoss || reason == kReasonNonFiniteGradient ||
-         reason == kReasonCheckpointWriteFailed;
+         reason == kReasonCheckpointWriteFailed || reason == kReasonShardStateLost;
 }
 
 void ParseTerminationMessage(const std::string& text, std::string* reason, std::string* message) {

@@ -95,10 +95,9 @@ Status KVWorkerImpl::Start() {
   ClusterInfo cluster;
   if (Status s = scheduler_.AwaitClusterView(&cluster); !s.ok()) return s;
   num_workers_ = cluster.num_workers;
+  num_servers_ = static_cast<int>(cluster.server_addresses.size());
   for (const std::string& address : cluster.server_addresses) {
-    server_addresses_.push_back(address);
-    channels_.push_back(OpenChannel(address));
-    servers_.push_back(v1::ParameterServer::NewStub(channels_.back()));
+    links_.push_back(std::make_shared<const ServerLink>(address));
   }
   const std::map<std::string, std::string> rank_label{{"rank", std::to_string(rank_)}};
   push_latency_ = &metrics_->Latency("kubeps_worker_push_latency_seconds",
@@ -155,6 +154,11 @@ Status KVWorkerImpl::Recover(uint64_t* resume_step) {
     }
     if (announced_ready_ && announced_generation_ >= generation_) {
       *resume_step = announced_step_;
+      // The server whose restart opened the recovery may have come back
+      // elsewhere (on Kubernetes, a new pod with a new IP).
+      if (announced_generation_ > generation_) {
+        if (Status s = RefreshServerLinks(); !s.ok()) return s;
+      }
       generation_ = announced_generation_.load();
       if (generation_ > 0) {
         KLOG_INFO << "resuming from step " << *resume_step << " (generation " << generation_ << ")";
@@ -171,8 +175,37 @@ Status KVWorkerImpl::Recover(uint64_t* resume_step) {
 
 bool KVWorkerImpl::RollbackAnnounced() const { return announced_generation_ > generation_; }
 
+KVWorkerImpl::ServerLink::ServerLink(const std::string& server_address)
+    : address(server_address),
+      channel(OpenChannel(server_address)),
+      stub(v1::ParameterServer::NewStub(channel)) {}
+
+std::shared_ptr<const KVWorkerImpl::ServerLink> KVWorkerImpl::Link(int server) const {
+  std::lock_guard<std::mutex> lock(links_mutex_);
+  return links_[server];
+}
+
+Status KVWorkerImpl::RefreshServerLinks() {
+  ClusterInfo cluster;
+  if (Status s = scheduler_.AwaitClusterView(&cluster); !s.ok()) return s;
+  if (static_cast<int>(cluster.server_addresses.size()) != num_servers_) {
+    return Status::Error("the scheduler's view lists " +
+                         std::to_string(cluster.server_addresses.size()) +
+                         " servers; this job has " + std::to_string(num_servers_));
+  }
+  std::lock_guard<std::mutex> lock(links_mutex_);
+  for (int server = 0; server < num_servers_; ++server) {
+    const std::string& address = cluster.server_addresses[server];
+    if (links_[server]->address == address) continue;
+    KLOG_INFO << "server " << server << " moved from " << links_[server]->address << " to "
+              << address;
+    links_[server] = std::make_shared<const ServerLink>(address);
+  }
+  return Status::Ok();
+}
+
 std::string KVWorkerImpl::ServerName(int server) const {
-  return "server " + std::to_string(server) + " (" + server_addresses_[server] + ")";
+  return "server " + std::to_string(server) + " (" + Link(server)->address + ")";
 }
 
 Status KVWorkerImpl::InitTensors(const std::vector<const float*>& values,
@@ -187,8 +220,9 @@ Status KVWorkerImpl::InitTensors(const std::vector<const float*>& values,
       PackParts(batch, values, request.mutable_parts(), request.mutable_data());
       v1::InitResponse response;
       const int server = batch.front()->server;
+      const auto link = Link(server);
       Status s = caller_.Call(ServerName(server), "Init", [&](grpc::ClientContext& c) {
-        return servers_[server]->Init(&c, request, &response);
+        return link->stub->Init(&c, request, &response);
       });
       Acknowledge(request.id().seq());
       if (!s.ok()) return s;
@@ -201,8 +235,8 @@ template <typename Ptr>
 std::vector<std::vector<const Part*>> KVWorkerImpl::Batches(
     const std::vector<Ptr>& selected) const {
   std::vector<std::vector<const Part*>> batches;
-  std::vector<int> open(servers_.size(), -1);  // batch being filled per server
-  std::vector<uint64_t> filled(servers_.size(), 0);
+  std::vector<int> open(num_servers_, -1);  // batch being filled per server
+  std::vector<uint64_t> filled(num_servers_, 0);
   for (const Part& part : parts_) {
     if (part.key >= selected.size() || selected[part.key] == nullptr) continue;
     int& current = open[part.server];
@@ -274,9 +308,10 @@ Status KVWorkerImpl::PushBatch(const std::vector<const Part*>& batch,
   AddPartRefs(batch, header.mutable_parts(), &elements);
   const grpc::ByteBuffer request = PushRequestOverTensors(header, batch, grads);
   const int server = batch.front()->server;
+  const auto link = Link(server);
   Status s = caller_.Call(
       ServerName(server), "Push",
-      [&](grpc::ClientContext& c) { return CallPush(channels_[server].get(), &c, request); }, 0,
+      [&](grpc::ClientContext& c) { return CallPush(link->channel.get(), &c, request); }, 0,
       [this] { return RollbackAnnounced(); });
   Acknowledge(header.id().seq());
   if (!s.ok() && (s.IsAborted() || RollbackAnnounced())) {
@@ -301,6 +336,7 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
   request.set_wait_ms(options_.pull_wait_ms);
   request.set_generation(generation_);
   const int server = batch.front()->server;
+  const auto link = Link(server);
   auto last_report = start;
   for (;;) {
     PullAnswer answer;
@@ -310,7 +346,7 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
     Status s = caller_.Call(
         ServerName(server), "Pull",
         [&](grpc::ClientContext& c) {
-          return CallPull(channels_[server].get(), &c, request, batch, values, &answer);
+          return CallPull(link->channel.get(), &c, request, batch, values, &answer);
         },
         options_.pull_wait_ms, [this] { return RollbackAnnounced(); });
     if (!s.ok() && (s.IsAborted() || RollbackAnnounced())) {

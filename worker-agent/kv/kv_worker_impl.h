@@ -36,7 +36,7 @@ class KVWorkerImpl final : public KVWorker {
 
   int rank() const override { return rank_; }
   int size() const override { return num_workers_; }
-  int num_servers() const override { return static_cast<int>(servers_.size()); }
+  int num_servers() const override { return num_servers_; }
   Status InitTensors(const std::vector<const float*>& values,
                      const std::vector<uint64_t>& sizes) override;
   Ticket Push(const std::vector<const float*>& grads, uint64_t step) override;
@@ -68,16 +68,30 @@ class KVWorkerImpl final : public KVWorker {
                    uint64_t min_version, const std::shared_ptr<Pending>& pending);
   std::string ServerName(int server) const;
 
+  // How this worker reaches one server. A server restarted on another
+  // node (a pod made again gets a new IP) is reached at its new address
+  // after the recovery that its restart opens: a link is replaced whole,
+  // never changed, so a call holds the one it started with.
+  struct ServerLink {
+    explicit ServerLink(const std::string& address);
+    std::string address;
+    std::shared_ptr<grpc::Channel> channel;           // Push and Pull (tensor_wire.h)
+    std::unique_ptr<v1::ParameterServer::Stub> stub;  // Init
+  };
+  std::shared_ptr<const ServerLink> Link(int server) const;
+  // Follows the servers to the addresses the scheduler's view gives now.
+  Status RefreshServerLinks();
+
   const KVOptions options_;
   MetricsServer* metrics_;
   ResendCaller caller_;
   SchedulerClient scheduler_;
   const uint64_t incarnation_;
-  std::vector<std::shared_ptr<grpc::Channel>> channels_;  // Push and Pull (tensor_wire.h)
-  std::vector<std::unique_ptr<v1::ParameterServer::Stub>> servers_;  // Init
-  std::vector<std::string> server_addresses_;
+  mutable std::mutex links_mutex_;
+  std::vector<std::shared_ptr<const ServerLink>> links_;  // by server rank
   int rank_ = -1;
   int num_workers_ = 0;
+  int num_servers_ = 0;  // fixed for the job's life
   std::vector<Part> parts_;
 
   std::mutex mutex_;

@@ -11,16 +11,25 @@ from .service_proxy import ServiceProxy
 
 
 class Networking:
+    # A CNI's IPAM (host-local) hands out the next address after the last one
+    # it gave, not the one just freed: a pod made again (a restarted
+    # scheduler) comes back with a new IP, and an address whose old owner may
+    # still be tearing down is not handed to a new pod at once. Freed
+    # addresses are taken again only when the range is used up.
+    IPS_PER_NODE = 254 * 254
+
     def allocate_ip(self, uid):
         with self.lock:
             if uid in self.ips:
                 return self.ips[uid]
-            if self.free_ips:
-                ip = self.free_ips.pop(0)
-            else:
+            if self.next_ip < self.IPS_PER_NODE:
                 n = self.next_ip
                 self.next_ip += 1
                 ip = "127.%d.%d.%d" % (self.pod_octet, n // 254, n % 254 + 1)
+            elif self.free_ips:
+                ip = self.free_ips.pop(0)
+            else:
+                raise RuntimeError("no pod IP left on node %s" % self.node_name)
             self.ips[uid] = ip
             return ip
 

@@ -288,6 +288,21 @@ TEST_F(JobControllerTest, ADivergedWorkerFailsTheJobAtOnceWithItsReason) {
   EXPECT_THAT(cluster_.created, IsEmpty()) << "a diverged worker was restarted";
 }
 
+// Without checkpoints a lost shard cannot be rebuilt by any restart: the
+// first server that says so ends the job, before the backoffLimit is spent.
+TEST_F(JobControllerTest, AShardLostWithoutCheckpointsFailsTheJobAtOnceSayingSo) {
+  StartRunning(api::RestartPolicy::kOnFailure, 3);
+  cluster_.Set(Server(1), ReplicaPhase::kFailed, 1);
+  cluster_.replicas[Server(1)].reason = kReasonShardStateLost;
+  cluster_.replicas[Server(1)].message = "it keeps no checkpoints (spec.checkpoint.path is empty)";
+  JobStatus status = controller_->Reconcile(100);
+  EXPECT_EQ(status.phase, JobPhase::kFailed);
+  EXPECT_EQ(status.reason, kReasonShardStateLost);
+  EXPECT_THAT(status.message, HasSubstr("server-1 failed and is not restarted"));
+  EXPECT_THAT(status.message, HasSubstr("spec.checkpoint.path is empty"));
+  EXPECT_THAT(cluster_.created, IsEmpty()) << "a server that cannot recover was restarted";
+}
+
 TEST(TerminationMessageTest, ReasonIsTheLeadingCamelCaseWord) {
   std::string reason, message;
   ParseTerminationMessage("NonFiniteGradient: key 7 is not finite\nmore", &reason, &message);

@@ -1,0 +1,147 @@
+"""The scheduler's and a server's pods stopped mid-job as a real cluster
+stops them: `kubectl delete pod` (what an eviction, a node drain or a
+rollout does) sends SIGTERM and gives the pod its grace period. The
+replacement pod comes back with a new IP, as on a real cluster, and the
+nodes find it again through the scheduler's Service name.
+
+    KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_role_restarts   (from tests/k8s)
+"""
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from operator_harness import (Operator, apply, condition, job_pods, kubelet_output,  # noqa: E402
+                              training_job)  # noqa: E402
+from test_operator import OperatorTestCase, live, new_cluster, replica_key  # noqa: E402
+
+# Long enough (10 to 30 s) that the stop lands mid-job on a loaded machine, short enough
+# for the suite: the workers stop at this step.
+MAX_STEPS = 3000
+# What a worker logs when it lost touch with the job's membership (the
+# scheduler's restart must cost no such line).
+TROUBLE = ("could not tell the scheduler", "not the registered worker", "rpc Finish",
+           "backoffLimit")
+
+
+class RoleRestartTest(OperatorTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = new_cluster()
+        try:
+            cls.op = Operator(cls.c)
+        except Exception:
+            cls.c.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.op.stop()
+        cls.c.stop()
+
+    def diag(self, job=None):
+        """The operator's log, the pods, and the log of each pod of `job`."""
+        parts = [super().diag(job)]
+        if job:
+            # Every container's output, also of pods deleted since, less the
+            # progress lines.
+            lines = [line for line in kubelet_output(self.c).splitlines()
+                     if job in line and " epoch " not in line]
+            parts.append("--- the pods' output\n" + "\n".join(lines[-80:]))
+        return "\n".join(parts)
+
+    def live_pod(self, job, role, index=0):
+        for pod in job_pods(self.c, job):
+            if replica_key(pod) == (role, str(index)) and live(pod):
+                return pod
+        return None
+
+    def stop_mid_job(self, job, role):
+        """Deletes the live pod of `role` 0 once the workers train; returns
+        it and the live pod that replaced it."""
+        self.wait_phase(job, "Running", timeout=90)
+        self.wait_running_pid(job, "worker-0")
+        self.c.wait_for(lambda: "step " in self.c.kubectl("logs", job + "-worker-0").stdout,
+                        timeout=60, what="worker-0 training")
+        old = self.live_pod(job, role)
+        self.assertIsNotNone(old, self.diag(job))
+        self.c.kubectl("delete", "pod", old["metadata"]["name"], "--wait=false")
+
+        def replacement():
+            pod = self.live_pod(job, role)
+            if pod and pod["metadata"]["uid"] != old["metadata"]["uid"] and \
+                    pod.get("status", {}).get("podIP"):
+                return pod
+            return None
+        try:
+            new = self.c.wait_for(replacement, timeout=60,
+                                  what="a new %s pod of %s" % (role, job))
+        except AssertionError as e:
+            self.fail("%s\n%s" % (e, self.diag(job)))
+        return old, new
+
+    def assert_no_trouble_in_worker_logs(self, job):
+        for pod in job_pods(self.c, job):
+            if replica_key(pod)[0] != "worker":
+                continue
+            log = self.c.kubectl("logs", pod["metadata"]["name"]).stdout
+            for line in log.splitlines():
+                self.assertFalse(any(t in line for t in TROUBLE),
+                                 "%s logged: %s" % (pod["metadata"]["name"], line))
+
+    def test_a_deleted_scheduler_comes_back_with_a_new_ip_and_the_job_goes_on(self):
+        name = "schedgone"
+        apply(self.c, training_job(name, epochs=20, max_steps=MAX_STEPS, restart_policy="OnFailure",
+                                   backoff_limit=3))
+        old, new = self.stop_mid_job(name, "scheduler")
+        self.assertNotEqual(old["status"]["podIP"], new["status"]["podIP"])
+        job = self.wait_phase(name, "Succeeded", timeout=240)
+        st = job["status"]
+        for role in ("ps", "worker"):
+            self.assertEqual(st["replicaStatuses"][role].get("restarts", 0), 0, st)
+        self.assertEqual(st["replicaStatuses"]["worker"]["succeeded"], 2, st)
+        self.assert_no_trouble_in_worker_logs(name)
+        self.delete_job(name)
+
+    def test_a_deleted_server_is_recovered_from_its_checkpoint(self):
+        name = "servergone"
+        job = training_job(name, epochs=20, max_steps=MAX_STEPS, restart_policy="OnFailure",
+                           backoff_limit=3)
+        # Checkpoints on a volume that outlives the pod (a hostPath here, a
+        # PersistentVolumeClaim on a real cluster), mounted into every server.
+        folder = tempfile.mkdtemp(prefix="kubeps-ckpt-")
+        self.addCleanup(shutil.rmtree, folder, True)
+        job["spec"]["checkpoint"] = {"path": folder, "intervalSteps": 50}
+        job["spec"]["replicaSpecs"]["ps"]["template"] = {"spec": {
+            "volumes": [{"name": "checkpoints", "hostPath": {"path": folder}}],
+            "containers": [{"name": "server", "volumeMounts": [
+                {"name": "checkpoints", "mountPath": folder}]}]}}
+        apply(self.c, job)
+        old, new = self.stop_mid_job(name, "server")
+        self.assertNotEqual(old["status"]["podIP"], new["status"]["podIP"])
+        st = self.wait_phase(name, "Succeeded", timeout=240)["status"]
+        self.assertEqual(st["replicaStatuses"]["worker"].get("restarts", 0), 0, self.diag(name))
+        self.assertEqual(st["replicaStatuses"]["worker"]["succeeded"], 2, st)
+        self.assertIn("rolled back to the checkpoint of step", self.c.kubectl("logs", new["metadata"]["name"]).stdout)
+        self.delete_job(name)
+
+    def test_a_server_lost_without_checkpoints_fails_the_job_at_once_saying_why(self):
+        # Before: each server's restart failed alike ("cannot roll back: this
+        # shard keeps no checkpoints") until the backoffLimit was spent, and
+        # the job failed blaming "server-0 exited with code 1".
+        name = "nockpt"
+        apply(self.c, training_job(name, epochs=20, max_steps=MAX_STEPS,
+                                   restart_policy="OnFailure", backoff_limit=3))
+        self.stop_mid_job(name, "server")
+        job = self.wait_phase(name, "Failed", timeout=120)
+        failed = condition(job, "Failed")
+        self.assertEqual(failed["reason"], "ShardStateLost", job["status"])
+        self.assertIn("spec.checkpoint.path is empty", failed["message"])
+        self.delete_job(name)
+
+
+if __name__ == "__main__":
+    unittest.main()
