@@ -1,6 +1,7 @@
 #include "common/http_metrics_endpoint.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -10,6 +11,8 @@
 #include <sstream>
 
 #include <prometheus/text_serializer.h>
+
+#include "common/host_port.h"
 
 namespace kubeps {
 namespace {
@@ -38,28 +41,43 @@ Status HttpMetricsEndpoint::Start(const std::string& bind_address, int port,
                                   std::unique_ptr<HttpMetricsEndpoint>* out) {
   std::unique_ptr<HttpMetricsEndpoint> endpoint(new HttpMetricsEndpoint());
   endpoint->registry_ = std::move(registry);
-  const std::string where = bind_address + ":" + std::to_string(port);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  if (bind_address.empty() || bind_address == "0.0.0.0") {
-    address.sin_addr.s_addr = htonl(INADDR_ANY);
-  } else if (::inet_pton(AF_INET, bind_address.c_str(), &address.sin_addr) != 1) {
-    return Status::Error("metrics: \"" + bind_address + "\" is not an IPv4 address");
+  const std::string where = JoinHostPort(bind_address, port);
+  // "" and "0.0.0.0" mean every IPv4 address, "::" every address; otherwise
+  // the pod's own address, IPv4 or IPv6 (a single-stack IPv6 pod has no
+  // other). Numeric only: a name could resolve to something else than the
+  // address the pod reports.
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | AI_PASSIVE;
+  const std::string host = Unbracketed(bind_address);
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.empty() ? "0.0.0.0" : host.c_str(), std::to_string(port).c_str(), &hints,
+                    &found) != 0 ||
+      found == nullptr) {
+    return Status::Error("metrics: \"" + bind_address + "\" is not an IPv4 or IPv6 address");
   }
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_storage address{};
+  socklen_t length = found->ai_addrlen;
+  std::memcpy(&address, found->ai_addr, found->ai_addrlen);
+  const int family = found->ai_family;
+  ::freeaddrinfo(found);
+  int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
       ::listen(fd, 16) != 0) {
     std::string reason = std::strerror(errno);
     if (fd >= 0) ::close(fd);
     return Status::Error("metrics: cannot listen on " + where + ": " + reason);
   }
-  socklen_t length = sizeof address;
+  length = sizeof address;
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  const in_port_t bound_port = family == AF_INET6
+                                   ? reinterpret_cast<sockaddr_in6*>(&address)->sin6_port
+                                   : reinterpret_cast<sockaddr_in*>(&address)->sin_port;
   endpoint->listen_fd_ = fd;
-  endpoint->port_ = ntohs(address.sin_port);
+  endpoint->port_ = ntohs(bound_port);
   endpoint->thread_ = std::thread([e = endpoint.get()] { e->Serve(); });
   *out = std::move(endpoint);
   return Status::Ok();

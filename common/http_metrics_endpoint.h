@@ -26,7 +26,8 @@ namespace kubeps {
 
 class HttpMetricsEndpoint {
  public:
-  // Listens on bind_address:port (port 0: any free port).
+  // Listens on bind_address:port (port 0: any free port). bind_address is a
+  // numeric IPv4 or IPv6 address ("[::1]" or "::1"); "" means 0.0.0.0.
   static Status Start(const std::string& bind_address, int port,
                       std::shared_ptr<prometheus::Registry> registry,
                       std::unique_ptr<HttpMetricsEndpoint>* out);

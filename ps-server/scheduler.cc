@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <random>
 
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/long_poll.h"
 
@@ -110,6 +111,15 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
     if (node.address().empty()) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "server " + node.node_id() + " sent no address");
+    }
+    // Every worker dials this address: one it cannot parse ("fd00::7:5000",
+    // an IPv6 address without brackets) is refused here, naming the server,
+    // rather than failing on every worker.
+    std::string host;
+    int port = 0;
+    if (Status s = SplitHostPort(node.address(), &host, &port); !s.ok()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "server " + node.node_id() + ": " + s.message());
     }
     ids = &server_ids_;
     expected = options_.num_servers;

@@ -11,6 +11,7 @@
 #include "api/pod_env_codec.h"
 #include "common/command_line.h"
 #include "common/fault_injector.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/resend.h"
@@ -64,14 +65,14 @@ int StoppedBySignal(const std::string& role) {
 Status StartGrpc(const api::NodeConfig& config, grpc::Service* service, MetricsServer* metrics,
                  std::unique_ptr<grpc::Server>* server, int* bound_port) {
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(config.pod_ip + ":" + std::to_string(config.port),
-                           grpc::InsecureServerCredentials(), bound_port);
+  const std::string listen_address = JoinHostPort(config.pod_ip, config.port);
+  builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(), bound_port);
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.SetMaxSendMessageSize(256 << 20);
   builder.RegisterService(service);
   *server = builder.BuildAndStart();
   if (!*server || *bound_port == 0) {
-    return Status::Error("cannot listen on " + config.pod_ip + ":" + std::to_string(config.port));
+    return Status::Error("cannot listen on " + listen_address);
   }
   api::PublishPorts(config, *bound_port, metrics->port());
   return Status::Ok();
@@ -97,7 +98,7 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
     service.scheduler().Stop();
     server->Shutdown(std::chrono::system_clock::now() + grace);
   };
-  KLOG_INFO << "scheduler listening on " << config.pod_ip << ":" << port
+  KLOG_INFO << "scheduler listening on " << JoinHostPort(config.pod_ip, port)
             << ", metrics on :" << metrics->port() << ", expecting " << config.num_servers
             << " servers and " << config.num_workers << " workers";
   while (!g_stop.stop_requested() &&
@@ -144,7 +145,7 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
   options.role = NodeRole::kServer;
   options.token = config.token;
   options.address = address;
-  options.metrics_address = config.pod_ip + ":" + std::to_string(metrics->port());
+  options.metrics_address = JoinHostPort(config.pod_ip, metrics->port());
   options.checkpoint_step = checkpoint_step;
   options.checkpoint_steps = shard->CheckpointSteps();
   options.resend = ResendPolicy{config.resend_timeout_ms, config.max_resends};
@@ -233,8 +234,8 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   int port = 0;
   std::unique_ptr<grpc::Server> server;
   if (Status s = StartGrpc(config, &service, metrics, &server, &port); !s.ok()) return Fail(s, 1);
-  Status s = RegisterAndHeartbeat(config, config.pod_ip + ":" + std::to_string(port), metrics,
-                                  &shard, checkpoint_step);
+  Status s = RegisterAndHeartbeat(config, JoinHostPort(config.pod_ip, port), metrics, &shard,
+                                  checkpoint_step);
   shard.Stop();  // ends waiting pulls now, so that Shutdown need not wait for them
   server->Shutdown(std::chrono::system_clock::now() +
                    (g_stop.stop_requested() ? kStopShutdownGrace : kEndShutdownGrace));

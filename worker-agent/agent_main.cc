@@ -38,6 +38,7 @@
 #include "api/pod_env_codec.h"
 #include "common/blas_threads.h"
 #include "common/command_line.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/tensor_memory.h"
@@ -71,7 +72,7 @@ Status ConnectToJob(const api::NodeConfig& config, const api::TrainingJob& job,
   options.scheduler_address = config.scheduler_address;
   options.node_id = config.node_id;
   options.token = config.token;
-  options.metrics_address = config.pod_ip + ":" + std::to_string(metrics->port());
+  options.metrics_address = JoinHostPort(config.pod_ip, metrics->port());
   options.resend = ResendPolicy{config.resend_timeout_ms, config.max_resends};
   // A long poll that is lost costs its wait plus the timeout: keep the wait
   // no longer than the timeout.

@@ -48,7 +48,8 @@ int Validate(const std::string& path) {
   return 0;
 }
 
-int Run(const std::string& path, const std::string& run_dir, bool keep_run_dir) {
+int Run(const std::string& path, const std::string& run_dir, bool keep_run_dir,
+        const std::string& host) {
   api::TrainingJob job;
   if (!LoadJob(path, &job)) return 1;
   // A job's own program runs in the manifest's folder (or its workingDir,
@@ -57,7 +58,7 @@ int Run(const std::string& path, const std::string& run_dir, bool keep_run_dir) 
   const std::string manifest_dir =
       std::filesystem::absolute(path, error).parent_path().lexically_normal().string();
   return local::RunLocally(
-      job, local::LocalRunOptions{BinaryDir(), run_dir, 0, manifest_dir, keep_run_dir});
+      job, local::LocalRunOptions{BinaryDir(), run_dir, 0, manifest_dir, keep_run_dir, host});
 }
 
 // Hands over to kubeps-agent in its single-process mode.
@@ -104,6 +105,11 @@ int main(int argc, char** argv) {
   bool keep_run_dir = false;
   run->add_flag("--keep-run-dir", keep_run_dir,
                 "keep the new run folder after a successful job (a failed job's is always kept)");
+  std::string host = "127.0.0.1";
+  run->add_option("--host", host,
+                  "loopback address every replica listens on and reports as its pod IP: "
+                  "127.0.0.1, or ::1 to run the job over IPv6")
+      ->capture_default_str();
   CLI::App* train_local =
       app.add_subcommand("train-local",
                          "train the job's model in this one process without parameter servers "
@@ -115,6 +121,6 @@ int main(int argc, char** argv) {
   if (auto exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
 
   if (validate->parsed()) return Validate(path);
-  if (run->parsed()) return Run(path, run_dir, keep_run_dir);
+  if (run->parsed()) return Run(path, run_dir, keep_run_dir, host);
   return TrainLocal(path);
 }

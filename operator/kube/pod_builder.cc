@@ -6,6 +6,7 @@
 
 #include "api/pod_env_codec.h"
 #include "api/user_container.h"
+#include "common/host_port.h"
 #include "operator/kubeclient/api_path.h"
 
 namespace kubeps::kube {
@@ -121,7 +122,7 @@ std::string SchedulerServiceName(const JobIdentity& job) {
 }
 
 std::string SchedulerAddress(const JobIdentity& job) {
-  return SchedulerServiceName(job) + "." + job.namespace_ + ".svc:" + std::to_string(kGrpcPort);
+  return JoinHostPort(SchedulerServiceName(job) + "." + job.namespace_ + ".svc", kGrpcPort);
 }
 
 std::string ReplicaHostname(const JobIdentity& job, const controller::ReplicaName& name) {

@@ -5,6 +5,9 @@
 #include <sstream>
 
 #include <cpprest/http_client.h>
+#include <cpprest/uri_builder.h>
+
+#include "common/host_port.h"
 
 namespace kubeps::kube {
 
@@ -28,10 +31,16 @@ std::optional<double> ProbeSteps(const std::string& host, int port) {
   web::http::client::http_client_config config;
   config.set_timeout(std::chrono::milliseconds(300));
   try {
-    web::http::client::http_client client(
-        utility::conversions::to_string_t("http://" + host + ":" + std::to_string(port)), config);
-    web::http::http_response response =
-        client.request(web::http::methods::GET, U("/metrics")).get();
+    // The pod IP goes in bare: cpprestsdk would hand a bracketed IPv6
+    // literal to the resolver as it is, and fail. The Host header, which it
+    // would then write without brackets, is given in the proper form.
+    web::uri_builder uri;
+    uri.set_scheme(U("http")).set_host(Unbracketed(host)).set_port(port);
+    web::http::client::http_client client(uri.to_uri(), config);
+    web::http::http_request request(web::http::methods::GET);
+    request.set_request_uri(U("/metrics"));
+    request.headers().add(U("Host"), JoinHostPort(host, port));
+    web::http::http_response response = client.request(request).get();
     if (response.status_code() != web::http::status_codes::OK) return std::nullopt;
     return MetricValue(utility::conversions::to_utf8string(response.extract_string().get()),
                        "kubeps_worker_steps_total");

@@ -13,6 +13,7 @@
 // asks the server to end the stream after kWatchServerTimeoutSeconds and
 // gives up on a silent connection a little after that.
 #include "operator/kubeclient/kube_client.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "operator/kubeclient/bearer_token.h"
 
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include <cpprest/http_client.h>
+#include <cpprest/uri_builder.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
@@ -241,6 +243,25 @@ nlohmann::json ParseBody(const std::vector<unsigned char>& bytes) {
 // ---------------------------------------------------------------------------
 // The client.
 
+// The server's URI as cpprestsdk's asio client can reach it. An IPv6 literal
+// ("https://[fd00::1]:443", what the in-cluster config of a single-stack
+// IPv6 cluster gives) keeps its brackets in web::uri::host(), and the client
+// hands that host as it is to the resolver, which knows no "[fd00::1]". Built
+// from its parts, the URI holds the bare address: the resolver takes it as
+// a number, and the certificate is checked against that address (boost's
+// RFC 2818 check matches an IP host to IP subjectAltNames). The one cost:
+// the client writes the Host header from that bare host ("fd00::1:443");
+// the API server (Go's net/http) accepts it and does not route by Host. A
+// Host header of our own would not do: cpprestsdk would then check the
+// certificate against it, brackets and port included.
+web::uri ReachableUri(const std::string& server) {
+  web::uri parsed(server);
+  if (!IsIpv6Literal(parsed.host())) return parsed;
+  web::uri_builder bare(parsed);
+  bare.set_host(Unbracketed(parsed.host()));
+  return bare.to_uri();
+}
+
 class CppRestKubeClient : public KubeClient {
  public:
   CppRestKubeClient(const std::string& server, const TlsMaterial& tls, const KubeConfig& config,
@@ -249,10 +270,10 @@ class CppRestKubeClient : public KubeClient {
       : server_(server),
         tls_(tls),
         token_(config.token, config.token_file),
-        client_(web::uri(server), request_config),
-        watch_client_(web::uri(server), watch_config) {
+        client_(ReachableUri(server), request_config),
+        watch_client_(ReachableUri(server), watch_config) {
     web::uri u(server);
-    host_ = u.host();
+    host_ = Unbracketed(u.host());
     port_ = u.port() > 0 ? u.port() : (u.scheme() == "https" ? 443 : 80);
     https_ = u.scheme() == "https";
   }
@@ -545,14 +566,6 @@ Status KubeClient::Create(const KubeConfig& config, std::unique_ptr<KubeClient>*
       return Status::Error("kube: server " + server + ": the scheme must be https or http");
     }
     if (u.host().empty()) return Status::Error("kube: server " + server + ": no host");
-    if (u.host().front() == '[') {
-      // cpprestsdk 2.10 hands "[addr]" with its brackets to the resolver,
-      // which fails: IPv6 literals cannot be reached, only names.
-      return Status::Error(
-          "kube: server " + server +
-          ": IPv6 address literals are not supported by the HTTP library; use a DNS name "
-          "(in a pod: https://kubernetes.default.svc)");
-    }
   } catch (const std::exception& e) {
     return Status::Error("kube: server " + server + ": " + e.what());
   }

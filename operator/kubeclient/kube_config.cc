@@ -14,6 +14,7 @@
 #include <cpprest/asyncrt_utils.h>
 #include <yaml-cpp/yaml.h>
 
+#include "common/host_port.h"
 #include "operator/kubeclient/bearer_token.h"
 #include "operator/kubeclient/kube_client.h"
 
@@ -87,11 +88,10 @@ bool Base64Decode(std::string in, std::string* out) {
   }
 }
 
+// KUBERNETES_SERVICE_HOST is a bare address: "fd00::1" on an IPv6 cluster,
+// which a URL writes in brackets.
 std::string ServerUrl(const std::string& host, const std::string& port) {
-  if (host.find(':') != std::string::npos && host.front() != '[') {
-    return "https://[" + host + "]:" + port;  // IPv6 literal
-  }
-  return "https://" + host + ":" + port;
+  return "https://" + JoinHostPort(host, port);
 }
 
 // ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "api/pod_env_codec.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "operator/local/local_process.h"
 
@@ -85,8 +86,11 @@ Status FindProgramOf(const controller::UserProcess& process, std::string* path) 
 
 }  // namespace
 
-LocalCluster::LocalCluster(std::string bin_dir, std::string run_dir, int grace_ms)
-    : bin_dir_(std::move(bin_dir)), run_dir_(std::move(run_dir)), grace_ms_(grace_ms) {}
+LocalCluster::LocalCluster(std::string bin_dir, std::string run_dir, int grace_ms, std::string host)
+    : bin_dir_(std::move(bin_dir)),
+      run_dir_(std::move(run_dir)),
+      grace_ms_(grace_ms),
+      host_(std::move(host)) {}
 
 LocalCluster::~LocalCluster() {
   for (auto& [name, pod] : pods_) {
@@ -345,7 +349,7 @@ int LocalCluster::AgentRestarts(const ReplicaName& name) const {
 
 std::string LocalCluster::SchedulerAddress() {
   int port = GrpcPort({controller::ReplicaRole::kScheduler, 0});
-  return port > 0 ? "127.0.0.1:" + std::to_string(port) : "";
+  return port > 0 ? JoinHostPort(host_, port) : "";
 }
 
 }  // namespace kubeps::local

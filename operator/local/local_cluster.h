@@ -37,7 +37,9 @@ class LocalCluster : public controller::Cluster {
  public:
   // `bin_dir` holds kubeps-server and kubeps-agent; `run_dir` is where the
   // children publish their ports, and holds the pods' shared folders.
-  LocalCluster(std::string bin_dir, std::string run_dir, int grace_ms = 5000);
+  // `host` is the address every replica listens on (127.0.0.1 or ::1).
+  LocalCluster(std::string bin_dir, std::string run_dir, int grace_ms = 5000,
+               std::string host = "127.0.0.1");
   ~LocalCluster() override;
 
   Status Create(const controller::ReplicaLaunch& launch) override;
@@ -90,6 +92,7 @@ class LocalCluster : public controller::Cluster {
   const std::string bin_dir_;
   const std::string run_dir_;
   const int grace_ms_;
+  const std::string host_;
   std::map<controller::ReplicaName, Pod> pods_;
 };
 

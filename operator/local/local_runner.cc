@@ -1,5 +1,7 @@
 #include "operator/local/local_runner.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include <thread>
 
 #include "api/pod_env_codec.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "operator/controller/job_controller.h"
 #include "operator/controller/replica_env.h"
@@ -123,6 +126,15 @@ void ExplainLocalDifferences(const api::TrainingJob& job, const std::string& pro
   }
 }
 
+// 127.0.0.0/8 or ::1, written as a number (no name: it must be the address
+// the replicas report, whatever a resolver says).
+bool IsLoopbackAddress(const std::string& host) {
+  in_addr v4;
+  if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6;
+  return ::inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
 void Report(const api::TrainingJob& job, const JobStatus& status) {
   KLOG_INFO << "job " << job.name << " " << controller::ToString(status.phase) << ": "
             << status.message;
@@ -131,6 +143,14 @@ void Report(const api::TrainingJob& job, const JobStatus& status) {
 }  // namespace
 
 int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
+  // As a pod's status.podIP: without brackets.
+  const std::string host = Unbracketed(options.host);
+  if (!IsLoopbackAddress(host)) {
+    KLOG_ERROR << "--host " << options.host
+               << ": a local run listens on a loopback address only (127.0.0.1, ::1): its "
+                  "replicas would otherwise be reachable from the network";
+    return 1;
+  }
   // First: a Ctrl-C from here on stops the job and exits 130.
   std::signal(SIGINT, OnInterrupt);
   std::signal(SIGTERM, OnInterrupt);
@@ -147,7 +167,7 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
   const int worker_threads = std::max(1, cores / job.spec.worker.replicas);
   const std::string program_dir = ProgramDir(job, options.program_dir);
 
-  LocalCluster cluster(options.bin_dir, run_dir);
+  LocalCluster cluster(options.bin_dir, run_dir, /*grace_ms=*/5000, host);
   JobController controller(
       job, &cluster, [&](const ReplicaName& name, const std::string& scheduler) {
         ReplicaLaunch launch{name, controller::ReplicaBinary(name),
@@ -165,7 +185,7 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
                                       // job carries.
                                       launch.env);
         if (launch.user_process) launch.user_process->working_dir = program_dir;
-        launch.env[api::env::kPodIp] = "127.0.0.1";
+        launch.env[api::env::kPodIp] = host;
         launch.env[api::env::kPort] = "0";
         launch.env[api::env::kMetricsPort] = "0";
         launch.env[api::env::kTokenFile] = token_file;

@@ -25,6 +25,10 @@ struct LocalRunOptions {
   // A run folder made here (run_dir "") is removed after a successful job
   // unless this is set (`kubeps run --keep-run-dir`); a failed job's is kept.
   bool keep_run_dir = false;
+  // The address every replica listens on and reports to the scheduler as its
+  // pod IP: a loopback address, 127.0.0.1 or ::1 (IPv6, as on a
+  // single-stack IPv6 cluster). `kubeps run --host`.
+  std::string host = "127.0.0.1";
 };
 
 // Runs the job to its end. Returns the process exit code: 0 on success,

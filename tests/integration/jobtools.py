@@ -54,9 +54,10 @@ class RunningJob:
     """`kubeps run` in the background; its output is collected line by line
     with the time each line arrived."""
 
-    def __init__(self, manifest_path, run_dir=None, env=None, command="run", kubeps=KUBEPS):
+    def __init__(self, manifest_path, run_dir=None, env=None, command="run", kubeps=KUBEPS,
+                 args=()):
         self.run_dir = run_dir or tempfile.mkdtemp(prefix="kubeps-test-run-")
-        args = [kubeps, command, manifest_path]
+        args = [kubeps, command, manifest_path] + list(args)
         if command == "run":
             args.append("--run-dir=" + self.run_dir)
         full_env = dict(os.environ)
@@ -136,8 +137,8 @@ class RunningJob:
         raise AssertionError("%s never published its ports" % replica)
 
 
-def run_job(manifest_path, env=None, timeout=300, command="run"):
-    job = RunningJob(manifest_path, env=env, command=command)
+def run_job(manifest_path, env=None, timeout=300, command="run", args=()):
+    job = RunningJob(manifest_path, env=env, command=command, args=args)
     code = job.wait(timeout)
     return code, job
 

@@ -7,8 +7,9 @@ threading TLS server and streaming handler (http_server.py).
     python3 -m emulator.tls_echo_server --cert server.crt --key server.key \\
         [--client-ca ca.crt]            (from tests/k8s, or with it on PYTHONPATH)
 
-Listens on 127.0.0.1 on a free port and prints "PORT <n>" once ready. With
---client-ca it demands a client certificate signed by that CA.
+Listens on 127.0.0.1 (or --host, such as ::1) on a free port and prints
+"PORT <n>" once ready. With --client-ca it demands a client certificate
+signed by that CA.
 
   /echo...            any method: 200 and the request as JSON
                       {"method", "path", "headers" (lower-case names),
@@ -28,6 +29,7 @@ Listens on 127.0.0.1 on a free port and prints "PORT <n>" once ready. With
 """
 import argparse
 import json
+import socket
 import ssl
 import sys
 import threading
@@ -147,6 +149,7 @@ def main(argv=None):
     parser.add_argument("--cert", required=True)
     parser.add_argument("--key", required=True)
     parser.add_argument("--client-ca")
+    parser.add_argument("--host", default="127.0.0.1", help="a loopback address: 127.0.0.1 or ::1")
     args = parser.parse_args(argv)
 
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -155,7 +158,12 @@ def main(argv=None):
         context.verify_mode = ssl.CERT_REQUIRED
         context.load_verify_locations(args.client_ca)
 
-    server = ThreadingTLSServer(("127.0.0.1", 0), EchoHandler, context)
+    server_class = ThreadingTLSServer
+    if ":" in args.host:
+        class Ipv6Server(ThreadingTLSServer):
+            address_family = socket.AF_INET6
+        server_class = Ipv6Server
+    server = server_class((args.host, 0), EchoHandler, context)
     print("PORT %d" % server.server_address[1], flush=True)
     server.serve_forever()
 

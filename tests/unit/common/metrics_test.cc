@@ -119,6 +119,40 @@ TEST(MetricsServerTest, ANegativePortKeepsMetricsWithoutServingThem) {
   NullMetrics().Counter("kubeps_test_total", "Things").Increment();  // never fails
 }
 
+// A pod on a single-stack IPv6 cluster has only an IPv6 address: the
+// endpoint listens there, and only there.
+TEST(MetricsServerTest, ServesOnAnIpv6Address) {
+  std::unique_ptr<MetricsServer> metrics;
+  Status s = MetricsServer::Start("::1", 0, {{"job", "v6"}}, &metrics);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_GT(metrics->port(), 0);
+  metrics->Counter("kubeps_test_total", "Things").Increment(2);
+
+  int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  sockaddr_in6 address{};
+  address.sin6_family = AF_INET6;
+  address.sin6_port = htons(static_cast<uint16_t>(metrics->port()));
+  address.sin6_addr = in6addr_loopback;
+  timeval timeout{30, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  const std::string request = "GET /metrics HTTP/1.1\r\nHost: [::1]\r\n\r\n";
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string answer;
+  char buffer[4096];
+  for (ssize_t n; (n = ::recv(fd, buffer, sizeof buffer, 0)) > 0;) answer.append(buffer, n);
+  ::close(fd);
+  EXPECT_THAT(answer, StartsWith("HTTP/1.1 200 OK\r\n"));
+  EXPECT_THAT(answer, HasSubstr("kubeps_test_total{job=\"v6\"} 2"));
+  // Not on IPv4: the address given is the only one served.
+  EXPECT_EQ(Get(metrics->port(), "/metrics"), "connect failed");
+
+  // The bracketed form, as an address would carry it, works too.
+  std::unique_ptr<MetricsServer> bracketed;
+  s = MetricsServer::Start("[::1]", 0, {}, &bracketed);
+  EXPECT_TRUE(s.ok()) << s.message();
+}
+
 TEST(MetricsServerTest, AnAddressItCannotServeIsAnError) {
   std::unique_ptr<MetricsServer> first, second;
   ASSERT_TRUE(MetricsServer::Start("127.0.0.1", 0, {}, &first).ok());

@@ -179,6 +179,27 @@ TEST(SchedulerTest, BadRegistrationsAreRejected) {
   EXPECT_THAT(status.error_message(), HasSubstr("server-x"));
 }
 
+// On a single-stack IPv6 cluster a server's address is "[ip]:port"; the
+// scheduler hands it out as it came. One without brackets could not be
+// dialled, so it is refused at registration, naming the server.
+TEST(SchedulerTest, ServerAddressesMustBeHostColonPort) {
+  auto s = MakeScheduler(2, 1);
+  ASSERT_TRUE(Register(*s, "server-0", v1::SERVER, nullptr, 1, "[fd00:10:244::7]:7000").ok());
+  grpc::Status status = Register(*s, "server-1", v1::SERVER, nullptr, 1, "fd00:10:244::8:7000");
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), HasSubstr("server-1"));
+  EXPECT_THAT(status.error_message(), HasSubstr("[fd00:10:244::8]:7000"));
+  EXPECT_EQ(Register(*s, "server-1", v1::SERVER, nullptr, 1, "10.0.0.8").error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(Register(*s, "server-1", v1::SERVER, nullptr, 1, "[fd00:10:244::8]:7000").ok());
+  ASSERT_TRUE(Register(*s, "worker-0", v1::WORKER).ok());
+  v1::ClusterView view = View(*s, 1000);
+  ASSERT_TRUE(view.ready());
+  ASSERT_EQ(view.servers_size(), 2);
+  EXPECT_EQ(view.servers(0).address(), "[fd00:10:244::7]:7000");
+  EXPECT_EQ(view.servers(1).address(), "[fd00:10:244::8]:7000");
+}
+
 TEST(SchedulerTest, ClusterViewWaitsForEveryNodeThenListsServersInRankOrder) {
   auto s = MakeScheduler(2, 2);
   ASSERT_TRUE(Register(*s, "server-1", v1::SERVER, nullptr, 1, "10.0.0.2:7001").ok());

@@ -26,10 +26,15 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/host_port.h"
 #include "operator/kubeclient/kube_client.h"
 #include "tests/unit/operator/kubeclient/kube_test_util.h"
 
 namespace kubeps::kube {
+namespace internal {
+// kube_config.cc: the in-cluster loader with its service-account folder.
+Status LoadInClusterConfigFrom(const std::string& service_account_dir, KubeConfig* config);
+}  // namespace internal
 namespace {
 
 using ::testing::HasSubstr;
@@ -59,8 +64,7 @@ TEST(KubeClientCreateTest, RejectsBadConfig) {
   EXPECT_FALSE(KubeClient::Create(c, &client).ok());
   c.server = "https://[::1]:6443";
   Status v6 = KubeClient::Create(c, &client);
-  EXPECT_FALSE(v6.ok());
-  EXPECT_THAT(v6.message(), HasSubstr("IPv6"));
+  EXPECT_TRUE(v6.ok()) << "an IPv6 literal is a server like any other: " << v6.message();
   c.server = "https://127.0.0.1:1";
   c.ca_data = "not a certificate";
   Status s = KubeClient::Create(c, &client);
@@ -82,7 +86,7 @@ struct TestCerts {
 };
 
 // Made once per process: a CA, a second unrelated CA, a server certificate
-// for 127.0.0.1 and localhost, one for another host, and a client
+// for 127.0.0.1, ::1 and localhost, one for another host, and a client
 // certificate, all signed by the first CA. EC P-256 keys: fast to make.
 TestCerts* g_certs = nullptr;  // removed at the end of the process
 
@@ -111,7 +115,7 @@ const TestCerts& Certs() {
     const bool ok =
         ca("ca") && ca("wrong-ca") &&
         leaf("server",
-             "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n") &&
+             "subjectAltName=IP:127.0.0.1,IP:::1,DNS:localhost\nextendedKeyUsage=serverAuth\n") &&
         leaf("wrong-host",
              "subjectAltName=DNS:other.example,IP:10.1.2.3\nextendedKeyUsage=serverAuth\n") &&
         leaf("kubeps-test-client", "extendedKeyUsage=clientAuth\n");
@@ -192,7 +196,7 @@ class ServerProcess {
 
   int port() const { return port_; }
   std::string url(const std::string& host = "127.0.0.1") const {
-    return "https://" + host + ":" + std::to_string(port_);
+    return "https://" + JoinHostPort(host, port_);
   }
 
  private:
@@ -223,12 +227,13 @@ class KubeClientHttpsTest : public ::testing::Test {
     if (slot) return slot.get();
     const TestCerts& c = Certs();
     std::vector<std::string> args;
-    if (which == "wrong-host") {
+    if (which == "wrong-host" || which == "wrong-host-v6") {
       args = {"--cert", c.Path("wrong-host.crt"), "--key", c.Path("wrong-host.key")};
     } else {
       args = {"--cert", c.Path("server.crt"), "--key", c.Path("server.key")};
     }
     if (which == "mtls") args.insert(args.end(), {"--client-ca", c.Path("ca.crt")});
+    if (which == "v6" || which == "wrong-host-v6") args.insert(args.end(), {"--host", "::1"});
     auto server = std::make_unique<ServerProcess>();
     const std::string error = server->Start(args);
     if (!error.empty()) {
@@ -374,6 +379,62 @@ TEST_F(KubeClientHttpsTest, ServerVerification) {
   s = Client(Config(wrong_host))->Get("/echo", &r);
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("not valid for host 127.0.0.1"));
+}
+
+// A single-stack IPv6 cluster: the operator's pod sees
+// KUBERNETES_SERVICE_HOST=fd00::1 (here ::1), the in-cluster config makes
+// https://[::1]:PORT of it, and the client reaches that server, checks its
+// certificate against the address, and sends its requests and watches.
+TEST_F(KubeClientHttpsTest, InClusterOnAnIpv6Service) {
+  ServerProcess* server = Server("v6");
+  ASSERT_NE(server, nullptr);
+  const std::string sa = MakeTempDir();
+  WriteFile(sa + "/token", "sa-token\n");
+  WriteFile(sa + "/ca.crt", Certs().Pem("ca.crt"));
+  KubeConfig config;
+  {
+    ScopedEnv host("KUBERNETES_SERVICE_HOST", "::1");
+    ScopedEnv port("KUBERNETES_SERVICE_PORT", std::to_string(server->port()).c_str());
+    Status s = internal::LoadInClusterConfigFrom(sa, &config);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+  std::filesystem::remove_all(sa);
+  EXPECT_EQ(config.server, server->url("::1"));
+  auto client = Client(config);
+  ASSERT_NE(client, nullptr);
+
+  Response r;
+  Status s = client->Get("/echo/api/v1/namespaces/jobs/pods", &r);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(r.code, 200) << r.Describe();
+  EXPECT_EQ(r.body["path"], "/echo/api/v1/namespaces/jobs/pods");
+  EXPECT_EQ(r.body["headers"]["authorization"], "Bearer sa-token");
+  s = client->Post("/echo/create", {{"kind", "Pod"}}, &r);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(r.body["method"], "POST");
+
+  std::vector<WatchEvent> events;
+  std::atomic<bool> stop{false};
+  s = client->Watch(
+      "/watch/echo", "",
+      [&](const WatchEvent& e) {
+        events.push_back(e);
+        return true;
+      },
+      stop, &r);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].object["headers"]["authorization"], "Bearer sa-token");
+
+  // The certificate is still checked, against the IPv6 address.
+  ServerProcess* wrong_host = Server("wrong-host-v6");
+  ASSERT_NE(wrong_host, nullptr);
+  KubeConfig wrong = config;
+  wrong.server = wrong_host->url("::1");
+  s = Client(wrong)->Get("/echo", &r);
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("not valid for host ::1"));
+  EXPECT_THAT(s.message(), HasSubstr(wrong.server)) << "the server as configured";
 }
 
 TEST_F(KubeClientHttpsTest, ClientCertificate) {

@@ -117,6 +117,33 @@ TEST_F(LocalRunnerTest, NodesGetTheLocalEnvironment) {
   EXPECT_EQ(ReadFile(token_file).size(), 33u) << "32 hex digits and a newline";
 }
 
+// `kubeps run --host=::1`: every replica listens on IPv6 loopback and
+// reports it as its pod IP, as on a single-stack IPv6 cluster; the
+// scheduler's address carries the brackets an IPv6 address needs.
+TEST_F(LocalRunnerTest, ReplicasCanRunOnIpv6Loopback) {
+  options_.host = "::1";
+  ASSERT_EQ(RunLocally(Job(), options_), 0);
+  EXPECT_EQ(EnvOf("worker-0", "KUBEPS_SCHEDULER_ADDR"), "[::1]:45678");
+  EXPECT_EQ(EnvOf("worker-1", "KUBEPS_POD_IP"), "::1");
+  EXPECT_EQ(EnvOf("server-0", "KUBEPS_POD_IP"), "::1");
+  EXPECT_EQ(EnvOf("scheduler-0", "KUBEPS_POD_IP"), "::1");
+  // Written in brackets, it is the same address.
+  options_.host = "[::1]";
+  ASSERT_EQ(RunLocally(Job(), options_), 0);
+  EXPECT_EQ(EnvOf("worker-0", "KUBEPS_POD_IP"), "::1");
+}
+
+// A local run is for this machine: no replica listens beyond loopback.
+TEST_F(LocalRunnerTest, OnlyALoopbackHostIsAccepted) {
+  for (const std::string host : {"0.0.0.0", "::", "10.0.0.7", "fd00::7", "localhost", ""}) {
+    options_.host = host;
+    EXPECT_EQ(RunLocally(Job(), options_), 1) << host;
+    EXPECT_EQ(EnvOf("worker-0", "KUBEPS_ROLE"), "<unset>") << host << ": no replica started";
+  }
+  options_.host = "127.0.0.2";  // all of 127/8 is loopback
+  EXPECT_EQ(RunLocally(Job(), options_), 0);
+}
+
 TEST_F(LocalRunnerTest, AFailedWorkerUnderNeverFailsTheRun) {
   SetWorker("exit 3");
   EXPECT_EQ(RunLocally(Job("{restartPolicy: Never}"), options_), 1);
