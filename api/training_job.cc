@@ -49,6 +49,13 @@ const char* ToString(CleanPodPolicy policy) {
   return "Running";
 }
 
+std::string PodGroupApi(const SchedulingPolicy& policy) {
+  if (!policy.pod_group.empty()) return policy.pod_group;
+  if (policy.scheduler_name == "volcano") return "Volcano";
+  if (policy.scheduler_name == "scheduler-plugins-scheduler") return "SchedulerPlugins";
+  return "";
+}
+
 std::string ParseResult::ErrorReport(const std::string& source) const {
   std::string report;
   for (const auto& error : errors) {

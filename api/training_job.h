@@ -83,10 +83,20 @@ struct RunPolicy {
 // set, the operator creates a PodGroup and sets the pods' schedulerName.
 struct SchedulingPolicy {
   std::string scheduler_name;  // "" = the default scheduler, no PodGroup
-  int min_available = 0;       // 0 = every replica
+  // Which PodGroup API that scheduler reads: "Volcano", "SchedulerPlugins"
+  // or "None"; "" = known from the scheduler's name (PodGroupApi below).
+  std::string pod_group;
+  int min_available = 0;  // 0 = every replica
   std::string queue;
   std::string priority_class;
 };
+
+// The PodGroup API a job's scheduler reads: `pod_group` when set, else
+// Volcano's for "volcano" and scheduler-plugins' for its default name
+// "scheduler-plugins-scheduler"; "" when neither says (the manifest is then
+// refused: a guess would create an object the scheduler never reads, or one
+// of a kind the cluster does not have).
+std::string PodGroupApi(const SchedulingPolicy& policy);
 
 struct TrainingJobSpec {
   SyncMode mode = SyncMode::kSync;

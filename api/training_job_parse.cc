@@ -79,6 +79,20 @@ void ReadMetadata(const YAML::Node& node, TrainingJob* job, std::vector<FieldErr
   meta.Finish();
 }
 
+// A scheduler other than the two whose names are known must say which
+// PodGroup API it reads.
+void CheckPodGroupApi(const SchedulingPolicy& policy, std::vector<FieldError>* errors) {
+  const std::string field = "spec.schedulingPolicy.podGroup";
+  if (policy.scheduler_name.empty() || !PodGroupApi(policy).empty()) return;
+  for (const FieldError& error : *errors) {
+    if (error.field == field) return;  // a bad value, already said
+  }
+  errors->push_back(
+      {field, "required for schedulerName " + Quote(policy.scheduler_name) +
+                  ": say which PodGroup API it reads (Volcano, SchedulerPlugins, or None "
+                  "for no PodGroup)"});
+}
+
 void ReadTrainingJob(const YAML::Node& root, TrainingJob* job, std::vector<FieldError>* errors) {
   MapReader top(root, "", errors);
   ReadConstant(top, "apiVersion", kApiVersion);
@@ -87,6 +101,7 @@ void ReadTrainingJob(const YAML::Node& root, TrainingJob* job, std::vector<Field
   if (top.Has("spec")) {
     ReadFields(TrainingJobSpecFields(), top.Get("spec"), "spec", errors, &job->spec);
     ReadTrainingProgram(top.Get("spec"), &job->spec, errors);
+    CheckPodGroupApi(job->spec.scheduling_policy, errors);
   } else {
     top.AddError("spec", "required");
   }

@@ -91,6 +91,10 @@ std::vector<FieldSpec> SchedulingPolicyFields() {
   return {
       String("schedulerName", at(&S::scheduler_name))
           .Doc("when set, the pods use this scheduler and the operator creates a PodGroup"),
+      Enum("podGroup", at(&S::pod_group), {"Volcano", "SchedulerPlugins", "None"})
+          .UnsetByDefault()
+          .Doc("the PodGroup API the scheduler reads; unset: Volcano for schedulerName volcano, "
+               "SchedulerPlugins for scheduler-plugins-scheduler, required for any other"),
       Integer("minAvailable", at(&S::min_available))
           .AtLeast(0)
           .Doc("gang scheduling, pods that must start together; 0: every replica"),

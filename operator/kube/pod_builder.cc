@@ -235,8 +235,13 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
   const api::SchedulingPolicy& scheduling = spec.spec.scheduling_policy;
   if (!scheduling.scheduler_name.empty()) {
     spec_json["schedulerName"] = scheduling.scheduler_name;
-    meta["annotations"]["scheduling.k8s.io/group-name"] = job.name;
-    meta["labels"]["scheduling.x-k8s.io/pod-group"] = job.name;
+    // Each PodGroup API finds its pods by its own key.
+    const std::string pod_group_api = api::PodGroupApi(scheduling);
+    if (pod_group_api == "Volcano") {
+      meta["annotations"]["scheduling.k8s.io/group-name"] = job.name;
+    } else if (pod_group_api == "SchedulerPlugins") {
+      meta["labels"]["scheduling.x-k8s.io/pod-group"] = job.name;
+    }
     if (!scheduling.priority_class.empty() && !spec_json.contains("priorityClassName")) {
       spec_json["priorityClassName"] = scheduling.priority_class;
     }
@@ -294,10 +299,11 @@ json BuildTokenSecret(const JobIdentity& job, const std::string& token) {
 
 json BuildPodGroup(const JobIdentity& job, const api::TrainingJob& spec, std::string* api_path) {
   const api::SchedulingPolicy& policy = spec.spec.scheduling_policy;
-  if (policy.scheduler_name.empty()) return nullptr;
+  const std::string api = api::PodGroupApi(policy);
+  if (policy.scheduler_name.empty() || api == "None" || api.empty()) return nullptr;
   const int total = 1 + spec.spec.ps.replicas + spec.spec.worker.replicas;
   const int min_member = policy.min_available > 0 ? policy.min_available : total;
-  const bool volcano = policy.scheduler_name == "volcano";
+  const bool volcano = api == "Volcano";
   const Resource podgroups = volcano ? Resource{"scheduling.volcano.sh", "v1beta1", "podgroups"}
                                      : Resource{"scheduling.x-k8s.io", "v1alpha1", "podgroups"};
   const std::string group_version = podgroups.group + "/" + podgroups.version;

@@ -93,6 +93,26 @@ TEST(ApiTrainingJobErrorsTest, ZeroWorkers) {
               "spec.replicaSpecs.worker.replicas", "must be >= 1, got 0");
 }
 
+// Any scheduler but volcano and scheduler-plugins-scheduler must say which
+// PodGroup API it reads: before, every other name got scheduler-plugins'.
+TEST(ApiTrainingJobErrorsTest, AnUnknownSchedulerMustNameItsPodGroupApi) {
+  ExpectError(With("  epochs: 3", "  epochs: 3\n  schedulingPolicy: {schedulerName: my-gang}"),
+              "spec.schedulingPolicy.podGroup",
+              "required for schedulerName \"my-gang\": say which PodGroup API it reads "
+              "(Volcano, SchedulerPlugins, or None for no PodGroup)");
+  ExpectError(With("  epochs: 3",
+                   "  epochs: 3\n  schedulingPolicy: {schedulerName: my-gang, "
+                   "podGroup: Kueue}"),
+              "spec.schedulingPolicy.podGroup",
+              "must be one of \"Volcano\", \"SchedulerPlugins\" or \"None\", got \"Kueue\"");
+  for (const char* api : {"Volcano", "SchedulerPlugins", "None"}) {
+    ParseResult result = ParseTrainingJob(
+        With("  epochs: 3", "  epochs: 3\n  schedulingPolicy: {schedulerName: my-gang, podGroup: " +
+                                std::string(api) + "}"));
+    EXPECT_TRUE(result.ok()) << api << ": " << result.ErrorReport("job.yaml");
+  }
+}
+
 TEST(ApiTrainingJobErrorsTest, UnknownOptimizer) {
   ExpectError(With("name: sgd", "name: adagrad"), "spec.optimizer.name",
               "must be one of \"sgd\", \"momentum\", \"adam\" or \"none\", got \"adagrad\"");

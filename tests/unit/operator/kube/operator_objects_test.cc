@@ -131,6 +131,35 @@ TEST(PodBuilderTest, ServicesSecretAndPodGroup) {
   EXPECT_EQ(group["spec"], json({{"minMember", 6}}));
 }
 
+// A scheduler of another name says which PodGroup API it reads; its pods
+// carry only that API's key, and podGroup None makes no PodGroup at all.
+TEST(PodBuilderTest, TheJobSaysWhichPodGroupApiItsSchedulerReads) {
+  std::string path;
+  api::TrainingJob volcano_named =
+      Job("  schedulingPolicy: {schedulerName: gang-a, podGroup: Volcano}\n");
+  EXPECT_FALSE(BuildPodGroup(kId, volcano_named, &path).is_null());
+  EXPECT_EQ(path, "/apis/scheduling.volcano.sh/v1beta1/namespaces/team-a/podgroups");
+  json pod =
+      BuildPod(kId, volcano_named, Launch(volcano_named, {ReplicaRole::kWorker, 0}), 0, ImageSet{});
+  EXPECT_EQ(pod["spec"]["schedulerName"], "gang-a");
+  EXPECT_EQ(pod["metadata"]["annotations"]["scheduling.k8s.io/group-name"], "mnist");
+  EXPECT_FALSE(pod["metadata"]["labels"].contains("scheduling.x-k8s.io/pod-group"));
+
+  api::TrainingJob plugins_named =
+      Job("  schedulingPolicy: {schedulerName: gang-b, podGroup: SchedulerPlugins}\n");
+  EXPECT_FALSE(BuildPodGroup(kId, plugins_named, &path).is_null());
+  EXPECT_EQ(path, "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/team-a/podgroups");
+  pod =
+      BuildPod(kId, plugins_named, Launch(plugins_named, {ReplicaRole::kWorker, 0}), 0, ImageSet{});
+  EXPECT_EQ(pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"], "mnist");
+  EXPECT_FALSE(pod["metadata"]["annotations"].contains("scheduling.k8s.io/group-name"));
+
+  api::TrainingJob none = Job("  schedulingPolicy: {schedulerName: gang-c, podGroup: None}\n");
+  EXPECT_TRUE(BuildPodGroup(kId, none, &path).is_null());
+  pod = BuildPod(kId, none, Launch(none, {ReplicaRole::kWorker, 0}), 0, ImageSet{});
+  EXPECT_EQ(pod["spec"]["schedulerName"], "gang-c");
+}
+
 // Hostnames and Service names are DNS labels (at most 63 characters, letters
 // digits and '-', alphanumeric at both ends); a job's name may be 63 itself.
 bool IsDnsLabel(const std::string& s) {
