@@ -119,56 +119,13 @@ Json PropertySchema(const FieldSpec& field, bool no_defaults) {
 Json SpecSchema() {
   Json required = Json::array();
   Json properties = ObjectProperties(TrainingJobSpecFields(), false, &required);
-  Json schema = {{"type", "object"}};
+  Json schema = {{"type", "object"},
+                 {"description",
+                  "what to train and how; kubeps validate, kubeps run and the operator read it "
+                  "alike"}};
   if (!required.empty()) schema["required"] = required;
   schema["properties"] = properties;
   return schema;
-}
-
-// Written only by the operator (ToJson(TrainingJobStatus)); the schema gives
-// `kubectl get` and `kubectl explain` the types. crd_test.cc checks that
-// every field ToJson writes is named here.
-Json StatusSchema() {
-  const Json string = {{"type", "string"}};
-  const Json time = {{"type", "string"}, {"format", "date-time"}};
-  const Json int64 = {{"type", "integer"}, {"format", "int64"}};
-  const Json count = {{"type", "integer"}};
-  const Json replica_status = {
-      {"type", "object"},
-      {"properties",
-       {{"active", count}, {"succeeded", count}, {"failed", count}, {"restarts", count}}}};
-  const Json condition = {
-      {"type", "object"},
-      {"required", {"type", "status"}},
-      {"properties",
-       {{"type", string},
-        {"status", {{"type", "string"}, {"enum", {"True", "False", "Unknown"}}}},
-        {"reason", string},
-        {"message", string},
-        {"lastTransitionTime", time},
-        {"lastUpdateTime", time}}}};
-  return {
-      {"type", "object"},
-      {"properties",
-       {{"phase", string},
-        {"message", string},
-        {"workers",
-         {{"type", "string"}, {"description", "ready workers / requested workers, as \"2/2\""}}},
-        {"step", int64},
-        {"stepsPerSecond", string},
-        {"startTime", time},
-        {"completionTime", time},
-        {"observedGeneration", int64},
-        {"conditions", {{"type", "array"}, {"items", condition}}},
-        {"replicaStatuses",
-         {{"type", "object"},
-          {"properties",
-           {{"ps", replica_status}, {"worker", replica_status}, {"scheduler", replica_status}}}}},
-        {"replicaRestarts",
-         {{"type", "object"},
-          {"description",
-           "each replica's restarts, e.g. worker-1: 2, kept when its pod is deleted from outside"},
-          {"additionalProperties", int64}}}}}};
 }
 
 std::string PhaseNames() {
@@ -181,25 +138,109 @@ std::string PhaseNames() {
   return text;
 }
 
+Json PhaseEnum() {
+  Json names = Json::array();
+  for (JobPhase phase : kJobPhases) names.push_back(ToString(phase));
+  return names;
+}
+
+// The descriptions of the status fields that are also columns: the column
+// and `kubectl explain trainingjob.status` say the same.
+const char* kPhaseDescription = "the job's phase, as Kubeflow's jobs have them";
+const char* kWorkersDescription = "ready workers / requested workers, as \"2/2\"";
+const char* kStepDescription =
+    "worker 0's global step: while it trains, as its metrics last said; once it has finished, "
+    "the step it ended at";
+const char* kStepsPerSecondDescription =
+    "steps per second: while training, measured between two looks at worker 0's metrics; once "
+    "it has finished, over its whole run";
+const char* kProgressDescription = "the share of totalSteps done, rounded down, as \"42%\"";
+const char* kEtaDescription =
+    "time left at stepsPerSecond, as \"3m20s\"; \"0s\" once every step is done";
+const char* kLossDescription = "worker 0's training loss, over its last progress interval";
+const char* kTestAccuracyDescription =
+    "the model's accuracy on the test set, which worker 0 measures once training has finished";
+
+// Written only by the operator (ToJson(TrainingJobStatus)); the schema gives
+// `kubectl get` and `kubectl explain` the types. crd_test.cc checks that
+// every field ToJson writes is named here.
+Json StatusSchema() {
+  auto field = [](Json schema, const char* description) {
+    schema["description"] = description;
+    return schema;
+  };
+  const Json string = {{"type", "string"}};
+  const Json time = {{"type", "string"}, {"format", "date-time"}};
+  const Json int64 = {{"type", "integer"}, {"format", "int64"}};
+  const Json count = {{"type", "integer"}};
+  const Json replica_status = {
+      {"type", "object"},
+      {"properties",
+       {{"active", field(count, "pods pending or running")},
+        {"succeeded", field(count, "replicas that finished their part")},
+        {"failed", field(count, "replicas that failed and were not restarted")},
+        {"restarts", field(count, "times this role's replicas were re-created")}}}};
+  const Json condition = {
+      {"type", "object"},
+      {"required", {"type", "status"}},
+      {"properties",
+       {{"type", field(string, "a phase's name: the job is, or was, in that phase")},
+        {"status", {{"type", "string"}, {"enum", {"True", "False", "Unknown"}}}},
+        {"reason", field(string, "why, in one CamelCase word")},
+        {"message", field(string, "why, in a sentence")},
+        {"lastTransitionTime", field(time, "when status last changed")},
+        {"lastUpdateTime", field(time, "when reason or message last changed")}}}};
+  return {
+      {"type", "object"},
+      {"description", "what the operator observes of the job; written by it alone"},
+      {"properties",
+       {{"phase", {{"type", "string"}, {"enum", PhaseEnum()}, {"description", kPhaseDescription}}},
+        {"message", field(string, "the phase's reason in a sentence")},
+        {"workers", field(string, kWorkersDescription)},
+        {"step", field(int64, kStepDescription)},
+        {"totalSteps",
+         field(int64,
+               "the steps the job trains: epochs x steps per epoch, or the cap a worker "
+               "was given")},
+        {"stepsPerSecond", field(string, kStepsPerSecondDescription)},
+        {"progress", field(string, kProgressDescription)},
+        {"eta", field(string, kEtaDescription)},
+        {"loss", field(string, kLossDescription)},
+        {"testAccuracy", field(string, kTestAccuracyDescription)},
+        {"startTime", field(time, "when the operator first saw the job")},
+        {"completionTime", field(time, "when the job succeeded or failed")},
+        {"observedGeneration", field(int64, "the generation of the spec this status is of")},
+        {"conditions",
+         {{"type", "array"},
+          {"description", "one per phase the job has been in; the current one's is True"},
+          {"items", condition}}},
+        {"replicaStatuses",
+         {{"type", "object"},
+          {"description", "pod counts per role"},
+          {"properties",
+           {{"ps", replica_status}, {"worker", replica_status}, {"scheduler", replica_status}}}}},
+        {"replicaRestarts",
+         {{"type", "object"},
+          {"description",
+           "each replica's restarts, e.g. worker-1: 2, kept when its pod is deleted from outside"},
+          {"additionalProperties", int64}}}}}};
+}
+
 // What `kubectl get tj` shows (-o wide adds priority 1).
 Json PrinterColumns() {
+  auto column = [](const char* name, const char* type, const char* path,
+                   const std::string& description) {
+    return Json{{"name", name}, {"type", type}, {"jsonPath", path}, {"description", description}};
+  };
   return Json::array({
-      {{"name", "Phase"},
-       {"type", "string"},
-       {"jsonPath", ".status.phase"},
-       {"description", PhaseNames()}},
-      {{"name", "Workers"},
-       {"type", "string"},
-       {"jsonPath", ".status.workers"},
-       {"description", "ready workers / requested workers"}},
-      {{"name", "Step"},
-       {"type", "integer"},
-       {"jsonPath", ".status.step"},
-       {"description", "the latest global step the workers reported"}},
-      {{"name", "Steps/s"},
-       {"type", "string"},
-       {"jsonPath", ".status.stepsPerSecond"},
-       {"priority", 1}},
+      column("Phase", "string", ".status.phase", PhaseNames()),
+      column("Workers", "string", ".status.workers", kWorkersDescription),
+      column("Step", "integer", ".status.step", kStepDescription),
+      column("Steps/s", "string", ".status.stepsPerSecond", kStepsPerSecondDescription),
+      column("Progress", "string", ".status.progress", kProgressDescription),
+      column("ETA", "string", ".status.eta", kEtaDescription),
+      column("Loss", "string", ".status.loss", kLossDescription),
+      column("Accuracy", "string", ".status.testAccuracy", kTestAccuracyDescription),
       {{"name", "Age"}, {"type", "date"}, {"jsonPath", ".metadata.creationTimestamp"}},
   });
 }

@@ -83,10 +83,11 @@ bool TrainingJobStatus::SameExceptTimes(const TrainingJobStatus& o) const {
     return conditions;
   };
   return std::tie(phase, message, observed_generation, replica_statuses, workers, start_time,
-                  completion_time, step, steps_per_second, replica_restarts) ==
+                  completion_time, step, total_steps, steps_per_second, progress, eta, loss,
+                  test_accuracy, replica_restarts) ==
              std::tie(o.phase, o.message, o.observed_generation, o.replica_statuses, o.workers,
-                      o.start_time, o.completion_time, o.step, o.steps_per_second,
-                      o.replica_restarts) &&
+                      o.start_time, o.completion_time, o.step, o.total_steps, o.steps_per_second,
+                      o.progress, o.eta, o.loss, o.test_accuracy, o.replica_restarts) &&
          without_times(conditions) == without_times(o.conditions);
 }
 
@@ -112,8 +113,17 @@ TrainingJobStatus StatusFromJson(const json& status) {
   s.workers = status.value("workers", "");
   s.start_time = status.value("startTime", "");
   s.completion_time = status.value("completionTime", "");
-  if (status.contains("step") && status["step"].is_number()) s.step = status["step"].get<int64_t>();
+  auto count = [&status](const char* key) -> std::optional<int64_t> {
+    if (status.contains(key) && status[key].is_number()) return status[key].get<int64_t>();
+    return std::nullopt;
+  };
+  s.step = count("step");
+  s.total_steps = count("totalSteps");
   s.steps_per_second = status.value("stepsPerSecond", "");
+  s.progress = status.value("progress", "");
+  s.eta = status.value("eta", "");
+  s.loss = status.value("loss", "");
+  s.test_accuracy = status.value("testAccuracy", "");
   const json restarts = status.value("replicaRestarts", json::object());
   for (const auto& [replica, count] : restarts.items()) {
     if (count.is_number_integer() && count.get<int>() > 0) s.replica_restarts[replica] = count;
@@ -152,7 +162,12 @@ json ToJson(const TrainingJobStatus& s) {
   if (!s.start_time.empty()) out["startTime"] = s.start_time;
   if (!s.completion_time.empty()) out["completionTime"] = s.completion_time;
   if (s.step) out["step"] = *s.step;
+  if (s.total_steps) out["totalSteps"] = *s.total_steps;
   if (!s.steps_per_second.empty()) out["stepsPerSecond"] = s.steps_per_second;
+  if (!s.progress.empty()) out["progress"] = s.progress;
+  if (!s.eta.empty()) out["eta"] = s.eta;
+  if (!s.loss.empty()) out["loss"] = s.loss;
+  if (!s.test_accuracy.empty()) out["testAccuracy"] = s.test_accuracy;
   if (!s.replica_restarts.empty()) out["replicaRestarts"] = s.replica_restarts;
   return out;
 }

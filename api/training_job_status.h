@@ -70,8 +70,16 @@ struct TrainingJobStatus {
   std::string workers;                                    // "active+succeeded/replicas"
   std::string start_time;                                 // RFC 3339; "" = not yet
   std::string completion_time;
-  std::optional<int64_t> step;   // worker 0's step
-  std::string steps_per_second;  // "12.3"; "" = not measured yet
+  // Training progress (api/training_progress.h), worker 0's: while it
+  // trains as its metrics last said, once it has finished as it said on
+  // exiting. Figures are text, as the columns show them; "" = not known.
+  std::optional<int64_t> step;         // the global step
+  std::optional<int64_t> total_steps;  // epochs x steps per epoch, or the cap
+  std::string steps_per_second;        // "12.3"
+  std::string progress;                // "42%" of total_steps
+  std::string eta;                     // time left at that rate: "3m20s"; "0s" when done
+  std::string loss;                    // the last loss: "0.3720"
+  std::string test_accuracy;           // once worker 0 has evaluated the model: "0.8665"
   // Each replica's restarts ("worker-1" -> 2): the record that outlives its
   // pods, so that a pod deleted from outside does not reset the count
   // that backoffLimit is checked against.

@@ -31,11 +31,13 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "api/models.h"
 #include "api/pod_env_codec.h"
+#include "api/training_progress.h"
 #include "common/blas_threads.h"
 #include "common/command_line.h"
 #include "common/host_port.h"
@@ -89,7 +91,9 @@ void WriteParams(const std::string& path, trainer::Model& model) {
   }
 }
 
-void ReportAccuracy(trainer::Model& model, const trainer::Dataset& test, const LoopResult& result) {
+// Prints the model's test accuracy after training, and returns it.
+double ReportAccuracy(trainer::Model& model, const trainer::Dataset& test,
+                      const LoopResult& result) {
   double loss = 0;
   const double accuracy = trainer::Evaluate(model, test, 500, &loss);
   char line[200];
@@ -98,6 +102,24 @@ void ReportAccuracy(trainer::Model& model, const trainer::Dataset& test, const L
                 accuracy, loss, static_cast<unsigned long long>(result.steps), result.seconds,
                 result.seconds > 0 ? result.steps / result.seconds : 0.0);
   PrintLine(line);
+  return accuracy;
+}
+
+// A worker's last words after training to the end: its final figures,
+// which outlive its process and its metrics, for the job's status.
+// Left only where someone reads it: in a pod (the kubelet made the file)
+// or under the local runner (which names one); a worker started by hand
+// as root would otherwise leave a stray /dev/termination-log.
+void LeaveTrainingSummary(const LoopResult& result, std::optional<double> test_accuracy) {
+  const char* named = std::getenv(kTerminationLogVariable);
+  if (!(named && *named) && ::access("/dev/termination-log", F_OK) != 0) return;
+  api::TrainingSummary summary;
+  summary.step = static_cast<int64_t>(result.steps);
+  summary.total_steps = static_cast<int64_t>(result.total_steps);
+  if (result.steps_per_second > 0) summary.steps_per_second = result.steps_per_second;
+  summary.loss = result.final_loss;
+  summary.test_accuracy = test_accuracy;
+  WriteTerminationMessage(api::kReasonTrainingFinished, api::FormatTrainingSummary(summary));
 }
 
 int Fail(const Status& status) {
@@ -211,10 +233,12 @@ int TrainBuiltInModel(const api::NodeConfig& config, const api::TrainingJob& job
     if (!result.failure_reason.empty()) WriteTerminationMessage(result.failure_reason, s.message());
     return Fail(s);
   }
+  std::optional<double> test_accuracy;
   if (session.loop.rank == 0) {
-    ReportAccuracy(*model, data.test, result);
+    test_accuracy = ReportAccuracy(*model, data.test, result);
     if (const char* path = std::getenv("KUBEPS_DUMP_PARAMS")) WriteParams(path, *model);
   }
+  LeaveTrainingSummary(result, test_accuracy);
   TellSchedulerDone(session.kv.get());
   return 0;
 }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "api/training_progress.h"
 #include "common/logging.h"
 #include "common/termination_message.h"
 #include "worker-agent/trainer/batch_sampler.h"
@@ -47,6 +48,10 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
   auto& samples_total =
       metrics.Counter("kubeps_worker_samples_total", "Training examples processed", rank);
   auto& loss_gauge = metrics.Gauge("kubeps_worker_loss", "Training loss of the latest step", rank);
+  auto& global_step =
+      metrics.Gauge(api::kStepMetric, "Global step of the parameters this worker holds", rank);
+  auto& total_steps_gauge =
+      metrics.Gauge(api::kTotalStepsMetric, "Steps the job trains in all", rank);
   auto& step_seconds = metrics.Latency("kubeps_worker_step_duration_seconds",
                                        "Wall time of one step: compute, push and pull", rank);
 
@@ -62,11 +67,15 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
 
   uint64_t total_steps = static_cast<uint64_t>(steps_per_epoch) * config.epochs;
   if (config.max_steps > 0) total_steps = std::min(total_steps, config.max_steps);
+  result->total_steps = total_steps;
+  total_steps_gauge.Set(static_cast<double>(total_steps));
   auto& rollbacks = metrics.Counter("kubeps_worker_rollbacks_total",
                                     "Times the job rolled back to a shard checkpoint", rank);
   const auto start = Clock::now();
   Window window;
   uint64_t step = store.start_step();  // global step = parameter version in sync mode
+  const uint64_t first_step = step;
+  global_step.Set(static_cast<double>(step));
   if (step > 0)
     PrintLine("resuming at step " + std::to_string(step) + " of " + std::to_string(total_steps) +
               " from the shards' checkpoints");
@@ -91,6 +100,7 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
       // its parameters, and redo the steps since, exactly as before.
       if (Status resumed = store.Resume(model, &step); !resumed.ok()) return resumed;
       rollbacks.Increment();
+      global_step.Set(static_cast<double>(step));
       PrintLine("rolled back to step " + std::to_string(step) + ": " + updated.message());
       continue;
     }
@@ -101,6 +111,7 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
     steps_total.Increment();
     samples_total.Increment(config.local_batch);
     loss_gauge.Set(loss);
+    global_step.Set(static_cast<double>(step + 1));
     step_seconds.Observe(std::chrono::duration<double>(Clock::now() - step_start).count());
     ++window.steps;
     window.loss_sum += loss;
@@ -115,6 +126,7 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
   }
   result->steps = step;
   result->seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  if (result->seconds > 0) result->steps_per_second = (step - first_step) / result->seconds;
   return Status::Ok();
 }
 

@@ -1,7 +1,8 @@
 // The built-in trainer's loop: for every step, this worker's slice of the
 // global batch, forward and backward, then the parameter store's update.
 // Prints a progress line every progressIntervalMs and keeps the worker's
-// Prometheus metrics, from the same counters, so the two always agree.
+// Prometheus metrics, from the same counters, so the two always agree; the
+// operator reads the job's progress from them (api/training_progress.h).
 //
 // Runs on the calling thread; nothing in it is shared.
 #ifndef KUBEPS_WORKER_AGENT_TRAINING_LOOP_H_
@@ -31,9 +32,11 @@ struct LoopConfig {
 };
 
 struct LoopResult {
-  uint64_t steps = 0;
-  double seconds = 0;     // training time, evaluation excluded
-  double final_loss = 0;  // mean loss over the last progress interval
+  uint64_t steps = 0;           // the global step training ended at
+  uint64_t total_steps = 0;     // epochs x steps per epoch, or max_steps
+  double seconds = 0;           // training time, evaluation excluded
+  double steps_per_second = 0;  // of the steps this process trained (a resumed job's are fewer)
+  double final_loss = 0;        // mean loss over the last progress interval
   // When training failed for a reason a restart cannot cure (a diverged
   // model): NonFiniteLoss or NonFiniteGradient; "" otherwise.
   std::string failure_reason;

@@ -4,6 +4,7 @@
 
 #include "common/logging.h"
 #include "operator/controller/replica_env.h"
+#include "operator/kube/job_progress.h"
 #include "operator/kube/kube_cluster.h"
 #include "operator/kube/progress_probe.h"
 #include "operator/kubeclient/api_path.h"
@@ -135,7 +136,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   }
 
   api::TrainingJobStatus next = BuildStatus(job, status, spec, observed);
-  if (observed.phase == JobPhase::kRunning) ProbeProgress(pods, &state, &next);
+  ReadProgress(id, pods, observed.phase == JobPhase::kRunning, observed.finished(), &state, &next);
   if (observed.phase == JobPhase::kRunning && !state.reported_running &&
       observed.workers.running == spec.spec.worker.replicas) {
     state.reported_running = true;
@@ -182,8 +183,20 @@ Status JobReconciler::Write(const json& job, const api::TrainingJobStatus& statu
   return Status::Ok();
 }
 
-void JobReconciler::ProbeProgress(const std::vector<json>& pods, JobState* state,
-                                  api::TrainingJobStatus* status) {
+void JobReconciler::ReadProgress(const JobIdentity& id, const std::vector<json>& pods, bool running,
+                                 bool finished, JobState* state, api::TrainingJobStatus* status) {
+  // A worker that has trained to the end said where it ended: that wins
+  // over any probe, and needs none.
+  if (auto summary = FinishedWorkerSummary(id, pods)) {
+    ApplySummary(*summary, status);
+  } else if (running) {
+    ProbeWorker(pods, state, status);
+  }
+  SetProgressAndEta(finished, status);
+}
+
+void JobReconciler::ProbeWorker(const std::vector<json>& pods, JobState* state,
+                                api::TrainingJobStatus* status) {
   // At most every 5 s: each new step written is a change to the job, which
   // brings the job back here; probing every time would loop.
   if (state->last_steps >= 0 &&
@@ -198,17 +211,15 @@ void JobReconciler::ProbeProgress(const std::vector<json>& pods, JobState* state
     }
     const std::string ip = pod.value("status", json::object()).value("podIP", "");
     if (ip.empty()) return;
-    std::optional<double> steps = ProbeSteps(ip, kMetricsPort);
-    if (!steps) return;
+    std::optional<WorkerProgress> probe = ProbeProgress(ip, kMetricsPort);
+    if (!probe) return;
     const auto now = std::chrono::steady_clock::now();
-    status->step = static_cast<int64_t>(*steps);
     const double seconds = std::chrono::duration<double>(now - state->last_probe).count();
-    if (state->last_steps >= 0 && *steps >= state->last_steps && seconds > 0.5) {
-      char rate[32];
-      std::snprintf(rate, sizeof rate, "%.1f", (*steps - state->last_steps) / seconds);
-      status->steps_per_second = rate;
-    }
-    state->last_steps = *steps;
+    double rate = 0;  // unknown until two probes apart, and after a rollback
+    if (state->last_steps >= 0 && probe->step >= state->last_steps && seconds > 0.5)
+      rate = (probe->step - state->last_steps) / seconds;
+    ApplyProbe(*probe, rate, status);
+    state->last_steps = probe->step;
     state->last_probe = now;
     return;
   }

@@ -56,9 +56,13 @@ class JobReconciler {
     std::optional<api::TrainingJobStatus> terminal;  // decided, not yet written
     std::chrono::steady_clock::time_point last_probe;
   };
-  // Step and steps/sec from worker 0's metrics, into `status`.
-  void ProbeProgress(const std::vector<nlohmann::json>& pods, JobState* state,
-                     api::TrainingJobStatus* status);
+  // The training progress into `status` (job_progress.h): from worker 0's
+  // last words once it has finished, else from its metrics while `running`.
+  void ReadProgress(const JobIdentity& id, const std::vector<nlohmann::json>& pods, bool running,
+                    bool finished, JobState* state, api::TrainingJobStatus* status);
+  // Step, total, loss and steps/sec from worker 0's metrics.
+  void ProbeWorker(const std::vector<nlohmann::json>& pods, JobState* state,
+                   api::TrainingJobStatus* status);
 
   Status EnsureOwnedObjects(const JobIdentity& id, const api::TrainingJob& spec, JobState* state);
   static Status WaitForPredecessor(const std::string& kind, const nlohmann::json& object);

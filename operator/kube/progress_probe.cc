@@ -9,6 +9,8 @@
 
 #include "common/host_port.h"
 
+#include "api/training_progress.h"
+
 namespace kubeps::kube {
 
 std::optional<double> MetricValue(const std::string& page, const std::string& metric) {
@@ -27,7 +29,18 @@ std::optional<double> MetricValue(const std::string& page, const std::string& me
   return std::nullopt;
 }
 
-std::optional<double> ProbeSteps(const std::string& host, int port) {
+std::optional<WorkerProgress> ParseWorkerProgress(const std::string& page) {
+  std::optional<double> step = MetricValue(page, api::kStepMetric);
+  if (!step) step = MetricValue(page, "kubeps_worker_steps_total");
+  if (!step) return std::nullopt;
+  WorkerProgress progress;
+  progress.step = *step;
+  progress.total_steps = MetricValue(page, api::kTotalStepsMetric);
+  progress.loss = MetricValue(page, api::kLossMetric);
+  return progress;
+}
+
+std::optional<WorkerProgress> ProbeProgress(const std::string& host, int port) {
   web::http::client::http_client_config config;
   config.set_timeout(std::chrono::milliseconds(300));
   try {
@@ -42,8 +55,8 @@ std::optional<double> ProbeSteps(const std::string& host, int port) {
     request.headers().add(U("Host"), JoinHostPort(host, port));
     web::http::http_response response = client.request(request).get();
     if (response.status_code() != web::http::status_codes::OK) return std::nullopt;
-    return MetricValue(utility::conversions::to_utf8string(response.extract_string().get()),
-                       "kubeps_worker_steps_total");
+    return ParseWorkerProgress(
+        utility::conversions::to_utf8string(response.extract_string().get()));
   } catch (const std::exception&) {
     return std::nullopt;  // not answering yet, or gone: best effort
   }

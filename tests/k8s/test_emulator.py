@@ -61,10 +61,13 @@ class EmulatorTest(unittest.TestCase):
         c.client.patch(TJ + "/fashion-mnist/status", {"status": {
             "phase": "Running", "workers": "2/2", "step": 120, "stepsPerSecond": "40.5"}})
         lines = c.kubectl("get", "tj").stdout.splitlines()
-        self.assertEqual(lines[0].split(), ["NAME", "PHASE", "WORKERS", "STEP", "AGE"])
-        self.assertEqual(lines[1].split()[:4], ["fashion-mnist", "Running", "2/2", "120"])
+        columns = ["NAME", "PHASE", "WORKERS", "STEP", "STEPS/S", "PROGRESS", "ETA", "LOSS",
+                   "ACCURACY", "AGE"]
+        self.assertEqual(lines[0].split(), columns)
+        # fields not written yet (progress, ...) are empty cells
+        self.assertEqual(lines[1].split()[:5], ["fashion-mnist", "Running", "2/2", "120", "40.5"])
         wide = c.kubectl("get", "tj", "-o", "wide").stdout.splitlines()[0]
-        self.assertIn("STEPS/S", wide)
+        self.assertEqual(wide.split(), columns)   # no column of the CRD is wide-only
         # an event about the job shows in describe
         c.client.post("/api/v1/namespaces/default/events", {
             "apiVersion": "v1", "kind": "Event",

@@ -135,11 +135,61 @@ TEST(CrdTest, StatusSchemaNamesEveryFieldTheOperatorWrites) {
   status.workers = "2/2";
   status.start_time = status.completion_time = "2024-01-01T00:00:00Z";
   status.step = 7;
+  status.total_steps = 10;
   status.steps_per_second = "1.5";
+  status.progress = "70%";
+  status.eta = "2s";
+  status.loss = "0.5000";
+  status.test_accuracy = "0.8000";
   const nlohmann::ordered_json crd = TrainingJobCrd();
   ExpectDescribed(ToJson(status),
                   crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"],
                   "status");
+}
+
+const nlohmann::ordered_json& StatusProperties(const nlohmann::ordered_json& crd) {
+  return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+            ["properties"];
+}
+
+// A column shows a status field the schema names, with the same type and
+// the same words as `kubectl explain` gives for that field.
+TEST(CrdTest, EveryColumnShowsAStatusFieldDescribedAlike) {
+  const nlohmann::ordered_json crd = TrainingJobCrd();
+  std::vector<std::string> names;
+  for (const auto& column : crd["spec"]["versions"][0]["additionalPrinterColumns"]) {
+    names.push_back(column["name"]);
+    const std::string path = column["jsonPath"];
+    if (path.rfind(".status.", 0) != 0) continue;
+    const std::string field = path.substr(std::string(".status.").size());
+    ASSERT_TRUE(StatusProperties(crd).contains(field)) << path;
+    const auto& schema = StatusProperties(crd)[field];
+    EXPECT_EQ(schema["type"], column["type"]) << path;
+    if (field != "phase") {
+      EXPECT_EQ(schema["description"], column["description"]) << path;
+    }
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"Phase", "Workers", "Step", "Steps/s", "Progress",
+                                             "ETA", "Loss", "Accuracy", "Age"}));
+}
+
+// The phases the Phase column documents and the schema allows are exactly
+// those the operator writes (JobPhase), in its order.
+TEST(CrdTest, PhaseColumnAndSchemaNameExactlyTheJobPhases) {
+  const nlohmann::ordered_json crd = TrainingJobCrd();
+  std::vector<std::string> phases;
+  for (JobPhase phase : kJobPhases) phases.push_back(ToString(phase));
+  EXPECT_EQ(StatusProperties(crd)["phase"]["enum"].get<std::vector<std::string>>(), phases);
+  const auto& column = crd["spec"]["versions"][0]["additionalPrinterColumns"][0];
+  ASSERT_EQ(column["name"], "Phase");
+  std::string documented = column["description"];
+  std::vector<std::string> words;
+  for (char& c : documented)
+    if (c == ',') c = ' ';
+  std::istringstream in(documented);
+  for (std::string word; in >> word;)
+    if (word != "or") words.push_back(word);
+  EXPECT_EQ(words, phases) << documented;
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace kubeps::api {
 namespace {
 
@@ -23,7 +25,12 @@ TrainingJobStatus FullStatus() {
   s.workers = "4/4";
   s.start_time = "2026-01-02T03:04:05Z";
   s.step = 1234;
+  s.total_steps = 2808;
   s.steps_per_second = "12.5";
+  s.progress = "43%";
+  s.eta = "2m";
+  s.loss = "0.4321";
+  s.test_accuracy = "0.8665";
   return s;
 }
 
@@ -36,6 +43,13 @@ TEST(TrainingJobStatusTest, ReadsBackWhatItWrites) {
   EXPECT_EQ(read.replica_statuses, written.replica_statuses);
   EXPECT_EQ(read.conditions, written.conditions);
   EXPECT_EQ(read.step, written.step);
+  EXPECT_EQ(read.total_steps, written.total_steps);
+  EXPECT_EQ(read.progress, "43%");
+  EXPECT_EQ(read.eta, "2m");
+  EXPECT_EQ(read.loss, "0.4321");
+  EXPECT_EQ(read.test_accuracy, "0.8665");
+  EXPECT_EQ(wire["totalSteps"], 2808);
+  EXPECT_EQ(wire["testAccuracy"], "0.8665");
   EXPECT_TRUE(read.SameExceptTimes(written));
   EXPECT_EQ(ToJson(read), wire);
 }
@@ -46,6 +60,21 @@ TEST(TrainingJobStatusTest, SameExceptTimesIgnoresOnlyTimeStamps) {
   EXPECT_TRUE(a.SameExceptTimes(b));
   b.replica_statuses["worker"].restarts = 3;
   EXPECT_FALSE(a.SameExceptTimes(b));
+}
+
+// A new figure is a change worth writing, or the columns would lag.
+TEST(TrainingJobStatusTest, EveryProgressFigureIsAChange) {
+  const TrainingJobStatus base = FullStatus();
+  const std::vector<void (*)(TrainingJobStatus*)> changes = {
+      [](TrainingJobStatus* s) { s->total_steps = 100; },
+      [](TrainingJobStatus* s) { s->progress = "44%"; },
+      [](TrainingJobStatus* s) { s->eta = "1m"; }, [](TrainingJobStatus* s) { s->loss = "0.4000"; },
+      [](TrainingJobStatus* s) { s->test_accuracy = ""; }};
+  for (size_t i = 0; i < changes.size(); ++i) {
+    TrainingJobStatus changed = base;
+    changes[i](&changed);
+    EXPECT_FALSE(base.SameExceptTimes(changed)) << "change " << i;
+  }
 }
 
 TEST(TrainingJobStatusTest, MissingOrMalformedStatusReadsAsDefaults) {

@@ -6,8 +6,9 @@ What is emulated
     aggregated-discovery Accept types are answered with plain JSON, which
     client-go accepts and falls back on), /openapi/v2 (an empty protobuf
     document: kubectl then skips client-side validation and leaves field
-    validation to this server), /openapi/v3 (a root that lists no group
-    versions: kubectl falls back to its compiled-in strategic-merge types).
+    validation to this server), /openapi/v3 (the group versions of CRDs, with
+    each CRD's schema, for `kubectl explain`: openapi.py; for built-in types
+    kubectl falls back to its compiled-in strategic-merge types).
   * resources: core/v1 pods (+status, binding, log), services (+status),
     secrets, configmaps, events, namespaces (+status), serviceaccounts,
     endpoints, nodes (+status); apps/v1 deployments, statefulsets, replicasets
@@ -111,6 +112,7 @@ Modules
   rbac.py               authorisation with the stored RBAC objects
   errors.py             Status objects of failures
   discovery.py          /version, /api, /apis, OpenAPI
+  openapi.py            the OpenAPI v3 documents of the CRDs' group versions
   routing.py            the HTTP handler: authentication, paths, verbs
   watch.py, pod_log.py  the streaming responses
   tables.py             meta.k8s.io Tables (kubectl get columns)

@@ -1,9 +1,11 @@
 """Discovery, what kubectl reads before anything else: /version, /api,
 /apis, /apis/G, the resource list of each group version (built-ins and every
 served version of every CRD, at once), and the OpenAPI documents (an empty
-v2 document and a v3 root that lists nothing, so that kubectl leaves field
-validation to the server and falls back on its compiled-in types).
+v2 document, so that kubectl leaves field validation to the server, and v3
+documents of the CRDs' group versions only, openapi.py: kubectl explains
+custom resources from them and keeps its compiled-in built-in types).
 """
+from . import openapi
 from .errors import ApiError
 
 VERSION = {
@@ -48,9 +50,7 @@ def document(api, path, parts, server_address):
     if path.startswith("/openapi/v2"):
         return b"", "application/octet-stream"
     if path.startswith("/openapi/v3"):
-        if path.rstrip("/") == "/openapi/v3":
-            return {"paths": {}}, JSON
-        raise not_found()
+        return openapi.document(api, path), JSON
     if parts == ["api"]:
         return {"kind": "APIVersions", "versions": ["v1"],
                 "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0",

@@ -361,6 +361,59 @@ TEST_F(JobReconcilerTest, AFinishedJobSeenStaleInTheCacheGetsNoNewPods) {
   EXPECT_EQ(StatusOfJob()["phase"], "Succeeded");
 }
 
+// Worker 0 said where training ended as it exited: the finished job's
+// status holds that step and the test accuracy, whatever a probe last saw
+// (here: none, as for a job shorter than the probe's interval), and its
+// progress is complete.
+TEST_F(JobReconcilerTest, AFinishedJobShowsWhereWorkerZeroSaidTrainingEnded) {
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Succeeded");
+  const json last_words = {
+      {"phase", "Succeeded"},
+      {"containerStatuses",
+       {{{"name", "worker"},
+         {"state",
+          {{"terminated",
+            {{"exitCode", 0},
+             {"message",
+              "TrainingFinished: step=1404 totalSteps=1404 stepsPerSecond=178.25 loss=0.3720 "
+              "testAccuracy=0.8665\n"}}}}}}}}};
+  ASSERT_FALSE(fake_.SetStatus(kPodsPath + "/mnist-worker-0", last_words).is_null());
+  ASSERT_TRUE(Reconcile().ok());
+  const json status = StatusOfJob();
+  ASSERT_EQ(status["phase"], "Succeeded") << status.dump();
+  EXPECT_EQ(status["step"], 1404);
+  EXPECT_EQ(status["totalSteps"], 1404);
+  EXPECT_EQ(status["progress"], "100%");
+  EXPECT_EQ(status["eta"], "0s");
+  EXPECT_EQ(status["stepsPerSecond"], "178.2");
+  EXPECT_EQ(status["loss"], "0.3720");
+  EXPECT_EQ(status["testAccuracy"], "0.8665");
+}
+
+// A job that failed part way shows how far it got, and no time left.
+TEST_F(JobReconcilerTest, AFailedJobKeepsItsProgressButHasNoEta) {
+  json manifest = JobManifest();
+  manifest["spec"]["runPolicy"] = {{"backoffLimit", 0}};
+  CreateJob(manifest);
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Running");
+  json job = fake_.Object(kJob);
+  job["status"]["step"] = 300;
+  job["status"]["totalSteps"] = 1200;
+  job["status"]["stepsPerSecond"] = "10.0";
+  job["status"]["eta"] = "90s";
+  ASSERT_FALSE(fake_.SetStatus(kJob, job["status"]).is_null());
+  SetPod("mnist-worker-1", "Failed", 1);
+  ASSERT_TRUE(Reconcile().ok());
+  const json status = StatusOfJob();
+  ASSERT_EQ(status["phase"], "Failed") << status.dump();
+  EXPECT_EQ(status["step"], 300);
+  EXPECT_EQ(status["progress"], "25%");
+  EXPECT_FALSE(status.contains("eta")) << status.dump();
+}
+
 // The terminal status meets a conflict after the pods were deleted: the next
 // reconcile writes that status again; it does not run the job logic on a job
 // that looks unfinished and has no pods.
