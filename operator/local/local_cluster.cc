@@ -246,7 +246,8 @@ void LocalCluster::ReapSidecarPod(Pod& pod) {
 // process) is asked first, every pod at once; an agent is asked once its
 // program has ended; at the one deadline whatever is left is killed.
 void LocalCluster::StopPods(std::vector<Pod*> pods, int grace_ms) {
-  const int64_t deadline = NowMs() + grace_ms;
+  // Not NowMs(): whole milliseconds would cut the grace up to 1 ms short.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(grace_ms);
   for (Pod* pod : pods) {
     if (pod->program_pid > 0) {
       ::kill(-pod->program_pid, SIGTERM);  // its whole group: data loader processes too
@@ -264,7 +265,7 @@ void LocalCluster::StopPods(std::vector<Pod*> pods, int grace_ms) {
       if (pod->pid > 0 && ReapIfEnded(pod->pid) >= 0) pod->pid = -1;
       running = running || pod->program_pid > 0 || pod->pid > 0;
     }
-    if (!running || NowMs() >= deadline) break;
+    if (!running || std::chrono::steady_clock::now() >= deadline) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   for (Pod* pod : pods) {

@@ -1,4 +1,4 @@
-// The operator's look at a worker's step count (operator/kube/progress_probe.h):
+// The operator's look at a worker's progress (operator/kube/progress_probe.h):
 // an HTTP GET of the worker pod's metrics at its pod IP, IPv4 or IPv6.
 #include "operator/kube/progress_probe.h"
 
@@ -20,9 +20,9 @@ TEST(ProgressProbeTest, ReadsTheStepsAtAnIpv4OrIpv6PodIp) {
     Status s = MetricsServer::Start(pod_ip, 0, {{"role", "worker"}}, &worker);
     ASSERT_TRUE(s.ok()) << s.message();
     worker->Counter("kubeps_worker_steps_total", "Steps").Increment(42);
-    std::optional<double> steps = ProbeSteps(pod_ip, worker->port());
-    ASSERT_TRUE(steps.has_value());
-    EXPECT_EQ(*steps, 42);
+    std::optional<WorkerProgress> progress = ProbeProgress(pod_ip, worker->port());
+    ASSERT_TRUE(progress.has_value());
+    EXPECT_EQ(progress->step, 42);
   }
 }
 
@@ -31,7 +31,7 @@ TEST(ProgressProbeTest, NothingWhereNothingAnswers) {
   ASSERT_TRUE(MetricsServer::Start("::1", 0, {}, &gone).ok());
   const int port = gone->port();
   gone.reset();
-  EXPECT_FALSE(ProbeSteps("::1", port).has_value());
+  EXPECT_FALSE(ProbeProgress("::1", port).has_value());
 }
 
 }  // namespace
