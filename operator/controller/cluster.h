@@ -47,7 +47,8 @@ struct ReplicaStatus {
 };
 
 // Splits a termination message "Reason: message" (Reason a CamelCase word)
-// into *reason and *message; a text of another form is all message.
+// into *reason and *message; of a text of another form (a log's tail, which
+// FallbackToLogsOnError makes the message) the last line is the message.
 void ParseTerminationMessage(const std::string& text, std::string* reason, std::string* message);
 
 // The training program of a worker whose job brings its own

@@ -21,6 +21,13 @@ std::string JoinNames(const std::vector<ReplicaName>& names) {
   return joined;
 }
 
+// What a failed replica said of its failure, to add to the job's message:
+// " (DatasetNotFound: ...)", or "" when it said nothing.
+std::string LastWords(const ReplicaStatus& replica) {
+  if (replica.message.empty()) return "";
+  return " (" + (replica.reason.empty() ? "" : replica.reason + ": ") + replica.message + ")";
+}
+
 // What the replica is doing, for messages: "exited with code 0";
 // `if_missing` when the cluster runs none of that name.
 std::string Describe(const std::map<ReplicaName, ReplicaStatus>& observed, const ReplicaName& name,
@@ -173,6 +180,8 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     }
     RestartDecision decision =
         DecideRestart(job_.spec.run_policy, name.ToString(), r.exit_code, status.restarts);
+    // "exited with code 1" says little: the replica's own words say why.
+    decision.reason += LastWords(r);
     if (!decision.restart) return Fail(decision.code, decision.reason, now_ms);
     Status s = cluster_->Create(build_launch_(name, scheduler_address));
     if (s.code() == Status::Code::kUnavailable) {
