@@ -31,6 +31,7 @@ class FakeCluster : public Cluster {
       // Replaces an ended replica, as a real backend does.
       it->second.phase = ReplicaPhase::kPending;
       it->second.exit_code = 0;
+      it->second.start_problem.clear();
       ++it->second.restarts;
     } else {
       ReplicaStatus status;
