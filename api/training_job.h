@@ -73,8 +73,12 @@ enum class CleanPodPolicy { kAll, kRunning, kNone };
 struct RunPolicy {
   RestartPolicy restart_policy = RestartPolicy::kOnFailure;
   int backoff_limit = 3;
-  int64_t active_deadline_seconds = 0;                         // 0 = no deadline
-  int64_t ttl_seconds_after_finished = -1;                     // -1 = keep the finished job
+  int64_t active_deadline_seconds = 0;      // 0 = no deadline
+  int64_t ttl_seconds_after_finished = -1;  // -1 = keep the finished job
+  // A pod that still cannot start this long after it was created (its image
+  // cannot be pulled, no node can take it, its configuration is refused)
+  // fails the job; 0 = wait for it forever, with a condition saying why.
+  int64_t pod_start_timeout_seconds = 0;
   CleanPodPolicy clean_pod_policy = CleanPodPolicy::kRunning;  // pods deleted when the job ends
   bool suspend = false;                                        // no pods while true
 };

@@ -73,6 +73,13 @@ std::vector<FieldSpec> RunPolicyFields() {
           .AtLeast(0)
           .UnsetByDefault()
           .Doc("the finished job is deleted this long after it ends"),
+      Integer("podStartTimeoutSeconds", at(&R::pod_start_timeout_seconds))
+          .AtLeast(1)
+          .UnsetByDefault()
+          .Doc("a pod that still cannot start this long after its creation (ErrImagePull, "
+               "ImagePullBackOff, InvalidImageName, CreateContainerConfigError, Unschedulable) "
+               "fails the job (ImagePullFailed, Unschedulable, ContainerConfigInvalid); unset: "
+               "the job waits, its condition saying why. Kubernetes only"),
       // No default in the CRD (as before the table): the operator's Running
       // applies, and stored jobs do not gain the field.
       Enum("cleanPodPolicy", at(&R::clean_pod_policy),

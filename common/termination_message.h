@@ -40,6 +40,25 @@ inline constexpr const char* kReasonShardStateLost = "ShardStateLost";
 inline constexpr const char* kReasonNonFiniteLoss = "NonFiniteLoss";
 inline constexpr const char* kReasonNonFiniteGradient = "NonFiniteGradient";
 
+// A worker's data set folder (spec.dataset.path) is not there, or a file
+// in it cannot be read: a rerun reads the same folder, so the job fails,
+// naming it.
+inline constexpr const char* kReasonDatasetNotFound = "DatasetNotFound";
+inline constexpr const char* kReasonDatasetUnreadable = "DatasetUnreadable";
+// The other fatal errors of the agent and the servers, each the reason of
+// the one line they write before they exit: their configuration (the
+// environment, flags, the job) is wrong; they could not join the job
+// (register with the scheduler, reach the pod's agent); they cannot listen
+// on their port; the scheduler stopped answering; the scheduler
+// stopped the job; a recovery failed; training failed.
+inline constexpr const char* kReasonInvalidConfig = "InvalidConfig";
+inline constexpr const char* kReasonJoinFailed = "JoinFailed";
+inline constexpr const char* kReasonListenFailed = "ListenFailed";
+inline constexpr const char* kReasonSchedulerUnreachable = "SchedulerUnreachable";
+inline constexpr const char* kReasonJobStopped = "JobStopped";
+inline constexpr const char* kReasonRecoveryFailed = "RecoveryFailed";
+inline constexpr const char* kReasonTrainingFailed = "TrainingFailed";
+
 // How a shard words its refusal (INVALID_ARGUMENT) of a NaN or Inf gradient,
 // so that whoever sees it (the built-in training loop, the sidecar serving a
 // job's own program) can name the job's failure NonFiniteGradient.
@@ -50,8 +69,9 @@ inline bool IsNonFiniteGradientRefusal(const Status& status) {
 }
 
 // Writes "reason: message" to $KUBEPS_TERMINATION_LOG, or to
-// /dev/termination-log when that is unset (a pod's default). Best effort: a
-// process that cannot write it still ends with its exit code.
+// /dev/termination-log when that is unset and the file exists (a pod's
+// default). Best effort: a process that cannot write it still ends with its
+// exit code.
 void WriteTerminationMessage(const std::string& reason, const std::string& message);
 
 }  // namespace kubeps

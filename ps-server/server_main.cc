@@ -28,8 +28,12 @@ namespace {
 // Stopped by SIGTERM or SIGINT; ends the process's waits and calls at once.
 StopToken g_stop;
 
-int Fail(const Status& status, int exit_code) {
+// Every fatal error ends here: logged, and said in one line with its
+// reason as the process's last words (the pod's termination message), which
+// the job's condition then carries.
+int Fail(const char* reason, const Status& status, int exit_code) {
   KLOG_ERROR << status.message();
+  WriteTerminationMessage(reason, status.message());
   return exit_code;
 }
 constexpr std::chrono::seconds kSchedulerLostAfter(60);
@@ -91,7 +95,8 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
   SchedulerService service(options, metrics);
   int port = 0;
   std::unique_ptr<grpc::Server> server;
-  if (Status s = StartGrpc(config, &service, metrics, &server, &port); !s.ok()) return Fail(s, 1);
+  if (Status s = StartGrpc(config, &service, metrics, &server, &port); !s.ok())
+    return Fail(kReasonListenFailed, s, 1);
   // Ends the scheduler's waiting long polls first: Shutdown waits for every
   // handler to return.
   auto shut_down = [&](std::chrono::milliseconds grace) {
@@ -107,7 +112,7 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
       // Give every node a few heartbeats to learn why the job stops.
       g_stop.SleepFor(std::chrono::seconds(2));
       shut_down(kEndShutdownGrace);
-      return Fail(Status::Error(service.scheduler().Failure()), 1);
+      return Fail(kReasonJobStopped, Status::Error(service.scheduler().Failure()), 1);
     }
   }
   if (g_stop.stop_requested() &&
@@ -136,9 +141,11 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
 
 // Registers the shard with the scheduler, then heartbeats until the
 // scheduler says the job is over, restoring a checkpoint whenever the
-// scheduler opens a new recovery generation.
+// scheduler opens a new recovery generation. *reason: why it failed, for
+// the termination message.
 Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& address,
-                            MetricsServer* metrics, Shard* shard, int64_t checkpoint_step) {
+                            MetricsServer* metrics, Shard* shard, int64_t checkpoint_step,
+                            const char** reason) {
   SchedulerClientOptions options;
   options.scheduler_address = config.scheduler_address;
   options.node_id = config.node_id;
@@ -153,10 +160,12 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
   options.stop = &g_stop;
   SchedulerClient scheduler(options);
   int rank = -1;
+  *reason = kReasonJoinFailed;
   if (Status s = scheduler.Register(&rank); !s.ok()) return s;
   SetLogTag("server " + std::to_string(rank));
   KLOG_INFO << "registered as server " << rank << " at " << address;
   if (scheduler.discard_checkpoints()) {
+    *reason = kReasonRecoveryFailed;
     if (Status s = shard->DiscardCheckpoints(); !s.ok()) return s;
   }
 
@@ -169,6 +178,7 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
       // A missed heartbeat is not fatal; a scheduler gone for long is: the
       // job was deleted or lost, and nobody will ever tell us to stop.
       if (std::chrono::steady_clock::now() - last_answer > kSchedulerLostAfter) {
+        *reason = kReasonSchedulerUnreachable;
         return Status::Unavailable("no answer from the scheduler for " +
                                    std::to_string(kSchedulerLostAfter.count()) +
                                    " s: " + s.message());
@@ -177,8 +187,10 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
     }
     last_answer = std::chrono::steady_clock::now();
     if (std::string failure = shard->CheckpointFailure(); !failure.empty()) {
+      *reason = kReasonCheckpointWriteFailed;
       return Status::Error(failure);
     }
+    *reason = kReasonJobStopped;
     if (!answer.failure.empty())
       return Status::Error("the scheduler stopped the job: " + answer.failure);
     shard->KeepCheckpoint(answer.common_checkpoint_step);
@@ -189,14 +201,14 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
           // A shard was lost and nothing holds its parameters: no restart
           // of any server can bring them back, so the job fails at once
           // instead of spending its backoffLimit on restarts that fail alike.
-          const std::string lost =
+          *reason = kReasonShardStateLost;
+          return Status::Error(
               "a server restarted and the job must roll back to step " +
               std::to_string(answer.restore_step) +
               ", but it keeps no checkpoints (spec.checkpoint.path is empty): set it to a "
-              "folder on a volume that every server pod mounts for shards to be recovered";
-          WriteTerminationMessage(kReasonShardStateLost, lost);
-          return Status::Error(lost);
+              "folder on a volume that every server pod mounts for shards to be recovered");
         }
+        *reason = kReasonRecoveryFailed;
         return Status::Error("recovery to step " + std::to_string(answer.restore_step) +
                              " failed: " + r.message());
       }
@@ -204,6 +216,7 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
     }
     if (answer.shutdown) {
       KLOG_INFO << "the scheduler says the job is over; writing the final checkpoint";
+      *reason = kReasonCheckpointWriteFailed;
       return shard->WriteFinalCheckpoint();
     }
   }
@@ -220,10 +233,7 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   options.optimizer = api::ToOptimizerConfig(job.spec.optimizer);
   std::string error;
   auto optimizer = MakeOptimizer(options.optimizer, &error);
-  if (!optimizer) {
-    KLOG_ERROR << error;
-    return 2;
-  }
+  if (!optimizer) return Fail(kReasonInvalidConfig, Status::Error("spec.optimizer: " + error), 2);
   if (!config.checkpoint_dir.empty()) {
     options.checkpoint_dir = config.checkpoint_dir + "/" + config.node_id;
     options.checkpoint_interval = static_cast<uint64_t>(job.spec.checkpoint_interval_steps);
@@ -233,19 +243,17 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   ParameterServerService service(&shard, config.token, faults);
   int port = 0;
   std::unique_ptr<grpc::Server> server;
-  if (Status s = StartGrpc(config, &service, metrics, &server, &port); !s.ok()) return Fail(s, 1);
+  if (Status s = StartGrpc(config, &service, metrics, &server, &port); !s.ok())
+    return Fail(kReasonListenFailed, s, 1);
+  const char* reason = kReasonJoinFailed;
   Status s = RegisterAndHeartbeat(config, JoinHostPort(config.pod_ip, port), metrics, &shard,
-                                  checkpoint_step);
+                                  checkpoint_step, &reason);
   shard.Stop();  // ends waiting pulls now, so that Shutdown need not wait for them
   server->Shutdown(std::chrono::system_clock::now() +
                    (g_stop.stop_requested() ? kStopShutdownGrace : kEndShutdownGrace));
   if (s.IsAborted() && g_stop.stop_requested()) return StoppedBySignal("server");
   if (!s.ok()) {
-    KLOG_ERROR << s.message();
-    if (!shard.CheckpointFailure().empty()) {
-      WriteTerminationMessage(kReasonCheckpointWriteFailed, s.message());
-    }
-    return 1;
+    return Fail(shard.CheckpointFailure().empty() ? reason : kReasonCheckpointWriteFailed, s, 1);
   }
   WriteTerminationMessage(kReasonJobOver, "the scheduler said every worker finished");
   // Said once the calls have ended: the process is gone right after.
@@ -265,9 +273,10 @@ int main(int argc, char** argv) {
   api::NodeConfig config;
   api::AddNodeFlags(&app, &config);
   if (auto exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
-  if (Status s = api::FinishNodeConfig(&config); !s.ok()) return Fail(s, 2);
+  if (Status s = api::FinishNodeConfig(&config); !s.ok()) return Fail(kReasonInvalidConfig, s, 2);
   if (config.role != "scheduler" && config.role != "server") {
     return Fail(
+        kReasonInvalidConfig,
         Status::Error("kubeps-server: --role (or KUBEPS_ROLE) must be scheduler or server, got \"" +
                       config.role + "\""),
         2);
@@ -278,12 +287,14 @@ int main(int argc, char** argv) {
           config.pod_ip, config.metrics_port,
           {{"job", config.job_name}, {"role", config.role}, {"node", config.node_id}}, &metrics);
       !s.ok()) {
-    return Fail(s, 1);
+    return Fail(kReasonListenFailed, s, 1);
   }
   std::unique_ptr<FaultInjector> faults;
-  if (Status s = FaultInjector::FromEnvironment(metrics.get(), &faults); !s.ok()) return Fail(s, 2);
+  if (Status s = FaultInjector::FromEnvironment(metrics.get(), &faults); !s.ok())
+    return Fail(kReasonInvalidConfig, s, 2);
   api::TrainingJob job;
-  if (Status s = api::DecodeJob(config.job_json, &job); !s.ok()) return Fail(s, 2);
+  if (Status s = api::DecodeJob(config.job_json, &job); !s.ok())
+    return Fail(kReasonInvalidConfig, s, 2);
 
   return config.role == "scheduler" ? RunScheduler(config, job, metrics.get(), faults.get())
                                     : RunServer(config, job, metrics.get(), faults.get());

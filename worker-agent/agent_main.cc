@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <optional>
@@ -122,8 +123,12 @@ void LeaveTrainingSummary(const LoopResult& result, std::optional<double> test_a
   WriteTerminationMessage(api::kReasonTrainingFinished, api::FormatTrainingSummary(summary));
 }
 
-int Fail(const Status& status) {
+// Every fatal error ends here: logged, and said in one line with its
+// reason as the process's last words (the pod's termination message), which
+// the job's condition then carries.
+int Fail(const char* reason, const Status& status) {
   KLOG_ERROR << status.message();
+  WriteTerminationMessage(reason, status.message());
   return 1;
 }
 
@@ -138,11 +143,24 @@ Status LoadConfigAndJob(api::NodeConfig* config, api::TrainingJob* job) {
   return api::DecodeJob(config->job_json, job);
 }
 
+// *reason: why it failed, for the termination message.
 Status LoadModelAndData(const api::TrainingJob& job, std::unique_ptr<trainer::Model>* model,
-                        trainer::FashionMnist* data) {
+                        trainer::FashionMnist* data, const char** reason) {
+  *reason = kReasonInvalidConfig;
   if (Status s = MakeModel(job, model); !s.ok()) return s;
-  if (Status s = trainer::LoadFashionMnist(job.spec.dataset_path, data); !s.ok()) {
-    return Status::Error("spec.dataset.path: " + s.message());
+  const std::string& path = job.spec.dataset_path;
+  std::error_code error;
+  if (!std::filesystem::is_directory(path, error)) {
+    *reason = kReasonDatasetNotFound;
+    return Status::Error(
+        "spec.dataset.path: " + path +
+        (std::filesystem::exists(path, error) ? " is not a folder" : " does not exist") +
+        " where this worker runs (on Kubernetes: is the volume holding it "
+        "mounted at that path in the worker's pod?)");
+  }
+  if (Status s = trainer::LoadFashionMnist(path, data); !s.ok()) {
+    *reason = kReasonDatasetUnreadable;
+    return Status::Error("spec.dataset.path " + path + ": " + s.message());
   }
   return Status::Ok();
 }
@@ -219,19 +237,21 @@ void TellSchedulerDone(KVWorker* kv) {
 int TrainBuiltInModel(const api::NodeConfig& config, const api::TrainingJob& job, KVPath path) {
   std::unique_ptr<trainer::Model> model;
   trainer::FashionMnist data;
-  if (Status s = LoadModelAndData(job, &model, &data); !s.ok()) return Fail(s);
+  const char* reason = nullptr;
+  if (Status s = LoadModelAndData(job, &model, &data, &reason); !s.ok()) return Fail(reason, s);
   std::unique_ptr<MetricsServer> metrics;
-  if (Status s = StartMetrics(config, path, &metrics); !s.ok()) return Fail(s);
+  if (Status s = StartMetrics(config, path, &metrics); !s.ok()) return Fail(kReasonListenFailed, s);
 
   Session session;
-  if (Status s = JoinJob(config, job, path, metrics.get(), &session); !s.ok()) return Fail(s);
-  if (Status s = session.store->Init(*model); !s.ok()) return Fail(s);
+  if (Status s = JoinJob(config, job, path, metrics.get(), &session); !s.ok())
+    return Fail(kReasonJoinFailed, s);
+  if (Status s = session.store->Init(*model); !s.ok()) return Fail(kReasonTrainingFailed, s);
   LoopResult result;
   if (Status s =
           RunTrainingLoop(session.loop, data.train, *model, *session.store, *metrics, &result);
       !s.ok()) {
-    if (!result.failure_reason.empty()) WriteTerminationMessage(result.failure_reason, s.message());
-    return Fail(s);
+    return Fail(
+        result.failure_reason.empty() ? kReasonTrainingFailed : result.failure_reason.c_str(), s);
   }
   std::optional<double> test_accuracy;
   if (session.loop.rank == 0) {
@@ -325,26 +345,30 @@ std::vector<std::string> ModelNames() {
 // process until it says finish.
 int ServeTrainingProcess(const api::NodeConfig& config, const api::TrainingJob& job) {
   if (config.role != "worker") {
-    return Fail(Status::InvalidArgument("kubeps-agent --serve: KUBEPS_ROLE must be worker, got \"" +
+    return Fail(kReasonInvalidConfig,
+                Status::InvalidArgument("kubeps-agent --serve: KUBEPS_ROLE must be worker, got \"" +
                                         config.role + "\""));
   }
   // First, so that a client does not read the nonce of an agent that died.
-  if (Status s = sidecar::PrepareSocketDirectory(config.socket_dir); !s.ok()) return Fail(s);
+  if (Status s = sidecar::PrepareSocketDirectory(config.socket_dir); !s.ok())
+    return Fail(kReasonInvalidConfig, s);
   std::unique_ptr<MetricsServer> metrics;
-  if (Status s = StartMetrics(config, KVPath::kInProcess, &metrics); !s.ok()) return Fail(s);
+  if (Status s = StartMetrics(config, KVPath::kInProcess, &metrics); !s.ok())
+    return Fail(kReasonListenFailed, s);
   api::PublishPorts(config, 0, metrics->port());
   std::unique_ptr<KVWorker> kv;
-  if (Status s = ConnectToJob(config, job, metrics.get(), &kv); !s.ok()) return Fail(s);
+  if (Status s = ConnectToJob(config, job, metrics.get(), &kv); !s.ok())
+    return Fail(kReasonJoinFailed, s);
   SetLogTag("worker " + std::to_string(kv->rank()));
   std::unique_ptr<sidecar::SidecarServer> server;
   if (Status s = sidecar::SidecarServer::Start(ServingOptions(config, job, metrics.get()), kv.get(),
                                                &server);
       !s.ok()) {
-    return Fail(s);
+    return Fail(kReasonListenFailed, s);
   }
   PrintLine("serving this pod's training process on " + server->socket_path());
   StopOnSignal(server.get());
-  if (Status s = server->Serve(); !s.ok()) return Fail(s);
+  if (Status s = server->Serve(); !s.ok()) return Fail(kReasonTrainingFailed, s);
   const std::string steps = std::to_string(server->steps()) + " steps";
   // The program's exit code says only that it failed; the agent's last
   // words say why, when a rerun would fail the same way.
@@ -397,9 +421,10 @@ int main(int argc, char** argv) {
   connect->excludes(app.get_option("--serve"));
   if (auto exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
   api::TrainingJob job;
-  if (Status s = LoadConfigAndJob(&config, &job); !s.ok()) return Fail(s);
+  if (Status s = LoadConfigAndJob(&config, &job); !s.ok()) return Fail(kReasonInvalidConfig, s);
   if (serve) return ServeTrainingProcess(config, job);
   if (!program.connect) return TrainBuiltInModel(config, job, KVPath::kInProcess);
-  if (Status s = NameTheBuiltInModel(program, config, &job); !s.ok()) return Fail(s);
+  if (Status s = NameTheBuiltInModel(program, config, &job); !s.ok())
+    return Fail(kReasonInvalidConfig, s);
   return TrainBuiltInModel(config, job, KVPath::kThroughSidecar);
 }

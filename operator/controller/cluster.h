@@ -8,6 +8,7 @@
 #ifndef KUBEPS_OPERATOR_CONTROLLER_CLUSTER_H_
 #define KUBEPS_OPERATOR_CONTROLLER_CLUSTER_H_
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -44,10 +45,24 @@ struct ReplicaStatus {
   // message, "Reason: message"), split; both "" when it said nothing.
   std::string reason;
   std::string message;
+  // When Pending: why it cannot start, in the backend's words, while that
+  // is a state it does not leave on its own (Kubernetes: ErrImagePull,
+  // ImagePullBackOff, InvalidImageName, CreateContainerConfigError,
+  // Unschedulable); "" while it is merely starting. The local backend has
+  // no such states.
+  std::string start_problem;
+  std::string start_problem_message;
+  // What the backend calls this replica's current instance, for messages
+  // (the pod's name); "" when it names none.
+  std::string instance;
+  // When the current instance was created, on the clock the job logic's
+  // now_ms reads (-1: unknown): podStartTimeoutSeconds counts from it.
+  int64_t created_ms = -1;
 };
 
 // Splits a termination message "Reason: message" (Reason a CamelCase word)
-// into *reason and *message; a text of another form is all message.
+// into *reason and *message; of a text of another form (a log's tail, which
+// FallbackToLogsOnError makes the message) the last line is the message.
 void ParseTerminationMessage(const std::string& text, std::string* reason, std::string* message);
 
 // The training program of a worker whose job brings its own

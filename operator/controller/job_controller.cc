@@ -21,6 +21,39 @@ std::string JoinNames(const std::vector<ReplicaName>& names) {
   return joined;
 }
 
+// "worker-0 (pod mnist-worker-0)": the replica, and its instance where the
+// backend names one, so that a user knows what to `kubectl describe`.
+std::string Named(const ReplicaStatus& replica) {
+  const std::string name = replica.name.ToString();
+  return replica.instance.empty() ? name : name + " (pod " + replica.instance + ")";
+}
+
+// "ImagePullBackOff: Back-off pulling image ..."
+std::string StartProblem(const ReplicaStatus& replica) {
+  return replica.start_problem +
+         (replica.start_problem_message.empty() ? "" : ": " + replica.start_problem_message);
+}
+
+// What a failed replica said of its failure, to add to the job's message:
+// " (DatasetNotFound: ...)", or "" when it said nothing.
+std::string LastWords(const ReplicaStatus& replica) {
+  if (replica.message.empty()) return "";
+  return " (" + (replica.reason.empty() ? "" : replica.reason + ": ") + replica.message + ")";
+}
+
+// The job's reason when a replica never started within
+// podStartTimeoutSeconds, by what kept it from starting.
+std::string StartFailureReason(const std::string& problem) {
+  if (problem == "ErrImagePull" || problem == "ImagePullBackOff" || problem == "InvalidImageName" ||
+      problem == "ErrImageNeverPull") {
+    return "ImagePullFailed";
+  }
+  if (problem == "Unschedulable") return "Unschedulable";
+  if (problem == "CreateContainerConfigError" || problem == "CreateContainerError")
+    return "ContainerConfigInvalid";
+  return "PodStartFailed";
+}
+
 // What the replica is doing, for messages: "exited with code 0";
 // `if_missing` when the cluster runs none of that name.
 std::string Describe(const std::map<ReplicaName, ReplicaStatus>& observed, const ReplicaName& name,
@@ -29,6 +62,8 @@ std::string Describe(const std::map<ReplicaName, ReplicaStatus>& observed, const
   if (it == observed.end()) return if_missing;
   switch (it->second.phase) {
     case ReplicaPhase::kPending:
+      if (!it->second.start_problem.empty())
+        return "cannot start (" + StartProblem(it->second) + ")";
       return "is pending";
     case ReplicaPhase::kRunning:
       return "is running";
@@ -147,9 +182,23 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
 
   // Create what is missing; decide about what failed.
   const std::string scheduler_address = cluster_->SchedulerAddress();
-  std::vector<std::string> restarts;  // what each restart of this pass says
+  std::vector<std::string> restarts;            // what each restart of this pass says
+  const ReplicaStatus* cannot_start = nullptr;  // the first replica stuck before starting
   for (const ReplicaName& name : DesiredReplicas()) {
     auto it = observed.find(name);
+    if (it != observed.end() && it->second.phase == ReplicaPhase::kPending &&
+        !it->second.start_problem.empty()) {
+      const ReplicaStatus& stuck = it->second;
+      if (!cannot_start) cannot_start = &stuck;
+      const int64_t timeout_s = job_.spec.run_policy.pod_start_timeout_seconds;
+      if (timeout_s > 0 && stuck.created_ms >= 0 && now_ms - stuck.created_ms >= timeout_s * 1000) {
+        return Fail(StartFailureReason(stuck.start_problem),
+                    Named(stuck) + " could not start within podStartTimeoutSeconds (" +
+                        std::to_string(timeout_s) + " s): " + StartProblem(stuck),
+                    now_ms);
+      }
+      continue;
+    }
     if (it == observed.end()) {
       // Everything but the scheduler needs its address; wait for it.
       if (name.role != ReplicaRole::kScheduler && scheduler_address.empty()) continue;
@@ -173,6 +222,8 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     }
     RestartDecision decision =
         DecideRestart(job_.spec.run_policy, name.ToString(), r.exit_code, status.restarts);
+    // "exited with code 1" says little: the replica's own words say why.
+    decision.reason += LastWords(r);
     if (!decision.restart) return Fail(decision.code, decision.reason, now_ms);
     Status s = cluster_->Create(build_launch_(name, scheduler_address));
     if (s.code() == Status::Code::kUnavailable) {
@@ -196,12 +247,26 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     status.phase = JobPhase::kRunning;
     status.reason = "JobRunning";
     status.message = RunningMessage(observed);
+  } else if (cannot_start) {
+    // Still Created, but not merely starting: say what keeps it, as the
+    // pod's own status would, instead of leaving the user to find the pod.
+    status.phase = JobPhase::kCreated;
+    status.reason = cannot_start->start_problem;
+    status.message =
+        Named(*cannot_start) + " cannot start: " + StartProblem(*cannot_start) + StartTimeoutNote();
   } else {
     status.phase = JobPhase::kCreated;
     status.reason = "JobCreated";
     status.message = "starting replicas";
   }
   return status;
+}
+
+std::string JobController::StartTimeoutNote() const {
+  const int64_t timeout_s = job_.spec.run_policy.pod_start_timeout_seconds;
+  if (timeout_s <= 0) return "; the job waits for it (runPolicy.podStartTimeoutSeconds is unset)";
+  return "; the job fails if it cannot start within runPolicy.podStartTimeoutSeconds (" +
+         std::to_string(timeout_s) + " s)";
 }
 
 // Servers and the scheduler end, with exit 0 and the reason JobOver, when

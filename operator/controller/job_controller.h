@@ -98,6 +98,8 @@ class JobController {
                       int64_t now_ms);
   // JobRunning's message: every replica runs, or which does not and why.
   std::string RunningMessage(const std::map<ReplicaName, ReplicaStatus>& observed) const;
+  // What the job does about a replica that cannot start, for its message.
+  std::string StartTimeoutNote() const;
   // At the end of the job: deletes replicas as cleanPodPolicy says.
   void Cleanup();
   // Deletes these replicas together, in stopping order; logs a failure (the

@@ -9,8 +9,23 @@ namespace kubeps::controller {
 
 bool IsPermanentReason(const std::string& reason) {
   return reason == kReasonNonFiniteLoss || reason == kReasonNonFiniteGradient ||
-         reason == kReasonCheckpointWriteFailed || reason == kReasonShardStateLost;
+         reason == kReasonCheckpointWriteFailed || reason == kReasonShardStateLost ||
+         reason == kReasonDatasetNotFound || reason == kReasonDatasetUnreadable;
 }
+
+namespace {
+
+// The last line of `text` with something on it: the tail of a log
+// (FallbackToLogsOnError) ends with what the process said last, its error.
+std::string LastLine(const std::string& text) {
+  const size_t end = text.find_last_not_of(" \t\r\n");
+  if (end == std::string::npos) return "";
+  const size_t newline = text.rfind('\n', end);
+  const size_t start = newline == std::string::npos ? 0 : newline + 1;
+  return text.substr(start, end + 1 - start);
+}
+
+}  // namespace
 
 void ParseTerminationMessage(const std::string& text, std::string* reason, std::string* message) {
   std::string line = text.substr(0, text.find('\n'));
@@ -20,7 +35,7 @@ void ParseTerminationMessage(const std::string& text, std::string* reason, std::
   for (size_t i = 0; camel && i < colon; ++i)
     camel = std::isalnum(static_cast<unsigned char>(line[i]));
   reason->assign(camel ? line.substr(0, colon) : "");
-  message->assign(camel ? line.substr(colon + 2) : line);
+  message->assign(camel ? line.substr(colon + 2) : LastLine(text));
 }
 
 bool IsRetryableExitCode(int exit_code) { return exit_code == 0 || exit_code >= 128; }

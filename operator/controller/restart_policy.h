@@ -29,8 +29,10 @@ bool IsRetryableExitCode(int exit_code);
 // A replica's termination reason that no restart cures: the model diverged
 // (NonFiniteLoss, NonFiniteGradient), so a rerun from the same parameters
 // diverges again; or a server's checkpoint folder takes no more writes
-// (CheckpointWriteFailed), and a restart writes into the same one. The job
-// fails at once, whatever the restart policy.
+// (CheckpointWriteFailed), and a restart writes into the same one; or a
+// worker's data set is not there or not readable (DatasetNotFound,
+// DatasetUnreadable): a rerun reads the same folder. The job fails at once,
+// whatever the restart policy.
 bool IsPermanentReason(const std::string& reason);
 
 // `restarts_so_far` counts the job's restarts, all replicas together, and

@@ -1,5 +1,6 @@
 #include "operator/kube/job_reconciler.h"
 
+#include <algorithm>
 #include <random>
 
 #include "common/logging.h"
@@ -117,11 +118,29 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     if (s.code() != Status::Code::kFailedPrecondition) return s;
     return FailJob(job, "CreateFailed", s.message(), result);
   }
+  // Before the job logic, which may delete them: a pod that cannot start
+  // is said once per pod and reason, where `kubectl describe tj` shows it.
+  const int64_t now_ms = NowMs();
+  std::optional<int64_t> start_deadline_ms;  // the earliest podStartTimeoutSeconds ends
+  for (const controller::ReplicaStatus& replica : cluster.List()) {
+    if (replica.start_problem.empty()) continue;
+    if (state.start_problems_reported.insert(replica.instance + "/" + replica.start_problem)
+            .second) {
+      RecordEvent(job, "Warning", replica.start_problem,
+                  "pod " + replica.instance + " (" + replica.name.ToString() +
+                      ") cannot start: " + replica.start_problem_message);
+    }
+    const int64_t timeout_s = spec.spec.run_policy.pod_start_timeout_seconds;
+    if (timeout_s > 0 && replica.created_ms >= 0) {
+      const int64_t deadline = replica.created_ms + timeout_s * 1000;
+      start_deadline_ms = std::min(start_deadline_ms.value_or(deadline), deadline);
+    }
+  }
   controller::JobController controller(spec, &cluster, launch);
   controller.set_known_restarts(status.replica_restarts);
   if (!status.start_time.empty()) controller.set_start_ms(ToMs(ParseTime(status.start_time)));
   controller.set_workers_done_ms(state.workers_done_ms);
-  controller::JobStatus observed = controller.Reconcile(NowMs());
+  controller::JobStatus observed = controller.Reconcile(now_ms);
   state.workers_done_ms = controller.workers_done_ms();
 
   for (const auto& name : cluster.created())
@@ -149,6 +168,12 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   // Running jobs are looked at again now and then: the linger after the
   // workers finish and activeDeadlineSeconds are measured in time.
   if (!observed.finished()) result->requeue_after = std::chrono::seconds(5);
+  // ...and when a pod that cannot start runs out of podStartTimeoutSeconds.
+  if (!observed.finished() && start_deadline_ms) {
+    result->requeue_after = std::min<std::chrono::milliseconds>(
+        result->requeue_after,
+        std::chrono::milliseconds(std::max<int64_t>(*start_deadline_ms - now_ms + 50, 50)));
+  }
   // A finished job's pods may be deleted already (cleanPodPolicy): should
   // this write meet a conflict, the next reconcile writes this status again
   // instead of running the job logic on a job that looks unfinished.

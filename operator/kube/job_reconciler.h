@@ -52,6 +52,8 @@ class JobReconciler {
     bool owned_objects_exist = false;  // Secret and Services made
     bool reported_running = false;
     int restarts_reported = 0;
+    // "pod/reason" of every pod that could not start, said once in an Event.
+    std::set<std::string> start_problems_reported;
     double last_steps = -1;                          // worker 0's step counter at the last probe
     std::optional<api::TrainingJobStatus> terminal;  // decided, not yet written
     std::chrono::steady_clock::time_point last_probe;

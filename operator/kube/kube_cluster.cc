@@ -2,8 +2,11 @@
 
 #include "common/logging.h"
 #include "operator/kubeclient/api_path.h"
+#include "operator/kubeclient/time_format.h"
 
 #include <algorithm>
+#include <chrono>
+#include <set>
 
 namespace kubeps::kube {
 
@@ -24,6 +27,43 @@ int Restarts(const json& pod) {
 }
 
 bool IsDeleting(const json& pod) { return pod["metadata"].contains("deletionTimestamp"); }
+
+// Waiting reasons of a container that does not start on its own: the
+// kubelet keeps trying, but without a change (a pushed image, a created
+// Secret) it never will. ContainerCreating and PodInitializing are not
+// among them: a big image takes minutes to pull.
+bool CannotStart(const std::string& waiting_reason) {
+  static const std::set<std::string> kStuck = {
+      "ErrImagePull",      "ImagePullBackOff",           "InvalidImageName",
+      "ErrImageNeverPull", "CreateContainerConfigError", "CreateContainerError"};
+  return kStuck.count(waiting_reason) > 0;
+}
+
+// Why the pod cannot start, into status->start_problem and its message:
+// the scheduler found no node for it, or a container (an init container
+// first, as the kubelet starts them first) waits for what will not come.
+void ReadStartProblem(const json& pod_status, controller::ReplicaStatus* status) {
+  for (const auto& condition : pod_status.value("conditions", json::array())) {
+    if (condition.value("type", "") == "PodScheduled" && condition.value("status", "") == "False" &&
+        condition.value("reason", "") == "Unschedulable") {
+      status->start_problem = "Unschedulable";
+      status->start_problem_message = condition.value("message", "");
+      return;
+    }
+  }
+  for (const char* list : {"initContainerStatuses", "containerStatuses"}) {
+    for (const auto& container : pod_status.value(list, json::array())) {
+      const json waiting =
+          container.value("state", json::object()).value("waiting", json::object());
+      const std::string reason = waiting.value("reason", "");
+      if (!CannotStart(reason)) continue;
+      status->start_problem = reason;
+      status->start_problem_message =
+          "container " + container.value("name", "") + ": " + waiting.value("message", "");
+      return;
+    }
+  }
+}
 
 }  // namespace
 
@@ -67,6 +107,13 @@ controller::ReplicaStatus KubeCluster::StatusOf(const json& pod) {
   controller::ReplicaStatus status;
   ReplicaOf(pod, &status.name);
   status.restarts = Restarts(pod);
+  status.instance = pod["metadata"].value("name", "");
+  const std::string created = pod["metadata"].value("creationTimestamp", "");
+  // ParseTime gives the epoch for a time that does not parse: unknown.
+  const int64_t created_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(ParseTime(created).time_since_epoch())
+          .count();
+  if (created_ms > 0) status.created_ms = created_ms;
   const json& pod_status = pod.value("status", json::object());
   const std::string phase = pod_status.value("phase", "Pending");
   status.phase = phase == "Running"     ? ReplicaPhase::kRunning
@@ -95,6 +142,7 @@ controller::ReplicaStatus KubeCluster::StatusOf(const json& pod) {
   for (const auto& container : pod_status.value("initContainerStatuses", json::array())) {
     read_message(terminated_of(container));
   }
+  if (status.phase == ReplicaPhase::kPending) ReadStartProblem(pod_status, &status);
   // A pod the node lost or evicted has no exit code: treat it as killed.
   if (status.phase == ReplicaPhase::kFailed && status.exit_code == 0) status.exit_code = 137;
   return status;

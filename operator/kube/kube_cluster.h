@@ -45,6 +45,10 @@ class KubeCluster : public controller::Cluster {
 
   // The replica a pod belongs to, from its labels; false for a stranger.
   static bool ReplicaOf(const nlohmann::json& pod, controller::ReplicaName* name);
+  // The replica's status from its pod's: phase, exit code, termination
+  // message; while Pending, what keeps it from starting (Unschedulable, a
+  // container waiting in ErrImagePull...); the pod's name and creation time
+  // (epoch ms, the clock the reconciler's now_ms reads).
   static controller::ReplicaStatus StatusOf(const nlohmann::json& pod);
 
  private:

@@ -102,6 +102,20 @@ void SameUser(const json& main, json* sidecar, json* pod_spec) {
   if (!pod_context.contains("fsGroup")) pod_context["fsGroup"] = kAgentUser;
 }
 
+// Every container of the pod, kubeps' own and the user's, tells why it
+// failed even when it wrote no termination message (a crash, a Python
+// traceback): the kubelet then takes the tail of its log. A template that
+// chose a policy keeps it.
+void FallBackToLogsOnError(json* pod_spec) {
+  for (const char* list : {"initContainers", "containers"}) {
+    if (!pod_spec->contains(list)) continue;
+    for (json& container : (*pod_spec)[list]) {
+      if (!container.contains("terminationMessagePolicy"))
+        container["terminationMessagePolicy"] = "FallbackToLogsOnError";
+    }
+  }
+}
+
 }  // namespace
 
 std::string DnsLabel(const std::string& base, const std::string& suffix) {
@@ -246,6 +260,7 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
       spec_json["priorityClassName"] = scheduling.priority_class;
     }
   }
+  FallBackToLogsOnError(&spec_json);
   pod["spec"] = spec_json;
   return pod;
 }

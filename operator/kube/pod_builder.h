@@ -88,6 +88,10 @@ bool OwnedBy(const nlohmann::json& object, const JobIdentity& job);
 // takes the main container's runAsUser/runAsGroup; when neither it nor the
 // pod names a user, the pod's securityContext gets the agent image's
 // (10001: runAsUser, runAsGroup, fsGroup).
+//
+// Every container gets terminationMessagePolicy FallbackToLogsOnError
+// unless the template set one: a replica that dies without writing its
+// termination message is still explained, by its log's last lines.
 nlohmann::json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
                         const controller::ReplicaLaunch& launch, int restarts,
                         const ImageSet& images);

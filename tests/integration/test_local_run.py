@@ -125,14 +125,17 @@ class LocalRunTest(unittest.TestCase):
         self.assertGreater(first.accuracy(), 0.6)
         self.assertGreater(second.accuracy(), 0.6)
 
-    def test_missing_dataset_fails_with_the_reason(self):
+    def test_missing_dataset_fails_at_once_naming_the_path_in_the_jobs_failure(self):
+        # The default run policy (OnFailure, backoffLimit 3): a rerun would
+        # read the same folder, so the worker's reason fails the job at once.
         text = manifest("nodata").replace("/usr/share/datasets/fashion-mnist", "/nonexistent/fmnist")
-        text = text.replace('"batchSize"', '"runPolicy": {"restartPolicy": "Never"},\n    "batchSize"')
         code, job = run_job(write_manifest(self.dir, text))
         self.assertEqual(code, 1, job.output())
-        self.assertIn("spec.dataset.path", job.output())
-        self.assertIn("/nonexistent/fmnist", job.output())
-        self.assertIn("RestartPolicyNever", job.output())
+        failure = [line for line in job.output().splitlines() if "job nodata failed after" in line]
+        self.assertEqual(len(failure), 1, job.output())
+        self.assertIn("(DatasetNotFound)", failure[0])
+        self.assertIn("spec.dataset.path: /nonexistent/fmnist does not exist", failure[0])
+        self.assertNotIn("restarting", job.output())
 
     def test_validate_names_each_bad_field(self):
         text = manifest("bad").replace('"replicas": 2', '"replicas": -1', 1)

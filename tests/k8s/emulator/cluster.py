@@ -63,7 +63,7 @@ class Cluster:
     _started = 0
     def __init__(self, bin_dirs=(), images=None, kubelet=True, rbac=False, directory=None,
                  event_window=1000, bookmark_interval=5.0, isolation=None, host_dns=None,
-                 stream_logs=False, pass_env=(), backoff=1.0, keep=False):
+                 stream_logs=False, pass_env=(), backoff=1.0, keep=False, missing_images=()):
         self.bin_dirs = [os.path.abspath(d) for d in bin_dirs]
         self.images = images or {}
         self.with_kubelet = kubelet
@@ -76,6 +76,8 @@ class Cluster:
         self.host_dns = host_dns
         self.stream_logs = stream_logs
         self.pass_env = list(pass_env)
+        # fnmatch patterns of images no registry has: the kubelet's pulls fail
+        self.missing_images = list(missing_images)
         self.backoff = backoff
         self.keep = keep or bool(os.environ.get("KUBEPS_EMULATOR_KEEP"))
         # Service IPs from 127.<octet>.0.0/16 and pod IPs from 127.<octet+1>.x.y,
@@ -127,6 +129,8 @@ class Cluster:
                 cmd += ["--image", "%s=%s" % (image, program)]
             for name in self.pass_env:
                 cmd += ["--pass-env", name]
+            for pattern in self.missing_images:
+                cmd += ["--missing-image", pattern]
             if self.host_dns is True:
                 cmd.append("--host-dns")
             elif self.host_dns is False:

@@ -203,6 +203,17 @@ TEST(ApiTrainingJobErrorsTest, IntegerOutOfRange) {
               "must be >= 100, got 50");
 }
 
+TEST(ApiTrainingJobErrorsTest, PodStartTimeoutMustBePositive) {
+  ExpectError(With("    backoffLimit: 3", "    backoffLimit: 3\n    podStartTimeoutSeconds: 0"),
+              "spec.runPolicy.podStartTimeoutSeconds", "must be >= 1, got 0");
+  ParseResult result = ParseTrainingJob(
+      With("    backoffLimit: 3", "    backoffLimit: 3\n    podStartTimeoutSeconds: 300"));
+  ASSERT_TRUE(result.ok()) << result.ErrorReport("job");
+  EXPECT_EQ(result.job->spec.run_policy.pod_start_timeout_seconds, 300);
+  EXPECT_EQ(ParseTrainingJob(kValid).job->spec.run_policy.pod_start_timeout_seconds, 0)
+      << "unset: wait for a pod forever";
+}
+
 TEST(ApiTrainingJobErrorsTest, WrongApiVersion) {
   ExpectError(With("apiVersion: kubeps.io/v1alpha1", "apiVersion: kubeflow.org/v1"), "apiVersion",
               "must be \"kubeps.io/v1alpha1\", got \"kubeflow.org/v1\"");

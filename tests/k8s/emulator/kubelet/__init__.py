@@ -5,9 +5,20 @@ does.
 
 Scheduling: a pod with no spec.nodeName whose schedulerName is empty or
 "default-scheduler" is bound to this node (POST pods/NAME/binding), like the
-default scheduler with one node. Pods asking for another scheduler stay
-Pending, as they would on a cluster without that scheduler. nodeSelector,
-affinity, tolerations and resource requests are not checked.
+default scheduler with one node, when the node fits it: its nodeSelector's
+labels are the node's and its requests are within the node's allocatable
+(cpu, memory, pods; no nvidia.com/gpu). A pod that does not fit stays
+Pending with PodScheduled False, reason Unschedulable and the scheduler's
+message ("0/1 nodes are available: 1 Insufficient nvidia.com/gpu. ..."), and
+is looked at again every 2 s. Pods asking for another scheduler stay Pending,
+as they would on a cluster without that scheduler. Affinity, taints and the
+requests of other pods are not checked.
+
+Images: pulled before the container is configured. A reference that does
+not parse is InvalidImageName; an image on a registry ending in ".invalid",
+or matching a --missing-image pattern, fails to pull: ErrImagePull, then
+ImagePullBackOff (back-off as for restarts), the message naming the image.
+Every other image pulls.
 
 Containers: each container is one local process group.
   * The program: the basename of command[0] (or of the image's last path
@@ -66,7 +77,10 @@ Containers: each container is one local process group.
   * Lifecycle: phases Pending -> Running -> Succeeded/Failed, conditions
     PodScheduled, Initialized, ContainersReady, Ready; containerStatuses with
     state waiting/running/terminated (exitCode, signal, reason Completed,
-    Error or StartError), lastState, restartCount, ready, started; init
+    Error or StartError; message: the container's terminationMessagePath,
+    or with terminationMessagePolicy FallbackToLogsOnError and a non-zero
+    exit and nothing written there, its log's last 80 lines, at most 2048
+    bytes), lastState, restartCount, ready, started; init
     containers run in order first. restartPolicy Always/OnFailure/Never is
     honoured with a crash-loop back-off (--backoff seconds, doubling, capped at
     --max-backoff; reason CrashLoopBackOff while waiting). readinessProbe and
@@ -83,7 +97,9 @@ removes its /etc/hosts entries and mount-path links.
 
 Modules
   node.py            the Kubelet: node registration, processes, shutdown
-  informers.py       list + watch of pods and Services, binding, pod workers
+  informers.py       list + watch of pods and Services, pod workers
+  scheduling.py      binding pods to the node, or Unschedulable
+  images.py          image pulls: InvalidImageName, ErrImagePull, ImagePullBackOff
   pod_worker.py      one pod's lifecycle and status
   containers.py      container state, exit codes, $(VAR) expansion
   environment.py     a container's environment and program

@@ -28,6 +28,9 @@ def main(argv=None):
                    help="where container programs are looked up by basename (repeatable)")
     p.add_argument("--image", action="append", default=[],
                    help="IMAGE=PROGRAM [ARGS]: the entrypoint of an image (repeatable)")
+    p.add_argument("--missing-image", action="append", default=[],
+                   help="PATTERN (fnmatch): images no registry has; pulling them fails "
+                        "(ErrImagePull, then ImagePullBackOff) (repeatable)")
     p.add_argument("--pass-env", action="append", default=[],
                    help="a variable of the kubelet's environment every container gets")
     p.add_argument("--isolation", choices=["auto", "namespace", "none"], default="auto")

@@ -64,6 +64,9 @@ class Container:
         self.started_once = False
         self.startup_ok = False    # its startupProbe passed (or it has none)
         self.termination_file = None  # bound to its terminationMessagePath, this start's
+        self.log_path = None
+        self.pull_backoff = 0      # seconds until the next pull of a missing image
+        self.pull_failed_at = 0
 
     @property
     def sidecar(self):

@@ -1,7 +1,7 @@
 """What the kubelet learns from the API server: list + watch loops (relisting
 after 410 Gone or a lost stream) over pods and Services; binding unscheduled
-pods to this node, as the default scheduler would with one node; a PodWorker
-for each pod bound here.
+pods to this node, as the default scheduler would with one node (or saying
+why it cannot: scheduling.py); a PodWorker for each pod bound here.
 
 A mixin of Kubelet (node.py).
 """
@@ -74,14 +74,7 @@ class Informers:
         if not node:
             if spec.get("schedulerName", "default-scheduler") in ("default-scheduler", "") and \
                     not md.get("deletionTimestamp"):
-                try:
-                    self.client.post(self.pod_path(md["namespace"], md["name"]) + "/binding", {
-                        "apiVersion": "v1", "kind": "Binding",
-                        "metadata": {"name": md["name"], "namespace": md["namespace"]},
-                        "target": {"apiVersion": "v1", "kind": "Node", "name": self.node_name}})
-                except ApiError as e:
-                    if e.code not in (404, 409):
-                        log("bind %s: %s" % (md["name"], e))
+                self.schedule(pod)
             return
         if node != self.node_name:
             return

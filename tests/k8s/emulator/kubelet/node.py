@@ -20,10 +20,11 @@ from .informers import Informers
 from .log import log
 from .networking import Networking
 from .runtime import unshare_works
+from .scheduling import Scheduler
 from .volumes import remove_created
 
 
-class Kubelet(Informers, Networking, ClusterDns):
+class Kubelet(Informers, Scheduler, Networking, ClusterDns):
     """One emulated node (--node-name) of the cluster."""
 
     def __init__(self, args):
@@ -39,6 +40,7 @@ class Kubelet(Informers, Networking, ClusterDns):
             image, _, program = m.partition("=")
             self.image_map[image] = program.split()
         self.pass_env = args.pass_env
+        self.missing_images = list(args.missing_image)
         self.backoff = args.backoff
         self.max_backoff = args.max_backoff
         self.stream_logs = args.stream_logs
@@ -50,6 +52,7 @@ class Kubelet(Informers, Networking, ClusterDns):
         self.marker = "kubeps-emulator %s" % (args.marker or os.getpid())
         self.lock = threading.RLock()
         self.workers = {}          # uid -> PodWorker
+        self.unscheduled = {}      # uid -> pod no node can take (scheduling.py)
         self.pods = {}             # uid -> pod object (bound to this node)
         self.services = {}         # (ns, name) -> service
         self.ips = {}              # uid -> ip
@@ -159,6 +162,7 @@ class Kubelet(Informers, Networking, ClusterDns):
         threading.Thread(target=self.informer, args=("/api/v1/services", self.service_event,
                                                      self.sync_services), daemon=True).start()
         threading.Thread(target=self.dns_loop, daemon=True).start()
+        self.start_scheduler()
         threading.Thread(target=self.informer, args=("/api/v1/pods", self.pod_event,
                                                      self.sync_pods), daemon=True).start()
         print("READY", flush=True)

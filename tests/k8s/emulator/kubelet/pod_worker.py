@@ -18,13 +18,40 @@ from ..client import ApiError
 from ..clock import now_iso
 from .containers import ConfigError, Container
 from .environment import ContainerEnvironment
+from .images import ImagePuller
 from .log import log
 from .probes import Probes
 from .runtime import ProcessRunner
 from .volumes import PodVolumes, remove_created
 
 
-class PodWorker(ContainerEnvironment, PodVolumes, ProcessRunner, Probes, threading.Thread):
+# FallbackToLogsOnError: the kubelet's share of the log (kubelet's
+# kMaxMessageLength and its tail of 80 lines).
+LOG_TAIL_BYTES = 2048
+LOG_TAIL_LINES = 80
+
+
+def log_tail(path):
+    """The last lines of a container's log, at most LOG_TAIL_LINES lines and
+    LOG_TAIL_BYTES bytes, as FallbackToLogsOnError makes them its message."""
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - LOG_TAIL_BYTES))
+            data = f.read(LOG_TAIL_BYTES)
+    except OSError:
+        return None
+    lines = data.split(b"\n")
+    if data.endswith(b"\n"):
+        lines = lines[:-1]
+    return b"\n".join(lines[-LOG_TAIL_LINES:]).decode(errors="replace") or None
+
+
+class PodWorker(ContainerEnvironment, ImagePuller, PodVolumes, ProcessRunner, Probes,
+                threading.Thread):
     """The worker of one pod (uid) bound to this node."""
 
     def __init__(self, kubelet, pod):
@@ -131,6 +158,9 @@ class PodWorker(ContainerEnvironment, PodVolumes, ProcessRunner, Probes, threadi
                     message = f.read(4096)
             except OSError:
                 pass
+        if not message and code != 0 and \
+                c.spec.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            message = log_tail(c.log_path)
         if message:
             t["message"] = message
         if signal_no:
@@ -228,6 +258,8 @@ class PodWorker(ContainerEnvironment, PodVolumes, ProcessRunner, Probes, threadi
             self.wake.clear()
 
     def step(self):
+        for c in self.inits + self.containers:
+            self.show_pull_backoff(c)
         if not self.initialized:
             for c in self.inits:
                 self.reap(c)

@@ -35,6 +35,9 @@ def unshare_works():
 
 class ProcessRunner:
     def start_container(self, c):
+        # the image first, as the kubelet pulls it before it configures the container
+        if not self.pull_image(c):
+            return False
         try:
             env = self.container_env(c)
             mounts = self.mounts(c)

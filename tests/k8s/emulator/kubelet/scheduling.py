@@ -1,0 +1,134 @@
+"""The default scheduler's part, for the one node: a pod with no nodeName
+whose schedulerName is empty or "default-scheduler" is bound here when the
+node fits it, and otherwise stays Pending with the condition PodScheduled
+False, reason Unschedulable, and the scheduler's message. A pod fits when
+every label of its nodeSelector is the node's, and its requests (per
+resource: the containers' and the native sidecars' together, or an init
+container's own when larger; a request left out is its limit) are within
+the node's allocatable (cpu, memory, pods, and no nvidia.com/gpu or other
+extended resource at all). Other pods' requests are not counted, nor are
+affinity, taints and tolerations. Pods left unschedulable are looked at
+again every few seconds, as the scheduler retries them (a label added to
+the node with kubectl makes them fit).
+
+A mixin of Kubelet (node.py).
+"""
+import re
+import threading
+import time
+
+from ..client import ApiError
+from ..clock import now_iso
+from .log import log
+
+_SUFFIXES = {"Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50,
+             "Ei": 2 ** 60, "n": 1e-9, "u": 1e-6, "m": 1e-3, "": 1, "k": 1e3, "K": 1e3,
+             "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+RETRY_SECONDS = 2.0
+
+
+def quantity(text):
+    """A resource.Quantity ("100m", "64Mi", "2") as a number."""
+    m = re.match(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$", str(text).strip())
+    if not m or m.group(2) not in _SUFFIXES:
+        return 0.0
+    return float(m.group(1)) * _SUFFIXES[m.group(2)]
+
+
+def container_requests(container):
+    resources = container.get("resources") or {}
+    wanted = dict(resources.get("limits") or {})
+    wanted.update(resources.get("requests") or {})
+    return {name: quantity(value) for name, value in wanted.items()}
+
+
+def pod_requests(spec):
+    total = {}
+    for c in spec.get("containers", []) + [i for i in spec.get("initContainers", [])
+                                           if i.get("restartPolicy") == "Always"]:
+        for name, value in container_requests(c).items():
+            total[name] = total.get(name, 0) + value
+    for c in spec.get("initContainers", []):
+        if c.get("restartPolicy") != "Always":
+            for name, value in container_requests(c).items():
+                total[name] = max(total.get(name, 0), value)
+    return total
+
+
+def unschedulable_message(spec, node):
+    """The scheduler's message when `node` cannot take a pod of `spec`, else None."""
+    labels = node.get("metadata", {}).get("labels") or {}
+    reasons = []
+    selector = spec.get("nodeSelector") or {}
+    if any(labels.get(k) != v for k, v in selector.items()):
+        reasons.append("1 node(s) didn't match Pod's node affinity/selector")
+    allocatable = node.get("status", {}).get("allocatable") or {}
+    for name, wanted in sorted(pod_requests(spec).items()):
+        if wanted > quantity(allocatable.get(name, "0")):
+            reasons.append("1 Insufficient %s" % name)
+    if not reasons:
+        return None
+    return ("0/1 nodes are available: %s. preemption: 0/1 nodes are available: 1 Preemption is "
+            "not helpful for scheduling." % ", ".join(reasons))
+
+
+class Scheduler:
+    def schedule(self, pod):
+        """Binds `pod` to this node, or says why it cannot be (once per message)."""
+        md = pod["metadata"]
+        path = self.pod_path(md["namespace"], md["name"])
+        try:
+            node = self.client.get("/api/v1/nodes/%s" % self.node_name)
+        except (ApiError, OSError) as e:
+            log("schedule %s: reading the node: %s" % (md["name"], e))
+            return
+        message = unschedulable_message(pod.get("spec", {}), node)
+        with self.lock:
+            if message:
+                self.unscheduled[md["uid"]] = pod
+            else:
+                self.unscheduled.pop(md["uid"], None)
+        try:
+            if message is None:
+                self.client.post(path + "/binding", {
+                    "apiVersion": "v1", "kind": "Binding",
+                    "metadata": {"name": md["name"], "namespace": md["namespace"]},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": self.node_name}})
+                return
+            status = pod.get("status") or {}
+            for c in status.get("conditions") or []:
+                if c.get("type") == "PodScheduled" and c.get("message") == message:
+                    return   # said already
+            self.client.patch(path + "/status", {"status": {
+                "phase": "Pending", "conditions": [{
+                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "message": message, "lastProbeTime": None,
+                    "lastTransitionTime": now_iso()}]}}, kind="merge")
+        except ApiError as e:
+            if e.code not in (404, 409):
+                log("schedule %s: %s" % (md["name"], e))
+
+    def retry_unschedulable(self):
+        """Looks at the unschedulable pods again, as the scheduler's queue does."""
+        while not self.stopping:
+            time.sleep(RETRY_SECONDS)
+            with self.lock:
+                pods = list(self.unscheduled.values())
+            for pod in pods:
+                md = pod["metadata"]
+                try:
+                    current = self.client.get(self.pod_path(md["namespace"], md["name"]))
+                except (ApiError, OSError):
+                    with self.lock:
+                        self.unscheduled.pop(md["uid"], None)
+                    continue
+                if current["metadata"]["uid"] != md["uid"] or \
+                        current.get("spec", {}).get("nodeName") or \
+                        current["metadata"].get("deletionTimestamp"):
+                    with self.lock:
+                        self.unscheduled.pop(md["uid"], None)
+                    continue
+                self.schedule(current)
+
+    def start_scheduler(self):
+        threading.Thread(target=self.retry_unschedulable, daemon=True).start()
