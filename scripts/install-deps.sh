@@ -22,6 +22,8 @@ PACKAGES=(
   prometheus
   # Go's text/template and sprig, to render the Helm chart in tests as Helm does
   golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev
+  # YAML in the Kubernetes tests (rendered manifests)
+  python3-yaml
 )
 
 missing=()

@@ -1,6 +1,7 @@
 """runPolicy end to end: replicas of a real `kubeps run` job are killed (or
 fail on their own) and the job ends as its restart policy says, with the
 reason on the runner's last line and no process left behind."""
+import json
 import os
 import signal
 import tempfile
@@ -158,10 +159,21 @@ class RestartTest(unittest.TestCase):
         self.assertEqual(job.progress(rank=0)[-1]["total_steps"], STEPS, job.output())
 
     def test_exit_code_does_not_retry_a_permanent_error(self):
-        job = self.start("exitcode-permanent", "ExitCode", dataset="/nonexistent/fashion-mnist")
+        # A job's own program that ends with code 3, a user's error that no
+        # kubeps reason names (a missing data set is one: it fails any job
+        # at once, under every policy).
+        job = json.loads(restart_job("exitcode-permanent", "ExitCode"))
+        for field in ("model", "dataset"):
+            del job["spec"][field]
+        program = ["sh", "-c", "echo 'train.py: no such optimizer' >&2; exit 3"]
+        job["spec"]["replicaSpecs"]["worker"]["template"] = {"spec": {"containers": [{
+            "name": "trainer", "image": "example/trainer:1", "command": program}]}}
+        path = write_manifest(self.dir, json.dumps(job), "exitcode-permanent.yaml")
+        job = RunningJob(path, run_dir=os.path.join(self.dir, "run-exitcode-permanent"))
+        self.addCleanup(self.stop, job)
         self.assert_failed(job, self.run_to_end(job, timeout=60), "PermanentExitCode",
-                           r"worker-\d exited with code 1, a permanent error under restartPolicy ExitCode")
-        self.assertIn("/nonexistent/fashion-mnist", job.output())
+                           r"worker-\d exited with code 3, a permanent error under restartPolicy ExitCode")
+        self.assertIn("no such optimizer", job.output())
         self.assertNotIn("restarting it", job.output())
 
 

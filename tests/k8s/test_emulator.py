@@ -551,7 +551,7 @@ class DeployManifestsTest(unittest.TestCase):
                             "-f", os.path.join(DEPLOY, "operator") + "/").stdout
             for what in ("customresourcedefinition.apiextensions.k8s.io/trainingjobs.kubeps.io",
                          "serviceaccount/kubeps-operator", "clusterrole.rbac.authorization.k8s.io"
-                         "/kubeps-operator", "deployment.apps/kubeps-operator"):
+                         "/kubeps-system-kubeps-operator", "deployment.apps/kubeps-operator"):
                 self.assertIn(what, out)
             dep = c.kubectl("get", "deploy", "-n", "kubeps-system", "kubeps-operator", "-o",
                             "json", json_output=True)

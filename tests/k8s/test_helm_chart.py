@@ -41,6 +41,8 @@ import time
 import unittest
 import urllib.request
 
+import yaml
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
@@ -242,6 +244,24 @@ class HelmChartTest(unittest.TestCase):
         self.assertNotIn("NOTES", text)
         with_crds = self.render(include_crds=True)
         self.assertTrue(with_crds.startswith("---\n# Source: kubeps/crds/trainingjobs.yaml\n"))
+
+    def test_two_releases_of_one_name_share_no_cluster_scoped_object(self):
+        # The same release name in two namespaces: before, both rendered a
+        # ClusterRole and ClusterRoleBinding "kubeps-operator", and the
+        # second install took (or was refused) the first one's.
+        def cluster_scoped(namespace):
+            text = helmrender.render(self.renderer, CHART, name=RELEASE, namespace=namespace)
+            return {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(text)
+                    if o and o["kind"] in ("ClusterRole", "ClusterRoleBinding")}
+        team_a, team_b = cluster_scoped("team-a"), cluster_scoped("team-b")
+        self.assertEqual(sorted(kind for kind, _ in team_a),
+                         ["ClusterRole", "ClusterRoleBinding"])
+        self.assertFalse(set(team_a) & set(team_b), (sorted(team_a), sorted(team_b)))
+        for objects, namespace in ((team_a, "team-a"), (team_b, "team-b")):
+            binding = next(o for (kind, _), o in objects.items() if kind == "ClusterRoleBinding")
+            role = next(name for (kind, name) in objects if kind == "ClusterRole")
+            self.assertEqual(binding["roleRef"]["name"], role)
+            self.assertEqual(binding["subjects"][0]["namespace"], namespace)
 
     # -- rendering and applying
 

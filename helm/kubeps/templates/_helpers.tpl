@@ -31,6 +31,15 @@ kubeps, as in the plain manifests of deploy/.
 {{- end }}
 
 {{/*
+The name of a cluster-scoped object (ClusterRole, ClusterRoleBinding): one
+namespace's release must not take or overwrite another's, so the name
+carries the release's namespace as well as its name.
+*/}}
+{{- define "kubeps.clusterScopedName" -}}
+{{- printf "%s-%s" .Release.Namespace (include "kubeps.operatorName" .) | trunc 253 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
 "chart-version" for the helm.sh/chart label.
 */}}
 {{- define "kubeps.chart" -}}
