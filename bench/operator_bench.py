@@ -5,6 +5,7 @@ tests. Run from the repository root after building:
     python3 bench/operator_bench.py submissions --count 100   # jobs in a row: start-up races
     python3 bench/operator_bench.py startup --count 20        # kubectl apply -> all pods Running
     python3 bench/operator_bench.py burst --count 200         # jobs at once: operator RSS and CPU
+    python3 bench/operator_bench.py churn --count 100 --seed 1  # delete, re-apply, every setting on
 
 `submissions` runs N short jobs (5 steps) one after another and counts every
 job that does not succeed (a worker that starts before the scheduler's name
@@ -14,6 +15,11 @@ prints the median. `burst` creates N jobs in one `kubectl apply` with no node
 (pods stay Pending: 5 N processes would not fit on one machine), waits until
 the operator has reconciled every job (status written, five pods each) and
 prints how long that took and the operator's peak RSS and CPU seconds.
+`churn` runs N short jobs (1 ps, 1 worker), 4 at a time, with every realism
+setting of the stand-in on, deleting some while running and applying them
+again at once, deleting some once finished, rotating the operator's token
+twice (tests/k8s/churn.py); it prints how long that took and the counts,
+and exits 1 when a count that must be 0 is not.
 """
 import argparse
 import json
@@ -26,6 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "k8s"))
 from emulator.cluster import Cluster  # noqa: E402
 from operator_harness import BIN, DEPLOY, Operator, job_pods, phase_of, training_job  # noqa: E402
+import churn as churn_run  # noqa: E402
 
 TJ = "/apis/kubeps.io/v1alpha1/namespaces/default/trainingjobs"
 
@@ -120,12 +127,31 @@ def burst(count):
              rss_mb, cpu_s))
 
 
+def churn(count, seed):
+    # the same cluster as the k8s tests' (test_operator.new_cluster)
+    cluster = Cluster(bin_dirs=[BIN], rbac=True, stream_logs=True, backoff=0.3).start()
+    try:
+        cluster.kubectl("apply", "-f", os.path.join(DEPLOY, "crd") + "/", "-f", os.path.join(DEPLOY, "rbac") + "/")
+        churn_run.every_setting_on(cluster)
+        print("churn: seed %d, %d jobs" % (seed, count), flush=True)
+        run = churn_run.Churn(cluster, count, seed, log=lambda line: print(line, flush=True)).run()
+        counts = run.counts()
+    finally:
+        cluster.stop()
+    print("churn: %d jobs in %.1f s" % (count, run.took))
+    print(churn_run.report(counts, seed))
+    return 1 if any(churn_run.must_be_zero(counts).values()) else 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["submissions", "startup", "burst"])
+    parser.add_argument("what", choices=["submissions", "startup", "burst", "churn"])
     parser.add_argument("--count", type=int)
+    parser.add_argument("--seed", type=int, default=1, help="churn: the order of the actions")
     args = parser.parse_args()
-    default = {"submissions": 100, "startup": 20, "burst": 200}[args.what]
+    default = {"submissions": 100, "startup": 20, "burst": 200, "churn": 100}[args.what]
+    if args.what == "churn":
+        sys.exit(churn(args.count or default, args.seed))
     {"submissions": submissions, "startup": startup, "burst": burst}[args.what](args.count or default)
 
 

@@ -131,5 +131,27 @@ class EmulatorPodStartTest(unittest.TestCase):
         self.assertNotIn("message", c.wait_for(lambda: terminated("fallback-ok"), what="ended"))
 
 
+class PodDeletedBeforeTheNodeSawItTest(unittest.TestCase):
+    """A bound pod marked for deletion before the kubelet first lists it (the
+    kubelet was down, or relisted after losing its watch) is deleted without
+    running: no later event tells the kubelet, which once started it and left
+    it with its deletionTimestamp for good (Pending, ContainerCreating, when
+    its secret had gone with its job)."""
+
+    def test_it_is_deleted_and_never_runs(self):
+        c = Cluster(kubelet=False).start()
+        self.addCleanup(c.stop)
+        ran = os.path.join(c.dir, "ran")
+        c.client.post("/api/v1/namespaces/default/pods",
+                      pod("early", script="touch %s; sleep 30" % ran, nodeName="kubeps-node"))
+        # bound and not finished: the API server only marks it, the node deletes it
+        c.client.delete("/api/v1/namespaces/default/pods/early")
+        self.assertTrue(c.pod("early")["metadata"].get("deletionTimestamp"))
+        c.start_kubelet()
+        c.wait_for(lambda: not any(p["metadata"]["name"] == "early" for p in c.client.get(
+            "/api/v1/namespaces/default/pods")["items"]), timeout=20, what="the pod deleted")
+        self.assertFalse(os.path.exists(ran), "the container of a deleted pod ran")
+
+
 if __name__ == "__main__":
     unittest.main()

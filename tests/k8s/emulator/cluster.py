@@ -118,35 +118,41 @@ class Cluster:
         self.url = line.split()[1]
         self.client = client.Client.from_kubeconfig(self.kubeconfig)
         if self.with_kubelet:
-            cmd = module_command("kubelet") + [
-                "--kubeconfig", os.path.join(self.dir, "kubelet.kubeconfig"),
-                "--state-dir", node_dir, "--isolation", self.isolation,
-                "--marker", os.path.basename(self.dir), "--backoff", str(self.backoff),
-                "--exit-with-parent"]
-            for d in self.bin_dirs:
-                cmd += ["--bin-dir", d]
-            for image, program in self.images.items():
-                cmd += ["--image", "%s=%s" % (image, program)]
-            for name in self.pass_env:
-                cmd += ["--pass-env", name]
-            for pattern in self.missing_images:
-                cmd += ["--missing-image", pattern]
-            if self.host_dns is True:
-                cmd.append("--host-dns")
-            elif self.host_dns is False:
-                cmd.append("--no-host-dns")
-            if self.stream_logs:
-                cmd.append("--stream-logs")
-            self._kubelet_log = open(os.path.join(self.dir, "kubelet.log"), "ab")
-            kubelet_env = child_env(KUBEPS_EMULATOR_POD_OCTET=str(self.octet + 1))
-            self.kubelet = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._kubelet_log,
-                                            start_new_session=True, env=kubelet_env)
-            line = self.kubelet.stdout.readline().decode()
-            if not line.startswith("READY"):
-                self.stop()
-                raise RuntimeError("the kubelet emulator did not start (see %s)" %
-                                   os.path.join(self.dir, "kubelet.log"))
+            self.start_kubelet()
         return self
+
+    def start_kubelet(self):
+        """Starts the node (start() does, unless Cluster(kubelet=False): a
+        test that needs objects in place before the node first lists them)."""
+        node_dir = os.path.join(self.dir, "node")
+        cmd = module_command("kubelet") + [
+            "--kubeconfig", os.path.join(self.dir, "kubelet.kubeconfig"),
+            "--state-dir", node_dir, "--isolation", self.isolation,
+            "--marker", os.path.basename(self.dir), "--backoff", str(self.backoff),
+            "--exit-with-parent"]
+        for d in self.bin_dirs:
+            cmd += ["--bin-dir", d]
+        for image, program in self.images.items():
+            cmd += ["--image", "%s=%s" % (image, program)]
+        for name in self.pass_env:
+            cmd += ["--pass-env", name]
+        for pattern in self.missing_images:
+            cmd += ["--missing-image", pattern]
+        if self.host_dns is True:
+            cmd.append("--host-dns")
+        elif self.host_dns is False:
+            cmd.append("--no-host-dns")
+        if self.stream_logs:
+            cmd.append("--stream-logs")
+        self._kubelet_log = open(os.path.join(self.dir, "kubelet.log"), "ab")
+        kubelet_env = child_env(KUBEPS_EMULATOR_POD_OCTET=str(self.octet + 1))
+        self.kubelet = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._kubelet_log,
+                                        start_new_session=True, env=kubelet_env)
+        line = self.kubelet.stdout.readline().decode()
+        if not line.startswith("READY"):
+            self.stop()
+            raise RuntimeError("the kubelet emulator did not start (see %s)" %
+                               os.path.join(self.dir, "kubelet.log"))
 
     def stop(self):
         self._procs = (self.kubelet, self.apiserver)
@@ -200,12 +206,15 @@ class Cluster:
             return json.loads(result.stdout)
         return result
 
-    def settings(self, watch_delay=None, gc_delay=None):
+    def settings(self, watch_delay=None, gc_delay=None, request_log_size=None):
         """Makes the API server less kind, as a real one under load is: watch
         events of each resource in `watch_delay` ({plural: seconds}) arrive
         that long after the write's response; dependents are collected
-        `gc_delay` seconds after their owner."""
+        `gc_delay` seconds after their owner. `request_log_size`: how many
+        requests requests() keeps (2000 by default)."""
         body = {}
+        if request_log_size is not None:
+            body["requestLogSize"] = request_log_size
         if watch_delay is not None:
             body["watchDelay"] = watch_delay
         if gc_delay is not None:

@@ -92,11 +92,13 @@ Test hooks (POST, admin token required):
                             deliver each watch event of those resources that
                             long after the write's response (order kept), and
                             collect dependents that long after their owner
+                            ("requestLogSize": n keeps the last n requests)
   /_emulator/expire-token   body {"token":...}: refused (401) from now on, as
                             a rotated service-account token is once it expires
   GET /_emulator/requests   the last 2000 finished requests, oldest first:
                             [{seq, verb, path, code, user}] (a watch is logged
-                            when its stream ends)
+                            when its stream ends); a write also has object:
+                            {name, uid, resourceVersion, controllerUid, phase}
   GET /_emulator/watches    the open watch streams: [{user, path, openedAfter}],
                             openedAfter the seq of the last request logged
                             before the stream began

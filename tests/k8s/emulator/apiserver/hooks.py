@@ -4,6 +4,7 @@ token, list the last requests and the open watches. See the package's docstring.
 
 A mixin of the request handler (routing.py).
 """
+import collections
 import json
 import time
 
@@ -42,7 +43,12 @@ class EmulatorHooks:
                 api.gc_delay = float(body["gcDelay"])
             if "ownerReferencesEnforcement" in body:
                 api.owner_references_enforcement = bool(body["ownerReferencesEnforcement"])
-            self.send_json(200, {"watchDelay": api.watch_delays, "gcDelay": api.gc_delay})
+            if "requestLogSize" in body:   # a long run's checks need every request
+                with api.store.lock:
+                    api.requests = collections.deque(api.requests,
+                                                     maxlen=int(body["requestLogSize"]))
+            self.send_json(200, {"watchDelay": api.watch_delays, "gcDelay": api.gc_delay,
+                                 "requestLogSize": api.requests.maxlen})
         elif path == "/_emulator/expire-token":
             api.token_expiry[json.loads(raw)["token"]] = time.time()
             self.send_json(200, {"ok": True})

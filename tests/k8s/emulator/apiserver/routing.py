@@ -23,6 +23,19 @@ from .tables import table_for, wants_table
 from .watch import WatchStream
 
 
+def written_summary(obj):
+    """What the request log keeps of a written object, as an audit log's
+    objectRef does, plus its controller and phase: enough for a test to order
+    a pod's creation after its owner's terminal status by resourceVersion
+    (one global counter) and to see an object change owners."""
+    meta = obj.get("metadata", {})
+    controller = next((r.get("uid") for r in meta.get("ownerReferences") or []
+                       if r.get("controller")), None)
+    return {"name": meta.get("name"), "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"), "controllerUid": controller,
+            "phase": (obj.get("status") or {}).get("phase")}
+
+
 class Handler(WatchStream, PodLogStream, EmulatorHooks, StreamingHandler):
     server_version = "kube-apiserver-emulator"
     api = None  # set by main
@@ -77,6 +90,7 @@ class Handler(WatchStream, PodLogStream, EmulatorHooks, StreamingHandler):
 
     def dispatch(self, method):
         self._code = 0
+        self._written = None
         parsed = urllib.parse.urlsplit(self.path)
         path = parsed.path
         query = {k: v[-1] for k, v in urllib.parse.parse_qs(parsed.query,
@@ -111,8 +125,11 @@ class Handler(WatchStream, PodLogStream, EmulatorHooks, StreamingHandler):
             except Exception:
                 self.close_connection = True
         finally:
-            self.api.log_request({"verb": method, "path": self.path, "code": self._code,
-                                  "user": user[0] if user else None})
+            entry = {"verb": method, "path": self.path, "code": self._code,
+                     "user": user[0] if user else None}
+            if self._written is not None:
+                entry["object"] = self._written
+            self.api.log_request(entry)
 
     def authenticate(self):
         auth = self.headers.get("Authorization", "")
@@ -241,6 +258,8 @@ class Handler(WatchStream, PodLogStream, EmulatorHooks, StreamingHandler):
             code = 200
         if warnings:
             headers["Warning"] = ['299 - "%s"' % w.replace('"', '\\"') for w in warnings]
+        if method != "DELETE" and query.get("dryRun") != "All":
+            self._written = written_summary(obj)
         return self.send_json(code, obj, headers)
 
     def list(self, rtype, namespace, query, accept):

@@ -77,7 +77,11 @@ class PodWorker(ContainerEnvironment, ImagePuller, PodVolumes, ProcessRunner, Pr
         self.message = None
         self.start_time = now_iso()
         self.conditions = {}
-        self.deleting = False
+        # A pod marked for deletion before this kubelet first saw it (it was
+        # down, or relisted after a lost watch) is stopped and deleted, never
+        # started: no later event would tell the worker, and the pod would
+        # stay Pending or Running with its deletionTimestamp for good.
+        self.deleting = bool(md.get("deletionTimestamp"))
         self.gone = False
         self.links = []
         self.volumes_ready = False
