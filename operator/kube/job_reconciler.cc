@@ -100,7 +100,9 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
                                      controller::ReplicaArgs(spec, name),
                                      controller::ReplicaEnv(spec, name, scheduler), std::nullopt};
   };
-  KubeCluster cluster(client_, id, spec, images_, pods, status.replica_restarts);
+  const auto now = std::chrono::steady_clock::now();
+  KubeCluster cluster(client_, id, spec, images_, state.created_pods.Apply(pods, now),
+                      status.replica_restarts);
 
   if (spec.spec.run_policy.suspend) {
     controller::JobController suspend(spec, &cluster, launch);
@@ -143,6 +145,8 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   controller::JobStatus observed = controller.Reconcile(now_ms);
   state.workers_done_ms = controller.workers_done_ms();
 
+  for (const json& pod : cluster.CreatedPods()) state.created_pods.Created(pod, now);
+  for (const auto& name : cluster.deleted()) state.created_pods.Deleted(name);
   for (const auto& name : cluster.created())
     RecordEvent(job, "Normal", "CreatedPod", "Created pod " + name);
   if (observed.restarts > state.restarts_reported) {

@@ -26,6 +26,7 @@
 #include "common/metrics.h"
 #include "operator/controller/job_controller.h"
 #include "operator/kube/pod_builder.h"
+#include "operator/kube/pod_expectations.h"
 #include "operator/kubeclient/kube_client.h"
 
 namespace kubeps::kube {
@@ -57,6 +58,7 @@ class JobReconciler {
     double last_steps = -1;                          // worker 0's step counter at the last probe
     std::optional<api::TrainingJobStatus> terminal;  // decided, not yet written
     std::chrono::steady_clock::time_point last_probe;
+    PodExpectations created_pods;  // made here, maybe not in the cache yet
   };
   // The training progress into `status` (job_progress.h): from worker 0's
   // last words once it has finished, else from its metrics while `running`.

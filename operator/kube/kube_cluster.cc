@@ -148,6 +148,15 @@ controller::ReplicaStatus KubeCluster::StatusOf(const json& pod) {
   return status;
 }
 
+std::vector<json> KubeCluster::CreatedPods() const {
+  std::vector<json> created;
+  for (const auto& pod : pods_) {
+    const std::string name = pod["metadata"].value("name", "");
+    if (std::find(created_.begin(), created_.end(), name) != created_.end()) created.push_back(pod);
+  }
+  return created;
+}
+
 std::map<ReplicaName, json> KubeCluster::Newest() const {
   std::map<ReplicaName, json> newest;
   for (const auto& pod : pods_) {

@@ -41,6 +41,8 @@ class KubeCluster : public controller::Cluster {
 
   // Pods created or deleted by this reconcile, for events and metrics.
   const std::vector<std::string>& created() const { return created_; }
+  // The pods created by this reconcile, as the API server answered.
+  std::vector<nlohmann::json> CreatedPods() const;
   const std::vector<std::string>& deleted() const { return deleted_; }
 
   // The replica a pod belongs to, from its labels; false for a stranger.

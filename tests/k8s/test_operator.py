@@ -509,7 +509,7 @@ class OperatorRestartTest(OperatorTestCase):
             self.op.signal(signal.SIGKILL)
             self.op.wait()
             self.op.stop()
-            self.assertEqual(phase_of(c, name), "Running", "the job ended before the 2nd kill")
+            self.assertEqual(phase_of(c, name), "Running", "ended before the 2nd kill\n" + self.diag(name))
             time.sleep(0.5)
             self.op = Operator(c, name="operator-3")
             job = self.wait_phase(name, "Succeeded", timeout=120)
