@@ -200,12 +200,17 @@ class Cluster:
             return json.loads(result.stdout)
         return result
 
-    def settings(self, watch_delay=None, gc_delay=None):
+    def settings(self, watch_delay=None, gc_delay=None, throttle=None):
         """Makes the API server less kind, as a real one under load is: watch
         events of each resource in `watch_delay` ({plural: seconds}) arrive
         that long after the write's response; dependents are collected
-        `gc_delay` seconds after their owner."""
+        `gc_delay` seconds after their owner; `throttle` ({"user", "fraction",
+        "burst", "retryAfterSeconds"}, {} for off) answers that user's
+        requests 429 Too Many Requests with a Retry-After, as API Priority
+        and Fairness does."""
         body = {}
+        if throttle is not None:
+            body["throttle"] = throttle
         if watch_delay is not None:
             body["watchDelay"] = watch_delay
         if gc_delay is not None:

@@ -42,7 +42,10 @@ class EmulatorHooks:
                 api.gc_delay = float(body["gcDelay"])
             if "ownerReferencesEnforcement" in body:
                 api.owner_references_enforcement = bool(body["ownerReferencesEnforcement"])
-            self.send_json(200, {"watchDelay": api.watch_delays, "gcDelay": api.gc_delay})
+            if "throttle" in body:
+                api.flow_control.configure(body["throttle"])
+            self.send_json(200, {"watchDelay": api.watch_delays, "gcDelay": api.gc_delay,
+                                 "throttle": api.flow_control.describe()})
         elif path == "/_emulator/expire-token":
             api.token_expiry[json.loads(raw)["token"]] = time.time()
             self.send_json(200, {"ok": True})
