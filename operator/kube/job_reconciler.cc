@@ -149,6 +149,13 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   for (const auto& name : cluster.deleted()) state.created_pods.Deleted(name);
   for (const auto& name : cluster.created())
     RecordEvent(job, "Normal", "CreatedPod", "Created pod " + name);
+  for (const auto& refusal : cluster.quota_refusals()) {
+    if (state.quota_refusals_reported.insert(refusal.pod).second) {
+      RecordEvent(
+          job, "Warning", "ExceededQuota",
+          "pod " + refusal.pod + " (" + refusal.replica + ") waits for quota: " + refusal.message);
+    }
+  }
   if (observed.restarts > state.restarts_reported) {
     metrics_
         ->Counter("kubeps_operator_replica_restarts_total",
@@ -159,6 +166,15 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   }
 
   api::TrainingJobStatus next = BuildStatus(job, status, spec, observed);
+  if (observed.phase == JobPhase::kCreated && !cluster.quota_refusals().empty()) {
+    // Not started for want of quota: say so where `kubectl get tj` and
+    // `describe` look, instead of "starting replicas".
+    const KubeCluster::QuotaRefusal& first = cluster.quota_refusals().front();
+    next.message = "pod " + first.pod + " (" + first.replica +
+                   ") waits for quota, the job goes on when it frees: " + first.message;
+    api::SetPhaseCondition(&next.conditions, observed.phase, "ExceededQuota", next.message,
+                           Rfc3339(Clock::now()));
+  }
   ReadProgress(id, pods, observed.phase == JobPhase::kRunning, observed.finished(), &state, &next);
   if (observed.phase == JobPhase::kRunning && !state.reported_running &&
       observed.workers.running == spec.spec.worker.replicas) {

@@ -55,6 +55,7 @@ class JobReconciler {
     int restarts_reported = 0;
     // "pod/reason" of every pod that could not start, said once in an Event.
     std::set<std::string> start_problems_reported;
+    std::set<std::string> quota_refusals_reported;   // pod names
     double last_steps = -1;                          // worker 0's step counter at the last probe
     std::optional<api::TrainingJobStatus> terminal;  // decided, not yet written
     std::chrono::steady_clock::time_point last_probe;

@@ -67,6 +67,13 @@ void ReadStartProblem(const json& pod_status, controller::ReplicaStatus* status)
 
 }  // namespace
 
+bool ExceededQuota(const Response& response) {
+  if (response.code != 403 || !response.body.is_object()) return false;
+  const auto message = response.body.find("message");
+  return message != response.body.end() && message->is_string() &&
+         message->get<std::string>().find("exceeded quota: ") != std::string::npos;
+}
+
 KubeCluster::KubeCluster(KubeClient* client, JobIdentity job, const api::TrainingJob& spec,
                          ImageSet images, std::vector<json> pods,
                          std::map<std::string, int> known_restarts)
@@ -193,6 +200,13 @@ Status KubeCluster::Create(const controller::ReplicaLaunch& launch) {
   if (!response.ok() && response.code != 409) {
     const std::string message = "creating pod " + pod_name + ": " + response.Describe();
     if (response.code == 429 || response.code >= 500) return Status::Unavailable(message);
+    if (ExceededQuota(response)) {
+      // Quota frees as other pods finish: wait, as the Job controller does.
+      // A quota that the pod cannot meet at all ("must specify
+      // requests.cpu") stays an error below: only a new template helps.
+      quota_refusals_.push_back({pod_name, launch.name.ToString(), response.Describe()});
+      return Status::Unavailable(message);
+    }
     return Status::Error(message);
   }
   if (response.code == 409) {

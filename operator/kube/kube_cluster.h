@@ -23,6 +23,11 @@
 
 namespace kubeps::kube {
 
+// A 403 of ResourceQuota admission that more free quota would turn into a
+// success ("exceeded quota: NAME, requested: ..."), as opposed to one no
+// amount of quota helps ("failed quota: NAME: must specify ...").
+bool ExceededQuota(const Response& response);
+
 class KubeCluster : public controller::Cluster {
  public:
   // `known_restarts`: each replica's restarts as the job's status recorded
@@ -44,6 +49,15 @@ class KubeCluster : public controller::Cluster {
   // The pods created by this reconcile, as the API server answered.
   std::vector<nlohmann::json> CreatedPods() const;
   const std::vector<std::string>& deleted() const { return deleted_; }
+  // Pods the API server refused for a namespace ResourceQuota this
+  // reconcile ("exceeded quota: ..."): not an error of the job, which waits
+  // for quota to free (other jobs finish, an administrator raises it).
+  struct QuotaRefusal {
+    std::string pod;      // the pod's name
+    std::string replica;  // e.g. "worker-1"
+    std::string message;  // the server's, which names the quota
+  };
+  const std::vector<QuotaRefusal>& quota_refusals() const { return quota_refusals_; }
 
   // The replica a pod belongs to, from its labels; false for a stranger.
   static bool ReplicaOf(const nlohmann::json& pod, controller::ReplicaName* name);
@@ -65,6 +79,7 @@ class KubeCluster : public controller::Cluster {
   std::vector<nlohmann::json> pods_;
   std::map<std::string, int> known_restarts_;
   std::vector<std::string> created_, deleted_;
+  std::vector<QuotaRefusal> quota_refusals_;
 };
 
 }  // namespace kubeps::kube

@@ -102,6 +102,11 @@ Informer::WatchEnd Informer::Watch(std::string* resource_version, const std::ato
     return WatchEnd::kFailed;
   }
   if (response.code == 410 || gone) return WatchEnd::kGone;
+  if (response.code == 429) {
+    KLOG_INFO << "watch " << collection_ << ": " << response.Describe() << "; watching again later";
+    watch_retry_after_seconds_ = response.retry_after_seconds;
+    return WatchEnd::kThrottled;
+  }
   if (response.code != 0 && !response.ok()) {
     KLOG_ERROR << "watch " << collection_ << ": " << response.Describe() << "; listing again";
     return WatchEnd::kFailed;
@@ -124,16 +129,23 @@ void Informer::Run(const std::atomic<bool>& stop) {
     list_backoff = std::chrono::milliseconds(200);
     // A stream that simply ends is watched again from where it stopped.
     WatchEnd end = WatchEnd::kEnded;
-    while (!stop && (end = Watch(&resource_version, stop)) == WatchEnd::kEnded) {
-      watch_backoff = kWatchRetryFirst;  // a healthy stream: the server is fine
+    for (;;) {
+      while (!stop && (end = Watch(&resource_version, stop)) == WatchEnd::kEnded) {
+        watch_backoff = kWatchRetryFirst;  // a healthy stream: the server is fine
+      }
+      if (stop || end == WatchEnd::kGone) break;
+      // Jittered, so that the operator's informers (and its replicas) do not
+      // come back in step.
+      auto pause =
+          watch_backoff + std::chrono::milliseconds(jitter() % (watch_backoff.count() + 1));
+      if (end == WatchEnd::kThrottled) {
+        pause = std::max<std::chrono::milliseconds>(
+            pause, std::chrono::seconds(std::max(watch_retry_after_seconds_, 0)));
+      }
+      SleepUnlessStopped(stop, pause);
+      watch_backoff = std::min(watch_backoff * 2, kWatchRetryMax);
+      if (end != WatchEnd::kThrottled) break;  // list again
     }
-    if (stop || end == WatchEnd::kGone) continue;
-    // Jittered, so that the operator's informers (and its replicas) do not
-    // come back in step.
-    const auto pause =
-        watch_backoff + std::chrono::milliseconds(jitter() % (watch_backoff.count() + 1));
-    SleepUnlessStopped(stop, pause);
-    watch_backoff = std::min(watch_backoff * 2, kWatchRetryMax);
   }
 }
 

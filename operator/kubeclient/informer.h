@@ -51,8 +51,13 @@ class Informer {
     kEnded,   // the server ended the stream (its timeout): watch again
     kGone,    // 410: our resourceVersion is too old; list again now
     kFailed,  // an HTTP error or a broken connection: pause, then list again
+    // 429: the server turned the watch away before doing anything; our
+    // resourceVersion is still good, so wait (Retry-After at least) and
+    // watch again without a list, which would only add to its load.
+    kThrottled,
   };
   WatchEnd Watch(std::string* resource_version, const std::atomic<bool>& stop);
+  int watch_retry_after_seconds_ = -1;  // of the last throttled watch
   std::string Query(bool watch) const;
 
   KubeClient* client_;

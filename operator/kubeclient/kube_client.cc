@@ -19,12 +19,14 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -49,6 +51,14 @@ constexpr auto kRequestTimeout = std::chrono::seconds(30);
 constexpr int kWatchServerTimeoutSeconds = 300;
 constexpr int kWatchGraceSeconds = 30;
 constexpr auto kStopPollInterval = std::chrono::milliseconds(200);
+// The wait before a throttled request is sent again: the server's
+// Retry-After, but never less than this (a "Retry-After: 0" must not make
+// the operator spin against a server that is already overloaded), and never
+// more than kThrottleWaitMax (a reconcile worker waits here).
+constexpr auto kThrottleWaitMin = std::chrono::milliseconds(200);
+constexpr auto kThrottleWaitMax = std::chrono::seconds(60);
+// Without a Retry-After (a proxy's 429) the wait is client-go's first backoff.
+constexpr auto kThrottleWaitDefault = std::chrono::seconds(1);
 constexpr char kUserAgent[] = "kubeps-operator";
 
 // ---------------------------------------------------------------------------
@@ -232,6 +242,24 @@ bool WaitOrStop(const pplx::task<T>& task, const std::atomic<bool>* stop) {
   return true;
 }
 
+// Retry-After in whole seconds (its HTTP-date form is not used by the API
+// server); -1 when absent or unreadable.
+int RetryAfterSeconds(const web::http::http_headers& headers) {
+  auto it = headers.find("Retry-After");
+  if (it == headers.end()) return -1;
+  const std::string value = utility::conversions::to_utf8string(it->second);
+  char* end = nullptr;
+  const long seconds = std::strtol(value.c_str(), &end, 10);
+  if (end == value.c_str() || seconds < 0) return -1;
+  return static_cast<int>(std::min<long>(seconds, 24 * 3600));
+}
+
+std::chrono::milliseconds ThrottleWait(int retry_after_seconds) {
+  if (retry_after_seconds < 0) return kThrottleWaitDefault;
+  return std::clamp<std::chrono::milliseconds>(std::chrono::seconds(retry_after_seconds),
+                                               kThrottleWaitMin, kThrottleWaitMax);
+}
+
 nlohmann::json ParseBody(const std::vector<unsigned char>& bytes) {
   if (bytes.empty()) return nullptr;
   nlohmann::json j =
@@ -378,7 +406,9 @@ Status CppRestKubeClient::TransportError(const std::string& method, const std::s
 Status CppRestKubeClient::Do(const web::http::method& method, const std::string& path,
                              const nlohmann::json* body, const std::string& content_type,
                              Response* response) {
-  for (bool retried = false;; retried = true) {
+  bool reloaded_token = false;
+  int throttled = 0;
+  for (;;) {
     *response = Response();
     web::http::http_request request;
     std::string sent_token;
@@ -388,11 +418,28 @@ Status CppRestKubeClient::Do(const web::http::method& method, const std::string&
       web::http::http_response r = client_.request(request).get();
       response->code = r.status_code();
       response->reason = utility::conversions::to_utf8string(r.reason_phrase());
+      response->retry_after_seconds = RetryAfterSeconds(r.headers());
       response->body = ParseBody(r.extract_vector().get());
     } catch (const std::exception& e) {
       return TransportError(method, path, e);
     }
-    if (retried || !RetryAfterRefusal(response->code, sent_token)) return Status::Ok();
+    if (response->code == 429) {
+      // The server did nothing with the request (a write included): sending
+      // it again is safe, and waiting is what the server asked for.
+      if (throttled == kMaxThrottledRetries) {
+        KLOG_ERROR << "kube: " << method << " " << path << ": still " << response->Describe()
+                   << " after " << kMaxThrottledRetries << " retries";
+        return Status::Ok();
+      }
+      ++throttled;
+      const auto wait = ThrottleWait(response->retry_after_seconds);
+      KLOG_INFO << "kube: " << method << " " << path << ": " << response->Describe() << "; retry "
+                << throttled << " of " << kMaxThrottledRetries << " in " << wait.count() << " ms";
+      std::this_thread::sleep_for(wait);
+      continue;
+    }
+    if (reloaded_token || !RetryAfterRefusal(response->code, sent_token)) return Status::Ok();
+    reloaded_token = true;
   }
 }
 
@@ -447,6 +494,7 @@ Status CppRestKubeClient::Watch(const std::string& path, const std::string& reso
   }
   response->code = r.status_code();
   response->reason = utility::conversions::to_utf8string(r.reason_phrase());
+  response->retry_after_seconds = RetryAfterSeconds(r.headers());
   // A refused watch is not repeated here: the informer lists again, and that
   // request carries the token this re-read found.
   RetryAfterRefusal(response->code, sent_token);

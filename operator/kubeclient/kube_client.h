@@ -46,6 +46,9 @@ struct Response {
   int code = 0;
   std::string reason;  // the server's reason phrase, e.g. "Conflict"
   nlohmann::json body;
+  // The Retry-After header in seconds (429 Too Many Requests, some 5xx); -1
+  // when there is none.
+  int retry_after_seconds = -1;
   bool ok() const { return code >= 200 && code < 300; }
   // "409 Conflict: <message from the Status object>"
   std::string Describe() const;
@@ -57,13 +60,20 @@ struct WatchEvent {
   nlohmann::json object;
 };
 
+// client-go's default (rest.Request maxRetries).
+constexpr int kMaxThrottledRetries = 10;
+
 class KubeClient {
  public:
   static Status Create(const KubeConfig& config, std::unique_ptr<KubeClient>* out);
   virtual ~KubeClient() = default;
 
   // Transport failures (connection refused, TLS) are a non-ok Status; HTTP
-  // errors are a Response with its code.
+  // errors are a Response with its code. A 429 Too Many Requests (API
+  // Priority and Fairness turning the request away before doing anything)
+  // is waited out and sent again, as client-go does: after the server's
+  // Retry-After, up to kMaxThrottledRetries times; only then is the 429
+  // returned.
   virtual Status Get(const std::string& path, Response* response) = 0;
   virtual Status Post(const std::string& path, const nlohmann::json& body, Response* response) = 0;
   virtual Status Put(const std::string& path, const nlohmann::json& body, Response* response) = 0;

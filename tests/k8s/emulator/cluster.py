@@ -206,15 +206,20 @@ class Cluster:
             return json.loads(result.stdout)
         return result
 
-    def settings(self, watch_delay=None, gc_delay=None, request_log_size=None):
+    def settings(self, watch_delay=None, gc_delay=None, request_log_size=None, throttle=None):
         """Makes the API server less kind, as a real one under load is: watch
         events of each resource in `watch_delay` ({plural: seconds}) arrive
         that long after the write's response; dependents are collected
-        `gc_delay` seconds after their owner. `request_log_size`: how many
-        requests requests() keeps (2000 by default)."""
+        `gc_delay` seconds after their owner; `throttle` ({"user", "fraction",
+        "burst", "retryAfterSeconds"}, {} for off) answers that user's
+        requests 429 Too Many Requests with a Retry-After, as API Priority
+        and Fairness does. `request_log_size`: how many requests requests()
+        keeps (2000 by default)."""
         body = {}
         if request_log_size is not None:
             body["requestLogSize"] = request_log_size
+        if throttle is not None:
+            body["throttle"] = throttle
         if watch_delay is not None:
             body["watchDelay"] = watch_delay
         if gc_delay is not None:

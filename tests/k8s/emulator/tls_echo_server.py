@@ -26,6 +26,11 @@ signed by that CA.
   /watch/hang         one ADDED event, then nothing for 30 s
   /watch/gone         410 Gone (a Status object) before any event
   /watch/garbage      a line that is not JSON
+  /throttled/<n>/<key>[?retryAfter=s]
+                      the first n requests (per key) get 429 TooManyRequests
+                      with Retry-After: s (none without it), then 200 and
+                      {"attempts": requests so far}; a 429's Status details
+                      hold "attempts" too
 """
 import argparse
 import json
@@ -38,6 +43,8 @@ import time
 from .http_server import StreamingHandler, ThreadingTLSServer
 
 released = threading.Event()
+throttled_attempts = {}   # /throttled/<n>/<key>: requests per key
+throttled_lock = threading.Lock()
 
 
 class EchoHandler(StreamingHandler):
@@ -90,6 +97,8 @@ class EchoHandler(StreamingHandler):
             self.send_json(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
                                   "message": "trainingjobs.kubeps.io \"demo\" already exists",
                                   "reason": "AlreadyExists", "code": code})
+        elif path.startswith("/throttled/"):
+            self.throttled(path, self.path.partition("?")[2])
         elif path == "/notjson":
             data = b"hello"
             self.send_response(200)
@@ -139,6 +148,24 @@ class EchoHandler(StreamingHandler):
             self.end_chunks()
         else:
             self.send_json(404, {"kind": "Status", "message": "no route " + path, "code": 404})
+
+    def throttled(self, path, query):
+        _, _, n, key = path.split("/", 3)
+        with throttled_lock:
+            attempts = throttled_attempts[key] = throttled_attempts.get(key, 0) + 1
+        if attempts > int(n):
+            return self.send_json(200, {"attempts": attempts})
+        data = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                           "message": "Too many requests, please try again later.",
+                           "reason": "TooManyRequests", "code": 429,
+                           "details": {"attempts": attempts}}).encode()
+        self.send_response(429)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if query.startswith("retryAfter="):
+            self.send_header("Retry-After", query[len("retryAfter="):])
+        self.end_headers()
+        self.wfile.write(data)
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = handle_any
 

@@ -88,17 +88,22 @@ Test hooks (POST, admin token required):
   /_emulator/bookmark       send a BOOKMARK now on every watch that allows them
   /_emulator/token          body {"token":..., "user":..., "groups":[...],
                             "expiresIn": seconds (optional)} adds a bearer token
-  /_emulator/settings       body {"watchDelay": {plural: seconds}, "gcDelay": s}:
-                            deliver each watch event of those resources that
-                            long after the write's response (order kept), and
-                            collect dependents that long after their owner
+  /_emulator/settings       body {"watchDelay": {plural: seconds}, "gcDelay": s,
+                            "throttle": {"user", "fraction", "burst",
+                            "retryAfterSeconds"}}: deliver each watch event of
+                            those resources that long after the write's
+                            response (order kept), collect dependents that
+                            long after their owner, answer that user's
+                            requests (a fraction, or the next `burst`) 429
+                            TooManyRequests with Retry-After (flow_control.py)
                             ("requestLogSize": n keeps the last n requests)
   /_emulator/expire-token   body {"token":...}: refused (401) from now on, as
                             a rotated service-account token is once it expires
   GET /_emulator/requests   the last 2000 finished requests, oldest first:
-                            [{seq, verb, path, code, user}] (a watch is logged
-                            when its stream ends); a write also has object:
-                            {name, uid, resourceVersion, controllerUid, phase}
+                            [{seq, verb, path, code, user, time}] (a watch is
+                            logged when its stream ends); a write also has
+                            object: {name, uid, resourceVersion, controllerUid,
+                            phase}
   GET /_emulator/watches    the open watch streams: [{user, path, openedAfter}],
                             openedAfter the seq of the last request logged
                             before the stream began
@@ -112,6 +117,7 @@ Modules
   crds.py, crd_schema.py  CRDs; pruning, defaulting, validating custom resources
   garbage_collector.py  ownerReferences, orphaning, namespace deletion
   rbac.py               authorisation with the stored RBAC objects
+  flow_control.py       429 Too Many Requests (API Priority and Fairness)
   errors.py             Status objects of failures
   discovery.py          /version, /api, /apis, OpenAPI
   openapi.py            the OpenAPI v3 documents of the CRDs' group versions

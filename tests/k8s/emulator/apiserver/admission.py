@@ -12,7 +12,7 @@ import uuid
 
 from ..clock import now_iso
 from .errors import ApiError, invalid
-from . import pod_security
+from . import pod_security, resource_quota
 
 
 class Admission:
@@ -139,6 +139,7 @@ class Admission:
                 raise ApiError(403, "Forbidden", 'pods "%s" is forbidden: no PriorityClass with '
                                'name %s was found' % (obj["metadata"]["name"], pc))
             obj["spec"]["priority"] = self.store.get(t, "", pc).get("value", 0)
+        resource_quota.admit(self, obj, namespace)
 
     def _check_pod_update(self, rtype, old, new):
         ospec, nspec = copy.deepcopy(old.get("spec", {})), copy.deepcopy(new.get("spec", {}))

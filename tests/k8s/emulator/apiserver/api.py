@@ -23,10 +23,11 @@ from ..clock import now_iso
 from .admission import Admission
 from .crds import CustomResources
 from .errors import ApiError, conflict, invalid, not_found, status_success
+from .flow_control import FlowControl
 from .garbage_collector import GarbageCollector
 from .resources import builtin_types
 from .store import Store
-from . import validation
+from . import resource_quota, validation
 
 
 def _strip_for_compare(obj):
@@ -60,6 +61,8 @@ class Api(Admission, CustomResources, GarbageCollector):
         # With RBAC, blockOwnerDeletion needs `update` on the owner's
         # finalizers, as OpenShift's admission enforces.
         self.owner_references_enforcement = bool(getattr(args, "rbac", False))
+        self.flow_control = FlowControl()   # 429s, when a test turns them on
+        self.store.after_put = self._after_put
         self.rbac = args.rbac
         self.requests = collections.deque(maxlen=2000)
         self.requests_logged = 0   # the seq of the last request logged
@@ -94,6 +97,11 @@ class Api(Admission, CustomResources, GarbageCollector):
             self.requests_logged += 1
             entry["seq"] = self.requests_logged
             self.requests.append(entry)
+    def _after_put(self, rtype, obj):
+        """A pod or a ResourceQuota changed: the namespace's quota usage follows."""
+        if rtype.key in (("", "pods"), ("", "resourcequotas")):
+            resource_quota.refresh_status(self, obj["metadata"].get("namespace", ""))
+
     def register(self, rtype):
         self.served[(rtype.group, rtype.version, rtype.plural)] = rtype
         self.store.types.setdefault(rtype.key, rtype)
@@ -164,6 +172,8 @@ class Api(Admission, CustomResources, GarbageCollector):
             if rtype.crd is not None:
                 self.validate_custom(rtype, obj, self._field_validation(query), warnings, name)
             validation.validate(rtype, obj)
+            if rtype.key == ("", "resourcequotas"):
+                resource_quota.check(obj)
             self.prepare_create(rtype, obj, namespace)
             if rtype.key == ("apiextensions.k8s.io", "customresourcedefinitions"):
                 self._crd_established(obj)

@@ -47,8 +47,11 @@ class EmulatorHooks:
                 with api.store.lock:
                     api.requests = collections.deque(api.requests,
                                                      maxlen=int(body["requestLogSize"]))
+            if "throttle" in body:
+                api.flow_control.configure(body["throttle"])
             self.send_json(200, {"watchDelay": api.watch_delays, "gcDelay": api.gc_delay,
-                                 "requestLogSize": api.requests.maxlen})
+                                 "requestLogSize": api.requests.maxlen,
+                                 "throttle": api.flow_control.describe()})
         elif path == "/_emulator/expire-token":
             api.token_expiry[json.loads(raw)["token"]] = time.time()
             self.send_json(200, {"ok": True})

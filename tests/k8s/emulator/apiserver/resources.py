@@ -66,6 +66,7 @@ def builtin_types():
           verbs=["create", "delete", "get", "list", "patch", "update", "watch"]),
         R("", "v1", "serviceaccounts", "ServiceAccount", short_names=["sa"]),
         R("", "v1", "endpoints", "Endpoints", short_names=["ep"]),
+        R("", "v1", "resourcequotas", "ResourceQuota", short_names=["quota"], status=True),
         R("", "v1", "nodes", "Node", namespaced=False, short_names=["no"], status=True),
         R("apps", "v1", "deployments", "Deployment", short_names=["deploy"], categories=["all"],
           status=True),

@@ -112,6 +112,7 @@ class Handler(WatchStream, PodLogStream, EmulatorHooks, StreamingHandler):
             if path.startswith("/_emulator/"):
                 self.hook(method, path, query, raw, user)
                 return
+            self.api.flow_control.admit(user[0])
             self.route(method, path, query, raw, user)
         except ApiError as e:
             self.send_error_status(e)
@@ -126,7 +127,7 @@ class Handler(WatchStream, PodLogStream, EmulatorHooks, StreamingHandler):
                 self.close_connection = True
         finally:
             entry = {"verb": method, "path": self.path, "code": self._code,
-                     "user": user[0] if user else None}
+                     "user": user[0] if user else None, "time": time.time()}
             if self._written is not None:
                 entry["object"] = self._written
             self.api.log_request(entry)

@@ -46,6 +46,9 @@ class Store:
     def __init__(self, event_window=1000):
         self.lock = threading.RLock()
         self.rv = 1
+        # called with the lock held after every write: what follows a change
+        # at once (the quota usage of a namespace)
+        self.after_put = None
         self.types = {}        # (group, plural) -> ResourceType (storage/served version)
         self.objects = collections.defaultdict(dict)   # (group, plural) -> {(ns, name): obj}
         self.by_uid = {}       # uid -> ((group, plural), (ns, name))
@@ -125,6 +128,8 @@ class Store:
                 self.objects[rtype.key][k] = obj
                 self.by_uid[md["uid"]] = (rtype.key, k)
             self.record(rtype, etype, obj, old)
+            if self.after_put is not None:
+                self.after_put(rtype, obj)
             return obj
 
     def find_uid(self, uid):

@@ -7,8 +7,11 @@ A mixin of PodWorker (pod_worker.py).
 """
 import base64
 import os
+import threading
 
 from .containers import ConfigError
+
+MOUNT_POINTS_LOCK = threading.Lock()
 
 
 def remove_created(path):
@@ -113,6 +116,12 @@ class PodVolumes:
     def make_target(self, src, dst):
         """A mount point on the host for a bind mount (an empty folder or
         file), removed again when the pod goes."""
+        # Pods start on threads of their own: two pods of a job that mount
+        # the same path must not both find it missing and both make it.
+        with MOUNT_POINTS_LOCK:
+            self._make_target(src, dst)
+
+    def _make_target(self, src, dst):
         if os.path.lexists(dst):
             if dst in self.kubelet.links and dst not in self.links:
                 # made for another pod (every container's /dev/termination-log,

@@ -233,7 +233,7 @@ TEST_F(InformerTest, ABrokenWatchListsAgain) {
 // second from every informer.
 TEST_F(InformerTest, AFailingWatchIsRetriedWithGrowingPausesNotAtOnce) {
   Start();
-  fake_.FailNext("WATCH", kPods, 1000, 429);
+  fake_.FailNext("WATCH", kPods, 1000, 500);
   fake_.EndWatches();
   const int lists_before = informer_->lists();
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));
@@ -244,6 +244,23 @@ TEST_F(InformerTest, AFailingWatchIsRetriedWithGrowingPausesNotAtOnce) {
   fake_.ClearFailures();
   fake_.Create(kPods, Pod("after"));
   ASSERT_TRUE(Eventually([&] { return Saw("after"); }));
+}
+
+// 429: the server turned the watch away unread, and our resourceVersion is
+// still good: watch again after a pause, without a LIST that would only add
+// to the load of a server that is shedding it.
+TEST_F(InformerTest, AThrottledWatchIsRetriedAfterAPauseWithoutListingAgain) {
+  Start();
+  const int lists_before = informer_->lists();
+  const size_t watches_before = fake_.RequestsTo("WATCH", kPods).size();
+  fake_.FailNext("WATCH", kPods, 2, 429);
+  const auto start = std::chrono::steady_clock::now();
+  fake_.EndWatches();
+  fake_.Create(kPods, Pod("after"));
+  ASSERT_TRUE(Eventually([&] { return Saw("after"); }));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(800 + 1600));
+  EXPECT_EQ(informer_->lists(), lists_before);
+  EXPECT_EQ(fake_.RequestsTo("WATCH", kPods).size(), watches_before + 3);
 }
 
 TEST_F(InformerTest, AFailingListIsRetriedAndNotSyncedUntilItWorks) {

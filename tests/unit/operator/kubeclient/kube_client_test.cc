@@ -640,5 +640,39 @@ TEST_F(KubeClientHttpsTest, WatchHttpErrorAtStart) {
   EXPECT_EQ(r.Describe(), "410 Gone: too old resource version: 1 (42)");
 }
 
+// 429 Too Many Requests: the request (a write too) is sent again after the
+// server's Retry-After, and the caller sees only the answer that came through.
+TEST_F(KubeClientHttpsTest, ThrottledRequestWaitsRetryAfterThenRetries) {
+  ServerProcess* server = Server("main");
+  ASSERT_NE(server, nullptr);
+  auto client = Client(Config(server));
+  Response r;
+  const auto start = Clock::now();
+  Status s = client->Post("/throttled/2/post?retryAfter=1", nlohmann::json::object(), &r);
+  const auto waited = Clock::now() - start;
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(r.code, 200) << r.Describe();
+  EXPECT_EQ(r.body["attempts"], 3);
+  EXPECT_GE(waited, std::chrono::seconds(2));  // twice Retry-After
+  EXPECT_LT(waited, std::chrono::seconds(10));
+}
+
+// A server that never lets up: the client gives up after client-go's 10
+// retries, each after a pause even when Retry-After says 0, and returns it.
+TEST_F(KubeClientHttpsTest, ThrottledWithoutEndGivesUpAfterTenRetriesWithoutSpinning) {
+  ServerProcess* server = Server("main");
+  ASSERT_NE(server, nullptr);
+  auto client = Client(Config(server));
+  Response r;
+  const auto start = Clock::now();
+  Status s = client->Get("/throttled/1000/get?retryAfter=0", &r);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(r.code, 429);
+  EXPECT_EQ(r.retry_after_seconds, 0);
+  EXPECT_EQ(r.body["details"]["attempts"], 1 + kMaxThrottledRetries);
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(kMaxThrottledRetries * 200));
+  EXPECT_EQ(r.Describe(), "429 Too Many Requests: Too many requests, please try again later.");
+}
+
 }  // namespace
 }  // namespace kubeps::kube
