@@ -225,19 +225,39 @@ std::optional<UserContainer> ReadUserContainer(const json& container, int index,
   return user;
 }
 
-// No container of the worker template may take the sidecar's name.
+// No main container of the worker template may take the sidecar's name.
+// An init container of that name is the sidecar's own entry: it may set the
+// agent's image and resources (a namespace whose ResourceQuota wants
+// requests or limits refuses a pod whose containers lack them), and nothing
+// else, since kubeps sets how the agent runs.
 void CheckReservedNames(const json& pod_spec, std::vector<FieldError>* errors) {
   for (const char* list : {"containers", "initContainers"}) {
     auto it = pod_spec.find(list);
     if (it == pod_spec.end() || !it->is_array()) continue;
+    const bool init = std::string(list) == "initContainers";
     for (size_t i = 0; i < it->size(); ++i) {
       const json& container = (*it)[i];
-      if (container.is_object() && container.value("name", json()) == kAgentContainerName) {
+      if (!container.is_object() || container.value("name", json()) != kAgentContainerName) {
+        continue;
+      }
+      const std::string at =
+          Index(std::string("spec.replicaSpecs.worker.template.spec.") + list, i);
+      if (!init) {
+        errors->push_back({at + ".name", std::string("\"") + kAgentContainerName +
+                                             "\" is the name of the kubeps agent that runs beside "
+                                             "your program; name this container otherwise"});
+        continue;
+      }
+      for (const auto& [field, value] : container.items()) {
+        if (field == "name" || field == "image" || field == "resources") continue;
+        errors->push_back({at + "." + field, std::string("the agent's own entry (") +
+                                                 kAgentContainerName +
+                                                 ") may set only image and resources; kubeps "
+                                                 "sets how the agent runs"});
+      }
+      if (container.contains("resources") && !container["resources"].is_object()) {
         errors->push_back(
-            {Index(std::string("spec.replicaSpecs.worker.template.spec.") + list, i) + ".name",
-             std::string("\"") + kAgentContainerName +
-                 "\" is the name of the kubeps agent that runs beside your program; name this "
-                 "container otherwise"});
+            {at + ".resources", "must be a mapping, got " + container["resources"].dump()});
       }
     }
   }

@@ -202,8 +202,25 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
     // expands its $(VAR) references); kubeps' agent serves it from a native
     // sidecar (an init container with restartPolicy Always).
     AddSocketDir(main);
-    json sidecar = {
-        {"name", api::kAgentContainerName}, {"image", images.agent}, {"restartPolicy", "Always"}};
+    // The template's own entry for the agent (its image, its resources) is
+    // what the sidecar is built on.
+    json inits = spec_json.value("initContainers", json::array());
+    json sidecar = json::object();
+    for (auto it = inits.begin(); it != inits.end(); ++it) {
+      if (it->value("name", "") == api::kAgentContainerName) {
+        sidecar = *it;
+        inits.erase(it);
+        break;
+      }
+    }
+    sidecar["name"] = api::kAgentContainerName;
+    if (!sidecar.contains("image")) sidecar["image"] = images.agent;
+    sidecar["restartPolicy"] = "Always";
+    // Requested by default, as service meshes do for theirs: a namespace
+    // whose ResourceQuota counts requests refuses a container without them.
+    if (!sidecar.contains("resources")) {
+      sidecar["resources"] = {{"requests", {{"cpu", "100m"}, {"memory", "128Mi"}}}};
+    }
     SetKubepsProcess(sidecar, launch);
     AddSocketDir(sidecar);
     // Kubernetes starts the main containers once this probe passed: the
@@ -215,7 +232,6 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
         {"failureThreshold", 600}};
     SameUser(main, &sidecar, &spec_json);
     RestrictedByDefault(sidecar);
-    json inits = spec_json.value("initContainers", json::array());
     inits.push_back(sidecar);
     spec_json["initContainers"] = inits;
     json volumes = spec_json.value("volumes", json::array());

@@ -232,13 +232,26 @@ TEST(UserContainerTest, VolumeMountsAndResourcesHaveTheirShape) {
               ElementsAre(kContainer + ".resources: must be a mapping, got 2"));
 }
 
-TEST(UserContainerTest, TheAgentsNameIsReserved) {
-  EXPECT_THAT(Errors(Replace(kOwnProgram, "          containers:\n",
-                             "          initContainers:\n            - {name: kubeps-agent, "
-                             "image: x}\n          containers:\n")),
-              ElementsAre("spec.replicaSpecs.worker.template.spec.initContainers[0].name: "
+TEST(UserContainerTest, TheAgentsNameIsReservedForItsOwnEntry) {
+  EXPECT_THAT(Errors(Replace(kOwnProgram, "- name: trainer", "- name: kubeps-agent")),
+              ElementsAre("spec.replicaSpecs.worker.template.spec.containers[0].name: "
                           "\"kubeps-agent\" is the name of the kubeps agent that runs beside "
                           "your program; name this container otherwise"));
+  // Its own entry, among the init containers, sets its image and resources
+  // (a quota that wants requests), and nothing else.
+  EXPECT_THAT(Errors(Replace(kOwnProgram, "          containers:\n",
+                             "          initContainers:\n            - {name: kubeps-agent, "
+                             "image: x, resources: {requests: {cpu: 200m}}}\n"
+                             "          containers:\n")),
+              ElementsAre());
+  EXPECT_THAT(Errors(Replace(kOwnProgram, "          containers:\n",
+                             "          initContainers:\n            - {name: kubeps-agent, "
+                             "command: [sh], resources: 2}\n          containers:\n")),
+              ElementsAre("spec.replicaSpecs.worker.template.spec.initContainers[0].command: the "
+                          "agent's own entry (kubeps-agent) may set only image and resources; "
+                          "kubeps sets how the agent runs",
+                          "spec.replicaSpecs.worker.template.spec.initContainers[0].resources: "
+                          "must be a mapping, got 2"));
 }
 
 // A built-in model's container is kubeps' own: image, resources, env and

@@ -148,6 +148,29 @@ TEST(UserCodePodTest, TheTemplatesOwnInitContainersRunFirst) {
   EXPECT_EQ(pod["spec"]["initContainers"][1]["name"], "kubeps-agent");
 }
 
+// A namespace whose ResourceQuota counts requests refuses a container
+// without them: the agent asks for a little by default, and the template's
+// own entry for it sets its image and resources (before: none, and no way
+// to give it any).
+TEST(UserCodePodTest, TheAgentHasResourcesTheTemplateMaySet) {
+  json agent = Worker(Job())["spec"]["initContainers"][0];
+  ASSERT_EQ(agent["name"], "kubeps-agent");
+  EXPECT_EQ(agent["resources"], json::parse(R"({"requests": {"cpu": "100m", "memory": "128Mi"}})"));
+  json pod = Worker(
+      Job("          initContainers: [{name: fetch, image: busybox, command: [\"true\"]},\n"
+          "            {name: kubeps-agent, image: mirror.example/agent:1,\n"
+          "             resources: {requests: {cpu: 1}, limits: {cpu: 2, memory: 1Gi}}}]\n"));
+  ASSERT_EQ(pod["spec"]["initContainers"].size(), 2u) << "the entry is the sidecar, not another";
+  EXPECT_EQ(pod["spec"]["initContainers"][0]["name"], "fetch");
+  agent = pod["spec"]["initContainers"][1];
+  EXPECT_EQ(agent["name"], "kubeps-agent");
+  EXPECT_EQ(agent["image"], "mirror.example/agent:1");
+  EXPECT_EQ(agent["restartPolicy"], "Always");
+  EXPECT_EQ(agent["command"], json::array({"kubeps-agent", "--serve"}));
+  EXPECT_EQ(agent["resources"]["limits"]["memory"], "1Gi");
+  EXPECT_EQ(agent["resources"]["requests"]["cpu"], 1);
+}
+
 TEST(UserCodePodTest, ServersAndSchedulerAreUnchanged) {
   api::TrainingJob job = Job();
   json pod = BuildPod(kId, job, Launch(job, {ReplicaRole::kServer, 0}), 0, ImageSet{});
