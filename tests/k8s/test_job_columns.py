@@ -10,8 +10,8 @@ import math
 import re
 import unittest
 
-from operator_harness import Operator, apply, training_job
-from test_operator import OperatorTestCase, new_cluster
+from operator_harness import apply, training_job
+from test_operator import SharedClusterTestCase
 
 CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/trainingjobs.kubeps.io"
 COLUMNS = ["NAME", "PHASE", "WORKERS", "STEP", "STEPS/S", "PROGRESS", "ETA", "LOSS", "ACCURACY",
@@ -23,21 +23,7 @@ def words(text):
     return " ".join(text.split())
 
 
-class JobColumnsTest(OperatorTestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.c = new_cluster()
-        try:
-            cls.op = Operator(cls.c)
-        except Exception:
-            cls.c.stop()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.op.stop()
-        cls.c.stop()
-
+class JobColumnsTest(SharedClusterTestCase):
     def test_get_shows_a_finished_jobs_last_step_progress_and_accuracy(self):
         c, name, steps = self.c, "columns", 300
         apply(c, training_job(name, max_steps=steps, servers=1))

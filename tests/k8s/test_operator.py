@@ -1,12 +1,9 @@
-"""Tests of kubeps-operator against the emulated cluster (the emulator package, emulator/): the real
-operator binary, the real kubectl, real kubeps-server/kubeps-agent pods
-training on the real Fashion-MNIST files.
-
+"""Tests of kubeps-operator against the emulated cluster (emulator/): the real operator binary, the
+real kubectl, real kubeps-server/kubeps-agent pods training on the real Fashion-MNIST files.
     KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_operator   (from tests/k8s)
 
-Jobs are kept short: the cluster passes KUBEPS_MAX_STEPS=100 to every pod, and
-jobs that must run longer set KUBEPS_MAX_STEPS in their worker pod template.
-"""
+Jobs are kept short: the cluster passes KUBEPS_MAX_STEPS=100 to every pod, and jobs that must
+run longer set KUBEPS_MAX_STEPS in their worker pod template."""
 import json
 import os
 import re
@@ -97,9 +94,8 @@ class OperatorTestCase(unittest.TestCase):
         self.c.kubectl("delete", "tj", name, "--ignore-not-found", "--wait=false")
 
 
-class OperatorTest(OperatorTestCase):
-    """One cluster and one operator (no leader election) for several jobs."""
-
+class SharedClusterTestCase(OperatorTestCase):
+    """One cluster and one operator (no leader election) for the class's jobs."""
     @classmethod
     def setUpClass(cls):
         cls.c = new_cluster()
@@ -113,6 +109,10 @@ class OperatorTest(OperatorTestCase):
     def tearDownClass(cls):
         cls.op.stop()
         cls.c.stop()
+
+
+class OperatorTest(SharedClusterTestCase):
+    pass
 
     # -- 1. the documented user path
 

@@ -12,9 +12,9 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from operator_harness import (Operator, apply, condition, events_of, get_job,  # noqa: E402
+from operator_harness import (apply, condition, events_of, get_job,  # noqa: E402
                               training_job)
-from test_operator import OperatorTestCase, new_cluster  # noqa: E402
+from test_operator import SharedClusterTestCase  # noqa: E402
 
 MISSING_IMAGE = "registry.invalid/kubeps/agent:1"
 
@@ -34,23 +34,7 @@ def with_worker_image(job, image):
     return job
 
 
-class PodStartTest(OperatorTestCase):
-    """One cluster and one operator for every job here."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.c = new_cluster()
-        try:
-            cls.op = Operator(cls.c)
-        except Exception:
-            cls.c.stop()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.op.stop()
-        cls.c.stop()
-
+class PodStartTest(SharedClusterTestCase):
     def failed_condition(self, name):
         job = self.wait_phase(name, "Failed", timeout=90)
         failed = condition(job, "Failed")

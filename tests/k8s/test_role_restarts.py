@@ -14,9 +14,9 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from operator_harness import (Operator, apply, condition, job_pods, kubelet_output,  # noqa: E402
+from operator_harness import (apply, condition, job_pods, kubelet_output,  # noqa: E402
                               training_job)  # noqa: E402
-from test_operator import OperatorTestCase, live, new_cluster, replica_key  # noqa: E402
+from test_operator import SharedClusterTestCase, live, replica_key  # noqa: E402
 
 # Long enough (10 to 30 s) that the stop lands mid-job on a loaded machine, short enough
 # for the suite: the workers stop at this step.
@@ -27,21 +27,7 @@ TROUBLE = ("could not tell the scheduler", "not the registered worker", "rpc Fin
            "backoffLimit")
 
 
-class RoleRestartTest(OperatorTestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.c = new_cluster()
-        try:
-            cls.op = Operator(cls.c)
-        except Exception:
-            cls.c.stop()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.op.stop()
-        cls.c.stop()
-
+class RoleRestartTest(SharedClusterTestCase):
     def diag(self, job=None):
         """The operator's log, the pods, and the log of each pod of `job`."""
         parts = [super().diag(job)]
