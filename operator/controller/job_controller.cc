@@ -177,8 +177,11 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     return status;
   }
 
-  if (status.workers.succeeded == job_.spec.worker.replicas)
+  const bool job_over = SchedulerSawTheJobOver(observed);
+  if (status.workers.succeeded == job_.spec.worker.replicas ||
+      (job_over && status.workers.active == 0))
     return FinishJob(std::move(status), observed, now_ms);
+  if (job_over) return WaitForWorkersAfterJobOver(std::move(status), observed, now_ms);
 
   // Create what is missing; decide about what failed.
   const std::string scheduler_address = cluster_->SchedulerAddress();
@@ -276,6 +279,35 @@ std::string JobController::StartTimeoutNote() const {
 bool JobController::EndedBeforeTheWorkers(const ReplicaStatus& replica) {
   return replica.name.role != ReplicaRole::kWorker && replica.phase == ReplicaPhase::kSucceeded &&
          !IsJobOverReason(replica.reason);
+}
+
+// The scheduler says JobOver only once every worker has told it that it
+// finished: a worker that fails after that (killed on its way out) lost
+// nothing, and restarting it would leave it waiting for a scheduler that is
+// gone.
+bool JobController::SchedulerSawTheJobOver(const std::map<ReplicaName, ReplicaStatus>& observed) {
+  auto it = observed.find(ReplicaName{ReplicaRole::kScheduler, 0});
+  return it != observed.end() && it->second.phase == ReplicaPhase::kSucceeded &&
+         IsJobOverReason(it->second.reason);
+}
+
+// Workers still there after the scheduler saw every one finish are on their
+// way out (a last evaluation, their final words): waited for as long as
+// servers are, then stopped. None is started again.
+JobStatus JobController::WaitForWorkersAfterJobOver(
+    JobStatus status, const std::map<ReplicaName, ReplicaStatus>& observed, int64_t now_ms) {
+  if (workers_done_at_ms_ < 0) workers_done_at_ms_ = now_ms;
+  if (now_ms - workers_done_at_ms_ >= kLingerMs)
+    return FinishJob(std::move(status), observed, now_ms);
+  std::vector<ReplicaName> left;
+  for (const auto& [name, r] : observed) {
+    if (name.role == ReplicaRole::kWorker && IsActive(r)) left.push_back(name);
+  }
+  status.phase = JobPhase::kRunning;
+  status.reason = "WorkersSucceeded";
+  status.message =
+      "the scheduler saw every worker finish; waiting for " + JoinNames(left) + " to exit";
+  return status;
 }
 
 std::string JobController::RunningMessage(

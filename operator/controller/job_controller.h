@@ -92,6 +92,10 @@ class JobController {
   // A server or the scheduler that exited 0 without being told the job is
   // over: a failure, like any other exit of theirs.
   static bool EndedBeforeTheWorkers(const ReplicaStatus& replica);
+  static bool SchedulerSawTheJobOver(const std::map<ReplicaName, ReplicaStatus>& observed);
+  JobStatus WaitForWorkersAfterJobOver(JobStatus status,
+                                       const std::map<ReplicaName, ReplicaStatus>& observed,
+                                       int64_t now_ms);
   // Every worker has succeeded: waits for the servers and the scheduler to
   // exit on their own, or stops them; done when the job has succeeded.
   JobStatus FinishJob(JobStatus status, const std::map<ReplicaName, ReplicaStatus>& observed,

@@ -20,6 +20,7 @@ import json
 import random
 import time
 
+from emulator.realism import GC_DELAY, WATCH_DELAY
 from operator_harness import (OPERATOR_USER, PODS, TJ, Operator, apply, job_pods,
                               kubelet_output, training_job)
 
@@ -33,8 +34,6 @@ MIX = [REPLACE, DELETE_FINISHED, FINISH, DEADLINE, REPLACE, FINISH, DELETE_FINIS
 TERMINAL = ("Succeeded", "Failed")
 OWNED_KINDS = {"pods": PODS, "services": "/api/v1/namespaces/default/services",
                "secrets": "/api/v1/namespaces/default/secrets"}
-WATCH_DELAY = {"trainingjobs": 1.0, "pods": 0.3, "services": 0.2, "secrets": 0.2}
-GC_DELAY = 3.0
 
 
 def every_setting_on(cluster):

@@ -7,12 +7,13 @@ from test_operator import OperatorTestCase, new_cluster
 
 class OwnClusterTestCase(OperatorTestCase):
     start_operator = True   # False: the test starts it (self.op = Operator(self.c))
+    cluster_options = {}    # for new_cluster()
 
     def prepare_cluster(self):
         """Runs before the operator starts: settings, namespaces."""
 
     def setUp(self):
-        self.c = new_cluster()
+        self.c = new_cluster(**self.cluster_options)
         self.op = None
         try:
             self.prepare_cluster()

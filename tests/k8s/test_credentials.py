@@ -25,6 +25,7 @@ REFUSED = "refuses this operator's credentials"
 
 class TokenRotationTest(OwnClusterTestCase):
     start_operator = False
+    cluster_options = {"rotate_tokens": False}   # these tests are the kubelet here
 
     def start_ready_operator(self):
         self.op = Operator(self.c)

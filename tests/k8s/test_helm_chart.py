@@ -47,6 +47,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "tools", "helm_render"))
+from emulator import realism  # noqa: E402
 from emulator.cluster import Cluster  # noqa: E402
 import helmrender  # noqa: E402
 
@@ -270,6 +271,7 @@ class HelmChartTest(unittest.TestCase):
         the operator runs in the emulated cluster and finishes a job."""
         port = free_port()
         with Cluster(bin_dirs=[BIN], rbac=True, pass_env=["KUBEPS_MAX_STEPS"],
+                     realism=realism.wanted(),
                      images={"kubeps/operator": os.path.join(BIN, "kubeps-operator")}) as c:
             c.kubectl("apply", "-f", "-", input=monitoring_crds())
             text = self.render()
@@ -305,6 +307,7 @@ class HelmChartTest(unittest.TestCase):
         port = free_port()
         operator_image = "registry.example.com/ml/kubeps-operator"
         with Cluster(bin_dirs=[BIN], rbac=True, pass_env=["KUBEPS_MAX_STEPS"],
+                     realism=realism.wanted(),
                      images={operator_image: os.path.join(BIN, "kubeps-operator")}) as c:
             c.kubectl("apply", "-f", "-", input=monitoring_crds())
             text = self.render(NON_DEFAULT)

@@ -1,7 +1,6 @@
 """Tests of kubeps-operator against the emulated cluster (emulator/): the real operator binary, the
 real kubectl, real kubeps-server/kubeps-agent pods training on the real Fashion-MNIST files.
-    KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_operator   (from tests/k8s)
-
+KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_operator   (from tests/k8s)
 Jobs are kept short: the cluster passes KUBEPS_MAX_STEPS=100 to every pod, and jobs that must
 run longer set KUBEPS_MAX_STEPS in their worker pod template."""
 import json
@@ -15,6 +14,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from emulator import realism  # noqa: E402
 from emulator.cluster import Cluster  # noqa: E402
 from emulator.client import ApiError  # noqa: E402
 from operator_harness import (BIN, DEPLOY, LEASE, OPERATOR_USER, PODS, TJ, Operator,  # noqa: E402
@@ -30,7 +30,7 @@ ROLES = {"scheduler": "scheduler", "server": "ps", "worker": "worker"}
 def new_cluster(**kwargs):
     os.environ["KUBEPS_MAX_STEPS"] = MAX_STEPS
     c = Cluster(bin_dirs=[BIN], rbac=True, stream_logs=True, pass_env=["KUBEPS_MAX_STEPS"],
-                backoff=0.3, **kwargs).start()
+                backoff=0.3, realism=realism.wanted(), **kwargs).start()
     try:
         c.kubectl("apply", "-f", os.path.join(DEPLOY, "crd") + "/",
                   "-f", os.path.join(DEPLOY, "rbac") + "/")
@@ -225,11 +225,11 @@ class OperatorTest(SharedClusterTestCase):
         c, name = self.c, "onfail"
         before = metric(self.op.metrics(), "kubeps_operator_replica_restarts_total",
                         job=name, namespace="default") or 0
-        apply(c, training_job(name, epochs=1, max_steps=700, restart_policy="OnFailure",
+        apply(c, training_job(name, epochs=5, max_steps=2000, restart_policy="OnFailure",
                               backoff_limit=3))
         self.wait_phase(name, "Running", timeout=90)
         pid = self.wait_running_pid(name, "worker-0")
-        time.sleep(1.0)   # let it train a little
+        time.sleep(1.0)   # let it train a little: 2000 steps last long past the kill, even late
         os.kill(pid, signal.SIGKILL)
 
         r1 = c.wait_for(lambda: c.pod(name + "-worker-0-r1"), timeout=60,
@@ -265,7 +265,7 @@ class OperatorTest(SharedClusterTestCase):
 
     def test_killed_worker_fails_job_under_never(self):
         c, name = self.c, "never"
-        apply(c, training_job(name, epochs=1, max_steps=5000, restart_policy="Never"))
+        apply(c, training_job(name, epochs=20, max_steps=5000, restart_policy="Never"))
         self.wait_phase(name, "Running", timeout=90)
         pid = self.wait_running_pid(name, "worker-0")
         time.sleep(0.5)
@@ -299,7 +299,7 @@ class OperatorTest(SharedClusterTestCase):
 
     def test_backoff_limit_counts_every_restart(self):
         c, name = self.c, "backoff"
-        apply(c, training_job(name, epochs=1, max_steps=5000, restart_policy="OnFailure",
+        apply(c, training_job(name, epochs=20, max_steps=5000, restart_policy="OnFailure",
                               backoff_limit=1))
         self.wait_phase(name, "Running", timeout=90)
         first = self.wait_running_pid(name, "worker-1")
@@ -495,7 +495,7 @@ class OperatorRestartTest(OperatorTestCase):
         poller.start()
         try:
             self.op = Operator(c, name="operator-1")
-            apply(c, training_job(name, epochs=1, max_steps=900))
+            apply(c, training_job(name, epochs=4, max_steps=1800))
             # kill it first while it creates the job's objects...
             c.wait_for(lambda: job_pods(c, name), timeout=60, what="a first pod")
             self.op.signal(signal.SIGKILL)
@@ -549,7 +549,7 @@ class WatchRecoveryTest(OperatorTestCase):
     def test_watch_cut_and_410_gone(self):
         c, name = self.c, "watchcut"
         self.op = Operator(c)
-        apply(c, training_job(name, epochs=1, max_steps=700))
+        apply(c, training_job(name, epochs=6, max_steps=2500))   # long enough to outlast a relist
         self.wait_phase(name, "Running", timeout=90)
         # the connections dropped while it runs: it lists and watches again
         cut = c.hook("cut-watches", mode="abort")

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from . import client, kubeconfig
+from . import client, kubeconfig, realism
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # the folder that holds this package: on the children's PYTHONPATH
@@ -63,7 +63,8 @@ class Cluster:
     _started = 0
     def __init__(self, bin_dirs=(), images=None, kubelet=True, rbac=False, directory=None,
                  event_window=1000, bookmark_interval=5.0, isolation=None, host_dns=None,
-                 stream_logs=False, pass_env=(), backoff=1.0, keep=False, missing_images=()):
+                 stream_logs=False, pass_env=(), backoff=1.0, keep=False, missing_images=(),
+                 realism=False, rotate_tokens=True):
         self.bin_dirs = [os.path.abspath(d) for d in bin_dirs]
         self.images = images or {}
         self.with_kubelet = kubelet
@@ -79,6 +80,12 @@ class Cluster:
         # fnmatch patterns of images no registry has: the kubelet's pulls fail
         self.missing_images = list(missing_images)
         self.backoff = backoff
+        # every realism setting on from the start (realism.py; the operator
+        # suite asks for it under KUBEPS_EMULATOR_REALISM=all); rotate_tokens
+        # False: the test rotates the operator's token itself
+        self.realism = realism
+        self.rotate_tokens = rotate_tokens
+        self.token_rotator = None
         self.keep = keep or bool(os.environ.get("KUBEPS_EMULATOR_KEEP"))
         # Service IPs from 127.<octet>.0.0/16 and pod IPs from 127.<octet+1>.x.y,
         # different for every cluster this process tree starts, so clusters
@@ -119,6 +126,8 @@ class Cluster:
         self.client = client.Client.from_kubeconfig(self.kubeconfig)
         if self.with_kubelet:
             self.start_kubelet()
+        if self.realism:
+            self.token_rotator = realism.turn_on(self, rotate_tokens=self.rotate_tokens)
         return self
 
     def start_kubelet(self):
@@ -155,6 +164,9 @@ class Cluster:
                                os.path.join(self.dir, "kubelet.log"))
 
     def stop(self):
+        if self.token_rotator is not None:
+            self.token_rotator.stop()
+            self.token_rotator = None
         self._procs = (self.kubelet, self.apiserver)
         for proc in self._procs:
             if proc is None or proc.poll() is not None:
@@ -231,17 +243,27 @@ class Cluster:
         does for a projected token: the new one is written over the token
         file (unless write_file is False: a kubelet that stopped refreshing
         it), and the old one is refused from now on when expire_old."""
-        path = os.path.join(self.dir, "operator-token", "token")
-        with open(path) as f:
-            old = f.read().strip()
+        path = self.operator_token_path()
+        old = self.operator_token()
         new = base64.b32encode(os.urandom(20)).decode().lower().rstrip("=")
         user, groups = kubeconfig.OPERATOR_IDENTITY
         self.client.post("/_emulator/token", {"token": new, "user": user, "groups": groups})
         if write_file:
             kubeconfig.write_token_file(path, new)
         if expire_old:
-            self.client.post("/_emulator/expire-token", {"token": old})
+            self.expire_token(old)
         return new
+
+    def operator_token_path(self):
+        return os.path.join(self.dir, "operator-token", "token")
+
+    def operator_token(self):
+        with open(self.operator_token_path()) as f:
+            return f.read().strip()
+
+    def expire_token(self, token):
+        """The API server refuses `token` (401) from now on."""
+        self.client.post("/_emulator/expire-token", {"token": token})
 
     def hook(self, name, **query):
         path = "/_emulator/" + name

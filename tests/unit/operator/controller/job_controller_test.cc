@@ -17,6 +17,7 @@
 namespace kubeps::controller {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -412,6 +413,42 @@ TEST_F(JobControllerTest, ServersExitingZeroBeforeWorkersAreDoneIsNotAFailure) {
   cluster_.Set(Worker(1), ReplicaPhase::kSucceeded);
   status = controller_->Reconcile(200);
   EXPECT_EQ(status.phase, JobPhase::kSucceeded);
+}
+
+// The scheduler ends with JobOver only once every worker has told it that it
+// finished: a worker killed after that (on its way out; the test saw this
+// under late watch events) lost nothing. Before, the job logic restarted it
+// against a scheduler that was gone, and the job stayed Running.
+TEST_F(JobControllerTest, AWorkerKilledAfterTheSchedulerSawEveryWorkerFinishIsNotRestarted) {
+  StartRunning();
+  for (const ReplicaName& name : {Scheduler(), Server(0), Server(1)}) {
+    cluster_.Set(name, ReplicaPhase::kSucceeded);
+    cluster_.replicas[name].reason = kReasonJobOver;
+  }
+  cluster_.Set(Worker(0), ReplicaPhase::kFailed, 137);
+  cluster_.Set(Worker(1), ReplicaPhase::kSucceeded);
+  JobStatus status = controller_->Reconcile(100);
+  EXPECT_EQ(status.phase, JobPhase::kSucceeded) << status.reason << ": " << status.message;
+  EXPECT_THAT(cluster_.created, IsEmpty()) << "a worker was restarted after the job was over";
+}
+
+// A worker restarted a moment before the operator saw the scheduler's
+// JobOver would wait for it in vain: it gets the servers' linger, no more.
+TEST_F(JobControllerTest, AWorkerStillThereAfterJobOverIsStoppedAfterTheLinger) {
+  StartRunning();
+  for (const ReplicaName& name : {Scheduler(), Server(0), Server(1)}) {
+    cluster_.Set(name, ReplicaPhase::kSucceeded);
+    cluster_.replicas[name].reason = kReasonJobOver;
+  }
+  cluster_.Set(Worker(1), ReplicaPhase::kSucceeded);
+  JobStatus status = controller_->Reconcile(100);
+  EXPECT_EQ(status.phase, JobPhase::kRunning);
+  EXPECT_EQ(status.message, "the scheduler saw every worker finish; waiting for worker-0 to exit");
+  EXPECT_THAT(cluster_.deleted, IsEmpty());
+  status = controller_->Reconcile(100 + JobController::kLingerMs);
+  EXPECT_EQ(status.phase, JobPhase::kSucceeded) << status.message;
+  EXPECT_THAT(cluster_.deleted, Contains("worker-0"));
+  EXPECT_THAT(cluster_.created, IsEmpty());
 }
 
 // A SIGTERM handler that exits 0, a bug: before, the job logic took such a
