@@ -423,9 +423,11 @@ Status CppRestKubeClient::Do(const web::http::method& method, const std::string&
     } catch (const std::exception& e) {
       return TransportError(method, path, e);
     }
-    if (response->code == 429) {
-      // The server did nothing with the request (a write included): sending
-      // it again is safe, and waiting is what the server asked for.
+    if (response->code == 429 || (response->code >= 500 && response->retry_after_seconds >= 0)) {
+      // The server did nothing with the request (a write included), or, for
+      // a 5xx, asks to be asked again: client-go retries both (checkWait),
+      // and waiting is what the server asked for. A write that the 5xx hid
+      // having done comes back 409 or is recomputed by the next reconcile.
       if (throttled == kMaxThrottledRetries) {
         KLOG_ERROR << "kube: " << method << " " << path << ": still " << response->Describe()
                    << " after " << kMaxThrottledRetries << " retries";

@@ -26,8 +26,9 @@ signed by that CA.
   /watch/hang         one ADDED event, then nothing for 30 s
   /watch/gone         410 Gone (a Status object) before any event
   /watch/garbage      a line that is not JSON
-  /throttled/<n>/<key>[?retryAfter=s]
+  /throttled/<n>/<key>[?retryAfter=s][&code=503]
                       the first n requests (per key) get 429 TooManyRequests
+                      (or `code`, e.g. 503 ServiceUnavailable)
                       with Retry-After: s (none without it), then 200 and
                       {"attempts": requests so far}; a 429's Status details
                       hold "attempts" too
@@ -39,6 +40,7 @@ import ssl
 import sys
 import threading
 import time
+import urllib.parse
 
 from .http_server import StreamingHandler, ThreadingTLSServer
 
@@ -151,19 +153,24 @@ class EchoHandler(StreamingHandler):
 
     def throttled(self, path, query):
         _, _, n, key = path.split("/", 3)
+        params = urllib.parse.parse_qs(query)
+        code = int(params.get("code", ["429"])[0])
         with throttled_lock:
             attempts = throttled_attempts[key] = throttled_attempts.get(key, 0) + 1
         if attempts > int(n):
             return self.send_json(200, {"attempts": attempts})
+        reason, message = (("TooManyRequests", "Too many requests, please try again later.")
+                           if code == 429 else
+                           ("ServiceUnavailable", "the server is currently unable to handle "
+                            "the request"))
         data = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                           "message": "Too many requests, please try again later.",
-                           "reason": "TooManyRequests", "code": 429,
+                           "message": message, "reason": reason, "code": code,
                            "details": {"attempts": attempts}}).encode()
-        self.send_response(429)
+        self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        if query.startswith("retryAfter="):
-            self.send_header("Retry-After", query[len("retryAfter="):])
+        if "retryAfter" in params:
+            self.send_header("Retry-After", params["retryAfter"][0])
         self.end_headers()
         self.wfile.write(data)
 

@@ -657,6 +657,26 @@ TEST_F(KubeClientHttpsTest, ThrottledRequestWaitsRetryAfterThenRetries) {
   EXPECT_LT(waited, std::chrono::seconds(10));
 }
 
+// A 5xx that says when to come back (a starting or overloaded API server
+// answers 503 with Retry-After) is retried as client-go does; one without
+// Retry-After is the caller's to handle, at once.
+TEST_F(KubeClientHttpsTest, ServerErrorWithRetryAfterIsRetriedAndWithoutItIsNot) {
+  ServerProcess* server = Server("main");
+  ASSERT_NE(server, nullptr);
+  auto client = Client(Config(server));
+  Response r;
+  Status s =
+      client->Post("/throttled/1/unavailable?retryAfter=1&code=503", nlohmann::json::object(), &r);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(r.code, 200) << r.Describe();
+  EXPECT_EQ(r.body["attempts"], 2);
+
+  s = client->Get("/throttled/1/broken?code=500", &r);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(r.code, 500);
+  EXPECT_EQ(r.body["details"]["attempts"], 1);
+}
+
 // A server that never lets up: the client gives up after client-go's 10
 // retries, each after a pause even when Retry-After says 0, and returns it.
 TEST_F(KubeClientHttpsTest, ThrottledWithoutEndGivesUpAfterTenRetriesWithoutSpinning) {
