@@ -26,6 +26,7 @@ class [[nodiscard]] Status {
     kGone,                // history compacted away (HTTP 410): list again
     kFailedPrecondition,  // a call out of order (before its setup, or twice)
     kInternal,            // a broken invariant, or a peer that broke its protocol
+    kResourceExhausted,   // over a quota: waits until it frees
   };
 
   Status() = default;
@@ -49,6 +50,9 @@ class [[nodiscard]] Status {
     return Status(Code::kFailedPrecondition, std::move(m));
   }
   static Status Internal(std::string m) { return Status(Code::kInternal, std::move(m)); }
+  static Status ResourceExhausted(std::string m) {
+    return Status(Code::kResourceExhausted, std::move(m));
+  }
   Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
 
   bool ok() const { return code_ == Code::kOk; }

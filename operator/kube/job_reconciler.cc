@@ -117,6 +117,8 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   }
 
   if (Status s = EnsureOwnedObjects(id, spec, &state); !s.ok()) {
+    if (s.code() == Status::Code::kResourceExhausted)
+      return WaitForQuota(job, status, s.message(), &state, result);
     if (s.code() != Status::Code::kFailedPrecondition) return s;
     return FailJob(job, "CreateFailed", s.message(), result);
   }
@@ -311,6 +313,24 @@ Status JobReconciler::FailJob(const json& job, const std::string& reason,
   return Write(job, status, result);
 }
 
+// A Service or the Secret refused for exceeded quota: the job says so, as
+// for a pod, and looks again later (the operator does not watch quotas).
+Status JobReconciler::WaitForQuota(const json& job, const api::TrainingJobStatus& status,
+                                   const std::string& message, JobState* state,
+                                   ReconcileResult* result) {
+  const std::string object = message.substr(0, message.find(" waits for quota"));
+  if (state->quota_refusals_reported.insert(object).second)
+    RecordEvent(job, "Warning", "ExceededQuota", message);
+  api::TrainingJobStatus next = status;
+  next.phase = api::JobPhase::kCreated;
+  next.message = message;
+  api::SetPhaseCondition(&next.conditions, api::JobPhase::kCreated, "ExceededQuota", message,
+                         Rfc3339(Clock::now()));
+  result->requeue_after = kQuotaRecheck;
+  if (next.SameExceptTimes(status)) return Status::Ok();
+  return Write(job, next, result);
+}
+
 Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::TrainingJob& spec,
                                          JobState* state) {
   if (state->owned_objects_exist) return Status::Ok();
@@ -338,6 +358,10 @@ Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::Train
       if (Status s = client_->Get(path + "/" + name, &existing); !s.ok()) return s;
       if (existing.ok() && !OwnedBy(existing.body, id))
         return WaitForPredecessor(kind, existing.body);
+    } else if (ExceededQuota(created)) {
+      // As for pods: quota frees as other jobs end, or is raised.
+      return Status::ResourceExhausted(kind + " " + name + " waits for quota, the job goes on " +
+                                       "when it frees: " + created.Describe());
     } else if (!created.ok()) {
       const std::string message = "creating " + kind + " " + name + ": " + created.Describe();
       // Forbidden (RBAC, admission), a kind the cluster does not serve (no

@@ -55,7 +55,7 @@ class JobReconciler {
     int restarts_reported = 0;
     // "pod/reason" of every pod that could not start, said once in an Event.
     std::set<std::string> start_problems_reported;
-    std::set<std::string> quota_refusals_reported;   // pod names
+    std::set<std::string> quota_refusals_reported;   // pod names, "Service NAME"
     double last_steps = -1;                          // worker 0's step counter at the last probe
     std::optional<api::TrainingJobStatus> terminal;  // decided, not yet written
     std::chrono::steady_clock::time_point last_probe;
@@ -84,6 +84,11 @@ class JobReconciler {
   api::TrainingJobStatus BuildStatus(const nlohmann::json& job, const api::TrainingJobStatus& old,
                                      const api::TrainingJob& spec,
                                      const controller::JobStatus& observed) const;
+  // The job cannot create its Services or Secret for exceeded quota: it
+  // says so, and is reconciled again in kQuotaRecheck.
+  Status WaitForQuota(const nlohmann::json& job, const api::TrainingJobStatus& status,
+                      const std::string& message, JobState* state, ReconcileResult* result);
+  static constexpr std::chrono::milliseconds kQuotaRecheck{5000};
   // Fails the job at once, with `reason` and `message` in its condition.
   Status FailJob(const nlohmann::json& job, const std::string& reason, const std::string& message,
                  ReconcileResult* result);

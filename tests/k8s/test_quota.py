@@ -61,6 +61,29 @@ class ResourceQuotaTest(OwnClusterTestCase):
         self.wait_phase(name, "Succeeded", timeout=240)
         self.assertNotIn("Failed", phase_history(c).phases(name, uid))
 
+    def test_a_job_over_a_services_quota_waits_and_runs_once_it_is_raised(self):
+        """A quota on object counts refuses the job's second Service: before,
+        that failed the job (CreateFailed) as if the cluster could never run it."""
+        c, name = self.c, "svcquota"
+        self.quota("objects", {"services": "1", "count/secrets": "10"})   # the job needs 2
+        apply(c, training_job(name, max_steps=30))
+
+        def waiting():
+            created = condition(get_job(c, name), "Created") or {}
+            return created if created.get("reason") == "ExceededQuota" else None
+        created = c.wait_for(waiting, timeout=60, what="the job to say it waits for quota\n" +
+                             self.diag(name))
+        self.assertIn("exceeded quota: objects", created["message"])
+        self.assertIn("Service", created["message"])
+        self.assertTrue([e for e in events_of(c, name) if e["reason"] == "ExceededQuota"])
+        self.assertEqual(job_pods(c, name), [])
+        self.assertEqual(c.client.get(QUOTAS + "/objects")["status"]["used"]["services"], "1")
+
+        c.client.put(QUOTAS + "/objects", {"metadata": {"name": "objects"},
+                                           "spec": {"hard": {"services": "10"}}})
+        self.wait_phase(name, "Succeeded", timeout=240)
+        self.assertNotIn("Failed", phase_history(c).phases(name, get_job(c, name)["metadata"]["uid"]))
+
     def test_requests_quota_admits_a_job_that_sets_requests_and_fails_one_that_cannot(self):
         c = self.c
         self.quota("compute", {"requests.cpu": "4", "requests.memory": "4Gi",

@@ -98,8 +98,8 @@ class Api(Admission, CustomResources, GarbageCollector):
             entry["seq"] = self.requests_logged
             self.requests.append(entry)
     def _after_put(self, rtype, obj):
-        """A pod or a ResourceQuota changed: the namespace's quota usage follows."""
-        if rtype.key in (("", "pods"), ("", "resourcequotas")):
+        """A ResourceQuota or what it counts changed: the namespace's quota usage follows."""
+        if rtype.group == "" and rtype.plural in resource_quota.COUNTED_PLURALS + ["resourcequotas"]:
             resource_quota.refresh_status(self, obj["metadata"].get("namespace", ""))
 
     def register(self, rtype):
@@ -179,6 +179,8 @@ class Api(Admission, CustomResources, GarbageCollector):
                 self._crd_established(obj)
             if (rtype.group, rtype.plural) == ("", "pods"):
                 self._admit_pod(obj, namespace)
+            elif rtype.group == "" and rtype.plural in resource_quota.COUNTED_PLURALS:
+                resource_quota.admit(self, obj, namespace, rtype.plural)
             obj["apiVersion"], obj["kind"] = rtype.gv, rtype.kind
             if self._dry_run(query):
                 obj["metadata"]["resourceVersion"] = ""

@@ -1,7 +1,8 @@
-"""ResourceQuota admission of pods, as the API server's quota plugin does it
-(k8s.io/apiserver quota admission with the core pod evaluator): every
-ResourceQuota of the pod's namespace limits, in spec.hard, the count of
-pods (`pods`, `count/pods`) and the sum of the containers' requests.cpu,
+"""ResourceQuota admission, as the API server's quota plugin does it
+(k8s.io/apiserver quota admission with the core evaluators): every
+ResourceQuota of the object's namespace limits, in spec.hard, the count of
+pods (`pods`, `count/pods`), of Services, Secrets and ConfigMaps (`services`,
+`count/services` and so on), and the sum of the containers' requests.cpu,
 requests.memory (also spelt cpu, memory), limits.cpu and limits.memory over
 the namespace's pods that have not finished (Succeeded and Failed pods no
 longer count).
@@ -14,7 +15,7 @@ longer count).
     resources only).
   * status.hard and status.used follow at once (the real quota controller
     catches up within seconds): on every pod admission, pod deletion and
-    write of a ResourceQuota.
+    write of a ResourceQuota, creation and deletion of what it counts.
 """
 import copy
 import re
@@ -22,13 +23,16 @@ from decimal import Decimal
 
 from .errors import ApiError
 
-POD_TYPE = ("", "v1", "pods")
 QUOTA_TYPE = ("", "v1", "resourcequotas")
 # quota name -> (the pod's requirement it sums, the resource)
 COMPUTE = {"requests.cpu": ("requests", "cpu"), "cpu": ("requests", "cpu"),
            "requests.memory": ("requests", "memory"), "memory": ("requests", "memory"),
            "limits.cpu": ("limits", "cpu"), "limits.memory": ("limits", "memory")}
-COUNTS = ("pods", "count/pods")
+# quota name -> the plural of the objects it counts
+COUNTS = {"pods": "pods", "count/pods": "pods", "services": "services",
+          "count/services": "services", "secrets": "secrets", "count/secrets": "secrets",
+          "configmaps": "configmaps", "count/configmaps": "configmaps"}
+COUNTED_PLURALS = sorted(set(COUNTS.values()))
 SUFFIXES = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
             "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9,
             "T": Decimal(10) ** 12, "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
@@ -71,22 +75,24 @@ def _requirement(container, kind, resource):
     return value
 
 
-def usage(pod, names):
-    """What `pod` takes of each quota resource in `names`."""
+def usage(obj, plural, names):
+    """What `obj` (one of `plural`) takes of each quota resource in `names`."""
     out = {}
     for name in names:
         if name in COUNTS:
-            out[name] = Decimal(1)
-        elif name in COMPUTE:
+            out[name] = Decimal(1 if COUNTS[name] == plural else 0)
+        elif name in COMPUTE and plural == "pods":
             kind, resource = COMPUTE[name]
             out[name] = sum((parse_quantity(v) for v in (
-                _requirement(c, kind, resource) for c in _containers(pod)) if v is not None),
+                _requirement(c, kind, resource) for c in _containers(obj)) if v is not None),
                 Decimal(0))
+        else:
+            out[name] = Decimal(0)
     return out
 
 
-def _counted(pod):
-    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+def _counted(obj, plural):
+    return plural != "pods" or (obj.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
 def _pretty(values, names):
@@ -96,10 +102,11 @@ def _pretty(values, names):
 
 def _used(api, namespace, names):
     total = {n: Decimal(0) for n in names}
-    for pod in api.store.list(api.served[POD_TYPE], namespace):
-        if _counted(pod):
-            for n, v in usage(pod, names).items():
-                total[n] += v
+    for plural in COUNTED_PLURALS:
+        for obj in api.store.list(api.served[("", "v1", plural)], namespace):
+            if _counted(obj, plural):
+                for n, v in usage(obj, plural, names).items():
+                    total[n] += v
     return total
 
 
@@ -113,38 +120,41 @@ def _tracked(quota):
             if n in COUNTS or n in COMPUTE]
 
 
-def admit(api, pod, namespace):
-    """Raises 403 when `pod` breaks a quota of `namespace` (store lock held)."""
-    name = pod["metadata"].get("name", "")
+def admit(api, obj, namespace, plural="pods"):
+    """Raises 403 when `obj`, one of `plural`, breaks a quota of `namespace`
+    (store lock held)."""
+    name = obj["metadata"].get("name", "")
     for quota in _quotas(api, namespace):
         qname, hard = quota["metadata"]["name"], quota["spec"]["hard"]
         missing = {}
         for resource in _tracked(quota):
-            if resource not in COMPUTE:
+            if resource not in COMPUTE or plural != "pods":
                 continue
             kind, base = COMPUTE[resource]
             label = "%s.%s" % (kind, base) if resource in ("cpu", "memory") else resource
-            for c in _containers(pod):
+            for c in _containers(obj):
                 if _requirement(c, kind, base) is None:
                     missing.setdefault(label, []).append(c.get("name", ""))
         if missing:
-            raise _forbidden(name, "failed quota: %s: must specify %s" % (qname, "; ".join(
+            raise _forbidden(plural, name, "failed quota: %s: must specify %s" % (qname, "; ".join(
                 "%s for: %s" % (r, ",".join(sorted(set(cs)))) for r, cs in sorted(
                     missing.items()))))
         names = _tracked(quota)
-        requested = usage(pod, names)
+        requested = usage(obj, plural, names)
         used = _used(api, namespace, names)
-        exceeded = [n for n in names if used[n] + requested[n] > parse_quantity(hard[n])]
+        # only what the object takes is checked
+        exceeded = [n for n in names
+                    if requested[n] > 0 and used[n] + requested[n] > parse_quantity(hard[n])]
         if exceeded:
             limited = {n: parse_quantity(hard[n]) for n in exceeded}
-            raise _forbidden(name, "exceeded quota: %s, requested: %s, used: %s, limited: %s" % (
+            raise _forbidden(plural, name, "exceeded quota: %s, requested: %s, used: %s, limited: %s" % (
                 qname, _pretty(requested, exceeded), _pretty(used, exceeded),
                 _pretty(limited, exceeded)))
 
 
-def _forbidden(pod_name, why):
-    return ApiError(403, "Forbidden", 'pods "%s" is forbidden: %s' % (pod_name, why),
-                    {"name": pod_name, "kind": "pods"})
+def _forbidden(plural, name, why):
+    return ApiError(403, "Forbidden", '%s "%s" is forbidden: %s' % (plural, name, why),
+                    {"name": name, "kind": plural})
 
 
 def refresh_status(api, namespace):
