@@ -5,16 +5,16 @@ operator's token rotating. With --busy, as many processes as there are cores
 spin beside it for the whole run, so the operator, the stand-in and the jobs
 get a share of the CPU and no more, as on a loaded node.
 
-    python3 tests/k8s/soak.py --rounds 5 [--busy] [--build-dir build]
+    python3 tests/k8s/soak.py --rounds 5 [--busy] [--bin-dir build/bin]
 
-Prints one line per round (passed or the tests that failed, and how long it
-took) and exits 1 if any round failed; each round's ctest output is kept in
-the folder it names.
+Each round runs every tests/k8s/test_*.py in turn, as ctest's k8s.* tests
+do. Prints one line per round (passed, or the modules that failed, and how
+long it took) and exits 1 if any round failed; each round's output is kept
+in the folder it names.
 """
 import argparse
 import multiprocessing
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -32,20 +32,21 @@ def spin():
         pass
 
 
-def run_round(build_dir, pattern, log_path):
-    env = dict(os.environ, **{realism.ENV: "all"})
+def run_round(bin_dir, modules, log_path):
+    """(the modules that failed, seconds) of one run of every module."""
+    env = dict(os.environ, KUBEPS_BIN_DIR=bin_dir, PYTHONDONTWRITEBYTECODE="1",
+               **{realism.ENV: "all"})
+    failed = []
     start = time.time()
     with open(log_path, "w") as log:
-        result = subprocess.run(["ctest", "--output-on-failure", "-R", pattern], cwd=build_dir,
-                                env=env, stdout=log, stderr=subprocess.STDOUT)
-    with open(log_path) as log:
-        failed = re.findall(r"^\s*\d+ - (\S+) \(", log.read(), re.MULTILINE)
-    ran = None
-    with open(log_path) as log:
-        m = re.search(r"tests passed, (\d+) tests failed out of (\d+)", log.read())
-        if m:
-            ran = int(m.group(2))
-    return result.returncode, failed, ran, time.time() - start
+        for module in modules:
+            log.write("=== %s\n" % module)
+            log.flush()
+            result = subprocess.run([sys.executable, "-m", "unittest", "-v", module], cwd=HERE,
+                                    env=env, stdout=log, stderr=subprocess.STDOUT)
+            if result.returncode != 0:
+                failed.append(module)
+    return failed, time.time() - start
 
 
 def main():
@@ -53,9 +54,11 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--busy", action="store_true",
                    help="keep every core busy with another process during the rounds")
-    p.add_argument("--build-dir", default=os.path.join(SOURCE_DIR, "build"))
-    p.add_argument("--tests", default=r"^k8s\.", help="ctest -R pattern (default: %(default)s)")
+    p.add_argument("--bin-dir", default=os.path.join(SOURCE_DIR, "build", "bin"))
+    p.add_argument("--only", nargs="*", help="these test modules (default: every test_*.py)")
     args = p.parse_args()
+    modules = args.only or sorted(f[:-3] for f in os.listdir(HERE)
+                                  if f.startswith("test_") and f.endswith(".py"))
     logs = tempfile.mkdtemp(prefix="kubeps-soak-")
     spinners = []
     if args.busy:
@@ -63,19 +66,18 @@ def main():
                     for _ in range(os.cpu_count() or 1)]
         for s in spinners:
             s.start()
-    print("%d rounds of ctest -R '%s' with %s=all%s; logs in %s" % (
-        args.rounds, args.tests, realism.ENV,
-        ", %d spinning processes beside it" % len(spinners) if spinners else "", logs), flush=True)
+    print("%d rounds of %d test modules with %s=all%s; logs in %s" % (
+        args.rounds, len(modules), realism.ENV,
+        ", %d spinning processes beside them" % len(spinners) if spinners else "", logs),
+        flush=True)
     passed = 0
     try:
         for i in range(1, args.rounds + 1):
             log = os.path.join(logs, "round-%d.log" % i)
-            code, failed, ran, seconds = run_round(args.build_dir, args.tests, log)
-            ok = code == 0
-            passed += ok
-            print("round %d: %s (%s tests, %.0f s)%s" % (
-                i, "passed" if ok else "FAILED", ran, seconds,
-                "" if ok else ": " + (", ".join(failed) or "see " + log)), flush=True)
+            failed, seconds = run_round(os.path.abspath(args.bin_dir), modules, log)
+            passed += not failed
+            print("round %d: %s (%.0f s)" % (
+                i, "FAILED: " + ", ".join(failed) if failed else "passed", seconds), flush=True)
     finally:
         for s in spinners:
             s.terminate()
