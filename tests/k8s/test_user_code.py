@@ -24,8 +24,8 @@ import yaml
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from emulator.cluster import SOURCE_DIR  # noqa: E402
-from operator_harness import DATASET, Operator, apply, get_job, job_pods  # noqa: E402
-from test_operator import new_cluster  # noqa: E402
+from operator_harness import DATASET, apply, get_job, job_pods  # noqa: E402
+from test_operator import SharedClusterTestCase  # noqa: E402
 
 EXAMPLE = os.path.join(SOURCE_DIR, "examples", "pytorch", "mlp")
 PYTHON = "/usr/bin/python3"
@@ -62,21 +62,7 @@ def example_job(steps):
 
 
 @unittest.skipIf(torch_missing(), torch_missing() or "")
-class UserCodeTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.c = new_cluster()
-        try:
-            cls.op = Operator(cls.c)
-        except Exception:
-            cls.c.stop()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.op.stop()
-        cls.c.stop()
-
+class UserCodeTest(SharedClusterTestCase):
     def diag(self, name):
         parts = ["--- operator log (tail)\n" + self.op.log()[-4000:]]
         try:
