@@ -7,6 +7,7 @@
 #include "operator/controller/replica_env.h"
 #include "operator/kube/job_progress.h"
 #include "operator/kube/kube_cluster.h"
+#include "operator/kube/kueue_workload.h"
 #include "operator/kube/progress_probe.h"
 #include "operator/kubeclient/api_path.h"
 #include "operator/kubeclient/time_format.h"
@@ -52,6 +53,7 @@ JobReconciler::JobReconciler(KubeClient* client, ImageSet images, MetricsServer*
 void JobReconciler::Forget(const std::string& uid) {
   jobs_.erase(uid);
   finished_.erase(uid);
+  workloads_finished_.erase(uid);
 }
 
 Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
@@ -59,8 +61,10 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   const JobIdentity id = IdentityOf(job);
   const api::TrainingJobStatus status = api::StatusFromJson(job.value("status", json::object()));
 
-  // A finished job only waits for its TTL.
+  // A finished job only waits for its TTL (and, queued, gives Kueue its
+  // quota back first).
   if (status.finished()) {
+    if (!QueueName(job).empty()) FinishWorkload(job, status);
     const int64_t ttl =
         job["spec"].value("runPolicy", json::object()).value("ttlSecondsAfterFinished", -1);
     if (ttl >= 0) {
@@ -100,20 +104,33 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
                                      controller::ReplicaArgs(spec, name),
                                      controller::ReplicaEnv(spec, name, scheduler), std::nullopt};
   };
+  const std::string queue = QueueName(job);
+  KueueGate kueue;
+  if (!queue.empty() && !spec.spec.run_policy.suspend) {
+    if (Status s = GateOnKueue(job, id, queue, &spec, &kueue); !s.ok()) return s;
+  }
   const auto now = std::chrono::steady_clock::now();
   KubeCluster cluster(client_, id, spec, images_, state.created_pods.Apply(pods, now),
                       status.replica_restarts);
 
   if (spec.spec.run_policy.suspend) {
-    controller::JobController suspend(spec, &cluster, launch);
-    suspend.DeleteAll();
-    api::TrainingJobStatus next = status;
-    next.phase = api::JobPhase::kSuspended;
-    next.message = "the job is suspended (spec.runPolicy.suspend); its pods are deleted";
-    api::SetPhaseCondition(&next.conditions, api::JobPhase::kSuspended, "JobSuspended",
-                           next.message, Rfc3339(Clock::now()));
-    if (next.SameExceptTimes(status)) return Status::Ok();
-    return Write(job, next, result);
+    return Hold(job, spec, &cluster, launch, "JobSuspended",
+                "the job is suspended (spec.runPolicy.suspend); its pods are deleted", result);
+  }
+  if (!queue.empty() && !kueue.admitted) {
+    Status held = Hold(job, spec, &cluster, launch, kueue.reason, kueue.message, result);
+    if (held.ok() && kueue.give_back_quota) {
+      json released = WithoutQuotaReservation(kueue.workload, kueue.message, Rfc3339(Clock::now()));
+      Response response;
+      if (Status s = client_->Put(ObjectPath(kWorkloads, id.namespace_, WorkloadName(id), "status"),
+                                  released, &response);
+          !s.ok() || !response.ok()) {
+        KLOG_INFO << "giving back the quota of " << WorkloadName(id) << ": "
+                  << (s.ok() ? response.Describe() : s.message()) << "; trying again";
+      }
+    }
+    result->requeue_after = kueue.recheck;  // no watch on Workloads: look again
+    return held;
   }
 
   if (Status s = EnsureOwnedObjects(id, spec, &state); !s.ok()) {
@@ -190,6 +207,10 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   // Running jobs are looked at again now and then: the linger after the
   // workers finish and activeDeadlineSeconds are measured in time.
   if (!observed.finished()) result->requeue_after = std::chrono::seconds(5);
+  // ...and a queued one sooner, to see an eviction (no watch on Workloads).
+  if (!observed.finished() && !queue.empty())
+    result->requeue_after =
+        std::min<std::chrono::milliseconds>(result->requeue_after, kueue.recheck);
   // ...and when a pod that cannot start runs out of podStartTimeoutSeconds.
   if (!observed.finished() && start_deadline_ms) {
     result->requeue_after = std::min<std::chrono::milliseconds>(
@@ -327,6 +348,146 @@ Status JobReconciler::WaitForQuota(const json& job, const api::TrainingJobStatus
   api::SetPhaseCondition(&next.conditions, api::JobPhase::kCreated, "ExceededQuota", message,
                          Rfc3339(Clock::now()));
   result->requeue_after = kQuotaRecheck;
+  if (next.SameExceptTimes(status)) return Status::Ok();
+  return Write(job, next, result);
+}
+
+Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const std::string& queue,
+                                  api::TrainingJob* spec, KueueGate* gate) {
+  const std::string name = WorkloadName(id);
+  const std::string workloads = CollectionPath(kWorkloads, id.namespace_);
+  Response got;
+  if (Status s = client_->Get(workloads + "/" + name, &got); !s.ok()) return s;
+  if (got.code == 404) {
+    std::optional<int32_t> priority;
+    if (!spec->spec.scheduling_policy.priority_class.empty())
+      priority = PriorityValue(spec->spec.scheduling_policy.priority_class);
+    Response created;
+    if (Status s =
+            client_->Post(workloads, BuildWorkload(id, *spec, queue, images_, priority), &created);
+        !s.ok())
+      return s;
+    if (created.code == 404) {
+      // No Workload kind: Kueue is not installed. Waiting is right (it may
+      // be installed later), but slowly, and saying why.
+      gate->reason = "KueueNotInstalled";
+      gate->message = "the job is labelled " + std::string(kQueueNameLabel) + "=" + queue +
+                      " but the cluster serves no kueue.x-k8s.io/v1beta1 Workload (is Kueue "
+                      "installed?); it waits, without pods, and checks again every 30 s";
+      gate->recheck = std::chrono::seconds(30);
+      return Status::Ok();
+    }
+    if (created.code == 403 || created.code == 422) {  // RBAC, or a Workload Kueue refuses
+      gate->reason = "WorkloadRefused";
+      gate->message = "creating Kueue Workload " + name + ": " + created.Describe();
+      gate->recheck = std::chrono::seconds(30);
+      return Status::Ok();
+    }
+    if (created.code == 409) return Status::Unavailable("Workload " + name + " appeared; again");
+    if (!created.ok())
+      return Status::Error("creating Workload " + name + ": " + created.Describe());
+    RecordEvent(job, "Normal", "CreatedWorkload",
+                "Created Kueue Workload " + id.namespace_ + "/" + name + " in queue " + queue);
+    got = created;
+  } else if (!got.ok()) {
+    return Status::Error("reading Workload " + name + ": " + got.Describe());
+  }
+  const WorkloadAdmission admission = ReadAdmission(got.body);
+  if (admission.evicted) {
+    gate->reason = "Evicted";
+    gate->message = "Kueue evicted the job's Workload " + name + " (" + admission.reason +
+                    (admission.message.empty() ? "" : ": " + admission.message) +
+                    "); its pods are deleted and it waits to be admitted again";
+    gate->give_back_quota = admission.quota_reserved;
+    gate->workload = got.body;
+    return Status::Ok();
+  }
+  if (!admission.admitted) {
+    gate->reason = "WaitingForAdmission";
+    gate->message = "the job waits for Kueue to admit its Workload " + name + " (queue " + queue +
+                    ")" + (admission.message.empty() ? "" : ": " + admission.message);
+    return Status::Ok();
+  }
+  gate->admitted = true;
+  ApplyFlavorNodeLabels(FlavorNodeLabels(admission.flavors), spec);
+  return Status::Ok();
+}
+
+std::map<std::string, std::map<std::string, std::string>> JobReconciler::FlavorNodeLabels(
+    const std::map<std::string, std::map<std::string, std::string>>& flavors) {
+  static const Resource kResourceFlavors{"kueue.x-k8s.io", "v1beta1", "resourceflavors"};
+  std::map<std::string, std::map<std::string, std::string>> labels;
+  std::map<std::string, json> read;  // flavor -> its nodeLabels, each read once
+  for (const auto& [pod_set, by_resource] : flavors) {
+    for (const auto& [resource, flavor] : by_resource) {
+      if (!read.count(flavor)) {
+        Response response;
+        Status s = client_->Get(GroupVersionPath(kResourceFlavors) + "/resourceflavors/" + flavor,
+                                &response);
+        read[flavor] = s.ok() && response.ok()
+                           ? response.body["spec"].value("nodeLabels", json::object())
+                           : json::object();
+      }
+      for (const auto& [key, value] : read[flavor].items()) {
+        if (value.is_string()) labels[pod_set][key] = value.get<std::string>();
+      }
+    }
+  }
+  return labels;
+}
+
+std::optional<int32_t> JobReconciler::PriorityValue(const std::string& priority_class) {
+  Response response;
+  Status s =
+      client_->Get("/apis/scheduling.k8s.io/v1/priorityclasses/" + priority_class, &response);
+  if (!s.ok() || !response.ok()) {
+    KLOG_INFO << "PriorityClass " << priority_class << " not read ("
+              << (s.ok() ? response.Describe() : s.message())
+              << "): the Workload goes without a priority";
+    return std::nullopt;
+  }
+  return response.body.value("value", int32_t{0});
+}
+
+void JobReconciler::FinishWorkload(const json& job, const api::TrainingJobStatus& status) {
+  const JobIdentity id = IdentityOf(job);
+  if (workloads_finished_.count(id.uid)) return;
+  const std::string path = ObjectPath(kWorkloads, id.namespace_, WorkloadName(id));
+  Response got;
+  if (Status s = client_->Get(path, &got); !s.ok()) return;  // the next reconcile tries again
+  if (got.code == 404) {  // never made (no Kueue), or deleted: nothing holds quota
+    workloads_finished_.insert(id.uid);
+    return;
+  }
+  if (!got.ok()) return;
+  if (ReadAdmission(got.body).finished) {
+    workloads_finished_.insert(id.uid);
+    return;
+  }
+  const bool succeeded = status.phase == api::JobPhase::kSucceeded;
+  json finished = WithCondition(got.body, "Finished", true, succeeded ? "Succeeded" : "Failed",
+                                status.message.empty() ? "the job finished" : status.message,
+                                Rfc3339(Clock::now()));
+  Response put;
+  if (Status s = client_->Put(path + "/status", finished, &put); s.ok() && put.ok()) {
+    workloads_finished_.insert(id.uid);
+  } else {
+    KLOG_INFO << "marking Workload " << WorkloadName(id)
+              << " Finished: " << (s.ok() ? put.Describe() : s.message()) << "; trying again";
+  }
+}
+
+Status JobReconciler::Hold(const json& job, const api::TrainingJob& spec, KubeCluster* cluster,
+                           const controller::LaunchBuilder& launch, const std::string& reason,
+                           const std::string& message, ReconcileResult* result) {
+  controller::JobController stop(spec, cluster, launch);
+  stop.DeleteAll();
+  const api::TrainingJobStatus status = api::StatusFromJson(job.value("status", json::object()));
+  api::TrainingJobStatus next = status;
+  next.phase = api::JobPhase::kSuspended;
+  next.message = message;
+  api::SetPhaseCondition(&next.conditions, api::JobPhase::kSuspended, reason, message,
+                         Rfc3339(Clock::now()));
   if (next.SameExceptTimes(status)) return Status::Ok();
   return Write(job, next, result);
 }

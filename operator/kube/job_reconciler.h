@@ -7,6 +7,11 @@
 // loses nothing that matters (restart counts live on the pods, the phase of
 // a finished job in its status).
 //
+// A job labelled kueue.x-k8s.io/queue-name runs only while Kueue admits
+// its Workload (kueue_workload.h): until then, and after an eviction, it is
+// held like a suspended job (no pods, phase Suspended, the reason in its
+// condition); when it ends, its Workload is marked Finished.
+//
 // Not thread-safe: the manager runs one reconcile worker; its caches
 // (informer.h) are what other threads share.
 #ifndef KUBEPS_OPERATOR_KUBE_JOB_RECONCILER_H_
@@ -25,6 +30,7 @@
 #include "api/training_job_status.h"
 #include "common/metrics.h"
 #include "operator/controller/job_controller.h"
+#include "operator/kube/kube_cluster.h"
 #include "operator/kube/pod_builder.h"
 #include "operator/kube/pod_expectations.h"
 #include "operator/kubeclient/kube_client.h"
@@ -69,6 +75,35 @@ class JobReconciler {
   void ProbeWorker(const std::vector<nlohmann::json>& pods, JobState* state,
                    api::TrainingJobStatus* status);
 
+  // Whether Kueue lets a queued job run now. Makes its Workload exist (an
+  // Event when made); an admitted job's pod templates get the node labels
+  // of the flavors Kueue assigned (into *spec).
+  struct KueueGate {
+    bool admitted = false;
+    std::string reason;   // of the hold, for the job's Suspended condition
+    std::string message;  // why it waits, for the user
+    std::chrono::milliseconds recheck{2000};
+    // Evicted while Kueue still reserves quota for it: once its pods are
+    // deleted, the operator gives the reservation back (as Kueue's
+    // jobframework does), and Kueue queues the Workload again.
+    bool give_back_quota = false;
+    nlohmann::json workload;
+  };
+  Status GateOnKueue(const nlohmann::json& job, const JobIdentity& id, const std::string& queue,
+                     api::TrainingJob* spec, KueueGate* gate);
+  // The node labels of the flavors of an admission, by pod set; a flavor
+  // that cannot be read adds none.
+  std::map<std::string, std::map<std::string, std::string>> FlavorNodeLabels(
+      const std::map<std::string, std::map<std::string, std::string>>& flavors);
+  std::optional<int32_t> PriorityValue(const std::string& priority_class);
+  // A finished queued job: its Workload gets Finished=True, once.
+  void FinishWorkload(const nlohmann::json& job, const api::TrainingJobStatus& status);
+  // No pods, and phase Suspended with `reason` and `message`: a suspended
+  // job, and a queued one that Kueue has not admitted (or evicted).
+  Status Hold(const nlohmann::json& job, const api::TrainingJob& spec, KubeCluster* cluster,
+              const controller::LaunchBuilder& launch, const std::string& reason,
+              const std::string& message, ReconcileResult* result);
+
   Status EnsureOwnedObjects(const JobIdentity& id, const api::TrainingJob& spec, JobState* state);
   static Status WaitForPredecessor(const std::string& kind, const nlohmann::json& object);
   // Writes `status` onto `job` as read. On a conflict (the job changed since
@@ -101,6 +136,7 @@ class JobReconciler {
   // job cache shows it (a write's response can come before its watch event),
   // a reconcile of such a job does nothing. Terminal is terminal.
   std::set<std::string> finished_;
+  std::set<std::string> workloads_finished_;  // uids of jobs whose Workload is marked Finished
 };
 
 }  // namespace kubeps::kube

@@ -28,6 +28,19 @@ def go_value(v):
     return json.dumps(v, separators=(",", ":"))
 
 
+_LATE_FLAGS = re.compile(r"^(\^?)\(\?([imsU]+)\)")
+
+
+def go_pattern(pattern):
+    """A CRD's pattern (Go's RE2 syntax) as Python's re reads it. RE2 takes
+    flags after an anchor ("^(?i)[a-z]", as in Kueue's Workload); Python
+    wants global flags first: moved ahead of the anchor, they mean the same."""
+    m = _LATE_FLAGS.match(pattern)
+    if m and m.group(1):
+        return "(?%s)^%s" % (m.group(2).replace("U", ""), pattern[m.end():])
+    return pattern
+
+
 def _type_name(v):
     if v is None:
         return "null"
@@ -154,7 +167,7 @@ def validate_schema(value, schema, path, errors):
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             errors.append((path, "FieldValueTooLong", "Too long: may not be more than %d bytes"
                            % schema["maxLength"]))
-        if "pattern" in schema and not re.search(schema["pattern"], value):
+        if "pattern" in schema and not re.search(go_pattern(schema["pattern"]), value):
             errors.append((path, "FieldValueInvalid", "Invalid value: %s: %s in body should match "
                            "'%s'" % (go_value(value), path, schema["pattern"])))
     if isinstance(value, list):
@@ -213,14 +226,23 @@ def check_structural(schema, path, errors):
 
 
 def simple_jsonpath(obj, expr):
-    """Evaluates `.a.b[0].c` (the printer-column subset). None when absent."""
+    """Evaluates `.a.b[0].c` and `.a[?(@.k=='v')].c` (the printer-column
+    subset: Kueue's Admitted column reads its condition by type). None when
+    absent; a filter keeps the first match, as kubectl prints one cell."""
     cur = obj
-    for part in re.findall(r"\.([^.\[\]]+)|\[(\d+)\]", expr.strip().lstrip("{").rstrip("}")):
-        name, index = part
+    parts = re.findall(r"\.([^.\[\]]+)|\[(\d+)\]|\[\?\(@\.([^=!]+)==['\"]([^'\"]*)['\"]\)\]",
+                       expr.strip().lstrip("{").rstrip("}"))
+    for name, index, key, value in parts:
         if name:
             if not isinstance(cur, dict) or name not in cur:
                 return None
             cur = cur[name]
+        elif key:
+            if not isinstance(cur, list):
+                return None
+            cur = next((x for x in cur if isinstance(x, dict) and str(x.get(key)) == value), None)
+            if cur is None:
+                return None
         else:
             i = int(index)
             if not isinstance(cur, list) or i >= len(cur):

@@ -1,0 +1,87 @@
+// Kueue's side of a queued TrainingJob, as pure functions: the Workload
+// that asks Kueue for quota, and what Kueue wrote back into its status.
+// Modelled on Kueue's jobframework, which integrates a job kind the same
+// way: a job labelled kueue.x-k8s.io/queue-name runs only while its
+// Workload is admitted; it is stopped (its pods deleted) when Kueue evicts
+// the Workload, and marks the Workload Finished when it ends, so Kueue
+// releases the quota. docs/kueue.md tells the whole cycle.
+//
+// Pure functions: safe from any thread.
+#ifndef KUBEPS_OPERATOR_KUBE_KUEUE_WORKLOAD_H_
+#define KUBEPS_OPERATOR_KUBE_KUEUE_WORKLOAD_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "api/training_job.h"
+#include "operator/kube/pod_builder.h"
+#include "operator/kubeclient/api_path.h"
+
+namespace kubeps::kube {
+
+inline const Resource kWorkloads{"kueue.x-k8s.io", "v1beta1", "workloads"};
+inline constexpr const char* kQueueNameLabel = "kueue.x-k8s.io/queue-name";
+
+// The LocalQueue a job is submitted to (its kueue.x-k8s.io/queue-name
+// label); "" for a job Kueue does not manage.
+std::string QueueName(const nlohmann::json& job);
+
+// Named as Kueue names the Workloads of the kinds it integrates:
+// "trainingjob-<job>-<5 hex digits>", cut to 63 characters (Kueue puts the
+// name in labels). The hash covers the job's uid, so a job deleted and
+// applied again gets a new Workload, not its predecessor's.
+std::string WorkloadName(const JobIdentity& job);
+
+// The Workload of a queued job, owned by it (deleting the job deletes it):
+// one pod set per role ("scheduler", "server", "worker") with count =
+// replicas and template = the pod the operator would create for replica 0
+// of the role (its requests, the agent sidecar's included, are what Kueue
+// reserves quota for). `priority` is the value of
+// spec.schedulingPolicy.priorityClass's PriorityClass; Kueue requires it
+// with priorityClassName, so without it neither is written.
+nlohmann::json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec,
+                             const std::string& queue, const ImageSet& images,
+                             std::optional<int32_t> priority);
+
+// What Kueue decided, from a Workload's status. Read as Kueue's own
+// jobframework does: eviction first (Evicted=True stops the job whatever
+// else is set), then admission (Admitted=True with status.admission).
+struct WorkloadAdmission {
+  bool admitted = false;
+  bool evicted = false;
+  bool finished = false;
+  bool quota_reserved = false;  // status.admission is set (Kueue holds quota for it)
+  // Why it is not admitted: Evicted's reason and message, else
+  // QuotaReserved=False's (Kueue's "couldn't assign flavors ...").
+  std::string reason;
+  std::string message;
+  // Each pod set's assigned ResourceFlavors (resource name -> flavor).
+  std::map<std::string, std::map<std::string, std::string>> flavors;
+};
+WorkloadAdmission ReadAdmission(const nlohmann::json& workload);
+
+// `workload` with `type` set to `status` (a Kueue condition: reason,
+// message, lastTransitionTime kept while the status does not change).
+nlohmann::json WithCondition(nlohmann::json workload, const std::string& type, bool status,
+                             const std::string& reason, const std::string& message,
+                             const std::string& now);
+
+// `workload` with its quota reservation given back after an eviction, as
+// Kueue's jobframework does once the job is stopped: admission cleared,
+// QuotaReserved=False (Pending) and Admitted=False, so Kueue queues it again.
+nlohmann::json WithoutQuotaReservation(nlohmann::json workload, const std::string& message,
+                                       const std::string& now);
+
+// `spec` with the node labels of the admitted flavors in the pod templates'
+// nodeSelectors (role pod set name -> labels), as Kueue injects them into
+// the pods of the kinds it integrates; a label the template sets wins.
+void ApplyFlavorNodeLabels(const std::map<std::string, std::map<std::string, std::string>>& labels,
+                           api::TrainingJob* spec);
+
+}  // namespace kubeps::kube
+
+#endif  // KUBEPS_OPERATOR_KUBE_KUEUE_WORKLOAD_H_

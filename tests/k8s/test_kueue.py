@@ -1,0 +1,166 @@
+"""The operator under Kueue, with the test playing Kueue's part. Kueue's
+Workload CRD (tests/k8s/crds/, its published v1beta1 schema) is installed
+with the real kubectl. A TrainingJob labelled kueue.x-k8s.io/queue-name
+gets a Workload with one pod set per role and no pods until Kueue admits
+it; it runs once admitted; an eviction deletes its pods and holds it
+(not Failed) until Kueue admits it again; when it succeeds its Workload is
+Finished, so Kueue releases the quota. On a cluster without Kueue the job
+says so and waits.
+
+    KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_kueue   (from tests/k8s)
+"""
+import os
+import sys
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from operator_harness import (apply, condition, events_of, get_job, job_pods,  # noqa: E402
+                              phase_history, training_job)
+from own_cluster import OwnClusterTestCase  # noqa: E402
+from test_quota import with_requests  # noqa: E402
+
+CRD = os.path.join(HERE, "crds", "kueue.x-k8s.io_workloads.yaml")
+WORKLOADS = "/apis/kueue.x-k8s.io/v1beta1/namespaces/default/workloads"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+T0 = "2025-01-01T00:00:00Z"
+
+
+def queued(job, queue="team-queue"):
+    job["metadata"]["labels"] = {QUEUE_LABEL: queue}
+    return job
+
+
+def kueue_condition(ctype, status, reason, message="set by the test as Kueue"):
+    return {"type": ctype, "status": status, "reason": reason, "message": message,
+            "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def wl_condition(workload, ctype):
+    for c in (workload.get("status") or {}).get("conditions") or []:
+        if c["type"] == ctype:
+            return c
+    return None
+
+
+class KueueTest(OwnClusterTestCase):
+    def workloads(self):
+        return self.c.client.get(WORKLOADS)["items"]
+
+    def workload_of(self, uid):
+        owned = [w for w in self.workloads()
+                 if any(r["uid"] == uid for r in w["metadata"].get("ownerReferences", []))]
+        return owned[0] if owned else None
+
+    def event(self, name, reason):
+        """The job's first Event with `reason`: posted just after the status
+        write it tells of, so waited for."""
+        return self.c.wait_for(
+            lambda: next((e for e in events_of(self.c, name) if e["reason"] == reason), None),
+            timeout=10, what="a %s Event of %s" % (reason, name))
+
+    def write_status(self, workload, status):
+        """Kueue writes a Workload's status through its status subresource."""
+        workload = dict(workload, status=status)
+        path = WORKLOADS + "/" + workload["metadata"]["name"] + "/status"
+        return self.c.client.put(path, workload)
+
+    def admit(self, workload):
+        """What Kueue's scheduler writes when the ClusterQueue has the quota:
+        the admission, QuotaReserved and Admitted; an Evicted of an earlier
+        round goes False."""
+        assignments = [{"name": p["name"], "count": p["count"],
+                        "flavors": {"cpu": "default-flavor", "memory": "default-flavor"}}
+                       for p in workload["spec"]["podSets"]]
+        conditions = [kueue_condition("QuotaReserved", "True", "QuotaReserved",
+                                      "Quota reserved in ClusterQueue cluster-queue"),
+                      kueue_condition("Admitted", "True", "Admitted",
+                                      "The workload is admitted")]
+        if wl_condition(workload, "Evicted"):
+            conditions.append(kueue_condition("Evicted", "False", "QuotaReserved",
+                                              "Previously: preempted"))
+        return self.write_status(workload, {
+            "admission": {"clusterQueue": "cluster-queue", "podSetAssignments": assignments},
+            "conditions": conditions})
+
+    def test_a_queued_job_runs_only_while_kueue_admits_it(self):
+        c, name = self.c, "queued"
+        c.kubectl("create", "-f", CRD)
+        c.kubectl("wait", "--for=condition=Established", "crd/workloads.kueue.x-k8s.io")
+        # Three epochs: long enough to be evicted mid-run.
+        apply(c, queued(with_requests(training_job(name, epochs=3))))
+        uid = get_job(c, name)["metadata"]["uid"]
+
+        workload = c.wait_for(lambda: self.workload_of(uid), timeout=30,
+                              what="the Workload of %s" % name)
+        self.assertRegex(workload["metadata"]["name"], r"^trainingjob-queued-[0-9a-f]{5}$")
+        owner = workload["metadata"]["ownerReferences"][0]
+        self.assertEqual((owner["kind"], owner["controller"], owner["blockOwnerDeletion"]),
+                         ("TrainingJob", True, True))
+        self.assertEqual(workload["spec"]["queueName"], "team-queue")
+        self.assertTrue(workload["spec"]["active"], "the CRD's default")
+        pod_sets = {p["name"]: p for p in workload["spec"]["podSets"]}
+        self.assertEqual({n: p["count"] for n, p in pod_sets.items()},
+                         {"scheduler": 1, "server": 2, "worker": 2})
+        for pod_set in pod_sets.values():
+            container = pod_set["template"]["spec"]["containers"][0]
+            self.assertEqual(container["resources"]["requests"], {"cpu": "100m", "memory": "64Mi"})
+        job = c.wait_for(lambda: (get_job(c, name).get("status") or {}).get("phase") ==
+                         "Suspended" and get_job(c, name), timeout=30,
+                         what="%s to wait for admission" % name)
+        self.assertEqual(condition(job, "Suspended")["reason"], "WaitingForAdmission")
+        self.assertIn("waits for Kueue", job["status"]["message"])
+        time.sleep(1.5)  # nothing starts before the admission
+        self.assertEqual(job_pods(c, name), [], self.diag(name))
+        self.event(name, "CreatedWorkload")
+
+        self.admit(workload)
+        self.wait_phase(name, "Running", timeout=90)
+        c.wait_for(lambda: len(job_pods(c, name)) == 5, timeout=30, what="5 pods")
+        columns = c.kubectl("get", "workloads").stdout.splitlines()
+        self.assertEqual(columns[1].split()[1:4], ["team-queue", "cluster-queue", "True"],
+                         columns)
+
+        # Kueue preempts it: Evicted, the admission still there until the
+        # job's controller has stopped the job and given the quota back.
+        workload = self.workload_of(uid)
+        status = dict(workload["status"])
+        status["conditions"] = status["conditions"] + [kueue_condition(
+            "Evicted", "True", "Preempted", "Preempted to accommodate a higher priority Workload")]
+        self.write_status(workload, status)
+        c.wait_for(lambda: not job_pods(c, name), timeout=60, what="the pods deleted")
+        job = get_job(c, name)
+        self.assertEqual(job["status"]["phase"], "Suspended", job["status"])
+        self.assertEqual(condition(job, "Suspended")["reason"], "Evicted")
+        self.assertIn("Preempted", job["status"]["message"])
+        self.assertIn("Preempted", self.event(name, "Evicted")["message"])
+        workload = c.wait_for(lambda: (lambda w: "admission" not in w["status"] and w)(
+            self.workload_of(uid)), timeout=30, what="the quota given back")
+        self.assertEqual(wl_condition(workload, "QuotaReserved")["status"], "False")
+        self.assertEqual(wl_condition(workload, "Admitted")["status"], "False")
+
+        self.admit(workload)
+        job = self.wait_phase(name, "Succeeded", timeout=240)
+        self.assertEqual(job["status"]["replicaStatuses"]["worker"]["succeeded"], 2)
+        self.assertNotIn("Failed", phase_history(c).phases(name, uid))
+        finished = c.wait_for(lambda: wl_condition(self.workload_of(uid), "Finished"),
+                              timeout=30, what="the Workload Finished")
+        self.assertEqual((finished["status"], finished["reason"]), ("True", "Succeeded"))
+
+    def test_without_kueue_a_queued_job_says_so_and_waits(self):
+        c, name = self.c, "no-kueue"
+        apply(c, queued(training_job(name)))
+        job = c.wait_for(lambda: (lambda j: condition(j, "Suspended") and j)(get_job(c, name)),
+                         timeout=30, what="%s to say Kueue is missing" % name)
+        self.assertEqual(condition(job, "Suspended")["reason"], "KueueNotInstalled")
+        self.assertIn("is Kueue installed?", job["status"]["message"])
+        self.event(name, "KueueNotInstalled")
+        time.sleep(2)  # no pods, and it does not spin
+        self.assertEqual(job_pods(c, name), [])
+        self.assertEqual(len([e for e in events_of(c, name)
+                              if e["reason"] == "KueueNotInstalled"]), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()

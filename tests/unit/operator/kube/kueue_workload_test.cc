@@ -1,0 +1,269 @@
+// A queued TrainingJob's Kueue Workload (operator/kube/kueue_workload.h):
+// its name, its pod sets, how Kueue's admission and eviction are read; and
+// the reconcile of a queued job against the fake API server: no pods until
+// Kueue admits the Workload, pods on the admitted flavors' nodes, pods
+// deleted and quota given back on eviction, the Workload Finished at the end.
+#include "operator/kube/kueue_workload.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "operator/kube/job_reconciler.h"
+#include "operator/kubeclient/api_path.h"
+#include "tests/unit/fakes/fake_kube_client.h"
+
+namespace kubeps::kube {
+namespace {
+
+using nlohmann::json;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+const std::string kNamespace = "team-a";
+const JobIdentity kId{"mnist", kNamespace, "uid-1"};
+
+json Manifest() {
+  return json::parse(R"({
+    "apiVersion": "kubeps.io/v1alpha1", "kind": "TrainingJob",
+    "metadata": {"name": "mnist", "namespace": "team-a",
+                 "labels": {"kueue.x-k8s.io/queue-name": "team-queue"}},
+    "spec": {"dataset": {"path": "/data"},
+             "replicaSpecs": {"ps": {"replicas": 1},
+                              "worker": {"replicas": 2, "template": {"spec": {"containers": [
+                                {"name": "worker",
+                                 "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}]}}}}}
+  })");
+}
+
+api::TrainingJob Parsed(const json& manifest = Manifest()) {
+  auto parsed = api::ParseTrainingJob(manifest.dump());
+  EXPECT_TRUE(parsed.ok()) << parsed.ErrorReport("job");
+  return *parsed.job;
+}
+
+json Condition(const json& workload, const std::string& type) {
+  for (const json& c : workload["status"].value("conditions", json::array()))
+    if (c["type"] == type) return c;
+  return nullptr;
+}
+
+// The status Kueue writes when it admits a Workload of three pod sets.
+json Admitted(const std::string& flavor) {
+  json assignments = json::array();
+  for (const char* pod_set : {"scheduler", "server", "worker"}) {
+    assignments.push_back({{"name", pod_set}, {"flavors", {{"cpu", flavor}, {"memory", flavor}}}});
+  }
+  const json ok = {{"status", "True"}, {"lastTransitionTime", "2025-01-01T00:00:00Z"}};
+  json reserved = ok, admitted = ok;
+  reserved.update({{"type", "QuotaReserved"}, {"reason", "QuotaReserved"}, {"message", "ok"}});
+  admitted.update({{"type", "Admitted"}, {"reason", "Admitted"}, {"message", "ok"}});
+  return {{"admission", {{"clusterQueue", "cq"}, {"podSetAssignments", assignments}}},
+          {"conditions", {reserved, admitted}}};
+}
+
+TEST(WorkloadNameTest, IsKueueStyleAndFitsALabel) {
+  const std::string name = WorkloadName(kId);
+  EXPECT_THAT(name, ::testing::MatchesRegex("trainingjob-mnist-[0-9a-f]{5}"));
+  EXPECT_EQ(WorkloadName(kId), name) << "stable";
+  EXPECT_NE(WorkloadName({"mnist", kNamespace, "uid-2"}), name) << "a new job, a new Workload";
+  const std::string long_name = WorkloadName({std::string(63, 'a'), kNamespace, "u"});
+  EXPECT_EQ(long_name.size(), 63u);
+}
+
+TEST(BuildWorkloadTest, OnePodSetPerRoleWithTheRequestsOfItsPods) {
+  const json workload = BuildWorkload(kId, Parsed(), "team-queue", ImageSet{}, std::nullopt);
+  EXPECT_EQ(workload["apiVersion"], "kueue.x-k8s.io/v1beta1");
+  EXPECT_EQ(workload["kind"], "Workload");
+  EXPECT_EQ(workload["metadata"]["name"], WorkloadName(kId));
+  EXPECT_EQ(workload["metadata"]["namespace"], kNamespace);
+  const json owner = workload["metadata"]["ownerReferences"][0];
+  EXPECT_EQ(owner["uid"], "uid-1");
+  EXPECT_EQ(owner["controller"], true);
+  EXPECT_EQ(owner["blockOwnerDeletion"], true);
+  EXPECT_EQ(workload["spec"]["queueName"], "team-queue");
+  EXPECT_FALSE(workload["spec"].contains("priorityClassName"));
+  const json& pod_sets = workload["spec"]["podSets"];
+  ASSERT_THAT(pod_sets, SizeIs(3));
+  EXPECT_EQ(pod_sets[0]["name"], "scheduler");
+  EXPECT_EQ(pod_sets[0]["count"], 1);
+  EXPECT_EQ(pod_sets[1]["name"], "server");
+  EXPECT_EQ(pod_sets[1]["count"], 1);
+  EXPECT_EQ(pod_sets[2]["name"], "worker");
+  EXPECT_EQ(pod_sets[2]["count"], 2);
+  const json& worker = pod_sets[2]["template"];
+  EXPECT_EQ(worker["spec"]["containers"][0]["resources"]["requests"]["cpu"], "2");
+  EXPECT_EQ(worker["metadata"]["labels"]["kubeps.io/replica-type"], "worker");
+  EXPECT_FALSE(worker["metadata"].contains("name")) << "Kueue allows labels and annotations only";
+  EXPECT_FALSE(worker["metadata"].contains("ownerReferences"));
+}
+
+TEST(BuildWorkloadTest, ThePriorityClassComesWithItsValue) {
+  json manifest = Manifest();
+  manifest["spec"]["schedulingPolicy"] = {{"priorityClass", "high"}};
+  json workload = BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, 1000);
+  EXPECT_EQ(workload["spec"]["priorityClassName"], "high");
+  EXPECT_EQ(workload["spec"]["priority"], 1000);
+  EXPECT_EQ(workload["spec"]["priorityClassSource"], "scheduling.k8s.io/priorityclass");
+  workload = BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt);
+  EXPECT_FALSE(workload["spec"].contains("priorityClassName"))
+      << "Kueue refuses a priorityClassName without its priority";
+}
+
+TEST(ReadAdmissionTest, PendingAdmittedEvictedFinished) {
+  json workload = {{"metadata", {{"name", "w"}}}};
+  EXPECT_FALSE(ReadAdmission(workload).admitted);
+  workload = WithCondition(workload, "QuotaReserved", false, "Pending",
+                           "couldn't assign flavors to pod set worker", "t0");
+  WorkloadAdmission pending = ReadAdmission(workload);
+  EXPECT_FALSE(pending.admitted);
+  EXPECT_EQ(pending.reason, "Pending");
+  EXPECT_THAT(pending.message, HasSubstr("couldn't assign flavors"));
+
+  workload["status"] = Admitted("on-demand");
+  WorkloadAdmission admitted = ReadAdmission(workload);
+  EXPECT_TRUE(admitted.admitted);
+  EXPECT_TRUE(admitted.quota_reserved);
+  EXPECT_EQ(admitted.flavors["worker"]["cpu"], "on-demand");
+
+  workload =
+      WithCondition(workload, "Evicted", true, "Preempted", "preempted by a higher one", "t1");
+  WorkloadAdmission evicted = ReadAdmission(workload);
+  EXPECT_TRUE(evicted.evicted);
+  EXPECT_FALSE(evicted.admitted) << "eviction wins over the admission still set";
+  EXPECT_EQ(evicted.reason, "Preempted");
+
+  workload = WithoutQuotaReservation(workload, "evicted", "t2");
+  EXPECT_FALSE(workload["status"].contains("admission"));
+  EXPECT_EQ(Condition(workload, "QuotaReserved")["status"], "False");
+  EXPECT_EQ(Condition(workload, "Admitted")["status"], "False");
+  EXPECT_EQ(Condition(workload, "Admitted")["reason"], "NoReservation");
+
+  workload = WithCondition(workload, "Finished", true, "Succeeded", "done", "t3");
+  EXPECT_TRUE(ReadAdmission(workload).finished);
+}
+
+TEST(WithConditionTest, KeepsTheTransitionTimeWhileTheStatusStays) {
+  json workload = WithCondition({{"metadata", json::object()}}, "Finished", false, "A", "a", "t0");
+  workload = WithCondition(workload, "Finished", false, "B", "b", "t1");
+  EXPECT_EQ(Condition(workload, "Finished")["lastTransitionTime"], "t0");
+  EXPECT_EQ(Condition(workload, "Finished")["reason"], "B");
+  workload = WithCondition(workload, "Finished", true, "C", "c", "t2");
+  EXPECT_EQ(Condition(workload, "Finished")["lastTransitionTime"], "t2");
+  EXPECT_THAT(workload["status"]["conditions"], SizeIs(1));
+}
+
+TEST(ApplyFlavorNodeLabelsTest, AddsTheFlavorsLabelsTheTemplateDoesNotSet) {
+  json manifest = Manifest();
+  manifest["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["nodeSelector"] = {
+      {"zone", "mine"}};
+  api::TrainingJob spec = Parsed(manifest);
+  ApplyFlavorNodeLabels(
+      {{"worker", {{"zone", "theirs"}, {"pool", "spot"}}}, {"server", {{"pool", "on-demand"}}}},
+      &spec);
+  const json& worker = spec.spec.worker.template_override["spec"]["nodeSelector"];
+  EXPECT_EQ(worker["zone"], "mine");
+  EXPECT_EQ(worker["pool"], "spot");
+  EXPECT_EQ(spec.spec.ps.template_override["spec"]["nodeSelector"]["pool"], "on-demand");
+  EXPECT_TRUE(spec.spec.scheduler.template_override.is_null());
+}
+
+// --- The reconcile of a queued job. ---
+
+class QueuedJobTest : public ::testing::Test {
+ protected:
+  QueuedJobTest() {
+    EXPECT_TRUE(MetricsServer::Start("", -1, {}, &metrics_).ok());
+    reconciler_ = std::make_unique<JobReconciler>(&fake_, ImageSet{}, metrics_.get());
+    json job = fake_.Create(kJobs, Manifest());
+    workload_ = CollectionPath(kWorkloads, kNamespace) + "/" +
+                WorkloadName({"mnist", kNamespace, job["metadata"]["uid"]});
+  }
+  void Reconcile() {
+    ReconcileResult result;
+    ASSERT_TRUE(reconciler_->Reconcile(fake_.Object(kJob), fake_.List(kPods_), &result).ok());
+    requeue_ = result.requeue_after;
+  }
+  json Job() { return fake_.Object(kJob); }
+  std::vector<json> Pods() { return fake_.List(kPods_); }
+  std::vector<std::string> EventReasons() {
+    std::vector<std::string> reasons;
+    for (const json& e : fake_.List(CollectionPath(kEvents, kNamespace)))
+      reasons.push_back(e["reason"]);
+    return reasons;
+  }
+
+  const std::string kJobs = CollectionPath(kTrainingJobs, kNamespace);
+  const std::string kJob = kJobs + "/mnist";
+  const std::string kPods_ = CollectionPath(kPods, kNamespace);
+  fake::FakeKubeClient fake_;
+  std::unique_ptr<MetricsServer> metrics_;
+  std::unique_ptr<JobReconciler> reconciler_;
+  std::string workload_;
+  std::chrono::milliseconds requeue_{0};
+};
+
+TEST_F(QueuedJobTest, WaitsWithoutPodsUntilKueueAdmitsItsWorkload) {
+  Reconcile();
+  EXPECT_THAT(Pods(), IsEmpty());
+  const json workload = fake_.Object(workload_);
+  ASSERT_FALSE(workload.is_null()) << "the Workload is made";
+  EXPECT_THAT(workload["spec"]["podSets"], SizeIs(3));
+  EXPECT_EQ(Job()["status"]["phase"], "Suspended");
+  EXPECT_THAT(Job()["status"]["message"], HasSubstr("waits for Kueue to admit"));
+  EXPECT_THAT(EventReasons(), Contains("CreatedWorkload"));
+  EXPECT_GT(requeue_.count(), 0) << "looked at again: there is no watch on Workloads";
+
+  Reconcile();
+  EXPECT_THAT(Pods(), IsEmpty()) << "still not admitted";
+  EXPECT_THAT(fake_.RequestsTo("POST", CollectionPath(kWorkloads, kNamespace)), SizeIs(1));
+}
+
+TEST_F(QueuedJobTest, RunsOnTheAdmittedFlavorsNodesAndStopsWhenEvicted) {
+  Reconcile();
+  fake_.Create("/apis/kueue.x-k8s.io/v1beta1/resourceflavors",
+               {{"metadata", {{"name", "spot"}}}, {"spec", {{"nodeLabels", {{"pool", "spot"}}}}}});
+  fake_.SetStatus(workload_, Admitted("spot"));
+  Reconcile();
+  ASSERT_THAT(Pods(), SizeIs(4));
+  for (const json& pod : Pods()) EXPECT_EQ(pod["spec"]["nodeSelector"]["pool"], "spot");
+  EXPECT_NE(Job()["status"]["phase"], "Suspended");
+
+  json evicted = WithCondition(fake_.Object(workload_), "Evicted", true, "Preempted",
+                               "Preempted to accommodate a higher priority Workload", "t1");
+  fake_.SetStatus(workload_, evicted["status"]);
+  Reconcile();
+  EXPECT_THAT(Pods(), IsEmpty());
+  EXPECT_EQ(Job()["status"]["phase"], "Suspended");
+  EXPECT_THAT(Job()["status"]["message"], HasSubstr("Preempted"));
+  EXPECT_THAT(EventReasons(), Contains("Evicted"));
+  const json released = fake_.Object(workload_);
+  EXPECT_FALSE(released["status"].contains("admission")) << "the quota is given back";
+  EXPECT_EQ(Condition(released, "QuotaReserved")["status"], "False");
+
+  fake_.SetStatus(workload_, Admitted("spot"));  // admitted again: Kueue clears Evicted
+  Reconcile();
+  EXPECT_THAT(Pods(), SizeIs(4));
+}
+
+TEST_F(QueuedJobTest, AFinishedJobMarksItsWorkloadFinished) {
+  Reconcile();
+  fake_.SetStatus(workload_, Admitted("default"));
+  Reconcile();
+  json status = Job()["status"];
+  status["phase"] = "Succeeded";
+  status["completionTime"] = "2025-01-01T00:00:00Z";
+  fake_.SetStatus(kJob, status);
+  Reconcile();
+  const json finished = Condition(fake_.Object(workload_), "Finished");
+  ASSERT_FALSE(finished.is_null());
+  EXPECT_EQ(finished["status"], "True");
+  EXPECT_EQ(finished["reason"], "Succeeded");
+  fake_.ClearRequests();
+  Reconcile();
+  EXPECT_THAT(fake_.RequestsTo("GET", workload_), IsEmpty()) << "once";
+}
+
+}  // namespace
+}  // namespace kubeps::kube
