@@ -31,15 +31,19 @@ std::string ReadFile(const std::string& path) {
   return text.str();
 }
 
-// Every node publishes its ports and its environment; `worker_exit` is the
-// agent's exit code. The scheduler and the servers end as when told the
-// job is over (their exit may be seen before the workers').
-constexpr char kServerScript[] = R"(#!/bin/sh
+// Every node publishes its ports and its environment. The scheduler and the
+// servers end as when told the job is over, as the real ones do: once both
+// workers have finished (a worker that exits 0 leaves a .done file), their
+// exit possibly seen before the workers'. Stopped before that, they exit 143.
+constexpr char kServerScript[] = R"sh(#!/bin/sh
 env > "$KUBEPS_RUN_DIR/$KUBEPS_NODE_ID.env"
 printf 'grpc 45678\nmetrics 0\n' > "$KUBEPS_RUN_DIR/$KUBEPS_NODE_ID.ports"
+trap 'exit 143' TERM INT
+while [ "$(ls "$KUBEPS_RUN_DIR"/worker-*.done 2>/dev/null | wc -l)" -lt 2 ];
+do sleep 0.02; done
 echo "JobOver: every worker finished" > "$KUBEPS_TERMINATION_LOG"
 exit 0
-)";
+)sh";
 
 class LocalRunnerTest : public ::testing::Test {
  protected:
@@ -59,10 +63,13 @@ class LocalRunnerTest : public ::testing::Test {
     std::ofstream(path) << text;
     ::chmod(path.c_str(), 0755);
   }
-  // The agent records its environment, then runs `body`.
+  // The agent records its environment, then runs `body`; one that exits 0
+  // has finished, as the scheduler hears.
   void SetWorker(const std::string& body) {
     WriteScript("kubeps-agent",
-                "#!/bin/sh\nenv > \"$KUBEPS_RUN_DIR/$KUBEPS_NODE_ID.env\"\n" + body + "\n");
+                "#!/bin/sh\nenv > \"$KUBEPS_RUN_DIR/$KUBEPS_NODE_ID.env\"\n"
+                "trap '[ $? -eq 0 ] && touch \"$KUBEPS_RUN_DIR/$KUBEPS_NODE_ID.done\"' EXIT\n" +
+                    body + "\n");
   }
   static api::TrainingJob Job(const std::string& run_policy = "{}") {
     api::ParseResult parsed = api::ParseTrainingJob(R"(
