@@ -279,12 +279,14 @@ def condition(job, ctype):
     return None
 
 
-def replica_pids(job_name, node_id):
-    """Process ids of the replica `node_id` (e.g. "worker-0") of job `job_name`:
-    the processes whose environment has KUBEPS_NODE_ID=node_id and the
-    replica's hostname."""
+def replica_pids(cluster, job_name, node_id):
+    """Process ids of the replica `node_id` (e.g. "worker-0") of job `job_name`
+    on `cluster`: the processes whose environment has KUBEPS_NODE_ID=node_id,
+    the replica's hostname and the cluster's API server port (another test's
+    cluster may run a job of the same name beside this one)."""
     want = {b"KUBEPS_NODE_ID=" + node_id.encode(),
-            b"HOSTNAME=" + ("%s-%s" % (job_name, node_id)).encode()}
+            b"HOSTNAME=" + ("%s-%s" % (job_name, node_id)).encode(),
+            b"KUBERNETES_SERVICE_PORT=" + cluster.url.rsplit(":", 1)[1].strip("/").encode()}
     pids = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

@@ -85,7 +85,7 @@ class OperatorTestCase(unittest.TestCase):
 
     def wait_running_pid(self, job, node_id, timeout=90):
         """Waits until replica `node_id` of `job` runs; returns its process id."""
-        pids = self.c.wait_for(lambda: replica_pids(job, node_id), timeout=timeout,
+        pids = self.c.wait_for(lambda: replica_pids(self.c, job, node_id), timeout=timeout,
                                what="the process of %s %s" % (job, node_id))
         self.assertEqual(len(pids), 1, pids)
         return pids[0]
@@ -291,7 +291,7 @@ class OperatorTest(SharedClusterTestCase):
         self.assertTrue(any(e["type"] == "Warning" and e["reason"] == "RestartPolicyNever"
                             for e in events),
                         [(e["type"], e["reason"], e["message"]) for e in events])
-        self.assertFalse(replica_pids(name, "worker-1"), "worker-1 still runs")
+        self.assertFalse(replica_pids(c, name, "worker-1"), "worker-1 still runs")
         # a failed job stays failed
         time.sleep(1)
         self.assertEqual(phase_of(c, name), "Failed")
@@ -307,7 +307,7 @@ class OperatorTest(SharedClusterTestCase):
         os.kill(first, signal.SIGKILL)       # restart 1 of at most 1
         c.wait_for(lambda: c.pod(name + "-worker-1-r1")["status"]["phase"] == "Running",
                    timeout=60, what="%s-worker-1-r1 running" % name)
-        c.wait_for(lambda: [p for p in replica_pids(name, "worker-1") if p != first],
+        c.wait_for(lambda: [p for p in replica_pids(c, name, "worker-1") if p != first],
                    timeout=60, what="the new worker-1 process")
         os.kill(self.wait_running_pid(name, "worker-0"), signal.SIGKILL)   # one too many
         job = self.wait_phase(name, "Failed", timeout=90)
