@@ -46,12 +46,13 @@ class EmulatorPodStartTest(unittest.TestCase):
     def test_an_image_no_registry_has_fails_to_pull_then_backs_off(self):
         c = self.c
         self.apply(pod("no-image", image="registry.invalid/team/agent:1"))
-        first = c.wait_for(lambda: waiting(c.pod("no-image")).get("reason") == "ErrImagePull" and
-                           c.pod("no-image"), what="ErrImagePull")
+        def in_state(reason):   # one read: the pod may move on between two
+            p = c.pod("no-image")
+            return waiting(p).get("reason") == reason and p
+        first = c.wait_for(lambda: in_state("ErrImagePull"), what="ErrImagePull")
         self.assertIn('"registry.invalid/team/agent:1"', waiting(first)["message"])
         self.assertIn("no such host", waiting(first)["message"])
-        then = c.wait_for(lambda: waiting(c.pod("no-image")).get("reason") == "ImagePullBackOff"
-                          and c.pod("no-image"), what="ImagePullBackOff")
+        then = c.wait_for(lambda: in_state("ImagePullBackOff"), what="ImagePullBackOff")
         self.assertEqual(waiting(then)["message"],
                          'Back-off pulling image "registry.invalid/team/agent:1"')
         self.assertEqual(then["status"]["phase"], "Pending")
