@@ -103,6 +103,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   const auto now = std::chrono::steady_clock::now();
   KubeCluster cluster(client_, id, spec, images_, state.created_pods.Apply(pods, now),
                       status.replica_restarts);
+  cluster.set_mount_failures(state.mount_failures.Refresh(client_, pods, Clock::now()));
 
   if (spec.spec.run_policy.suspend) {
     controller::JobController suspend(spec, &cluster, launch);

@@ -25,6 +25,7 @@
 #include "api/training_job_status.h"
 #include "common/metrics.h"
 #include "operator/controller/job_controller.h"
+#include "operator/kube/mount_failures.h"
 #include "operator/kube/pod_builder.h"
 #include "operator/kube/pod_expectations.h"
 #include "operator/kubeclient/kube_client.h"
@@ -60,6 +61,7 @@ class JobReconciler {
     std::optional<api::TrainingJobStatus> terminal;  // decided, not yet written
     std::chrono::steady_clock::time_point last_probe;
     PodExpectations created_pods;  // made here, maybe not in the cache yet
+    MountFailures mount_failures;  // pods waiting on a volume the kubelet cannot mount
   };
   // The training progress into `status` (job_progress.h): from worker 0's
   // last words once it has finished, else from its metrics while `running`.

@@ -1,0 +1,110 @@
+"""Tests of the Kubernetes emulator's node troubles, as a real cluster has
+them: a volume that cannot be mounted (FailedMount Events, the pod Pending
+in ContainerCreating), a claim that does not exist (unschedulable), the
+Eviction subresource with PodDisruptionBudgets, `kubectl drain` (cordon,
+evict, wait), and a node that goes NotReady (its pods stay Terminating).
+
+    python3 -m unittest -v test_emulator_node      (from tests/k8s)
+"""
+import json
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from emulator.cluster import Cluster  # noqa: E402
+from test_emulator_pod_start import pod, waiting  # noqa: E402
+
+NS_PODS = "/api/v1/namespaces/default/pods"
+
+
+def failed_mounts(c, name):
+    uid = c.pod(name)["metadata"]["uid"]
+    return [e for e in c.client.get("/api/v1/namespaces/default/events?fieldSelector="
+                                    "involvedObject.uid%3D" + uid)["items"]
+            if e["reason"] == "FailedMount"]
+
+
+class EmulatorVolumeTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Cluster(backoff=0.3).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.stop()
+
+    def apply(self, obj):
+        self.c.kubectl("apply", "-f", "-", input=json.dumps(obj))
+        self.addCleanup(self.c.kubectl, "delete", obj["kind"].lower(), obj["metadata"]["name"],
+                        "--wait=false", "--ignore-not-found")
+
+    def test_a_config_map_that_does_not_exist_fails_to_mount_until_it_is_made(self):
+        c = self.c
+        p = pod("no-cm", volumes=[{"name": "data", "configMap": {"name": "settings"}}])
+        p["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/tmp/x"}]
+        self.apply(p)
+        events = c.wait_for(lambda: failed_mounts(c, "no-cm"), what="a FailedMount event")
+        self.assertEqual(events[0]["type"], "Warning")
+        self.assertEqual(events[0]["message"],
+                         'MountVolume.SetUp failed for volume "data" : configmap "settings" '
+                         "not found")
+        self.assertEqual(events[0]["source"]["component"], "kubelet")
+        current = c.pod("no-cm")
+        self.assertEqual(current["status"]["phase"], "Pending")
+        self.assertEqual(waiting(current), {"reason": "ContainerCreating"})
+        # retried, one Event counting up (as the kubelet's recorder aggregates)
+        c.wait_for(lambda: failed_mounts(c, "no-cm")[0]["count"] >= 2, what="a repeated event")
+        self.assertEqual(len(failed_mounts(c, "no-cm")), 1)
+        self.assertIn("FailedMount", c.kubectl("describe", "pod", "no-cm").stdout)
+        # The ConfigMap made later: the next try mounts it.
+        self.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
+                    "data": {"a": "1"}})
+        c.wait_for(lambda: c.pod("no-cm")["status"]["phase"] == "Running", timeout=30,
+                   what="Running once the ConfigMap exists")
+
+    def test_a_missing_secret_and_a_missing_key(self):
+        c = self.c
+        self.apply(pod("no-secret", volumes=[{"name": "token", "secret": {"secretName": "tok"}}]))
+        self.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "keyless"},
+                    "data": {"a": "1"}})
+        self.apply(pod("no-key", volumes=[{"name": "cfg", "configMap": {
+            "name": "keyless", "items": [{"key": "b", "path": "b"}]}}]))
+        self.apply(pod("optional", volumes=[{"name": "cfg", "configMap": {
+            "name": "none-such", "optional": True}}]))
+        event = c.wait_for(lambda: failed_mounts(c, "no-secret"), what="FailedMount")[0]
+        self.assertEqual(event["message"], 'MountVolume.SetUp failed for volume "token" : '
+                         'secret "tok" not found')
+        event = c.wait_for(lambda: failed_mounts(c, "no-key"), what="FailedMount")[0]
+        self.assertEqual(event["message"], 'MountVolume.SetUp failed for volume "cfg" : '
+                         "configmap references non-existent config key: b")
+        c.wait_for(lambda: c.pod("optional")["status"]["phase"] == "Running", what="Running")
+        self.assertEqual(failed_mounts(c, "optional"), [])
+
+    def test_a_claim_that_does_not_exist_or_is_not_bound_is_unschedulable(self):
+        c = self.c
+        self.apply(pod("no-claim", volumes=[{"name": "data", "persistentVolumeClaim": {
+            "claimName": "ckpt"}}]))
+
+        def unschedulable():
+            return [x for x in c.pod("no-claim")["status"].get("conditions", [])
+                    if x["type"] == "PodScheduled" and x["reason"] == "Unschedulable"]
+        condition = c.wait_for(unschedulable, what="Unschedulable")[0]
+        self.assertIn('0/1 nodes are available: persistentvolumeclaim "ckpt" not found.',
+                      condition["message"])
+        self.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": "ckpt"}, "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "1Gi"}}}})
+        c.wait_for(lambda: "unbound immediate PersistentVolumeClaims" in
+                   unschedulable()[0]["message"], what="unbound")
+        # a provisioner binds it: the pod is scheduled and mounts it
+        c.client.patch("/api/v1/namespaces/default/persistentvolumeclaims/ckpt/status",
+                       {"status": {"phase": "Bound"}})
+        c.wait_for(lambda: c.pod("no-claim")["status"]["phase"] == "Running", timeout=30,
+                   what="Running once the claim is bound")
+
+
+if __name__ == "__main__":
+    unittest.main()
