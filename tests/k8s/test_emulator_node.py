@@ -108,3 +108,69 @@ class EmulatorVolumeTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class EmulatorEvictionTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Cluster(backoff=0.3).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.stop()
+
+    def apply(self, obj):
+        self.c.kubectl("apply", "-f", "-", input=json.dumps(obj))
+        self.addCleanup(self.c.kubectl, "delete", obj["kind"].lower(), obj["metadata"]["name"],
+                        "--wait=false", "--ignore-not-found")
+
+    def running(self, name, labels):
+        p = pod(name, script="trap 'exit 0' TERM; sleep 60 & wait")
+        p["metadata"]["labels"] = labels
+        self.apply(p)
+        self.c.wait_for(lambda: any(x["type"] == "Ready" and x["status"] == "True" for x in
+                                    self.c.pod(name)["status"].get("conditions", [])),
+                        what="%s ready" % name)
+
+    def evict(self, name):
+        return self.c.client.post(NS_PODS + "/%s/eviction" % name, {
+            "apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": name, "namespace": "default"}})
+
+    def test_an_eviction_honours_the_disruption_budget(self):
+        c = self.c
+        self.running("shard-a", {"app": "shards"})
+        self.running("shard-b", {"app": "shards"})
+        self.apply({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                    "metadata": {"name": "shards"},
+                    "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "shards"}}}})
+        self.evict("shard-a")
+        self.assertTrue(c.pod("shard-a")["metadata"].get("deletionTimestamp"))
+        with self.assertRaises(Exception) as refused:
+            self.evict("shard-b")
+        self.assertEqual(refused.exception.code, 429)
+        self.assertIn("Cannot evict pod as it would violate the pod's disruption budget.",
+                      str(refused.exception))
+        pdb = c.client.get("/apis/policy/v1/namespaces/default/poddisruptionbudgets/shards")
+        self.assertEqual(pdb["status"]["disruptionsAllowed"], 0)
+        self.assertEqual(pdb["status"]["desiredHealthy"], 1)
+        self.assertFalse(c.pod("shard-b")["metadata"].get("deletionTimestamp"))
+
+    def test_kubectl_drain_cordons_evicts_and_the_cordoned_node_takes_no_pod(self):
+        c = self.c
+        self.running("drained", {"app": "drain-me"})
+        self.addCleanup(c.kubectl, "uncordon", "kubeps-node")
+        out = c.kubectl("drain", "kubeps-node", "--pod-selector=app=drain-me",
+                        "--ignore-daemonsets", "--delete-emptydir-data", "--force",
+                        "--timeout=60s")
+        self.assertIn("node/kubeps-node cordoned", out.stdout)
+        self.assertIn("evicting pod default/drained", out.stdout + out.stderr)
+        self.assertIn("node/kubeps-node drained", out.stdout)
+        self.assertTrue(c.client.get("/api/v1/nodes/kubeps-node")["spec"]["unschedulable"])
+        self.apply(pod("after-cordon"))
+        condition = c.wait_for(lambda: [x for x in c.pod("after-cordon")["status"].get(
+            "conditions", []) if x["reason"] == "Unschedulable"], what="Unschedulable")[0]
+        self.assertIn("1 node(s) were unschedulable", condition["message"])
+        c.kubectl("uncordon", "kubeps-node")
+        c.wait_for(lambda: c.pod("after-cordon")["status"]["phase"] == "Running", timeout=30,
+                   what="Running after the uncordon")

@@ -22,6 +22,7 @@ from .. import patches
 from ..clock import now_iso
 from .admission import Admission
 from .crds import CustomResources
+from .eviction import Evictions
 from .errors import ApiError, conflict, invalid, not_found, status_success
 from .flow_control import FlowControl
 from .garbage_collector import GarbageCollector
@@ -45,7 +46,7 @@ def _content_without(obj, *keys):
     return {k: v for k, v in obj.items() if k not in ("metadata",) + keys}
 
 
-class Api(Admission, CustomResources, GarbageCollector):
+class Api(Admission, CustomResources, Evictions, GarbageCollector):
     """The emulated cluster's API: what the HTTP handler (routing.py) calls."""
 
     def __init__(self, args):

@@ -217,6 +217,8 @@ class Handler(WatchStream, PodLogStream, EmulatorHooks, StreamingHandler):
         if method == "POST":
             if sub == "binding":
                 return self.send_json(201, api.bind(ns, name, body))
+            if sub == "eviction":
+                return self.send_json(201, api.evict(ns, name, body))
             if name is not None:
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on "
                                "the requested resource")

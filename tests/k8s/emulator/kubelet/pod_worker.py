@@ -114,10 +114,13 @@ class PodWorker(ContainerEnvironment, ImagePuller, PodVolumes, ProcessRunner, Pr
         self.set_condition("ContainersReady", all_ready,
                            None if all_ready else "ContainersNotReady")
         self.set_condition("Ready", all_ready, None if all_ready else "ContainersNotReady")
+        own = ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+        # Conditions others set (DisruptionTarget of an eviction) are kept.
+        others = [c for c in (self.pod.get("status") or {}).get("conditions") or []
+                  if c.get("type") not in own]
         status = {
             "phase": self.phase,
-            "conditions": [self.conditions[t] for t in
-                           ("Initialized", "Ready", "ContainersReady", "PodScheduled")],
+            "conditions": [self.conditions[t] for t in own] + others,
             "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
             "podIP": self.ip, "podIPs": [{"ip": self.ip}],
             "startTime": self.start_time,
