@@ -122,6 +122,10 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     return FailJob(job, "CreateFailed", s.message(), result);
   }
   ReportEvictions(job, pods, &state);
+  for (const auto& action : state.stranded_pods.Release(client_, id, pods, Clock::now())) {
+    KLOG_INFO << id.namespace_ << "/" << id.name << ": " << action.message;
+    RecordEvent(job, "Warning", action.reason, action.message);
+  }
   // Before the job logic, which may delete them: a pod that cannot start
   // is said once per pod and reason, where `kubectl describe tj` shows it.
   const int64_t now_ms = NowMs();

@@ -28,6 +28,7 @@
 #include "operator/kube/mount_failures.h"
 #include "operator/kube/pod_builder.h"
 #include "operator/kube/pod_expectations.h"
+#include "operator/kube/stranded_pods.h"
 #include "operator/kubeclient/kube_client.h"
 
 namespace kubeps::kube {
@@ -63,6 +64,7 @@ class JobReconciler {
     std::chrono::steady_clock::time_point last_probe;
     PodExpectations created_pods;  // made here, maybe not in the cache yet
     MountFailures mount_failures;  // pods waiting on a volume the kubelet cannot mount
+    StrandedPods stranded_pods;    // pods left Terminating on a lost node
   };
   // A pod being deleted with the condition DisruptionTarget (an eviction:
   // a drain, the taint manager, preemption) is said once in an Event: the

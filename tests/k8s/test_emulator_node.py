@@ -9,6 +9,7 @@ evict, wait), and a node that goes NotReady (its pods stay Terminating).
 import json
 import os
 import sys
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -174,3 +175,40 @@ class EmulatorEvictionTest(unittest.TestCase):
         c.kubectl("uncordon", "kubeps-node")
         c.wait_for(lambda: c.pod("after-cordon")["status"]["phase"] == "Running", timeout=30,
                    what="Running after the uncordon")
+
+
+class EmulatorNodeNotReadyTest(unittest.TestCase):
+    def test_a_node_that_stops_reporting_leaves_its_pods_terminating(self):
+        c = Cluster(backoff=0.3).start()
+        self.addCleanup(c.stop)
+        alive = os.path.join(c.dir, "alive")
+        p = pod("stranded", script="while true; do date > %s; sleep 0.2; done" % alive,
+                terminationGracePeriodSeconds=1)
+        c.client.post(NS_PODS, p)
+        c.wait_for(lambda: c.pod("stranded")["status"]["phase"] == "Running", what="Running")
+        c.node_not_ready(evict_after=1)
+        node = c.client.get("/api/v1/nodes/kubeps-node")
+        ready = [x for x in node["status"]["conditions"] if x["type"] == "Ready"][0]
+        self.assertEqual((ready["status"], ready["reason"]), ("Unknown", "NodeStatusUnknown"))
+        self.assertIn({"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+                      [{k: t[k] for k in ("key", "effect")} for t in node["spec"]["taints"]])
+        deleting = c.wait_for(lambda: c.pod("stranded")["metadata"].get("deletionTimestamp")
+                              and c.pod("stranded"), timeout=10, what="the taint manager")
+        self.assertIn("DeletionByTaintManager", [x.get("reason") for x in
+                                                 deleting["status"]["conditions"]])
+        # Past its grace period: still there, Terminating, and its process runs on.
+        before = os.path.getmtime(alive)
+        c.wait_for(lambda: os.path.getmtime(alive) > before + 2, timeout=10,
+                   what="the process still running")
+        self.assertIn("Terminating", c.kubectl("get", "pod", "stranded").stdout)
+        c.kubectl("delete", "pod", "stranded", "--force", "--grace-period=0")
+        self.assertEqual(c.client.get(NS_PODS)["items"], [])
+        # Back: the kubelet stops what it runs for a pod that is gone.
+        c.node_ready()
+        ready = [x for x in c.client.get("/api/v1/nodes/kubeps-node")["status"]["conditions"]
+                 if x["type"] == "Ready"][0]
+        self.assertEqual(ready["status"], "True")
+        settled = os.path.getmtime(alive)
+        c.wait_for(lambda: time.time() - os.path.getmtime(alive) > 2, timeout=15,
+                   what="the stranded process stopped")
+        self.assertLess(os.path.getmtime(alive) - settled, 15)
