@@ -77,9 +77,10 @@ std::vector<FieldSpec> RunPolicyFields() {
           .AtLeast(1)
           .UnsetByDefault()
           .Doc("a pod that still cannot start this long after its creation (ErrImagePull, "
-               "ImagePullBackOff, InvalidImageName, CreateContainerConfigError, Unschedulable) "
-               "fails the job (ImagePullFailed, Unschedulable, ContainerConfigInvalid); unset: "
-               "the job waits, its condition saying why. Kubernetes only"),
+               "ImagePullBackOff, InvalidImageName, CreateContainerConfigError, Unschedulable, "
+               "FailedMount) fails the job (ImagePullFailed, Unschedulable, "
+               "ContainerConfigInvalid, VolumeMountFailed); unset: the job waits, its condition "
+               "saying why. Kubernetes only"),
       // No default in the CRD (as before the table): the operator's Running
       // applies, and stored jobs do not gain the field.
       Enum("cleanPodPolicy", at(&R::clean_pod_policy),

@@ -48,7 +48,7 @@ struct ReplicaStatus {
   // When Pending: why it cannot start, in the backend's words, while that
   // is a state it does not leave on its own (Kubernetes: ErrImagePull,
   // ImagePullBackOff, InvalidImageName, CreateContainerConfigError,
-  // Unschedulable); "" while it is merely starting. The local backend has
+  // Unschedulable, FailedMount); "" while it is merely starting. The local backend has
   // no such states.
   std::string start_problem;
   std::string start_problem_message;

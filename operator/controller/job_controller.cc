@@ -51,6 +51,7 @@ std::string StartFailureReason(const std::string& problem) {
   if (problem == "Unschedulable") return "Unschedulable";
   if (problem == "CreateContainerConfigError" || problem == "CreateContainerError")
     return "ContainerConfigInvalid";
+  if (problem == "FailedMount") return "VolumeMountFailed";
   return "PodStartFailed";
 }
 

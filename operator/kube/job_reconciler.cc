@@ -112,6 +112,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   const auto now = std::chrono::steady_clock::now();
   KubeCluster cluster(client_, id, spec, images_, state.created_pods.Apply(pods, now),
                       status.replica_restarts);
+  cluster.set_mount_failures(state.mount_failures.Refresh(client_, pods, Clock::now()));
 
   if (spec.spec.run_policy.suspend) {
     return Hold(job, spec, &cluster, launch, "JobSuspended",
@@ -138,6 +139,11 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
       return WaitForQuota(job, status, s.message(), &state, result);
     if (s.code() != Status::Code::kFailedPrecondition) return s;
     return FailJob(job, "CreateFailed", s.message(), result);
+  }
+  ReportEvictions(job, pods, &state);
+  for (const auto& action : state.stranded_pods.Release(client_, id, pods, Clock::now())) {
+    KLOG_INFO << id.namespace_ << "/" << id.name << ": " << action.message;
+    RecordEvent(job, "Warning", action.reason, action.message);
   }
   // Before the job logic, which may delete them: a pod that cannot start
   // is said once per pod and reason, where `kubectl describe tj` shows it.
@@ -249,6 +255,31 @@ Status JobReconciler::Write(const json& job, const api::TrainingJobStatus& statu
     finished_.insert(uid);
   }
   return Status::Ok();
+}
+
+void JobReconciler::ReportEvictions(const json& job, const std::vector<json>& pods,
+                                    JobState* state) {
+  for (const auto& pod : pods) {
+    const json& meta = pod["metadata"];
+    if (!meta.contains("deletionTimestamp")) continue;
+    controller::ReplicaName name{controller::ReplicaRole::kWorker, 0};
+    if (!KubeCluster::ReplicaOf(pod, &name)) continue;
+    for (const auto& condition :
+         pod.value("status", json::object()).value("conditions", json::array())) {
+      if (condition.value("type", "") != "DisruptionTarget" ||
+          condition.value("status", "") != "True") {
+        continue;
+      }
+      if (!state->evictions_reported.insert(meta.value("uid", "")).second) break;
+      const std::string message = "pod " + meta.value("name", "") + " (" + name.ToString() +
+                                  ") is being evicted (" + condition.value("reason", "") + ": " +
+                                  condition.value("message", "") +
+                                  "); it is re-created once it is gone";
+      KLOG_INFO << IdentityOf(job).namespace_ << "/" << IdentityOf(job).name << ": " << message;
+      RecordEvent(job, "Warning", "PodEvicted", message);
+      break;
+    }
+  }
 }
 
 void JobReconciler::ReadProgress(const JobIdentity& id, const std::vector<json>& pods, bool running,

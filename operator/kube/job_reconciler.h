@@ -31,8 +31,10 @@
 #include "common/metrics.h"
 #include "operator/controller/job_controller.h"
 #include "operator/kube/kube_cluster.h"
+#include "operator/kube/mount_failures.h"
 #include "operator/kube/pod_builder.h"
 #include "operator/kube/pod_expectations.h"
+#include "operator/kube/stranded_pods.h"
 #include "operator/kubeclient/kube_client.h"
 
 namespace kubeps::kube {
@@ -62,11 +64,19 @@ class JobReconciler {
     // "pod/reason" of every pod that could not start, said once in an Event.
     std::set<std::string> start_problems_reported;
     std::set<std::string> quota_refusals_reported;   // pod names, "Service NAME"
+    std::set<std::string> evictions_reported;        // pod uids
     double last_steps = -1;                          // worker 0's step counter at the last probe
     std::optional<api::TrainingJobStatus> terminal;  // decided, not yet written
     std::chrono::steady_clock::time_point last_probe;
     PodExpectations created_pods;  // made here, maybe not in the cache yet
+    MountFailures mount_failures;  // pods waiting on a volume the kubelet cannot mount
+    StrandedPods stranded_pods;    // pods left Terminating on a lost node
   };
+  // A pod being deleted with the condition DisruptionTarget (an eviction:
+  // a drain, the taint manager, preemption) is said once in an Event: the
+  // replica's pod goes without failing, and is re-created once gone.
+  void ReportEvictions(const nlohmann::json& job, const std::vector<nlohmann::json>& pods,
+                       JobState* state);
   // The training progress into `status` (job_progress.h): from worker 0's
   // last words once it has finished, else from its metrics while `running`.
   void ReadProgress(const JobIdentity& id, const std::vector<nlohmann::json>& pods, bool running,

@@ -279,7 +279,16 @@ Status KubeCluster::DeleteAll(const std::vector<ReplicaName>& names, int /*grace
 
 std::vector<controller::ReplicaStatus> KubeCluster::List() {
   std::vector<controller::ReplicaStatus> all;
-  for (const auto& [name, pod] : Newest()) all.push_back(StatusOf(pod));
+  for (const auto& [name, pod] : Newest()) {
+    controller::ReplicaStatus status = StatusOf(pod);
+    auto mount = mount_failures_.find(pod["metadata"].value("uid", ""));
+    if (status.phase == ReplicaPhase::kPending && status.start_problem.empty() &&
+        mount != mount_failures_.end()) {
+      status.start_problem = "FailedMount";
+      status.start_problem_message = mount->second;
+    }
+    all.push_back(std::move(status));
+  }
   return all;
 }
 

@@ -59,6 +59,13 @@ class KubeCluster : public controller::Cluster {
   };
   const std::vector<QuotaRefusal>& quota_refusals() const { return quota_refusals_; }
 
+  // The FailedMount messages of pods that wait in ContainerCreating, by pod
+  // uid (mount_failures.h): List() reports such a pod's replica as unable
+  // to start, start_problem "FailedMount".
+  void set_mount_failures(std::map<std::string, std::string> by_uid) {
+    mount_failures_ = std::move(by_uid);
+  }
+
   // The replica a pod belongs to, from its labels; false for a stranger.
   static bool ReplicaOf(const nlohmann::json& pod, controller::ReplicaName* name);
   // The replica's status from its pod's: phase, exit code, termination
@@ -80,6 +87,7 @@ class KubeCluster : public controller::Cluster {
   std::map<std::string, int> known_restarts_;
   std::vector<std::string> created_, deleted_;
   std::vector<QuotaRefusal> quota_refusals_;
+  std::map<std::string, std::string> mount_failures_;
 };
 
 }  // namespace kubeps::kube

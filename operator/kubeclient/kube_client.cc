@@ -321,6 +321,10 @@ class CppRestKubeClient : public KubeClient {
   Status Delete(const std::string& path, Response* response) override {
     return Do(web::http::methods::DEL, path, nullptr, "", response);
   }
+  Status DeleteWithOptions(const std::string& path, const nlohmann::json& options,
+                           Response* response) override {
+    return Do(web::http::methods::DEL, path, &options, "application/json", response);
+  }
 
   Status Watch(const std::string& path, const std::string& resource_version,
                const std::function<bool(const WatchEvent&)>& on_event,

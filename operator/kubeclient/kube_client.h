@@ -80,6 +80,13 @@ class KubeClient {
   // JSON merge patch (application/merge-patch+json).
   virtual Status Patch(const std::string& path, const nlohmann::json& body, Response* response) = 0;
   virtual Status Delete(const std::string& path, Response* response) = 0;
+  // DELETE with a DeleteOptions body (gracePeriodSeconds, preconditions).
+  // Test fakes that take no options may leave it: it deletes as Delete does.
+  virtual Status DeleteWithOptions(const std::string& path, const nlohmann::json& options,
+                                   Response* response) {
+    (void)options;
+    return Delete(path, response);
+  }
 
   // Streams `path` with ?watch=1&resourceVersion=...&allowWatchBookmarks=true
   // (query is appended to path's own), calling on_event for every event,

@@ -155,9 +155,11 @@ secrets and events. deploy/rbac/rbac.yaml is rendered from these
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get", "create", "delete"]
+# list: the kubelet says why a pod waits in ContainerCreating (FailedMount)
+# only in its Events.
 - apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create", "patch", "list"]
 {{- end }}
 
 {{/*

@@ -265,6 +265,18 @@ class Cluster:
         """The API server refuses `token` (401) from now on."""
         self.client.post("/_emulator/expire-token", {"token": token})
 
+    def node_not_ready(self, evict_after=300, node="kubeps-node"):
+        """The node stops reporting, as when its machine dies or the network
+        cuts it off: Ready goes Unknown, the unreachable taints are added,
+        the kubelet can reach the API server no more (its processes run on),
+        and `evict_after` seconds later its pods are deleted, and stay
+        Terminating (emulator.apiserver.node_lifecycle)."""
+        return self.hook("node-not-ready", node=node, evictAfterSeconds=evict_after)
+
+    def node_ready(self, node="kubeps-node"):
+        """The node is back: its kubelet reports again and lists its pods."""
+        return self.hook("node-ready", node=node)
+
     def hook(self, name, **query):
         path = "/_emulator/" + name
         if query:

@@ -9,9 +9,10 @@ What is emulated
     validation to this server), /openapi/v3 (the group versions of CRDs, with
     each CRD's schema, for `kubectl explain`: openapi.py; for built-in types
     kubectl falls back to its compiled-in strategic-merge types).
-  * resources: core/v1 pods (+status, binding, log), services (+status),
+  * resources: core/v1 pods (+status, binding, log, eviction: eviction.py,
+    honouring policy/v1 poddisruptionbudgets), services (+status),
     secrets, configmaps, events, namespaces (+status), serviceaccounts,
-    endpoints, nodes (+status); apps/v1 deployments, statefulsets, replicasets
+    endpoints, persistentvolumeclaims (+status), nodes (+status); apps/v1 deployments, statefulsets, replicasets
     (stored only, nothing runs them); coordination.k8s.io/v1 leases;
     rbac.authorization.k8s.io/v1 (cluster)roles and (cluster)rolebindings;
     scheduling.k8s.io/v1 priorityclasses; apiextensions.k8s.io/v1

@@ -22,8 +22,10 @@ from .. import patches
 from ..clock import now_iso
 from .admission import Admission
 from .crds import CustomResources
+from .eviction import Evictions
 from .errors import ApiError, conflict, invalid, not_found, status_success
 from .flow_control import FlowControl
+from .node_lifecycle import NodeLifecycle
 from .garbage_collector import GarbageCollector
 from .resources import builtin_types
 from .store import Store
@@ -45,7 +47,7 @@ def _content_without(obj, *keys):
     return {k: v for k, v in obj.items() if k not in ("metadata",) + keys}
 
 
-class Api(Admission, CustomResources, GarbageCollector):
+class Api(Admission, CustomResources, Evictions, GarbageCollector, NodeLifecycle):
     """The emulated cluster's API: what the HTTP handler (routing.py) calls."""
 
     def __init__(self, args):
@@ -53,6 +55,8 @@ class Api(Admission, CustomResources, GarbageCollector):
         self.store = Store(args.event_window)
         self.tokens = {}    # token -> (user, groups)
         self.token_expiry = {}  # token -> time.time() after which it is refused (401)
+        self.cut_off_users = set()  # kubelets of NotReady nodes (node_lifecycle.py)
+        self.not_ready_since = {}   # node name -> when it went NotReady
         # Realism settings (also /_emulator/settings): seconds between a
         # write's response and its watch event, per resource plural; seconds
         # between an owner's deletion and its dependents'.

@@ -1,6 +1,7 @@
 """The test hooks under /_emulator/ (admin token only): compact the change
 window, cut or abort every open watch, send bookmarks now, add a bearer
-token, list the last requests and the open watches. See the package's docstring.
+token, list the last requests and the open watches, make a node NotReady
+and Ready again (node_lifecycle.py). See the package's docstring.
 
 A mixin of the request handler (routing.py).
 """
@@ -52,6 +53,13 @@ class EmulatorHooks:
             self.send_json(200, {"watchDelay": api.watch_delays, "gcDelay": api.gc_delay,
                                  "requestLogSize": api.requests.maxlen,
                                  "throttle": api.flow_control.describe()})
+        elif path == "/_emulator/node-not-ready":
+            ok = api.node_not_ready(query.get("node", "kubeps-node"),
+                                    float(query.get("evictAfterSeconds", "300")))
+            self.send_json(200 if ok else 404, {"ok": ok})
+        elif path == "/_emulator/node-ready":
+            ok = api.node_ready(query.get("node", "kubeps-node"))
+            self.send_json(200 if ok else 404, {"ok": ok})
         elif path == "/_emulator/expire-token":
             api.token_expiry[json.loads(raw)["token"]] = time.time()
             self.send_json(200, {"ok": True})

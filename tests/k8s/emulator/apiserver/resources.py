@@ -47,9 +47,12 @@ class ResourceType:
             out.append({"name": self.plural + "/status", "singularName": "",
                         "namespaced": self.namespaced, "kind": self.kind,
                         "verbs": ["get", "patch", "update"]})
-        for sub, kind, verbs in self.subresources:
-            out.append({"name": self.plural + "/" + sub, "singularName": "",
-                        "namespaced": self.namespaced, "kind": kind, "verbs": verbs})
+        for sub, kind, verbs, *group_version in self.subresources:
+            entry = {"name": self.plural + "/" + sub, "singularName": "",
+                     "namespaced": self.namespaced, "kind": kind, "verbs": verbs}
+            if group_version:   # a subresource of another group's kind (kubectl drain looks)
+                entry["group"], entry["version"] = group_version
+            out.append(entry)
         return out
 
 
@@ -57,7 +60,8 @@ def builtin_types():
     R = ResourceType
     return [
         R("", "v1", "pods", "Pod", short_names=["po"], categories=["all"], status=True,
-          subresources=[("binding", "Binding", ["create"]), ("log", "Pod", ["get"])]),
+          subresources=[("binding", "Binding", ["create"]), ("log", "Pod", ["get"]),
+                        ("eviction", "Eviction", ["create"], "policy", "v1")]),
         R("", "v1", "services", "Service", short_names=["svc"], categories=["all"], status=True),
         R("", "v1", "secrets", "Secret"),
         R("", "v1", "configmaps", "ConfigMap", short_names=["cm"]),
@@ -67,6 +71,10 @@ def builtin_types():
         R("", "v1", "serviceaccounts", "ServiceAccount", short_names=["sa"]),
         R("", "v1", "endpoints", "Endpoints", short_names=["ep"]),
         R("", "v1", "resourcequotas", "ResourceQuota", short_names=["quota"], status=True),
+        R("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", short_names=["pvc"],
+          status=True),
+        R("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", short_names=["pdb"],
+          status=True),
         R("", "v1", "nodes", "Node", namespaced=False, short_names=["no"], status=True),
         R("apps", "v1", "deployments", "Deployment", short_names=["deploy"], categories=["all"],
           status=True),

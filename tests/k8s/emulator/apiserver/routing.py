@@ -109,6 +109,10 @@ class Handler(WatchStream, PodLogStream, EmulatorHooks, StreamingHandler):
                 return
             user = self.authenticate()
             self._user = user
+            if user[0] in self.api.cut_off_users:
+                # a NotReady node's kubelet: as if the network had cut it off
+                self.close_connection = True
+                raise ApiError(503, "ServiceUnavailable", "the node is cut off (emulated)")
             if path.startswith("/_emulator/"):
                 self.hook(method, path, query, raw, user)
                 return
@@ -217,6 +221,8 @@ class Handler(WatchStream, PodLogStream, EmulatorHooks, StreamingHandler):
         if method == "POST":
             if sub == "binding":
                 return self.send_json(201, api.bind(ns, name, body))
+            if sub == "eviction":
+                return self.send_json(201, api.evict(ns, name, body))
             if name is not None:
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on "
                                "the requested resource")

@@ -44,7 +44,13 @@ Containers: each container is one local process group.
     served by the API server as pods/log (kubectl logs, -f, --previous).
   * Volumes: secret, configMap (files for each key, or `items`), emptyDir
     (a per-pod folder), hostPath (the path itself), downwardAPI (labels,
-    annotations, name, namespace). How a mountPath becomes visible:
+    annotations, name, namespace), persistentVolumeClaim (a Bound claim: a
+    folder of the node's per claim). A Secret or ConfigMap that does not
+    exist (not optional), or a missing key of its `items`, keeps the pod
+    Pending in ContainerCreating with Warning Events reason FailedMount
+    ("MountVolume.SetUp failed for volume ..."), retried with back-off; a
+    claim that does not exist or is not Bound leaves the pod Unschedulable.
+    How a mountPath becomes visible:
       - isolation "namespace" (the default where unshare(2) works, e.g. as
         root): every container runs in its own mount and UTS namespace
         (`unshare --mount --uts`), the volume folder is bind-mounted on the
@@ -103,7 +109,8 @@ Modules
   pod_worker.py      one pod's lifecycle and status
   containers.py      container state, exit codes, $(VAR) expansion
   environment.py     a container's environment and program
-  volumes.py         secret, configMap, downwardAPI, emptyDir, hostPath volumes
+  volumes.py         secret, configMap, downwardAPI, emptyDir, hostPath, claim volumes
+  events.py          the Events the kubelet records (FailedMount), aggregated
   runtime.py         container processes, namespaces, mounts, logs
   probes.py          readiness and liveness probes
   networking.py      pod IPs, Service endpoints, the proxy and DNS sync loop

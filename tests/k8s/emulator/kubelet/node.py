@@ -16,6 +16,7 @@ import urllib.parse
 from ..client import ApiError, Client
 from ..clock import now_iso
 from .dns import ClusterDns
+from .events import EventRecorder
 from .informers import Informers
 from .log import log
 from .networking import Networking
@@ -24,7 +25,7 @@ from .scheduling import Scheduler
 from .volumes import remove_created
 
 
-class Kubelet(Informers, Scheduler, Networking, ClusterDns):
+class Kubelet(Informers, Scheduler, Networking, ClusterDns, EventRecorder):
     """One emulated node (--node-name) of the cluster."""
 
     def __init__(self, args):
@@ -53,6 +54,7 @@ class Kubelet(Informers, Scheduler, Networking, ClusterDns):
         self.lock = threading.RLock()
         self.workers = {}          # uid -> PodWorker
         self.unscheduled = {}      # uid -> pod no node can take (scheduling.py)
+        self.events = {}           # (pod uid, reason, message) -> (Event name, count)
         self.pods = {}             # uid -> pod object (bound to this node)
         self.services = {}         # (ns, name) -> service
         self.ips = {}              # uid -> ip

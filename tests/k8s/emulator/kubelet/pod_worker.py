@@ -22,7 +22,7 @@ from .images import ImagePuller
 from .log import log
 from .probes import Probes
 from .runtime import ProcessRunner
-from .volumes import PodVolumes, remove_created
+from .volumes import MountError, PodVolumes, remove_created
 
 
 # FallbackToLogsOnError: the kubelet's share of the log (kubelet's
@@ -85,6 +85,8 @@ class PodWorker(ContainerEnvironment, ImagePuller, PodVolumes, ProcessRunner, Pr
         self.gone = False
         self.links = []
         self.volumes_ready = False
+        self.mount_retry_at = 0       # when to try a volume that failed to mount again
+        self.mount_backoff = 0
         self.initialized = not self.inits
         self.containers_done = False   # every container ended: sidecars stop
         self.last_status = None
@@ -112,10 +114,13 @@ class PodWorker(ContainerEnvironment, ImagePuller, PodVolumes, ProcessRunner, Pr
         self.set_condition("ContainersReady", all_ready,
                            None if all_ready else "ContainersNotReady")
         self.set_condition("Ready", all_ready, None if all_ready else "ContainersNotReady")
+        own = ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+        # Conditions others set (DisruptionTarget of an eviction) are kept.
+        others = [c for c in (self.pod.get("status") or {}).get("conditions") or []
+                  if c.get("type") not in own]
         status = {
             "phase": self.phase,
-            "conditions": [self.conditions[t] for t in
-                           ("Initialized", "Ready", "ContainersReady", "PodScheduled")],
+            "conditions": [self.conditions[t] for t in own] + others,
             "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
             "podIP": self.ip, "podIPs": [{"ip": self.ip}],
             "startTime": self.start_time,
@@ -245,21 +250,34 @@ class PodWorker(ContainerEnvironment, ImagePuller, PodVolumes, ProcessRunner, Pr
                 self.phase, self.reason = "Failed", "DeadlineExceeded"
                 self.message = "Pod was active on the node longer than the specified deadline"
                 self.push_status()
-            if not self.volumes_ready and self.phase == "Pending":
-                try:
-                    self.prepare_volumes()
-                    self.volumes_ready = True
-                except ConfigError as e:
-                    for c in self.inits + self.containers:
-                        c.state = {"waiting": {"reason": "ContainerCreating"}}
-                    self.message = str(e)
-                except (ApiError, OSError) as e:
-                    self.message = str(e)
+            if not self.volumes_ready and self.phase == "Pending" and \
+                    time.time() >= self.mount_retry_at:
+                self.set_up_volumes()
             if self.volumes_ready and self.phase not in ("Succeeded", "Failed"):
                 self.step()
             self.push_status()
             self.wake.wait(0.1)
             self.wake.clear()
+
+    def set_up_volumes(self):
+        """Mounts the pod's volumes; one that cannot be mounted keeps the
+        containers waiting (ContainerCreating, no message: the kubelet says
+        why only in a FailedMount Event) and is tried again after a back-off."""
+        try:
+            self.prepare_volumes()
+            self.volumes_ready = True
+            return
+        except MountError as e:
+            self.kubelet.record_event(self.pod, "Warning", "FailedMount", str(e))
+        except ConfigError as e:
+            self.message = str(e)
+        except (ApiError, OSError) as e:
+            self.message = str(e)
+        for c in self.inits + self.containers:
+            c.state = {"waiting": {"reason": "ContainerCreating"}}
+        self.mount_backoff = min(self.kubelet.max_backoff, self.mount_backoff * 2 if
+                                 self.mount_backoff else self.kubelet.backoff)
+        self.mount_retry_at = time.time() + self.mount_backoff
 
     def step(self):
         for c in self.inits + self.containers:
@@ -352,4 +370,5 @@ class PodWorker(ContainerEnvironment, ImagePuller, PodVolumes, ProcessRunner, Pr
             remove_created(link)
             self.kubelet.links.discard(link)
         del mine
+        self.kubelet.forget_events(self.uid)
         self.kubelet.forget(self)

@@ -2,14 +2,17 @@
 whose schedulerName is empty or "default-scheduler" is bound here when the
 node fits it, and otherwise stays Pending with the condition PodScheduled
 False, reason Unschedulable, and the scheduler's message. A pod fits when
-every label of its nodeSelector is the node's, and its requests (per
-resource: the containers' and the native sidecars' together, or an init
-container's own when larger; a request left out is its limit) are within
-the node's allocatable (cpu, memory, pods, and no nvidia.com/gpu or other
-extended resource at all). Other pods' requests are not counted, nor are
-affinity, taints and tolerations. Pods left unschedulable are looked at
-again every few seconds, as the scheduler retries them (a label added to
-the node with kubectl makes them fit).
+every PersistentVolumeClaim it mounts exists and is Bound, the node is not
+cordoned (spec.unschedulable), the pod tolerates the node's NoSchedule and
+NoExecute taints (node.kubernetes.io/unreachable...), every label of its
+nodeSelector is the node's, and its requests (per resource: the
+containers' and the native sidecars' together, or an init container's own
+when larger; a request left out is its limit) are within the node's
+allocatable (cpu, memory, pods, and no nvidia.com/gpu or other extended
+resource at all). Other pods' requests are not counted, nor is affinity.
+Pods left unschedulable are looked at again every few seconds, as the
+scheduler retries them (a label added to the node with kubectl, a claim
+created, an uncordon make them fit).
 
 A mixin of Kubelet (node.py).
 """
@@ -55,17 +58,60 @@ def pod_requests(spec):
     return total
 
 
-def unschedulable_message(spec, node):
+def tolerates(tolerations, taint):
+    """Whether one of the pod's tolerations tolerates the node's taint."""
+    for t in tolerations or []:
+        if t.get("effect") and t["effect"] != taint.get("effect"):
+            continue
+        if t.get("operator") == "Exists":
+            if not t.get("key") or t["key"] == taint.get("key"):
+                return True
+        elif t.get("key") == taint.get("key") and t.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
+def claim_problem(spec, claims):
+    """The scheduler's words for a claim of the pod that is missing or not
+    bound (claims: name -> PersistentVolumeClaim, or None when there is
+    none), else None. The volume binding plugin refuses such a pod before
+    it looks at any node."""
+    for v in spec.get("volumes") or []:
+        name = (v.get("persistentVolumeClaim") or {}).get("claimName")
+        if name is None:
+            continue
+        claim = claims.get(name)
+        if claim is None:
+            return 'persistentvolumeclaim "%s" not found' % name
+        if (claim.get("status") or {}).get("phase") != "Bound":
+            return "pod has unbound immediate PersistentVolumeClaims"
+    return None
+
+
+def unschedulable_message(spec, node, claims=None):
     """The scheduler's message when `node` cannot take a pod of `spec`, else None."""
     labels = node.get("metadata", {}).get("labels") or {}
     reasons = []
-    selector = spec.get("nodeSelector") or {}
-    if any(labels.get(k) != v for k, v in selector.items()):
-        reasons.append("1 node(s) didn't match Pod's node affinity/selector")
-    allocatable = node.get("status", {}).get("allocatable") or {}
-    for name, wanted in sorted(pod_requests(spec).items()):
-        if wanted > quantity(allocatable.get(name, "0")):
-            reasons.append("1 Insufficient %s" % name)
+    problem = claim_problem(spec, claims or {})
+    if problem:
+        reasons.append(problem)
+    elif node.get("spec", {}).get("unschedulable"):
+        reasons.append("1 node(s) were unschedulable")
+    else:
+        for taint in node.get("spec", {}).get("taints") or []:
+            if taint.get("effect") in ("NoSchedule", "NoExecute") and \
+                    not tolerates(spec.get("tolerations"), taint):
+                reasons.append("1 node(s) had untolerated taint {%s: %s}" % (
+                    taint.get("key"), taint.get("value", "")))
+                break
+    if not reasons:
+        selector = spec.get("nodeSelector") or {}
+        if any(labels.get(k) != v for k, v in selector.items()):
+            reasons.append("1 node(s) didn't match Pod's node affinity/selector")
+        allocatable = node.get("status", {}).get("allocatable") or {}
+        for name, wanted in sorted(pod_requests(spec).items()):
+            if wanted > quantity(allocatable.get(name, "0")):
+                reasons.append("1 Insufficient %s" % name)
     if not reasons:
         return None
     return ("0/1 nodes are available: %s. preemption: 0/1 nodes are available: 1 Preemption is "
@@ -82,7 +128,19 @@ class Scheduler:
         except (ApiError, OSError) as e:
             log("schedule %s: reading the node: %s" % (md["name"], e))
             return
-        message = unschedulable_message(pod.get("spec", {}), node)
+        claims = {}
+        for v in pod.get("spec", {}).get("volumes") or []:
+            claim = (v.get("persistentVolumeClaim") or {}).get("claimName")
+            if claim is None:
+                continue
+            try:
+                claims[claim] = self.client.get("/api/v1/namespaces/%s/persistentvolumeclaims/%s"
+                                                % (md["namespace"], claim))
+            except ApiError as e:
+                if e.code != 404:
+                    log("schedule %s: reading claim %s: %s" % (md["name"], claim, e))
+                    return
+        message = unschedulable_message(pod.get("spec", {}), node, claims)
         with self.lock:
             if message:
                 self.unscheduled[md["uid"]] = pod

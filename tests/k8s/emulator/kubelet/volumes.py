@@ -1,7 +1,15 @@
-"""Pod volumes: secret, configMap and downwardAPI files, emptyDir folders and
-hostPath, written under the pod's folder; the mounts of each container; and
-the mount points and parent folders the kubelet creates on the host and
-removes again.
+"""Pod volumes: secret, configMap and downwardAPI files, emptyDir folders,
+hostPath and bound PersistentVolumeClaims (a folder per claim, shared by the
+pods that mount it), written under the pod's folder; the mounts of each
+container; and the mount points and parent folders the kubelet creates on
+the host and removes again.
+
+A volume that cannot be set up (a Secret or ConfigMap that does not exist
+and is not optional, a key its `items` name that it lacks) raises
+MountError: the pod worker keeps the pod Pending, its containers waiting in
+ContainerCreating, records a FailedMount Event and tries again, as the
+kubelet's volume manager does. A claim that does not exist or is not bound
+never gets here: the scheduler leaves such a pod unschedulable.
 
 A mixin of PodWorker (pod_worker.py).
 """
@@ -12,6 +20,13 @@ import threading
 from .containers import ConfigError
 
 MOUNT_POINTS_LOCK = threading.Lock()
+
+
+class MountError(Exception):
+    """A volume that cannot be set up yet; the message is the kubelet's."""
+
+    def __init__(self, volume, why):
+        super().__init__('MountVolume.SetUp failed for volume "%s" : %s' % (volume, why))
 
 
 def remove_created(path):
@@ -31,11 +46,19 @@ class PodVolumes:
     def volume_dir(self, name):
         return os.path.join(self.dir, "volumes", name)
 
+    def claim_dir(self, claim):
+        """A claim's storage: the node's, so it outlives the pods that mount it."""
+        return os.path.join(self.kubelet.state_dir, "claims", "%s_%s" % (self.ns, claim))
+
     def prepare_volumes(self):
         for v in self.pod["spec"].get("volumes", []):
             name = v["name"]
             path = self.volume_dir(name)
             if "hostPath" in v:
+                continue
+            if "persistentVolumeClaim" in v:
+                claim = v["persistentVolumeClaim"].get("claimName", "")
+                os.makedirs(self.claim_dir(claim), exist_ok=True)
                 continue
             os.makedirs(path, exist_ok=True)
             files = {}
@@ -43,7 +66,10 @@ class PodVolumes:
                 kind = "secrets" if "secret" in v else "configmaps"
                 src = v.get("secret") or v.get("configMap")
                 ref = src.get("secretName") if kind == "secrets" else src.get("name")
-                obj = self.get_object(kind, ref or "", src.get("optional"))
+                try:
+                    obj = self.get_object(kind, ref or "", src.get("optional"))
+                except ConfigError:
+                    raise MountError(name, '%s "%s" not found' % (kind[:-1], ref or ""))
                 if obj is None:
                     continue
                 data = dict(obj.get("data") or {})
@@ -59,8 +85,9 @@ class PodVolumes:
                         if it["key"] not in data:
                             if src.get("optional"):
                                 continue
-                            raise ConfigError("CreateContainerConfigError",
-                                              "couldn't find key %s" % it["key"])
+                            raise MountError(name, "%s references non-existent %s key: %s" % (
+                                kind[:-1], "secret" if kind == "secrets" else "config",
+                                it["key"]))
                         files[it["path"]] = (data[it["key"]], it.get("mode"))
                 else:
                     files = {k: (x, None) for k, x in data.items()}
@@ -94,7 +121,12 @@ class PodVolumes:
             if v is None:
                 raise ConfigError("CreateContainerConfigError",
                                   "volume %s not found in the pod spec" % m["name"])
-            src = v["hostPath"]["path"] if "hostPath" in v else self.volume_dir(m["name"])
+            if "hostPath" in v:
+                src = v["hostPath"]["path"]
+            elif "persistentVolumeClaim" in v:
+                src = self.claim_dir(v["persistentVolumeClaim"].get("claimName", ""))
+            else:
+                src = self.volume_dir(m["name"])
             if m.get("subPath"):
                 src = os.path.join(src, m["subPath"])
             out.append((src, m["mountPath"], bool(m.get("readOnly"))))

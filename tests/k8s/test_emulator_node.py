@@ -1,0 +1,214 @@
+"""Tests of the Kubernetes emulator's node troubles, as a real cluster has
+them: a volume that cannot be mounted (FailedMount Events, the pod Pending
+in ContainerCreating), a claim that does not exist (unschedulable), the
+Eviction subresource with PodDisruptionBudgets, `kubectl drain` (cordon,
+evict, wait), and a node that goes NotReady (its pods stay Terminating).
+
+    python3 -m unittest -v test_emulator_node      (from tests/k8s)
+"""
+import json
+import os
+import sys
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from emulator.cluster import Cluster  # noqa: E402
+from test_emulator_pod_start import pod, waiting  # noqa: E402
+
+NS_PODS = "/api/v1/namespaces/default/pods"
+
+
+def failed_mounts(c, name):
+    uid = c.pod(name)["metadata"]["uid"]
+    return [e for e in c.client.get("/api/v1/namespaces/default/events?fieldSelector="
+                                    "involvedObject.uid%3D" + uid)["items"]
+            if e["reason"] == "FailedMount"]
+
+
+class EmulatorVolumeTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Cluster(backoff=0.3).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.stop()
+
+    def apply(self, obj):
+        self.c.kubectl("apply", "-f", "-", input=json.dumps(obj))
+        self.addCleanup(self.c.kubectl, "delete", obj["kind"].lower(), obj["metadata"]["name"],
+                        "--wait=false", "--ignore-not-found")
+
+    def test_a_config_map_that_does_not_exist_fails_to_mount_until_it_is_made(self):
+        c = self.c
+        p = pod("no-cm", volumes=[{"name": "data", "configMap": {"name": "settings"}}])
+        p["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/tmp/x"}]
+        self.apply(p)
+        events = c.wait_for(lambda: failed_mounts(c, "no-cm"), what="a FailedMount event")
+        self.assertEqual(events[0]["type"], "Warning")
+        self.assertEqual(events[0]["message"],
+                         'MountVolume.SetUp failed for volume "data" : configmap "settings" '
+                         "not found")
+        self.assertEqual(events[0]["source"]["component"], "kubelet")
+        current = c.pod("no-cm")
+        self.assertEqual(current["status"]["phase"], "Pending")
+        self.assertEqual(waiting(current), {"reason": "ContainerCreating"})
+        # retried, one Event counting up (as the kubelet's recorder aggregates)
+        c.wait_for(lambda: failed_mounts(c, "no-cm")[0]["count"] >= 2, what="a repeated event")
+        self.assertEqual(len(failed_mounts(c, "no-cm")), 1)
+        self.assertIn("FailedMount", c.kubectl("describe", "pod", "no-cm").stdout)
+        # The ConfigMap made later: the next try mounts it.
+        self.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"},
+                    "data": {"a": "1"}})
+        c.wait_for(lambda: c.pod("no-cm")["status"]["phase"] == "Running", timeout=30,
+                   what="Running once the ConfigMap exists")
+
+    def test_a_missing_secret_and_a_missing_key(self):
+        c = self.c
+        self.apply(pod("no-secret", volumes=[{"name": "token", "secret": {"secretName": "tok"}}]))
+        self.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "keyless"},
+                    "data": {"a": "1"}})
+        self.apply(pod("no-key", volumes=[{"name": "cfg", "configMap": {
+            "name": "keyless", "items": [{"key": "b", "path": "b"}]}}]))
+        self.apply(pod("optional", volumes=[{"name": "cfg", "configMap": {
+            "name": "none-such", "optional": True}}]))
+        event = c.wait_for(lambda: failed_mounts(c, "no-secret"), what="FailedMount")[0]
+        self.assertEqual(event["message"], 'MountVolume.SetUp failed for volume "token" : '
+                         'secret "tok" not found')
+        event = c.wait_for(lambda: failed_mounts(c, "no-key"), what="FailedMount")[0]
+        self.assertEqual(event["message"], 'MountVolume.SetUp failed for volume "cfg" : '
+                         "configmap references non-existent config key: b")
+        c.wait_for(lambda: c.pod("optional")["status"]["phase"] == "Running", what="Running")
+        self.assertEqual(failed_mounts(c, "optional"), [])
+
+    def test_a_claim_that_does_not_exist_or_is_not_bound_is_unschedulable(self):
+        c = self.c
+        self.apply(pod("no-claim", volumes=[{"name": "data", "persistentVolumeClaim": {
+            "claimName": "ckpt"}}]))
+
+        def unschedulable():
+            return [x for x in c.pod("no-claim")["status"].get("conditions", [])
+                    if x["type"] == "PodScheduled" and x["reason"] == "Unschedulable"]
+        condition = c.wait_for(unschedulable, what="Unschedulable")[0]
+        self.assertIn('0/1 nodes are available: persistentvolumeclaim "ckpt" not found.',
+                      condition["message"])
+        self.apply({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": {"name": "ckpt"}, "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "1Gi"}}}})
+        c.wait_for(lambda: "unbound immediate PersistentVolumeClaims" in
+                   unschedulable()[0]["message"], what="unbound")
+        # a provisioner binds it: the pod is scheduled and mounts it
+        c.client.patch("/api/v1/namespaces/default/persistentvolumeclaims/ckpt/status",
+                       {"status": {"phase": "Bound"}})
+        c.wait_for(lambda: c.pod("no-claim")["status"]["phase"] == "Running", timeout=30,
+                   what="Running once the claim is bound")
+
+
+if __name__ == "__main__":
+    unittest.main()
+
+
+class EmulatorEvictionTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.c = Cluster(backoff=0.3).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.c.stop()
+
+    def apply(self, obj):
+        self.c.kubectl("apply", "-f", "-", input=json.dumps(obj))
+        self.addCleanup(self.c.kubectl, "delete", obj["kind"].lower(), obj["metadata"]["name"],
+                        "--wait=false", "--ignore-not-found")
+
+    def running(self, name, labels):
+        p = pod(name, script="trap 'exit 0' TERM; sleep 60 & wait")
+        p["metadata"]["labels"] = labels
+        self.apply(p)
+        self.c.wait_for(lambda: any(x["type"] == "Ready" and x["status"] == "True" for x in
+                                    self.c.pod(name)["status"].get("conditions", [])),
+                        what="%s ready" % name)
+
+    def evict(self, name):
+        return self.c.client.post(NS_PODS + "/%s/eviction" % name, {
+            "apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": name, "namespace": "default"}})
+
+    def test_an_eviction_honours_the_disruption_budget(self):
+        c = self.c
+        self.running("shard-a", {"app": "shards"})
+        self.running("shard-b", {"app": "shards"})
+        self.apply({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                    "metadata": {"name": "shards"},
+                    "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "shards"}}}})
+        self.evict("shard-a")
+        self.assertTrue(c.pod("shard-a")["metadata"].get("deletionTimestamp"))
+        with self.assertRaises(Exception) as refused:
+            self.evict("shard-b")
+        self.assertEqual(refused.exception.code, 429)
+        self.assertIn("Cannot evict pod as it would violate the pod's disruption budget.",
+                      str(refused.exception))
+        pdb = c.client.get("/apis/policy/v1/namespaces/default/poddisruptionbudgets/shards")
+        self.assertEqual(pdb["status"]["disruptionsAllowed"], 0)
+        self.assertEqual(pdb["status"]["desiredHealthy"], 1)
+        self.assertFalse(c.pod("shard-b")["metadata"].get("deletionTimestamp"))
+
+    def test_kubectl_drain_cordons_evicts_and_the_cordoned_node_takes_no_pod(self):
+        c = self.c
+        self.running("drained", {"app": "drain-me"})
+        self.addCleanup(c.kubectl, "uncordon", "kubeps-node")
+        out = c.kubectl("drain", "kubeps-node", "--pod-selector=app=drain-me",
+                        "--ignore-daemonsets", "--delete-emptydir-data", "--force",
+                        "--timeout=60s")
+        self.assertIn("node/kubeps-node cordoned", out.stdout)
+        self.assertIn("evicting pod default/drained", out.stdout + out.stderr)
+        self.assertIn("node/kubeps-node drained", out.stdout)
+        self.assertTrue(c.client.get("/api/v1/nodes/kubeps-node")["spec"]["unschedulable"])
+        self.apply(pod("after-cordon"))
+        condition = c.wait_for(lambda: [x for x in c.pod("after-cordon")["status"].get(
+            "conditions", []) if x["reason"] == "Unschedulable"], what="Unschedulable")[0]
+        self.assertIn("1 node(s) were unschedulable", condition["message"])
+        c.kubectl("uncordon", "kubeps-node")
+        c.wait_for(lambda: c.pod("after-cordon")["status"]["phase"] == "Running", timeout=30,
+                   what="Running after the uncordon")
+
+
+class EmulatorNodeNotReadyTest(unittest.TestCase):
+    def test_a_node_that_stops_reporting_leaves_its_pods_terminating(self):
+        c = Cluster(backoff=0.3).start()
+        self.addCleanup(c.stop)
+        alive = os.path.join(c.dir, "alive")
+        p = pod("stranded", script="while true; do date > %s; sleep 0.2; done" % alive,
+                terminationGracePeriodSeconds=1)
+        c.client.post(NS_PODS, p)
+        c.wait_for(lambda: c.pod("stranded")["status"]["phase"] == "Running", what="Running")
+        c.node_not_ready(evict_after=1)
+        node = c.client.get("/api/v1/nodes/kubeps-node")
+        ready = [x for x in node["status"]["conditions"] if x["type"] == "Ready"][0]
+        self.assertEqual((ready["status"], ready["reason"]), ("Unknown", "NodeStatusUnknown"))
+        self.assertIn({"key": "node.kubernetes.io/unreachable", "effect": "NoExecute"},
+                      [{k: t[k] for k in ("key", "effect")} for t in node["spec"]["taints"]])
+        deleting = c.wait_for(lambda: c.pod("stranded")["metadata"].get("deletionTimestamp")
+                              and c.pod("stranded"), timeout=10, what="the taint manager")
+        self.assertIn("DeletionByTaintManager", [x.get("reason") for x in
+                                                 deleting["status"]["conditions"]])
+        # Past its grace period: still there, Terminating, and its process runs on.
+        before = os.path.getmtime(alive)
+        c.wait_for(lambda: os.path.getmtime(alive) > before + 2, timeout=10,
+                   what="the process still running")
+        self.assertIn("Terminating", c.kubectl("get", "pod", "stranded").stdout)
+        c.kubectl("delete", "pod", "stranded", "--force", "--grace-period=0")
+        self.assertEqual(c.client.get(NS_PODS)["items"], [])
+        # Back: the kubelet stops what it runs for a pod that is gone.
+        c.node_ready()
+        ready = [x for x in c.client.get("/api/v1/nodes/kubeps-node")["status"]["conditions"]
+                 if x["type"] == "Ready"][0]
+        self.assertEqual(ready["status"], "True")
+        settled = os.path.getmtime(alive)
+        c.wait_for(lambda: time.time() - os.path.getmtime(alive) > 2, timeout=15,
+                   what="the stranded process stopped")
+        self.assertLess(os.path.getmtime(alive) - settled, 15)

@@ -1,0 +1,81 @@
+"""A node drained mid-job with the real `kubectl drain`: the node is
+cordoned, a server's pod is evicted through the Eviction API (the pod gets
+the condition DisruptionTarget, then its grace period), and the operator
+says so in an Event (PodEvicted) and re-creates the replica, which waits,
+unschedulable, while the only node is cordoned, and starts from the
+server's checkpoint once it is uncordoned; the job succeeds.
+
+    KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_node_drain   (from tests/k8s)
+"""
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from operator_harness import apply, events_of, job_pods, training_job  # noqa: E402
+from test_operator import SharedClusterTestCase, live, replica_key  # noqa: E402
+from test_role_restarts import MAX_STEPS  # noqa: E402
+
+NODE = "kubeps-node"
+
+
+class NodeDrainTest(SharedClusterTestCase):
+    def live_pod(self, job, role, index=0):
+        for pod in job_pods(self.c, job):
+            if replica_key(pod) == (role, str(index)) and live(pod):
+                return pod
+        return None
+
+    def test_a_drained_server_is_evicted_and_recovered_from_its_checkpoint(self):
+        name = "drained"
+        job = training_job(name, epochs=20, max_steps=MAX_STEPS, restart_policy="OnFailure",
+                           backoff_limit=3)
+        folder = tempfile.mkdtemp(prefix="kubeps-ckpt-")
+        self.addCleanup(shutil.rmtree, folder, True)
+        job["spec"]["checkpoint"] = {"path": folder, "intervalSteps": 50}
+        job["spec"]["replicaSpecs"]["ps"]["template"] = {"spec": {
+            "volumes": [{"name": "checkpoints", "hostPath": {"path": folder}}],
+            "containers": [{"name": "server", "volumeMounts": [
+                {"name": "checkpoints", "mountPath": folder}]}]}}
+        apply(self.c, job)
+        self.wait_phase(name, "Running", timeout=90)
+        self.c.wait_for(lambda: "step " in self.c.kubectl("logs", name + "-worker-0").stdout,
+                        timeout=60, what="worker-0 training")
+        old = self.live_pod(name, "server")
+        self.addCleanup(self.c.kubectl, "uncordon", NODE)
+        out = self.c.kubectl(
+            "drain", NODE, "--pod-selector=kubeps.io/job-name=%s,kubeps.io/replica-type=server,"
+            "kubeps.io/replica-index=0" % name, "--ignore-daemonsets", "--delete-emptydir-data",
+            "--timeout=60s")
+        self.assertIn("evicting pod default/%s" % old["metadata"]["name"],
+                      out.stdout + out.stderr)
+        self.assertIn("node/%s drained" % NODE, out.stdout)
+        try:
+            evicted = self.c.wait_for(lambda: [e for e in events_of(self.c, name)
+                                               if e["reason"] == "PodEvicted"], timeout=20,
+                                      what="a PodEvicted event")[0]
+        except AssertionError as e:
+            self.fail("%s\n%s" % (e, self.diag(name)))
+        self.assertIn("pod %s (server-0) is being evicted (EvictionByEvictionAPI" %
+                      old["metadata"]["name"], evicted["message"])
+        # The replacement waits while the only node is cordoned.
+        self.c.wait_for(lambda: self.live_pod(name, "server") and any(
+            x.get("reason") == "Unschedulable" for x in
+            self.live_pod(name, "server")["status"].get("conditions", [])), timeout=30,
+            what="the replacement unschedulable on the cordoned node")
+        self.c.kubectl("uncordon", NODE)
+        new = self.c.wait_for(lambda: (self.live_pod(name, "server") or {}).get(
+            "status", {}).get("podIP") and self.live_pod(name, "server"), timeout=60,
+            what="the replacement running")
+        st = self.wait_phase(name, "Succeeded", timeout=240)["status"]
+        self.assertEqual(st["replicaStatuses"]["worker"]["succeeded"], 2, st)
+        self.assertIn("rolled back to the checkpoint of step",
+                      self.c.kubectl("logs", new["metadata"]["name"]).stdout)
+        self.delete_job(name)
+
+
+if __name__ == "__main__":
+    unittest.main()
