@@ -247,9 +247,11 @@ TEST_F(SidecarPodTest, TheProgramRunsBesideItsAgentInAFreshSharedFolder) {
 
 TEST_F(SidecarPodTest, TheAgentIsSignalledAsSoonAsItsProgramHasEnded) {
   // As the kubelet ends a native sidecar: no grace for it to leave by itself.
+  // The program ends once the agent listens for the signal (a SIGTERM before
+  // its shell has set the trap would kill it without a trace: a flake).
   ASSERT_TRUE(RunPod("trap 'touch \"$RUN_DIR/agent-got-term\"; exit 0' TERM; "
-                     "while :; do sleep 0.01; done",
-                     "exit 0")
+                     "touch \"$RUN_DIR/agent-ready\"; while :; do sleep 0.01; done",
+                     "while [ ! -e \"$RUN_DIR/agent-ready\" ]; do sleep 0.01; done; exit 0")
                   .ok());
   ASSERT_TRUE(Eventually([&] { return Ended(kWorker); }));
   EXPECT_EQ(StatusOf(kWorker).phase, ReplicaPhase::kSucceeded);
