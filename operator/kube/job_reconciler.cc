@@ -110,8 +110,8 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     if (Status s = GateOnKueue(job, id, queue, &spec, &kueue); !s.ok()) return s;
   }
   const auto now = std::chrono::steady_clock::now();
-  KubeCluster cluster(client_, id, spec, images_, state.created_pods.Apply(pods, now),
-                      status.replica_restarts);
+  const std::vector<json> known_pods = state.created_pods.Apply(pods, now);
+  KubeCluster cluster(client_, id, spec, images_, known_pods, status.replica_restarts);
   cluster.set_mount_failures(state.mount_failures.Refresh(client_, pods, Clock::now()));
 
   if (spec.spec.run_policy.suspend) {
@@ -120,7 +120,11 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   }
   if (!queue.empty() && !kueue.admitted) {
     Status held = Hold(job, spec, &cluster, launch, kueue.reason, kueue.message, result);
-    if (held.ok() && kueue.give_back_quota) {
+    // The quota goes back once no pod of the job is left, terminating ones
+    // included (servers write a last checkpoint on SIGTERM), as Kueue's own
+    // job integrations do: before, another job could be admitted onto
+    // capacity that these pods still hold.
+    if (held.ok() && kueue.give_back_quota && known_pods.empty()) {
       json released = WithoutQuotaReservation(kueue.workload, kueue.message, Rfc3339(Clock::now()));
       Response response;
       if (Status s = client_->Put(ObjectPath(kWorkloads, id.namespace_, WorkloadName(id), "status"),
@@ -374,9 +378,11 @@ Status JobReconciler::WaitForQuota(const json& job, const api::TrainingJobStatus
   if (state->quota_refusals_reported.insert(object).second)
     RecordEvent(job, "Warning", "ExceededQuota", message);
   api::TrainingJobStatus next = status;
-  next.phase = api::JobPhase::kCreated;
+  // A job that has started (a Service deleted from outside) stays in its
+  // phase: it is not new again.
+  if (status.start_time.empty() || !status.phase) next.phase = api::JobPhase::kCreated;
   next.message = message;
-  api::SetPhaseCondition(&next.conditions, api::JobPhase::kCreated, "ExceededQuota", message,
+  api::SetPhaseCondition(&next.conditions, *next.phase, "ExceededQuota", message,
                          Rfc3339(Clock::now()));
   result->requeue_after = kQuotaRecheck;
   if (next.SameExceptTimes(status)) return Status::Ok();
@@ -517,6 +523,10 @@ Status JobReconciler::Hold(const json& job, const api::TrainingJob& spec, KubeCl
   api::TrainingJobStatus next = status;
   next.phase = api::JobPhase::kSuspended;
   next.message = message;
+  // activeDeadlineSeconds counts from when the job runs again, as a Job's
+  // startTime is reset on resume: time spent held (queued by Kueue, or
+  // suspended) is not the job's.
+  next.start_time.clear();
   api::SetPhaseCondition(&next.conditions, api::JobPhase::kSuspended, reason, message,
                          Rfc3339(Clock::now()));
   if (next.SameExceptTimes(status)) return Status::Ok();
@@ -543,10 +553,19 @@ Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::Train
   if (!group.is_null()) wanted.push_back({group_path, group});
   for (const auto& [path, object] : wanted) {
     const std::string kind = object["kind"], name = object["metadata"]["name"];
+    // Looked up before it is created: an API server runs quota admission
+    // before it finds the name taken, so in a namespace at its quota the
+    // POST of an object this job already has (after an operator restart)
+    // comes back 403 "exceeded quota", not 409.
+    Response existing;
+    if (Status s = client_->Get(path + "/" + name, &existing); !s.ok()) return s;
+    if (existing.ok()) {
+      if (!OwnedBy(existing.body, id)) return WaitForPredecessor(kind, existing.body);
+      continue;
+    }
     Response created;
     if (Status s = client_->Post(path, object, &created); !s.ok()) return s;
-    if (created.code == 409) {  // ours from an earlier reconcile, or a predecessor's
-      Response existing;
+    if (created.code == 409) {  // made since the look-up: ours, or a predecessor's
       if (Status s = client_->Get(path + "/" + name, &existing); !s.ok()) return s;
       if (existing.ok() && !OwnedBy(existing.body, id))
         return WaitForPredecessor(kind, existing.body);

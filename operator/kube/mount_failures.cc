@@ -12,7 +12,9 @@ using Clock = std::chrono::system_clock;
 namespace {
 
 // Scheduled, not being deleted, Pending, with a container still waiting to
-// be created: where a failed mount keeps a pod.
+// be created: where a failed mount keeps a pod. The kubelet's default
+// waiting reason is PodInitializing in a pod with init containers (the
+// agent's native sidecar is one), ContainerCreating otherwise.
 bool WaitsInContainerCreating(const json& pod) {
   if (pod["metadata"].contains("deletionTimestamp")) return false;
   if (pod.value("spec", json::object()).value("nodeName", "").empty()) return false;
@@ -22,7 +24,8 @@ bool WaitsInContainerCreating(const json& pod) {
     for (const auto& container : status.value(list, json::array())) {
       const json waiting =
           container.value("state", json::object()).value("waiting", json::object());
-      if (waiting.value("reason", "") == "ContainerCreating") return true;
+      const std::string reason = waiting.value("reason", "");
+      if (reason == "ContainerCreating" || reason == "PodInitializing") return true;
     }
   }
   return false;

@@ -12,16 +12,19 @@ namespace {
 
 const Resource kNodes{"", "v1", "nodes"};
 
-// "" when the node is Ready; else why not, in the node's words.
-std::string NotReady(const json& node) {
+// Why the node's kubelet is lost, in the node's words; "" when it is not.
+// Only Ready Unknown says so: the node controller writes it once the kubelet
+// stops reporting. Ready False comes from a kubelet that still reports (its
+// runtime or network is not ready), whose containers may well run on.
+std::string Unreachable(const json& node) {
   for (const auto& condition :
        node.value("status", json::object()).value("conditions", json::array())) {
     if (condition.value("type", "") != "Ready") continue;
-    if (condition.value("status", "") == "True") return "";
-    return "Ready " + condition.value("status", "") + ": " + condition.value("reason", "") +
+    if (condition.value("status", "") != "Unknown") return "";
+    return "Ready Unknown: " + condition.value("reason", "") +
            (condition.contains("message") ? ", " + condition.value("message", "") : "");
   }
-  return "no Ready condition";
+  return "";
 }
 
 }  // namespace
@@ -53,8 +56,8 @@ std::vector<StrandedPods::Action> StrandedPods::Release(KubeClient* client, cons
       continue;
     } else if (!node.ok()) {
       continue;  // tried again on the next pass
-    } else if (std::string not_ready = NotReady(node.body); !not_ready.empty()) {
-      why = "node " + node_name + " is NotReady (" + not_ready + ")";
+    } else if (std::string unreachable = Unreachable(node.body); !unreachable.empty()) {
+      why = "node " + node_name + " is unreachable (" + unreachable + ")";
     } else {
       continue;  // a Ready node's kubelet will finish it
     }
@@ -69,6 +72,7 @@ std::vector<StrandedPods::Action> StrandedPods::Release(KubeClient* client, cons
       continue;  // tried again on the next pass
     }
     reported_.insert(uid);
+    if (deleted.code == 409) continue;  // the precondition: that pod is gone already
     const auto stuck_s =
         std::chrono::duration_cast<std::chrono::seconds>(now - grace_ended).count();
     actions.push_back(

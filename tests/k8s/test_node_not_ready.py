@@ -52,7 +52,7 @@ class NodeNotReadyTest(SharedClusterTestCase):
             event = self.c.wait_for(force_deleted, timeout=60, what="server-0 force-deleted")[0]
         except AssertionError as e:
             self.fail("%s\n%s" % (e, self.diag(name)))
-        self.assertIn("node kubeps-node is NotReady (Ready Unknown: NodeStatusUnknown",
+        self.assertIn("node kubeps-node is unreachable (Ready Unknown: NodeStatusUnknown",
                       event["message"])
         # Gone while the node is still cut off: nothing else would have deleted it.
         try:

@@ -169,10 +169,6 @@ class Api(Admission, CustomResources, Evictions, GarbageCollector, NodeLifecycle
                 if ns_obj["metadata"].get("deletionTimestamp"):
                     raise ApiError(403, "Forbidden", 'unable to create new content in namespace %s '
                                    'because it is being terminated' % namespace)
-            if self.store.get(rtype, namespace if rtype.namespaced else "", name) is not None:
-                raise ApiError(409, "AlreadyExists", '%s "%s" already exists' % (
-                    rtype.qualified, name), {"name": name, "group": rtype.group,
-                                             "kind": rtype.plural})
             if rtype.crd is not None:
                 self.validate_custom(rtype, obj, self._field_validation(query), warnings, name)
             validation.validate(rtype, obj)
@@ -185,6 +181,12 @@ class Api(Admission, CustomResources, Evictions, GarbageCollector, NodeLifecycle
                 self._admit_pod(obj, namespace)
             elif rtype.group == "" and rtype.plural in resource_quota.COUNTED_PLURALS:
                 resource_quota.admit(self, obj, namespace, rtype.plural)
+            # As the real server: validation and admission (quota too) come
+            # before storage finds the name taken.
+            if self.store.get(rtype, namespace if rtype.namespaced else "", name) is not None:
+                raise ApiError(409, "AlreadyExists", '%s "%s" already exists' % (
+                    rtype.qualified, name), {"name": name, "group": rtype.group,
+                                             "kind": rtype.plural})
             obj["apiVersion"], obj["kind"] = rtype.gv, rtype.kind
             if self._dry_run(query):
                 obj["metadata"]["resourceVersion"] = ""

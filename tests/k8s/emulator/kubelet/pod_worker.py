@@ -261,7 +261,8 @@ class PodWorker(ContainerEnvironment, ImagePuller, PodVolumes, ProcessRunner, Pr
 
     def set_up_volumes(self):
         """Mounts the pod's volumes; one that cannot be mounted keeps the
-        containers waiting (ContainerCreating, no message: the kubelet says
+        containers waiting (ContainerCreating, or PodInitializing with init
+        containers; no message: the kubelet says
         why only in a FailedMount Event) and is tried again after a back-off."""
         try:
             self.prepare_volumes()
@@ -273,8 +274,11 @@ class PodWorker(ContainerEnvironment, ImagePuller, PodVolumes, ProcessRunner, Pr
             self.message = str(e)
         except (ApiError, OSError) as e:
             self.message = str(e)
+        # the kubelet's default waiting state: PodInitializing in a pod with
+        # init containers (a native sidecar too), ContainerCreating otherwise
+        reason = "PodInitializing" if self.inits else "ContainerCreating"
         for c in self.inits + self.containers:
-            c.state = {"waiting": {"reason": "ContainerCreating"}}
+            c.state = {"waiting": {"reason": reason}}
         self.mount_backoff = min(self.kubelet.max_backoff, self.mount_backoff * 2 if
                                  self.mount_backoff else self.kubelet.backoff)
         self.mount_retry_at = time.time() + self.mount_backoff

@@ -533,6 +533,8 @@ TEST_F(JobReconcilerTest, ASuspendedJobHasNoPods) {
   ASSERT_TRUE(Reconcile().ok());
   EXPECT_THAT(fake_.List(kPodsPath), IsEmpty());
   EXPECT_EQ(StatusOfJob()["phase"], "Suspended");
+  EXPECT_EQ(StatusOfJob().value("startTime", ""), "")
+      << "activeDeadlineSeconds would count the time held against the job once resumed";
   EXPECT_THAT(EventReasons(), Contains("JobSuspended"));
   fake_.ClearRequests();
   ASSERT_TRUE(Reconcile().ok());

@@ -238,6 +238,9 @@ TEST_F(QueuedJobTest, RunsOnTheAdmittedFlavorsNodesAndStopsWhenEvicted) {
   EXPECT_EQ(Job()["status"]["phase"], "Suspended");
   EXPECT_THAT(Job()["status"]["message"], HasSubstr("Preempted"));
   EXPECT_THAT(EventReasons(), Contains("Evicted"));
+  EXPECT_TRUE(fake_.Object(workload_)["status"].contains("admission"))
+      << "the quota is given back only once the job's pods are gone, not while they terminate";
+  Reconcile();  // the cache shows no pod now
   const json released = fake_.Object(workload_);
   EXPECT_FALSE(released["status"].contains("admission")) << "the quota is given back";
   EXPECT_EQ(Condition(released, "QuotaReserved")["status"], "False");
