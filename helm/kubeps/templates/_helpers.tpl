@@ -131,22 +131,15 @@ secrets and events. deploy/rbac/rbac.yaml is rendered from these
 - apiGroups: ["scheduling.volcano.sh", "scheduling.x-k8s.io"]
   resources: ["podgroups"]
   verbs: ["get", "create", "delete"]
-# Kueue: a queued job's Workload; its status, where Kueue admits it and the
-# operator gives the quota back (eviction) and marks it Finished; the
-# admitted ResourceFlavors' node labels; and the value of the job's
-# PriorityClass, which the Workload carries.
+# Kueue: a queued job's Workload (the garbage collector deletes it with
+# the job); its status, where Kueue admits it and the operator gives the
+# quota back (eviction) and marks it Finished.
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
-  verbs: ["get", "create", "delete"]
+  verbs: ["get", "create"]
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads/status"]
   verbs: ["get", "update", "patch"]
-- apiGroups: ["kueue.x-k8s.io"]
-  resources: ["resourceflavors"]
-  verbs: ["get"]
-- apiGroups: ["scheduling.k8s.io"]
-  resources: ["priorityclasses"]
-  verbs: ["get"]
 # The pods and services of every job.
 - apiGroups: [""]
   resources: ["pods", "services"]
