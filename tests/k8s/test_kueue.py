@@ -130,8 +130,9 @@ class KueueTest(OwnClusterTestCase):
             "Evicted", "True", "Preempted", "Preempted to accommodate a higher priority Workload")]
         self.write_status(workload, status)
         c.wait_for(lambda: not job_pods(c, name), timeout=60, what="the pods deleted")
-        job = get_job(c, name)
-        self.assertEqual(job["status"]["phase"], "Suspended", job["status"])
+        # the status is written after the deletions: it may land a moment later
+        job = c.wait_for(lambda: (lambda j: j["status"]["phase"] == "Suspended" and j)(
+            get_job(c, name)), timeout=30, what="%s held after the eviction" % name)
         self.assertEqual(condition(job, "Suspended")["reason"], "Evicted")
         self.assertIn("Preempted", job["status"]["message"])
         self.assertIn("Preempted", self.event(name, "Evicted")["message"])
