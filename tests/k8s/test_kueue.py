@@ -88,8 +88,9 @@ class KueueTest(OwnClusterTestCase):
         c, name = self.c, "queued"
         c.kubectl("create", "-f", CRD)
         c.kubectl("wait", "--for=condition=Established", "crd/workloads.kueue.x-k8s.io")
-        # Three epochs: long enough to be evicted mid-run.
-        apply(c, queued(with_requests(training_job(name, epochs=3))))
+        # Long enough to be evicted mid-run, even with late watch events (the
+        # cluster's own cap is 100 steps: a job done before its eviction).
+        apply(c, queued(with_requests(training_job(name, epochs=10, max_steps=3000))))
         uid = get_job(c, name)["metadata"]["uid"]
 
         workload = c.wait_for(lambda: self.workload_of(uid), timeout=30,
