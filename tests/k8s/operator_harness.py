@@ -5,9 +5,11 @@ the emulated cluster (emulator/cluster.py).
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -135,6 +137,20 @@ def training_job(name, epochs=1, max_steps=None, restart_policy=None, backoff_li
         spec["runPolicy"] = run_policy
     return {"apiVersion": "kubeps.io/v1alpha1", "kind": "TrainingJob",
             "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+
+
+def checkpoints_on_host(test, job, interval_steps=50):
+    """Gives `job` checkpoints in a fresh folder mounted into every server as a
+    hostPath: a volume that outlives the pod, as a PersistentVolumeClaim does
+    on a real cluster. The folder goes when `test` ends."""
+    folder = tempfile.mkdtemp(prefix="kubeps-ckpt-")
+    test.addCleanup(shutil.rmtree, folder, True)
+    job["spec"]["checkpoint"] = {"path": folder, "intervalSteps": interval_steps}
+    job["spec"]["replicaSpecs"]["ps"]["template"] = {"spec": {
+        "volumes": [{"name": "checkpoints", "hostPath": {"path": folder}}],
+        "containers": [{"name": "server", "volumeMounts": [
+            {"name": "checkpoints", "mountPath": folder}]}]}}
+    return folder
 
 
 def apply(cluster, obj):

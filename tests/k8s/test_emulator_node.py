@@ -27,7 +27,9 @@ def failed_mounts(c, name):
             if e["reason"] == "FailedMount"]
 
 
-class EmulatorVolumeTest(unittest.TestCase):
+class OneClusterTestCase(unittest.TestCase):
+    """One stand-in cluster for the class's tests; what a test applies is deleted after it."""
+
     @classmethod
     def setUpClass(cls):
         cls.c = Cluster(backoff=0.3).start()
@@ -41,6 +43,8 @@ class EmulatorVolumeTest(unittest.TestCase):
         self.addCleanup(self.c.kubectl, "delete", obj["kind"].lower(), obj["metadata"]["name"],
                         "--wait=false", "--ignore-not-found")
 
+
+class EmulatorVolumeTest(OneClusterTestCase):
     def test_a_config_map_that_does_not_exist_fails_to_mount_until_it_is_made(self):
         c = self.c
         p = pod("no-cm", volumes=[{"name": "data", "configMap": {"name": "settings"}}])
@@ -107,24 +111,7 @@ class EmulatorVolumeTest(unittest.TestCase):
                    what="Running once the claim is bound")
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
-class EmulatorEvictionTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.c = Cluster(backoff=0.3).start()
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.c.stop()
-
-    def apply(self, obj):
-        self.c.kubectl("apply", "-f", "-", input=json.dumps(obj))
-        self.addCleanup(self.c.kubectl, "delete", obj["kind"].lower(), obj["metadata"]["name"],
-                        "--wait=false", "--ignore-not-found")
-
+class EmulatorEvictionTest(OneClusterTestCase):
     def running(self, name, labels):
         p = pod(name, script="trap 'exit 0' TERM; sleep 60 & wait")
         p["metadata"]["labels"] = labels
@@ -212,3 +199,7 @@ class EmulatorNodeNotReadyTest(unittest.TestCase):
         c.wait_for(lambda: time.time() - os.path.getmtime(alive) > 2, timeout=15,
                    what="the stranded process stopped")
         self.assertLess(os.path.getmtime(alive) - settled, 15)
+
+
+if __name__ == "__main__":
+    unittest.main()

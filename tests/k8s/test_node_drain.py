@@ -8,14 +8,12 @@ server's checkpoint once it is uncordoned; the job succeeds.
     KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_node_drain   (from tests/k8s)
 """
 import os
-import shutil
 import sys
-import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from operator_harness import apply, events_of, job_pods, training_job  # noqa: E402
+from operator_harness import apply, checkpoints_on_host, events_of, job_pods, training_job  # noqa: E402
 from test_operator import SharedClusterTestCase, live, replica_key  # noqa: E402
 from test_role_restarts import MAX_STEPS  # noqa: E402
 
@@ -33,13 +31,7 @@ class NodeDrainTest(SharedClusterTestCase):
         name = "drained"
         job = training_job(name, epochs=20, max_steps=MAX_STEPS, restart_policy="OnFailure",
                            backoff_limit=3)
-        folder = tempfile.mkdtemp(prefix="kubeps-ckpt-")
-        self.addCleanup(shutil.rmtree, folder, True)
-        job["spec"]["checkpoint"] = {"path": folder, "intervalSteps": 50}
-        job["spec"]["replicaSpecs"]["ps"]["template"] = {"spec": {
-            "volumes": [{"name": "checkpoints", "hostPath": {"path": folder}}],
-            "containers": [{"name": "server", "volumeMounts": [
-                {"name": "checkpoints", "mountPath": folder}]}]}}
+        checkpoints_on_host(self, job)
         apply(self.c, job)
         self.wait_phase(name, "Running", timeout=90)
         self.c.wait_for(lambda: "step " in self.c.kubectl("logs", name + "-worker-0").stdout,

@@ -10,15 +10,13 @@ the node is back, the replacements run and the job succeeds.
     KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_node_not_ready   (from tests/k8s)
 """
 import os
-import shutil
 import sys
-import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from emulator.client import ApiError  # noqa: E402
-from operator_harness import apply, events_of, training_job  # noqa: E402
+from operator_harness import apply, checkpoints_on_host, events_of, training_job  # noqa: E402
 from test_operator import SharedClusterTestCase  # noqa: E402
 
 
@@ -27,14 +25,8 @@ class NodeNotReadyTest(SharedClusterTestCase):
         name = "stranded"
         job = training_job(name, epochs=20, max_steps=6000, restart_policy="OnFailure",
                            backoff_limit=3)
-        folder = tempfile.mkdtemp(prefix="kubeps-ckpt-")
-        self.addCleanup(shutil.rmtree, folder, True)
-        job["spec"]["checkpoint"] = {"path": folder, "intervalSteps": 50}
+        checkpoints_on_host(self, job)
         specs = job["spec"]["replicaSpecs"]
-        specs["ps"]["template"] = {"spec": {
-            "volumes": [{"name": "checkpoints", "hostPath": {"path": folder}}],
-            "containers": [{"name": "server", "volumeMounts": [
-                {"name": "checkpoints", "mountPath": folder}]}]}}
         for role in ("ps", "worker"):
             specs[role]["template"]["spec"]["terminationGracePeriodSeconds"] = 2
         apply(self.c, job)

@@ -7,15 +7,13 @@ nodes find it again through the scheduler's Service name.
     KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_role_restarts   (from tests/k8s)
 """
 import os
-import shutil
 import sys
-import tempfile
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from operator_harness import (apply, condition, job_pods, kubelet_output,  # noqa: E402
-                              training_job)  # noqa: E402
+from operator_harness import (apply, checkpoints_on_host, condition, job_pods,  # noqa: E402
+                              kubelet_output, training_job)  # noqa: E402
 from test_operator import SharedClusterTestCase, live, replica_key  # noqa: E402
 
 # Long enough (10 to 30 s) that the stop lands mid-job on a loaded machine, short enough
@@ -96,15 +94,7 @@ class RoleRestartTest(SharedClusterTestCase):
         name = "servergone"
         job = training_job(name, epochs=20, max_steps=MAX_STEPS, restart_policy="OnFailure",
                            backoff_limit=3)
-        # Checkpoints on a volume that outlives the pod (a hostPath here, a
-        # PersistentVolumeClaim on a real cluster), mounted into every server.
-        folder = tempfile.mkdtemp(prefix="kubeps-ckpt-")
-        self.addCleanup(shutil.rmtree, folder, True)
-        job["spec"]["checkpoint"] = {"path": folder, "intervalSteps": 50}
-        job["spec"]["replicaSpecs"]["ps"]["template"] = {"spec": {
-            "volumes": [{"name": "checkpoints", "hostPath": {"path": folder}}],
-            "containers": [{"name": "server", "volumeMounts": [
-                {"name": "checkpoints", "mountPath": folder}]}]}}
+        checkpoints_on_host(self, job)
         apply(self.c, job)
         old, new = self.stop_mid_job(name, "server")
         self.assertNotEqual(old["status"]["podIP"], new["status"]["podIP"])
