@@ -64,7 +64,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   // A finished job only waits for its TTL (and, queued, gives Kueue its
   // quota back first).
   if (status.finished()) {
-    if (!QueueName(job).empty()) FinishWorkload(job, status);
+    if (!QueueName(job).empty()) FinishWorkload(id, status);
     const int64_t ttl =
         job["spec"].value("runPolicy", json::object()).value("ttlSecondsAfterFinished", -1);
     if (ttl >= 0) {
@@ -115,32 +115,24 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   cluster.set_mount_failures(state.mount_failures.Refresh(client_, pods, Clock::now()));
 
   if (spec.spec.run_policy.suspend) {
-    return Hold(job, spec, &cluster, launch, "JobSuspended",
+    return Hold(job, status, spec, &cluster, launch, "JobSuspended",
                 "the job is suspended (spec.runPolicy.suspend); its pods are deleted", result);
   }
   if (!queue.empty() && !kueue.admitted) {
-    Status held = Hold(job, spec, &cluster, launch, kueue.reason, kueue.message, result);
+    Status held = Hold(job, status, spec, &cluster, launch, kueue.reason, kueue.message, result);
     // The quota goes back once no pod of the job is left, terminating ones
     // included (servers write a last checkpoint on SIGTERM), as Kueue's own
     // job integrations do: before, another job could be admitted onto
     // capacity that these pods still hold.
-    if (held.ok() && kueue.give_back_quota && known_pods.empty()) {
-      json released = WithoutQuotaReservation(kueue.workload, kueue.message, Rfc3339(Clock::now()));
-      Response response;
-      if (Status s = client_->Put(ObjectPath(kWorkloads, id.namespace_, WorkloadName(id), "status"),
-                                  released, &response);
-          !s.ok() || !response.ok()) {
-        KLOG_INFO << "giving back the quota of " << WorkloadName(id) << ": "
-                  << (s.ok() ? response.Describe() : s.message()) << "; trying again";
-      }
-    }
+    if (held.ok() && kueue.give_back_quota && known_pods.empty()) GiveBackQuota(id, kueue);
     result->requeue_after = kueue.recheck;  // no watch on Workloads: look again
     return held;
   }
 
-  if (Status s = EnsureOwnedObjects(id, spec, &state); !s.ok()) {
+  std::string over_quota;  // "Kind name" of an object refused for exceeded quota
+  if (Status s = EnsureOwnedObjects(id, spec, &state, &over_quota); !s.ok()) {
     if (s.code() == Status::Code::kResourceExhausted)
-      return WaitForQuota(job, status, s.message(), &state, result);
+      return WaitForQuota(job, status, over_quota, s.message(), &state, result);
     if (s.code() != Status::Code::kFailedPrecondition) return s;
     return FailJob(job, "CreateFailed", s.message(), result);
   }
@@ -372,9 +364,8 @@ Status JobReconciler::FailJob(const json& job, const std::string& reason,
 // A Service or the Secret refused for exceeded quota: the job says so, as
 // for a pod, and looks again later (the operator does not watch quotas).
 Status JobReconciler::WaitForQuota(const json& job, const api::TrainingJobStatus& status,
-                                   const std::string& message, JobState* state,
-                                   ReconcileResult* result) {
-  const std::string object = message.substr(0, message.find(" waits for quota"));
+                                   const std::string& object, const std::string& message,
+                                   JobState* state, ReconcileResult* result) {
   if (state->quota_refusals_reported.insert(object).second)
     RecordEvent(job, "Warning", "ExceededQuota", message);
   api::TrainingJobStatus next = status;
@@ -389,137 +380,12 @@ Status JobReconciler::WaitForQuota(const json& job, const api::TrainingJobStatus
   return Write(job, next, result);
 }
 
-Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const std::string& queue,
-                                  api::TrainingJob* spec, KueueGate* gate) {
-  const std::string name = WorkloadName(id);
-  const std::string workloads = CollectionPath(kWorkloads, id.namespace_);
-  Response got;
-  if (Status s = client_->Get(workloads + "/" + name, &got); !s.ok()) return s;
-  if (got.code == 404) {
-    std::optional<int32_t> priority;
-    if (!spec->spec.scheduling_policy.priority_class.empty())
-      priority = PriorityValue(spec->spec.scheduling_policy.priority_class);
-    Response created;
-    if (Status s =
-            client_->Post(workloads, BuildWorkload(id, *spec, queue, images_, priority), &created);
-        !s.ok())
-      return s;
-    if (created.code == 404) {
-      // No Workload kind: Kueue is not installed. Waiting is right (it may
-      // be installed later), but slowly, and saying why.
-      gate->reason = "KueueNotInstalled";
-      gate->message = "the job is labelled " + std::string(kQueueNameLabel) + "=" + queue +
-                      " but the cluster serves no kueue.x-k8s.io/v1beta1 Workload (is Kueue "
-                      "installed?); it waits, without pods, and checks again every 30 s";
-      gate->recheck = std::chrono::seconds(30);
-      return Status::Ok();
-    }
-    if (created.code == 403 || created.code == 422) {  // RBAC, or a Workload Kueue refuses
-      gate->reason = "WorkloadRefused";
-      gate->message = "creating Kueue Workload " + name + ": " + created.Describe();
-      gate->recheck = std::chrono::seconds(30);
-      return Status::Ok();
-    }
-    if (created.code == 409) return Status::Unavailable("Workload " + name + " appeared; again");
-    if (!created.ok())
-      return Status::Error("creating Workload " + name + ": " + created.Describe());
-    RecordEvent(job, "Normal", "CreatedWorkload",
-                "Created Kueue Workload " + id.namespace_ + "/" + name + " in queue " + queue);
-    got = created;
-  } else if (!got.ok()) {
-    return Status::Error("reading Workload " + name + ": " + got.Describe());
-  }
-  const WorkloadAdmission admission = ReadAdmission(got.body);
-  if (admission.evicted) {
-    gate->reason = "Evicted";
-    gate->message = "Kueue evicted the job's Workload " + name + " (" + admission.reason +
-                    (admission.message.empty() ? "" : ": " + admission.message) +
-                    "); its pods are deleted and it waits to be admitted again";
-    gate->give_back_quota = admission.quota_reserved;
-    gate->workload = got.body;
-    return Status::Ok();
-  }
-  if (!admission.admitted) {
-    gate->reason = "WaitingForAdmission";
-    gate->message = "the job waits for Kueue to admit its Workload " + name + " (queue " + queue +
-                    ")" + (admission.message.empty() ? "" : ": " + admission.message);
-    return Status::Ok();
-  }
-  gate->admitted = true;
-  ApplyFlavorNodeLabels(FlavorNodeLabels(admission.flavors), spec);
-  return Status::Ok();
-}
-
-std::map<std::string, std::map<std::string, std::string>> JobReconciler::FlavorNodeLabels(
-    const std::map<std::string, std::map<std::string, std::string>>& flavors) {
-  static const Resource kResourceFlavors{"kueue.x-k8s.io", "v1beta1", "resourceflavors"};
-  std::map<std::string, std::map<std::string, std::string>> labels;
-  std::map<std::string, json> read;  // flavor -> its nodeLabels, each read once
-  for (const auto& [pod_set, by_resource] : flavors) {
-    for (const auto& [resource, flavor] : by_resource) {
-      if (!read.count(flavor)) {
-        Response response;
-        Status s = client_->Get(GroupVersionPath(kResourceFlavors) + "/resourceflavors/" + flavor,
-                                &response);
-        read[flavor] = s.ok() && response.ok()
-                           ? response.body["spec"].value("nodeLabels", json::object())
-                           : json::object();
-      }
-      for (const auto& [key, value] : read[flavor].items()) {
-        if (value.is_string()) labels[pod_set][key] = value.get<std::string>();
-      }
-    }
-  }
-  return labels;
-}
-
-std::optional<int32_t> JobReconciler::PriorityValue(const std::string& priority_class) {
-  Response response;
-  Status s =
-      client_->Get("/apis/scheduling.k8s.io/v1/priorityclasses/" + priority_class, &response);
-  if (!s.ok() || !response.ok()) {
-    KLOG_INFO << "PriorityClass " << priority_class << " not read ("
-              << (s.ok() ? response.Describe() : s.message())
-              << "): the Workload goes without a priority";
-    return std::nullopt;
-  }
-  return response.body.value("value", int32_t{0});
-}
-
-void JobReconciler::FinishWorkload(const json& job, const api::TrainingJobStatus& status) {
-  const JobIdentity id = IdentityOf(job);
-  if (workloads_finished_.count(id.uid)) return;
-  const std::string path = ObjectPath(kWorkloads, id.namespace_, WorkloadName(id));
-  Response got;
-  if (Status s = client_->Get(path, &got); !s.ok()) return;  // the next reconcile tries again
-  if (got.code == 404) {  // never made (no Kueue), or deleted: nothing holds quota
-    workloads_finished_.insert(id.uid);
-    return;
-  }
-  if (!got.ok()) return;
-  if (ReadAdmission(got.body).finished) {
-    workloads_finished_.insert(id.uid);
-    return;
-  }
-  const bool succeeded = status.phase == api::JobPhase::kSucceeded;
-  json finished = WithCondition(got.body, "Finished", true, succeeded ? "Succeeded" : "Failed",
-                                status.message.empty() ? "the job finished" : status.message,
-                                Rfc3339(Clock::now()));
-  Response put;
-  if (Status s = client_->Put(path + "/status", finished, &put); s.ok() && put.ok()) {
-    workloads_finished_.insert(id.uid);
-  } else {
-    KLOG_INFO << "marking Workload " << WorkloadName(id)
-              << " Finished: " << (s.ok() ? put.Describe() : s.message()) << "; trying again";
-  }
-}
-
-Status JobReconciler::Hold(const json& job, const api::TrainingJob& spec, KubeCluster* cluster,
+Status JobReconciler::Hold(const json& job, const api::TrainingJobStatus& status,
+                           const api::TrainingJob& spec, KubeCluster* cluster,
                            const controller::LaunchBuilder& launch, const std::string& reason,
                            const std::string& message, ReconcileResult* result) {
   controller::JobController stop(spec, cluster, launch);
   stop.DeleteAll();
-  const api::TrainingJobStatus status = api::StatusFromJson(job.value("status", json::object()));
   api::TrainingJobStatus next = status;
   next.phase = api::JobPhase::kSuspended;
   next.message = message;
@@ -534,7 +400,7 @@ Status JobReconciler::Hold(const json& job, const api::TrainingJob& spec, KubeCl
 }
 
 Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::TrainingJob& spec,
-                                         JobState* state) {
+                                         JobState* state, std::string* over_quota) {
   if (state->owned_objects_exist) return Status::Ok();
   Response secret;
   if (Status s = client_->Get(ObjectPath(kSecrets, id.namespace_, TokenSecretName(id)), &secret);
@@ -571,6 +437,7 @@ Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::Train
         return WaitForPredecessor(kind, existing.body);
     } else if (ExceededQuota(created)) {
       // As for pods: quota frees as other jobs end, or is raised.
+      *over_quota = kind + " " + name;
       return Status::ResourceExhausted(kind + " " + name + " waits for quota, the job goes on " +
                                        "when it frees: " + created.Describe());
     } else if (!created.ok()) {

@@ -85,9 +85,9 @@ class JobReconciler {
   void ProbeWorker(const std::vector<nlohmann::json>& pods, JobState* state,
                    api::TrainingJobStatus* status);
 
-  // Whether Kueue lets a queued job run now. Makes its Workload exist (an
-  // Event when made); an admitted job's pod templates get the node labels
-  // of the flavors Kueue assigned (into *spec).
+  // Kueue (job_reconciler_kueue.cc). Whether Kueue lets a queued job run now. Makes its Workload
+  // exist (an Event when made); an admitted job's pod templates get the node labels of the flavors
+  // Kueue assigned (into *spec).
   struct KueueGate {
     bool admitted = false;
     std::string reason;   // of the hold, for the job's Suspended condition
@@ -107,14 +107,21 @@ class JobReconciler {
       const std::map<std::string, std::map<std::string, std::string>>& flavors);
   std::optional<int32_t> PriorityValue(const std::string& priority_class);
   // A finished queued job: its Workload gets Finished=True, once.
-  void FinishWorkload(const nlohmann::json& job, const api::TrainingJobStatus& status);
+  void FinishWorkload(const JobIdentity& id, const api::TrainingJobStatus& status);
+  // The evicted job's pods are gone: its Workload's quota reservation is
+  // cleared, so that Kueue queues it again.
+  void GiveBackQuota(const JobIdentity& id, const KueueGate& gate);
   // No pods, and phase Suspended with `reason` and `message`: a suspended
   // job, and a queued one that Kueue has not admitted (or evicted).
-  Status Hold(const nlohmann::json& job, const api::TrainingJob& spec, KubeCluster* cluster,
+  Status Hold(const nlohmann::json& job, const api::TrainingJobStatus& status,
+              const api::TrainingJob& spec, KubeCluster* cluster,
               const controller::LaunchBuilder& launch, const std::string& reason,
               const std::string& message, ReconcileResult* result);
 
-  Status EnsureOwnedObjects(const JobIdentity& id, const api::TrainingJob& spec, JobState* state);
+  // Makes the Secret and Services exist. ResourceExhausted, with "Kind name"
+  // in *over_quota, when one is refused for exceeded quota.
+  Status EnsureOwnedObjects(const JobIdentity& id, const api::TrainingJob& spec, JobState* state,
+                            std::string* over_quota);
   static Status WaitForPredecessor(const std::string& kind, const nlohmann::json& object);
   // Writes `status` onto `job` as read. On a conflict (the job changed since
   // that read) it writes nothing: what was computed from an older read must
@@ -131,8 +138,10 @@ class JobReconciler {
                                      const controller::JobStatus& observed) const;
   // The job cannot create its Services or Secret for exceeded quota: it
   // says so, and is reconciled again in kQuotaRecheck.
+  // `object` ("Kind name") is said in an Event once.
   Status WaitForQuota(const nlohmann::json& job, const api::TrainingJobStatus& status,
-                      const std::string& message, JobState* state, ReconcileResult* result);
+                      const std::string& object, const std::string& message, JobState* state,
+                      ReconcileResult* result);
   static constexpr std::chrono::milliseconds kQuotaRecheck{5000};
   // Fails the job at once, with `reason` and `message` in its condition.
   Status FailJob(const nlohmann::json& job, const std::string& reason, const std::string& message,
