@@ -64,10 +64,16 @@ struct KVWorkerImpl::Pending {
   int remaining = 0;
   Status status;
   uint64_t version = UINT64_MAX;  // smallest version pulled so far
-  // Second stage (PushPull's pull): started once every request of the first
-  // stage has succeeded; it brings then_requests more requests.
+  // Second stage (PushPull's pull when its pushes and pulls are batched
+  // differently): started once every request of the first stage has
+  // succeeded; it brings then_requests more requests.
   std::function<void()> then;
   int then_requests = 0;
+
+  bool failed() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return !status.ok();
+  }
 };
 
 KVWorkerImpl::KVWorkerImpl(const KVOptions& options)
@@ -80,7 +86,8 @@ KVWorkerImpl::KVWorkerImpl(const KVOptions& options)
 KVWorkerImpl::~KVWorkerImpl() {
   stopping_ = true;
   if (heartbeat_.joinable()) heartbeat_.join();
-  pool_.reset();  // joins the RPC threads before the stubs go away
+  push_pool_.reset();  // joins the RPC threads before the stubs go away
+  pull_pool_.reset();
 }
 
 Status KVWorker::Start(const KVOptions& options, std::unique_ptr<KVWorker>* out) {
@@ -109,8 +116,9 @@ Status KVWorkerImpl::Start() {
       &metrics_->Counter("kubeps_worker_push_bytes_total", "Gradient bytes pushed", rank_label);
   pull_bytes_ =
       &metrics_->Counter("kubeps_worker_pull_bytes_total", "Parameter bytes pulled", rank_label);
-  // Enough threads for a few requests per shard in flight, plus long polls.
-  pool_ = std::make_unique<TaskPool>(std::max(4, 4 * num_servers()));
+  // Enough threads for a few requests per shard in flight each way.
+  push_pool_ = std::make_unique<TaskPool>(std::max(4, 4 * num_servers()));
+  pull_pool_ = std::make_unique<TaskPool>(std::max(4, 4 * num_servers()));
   // A worker that (re)joins after a recovery starts in its generation.
   if (PollHeartbeat().ok()) generation_ = announced_generation_.load();
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
@@ -343,6 +351,10 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
     if (RollbackAnnounced()) {
       return Status::Aborted("pull from " + ServerName(server) + ": the job rolled back");
     }
+    // Another request of the ticket failed (a refused push): what this pull
+    // waits for may never come, and the ticket's error is already decided.
+    if (pending->failed())
+      return Status::Aborted("pull from " + ServerName(server) + ": not needed");
     Status s = caller_.Call(
         ServerName(server), "Pull",
         [&](grpc::ClientContext& c) {
@@ -376,13 +388,22 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
   }
 }
 
+// The lowest key of a batch: the forward pass reads keys in order, so the
+// lower the key, the sooner the next step needs it (task_pool.h).
+int64_t KVWorkerImpl::Priority(const std::vector<const Part*>& batch) {
+  int64_t lowest = INT64_MAX;
+  for (const Part* part : batch) lowest = std::min<int64_t>(lowest, part->key);
+  return lowest;
+}
+
 KVWorker::Ticket KVWorkerImpl::Push(const std::vector<const float*>& grads, uint64_t step) {
   auto batches = Batches(grads);
   std::shared_ptr<Pending> pending;
   Ticket ticket = NewTicket(static_cast<int>(batches.size()), &pending);
   for (auto& batch : batches) {
-    pool_->Run(
-        [this, batch, grads, step, pending] { Complete(pending, PushBatch(batch, grads, step)); });
+    push_pool_->Run(
+        [this, batch, grads, step, pending] { Complete(pending, PushBatch(batch, grads, step)); },
+        Priority(batch));
   }
   return ticket;
 }
@@ -392,9 +413,11 @@ KVWorker::Ticket KVWorkerImpl::Pull(const std::vector<float*>& values, uint64_t 
   std::shared_ptr<Pending> pending;
   Ticket ticket = NewTicket(static_cast<int>(batches.size()), &pending);
   for (auto& batch : batches) {
-    pool_->Run([this, batch, values, min_version, pending] {
-      Complete(pending, PullBatch(batch, values, min_version, pending));
-    });
+    pull_pool_->Run(
+        [this, batch, values, min_version, pending] {
+          Complete(pending, PullBatch(batch, values, min_version, pending));
+        },
+        Priority(batch));
   }
   return ticket;
 }
@@ -404,12 +427,32 @@ KVWorker::Ticket KVWorkerImpl::PushPull(const std::vector<const float*>& grads,
   auto push_batches = Batches(grads);
   auto pull_batches = Batches(values);
   std::shared_ptr<Pending> pending;
+  if (push_batches == pull_batches) {
+    // The same parts both ways: each batch is pulled as soon as its own push
+    // is acknowledged, so the first parts travel back while the last are
+    // still being pushed, instead of the pipeline draining in between.
+    Ticket ticket = NewTicket(static_cast<int>(push_batches.size()), &pending);
+    for (auto& batch : push_batches) {
+      push_pool_->Run(
+          [this, batch, grads, values, step, pending] {
+            Status pushed = PushBatch(batch, grads, step);
+            if (!pushed.ok()) return Complete(pending, pushed);
+            pull_pool_->Run(
+                [this, batch, values, step, pending] {
+                  Complete(pending, PullBatch(batch, values, step + 1, pending));
+                },
+                Priority(batch));
+          },
+          Priority(batch));
+    }
+    return ticket;
+  }
   Ticket ticket = NewTicket(static_cast<int>(push_batches.size()), &pending);
   auto start_pulls = [this, pending, pull_batches, values, step] {
     for (auto& batch : pull_batches) {
-      pool_->Run([this, batch, values, step, pending] {
-        Complete(pending, PullBatch(batch, values, step + 1, pending));
-      });
+      pull_pool_->Run([this, batch, values, step,
+                       pending] { Complete(pending, PullBatch(batch, values, step + 1, pending)); },
+                      Priority(batch));
     }
   };
   if (push_batches.empty()) {
@@ -420,8 +463,9 @@ KVWorker::Ticket KVWorkerImpl::PushPull(const std::vector<const float*>& grads,
   pending->then = start_pulls;
   pending->then_requests = static_cast<int>(pull_batches.size());
   for (auto& batch : push_batches) {
-    pool_->Run(
-        [this, batch, grads, step, pending] { Complete(pending, PushBatch(batch, grads, step)); });
+    push_pool_->Run(
+        [this, batch, grads, step, pending] { Complete(pending, PushBatch(batch, grads, step)); },
+        Priority(batch));
   }
   return ticket;
 }

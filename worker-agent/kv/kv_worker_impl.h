@@ -67,6 +67,7 @@ class KVWorkerImpl final : public KVWorker {
   Status PullBatch(const std::vector<const Part*>& batch, const std::vector<float*>& values,
                    uint64_t min_version, const std::shared_ptr<Pending>& pending);
   std::string ServerName(int server) const;
+  static int64_t Priority(const std::vector<const Part*>& batch);
 
   // How this worker reaches one server. A server restarted on another
   // node (a pod made again gets a new IP) is reached at its new address
@@ -112,7 +113,11 @@ class KVWorkerImpl final : public KVWorker {
 
   std::atomic<bool> stopping_{false};
   std::thread heartbeat_;
-  std::unique_ptr<TaskPool> pool_;
+  // Pushes (and Init) and pulls run on pools of their own: a pull long-polls
+  // until every worker has pushed, and must never hold the thread a push of
+  // this worker waits for.
+  std::unique_ptr<TaskPool> push_pool_;
+  std::unique_ptr<TaskPool> pull_pool_;
 
   prometheus::Histogram* push_latency_ = nullptr;
   prometheus::Histogram* pull_latency_ = nullptr;

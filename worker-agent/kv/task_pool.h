@@ -1,12 +1,19 @@
 // A fixed set of threads running queued tasks. The KV client runs each RPC
 // (with its resends) as one task, so requests to different shards, and the
 // chunks of one big tensor, are in flight at the same time.
+//
+// Tasks run in order of priority, lowest first, and in the order they came
+// within one priority: the KV client gives each request the lowest key it
+// carries, so the tensors the next forward pass needs first go first, and a
+// big tensor, cut into requests, cannot hold back a small one queued later
+// for longer than one request (P3's priority-based parameter propagation).
 #ifndef KUBEPS_WORKER_AGENT_KV_TASK_POOL_H_
 #define KUBEPS_WORKER_AGENT_KV_TASK_POOL_H_
 
 #include <condition_variable>
-#include <deque>
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -26,10 +33,10 @@ class TaskPool {
     ready_.notify_all();
     for (auto& t : threads_) t.join();
   }
-  void Run(std::function<void()> task) {
+  void Run(std::function<void()> task, int64_t priority = 0) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      tasks_.push_back(std::move(task));
+      tasks_.emplace(std::make_pair(priority, next_++), std::move(task));
     }
     ready_.notify_one();
   }
@@ -42,8 +49,8 @@ class TaskPool {
         std::unique_lock<std::mutex> lock(mutex_);
         ready_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
         if (tasks_.empty()) return;
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
+        task = std::move(tasks_.begin()->second);
+        tasks_.erase(tasks_.begin());
       }
       task();
     }
@@ -51,7 +58,8 @@ class TaskPool {
 
   std::mutex mutex_;
   std::condition_variable ready_;
-  std::deque<std::function<void()>> tasks_;
+  std::map<std::pair<int64_t, uint64_t>, std::function<void()>> tasks_;  // (priority, arrival)
+  uint64_t next_ = 0;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };
