@@ -26,6 +26,8 @@ Status RemoteStore::Init(trainer::Model& model) {
     grads_.push_back(p.grad.data());
     values_.push_back(p.value.data());
   }
+  sent_.assign(params.size(), false);
+  if (overlap_) model.set_step_observer(this);
   // First wait for the job's current generation to be ready: a job started
   // over earlier checkpoints resumes (or starts empty) in generation 1, and
   // rank 0's Init must reach shards that have restored (or discarded) them.
@@ -35,14 +37,86 @@ Status RemoteStore::Init(trainer::Model& model) {
   return kv_->Wait(kv_->Pull(values_, start_step_));
 }
 
+void RemoteStore::BeginStep(uint64_t step) {
+  step_ = step;
+  sent_.assign(sent_.size(), false);
+}
+
+void RemoteStore::ParametersNeeded(size_t first, size_t end) { WaitFor(first, end); }
+
+void RemoteStore::GradientsReady(size_t first, size_t end) {
+  // An exchange of the step before failed (every one was waited for in this
+  // step's forward pass): this step is redone or the job fails, so its
+  // gradients, computed on parameters that may be of two steps, stay here.
+  if (!failure_.ok()) return;
+  Exchange(first, end);
+}
+
+void RemoteStore::Exchange(size_t first, size_t end) {
+  std::vector<const float*> grads(grads_.size(), nullptr);
+  std::vector<float*> values(values_.size(), nullptr);
+  for (size_t k = first; k < end; ++k) {
+    grads[k] = grads_[k];
+    values[k] = values_[k];
+    sent_[k] = true;
+  }
+  in_flight_.push_back({first, end, kv_->PushPull(grads, values, step_)});
+}
+
+void RemoteStore::WaitFor(size_t first, size_t end) {
+  for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+    if (it->end <= first || it->first >= end) {
+      ++it;
+      continue;
+    }
+    Status s = kv_->Wait(it->ticket);
+    if (!s.ok() && failure_.ok()) failure_ = s;
+    it = in_flight_.erase(it);
+  }
+}
+
+Status RemoteStore::TakeFailure() {
+  Status failure = failure_;
+  failure_ = Status::Ok();
+  return failure;
+}
+
 Status RemoteStore::Update(uint64_t step, trainer::Model& model) {
-  if (sync_) return kv_->Wait(kv_->PushPull(grads_, values_, step));
-  // Async: the push is applied on arrival; pull whatever is newest.
-  if (Status s = kv_->Wait(kv_->Push(grads_, step)); !s.ok()) return s;
-  return kv_->Wait(kv_->Pull(values_, 0));
+  if (!sync_) {
+    // Async: the push is applied on arrival; pull whatever is newest.
+    if (Status s = kv_->Wait(kv_->Push(grads_, step)); !s.ok()) return s;
+    return kv_->Wait(kv_->Pull(values_, 0));
+  }
+  step_ = step;
+  // The previous step's exchange failed (seen in this step's forward pass).
+  if (!failure_.ok()) {
+    WaitFor(0, values_.size());
+    return TakeFailure();
+  }
+  // What the model did not announce (all of it, without overlap) goes now.
+  for (size_t k = 0; k < sent_.size();) {
+    if (sent_[k]) {
+      ++k;
+      continue;
+    }
+    size_t end = k;
+    while (end < sent_.size() && !sent_[end]) ++end;
+    Exchange(k, end);
+    k = end;
+  }
+  sent_.assign(sent_.size(), false);
+  if (overlap_) return Status::Ok();  // waited for where the next step needs it
+  return Flush();
+}
+
+Status RemoteStore::Flush() {
+  WaitFor(0, values_.size());
+  return TakeFailure();
 }
 
 Status RemoteStore::Resume(trainer::Model& model, uint64_t* step) {
+  WaitFor(0, values_.size());  // nothing may write into the values after the pull below
+  failure_ = Status::Ok();
   for (;;) {
     if (Status s = kv_->Recover(step); !s.ok()) return s;
     Status pulled = kv_->Wait(kv_->Pull(values_, *step));

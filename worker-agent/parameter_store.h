@@ -37,6 +37,11 @@ class ParameterStore {
   virtual Status Resume(trainer::Model& model, uint64_t* step) {
     return Status::Error("this parameter store cannot roll back");
   }
+  // Before the forward pass of `step`.
+  virtual void BeginStep(uint64_t step) {}
+  // Waits until the model holds the parameters after the last Update: a
+  // store that overlaps may still be moving them when Update returns.
+  virtual Status Flush() { return Status::Ok(); }
 
  protected:
   uint64_t start_step_ = 0;
@@ -53,18 +58,49 @@ class LocalStore : public ParameterStore {
   std::vector<OptimizerState> states_;
 };
 
-class RemoteStore : public ParameterStore {
+// Sync mode with `overlap` (the default): each layer's gradients are pushed
+// as soon as the backward pass has made them (the model tells the store,
+// trainer::StepObserver), and each layer's next parameters are waited for
+// only when the next forward pass reaches that layer. Update then returns
+// without waiting, and a failure of its exchange (a rollback) is reported by
+// the next Update, or by Flush; no gradient of a step goes out before every
+// exchange of the step before it has succeeded, so what the servers see is
+// what they see without overlap. Without overlap, or in async mode, Update
+// moves every tensor and waits.
+class RemoteStore : public ParameterStore, private trainer::StepObserver {
  public:
-  RemoteStore(KVWorker* kv, bool sync) : kv_(kv), sync_(sync) {}
+  RemoteStore(KVWorker* kv, bool sync, bool overlap = true)
+      : kv_(kv), sync_(sync), overlap_(sync && overlap) {}
   Status Init(trainer::Model& model) override;
+  void BeginStep(uint64_t step) override;
   Status Update(uint64_t step, trainer::Model& model) override;
   Status Resume(trainer::Model& model, uint64_t* step) override;
+  Status Flush() override;
 
  private:
+  void ParametersNeeded(size_t first, size_t end) override;
+  void GradientsReady(size_t first, size_t end) override;
+  // Pushes the gradients of [first, end) and pulls the next values, for step_.
+  void Exchange(size_t first, size_t end);
+  // Waits for the exchanges that touch [first, end); the first failure is
+  // kept in failure_.
+  void WaitFor(size_t first, size_t end);
+  Status TakeFailure();
+
+  struct InFlight {
+    size_t first, end;
+    KVWorker::Ticket ticket;
+  };
+
   KVWorker* kv_;
   bool sync_;
+  bool overlap_;
   std::vector<const float*> grads_;
   std::vector<float*> values_;
+  uint64_t step_ = 0;       // the step whose gradients the model computes
+  std::vector<bool> sent_;  // by parameter: its gradient of step_ is on its way
+  std::vector<InFlight> in_flight_;
+  Status failure_;  // of an exchange not yet reported
 };
 
 }  // namespace kubeps

@@ -86,6 +86,7 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
     Status filled = trainer::FillWorkerBatch(train, sampler, epoch, s, config.rank,
                                              config.num_workers, images.data(), labels.data());
     if (!filled.ok()) return filled;
+    store.BeginStep(step);
     const float loss = model.ForwardBackward(images.data(), labels.data(), config.local_batch);
     if (config.fail_on_non_finite_loss && !std::isfinite(loss)) {
       result->failure_reason = kReasonNonFiniteLoss;
@@ -95,6 +96,8 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
                            "spec.nonFinite: SkipStep to skip such steps)");
     }
     Status updated = store.Update(step, model);
+    // The last step's parameters are the result: they must have arrived.
+    if (updated.ok() && step + 1 == total_steps) updated = store.Flush();
     if (updated.IsAborted()) {
       // A shard restarted from its checkpoint: go back to that step, with
       // its parameters, and redo the steps since, exactly as before.

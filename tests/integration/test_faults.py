@@ -51,6 +51,17 @@ class FaultsTest(unittest.TestCase):
             worst = max(abs(x - y) for x, y in zip(read_floats(dump), self.clean))
             self.fail("parameters differ from the clean run's (max |difference| %.3g)" % worst)
 
+    def test_exchanging_after_the_step_ends_as_overlapping_does(self):
+        # The clean run overlaps (each layer's push and pull during the
+        # backward pass, waited for in the next forward); KUBEPS_OVERLAP=0
+        # moves everything after the step, as kubeps did before.
+        dump = os.path.join(self.dir, "no-overlap.bin")
+        path = write_manifest(self.dir, sync_job("nooverlap"), "no-overlap.yaml")
+        code, job = run_job(path, env={"KUBEPS_MAX_STEPS": str(STEPS), "KUBEPS_DUMP_PARAMS": dump,
+                                       "KUBEPS_OVERLAP": "0"})
+        self.assertEqual(code, 0, job.output())
+        self.assert_same_parameters(dump)
+
     def test_sync_run_with_faults_is_bit_identical(self):
         dump = os.path.join(self.dir, "faults.bin")
         path = write_manifest(self.dir, sync_job("faults"), "faults.yaml")

@@ -501,6 +501,8 @@ void Session::CountSteps(const std::vector<Transfer>& transfers) {
       if (transfer.kind == Kind::kPull && !pushed_since_step_) continue;
       completed = (transfer.kind == Kind::kPushPull ? transfer.step : last_push_step_) + 1;
       pushed_since_step_ = false;
+      if (completed == counted_step_) continue;  // another layer of a step already counted
+      counted_step_ = completed;
     }
     context_.metrics->StepCompleted(completed);
   }
@@ -523,6 +525,10 @@ Status Session::Recover(uint64_t recoveries, uint64_t* resume_step) {
     break;
   }
   resume_step_ = *resume_step;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    counted_step_ = *resume_step;  // the steps redone after it are counted again
+  }
   ++recoveries_;
   if (context_.metrics) context_.metrics->RolledBack(*resume_step);
   return Status::Ok();

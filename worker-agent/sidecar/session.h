@@ -136,6 +136,10 @@ class Session {
   std::map<uint64_t, Transfer> transfers_;  // issued, not yet waited for
   bool pushed_since_step_ = false;          // step counting (async: push, then pull)
   uint64_t last_push_step_ = 0;
+  // The step whose parameters were counted last: a program that exchanges
+  // each layer apart (overlapping its backward pass) completes one step
+  // with several push_pulls, counted once.
+  uint64_t counted_step_ = 0;
 
   std::mutex recovery_mutex_;  // one recovery at a time
   std::atomic<uint64_t> recoveries_{0};

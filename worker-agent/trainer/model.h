@@ -22,9 +22,29 @@ struct Parameter {
   std::vector<float> grad;  // same size as value
 };
 
+// What a parameter store (parameter_store.h) hears from a model during a
+// step, so that communication overlaps computation: a parameter's gradient
+// can travel while the layers below it are still in their backward pass, and
+// its next value until the forward pass reaches it. Parameters are named by
+// index, in key order, [first, end) being one layer's.
+class StepObserver {
+ public:
+  virtual ~StepObserver() = default;
+  // The forward pass is about to read these parameters' values.
+  virtual void ParametersNeeded(size_t first, size_t end) = 0;
+  // These gradients are final, and the backward pass reads these values no
+  // more (the layer's input gradient is computed too).
+  virtual void GradientsReady(size_t first, size_t end) = 0;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
+
+  // Tells `observer` (or nobody, when null) what each pass needs and makes,
+  // layer by layer. A model that never calls it still trains: the store
+  // then moves everything after ForwardBackward.
+  void set_step_observer(StepObserver* observer) { observer_ = observer; }
 
   // Parameters in key order. Callers may overwrite `value` (pulled from the
   // parameter servers) and read `grad` after ForwardBackward.
@@ -52,7 +72,17 @@ class Model {
   }
 
  protected:
+  void Needed(size_t first, size_t end) {
+    if (observer_ != nullptr) observer_->ParametersNeeded(first, end);
+  }
+  void Ready(size_t first, size_t end) {
+    if (observer_ != nullptr) observer_->GradientsReady(first, end);
+  }
+
   std::vector<Parameter> params_;
+
+ private:
+  StepObserver* observer_ = nullptr;
 };
 
 // A model of api/models.h's list ("softmax", "mlp", "cnn"); nullptr for

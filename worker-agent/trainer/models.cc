@@ -60,12 +60,14 @@ void SoftmaxModel::Initialize(uint64_t seed) {
 
 const float* SoftmaxModel::Forward(const float* images, int batch) {
   dense_.Bind(&params_[0], &params_[1]);
+  Needed(0, 2);
   return dense_.Forward(images, batch);
 }
 
 float SoftmaxModel::ForwardBackward(const float* images, const uint8_t* labels, int batch) {
   const float loss = loss_.Forward(Forward(images, batch), labels, batch);
   dense_.Backward(loss_.Backward(), /*need_input_grad=*/false);
+  Ready(0, 2);
   return loss;
 }
 
@@ -102,8 +104,10 @@ const float* MlpModel::Forward(const float* images, int batch) {
   batch_ = batch;
   dense1_.Bind(&params_[0], &params_[1]);
   dense2_.Bind(&params_[2], &params_[3]);
+  Needed(0, 2);
   hidden_ = dense1_.Forward(images, batch);
   Relu::Forward(hidden_, static_cast<size_t>(batch) * 256);
+  Needed(2, 4);
   return dense2_.Forward(hidden_, batch);
 }
 
@@ -111,8 +115,10 @@ float MlpModel::ForwardBackward(const float* images, const uint8_t* labels, int 
   const float loss = loss_.Forward(Forward(images, batch), labels, batch);
   // dense2's input gradient is its own buffer, so ReLU can work on it in place.
   float* dh = dense2_.Backward(loss_.Backward(), true);
+  Ready(2, 4);
   Relu::Backward(hidden_, dh, static_cast<size_t>(batch) * 256);
   dense1_.Backward(dh, /*need_input_grad=*/false);
+  Ready(0, 2);
   return loss;
 }
 
@@ -173,9 +179,11 @@ const float* CnnModel::Forward(const float* images, int batch) {
   // ReLU and a max-pool commute (max is monotone), so the ReLUs run on the
   // pooled outputs, a quarter of the size; the results are bit-identical to
   // ReLU before pooling, and so are the gradients (see ForwardBackward).
+  Needed(0, 2);
   const float* y1 = conv1_.Forward(images, batch);
   act1_ = pool1_.Forward(y1, batch);
   Relu::Forward(act1_, static_cast<size_t>(batch) * 32 * 14 * 14);
+  Needed(2, 4);
   const float* y2 = conv2_.Forward(act1_, batch);
   act2_ = pool2_.Forward(y2, batch);
   Relu::Forward(act2_, static_cast<size_t>(batch) * 64 * 7 * 7);
@@ -189,8 +197,10 @@ const float* CnnModel::Forward(const float* images, int batch) {
                   p2 + (static_cast<size_t>(c) * batch + n) * 49, 49 * sizeof(float));
     }
   }
+  Needed(4, 6);
   act3_ = dense1_.Forward(flat, batch);
   Relu::Forward(act3_, static_cast<size_t>(batch) * 1024);
+  Needed(6, 8);
   return dense2_.Forward(act3_, batch);
 }
 
@@ -199,8 +209,10 @@ float CnnModel::ForwardBackward(const float* images, const uint8_t* labels, int 
   // Each Backward returns a buffer owned by its layer; the ReLU steps work
   // on them in place.
   float* g = dense2_.Backward(loss_.Backward(), true);
+  Ready(6, 8);
   Relu::Backward(act3_, g, static_cast<size_t>(batch) * 1024);
   const float* dflat = dense1_.Backward(g, true);
+  Ready(4, 6);
   float* dp2 = EnsureSize(dp2_, static_cast<size_t>(batch) * kFlat);
 #pragma omp parallel for schedule(static) if (batch > 1)
   for (int n = 0; n < batch; ++n) {
@@ -214,9 +226,11 @@ float CnnModel::ForwardBackward(const float* images, const uint8_t* labels, int 
   // pooled gradient is exactly the ReLU backward of the conv output.
   Relu::Backward(act2_, dp2, static_cast<size_t>(batch) * 64 * 7 * 7);
   g = conv2_.Backward(pool2_.Backward(dp2), true);
+  Ready(2, 4);
   Relu::Backward(act1_, g, static_cast<size_t>(batch) * 32 * 14 * 14);
   g = pool1_.Backward(g);
   conv1_.Backward(g, /*need_input_grad=*/false);
+  Ready(0, 2);
   return loss;
 }
 

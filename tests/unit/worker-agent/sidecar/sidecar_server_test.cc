@@ -188,6 +188,23 @@ TEST_F(SidecarServerTest, ASessionFromHelloToByeMovesTensorsThroughTheMappedFile
   EXPECT_TRUE(client->ReceiveAny().contains("closed"));
 }
 
+TEST_F(SidecarServerTest, AStepExchangedLayerByLayerCountsOnce) {
+  // A program that overlaps its backward pass sends each layer's push_pull
+  // as its gradients are ready: two per step here, one step each time.
+  auto client = Connect();
+  ASSERT_TRUE(client->Start(nonce(), dir_, kTensors).value("ok", false));
+  for (int step = 0; step < 2; ++step) {
+    for (int key : {1, 0}) {
+      json started = client->Call(
+          {{"op", "push_pull"}, {"keys", {key}}, {"step", step}, {"numel", {key == 0 ? 6 : 5}}});
+      ASSERT_TRUE(started.value("ok", false)) << started.dump();
+      ASSERT_TRUE(
+          client->Call({{"op", "wait"}, {"handles", {started["handle"]}}}).value("ok", false));
+    }
+    EXPECT_EQ(CounterValue("kubeps_worker_steps_total"), step + 1);
+  }
+}
+
 TEST_F(SidecarServerTest, AWaitBlocksWhileLaterRequestsAreAnswered) {
   auto client = Connect();
   ASSERT_TRUE(client->Start(nonce(), dir_, kTensors).value("ok", false));

@@ -1,0 +1,127 @@
+// RemoteStore's overlap (parameter_store.h): each layer's exchange starts in
+// the backward pass and is waited for in the next forward pass, with the
+// same parameters as the store that exchanges everything after the step; a
+// failed exchange is reported by the next Update, and no gradient of the
+// step after it leaves the worker.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <set>
+#include <vector>
+
+#include "tests/unit/worker-agent/sidecar/fake_kv_worker.h"
+#include "worker-agent/parameter_store.h"
+#include "worker-agent/trainer/model.h"
+
+namespace kubeps {
+namespace {
+
+using sidecar::FakeKVWorker;
+
+constexpr int kBatch = 16;
+
+struct Batch {
+  std::vector<float> images = std::vector<float>(kBatch * 784);
+  std::vector<uint8_t> labels = std::vector<uint8_t>(kBatch);
+  explicit Batch(uint64_t step) {
+    std::mt19937 rng(static_cast<uint32_t>(step));
+    std::uniform_real_distribution<float> pixel(0.0f, 1.0f);
+    for (float& x : images) x = pixel(rng);
+    for (uint8_t& y : labels) y = static_cast<uint8_t>(rng() % 10);
+  }
+};
+
+// `steps` steps of the model on its own fake servers; the model's final
+// parameters.
+std::vector<std::vector<float>> Train(const char* name, bool overlap, int steps, FakeKVWorker* kv) {
+  auto model = trainer::MakeModel(name);
+  model->Initialize(7);
+  RemoteStore store(kv, /*sync=*/true, overlap);
+  EXPECT_TRUE(store.Init(*model).ok());
+  for (int step = 0; step < steps; ++step) {
+    Batch batch(step);
+    store.BeginStep(step);
+    model->ForwardBackward(batch.images.data(), batch.labels.data(), kBatch);
+    EXPECT_TRUE(store.Update(step, *model).ok());
+  }
+  EXPECT_TRUE(store.Flush().ok());
+  std::vector<std::vector<float>> values;
+  for (const auto& p : model->parameters()) values.push_back(p.value);
+  return values;
+}
+
+std::vector<std::set<size_t>> PushedKeys(const FakeKVWorker& kv) {
+  std::vector<std::set<size_t>> keys;
+  for (const auto& push : kv.pushes()) {
+    std::set<size_t> k;
+    for (const auto& [key, grad] : push.grads) k.insert(key);
+    keys.push_back(k);
+  }
+  return keys;
+}
+
+TEST(RemoteStoreTest, OverlapEndsWithTheSameParametersLayerByLayer) {
+  for (const char* name : {"mlp", "cnn"}) {
+    FakeKVWorker with, without;
+    const auto overlapped = Train(name, true, 4, &with);
+    const auto after_the_step = Train(name, false, 4, &without);
+    EXPECT_EQ(overlapped, after_the_step) << name;
+    // Without overlap one exchange per step holds every tensor; with it,
+    // one per layer (two tensors each).
+    const size_t tensors = overlapped.size();
+    ASSERT_EQ(without.pushes().size(), 4u) << name;
+    for (const auto& keys : PushedKeys(without)) EXPECT_EQ(keys.size(), tensors) << name;
+    ASSERT_EQ(with.pushes().size(), 4 * tensors / 2) << name;
+    for (const auto& keys : PushedKeys(with)) EXPECT_EQ(keys.size(), 2u) << name;
+  }
+}
+
+TEST(RemoteStoreTest, TheExchangeStartsInTheBackwardPassAndIsWaitedForInTheNextForward) {
+  FakeKVWorker kv;
+  auto model = trainer::MakeModel("mlp");
+  model->Initialize(7);
+  RemoteStore store(&kv, true, true);
+  ASSERT_TRUE(store.Init(*model).ok());
+  Batch batch(0);
+  store.BeginStep(0);
+  model->ForwardBackward(batch.images.data(), batch.labels.data(), kBatch);
+  EXPECT_EQ(kv.open_tickets(), 2u);  // dense2's, then dense1's, before Update
+  ASSERT_TRUE(store.Update(0, *model).ok());
+  EXPECT_EQ(kv.open_tickets(), 2u);  // Update does not wait
+  store.BeginStep(1);
+  model->ForwardBackward(batch.images.data(), batch.labels.data(), kBatch);
+  // The forward pass of step 1 waited for both; its backward pass sent two more.
+  EXPECT_EQ(kv.pushes().size(), 2u);
+  EXPECT_EQ(kv.open_tickets(), 2u);
+  ASSERT_TRUE(store.Update(1, *model).ok());
+  ASSERT_TRUE(store.Flush().ok());
+  EXPECT_EQ(kv.open_tickets(), 0u);
+  EXPECT_EQ(kv.pushes().size(), 4u);
+}
+
+TEST(RemoteStoreTest, ARollbackIsReportedByTheNextUpdateAndTheStepAfterSendsNothing) {
+  FakeKVWorker kv;
+  auto model = trainer::MakeModel("mlp");
+  model->Initialize(7);
+  RemoteStore store(&kv, true, true);
+  ASSERT_TRUE(store.Init(*model).ok());
+  const auto initial = kv.store();
+  Batch batch(0);
+  store.BeginStep(0);
+  model->ForwardBackward(batch.images.data(), batch.labels.data(), kBatch);
+  ASSERT_TRUE(store.Update(0, *model).ok());
+  kv.RollBack(0, initial);  // a shard restarted: step 0's exchange ends Aborted
+  store.BeginStep(1);
+  model->ForwardBackward(batch.images.data(), batch.labels.data(), kBatch);
+  EXPECT_TRUE(kv.pushes().empty()) << "a gradient of step 1 left after step 0 failed";
+  Status updated = store.Update(1, *model);
+  EXPECT_TRUE(updated.IsAborted()) << updated.message();
+  EXPECT_TRUE(kv.pushes().empty());
+  uint64_t step = 99;
+  ASSERT_TRUE(store.Resume(*model, &step).ok());
+  EXPECT_EQ(step, 0u);
+  for (size_t k = 0; k < initial.size(); ++k) EXPECT_EQ(model->parameters()[k].value, initial[k]);
+}
+
+}  // namespace
+}  // namespace kubeps
