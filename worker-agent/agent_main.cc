@@ -6,7 +6,8 @@
 // trains against the parameter servers and, as rank 0, reports the test
 // accuracy. KUBEPS_DUMP_PARAMS=FILE makes rank 0 write the final parameters
 // (raw float32, key order) for exactness tests; KUBEPS_MAX_STEPS=N stops
-// after N steps (smoke runs and tests).
+// after N steps (smoke runs and tests); KUBEPS_TRACE_STEP=N prints the
+// timeline of step N (common/step_trace.h).
 //
 // With --connect, the worker trains the built-in model as a pod's own
 // program does: through the pod's `kubeps-agent --serve` (KVWorker::Connect)
@@ -187,6 +188,8 @@ Status JoinJob(const api::NodeConfig& config, const api::TrainingJob& job, KVPat
   loop.fail_on_non_finite_loss = job.spec.non_finite != "SkipStep";
   if (const char* max_steps = std::getenv("KUBEPS_MAX_STEPS"))
     loop.max_steps = std::strtoull(max_steps, nullptr, 10);
+  if (const char* trace_step = std::getenv("KUBEPS_TRACE_STEP"))
+    loop.trace_step = std::strtoull(trace_step, nullptr, 10);
   if (config.role == "local") {
     std::string error;
     auto optimizer = MakeOptimizer(api::ToOptimizerConfig(job.spec.optimizer), &error);

@@ -1,5 +1,7 @@
 #include "worker-agent/parameter_store.h"
 
+#include "common/step_trace.h"
+
 namespace kubeps {
 
 Status LocalStore::Init(trainer::Model& model) {
@@ -27,6 +29,7 @@ Status RemoteStore::Init(trainer::Model& model) {
     values_.push_back(p.value.data());
   }
   sent_.assign(params.size(), false);
+  for (auto& p : params) names_.push_back(p.name);
   if (overlap_) model.set_step_observer(this);
   // First wait for the job's current generation to be ready: a job started
   // over earlier checkpoints resumes (or starts empty) in generation 1, and
@@ -42,9 +45,14 @@ void RemoteStore::BeginStep(uint64_t step) {
   sent_.assign(sent_.size(), false);
 }
 
-void RemoteStore::ParametersNeeded(size_t first, size_t end) { WaitFor(first, end); }
+void RemoteStore::ParametersNeeded(size_t first, size_t end) {
+  if (!StepTrace::Get().open()) return WaitFor(first, end);
+  TraceSpan span("forward pass waits for " + Names(first, end));
+  WaitFor(first, end);
+}
 
 void RemoteStore::GradientsReady(size_t first, size_t end) {
+  if (StepTrace::Get().open()) StepTrace::Get().Mark("gradients ready: " + Names(first, end));
   // An exchange of the step before failed (every one was waited for in this
   // step's forward pass): this step is redone or the job fails, so its
   // gradients, computed on parameters that may be of two steps, stay here.
@@ -73,6 +81,14 @@ void RemoteStore::WaitFor(size_t first, size_t end) {
     if (!s.ok() && failure_.ok()) failure_ = s;
     it = in_flight_.erase(it);
   }
+}
+
+std::string RemoteStore::Names(size_t first, size_t end) const {
+  std::string names;
+  for (size_t k = first; k < end; ++k) {
+    names += (names.empty() ? "" : ", ") + names_[k] + " (key " + std::to_string(k) + ")";
+  }
+  return names;
 }
 
 Status RemoteStore::TakeFailure() {

@@ -10,6 +10,7 @@
 #define KUBEPS_WORKER_AGENT_PARAMETER_STORE_H_
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/optimizer.h"
@@ -86,6 +87,7 @@ class RemoteStore : public ParameterStore, private trainer::StepObserver {
   // kept in failure_.
   void WaitFor(size_t first, size_t end);
   Status TakeFailure();
+  std::string Names(size_t first, size_t end) const;  // for the step trace
 
   struct InFlight {
     size_t first, end;
@@ -97,6 +99,7 @@ class RemoteStore : public ParameterStore, private trainer::StepObserver {
   bool overlap_;
   std::vector<const float*> grads_;
   std::vector<float*> values_;
+  std::vector<std::string> names_;
   uint64_t step_ = 0;       // the step whose gradients the model computes
   std::vector<bool> sent_;  // by parameter: its gradient of step_ is on its way
   std::vector<InFlight> in_flight_;

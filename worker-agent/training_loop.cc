@@ -8,6 +8,7 @@
 
 #include "api/training_progress.h"
 #include "common/logging.h"
+#include "common/step_trace.h"
 #include "common/termination_message.h"
 #include "worker-agent/trainer/batch_sampler.h"
 
@@ -86,8 +87,27 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
     Status filled = trainer::FillWorkerBatch(train, sampler, epoch, s, config.rank,
                                              config.num_workers, images.data(), labels.data());
     if (!filled.ok()) return filled;
+    const bool traced = config.trace_step && step == *config.trace_step;
+    if (traced) {
+      StepTrace::Get().Open("timeline of step " + std::to_string(step) + " and the next one's " +
+                            "forward and backward pass, worker " + std::to_string(config.rank));
+    }
     store.BeginStep(step);
-    const float loss = model.ForwardBackward(images.data(), labels.data(), config.local_batch);
+    float loss;
+    {
+      TraceSpan span("forward + backward, step " + std::to_string(step));
+      loss = model.ForwardBackward(images.data(), labels.data(), config.local_batch);
+    }
+    // The step after the traced one has waited for everything the traced
+    // step's exchanges brought: the timeline is complete.
+    if (config.trace_step && step == *config.trace_step + 1) {
+      std::string table = StepTrace::Get().Close();
+      while (!table.empty()) {
+        const size_t end = table.find('\n');
+        PrintLine(table.substr(0, end));
+        table.erase(0, end == std::string::npos ? table.size() : end + 1);
+      }
+    }
     if (config.fail_on_non_finite_loss && !std::isfinite(loss)) {
       result->failure_reason = kReasonNonFiniteLoss;
       return Status::Error("the loss of step " + std::to_string(step) + " is " +
@@ -95,7 +115,11 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
                            ": the model diverged (lower the learning rate, or set "
                            "spec.nonFinite: SkipStep to skip such steps)");
     }
-    Status updated = store.Update(step, model);
+    Status updated;
+    {
+      TraceSpan span("Update returns, step " + std::to_string(step));
+      updated = store.Update(step, model);
+    }
     // The last step's parameters are the result: they must have arrived.
     if (updated.ok() && step + 1 == total_steps) updated = store.Flush();
     if (updated.IsAborted()) {

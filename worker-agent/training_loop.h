@@ -8,6 +8,8 @@
 #ifndef KUBEPS_WORKER_AGENT_TRAINING_LOOP_H_
 #define KUBEPS_WORKER_AGENT_TRAINING_LOOP_H_
 
+#include <optional>
+
 #include "api/training_job.h"
 #include "common/metrics.h"
 #include "common/status.h"
@@ -29,6 +31,8 @@ struct LoopConfig {
   // pushed with it would be refused anyway); under SkipStep it is pushed and
   // the shards skip that step.
   bool fail_on_non_finite_loss = true;
+  // KUBEPS_TRACE_STEP: print the timeline of this step (common/step_trace.h).
+  std::optional<uint64_t> trace_step;
 };
 
 struct LoopResult {

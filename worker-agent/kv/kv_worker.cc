@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/logging.h"
+#include "common/step_trace.h"
 #include "worker-agent/kv/tensor_wire.h"
 
 namespace kubeps {
@@ -54,6 +55,22 @@ void PackParts(const std::vector<const Part*>& batch, const std::vector<const fl
     std::memcpy(out, tensors[part->key] + part->offset, part->length * sizeof(float));
     out += part->length * sizeof(float);
   }
+}
+
+// "keys 4-5, 2.00 MB, server 1": what a request carries, for the step trace.
+std::string TraceName(const std::vector<const Part*>& batch) {
+  uint32_t lowest = UINT32_MAX, highest = 0;
+  uint64_t elements = 0;
+  for (const Part* part : batch) {
+    lowest = std::min(lowest, part->key);
+    highest = std::max(highest, part->key);
+    elements += part->length;
+  }
+  char size[32];
+  std::snprintf(size, sizeof size, ", %.2f MB, server ", elements * sizeof(float) / 1e6);
+  return (lowest == highest ? "key " + std::to_string(lowest)
+                            : "keys " + std::to_string(lowest) + "-" + std::to_string(highest)) +
+         size + std::to_string(batch.front()->server);
 }
 
 }  // namespace
@@ -326,6 +343,10 @@ Status KVWorkerImpl::PushBatch(const std::vector<const Part*>& batch,
     return Status::Aborted("push of step " + std::to_string(step) + " to " + ServerName(server) +
                            ": the job rolled back");
   }
+  if (s.ok() && StepTrace::Get().open()) {
+    StepTrace::Get().Record("push of step " + std::to_string(step) + ", " + TraceName(batch), start,
+                            Clock::now());
+  }
   if (s.ok()) {
     push_latency_->Observe(SecondsSince(start));
     push_bytes_->Increment(static_cast<double>(elements * sizeof(float)));
@@ -366,6 +387,11 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
     }
     if (!s.ok()) return s;
     if (answer.ready) {
+      if (StepTrace::Get().open()) {
+        StepTrace::Get().Record("pull of version " + std::to_string(min_version) + ", " +
+                                    TraceName(batch) + " (waits for every worker's push)",
+                                start, Clock::now());
+      }
       pull_latency_->Observe(SecondsSince(start));
       pull_bytes_->Increment(static_cast<double>(answer.bytes));
       std::lock_guard<std::mutex> lock(pending->mutex);
