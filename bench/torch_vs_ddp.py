@@ -40,39 +40,25 @@ workers compute on.
 import argparse
 import json
 import os
-import re
-import shlex
-import socket
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-SOURCE_DIR = os.path.dirname(HERE)
-EXAMPLE_DIR = os.path.join(SOURCE_DIR, "examples", "pytorch", "cnn")
+import benchlib
+
+EXAMPLE_DIR = os.path.join(benchlib.SOURCE_DIR, "examples", "pytorch", "cnn")
 TRAIN_PY = os.path.join(EXAMPLE_DIR, "train.py")
 sys.path.insert(0, EXAMPLE_DIR)
-sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "integration"))
 
-# "[worker-0/trainer] epoch 1/3 step 60/468 total_steps 60 steps/sec 3.10 ..." from kubeps
-# run, and the same line with "[ddp-0] " from this script's DDP processes.
-PROGRESS = re.compile(r"^\[(worker-|ddp-)(\d+)(?:/trainer)?\] epoch \d+/\d+ step \d+/\d+ "
-                      r"total_steps (\d+) steps/sec ([\d.]+) ")
-DATA_DIR = "/usr/share/datasets/fashion-mnist"
 BATCH = 64
 WORKERS = 2
 
 
-def window_speeds(lines, warmup, window):
-    """Worker 0's steps/sec of each window that starts at or after the warm-up."""
-    speeds = []
-    for line in lines:
-        m = PROGRESS.match(line)
-        if m and m.group(2) == "0" and int(m.group(3)) - window >= warmup:
-            speeds.append(float(m.group(4)))
-    return speeds
+def window_speeds(lines, side, warmup):
+    """Worker 0's steps/sec of each window that starts at or after the warm-up:
+    "[worker-0/trainer] epoch ..." from kubeps run, "[ddp-0] epoch ..." from DDP."""
+    return benchlib.window_speeds(lines, "worker-0/trainer" if side == "kubeps" else "ddp-0",
+                                  warmup)
 
 
 def program_args(args):
@@ -86,65 +72,36 @@ def kubeps_manifest(folder, args):
     container = {
         "name": "trainer", "image": "kubeps/example-pytorch-cnn:0.1.0",
         "command": [sys.executable, TRAIN_PY], "args": program_args(args),
-        "env": [{"name": "DATA_DIR", "value": DATA_DIR},
+        "env": [{"name": "DATA_DIR", "value": benchlib.DATA_DIR},
                 {"name": "KUBEPS_TORCH_THREADS", "value": "1"}],
     }
-    job = {"apiVersion": "kubeps.io/v1alpha1", "kind": "TrainingJob",
-           "metadata": {"name": "bench-torch-vs-ddp"},
-           "spec": {"mode": "sync", "optimizer": {"name": "adam", "learningRate": 0.001},
-                    "replicaSpecs": {"ps": {"replicas": 2},
-                                     "worker": {"replicas": WORKERS, "template": {"spec": {
-                                         "containers": [container]}}}}}}
-    path = os.path.join(folder, "trainingjob.yaml")
-    with open(path, "w") as f:
-        json.dump(job, f, indent=2)  # JSON is YAML
-    return path
+    return benchlib.write_job(folder, "bench-torch-vs-ddp", {
+        "mode": "sync", "optimizer": {"name": "adam", "learningRate": 0.001},
+        "replicaSpecs": {"ps": {"replicas": 2},
+                         "worker": {"replicas": WORKERS, "template": {"spec": {
+                             "containers": [container]}}}}})
 
 
-def run_kubeps(manifest, env):
-    import jobtools  # reads KUBEPS_BIN_DIR, set by main()
-    print("  $ PYTHONPATH=%s %s run %s" % (env["PYTHONPATH"], jobtools.KUBEPS, manifest),
-          flush=True)
+def run_kubeps(manifest, args):
     with open(manifest) as f:
         container = json.load(f)["spec"]["replicaSpecs"]["worker"]["template"]["spec"][
             "containers"][0]
-    print("    each worker's program: %s %s" % (
-        " ".join("%s=%s" % (e["name"], e["value"]) for e in container["env"]),
-        " ".join(shlex.quote(w) for w in container["command"] + container["args"])), flush=True)
-    code, job = jobtools.run_job(manifest, env=env, timeout=1800)
-    if code != 0:
-        sys.exit("kubeps run failed:\n" + job.output())
-    return [line for _, line in job.lines]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    command = [os.path.join(args.bin_dir, "kubeps"), "run", manifest]
+    settings = {"PYTHONPATH": os.path.join(benchlib.SOURCE_DIR, "python")}
+    print("    each worker's program: %s" % benchlib.shell_line(
+        container["command"] + container["args"],
+        {e["name"]: e["value"] for e in container["env"]}), flush=True)
+    return benchlib.run(command, settings)
 
 
 def run_ddp(args):
     """Two processes of this script's --ddp-rank mode; their lines, tagged "[ddp-R] "."""
-    port = free_port()
+    port = benchlib.free_port()
     settings = {"GLOO_SOCKET_IFNAME": "lo", "KUBEPS_TORCH_THREADS": "1",
-                "DATA_DIR": DATA_DIR}
-    env = dict(os.environ, **settings)
+                "DATA_DIR": benchlib.DATA_DIR}
     commands = [[sys.executable, os.path.abspath(__file__), "--ddp-rank", str(rank),
                  "--ddp-port", str(port)] + program_args(args) for rank in range(WORKERS)]
-    for command in commands:
-        print("  $ %s %s" % (" ".join("%s=%s" % kv for kv in settings.items()),
-                             " ".join(shlex.quote(w) for w in command)), flush=True)
-    processes = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  env=env) for c in commands]
-    lines = []
-    for rank, process in enumerate(processes):
-        out, _ = process.communicate(timeout=1800)
-        if process.returncode != 0:
-            for p in processes:
-                p.kill()
-            sys.exit("DDP rank %d failed:\n%s" % (rank, out))
-        lines += ["[ddp-%d] %s" % (rank, line) for line in out.splitlines()]
-    return lines
+    return benchlib.run_ranks(commands, settings, "ddp")
 
 
 def ddp_worker(rank, port, argv):
@@ -183,7 +140,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=30, help="steps before the timing")
     parser.add_argument("--window", type=int, default=30, help="steps of each timing window")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each side, alternated")
-    parser.add_argument("--bin-dir", default="", help="where kubeps is (default build/bin)")
+    parser.add_argument("--bin-dir", default=benchlib.DEFAULT_BIN_DIR, help="where kubeps is")
     parser.add_argument("--ddp-rank", type=int, default=-1, help=argparse.SUPPRESS)
     parser.add_argument("--ddp-port", type=int, default=0, help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
@@ -192,9 +149,7 @@ def main():
         return
     if args.steps % args.window or args.warmup % args.window:
         sys.exit("--steps and --warmup must be multiples of --window")
-    if args.bin_dir:
-        os.environ["KUBEPS_BIN_DIR"] = os.path.abspath(args.bin_dir)
-    env = {"PYTHONPATH": os.path.join(SOURCE_DIR, "python")}
+    args.bin_dir = os.path.abspath(args.bin_dir)
     manifest = kubeps_manifest(tempfile.mkdtemp(prefix="kubeps-torch-vs-ddp-"), args)
 
     print("seed CNN, 2 processes x %d examples, 1 torch thread each, %d steps after %d warm-up, "
@@ -206,8 +161,8 @@ def main():
         for side in order:
             print("round %d, %s:" % (round_ + 1, side), flush=True)
             start = time.time()
-            lines = run_kubeps(manifest, env) if side == "kubeps" else run_ddp(args)
-            found = window_speeds(lines, args.warmup, args.window)
+            lines = run_kubeps(manifest, args) if side == "kubeps" else run_ddp(args)
+            found = window_speeds(lines, side, args.warmup)
             if len(found) != args.steps // args.window:
                 sys.exit("%s: %d timing windows, expected %d:\n%s" % (
                     side, len(found), args.steps // args.window, "\n".join(lines)))
@@ -215,8 +170,8 @@ def main():
             print("  steps/sec of each window: %s (run %.1f s)"
                   % (" ".join("%.2f" % s for s in found), time.time() - start), flush=True)
 
-    kubeps_median = statistics.median(speeds["kubeps"])
-    ddp_median = statistics.median(speeds["DDP"])
+    kubeps_median = benchlib.median(speeds["kubeps"])
+    ddp_median = benchlib.median(speeds["DDP"])
     print("median steps/sec over %d windows each: kubeps %.2f, DDP %.2f; kubeps/DDP %.3f"
           % (len(speeds["kubeps"]), kubeps_median, ddp_median, kubeps_median / ddp_median))
 

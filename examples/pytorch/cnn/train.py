@@ -21,7 +21,8 @@ measured after the 3 epochs (1404 steps) of trainingjob.yaml on a 2-core
 machine, at a median of 10.6 steps/sec (the job took 140 s).
 
 bench/torch_vs_ddp.py imports make_model() and ProgressPrinter from here so
-that it measures PyTorch's DistributedDataParallel on the same model.
+that it measures PyTorch's DistributedDataParallel on the same model;
+bench/scaling.py imports ProgressPrinter.
 """
 import argparse
 import os

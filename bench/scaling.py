@@ -1,0 +1,236 @@
+#!/usr/bin/python3
+"""Scaling: the built-in models' steps/sec on 2 servers x 2 workers, in one process, and under DDP.
+
+For each of kubeps' built-in models (spec.model mlp and cnn, on Fashion-MNIST,
+global batch 128, Adam with learning rate 1e-3, the optimizer of the
+manifest this script writes), three ways to train on this machine:
+
+  2x2      `kubeps run` of the manifest: 1 scheduler, 2 servers (Adam there,
+           each on its shard), 2 workers, sync, batchSize 64 per worker;
+  local    `kubeps train-local` of the same manifest: the same model and
+           optimizer code in one process without servers, batch 64 x 2;
+  DDP      2 processes of this script with init_process_group("gloo") on
+           loopback, 64 examples each, DistributedDataParallel around
+           PyTorch's copy of the model, each process stepping its own
+           torch.optim.Adam(lr=1e-3) on the all-reduced gradients.
+
+The PyTorch models are worker-agent/trainer/models.cc's layers: MLP
+784-256-10 with ReLU; CNN conv 5x5x32 'same', max-pool 2, ReLU, conv 5x5x64
+'same', max-pool 2, ReLU, dense 3136-1024, ReLU, dense 1024-10; softmax
+cross-entropy, mean over the batch. (The built-in CNN runs each ReLU after
+its pool, which gives the same values as before it on a quarter of the
+elements; the PyTorch copy does the same.) The data are Debian's
+Fashion-MNIST files, read by examples/pytorch/fashion_mnist.py.
+
+One torch thread per DDP process: the machine has 2 cores and DDP runs 2
+processes, as the 2x2 job runs 2 workers, to which `kubeps run` gives
+cores / workers OpenBLAS threads each (1 here). With torch's default of a
+thread per core, 4 compute threads would share 2 cores, and OpenMP's
+threads would wait at each operator's barrier for a sibling that was
+descheduled (examples/pytorch/cnn/train.py's limit_threads()). The local
+run, alone on the machine, gets a thread per core (train-local's default).
+
+The runs alternate (2x2, local, DDP, DDP, local, 2x2, ...) --rounds times,
+so that the machine's drift falls on every side. Each run trains --warmup +
+--steps steps (KUBEPS_MAX_STEPS for kubeps) and prints a progress line every
+--window-ms; a run's figure is the median steps/sec of worker 0's (or the
+local process's, or DDP rank 0's) windows that start after the warm-up. A
+side's figure is the median of its runs'. Prints the exact commands, every
+run's figure, the medians and the ratios with issue 12's goals: 2x2 / DDP
+at least 1.0 for both models, 2x2 / local at least 0.9 for the CNN, each
+PASS or BELOW. --env KEY=VALUE (repeatable) is set for the kubeps runs,
+e.g. KUBEPS_OVERLAP=0 to exchange every tensor after the step instead of
+layer by layer during backward.
+
+Usage (holding the machine for the whole run; /usr/bin/python3 has torch):
+
+    flock /tmp/cpu.lock /usr/bin/python3 bench/scaling.py --rounds 3 \\
+        [--models mlp,cnn] [--steps N] [--warmup N] [--window-ms 1000] \\
+        [--env KUBEPS_OVERLAP=0] [--bin-dir DIR]
+
+Standard library and torch only; not a test: the exit code is 0 whatever
+the ratios.
+"""
+import argparse
+import math
+import os
+import sys
+import tempfile
+import time
+
+import benchlib
+
+PYTORCH_EXAMPLES = os.path.join(benchlib.SOURCE_DIR, "examples", "pytorch")
+WORKERS = 2
+BATCH = 64  # per worker; global batch 128
+LEARNING_RATE = 0.001
+# Steps timed and warm-up steps when --steps / --warmup are not given: about
+# 10 to 30 s per run for either model on 2 cores.
+DEFAULT_STEPS = {"mlp": 3000, "cnn": 120}
+DEFAULT_WARMUP = {"mlp": 200, "cnn": 20}
+SIDES = ("2x2", "local", "DDP")
+# Goals of issue 12: (numerator, denominator) -> {model: least ratio}.
+GOALS = {("2x2", "DDP"): {"mlp": 1.0, "cnn": 1.0}, ("2x2", "local"): {"cnn": 0.9}}
+
+
+def make_torch_model(model):
+    """PyTorch's copy of kubeps' built-in `model` (worker-agent/trainer/models.cc)."""
+    import torch
+    nn = torch.nn
+    if model == "mlp":
+        return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+    return nn.Sequential(
+        nn.Conv2d(1, 32, kernel_size=5, padding=2), nn.MaxPool2d(2), nn.ReLU(),   # 32x14x14
+        nn.Conv2d(32, 64, kernel_size=5, padding=2), nn.MaxPool2d(2), nn.ReLU(),  # 64x7x7
+        nn.Flatten(), nn.Linear(64 * 7 * 7, 1024), nn.ReLU(), nn.Linear(1024, 10))
+
+
+def epochs_for(total_steps):
+    return max(1, math.ceil(total_steps / benchlib.STEPS_PER_EPOCH))
+
+
+def kubeps_manifest(folder, model, total_steps, window_ms):
+    return benchlib.write_job(folder, "scaling-" + model, {
+        "mode": "sync", "model": model, "dataset": {"path": benchlib.DATA_DIR},
+        "optimizer": {"name": "adam", "learningRate": LEARNING_RATE},
+        "batchSize": BATCH, "epochs": epochs_for(total_steps), "progressIntervalMs": window_ms,
+        "replicaSpecs": {"ps": {"replicas": 2}, "worker": {"replicas": WORKERS}}})
+
+
+def run_side(side, model, manifest, args):
+    """One run of `side`; (its lines, the tag of the process whose windows count)."""
+    total = args.warmup + args.steps
+    if side == "DDP":
+        port = benchlib.free_port()
+        commands = [[sys.executable, os.path.abspath(__file__), "--ddp-rank", str(rank),
+                     "--ddp-port", str(port), "--models", model, "--warmup", "0",
+                     "--steps", str(total), "--window-ms", str(args.window_ms)]
+                    for rank in range(WORKERS)]
+        return benchlib.run_ranks(commands, {"GLOO_SOCKET_IFNAME": "lo"}, "ddp"), "ddp-0"
+    settings = dict(args.env, KUBEPS_MAX_STEPS=str(total))
+    command = [os.path.join(args.bin_dir, "kubeps"),
+               "run" if side == "2x2" else "train-local", manifest]
+    return benchlib.run(command, settings), "worker 0" if side == "2x2" else "local"
+
+
+def ddp_worker(rank, port, model_name, total_steps, window_ms):
+    """One DDP process: the built-in model's step in PyTorch, gradients all-reduced by DDP."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.join(PYTORCH_EXAMPLES, "cnn"))
+    import train  # examples/pytorch/cnn/train.py: the progress line's printer
+    from fashion_mnist import StepSampler, load
+
+    torch.set_num_threads(1)  # the module's docstring says why
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
+                            world_size=WORKERS)
+    torch.manual_seed(1)  # DDP broadcasts rank 0's parameters at construction
+    shape = (784,) if model_name == "mlp" else (1, 28, 28)
+    images, labels = load(benchlib.DATA_DIR, "train", shape=shape)
+    model = torch.nn.parallel.DistributedDataParallel(make_torch_model(model_name))
+    optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
+    sampler = StepSampler(len(images), BATCH, rank, WORKERS, seed=1)
+    progress = train.ProgressPrinter(epochs_for(total_steps), sampler.steps_per_epoch,
+                                     total_steps, BATCH, window_ms / 1000.0)
+    for step in range(total_steps):
+        batch = sampler.indices(step)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(images[batch]), labels[batch])
+        loss.backward()  # DDP all-reduces (averages) the gradients, in buckets, during backward
+        optimizer.step()
+        progress.step_done(step, loss.item())
+    dist.destroy_process_group()
+
+
+def measure(model, args, folder):
+    """Every side's run figures for `model`, runs interleaved."""
+    manifest = kubeps_manifest(folder, model, args.warmup + args.steps, args.window_ms)
+    print("\n%s: %d steps after %d warm-up, windows of %d ms, %d round(s); manifest %s"
+          % (model, args.steps, args.warmup, args.window_ms, args.rounds, manifest), flush=True)
+    figures = {side: [] for side in SIDES}
+    for round_ in range(args.rounds):
+        for side in SIDES if round_ % 2 == 0 else tuple(reversed(SIDES)):
+            print("%s round %d, %s:" % (model, round_ + 1, side), flush=True)
+            start = time.time()
+            lines, tag = run_side(side, model, manifest, args)
+            windows = benchlib.window_speeds(lines, tag, args.warmup)
+            if not windows:
+                sys.exit("%s %s: no progress window after the warm-up (raise --steps or lower "
+                         "--window-ms):\n%s" % (model, side, "\n".join(lines)))
+            figures[side].append(benchlib.median(windows))
+            print("    windows: %s\n    run figure %.2f steps/sec (median of %d windows; "
+                  "run %.1f s)" % (" ".join("%.2f" % w for w in windows), figures[side][-1],
+                                   len(windows), time.time() - start), flush=True)
+    return figures
+
+
+def report(results):
+    print("\nsteps/sec (each side: the median of its runs' figures)")
+    print("%-5s %-8s %9s   %s" % ("model", "side", "median", "runs"))
+    for model, figures in results.items():
+        for side in SIDES:
+            print("%-5s %-8s %9.2f   %s" % (model, side, benchlib.median(figures[side]),
+                                          " ".join("%.2f" % f for f in figures[side])))
+    print("\nratios (goals of issue 12)")
+    for (top, bottom), goals in GOALS.items():
+        for model, figures in results.items():
+            ratio = benchlib.median(figures[top]) / benchlib.median(figures[bottom])
+            print("%-5s %-14s %6.3f   %s" % (model, "%s / %s" % (top, bottom), ratio,
+                                            benchlib.verdict(ratio, goals.get(model)) or
+                                            "(no goal)"))
+
+
+def parse_env(text):
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError("expected KEY=VALUE, got %r" % text)
+    return key, value
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--models", default="mlp,cnn", help="comma-separated: mlp, cnn")
+    parser.add_argument("--steps", type=int, default=0,
+                        help="timed steps of each run (default: mlp %d, cnn %d)"
+                        % (DEFAULT_STEPS["mlp"], DEFAULT_STEPS["cnn"]))
+    parser.add_argument("--warmup", type=int, default=-1,
+                        help="steps before the timing (default: mlp %d, cnn %d)"
+                        % (DEFAULT_WARMUP["mlp"], DEFAULT_WARMUP["cnn"]))
+    parser.add_argument("--window-ms", type=int, default=1000, help="progress interval")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each side, alternated")
+    parser.add_argument("--env", action="append", type=parse_env, default=[],
+                        metavar="KEY=VALUE", help="set for the kubeps runs (repeatable)")
+    parser.add_argument("--bin-dir", default=benchlib.DEFAULT_BIN_DIR, help="where kubeps is")
+    parser.add_argument("--ddp-rank", type=int, default=-1, help=argparse.SUPPRESS)
+    parser.add_argument("--ddp-port", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.ddp_rank >= 0:
+        ddp_worker(args.ddp_rank, args.ddp_port, args.models, args.steps, args.window_ms)
+        return
+    if args.window_ms < 100:
+        sys.exit("--window-ms: at least 100 (spec.progressIntervalMs' least value)")
+    models = [m for m in args.models.split(",") if m]
+    if not models or any(m not in DEFAULT_STEPS for m in models):
+        sys.exit("--models: a comma-separated list of mlp and cnn, not %r" % args.models)
+    args.bin_dir = os.path.abspath(args.bin_dir)
+    if not os.access(os.path.join(args.bin_dir, "kubeps"), os.X_OK):
+        sys.exit("no kubeps in %s: build it, or name the folder with --bin-dir" % args.bin_dir)
+    args.env = dict(args.env)
+    given_steps, given_warmup = args.steps, args.warmup
+    print("2 servers x 2 workers x %d examples vs 1 process x %d vs DDP 2 x %d (1 torch thread "
+          "each); Adam %g; kubeps runs' extra environment: %s; %s"
+          % (BATCH, BATCH * WORKERS, BATCH, LEARNING_RATE,
+             " ".join("%s=%s" % kv for kv in args.env.items()) or "none", sys.executable),
+          flush=True)
+    folder = tempfile.mkdtemp(prefix="kubeps-scaling-")
+    results = {}
+    for model in models:
+        args.steps = given_steps or DEFAULT_STEPS[model]
+        args.warmup = given_warmup if given_warmup >= 0 else DEFAULT_WARMUP[model]
+        results[model] = measure(model, args, folder)
+    report(results)
+
+
+if __name__ == "__main__":
+    main()
