@@ -123,6 +123,11 @@ struct TrainingJobSpec {
   // What a shard does with a NaN or Inf gradient: Fail (refuse it; the
   // worker, and with it the job, fails) | SkipStep (skip that update, count it).
   std::string non_finite = "Fail";
+  // How gradients travel to the servers (common/gradient_codec.h): none
+  // (float32) | fp16 | bf16 | 2bit; 2bit sends +threshold, -threshold or 0
+  // per value and keeps the rest on the worker for later steps.
+  std::string compression = "none";
+  double compression_threshold = 0.5;
   // Shards write their parameters and optimizer state every
   // checkpoint_interval_steps steps into checkpoint_path (the local runner
   // uses its run folder when empty); a restarted shard reloads them.

@@ -149,6 +149,19 @@ std::vector<FieldSpec> BuildSpecFields() {
           .Doc("a NaN or Inf gradient at a parameter server: Fail refuses it and fails the job "
                "(a rerun would diverge again); SkipStep skips that step's update and counts it "
                "(kubeps_server_updates_skipped_total)"),
+      Object("compression",
+             {
+                 Enum("type", At(&S::compression), {"none", "fp16", "bf16", "2bit"})
+                     .Doc("none: float32; fp16, bf16: 16-bit floats, half the bytes (fp16 "
+                          "overflows past 65504, bf16 keeps float32's range); 2bit: a sixteenth, "
+                          "each value sent as +threshold, -threshold or 0, the rest kept on the "
+                          "worker for later steps (error feedback)"),
+                 Number("threshold", At(&S::compression_threshold))
+                     .Above(0)
+                     .Doc("2bit only: the magnitude a code stands for"),
+             })
+          .Doc("how gradients travel to the parameter servers; they accumulate and update in "
+               "float32, and parameters come back in float32"),
       Object("checkpoint",
              {
                  String("path", At(&S::checkpoint_path))

@@ -1,5 +1,7 @@
 #include "ps-server/ps_service.h"
 
+#include <cmath>
+
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/wire_format_lite.h>
@@ -85,8 +87,11 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext* context,
   if (!wire::DecodePush(*request, &header, &slices, &pieces)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "malformed PushRequest");
   }
+  GradientEncoding encoding;
+  if (grpc::Status s = wire::CheckEncoding(header, &encoding); !s.ok()) return s;
   return WithFaults(faults_, context, "Push", response, [&](auto*) {
-    PushData data(pieces);  // each handling (a duplicate too) reads the data anew
+    // Each handling (a duplicate too) reads the data anew.
+    PushData data(pieces, encoding, header.threshold());
     return shard_->Push(header, data);
   });
 }
@@ -105,6 +110,31 @@ grpc::Status ParameterServerService::Pull(grpc::ServerContext* context,
 }
 
 namespace wire {
+
+grpc::Status CheckEncoding(const v1::PushRequest& header, GradientEncoding* encoding) {
+  switch (header.encoding()) {
+    case v1::FLOAT32:
+      *encoding = GradientEncoding::kFloat32;
+      return grpc::Status::OK;
+    case v1::FLOAT16:
+      *encoding = GradientEncoding::kFloat16;
+      return grpc::Status::OK;
+    case v1::BFLOAT16:
+      *encoding = GradientEncoding::kBFloat16;
+      return grpc::Status::OK;
+    case v1::TWO_BIT:
+      *encoding = GradientEncoding::kTwoBit;
+      if (std::isfinite(header.threshold()) && header.threshold() > 0) return grpc::Status::OK;
+      return grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          "a TWO_BIT push needs a threshold above 0, got " + std::to_string(header.threshold()));
+    default:
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "push encoding " + std::to_string(header.encoding()) +
+                              " is not one this server knows (FLOAT32, FLOAT16, BFLOAT16, "
+                              "TWO_BIT)");
+  }
+}
 
 bool DecodePush(const grpc::ByteBuffer& request, v1::PushRequest* header,
                 std::vector<grpc::Slice>* slices, std::vector<std::string_view>* pieces) {

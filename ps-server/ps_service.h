@@ -50,6 +50,10 @@ namespace wire {
 bool DecodePush(const grpc::ByteBuffer& request, v1::PushRequest* header,
                 std::vector<grpc::Slice>* slices, std::vector<std::string_view>* pieces);
 
+// The encoding of a push's data (spec.compression), or INVALID_ARGUMENT for
+// one this server does not know or a TWO_BIT push without a threshold.
+grpc::Status CheckEncoding(const v1::PushRequest& header, GradientEncoding* encoding);
+
 // A serialized PullResponse of `answer`; its data field is answer.values,
 // taken over (not copied) and freed when gRPC is done with it.
 grpc::ByteBuffer EncodePull(PullAnswer answer);

@@ -6,7 +6,8 @@
 
 namespace kubeps {
 
-PushData::PushData(std::vector<std::string_view> pieces) : pieces_(std::move(pieces)) {
+PushData::PushData(std::vector<std::string_view> pieces, GradientEncoding encoding, float threshold)
+    : pieces_(std::move(pieces)), encoding_(encoding), threshold_(threshold) {
   for (std::string_view piece : pieces_) size_ += piece.size();
 }
 
@@ -43,6 +44,16 @@ bool AllFinite(const float* v, size_t n) {
 }  // namespace
 
 bool PushData::Read(float* out, size_t n) {
+  if (encoding_ != GradientEncoding::kFloat32) {
+    encoded_.resize(EncodedBytes(encoding_, n));
+    char* to = encoded_.data();
+    Consume(encoded_.size(), [&](const char* from, size_t bytes) {
+      std::memcpy(to, from, bytes);
+      to += bytes;
+    });
+    DecodeGradient(encoding_, encoded_.data(), n, threshold_, out);
+    return AllFinite(out, n);
+  }
   char* to = reinterpret_cast<char*>(out);
   size_t checked = 0;  // floats of out already checked
   bool finite = true;
@@ -58,7 +69,7 @@ bool PushData::Read(float* out, size_t n) {
 }
 
 void PushData::Skip(size_t n) {
-  Consume(n * sizeof(float), [](const char*, size_t) {});
+  Consume(EncodedBytes(encoding_, n), [](const char*, size_t) {});
 }
 
 }  // namespace kubeps

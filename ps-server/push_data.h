@@ -5,6 +5,9 @@
 // pieces are read where they lie instead (ps_service.cc), and a test hands
 // in one string as a single piece.
 //
+// Gradients sent compressed (spec.compression) are decoded into float32 as
+// they are read.
+//
 // Not thread-safe: one push, one thread.
 #ifndef KUBEPS_PS_SERVER_PUSH_DATA_H_
 #define KUBEPS_PS_SERVER_PUSH_DATA_H_
@@ -13,18 +16,22 @@
 #include <string_view>
 #include <vector>
 
+#include "common/gradient_codec.h"
+
 namespace kubeps {
 
 class PushData {
  public:
   // The pieces must outlive this object.
-  explicit PushData(std::vector<std::string_view> pieces);
+  explicit PushData(std::vector<std::string_view> pieces,
+                    GradientEncoding encoding = GradientEncoding::kFloat32, float threshold = 0);
 
   size_t size() const { return size_; }  // bytes, all pieces together
-  // Copies the next `n` floats to `out`; false if one of them is NaN or Inf.
-  // The check runs on each piece right after it is copied, while it is still
-  // in cache: no second pass over the gradient. REQUIRES: that many bytes
-  // are left.
+  GradientEncoding encoding() const { return encoding_; }
+  // Copies (decodes) the next `n` floats to `out`; false if one of them is
+  // NaN or Inf. The check runs on each piece right after it is copied, while
+  // it is still in cache: no second pass over the gradient. REQUIRES: that
+  // many bytes are left.
   bool Read(float* out, size_t n);
   // Passes over the next `n` floats.
   void Skip(size_t n);
@@ -34,6 +41,9 @@ class PushData {
   void Consume(size_t bytes, Sink sink);
 
   std::vector<std::string_view> pieces_;
+  GradientEncoding encoding_;
+  float threshold_;
+  std::vector<char> encoded_;  // a compressed part's bytes, gathered from the pieces
   size_t size_ = 0;
   size_t piece_ = 0;   // the piece read next
   size_t offset_ = 0;  // bytes of it already read

@@ -251,18 +251,20 @@ Status Shard::RestoreCheckpoint(uint64_t step, uint64_t generation) {
 }
 
 grpc::Status Shard::CheckParts(const google::protobuf::RepeatedPtrField<v1::PartRef>& parts,
-                               size_t data_bytes, bool must_exist) const {
+                               size_t data_bytes, bool must_exist,
+                               GradientEncoding encoding) const {
   if (parts.empty()) return Invalid("request names no parts");
   if (static_cast<size_t>(parts.size()) > kMaxPartsPerRequest) {
     return Invalid("request names " + std::to_string(parts.size()) + " parts, at most " +
                    std::to_string(kMaxPartsPerRequest));
   }
-  uint64_t total = 0;
+  uint64_t total = 0, encoded = 0;
   for (const auto& ref : parts) {
     if (ref.length() == 0 || ref.length() > (1ull << 32)) {
       return Invalid(Describe(ref) + ": bad length");
     }
     total += ref.length();
+    encoded += EncodedBytes(encoding, ref.length());
   }
   if (total * sizeof(float) > kMaxRequestBytes) {
     return Invalid("request's parts hold " + std::to_string(total * sizeof(float)) +
@@ -291,9 +293,12 @@ grpc::Status Shard::CheckParts(const google::protobuf::RepeatedPtrField<v1::Part
                      std::to_string(it->second.value.size()) + " elements there");
     }
   }
-  if (data_bytes != SIZE_MAX && data_bytes != total * sizeof(float)) {
+  if (data_bytes != SIZE_MAX && data_bytes != encoded) {
     return Invalid("data holds " + std::to_string(data_bytes) + " bytes, parts need " +
-                   std::to_string(total * sizeof(float)));
+                   std::to_string(encoded) +
+                   (encoding == GradientEncoding::kFloat32
+                        ? std::string()
+                        : std::string(" as ") + GradientEncodingName(encoding)));
   }
   return grpc::Status::OK;
 }
@@ -440,7 +445,7 @@ grpc::Status Shard::Push(const v1::PushRequest& request, PushData& data) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (grpc::Status g = CheckGeneration(request.generation()); !g.ok()) return g;
-    grpc::Status valid = CheckParts(request.parts(), data.size(), true);
+    grpc::Status valid = CheckParts(request.parts(), data.size(), true, data.encoding());
     if (!valid.ok()) return valid;
     uint64_t checkpoint_step = 0;
     if (options_.sync && CheckpointDue(&checkpoint_step)) {

@@ -139,9 +139,11 @@ class Shard {
 
   // Checks that the parts are within the bounds above and listed once each,
   // that each exists with the stated length (`must_exist`) and that `data`
-  // holds exactly their floats; names the first offender otherwise.
+  // holds exactly their floats, as `encoding` packs them; names the first
+  // offender otherwise.
   grpc::Status CheckParts(const google::protobuf::RepeatedPtrField<v1::PartRef>& parts,
-                          size_t data_bytes, bool must_exist) const;
+                          size_t data_bytes, bool must_exist,
+                          GradientEncoding encoding = GradientEncoding::kFloat32) const;
   // Both take every part of a push, in order, under mutex_. Gather copies
   // the gradients in (sync: into the worker's slots, marking nothing yet;
   // async: into async_gradient_) and returns the index of the first part

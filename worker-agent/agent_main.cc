@@ -82,6 +82,8 @@ Status ConnectToJob(const api::NodeConfig& config, const api::TrainingJob& job,
   // no longer than the timeout.
   options.pull_wait_ms = std::min(options.pull_wait_ms, config.resend_timeout_ms);
   options.placement.big_array_bound = static_cast<uint64_t>(job.spec.big_array_bound);
+  options.compression = job.spec.compression;
+  options.compression_threshold = static_cast<float>(job.spec.compression_threshold);
   options.metrics = metrics;
   return KVWorker::Start(options, kv);
 }

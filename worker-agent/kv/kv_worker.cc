@@ -119,6 +119,12 @@ Status KVWorkerImpl::Start() {
   ClusterInfo cluster;
   if (Status s = scheduler_.AwaitClusterView(&cluster); !s.ok()) return s;
   num_workers_ = cluster.num_workers;
+  if (auto encoding = ParseGradientEncoding(options_.compression)) {
+    encoding_ = *encoding;
+  } else {
+    return Status::InvalidArgument("compression \"" + options_.compression +
+                                   "\": want none, fp16, bf16 or 2bit");
+  }
   num_servers_ = static_cast<int>(cluster.server_addresses.size());
   for (const std::string& address : cluster.server_addresses) {
     links_.push_back(std::make_shared<const ServerLink>(address));
@@ -236,6 +242,10 @@ std::string KVWorkerImpl::ServerName(int server) const {
 Status KVWorkerImpl::InitTensors(const std::vector<const float*>& values,
                                  const std::vector<uint64_t>& sizes) {
   parts_ = PlaceTensors(sizes, num_servers(), options_.placement);
+  if (encoding_ == GradientEncoding::kTwoBit) {
+    residuals_.clear();
+    for (uint64_t size : sizes) residuals_.emplace_back(size, 0.0f);
+  }
   if (rank_ == 0) {
     auto batches = Batches(values);
     for (const auto& batch : batches) {
@@ -331,7 +341,16 @@ Status KVWorkerImpl::PushBatch(const std::vector<const Part*>& batch,
   header.set_generation(generation_);
   uint64_t elements = 0;
   AddPartRefs(batch, header.mutable_parts(), &elements);
-  const grpc::ByteBuffer request = PushRequestOverTensors(header, batch, grads);
+  grpc::ByteBuffer request;
+  if (encoding_ == GradientEncoding::kFloat32) {
+    request = PushRequestOverTensors(header, batch, grads);
+  } else {
+    // Encoded once: a resend sends these very bytes, and a two-bit
+    // residual moves on once per push.
+    header.set_encoding(static_cast<v1::GradientEncoding>(encoding_));
+    header.set_threshold(options_.compression_threshold);
+    request = PushRequestEncoded(header, batch, grads, encoding_, &residuals_);
+  }
   const int server = batch.front()->server;
   const auto link = Link(server);
   Status s = caller_.Call(

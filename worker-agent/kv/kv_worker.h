@@ -57,6 +57,10 @@ struct KVOptions {
   int peer_wait_limit_ms = 600000;  // give up waiting for slow peers after this
   int heartbeat_interval_ms = 500;
   MetricsServer* metrics = nullptr;  // null: metrics are not exported
+  // How gradients travel (spec.compression): "none", "fp16", "bf16" or
+  // "2bit", whose codes stand for +-compression_threshold.
+  std::string compression = "none";
+  float compression_threshold = 0.5f;
 };
 
 // Where to find the pod's kubeps-agent sidecar (KVWorker::Connect).

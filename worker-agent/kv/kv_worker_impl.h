@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/gradient_codec.h"
 #include "common/metrics.h"
 #include "common/resend.h"
 #include "common/scheduler_client.h"
@@ -116,6 +117,10 @@ class KVWorkerImpl final : public KVWorker {
   // Pushes (and Init) and pulls run on pools of their own: a pull long-polls
   // until every worker has pushed, and must never hold the thread a push of
   // this worker waits for.
+  GradientEncoding encoding_ = GradientEncoding::kFloat32;  // of pushes (options_.compression)
+  // Two-bit: by key, what each value has not sent yet (gradient_codec.h).
+  // A push writes only its own parts' ranges.
+  std::vector<std::vector<float>> residuals_;
   std::unique_ptr<TaskPool> push_pool_;
   std::unique_ptr<TaskPool> pull_pool_;
 

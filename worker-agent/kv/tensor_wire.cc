@@ -7,6 +7,9 @@
 #include <grpcpp/impl/rpc_method.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "kubeps.grpc.pb.h"
 
 namespace kubeps {
@@ -36,6 +39,20 @@ grpc::Status Malformed(const std::string& what) {
   return grpc::Status(grpc::StatusCode::INTERNAL, "malformed Pull answer: " + what);
 }
 
+// Protobuf reads fields in any order: the header's, then the data field's
+// tag and length, then its bytes, which may span any number of slices.
+std::string HeaderAndDataTag(const v1::PushRequest& header, uint64_t data_bytes) {
+  std::string head = header.SerializeAsString();
+  {
+    google::protobuf::io::StringOutputStream sink(&head);  // appends
+    google::protobuf::io::CodedOutputStream out(&sink);
+    out.WriteTag(
+        WireFormatLite::MakeTag(kPushRequestDataField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+    out.WriteVarint64(data_bytes);
+  }  // the stream's end puts its last bytes into head
+  return head;
+}
+
 }  // namespace
 
 grpc::ByteBuffer PushRequestOverTensors(const v1::PushRequest& header,
@@ -43,24 +60,36 @@ grpc::ByteBuffer PushRequestOverTensors(const v1::PushRequest& header,
                                         const std::vector<const float*>& tensors) {
   uint64_t bytes = 0;
   for (const Part* part : batch) bytes += part->length * sizeof(float);
-  // Protobuf reads fields in any order: the header's, then the data field's
-  // tag and length, then its bytes, which may span any number of slices.
-  std::string head = header.SerializeAsString();
-  {
-    google::protobuf::io::StringOutputStream sink(&head);  // appends
-    google::protobuf::io::CodedOutputStream out(&sink);
-    out.WriteTag(
-        WireFormatLite::MakeTag(kPushRequestDataField, WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
-    out.WriteVarint64(bytes);
-  }
   std::vector<grpc::Slice> slices;
   slices.reserve(batch.size() + 1);
-  slices.emplace_back(head);
+  slices.emplace_back(HeaderAndDataTag(header, bytes));
   for (const Part* part : batch) {
     slices.emplace_back(tensors[part->key] + part->offset, part->length * sizeof(float),
                         grpc::Slice::STATIC_SLICE);
   }
   return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+grpc::ByteBuffer PushRequestEncoded(const v1::PushRequest& header,
+                                    const std::vector<const Part*>& batch,
+                                    const std::vector<const float*>& tensors,
+                                    GradientEncoding encoding,
+                                    std::vector<std::vector<float>>* residuals) {
+  uint64_t bytes = 0;
+  for (const Part* part : batch) bytes += EncodedBytes(encoding, part->length);
+  char* data = static_cast<char*>(std::malloc(std::max<uint64_t>(bytes, 1)));
+  char* out = data;
+  for (const Part* part : batch) {
+    float* residual = encoding == GradientEncoding::kTwoBit
+                          ? (*residuals)[part->key].data() + part->offset
+                          : nullptr;
+    EncodeGradient(encoding, tensors[part->key] + part->offset, part->length, header.threshold(),
+                   residual, out);
+    out += EncodedBytes(encoding, part->length);
+  }
+  grpc::Slice slices[2] = {grpc::Slice(HeaderAndDataTag(header, bytes)),
+                           grpc::Slice(data, bytes, std::free)};
+  return grpc::ByteBuffer(slices, 2);
 }
 
 grpc::Status CallPush(grpc::Channel* channel, grpc::ClientContext* context,

@@ -19,6 +19,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/gradient_codec.h"
 #include "kubeps.pb.h"
 #include "worker-agent/kv/placement.h"
 
@@ -31,7 +32,16 @@ grpc::ByteBuffer PushRequestOverTensors(const v1::PushRequest& header,
                                         const std::vector<const Part*>& batch,
                                         const std::vector<const float*>& tensors);
 
-// ParameterServer.Push with a request made by PushRequestOverTensors.
+// The same with the parts' values encoded as header.encoding() says
+// (spec.compression), into a buffer of the request's own. Two-bit reads and
+// updates each part's residual, residuals[key] + offset.
+grpc::ByteBuffer PushRequestEncoded(const v1::PushRequest& header,
+                                    const std::vector<const Part*>& batch,
+                                    const std::vector<const float*>& tensors,
+                                    GradientEncoding encoding,
+                                    std::vector<std::vector<float>>* residuals);
+
+// ParameterServer.Push with a request made by either.
 grpc::Status CallPush(grpc::Channel* channel, grpc::ClientContext* context,
                       const grpc::ByteBuffer& request);
 

@@ -96,8 +96,24 @@ grpc::Status PushThroughWire(Shard& shard, const v1::PushRequest& request) {
   v1::PushRequest rest = request;
   rest.clear_data();
   EXPECT_EQ(header.SerializeAsString(), rest.SerializeAsString()) << "every other field decoded";
-  PushData data(pieces);
+  GradientEncoding encoding;
+  if (grpc::Status s = wire::CheckEncoding(header, &encoding); !s.ok()) return s;
+  PushData data(pieces, encoding, header.threshold());
   return shard.Push(header, data);
+}
+
+// A push of `grad` as `encoding` (spec.compression) sends it.
+grpc::Status EncodedPush(Shard& shard, int rank, uint64_t seq, uint64_t step,
+                         const std::vector<Ref>& refs, const std::vector<float>& grad,
+                         GradientEncoding encoding, float threshold = 0.5f) {
+  v1::PushRequest request = PushRequest(rank, seq, step, refs, grad);
+  request.set_encoding(static_cast<v1::GradientEncoding>(encoding));
+  request.set_threshold(threshold);
+  std::string data(EncodedBytes(encoding, grad.size()), '\0');
+  std::vector<float> residual(grad.size(), 0.0f);
+  EncodeGradient(encoding, grad.data(), grad.size(), threshold, residual.data(), data.data());
+  request.set_data(data);
+  return PushThroughWire(shard, request);
 }
 
 grpc::Status Push(Shard& shard, int rank, uint64_t seq, uint64_t step, const std::vector<Ref>& refs,
@@ -160,6 +176,53 @@ TEST(ShardTest, SyncWaitsForAllWorkersThenAppliesMeanOnce) {
   EXPECT_TRUE(pulled.ready());
   EXPECT_EQ(pulled.version(), 2u);
   EXPECT_EQ(Floats(pulled.data()), (std::vector<float>{-1, 0, -1}));
+}
+
+TEST(ShardTest, CompressedPushesAreDecodedAndAveragedInFloat32) {
+  auto shard = MakeShard(true, 3);
+  const std::vector<Ref> part = {{0, 0, 20}};
+  ASSERT_TRUE(Init(*shard, part, std::vector<float>(20, 1.0f)).ok());
+  std::vector<float> g0(20), g1(20), g2(20);
+  for (int i = 0; i < 20; ++i) {
+    g0[i] = 0.1f * i - 0.7f;
+    g1[i] = 1.0f / (i + 3);
+    g2[i] = i % 3 == 0 ? 0.9f : -0.2f;
+  }
+  // Each worker may send as it likes: the encoding is per request.
+  ASSERT_TRUE(EncodedPush(*shard, 0, 0, 0, part, g0, GradientEncoding::kBFloat16).ok());
+  ASSERT_TRUE(EncodedPush(*shard, 1, 0, 0, part, g1, GradientEncoding::kFloat16).ok());
+  ASSERT_TRUE(EncodedPush(*shard, 2, 0, 0, part, g2, GradientEncoding::kTwoBit, 0.5f).ok());
+  std::vector<float> expected(20);
+  for (int i = 0; i < 20; ++i) {
+    const float two_bit = g2[i] >= 0.5f ? 0.5f : 0.0f;  // -0.2 stays in the worker's residual
+    float mean = BFloat16ToFloat(FloatToBFloat16(g0[i]));
+    mean += HalfToFloat(FloatToHalf(g1[i]));
+    mean += two_bit;
+    mean *= 1.0f / 3;
+    expected[i] = 1.0f - mean;
+  }
+  EXPECT_EQ(shard->PartValue(0, 0), expected);
+  EXPECT_EQ(shard->PartVersion(0, 0), 1u);
+}
+
+TEST(ShardTest, ACompressedPushOfTheWrongSizeOrEncodingIsRefusedAndSaysWhy) {
+  auto shard = MakeShard(true, 1);
+  ASSERT_TRUE(Init(*shard, kPart, {1, 2, 3}).ok());
+  v1::PushRequest request = PushRequest(0, 0, 0, kPart, {1, 1, 1});  // float32 bytes
+  request.set_encoding(v1::BFLOAT16);
+  grpc::Status s = PushThroughWire(*shard, request);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("data holds 12 bytes, parts need 6 as bf16"));
+  request.set_encoding(v1::TWO_BIT);
+  request.set_threshold(0);
+  s = PushThroughWire(*shard, request);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("a TWO_BIT push needs a threshold above 0"));
+  request.set_encoding(static_cast<v1::GradientEncoding>(9));
+  s = PushThroughWire(*shard, request);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("push encoding 9 is not one this server knows"));
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{1, 2, 3})) << "nothing applied";
 }
 
 TEST(ShardTest, SyncResultIsBitIdenticalWhateverThePushOrder) {

@@ -1,0 +1,70 @@
+"""Gradient compression (spec.compression): a sync job pushing 16-bit or
+2-bit gradients trains, and it keeps the exactly-once contract: under dropped, duplicated and delayed
+requests a 2-bit job ends bit-identical to its clean run (a resend sends the
+bytes encoded once, and the worker's residual moves on once per push)."""
+import math
+import os
+import tempfile
+import unittest
+
+from jobtools import (ACCURACY, RunningJob, manifest_with, metric, read_floats, run_job,
+                      scrape_while_running, write_manifest)
+from test_faults import FAULTS, MLP_PARAMS
+
+STEPS = 30
+SERVERS = ("server-0", "server-1")
+
+
+def job(name, compression):
+    spec = {"resendTimeoutMs": 150, "maxResends": 20, "runPolicy": {"restartPolicy": "Never"}}
+    if compression:
+        spec["compression"] = {"type": compression, "threshold": 0.001}
+    return manifest_with(name, spec, optimizer={"name": "sgd", "learningRate": 0.1})
+
+
+class CompressionTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="kubeps-compression-")
+
+    def run_and_scrape(self, name, compression, env=None, steps=STEPS):
+        """(parameters dump, bytes per push the servers received, output)."""
+        dump = os.path.join(self.dir, name + ".bin")
+        path = write_manifest(self.dir, job(name, compression), name + ".yaml")
+        running = RunningJob(path, env=dict(env or {}, KUBEPS_MAX_STEPS=str(steps),
+                                            KUBEPS_DUMP_PARAMS=dump))
+        scrapes = scrape_while_running(running, SERVERS)
+        self.assertEqual(running.wait(timeout=240), 0, running.output())
+        pushed = sum(metric(scrapes[s], "kubeps_server_push_bytes_total") or 0 for s in SERVERS)
+        pushes = sum(metric(scrapes[s], "kubeps_server_pushes_total") or 0 for s in SERVERS)
+        self.assertGreater(pushes, 0, running.output())
+        return dump, pushed / pushes, running.output()
+
+    def test_sixteen_and_two_bit_jobs_learn(self):
+        # 200 steps of SGD reach about 75% test accuracy in float32.
+        for compression in ("bf16", "fp16", "2bit"):
+            dump, _, out = self.run_and_scrape("learn-" + compression, compression, steps=200)
+            values = read_floats(dump)
+            self.assertEqual(len(values), MLP_PARAMS)
+            self.assertTrue(all(math.isfinite(v) for v in values), compression)
+            accuracy = ACCURACY.findall(out)
+            self.assertTrue(accuracy, out)
+            print("\n%s: test accuracy %s after 200 steps" % (compression, accuracy[-1]))
+            self.assertGreater(float(accuracy[-1]), 0.6, out)
+
+    def test_a_two_bit_run_under_faults_ends_as_the_clean_one(self):
+        clean, _, _ = self.run_and_scrape("twobit-clean", "2bit")
+        faulty, _, out = self.run_and_scrape("twobit-faults", "2bit", env={"KUBEPS_FAULTS": FAULTS})
+        with open(clean, "rb") as a, open(faulty, "rb") as b:
+            self.assertTrue(a.read() == b.read(), "2-bit parameters differ under faults:\n" + out)
+
+    def test_an_unknown_compression_is_refused_naming_the_field(self):
+        path = write_manifest(self.dir, job("badcompression", "int8"), "bad.yaml")
+        code, ran = run_job(path, timeout=60)
+        self.assertNotEqual(code, 0)
+        self.assertIn("spec.compression.type", ran.output())
+        self.assertIn("int8", ran.output())
+
+
+if __name__ == "__main__":
+    unittest.main()
