@@ -61,6 +61,15 @@ def manifest(name, action, clean_pod_policy, first_of_replace=False, steps=25):
                         servers=1, clean_pod_policy=clean_pod_policy)
 
 
+
+def resource_of(path):
+    """"pods", "trainingjobs/status"...: the resource (and subresource) a request's path names."""
+    parts = path.split("?")[0].strip("/").split("/")
+    if "namespaces" in parts and len(parts) > parts.index("namespaces") + 2:
+        rest = parts[parts.index("namespaces") + 2:]
+        return rest[0] + ("/" + rest[2] if len(rest) > 2 else "")
+    return parts[-1]
+
 class Supervisor:
     """The operator as its Deployment keeps it: started again when it exits."""
 
@@ -251,6 +260,8 @@ class Churn:
 
         operator = [r for r in requests if r["user"] == OPERATOR_USER]
         by_code = collections.Counter(r["code"] for r in operator)
+        refused = collections.Counter("%s %s" % (r["verb"], resource_of(r["path"]))
+                                      for r in operator if r["code"] == 409)
         return {
             "jobs": len(self.plan), "submissions": sum(len(r.expected) for r in self.runs),
             "actions": collections.Counter(r.action for r in self.runs),
@@ -258,6 +269,7 @@ class Churn:
             "wrong_phase": wrong_phase, "pods_after_terminal": pods_after_terminal,
             "adopted": adopted, "foreign_objects": foreign, "stuck": self.stuck,
             "operator_requests": len(operator), "operator_requests_by_code": dict(by_code),
+            "operator_409s": dict(refused),
             "operator_restarts": self.supervisor.restarts, "token_rotations": self.rotations,
             "request_log_complete": requests[0]["seq"] == 1 if requests else True,
         }
@@ -288,6 +300,8 @@ def report(counts, seed):
     lines.append("  operator: %d requests %s, %d restarts, %d token rotations" % (
         counts["operator_requests"], json.dumps(counts["operator_requests_by_code"], sort_keys=True),
         counts["operator_restarts"], counts["token_rotations"]))
+    lines.append("  operator's 409s (a status written over a newer job, or a name taken): %s"
+                 % json.dumps(counts["operator_409s"], sort_keys=True))
     if not counts["request_log_complete"]:
         lines.append("  WARNING: the request log lost its oldest entries: the counts are partial")
     for key in ("wrong_phase", "pods_after_terminal", "adopted", "foreign_objects", "stuck"):
