@@ -1,6 +1,7 @@
 #include "common/gradient_codec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace kubeps {
@@ -19,7 +20,10 @@ float FromBits(uint32_t bits) {
 }
 
 // Two-bit codes, 16 to a 32-bit word, the first value in the lowest bits.
-constexpr uint32_t kZero = 0, kPlus = 1, kMinus = 2;
+// kNonFinite marks a NaN or infinite gradient: it decodes to NaN, so the
+// servers' check refuses (or skips) the push as they would a float32 one,
+// and the residual is left as it was.
+constexpr uint32_t kZero = 0, kPlus = 1, kMinus = 2, kNonFinite = 3;
 constexpr size_t kCodesPerWord = 16;
 
 }  // namespace
@@ -130,6 +134,10 @@ void EncodeGradient(GradientEncoding encoding, const float* in, size_t n, float 
         uint32_t codes = 0;
         const size_t end = std::min(n, (word + 1) * kCodesPerWord);
         for (size_t i = word * kCodesPerWord; i < end; ++i) {
+          if (!std::isfinite(in[i])) {
+            codes |= kNonFinite << (2 * (i % kCodesPerWord));
+            continue;
+          }
           const float v = in[i] + residual[i];
           uint32_t code = kZero;
           float sent = 0.0f;
@@ -167,7 +175,7 @@ void DecodeGradient(GradientEncoding encoding, const char* in, size_t n, float t
       return;
     }
     case GradientEncoding::kTwoBit: {
-      const float values[4] = {0.0f, threshold, -threshold, 0.0f};
+      const float values[4] = {0.0f, threshold, -threshold, std::nanf("")};
       for (size_t i = 0; i < n; ++i) {
         uint32_t codes;
         std::memcpy(&codes, in + 4 * (i / kCodesPerWord), 4);

@@ -4,6 +4,8 @@
 // steps left of it on this worker (its residual), is sent as +threshold,
 // -threshold or 0, and the difference stays in the residual for the next
 // step (error feedback), so nothing of the gradient is lost, only delayed.
+// A NaN or infinite value stays NaN or infinite in every encoding (2-bit has
+// a code for it), so the servers' non-finite check works as for float32.
 // The servers decode into float32 and accumulate, average and update in
 // float32; parameters come back in float32.
 //

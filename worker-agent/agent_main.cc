@@ -212,9 +212,9 @@ Status JoinJob(const api::NodeConfig& config, const api::TrainingJob& job, KVPat
   // KUBEPS_OVERLAP=0 exchanges every tensor after the step, as before the
   // overlap: for comparing the two (bench/), not for jobs.
   const char* overlap = std::getenv("KUBEPS_OVERLAP");
-  session->store =
-      std::make_unique<RemoteStore>(session->kv.get(), job.spec.mode == api::SyncMode::kSync,
-                                    overlap == nullptr || std::string(overlap) != "0");
+  session->store = std::make_unique<RemoteStore>(
+      session->kv.get(), job.spec.mode == api::SyncMode::kSync,
+      overlap == nullptr || std::string(overlap) != "0", loop.fail_on_non_finite_loss);
   loop.rank = session->kv->rank();
   loop.num_workers = session->kv->size();
   loop.local_batch = job.spec.batch_size;

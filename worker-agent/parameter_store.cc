@@ -1,5 +1,7 @@
 #include "worker-agent/parameter_store.h"
 
+#include <cmath>
+
 #include "common/step_trace.h"
 
 namespace kubeps {
@@ -30,6 +32,7 @@ Status RemoteStore::Init(trainer::Model& model) {
   }
   sent_.assign(params.size(), false);
   for (auto& p : params) names_.push_back(p.name);
+  overlap_ = overlap_ && model.reports_layers();
   if (overlap_) model.set_step_observer(this);
   // First wait for the job's current generation to be ready: a job started
   // over earlier checkpoints resumes (or starts empty) in generation 1, and
@@ -42,8 +45,11 @@ Status RemoteStore::Init(trainer::Model& model) {
 
 void RemoteStore::BeginStep(uint64_t step) {
   step_ = step;
+  holding_ = false;
   sent_.assign(sent_.size(), false);
 }
+
+void RemoteStore::LossComputed(float loss) { holding_ = hold_non_finite_ && !std::isfinite(loss); }
 
 void RemoteStore::ParametersNeeded(size_t first, size_t end) {
   if (!StepTrace::Get().open()) return WaitFor(first, end);
@@ -56,7 +62,7 @@ void RemoteStore::GradientsReady(size_t first, size_t end) {
   // An exchange of the step before failed (every one was waited for in this
   // step's forward pass): this step is redone or the job fails, so its
   // gradients, computed on parameters that may be of two steps, stay here.
-  if (!failure_.ok()) return;
+  if (!failure_.ok() || holding_) return;
   Exchange(first, end);
 }
 
@@ -109,7 +115,10 @@ Status RemoteStore::Update(uint64_t step, trainer::Model& model) {
     WaitFor(0, values_.size());
     return TakeFailure();
   }
-  // What the model did not announce (all of it, without overlap) goes now.
+  // What the model did not announce (all of it, without overlap) goes now,
+  // and is waited for here: only what a layer's report sent may still be
+  // travelling when Update returns.
+  bool exchanged_here = false;
   for (size_t k = 0; k < sent_.size();) {
     if (sent_[k]) {
       ++k;
@@ -118,10 +127,11 @@ Status RemoteStore::Update(uint64_t step, trainer::Model& model) {
     size_t end = k;
     while (end < sent_.size() && !sent_[end]) ++end;
     Exchange(k, end);
+    exchanged_here = true;
     k = end;
   }
   sent_.assign(sent_.size(), false);
-  if (overlap_) return Status::Ok();  // waited for where the next step needs it
+  if (!exchanged_here) return Status::Ok();  // waited for where the next step needs it
   return Flush();
 }
 

@@ -59,19 +59,21 @@ class LocalStore : public ParameterStore {
   std::vector<OptimizerState> states_;
 };
 
-// Sync mode with `overlap` (the default): each layer's gradients are pushed
-// as soon as the backward pass has made them (the model tells the store,
+// Sync mode with `overlap` (the default) and a model that reports its layers
+// (trainer::Model::reports_layers): each layer's gradients are pushed as soon
+// as the backward pass has made them (the model tells the store,
 // trainer::StepObserver), and each layer's next parameters are waited for
 // only when the next forward pass reaches that layer. Update then returns
 // without waiting, and a failure of its exchange (a rollback) is reported by
-// the next Update, or by Flush; no gradient of a step goes out before every
-// exchange of the step before it has succeeded, so what the servers see is
-// what they see without overlap. Without overlap, or in async mode, Update
-// moves every tensor and waits.
+// the next Update, or by Flush. No gradient of a step goes out before every
+// exchange of the step before it has succeeded, nor when the step's loss is
+// not finite and `hold_non_finite` (spec.nonFinite Fail: the training loop
+// fails the job instead), so what the servers see is what they see without
+// overlap. Otherwise, and in async mode, Update moves every tensor and waits.
 class RemoteStore : public ParameterStore, private trainer::StepObserver {
  public:
-  RemoteStore(KVWorker* kv, bool sync, bool overlap = true)
-      : kv_(kv), sync_(sync), overlap_(sync && overlap) {}
+  RemoteStore(KVWorker* kv, bool sync, bool overlap = true, bool hold_non_finite = true)
+      : kv_(kv), sync_(sync), overlap_(sync && overlap), hold_non_finite_(hold_non_finite) {}
   Status Init(trainer::Model& model) override;
   void BeginStep(uint64_t step) override;
   Status Update(uint64_t step, trainer::Model& model) override;
@@ -81,6 +83,7 @@ class RemoteStore : public ParameterStore, private trainer::StepObserver {
  private:
   void ParametersNeeded(size_t first, size_t end) override;
   void GradientsReady(size_t first, size_t end) override;
+  void LossComputed(float loss) override;
   // Pushes the gradients of [first, end) and pulls the next values, for step_.
   void Exchange(size_t first, size_t end);
   // Waits for the exchanges that touch [first, end); the first failure is
@@ -97,6 +100,8 @@ class RemoteStore : public ParameterStore, private trainer::StepObserver {
   KVWorker* kv_;
   bool sync_;
   bool overlap_;
+  bool hold_non_finite_;
+  bool holding_ = false;  // this step's loss is not finite: its gradients stay here
   std::vector<const float*> grads_;
   std::vector<float*> values_;
   std::vector<std::string> names_;

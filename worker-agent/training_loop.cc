@@ -108,20 +108,24 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
         table.erase(0, end == std::string::npos ? table.size() : end + 1);
       }
     }
-    if (config.fail_on_non_finite_loss && !std::isfinite(loss)) {
-      result->failure_reason = kReasonNonFiniteLoss;
-      return Status::Error("the loss of step " + std::to_string(step) + " is " +
-                           std::to_string(loss) +
-                           ": the model diverged (lower the learning rate, or set "
-                           "spec.nonFinite: SkipStep to skip such steps)");
-    }
     Status updated;
-    {
+    if (config.fail_on_non_finite_loss && !std::isfinite(loss)) {
+      // A rollback the store saw in this forward pass (the parameters may
+      // have been of two steps) explains the loss: it is redone, not failed.
+      updated = store.Flush();
+      if (!updated.IsAborted()) {
+        result->failure_reason = kReasonNonFiniteLoss;
+        return Status::Error("the loss of step " + std::to_string(step) + " is " +
+                             std::to_string(loss) +
+                             ": the model diverged (lower the learning rate, or set "
+                             "spec.nonFinite: SkipStep to skip such steps)");
+      }
+    } else {
       TraceSpan span("Update returns, step " + std::to_string(step));
       updated = store.Update(step, model);
+      // The last step's parameters are the result: they must have arrived.
+      if (updated.ok() && step + 1 == total_steps) updated = store.Flush();
     }
-    // The last step's parameters are the result: they must have arrived.
-    if (updated.ok() && step + 1 == total_steps) updated = store.Flush();
     if (updated.IsAborted()) {
       // A shard restarted from its checkpoint: go back to that step, with
       // its parameters, and redo the steps since, exactly as before.

@@ -1,6 +1,7 @@
 #include "worker-agent/kv/kv_worker_impl.h"
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 
@@ -115,16 +116,22 @@ Status KVWorker::Start(const KVOptions& options, std::unique_ptr<KVWorker>* out)
 }
 
 Status KVWorkerImpl::Start() {
-  if (Status s = scheduler_.Register(&rank_); !s.ok()) return s;
-  ClusterInfo cluster;
-  if (Status s = scheduler_.AwaitClusterView(&cluster); !s.ok()) return s;
-  num_workers_ = cluster.num_workers;
+  // Checked before the worker takes a rank in the job.
   if (auto encoding = ParseGradientEncoding(options_.compression)) {
     encoding_ = *encoding;
   } else {
     return Status::InvalidArgument("compression \"" + options_.compression +
                                    "\": want none, fp16, bf16 or 2bit");
   }
+  if (encoding_ == GradientEncoding::kTwoBit &&
+      !(std::isfinite(options_.compression_threshold) && options_.compression_threshold > 0)) {
+    return Status::InvalidArgument("compression 2bit needs a threshold above 0, got " +
+                                   std::to_string(options_.compression_threshold));
+  }
+  if (Status s = scheduler_.Register(&rank_); !s.ok()) return s;
+  ClusterInfo cluster;
+  if (Status s = scheduler_.AwaitClusterView(&cluster); !s.ok()) return s;
+  num_workers_ = cluster.num_workers;
   num_servers_ = static_cast<int>(cluster.server_addresses.size());
   for (const std::string& address : cluster.server_addresses) {
     links_.push_back(std::make_shared<const ServerLink>(address));

@@ -114,13 +114,14 @@ class KVWorkerImpl final : public KVWorker {
 
   std::atomic<bool> stopping_{false};
   std::thread heartbeat_;
-  // Pushes (and Init) and pulls run on pools of their own: a pull long-polls
-  // until every worker has pushed, and must never hold the thread a push of
-  // this worker waits for.
   GradientEncoding encoding_ = GradientEncoding::kFloat32;  // of pushes (options_.compression)
   // Two-bit: by key, what each value has not sent yet (gradient_codec.h).
-  // A push writes only its own parts' ranges.
+  // A push writes only its own parts' ranges; two pushes of one key at once
+  // (not waited for in between) would race on them.
   std::vector<std::vector<float>> residuals_;
+  // Pushes and pulls run on pools of their own: a pull long-polls until
+  // every worker has pushed, and must never hold the thread a push of this
+  // worker waits for.
   std::unique_ptr<TaskPool> push_pool_;
   std::unique_ptr<TaskPool> pull_pool_;
 

@@ -35,15 +35,19 @@ class StepObserver {
   // These gradients are final, and the backward pass reads these values no
   // more (the layer's input gradient is computed too).
   virtual void GradientsReady(size_t first, size_t end) = 0;
+  // The forward pass's loss, before the backward pass starts.
+  virtual void LossComputed(float loss) = 0;
 };
 
 class Model {
  public:
   virtual ~Model() = default;
 
-  // Tells `observer` (or nobody, when null) what each pass needs and makes,
-  // layer by layer. A model that never calls it still trains: the store
-  // then moves everything after ForwardBackward.
+  // Whether ForwardBackward tells a StepObserver about every parameter,
+  // layer by layer (the built-in CPU models do). A model that does not is
+  // never given one: its store moves everything after ForwardBackward.
+  virtual bool reports_layers() const { return false; }
+  // Tells `observer` (or nobody, when null) what each pass needs and makes.
   void set_step_observer(StepObserver* observer) { observer_ = observer; }
 
   // Parameters in key order. Callers may overwrite `value` (pulled from the
@@ -77,6 +81,9 @@ class Model {
   }
   void Ready(size_t first, size_t end) {
     if (observer_ != nullptr) observer_->GradientsReady(first, end);
+  }
+  void LossReady(float loss) {
+    if (observer_ != nullptr) observer_->LossComputed(loss);
   }
 
   std::vector<Parameter> params_;

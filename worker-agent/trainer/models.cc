@@ -66,6 +66,7 @@ const float* SoftmaxModel::Forward(const float* images, int batch) {
 
 float SoftmaxModel::ForwardBackward(const float* images, const uint8_t* labels, int batch) {
   const float loss = loss_.Forward(Forward(images, batch), labels, batch);
+  LossReady(loss);
   dense_.Backward(loss_.Backward(), /*need_input_grad=*/false);
   Ready(0, 2);
   return loss;
@@ -113,6 +114,7 @@ const float* MlpModel::Forward(const float* images, int batch) {
 
 float MlpModel::ForwardBackward(const float* images, const uint8_t* labels, int batch) {
   const float loss = loss_.Forward(Forward(images, batch), labels, batch);
+  LossReady(loss);
   // dense2's input gradient is its own buffer, so ReLU can work on it in place.
   float* dh = dense2_.Backward(loss_.Backward(), true);
   Ready(2, 4);
@@ -206,6 +208,7 @@ const float* CnnModel::Forward(const float* images, int batch) {
 
 float CnnModel::ForwardBackward(const float* images, const uint8_t* labels, int batch) {
   const float loss = loss_.Forward(Forward(images, batch), labels, batch);
+  LossReady(loss);
   // Each Backward returns a buffer owned by its layer; the ReLU steps work
   // on them in place.
   float* g = dense2_.Backward(loss_.Backward(), true);

@@ -46,6 +46,7 @@ class SoftmaxModel : public Model {
   SoftmaxModel();
   void Initialize(uint64_t seed) override;
   float ForwardBackward(const float* images, const uint8_t* labels, int batch) override;
+  bool reports_layers() const override { return true; }
   void Predict(const float* images, int batch, uint8_t* predictions) override;
   float ForwardLoss(const float* images, const uint8_t* labels, int batch,
                     uint8_t* predictions) override;
@@ -61,6 +62,7 @@ class MlpModel : public Model {
   MlpModel();
   void Initialize(uint64_t seed) override;
   float ForwardBackward(const float* images, const uint8_t* labels, int batch) override;
+  bool reports_layers() const override { return true; }
   void Predict(const float* images, int batch, uint8_t* predictions) override;
   float ForwardLoss(const float* images, const uint8_t* labels, int batch,
                     uint8_t* predictions) override;
@@ -78,6 +80,7 @@ class CnnModel : public Model {
   CnnModel();
   void Initialize(uint64_t seed) override;
   float ForwardBackward(const float* images, const uint8_t* labels, int batch) override;
+  bool reports_layers() const override { return true; }
   void Predict(const float* images, int batch, uint8_t* predictions) override;
   float ForwardLoss(const float* images, const uint8_t* labels, int batch,
                     uint8_t* predictions) override;

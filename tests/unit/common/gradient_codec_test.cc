@@ -108,6 +108,31 @@ TEST(GradientCodecTest, TwoBitSendsThresholdsAndKeepsTheRestForLaterSteps) {
   for (size_t i = 0; i < n; ++i) EXPECT_NEAR(sent_total[i] + residual[i], pushed_total[i], 1e-4);
 }
 
+TEST(GradientCodecTest, NonFiniteValuesStayNonFiniteAndLeaveTheResidualAlone) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> g = {0.7f, std::nanf(""), inf, -inf, -0.7f};
+  for (GradientEncoding e :
+       {GradientEncoding::kFloat16, GradientEncoding::kBFloat16, GradientEncoding::kTwoBit}) {
+    std::vector<float> residual = {0.0f, 0.25f, 0.25f, 0.25f, 0.0f}, out(g.size());
+    std::vector<char> wire(EncodedBytes(e, g.size()));
+    EncodeGradient(e, g.data(), g.size(), 0.5f, residual.data(), wire.data());
+    DecodeGradient(e, wire.data(), g.size(), 0.5f, out.data());
+    const char* name = GradientEncodingName(e);
+    EXPECT_TRUE(std::isfinite(out[0])) << name;
+    EXPECT_TRUE(std::isnan(out[1])) << name;
+    EXPECT_FALSE(std::isfinite(out[2])) << name;
+    EXPECT_FALSE(std::isfinite(out[3])) << name;
+    if (e == GradientEncoding::kTwoBit) {
+      EXPECT_EQ(out[0], 0.5f);
+      EXPECT_EQ(out[4], -0.5f);
+      EXPECT_EQ(residual, (std::vector<float>{0.7f - 0.5f, 0.25f, 0.25f, 0.25f, -0.7f + 0.5f}));
+    }
+  }
+  // bf16 keeps float32's range up to its top; fp16 overflows past 65504.
+  EXPECT_TRUE(std::isfinite(BFloat16ToFloat(FloatToBFloat16(3e38f))));
+  EXPECT_TRUE(std::isinf(HalfToFloat(FloatToHalf(70000.0f))));
+}
+
 TEST(GradientCodecTest, NamesAreThoseOfTheManifest) {
   for (const char* name : {"none", "fp16", "bf16", "2bit"}) {
     auto e = ParseGradientEncoding(name);

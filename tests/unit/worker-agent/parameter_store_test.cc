@@ -5,6 +5,7 @@
 // step after it leaves the worker.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <set>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "tests/unit/worker-agent/sidecar/fake_kv_worker.h"
 #include "worker-agent/parameter_store.h"
 #include "worker-agent/trainer/model.h"
+#include "worker-agent/trainer/models.h"
 
 namespace kubeps {
 namespace {
@@ -113,7 +115,10 @@ TEST(RemoteStoreTest, ARollbackIsReportedByTheNextUpdateAndTheStepAfterSendsNoth
   kv.RollBack(0, initial);  // a shard restarted: step 0's exchange ends Aborted
   store.BeginStep(1);
   model->ForwardBackward(batch.images.data(), batch.labels.data(), kBatch);
-  EXPECT_TRUE(kv.pushes().empty()) << "a gradient of step 1 left after step 0 failed";
+  // The forward pass waited for step 0's exchanges (Aborted); the backward
+  // pass started none: no gradient of step 1 left after step 0 failed.
+  EXPECT_EQ(kv.open_tickets(), 0u);
+  EXPECT_TRUE(kv.pushes().empty());
   Status updated = store.Update(1, *model);
   EXPECT_TRUE(updated.IsAborted()) << updated.message();
   EXPECT_TRUE(kv.pushes().empty());
@@ -121,6 +126,48 @@ TEST(RemoteStoreTest, ARollbackIsReportedByTheNextUpdateAndTheStepAfterSendsNoth
   ASSERT_TRUE(store.Resume(*model, &step).ok());
   EXPECT_EQ(step, 0u);
   for (size_t k = 0; k < initial.size(); ++k) EXPECT_EQ(model->parameters()[k].value, initial[k]);
+}
+
+// A model that does not report its layers (as the CUDA models): the store
+// must move and wait for everything in Update.
+class SilentMlp : public trainer::MlpModel {
+ public:
+  bool reports_layers() const override { return false; }
+};
+
+TEST(RemoteStoreTest, AModelThatDoesNotReportItsLayersIsExchangedAndWaitedForInUpdate) {
+  FakeKVWorker kv;
+  SilentMlp model;
+  model.Initialize(7);
+  RemoteStore store(&kv, true, true);
+  ASSERT_TRUE(store.Init(model).ok());
+  for (int step = 0; step < 2; ++step) {
+    Batch batch(step);
+    store.BeginStep(step);
+    model.ForwardBackward(batch.images.data(), batch.labels.data(), kBatch);
+    EXPECT_EQ(kv.open_tickets(), 0u) << "nothing may go before Update";
+    ASSERT_TRUE(store.Update(step, model).ok());
+    EXPECT_EQ(kv.open_tickets(), 0u) << "Update returned with its exchange in flight";
+    EXPECT_EQ(kv.pushes().size(), static_cast<size_t>(step + 1));
+  }
+}
+
+TEST(RemoteStoreTest, ANonFiniteLossSendsNothingWhenTheJobFailsOnIt) {
+  for (bool hold : {true, false}) {
+    FakeKVWorker kv;
+    auto model = trainer::MakeModel("mlp");
+    model->Initialize(7);
+    RemoteStore store(&kv, true, true, /*hold_non_finite=*/hold);
+    ASSERT_TRUE(store.Init(*model).ok());
+    Batch batch(0);
+    model->parameters()[3].value[0] = std::nanf("");  // dense2.bias: a model gone bad
+    store.BeginStep(0);
+    const float loss = model->ForwardBackward(batch.images.data(), batch.labels.data(), kBatch);
+    ASSERT_FALSE(std::isfinite(loss));
+    // spec.nonFinite Fail: the loop fails the job, nothing reaches a server;
+    // SkipStep: the gradients go, and the servers skip the step.
+    EXPECT_EQ(kv.open_tickets(), hold ? 0u : 2u) << "hold " << hold;
+  }
 }
 
 }  // namespace
