@@ -239,6 +239,7 @@ TEST(ApiTrainingJobTest, ToJsonIsTheCanonicalManifest) {
       "gpusPerWorker": 0,
       "backend": "cpu",
       "checkpoint": {"path": "", "intervalSteps": 100, "resume": true},
+      "compression": {"type": "none", "threshold": 0.5},
       "runPolicy": {"restartPolicy": "OnFailure", "backoffLimit": 3, "cleanPodPolicy": "Running",
                     "suspend": false},
       "schedulingPolicy": {"schedulerName": "", "minAvailable": 0, "queue": "", "priorityClass": ""},
