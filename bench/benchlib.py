@@ -25,7 +25,7 @@ DEFAULT_BIN_DIR = os.path.join(SOURCE_DIR, "build", "bin")
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
 STEPS_PER_EPOCH = 60000 // 128  # Fashion-MNIST's training set at a global batch of 128
 
-_PROGRESS = r"^\[%s\] epoch \d+/\d+ step \d+/\d+ total_steps (\d+) steps/sec ([\d.]+) "
+_PROGRESS = r"\[%s\] epoch \d+/\d+ step \d+/\d+ total_steps (\d+) steps/sec ([\d.]+) "
 
 
 def write_job(folder, name, spec):
@@ -87,13 +87,29 @@ def window_speeds(lines, tag, warmup):
     progress = re.compile(_PROGRESS % re.escape(tag))
     speeds, window_start = [], 0
     for line in lines:
-        m = progress.match(line)
+        m = progress.search(line)  # behind another tag too: "[worker-0/trainer] [worker 0] ..."
         if not m:
             continue
         if window_start >= warmup:
             speeds.append(float(m.group(2)))
         window_start = int(m.group(1))
     return speeds
+
+
+def ddp_train(model, optimizer, images, labels, sampler, progress, total_steps):
+    """A DDP process's training loop: `model` is wrapped in
+    DistributedDataParallel, which all-reduces (averages) the gradients, in
+    buckets, during backward; `progress` prints the progress lines."""
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    for step in range(total_steps):
+        batch = sampler.indices(step)
+        optimizer.zero_grad()
+        loss = F.cross_entropy(model(images[batch]), labels[batch])
+        loss.backward()
+        optimizer.step()
+        progress.step_done(step, loss.item())
+    dist.destroy_process_group()
 
 
 def median(values):

@@ -117,7 +117,6 @@ def ddp_worker(rank, port, model_name, total_steps, window_ms):
     """One DDP process: the built-in model's step in PyTorch, gradients all-reduced by DDP."""
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
     sys.path.insert(0, os.path.join(PYTORCH_EXAMPLES, "cnn"))
     import train  # examples/pytorch/cnn/train.py: the progress line's printer
     from fashion_mnist import StepSampler, load
@@ -133,14 +132,7 @@ def ddp_worker(rank, port, model_name, total_steps, window_ms):
     sampler = StepSampler(len(images), BATCH, rank, WORKERS, seed=1)
     progress = train.ProgressPrinter(epochs_for(total_steps), sampler.steps_per_epoch,
                                      total_steps, BATCH, window_ms / 1000.0)
-    for step in range(total_steps):
-        batch = sampler.indices(step)
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(images[batch]), labels[batch])
-        loss.backward()  # DDP all-reduces (averages) the gradients, in buckets, during backward
-        optimizer.step()
-        progress.step_done(step, loss.item())
-    dist.destroy_process_group()
+    benchlib.ddp_train(model, optimizer, images, labels, sampler, progress, total_steps)
 
 
 def measure(model, args, folder):

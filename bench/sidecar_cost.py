@@ -39,7 +39,6 @@ and a process per worker.
 import argparse
 import json
 import os
-import re
 import shlex
 import statistics
 import sys
@@ -48,12 +47,10 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "integration"))
+sys.path.insert(0, HERE)
+import benchlib  # noqa: E402
 
 DATA_DIR = "/usr/share/datasets/fashion-mnist"
-# The trainer's progress line, under either tag: "[worker 0] epoch ..." in
-# process, "[worker-0/trainer] [worker 0] epoch ..." as a job's own program.
-PROGRESS = re.compile(r"\[worker 0\] epoch \d+/\d+ step \d+/\d+ total_steps (\d+) "
-                      r"steps/sec ([\d.]+) ")
 
 
 def manifest(folder, name, window_ms, bin_dir, through_sidecar):
@@ -67,25 +64,7 @@ def manifest(folder, name, window_ms, bin_dir, through_sidecar):
         spec["replicaSpecs"]["worker"]["template"] = {"spec": {"containers": [container]}}
     else:
         spec.update({"model": "cnn", "dataset": {"path": DATA_DIR}})
-    job = {"apiVersion": "kubeps.io/v1alpha1", "kind": "TrainingJob",
-           "metadata": {"name": name}, "spec": spec}
-    path = os.path.join(folder, name + ".yaml")
-    with open(path, "w") as f:
-        json.dump(job, f, indent=2)  # JSON is YAML
-    return path
-
-
-def window_speeds(lines, warmup):
-    """Worker 0's steps/sec of each progress window that starts at or after the warm-up."""
-    speeds, window_start = [], 0
-    for line in lines:
-        m = PROGRESS.search(line)
-        if not m:
-            continue
-        if window_start >= warmup:
-            speeds.append(float(m.group(2)))
-        window_start = int(m.group(1))
-    return speeds
+    return benchlib.write_job(folder, name, spec)
 
 
 def run(path, env):
@@ -125,7 +104,7 @@ def main():
     speeds = {side: [] for side in sides}
     for side in order:
         print("%s:" % side, flush=True)
-        windows = window_speeds(run(sides[side], env), args.warmup)
+        windows = benchlib.window_speeds(run(sides[side], env), "worker 0", args.warmup)
         if not windows:
             sys.exit("no progress window after the warm-up: raise --steps or lower --window-ms")
         print("    windows: " + " ".join("%.2f" % w for w in windows), flush=True)

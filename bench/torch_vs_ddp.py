@@ -108,7 +108,6 @@ def ddp_worker(rank, port, argv):
     """One DDP process: train.py's loop with DistributedDataParallel in place of kubeps."""
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
     import train  # examples/pytorch/cnn/train.py: the model, threads, progress lines
     from fashion_mnist import StepSampler, load
 
@@ -124,14 +123,7 @@ def ddp_worker(rank, port, argv):
     total = min(sampler.steps_per_epoch * args.epochs, args.max_steps or 1 << 62)
     progress = train.ProgressPrinter(args.epochs, sampler.steps_per_epoch, total, args.batch_size,
                                      args.progress_interval_ms / 1000.0, args.progress_every_steps)
-    for step in range(total):
-        batch = sampler.indices(step)
-        optimizer.zero_grad()
-        loss = F.cross_entropy(model(images[batch]), labels[batch])
-        loss.backward()  # DDP all-reduces (averages) the gradients, in buckets, during backward
-        optimizer.step()
-        progress.step_done(step, loss.item())
-    dist.destroy_process_group()
+    benchlib.ddp_train(model, optimizer, images, labels, sampler, progress, total)
 
 
 def main():
