@@ -39,6 +39,11 @@ Status RemoteStore::Init(trainer::Model& model) {
   // rank 0's Init must reach shards that have restored (or discarded) them.
   if (Status s = kv_->Recover(&start_step_); !s.ok()) return s;
   if (Status s = kv_->InitTensors(initial, sizes); !s.ok()) return s;
+  // Behind the sidecar (the agent places the tensors in shared regions),
+  // the step the agent resumed at is known only now.
+  if (kv_->SharedValues(0) != nullptr) {
+    if (Status s = kv_->Recover(&start_step_); !s.ok()) return s;
+  }
   // Every worker, rank 0 included, starts from what the servers hold.
   return kv_->Wait(kv_->Pull(values_, start_step_));
 }

@@ -15,7 +15,7 @@ import tempfile
 import time
 import unittest
 
-from jobtools import KUBEPS, RunningJob, manifest, processes_with_env, write_manifest
+from jobtools import BIN_DIR, DATASET, KUBEPS, RunningJob, manifest, processes_with_env, write_manifest
 
 TIMEOUT = 300  # generous: four engineers' builds and tests share two cores
 
@@ -72,6 +72,23 @@ class RunTwiceTest(unittest.TestCase):
         self.assertEqual(code, 0, third.output())
         self.assertIn("resuming at step 200 of 200", third.output())
         print("finished job run again: exit %d in %.1f s" % (code, time.time() - start))
+
+    def test_the_built_in_trainer_behind_the_agent_resumes_too(self):
+        # `kubeps-agent --connect`: the built-in trainer as the job's own
+        # program, beside each worker's agent, learns where to start from
+        # the agent (which resumed the job) instead of asking the servers.
+        job = json.loads(job_text("connected"))
+        for field in ("model", "dataset"):
+            del job["spec"][field]
+        trainer = {"name": "trainer", "image": "kubeps/agent:0.1.0",
+                   "command": [os.path.join(BIN_DIR, "kubeps-agent"), "--connect", "--model=mlp",
+                               "--dataset=" + DATASET]}
+        job["spec"]["replicaSpecs"]["worker"]["template"] = {"spec": {"containers": [trainer]}}
+        code, first = self.run_job(json.dumps(job), 60)
+        self.assertEqual(code, 0, first.output())
+        code, second = self.run_job(json.dumps(job), 100)
+        self.assertEqual(code, 0, second.output())
+        self.assertIn("resuming at step 60 of 100", second.output())
 
     def test_resume_false_starts_fresh(self):
         code, first = self.run_job(job_text("fresh"), 120)

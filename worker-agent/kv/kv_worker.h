@@ -156,9 +156,12 @@ class KUBEPS_EXPORT KVWorker {
   // rolls back: pending and new Push/Pull tickets end with an aborted status
   // (Status::IsAborted). Recover() then waits until every shard has restored
   // and returns the step to resume from; requests made after it use the new
-  // generation. Behind the sidecar the agent has recovered before the
-  // aborted Wait returned: Recover returns its step at once (and
-  // FailedPrecondition when no Wait was aborted).
+  // generation. Called before InitTensors, it waits for the job's current
+  // generation and returns the step the job starts from. Behind the sidecar
+  // the agent has recovered before the aborted Wait returned, and before
+  // the session began: Recover returns the step of the last aborted Wait,
+  // or where none was, the step the session starts from (known once
+  // InitTensors has returned; 0 before).
   virtual Status Recover(uint64_t* resume_step) = 0;
 
   // Where each part of each tensor lives (after InitTensors). Behind the

@@ -410,12 +410,7 @@ Status SidecarKVWorker::Finish() {
 
 Status SidecarKVWorker::Recover(uint64_t* resume_step) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!rolled_back_) {
-    return Status::FailedPrecondition(
-        "Recover: no Wait of this session was aborted, so there is nothing to recover from "
-        "(behind the kubeps agent, a rollback shows as a Wait that returns Aborted)");
-  }
-  *resume_step = resume_step_;
+  *resume_step = rolled_back_ ? resume_step_ : start_step_;
   return Status::Ok();
 }
 

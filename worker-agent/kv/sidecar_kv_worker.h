@@ -14,6 +14,7 @@
 //    values regions to the caller's pointers.
 //  - Recover: an aborted wait carries resume_step; the agent has already
 //    recovered and pulled that step's values into the values regions.
+//    Without one, the step init said the session starts from.
 // The copies are skipped for a pointer that is the region itself
 // (SharedGrads / SharedValues).
 //
