@@ -281,6 +281,25 @@ def job_pods(cluster, name):
     return cluster.client.get(PODS + "?labelSelector=kubeps.io%2Fjob-name%3D" + name)["items"]
 
 
+def live(pod):
+    """A pod that runs or may still run: not finished and not being deleted."""
+    return (pod.get("status", {}).get("phase") not in ("Succeeded", "Failed") and
+            not pod["metadata"].get("deletionTimestamp"))
+
+
+def replica_key(pod):
+    labels = pod["metadata"]["labels"]
+    return labels["kubeps.io/replica-type"], labels["kubeps.io/replica-index"]
+
+
+def live_pod(cluster, job, role, index=0):
+    """The live pod of replica `role` `index` of `job`, or None."""
+    for pod in job_pods(cluster, job):
+        if replica_key(pod) == (role, str(index)) and live(pod):
+            return pod
+    return None
+
+
 def events_of(cluster, name, uid=None):
     items = cluster.client.get("/api/v1/namespaces/default/events")["items"]
     return [e for e in items if e.get("involvedObject", {}).get("name") == name and

@@ -13,8 +13,9 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from operator_harness import apply, checkpoints_on_host, events_of, job_pods, training_job  # noqa: E402
-from test_operator import SharedClusterTestCase, live, replica_key  # noqa: E402
+from operator_harness import (apply, checkpoints_on_host, events_of, live_pod,  # noqa: E402
+                              training_job)
+from test_operator import SharedClusterTestCase  # noqa: E402
 from test_role_restarts import MAX_STEPS  # noqa: E402
 
 NODE = "kubeps-node"
@@ -22,10 +23,7 @@ NODE = "kubeps-node"
 
 class NodeDrainTest(SharedClusterTestCase):
     def live_pod(self, job, role, index=0):
-        for pod in job_pods(self.c, job):
-            if replica_key(pod) == (role, str(index)) and live(pod):
-                return pod
-        return None
+        return live_pod(self.c, job, role, index)
 
     def test_a_drained_server_is_evicted_and_recovered_from_its_checkpoint(self):
         name = "drained"

@@ -13,8 +13,8 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from operator_harness import (apply, checkpoints_on_host, condition, job_pods,  # noqa: E402
-                              kubelet_output, training_job)  # noqa: E402
-from test_operator import SharedClusterTestCase, live, replica_key  # noqa: E402
+                              kubelet_output, live_pod, replica_key, training_job)
+from test_operator import SharedClusterTestCase  # noqa: E402
 
 # Long enough (10 to 30 s) that the stop lands mid-job on a loaded machine, short enough
 # for the suite: the workers stop at this step.
@@ -38,10 +38,7 @@ class RoleRestartTest(SharedClusterTestCase):
         return "\n".join(parts)
 
     def live_pod(self, job, role, index=0):
-        for pod in job_pods(self.c, job):
-            if replica_key(pod) == (role, str(index)) and live(pod):
-                return pod
-        return None
+        return live_pod(self.c, job, role, index)
 
     def stop_mid_job(self, job, role):
         """Deletes the live pod of `role` 0 once the workers train; returns
