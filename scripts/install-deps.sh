@@ -9,8 +9,9 @@ PACKAGES=(
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   # manifests, JSON, metrics, Kubernetes REST
   libyaml-cpp-dev nlohmann-json3-dev prometheus-cpp-dev libcpprest-dev libcli11-dev libabsl-dev
-  # CPU math: the OpenMP build of OpenBLAS (see CMakeLists.txt for why)
-  libopenblas-openmp-dev zlib1g-dev
+  # CPU math: the OpenMP build of OpenBLAS (see CMakeLists.txt for why); oneDNN
+  # for the convolutions (the library PyTorch's CPU convolutions run on)
+  libopenblas-openmp-dev libdnnl-dev zlib1g-dev
   # tests and benchmarks (faketime: a worker restarted with its clock behind)
   libgtest-dev libgmock-dev libbenchmark-dev clang-format faketime
   # the Python client (python/) and its tests: torch for Debian's python3, and

@@ -6,25 +6,26 @@
 // Cout x Cin x KH x KW (shape {out, in, k, k}, as in PyTorch) and the bias
 // is Cout.
 //
-// Forward lowers the whole batch with im2col into one K x P matrix
-// (K = Cin*k*k taps, P = batch*H*W pixels) and does a single sgemm,
-// y (Cout x P) = W (Cout x K) * col (K x P); the result already is y in
-// CNHW. Row (ci, kh, kw) of col is input plane ci shifted by
-// (kh - k/2, kw - k/2): one memcpy of the whole plane, then the border
-// pixels whose source lies outside their image are zeroed. With this
-// layout the sgemm has the long pixel dimension contiguous in both col and
-// y, which OpenBLAS runs about 30% faster than the pixel-major (NHWC) form.
+// The arithmetic is oneDNN's direct convolution, the library PyTorch's CPU
+// convolutions run on: it works in the CPU's blocked layouts (16 channels
+// to a vector on AVX-512) without lowering the input into an im2col matrix
+// 25 times its size, which on this model's second layer makes forward and
+// backward about twice as fast as im2col + OpenBLAS sgemm. The layer keeps
+// the CNHW interface: oneDNN's reorders move the tensors between CNHW and
+// the blocked layouts oneDNN picks, and the weights between {out, in, k, k}
+// and its own, at every call, since the parameter store rewrites them
+// between steps.
 //
-// Backward: dW = dy col^T, db = row sums of dy, and, when the input
-// gradient is needed, dcol = W^T dy (written over the im2col buffer, which
-// is no longer needed) folded back with col2im.
-//
-// im2col, col2im and the bias loops are split over OpenMP threads by rows
-// and channels; every output element is owned by one thread and summed in
-// a fixed order, so results do not depend on the thread count.
+// oneDNN runs on the process's OpenMP threads (SetBlasThreads sets them for
+// OpenBLAS and oneDNN alike). For a given thread count and batch size the
+// results are the same on every run, as the job's exactness needs; unlike
+// the im2col version, the weight gradient's summation order can change with
+// the thread count.
 #ifndef KUBEPS_WORKER_AGENT_TRAINER_CONV2D_H_
 #define KUBEPS_WORKER_AGENT_TRAINER_CONV2D_H_
 
+#include <map>
+#include <memory>
 #include <vector>
 
 #include "worker-agent/trainer/model.h"
@@ -34,6 +35,9 @@ namespace kubeps::trainer {
 class Conv2D {
  public:
   Conv2D(int height, int width, int in_channels, int out_channels, int kernel);
+  ~Conv2D();
+  Conv2D(const Conv2D&) = delete;
+  Conv2D& operator=(const Conv2D&) = delete;
 
   int height() const { return h_; }
   int width() const { return w_; }
@@ -54,15 +58,17 @@ class Conv2D {
   float* Backward(const float* dy, bool need_input_grad);
 
  private:
-  void Im2Col(const float* x, int batch, float* col) const;
-  void Col2Im(float* col, int batch, float* dx) const;
-  void ZeroBorder(float* row, int batch, int dh, int dw) const;
+  // oneDNN's primitives and working memory for one batch size, built on
+  // first use (training and evaluation batches differ) and kept.
+  struct Primitives;
+  Primitives& For(int batch);
 
   int h_, w_, cin_, cout_, k_, pad_;
   Parameter* weight_ = nullptr;
   Parameter* bias_ = nullptr;
+  Primitives* current_ = nullptr;  // the last Forward's
   int batch_ = 0;
-  std::vector<float> col_;  // (Cin*k*k) x (batch*H*W)
+  std::map<int, std::unique_ptr<Primitives>> by_batch_;
   std::vector<float> y_;
   std::vector<float> dx_;
 };
