@@ -11,11 +11,14 @@
 How a step goes.  `DistributedOptimizer` declares every trainable parameter
 (float32, by name) and hooks each one's gradient accumulator: as soon as
 backward has the gradient of a parameter, the hook copies it into the
-parameter's `grads` region of the shared-memory file and sends `push` for
-that key, so the last layers' gradients travel while backward still works on
-the first ones.  `step()` waits for the pushes, pulls version step+1 of every
-key into the `values` regions and then, by the servers' optimizer (`hello`
-says which):
+parameter's `grads` region of the shared-memory file and sends `push_pull`
+for that key: the last layers' gradients travel while backward still works on
+the first ones, and each key's version step+1 comes back into its `values`
+region as soon as the servers have applied that key's update, not after the
+whole step's pushes.  The agent sends queued requests lowest key first
+(declaration order, which is the model's: the first layers, which the next
+forward pass needs first, go first).  `step()` waits for the exchanges and
+then, by the servers' optimizer (`hello` says which):
 
 - a real optimizer (sgd, adam, ...): the servers hold the parameters and the
   optimizer state and apply the averaged gradient; the pulled values are the
@@ -128,7 +131,7 @@ class _DistributedOptimizer:
         self._kubeps_session = session
         self._kubeps_passes_per_step = int(backward_passes_per_step)
         self._kubeps_lock = threading.Lock()
-        self._kubeps_pushes = {}  # name -> Handle of this step's push
+        self._kubeps_exchanges = {}  # name -> Handle of this step's push_pull
         self._kubeps_passes = {}  # name -> backward passes seen this step
         self._kubeps_synchronized = False
         self._kubeps_closed = False
@@ -173,15 +176,16 @@ class _DistributedOptimizer:
             return  # nothing accumulated: step() pushes zeros for it
         step = _current_step("the gradient hook of %r" % binding.name)
         _copy_gradient(binding)
-        handle = self._kubeps_session.push([binding.name], step)
+        handle = self._kubeps_session.push_pull([binding.name], step)
         with self._kubeps_lock:
-            self._kubeps_pushes[binding.name] = handle
+            self._kubeps_exchanges[binding.name] = handle
 
     def synchronize(self):
-        """Finishes this step's communication: pushes what backward did not (zeros for
-        parameters without a gradient, so every key of the step arrives), waits for the
-        pushes, pulls the next version and copies it into the parameters (or, with the
-        servers' optimizer 'none', into their gradients).
+        """Finishes this step's communication: exchanges what backward did not (zeros for
+        parameters without a gradient, so every key of the step arrives), waits for every
+        key's exchange (its push, then its pull of the next version) and copies the pulled
+        values into the parameters (or, with the servers' optimizer 'none', into their
+        gradients).
 
         Returns False when the job rolled back instead (the parameters then hold the
         values of the step to resume from).  step() calls it; with the servers' optimizer
@@ -192,16 +196,15 @@ class _DistributedOptimizer:
         step = _current_step("optimizer.step()")
         session = self._kubeps_session
         with self._kubeps_lock:
-            pushes, self._kubeps_pushes = self._kubeps_pushes, {}
+            exchanges, self._kubeps_exchanges = self._kubeps_exchanges, {}
             self._kubeps_passes = {}
-        for binding in self._kubeps_bindings:
-            if binding.name not in pushes:
-                _copy_gradient(binding)
-                pushes[binding.name] = session.push([binding.name], step)
+        missing = [b.name for b in self._kubeps_bindings if b.name not in exchanges]
+        for name in missing:
+            _copy_gradient(self._kubeps_by_name[name])
         try:
-            session.wait(list(pushes.values()))
-            min_version = step + 1 if session.mode == "sync" else 0
-            session.wait(session.pull(None, min_version))
+            if missing:
+                exchanges[None] = session.push_pull(missing, step)
+            session.wait(list(exchanges.values()))
         except RolledBack as rollback:
             self._kubeps_roll_back(rollback.resume_step)
             return False
@@ -245,7 +248,7 @@ class _DistributedOptimizer:
                 "the parameters and optimizer state live in this process, not on the servers, "
                 "so they keep their values; only the step goes back" % resume_step)
         with self._kubeps_lock:
-            self._kubeps_pushes = {}
+            self._kubeps_exchanges = {}
             self._kubeps_passes = {}
         self._kubeps_synchronized = False
         _counter.roll_back(resume_step)

@@ -116,8 +116,9 @@ class Updates(TorchTestCase):
         time.sleep(0.2)  # room for the last push to be read by the agent
         step_called_at = time.monotonic_ns()
         optimizer.step()
+        # Each hook exchanges its key: push, then pull of the next version.
         pushes = [(at, request["keys"][0]) for at, op, request in agent.fake.events
-                  if op == "push"]
+                  if op == "push_pull"]
         key = {name: i for i, name in enumerate(optimizer.kubeps_parameter_names)}
         arrival = {k: at for at, k in pushes}
         self.assertEqual(sorted(arrival), sorted(key.values()), "one push per parameter")
@@ -166,8 +167,10 @@ class Updates(TorchTestCase):
         train(model, optimizer, 2)
         train_locally(reference, torch.optim.SGD(reference.parameters(), lr=LEARNING_RATE), 2)
         self.assertParametersEqual(model, reference, exact=False)
-        pulls = [r for _, op, r in agent.fake.events if op == "pull"]
-        self.assertEqual([r["min_version"] for r in pulls], [0, 0])
+        # Each key's push_pull, one per key a step; no pull waits for a version of its own.
+        self.assertEqual([op for _, op, _ in agent.fake.events if op in ("push", "pull")], [])
+        exchanges = [r["step"] for _, op, r in agent.fake.events if op == "push_pull"]
+        self.assertEqual(sorted(exchanges), [0] * 6 + [1] * 6)
 
     def test_a_scalar_parameter(self):
         self.connect()
