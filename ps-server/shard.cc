@@ -413,14 +413,20 @@ void Shard::CompleteStep(Part& part) {
   } else {
     // Sum in rank order: the result is the same whatever order pushes came
     // in. In rank 0's slot, which is cleared below anyway: no buffer to
-    // allocate.
-    float* __restrict mean = part.contributions[0].data();
-    for (int r = 1; r < options_.num_workers; ++r) {
-      const float* __restrict g = part.contributions[r].data();
-      for (size_t i = 0; i < n; ++i) mean[i] += g[i];
-    }
+    // allocate. Block by block, so that the sum and the scaling read each
+    // slot from memory once (a big part is many times the cache).
+    float* mean = part.contributions[0].data();
     const float scale = 1.0f / static_cast<float>(options_.num_workers);
-    for (size_t i = 0; i < n; ++i) mean[i] *= scale;
+    constexpr size_t kBlock = 4096;
+    for (size_t begin = 0; begin < n; begin += kBlock) {
+      const size_t len = std::min(kBlock, n - begin);
+      float* __restrict m = mean + begin;
+      for (int r = 1; r < options_.num_workers; ++r) {
+        const float* __restrict g = part.contributions[r].data() + begin;
+        for (size_t i = 0; i < len; ++i) m[i] += g[i];
+      }
+      for (size_t i = 0; i < len; ++i) m[i] *= scale;
+    }
     optimizer_->Apply(part.value.data(), mean, n, &part.state);
     updates_.Increment();
   }
