@@ -96,11 +96,10 @@ def window_speeds(lines, tag, warmup):
     return speeds
 
 
-def ddp_train(model, optimizer, images, labels, sampler, progress, total_steps):
-    """A DDP process's training loop: `model` is wrapped in
-    DistributedDataParallel, which all-reduces (averages) the gradients, in
-    buckets, during backward; `progress` prints the progress lines."""
-    import torch.distributed as dist
+def torch_train(model, optimizer, images, labels, sampler, progress, total_steps):
+    """A PyTorch training loop; `progress` prints the progress lines. In a DDP
+    process `model` is wrapped in DistributedDataParallel, which all-reduces
+    (averages) the gradients, in buckets, during backward."""
     import torch.nn.functional as F
     for step in range(total_steps):
         batch = sampler.indices(step)
@@ -109,7 +108,6 @@ def ddp_train(model, optimizer, images, labels, sampler, progress, total_steps):
         loss.backward()
         optimizer.step()
         progress.step_done(step, loss.item())
-    dist.destroy_process_group()
 
 
 def median(values):

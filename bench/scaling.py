@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""Scaling: the built-in models' steps/sec on 2 servers x 2 workers, in one process, and under DDP.
+"""Scaling: the built-in models' steps/sec on 2 servers x 2 workers, in one process, and under PyTorch.
 
 For each of kubeps' built-in models (spec.model mlp and cnn, on Fashion-MNIST,
 global batch 128, Adam with learning rate 1e-3, the optimizer of the
-manifest this script writes), three ways to train on this machine:
+manifest this script writes), four ways to train on this machine:
 
   2x2      `kubeps run` of the manifest: 1 scheduler, 2 servers (Adam there,
            each on its shard), 2 workers, sync, batchSize 64 per worker;
@@ -12,7 +12,9 @@ manifest this script writes), three ways to train on this machine:
   DDP      2 processes of this script with init_process_group("gloo") on
            loopback, 64 examples each, DistributedDataParallel around
            PyTorch's copy of the model, each process stepping its own
-           torch.optim.Adam(lr=1e-3) on the all-reduced gradients.
+           torch.optim.Adam(lr=1e-3) on the all-reduced gradients;
+  torch    PyTorch's copy of the model in one process, batch 128, a torch
+           thread per core: what `local` is to be measured against.
 
 The PyTorch models are worker-agent/trainer/models.cc's layers: MLP
 784-256-10 with ReLU; CNN conv 5x5x32 'same', max-pool 2, ReLU, conv 5x5x64
@@ -28,17 +30,19 @@ cores / workers OpenBLAS threads each (1 here). With torch's default of a
 thread per core, 4 compute threads would share 2 cores, and OpenMP's
 threads would wait at each operator's barrier for a sibling that was
 descheduled (examples/pytorch/cnn/train.py's limit_threads()). The local
-run, alone on the machine, gets a thread per core (train-local's default).
+and torch runs, alone on the machine, get a thread per core (train-local's
+default).
 
-The runs alternate (2x2, local, DDP, DDP, local, 2x2, ...) --rounds times,
+The runs alternate (2x2, local, DDP, torch, torch, DDP, ...) --rounds times,
 so that the machine's drift falls on every side. Each run trains --warmup +
 --steps steps (KUBEPS_MAX_STEPS for kubeps) and prints a progress line every
 --window-ms; a run's figure is the median steps/sec of worker 0's (or the
-local process's, or DDP rank 0's) windows that start after the warm-up. A
+local process's, DDP rank 0's or the torch process's) windows that start
+after the warm-up. A
 side's figure is the median of its runs'. Prints the exact commands, every
 run's figure, the medians and the ratios with issue 12's goals: 2x2 / DDP
-at least 1.0 for both models, 2x2 / local at least 0.9 for the CNN, each
-PASS or BELOW. --env KEY=VALUE (repeatable) is set for the kubeps runs,
+at least 1.0 for both models, 2x2 / local at least 0.9 for the CNN, local /
+torch at least 1.0 for the MLP, each PASS or BELOW. --env KEY=VALUE (repeatable) is set for the kubeps runs,
 e.g. KUBEPS_OVERLAP=0 to exchange every tensor after the step instead of
 layer by layer during backward.
 
@@ -68,9 +72,10 @@ LEARNING_RATE = 0.001
 # 10 to 30 s per run for either model on 2 cores.
 DEFAULT_STEPS = {"mlp": 3000, "cnn": 120}
 DEFAULT_WARMUP = {"mlp": 200, "cnn": 20}
-SIDES = ("2x2", "local", "DDP")
+SIDES = ("2x2", "local", "DDP", "torch")
 # Goals of issue 12: (numerator, denominator) -> {model: least ratio}.
-GOALS = {("2x2", "DDP"): {"mlp": 1.0, "cnn": 1.0}, ("2x2", "local"): {"cnn": 0.9}}
+GOALS = {("2x2", "DDP"): {"mlp": 1.0, "cnn": 1.0}, ("2x2", "local"): {"cnn": 0.9},
+         ("local", "torch"): {"mlp": 1.0}}
 
 
 def make_torch_model(model):
@@ -107,32 +112,45 @@ def run_side(side, model, manifest, args):
                      "--steps", str(total), "--window-ms", str(args.window_ms)]
                     for rank in range(WORKERS)]
         return benchlib.run_ranks(commands, {"GLOO_SOCKET_IFNAME": "lo"}, "ddp"), "ddp-0"
+    if side == "torch":
+        command = [sys.executable, os.path.abspath(__file__), "--torch-local", "--models", model,
+                   "--warmup", "0", "--steps", str(total), "--window-ms", str(args.window_ms)]
+        return benchlib.run_ranks([command], {}, "torch"), "torch-0"
     settings = dict(args.env, KUBEPS_MAX_STEPS=str(total))
     command = [os.path.join(args.bin_dir, "kubeps"),
                "run" if side == "2x2" else "train-local", manifest]
     return benchlib.run(command, settings), "worker 0" if side == "2x2" else "local"
 
 
-def ddp_worker(rank, port, model_name, total_steps, window_ms):
-    """One DDP process: the built-in model's step in PyTorch, gradients all-reduced by DDP."""
+def torch_process(model_name, total_steps, window_ms, rank=-1, port=0):
+    """PyTorch's step of the built-in model: one DDP process (rank >= 0), its
+    gradients all-reduced by DDP, or the whole global batch in one process
+    with a torch thread per core (as train-local runs)."""
     import torch
     import torch.distributed as dist
     sys.path.insert(0, os.path.join(PYTORCH_EXAMPLES, "cnn"))
     import train  # examples/pytorch/cnn/train.py: the progress line's printer
     from fashion_mnist import StepSampler, load
 
-    torch.set_num_threads(1)  # the module's docstring says why
-    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
-                            world_size=WORKERS)
-    torch.manual_seed(1)  # DDP broadcasts rank 0's parameters at construction
     shape = (784,) if model_name == "mlp" else (1, 28, 28)
     images, labels = load(benchlib.DATA_DIR, "train", shape=shape)
-    model = torch.nn.parallel.DistributedDataParallel(make_torch_model(model_name))
+    torch.manual_seed(1)  # DDP broadcasts rank 0's parameters at construction
+    model = make_torch_model(model_name)
+    if rank >= 0:
+        torch.set_num_threads(1)  # the module's docstring says why
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank,
+                                world_size=WORKERS)
+        model = torch.nn.parallel.DistributedDataParallel(model)
+        sampler = StepSampler(len(images), BATCH, rank, WORKERS, seed=1)
+    else:
+        torch.set_num_threads(os.cpu_count() or 1)
+        sampler = StepSampler(len(images), BATCH * WORKERS, 0, 1, seed=1)
     optimizer = torch.optim.Adam(model.parameters(), lr=LEARNING_RATE)
-    sampler = StepSampler(len(images), BATCH, rank, WORKERS, seed=1)
     progress = train.ProgressPrinter(epochs_for(total_steps), sampler.steps_per_epoch,
-                                     total_steps, BATCH, window_ms / 1000.0)
-    benchlib.ddp_train(model, optimizer, images, labels, sampler, progress, total_steps)
+                                     total_steps, sampler.batch_size, window_ms / 1000.0)
+    benchlib.torch_train(model, optimizer, images, labels, sampler, progress, total_steps)
+    if rank >= 0:
+        dist.destroy_process_group()
 
 
 def measure(model, args, folder):
@@ -196,9 +214,10 @@ def main():
     parser.add_argument("--bin-dir", default=benchlib.DEFAULT_BIN_DIR, help="where kubeps is")
     parser.add_argument("--ddp-rank", type=int, default=-1, help=argparse.SUPPRESS)
     parser.add_argument("--ddp-port", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--torch-local", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.ddp_rank >= 0:
-        ddp_worker(args.ddp_rank, args.ddp_port, args.models, args.steps, args.window_ms)
+    if args.ddp_rank >= 0 or args.torch_local:
+        torch_process(args.models, args.steps, args.window_ms, args.ddp_rank, args.ddp_port)
         return
     if args.window_ms < 100:
         sys.exit("--window-ms: at least 100 (spec.progressIntervalMs' least value)")
@@ -211,8 +230,8 @@ def main():
     args.env = dict(args.env)
     given_steps, given_warmup = args.steps, args.warmup
     print("2 servers x 2 workers x %d examples vs 1 process x %d vs DDP 2 x %d (1 torch thread "
-          "each); Adam %g; kubeps runs' extra environment: %s; %s"
-          % (BATCH, BATCH * WORKERS, BATCH, LEARNING_RATE,
+          "each) vs torch 1 x %d; Adam %g; kubeps runs' extra environment: %s; %s"
+          % (BATCH, BATCH * WORKERS, BATCH, BATCH * WORKERS, LEARNING_RATE,
              " ".join("%s=%s" % kv for kv in args.env.items()) or "none", sys.executable),
           flush=True)
     folder = tempfile.mkdtemp(prefix="kubeps-scaling-")

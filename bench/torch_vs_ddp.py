@@ -123,7 +123,8 @@ def ddp_worker(rank, port, argv):
     total = min(sampler.steps_per_epoch * args.epochs, args.max_steps or 1 << 62)
     progress = train.ProgressPrinter(args.epochs, sampler.steps_per_epoch, total, args.batch_size,
                                      args.progress_interval_ms / 1000.0, args.progress_every_steps)
-    benchlib.ddp_train(model, optimizer, images, labels, sampler, progress, total)
+    benchlib.torch_train(model, optimizer, images, labels, sampler, progress, total)
+    dist.destroy_process_group()
 
 
 def main():
