@@ -27,7 +27,7 @@ MIB = 1 << 20
 MODELS = {
     # the built-in CNN: conv 5x5x32, conv 5x5x64, dense 3136x1024, dense 1024x10, with biases
     "cnn": {"params": 32 * 25 + 32 + 64 * 32 * 25 + 64 + 3136 * 1024 + 1024 + 1024 * 10 + 10,
-            "compute_ms": 113.0, "tensors": 8},
+            "compute_ms": 60.0, "tensors": 8},
     # a 100M-parameter model (a BERT-base-sized network): its step time is an assumption
     "100M": {"params": 100_000_000, "compute_ms": 300.0, "tensors": 200},
 }
@@ -120,9 +120,9 @@ def main():
     p.add_argument("--server-cores", type=int, default=4,
                    help="cores each server machine gives its requests")
     p.add_argument("--cores", type=int, default=2, help="this machine's cores (--check)")
-    p.add_argument("--global-batch-ms", type=float, default=226.0,
+    p.add_argument("--global-batch-ms", type=float, default=120.0,
                    help="this machine: CPU time of the CNN's forward and backward pass over a "
-                        "global batch of 128 (2 x 113 ms at 64 on one thread)")
+                        "global batch of 128 (trainer_bench, one thread)")
     p.add_argument("--check", nargs="*", default=[],
                    help="WxS=steps/sec measured here, e.g. 2x2=7.7: compared with the model")
     p.add_argument("--measure", action="store_true",
