@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/denormals.h"
+
 namespace kubeps {
 namespace {
 
@@ -16,8 +18,8 @@ namespace {
 class Sgd : public Optimizer {
  public:
   explicit Sgd(const OptimizerConfig& c) : c_(c) {}
-  void Apply(float* __restrict w, const float* __restrict g, size_t n,
-             OptimizerState* state) const override {
+  void Update(float* __restrict w, const float* __restrict g, size_t n,
+              OptimizerState* state) const override {
     const float lr = c_.learning_rate, wd = c_.weight_decay;
     for (size_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
     ++state->steps;
@@ -31,8 +33,8 @@ class Sgd : public Optimizer {
 class Momentum : public Optimizer {
  public:
   explicit Momentum(const OptimizerConfig& c) : c_(c) {}
-  void Apply(float* __restrict w, const float* __restrict g, size_t n,
-             OptimizerState* state) const override {
+  void Update(float* __restrict w, const float* __restrict g, size_t n,
+              OptimizerState* state) const override {
     state->slot1.resize(n, 0.0f);
     float* __restrict v = state->slot1.data();
     const float lr = c_.learning_rate, wd = c_.weight_decay, mu = c_.momentum;
@@ -52,8 +54,8 @@ class Momentum : public Optimizer {
 class Adam : public Optimizer {
  public:
   explicit Adam(const OptimizerConfig& c) : c_(c) {}
-  void Apply(float* __restrict w, const float* __restrict g, size_t n,
-             OptimizerState* state) const override {
+  void Update(float* __restrict w, const float* __restrict g, size_t n,
+              OptimizerState* state) const override {
     state->slot1.resize(n, 0.0f);
     state->slot2.resize(n, 0.0f);
     const uint64_t t = ++state->steps;
@@ -84,13 +86,18 @@ class Adam : public Optimizer {
 // mode there is nothing to average: the value is the latest push.
 class AverageOnly : public Optimizer {
  public:
-  void Apply(float* w, const float* g, size_t n, OptimizerState* state) const override {
+  void Update(float* w, const float* g, size_t n, OptimizerState* state) const override {
     std::copy(g, g + n, w);
     ++state->steps;
   }
 };
 
 }  // namespace
+
+void Optimizer::Apply(float* weights, const float* grad, size_t n, OptimizerState* state) const {
+  ScopedFlushDenormals flush;
+  Update(weights, grad, n, state);
+}
 
 std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerConfig& config, std::string* error) {
   if (config.name == "sgd") return std::make_unique<Sgd>(config);

@@ -37,8 +37,12 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   // weights -= update(grad); `grad` is the (averaged) gradient. (`none`:
-  // weights = grad.)
-  virtual void Apply(float* weights, const float* grad, size_t n, OptimizerState* state) const = 0;
+  // weights = grad.) Denormal floats are flushed to zero while it runs
+  // (common/denormals.h says why).
+  void Apply(float* weights, const float* grad, size_t n, OptimizerState* state) const;
+
+ protected:
+  virtual void Update(float* weights, const float* grad, size_t n, OptimizerState* state) const = 0;
 };
 
 // nullptr with *error set when the name is unknown.
