@@ -81,12 +81,11 @@ void AddNodeFlags(CLI::App* app, NodeConfig* c) {
 }
 
 Status FinishNodeConfig(NodeConfig* config) {
+  config->token = JobToken::None();
   if (!config->token_file.empty()) {
-    std::ifstream in(config->token_file);
-    if (!in)
-      return Status::InvalidArgument(std::string(env::kTokenFile) + ": cannot read " +
-                                     config->token_file);
-    std::getline(in, config->token);
+    if (Status s = JobToken::FromFile(config->token_file, &config->token); !s.ok()) {
+      return Status::InvalidArgument(std::string(env::kTokenFile) + ": " + s.message());
+    }
   }
   if (config->node_id.empty()) config->node_id = config->role + "-" + std::to_string(::getpid());
   return Status::Ok();

@@ -9,9 +9,11 @@
 #define KUBEPS_API_POD_ENV_CODEC_H_
 
 #include <map>
+#include <memory>
 #include <string>
 
 #include "api/training_job.h"
+#include "common/job_token.h"
 #include "common/optimizer.h"
 #include "common/status.h"
 #include "common/termination_message.h"
@@ -64,7 +66,7 @@ struct NodeConfig {
   int resend_timeout_ms = 1000;
   int max_resends = 10;
   std::string token_file;
-  std::string token;  // read from token_file by FinishNodeConfig; empty = no check
+  std::shared_ptr<JobToken> token;  // from token_file by FinishNodeConfig; None() = no check
   std::string run_dir;
   int blas_threads = 1;
   std::string checkpoint_dir;

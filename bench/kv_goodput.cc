@@ -124,7 +124,7 @@ class Job {
     SchedulerOptions scheduler_options;
     scheduler_options.num_servers = servers;
     scheduler_options.num_workers = workers;
-    scheduler_options.token = kToken;
+    scheduler_options.token = JobToken::Fixed(kToken);
     scheduler_ = std::make_unique<SchedulerService>(scheduler_options, &NullMetrics());
     int scheduler_port = 0;
     scheduler_server_ = Serve(scheduler_.get(), &scheduler_port);
@@ -137,8 +137,8 @@ class Job {
       std::string error;
       shards_.push_back(std::make_unique<Shard>(
           shard_options, MakeOptimizer(shard_options.optimizer, &error), &NullMetrics()));
-      services_.push_back(
-          std::make_unique<ParameterServerService>(shards_.back().get(), kToken, nullptr));
+      services_.push_back(std::make_unique<ParameterServerService>(
+          shards_.back().get(), JobToken::Fixed(kToken), nullptr));
       int port = 0;
       shard_servers_.push_back(Serve(services_.back().get(), &port));
       if (!shard_servers_.back()) return Status::Error("cannot start a shard's gRPC server");
@@ -146,7 +146,7 @@ class Job {
       options.scheduler_address = scheduler_address;
       options.node_id = "server-" + std::to_string(i);
       options.role = NodeRole::kServer;
-      options.token = kToken;
+      options.token = JobToken::Fixed(kToken);
       options.address = Loopback(port);
       SchedulerClient membership(options);
       int rank = -1;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <string_view>
 #include <thread>
 
 namespace kubeps {
@@ -19,8 +20,8 @@ bool IsRetryable(const grpc::Status& status) {
   }
 }
 
-ResendCaller::ResendCaller(ResendPolicy policy, std::string token, MetricsServer* metrics,
-                           StopToken* stop)
+ResendCaller::ResendCaller(ResendPolicy policy, std::shared_ptr<JobToken> token,
+                           MetricsServer* metrics, StopToken* stop)
     : policy_(policy),
       token_(std::move(token)),
       metrics_(metrics ? metrics : &NullMetrics()),
@@ -62,7 +63,7 @@ Status ResendCaller::Call(const std::string& peer, const char* rpc, const Attemp
     // Wait for a channel that is still connecting (a peer not yet up)
     // instead of failing at once; the deadline still bounds the wait.
     context.set_wait_for_ready(true);
-    if (!token_.empty()) context.AddMetadata(kTokenMetadataKey, token_);
+    AddToken(token_.get(), context);
     {
       StopToken::CallGuard cancelled_by_a_stop(stop_, &context);
       last = attempt(context);
@@ -109,11 +110,19 @@ Status::Code CodeOf(const grpc::Status& status) {
   }
 }
 
-grpc::Status CheckToken(const grpc::ServerContextBase& context, const std::string& token) {
-  if (token.empty()) return grpc::Status::OK;
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find(kTokenMetadataKey);
-  if (it == metadata.end() || grpc::string_ref(token) != it->second) {
+void AddToken(JobToken* token, grpc::ClientContext& context) {
+  if (token == nullptr) return;
+  for (const std::string& t : token->Presented()) context.AddMetadata(kTokenMetadataKey, t);
+}
+
+grpc::Status CheckToken(const grpc::ServerContextBase& context, JobToken* token) {
+  if (token == nullptr || !token->enabled()) return grpc::Status::OK;
+  std::vector<std::string_view> presented;
+  auto range = context.client_metadata().equal_range(kTokenMetadataKey);
+  for (auto it = range.first; it != range.second; ++it) {
+    presented.emplace_back(it->second.data(), it->second.size());
+  }
+  if (!token->Accepts(presented)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing or wrong job token");
   }
   return grpc::Status::OK;

@@ -17,6 +17,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/job_token.h"
 #include "common/metrics.h"
 #include "common/resend_policy.h"
 #include "common/status.h"
@@ -28,8 +29,8 @@ inline constexpr const char* kTokenMetadataKey = "x-kubeps-token";
 
 class ResendCaller {
  public:
-  // `stop`, when given, outlives the caller.
-  ResendCaller(ResendPolicy policy, std::string token, MetricsServer* metrics,
+  // `stop`, when given, outlives the caller. `token` may be null (no token).
+  ResendCaller(ResendPolicy policy, std::shared_ptr<JobToken> token, MetricsServer* metrics,
                StopToken* stop = nullptr);
 
   // One attempt: fill the request (already built by the caller) and call the
@@ -49,7 +50,7 @@ class ResendCaller {
 
  private:
   ResendPolicy policy_;
-  std::string token_;
+  std::shared_ptr<JobToken> token_;
   MetricsServer* metrics_;
   StopToken* stop_;
 };
@@ -63,8 +64,13 @@ bool IsRetryable(const grpc::Status& status);
 // have cured (it was tried), else the nearest canonical code.
 Status::Code CodeOf(const grpc::Status& status);
 
-// Server side: UNAUTHENTICATED unless the request carries the job's token.
-grpc::Status CheckToken(const grpc::ServerContextBase& context, const std::string& token);
+// Client side: puts the tokens `token` presents (job_token.h) into the
+// request's metadata. Nothing when `token` is null.
+void AddToken(JobToken* token, grpc::ClientContext& context);
+
+// Server side: UNAUTHENTICATED unless the request carries a token that
+// `token` accepts. OK when `token` is null.
+grpc::Status CheckToken(const grpc::ServerContextBase& context, JobToken* token);
 
 // Opens a channel to `address` with message limits large enough for big
 // tensor parts.

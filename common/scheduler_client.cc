@@ -148,7 +148,7 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::milliseconds(options_.resend.timeout_ms));
-  if (!options_.token.empty()) context.AddMetadata(kTokenMetadataKey, options_.token);
+  AddToken(options_.token.get(), context);
   v1::HeartbeatResponse response;
   grpc::Status s;
   {

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/job_token.h"
 #include "common/resend_policy.h"
 #include "common/status.h"
 
@@ -41,8 +42,8 @@ struct SchedulerClientOptions {
   std::string scheduler_address;
   std::string node_id;  // stable identity: a restart keeps the rank
   NodeRole role = NodeRole::kWorker;
-  std::string token;
-  std::string address;  // servers: host:port where workers reach the shard
+  std::shared_ptr<JobToken> token;  // null: no token
+  std::string address;              // servers: host:port where workers reach the shard
   std::string metrics_address;
   int64_t checkpoint_step = -1;            // servers: the checkpoint loaded at start, -1 = none
   std::vector<uint64_t> checkpoint_steps;  // servers: every step they hold at start

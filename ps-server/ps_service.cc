@@ -47,7 +47,7 @@ grpc::internal::RpcServiceMethod* Method(const std::string& path, ParameterServe
 
 }  // namespace
 
-ParameterServerService::ParameterServerService(Shard* shard, std::string token,
+ParameterServerService::ParameterServerService(Shard* shard, std::shared_ptr<JobToken> token,
                                                FaultInjector* faults)
     : shard_(shard), token_(std::move(token)), faults_(faults) {
   // Registered as the generated service registers them: same paths, same
@@ -72,7 +72,7 @@ ParameterServerService::ParameterServerService(Shard* shard, std::string token,
 grpc::Status ParameterServerService::Init(grpc::ServerContext* context,
                                           const v1::InitRequest* request,
                                           v1::InitResponse* response) {
-  if (auto s = CheckToken(*context, token_); !s.ok()) return s;
+  if (auto s = CheckToken(*context, token_.get()); !s.ok()) return s;
   return WithFaults(faults_, context, "Init", response,
                     [&](auto* r) { return shard_->Init(*request, r); });
 }
@@ -80,7 +80,7 @@ grpc::Status ParameterServerService::Init(grpc::ServerContext* context,
 grpc::Status ParameterServerService::Push(grpc::ServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           v1::PushResponse* response) {
-  if (auto s = CheckToken(*context, token_); !s.ok()) return s;
+  if (auto s = CheckToken(*context, token_.get()); !s.ok()) return s;
   v1::PushRequest header;
   std::vector<grpc::Slice> slices;
   std::vector<std::string_view> pieces;
@@ -99,7 +99,7 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext* context,
 grpc::Status ParameterServerService::Pull(grpc::ServerContext* context,
                                           const v1::PullRequest* request,
                                           grpc::ByteBuffer* response) {
-  if (auto s = CheckToken(*context, token_); !s.ok()) return s;
+  if (auto s = CheckToken(*context, token_.get()); !s.ok()) return s;
   return WithFaults(faults_, context, "Pull", response, [&](grpc::ByteBuffer* r) {
     PullAnswer answer;
     grpc::Status status =

@@ -12,12 +12,14 @@
 #ifndef KUBEPS_PS_SERVER_PS_SERVICE_H_
 #define KUBEPS_PS_SERVER_PS_SERVICE_H_
 
+#include <memory>
 #include <string>
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/service_type.h>
 
 #include "common/fault_injector.h"
+#include "common/job_token.h"
 #include "kubeps.pb.h"
 #include "ps-server/shard.h"
 
@@ -26,7 +28,8 @@ namespace kubeps {
 class ParameterServerService final : public grpc::Service {
  public:
   // `faults` may be null (no fault injection).
-  ParameterServerService(Shard* shard, std::string token, FaultInjector* faults);
+  // `token` may be null (no token).
+  ParameterServerService(Shard* shard, std::shared_ptr<JobToken> token, FaultInjector* faults);
 
  private:
   grpc::Status Init(grpc::ServerContext* context, const v1::InitRequest* request,
@@ -37,7 +40,7 @@ class ParameterServerService final : public grpc::Service {
                     grpc::ByteBuffer* response);
 
   Shard* shard_;
-  std::string token_;
+  std::shared_ptr<JobToken> token_;
   FaultInjector* faults_;
 };
 

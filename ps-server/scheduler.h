@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "common/fault_injector.h"
+#include "common/job_token.h"
 #include "common/long_poll.h"
 #include "common/metrics.h"
 #include "kubeps.grpc.pb.h"
@@ -58,7 +59,7 @@ struct SchedulerOptions {
   bool sync = true;                 // sync jobs roll back every node when a shard restarts
   bool resume = true;               // spec.checkpoint.resume: see "First start" above
   std::string checkpoint_dir;       // for messages: where the shards' checkpoint folders are
-  std::string token;                // checked by SchedulerService
+  std::shared_ptr<JobToken> token;  // checked by SchedulerService; null: no token
   FaultInjector* faults = nullptr;  // KUBEPS_FAULTS, injected by SchedulerService; null = none
 };
 

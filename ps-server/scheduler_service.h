@@ -53,7 +53,7 @@ class SchedulerService final : public v1::Scheduler::Service {
   template <typename Response, typename Handler>
   grpc::Status Serve(grpc::ServerContext* context, const char* rpc, Response* response,
                      Handler handler) {
-    if (auto s = CheckToken(*context, options_.token); !s.ok()) return s;
+    if (auto s = CheckToken(*context, options_.token.get()); !s.ok()) return s;
     return WithFaults(options_.faults, context, rpc, response, handler);
   }
 

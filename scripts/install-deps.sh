@@ -9,6 +9,8 @@ PACKAGES=(
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
   # manifests, JSON, metrics, Kubernetes REST
   libyaml-cpp-dev nlohmann-json3-dev prometheus-cpp-dev libcpprest-dev libcli11-dev libabsl-dev
+  # the job token's constant-time compare
+  libssl-dev
   # CPU math: the OpenMP build of OpenBLAS (see CMakeLists.txt for why); oneDNN
   # for the convolutions (the library PyTorch's CPU convolutions run on)
   libopenblas-openmp-dev libdnnl-dev zlib1g-dev

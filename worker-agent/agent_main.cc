@@ -75,7 +75,7 @@ Status ConnectToJob(const api::NodeConfig& config, const api::TrainingJob& job,
   KVOptions options;
   options.scheduler_address = config.scheduler_address;
   options.node_id = config.node_id;
-  options.token = config.token;
+  options.token_file = config.token_file;
   options.metrics_address = JoinHostPort(config.pod_ip, metrics->port());
   options.resend = ResendPolicy{config.resend_timeout_ms, config.max_resends};
   // A long poll that is lost costs its wait plus the timeout: keep the wait

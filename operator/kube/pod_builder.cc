@@ -252,7 +252,12 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
   spec_json["containers"] = containers;
 
   json volumes = spec_json.value("volumes", json::array());
-  volumes.push_back({{"name", kTokenVolume}, {"secret", {{"secretName", TokenSecretName(job)}}}});
+  // 0400: the processes refuse a token file others can read. The kubelet
+  // gives the file the pod's fsGroup and adds group read (0440), and puts
+  // every container's processes in that group, so whatever user a
+  // container runs as can read it.
+  volumes.push_back({{"name", kTokenVolume},
+                     {"secret", {{"secretName", TokenSecretName(job)}, {"defaultMode", 0400}}}});
   spec_json["volumes"] = volumes;
   // The operator decides about restarts (restart policy, backoffLimit).
   spec_json["restartPolicy"] = "Never";
@@ -260,6 +265,7 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
   if (pod_context.is_null()) pod_context = json::object();
   if (!pod_context.contains("seccompProfile"))
     pod_context["seccompProfile"] = {{"type", "RuntimeDefault"}};
+  if (!pod_context.contains("fsGroup")) pod_context["fsGroup"] = kAgentUser;
   spec_json["hostname"] = ReplicaHostname(job, name);
   spec_json["subdomain"] = job.name;
   const api::SchedulingPolicy& scheduling = spec.spec.scheduling_policy;

@@ -1,6 +1,7 @@
 #include "operator/local/local_runner.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -63,14 +64,20 @@ std::string MakeRunDir(const std::string& requested, const std::string& job_name
 
 // A per-job secret: only the job's own processes can talk to its
 // scheduler and shards.
+// Created 0600 in one step, so that it is never readable by others, not even
+// for a moment (the servers refuse a token file that is).
 std::string WriteToken(const std::string& run_dir) {
   std::random_device device;
-  char hex[33];
+  char hex[34];
   for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", device() & 0xff);
+  hex[32] = '\n';
   std::string path = run_dir + "/token";
-  std::ofstream out(path);
-  out << hex << "\n";
-  ::chmod(path.c_str(), 0600);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0 || ::fchmod(fd, 0600) != 0 || ::write(fd, hex, 33) != 33) {
+    if (fd >= 0) ::close(fd);
+    return "";
+  }
+  ::close(fd);
   return path;
 }
 
@@ -160,6 +167,10 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
     return 1;
   }
   const std::string token_file = WriteToken(run_dir);
+  if (token_file.empty()) {
+    KLOG_ERROR << "cannot write the job's token into " << run_dir;
+    return 1;
+  }
   const int cores =
       options.cores > 0 ? options.cores : std::max(1u, std::thread::hardware_concurrency());
   // Workers do the math; servers and the scheduler mostly wait. Share the

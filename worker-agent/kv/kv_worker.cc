@@ -18,12 +18,13 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-SchedulerClientOptions MembershipOptions(const KVOptions& options) {
+SchedulerClientOptions MembershipOptions(const KVOptions& options,
+                                         std::shared_ptr<JobToken> token) {
   SchedulerClientOptions m;
   m.scheduler_address = options.scheduler_address;
   m.node_id = options.node_id;
   m.role = NodeRole::kWorker;
-  m.token = options.token;
+  m.token = std::move(token);
   m.metrics_address = options.metrics_address;
   m.resend = options.resend;
   m.long_poll_ms = options.pull_wait_ms;
@@ -94,11 +95,11 @@ struct KVWorkerImpl::Pending {
   }
 };
 
-KVWorkerImpl::KVWorkerImpl(const KVOptions& options)
+KVWorkerImpl::KVWorkerImpl(const KVOptions& options, std::shared_ptr<JobToken> token)
     : options_(options),
       metrics_(options.metrics ? options.metrics : &NullMetrics()),
-      caller_(options.resend, options.token, metrics_),
-      scheduler_(MembershipOptions(options)),
+      caller_(options.resend, token, metrics_),
+      scheduler_(MembershipOptions(options, token)),
       incarnation_(scheduler_.incarnation()) {}
 
 KVWorkerImpl::~KVWorkerImpl() {
@@ -109,7 +110,11 @@ KVWorkerImpl::~KVWorkerImpl() {
 }
 
 Status KVWorker::Start(const KVOptions& options, std::unique_ptr<KVWorker>* out) {
-  auto worker = std::make_unique<KVWorkerImpl>(options);
+  std::shared_ptr<JobToken> token = JobToken::Fixed(options.token);
+  if (!options.token_file.empty()) {
+    if (Status s = JobToken::FromFile(options.token_file, &token); !s.ok()) return s;
+  }
+  auto worker = std::make_unique<KVWorkerImpl>(options, std::move(token));
   if (Status s = worker->Start(); !s.ok()) return s;
   *out = std::move(worker);
   return Status::Ok();

@@ -49,7 +49,10 @@ class MetricsServer;
 struct KVOptions {
   std::string scheduler_address;
   std::string node_id;  // stable identity: a restart keeps the rank
+  // The job's token: `token_file` names the file that holds it, read again
+  // when it changes (a rotated Secret); else `token`, fixed. Both empty: none.
   std::string token;
+  std::string token_file;
   std::string metrics_address;  // reported to the scheduler
   ResendPolicy resend;
   PlacementOptions placement;

@@ -30,7 +30,7 @@ namespace kubeps {
 
 class KVWorkerImpl final : public KVWorker {
  public:
-  explicit KVWorkerImpl(const KVOptions& options);
+  KVWorkerImpl(const KVOptions& options, std::shared_ptr<JobToken> token);
   ~KVWorkerImpl() override;
   // Registers, waits for the cluster view, starts the heartbeats.
   Status Start();

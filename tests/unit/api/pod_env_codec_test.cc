@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -18,6 +20,7 @@ namespace kubeps::api {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Every KUBEPS_* variable the codec reads, cleared for each test and set
 // from an encoded map, as a pod's environment would be.
@@ -137,11 +140,14 @@ TEST_F(PodEnvCodecTest, BadNumbersAreRefusedNamingTheVariable) {
 TEST_F(PodEnvCodecTest, TheTokenIsReadFromItsFile) {
   const std::string path = ::testing::TempDir() + "/pod_env_codec_token";
   std::ofstream(path) << "s3cret\n";
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read);
   NodeConfig config;
   config.role = "server";
   config.token_file = path;
-  ASSERT_TRUE(FinishNodeConfig(&config).ok());
-  EXPECT_EQ(config.token, "s3cret");
+  Status s = FinishNodeConfig(&config);
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_NE(config.token, nullptr);
+  EXPECT_EQ(config.token->Presented(), std::vector<std::string>{"s3cret"});
   EXPECT_EQ(config.node_id, "server-" + std::to_string(::getpid())) << "an anonymous node is named";
   std::filesystem::remove(path);
 }
@@ -153,6 +159,23 @@ TEST_F(PodEnvCodecTest, AMissingTokenFileIsAnErrorNamingTheVariable) {
   EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr(env::kTokenFile));
   EXPECT_THAT(s.message(), HasSubstr("/nonexistent/token"));
+}
+
+TEST_F(PodEnvCodecTest, ATokenFileOthersCanReadIsAnErrorNamingTheVariableAndTheMode) {
+  const std::string path = ::testing::TempDir() + "/pod_env_codec_open_token";
+  std::ofstream(path) << "s3cret\n";
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read |
+                                         std::filesystem::perms::owner_write |
+                                         std::filesystem::perms::others_read);
+  NodeConfig config;
+  config.token_file = path;
+  Status s = FinishNodeConfig(&config);
+  EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(s.message(), std::string(env::kTokenFile) + ": token file " + path +
+                             ": mode 0604 lets other users read or change the job's token; make "
+                             "it 0600 or 0400 (a Secret volume: defaultMode 0400)");
+  EXPECT_THAT(s.message(), Not(HasSubstr("s3cret"))) << "the message never holds the token";
+  std::filesystem::remove(path);
 }
 
 TEST_F(PodEnvCodecTest, ABadOrMissingJobIsAnErrorNamingTheVariable) {

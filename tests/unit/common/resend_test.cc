@@ -43,7 +43,7 @@ TEST(ResendCallerTest, RetryableFailuresAreSentAgainUpToThePolicy) {
        {grpc::StatusCode::DEADLINE_EXCEEDED, grpc::StatusCode::UNAVAILABLE,
         grpc::StatusCode::RESOURCE_EXHAUSTED, grpc::StatusCode::CANCELLED}) {
     SCOPED_TRACE(static_cast<int>(code));
-    ResendCaller caller(FastPolicy(3), "", nullptr);
+    ResendCaller caller(FastPolicy(3), nullptr, nullptr);
     int attempts = 0;
     Status s = caller.Call("server 1 (10.0.0.1:7000)", "Push", [&](grpc::ClientContext&) {
       ++attempts;
@@ -57,7 +57,7 @@ TEST(ResendCallerTest, RetryableFailuresAreSentAgainUpToThePolicy) {
 }
 
 TEST(ResendCallerTest, ZeroResendsIsASingleAttempt) {
-  ResendCaller caller(FastPolicy(0), "", nullptr);
+  ResendCaller caller(FastPolicy(0), nullptr, nullptr);
   int attempts = 0;
   Status s = caller.Call("peer", "Pull", [&](grpc::ClientContext&) {
     ++attempts;
@@ -80,7 +80,7 @@ TEST(ResendCallerTest, OtherFailuresAreNotSentAgain) {
                         Case{grpc::StatusCode::INTERNAL, Status::Code::kUnknown},
                         Case{grpc::StatusCode::UNIMPLEMENTED, Status::Code::kUnknown}}) {
     SCOPED_TRACE(static_cast<int>(c.grpc_code));
-    ResendCaller caller(FastPolicy(5), "", nullptr);
+    ResendCaller caller(FastPolicy(5), nullptr, nullptr);
     int attempts = 0;
     Status s = caller.Call("peer", "Push", [&](grpc::ClientContext&) {
       ++attempts;
@@ -93,7 +93,7 @@ TEST(ResendCallerTest, OtherFailuresAreNotSentAgain) {
 
 // A shard that rolled back answers ABORTED: the caller must resume, not resend.
 TEST(ResendCallerTest, AbortedComesBackAtOnceAsAborted) {
-  ResendCaller caller(FastPolicy(5), "", nullptr);
+  ResendCaller caller(FastPolicy(5), nullptr, nullptr);
   int attempts = 0;
   Status s = caller.Call("shard 0", "Push", [&](grpc::ClientContext&) {
     ++attempts;
@@ -107,7 +107,7 @@ TEST(ResendCallerTest, AbortedComesBackAtOnceAsAborted) {
 TEST(ResendCallerTest, AResendThatGetsThroughSucceedsAndIsCounted) {
   std::unique_ptr<MetricsServer> metrics;
   ASSERT_TRUE(MetricsServer::Start("", -1, {}, &metrics).ok());
-  ResendCaller caller(FastPolicy(5), "", metrics.get());
+  ResendCaller caller(FastPolicy(5), nullptr, metrics.get());
   int attempts = 0;
   Status s = caller.Call("peer", "Pull", [&](grpc::ClientContext&) {
     return ++attempts < 3 ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "slow")
@@ -120,7 +120,7 @@ TEST(ResendCallerTest, AResendThatGetsThroughSucceedsAndIsCounted) {
 }
 
 TEST(ResendCallerTest, AbandonStopsTheResends) {
-  ResendCaller caller(FastPolicy(5), "", nullptr);
+  ResendCaller caller(FastPolicy(5), nullptr, nullptr);
   int attempts = 0;
   Status s = caller.Call(
       "peer", "Barrier",
@@ -136,7 +136,7 @@ TEST(ResendCallerTest, AbandonStopsTheResends) {
 TEST(ResendCallerTest, EveryAttemptHasItsOwnDeadlineWithTheLongPollAdded) {
   ResendPolicy policy = FastPolicy(2);
   policy.timeout_ms = 1000;
-  ResendCaller caller(policy, "", nullptr);
+  ResendCaller caller(policy, nullptr, nullptr);
   std::vector<std::chrono::system_clock::duration> budgets;
   Status s = caller.Call(
       "peer", "Pull",
@@ -156,6 +156,7 @@ TEST(ResendCallerTest, EveryAttemptHasItsOwnDeadlineWithTheLongPollAdded) {
 // only after the client's deadline), then answers. Each resend is the same
 // request, bytes for bytes, with the job's token.
 TEST(ResendCallerTest, EveryResendCarriesTheSameRequestAndToken) {
+  auto job_token = JobToken::Fixed("job-token");
   std::mutex mutex;
   std::vector<std::string> requests, tokens;
   testing_util::EchoService service(
@@ -174,7 +175,7 @@ TEST(ResendCallerTest, EveryResendCarriesTheSameRequestAndToken) {
           while (!context->IsCancelled()) std::this_thread::sleep_for(5ms);  // the lost answer
           return grpc::Status(grpc::StatusCode::CANCELLED, "too late");
         }
-        if (grpc::Status auth = CheckToken(*context, "job-token"); !auth.ok()) return auth;
+        if (grpc::Status auth = CheckToken(*context, job_token.get()); !auth.ok()) return auth;
         *response = "echo " + request;
         return grpc::Status::OK;
       });
@@ -185,7 +186,7 @@ TEST(ResendCallerTest, EveryResendCarriesTheSameRequestAndToken) {
 
   ResendPolicy policy = FastPolicy(10);
   policy.timeout_ms = 1000;  // a first connection on a loaded machine may take a while
-  ResendCaller caller(policy, "job-token", nullptr);
+  ResendCaller caller(policy, job_token, nullptr);
   const std::string request = "worker 3, incarnation 1, sequence 42";
   std::string response;
   Status s = caller.Call("echo", "Call", [&](grpc::ClientContext& context) {
@@ -201,11 +202,12 @@ TEST(ResendCallerTest, EveryResendCarriesTheSameRequestAndToken) {
 }
 
 TEST(ResendCallerTest, AWrongTokenIsRefusedAndNotSentAgain) {
+  auto job_token = JobToken::Fixed("job-token");
   std::atomic<int> calls{0};
   testing_util::EchoService service(
       [&](grpc::ServerContext* context, const std::string&, std::string*) {
         ++calls;
-        return CheckToken(*context, "job-token");
+        return CheckToken(*context, job_token.get());
       });
   int port = 0;
   auto server = service.Serve(&port);
@@ -213,12 +215,41 @@ TEST(ResendCallerTest, AWrongTokenIsRefusedAndNotSentAgain) {
   auto channel = OpenChannel("127.0.0.1:" + std::to_string(port));
   ResendPolicy policy = FastPolicy(5);
   policy.timeout_ms = 5000;  // the first connection may be slow on a loaded machine
-  ResendCaller caller(policy, "someone-else", nullptr);
+  ResendCaller caller(policy, JobToken::Fixed("someone-else"), nullptr);
   Status s = caller.Call("echo", "Call", [&](grpc::ClientContext& context) {
     return testing_util::CallEcho(channel.get(), &context, "x", nullptr);
   });
   EXPECT_EQ(s.code(), Status::Code::kPermissionDenied);
   EXPECT_EQ(calls, 1);
+  server->Shutdown(std::chrono::system_clock::now() + 5s);
+}
+
+// During a rotation a client presents its new and its previous token (two
+// values of one metadata key): the server accepts the request when either is
+// one it accepts, in any order, and refuses it when neither is.
+TEST(ResendCallerTest, EveryPresentedTokenIsChecked) {
+  auto job_token = JobToken::Fixed("new-token");
+  testing_util::EchoService service(
+      [&](grpc::ServerContext* context, const std::string&, std::string* response) {
+        if (grpc::Status auth = CheckToken(*context, job_token.get()); !auth.ok()) return auth;
+        *response = "ok";
+        return grpc::Status::OK;
+      });
+  int port = 0;
+  auto server = service.Serve(&port);
+  ASSERT_NE(server, nullptr);
+  auto channel = OpenChannel("127.0.0.1:" + std::to_string(port));
+  auto call = [&](std::vector<std::string> tokens) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 10s);
+    for (const std::string& t : tokens) context.AddMetadata(kTokenMetadataKey, t);
+    std::string response;
+    return testing_util::CallEcho(channel.get(), &context, "x", &response).error_code();
+  };
+  EXPECT_EQ(call({"old-token", "new-token"}), grpc::StatusCode::OK);
+  EXPECT_EQ(call({"new-token", "old-token"}), grpc::StatusCode::OK);
+  EXPECT_EQ(call({"old-token", "older-token"}), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(call({}), grpc::StatusCode::UNAUTHENTICATED);
   server->Shutdown(std::chrono::system_clock::now() + 5s);
 }
 
@@ -239,7 +270,7 @@ TEST(ResendCallerTest, AStopEndsTheCallInFlightAndTheResends) {
   ResendPolicy policy = FastPolicy(100);
   policy.timeout_ms = 10000;
   StopToken stop;
-  ResendCaller caller(policy, "", nullptr, &stop);
+  ResendCaller caller(policy, nullptr, nullptr, &stop);
   std::thread stopper([&] {
     while (calls == 0) std::this_thread::sleep_for(5ms);
     stop.RequestStop();

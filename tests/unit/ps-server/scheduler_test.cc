@@ -405,7 +405,7 @@ class SchedulerServerTest : public ::testing::Test {
     SchedulerOptions options;
     options.num_servers = 1;
     options.num_workers = 1;
-    options.token = "s3cret";
+    options.token = JobToken::Fixed("s3cret");
     service_ = std::make_unique<SchedulerService>(options, &NullMetrics());
     grpc::ServerBuilder builder;
     int port = 0;

@@ -40,6 +40,9 @@ def main(argv=None):
     p.add_argument("--marker", default=None, help="id of this node's /etc/hosts block")
     p.add_argument("--backoff", type=float, default=1.0, help="first restart back-off, seconds")
     p.add_argument("--max-backoff", type=float, default=10.0)
+    p.add_argument("--volume-sync", type=float, default=3.0,
+                   help="seconds between two updates of a running pod's Secret and ConfigMap "
+                        "files (the kubelet's sync period plus its cache's TTL: a minute or more)")
     p.add_argument("--stream-logs", action="store_true",
                    help="copy every container's output to stderr, prefixed")
     p.add_argument("--exit-with-parent", action="store_true",

@@ -44,6 +44,7 @@ class Kubelet(Informers, Scheduler, Networking, ClusterDns, EventRecorder):
         self.missing_images = list(args.missing_image)
         self.backoff = args.backoff
         self.max_backoff = args.max_backoff
+        self.volume_sync = args.volume_sync
         self.stream_logs = args.stream_logs
         if args.isolation == "auto":
             self.isolation = "namespace" if unshare_works() else "none"

@@ -254,6 +254,7 @@ class PodWorker(ContainerEnvironment, ImagePuller, PodVolumes, ProcessRunner, Pr
                     time.time() >= self.mount_retry_at:
                 self.set_up_volumes()
             if self.volumes_ready and self.phase not in ("Succeeded", "Failed"):
+                self.sync_volumes()
                 self.step()
             self.push_status()
             self.wake.wait(0.1)

@@ -11,13 +11,27 @@ ContainerCreating, records a FailedMount Event and tries again, as the
 kubelet's volume manager does. A claim that does not exist or is not bound
 never gets here: the scheduler leaves such a pod unschedulable.
 
+Secret, configMap and downwardAPI files are written as the kubelet's
+atomic writer does: into a timestamped folder `..<time>`, which the link
+`..data` names, with a link `<key> -> ..data/<key>` for each file. With the
+pod's fsGroup, they get that group and read access for it (the kubelet ORs
+0440 into a read-only volume's modes). While the pod runs, every
+--volume-sync seconds the files of its Secret and ConfigMap volumes are
+written again when their object changed, and `..data` is switched to the
+new folder in one rename: a reader sees the old files or the new, never a
+mix. (subPath mounts see no update, as with a real kubelet.)
+
 A mixin of PodWorker (pod_worker.py).
 """
 import base64
+import datetime
 import os
+import shutil
 import threading
+import time
 
 from .containers import ConfigError
+from ..client import ApiError
 
 MOUNT_POINTS_LOCK = threading.Lock()
 
@@ -51,6 +65,7 @@ class PodVolumes:
         return os.path.join(self.kubelet.state_dir, "claims", "%s_%s" % (self.ns, claim))
 
     def prepare_volumes(self):
+        self.volume_files = {}
         for v in self.pod["spec"].get("volumes", []):
             name = v["name"]
             path = self.volume_dir(name)
@@ -61,56 +76,111 @@ class PodVolumes:
                 os.makedirs(self.claim_dir(claim), exist_ok=True)
                 continue
             os.makedirs(path, exist_ok=True)
-            files = {}
-            if "secret" in v or "configMap" in v:
-                kind = "secrets" if "secret" in v else "configmaps"
-                src = v.get("secret") or v.get("configMap")
-                ref = src.get("secretName") if kind == "secrets" else src.get("name")
-                try:
-                    obj = self.get_object(kind, ref or "", src.get("optional"))
-                except ConfigError:
-                    raise MountError(name, '%s "%s" not found' % (kind[:-1], ref or ""))
-                if obj is None:
-                    continue
-                data = dict(obj.get("data") or {})
-                if kind == "secrets":
-                    data = {k: base64.b64decode(x) for k, x in data.items()}
-                else:
-                    data = {k: x.encode() for k, x in data.items()}
-                    for k, x in (obj.get("binaryData") or {}).items():
-                        data[k] = base64.b64decode(x)
-                items = src.get("items")
-                if items:
-                    for it in items:
-                        if it["key"] not in data:
-                            if src.get("optional"):
-                                continue
-                            raise MountError(name, "%s references non-existent %s key: %s" % (
-                                kind[:-1], "secret" if kind == "secrets" else "config",
-                                it["key"]))
-                        files[it["path"]] = (data[it["key"]], it.get("mode"))
-                else:
-                    files = {k: (x, None) for k, x in data.items()}
-                default_mode = src.get("defaultMode", 0o644)
-            elif "downwardAPI" in v:
-                default_mode = v["downwardAPI"].get("defaultMode", 0o644)
-                for it in v["downwardAPI"].get("items", []):
-                    fp = (it.get("fieldRef") or {}).get("fieldPath", "")
-                    md = self.pod["metadata"]
-                    if fp in ("metadata.labels", "metadata.annotations"):
-                        d = md.get(fp.split(".")[1]) or {}
-                        text = "".join('%s="%s"\n' % kv for kv in sorted(d.items()))
-                    else:
-                        text = self.field_ref(fp)
-                    files[it["path"]] = (text.encode(), it.get("mode"))
+            files = self.volume_contents(v)
+            if files is not None:
+                self.write_atomically(path, files)
+                self.volume_files[name] = files
+        self.volumes_synced_at = time.time()
+
+    def volume_contents(self, v):
+        """{relative path: (bytes, mode)} of a Secret, ConfigMap or downward
+        API volume; None for other kinds and for an optional object that is
+        missing."""
+        name = v["name"]
+        files = {}
+        if "secret" in v or "configMap" in v:
+            kind = "secrets" if "secret" in v else "configmaps"
+            src = v.get("secret") or v.get("configMap")
+            ref = src.get("secretName") if kind == "secrets" else src.get("name")
+            try:
+                obj = self.get_object(kind, ref or "", src.get("optional"))
+            except ConfigError:
+                raise MountError(name, '%s "%s" not found' % (kind[:-1], ref or ""))
+            if obj is None:
+                return None
+            data = dict(obj.get("data") or {})
+            if kind == "secrets":
+                data = {k: base64.b64decode(x) for k, x in data.items()}
             else:
-                default_mode = None
-            for rel, (content, mode) in files.items():
-                target = os.path.join(path, rel)
-                os.makedirs(os.path.dirname(target), exist_ok=True)
-                with open(target, "wb") as f:
-                    f.write(content)
-                os.chmod(target, mode or default_mode or 0o644)
+                data = {k: x.encode() for k, x in data.items()}
+                for k, x in (obj.get("binaryData") or {}).items():
+                    data[k] = base64.b64decode(x)
+            default_mode = src.get("defaultMode", 0o644)
+            items = src.get("items")
+            if items:
+                for it in items:
+                    if it["key"] not in data:
+                        if src.get("optional"):
+                            continue
+                        raise MountError(name, "%s references non-existent %s key: %s" % (
+                            kind[:-1], "secret" if kind == "secrets" else "config",
+                            it["key"]))
+                    files[it["path"]] = (data[it["key"]], it.get("mode", default_mode))
+            else:
+                files = {k: (x, default_mode) for k, x in data.items()}
+        elif "downwardAPI" in v:
+            default_mode = v["downwardAPI"].get("defaultMode", 0o644)
+            for it in v["downwardAPI"].get("items", []):
+                fp = (it.get("fieldRef") or {}).get("fieldPath", "")
+                md = self.pod["metadata"]
+                if fp in ("metadata.labels", "metadata.annotations"):
+                    d = md.get(fp.split(".")[1]) or {}
+                    text = "".join('%s="%s"\n' % kv for kv in sorted(d.items()))
+                else:
+                    text = self.field_ref(fp)
+                files[it["path"]] = (text.encode(), it.get("mode", default_mode))
+        else:
+            return None
+        return files
+
+    def write_atomically(self, path, files):
+        """The kubelet's atomic writer: a new timestamped folder, then
+        `..data` renamed onto a link to it, then the old folder removed."""
+        fs_group = (self.pod["spec"].get("securityContext") or {}).get("fsGroup")
+        stamp = "..%s.%d" % (datetime.datetime.utcnow().strftime("%Y_%m_%d_%H_%M_%S.%f"),
+                             os.getpid())
+        new_dir = os.path.join(path, stamp)
+        os.makedirs(new_dir)
+        for rel, (content, mode) in files.items():
+            target = os.path.join(new_dir, rel)
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "wb") as f:
+                f.write(content)
+            if fs_group is not None:
+                os.chown(target, -1, int(fs_group))
+                mode |= 0o440
+            os.chmod(target, mode)
+        data_link = os.path.join(path, "..data")
+        old_dir = os.readlink(data_link) if os.path.islink(data_link) else None
+        tmp_link = os.path.join(path, "..data_tmp")
+        if os.path.lexists(tmp_link):
+            os.unlink(tmp_link)
+        os.symlink(stamp, tmp_link)
+        os.rename(tmp_link, data_link)
+        for rel in files:
+            top = rel.split("/")[0]
+            link = os.path.join(path, top)
+            if not os.path.lexists(link):
+                os.symlink(os.path.join("..data", top), link)
+        if old_dir:
+            shutil.rmtree(os.path.join(path, old_dir), ignore_errors=True)
+
+    def sync_volumes(self):
+        """A running pod's Secret and ConfigMap files follow their objects,
+        --volume-sync seconds behind at most."""
+        if time.time() - getattr(self, "volumes_synced_at", 0) < self.kubelet.volume_sync:
+            return
+        self.volumes_synced_at = time.time()
+        for v in self.pod["spec"].get("volumes", []):
+            if "secret" not in v and "configMap" not in v:
+                continue
+            try:
+                files = self.volume_contents(v)
+            except (MountError, ConfigError, ApiError, OSError):
+                continue    # a deleted object: the kubelet keeps the last files
+            if files is not None and files != self.volume_files.get(v["name"]):
+                self.write_atomically(self.volume_dir(v["name"]), files)
+                self.volume_files[v["name"]] = files
 
     def mounts(self, c):
         """[(source, mountPath, readOnly)] of the container."""

@@ -228,6 +228,35 @@ TEST(PodBuilderTest, KubepsContainersPassTheRestrictedProfileByDefault) {
             json({{"add", {"NET_ADMIN"}}}));
 }
 
+// The token's Secret is mounted 0400, which the processes accept, and every
+// pod has an fsGroup, so that the kubelet gives the file that group and
+// group read, and a container running as any user can read it (without an
+// fsGroup the file is root's and only root could). A template's fsGroup wins.
+TEST(PodBuilderTest, TheTokenFileIsPrivateAndReadableThroughTheFsGroup) {
+  const api::TrainingJob job = Job();
+  for (ReplicaName name :
+       {ReplicaName{ReplicaRole::kScheduler, 0}, ReplicaName{ReplicaRole::kServer, 1},
+        ReplicaName{ReplicaRole::kWorker, 0}}) {
+    const json pod = BuildPod(kId, job, Launch(job, name), 0, ImageSet{});
+    json token_volume;
+    for (const json& v : pod["spec"]["volumes"]) {
+      if (v.contains("secret") && v["secret"]["secretName"] == TokenSecretName(kId))
+        token_volume = v;
+    }
+    ASSERT_FALSE(token_volume.is_null()) << pod["spec"]["volumes"].dump();
+    EXPECT_EQ(token_volume["secret"]["defaultMode"], 0400);
+    EXPECT_EQ(pod["spec"]["securityContext"]["fsGroup"], 10001);
+  }
+  api::TrainingJob own = Job(R"(
+    scheduler:
+      template:
+        spec:
+          securityContext: {fsGroup: 2000}
+)");
+  const json pod = BuildPod(kId, own, Launch(own, {ReplicaRole::kScheduler, 0}), 0, ImageSet{});
+  EXPECT_EQ(pod["spec"]["securityContext"]["fsGroup"], 2000);
+}
+
 // The scheduler takes a template like the other roles: a namespace with a
 // quota or node restrictions can then admit it.
 TEST(PodBuilderTest, TheSchedulersTemplateIsMergedIntoItsPod) {

@@ -128,10 +128,12 @@ TEST(UserCodePodTest, BothContainersRunAsOneUser) {
   EXPECT_FALSE(pod["spec"]["initContainers"][0]["securityContext"].contains("runAsUser"));
 
   // The pod names one: both inherit it, no user added (only the restricted
-  // profile's seccomp default).
+  // profile's seccomp default and the fsGroup that lets it read the token).
   pod = Worker(Job("          securityContext: {runAsUser: 2000}\n"));
   EXPECT_EQ(pod["spec"]["securityContext"],
-            json({{"runAsUser", 2000}, {"seccompProfile", {{"type", "RuntimeDefault"}}}}));
+            json({{"runAsUser", 2000},
+                  {"fsGroup", 10001},
+                  {"seccompProfile", {{"type", "RuntimeDefault"}}}}));
 
   // The user's container names one: the sidecar takes it.
   pod = Worker(Job("", "              securityContext: {runAsUser: 3000, runAsGroup: 30}\n"));

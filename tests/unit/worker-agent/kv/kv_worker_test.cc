@@ -54,7 +54,7 @@ class Job {
     SchedulerOptions options;
     options.num_servers = kServers;
     options.num_workers = kWorkers;
-    options.token = kToken;
+    options.token = JobToken::Fixed(kToken);
     scheduler_ = std::make_unique<SchedulerService>(options, &NullMetrics());
     scheduler_server_ = Serve(scheduler_.get(), &scheduler_port_);
 
@@ -68,8 +68,8 @@ class Job {
       auto optimizer = MakeOptimizer(shard_options.optimizer, &error);
       shards_.push_back(
           std::make_unique<Shard>(shard_options, std::move(optimizer), &NullMetrics()));
-      services_.push_back(
-          std::make_unique<ParameterServerService>(shards_.back().get(), kToken, nullptr));
+      services_.push_back(std::make_unique<ParameterServerService>(
+          shards_.back().get(), JobToken::Fixed(kToken), nullptr));
       int port = 0;
       shard_servers_.push_back(Serve(services_.back().get(), &port));
       shard_ports_.push_back(port);
@@ -341,7 +341,7 @@ TEST(ResendCallerTest, DeadPeerFailsAfterMaxResendsPlusOneTriesInBoundedTime) {
   policy.max_resends = 3;
   policy.backoff_base_ms = 10;
   policy.backoff_cap_ms = 40;
-  ResendCaller caller(policy, "", &NullMetrics());
+  ResendCaller caller(policy, nullptr, &NullMetrics());
 
   v1::PushRequest request;
   request.mutable_id()->set_node_id("worker-0");
@@ -369,7 +369,7 @@ TEST(ResendCallerTest, NonRetryableErrorIsNotResent) {
   options.num_workers = 1;
   std::string error;
   Shard shard(options, MakeOptimizer(options.optimizer, &error), &NullMetrics());
-  ParameterServerService service(&shard, kToken, nullptr);
+  ParameterServerService service(&shard, JobToken::Fixed(kToken), nullptr);
   int port = 0;
   auto server = Serve(&service, &port);
   ASSERT_NE(server, nullptr);
@@ -389,7 +389,7 @@ TEST(ResendCallerTest, NonRetryableErrorIsNotResent) {
   request.set_data(std::string(4, '\0'));
   v1::PushResponse response;
   int attempts = 0;
-  ResendCaller caller(policy, kToken, &NullMetrics());
+  ResendCaller caller(policy, JobToken::Fixed(kToken), &NullMetrics());
   Status s = caller.Call("server 0", "Push", [&](grpc::ClientContext& c) {
     ++attempts;
     return stub->Push(&c, request, &response);
@@ -404,7 +404,7 @@ TEST(ResendCallerTest, NonRetryableErrorIsNotResent) {
 
   // Without the job's token: UNAUTHENTICATED, not resent either.
   attempts = 0;
-  ResendCaller no_token(policy, "", &NullMetrics());
+  ResendCaller no_token(policy, nullptr, &NullMetrics());
   v1::PullRequest pull;
   v1::PullResponse pull_response;
   s = no_token.Call("server 0", "Pull", [&](grpc::ClientContext& c) {

@@ -1,0 +1,79 @@
+"""The job's token as a secret (issue 16), with real binaries: a token file
+others can read is refused with a message that names it and its mode, never
+its contents; the token file of a running `kubeps run` replaced with a new
+token is picked up by every process without a restart, and the job ends as
+it would have; neither token appears in the job's output or in any file of
+its run folder but the token file."""
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+import unittest
+
+from jobtools import BIN_DIR, RunningJob, manifest, write_manifest
+
+NAMES = ("scheduler", "server 0", "server 1", "worker 0", "worker 1")
+
+
+class JobTokenTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="kubeps-test-token-")
+
+    def tearDown(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def test_a_token_file_others_can_read_is_refused(self):
+        path = os.path.join(self.dir, "token")
+        with open(path, "w") as f:
+            f.write("do-not-print-me\n")
+        os.chmod(path, 0o644)
+        for binary, role in (("kubeps-server", "scheduler"), ("kubeps-server", "server"),
+                             ("kubeps-agent", "worker")):
+            env = dict(os.environ, KUBEPS_ROLE=role, KUBEPS_TOKEN_FILE=path)
+            result = subprocess.run([os.path.join(BIN_DIR, binary)], env=env, capture_output=True,
+                                    text=True, timeout=30)
+            out = result.stdout + result.stderr
+            self.assertNotEqual(result.returncode, 0, out)
+            self.assertIn("KUBEPS_TOKEN_FILE: token file %s: mode 0644 lets other users read or "
+                          "change the job's token; make it 0600 or 0400" % path, out)
+            self.assertNotIn("do-not-print-me", out)
+
+    def test_a_replaced_token_file_reaches_every_process_of_a_running_job(self):
+        path = write_manifest(self.dir, manifest("rotate", epochs=5))
+        run_dir = os.path.join(self.dir, "run")
+        job = RunningJob(path, run_dir=run_dir, args=["--keep-run-dir"])
+        try:
+            job.wait_for_line(r"\[worker 0\] epoch 1/5 step", timeout=120)
+            token_file = os.path.join(run_dir, "token")
+            with open(token_file) as f:
+                old = f.read().strip()
+            new = secrets.token_hex(16)
+            # As the kubelet updates a Secret: the new file renamed over the old.
+            tmp = token_file + ".new"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, (new + "\n").encode())
+            os.close(fd)
+            os.rename(tmp, token_file)
+            self.assertEqual(job.wait(timeout=300), 0, job.output())
+        finally:
+            job.close()
+        out = job.output()
+        for name in NAMES:
+            self.assertIn("[%s] the job's token changed" % name, out)
+        self.assertNotIn("restarting", out.lower())
+        self.assertIn("test accuracy", out)
+        texts = {"the job's output": out}
+        for root, _, files in os.walk(run_dir):
+            for f in files:
+                path = os.path.join(root, f)
+                if path != token_file:
+                    with open(path, "rb") as file:
+                        texts[path] = file.read().decode(errors="replace")
+        for where, text in texts.items():
+            self.assertNotIn(old, text, where)
+            self.assertNotIn(new, text, where)
+
+
+if __name__ == "__main__":
+    unittest.main()
