@@ -3,9 +3,12 @@
 // through its field table (training_job_schema.cc). Pure syntax and range
 // checks only (no file system, no cluster), so the CLI, the operator and
 // every pod run exactly the same code.
+#include <cstdio>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "api/manifest_reader.h"
@@ -109,12 +112,104 @@ void ReadTrainingJob(const YAML::Node& root, TrainingJob* job, std::vector<Field
   top.Finish();
 }
 
+// The first byte of `text` that is not part of a well-formed UTF-8 sequence
+// (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF), as
+// "line L, column C: ..." with C counted in characters; "" when all is UTF-8.
+std::string FirstNonUtf8Byte(const std::string& text) {
+  int line = 1, column = 1;
+  for (size_t i = 0; i < text.size();) {
+    const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+    const unsigned char b = byte(i);
+    size_t length = 0;
+    unsigned char low = 0x80, high = 0xBF;  // the range of the second byte
+    if (b < 0x80) {
+      length = 1;
+    } else if (b >= 0xC2 && b <= 0xDF) {
+      length = 2;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      length = 3;
+      if (b == 0xE0) low = 0xA0;   // overlong
+      if (b == 0xED) high = 0x9F;  // surrogates
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      length = 4;
+      if (b == 0xF0) low = 0x90;   // overlong
+      if (b == 0xF4) high = 0x8F;  // past U+10FFFF
+    }
+    bool ok = length > 0 && i + length <= text.size();
+    for (size_t k = 1; ok && k < length; ++k) {
+      const unsigned char c = byte(i + k);
+      ok = k == 1 ? (c >= low && c <= high) : (c >= 0x80 && c <= 0xBF);
+    }
+    if (!ok) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", b);
+      return "line " + std::to_string(line) + ", column " + std::to_string(column) + ": byte " +
+             hex + " is not UTF-8 (a manifest is UTF-8 text)";
+    }
+    if (b == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+    i += length;
+  }
+  return "";
+}
+
+// yaml-cpp's LoadAll never ends on a ',' outside brackets at the top level:
+// the parser answers one empty document after another without moving on,
+// and memory grows without bound. So the documents are counted first,
+// without building them, and a text with more than kMaxDocuments is refused.
+// (One non-empty document is all a manifest may hold.)
+constexpr int kMaxDocuments = 64;
+
+class IgnoreEvents : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
+// Throws what LoadAll would throw for bad syntax.
+bool EndsWithinDocumentLimit(const std::string& text) {
+  std::istringstream stream(text);
+  YAML::Parser parser(stream);
+  IgnoreEvents ignore;
+  for (int documents = 0; parser.HandleNextDocument(ignore);) {
+    if (++documents > kMaxDocuments) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 ParseResult ParseTrainingJob(const std::string& yaml_text) {
   ParseResult result;
+  // Before YAML: yaml-cpp takes such bytes into strings, and the job's
+  // canonical JSON, which every process and the API server get, cannot hold them.
+  if (std::string where = FirstNonUtf8Byte(yaml_text); !where.empty()) {
+    result.errors.push_back({"", where});
+    return result;
+  }
   std::vector<YAML::Node> documents;
   try {
+    if (!EndsWithinDocumentLimit(yaml_text)) {
+      result.errors.push_back({"", "invalid YAML: the text does not end after " +
+                                       std::to_string(kMaxDocuments) +
+                                       " documents (a ',' outside [ ] or { } at the top level "
+                                       "reads as endless empty ones)"});
+      return result;
+    }
     documents = YAML::LoadAll(yaml_text);
   } catch (const YAML::ParserException& e) {
     result.errors.push_back({"", "invalid YAML at line " + std::to_string(e.mark.line + 1) +

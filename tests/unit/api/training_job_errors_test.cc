@@ -267,6 +267,39 @@ TEST(ApiTrainingJobErrorsTest, YamlSyntaxErrorNamesLineAndColumn) {
   EXPECT_THAT(unclosed.errors[0].message, HasSubstr("invalid YAML at line 3"));
 }
 
+// Found by the manifest's fuzz target: a manifest with a byte that is not
+// UTF-8 was accepted, and handing the job on (its canonical JSON) then threw,
+// so `kubeps run` ended in an uncaught exception. A manifest is UTF-8 text
+// (YAML and the Kubernetes API say so): the byte is named where it is.
+TEST(ApiTrainingJobErrorsTest, AByteThatIsNotUtf8IsAnErrorNamingItsLineAndColumn) {
+  ExpectError(With("  mode: sync", "  mode: sync\n  # caf\xe9 au lait"), "",
+              "line 7, column 8: byte 0xE9 is not UTF-8 (a manifest is UTF-8 text)");
+  ExpectError(With("name: fashion-mnist", "name: fashion-mnist-\xb4"), "",
+              "line 4, column 23: byte 0xB4 is not UTF-8 (a manifest is UTF-8 text)");
+  // Overlong and surrogate encodings are not UTF-8 either; real characters
+  // are, and count as one column each.
+  ExpectError(With("name: fashion-mnist", "name: fashion-mnist # \xc0\xaf"), "",
+              "line 4, column 25: byte 0xC0 is not UTF-8 (a manifest is UTF-8 text)");
+  ExpectError(With("name: fashion-mnist", "name: fashion-mnist # é\xed\xa0\x80"), "",
+              "line 4, column 26: byte 0xED is not UTF-8 (a manifest is UTF-8 text)");
+  EXPECT_TRUE(ParseTrainingJob(With("  mode: sync", "  mode: sync  # café, 学習, 🚀")).ok());
+}
+
+// Found by the manifest's fuzz target: a ',' outside brackets at the top
+// level made yaml-cpp's LoadAll read empty documents without end, taking
+// 13 GB in a minute; the operator parses every TrainingJob a user writes.
+TEST(ApiTrainingJobErrorsTest, AStrayCommaAtTheTopLevelIsAnErrorNotAnEndlessParse) {
+  const std::string message =
+      "invalid YAML: the text does not end after 64 documents (a ',' outside [ ] or { } at the "
+      "top level reads as endless empty ones)";
+  ExpectError(", a\n", "", message);
+  ExpectError(std::string("# a comment\n, for each worker\n") + kValid, "", message);
+  // Inside a mapping the same comma is an ordinary syntax error.
+  ExpectError(With("kind: TrainingJob", "kind: TrainingJob\n, for each worker"), "",
+              "invalid YAML at line 3, column 1: end of map not found");
+  ExpectError("[a], b\n", "", message);
+}
+
 TEST(ApiTrainingJobErrorsTest, EmptyDocument) {
   const std::string message = "the manifest is empty (expected one TrainingJob document)";
   ExpectError("", "", message);
