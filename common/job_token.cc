@@ -73,9 +73,12 @@ void JobToken::RefreshLocked(Clock::time_point now) {
   read_at_ = now;
   std::string token;
   if (Status s = ReadTokenFile(path_, &token); !s.ok()) {
-    KLOG_ERROR << "keeping the job's token: " << s.message();
+    // Once per distinct problem, not once a second.
+    if (s.message() != last_error_) KLOG_ERROR << "keeping the job's token: " << s.message();
+    last_error_ = s.message();
     return;
   }
+  last_error_.clear();
   if (token == current_) return;
   previous_ = std::move(current_);
   current_ = std::move(token);

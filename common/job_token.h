@@ -77,6 +77,7 @@ class JobToken {
   std::string previous_;
   Clock::time_point changed_at_{};
   Clock::time_point read_at_{};
+  std::string last_error_;  // of the last failed re-read, logged once
 };
 
 // Reads a token file: checks its mode, takes its first line without the

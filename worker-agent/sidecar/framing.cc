@@ -60,7 +60,8 @@ FrameRead ReadFrame(int fd, nlohmann::json* message, std::string* error) {
   }
   try {
     *message = nlohmann::json::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for a number no double can hold.
     *error = std::string("a message is not JSON: ") + e.what();
     return FrameRead::kNotJson;
   }

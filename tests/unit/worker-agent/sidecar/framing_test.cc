@@ -90,6 +90,22 @@ TEST_F(FramingTest, ABodyThatIsNotAJsonObjectLeavesTheStreamIntact) {
   EXPECT_EQ(message["op"], "bye");
 }
 
+// Found by fuzz_sidecar_session: a number too large for a double made the
+// JSON parser throw out_of_range, not parse_error, which ended the agent in
+// an uncaught exception. It is a message that is not JSON like any other.
+TEST_F(FramingTest, ANumberTooLargeForADoubleIsNotJsonAndNotACrash) {
+  const std::string body = R"({"id": 1, "step": 8034712E6442})";
+  WriteRaw(Prefix(static_cast<uint32_t>(body.size())) + body);
+  ASSERT_TRUE(WriteFrame(fds_[0], {{"op", "bye"}}).ok());
+  json message;
+  std::string error;
+  EXPECT_EQ(Read(&message, &error), FrameRead::kNotJson);
+  EXPECT_THAT(error, HasSubstr("a message is not JSON: "));
+  EXPECT_THAT(error, HasSubstr("number overflow"));
+  EXPECT_EQ(Read(&message, &error), FrameRead::kMessage) << "the stream goes on";
+  EXPECT_EQ(message["op"], "bye");
+}
+
 TEST_F(FramingTest, EndOfStreamBetweenMessagesIsAClose) {
   ::close(fds_[0]);
   fds_[0] = -1;
