@@ -6,14 +6,31 @@ it would have; neither token appears in the job's output or in any file of
 its run folder but the token file."""
 import os
 import secrets
+import signal
 import shutil
 import subprocess
 import tempfile
 import unittest
 
-from jobtools import BIN_DIR, RunningJob, manifest, write_manifest
+from jobtools import (BIN_DIR, RunningJob, manifest, wait_for_replica_pid, wait_for_steps,
+                      write_manifest)
+from test_scheduler_restart import job_text, scheduler_pid
 
 NAMES = ("scheduler", "server 0", "server 1", "worker 0", "worker 1")
+
+
+def rotate(token_file):
+    """Replaces the token as the kubelet updates a Secret: a new file renamed
+    over the old. Returns (old token, new token)."""
+    with open(token_file) as f:
+        old = f.read().strip()
+    new = secrets.token_hex(16)
+    tmp = token_file + ".new"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, (new + "\n").encode())
+    os.close(fd)
+    os.rename(tmp, token_file)
+    return old, new
 
 
 class JobTokenTest(unittest.TestCase):
@@ -46,15 +63,7 @@ class JobTokenTest(unittest.TestCase):
         try:
             job.wait_for_line(r"\[worker 0\] epoch 1/5 step", timeout=120)
             token_file = os.path.join(run_dir, "token")
-            with open(token_file) as f:
-                old = f.read().strip()
-            new = secrets.token_hex(16)
-            # As the kubelet updates a Secret: the new file renamed over the old.
-            tmp = token_file + ".new"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            os.write(fd, (new + "\n").encode())
-            os.close(fd)
-            os.rename(tmp, token_file)
+            old, new = rotate(token_file)
             self.assertEqual(job.wait(timeout=300), 0, job.output())
         finally:
             job.close()
@@ -73,6 +82,41 @@ class JobTokenTest(unittest.TestCase):
         for where, text in texts.items():
             self.assertNotIn(old, text, where)
             self.assertNotIn(new, text, where)
+
+    def test_a_rotated_token_holds_through_sigterms_a_scheduler_restart_and_a_second_run(self):
+        """What a cluster does around a rotation: the scheduler, then a server, stopped by
+        SIGTERM (eviction, drain) and restarted, reading the new token while the others
+        still hold the old one too; then the same job run again over its checkpoints."""
+        path = write_manifest(self.dir, job_text("rotate-faults").replace('"mlp"', '"cnn"'))
+        run_dir = os.path.join(self.dir, "run")
+        job = RunningJob(path, run_dir=run_dir, args=["--keep-run-dir"],
+                         env={"KUBEPS_MAX_STEPS": "150"})
+        try:
+            wait_for_steps(job, 0, 20)
+            rotate(os.path.join(run_dir, "token"))
+            for name in NAMES:
+                job.wait_for_line(r"\[%s\] the job's token changed" % name, timeout=60)
+            scheduler = scheduler_pid(job)
+            os.kill(scheduler, signal.SIGTERM)
+            job.wait_for_line(r"scheduler-0 exited with code 143; restarting it", timeout=60)
+            wait_for_steps(job, 0, 70)
+            os.kill(wait_for_replica_pid(job, "server-0"), signal.SIGTERM)
+            self.assertEqual(job.wait(timeout=300), 0, job.output())
+        finally:
+            job.close()
+        out = job.output()
+        self.assertIn("server-0 exited with code 143; restarting it", out)
+        self.assertNotIn("UNAUTHENTICATED", out)
+        self.assertNotIn("wrong job token", out)
+        # Run again over the same run folder (its checkpoints), with a token of its own.
+        again = RunningJob(path, run_dir=run_dir, args=["--keep-run-dir"],
+                           env={"KUBEPS_MAX_STEPS": "200"})
+        try:
+            self.assertEqual(again.wait(timeout=300), 0, again.output())
+        finally:
+            again.close()
+        self.assertIn("test accuracy", again.output())
+        self.assertNotIn("wrong job token", again.output())
 
 
 if __name__ == "__main__":
