@@ -20,11 +20,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/command_line.h"
 #include "worker-agent/trainer/cuda/gpu_backend.h"
 #include "worker-agent/trainer/model.h"
 
@@ -40,44 +42,22 @@ struct Options {
   int threads = static_cast<int>(std::thread::hardware_concurrency());
 };
 
-std::vector<std::string> SplitCommas(const std::string& text) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (start <= text.size()) {
-    size_t comma = text.find(',', start);
-    if (comma == std::string::npos) comma = text.size();
-    if (comma > start) parts.push_back(text.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return parts;
-}
-
-Options ParseOptions(int argc, char** argv) {
+// nullopt with *exit_code set: --help, or a bad flag (named, exit 2).
+std::optional<Options> ParseOptions(int argc, char** argv, int* exit_code) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      size_t n = std::char_traits<char>::length(name);
-      return arg.compare(0, n, name) == 0 ? argv[i] + n : nullptr;
-    };
-    if (const char* v = value("--models=")) {
-      options.models = SplitCommas(v);
-    } else if (const char* v = value("--batch=")) {
-      options.batch = std::atoi(v);
-    } else if (const char* v = value("--rounds=")) {
-      options.rounds = std::atoi(v);
-    } else if (const char* v = value("--seconds=")) {
-      options.seconds = std::atof(v);
-    } else if (const char* v = value("--threads=")) {
-      options.threads = std::atoi(v);
-    } else {
-      std::fprintf(stderr, "gpu_vs_cpu: unknown argument %s\n", argv[i]);
-      std::exit(2);
-    }
-  }
-  if (options.batch < 1 || options.rounds < 1 || options.seconds <= 0 || options.threads < 1) {
-    std::fprintf(stderr, "gpu_vs_cpu: --batch, --rounds, --seconds and --threads must be > 0\n");
-    std::exit(2);
+  CLI::App app{"a worker's step on the CUDA backend against the CPU backend, side by side"};
+  app.add_option("--models", options.models, "built-in models, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--batch", options.batch, "examples per step")->check(CLI::PositiveNumber);
+  app.add_option("--rounds", options.rounds, "interleaved rounds per side")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seconds", options.seconds, "length of one round")->check(CLI::PositiveNumber);
+  app.add_option("--threads", options.threads, "OpenBLAS and oneDNN threads of the CPU side")
+      ->check(CLI::PositiveNumber);
+  if (std::optional<int> code = kubeps::ParseCommandLine(app, argc, argv)) {
+    *exit_code = *code;
+    return std::nullopt;
   }
   return options;
 }
@@ -138,7 +118,10 @@ std::unique_ptr<Model> Make(const std::string& name, const std::string& backend)
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options options = ParseOptions(argc, argv);
+  int exit_code = 0;
+  const std::optional<Options> parsed = ParseOptions(argc, argv, &exit_code);
+  if (!parsed) return exit_code;
+  const Options& options = *parsed;
   openblas_set_num_threads(options.threads);
 
   std::string no_gpu;

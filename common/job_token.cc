@@ -1,10 +1,11 @@
 #include "common/job_token.h"
 
+#include <fcntl.h>
 #include <openssl/crypto.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 
 #include "common/logging.h"
 
@@ -25,21 +26,27 @@ bool SameToken(std::string_view a, std::string_view b) {
 }  // namespace
 
 Status ReadTokenFile(const std::string& path, std::string* token) {
+  // The mode is checked on the file that is read (fstat of the open file),
+  // not on whatever the path names a moment earlier.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    if (fd >= 0) ::close(fd);
     return Status::InvalidArgument("token file " + path + ": cannot read it");
   }
   if ((st.st_mode & (S_IRWXO | S_IWGRP)) != 0) {
+    ::close(fd);
     return Status::InvalidArgument(
         "token file " + path + ": mode " + OctalMode(st.st_mode) +
         " lets other users read or change the job's token; make it 0600 or 0400 (a Secret "
         "volume: defaultMode 0400)");
   }
-  std::ifstream in(path);
-  std::string line;
-  if (!in || !std::getline(in, line)) {
-    return Status::InvalidArgument("token file " + path + ": cannot read it");
-  }
+  char buffer[4096];
+  const ssize_t n = ::read(fd, buffer, sizeof buffer);
+  ::close(fd);
+  if (n < 0) return Status::InvalidArgument("token file " + path + ": cannot read it");
+  std::string line(buffer, static_cast<size_t>(n));
+  line = line.substr(0, line.find('\n'));
   if (!line.empty() && line.back() == '\r') line.pop_back();
   if (line.empty()) return Status::InvalidArgument("token file " + path + ": it holds no token");
   *token = std::move(line);

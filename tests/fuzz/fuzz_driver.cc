@@ -22,13 +22,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <iterator>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/command_line.h"
 #include "tests/fuzz/fuzz_target.h"
 
 namespace {
@@ -43,32 +44,20 @@ struct Options {
   std::string write_seeds;
 };
 
-Options Parse(int argc, char** argv) {
+// nullopt with *exit_code set: --help, or a bad flag (named, exit 2).
+std::optional<Options> Parse(int argc, char** argv, int* exit_code) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&](const char* name) -> const char* {
-      size_t n = std::strlen(name);
-      return arg.compare(0, n, name) == 0 ? argv[i] + n : nullptr;
-    };
-    if (const char* v = value("--runs=")) {
-      o.runs = std::atol(v);
-    } else if (const char* v = value("--seed=")) {
-      o.seed = std::strtoul(v, nullptr, 10);
-    } else if (const char* v = value("--max-len=")) {
-      o.max_len = std::strtoul(v, nullptr, 10);
-    } else if (const char* v = value("--timeout-ms=")) {
-      o.timeout_ms = static_cast<unsigned>(std::atol(v));
-    } else if (const char* v = value("--rss-limit-mb=")) {
-      o.rss_limit_mb = std::atol(v);
-    } else if (const char* v = value("--write-seeds=")) {
-      o.write_seeds = v;
-    } else if (arg.rfind("--", 0) == 0) {
-      std::fprintf(stderr, "unknown option %s\n", argv[i]);
-      std::exit(2);
-    } else {
-      o.corpus_dirs.push_back(arg);
-    }
+  CLI::App app{"fixed-iteration fuzz driver (tests/fuzz/fuzz_target.h)"};
+  app.add_option("inputs", o.corpus_dirs, "corpus folders, or single inputs to run again");
+  app.add_option("--runs", o.runs, "mutated inputs to run after the corpus")->capture_default_str();
+  app.add_option("--seed", o.seed, "seed of the mutations")->capture_default_str();
+  app.add_option("--max-len", o.max_len, "longest mutated input, bytes")->capture_default_str();
+  app.add_option("--timeout-ms", o.timeout_ms, "one input's time limit")->capture_default_str();
+  app.add_option("--rss-limit-mb", o.rss_limit_mb, "resident memory limit")->capture_default_str();
+  app.add_option("--write-seeds", o.write_seeds, "write the target's seeds to this folder, exit");
+  if (std::optional<int> code = kubeps::ParseCommandLine(app, argc, argv)) {
+    *exit_code = *code;
+    return std::nullopt;
   }
   return o;
 }
@@ -209,7 +198,10 @@ std::string ReadFile(const std::filesystem::path& path) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options options = Parse(argc, argv);
+  int exit_code = 0;
+  const std::optional<Options> parsed = Parse(argc, argv, &exit_code);
+  if (!parsed) return exit_code;
+  const Options& options = *parsed;
   std::vector<std::string> pool;
   if (options.corpus_dirs.empty()) pool = FuzzSeeds();
   if (!options.write_seeds.empty()) {

@@ -58,15 +58,10 @@ std::string Floats(size_t n, float value) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static std::unique_ptr<ShardUnderTest> target;
-  static int inputs = 0;
-  if (!target || ++inputs % 500 == 0) {
-    target.reset();
-    target = std::make_unique<ShardUnderTest>();
-  }
+  ShardUnderTest& target = kubeps::fuzz::FreshEvery<ShardUnderTest>();
   kubeps::fuzz::RpcInput in = kubeps::fuzz::SplitInput(data, size, 3);
   if (in.method == 2) in.body = kubeps::fuzz::WithShortWait<kubeps::v1::PullRequest>(in.body);
-  target->server->Call(kMethods[in.method], in.body, 1000);
+  target.server->Call(kMethods[in.method], in.body, 1000);
   return 0;
 }
 

@@ -48,19 +48,14 @@ kubeps::v1::NodeInfo Node(const char* id, kubeps::v1::Role role, const char* add
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static std::unique_ptr<SchedulerUnderTest> target;
-  static int inputs = 0;
-  if (!target || ++inputs % 500 == 0) {
-    target.reset();
-    target = std::make_unique<SchedulerUnderTest>();
-  }
+  SchedulerUnderTest& target = kubeps::fuzz::FreshEvery<SchedulerUnderTest>();
   kubeps::fuzz::RpcInput in = kubeps::fuzz::SplitInput(data, size, 5);
   if (in.method == 1) {
     in.body = kubeps::fuzz::WithShortWait<kubeps::v1::ClusterViewRequest>(in.body);
   } else if (in.method == 2) {
     in.body = kubeps::fuzz::WithShortWait<kubeps::v1::BarrierRequest>(in.body);
   }
-  target->server->Call(kMethods[in.method], in.body, 1000);
+  target.server->Call(kMethods[in.method], in.body, 1000);
   return 0;
 }
 

@@ -53,6 +53,20 @@ class InProcessServer {
   std::unique_ptr<grpc::GenericStub> stub_;
 };
 
+// The service under test, kept across inputs as a live one keeps its state,
+// and made afresh every `every` inputs, so that its state (bounded per
+// request) cannot add up over a long run.
+template <typename Target, int every = 500>
+Target& FreshEvery() {
+  static std::unique_ptr<Target> target;
+  static int inputs = 0;
+  if (!target || ++inputs % every == 0) {
+    target.reset();  // the old one's server stops before the new one starts
+    target = std::make_unique<Target>();
+  }
+  return *target;
+}
+
 // The method an input addresses (its first byte), and the request body (the rest).
 struct RpcInput {
   int method = 0;
