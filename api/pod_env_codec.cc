@@ -72,6 +72,9 @@ void AddNodeFlags(CLI::App* app, NodeConfig* c) {
          "deadline of one RPC before it is resent");
   number(env::kMaxResends, &c->max_resends, 0, "resends of one RPC before it fails");
   text(env::kTokenFile, &c->token_file, "file holding the job's token (empty: no token)");
+  text(env::kTlsDir, &c->tls_dir,
+       "mutual TLS: the directory of the job's ca.crt and this replica's tls.crt and tls.key "
+       "(empty: plain TCP)");
   text(env::kRunDir, &c->run_dir, "local runs: where the ports are published");
   number(env::kBlasThreads, &c->blas_threads, 1, "OpenBLAS and OpenMP threads");
   text(env::kCheckpointDir, &c->checkpoint_dir, "servers: checkpoints go to <dir>/<node id>/");
@@ -86,6 +89,11 @@ Status FinishNodeConfig(NodeConfig* config) {
     if (Status s = JobToken::FromFile(config->token_file, &config->token); !s.ok()) {
       return Status::InvalidArgument(std::string(env::kTokenFile) + ": " + s.message());
     }
+  }
+  config->security = TransportSecurity::Insecure();
+  if (!config->tls_dir.empty()) {
+    if (Status s = TransportSecurity::FromDirectory(config->tls_dir, &config->security); !s.ok())
+      return Status::InvalidArgument(std::string(env::kTlsDir) + ": " + s.message());
   }
   if (config->node_id.empty()) config->node_id = config->role + "-" + std::to_string(::getpid());
   return Status::Ok();

@@ -17,6 +17,7 @@
 #include "common/optimizer.h"
 #include "common/status.h"
 #include "common/termination_message.h"
+#include "common/transport_security.h"
 
 namespace CLI {
 class App;
@@ -39,6 +40,8 @@ inline constexpr const char* kNumWorkers = "KUBEPS_NUM_WORKERS";
 inline constexpr const char* kResendTimeoutMs = "KUBEPS_RESEND_TIMEOUT_MS";
 inline constexpr const char* kMaxResends = "KUBEPS_MAX_RESENDS";
 inline constexpr const char* kTokenFile = "KUBEPS_TOKEN_FILE";
+// Mutual TLS: the directory of ca.crt, tls.crt and tls.key (a TLS Secret).
+inline constexpr const char* kTlsDir = "KUBEPS_TLS_DIR";
 inline constexpr const char* kRunDir = "KUBEPS_RUN_DIR";  // local runner: where ports are published
 inline constexpr const char* kBlasThreads = "KUBEPS_BLAS_THREADS";
 inline constexpr const char* kCheckpointDir = "KUBEPS_CHECKPOINT_DIR";  // servers: <dir>/<node id>/
@@ -67,6 +70,9 @@ struct NodeConfig {
   int max_resends = 10;
   std::string token_file;
   std::shared_ptr<JobToken> token;  // from token_file by FinishNodeConfig; None() = no check
+  std::string tls_dir;
+  // From tls_dir by FinishNodeConfig; Insecure() = plain TCP.
+  std::shared_ptr<const TransportSecurity> security;
   std::string run_dir;
   int blas_threads = 1;
   std::string checkpoint_dir;

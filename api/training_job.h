@@ -137,6 +137,9 @@ struct TrainingJobSpec {
   // true resumes from the newest step every shard holds; false deletes them
   // and trains from the start.
   bool checkpoint_resume = true;
+  // Mutual TLS between the job's pods (spec.security.tls): "Enabled",
+  // "Disabled", or "" for the operator's default (TlsEnabled).
+  std::string tls;
   ReplicaSpec ps{2, nullptr};
   ReplicaSpec worker{2, nullptr};
   ReplicaSpec scheduler{1, nullptr};  // always exactly one; only its template may be given
@@ -147,6 +150,9 @@ struct TrainingJobSpec {
   std::optional<UserContainer> user_container;
 
   bool brings_own_program() const { return user_container.has_value(); }
+  // Whether the job runs with mutual TLS, given the default for jobs that
+  // do not say.
+  bool TlsEnabled(bool by_default) const { return tls.empty() ? by_default : tls == "Enabled"; }
 };
 
 struct TrainingJob {

@@ -174,6 +174,15 @@ std::vector<FieldSpec> BuildSpecFields() {
                           "newest step every shard holds; false: delete them, start fresh"),
              })
           .Doc("a restarted shard reloads its newest checkpoint"),
+      Object("security",
+             {
+                 Enum("tls", At(&S::tls), {"Enabled", "Disabled"})
+                     .UnsetByDefault()
+                     .Doc("mutual TLS between the job's pods, with a CA of the job's own and a "
+                          "certificate per replica; unset: the operator's default (--tls, on "
+                          "in the Helm chart), off in kubeps run"),
+             })
+          .Doc("how the job's pods reach each other; the job's token is always checked"),
       Object("runPolicy", RunPolicyFields())
           .Doc("restarts, deadlines and the clean-up of the job's pods"),
       // No defaults in the CRD: a job without gang scheduling keeps no

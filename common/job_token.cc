@@ -1,22 +1,12 @@
 #include "common/job_token.h"
 
-#include <fcntl.h>
 #include <openssl/crypto.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cstdio>
 
 #include "common/logging.h"
+#include "common/private_file.h"
 
 namespace kubeps {
 namespace {
-
-std::string OctalMode(mode_t mode) {
-  char text[8];
-  std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
-  return text;
-}
 
 // Constant time in the contents; the length of a token is not a secret.
 bool SameToken(std::string_view a, std::string_view b) {
@@ -26,27 +16,10 @@ bool SameToken(std::string_view a, std::string_view b) {
 }  // namespace
 
 Status ReadTokenFile(const std::string& path, std::string* token) {
-  // The mode is checked on the file that is read (fstat of the open file),
-  // not on whatever the path names a moment earlier.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  struct stat st;
-  if (fd < 0 || ::fstat(fd, &st) != 0) {
-    if (fd >= 0) ::close(fd);
-    return Status::InvalidArgument("token file " + path + ": cannot read it");
-  }
-  if ((st.st_mode & (S_IRWXO | S_IWGRP)) != 0) {
-    ::close(fd);
-    return Status::InvalidArgument(
-        "token file " + path + ": mode " + OctalMode(st.st_mode) +
-        " lets other users read or change the job's token; make it 0600 or 0400 (a Secret "
-        "volume: defaultMode 0400)");
-  }
-  char buffer[4096];
-  const ssize_t n = ::read(fd, buffer, sizeof buffer);
-  ::close(fd);
-  if (n < 0) return Status::InvalidArgument("token file " + path + ": cannot read it");
-  std::string line(buffer, static_cast<size_t>(n));
-  line = line.substr(0, line.find('\n'));
+  std::string text;
+  if (Status s = ReadPrivateFile(path, "token file", "the job's token", 4096, &text); !s.ok())
+    return s;
+  std::string line = text.substr(0, text.find('\n'));
   if (!line.empty() && line.back() == '\r') line.pop_back();
   if (line.empty()) return Status::InvalidArgument("token file " + path + ": it holds no token");
   *token = std::move(line);

@@ -128,14 +128,17 @@ grpc::Status CheckToken(const grpc::ServerContextBase& context, JobToken* token)
   return grpc::Status::OK;
 }
 
-std::shared_ptr<grpc::Channel> OpenChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> OpenChannel(const std::string& address,
+                                           const TransportSecurity* security) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
   // Fast reconnects: a restarted shard should be reachable again quickly.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  if (security == nullptr) security = TransportSecurity::Insecure().get();
+  if (security->tls()) args.SetSslTargetNameOverride(TransportSecurity::kServerName);
+  return grpc::CreateCustomChannel(address, security->ChannelCredentials(), args);
 }
 
 }  // namespace kubeps

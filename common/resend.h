@@ -22,6 +22,7 @@
 #include "common/resend_policy.h"
 #include "common/status.h"
 #include "common/stop_token.h"
+#include "common/transport_security.h"
 
 namespace kubeps {
 
@@ -74,7 +75,8 @@ grpc::Status CheckToken(const grpc::ServerContextBase& context, JobToken* token)
 
 // Opens a channel to `address` with message limits large enough for big
 // tensor parts.
-std::shared_ptr<grpc::Channel> OpenChannel(const std::string& address);
+std::shared_ptr<grpc::Channel> OpenChannel(const std::string& address,
+                                           const TransportSecurity* security = nullptr);
 
 }  // namespace kubeps
 

@@ -40,7 +40,8 @@ SchedulerClient::SchedulerClient(SchedulerClientOptions options)
       metrics_(options_.metrics ? options_.metrics : &NullMetrics()),
       caller_(
           std::make_unique<ResendCaller>(options_.resend, options_.token, metrics_, options_.stop)),
-      stub_(new Stub{v1::Scheduler::NewStub(OpenChannel(options_.scheduler_address))}) {}
+      stub_(new Stub{v1::Scheduler::NewStub(
+          OpenChannel(options_.scheduler_address, options_.security.get()))}) {}
 
 SchedulerClient::~SchedulerClient() = default;
 

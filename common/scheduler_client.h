@@ -26,6 +26,7 @@
 #include "common/job_token.h"
 #include "common/resend_policy.h"
 #include "common/status.h"
+#include "common/transport_security.h"
 
 namespace kubeps {
 
@@ -42,8 +43,9 @@ struct SchedulerClientOptions {
   std::string scheduler_address;
   std::string node_id;  // stable identity: a restart keeps the rank
   NodeRole role = NodeRole::kWorker;
-  std::shared_ptr<JobToken> token;  // null: no token
-  std::string address;              // servers: host:port where workers reach the shard
+  std::shared_ptr<JobToken> token;                    // null: no token
+  std::shared_ptr<const TransportSecurity> security;  // null: plain TCP
+  std::string address;  // servers: host:port where workers reach the shard
   std::string metrics_address;
   int64_t checkpoint_step = -1;            // servers: the checkpoint loaded at start, -1 = none
   std::vector<uint64_t> checkpoint_steps;  // servers: every step they hold at start

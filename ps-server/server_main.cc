@@ -70,7 +70,7 @@ Status StartGrpc(const api::NodeConfig& config, grpc::Service* service, MetricsS
                  std::unique_ptr<grpc::Server>* server, int* bound_port) {
   grpc::ServerBuilder builder;
   const std::string listen_address = JoinHostPort(config.pod_ip, config.port);
-  builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(), bound_port);
+  builder.AddListeningPort(listen_address, config.security->ServerCredentials(), bound_port);
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.SetMaxSendMessageSize(256 << 20);
   builder.RegisterService(service);
@@ -151,6 +151,7 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
   options.node_id = config.node_id;
   options.role = NodeRole::kServer;
   options.token = config.token;
+  options.security = config.security;
   options.address = address;
   options.metrics_address = JoinHostPort(config.pod_ip, metrics->port());
   options.checkpoint_step = checkpoint_step;

@@ -27,6 +27,8 @@ PACKAGES=(
   golang-go golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev
   # YAML in the Kubernetes tests (rendered manifests)
   python3-yaml
+  # nft: the Kubernetes emulator's kubelet enforces NetworkPolicy with nftables
+  nftables
 )
 
 missing=()

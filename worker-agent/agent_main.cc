@@ -76,6 +76,7 @@ Status ConnectToJob(const api::NodeConfig& config, const api::TrainingJob& job,
   options.scheduler_address = config.scheduler_address;
   options.node_id = config.node_id;
   options.token_file = config.token_file;
+  options.tls_dir = config.tls_dir;
   options.metrics_address = JoinHostPort(config.pod_ip, metrics->port());
   options.resend = ResendPolicy{config.resend_timeout_ms, config.max_resends};
   // A long poll that is lost costs its wait plus the timeout: keep the wait

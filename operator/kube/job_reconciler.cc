@@ -5,10 +5,12 @@
 
 #include "common/logging.h"
 #include "operator/controller/replica_env.h"
+#include "operator/controller/replica_tls.h"
 #include "operator/kube/job_progress.h"
 #include "operator/kube/kube_cluster.h"
 #include "operator/kube/kueue_workload.h"
 #include "operator/kube/progress_probe.h"
+#include "operator/kube/tls_secrets.h"
 #include "operator/kubeclient/api_path.h"
 #include "operator/kubeclient/time_format.h"
 
@@ -47,8 +49,8 @@ std::string RandomToken() {
 
 }  // namespace
 
-JobReconciler::JobReconciler(KubeClient* client, ImageSet images, MetricsServer* metrics)
-    : client_(client), images_(std::move(images)), metrics_(metrics) {}
+JobReconciler::JobReconciler(KubeClient* client, JobObjectOptions options, MetricsServer* metrics)
+    : client_(client), options_(std::move(options)), metrics_(metrics) {}
 
 void JobReconciler::Forget(const std::string& uid) {
   jobs_.erase(uid);
@@ -99,6 +101,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   spec.namespace_ = id.namespace_;
   JobState& state = jobs_[id.uid];
   if (state.terminal) return Write(job, *state.terminal, result);
+  if (Status s = ResolveTls(id, &spec, &state); !s.ok()) return s;
   auto launch = [&spec](const controller::ReplicaName& name, const std::string& scheduler) {
     return controller::ReplicaLaunch{name, controller::ReplicaBinary(name),
                                      controller::ReplicaArgs(spec, name),
@@ -111,7 +114,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   }
   const auto now = std::chrono::steady_clock::now();
   const std::vector<json> known_pods = state.created_pods.Apply(pods, now);
-  KubeCluster cluster(client_, id, spec, images_, known_pods, status.replica_restarts);
+  KubeCluster cluster(client_, id, spec, options_.images, known_pods, status.replica_restarts);
   cluster.set_mount_failures(state.mount_failures.Refresh(client_, pods, Clock::now()));
 
   if (spec.spec.run_policy.suspend) {
@@ -411,46 +414,108 @@ Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::Train
   std::vector<std::pair<std::string, json>> wanted = {{services, BuildHeadlessService(id)},
                                                       {services, BuildSchedulerService(id)}};
   if (secret.code == 404) {
-    wanted.push_back(
-        {CollectionPath(kSecrets, id.namespace_), BuildTokenSecret(id, RandomToken())});
+    wanted.push_back({CollectionPath(kSecrets, id.namespace_),
+                      BuildTokenSecret(id, RandomToken(), spec.spec.tls)});
+  }
+  if (options_.network_policy.enabled) {
+    wanted.push_back({CollectionPath(kNetworkPolicies, id.namespace_),
+                      BuildNetworkPolicy(id, options_.network_policy.metrics_from)});
   }
   std::string group_path;
   json group = BuildPodGroup(id, spec, &group_path);
   if (!group.is_null()) wanted.push_back({group_path, group});
   for (const auto& [path, object] : wanted) {
-    const std::string kind = object["kind"], name = object["metadata"]["name"];
-    // Looked up before it is created: an API server runs quota admission
-    // before it finds the name taken, so in a namespace at its quota the
-    // POST of an object this job already has (after an operator restart)
-    // comes back 403 "exceeded quota", not 409.
-    Response existing;
-    if (Status s = client_->Get(path + "/" + name, &existing); !s.ok()) return s;
-    if (existing.ok()) {
-      if (!OwnedBy(existing.body, id)) return WaitForPredecessor(kind, existing.body);
-      continue;
-    }
-    Response created;
-    if (Status s = client_->Post(path, object, &created); !s.ok()) return s;
-    if (created.code == 409) {  // made since the look-up: ours, or a predecessor's
-      if (Status s = client_->Get(path + "/" + name, &existing); !s.ok()) return s;
-      if (existing.ok() && !OwnedBy(existing.body, id))
-        return WaitForPredecessor(kind, existing.body);
-    } else if (ExceededQuota(created)) {
-      // As for pods: quota frees as other jobs end, or is raised.
-      *over_quota = kind + " " + name;
-      return Status::ResourceExhausted(kind + " " + name + " waits for quota, the job goes on " +
-                                       "when it frees: " + created.Describe());
-    } else if (!created.ok()) {
-      const std::string message = "creating " + kind + " " + name + ": " + created.Describe();
-      // Forbidden (RBAC, admission), a kind the cluster does not serve (no
-      // PodGroup CRD) or an object it refuses: retrying will not help, and the
-      // user must see why in the job, not only in the operator's log.
-      if (created.code == 403 || created.code == 404 || created.code == 422)
-        return Status::FailedPrecondition(message);
-      return Status::Error(message);
-    }
+    if (Status s = EnsureObject(id, path, object, over_quota); !s.ok()) return s;
+  }
+  if (spec.spec.TlsEnabled(false)) {
+    if (Status s = EnsureTlsSecrets(id, spec, over_quota); !s.ok()) return s;
   }
   state->owned_objects_exist = true;
+  return Status::Ok();
+}
+
+Status JobReconciler::EnsureObject(const JobIdentity& id, const std::string& path,
+                                   const json& object, std::string* over_quota) {
+  const std::string kind = object["kind"], name = object["metadata"]["name"];
+  // Looked up before it is created: an API server runs quota admission
+  // before it finds the name taken, so in a namespace at its quota the
+  // POST of an object this job already has (after an operator restart)
+  // comes back 403 "exceeded quota", not 409.
+  Response existing;
+  if (Status s = client_->Get(path + "/" + name, &existing); !s.ok()) return s;
+  if (existing.ok()) {
+    if (!OwnedBy(existing.body, id)) return WaitForPredecessor(kind, existing.body);
+    return Status::Ok();
+  }
+  Response created;
+  if (Status s = client_->Post(path, object, &created); !s.ok()) return s;
+  if (created.code == 409) {  // made since the look-up: ours, or a predecessor's
+    if (Status s = client_->Get(path + "/" + name, &existing); !s.ok()) return s;
+    if (existing.ok() && !OwnedBy(existing.body, id))
+      return WaitForPredecessor(kind, existing.body);
+  } else if (ExceededQuota(created)) {
+    // As for pods: quota frees as other jobs end, or is raised.
+    *over_quota = kind + " " + name;
+    return Status::ResourceExhausted(kind + " " + name + " waits for quota, the job goes on " +
+                                     "when it frees: " + created.Describe());
+  } else if (!created.ok()) {
+    const std::string message = "creating " + kind + " " + name + ": " + created.Describe();
+    // Forbidden (RBAC, admission), a kind the cluster does not serve (no
+    // PodGroup CRD) or an object it refuses: retrying will not help, and the
+    // user must see why in the job, not only in the operator's log.
+    if (created.code == 403 || created.code == 404 || created.code == 422)
+      return Status::FailedPrecondition(message);
+    return Status::Error(message);
+  }
+  return Status::Ok();
+}
+
+Status JobReconciler::ResolveTls(const JobIdentity& id, api::TrainingJob* spec, JobState* state) {
+  if (!spec->spec.tls.empty()) return Status::Ok();
+  if (!state->tls) {
+    Response secret;
+    if (Status s = client_->Get(ObjectPath(kSecrets, id.namespace_, TokenSecretName(id)), &secret);
+        !s.ok())
+      return s;
+    const json annotations = secret.ok() && OwnedBy(secret.body, id)
+                                 ? secret.body["metadata"].value("annotations", json::object())
+                                 : json::object();
+    state->tls = annotations.contains(kTlsAnnotation)
+                     ? annotations.value(kTlsAnnotation, "") == "Enabled"
+                     : options_.tls_by_default;
+  }
+  spec->spec.tls = *state->tls ? "Enabled" : "Disabled";
+  return Status::Ok();
+}
+
+Status JobReconciler::EnsureTlsSecrets(const JobIdentity& id, const api::TrainingJob& spec,
+                                       std::string* over_quota) {
+  const std::string secrets = CollectionPath(kSecrets, id.namespace_);
+  Response existing;
+  if (Status s = client_->Get(secrets + "/" + CaSecretName(id), &existing); !s.ok()) return s;
+  if (!existing.ok()) {
+    CertificateAndKey made;
+    if (Status s = controller::CreateCaFor(spec, &made); !s.ok()) return s;
+    if (Status s = EnsureObject(id, secrets, BuildCaSecret(id, made), over_quota); !s.ok())
+      return s;
+    // Read back: where another writer made it first, its CA is the job's.
+    if (Status s = client_->Get(secrets + "/" + CaSecretName(id), &existing); !s.ok()) return s;
+    if (!existing.ok())
+      return Status::Unavailable("Secret " + CaSecretName(id) + ": " + existing.Describe());
+  }
+  if (!OwnedBy(existing.body, id)) return WaitForPredecessor("Secret", existing.body);
+  CertificateAndKey ca;
+  if (Status s = CaFromSecret(existing.body, &ca); !s.ok())
+    return Status::FailedPrecondition(s.message());
+  for (const controller::ReplicaName& name : controller::AllReplicas(spec)) {
+    Response replica;
+    if (Status s = client_->Get(secrets + "/" + ReplicaTlsSecretName(id, name), &replica); !s.ok())
+      return s;
+    if (replica.ok() && OwnedBy(replica.body, id)) continue;
+    json secret;
+    if (Status s = BuildReplicaTlsSecret(id, spec, ca, name, &secret); !s.ok()) return s;
+    if (Status s = EnsureObject(id, secrets, secret, over_quota); !s.ok()) return s;
+  }
   return Status::Ok();
 }
 

@@ -45,7 +45,7 @@ struct ReconcileResult {
 
 class JobReconciler {
  public:
-  JobReconciler(KubeClient* client, ImageSet images, MetricsServer* metrics);
+  JobReconciler(KubeClient* client, JobObjectOptions options, MetricsServer* metrics);
 
   // `job` is the TrainingJob object as the API server has it; `pods` are
   // the pods labelled with its name in its namespace.
@@ -60,6 +60,7 @@ class JobReconciler {
     int64_t workers_done_ms = -1;      // when every worker had finished
     bool owned_objects_exist = false;  // Secret and Services made
     bool reported_running = false;
+    std::optional<bool> tls;  // the job's TLS, as its token Secret records it
     int restarts_reported = 0;
     // "pod/reason" of every pod that could not start, said once in an Event.
     std::set<std::string> start_problems_reported;
@@ -122,6 +123,16 @@ class JobReconciler {
   // in *over_quota, when one is refused for exceeded quota.
   Status EnsureOwnedObjects(const JobIdentity& id, const api::TrainingJob& spec, JobState* state,
                             std::string* over_quota);
+  // Sets spec.security.tls where the job leaves it to the operator: as the
+  // job's token Secret recorded it when it was made, else --tls.
+  Status ResolveTls(const JobIdentity& id, api::TrainingJob* spec, JobState* state);
+  // The CA Secret and every replica's TLS Secret, made where missing.
+  Status EnsureTlsSecrets(const JobIdentity& id, const api::TrainingJob& spec,
+                          std::string* over_quota);
+  // `object` made at `path` unless it is there already (owned by the job,
+  // else the predecessor's: Unavailable until it is collected).
+  Status EnsureObject(const JobIdentity& id, const std::string& path, const nlohmann::json& object,
+                      std::string* over_quota);
   static Status WaitForPredecessor(const std::string& kind, const nlohmann::json& object);
   // Writes `status` onto `job` as read. On a conflict (the job changed since
   // that read) it writes nothing: what was computed from an older read must
@@ -148,7 +159,7 @@ class JobReconciler {
                  ReconcileResult* result);
 
   KubeClient* client_;
-  ImageSet images_;
+  const JobObjectOptions options_;
   MetricsServer* metrics_;
   std::map<std::string, JobState> jobs_;  // by uid
   // Jobs whose terminal status this operator has written, by uid: until the

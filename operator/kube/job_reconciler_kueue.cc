@@ -23,8 +23,8 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
     if (!spec->spec.scheduling_policy.priority_class.empty())
       priority = PriorityValue(spec->spec.scheduling_policy.priority_class);
     Response created;
-    if (Status s =
-            client_->Post(workloads, BuildWorkload(id, *spec, queue, images_, priority), &created);
+    if (Status s = client_->Post(
+            workloads, BuildWorkload(id, *spec, queue, options_.images, priority), &created);
         !s.ok())
       return s;
     if (created.code == 404) {

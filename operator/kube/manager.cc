@@ -22,7 +22,7 @@ std::string JobKeyOfPod(const nlohmann::json& pod) {
 Manager::Manager(KubeClient* client, ManagerOptions options, MetricsServer* metrics)
     : options_(std::move(options)),
       metrics_(metrics),
-      reconciler_(client, options_.images, metrics),
+      reconciler_(client, options_.objects, metrics),
       jobs_(client, CollectionPath(kTrainingJobs, options_.namespace_), "",
             [this](const nlohmann::json& job) { queue_.Add(ObjectKey(job)); }),
       pods_(client, CollectionPath(kPods, options_.namespace_), kJobNameLabel,

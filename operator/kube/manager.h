@@ -28,7 +28,7 @@ namespace kubeps::kube {
 
 struct ManagerOptions {
   std::string namespace_;  // "" = every namespace
-  ImageSet images;
+  JobObjectOptions objects;
   std::chrono::milliseconds resync_period{30000};
 };
 

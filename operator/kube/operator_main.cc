@@ -30,6 +30,7 @@ struct Flags {
   std::string leader_election_namespace;
   int metrics_port = 8080;
   std::string identity;
+  std::string network_policy_metrics_from = "[]";
   ManagerOptions manager;
 };
 
@@ -48,10 +49,25 @@ void DeclareFlags(CLI::App* app, Flags* flags) {
       ->capture_default_str();
   app->add_option("--identity", flags->identity,
                   "this replica's name in the Lease (default: host-pid)");
-  app->add_option("--server-image", flags->manager.images.server,
+  app->add_option("--server-image", flags->manager.objects.images.server,
                   "image of the scheduler and server pods")
       ->capture_default_str();
-  app->add_option("--agent-image", flags->manager.images.agent, "image of the worker pods")
+  app->add_option("--agent-image", flags->manager.objects.images.agent, "image of the worker pods")
+      ->capture_default_str();
+  app->add_flag("--network-policy", flags->manager.objects.network_policy.enabled,
+                "give every job a NetworkPolicy that admits only its own pods")
+      ->capture_default_str();
+  app->add_option("--network-policy-metrics-from", flags->network_policy_metrics_from,
+                  "JSON array of NetworkPolicyPeers admitted to the metrics port (Prometheus, "
+                  "this operator)")
+      ->check([](const std::string& text) {
+        nlohmann::json peers;
+        Status s = ParseNetworkPolicyPeers(text, &peers);
+        return s.ok() ? std::string() : s.message();
+      })
+      ->capture_default_str();
+  app->add_flag("--tls", flags->manager.objects.tls_by_default,
+                "mutual TLS for jobs that do not set spec.security.tls")
       ->capture_default_str();
 }
 
@@ -66,6 +82,9 @@ void FillDefaults(Flags* flags) {
     const char* pod_namespace = std::getenv("POD_NAMESPACE");
     flags->leader_election_namespace = pod_namespace ? pod_namespace : "kubeps-system";
   }
+  // The flag's check has parsed it once already: this cannot fail.
+  (void)ParseNetworkPolicyPeers(flags->network_policy_metrics_from,
+                                &flags->manager.objects.network_policy.metrics_from);
 }
 
 // Every flag with its default, as JSON: the Helm chart's and the plain

@@ -15,6 +15,7 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kTokenVolume = "kubeps-token";
+constexpr const char* kTlsVolume = "kubeps-tls";
 constexpr const char* kSocketVolume = "kubeps-socket";
 // The agent image's user (docker/agent.Dockerfile).
 constexpr int kAgentUser = 10001;
@@ -39,8 +40,8 @@ void MergeEnv(json& container, const json& ours) {
 
 // kubeps' own process in `container`: the binary with its arguments, the
 // node's environment (kubeps' own variables win over the template's), its
-// ports and the job's token.
-void SetKubepsProcess(json& container, const controller::ReplicaLaunch& launch) {
+// ports, the job's token and, with TLS, the replica's certificate.
+void SetKubepsProcess(json& container, const controller::ReplicaLaunch& launch, bool tls) {
   json command = json::array({launch.binary});
   for (const std::string& arg : launch.args) command.push_back(arg);
   container["command"] = command;
@@ -52,11 +53,14 @@ void SetKubepsProcess(json& container, const controller::ReplicaLaunch& launch) 
   env.push_back({{"name", api::env::kMetricsPort}, {"value", std::to_string(kMetricsPort)}});
   env.push_back(
       {{"name", api::env::kTokenFile}, {"value", std::string(kTokenMountPath) + "/token"}});
+  if (tls) env.push_back({{"name", api::env::kTlsDir}, {"value", kTlsMountPath}});
   MergeEnv(container, env);
   container["ports"] = json::array({{{"name", "grpc"}, {"containerPort", kGrpcPort}},
                                     {{"name", "metrics"}, {"containerPort", kMetricsPort}}});
   json mounts = container.value("volumeMounts", json::array());
   mounts.push_back({{"name", kTokenVolume}, {"mountPath", kTokenMountPath}, {"readOnly", true}});
+  if (tls)
+    mounts.push_back({{"name", kTlsVolume}, {"mountPath", kTlsMountPath}, {"readOnly", true}});
   container["volumeMounts"] = mounts;
 }
 
@@ -168,6 +172,7 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
               const controller::ReplicaLaunch& launch, int restarts, const ImageSet& images) {
   const controller::ReplicaName& name = launch.name;
   const std::string role = RoleName(name.role);
+  const bool tls = spec.spec.TlsEnabled(/*by_default=*/false);  // the reconciler resolved it
   const api::ReplicaSpec& replica = name.role == controller::ReplicaRole::kWorker ? spec.spec.worker
                                     : name.role == controller::ReplicaRole::kServer
                                         ? spec.spec.ps
@@ -221,7 +226,7 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
     if (!sidecar.contains("resources")) {
       sidecar["resources"] = {{"requests", {{"cpu", "100m"}, {"memory", "128Mi"}}}};
     }
-    SetKubepsProcess(sidecar, launch);
+    SetKubepsProcess(sidecar, launch, tls);
     AddSocketDir(sidecar);
     // Kubernetes starts the main containers once this probe passed: the
     // agent writes agent.json when it is registered and serving.
@@ -242,7 +247,7 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
     if (!main.contains("image")) {
       main["image"] = name.role == controller::ReplicaRole::kWorker ? images.agent : images.server;
     }
-    SetKubepsProcess(main, launch);
+    SetKubepsProcess(main, launch, tls);
     RestrictedByDefault(main);
   }
   if (name.role == controller::ReplicaRole::kWorker && spec.spec.gpus_per_worker > 0) {
@@ -258,6 +263,11 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
   // container runs as can read it.
   volumes.push_back({{"name", kTokenVolume},
                      {"secret", {{"secretName", TokenSecretName(job)}, {"defaultMode", 0400}}}});
+  // Only this replica's key: a pod of the job holds no other replica's.
+  if (tls) {
+    const json secret = {{"secretName", ReplicaTlsSecretName(job, name)}, {"defaultMode", 0400}};
+    volumes.push_back({{"name", kTlsVolume}, {"secret", secret}});
+  }
   spec_json["volumes"] = volumes;
   // The operator decides about restarts (restart policy, backoffLimit).
   spec_json["restartPolicy"] = "Never";
@@ -303,6 +313,54 @@ json BuildHeadlessService(const JobIdentity& job) {
              json::array({{{"name", "grpc"}, {"port", kGrpcPort}, {"targetPort", kGrpcPort}}})}}}};
 }
 
+Status ParseNetworkPolicyPeers(const std::string& text, json* peers) {
+  json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_array())
+    return Status::InvalidArgument(
+        "metrics peers must be a JSON array of NetworkPolicyPeers, "
+        "such as [{\"namespaceSelector\": {\"matchLabels\": "
+        "{\"kubernetes.io/metadata.name\": \"monitoring\"}}}], not " +
+        text);
+  for (size_t i = 0; i < parsed.size(); ++i) {
+    const json& peer = parsed[i];
+    const std::string where = "metrics peer " + std::to_string(i);
+    if (!peer.is_object() || peer.empty())
+      return Status::InvalidArgument(where +
+                                     " must be an object with podSelector, "
+                                     "namespaceSelector or ipBlock");
+    for (const auto& [key, value] : peer.items()) {
+      if (key != "podSelector" && key != "namespaceSelector" && key != "ipBlock")
+        return Status::InvalidArgument(where + ": unknown key \"" + key +
+                                       "\" (a peer has podSelector, namespaceSelector, ipBlock)");
+      if (!value.is_object())
+        return Status::InvalidArgument(where + ": " + key + " must be an object");
+    }
+  }
+  *peers = std::move(parsed);
+  return Status::Ok();
+}
+
+json BuildNetworkPolicy(const JobIdentity& job, const json& metrics_from) {
+  const json own_pods = {{"podSelector", {{"matchLabels", Labels(job)}}}};
+  json ingress = json::array({{{"from", json::array({own_pods})}}});
+  // An empty `from` would admit every source: no peers, no rule.
+  if (!metrics_from.empty()) {
+    ingress.push_back({{"from", metrics_from},
+                       {"ports", json::array({{{"protocol", "TCP"}, {"port", kMetricsPort}}})}});
+  }
+  return {{"apiVersion", "networking.k8s.io/v1"},
+          {"kind", "NetworkPolicy"},
+          {"metadata",
+           {{"name", job.name},
+            {"namespace", job.namespace_},
+            {"labels", Labels(job)},
+            {"ownerReferences", json::array({OwnerReference(job)})}}},
+          {"spec",
+           {{"podSelector", {{"matchLabels", Labels(job)}}},
+            {"policyTypes", json::array({"Ingress"})},
+            {"ingress", ingress}}}};
+}
+
 json BuildSchedulerService(const JobIdentity& job) {
   json selector = Labels(job);
   selector[kReplicaTypeLabel] = "scheduler";
@@ -321,7 +379,11 @@ json BuildSchedulerService(const JobIdentity& job) {
 
 std::string TokenSecretName(const JobIdentity& job) { return job.name + "-token"; }
 
-json BuildTokenSecret(const JobIdentity& job, const std::string& token) {
+std::string ReplicaTlsSecretName(const JobIdentity& job, const controller::ReplicaName& name) {
+  return ReplicaHostname(job, name) + "-tls";
+}
+
+json BuildTokenSecret(const JobIdentity& job, const std::string& token, const std::string& tls) {
   return {{"apiVersion", "v1"},
           {"kind", "Secret"},
           {"type", "Opaque"},
@@ -329,6 +391,7 @@ json BuildTokenSecret(const JobIdentity& job, const std::string& token) {
            {{"name", TokenSecretName(job)},
             {"namespace", job.namespace_},
             {"labels", Labels(job)},
+            {"annotations", {{kTlsAnnotation, tls}}},
             {"ownerReferences", json::array({OwnerReference(job)})}}},
           // The API server encodes stringData into data, as it does for kubectl.
           {"stringData", {{"token", token}}}};

@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "api/training_job.h"
+#include "common/status.h"
 #include "operator/controller/cluster.h"
 #include "operator/kubeclient/api_path.h"
 
@@ -39,6 +40,12 @@ inline constexpr const char* kRestartsAnnotation = "kubeps.io/restarts";
 inline constexpr int kGrpcPort = 7000;
 inline constexpr int kMetricsPort = 9090;
 inline constexpr const char* kTokenMountPath = "/var/run/secrets/kubeps";
+// A replica's TLS Secret (tls_secrets.h), where the job has mutual TLS.
+inline constexpr const char* kTlsMountPath = "/var/run/secrets/kubeps-tls";
+// On the token Secret: whether the job runs with TLS, decided once when the
+// Secret is made, so that an operator restarted with another --tls default
+// does not mix pods with TLS and without in one job.
+inline constexpr const char* kTlsAnnotation = "kubeps.io/tls";
 // A worker pod's socket directory (docs/sidecar-protocol.md): an emptyDir
 // with medium Memory that the user's container and the agent sidecar mount.
 inline constexpr const char* kSocketDir = "/var/run/kubeps";
@@ -53,6 +60,28 @@ struct ImageSet {
   std::string server = "kubeps/server:0.1.0";
   std::string agent = "kubeps/agent:0.1.0";
 };
+
+// A NetworkPolicy per job (BuildNetworkPolicy), where the cluster's network
+// plugin enforces them: off by default in the binary, on in the Helm chart.
+struct NetworkPolicyOptions {
+  bool enabled = false;
+  // NetworkPolicyPeers (podSelector, namespaceSelector, ipBlock) admitted
+  // to the metrics port: Prometheus, and the operator's own progress probe.
+  nlohmann::json metrics_from = nlohmann::json::array();
+};
+
+// What the operator's flags say about the objects of every job.
+struct JobObjectOptions {
+  ImageSet images;
+  NetworkPolicyOptions network_policy;
+  // Mutual TLS for jobs whose spec.security.tls is unset.
+  bool tls_by_default = false;
+};
+
+// `text` as NetworkPolicyOptions::metrics_from: a JSON array of peers, each
+// an object of only podSelector, namespaceSelector and ipBlock. An error
+// names the entry and the key at fault.
+Status ParseNetworkPolicyPeers(const std::string& text, nlohmann::json* peers);
 
 // `base` + `suffix` if that is a DNS label's length (63), else `base` cut,
 // "-", 8 hex digits of a hash of `base` + `suffix`, then `suffix`. The hash is
@@ -98,8 +127,18 @@ nlohmann::json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
 
 nlohmann::json BuildHeadlessService(const JobIdentity& job);
 nlohmann::json BuildSchedulerService(const JobIdentity& job);
-nlohmann::json BuildTokenSecret(const JobIdentity& job, const std::string& token);
+// Admits to every port of the job's pods only the pods of the same job (same
+// namespace, the job's name label) and, to the metrics port, `metrics_from`.
+// A Kubernetes NetworkPolicy allows the union of every policy that selects
+// a pod, so a user's own policy can open more (a TensorBoard port) but
+// nothing can close what this one needs.
+nlohmann::json BuildNetworkPolicy(const JobIdentity& job, const nlohmann::json& metrics_from);
+// `tls` ("Enabled" or "Disabled") is recorded on it (kTlsAnnotation).
+nlohmann::json BuildTokenSecret(const JobIdentity& job, const std::string& token,
+                                const std::string& tls);
 std::string TokenSecretName(const JobIdentity& job);
+// "<hostname>-tls": replica `name`'s certificate (tls_secrets.h).
+std::string ReplicaTlsSecretName(const JobIdentity& job, const controller::ReplicaName& name);
 // A PodGroup for gang scheduling when spec.schedulingPolicy.schedulerName
 // is set ("volcano": scheduling.volcano.sh; otherwise scheduler-plugins'
 // scheduling.x-k8s.io); null otherwise. *api_path gets its collection path.

@@ -20,6 +20,7 @@ inline const Resource kServices{"", "v1", "services"};
 inline const Resource kSecrets{"", "v1", "secrets"};
 inline const Resource kEvents{"", "v1", "events"};
 inline const Resource kLeases{"coordination.k8s.io", "v1", "leases"};
+inline const Resource kNetworkPolicies{"networking.k8s.io", "v1", "networkpolicies"};
 
 inline std::string GroupVersionPath(const Resource& r) {
   return r.group.empty() ? "/api/" + r.version : "/apis/" + r.group + "/" + r.version;

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -22,6 +23,7 @@
 #include "common/logging.h"
 #include "operator/controller/job_controller.h"
 #include "operator/controller/replica_env.h"
+#include "operator/controller/replica_tls.h"
 #include "operator/local/local_cluster.h"
 
 namespace kubeps::local {
@@ -79,6 +81,28 @@ std::string WriteToken(const std::string& run_dir) {
   }
   ::close(fd);
   return path;
+}
+
+// With spec.security.tls: a CA for this run and a certificate per replica,
+// each in <run_dir>/tls/<replica>/ as a TLS Secret would hold them. The
+// replicas' folders by name; empty without TLS.
+Status WriteTlsFiles(const api::TrainingJob& job, const std::string& run_dir,
+                     std::map<ReplicaName, std::string>* dirs) {
+  if (!job.spec.TlsEnabled(/*by_default=*/false)) return Status::Ok();
+  CertificateAndKey ca;
+  if (Status s = controller::CreateCaFor(job, &ca); !s.ok()) return s;
+  const std::string root = run_dir + "/tls";
+  if (::mkdir(root.c_str(), 0700) != 0 && errno != EEXIST)
+    return Status::Error("cannot create " + root);
+  for (const ReplicaName& name : controller::AllReplicas(job)) {
+    CertificateAndKey replica;
+    if (Status s = controller::IssueFor(ca, job, name, {"localhost"}, &replica); !s.ok()) return s;
+    const std::string dir = root + "/" + name.ToString();
+    if (Status s = controller::WriteTlsDirectory(dir, ca.certificate_pem, replica); !s.ok())
+      return s;
+    (*dirs)[name] = dir;
+  }
+  return Status::Ok();
 }
 
 // Threads for a process that computes on `threads` cores. Idle OpenMP
@@ -171,6 +195,11 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
     KLOG_ERROR << "cannot write the job's token into " << run_dir;
     return 1;
   }
+  std::map<ReplicaName, std::string> tls_dirs;
+  if (Status s = WriteTlsFiles(job, run_dir, &tls_dirs); !s.ok()) {
+    KLOG_ERROR << "the job's TLS certificates: " << s.message();
+    return 1;
+  }
   const int cores =
       options.cores > 0 ? options.cores : std::max(1u, std::thread::hardware_concurrency());
   // Workers do the math; servers and the scheduler mostly wait. Share the
@@ -200,6 +229,8 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
         launch.env[api::env::kPort] = "0";
         launch.env[api::env::kMetricsPort] = "0";
         launch.env[api::env::kTokenFile] = token_file;
+        if (auto tls = tls_dirs.find(name); tls != tls_dirs.end())
+          launch.env[api::env::kTlsDir] = tls->second;
         if (job.spec.checkpoint_path.empty())
           launch.env[api::env::kCheckpointDir] = run_dir + "/checkpoints";
         for (const auto& [key, value] : ThreadHints(threads)) launch.env[key] = value;

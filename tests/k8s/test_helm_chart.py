@@ -284,9 +284,18 @@ class HelmChartTest(unittest.TestCase):
             container = dep["spec"]["template"]["spec"]["containers"][0]
             self.assertEqual(dep["spec"]["replicas"], 2)
             self.assertEqual(container["image"], "kubeps/operator:0.1.0")
-            self.assertEqual(container["args"], ["--metrics-port=8080",
-                                                 "--server-image=kubeps/server:0.1.0",
-                                                 "--agent-image=kubeps/agent:0.1.0", "--leader-elect"])
+            self.assertEqual(container["args"][:4], ["--metrics-port=8080",
+                                                     "--server-image=kubeps/server:0.1.0",
+                                                     "--agent-image=kubeps/agent:0.1.0",
+                                                     "--network-policy"])
+            self.assertEqual(container["args"][5:], ["--tls", "--leader-elect"])
+            flag, peers = container["args"][4].split("=", 1)
+            self.assertEqual(flag, "--network-policy-metrics-from")
+            self.assertEqual(json.loads(peers)[1], {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": NAMESPACE}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/component": "operator",
+                                                "app.kubernetes.io/instance": "kubeps",
+                                                "app.kubernetes.io/name": "kubeps"}}})
             self.assertIn({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {
                 "fieldPath": "metadata.namespace"}}}, container["env"])
 
@@ -296,7 +305,7 @@ class HelmChartTest(unittest.TestCase):
             rendered = self.render(overrides)
             try:
                 self.install(c, rendered)
-                self.run_operator_and_job(c, "kubeps-operator", "default", port, lease=True)
+                self.run_operator_and_job(c, "kubeps-operator", "default", port, lease=True, tls=True)
                 self.uninstall(c, rendered, "default")
             finally:
                 self.kill_leftovers(c)
@@ -328,10 +337,17 @@ class HelmChartTest(unittest.TestCase):
             container = pod_spec["containers"][0]
             self.assertEqual(dep["spec"]["replicas"], 1)
             self.assertEqual(container["image"], "registry.example.com/ml/kubeps-operator:0.1.0-custom")
+            operator_peer = {"namespaceSelector": {"matchLabels": {
+                "kubernetes.io/metadata.name": NAMESPACE}}, "podSelector": {"matchLabels": {
+                    "app.kubernetes.io/component": "operator", "app.kubernetes.io/instance": RELEASE,
+                    "app.kubernetes.io/name": "kubeps"}}}
             self.assertEqual(container["args"], [
                 "--metrics-port=9443", "--server-image=registry.example.com/ml/kubeps-server:0.1.0-custom",
-                "--agent-image=registry.example.com/ml/kubeps-agent:0.1.0-cuda", "--namespace=team-a",
-                "--identity=$(POD_NAME)"])
+                "--agent-image=registry.example.com/ml/kubeps-agent:0.1.0-cuda", "--network-policy",
+                "--network-policy-metrics-from=" + json.dumps([
+                    {"namespaceSelector": {"matchLabels": {"team": "observability"}}},
+                    operator_peer], separators=(",", ":"), sort_keys=True),
+                "--namespace=team-a", "--identity=$(POD_NAME)"])
             self.assertEqual(container["resources"]["limits"], {"cpu": "1", "memory": "512Mi"})
             self.assertEqual(pod_spec["imagePullSecrets"], [{"name": "regcred"}])
             self.assertEqual(pod_spec["tolerations"][0]["key"], "dedicated")
@@ -363,7 +379,8 @@ class HelmChartTest(unittest.TestCase):
                 self.install(c, rendered)
                 # A job outside the watched namespace is not the operator's.
                 c.kubectl("apply", "-n", "default", "-f", EXAMPLE)
-                self.run_operator_and_job(c, "ml-kubeps-operator", "team-a", port, lease=False)
+                self.run_operator_and_job(c, "ml-kubeps-operator", "team-a", port, lease=False,
+                                          tls=False)
                 other = c.kubectl("get", "tj", "-n", "default", "fashion-mnist", "-o", "json",
                                   json_output=True)
                 self.assertNotIn("phase", other.get("status", {}))
@@ -407,7 +424,7 @@ class HelmChartTest(unittest.TestCase):
         out = c.kubectl("apply", "-f", self.path("install.yaml", text)).stdout
         self.assertIn("deployment.apps/", out)
 
-    def run_operator_and_job(self, c, deployment, job_namespace, port, lease):
+    def run_operator_and_job(self, c, deployment, job_namespace, port, lease, tls):
         pods = run_deployment(c, NAMESPACE, deployment)
         self.assertEqual(len(pods), 1)
         pod = pods[0]
@@ -441,6 +458,7 @@ class HelmChartTest(unittest.TestCase):
             raise AssertionError("%s\n%s" % (e, self.logs(c, pod)))
         print("fashion-mnist (%s steps) Succeeded in %.1f s under the chart's operator" % (
             MAX_STEPS, time.time() - start), file=sys.stderr)
+        self.check_job_security(c, job_namespace, tls)
 
         # The metrics Service reaches the operator (kube-proxy on the clusterIP).
         svc = c.client.get("/api/v1/namespaces/%s/services/%s-metrics" % (NAMESPACE, deployment))
@@ -455,6 +473,28 @@ class HelmChartTest(unittest.TestCase):
             return re.search(r'^kubeps_operator_jobs\{[^}]*phase="Succeeded"[^}]*\} 1$', body, re.M) \
                 and "kubeps_operator_reconciles_total" in body
         c.wait_for(scraped, timeout=15, interval=0.5, what="operator metrics through " + url)
+
+    def check_job_security(self, c, namespace, tls):
+        """The job got its NetworkPolicy (networkPolicy.enabled in both value
+        files) and, where tls.byDefault, a CA and a certificate per replica."""
+        base = "/api/v1/namespaces/%s/secrets/" % namespace
+        policy = c.client.get("/apis/networking.k8s.io/v1/namespaces/%s/networkpolicies/"
+                              "fashion-mnist" % namespace)
+        self.assertEqual(policy["spec"]["podSelector"],
+                         {"matchLabels": {"kubeps.io/job-name": "fashion-mnist"}})
+        token = c.client.get(base + "fashion-mnist-token")
+        self.assertEqual(token["metadata"]["annotations"]["kubeps.io/tls"],
+                         "Enabled" if tls else "Disabled")
+        names = {s["metadata"]["name"] for s in c.client.get(base)["items"]}
+        replicas = {"fashion-mnist-scheduler-0", "fashion-mnist-server-0", "fashion-mnist-server-1",
+                    "fashion-mnist-worker-0", "fashion-mnist-worker-1"}
+        if tls:
+            self.assertLessEqual({r + "-tls" for r in replicas} | {"fashion-mnist-tls-ca"}, names)
+            worker = c.client.get(base + "fashion-mnist-worker-0-tls")
+            self.assertEqual(worker["type"], "kubernetes.io/tls")
+            self.assertEqual(sorted(worker["data"]), ["ca.crt", "tls.crt", "tls.key"])
+        else:
+            self.assertFalse({n for n in names if n.endswith("-tls") or n.endswith("-tls-ca")})
 
     def uninstall(self, c, text, job_namespace):
         """`helm uninstall`: the job goes, then the release; the garbage

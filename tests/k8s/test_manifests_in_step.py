@@ -46,10 +46,14 @@ def operator_defaults():
     out = subprocess.run([os.path.join(BIN, "kubeps-operator"), "--print-defaults"], check=True,
                          capture_output=True, text=True).stdout
     flags = json.loads(out)
-    flags["leader-elect"] = flags["leader-elect"] == "true"
+    for name in BOOLEAN_FLAGS:
+        flags[name] = flags[name] == "true"
     # the Deployment passes the pod's namespace when the flag is left out
     flags["leader-election-namespace"] = "$(POD_NAMESPACE)"
     return flags
+
+
+BOOLEAN_FLAGS = ("leader-elect", "network-policy", "tls")   # given alone, without "=value"
 
 
 def effective_flags(args):
@@ -57,11 +61,11 @@ def effective_flags(args):
     them (operator_main.cc ParseFlags)."""
     flags = operator_defaults()
     for arg in args:
-        if arg == "--leader-elect":
-            flags["leader-elect"] = True
+        if arg[2:] in BOOLEAN_FLAGS:
+            flags[arg[2:]] = True
             continue
         m = re.match(r"--([a-z-]+)=(.*)$", arg)
-        if not m or m.group(1) not in flags or m.group(1) == "leader-elect":
+        if not m or m.group(1) not in flags or m.group(1) in BOOLEAN_FLAGS:
             raise AssertionError("kubeps-operator does not take the argument %r" % arg)
         flags[m.group(1)] = m.group(2)
     return flags
@@ -127,6 +131,12 @@ class ManifestsInStepTest(unittest.TestCase):
         self.assertEqual([container["name"]], ["operator"])
         flags = effective_flags(container.get("args", []))   # raises on a flag it does not take
         self.assertTrue(flags["leader-elect"])
+        self.assertTrue(flags["network-policy"])
+        self.assertTrue(flags["tls"])
+        # the Prometheus of the values, and the operator's own pods (its progress probe)
+        peers = json.loads(flags["network-policy-metrics-from"])
+        self.assertEqual([p["podSelector"]["matchLabels"]["app.kubernetes.io/name"] for p in peers],
+                         ["prometheus", "kubeps"])
         env = [(e["name"], e.get("valueFrom")) for e in container.get("env", [])]
         self.assertEqual([name for name, _ in env], ["POD_NAME", "POD_NAMESPACE"])
 

@@ -18,13 +18,14 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-SchedulerClientOptions MembershipOptions(const KVOptions& options,
-                                         std::shared_ptr<JobToken> token) {
+SchedulerClientOptions MembershipOptions(const KVOptions& options, std::shared_ptr<JobToken> token,
+                                         std::shared_ptr<const TransportSecurity> security) {
   SchedulerClientOptions m;
   m.scheduler_address = options.scheduler_address;
   m.node_id = options.node_id;
   m.role = NodeRole::kWorker;
   m.token = std::move(token);
+  m.security = std::move(security);
   m.metrics_address = options.metrics_address;
   m.resend = options.resend;
   m.long_poll_ms = options.pull_wait_ms;
@@ -95,11 +96,13 @@ struct KVWorkerImpl::Pending {
   }
 };
 
-KVWorkerImpl::KVWorkerImpl(const KVOptions& options, std::shared_ptr<JobToken> token)
+KVWorkerImpl::KVWorkerImpl(const KVOptions& options, std::shared_ptr<JobToken> token,
+                           std::shared_ptr<const TransportSecurity> security)
     : options_(options),
+      security_(std::move(security)),
       metrics_(options.metrics ? options.metrics : &NullMetrics()),
       caller_(options.resend, token, metrics_),
-      scheduler_(MembershipOptions(options, token)),
+      scheduler_(MembershipOptions(options, token, security_)),
       incarnation_(scheduler_.incarnation()) {}
 
 KVWorkerImpl::~KVWorkerImpl() {
@@ -114,7 +117,11 @@ Status KVWorker::Start(const KVOptions& options, std::unique_ptr<KVWorker>* out)
   if (!options.token_file.empty()) {
     if (Status s = JobToken::FromFile(options.token_file, &token); !s.ok()) return s;
   }
-  auto worker = std::make_unique<KVWorkerImpl>(options, std::move(token));
+  std::shared_ptr<const TransportSecurity> security = TransportSecurity::Insecure();
+  if (!options.tls_dir.empty()) {
+    if (Status s = TransportSecurity::FromDirectory(options.tls_dir, &security); !s.ok()) return s;
+  }
+  auto worker = std::make_unique<KVWorkerImpl>(options, std::move(token), std::move(security));
   if (Status s = worker->Start(); !s.ok()) return s;
   *out = std::move(worker);
   return Status::Ok();
@@ -139,7 +146,7 @@ Status KVWorkerImpl::Start() {
   num_workers_ = cluster.num_workers;
   num_servers_ = static_cast<int>(cluster.server_addresses.size());
   for (const std::string& address : cluster.server_addresses) {
-    links_.push_back(std::make_shared<const ServerLink>(address));
+    links_.push_back(std::make_shared<const ServerLink>(address, *security_));
   }
   const std::map<std::string, std::string> rank_label{{"rank", std::to_string(rank_)}};
   push_latency_ = &metrics_->Latency("kubeps_worker_push_latency_seconds",
@@ -218,9 +225,10 @@ Status KVWorkerImpl::Recover(uint64_t* resume_step) {
 
 bool KVWorkerImpl::RollbackAnnounced() const { return announced_generation_ > generation_; }
 
-KVWorkerImpl::ServerLink::ServerLink(const std::string& server_address)
+KVWorkerImpl::ServerLink::ServerLink(const std::string& server_address,
+                                     const TransportSecurity& security)
     : address(server_address),
-      channel(OpenChannel(server_address)),
+      channel(OpenChannel(server_address, &security)),
       stub(v1::ParameterServer::NewStub(channel)) {}
 
 std::shared_ptr<const KVWorkerImpl::ServerLink> KVWorkerImpl::Link(int server) const {
@@ -242,7 +250,7 @@ Status KVWorkerImpl::RefreshServerLinks() {
     if (links_[server]->address == address) continue;
     KLOG_INFO << "server " << server << " moved from " << links_[server]->address << " to "
               << address;
-    links_[server] = std::make_shared<const ServerLink>(address);
+    links_[server] = std::make_shared<const ServerLink>(address, *security_);
   }
   return Status::Ok();
 }

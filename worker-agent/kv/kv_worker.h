@@ -53,6 +53,9 @@ struct KVOptions {
   // when it changes (a rotated Secret); else `token`, fixed. Both empty: none.
   std::string token;
   std::string token_file;
+  // Mutual TLS (spec.security.tls): the directory of the job's ca.crt and
+  // this replica's tls.crt and tls.key. Empty: plain TCP.
+  std::string tls_dir;
   std::string metrics_address;  // reported to the scheduler
   ResendPolicy resend;
   PlacementOptions placement;

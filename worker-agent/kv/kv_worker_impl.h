@@ -30,7 +30,8 @@ namespace kubeps {
 
 class KVWorkerImpl final : public KVWorker {
  public:
-  KVWorkerImpl(const KVOptions& options, std::shared_ptr<JobToken> token);
+  KVWorkerImpl(const KVOptions& options, std::shared_ptr<JobToken> token,
+               std::shared_ptr<const TransportSecurity> security);
   ~KVWorkerImpl() override;
   // Registers, waits for the cluster view, starts the heartbeats.
   Status Start();
@@ -75,7 +76,7 @@ class KVWorkerImpl final : public KVWorker {
   // after the recovery that its restart opens: a link is replaced whole,
   // never changed, so a call holds the one it started with.
   struct ServerLink {
-    explicit ServerLink(const std::string& address);
+    ServerLink(const std::string& address, const TransportSecurity& security);
     std::string address;
     std::shared_ptr<grpc::Channel> channel;           // Push and Pull (tensor_wire.h)
     std::unique_ptr<v1::ParameterServer::Stub> stub;  // Init
@@ -85,6 +86,7 @@ class KVWorkerImpl final : public KVWorker {
   Status RefreshServerLinks();
 
   const KVOptions options_;
+  const std::shared_ptr<const TransportSecurity> security_;
   MetricsServer* metrics_;
   ResendCaller caller_;
   SchedulerClient scheduler_;

@@ -144,6 +144,10 @@ secrets and events. deploy/rbac/rbac.yaml is rendered from these
 - apiGroups: [""]
   resources: ["pods", "services"]
   verbs: ["get", "list", "watch", "create", "delete"]
+# Each job's NetworkPolicy (networkPolicy.enabled): only its own pods get in.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "create"]
 # The per-job token every request inside a job carries.
 - apiGroups: [""]
   resources: ["secrets"]
@@ -162,4 +166,15 @@ Leader election between the operator's replicas.
 - apiGroups: ["coordination.k8s.io"]
   resources: ["leases"]
   verbs: ["get", "create", "update"]
+{{- end }}
+
+{{- /*
+The NetworkPolicyPeers a job's NetworkPolicy admits to the metrics port, as
+JSON for --network-policy-metrics-from: networkPolicy.metricsFrom (the
+Prometheus that scrapes the jobs) and the operator's own pods, which read a
+job's progress from worker 0's /metrics.
+*/ -}}
+{{- define "kubeps.metricsPeers" -}}
+{{- $operator := dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" .Release.Namespace)) "podSelector" (dict "matchLabels" (fromYaml (include "kubeps.selectorLabels" .))) -}}
+{{- append (.Values.networkPolicy.metricsFrom | default list) $operator | toJson -}}
 {{- end }}

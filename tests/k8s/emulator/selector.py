@@ -145,3 +145,15 @@ def fields_match(reqs, obj):
         if op == "!=" and actual == value:
             return False
     return True
+
+
+def label_selector_reqs(label_selector):
+    """The requirements of a metav1.LabelSelector object (matchLabels and
+    matchExpressions with In, NotIn, Exists, DoesNotExist), for labels_match;
+    an empty or missing selector has none and matches everything."""
+    reqs = selector_from_match_labels((label_selector or {}).get("matchLabels"))
+    for e in (label_selector or {}).get("matchExpressions") or []:
+        op = {"In": "in", "NotIn": "notin", "Exists": "exists",
+              "DoesNotExist": "!"}[e["operator"]]
+        reqs.append((e["key"], op, list(e.get("values") or [])))
+    return reqs

@@ -14,6 +14,8 @@ What is emulated
     secrets, configmaps, events, namespaces (+status), serviceaccounts,
     endpoints, persistentvolumeclaims (+status), nodes (+status); apps/v1 deployments, statefulsets, replicasets
     (stored only, nothing runs them); coordination.k8s.io/v1 leases;
+    networking.k8s.io/v1 networkpolicies (defaulted as upstream; the kubelet
+    emulator enforces them, emulator/kubelet/network_policy.py);
     rbac.authorization.k8s.io/v1 (cluster)roles and (cluster)rolebindings;
     scheduling.k8s.io/v1 priorityclasses; apiextensions.k8s.io/v1
     customresourcedefinitions; and every served version of every registered
@@ -56,7 +58,7 @@ What is emulated
     Deleting a CRD deletes its objects.
   * Tables (Accept: application/json;as=Table;g=meta.k8s.io;v=v1): printer
     columns of CRDs (simple JSONPath), and kubectl-like columns for pods,
-    services, namespaces, events, nodes; Name/Age for the rest; also on watch.
+    services, namespaces, events, nodes, networkpolicies; Name/Age for the rest; also on watch.
   * pods: defaults (restartPolicy Always, terminationGracePeriodSeconds 30,
     schedulerName default-scheduler, dnsPolicy, enableServiceLinks, image pull
     policy, phase Pending); graceful deletion: a pod bound to a node (spec.nodeName)

@@ -1,5 +1,5 @@
 """Admission of built-in objects: the defaults the real API server fills in
-(pods, services, secrets, namespaces), ClusterIP allocation, the pod
+(pods, services, secrets, namespaces, networkpolicies), ClusterIP allocation, the pod
 priority lookup, and the checks that refuse what a real server refuses (pod
 spec changes beyond the mutable fields, a container restartPolicy other
 than a native sidecar's).
@@ -37,6 +37,8 @@ class Admission:
             self._default_service(obj)
         elif kind == ("", "secrets"):
             self._fold_string_data(obj)
+        elif kind == ("networking.k8s.io", "networkpolicies"):
+            self._default_network_policy(obj)
         elif kind == ("", "namespaces"):
             obj.setdefault("spec", {"finalizers": ["kubernetes"]})
             obj["status"] = {"phase": "Active"}
@@ -52,6 +54,18 @@ class Admission:
                 data[k] = base64.b64encode(str(v).encode()).decode()
         if not obj.get("type"):
             obj["type"] = "Opaque"
+
+    @staticmethod
+    def _default_network_policy(obj):
+        """SetDefaults_NetworkPolicySpec and _NetworkPolicyPort: policyTypes
+        Ingress, plus Egress when there are egress rules; protocol TCP."""
+        spec = obj.setdefault("spec", {})
+        spec.setdefault("podSelector", {})
+        if not spec.get("policyTypes"):
+            spec["policyTypes"] = ["Ingress"] + (["Egress"] if spec.get("egress") else [])
+        for rule in (spec.get("ingress") or []) + (spec.get("egress") or []):
+            for p in rule.get("ports") or []:
+                p.setdefault("protocol", "TCP")
 
     @staticmethod
     def _default_pod(obj):

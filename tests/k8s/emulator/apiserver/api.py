@@ -276,6 +276,8 @@ class Api(Admission, CustomResources, Evictions, GarbageCollector, NodeLifecycle
                     self._fold_string_data(new)
                 if (rtype.group, rtype.plural) == ("", "pods"):
                     self._check_pod_update(rtype, old, new)
+                if rtype.key == ("networking.k8s.io", "networkpolicies"):
+                    self._default_network_policy(new)
                 if (rtype.group, rtype.plural) == ("", "services"):
                     spec = new.setdefault("spec", {})
                     ospec = old.get("spec", {})

@@ -23,17 +23,8 @@ import copy
 import math
 
 from ..clock import now_iso
-from ..selector import labels_match, parse_label_selector, selector_from_match_labels
+from ..selector import label_selector_reqs as _selector, labels_match
 from .errors import ApiError, not_found, status_success
-
-
-def _selector(label_selector):
-    reqs = selector_from_match_labels((label_selector or {}).get("matchLabels"))
-    for e in (label_selector or {}).get("matchExpressions") or []:
-        op = {"In": "in", "NotIn": "notin", "Exists": "exists",
-              "DoesNotExist": "!"}[e["operator"]]
-        reqs.append((e["key"], op, list(e.get("values") or [])))
-    return reqs
 
 
 def _ready(pod):

@@ -83,6 +83,7 @@ def builtin_types():
         R("apps", "v1", "replicasets", "ReplicaSet", short_names=["rs"], categories=["all"],
           status=True),
         R("coordination.k8s.io", "v1", "leases", "Lease"),
+        R("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", short_names=["netpol"]),
         R("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
         R("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding",
           namespaced=False),

@@ -3,6 +3,7 @@ of built-in types and of CRDs."""
 import json
 
 from .. import clock
+from ..selector import label_selector_reqs
 from .crd_schema import go_value, simple_jsonpath
 
 
@@ -63,6 +64,19 @@ def pod_status_reason(pod):
     return reason
 
 
+def format_label_selector(selector):
+    """metav1.FormatLabelSelector: `k=v,k in (a,b),!k`, or <none>."""
+    parts = []
+    for key, op, values in sorted(label_selector_reqs(selector), key=lambda r: r[0]):
+        if op == "=":
+            parts.append("%s=%s" % (key, values[0]))
+        elif op in ("in", "notin"):
+            parts.append("%s %s (%s)" % (key, op, ",".join(sorted(values))))
+        else:
+            parts.append(key if op == "exists" else "!" + key)
+    return ",".join(parts) or "<none>"
+
+
 def table_for(rtype, objects, include_object="Metadata", with_columns=True):
     kind = (rtype.group, rtype.plural)
     if rtype.printer_columns is not None:
@@ -95,6 +109,9 @@ def table_for(rtype, objects, include_object="Metadata", with_columns=True):
                 _col("Available", typ="integer"), AGE_COL]
     elif kind == ("coordination.k8s.io", "leases"):
         cols = [NAME_COL, _col("Holder"), AGE_COL]
+    elif kind == ("networking.k8s.io", "networkpolicies"):
+        cols = [NAME_COL, _col("Pod-Selector", desc="Selects the pods to which this "
+                               "NetworkPolicy object applies."), AGE_COL]
     else:
         cols = [NAME_COL, AGE_COL]
     rows = []
@@ -162,6 +179,9 @@ def table_for(rtype, objects, include_object="Metadata", with_columns=True):
         elif kind == ("coordination.k8s.io", "leases"):
             cells = [md.get("name"), obj.get("spec", {}).get("holderIdentity", ""),
                      clock.age(created)]
+        elif kind == ("networking.k8s.io", "networkpolicies"):
+            cells = [md.get("name"), format_label_selector(
+                obj.get("spec", {}).get("podSelector")), clock.age(created)]
         else:
             cells = [md.get("name"), clock.age(created)]
         if include_object == "Object":

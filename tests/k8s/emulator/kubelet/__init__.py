@@ -65,6 +65,15 @@ Containers: each container is one local process group.
     up), reported as status.podIP. All pods share the host's network
     namespace, so a process must listen on its pod IP (status.podIP through
     a fieldRef), not on 0.0.0.0, when two pods use the same port.
+  * NetworkPolicy (ingress), enforced as a CNI plugin's agent does: each pod's
+    processes run in a net_cls cgroup of their own and one nftables table
+    (`inet kubeps_emu_MARKER`) drops, by that cgroup's classid, the new
+    connections the policies do not allow to a pod IP, or to a ClusterIP
+    Service port whose endpoints would refuse them; the node's own traffic
+    always passes; egress is not enforced; ipBlock is approximated
+    (network_policy.py). Needs root, nft and the net_cls cgroup (mounted when
+    it is not); the Node's annotation kubeps.io/network-policy says
+    "enforced" or "unavailable: REASON" (policy_enforcer.py).
   * DNS: pod hostname (spec.hostname or the pod name), <hostname>.<subdomain>
     when a headless Service named <subdomain> exists in the namespace, and
     Services (<svc>, <svc>.<ns>, <svc>.<ns>.svc, <svc>.<ns>.svc.cluster.local)
@@ -99,7 +108,7 @@ Containers: each container is one local process group.
     status is written and the pod is deleted with gracePeriodSeconds=0 (and a
     uid precondition), as a kubelet does.
 On exit (SIGTERM/SIGINT) the kubelet stops every process group it started and
-removes its /etc/hosts entries and mount-path links.
+removes its /etc/hosts entries, mount-path links, nftables table and cgroups.
 
 Modules
   node.py            the Kubelet: node registration, processes, shutdown
@@ -115,6 +124,8 @@ Modules
   probes.py          readiness and liveness probes
   networking.py      pod IPs, Service endpoints, the proxy and DNS sync loop
   service_proxy.py   kube-proxy of one ClusterIP Service port
+  network_policy.py  NetworkPolicy semantics: who may connect, the nftables table
+  policy_enforcer.py pod net_cls cgroups, the table kept in step, the Node annotation
   dns.py             hosts files: per pod and the machine's /etc/hosts
   log.py             the kubelet's own messages
   __main__.py        the program: python3 -m emulator.kubelet

@@ -1,7 +1,8 @@
 """What the kubelet learns from the API server: list + watch loops (relisting
 after 410 Gone or a lost stream) over pods and Services; binding unscheduled
 pods to this node, as the default scheduler would with one node (or saying
-why it cannot: scheduling.py); a PodWorker for each pod bound here.
+why it cannot: scheduling.py); a PodWorker for each pod bound here. Changes of pods and
+Services also wake the NetworkPolicy table (policy_enforcer.py).
 
 A mixin of Kubelet (node.py).
 """
@@ -69,6 +70,7 @@ class Informers:
                 w.wake.set()
                 threading.Thread(target=w.stop_all, args=(0,), daemon=True).start()
             self.dns_dirty.set()
+            self.policy_dirty.set()
             return
         node = spec.get("nodeName")
         if not node:
@@ -91,6 +93,7 @@ class Informers:
             else:
                 w.update_pod(pod)
         self.dns_dirty.set()
+        self.policy_dirty.set()
 
     def service_event(self, etype, svc):
         key = (svc["metadata"]["namespace"], svc["metadata"]["name"])
@@ -100,8 +103,10 @@ class Informers:
             else:
                 self.services[key] = svc
         self.dns_dirty.set()
+        self.policy_dirty.set()
 
     def sync_services(self, items):
         with self.lock:
             self.services = {(s["metadata"]["namespace"], s["metadata"]["name"]): s for s in items}
         self.dns_dirty.set()
+        self.policy_dirty.set()

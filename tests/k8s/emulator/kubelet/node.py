@@ -4,7 +4,8 @@ links and mount points made on the host, and stops and cleans up all of it
 on exit.
 
 Pod lifecycle is in pod_worker.py; what the node learns from the API server
-in informers.py; networking and DNS in networking.py and dns.py.
+in informers.py; networking and DNS in networking.py and dns.py;
+NetworkPolicy in policy_enforcer.py.
 """
 import os
 import signal
@@ -20,12 +21,13 @@ from .events import EventRecorder
 from .informers import Informers
 from .log import log
 from .networking import Networking
+from .policy_enforcer import PolicyEnforcer
 from .runtime import unshare_works
 from .scheduling import Scheduler
 from .volumes import remove_created
 
 
-class Kubelet(Informers, Scheduler, Networking, ClusterDns, EventRecorder):
+class Kubelet(Informers, Scheduler, Networking, ClusterDns, EventRecorder, PolicyEnforcer):
     """One emulated node (--node-name) of the cluster."""
 
     def __init__(self, args):
@@ -70,6 +72,7 @@ class Kubelet(Informers, Scheduler, Networking, ClusterDns, EventRecorder):
         self.proxies = {}          # (ip, port) -> ServiceProxy
         self.dns_dirty = threading.Event()
         self.stopping = False
+        self.init_network_policy()
 
     def pod_path(self, ns, name):
         return "/api/v1/namespaces/%s/pods/%s" % (ns, name)
@@ -162,6 +165,7 @@ class Kubelet(Informers, Scheduler, Networking, ClusterDns, EventRecorder):
         log("node %s, isolation %s, host /etc/hosts entries %s" % (
             self.node_name, self.isolation, "on" if self.host_dns else "off"))
         self.register_node()
+        self.start_network_policy()
         threading.Thread(target=self.informer, args=("/api/v1/services", self.service_event,
                                                      self.sync_services), daemon=True).start()
         threading.Thread(target=self.dns_loop, daemon=True).start()
@@ -198,3 +202,4 @@ class Kubelet(Informers, Scheduler, Networking, ClusterDns, EventRecorder):
             self.write_host_hosts(None)
         for p in list(self.proxies.values()):
             p.close()
+        self.stop_network_policy()

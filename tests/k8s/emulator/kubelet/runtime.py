@@ -2,8 +2,9 @@
 in its own mount and UTS namespace (isolation "namespace": volumes bind-mounted
 on their mountPaths, the pod's hosts file on /etc/hosts, the pod's hostname)
 or without namespaces (isolation "none": mountPaths become symbolic links),
-with its output in the container's log file; reaped when it exits; stopped
-with SIGTERM, then SIGKILL after the grace period.
+with its output in the container's log file, in the pod's net_cls cgroup
+when NetworkPolicy is enforced; reaped when it exits; stopped with SIGTERM,
+then SIGKILL after the grace period.
 
 A mixin of PodWorker (pod_worker.py).
 """
@@ -18,6 +19,11 @@ from ..client import ApiError
 from ..clock import now_iso
 from .containers import ConfigError, exit_code
 from .log import log
+
+
+# The shell that execs the container's program joins the pod's net_cls
+# cgroup first, so every socket of the container has the pod's classid.
+CGROUP_JOIN = 'if [ -n "$KUBEPS_EMU_CGROUP" ]; then echo $$ > "$KUBEPS_EMU_CGROUP"; fi'
 
 
 def unshare_works():
@@ -41,6 +47,8 @@ class ProcessRunner:
         try:
             env = self.container_env(c)
             mounts = self.mounts(c)
+            # the pod's net_cls cgroup, for NetworkPolicy (policy_enforcer.py)
+            cgroup = self.kubelet.pod_cgroup(self.pod)
         except ConfigError as e:
             c.state = {"waiting": {"reason": e.reason, "message": str(e)}}
             c.backoff_until = time.time() + 1
@@ -69,7 +77,7 @@ class ProcessRunner:
         os.makedirs(cwd, exist_ok=True)
         iso = self.kubelet.isolation
         if iso == "namespace":
-            script = ["set -e", 'mount --bind "$KUBEPS_EMU_HOSTS" /etc/hosts',
+            script = ["set -e", CGROUP_JOIN, 'mount --bind "$KUBEPS_EMU_HOSTS" /etc/hosts',
                       'hostname "$KUBEPS_EMU_HOSTNAME"']
             margs = []
             for i, (src, dst, ro) in enumerate(mounts):
@@ -80,8 +88,8 @@ class ProcessRunner:
                 script.append('mount --bind "$s" "$d"')
                 if ro:
                     script.append('mount -o remount,bind,ro "$d" || true')
-            script.append("unset KUBEPS_EMU_HOSTS KUBEPS_EMU_HOSTNAME " + " ".join(
-                "KUBEPS_EMU_M%d" % i for i in range(len(margs))))
+            script.append("unset KUBEPS_EMU_CGROUP KUBEPS_EMU_HOSTS KUBEPS_EMU_HOSTNAME " +
+                          " ".join("KUBEPS_EMU_M%d" % i for i in range(len(margs))))
             script.append('cd "$KUBEPS_EMU_CWD" 2>/dev/null || true; unset KUBEPS_EMU_CWD')
             script.append('exec "$@"')
             full_env = dict(env)
@@ -116,6 +124,12 @@ class ProcessRunner:
                 self.links.append(dst)
                 self.kubelet.links.add(dst)
             cmd = [program] + argv
+            if cgroup:
+                cmd = ["/bin/sh", "-c", CGROUP_JOIN + '; unset KUBEPS_EMU_CGROUP; exec "$@"',
+                       "sh"] + cmd
+                env = dict(env)
+        if cgroup:
+            env["KUBEPS_EMU_CGROUP"] = cgroup
         try:
             c.proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=logf, stderr=subprocess.STDOUT,
                                       stdin=subprocess.DEVNULL, start_new_session=True)

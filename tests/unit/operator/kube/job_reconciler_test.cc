@@ -54,7 +54,7 @@ class JobReconcilerTest : public ::testing::Test {
  protected:
   JobReconcilerTest() {
     EXPECT_TRUE(MetricsServer::Start("", -1, {}, &metrics_).ok());
-    reconciler_ = std::make_unique<JobReconciler>(&fake_, ImageSet{}, metrics_.get());
+    reconciler_ = std::make_unique<JobReconciler>(&fake_, JobObjectOptions{}, metrics_.get());
   }
 
   json CreateJob(json manifest = JobManifest()) {
@@ -210,7 +210,7 @@ TEST_F(JobReconcilerTest, ARestartedOperatorDuplicatesNothing) {
   CreateJob();
   ASSERT_TRUE(Reconcile().ok());
   const json token = fake_.Object(kSecretsPath + "/mnist-token");
-  reconciler_ = std::make_unique<JobReconciler>(&fake_, ImageSet{}, metrics_.get());
+  reconciler_ = std::make_unique<JobReconciler>(&fake_, JobObjectOptions{}, metrics_.get());
   fake_.ClearRequests();
   ASSERT_TRUE(ReconcileWith(fake_.Object(kJob), {}).ok());
   EXPECT_EQ(fake_.RequestsTo("POST", kPodsPath).size(), kPodNames.size());

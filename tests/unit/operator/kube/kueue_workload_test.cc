@@ -175,7 +175,7 @@ class QueuedJobTest : public ::testing::Test {
  protected:
   QueuedJobTest() {
     EXPECT_TRUE(MetricsServer::Start("", -1, {}, &metrics_).ok());
-    reconciler_ = std::make_unique<JobReconciler>(&fake_, ImageSet{}, metrics_.get());
+    reconciler_ = std::make_unique<JobReconciler>(&fake_, JobObjectOptions{}, metrics_.get());
     json job = fake_.Create(kJobs, Manifest());
     workload_ = CollectionPath(kWorkloads, kNamespace) + "/" +
                 WorkloadName({"mnist", kNamespace, job["metadata"]["uid"]});

@@ -105,12 +105,56 @@ TEST(PodBuilderTest, RestartedPodGetsANewNameButTheSameHostname) {
   EXPECT_EQ(pod["spec"]["containers"][0]["command"][0], "kubeps-server");
 }
 
+TEST(PodBuilderTest, TheNetworkPolicyAdmitsTheJobsOwnPodsAndTheMetricsPeersToMetricsOnly) {
+  const json prometheus = json::parse(
+      R"([{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}])");
+  json policy = BuildNetworkPolicy(kId, prometheus);
+  EXPECT_EQ(policy["apiVersion"], "networking.k8s.io/v1");
+  EXPECT_EQ(policy["metadata"]["name"], "mnist");
+  EXPECT_EQ(policy["metadata"]["ownerReferences"][0]["uid"], kId.uid);
+  const json own_pods = {{"matchLabels", {{kJobNameLabel, "mnist"}}}};
+  EXPECT_EQ(policy["spec"]["podSelector"], own_pods);
+  EXPECT_EQ(policy["spec"]["policyTypes"], json::array({"Ingress"}));
+  const json& ingress = policy["spec"]["ingress"];
+  ASSERT_EQ(ingress.size(), 2u);
+  // The job's pods: every port, and only from this namespace (a podSelector
+  // without a namespaceSelector), so a same-named job elsewhere is not let in.
+  EXPECT_EQ(ingress[0], json({{"from", json::array({{{"podSelector", own_pods}}})}}));
+  EXPECT_EQ(ingress[1]["from"], prometheus);
+  EXPECT_EQ(ingress[1]["ports"], json::parse(R"([{"protocol": "TCP", "port": 9090}])"));
+  // No peers: no metrics rule at all (an empty `from` would admit everyone).
+  EXPECT_EQ(BuildNetworkPolicy(kId, json::array())["spec"]["ingress"].size(), 1u);
+}
+
+TEST(PodBuilderTest, MetricsPeersThatAreNotPeersAreErrorsNamingTheEntry) {
+  json peers;
+  ASSERT_TRUE(ParseNetworkPolicyPeers(
+                  R"([{"podSelector": {}}, {"ipBlock": {"cidr": "10.0.0.0/8"}}])", &peers)
+                  .ok());
+  EXPECT_EQ(peers.size(), 2u);
+  const std::pair<const char*, const char*> errors[] = {
+      {"{}", "must be a JSON array of NetworkPolicyPeers"},
+      {"[{", "must be a JSON array of NetworkPolicyPeers"},
+      {"[{}]", "metrics peer 0 must be an object with podSelector, namespaceSelector or ipBlock"},
+      {R"([{"podSelector": {}}, {"podSelectr": {}}])",
+       "metrics peer 1: unknown key \"podSelectr\""},
+      {R"([{"namespaceSelector": "monitoring"}])",
+       "metrics peer 0: namespaceSelector must be an object"},
+  };
+  for (const auto& [text, message] : errors) {
+    Status s = ParseNetworkPolicyPeers(text, &peers);
+    EXPECT_FALSE(s.ok()) << text;
+    EXPECT_NE(s.message().find(message), std::string::npos) << text << ": " << s.message();
+  }
+  EXPECT_EQ(peers.size(), 2u);  // untouched by the errors
+}
+
 TEST(PodBuilderTest, ServicesSecretAndPodGroup) {
   EXPECT_EQ(BuildHeadlessService(kId)["spec"]["clusterIP"], "None");
   json scheduler = BuildSchedulerService(kId);
   EXPECT_EQ(scheduler["metadata"]["name"], "mnist-scheduler");
   EXPECT_EQ(scheduler["spec"]["selector"][kReplicaTypeLabel], "scheduler");
-  json secret = BuildTokenSecret(kId, "abc");
+  json secret = BuildTokenSecret(kId, "abc", "Disabled");
   EXPECT_EQ(secret["stringData"]["token"], "abc");
   EXPECT_FALSE(secret.contains("data"));
   std::string path;

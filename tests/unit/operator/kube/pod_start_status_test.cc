@@ -92,7 +92,7 @@ class PodStartReconcileTest : public ::testing::Test {
  protected:
   PodStartReconcileTest() {
     EXPECT_TRUE(MetricsServer::Start("", -1, {}, &metrics_).ok());
-    reconciler_ = std::make_unique<JobReconciler>(&fake_, ImageSet{}, metrics_.get());
+    reconciler_ = std::make_unique<JobReconciler>(&fake_, JobObjectOptions{}, metrics_.get());
   }
   // The job's pods as the cache hands them over, created `age` ago.
   std::vector<json> PodsCreatedAgo(std::chrono::seconds age) {

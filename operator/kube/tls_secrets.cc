@@ -1,0 +1,81 @@
+#include "operator/kube/tls_secrets.h"
+
+#include <cpprest/asyncrt_utils.h>
+
+#include <vector>
+
+#include "common/transport_security.h"
+#include "operator/controller/replica_tls.h"
+
+namespace kubeps::kube {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kCaCertificateKey = "ca.crt";
+constexpr const char* kCaKeyKey = "ca.key";
+
+json SecretMetadata(const JobIdentity& job, const std::string& name) {
+  return {{"name", name},
+          {"namespace", job.namespace_},
+          {"labels", {{kJobNameLabel, job.name}}},
+          {"ownerReferences", json::array({OwnerReference(job)})}};
+}
+
+bool Base64Field(const json& secret, const char* key, std::string* out) {
+  const json data = secret.value("data", json::object());
+  if (!data.contains(key) || !data[key].is_string()) return false;
+  try {
+    std::vector<unsigned char> bytes =
+        utility::conversions::from_base64(data[key].get<std::string>());
+    out->assign(bytes.begin(), bytes.end());
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+std::string CaSecretName(const JobIdentity& job) { return job.name + "-tls-ca"; }
+
+json BuildCaSecret(const JobIdentity& job, const CertificateAndKey& ca) {
+  return {
+      {"apiVersion", "v1"},
+      {"kind", "Secret"},
+      {"type", "Opaque"},
+      {"metadata", SecretMetadata(job, CaSecretName(job))},
+      {"stringData", {{kCaCertificateKey, ca.certificate_pem}, {kCaKeyKey, ca.private_key_pem}}}};
+}
+
+Status CaFromSecret(const json& secret, CertificateAndKey* ca) {
+  if (!Base64Field(secret, kCaCertificateKey, &ca->certificate_pem) ||
+      !Base64Field(secret, kCaKeyKey, &ca->private_key_pem)) {
+    return Status::InvalidArgument("Secret " + secret["metadata"].value("name", "") + " has no " +
+                                   kCaCertificateKey + " and " + kCaKeyKey);
+  }
+  return Status::Ok();
+}
+
+Status BuildReplicaTlsSecret(const JobIdentity& job, const api::TrainingJob& spec,
+                             const CertificateAndKey& ca, const controller::ReplicaName& name,
+                             json* secret) {
+  const std::string host = ReplicaHostname(job, name);
+  const std::string service = host + "." + job.name + "." + job.namespace_ + ".svc";
+  CertificateAndKey replica;
+  if (Status s = controller::IssueFor(ca, spec, name, {host, service, service + ".cluster.local"},
+                                      &replica);
+      !s.ok())
+    return s;
+  *secret = {{"apiVersion", "v1"},
+             {"kind", "Secret"},
+             {"type", "kubernetes.io/tls"},
+             {"metadata", SecretMetadata(job, ReplicaTlsSecretName(job, name))},
+             {"stringData",
+              {{TransportSecurity::kCaFile, ca.certificate_pem},
+               {TransportSecurity::kCertificateFile, replica.certificate_pem},
+               {TransportSecurity::kKeyFile, replica.private_key_pem}}}};
+  return Status::Ok();
+}
+
+}  // namespace kubeps::kube
