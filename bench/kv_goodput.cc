@@ -28,15 +28,23 @@
 // workers together. Goals (issue 12): push+pull at least 50% of TCP at 10M
 // and at least 1.0 GB/s at 1M, printed as PASS or BELOW. The exit code is 0
 // either way (a measurement, not a test); 1 only when a call fails.
+//
+// Then what mutual TLS costs (spec.security.tls, issue 16): push+pull of the
+// same job with and without TLS, taking turns, each side with certificates
+// of one CA as a job's Secrets hold them.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -46,10 +54,12 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "common/certificate_authority.h"
 #include "common/command_line.h"
 #include "common/metrics.h"
 #include "common/scheduler_client.h"
 #include "common/tensor_memory.h"
+#include "common/transport_security.h"
 #include "ps-server/ps_service.h"
 #include "ps-server/scheduler_service.h"
 #include "ps-server/shard.h"
@@ -105,9 +115,10 @@ double TimeConcurrently(int n, const std::function<void(int)>& body) {
   return std::chrono::duration<double>(Clock::now() - started).count();
 }
 
-std::unique_ptr<grpc::Server> Serve(grpc::Service* service, int* port) {
+std::unique_ptr<grpc::Server> Serve(grpc::Service* service, const TransportSecurity& security,
+                                    int* port) {
   grpc::ServerBuilder builder;  // kubeps-server's settings (server_main.cc)
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), port);
+  builder.AddListeningPort("127.0.0.1:0", security.ServerCredentials(), port);
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.SetMaxSendMessageSize(256 << 20);
   builder.RegisterService(service);
@@ -116,18 +127,60 @@ std::unique_ptr<grpc::Server> Serve(grpc::Service* service, int* port) {
 
 std::string Loopback(int port) { return "127.0.0.1:" + std::to_string(port); }
 
+// A job's certificates in a temporary folder: a CA, one certificate the
+// scheduler and the shards serve with, one the workers show.
+class TlsFolders {
+ public:
+  Status Create() {
+    char pattern[] = "/tmp/kv-goodput-tls-XXXXXX";
+    if (::mkdtemp(pattern) == nullptr) return Status::Error("cannot make a temporary folder");
+    root_ = pattern;
+    CertificateAndKey ca;
+    constexpr std::chrono::seconds kDay{86400};
+    if (Status s = CreateJobCa("bench", "kv-goodput", kDay, &ca); !s.ok()) return s;
+    for (const char* role : {"server", "worker"}) {
+      CertificateAndKey replica;
+      if (Status s = IssueReplicaCertificate(ca, {"bench", "kv-goodput", role, 0},
+                                             {TransportSecurity::kServerName}, kDay, &replica);
+          !s.ok())
+        return s;
+      const std::string dir = root_ + "/" + role;
+      std::filesystem::create_directory(dir);
+      std::ofstream(dir + "/" + TransportSecurity::kCaFile) << ca.certificate_pem;
+      std::ofstream(dir + "/" + TransportSecurity::kCertificateFile) << replica.certificate_pem;
+      const std::string key = dir + "/" + TransportSecurity::kKeyFile;
+      std::ofstream(key) << replica.private_key_pem;
+      ::chmod(key.c_str(), 0600);
+    }
+    return Status::Ok();
+  }
+  ~TlsFolders() {
+    if (!root_.empty()) std::filesystem::remove_all(root_);
+  }
+  std::string servers() const { return root_ + "/server"; }
+  std::string workers() const { return root_ + "/worker"; }
+
+ private:
+  std::string root_;
+};
+
 // A running job: scheduler, shards and workers, every tensor declared (key i
-// has sizes[i] elements).
+// has sizes[i] elements); with `tls`, every connection is mutual TLS.
 class Job {
  public:
-  Status Start(int servers, int workers, const std::vector<uint64_t>& sizes) {
+  Status Start(int servers, int workers, const std::vector<uint64_t>& sizes,
+               const TlsFolders* tls = nullptr) {
+    std::shared_ptr<const TransportSecurity> security = TransportSecurity::Insecure();
+    if (tls != nullptr) {
+      if (Status s = TransportSecurity::FromDirectory(tls->servers(), &security); !s.ok()) return s;
+    }
     SchedulerOptions scheduler_options;
     scheduler_options.num_servers = servers;
     scheduler_options.num_workers = workers;
     scheduler_options.token = JobToken::Fixed(kToken);
     scheduler_ = std::make_unique<SchedulerService>(scheduler_options, &NullMetrics());
     int scheduler_port = 0;
-    scheduler_server_ = Serve(scheduler_.get(), &scheduler_port);
+    scheduler_server_ = Serve(scheduler_.get(), *security, &scheduler_port);
     if (!scheduler_server_) return Status::Error("cannot start the scheduler's gRPC server");
     const std::string scheduler_address = Loopback(scheduler_port);
     ShardOptions shard_options;
@@ -140,13 +193,14 @@ class Job {
       services_.push_back(std::make_unique<ParameterServerService>(
           shards_.back().get(), JobToken::Fixed(kToken), nullptr));
       int port = 0;
-      shard_servers_.push_back(Serve(services_.back().get(), &port));
+      shard_servers_.push_back(Serve(services_.back().get(), *security, &port));
       if (!shard_servers_.back()) return Status::Error("cannot start a shard's gRPC server");
       SchedulerClientOptions options;  // registers as kubeps-server does
       options.scheduler_address = scheduler_address;
       options.node_id = "server-" + std::to_string(i);
       options.role = NodeRole::kServer;
       options.token = JobToken::Fixed(kToken);
+      options.security = security;
       options.address = Loopback(port);
       SchedulerClient membership(options);
       int rank = -1;
@@ -162,6 +216,7 @@ class Job {
       options.scheduler_address = scheduler_address;
       options.node_id = "worker-" + std::to_string(w);
       options.token = kToken;
+      if (tls != nullptr) options.tls_dir = tls->workers();
       options.metrics = client_metrics_.get();
       options.peer_wait_limit_ms = 60000;
       started[w] = KVWorker::Start(options, &slot.kv);
@@ -365,6 +420,37 @@ std::string Goal(Op op, uint64_t elements, double goodput, double ratio) {
   return "-";
 }
 
+// The TLS rows: push+pull of each size by the same job with and without
+// mutual TLS, taking turns. Adds each job's resends to *resends.
+Status MeasureTls(int servers, int workers, const std::vector<uint64_t>& sizes,
+                  const std::vector<std::string>& size_names, double bytes_per_rep, int reps,
+                  const TlsFolders& tls, double* resends) {
+  const std::string setup = std::to_string(servers) + "x" + std::to_string(workers);
+  Job plain, secure;
+  if (Status s = plain.Start(servers, workers, sizes); !s.ok()) return s;
+  if (Status s = secure.Start(servers, workers, sizes, &tls); !s.ok()) return s;
+  for (uint32_t key = 0; key < sizes.size(); ++key) {
+    const size_t bytes = sizes[key] * sizeof(float);
+    const int iterations = std::max(2, static_cast<int>(bytes_per_rep / bytes + 0.5));
+    std::vector<double> plain_seconds, tls_seconds;
+    for (int rep = -1; rep < reps; ++rep) {
+      double p = 0, t = 0;
+      if (Status s = plain.Run(Op::kPushPull, key, iterations, &p); !s.ok()) return s;
+      if (Status s = secure.Run(Op::kPushPull, key, iterations, &t); !s.ok()) return s;
+      if (rep < 0) continue;  // the warm-up
+      plain_seconds.push_back(p);
+      tls_seconds.push_back(t);
+    }
+    const double payload = 2.0 * bytes * workers * iterations;
+    const double p = Median(plain_seconds), t = Median(tls_seconds);
+    std::printf("%-5s %5s %11.2f %11.2f %9.2f\n", setup.c_str(), size_names[key].c_str(),
+                payload / p / 1e9, payload / t / 1e9, p / t);
+    std::fflush(stdout);
+  }
+  *resends += plain.Resends() + secure.Resends();
+  return Status::Ok();
+}
+
 int Fail(const std::string& what, const Status& status, int exit_code = 1) {
   std::fprintf(stderr, "kv_goodput: %s: %s\n", what.c_str(), status.message().c_str());
   return exit_code;
@@ -424,6 +510,16 @@ int main(int argc, char** argv) {
       }
     }
     resends += job.Resends();
+  }
+  TlsFolders tls;
+  if (Status s = tls.Create(); !s.ok()) return Fail("the TLS certificates", s);
+  std::printf("\nmutual TLS: push+pull, GB/s, medians of %d repetitions taken in turns\n", reps);
+  std::printf("%-5s %5s %11s %11s %9s\n", "setup", "size", "without", "with TLS", "TLS/without");
+  for (const auto& [servers, workers] : {std::pair{1, 1}, std::pair{2, 2}}) {
+    if (Status s =
+            MeasureTls(servers, workers, sizes, size_names, bytes_per_rep, reps, tls, &resends);
+        !s.ok())
+      return Fail("TLS " + std::to_string(servers) + "x" + std::to_string(workers), s);
   }
   std::printf("requests resent after a timeout: %.0f%s\n", resends,
               resends > 0 ? " (the figures include their waits)" : "");

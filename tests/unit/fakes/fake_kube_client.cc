@@ -4,6 +4,7 @@
 #include <sstream>
 #include <thread>
 
+#include <cpprest/asyncrt_utils.h>
 #include <cpprest/base_uri.h>
 
 #include "operator/kubeclient/time_format.h"
@@ -212,7 +213,15 @@ Response FakeKubeClient::DoCreate(const std::string& path, json object) {
   meta["uid"] = "fake-uid-" + std::to_string(next_uid_++);
   meta["creationTimestamp"] = Rfc3339(std::chrono::system_clock::now());
   meta["generation"] = 1;
-  object.erase("status");  // set through the status subresource only
+  object.erase("status");               // set through the status subresource only
+  if (object.contains("stringData")) {  // as the API server stores a Secret: base64 in data
+    for (const auto& [key, value] : object["stringData"].items()) {
+      const std::string text = value.get<std::string>();
+      object["data"][key] =
+          utility::conversions::to_base64(std::vector<unsigned char>(text.begin(), text.end()));
+    }
+    object.erase("stringData");
+  }
   meta["resourceVersion"] = std::to_string(++resource_version_);
   objects_[p.ObjectPath()] = object;
   Record("ADDED", p.ObjectPath(), object);
