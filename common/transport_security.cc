@@ -63,12 +63,6 @@ class SameJobVerifier : public tls::ExternalCertificateVerifier {
   const std::string prefix_;
 };
 
-std::shared_ptr<tls::FileWatcherCertificateProvider> Provider(const std::string& dir) {
-  return std::make_shared<tls::FileWatcherCertificateProvider>(
-      dir + "/" + TransportSecurity::kKeyFile, dir + "/" + TransportSecurity::kCertificateFile,
-      dir + "/" + TransportSecurity::kCaFile, kRefreshSeconds);
-}
-
 Status ReadPem(const std::string& path, std::string* text) {
   std::ifstream in(path);
   std::stringstream buffer;
@@ -79,6 +73,14 @@ Status ReadPem(const std::string& path, std::string* text) {
 }
 
 }  // namespace
+
+TransportSecurity::TransportSecurity(std::string dir, std::string job_uri_prefix)
+    : dir_(std::move(dir)), job_uri_prefix_(std::move(job_uri_prefix)) {
+  if (dir_.empty()) return;
+  provider_ = std::make_shared<tls::FileWatcherCertificateProvider>(
+      dir_ + "/" + kKeyFile, dir_ + "/" + kCertificateFile, dir_ + "/" + kCaFile, kRefreshSeconds);
+  verifier_ = tls::ExternalCertificateVerifier::Create<SameJobVerifier>(job_uri_prefix_);
+}
 
 std::shared_ptr<const TransportSecurity> TransportSecurity::Insecure() {
   static const std::shared_ptr<const TransportSecurity> insecure(new TransportSecurity("", ""));
@@ -114,24 +116,22 @@ Status TransportSecurity::FromDirectory(const std::string& dir,
 std::shared_ptr<grpc::ChannelCredentials> TransportSecurity::ChannelCredentials() const {
   if (!tls()) return grpc::InsecureChannelCredentials();
   tls::TlsChannelCredentialsOptions options;
-  options.set_certificate_provider(Provider(dir_));
+  options.set_certificate_provider(provider_);
   options.watch_root_certs();
   options.watch_identity_key_cert_pairs();
   options.set_verify_server_certs(true);
   options.set_check_call_host(false);
-  options.set_certificate_verifier(
-      tls::ExternalCertificateVerifier::Create<SameJobVerifier>(job_uri_prefix_));
+  options.set_certificate_verifier(verifier_);
   return grpc::experimental::TlsCredentials(options);
 }
 
 std::shared_ptr<grpc::ServerCredentials> TransportSecurity::ServerCredentials() const {
   if (!tls()) return grpc::InsecureServerCredentials();
-  tls::TlsServerCredentialsOptions options(Provider(dir_));
+  tls::TlsServerCredentialsOptions options(provider_);
   options.watch_root_certs();
   options.watch_identity_key_cert_pairs();
   options.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  options.set_certificate_verifier(
-      tls::ExternalCertificateVerifier::Create<SameJobVerifier>(job_uri_prefix_));
+  options.set_certificate_verifier(verifier_);
   return grpc::experimental::TlsServerCredentials(options);
 }
 

@@ -32,6 +32,10 @@
 namespace grpc {
 class ChannelCredentials;
 class ServerCredentials;
+namespace experimental {
+class CertificateProviderInterface;
+class CertificateVerifier;
+}  // namespace experimental
 }  // namespace grpc
 
 namespace kubeps {
@@ -63,11 +67,14 @@ class TransportSecurity {
   std::shared_ptr<grpc::ServerCredentials> ServerCredentials() const;
 
  private:
-  TransportSecurity(std::string dir, std::string job_uri_prefix)
-      : dir_(std::move(dir)), job_uri_prefix_(std::move(job_uri_prefix)) {}
+  TransportSecurity(std::string dir, std::string job_uri_prefix);
 
   const std::string dir_;
   const std::string job_uri_prefix_;
+  // One of each per process, whatever the number of channels: the provider
+  // holds the thread that reads the files again.
+  std::shared_ptr<grpc::experimental::CertificateProviderInterface> provider_;
+  std::shared_ptr<grpc::experimental::CertificateVerifier> verifier_;
 };
 
 }  // namespace kubeps

@@ -4,7 +4,7 @@ a CNI plugin does (emulator/kubelet/network_policy.py, policy_enforcer.py).
 
 The operator runs with --network-policy --tls and admits Prometheus (pods
 labelled app.kubernetes.io/name=prometheus in namespace `monitoring`) to the
-metrics port. With the job `isolated` (mlp, sync, 2 servers x 2 workers)
+metrics port. With the job `isolated` (mlp, sync, 1 server x 2 workers, 1000 epochs: deleted at the end)
 running in namespace default:
 
   1. the operator made the NetworkPolicy `isolated`, owned by the job (by
@@ -158,7 +158,7 @@ class NetworkIsolationTest(OperatorTestCase):
                 cls.c.client.post("/api/v1/namespaces", {
                     "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
             # long enough to run through every test: deleted at the end
-            apply(cls.c, training_job(JOB, epochs=3, max_steps=1000000, servers=2, workers=2))
+            apply(cls.c, training_job(JOB, epochs=1000, max_steps=1000000, servers=1, workers=2))
         except BaseException:
             cls.stop_all()
             raise
