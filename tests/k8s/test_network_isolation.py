@@ -4,8 +4,8 @@ a CNI plugin does (emulator/kubelet/network_policy.py, policy_enforcer.py).
 
 The operator runs with --network-policy --tls and admits Prometheus (pods
 labelled app.kubernetes.io/name=prometheus in namespace `monitoring`) to the
-metrics port. With the job `isolated` (mlp, sync, 1 server x 2 workers, 1000 epochs: deleted at the end)
-running in namespace default:
+metrics port. With the job `isolated` (mlp, sync, 1 server x 2 workers,
+1000 epochs: deleted at the end) running in namespace default:
 
   1. the operator made the NetworkPolicy `isolated`, owned by the job (by
      uid): its own pods, any port; the Prometheus peers, TCP 9090 only; and
@@ -361,8 +361,8 @@ class NetworkIsolationTest(OperatorTestCase):
         errors = {t["labels"]["instance"]: t.get("lastError", "")
                   for t in answer["data"]["activeTargets"]}
         self.assertEqual(sorted(errors), sorted(targets), errors)
-        for target, error in errors.items():
-            self.assertIn("deadline exceeded", error, target)
+        for target, error in errors.items():   # a dial that timed out, not a refusal
+            self.assertRegex(error, r"i/o timeout|deadline exceeded", target)
 
 
 if __name__ == "__main__":
