@@ -2,7 +2,6 @@
 condition that says the model diverged, instead of ending `succeeded` with
 NaN parameters; with spec.nonFinite: SkipStep the shards skip the steps and
 count them, and the job runs to its end."""
-import re
 import tempfile
 import time
 import unittest

@@ -8,7 +8,7 @@ import tempfile
 import time
 import unittest
 
-from jobtools import RunningJob, manifest, processes_with_env, read_floats, run_job, write_manifest
+from jobtools import RunningJob, manifest, processes_with_env, run_job, write_manifest
 
 
 def job_text(name):

@@ -81,7 +81,6 @@ class SchedulerRestartTest(unittest.TestCase):
     def test_scheduler_kill_alone_then_a_worker_kill_recovers(self):
         clean_time, clean_params = self.clean_run()
         job, dump = self.start("schedonly")
-        start = time.time()
         self.kill_scheduler(job, 100)
         wait_for_steps(job, 0, 250, timeout=180)
         os.kill(wait_for_replica_pid(job, "worker-1"), signal.SIGKILL)
