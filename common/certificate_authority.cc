@@ -13,6 +13,9 @@
 namespace kubeps {
 namespace {
 
+// Every replica's URI starts here (JobUriPrefix).
+constexpr const char* kUriStart = "spiffe://kubeps.io/ns/";
+
 template <typename T, void (*Free)(T*)>
 struct Deleter {
   void operator()(T* p) const { Free(p); }
@@ -188,7 +191,16 @@ Status ReadCa(const CertificateAndKey& ca, X509Ptr* cert, KeyPtr* key) {
 }  // namespace
 
 std::string JobUriPrefix(const std::string& namespace_, const std::string& job) {
-  return "spiffe://kubeps.io/ns/" + namespace_ + "/job/" + job + "/";
+  return kUriStart + namespace_ + "/job/" + job + "/";
+}
+
+std::string JobUriPrefixOf(const std::string& uri) {
+  if (uri.rfind(kUriStart, 0) != 0) return "";
+  const size_t job = uri.find("/job/");
+  if (job == std::string::npos) return "";
+  const size_t end = uri.find('/', job + 5);
+  if (end == std::string::npos || end == job + 5) return "";
+  return uri.substr(0, end + 1);
 }
 
 std::string ReplicaUri(const ReplicaIdentity& id) {

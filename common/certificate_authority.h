@@ -43,6 +43,9 @@ struct ReplicaIdentity {
 std::string ReplicaUri(const ReplicaIdentity& id);
 // The job part every replica's URI starts with: "spiffe://kubeps.io/ns/<namespace>/job/<job>/".
 std::string JobUriPrefix(const std::string& namespace_, const std::string& job);
+// The job part of a replica's URI ("spiffe://kubeps.io/ns/N/job/J/R/I" gives
+// JobUriPrefix(N, J)); "" for a URI that names no kubeps replica.
+std::string JobUriPrefixOf(const std::string& uri);
 
 // A new self-signed CA for one job: ECDSA P-256 key, X.509 v3, basicConstraints
 // CA:TRUE pathlen 0 (critical), keyUsage keyCertSign+cRLSign (critical), subject

@@ -22,17 +22,6 @@ namespace tls = grpc::experimental;
 // pod's volume within the kubelet's sync period (about a minute) anyway.
 constexpr unsigned kRefreshSeconds = 60;
 
-// The job part of a replica's URI: "spiffe://kubeps.io/ns/N/job/J/R/I"
-// gives "spiffe://kubeps.io/ns/N/job/J/"; "" when the URI is not one.
-std::string JobPartOf(const std::string& uri) {
-  if (uri.rfind("spiffe://kubeps.io/ns/", 0) != 0) return "";
-  const size_t job = uri.find("/job/");
-  if (job == std::string::npos) return "";
-  const size_t end = uri.find('/', job + 5);
-  if (end == std::string::npos || end == job + 5) return "";
-  return uri.substr(0, end + 1);
-}
-
 // Refuses a peer whose certificate does not name a replica of this job:
 // the chain's signature is checked by gRPC against the job's CA first.
 class SameJobVerifier : public tls::ExternalCertificateVerifier {
@@ -44,7 +33,7 @@ class SameJobVerifier : public tls::ExternalCertificateVerifier {
     std::string named;
     for (const grpc::string_ref& uri : request->uri_names()) {
       const std::string text(uri.data(), uri.size());
-      if (JobPartOf(text) == prefix_) {
+      if (JobUriPrefixOf(text) == prefix_) {
         *sync_status = grpc::Status::OK;
         return true;
       }
@@ -103,7 +92,7 @@ Status TransportSecurity::FromDirectory(const std::string& dir,
     return Status::InvalidArgument("TLS certificate " + dir + "/" + kCertificateFile + ": " +
                                    s.message());
   for (const std::string& uri : uris) {
-    const std::string job = JobPartOf(uri);
+    const std::string job = JobUriPrefixOf(uri);
     if (job.empty()) continue;
     out->reset(new TransportSecurity(dir, job));
     return Status::Ok();

@@ -47,6 +47,7 @@ NOT_FOR_BUILDING = {"git", "curl", "python3", "ccache", "clang-format", "libgtes
                     "golang-github-masterminds-sprig-dev", "golang-gopkg-yaml.v2-dev",
                     "faketime",  # a worker restarted with its clock behind
                     "python3-yaml",  # the Kubernetes tests read rendered manifests
+                    "nftables",  # the Kubernetes stand-in enforces NetworkPolicy
                     # the Python client's tests and the PyTorch examples
                     "python3-torch", "python3-venv", "python3-pip", "python3-setuptools",
                     "python3-wheel"}

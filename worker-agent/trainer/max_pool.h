@@ -1,14 +1,15 @@
 // 2x2 max pooling with stride 2 (H and W must be even) on CNHW tensors,
 // i.e. on C*batch independent planes of H x W.
 // Ties pick the first of the window in the order (0,0) (0,1) (1,0) (1,1);
-// Backward routes each gradient to the position that won.
+// Backward routes each gradient to the position that won, found again from
+// Forward's input: `x` must be unchanged until Backward (in the models it is
+// the convolution's output, which lives until its next Forward).
 //
 // Not thread-safe: a layer keeps what its backward pass needs between calls;
 // it belongs to one model on one thread.
 #ifndef KUBEPS_WORKER_AGENT_TRAINER_MAX_POOL_H_
 #define KUBEPS_WORKER_AGENT_TRAINER_MAX_POOL_H_
 
-#include <cstdint>
 #include <vector>
 
 namespace kubeps::trainer {
@@ -29,8 +30,8 @@ class MaxPool2x2 {
  private:
   int h_, w_, c_;
   int batch_ = 0;
+  const float* x_ = nullptr;  // Forward's input, read again by Backward
   std::vector<float> y_;
-  std::vector<uint8_t> argmax_;  // 0..3 per output element
   std::vector<float> dx_;
 };
 

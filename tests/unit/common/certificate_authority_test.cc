@@ -113,6 +113,11 @@ class CertificateAuthorityTest : public ::testing::Test {
 TEST_F(CertificateAuthorityTest, UrisNameTheJobRoleAndIndex) {
   EXPECT_EQ(JobUriPrefix("team-a", "mnist"), "spiffe://kubeps.io/ns/team-a/job/mnist/");
   EXPECT_EQ(ReplicaUri(server0_), "spiffe://kubeps.io/ns/team-a/job/mnist/server/0");
+  EXPECT_EQ(JobUriPrefixOf(ReplicaUri(server0_)), JobUriPrefix("team-a", "mnist"));
+  for (const char* not_a_replica :
+       {"", "spiffe://kubeps.io/ns/team-a", "spiffe://kubeps.io/ns/team-a/job//server/0",
+        "spiffe://other.io/ns/team-a/job/mnist/server/0", "https://kubeps.io/ns/a/job/b/c/0"})
+    EXPECT_EQ(JobUriPrefixOf(not_a_replica), "") << not_a_replica;
 }
 
 TEST_F(CertificateAuthorityTest, ReplicaVerifiesAgainstItsCaAsClientAndServer) {

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -273,6 +274,25 @@ TEST(MaxPoolTest, TiesGoToTheFirstElement) {
   const float dy = 1.5f;
   const float* dx = pool.Backward(&dy);
   EXPECT_EQ(std::vector<float>(dx, dx + 4), (std::vector<float>{1.5f, 0, 0, 0}));
+}
+
+// Backward finds each window's winner again from Forward's input: it must
+// route the gradient where Forward's pick was, ties and NaN included.
+TEST(MaxPoolTest, BackwardRoutesToForwardsPickForTiesAndNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Four windows of one 2x8 plane: rows (a b | ...) over (c d | ...).
+  const std::vector<float> x = {1, 3, 0, 0, nan, 1, 4, 4,   // row 0
+                                3, 2, 5, 5, 2,   3, 4, 4};  // row 1
+  MaxPool2x2 pool(2, 8, 1);
+  const float* y = pool.Forward(x.data(), 1);
+  EXPECT_EQ(y[0], 3);
+  EXPECT_EQ(y[1], 5);
+  EXPECT_TRUE(std::isnan(y[2]));  // nothing compares greater than NaN
+  EXPECT_EQ(y[3], 4);
+  const std::vector<float> dy = {1, 2, 3, 4};
+  const float* dx = pool.Backward(dy.data());
+  EXPECT_EQ(std::vector<float>(dx, dx + 16), (std::vector<float>{0, 1, 0, 0, 3, 0, 4, 0,  //
+                                                                 0, 0, 2, 0, 0, 0, 0, 0}));
 }
 
 // ------------------------------------------------------------------ ReLU
