@@ -511,7 +511,18 @@ Status JobReconciler::EnsureTlsSecrets(const JobIdentity& id, const api::Trainin
     Response replica;
     if (Status s = client_->Get(secrets + "/" + ReplicaTlsSecretName(id, name), &replica); !s.ok())
       return s;
-    if (replica.ok() && OwnedBy(replica.body, id)) continue;
+    if (replica.ok() && OwnedBy(replica.body, id)) {
+      if (CarriesCa(replica.body, ca)) continue;
+      // The job's CA was made again (its Secret deleted): no peer would
+      // accept this certificate of the old one. Replaced; the pod's volume
+      // follows within the kubelet's sync, and gRPC reads it again.
+      Response deleted;
+      const std::string path = secrets + "/" + ReplicaTlsSecretName(id, name);
+      if (Status s = client_->Delete(path, &deleted); !s.ok()) return s;
+      if (!deleted.ok() && deleted.code != 404)
+        return Status::Error("replacing Secret " + ReplicaTlsSecretName(id, name) + ": " +
+                             deleted.Describe());
+    }
     json secret;
     if (Status s = BuildReplicaTlsSecret(id, spec, ca, name, &secret); !s.ok()) return s;
     if (Status s = EnsureObject(id, secrets, secret, over_quota); !s.ok()) return s;

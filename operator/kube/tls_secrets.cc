@@ -57,6 +57,11 @@ Status CaFromSecret(const json& secret, CertificateAndKey* ca) {
   return Status::Ok();
 }
 
+bool CarriesCa(const json& replica_secret, const CertificateAndKey& ca) {
+  std::string pem;
+  return Base64Field(replica_secret, TransportSecurity::kCaFile, &pem) && pem == ca.certificate_pem;
+}
+
 Status BuildReplicaTlsSecret(const JobIdentity& job, const api::TrainingJob& spec,
                              const CertificateAndKey& ca, const controller::ReplicaName& name,
                              json* secret) {

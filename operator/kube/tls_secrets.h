@@ -24,6 +24,10 @@ nlohmann::json BuildCaSecret(const JobIdentity& job, const CertificateAndKey& ca
 // The CA back from its Secret as the API server returns it (base64 data).
 Status CaFromSecret(const nlohmann::json& secret, CertificateAndKey* ca);
 
+// Whether a replica's Secret (as the API server returns it) carries `ca`'s
+// certificate: one that does not was issued by a CA the job no longer has.
+bool CarriesCa(const nlohmann::json& replica_secret, const CertificateAndKey& ca);
+
 // Replica `name`'s Secret, with a new certificate from `ca` naming the
 // replica and carrying its DNS names under the job's headless Service.
 Status BuildReplicaTlsSecret(const JobIdentity& job, const api::TrainingJob& spec,

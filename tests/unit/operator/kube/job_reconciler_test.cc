@@ -735,6 +735,23 @@ TEST_F(JobReconcilerTlsTest, TheOperatorsDefaultIsDecidedOnceAndKeptAcrossAResta
               Contains(json({{"name", "KUBEPS_TLS_DIR"}, {"value", kTlsMountPath}})));
 }
 
+TEST_F(JobReconcilerTlsTest, ACaMadeAgainGetsEveryReplicaANewCertificate) {
+  json manifest = JobManifest();
+  manifest["spec"]["security"] = {{"tls", "Enabled"}};
+  CreateJob(manifest);
+  ASSERT_TRUE(Reconcile().ok());
+  const json old_ca = fake_.Object(kSecretsPath + "/mnist-tls-ca");
+  fake_.Remove(kSecretsPath + "/mnist-tls-ca");
+  UseOperator(false);  // a restarted operator: it remembers nothing
+  ASSERT_TRUE(Reconcile().ok());
+  const json ca = fake_.Object(kSecretsPath + "/mnist-tls-ca");
+  ASSERT_NE(ca["data"]["ca.crt"], old_ca["data"]["ca.crt"]);
+  for (const auto& name : kPodNames) {
+    const json secret = fake_.Object(kSecretsPath + "/" + name + "-tls");
+    EXPECT_EQ(secret["data"]["ca.crt"], ca["data"]["ca.crt"]) << name;
+  }
+}
+
 TEST_F(JobReconcilerTlsTest, WithoutTlsThereAreNoCertificates) {
   CreateJob();
   ASSERT_TRUE(Reconcile().ok());
