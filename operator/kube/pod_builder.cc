@@ -168,6 +168,13 @@ json OwnerReference(const JobIdentity& job) {
           {"blockOwnerDeletion", true}};
 }
 
+json OwnedMetadata(const JobIdentity& job, const std::string& name) {
+  return {{"name", name},
+          {"namespace", job.namespace_},
+          {"labels", Labels(job)},
+          {"ownerReferences", json::array({OwnerReference(job)})}};
+}
+
 json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
               const controller::ReplicaLaunch& launch, int restarts, const ImageSet& images) {
   const controller::ReplicaName& name = launch.name;
@@ -300,11 +307,7 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
 json BuildHeadlessService(const JobIdentity& job) {
   return {{"apiVersion", "v1"},
           {"kind", "Service"},
-          {"metadata",
-           {{"name", job.name},
-            {"namespace", job.namespace_},
-            {"labels", Labels(job)},
-            {"ownerReferences", json::array({OwnerReference(job)})}}},
+          {"metadata", OwnedMetadata(job, job.name)},
           {"spec",
            {{"clusterIP", "None"},
             {"publishNotReadyAddresses", true},
@@ -350,11 +353,7 @@ json BuildNetworkPolicy(const JobIdentity& job, const json& metrics_from) {
   }
   return {{"apiVersion", "networking.k8s.io/v1"},
           {"kind", "NetworkPolicy"},
-          {"metadata",
-           {{"name", job.name},
-            {"namespace", job.namespace_},
-            {"labels", Labels(job)},
-            {"ownerReferences", json::array({OwnerReference(job)})}}},
+          {"metadata", OwnedMetadata(job, job.name)},
           {"spec",
            {{"podSelector", {{"matchLabels", Labels(job)}}},
             {"policyTypes", json::array({"Ingress"})},
@@ -366,11 +365,7 @@ json BuildSchedulerService(const JobIdentity& job) {
   selector[kReplicaTypeLabel] = "scheduler";
   return {{"apiVersion", "v1"},
           {"kind", "Service"},
-          {"metadata",
-           {{"name", SchedulerServiceName(job)},
-            {"namespace", job.namespace_},
-            {"labels", Labels(job)},
-            {"ownerReferences", json::array({OwnerReference(job)})}}},
+          {"metadata", OwnedMetadata(job, SchedulerServiceName(job))},
           {"spec",
            {{"selector", selector},
             {"ports",
@@ -384,15 +379,12 @@ std::string ReplicaTlsSecretName(const JobIdentity& job, const controller::Repli
 }
 
 json BuildTokenSecret(const JobIdentity& job, const std::string& token, const std::string& tls) {
+  json metadata = OwnedMetadata(job, TokenSecretName(job));
+  metadata["annotations"] = {{kTlsAnnotation, tls}};
   return {{"apiVersion", "v1"},
           {"kind", "Secret"},
           {"type", "Opaque"},
-          {"metadata",
-           {{"name", TokenSecretName(job)},
-            {"namespace", job.namespace_},
-            {"labels", Labels(job)},
-            {"annotations", {{kTlsAnnotation, tls}}},
-            {"ownerReferences", json::array({OwnerReference(job)})}}},
+          {"metadata", metadata},
           // The API server encodes stringData into data, as it does for kubectl.
           {"stringData", {{"token", token}}}};
 }
@@ -416,11 +408,7 @@ json BuildPodGroup(const JobIdentity& job, const api::TrainingJob& spec, std::st
     spec_json["priorityClassName"] = policy.priority_class;
   return {{"apiVersion", group_version},
           {"kind", "PodGroup"},
-          {"metadata",
-           {{"name", job.name},
-            {"namespace", job.namespace_},
-            {"labels", Labels(job)},
-            {"ownerReferences", json::array({OwnerReference(job)})}}},
+          {"metadata", OwnedMetadata(job, job.name)},
           {"spec", spec_json}};
 }
 

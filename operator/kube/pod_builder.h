@@ -97,6 +97,9 @@ std::string ReplicaHostname(const JobIdentity& job, const controller::ReplicaNam
 std::string PodName(const JobIdentity& job, const controller::ReplicaName& name, int restarts);
 
 nlohmann::json OwnerReference(const JobIdentity& job);
+// name, namespace, the job's label and its controller ownerReference: the
+// metadata of every object the job owns but its pods.
+nlohmann::json OwnedMetadata(const JobIdentity& job, const std::string& name);
 // Whether `object`'s controller ownerReference names the job's uid. Objects
 // are matched to a job by uid, never by name or label alone: after a job is
 // deleted and applied again, its predecessor's objects (same names, same

@@ -15,13 +15,6 @@ using nlohmann::json;
 constexpr const char* kCaCertificateKey = "ca.crt";
 constexpr const char* kCaKeyKey = "ca.key";
 
-json SecretMetadata(const JobIdentity& job, const std::string& name) {
-  return {{"name", name},
-          {"namespace", job.namespace_},
-          {"labels", {{kJobNameLabel, job.name}}},
-          {"ownerReferences", json::array({OwnerReference(job)})}};
-}
-
 bool Base64Field(const json& secret, const char* key, std::string* out) {
   const json data = secret.value("data", json::object());
   if (!data.contains(key) || !data[key].is_string()) return false;
@@ -44,7 +37,7 @@ json BuildCaSecret(const JobIdentity& job, const CertificateAndKey& ca) {
       {"apiVersion", "v1"},
       {"kind", "Secret"},
       {"type", "Opaque"},
-      {"metadata", SecretMetadata(job, CaSecretName(job))},
+      {"metadata", OwnedMetadata(job, CaSecretName(job))},
       {"stringData", {{kCaCertificateKey, ca.certificate_pem}, {kCaKeyKey, ca.private_key_pem}}}};
 }
 
@@ -75,7 +68,7 @@ Status BuildReplicaTlsSecret(const JobIdentity& job, const api::TrainingJob& spe
   *secret = {{"apiVersion", "v1"},
              {"kind", "Secret"},
              {"type", "kubernetes.io/tls"},
-             {"metadata", SecretMetadata(job, ReplicaTlsSecretName(job, name))},
+             {"metadata", OwnedMetadata(job, ReplicaTlsSecretName(job, name))},
              {"stringData",
               {{TransportSecurity::kCaFile, ca.certificate_pem},
                {TransportSecurity::kCertificateFile, replica.certificate_pem},

@@ -9,114 +9,18 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cpprest/asyncrt_utils.h>
-
-#include <algorithm>
-
-#include "operator/kube/tls_secrets.h"
-#include "operator/kubeclient/api_path.h"
 #include "operator/kubeclient/time_format.h"
-#include "tests/unit/fakes/fake_kube_client.h"
+#include "tests/unit/operator/kube/job_reconciler_fixture.h"
 
 namespace kubeps::kube {
 namespace {
 
-using fake::FakeKubeClient;
-using nlohmann::json;
+using namespace reconciler_test;
 using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
 using ::testing::UnorderedElementsAreArray;
-
-const std::string kNamespace = "team-a";
-const std::string kJobsPath = CollectionPath(kTrainingJobs, kNamespace);
-const std::string kJob = kJobsPath + "/mnist";
-const std::string kPodsPath = CollectionPath(kPods, kNamespace);
-const std::string kServicesPath = CollectionPath(kServices, kNamespace);
-const std::string kSecretsPath = CollectionPath(kSecrets, kNamespace);
-const std::string kEventsPath = CollectionPath(kEvents, kNamespace);
-// One scheduler, one server, two workers.
-const std::vector<std::string> kPodNames = {"mnist-scheduler-0", "mnist-server-0", "mnist-worker-0",
-                                            "mnist-worker-1"};
-
-json JobManifest() {
-  return {{"apiVersion", "kubeps.io/v1alpha1"},
-          {"kind", "TrainingJob"},
-          {"metadata", {{"name", "mnist"}, {"namespace", kNamespace}}},
-          {"spec",
-           {{"dataset", {{"path", "/data"}}},
-            {"replicaSpecs", {{"ps", {{"replicas", 1}}}, {"worker", {{"replicas", 2}}}}}}}};
-}
-
-std::vector<std::string> Names(const std::vector<json>& objects) {
-  std::vector<std::string> names;
-  for (const auto& object : objects) names.push_back(object["metadata"]["name"]);
-  return names;
-}
-
-class JobReconcilerTest : public ::testing::Test {
- protected:
-  JobReconcilerTest() {
-    EXPECT_TRUE(MetricsServer::Start("", -1, {}, &metrics_).ok());
-    reconciler_ = std::make_unique<JobReconciler>(&fake_, JobObjectOptions{}, metrics_.get());
-  }
-
-  json CreateJob(json manifest = JobManifest()) {
-    json job = fake_.Create(kJobsPath, std::move(manifest));
-    uid_ = job["metadata"]["uid"];
-    return job;
-  }
-  // One reconcile of the job as the server has it now, with its pods as the
-  // operator's cache would hand them over.
-  Status Reconcile() { return ReconcileWith(fake_.Object(kJob), fake_.List(kPodsPath)); }
-  Status ReconcileWith(const json& job, const std::vector<json>& pods) {
-    result_ = ReconcileResult();
-    return reconciler_->Reconcile(job, pods, &result_);
-  }
-  json StatusOfJob() { return fake_.Object(kJob)["status"]; }
-  // The phase the kubelet reports; `exit_code` for a finished container.
-  void SetPod(const std::string& name, const std::string& phase, int exit_code = 0) {
-    json status = {{"phase", phase}};
-    if (phase == "Succeeded" || phase == "Failed") {
-      status["containerStatuses"] = {
-          {{"name", "c"}, {"state", {{"terminated", {{"exitCode", exit_code}}}}}}};
-    }
-    ASSERT_FALSE(fake_.SetStatus(kPodsPath + "/" + name, status).is_null()) << name;
-  }
-  void SetAllPods(const std::string& phase) {
-    for (const auto& name : Names(fake_.List(kPodsPath))) SetPod(name, phase);
-  }
-  std::vector<std::string> EventReasons() {
-    std::vector<std::string> reasons;
-    for (const auto& event : fake_.List(kEventsPath)) reasons.push_back(event["reason"]);
-    return reasons;
-  }
-  double Metric(const std::string& name) {
-    for (const auto& family : metrics_->registry().Collect()) {
-      if (family.name == name && !family.metric.empty())
-        return family.metric[0].counter.value + family.metric[0].histogram.sample_count;
-    }
-    return 0;
-  }
-
-  // A job with cleanPodPolicy All whose pods have all succeeded; returns it
-  // as read then, still unfinished, before the reconcile that ends it.
-  json RunCleanAllJobToItsEnd() {
-    json manifest = JobManifest();
-    manifest["spec"]["runPolicy"] = {{"cleanPodPolicy", "All"}};
-    CreateJob(manifest);
-    EXPECT_TRUE(Reconcile().ok());
-    SetAllPods("Succeeded");
-    return fake_.Object(kJob);
-  }
-
-  FakeKubeClient fake_;
-  std::unique_ptr<MetricsServer> metrics_;
-  std::unique_ptr<JobReconciler> reconciler_;
-  ReconcileResult result_;
-  std::string uid_;
-};
 
 TEST_F(JobReconcilerTest, AJobThatBringsItsOwnProgramRunsItBesideTheAgentSidecar) {
   json manifest = JobManifest();
@@ -644,122 +548,6 @@ TEST_F(JobReconcilerTest, EventsAreBestEffort) {
   ASSERT_TRUE(Reconcile().ok());
   EXPECT_EQ(fake_.List(kPodsPath).size(), kPodNames.size());
   EXPECT_EQ(StatusOfJob()["phase"], "Created");
-}
-
-}  // namespace
-}  // namespace kubeps::kube
-
-namespace kubeps::kube {
-namespace {
-
-class JobReconcilerTlsTest : public JobReconcilerTest {
- protected:
-  void UseOperator(bool tls_by_default) {
-    JobObjectOptions options;
-    options.tls_by_default = tls_by_default;
-    reconciler_ = std::make_unique<JobReconciler>(&fake_, options, metrics_.get());
-  }
-  std::string TokenAnnotation() {
-    return fake_.Object(kSecretsPath + "/mnist-token")["metadata"]["annotations"][kTlsAnnotation];
-  }
-};
-
-TEST_F(JobReconcilerTlsTest, AJobWithTlsGetsACaAndACertificatePerReplicaMountedInItsPodOnly) {
-  json manifest = JobManifest();
-  manifest["spec"]["security"] = {{"tls", "Enabled"}};
-  CreateJob(manifest);
-  ASSERT_TRUE(Reconcile().ok());
-  std::vector<std::string> secrets = {"mnist-token", "mnist-tls-ca"};
-  for (const auto& pod : kPodNames) secrets.push_back(pod + "-tls");
-  EXPECT_THAT(Names(fake_.List(kSecretsPath)), UnorderedElementsAreArray(secrets));
-  const json ca = fake_.Object(kSecretsPath + "/mnist-tls-ca");
-  CertificateAndKey ca_pems;
-  ASSERT_TRUE(CaFromSecret(ca, &ca_pems).ok());
-  for (const auto& name : kPodNames) {
-    const json secret = fake_.Object(kSecretsPath + "/" + name + "-tls");
-    EXPECT_EQ(secret["type"], "kubernetes.io/tls");
-    EXPECT_EQ(secret["metadata"]["ownerReferences"][0]["uid"], uid_);
-    const json pod = fake_.Object(kPodsPath + "/" + name);
-    const json& volumes = pod["spec"]["volumes"];
-    const auto tls = std::find_if(volumes.begin(), volumes.end(),
-                                  [](const json& v) { return v["name"] == "kubeps-tls"; });
-    ASSERT_NE(tls, volumes.end()) << name;
-    EXPECT_EQ((*tls)["secret"]["secretName"], name + "-tls");
-    EXPECT_EQ((*tls)["secret"]["defaultMode"], 0400);
-    EXPECT_THAT(pod["spec"]["containers"][0]["env"],
-                Contains(json({{"name", "KUBEPS_TLS_DIR"}, {"value", kTlsMountPath}})));
-  }
-  // Each certificate names its replica.
-  const json worker = fake_.Object(kSecretsPath + "/mnist-worker-1-tls");
-  std::vector<unsigned char> bytes =
-      utility::conversions::from_base64(worker["data"]["tls.crt"].get<std::string>());
-  std::vector<std::string> uris;
-  ASSERT_TRUE(CertificateUris(std::string(bytes.begin(), bytes.end()), &uris).ok());
-  EXPECT_THAT(uris, Contains("spiffe://kubeps.io/ns/team-a/job/mnist/worker/1"));
-  EXPECT_EQ(TokenAnnotation(), "Enabled");
-}
-
-TEST_F(JobReconcilerTlsTest, ARestartedOperatorKeepsTheCaAndIssuesOnlyWhatIsMissing) {
-  json manifest = JobManifest();
-  manifest["spec"]["security"] = {{"tls", "Enabled"}};
-  CreateJob(manifest);
-  ASSERT_TRUE(Reconcile().ok());
-  const json ca = fake_.Object(kSecretsPath + "/mnist-tls-ca");
-  const json server = fake_.Object(kSecretsPath + "/mnist-server-0-tls");
-  fake_.Remove(kSecretsPath + "/mnist-worker-0-tls");
-  UseOperator(false);
-  fake_.ClearRequests();
-  ASSERT_TRUE(Reconcile().ok());
-  EXPECT_EQ(fake_.Object(kSecretsPath + "/mnist-tls-ca"), ca);
-  EXPECT_EQ(fake_.Object(kSecretsPath + "/mnist-server-0-tls"), server);
-  EXPECT_EQ(fake_.RequestsTo("POST", kSecretsPath).size(), 1u);  // worker 0's, again
-  // Signed by the same CA as before.
-  const json worker = fake_.Object(kSecretsPath + "/mnist-worker-0-tls");
-  EXPECT_EQ(worker["data"]["ca.crt"], server["data"]["ca.crt"]);
-}
-
-// The operator's --tls decides for a job that does not say, once: the
-// token Secret records it, and an operator restarted with another default
-// does not mix pods with TLS and pods without in one job.
-TEST_F(JobReconcilerTlsTest, TheOperatorsDefaultIsDecidedOnceAndKeptAcrossARestart) {
-  UseOperator(true);
-  CreateJob();
-  ASSERT_TRUE(Reconcile().ok());
-  EXPECT_EQ(TokenAnnotation(), "Enabled");
-  EXPECT_FALSE(fake_.Object(kSecretsPath + "/mnist-tls-ca").is_null());
-  UseOperator(false);
-  fake_.Remove(kPodsPath + "/mnist-worker-1");
-  ASSERT_TRUE(Reconcile().ok());
-  const json pod = fake_.Object(kPodsPath + "/mnist-worker-1");
-  EXPECT_THAT(pod["spec"]["containers"][0]["env"],
-              Contains(json({{"name", "KUBEPS_TLS_DIR"}, {"value", kTlsMountPath}})));
-}
-
-TEST_F(JobReconcilerTlsTest, ACaMadeAgainGetsEveryReplicaANewCertificate) {
-  json manifest = JobManifest();
-  manifest["spec"]["security"] = {{"tls", "Enabled"}};
-  CreateJob(manifest);
-  ASSERT_TRUE(Reconcile().ok());
-  const json old_ca = fake_.Object(kSecretsPath + "/mnist-tls-ca");
-  fake_.Remove(kSecretsPath + "/mnist-tls-ca");
-  UseOperator(false);  // a restarted operator: it remembers nothing
-  ASSERT_TRUE(Reconcile().ok());
-  const json ca = fake_.Object(kSecretsPath + "/mnist-tls-ca");
-  ASSERT_NE(ca["data"]["ca.crt"], old_ca["data"]["ca.crt"]);
-  for (const auto& name : kPodNames) {
-    const json secret = fake_.Object(kSecretsPath + "/" + name + "-tls");
-    EXPECT_EQ(secret["data"]["ca.crt"], ca["data"]["ca.crt"]) << name;
-  }
-}
-
-TEST_F(JobReconcilerTlsTest, WithoutTlsThereAreNoCertificates) {
-  CreateJob();
-  ASSERT_TRUE(Reconcile().ok());
-  EXPECT_THAT(Names(fake_.List(kSecretsPath)), UnorderedElementsAre("mnist-token"));
-  EXPECT_EQ(TokenAnnotation(), "Disabled");
-  for (const auto& env :
-       fake_.Object(kPodsPath + "/mnist-server-0")["spec"]["containers"][0]["env"])
-    EXPECT_NE(env["name"], "KUBEPS_TLS_DIR");
 }
 
 }  // namespace
