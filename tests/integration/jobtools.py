@@ -70,8 +70,9 @@ class RunningJob:
         self._reader.start()
 
     def _read(self):
-        for line in self.process.stdout:
-            self.lines.append((time.time() - self.start, line.rstrip("\n")))
+        with self.process.stdout:
+            for line in self.process.stdout:
+                self.lines.append((time.time() - self.start, line.rstrip("\n")))
 
     def wait(self, timeout=300):
         try:
