@@ -1,6 +1,7 @@
 #include "ps-server/ps_service.h"
 
 #include <cmath>
+#include <cstring>
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -24,6 +25,7 @@ constexpr int kPushRequestDataField = 5;
 constexpr int kPullResponseReadyField = 1;
 constexpr int kPullResponseVersionField = 2;
 constexpr int kPullResponseDataField = 3;
+constexpr int kPullResponseLandedField = 4;
 
 // "/kubeps.v1.ParameterServer/Push": what the generated stub calls.
 std::string MethodPath(const char* rpc) {
@@ -89,6 +91,17 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext* context,
   }
   GradientEncoding encoding;
   if (grpc::Status s = wire::CheckEncoding(header, &encoding); !s.ok()) return s;
+  std::shared_ptr<const SharedSegment> segment;  // keeps the pieces mapped
+  if (header.has_shared()) {
+    // FAILED_PRECONDITION with this prefix tells the worker to send the
+    // same push again with its data in the request (kv_worker.cc).
+    if (Status s = segments_.Get(header.shared(), &segment); !s.ok()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "shared memory: " + s.message());
+    }
+    if (grpc::Status s = wire::SharedPieces(header, encoding, *segment, &pieces); !s.ok()) {
+      return s;
+    }
+  }
   return WithFaults(faults_, context, "Push", response, [&](auto*) {
     // Each handling (a duplicate too) reads the data anew.
     PushData data(pieces, encoding, header.threshold());
@@ -100,10 +113,18 @@ grpc::Status ParameterServerService::Pull(grpc::ServerContext* context,
                                           const v1::PullRequest* request,
                                           grpc::ByteBuffer* response) {
   if (auto s = CheckToken(*context, token_.get()); !s.ok()) return s;
+  // A segment this server cannot map (another host, another uid) is not an
+  // error: the answer goes in the response, which tells the worker so.
+  std::shared_ptr<const SharedSegment> segment;
+  if (request->has_shared() && !segments_.Get(request->shared(), &segment).ok()) segment.reset();
   return WithFaults(faults_, context, "Pull", response, [&](grpc::ByteBuffer* r) {
     PullAnswer answer;
     grpc::Status status =
         shard_->Pull(*request, &answer, [context] { return context->IsCancelled(); });
+    if (status.ok() && answer.ready && segment) {
+      status = wire::Land(*request, answer, *segment);
+      answer.landed = true;
+    }
     if (status.ok()) *r = wire::EncodePull(std::move(answer));
     return status;
   });
@@ -178,8 +199,78 @@ bool DecodePush(const grpc::ByteBuffer& request, v1::PushRequest* header,
   return true;
 }
 
+grpc::Status SharedPieces(const v1::PushRequest& header, GradientEncoding encoding,
+                          const SharedSegment& segment, std::vector<std::string_view>* pieces) {
+  if (!pieces->empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "a push names shared memory and carries data too");
+  }
+  if (header.shared().offsets_size() != header.parts_size()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "a push names " + std::to_string(header.shared().offsets_size()) +
+                            " shared memory offsets for " + std::to_string(header.parts_size()) +
+                            " parts");
+  }
+  for (int i = 0; i < header.parts_size(); ++i) {
+    const uint64_t offset = header.shared().offsets(i);
+    const uint64_t length = header.parts(i).length();
+    // Bounded first: EncodedBytes must not overflow.
+    const uint64_t bytes = length > kMaxRequestBytes ? UINT64_MAX : EncodedBytes(encoding, length);
+    if (!segment.Holds(offset, bytes)) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "part " + std::to_string(i) + " of a push lies outside " +
+                              segment.name() + " (offset " + std::to_string(offset) + ", " +
+                              std::to_string(length) + " values)");
+    }
+    pieces->emplace_back(segment.base() + offset, bytes);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status Land(const v1::PullRequest& request, const PullAnswer& answer,
+                  const SharedSegment& segment) {
+  const v1::SharedMemoryRef& ref = request.shared();
+  if (ref.offsets_size() != request.parts_size() || ref.ticket() == 0) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "a pull names " + std::to_string(ref.offsets_size()) +
+                            " landing regions for " + std::to_string(request.parts_size()) +
+                            " parts, ticket " + std::to_string(ref.ticket()));
+  }
+  for (int i = 0; i < request.parts_size(); ++i) {
+    const uint64_t offset = ref.offsets(i);
+    if (offset % kSharedAlignment != 0 ||
+        !segment.Holds(offset,
+                       sizeof(LandingHeader) +
+                           std::min(request.parts(i).length(), kMaxRequestBytes) * sizeof(float))) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "landing region " + std::to_string(i) + " of a pull lies outside " +
+                              segment.name() + " or off its alignment (offset " +
+                              std::to_string(offset) + ")");
+    }
+  }
+  const float* values = answer.values.get();
+  for (int i = 0; i < request.parts_size(); ++i) {
+    char* region = segment.base() + ref.offsets(i);
+    auto* header = reinterpret_cast<LandingHeader*>(region);
+    const uint64_t length = request.parts(i).length();
+    switch (landing::Begin(header, ref.ticket())) {
+      case landing::Claim::kWrite:
+        std::memcpy(region + sizeof(LandingHeader), values, length * sizeof(float));
+        landing::Done(header, answer.version);
+        break;
+      case landing::Claim::kWrittenToo:
+        break;
+      case landing::Claim::kSuperseded:
+        return grpc::Status(grpc::StatusCode::ABORTED,
+                            "the worker has moved on from pull " + std::to_string(ref.ticket()));
+    }
+    values += length;
+  }
+  return grpc::Status::OK;
+}
+
 grpc::ByteBuffer EncodePull(PullAnswer answer) {
-  const size_t bytes = answer.size * sizeof(float);
+  const size_t bytes = answer.landed ? 0 : answer.size * sizeof(float);
   std::string head;
   {
     google::protobuf::io::StringOutputStream sink(&head);
@@ -199,6 +290,11 @@ grpc::ByteBuffer EncodePull(PullAnswer answer) {
       out.WriteTag(WireFormatLite::MakeTag(kPullResponseDataField,
                                            WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
       out.WriteVarint64(bytes);
+    }
+    if (answer.landed) {
+      out.WriteTag(
+          WireFormatLite::MakeTag(kPullResponseLandedField, WireFormatLite::WIRETYPE_VARINT));
+      out.WriteVarint32(1);
     }
   }
   std::vector<grpc::Slice> slices;

@@ -7,6 +7,9 @@
 // buffers straight into the shard's (PushData), and a Pull's answer is
 // written around the shard's own buffer of values, which gRPC sends from
 // where it lies. Init, rare and small, is an ordinary protobuf method.
+// A worker on this host may hand its tensors through shared memory instead
+// (common/shared_memory.h): a push's bytes are read from its segment, and a
+// pull is answered into it.
 //
 // Thread-safe: gRPC calls it from many threads; the shard does the locking.
 #ifndef KUBEPS_PS_SERVER_PS_SERVICE_H_
@@ -21,6 +24,7 @@
 #include "common/fault_injector.h"
 #include "common/job_token.h"
 #include "kubeps.pb.h"
+#include "ps-server/attached_segments.h"
 #include "ps-server/shard.h"
 
 namespace kubeps {
@@ -42,6 +46,7 @@ class ParameterServerService final : public grpc::Service {
   Shard* shard_;
   std::shared_ptr<JobToken> token_;
   FaultInjector* faults_;
+  AttachedSegments segments_;
 };
 
 // The wire format of the two tensor methods, apart for its tests.
@@ -53,12 +58,27 @@ namespace wire {
 bool DecodePush(const grpc::ByteBuffer& request, v1::PushRequest* header,
                 std::vector<grpc::Slice>* slices, std::vector<std::string_view>* pieces);
 
+// A push whose data lie in shared memory: each part's encoded bytes at its
+// offset in `segment` (*pieces), or INVALID_ARGUMENT naming what is out of
+// bounds or missing.
+grpc::Status SharedPieces(const v1::PushRequest& header, GradientEncoding encoding,
+                          const SharedSegment& segment, std::vector<std::string_view>* pieces);
+
+// Writes a ready `answer` into the landing regions `request` names in
+// `segment`: OK when every part's values are there (written by this
+// handling or by another of the same pull), ABORTED when the worker has
+// moved on to a newer pull (nothing more is written), INVALID_ARGUMENT for a
+// region out of bounds (nothing is written).
+grpc::Status Land(const v1::PullRequest& request, const PullAnswer& answer,
+                  const SharedSegment& segment);
+
 // The encoding of a push's data (spec.compression), or INVALID_ARGUMENT for
 // one this server does not know or a TWO_BIT push without a threshold.
 grpc::Status CheckEncoding(const v1::PushRequest& header, GradientEncoding* encoding);
 
 // A serialized PullResponse of `answer`; its data field is answer.values,
-// taken over (not copied) and freed when gRPC is done with it.
+// taken over (not copied) and freed when gRPC is done with it, unless the
+// answer landed in shared memory.
 grpc::ByteBuffer EncodePull(PullAnswer answer);
 
 }  // namespace wire

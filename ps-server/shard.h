@@ -56,6 +56,7 @@ struct PullAnswer {
   uint64_t version = 0;  // smallest version among the values answered
   std::unique_ptr<float[]> values;
   size_t size = 0;  // floats in values
+  bool landed = false;  // values were written to the worker's shared memory instead
 };
 
 class Shard {

@@ -85,6 +85,9 @@ Status ConnectToJob(const api::NodeConfig& config, const api::TrainingJob& job,
   options.placement.big_array_bound = static_cast<uint64_t>(job.spec.big_array_bound);
   options.compression = job.spec.compression;
   options.compression_threshold = static_cast<float>(job.spec.compression_threshold);
+  // KUBEPS_SHARED_MEMORY=0: every tensor over TCP, even to a server on this host.
+  const char* shared_memory = std::getenv("KUBEPS_SHARED_MEMORY");
+  options.shared_memory = !(shared_memory && std::string(shared_memory) == "0");
   options.metrics = metrics;
   return KVWorker::Start(options, kv);
 }

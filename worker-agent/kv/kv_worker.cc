@@ -158,6 +158,9 @@ Status KVWorkerImpl::Start() {
       &metrics_->Counter("kubeps_worker_push_bytes_total", "Gradient bytes pushed", rank_label);
   pull_bytes_ =
       &metrics_->Counter("kubeps_worker_pull_bytes_total", "Parameter bytes pulled", rank_label);
+  shared_bytes_ = &metrics_->Counter("kubeps_worker_shared_memory_bytes_total",
+                                     "Tensor bytes pushed or pulled through shared memory, not TCP",
+                                     rank_label);
   // Enough threads for a few requests per shard in flight each way.
   push_pool_ = std::make_unique<TaskPool>(std::max(4, 4 * num_servers()));
   pull_pool_ = std::make_unique<TaskPool>(std::max(4, 4 * num_servers()));
@@ -251,6 +254,7 @@ Status KVWorkerImpl::RefreshServerLinks() {
     KLOG_INFO << "server " << server << " moved from " << links_[server]->address << " to "
               << address;
     links_[server] = std::make_shared<const ServerLink>(address, *security_);
+    if (shared_) shared_->Reset(server, SharedMemoryPath::IsLoopback(address));
   }
   return Status::Ok();
 }
@@ -262,6 +266,21 @@ std::string KVWorkerImpl::ServerName(int server) const {
 Status KVWorkerImpl::InitTensors(const std::vector<const float*>& values,
                                  const std::vector<uint64_t>& sizes) {
   parts_ = PlaceTensors(sizes, num_servers(), options_.placement);
+  shared_.reset();
+  if (options_.shared_memory) {
+    bool any_local = false;
+    for (int server = 0; server < num_servers_; ++server) {
+      any_local = any_local || SharedMemoryPath::IsLoopback(Link(server)->address);
+    }
+    if (Status s =
+            any_local ? SharedMemoryPath::Create(options_.node_id, parts_, &shared_) : Status::Ok();
+        !s.ok()) {
+      KLOG_INFO << "tensors go over TCP to every server: " << s.message();
+    }
+    for (int server = 0; shared_ && server < num_servers_; ++server) {
+      shared_->Reset(server, SharedMemoryPath::IsLoopback(Link(server)->address));
+    }
+  }
   if (encoding_ == GradientEncoding::kTwoBit) {
     residuals_.clear();
     for (uint64_t size : sizes) residuals_.emplace_back(size, 0.0f);
@@ -361,22 +380,26 @@ Status KVWorkerImpl::PushBatch(const std::vector<const Part*>& batch,
   header.set_generation(generation_);
   uint64_t elements = 0;
   AddPartRefs(batch, header.mutable_parts(), &elements);
-  grpc::ByteBuffer request;
-  if (encoding_ == GradientEncoding::kFloat32) {
-    request = PushRequestOverTensors(header, batch, grads);
-  } else {
-    // Encoded once: a resend sends these very bytes, and a two-bit
-    // residual moves on once per push.
+  if (encoding_ != GradientEncoding::kFloat32) {
     header.set_encoding(static_cast<v1::GradientEncoding>(encoding_));
     header.set_threshold(options_.compression_threshold);
-    request = PushRequestEncoded(header, batch, grads, encoding_, &residuals_);
   }
   const int server = batch.front()->server;
-  const auto link = Link(server);
-  Status s = caller_.Call(
-      ServerName(server), "Push",
-      [&](grpc::ClientContext& c) { return CallPush(link->channel.get(), &c, request); }, 0,
-      [this] { return RollbackAnnounced(); });
+  // Encoded once, into shared memory or into the request: a resend sends
+  // these very bytes, and a two-bit residual moves on once per push.
+  const bool staged = shared_ && shared_->MayPush(server) &&
+                      shared_->StagePush(batch, grads, encoding_, options_.compression_threshold,
+                                         &residuals_, header.mutable_shared());
+  grpc::ByteBuffer request;
+  if (staged) {
+    request = PushRequestWithBytes(header, "");
+  } else if (encoding_ == GradientEncoding::kFloat32) {
+    request = PushRequestOverTensors(header, batch, grads);
+  } else {
+    request = PushRequestEncoded(header, batch, grads, encoding_, &residuals_);
+  }
+  Status s = SendPush(server, batch, &header, &request, staged);
+  if (staged) shared_->EndPush(batch);
   Acknowledge(header.id().seq());
   if (!s.ok() && (s.IsAborted() || RollbackAnnounced())) {
     return Status::Aborted("push of step " + std::to_string(step) + " to " + ServerName(server) +
@@ -389,8 +412,41 @@ Status KVWorkerImpl::PushBatch(const std::vector<const Part*>& batch,
   if (s.ok()) {
     push_latency_->Observe(SecondsSince(start));
     push_bytes_->Increment(static_cast<double>(elements * sizeof(float)));
+    if (header.has_shared())
+      shared_bytes_->Increment(static_cast<double>(elements * sizeof(float)));
   }
   return s;
+}
+
+// Sends a push, with resends. A staged push the server cannot read (it
+// cannot map the segment after all) is sent again, the same request id,
+// with its staged bytes in the request: the server refused it before
+// looking at its id, so it is applied once.
+Status KVWorkerImpl::SendPush(int server, const std::vector<const Part*>& batch,
+                              v1::PushRequest* header, grpc::ByteBuffer* request, bool staged) {
+  const auto link = Link(server);
+  bool unmapped = false;
+  auto send = [&] {
+    return caller_.Call(
+        ServerName(server), "Push",
+        [&](grpc::ClientContext& c) {
+          grpc::Status status = CallPush(link->channel.get(), &c, *request);
+          unmapped = staged && status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+                     status.error_message().rfind("shared memory:", 0) == 0;
+          return status;
+        },
+        0, [this] { return RollbackAnnounced(); });
+  };
+  Status s = send();
+  if (!unmapped) return s;
+  KLOG_INFO << ServerName(server) << " cannot read this worker's shared memory; "
+            << "pushes to it go over TCP: " << s.message();
+  shared_->Learned(server, false);
+  std::string data = shared_->StagedBytes(batch, encoding_);
+  header->clear_shared();
+  *request = PushRequestWithBytes(*header, std::move(data));
+  staged = false;
+  return send();
 }
 
 Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
@@ -405,6 +461,16 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
   request.set_generation(generation_);
   const int server = batch.front()->server;
   const auto link = Link(server);
+  // Offered to a server on this host, the answer may land in shared memory.
+  const bool offered =
+      shared_ && shared_->MayPull(server) && shared_->OpenPull(batch, request.mutable_shared());
+  struct Release {
+    SharedMemoryPath* shared;
+    const std::vector<const Part*>& batch;
+    ~Release() {
+      if (shared) shared->EndPull(batch);
+    }
+  } release{offered ? shared_.get() : nullptr, batch};
   auto last_report = start;
   for (;;) {
     PullAnswer answer;
@@ -425,6 +491,17 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
       return Status::Aborted("pull from " + ServerName(server) + ": the job rolled back");
     }
     if (!s.ok()) return s;
+    if (answer.ready && offered) {
+      shared_->Learned(server, answer.landed);
+      if (answer.landed) {
+        if (Status c = shared_->CopyLanded(batch, request.shared(), values, &answer.version);
+            !c.ok()) {
+          return c;
+        }
+        shared_bytes_->Increment(static_cast<double>(elements * sizeof(float)));
+        answer.bytes = elements * sizeof(float);
+      }
+    }
     if (answer.ready) {
       if (StepTrace::Get().open()) {
         StepTrace::Get().Record("pull of version " + std::to_string(min_version) + ", " +

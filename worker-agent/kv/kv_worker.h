@@ -67,6 +67,10 @@ struct KVOptions {
   // "2bit", whose codes stand for +-compression_threshold.
   std::string compression = "none";
   float compression_threshold = 0.5f;
+  // Tensors to and from servers on this host (at a loopback address) go
+  // through a file of shared memory instead of the TCP connection, where
+  // the server can map it (docs/performance.md, "Shared memory").
+  bool shared_memory = true;
 };
 
 // Where to find the pod's kubeps-agent sidecar (KVWorker::Connect).

@@ -24,6 +24,7 @@
 #include "kubeps.grpc.pb.h"
 #include "worker-agent/kv/kv_worker.h"
 #include "worker-agent/kv/placement.h"
+#include "worker-agent/kv/shared_memory_path.h"
 #include "worker-agent/kv/task_pool.h"
 
 namespace kubeps {
@@ -126,11 +127,17 @@ class KVWorkerImpl final : public KVWorker {
   // worker waits for.
   std::unique_ptr<TaskPool> push_pool_;
   std::unique_ptr<TaskPool> pull_pool_;
+  // Null: every tensor goes over gRPC (options_.shared_memory off, no
+  // server on this host, or the segment could not be made).
+  std::unique_ptr<SharedMemoryPath> shared_;
+  Status SendPush(int server, const std::vector<const Part*>& batch, v1::PushRequest* header,
+                  grpc::ByteBuffer* inline_request, bool staged);
 
   prometheus::Histogram* push_latency_ = nullptr;
   prometheus::Histogram* pull_latency_ = nullptr;
   prometheus::Counter* push_bytes_ = nullptr;
   prometheus::Counter* pull_bytes_ = nullptr;
+  prometheus::Counter* shared_bytes_ = nullptr;
 };
 
 }  // namespace kubeps

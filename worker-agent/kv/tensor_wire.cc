@@ -22,6 +22,7 @@ constexpr int kPushRequestDataField = 5;
 constexpr int kPullResponseReadyField = 1;
 constexpr int kPullResponseVersionField = 2;
 constexpr int kPullResponseDataField = 3;
+constexpr int kPullResponseLandedField = 4;
 
 // "/kubeps.v1.ParameterServer/Push": the path the generated stub calls.
 std::string MethodPath(const char* rpc) {
@@ -92,6 +93,16 @@ grpc::ByteBuffer PushRequestEncoded(const v1::PushRequest& header,
   return grpc::ByteBuffer(slices, 2);
 }
 
+grpc::ByteBuffer PushRequestWithBytes(const v1::PushRequest& header, std::string data) {
+  if (data.empty()) {
+    grpc::Slice serialized(header.SerializeAsString());
+    return grpc::ByteBuffer(&serialized, 1);
+  }
+  grpc::Slice slices[2] = {grpc::Slice(HeaderAndDataTag(header, data.size())),
+                           grpc::Slice(std::move(data))};
+  return grpc::ByteBuffer(slices, 2);
+}
+
 grpc::Status CallPush(grpc::Channel* channel, grpc::ClientContext* context,
                       const grpc::ByteBuffer& request) {
   static const std::string path = MethodPath("Push");
@@ -125,6 +136,9 @@ grpc::Status CallPull(grpc::Channel* channel, grpc::ClientContext* context,
     } else if (field == kPullResponseVersionField && type == WireFormatLite::WIRETYPE_VARINT) {
       if (!in.ReadVarint64(&number)) return Malformed("version");
       answer->version = number;
+    } else if (field == kPullResponseLandedField && type == WireFormatLite::WIRETYPE_VARINT) {
+      if (!in.ReadVarint64(&number)) return Malformed("landed");
+      answer->landed = number != 0;
     } else if (field == kPullResponseDataField &&
                type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       uint32_t length = 0;
@@ -148,7 +162,10 @@ grpc::Status CallPull(grpc::Channel* channel, grpc::ClientContext* context,
     }
   }
   if (!in.ConsumedEntireMessage()) return Malformed("a bad tag");
-  if (answer->ready && answer->bytes != want) {
+  if (answer->landed && (answer->bytes != 0 || !request.has_shared())) {
+    return Malformed("landed, but with data or for a pull that named no landing regions");
+  }
+  if (answer->ready && !answer->landed && answer->bytes != want) {
     return grpc::Status(
         grpc::StatusCode::INTERNAL,
         "Pull returned " + std::to_string(answer->bytes) + " bytes, want " + std::to_string(want));

@@ -41,13 +41,19 @@ grpc::ByteBuffer PushRequestEncoded(const v1::PushRequest& header,
                                     GradientEncoding encoding,
                                     std::vector<std::vector<float>>* residuals);
 
-// ParameterServer.Push with a request made by either.
+// The same with `data` as the data field (empty: none, for a push whose
+// bytes lie in shared memory).
+grpc::ByteBuffer PushRequestWithBytes(const v1::PushRequest& header, std::string data);
+
+// ParameterServer.Push with a request made by any of them.
 grpc::Status CallPush(grpc::Channel* channel, grpc::ClientContext* context,
                       const grpc::ByteBuffer& request);
 
-// What a Pull answered. When `ready`, the values are in the tensors.
+// What a Pull answered. When `ready`, the values are in the tensors, or,
+// when `landed`, in the landing regions the request named (shared memory).
 struct PullAnswer {
   bool ready = false;
+  bool landed = false;
   uint64_t version = 0;
   uint64_t bytes = 0;  // of data received
 };

@@ -1,0 +1,109 @@
+// Tensors through shared memory between a worker and a server on one host
+// (docs/performance.md, "Shared memory"), as BytePS does for a co-located
+// server and worker: gRPC still carries every request and answer, but their
+// tensor bytes lie in a file of /dev/shm that the worker creates and the
+// server maps, so they cross neither the kernel's socket buffers nor the
+// loopback TCP stack.
+//
+// The file is the worker's: for each of its parts a staging region, which a
+// push fills and the server reads, and a landing region, which the server
+// fills with a pull's answer. Exactly-once holds as it does over TCP:
+// - a push's staging region is left alone until its push is acknowledged;
+//   the shard checks a request's id before it reads any data, so a late
+//   duplicate never reads a region that already holds the next push;
+// - a pull's landing region carries a ticket, the pull's own: the server
+//   writes only while the ticket is still the one its request names, so an
+//   answer to an old pull that arrives late (a delayed duplicate) never
+//   overwrites the answer to a newer one.
+//
+// Trust: both ends are processes of one job and one uid on one host; a
+// server maps only files of its own uid whose header holds the nonce the
+// request names.
+#ifndef KUBEPS_COMMON_SHARED_MEMORY_H_
+#define KUBEPS_COMMON_SHARED_MEMORY_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace kubeps {
+
+// Regions start on this boundary (a cache line; the landing header's
+// atomic must be aligned).
+inline constexpr uint64_t kSharedAlignment = 64;
+
+class SharedSegment {
+ public:
+  // The worker's side: creates /dev/shm/<name> (O_EXCL, mode 0600) of at
+  // least `bytes` bytes after its header, with a name that starts with
+  // "kubeps-", holds `owner` (letters, digits and -._ only) and this
+  // process's id, and a random nonce. Deletes first the files earlier
+  // processes of this uid left behind when they died.
+  static Status Create(const std::string& owner, uint64_t bytes,
+                       std::unique_ptr<SharedSegment>* out);
+  // The server's side: maps the segment `name` if it is a file of this uid
+  // whose header holds `nonce`; an error naming the file otherwise.
+  static Status Attach(const std::string& name, uint64_t nonce,
+                       std::unique_ptr<SharedSegment>* out);
+  ~SharedSegment();  // unmaps; the creator also deletes the file
+  SharedSegment(const SharedSegment&) = delete;
+  SharedSegment& operator=(const SharedSegment&) = delete;
+
+  const std::string& name() const { return name_; }
+  uint64_t nonce() const { return nonce_; }
+  // The whole mapping, header included: offsets count from here.
+  char* base() const { return base_; }
+  uint64_t size() const { return size_; }
+  // The first offset after the header.
+  static uint64_t FirstRegion() { return kSharedAlignment; }
+  // Whether [offset, offset + bytes) lies after the header and inside.
+  bool Holds(uint64_t offset, uint64_t bytes) const;
+
+ private:
+  SharedSegment() = default;
+
+  std::string name_;
+  uint64_t nonce_ = 0;
+  char* base_ = nullptr;
+  uint64_t size_ = 0;
+  int fd_ = -1;
+  bool owner_ = false;
+};
+
+// The header in front of each landing region. Its ticket is seq * 4 + state:
+// the pull it belongs to, and whether the server has not written it yet
+// (open), is writing it or has written it (done).
+struct alignas(kSharedAlignment) LandingHeader {
+  std::atomic<uint64_t> ticket;
+  uint64_t version;  // of the values written, when done
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free,
+              "the landing ticket is shared between processes");
+
+namespace landing {
+
+// The worker, before it sends pull `seq` (seqs start at 1): waits for a
+// server still writing an older answer here to finish (one memcpy), then
+// opens the region for `seq`.
+void Open(LandingHeader* header, uint64_t seq);
+
+enum class Claim {
+  kWrite,       // this handling writes the values, then calls Done
+  kWrittenToo,  // another handling of the same pull wrote them (or is, and has now finished)
+  kSuperseded,  // the worker has moved on to a newer pull: write nothing
+};
+// The server, when it has pull `seq`'s values.
+Claim Begin(LandingHeader* header, uint64_t seq);
+void Done(LandingHeader* header, uint64_t version);
+
+// The worker, after the answer came: whether the values of pull `seq` are
+// there, and their version.
+bool Landed(const LandingHeader* header, uint64_t seq, uint64_t* version);
+
+}  // namespace landing
+}  // namespace kubeps
+
+#endif  // KUBEPS_COMMON_SHARED_MEMORY_H_

@@ -1,0 +1,70 @@
+"""Tensors through shared memory (common/shared_memory.h): `kubeps run` puts
+every replica on this host, so each worker hands its gradients and takes its
+parameters through a file of /dev/shm instead of the loopback TCP
+connection. The transport must change nothing: the same sync job ends with
+the same bytes over TCP (KUBEPS_SHARED_MEMORY=0), through shared memory, and
+through shared memory under dropped, duplicated and delayed requests (a late
+duplicate must never read a region that holds the next push, nor overwrite
+the answer to a newer pull). The workers' files are gone when the job ends."""
+import os
+import tempfile
+import unittest
+
+from jobtools import RunningJob, metric, scrape_while_running, write_manifest
+from test_faults import FAULTS, MLP_PARAMS, STEPS, sync_job
+
+WORKERS = ("worker-0", "worker-1")
+
+
+def segments():
+    """The shared memory files kubeps processes of this uid have now."""
+    return {name for name in os.listdir("/dev/shm") if name.startswith("kubeps-")}
+
+
+class SharedMemoryTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="kubeps-shared-memory-")
+
+    def run_job(self, name, env):
+        """(parameters, {worker: (tensor bytes pushed and pulled, of them through shared memory)})."""
+        dump = os.path.join(self.dir, name + ".bin")
+        path = write_manifest(self.dir, sync_job(name), name + ".yaml")
+        job = RunningJob(path, env=dict(env, KUBEPS_MAX_STEPS=str(STEPS), KUBEPS_DUMP_PARAMS=dump))
+        scrapes = scrape_while_running(job, WORKERS, interval=0.1)
+        self.assertEqual(job.wait(timeout=240), 0, job.output())
+        bytes_by_worker = {}
+        for worker in WORKERS:
+            self.assertIn(worker, scrapes, job.output())
+            moved = sum(metric(scrapes[worker], name) or 0 for name in
+                        ("kubeps_worker_push_bytes_total", "kubeps_worker_pull_bytes_total"))
+            shared = metric(scrapes[worker], "kubeps_worker_shared_memory_bytes_total") or 0
+            bytes_by_worker[worker] = (moved, shared)
+        with open(dump, "rb") as f:
+            parameters = f.read()
+        self.assertEqual(len(parameters), MLP_PARAMS * 4)
+        return parameters, bytes_by_worker, job.output()
+
+    def test_the_transport_changes_no_byte_even_under_faults(self):
+        before = segments()
+        over_tcp, tcp_bytes, _ = self.run_job("tcp", {"KUBEPS_SHARED_MEMORY": "0"})
+        shared, shared_bytes, out = self.run_job("shared", {})
+        faulty, faulty_bytes, faulty_out = self.run_job("shared-faults", {"KUBEPS_FAULTS": FAULTS})
+        for worker in WORKERS:
+            moved, through_shared = tcp_bytes[worker]
+            self.assertGreater(moved, STEPS * MLP_PARAMS * 4, worker)
+            self.assertEqual(through_shared, 0, worker)
+            # Every tensor but the first pull of each server, which finds
+            # out that the server maps the segment, and the pushes before it.
+            moved, through_shared = shared_bytes[worker]
+            self.assertGreater(through_shared, 0.9 * moved, "%s:\n%s" % (worker, out))
+            moved, through_shared = faulty_bytes[worker]
+            self.assertGreater(through_shared, 0.9 * moved, "%s:\n%s" % (worker, faulty_out))
+        self.assertTrue(shared == over_tcp, "shared memory changed the parameters:\n" + out)
+        self.assertTrue(faulty == over_tcp,
+                        "shared memory under faults changed the parameters:\n" + faulty_out)
+        self.assertEqual(segments() - before, set(), "a worker left its shared memory behind")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,92 @@
+// A worker's side of the shared memory transport (common/shared_memory.h):
+// its segment, with a staging and a landing region for each of its parts,
+// and which servers can map it.
+//
+// A server is tried only where its address is this host's loopback; a pull
+// that offers the segment tells whether the server mapped it (its answer
+// landed) or not (the values came in the answer), and pushes use the
+// segment only once a pull has landed. Each part's regions serve one push
+// and one pull at a time: a request that finds them in use by another one
+// still in flight goes over gRPC instead.
+//
+// Thread-safe: the regions are claimed with atomics, the reach with a mutex.
+#ifndef KUBEPS_WORKER_AGENT_KV_SHARED_MEMORY_PATH_H_
+#define KUBEPS_WORKER_AGENT_KV_SHARED_MEMORY_PATH_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/gradient_codec.h"
+#include "common/shared_memory.h"
+#include "common/status.h"
+#include "kubeps.pb.h"
+#include "worker-agent/kv/placement.h"
+
+namespace kubeps {
+
+class SharedMemoryPath {
+ public:
+  // `parts` must outlive this object; requests name parts by pointers into it.
+  static Status Create(const std::string& node_id, const std::vector<Part>& parts,
+                       std::unique_ptr<SharedMemoryPath>* out);
+
+  // Whether `address` (host:port) is on this host's loopback: the only
+  // servers worth offering the segment to.
+  static bool IsLoopback(const std::string& address);
+  // A server at a new address: `loopback` says whether to try it again.
+  void Reset(int server, bool loopback);
+  void Learned(int server, bool maps_segment);
+  bool MayPull(int server);
+  bool MayPush(int server);
+
+  // Claims the batch's staging regions and writes the gradients into them,
+  // encoded (two-bit moves its residuals on, as a push over gRPC would);
+  // false, with nothing written, if one is still in use.
+  bool StagePush(const std::vector<const Part*>& batch, const std::vector<const float*>& grads,
+                 GradientEncoding encoding, float threshold,
+                 std::vector<std::vector<float>>* residuals, v1::SharedMemoryRef* ref);
+  // The staged bytes back to back: a push's data for a server that cannot
+  // map the segment after all (the same bytes, not encoded again).
+  std::string StagedBytes(const std::vector<const Part*>& batch, GradientEncoding encoding) const;
+  void EndPush(const std::vector<const Part*>& batch);
+
+  // Claims the batch's landing regions and opens them for a new ticket;
+  // false if one is still in use.
+  bool OpenPull(const std::vector<const Part*>& batch, v1::SharedMemoryRef* ref);
+  // Copies the landed values of pull `ref` to the tensors; their smallest
+  // version in *version. An error if a region does not hold that pull's values.
+  Status CopyLanded(const std::vector<const Part*>& batch, const v1::SharedMemoryRef& ref,
+                    const std::vector<float*>& values, uint64_t* version) const;
+  void EndPull(const std::vector<const Part*>& batch);
+
+ private:
+  enum class Reach { kUntried, kYes, kNo };
+  struct Regions {
+    uint64_t staging = 0;  // offsets in the segment
+    uint64_t landing = 0;  // of its header; the values follow it
+  };
+
+  SharedMemoryPath(const std::vector<Part>& parts, std::unique_ptr<SharedSegment> segment,
+                   std::vector<Regions> regions);
+  size_t Index(const Part* part) const { return static_cast<size_t>(part - parts_.data()); }
+  bool Claim(std::atomic<bool>* busy, const std::vector<const Part*>& batch);
+  void Release(std::atomic<bool>* busy, const std::vector<const Part*>& batch);
+  void FillRef(const std::vector<const Part*>& batch, bool landing, v1::SharedMemoryRef* ref);
+
+  const std::vector<Part>& parts_;
+  const std::unique_ptr<SharedSegment> segment_;
+  const std::vector<Regions> regions_;  // by part index
+  std::unique_ptr<std::atomic<bool>[]> pushing_;
+  std::unique_ptr<std::atomic<bool>[]> pulling_;
+  std::atomic<uint64_t> next_ticket_{1};
+  std::mutex reach_mutex_;
+  std::vector<Reach> reach_;  // by server rank, grown on demand
+};
+
+}  // namespace kubeps
+
+#endif  // KUBEPS_WORKER_AGENT_KV_SHARED_MEMORY_PATH_H_
