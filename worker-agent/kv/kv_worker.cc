@@ -387,7 +387,7 @@ Status KVWorkerImpl::PushBatch(const std::vector<const Part*>& batch,
   const int server = batch.front()->server;
   // Encoded once, into shared memory or into the request: a resend sends
   // these very bytes, and a two-bit residual moves on once per push.
-  const bool staged = shared_ && shared_->MayPush(server) &&
+  const bool staged = shared_ && shared_->MayTry(server) &&
                       shared_->StagePush(batch, grads, encoding_, options_.compression_threshold,
                                          &residuals_, header.mutable_shared());
   grpc::ByteBuffer request;
@@ -438,7 +438,10 @@ Status KVWorkerImpl::SendPush(int server, const std::vector<const Part*>& batch,
         0, [this] { return RollbackAnnounced(); });
   };
   Status s = send();
-  if (!unmapped) return s;
+  if (!unmapped) {
+    if (staged && s.ok()) shared_->Learned(server, true);
+    return s;
+  }
   KLOG_INFO << ServerName(server) << " cannot read this worker's shared memory; "
             << "pushes to it go over TCP: " << s.message();
   shared_->Learned(server, false);
@@ -463,7 +466,7 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
   const auto link = Link(server);
   // Offered to a server on this host, the answer may land in shared memory.
   const bool offered =
-      shared_ && shared_->MayPull(server) && shared_->OpenPull(batch, request.mutable_shared());
+      shared_ && shared_->MayTry(server) && shared_->OpenPull(batch, request.mutable_shared());
   struct Release {
     SharedMemoryPath* shared;
     const std::vector<const Part*>& batch;

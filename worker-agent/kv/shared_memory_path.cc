@@ -69,14 +69,9 @@ void SharedMemoryPath::Learned(int server, bool maps_segment) {
   reach_[server] = maps_segment ? Reach::kYes : Reach::kNo;
 }
 
-bool SharedMemoryPath::MayPull(int server) {
+bool SharedMemoryPath::MayTry(int server) {
   std::lock_guard<std::mutex> lock(reach_mutex_);
   return static_cast<size_t>(server) < reach_.size() && reach_[server] != Reach::kNo;
-}
-
-bool SharedMemoryPath::MayPush(int server) {
-  std::lock_guard<std::mutex> lock(reach_mutex_);
-  return static_cast<size_t>(server) < reach_.size() && reach_[server] == Reach::kYes;
 }
 
 bool SharedMemoryPath::Claim(std::atomic<bool>* busy, const std::vector<const Part*>& batch) {

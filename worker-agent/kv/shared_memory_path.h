@@ -2,10 +2,10 @@
 // its segment, with a staging and a landing region for each of its parts,
 // and which servers can map it.
 //
-// A server is tried only where its address is this host's loopback; a pull
-// that offers the segment tells whether the server mapped it (its answer
-// landed) or not (the values came in the answer), and pushes use the
-// segment only once a pull has landed. Each part's regions serve one push
+// A server is tried only where its address is this host's loopback. The
+// first request tells whether the server maps the segment: a pull's answer
+// landed or came in the answer; a push was applied, or refused before the
+// server looked at its id (then it goes again, over TCP). Each part's regions serve one push
 // and one pull at a time: a request that finds them in use by another one
 // still in flight goes over gRPC instead.
 //
@@ -40,8 +40,8 @@ class SharedMemoryPath {
   // A server at a new address: `loopback` says whether to try it again.
   void Reset(int server, bool loopback);
   void Learned(int server, bool maps_segment);
-  bool MayPull(int server);
-  bool MayPush(int server);
+  // Whether the segment is worth offering to `server` (not yet refused).
+  bool MayTry(int server);
 
   // Claims the batch's staging regions and writes the gradients into them,
   // encoded (two-bit moves its residuals on, as a push over gRPC would);

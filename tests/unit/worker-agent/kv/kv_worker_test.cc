@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <memory>
 #include <set>
@@ -178,7 +179,15 @@ struct WorkerResult {
     }                                                                   \
   } while (0)
 
-WorkerResult RunWorker(const KVOptions& options) {
+// Deletes the files of /dev/shm whose names start with `prefix`: a server
+// can no longer map them (the worker keeps its own mapping).
+void UnlinkSegments(const std::string& prefix) {
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    if (entry.path().filename().string().rfind(prefix, 0) == 0) std::filesystem::remove(entry);
+  }
+}
+
+WorkerResult RunWorker(const KVOptions& options, bool unmappable = false) {
   WorkerResult result;
   std::unique_ptr<KVWorker> kv;
   CHECK_OK(KVWorker::Start(options, &kv), "Start");
@@ -199,9 +208,14 @@ WorkerResult RunWorker(const KVOptions& options) {
     value_ptrs.push_back(values[k].data());
   }
   CHECK_OK(kv->InitTensors(init_ptrs, kSizes), "InitTensors");
+  if (unmappable) UnlinkSegments("kubeps-" + options.node_id + "-" + std::to_string(::getpid()));
   result.parts = kv->parts();
-  CHECK_OK(kv->Wait(kv->Pull(value_ptrs, 0)), "Pull 0");
-  result.after_init = values;
+  // Unmappable: the first request to each shard is a push, so that it is the
+  // push that finds out (a pull would, and no push would offer the segment).
+  if (!unmappable) {
+    CHECK_OK(kv->Wait(kv->Pull(value_ptrs, 0)), "Pull 0");
+    result.after_init = values;
+  }
 
   for (int step = 0; step < kSteps; ++step) {
     for (uint32_t k = 0; k < kSizes.size(); ++k) {
@@ -235,18 +249,30 @@ WorkerResult RunWorker(const KVOptions& options) {
 
 // Every gradient here is exact in 16 bits, so the 16-bit encodings of
 // spec.compression, through the real wire, end at the very same numbers.
-class KVWorkerTest : public ::testing::TestWithParam<std::string> {};
-INSTANTIATE_TEST_SUITE_P(Compression, KVWorkerTest, ::testing::Values("none", "bf16", "fp16"));
+// So do the transports: gRPC alone, shared memory (the shards are on
+// 127.0.0.1), and shared memory the shards cannot map (the worker's first
+// push to each is refused unread and sent again over gRPC, the same id).
+class KVWorkerTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+INSTANTIATE_TEST_SUITE_P(CompressionAndTransport, KVWorkerTest,
+                         ::testing::Combine(::testing::Values("none", "bf16", "fp16"),
+                                            ::testing::Values("tcp", "shared", "unmappable")),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
 
 TEST_P(KVWorkerTest, TwoWorkersTrainSyncStepsAgainstTwoShards) {
   Job job;
   ASSERT_TRUE(job.ok()) << job.error();
+  const bool unmappable = std::get<1>(GetParam()) == "unmappable";
   auto start = std::chrono::steady_clock::now();
   std::vector<std::future<WorkerResult>> workers;
   for (int w = 0; w < kWorkers; ++w) {
     KVOptions options = job.WorkerOptions(w);
-    options.compression = GetParam();
-    workers.push_back(std::async(std::launch::async, [options] { return RunWorker(options); }));
+    const auto& [compression, transport] = GetParam();
+    options.compression = compression;
+    options.shared_memory = transport != "tcp";
+    workers.push_back(std::async(std::launch::async,
+                                 [options, unmappable] { return RunWorker(options, unmappable); }));
   }
   std::vector<WorkerResult> results;
   for (auto& f : workers) {
@@ -264,7 +290,7 @@ TEST_P(KVWorkerTest, TwoWorkersTrainSyncStepsAgainstTwoShards) {
     EXPECT_EQ(r.num_servers, kServers);
 
     // Initial values: rank 0's, for both workers.
-    ASSERT_EQ(r.after_init.size(), kSizes.size());
+    ASSERT_EQ(r.after_init.size(), unmappable ? 0 : kSizes.size());
     for (uint32_t k = 0; k < kSizes.size(); ++k) {
       for (uint64_t i = 0; i < kSizes[k]; ++i) {
         EXPECT_EQ(r.after_init[k][i], Initial(0, k, i))
