@@ -442,9 +442,10 @@ Status KVWorkerImpl::SendPush(int server, const std::vector<const Part*>& batch,
     if (staged && s.ok()) shared_->Learned(server, true);
     return s;
   }
-  KLOG_INFO << ServerName(server) << " cannot read this worker's shared memory; "
-            << "pushes to it go over TCP: " << s.message();
-  shared_->Learned(server, false);
+  if (shared_->Learned(server, false)) {
+    KLOG_INFO << ServerName(server) << " cannot read this worker's shared memory; "
+              << "tensors to and from it go over TCP: " << s.message();
+  }
   std::string data = shared_->StagedBytes(batch, encoding_);
   header->clear_shared();
   *request = PushRequestWithBytes(*header, std::move(data));

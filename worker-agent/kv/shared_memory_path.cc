@@ -63,10 +63,13 @@ void SharedMemoryPath::Reset(int server, bool loopback) {
   reach_[server] = loopback ? Reach::kUntried : Reach::kNo;
 }
 
-void SharedMemoryPath::Learned(int server, bool maps_segment) {
+bool SharedMemoryPath::Learned(int server, bool maps_segment) {
   std::lock_guard<std::mutex> lock(reach_mutex_);
-  if (reach_.size() <= static_cast<size_t>(server)) return;
-  reach_[server] = maps_segment ? Reach::kYes : Reach::kNo;
+  if (reach_.size() <= static_cast<size_t>(server)) return false;
+  const Reach now = maps_segment ? Reach::kYes : Reach::kNo;
+  const bool changed = reach_[server] != now;
+  reach_[server] = now;
+  return changed;
 }
 
 bool SharedMemoryPath::MayTry(int server) {

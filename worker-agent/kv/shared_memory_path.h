@@ -39,7 +39,8 @@ class SharedMemoryPath {
   static bool IsLoopback(const std::string& address);
   // A server at a new address: `loopback` says whether to try it again.
   void Reset(int server, bool loopback);
-  void Learned(int server, bool maps_segment);
+  // Records what a request found out; true if that is news.
+  bool Learned(int server, bool maps_segment);
   // Whether the segment is worth offering to `server` (not yet refused).
   bool MayTry(int server);
 

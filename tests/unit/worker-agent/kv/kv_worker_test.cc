@@ -291,7 +291,7 @@ TEST_P(KVWorkerTest, TwoWorkersTrainSyncStepsAgainstTwoShards) {
 
     // Initial values: rank 0's, for both workers.
     ASSERT_EQ(r.after_init.size(), unmappable ? 0 : kSizes.size());
-    for (uint32_t k = 0; k < kSizes.size(); ++k) {
+    for (uint32_t k = 0; k < r.after_init.size(); ++k) {
       for (uint64_t i = 0; i < kSizes[k]; ++i) {
         EXPECT_EQ(r.after_init[k][i], Initial(0, k, i))
             << "rank " << r.rank << " key " << k << " [" << i << "]";
