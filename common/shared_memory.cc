@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <cstring>
 #include <random>
-#include <thread>
 
 namespace kubeps {
 namespace {
@@ -25,11 +24,6 @@ struct SegmentHeader {
   uint64_t size;  // of the whole mapping
 };
 static_assert(sizeof(SegmentHeader) <= kSharedAlignment);
-
-constexpr uint64_t kOpen = 0, kWriting = 1, kDone = 2;
-uint64_t Ticket(uint64_t seq, uint64_t state) { return seq * 4 + state; }
-uint64_t SeqOf(uint64_t ticket) { return ticket / 4; }
-uint64_t StateOf(uint64_t ticket) { return ticket % 4; }
 
 bool ValidName(const std::string& name) {
   if (name.size() > 200 || name.rfind(kPrefix, 0) != 0) return false;
@@ -157,44 +151,52 @@ bool SharedSegment::Holds(uint64_t offset, uint64_t bytes) const {
 }
 
 namespace landing {
+namespace {
+
+// A writer that died holding the mutex left the region as it was: its
+// ticket still says not written, so the next writer writes it whole.
+void Lock(LandingHeader* header) {
+  if (::pthread_mutex_lock(&header->mutex) == EOWNERDEAD) {
+    ::pthread_mutex_consistent(&header->mutex);
+  }
+}
+
+}  // namespace
+
+void Init(LandingHeader* header) {
+  pthread_mutexattr_t attributes;
+  ::pthread_mutexattr_init(&attributes);
+  ::pthread_mutexattr_setpshared(&attributes, PTHREAD_PROCESS_SHARED);
+  ::pthread_mutexattr_setrobust(&attributes, PTHREAD_MUTEX_ROBUST);
+  ::pthread_mutex_init(&header->mutex, &attributes);
+  ::pthread_mutexattr_destroy(&attributes);
+  header->ticket.store(0, std::memory_order_relaxed);
+  header->version = 0;
+}
 
 void Open(LandingHeader* header, uint64_t seq) {
-  uint64_t current = header->ticket.load(std::memory_order_acquire);
-  for (;;) {
-    if (StateOf(current) == kWriting) {
-      std::this_thread::yield();
-      current = header->ticket.load(std::memory_order_acquire);
-      continue;
-    }
-    if (header->ticket.compare_exchange_weak(current, Ticket(seq, kOpen),
-                                             std::memory_order_acq_rel)) {
-      return;
-    }
-  }
+  Lock(header);
+  header->ticket.store(seq * 2, std::memory_order_release);
+  ::pthread_mutex_unlock(&header->mutex);
 }
 
 Claim Begin(LandingHeader* header, uint64_t seq) {
-  uint64_t expected = Ticket(seq, kOpen);
-  if (header->ticket.compare_exchange_strong(expected, Ticket(seq, kWriting),
-                                             std::memory_order_acq_rel)) {
-    return Claim::kWrite;
-  }
-  for (;;) {  // `expected` holds what is there now
-    if (SeqOf(expected) != seq) return Claim::kSuperseded;
-    if (StateOf(expected) == kDone) return Claim::kWrittenToo;
-    std::this_thread::yield();  // another handling is writing: one memcpy
-    expected = header->ticket.load(std::memory_order_acquire);
-  }
+  Lock(header);
+  const uint64_t ticket = header->ticket.load(std::memory_order_relaxed);
+  if (ticket == seq * 2) return Claim::kWrite;  // the mutex stays held until Done
+  ::pthread_mutex_unlock(&header->mutex);
+  return ticket == seq * 2 + 1 ? Claim::kWrittenToo : Claim::kSuperseded;
 }
 
 void Done(LandingHeader* header, uint64_t version) {
-  const uint64_t seq = SeqOf(header->ticket.load(std::memory_order_relaxed));
   header->version = version;
-  header->ticket.store(Ticket(seq, kDone), std::memory_order_release);
+  header->ticket.store(header->ticket.load(std::memory_order_relaxed) | 1,
+                       std::memory_order_release);
+  ::pthread_mutex_unlock(&header->mutex);
 }
 
 bool Landed(const LandingHeader* header, uint64_t seq, uint64_t* version) {
-  if (header->ticket.load(std::memory_order_acquire) != Ticket(seq, kDone)) return false;
+  if (header->ticket.load(std::memory_order_acquire) != seq * 2 + 1) return false;
   *version = header->version;
   return true;
 }

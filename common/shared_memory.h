@@ -22,6 +22,8 @@
 #ifndef KUBEPS_COMMON_SHARED_MEMORY_H_
 #define KUBEPS_COMMON_SHARED_MEMORY_H_
 
+#include <pthread.h>
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -73,26 +75,30 @@ class SharedSegment {
   bool owner_ = false;
 };
 
-// The header in front of each landing region. Its ticket is seq * 4 + state:
-// the pull it belongs to, and whether the server has not written it yet
-// (open), is writing it or has written it (done).
+// The header in front of each landing region. The server writes a region
+// holding its mutex, so the worker never opens it for a new pull in the
+// middle of a write; the mutex is robust, so a server that dies while it
+// holds it (killed, evicted) holds up no one.
 struct alignas(kSharedAlignment) LandingHeader {
-  std::atomic<uint64_t> ticket;
-  uint64_t version;  // of the values written, when done
+  pthread_mutex_t mutex;
+  std::atomic<uint64_t> ticket;  // seq * 2, plus 1 once the server has written it
+  uint64_t version;              // of the values written
 };
+static_assert(sizeof(LandingHeader) == kSharedAlignment);
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
               "the landing ticket is shared between processes");
 
 namespace landing {
 
-// The worker, before it sends pull `seq` (seqs start at 1): waits for a
-// server still writing an older answer here to finish (one memcpy), then
-// opens the region for `seq`.
+// The worker, once for each region of a new segment.
+void Init(LandingHeader* header);
+
+// The worker, before it sends pull `seq` (seqs start at 1).
 void Open(LandingHeader* header, uint64_t seq);
 
 enum class Claim {
-  kWrite,       // this handling writes the values, then calls Done
-  kWrittenToo,  // another handling of the same pull wrote them (or is, and has now finished)
+  kWrite,       // this handling writes the values (it holds the mutex), then calls Done
+  kWrittenToo,  // another handling of the same pull wrote them
   kSuperseded,  // the worker has moved on to a newer pull: write nothing
 };
 // The server, when it has pull `seq`'s values.

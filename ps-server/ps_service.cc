@@ -1,7 +1,7 @@
 #include "ps-server/ps_service.h"
 
 #include <cmath>
-#include <cstring>
+#include <optional>
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -117,14 +117,16 @@ grpc::Status ParameterServerService::Pull(grpc::ServerContext* context,
   // error: the answer goes in the response, which tells the worker so.
   std::shared_ptr<const SharedSegment> segment;
   if (request->has_shared() && !segments_.Get(request->shared(), &segment).ok()) segment.reset();
+  if (segment) {
+    if (grpc::Status s = wire::CheckLanding(*request, *segment); !s.ok()) return s;
+  }
   return WithFaults(faults_, context, "Pull", response, [&](grpc::ByteBuffer* r) {
     PullAnswer answer;
-    grpc::Status status =
-        shard_->Pull(*request, &answer, [context] { return context->IsCancelled(); });
-    if (status.ok() && answer.ready && segment) {
-      status = wire::Land(*request, answer, *segment);
-      answer.landed = true;
-    }
+    std::optional<wire::SegmentLanding> landing;
+    if (segment) landing.emplace(*request, *segment);
+    grpc::Status status = shard_->Pull(
+        *request, &answer, [context] { return context->IsCancelled(); },
+        landing ? &*landing : nullptr);
     if (status.ok()) *r = wire::EncodePull(std::move(answer));
     return status;
   });
@@ -227,8 +229,7 @@ grpc::Status SharedPieces(const v1::PushRequest& header, GradientEncoding encodi
   return grpc::Status::OK;
 }
 
-grpc::Status Land(const v1::PullRequest& request, const PullAnswer& answer,
-                  const SharedSegment& segment) {
+grpc::Status CheckLanding(const v1::PullRequest& request, const SharedSegment& segment) {
   const v1::SharedMemoryRef& ref = request.shared();
   if (ref.offsets_size() != request.parts_size() || ref.ticket() == 0) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -238,36 +239,38 @@ grpc::Status Land(const v1::PullRequest& request, const PullAnswer& answer,
   }
   for (int i = 0; i < request.parts_size(); ++i) {
     const uint64_t offset = ref.offsets(i);
+    const uint64_t length = std::min(request.parts(i).length(), kMaxRequestBytes);
     if (offset % kSharedAlignment != 0 ||
-        !segment.Holds(offset,
-                       sizeof(LandingHeader) +
-                           std::min(request.parts(i).length(), kMaxRequestBytes) * sizeof(float))) {
+        !segment.Holds(offset, sizeof(LandingHeader) + length * sizeof(float))) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "landing region " + std::to_string(i) + " of a pull lies outside " +
                               segment.name() + " or off its alignment (offset " +
                               std::to_string(offset) + ")");
     }
   }
-  const float* values = answer.values.get();
-  for (int i = 0; i < request.parts_size(); ++i) {
-    char* region = segment.base() + ref.offsets(i);
-    auto* header = reinterpret_cast<LandingHeader*>(region);
-    const uint64_t length = request.parts(i).length();
-    switch (landing::Begin(header, ref.ticket())) {
-      case landing::Claim::kWrite:
-        std::memcpy(region + sizeof(LandingHeader), values, length * sizeof(float));
-        landing::Done(header, answer.version);
-        break;
-      case landing::Claim::kWrittenToo:
-        break;
-      case landing::Claim::kSuperseded:
-        return grpc::Status(grpc::StatusCode::ABORTED,
-                            "the worker has moved on from pull " + std::to_string(ref.ticket()));
-    }
-    values += length;
-  }
   return grpc::Status::OK;
 }
+
+LandingHeader* SegmentLanding::Header(int index) const {
+  return reinterpret_cast<LandingHeader*>(segment_.base() + ref_.offsets(index));
+}
+
+grpc::Status SegmentLanding::Begin(int index, float** region) {
+  *region = nullptr;
+  switch (landing::Begin(Header(index), ref_.ticket())) {
+    case landing::Claim::kWrite:
+      *region = reinterpret_cast<float*>(Header(index) + 1);
+      return grpc::Status::OK;
+    case landing::Claim::kWrittenToo:
+      return grpc::Status::OK;
+    case landing::Claim::kSuperseded:
+      break;
+  }
+  return grpc::Status(grpc::StatusCode::ABORTED,
+                      "the worker has moved on from pull " + std::to_string(ref_.ticket()));
+}
+
+void SegmentLanding::Done(int index, uint64_t version) { landing::Done(Header(index), version); }
 
 grpc::ByteBuffer EncodePull(PullAnswer answer) {
   const size_t bytes = answer.landed ? 0 : answer.size * sizeof(float);

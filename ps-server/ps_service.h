@@ -64,13 +64,25 @@ bool DecodePush(const grpc::ByteBuffer& request, v1::PushRequest* header,
 grpc::Status SharedPieces(const v1::PushRequest& header, GradientEncoding encoding,
                           const SharedSegment& segment, std::vector<std::string_view>* pieces);
 
-// Writes a ready `answer` into the landing regions `request` names in
-// `segment`: OK when every part's values are there (written by this
-// handling or by another of the same pull), ABORTED when the worker has
-// moved on to a newer pull (nothing more is written), INVALID_ARGUMENT for a
-// region out of bounds (nothing is written).
-grpc::Status Land(const v1::PullRequest& request, const PullAnswer& answer,
-                  const SharedSegment& segment);
+// INVALID_ARGUMENT naming the first landing region of `request` that lies
+// outside `segment` or off its alignment; OK otherwise.
+grpc::Status CheckLanding(const v1::PullRequest& request, const SharedSegment& segment);
+
+// A pull's landing regions in a worker's segment, for Shard::Pull: a part is
+// written only while its region holds the pull's ticket (common/shared_memory.h).
+// REQUIRES: CheckLanding passed.
+class SegmentLanding final : public PullLanding {
+ public:
+  SegmentLanding(const v1::PullRequest& request, const SharedSegment& segment)
+      : ref_(request.shared()), segment_(segment) {}
+  grpc::Status Begin(int index, float** region) override;
+  void Done(int index, uint64_t version) override;
+
+ private:
+  LandingHeader* Header(int index) const;
+  const v1::SharedMemoryRef& ref_;
+  const SharedSegment& segment_;
+};
 
 // The encoding of a push's data (spec.compression), or INVALID_ARGUMENT for
 // one this server does not know or a TWO_BIT push without a threshold.

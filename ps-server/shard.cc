@@ -538,7 +538,7 @@ void Shard::Stop() {
 }
 
 grpc::Status Shard::Pull(const v1::PullRequest& request, PullAnswer* answer,
-                         const std::function<bool()>& cancelled) {
+                         const std::function<bool()>& cancelled, PullLanding* landing) {
   *answer = PullAnswer{};
   if (grpc::Status w = CheckLongPollWait("Pull", request.wait_ms()); !w.ok()) return w;
   grpc::Status valid = CheckParts(request.parts(), SIZE_MAX, false);
@@ -570,11 +570,15 @@ grpc::Status Shard::Pull(const v1::PullRequest& request, PullAnswer* answer,
   if (!exists.ok()) return exists;
   uint64_t total = 0;
   for (const auto& ref : request.parts()) total += ref.length();
-  answer->values.reset(new float[total]);  // not zeroed: every float is written below
+  float* out = nullptr;
+  if (!landing) {
+    answer->values.reset(new float[total]);  // not zeroed: every float is written below
+    out = answer->values.get();
+  }
   answer->size = total;
-  float* out = answer->values.get();
   uint64_t min_version = UINT64_MAX;
-  for (const auto& ref : request.parts()) {
+  for (int i = 0; i < request.parts_size(); ++i) {
+    const v1::PartRef& ref = request.parts(i);
     const Part& part = parts_.at({ref.key(), ref.offset()});
     // Sync: a part one step past the version asked for is answered as it was
     // at that version (see Part::previous), so that every part answered
@@ -582,11 +586,22 @@ grpc::Status Shard::Pull(const v1::PullRequest& request, PullAnswer* answer,
     const bool as_before =
         options_.sync && part.version == request.min_version() + 1 && !part.previous.empty();
     const std::vector<float>& value = as_before ? part.previous : part.value;
-    out = std::copy_n(value.data(), ref.length(), out);
-    min_version = std::min(min_version, as_before ? request.min_version() : part.version);
+    const uint64_t version = as_before ? request.min_version() : part.version;
+    if (landing) {
+      float* region = nullptr;
+      if (grpc::Status s = landing->Begin(i, &region); !s.ok()) return s;
+      if (region) {
+        std::copy_n(value.data(), ref.length(), region);
+        landing->Done(i, version);
+      }
+    } else {
+      out = std::copy_n(value.data(), ref.length(), out);
+    }
+    min_version = std::min(min_version, version);
   }
   lock.unlock();
   answer->ready = true;
+  answer->landed = landing != nullptr;
   answer->version = min_version;
   pulls_.Increment();
   pull_bytes_.Increment(static_cast<double>(total * sizeof(float)));

@@ -55,8 +55,22 @@ struct PullAnswer {
   bool ready = false;
   uint64_t version = 0;  // smallest version among the values answered
   std::unique_ptr<float[]> values;
-  size_t size = 0;  // floats in values
+  size_t size = 0;      // floats in values
   bool landed = false;  // values were written to the worker's shared memory instead
+};
+
+// Where a pull's values go instead of a buffer of the answer's own: the
+// landing regions of a worker on this host (ps_service.cc). Called under
+// the shard's lock, part by part, so the values go straight from the
+// shard's memory to the worker's.
+class PullLanding {
+ public:
+  virtual ~PullLanding() = default;
+  // Where part `index` of the pull goes, claimed for this handling (Done
+  // follows the copy), or null where another handling of the same pull has
+  // written it; an error (ABORTED: the worker moved on) ends the pull.
+  virtual grpc::Status Begin(int index, float** region) = 0;
+  virtual void Done(int index, uint64_t version) = 0;
 };
 
 class Shard {
@@ -70,8 +84,9 @@ class Shard {
   // A waiting pull ends early, CANCELLED, once `cancelled` says so (its
   // call was cancelled; looked at every kLongPollSlice), and UNAVAILABLE
   // once Stop() was called.
+  // With `landing`, a ready answer's values go there (answer->landed).
   grpc::Status Pull(const v1::PullRequest& request, PullAnswer* answer,
-                    const std::function<bool()>& cancelled = {});
+                    const std::function<bool()>& cancelled = {}, PullLanding* landing = nullptr);
   // The server is shutting down: every waiting pull ends now, later ones at once.
   void Stop();
 

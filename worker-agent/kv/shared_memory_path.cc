@@ -31,6 +31,9 @@ Status SharedMemoryPath::Create(const std::string& node_id, const std::vector<Pa
       !s.ok()) {
     return s;
   }
+  for (const Regions& region : regions) {
+    landing::Init(reinterpret_cast<LandingHeader*>(segment->base() + region.landing));
+  }
   out->reset(new SharedMemoryPath(parts, std::move(segment), std::move(regions)));
   return Status::Ok();
 }

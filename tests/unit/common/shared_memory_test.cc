@@ -2,11 +2,13 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <string>
 #include <thread>
 
@@ -83,7 +85,8 @@ TEST(SharedSegmentTest, CreateDeletesWhatADeadProcessLeftButNotALiveOnesFile) {
 
 // The pull ticket: a late answer to an old pull never lands over a newer one.
 TEST(LandingTest, OnlyTheCurrentPullIsWrittenAndOnlyOnce) {
-  LandingHeader header{};
+  LandingHeader header;
+  landing::Init(&header);
   landing::Open(&header, 1);
   uint64_t version = 0;
   EXPECT_FALSE(landing::Landed(&header, 1, &version));
@@ -106,7 +109,8 @@ TEST(LandingTest, OnlyTheCurrentPullIsWrittenAndOnlyOnce) {
 }
 
 TEST(LandingTest, OpenWaitsForAWriterStillAtWork) {
-  LandingHeader header{};
+  LandingHeader header;
+  landing::Init(&header);
   landing::Open(&header, 1);
   ASSERT_EQ(landing::Begin(&header, 1), landing::Claim::kWrite);
   std::atomic<bool> opened{false};
@@ -120,6 +124,49 @@ TEST(LandingTest, OpenWaitsForAWriterStillAtWork) {
   worker.join();
   EXPECT_TRUE(opened);
   EXPECT_EQ(landing::Begin(&header, 2), landing::Claim::kWrite);
+}
+
+// A server killed while it wrote a pull's values (its pod evicted, kubeps
+// run's restart): the worker's next pull, and the restarted server's
+// handling of the same pull, must not wait for it forever.
+TEST(LandingTest, AWriterThatDiedHoldsNothingUp) {
+  std::unique_ptr<SharedSegment> segment;
+  ASSERT_TRUE(SharedSegment::Create("w", sizeof(LandingHeader), &segment).ok());
+  auto* header = reinterpret_cast<LandingHeader*>(segment->base() + SharedSegment::FirstRegion());
+  landing::Init(header);
+  landing::Open(header, 1);
+  const pid_t server = ::fork();
+  if (server == 0) {  // claims the region, then dies before Done
+    ::_exit(landing::Begin(header, 1) == landing::Claim::kWrite ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(server, &status, 0), server);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+  // The restarted server, handling a resend of pull 1, writes it.
+  auto restarted = std::async(std::launch::async, [&] { return landing::Begin(header, 1); });
+  ASSERT_EQ(restarted.wait_for(std::chrono::seconds(5)), std::future_status::ready)
+      << "a dead writer's claim blocks the region";
+  ASSERT_EQ(restarted.get(), landing::Claim::kWrite);
+  landing::Done(header, 3);
+  uint64_t version = 0;
+  EXPECT_TRUE(landing::Landed(header, 1, &version));
+  EXPECT_EQ(version, 3u);
+
+  // And where it died for good, the worker's next pull opens the region.
+  const pid_t again = ::fork();
+  if (again == 0) ::_exit(landing::Begin(header, 1) == landing::Claim::kWrittenToo ? 0 : 1);
+  ASSERT_EQ(::waitpid(again, &status, 0), again);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  landing::Open(header, 2);
+  const pid_t dying = ::fork();
+  if (dying == 0) ::_exit(landing::Begin(header, 2) == landing::Claim::kWrite ? 0 : 1);
+  ASSERT_EQ(::waitpid(dying, &status, 0), dying);
+  auto opened = std::async(std::launch::async, [&] { landing::Open(header, 3); });
+  ASSERT_EQ(opened.wait_for(std::chrono::seconds(5)), std::future_status::ready)
+      << "a dead writer's claim blocks the worker's next pull";
+  EXPECT_EQ(landing::Begin(header, 3), landing::Claim::kWrite);
+  landing::Done(header, 4);
 }
 
 }  // namespace
