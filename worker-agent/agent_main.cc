@@ -88,6 +88,7 @@ Status ConnectToJob(const api::NodeConfig& config, const api::TrainingJob& job,
   // KUBEPS_SHARED_MEMORY=0: every tensor over TCP, even to a server on this host.
   const char* shared_memory = std::getenv("KUBEPS_SHARED_MEMORY");
   options.shared_memory = !(shared_memory && std::string(shared_memory) == "0");
+  options.own_host = config.pod_ip;
   options.metrics = metrics;
   return KVWorker::Start(options, kv);
 }

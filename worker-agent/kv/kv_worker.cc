@@ -254,7 +254,7 @@ Status KVWorkerImpl::RefreshServerLinks() {
     KLOG_INFO << "server " << server << " moved from " << links_[server]->address << " to "
               << address;
     links_[server] = std::make_shared<const ServerLink>(address, *security_);
-    if (shared_) shared_->Reset(server, SharedMemoryPath::IsLoopback(address));
+    if (shared_) shared_->Reset(server, SharedMemoryPath::OnThisHost(address, options_.own_host));
   }
   return Status::Ok();
 }
@@ -270,7 +270,8 @@ Status KVWorkerImpl::InitTensors(const std::vector<const float*>& values,
   if (options_.shared_memory) {
     bool any_local = false;
     for (int server = 0; server < num_servers_; ++server) {
-      any_local = any_local || SharedMemoryPath::IsLoopback(Link(server)->address);
+      any_local =
+          any_local || SharedMemoryPath::OnThisHost(Link(server)->address, options_.own_host);
     }
     if (Status s =
             any_local ? SharedMemoryPath::Create(options_.node_id, parts_, &shared_) : Status::Ok();
@@ -278,7 +279,8 @@ Status KVWorkerImpl::InitTensors(const std::vector<const float*>& values,
       KLOG_INFO << "tensors go over TCP to every server: " << s.message();
     }
     for (int server = 0; shared_ && server < num_servers_; ++server) {
-      shared_->Reset(server, SharedMemoryPath::IsLoopback(Link(server)->address));
+      shared_->Reset(server,
+                     SharedMemoryPath::OnThisHost(Link(server)->address, options_.own_host));
     }
   }
   if (encoding_ == GradientEncoding::kTwoBit) {

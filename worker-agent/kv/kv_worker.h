@@ -67,10 +67,14 @@ struct KVOptions {
   // "2bit", whose codes stand for +-compression_threshold.
   std::string compression = "none";
   float compression_threshold = 0.5f;
-  // Tensors to and from servers on this host (at a loopback address) go
-  // through a file of shared memory instead of the TCP connection, where
-  // the server can map it (docs/performance.md, "Shared memory").
+  // Tensors to and from servers on this host go through a file of shared
+  // memory instead of the TCP connection, where the server can map it
+  // (docs/performance.md, "Shared memory"). A server counts as on this host
+  // when its address is a loopback one and, where `own_host` (this process's
+  // address: its pod IP) is set, the same as that: pods of one node are at
+  // addresses of their own and do not share their /dev/shm.
   bool shared_memory = true;
+  std::string own_host;
 };
 
 // Where to find the pod's kubeps-agent sidecar (KVWorker::Connect).

@@ -47,11 +47,12 @@ SharedMemoryPath::SharedMemoryPath(const std::vector<Part>& parts,
       pushing_(new std::atomic<bool>[parts.size()]()),
       pulling_(new std::atomic<bool>[parts.size()]()) {}
 
-bool SharedMemoryPath::IsLoopback(const std::string& address) {
+bool SharedMemoryPath::OnThisHost(const std::string& address, const std::string& own_host) {
   std::string host;
   int port = 0;
   if (!SplitHostPort(address, &host, &port).ok()) return false;
   host = Unbracketed(host);
+  if (!own_host.empty() && host != Unbracketed(own_host)) return false;
   if (host == "localhost") return true;
   in_addr v4{};
   if (::inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;

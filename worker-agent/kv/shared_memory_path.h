@@ -2,7 +2,7 @@
 // its segment, with a staging and a landing region for each of its parts,
 // and which servers can map it.
 //
-// A server is tried only where its address is this host's loopback. The
+// A server is tried only where it is on this host (OnThisHost). The
 // first request tells whether the server maps the segment: a pull's answer
 // landed or came in the answer; a push was applied, or refused before the
 // server looked at its id (then it goes again, over TCP). Each part's regions serve one push
@@ -34,9 +34,9 @@ class SharedMemoryPath {
   static Status Create(const std::string& node_id, const std::vector<Part>& parts,
                        std::unique_ptr<SharedMemoryPath>* out);
 
-  // Whether `address` (host:port) is on this host's loopback: the only
-  // servers worth offering the segment to.
-  static bool IsLoopback(const std::string& address);
+  // Whether `address` (host:port) is a server worth offering the segment
+  // to: at a loopback address, and at `own_host` unless that is empty.
+  static bool OnThisHost(const std::string& address, const std::string& own_host);
   // A server at a new address: `loopback` says whether to try it again.
   void Reset(int server, bool loopback);
   // Records what a request found out; true if that is news.
