@@ -642,11 +642,15 @@ class RuntimePackagesTest(unittest.TestCase):
     """The Debian runtime stages install the packages of every library the
     binary built here (on Debian bookworm, like the build stage) loads."""
 
+    found = {}  # binary: its packages (dpkg -S per library takes seconds)
+
     def runtime_packages(self, binary):
-        result = subprocess.run(["sh", RUNTIME_PACKAGES, os.path.join(BIN_DIR, binary)],
-                                capture_output=True, text=True, timeout=120)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        return set(result.stdout.split())
+        if binary not in self.found:
+            result = subprocess.run(["sh", RUNTIME_PACKAGES, os.path.join(BIN_DIR, binary)],
+                                    capture_output=True, text=True, timeout=120)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            self.found[binary] = set(result.stdout.split())
+        return self.found[binary]
 
     def check_image(self, filename, binary):
         if not os.path.exists(os.path.join(BIN_DIR, binary)):

@@ -1,6 +1,7 @@
 """A sync job under a bad network: dropped, duplicated and delayed requests
-and answers (KUBEPS_FAULTS, injected by every process's gRPC services), and
-connections reset and blackholed by a proxy between the processes. Resends
+and answers (KUBEPS_FAULTS, injected by every process's gRPC services), with
+the tensors in shared memory as kubeps run passes them, and connections reset
+and blackholed by a proxy between the processes (the tensors over TCP). Resends
 must make the run end with exactly the parameters of a clean run; without
 resends the job must fail quickly and say which call to which peer failed."""
 import os
@@ -81,6 +82,14 @@ class FaultsTest(unittest.TestCase):
             self.assertGreater(count, 0, "no %s fault injected" % kind)
         self.assertGreater(resends, 0)
         self.assertGreater(suppressed, 0)
+        # The tensors went through shared memory (kubeps run's default on one
+        # host): a late duplicate must neither read a staging region that
+        # holds the next push nor land over a newer pull's answer.
+        for worker in ("worker-0", "worker-1"):
+            moved = sum(metric(scrapes[worker], name) or 0 for name in
+                        ("kubeps_worker_push_bytes_total", "kubeps_worker_pull_bytes_total"))
+            shared = metric(scrapes[worker], "kubeps_worker_shared_memory_bytes_total") or 0
+            self.assertGreater(shared, 0.9 * moved, worker)
         self.assertEqual(job.progress(rank=0)[-1]["total_steps"], STEPS, job.output())
         self.assert_same_parameters(dump)
 

@@ -3,9 +3,9 @@
 beside its kubeps-agent, learns and prints the built-in trainer's progress
 lines.
 
-The suite runs the example's manifest as it is but for one epoch of its three
-(a minute on 2 cores instead of three); the example's own figure, 90.57%
-after its 3 epochs, is measured by running it as its header says.
+The suite runs the example's manifest as it is but for half an epoch of its
+three (half a minute on 2 cores instead of three); the example's own figure,
+90.57% after its 3 epochs, is measured by running it as its header says.
 Needs a Python with torch, found as test_user_code.py finds it
 ($KUBEPS_TORCH_PYTHON, default /usr/bin/python3).
 """
@@ -21,19 +21,20 @@ EXAMPLE_DIR = os.path.join(SOURCE_DIR, "examples", "pytorch", "cnn")
 EXAMPLE = os.path.join(EXAMPLE_DIR, "trainingjob.yaml")
 EPOCHS = 1
 STEPS_PER_EPOCH = 60000 // 128
-STEPS = EPOCHS * STEPS_PER_EPOCH
-# Measured: 0.8773 after one epoch (0.9057 after the example's three).
-MIN_ACCURACY = 0.86
+STEPS = STEPS_PER_EPOCH // 2
+# Measured: 0.8469 after these steps, 0.9057 after the example's three epochs.
+MIN_ACCURACY = 0.83
 PROGRESS = re.compile(r"^\[worker-(\d)/trainer\] epoch (\d)/%d step (\d+)/%d total_steps (\d+) "
                       r"steps/sec [\d.]+ samples/sec [\d.]+ loss [\d.]+$"
                       % (EPOCHS, STEPS_PER_EPOCH))
 
 
-def one_epoch_manifest(directory):
-    """The example's manifest with --epochs 1, run from the example's folder."""
+def short_manifest(directory):
+    """The example's manifest with --epochs 1 --max-steps STEPS, run from the example's folder."""
     with open(EXAMPLE) as f:
         text = f.read()
-    for old, new in [('args: ["--epochs", "3"', 'args: ["--epochs", "%d"' % EPOCHS),
+    for old, new in [('args: ["--epochs", "3"',
+                      'args: ["--max-steps", "%d", "--epochs", "%d"' % (STEPS, EPOCHS)),
                      ("command: [python3, train.py]\n",
                       "command: [python3, train.py]\n              workingDir: %s\n" % EXAMPLE_DIR)]:
         assert old in text, old
@@ -43,9 +44,9 @@ def one_epoch_manifest(directory):
 
 @unittest.skipIf(MISSING, MISSING)
 class PytorchCnnTest(unittest.TestCase):
-    def test_example_learns_in_one_epoch(self):
+    def test_example_learns_in_half_an_epoch(self):
         directory = tempfile.mkdtemp(prefix="kubeps-pytorch-cnn-")
-        job = RunningJob(one_epoch_manifest(directory), run_dir=os.path.join(directory, "run"),
+        job = RunningJob(short_manifest(directory), run_dir=os.path.join(directory, "run"),
                          env=program_env(directory))
         self.addCleanup(lambda: job.process.poll() is None and job.process.kill())
         code = job.wait(600)
@@ -58,8 +59,7 @@ class PytorchCnnTest(unittest.TestCase):
                           output)
             last = [m for m in (PROGRESS.match(line) for _, line in job.lines)
                     if m and m.group(1) == rank][-1]
-            self.assertEqual(last.groups()[1:], (str(EPOCHS), str(STEPS_PER_EPOCH), str(STEPS)),
-                             output)
+            self.assertEqual(last.groups()[1:], (str(EPOCHS), str(STEPS), str(STEPS)), output)
         accuracy = accuracy_of(job)
         print("\nexamples/pytorch/cnn through kubeps run: test accuracy %.4f after %d steps"
               % (accuracy, STEPS))
