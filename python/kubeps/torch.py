@@ -30,6 +30,15 @@ then, by the servers' optimizer (`hello` says which):
 Views over the mapping are made once per parameter (`torch.frombuffer`) and
 data moves with one `copy_` each way; no bytes cross the socket.
 
+With `DistributedOptimizer(..., model=model)` (and the servers' optimizer),
+`step()` does not wait for the exchanges either: each module of `model` waits,
+just before its own forward, for its own parameters' new values, so the next
+forward pass starts on the first layers while the last ones still travel.
+The loop of `steps()` brings every parameter up to date when it ends, and
+`synchronize()` does so at any time (before reading the parameters outside a
+forward pass).  A parameter used in a forward pass outside its own module
+(tied weights) is caught at its gradient, with an error that says so.
+
 A rollback (a parameter server restarted from its checkpoint) surfaces as
 `RolledBack(resume_step)` from the agent; `step()` handles it: the values of
 `resume_step` are already in the mapping, they are copied into the
@@ -124,7 +133,7 @@ class _DistributedOptimizer:
     threads while another hook pushes.
     """
 
-    def _kubeps_setup(self, session, named_parameters, backward_passes_per_step):
+    def _kubeps_setup(self, session, named_parameters, backward_passes_per_step, model):
         if int(backward_passes_per_step) < 1:
             raise InvalidArgument("DistributedOptimizer: backward_passes_per_step=%r must be >= 1"
                                   % (backward_passes_per_step,))
@@ -132,6 +141,11 @@ class _DistributedOptimizer:
         self._kubeps_passes_per_step = int(backward_passes_per_step)
         self._kubeps_lock = threading.Lock()
         self._kubeps_exchanges = {}  # name -> Handle of this step's push_pull
+        # With model=: name -> Handle of the last step's exchange, waited for
+        # by the parameter's module before its forward.
+        self._kubeps_pending = {}
+        self._kubeps_discard = False  # a forward pass found a rollback: drop this iteration
+        self._kubeps_forward_hooks = []
         self._kubeps_passes = {}  # name -> backward passes seen this step
         self._kubeps_synchronized = False
         self._kubeps_closed = False
@@ -144,6 +158,80 @@ class _DistributedOptimizer:
         self._kubeps_grad_accumulators = [
             _register_gradient_hook(b.param, self._kubeps_make_hook(b))
             for b in self._kubeps_bindings]
+        if model is not None:
+            self._kubeps_hook_forward(model)
+
+    def _kubeps_hook_forward(self, model):
+        """Each module of `model` that holds declared parameters waits for them before its
+        forward (a forward pre-hook)."""
+        if not isinstance(model, torch.nn.Module):
+            raise InvalidArgument("DistributedOptimizer: model= expects a torch.nn.Module, got %s"
+                                  % type(model).__name__)
+        by_param = {id(b.param): b for b in self._kubeps_bindings}
+        covered = set()
+        for module in model.modules():
+            own = [by_param[id(p)] for p in module.parameters(recurse=False) if id(p) in by_param]
+            if own:
+                covered.update(b.name for b in own)
+                self._kubeps_forward_hooks.append(
+                    module.register_forward_pre_hook(self._kubeps_make_forward_hook(own)))
+        outside = [b.name for b in self._kubeps_bindings if b.name not in covered]
+        if outside:
+            raise InvalidArgument(
+                "DistributedOptimizer: %s are not parameters of model=%s's modules; pass the model "
+                "that holds every parameter of the optimizer" % (describe_names(outside),
+                                                                  type(model).__name__))
+
+    def _kubeps_make_forward_hook(self, bindings):
+        def before_forward(*unused):
+            if not self._kubeps_closed:
+                self._kubeps_resolve(bindings)
+        return before_forward
+
+    def _kubeps_defers(self):
+        """Whether step() leaves the waiting to the next forward pass."""
+        return bool(self._kubeps_forward_hooks) and self._kubeps_servers_optimize()
+
+    def _kubeps_resolve(self, bindings):
+        """Waits for the last step's exchanges of `bindings` and copies their new values
+        into the parameters.  False when the job rolled back instead (every parameter then
+        holds the values of the step to resume from, and this iteration is dropped)."""
+        with self._kubeps_lock:
+            handles = {b.name: self._kubeps_pending.pop(b.name) for b in bindings
+                       if b.name in self._kubeps_pending}
+        if not handles:
+            return True
+        unwaited = list({id(h): h for h in handles.values() if not h.waited}.values())
+        try:
+            self._kubeps_session.wait(unwaited)
+        except RolledBack as rollback:
+            self._kubeps_drop_pending()
+            self._kubeps_roll_back(rollback.resume_step)
+            self._kubeps_discard = True
+            return False
+        with torch.no_grad():
+            for binding in bindings:
+                if binding.name in handles:
+                    binding.param.copy_(binding.values)
+        return True
+
+    def _kubeps_drop_pending(self):
+        """After a rollback: waits out what is still in flight (its outcome no longer
+        matters), so that no request of the old step holds a region."""
+        with self._kubeps_lock:
+            pending, self._kubeps_pending = self._kubeps_pending, {}
+        unwaited = list({id(h): h for h in pending.values() if not h.waited}.values())
+        try:
+            self._kubeps_session.wait(unwaited)
+        except RolledBack:
+            pass
+
+    def _kubeps_resolve_all(self):
+        """Brings every parameter up to date; False when the job rolled back instead."""
+        if not self._kubeps_resolve(self._kubeps_bindings):
+            self._kubeps_discard = False  # no iteration in flight to drop
+            return False
+        return True
 
     @property
     def kubeps_parameter_names(self):
@@ -161,6 +249,16 @@ class _DistributedOptimizer:
 
     def _kubeps_push_gradient(self, binding):
         """Runs in backward as soon as `binding`'s gradient is accumulated: copy and push."""
+        if self._kubeps_discard:
+            return  # the forward pass found a rollback: this iteration's gradients are dropped
+        with self._kubeps_lock:
+            stale = binding.name in self._kubeps_pending
+        if stale:
+            raise FailedPrecondition(
+                "%r was used in the forward pass before its own module ran (a tied weight?), so "
+                "with the value of the step before: its module waits for its new value. Pass "
+                "the DistributedOptimizer no model= (step() then waits for every parameter)"
+                % binding.name)
         with self._kubeps_lock:
             passes = self._kubeps_passes.get(binding.name, 0) + 1
             if passes > self._kubeps_passes_per_step:
@@ -190,7 +288,13 @@ class _DistributedOptimizer:
         Returns False when the job rolled back instead (the parameters then hold the
         values of the step to resume from).  step() calls it; with the servers' optimizer
         'none', call it yourself to clip the averaged gradients before step().
+
+        With model= (step() leaves the waiting to the next forward pass): waits for the
+        last step's exchanges and copies their values into the parameters, so that they
+        can be read outside a forward pass.
         """
+        if self._kubeps_defers():
+            return self._kubeps_resolve_all()
         if self._kubeps_synchronized:
             return True
         step = _current_step("optimizer.step()")
@@ -228,6 +332,18 @@ class _DistributedOptimizer:
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self._kubeps_discard:
+            # This iteration's forward pass found a rollback: the parameters hold the
+            # resume step's values, and steps() yields that step next.
+            self._kubeps_discard = False
+            with self._kubeps_lock:
+                self._kubeps_exchanges = {}
+                self._kubeps_passes = {}
+            return loss
+        if self._kubeps_defers():
+            self._kubeps_exchange_rest()
+            _counter.advance()
+            return loss
         if not self.synchronize():
             return loss  # rolled back: steps() goes on from the resume step
         if not self._kubeps_servers_optimize():
@@ -235,6 +351,26 @@ class _DistributedOptimizer:
         self._kubeps_synchronized = False
         _counter.advance()
         return loss
+
+    def _kubeps_exchange_rest(self):
+        """model=: sends what backward did not (zeros for parameters without a gradient)
+        and leaves every exchange of the step for the next forward pass to wait for."""
+        step = _current_step("optimizer.step()")
+        with self._kubeps_lock:
+            exchanges, self._kubeps_exchanges = self._kubeps_exchanges, {}
+            self._kubeps_passes = {}
+        missing = [b for b in self._kubeps_bindings if b.name not in exchanges]
+        # A parameter left out of this forward pass still has its last exchange pending:
+        # it must end before the same regions are used again.
+        if missing and not self._kubeps_resolve(missing):
+            return
+        for binding in missing:
+            _copy_gradient(binding)
+        if missing:
+            handle = self._kubeps_session.push_pull([b.name for b in missing], step)
+            exchanges.update((b.name, handle) for b in missing)
+        with self._kubeps_lock:
+            self._kubeps_pending.update(exchanges)
 
     def _kubeps_roll_back(self, resume_step):
         if self._kubeps_servers_optimize():
@@ -255,6 +391,8 @@ class _DistributedOptimizer:
 
     def _kubeps_close(self):
         self._kubeps_closed = True
+        for hook in self._kubeps_forward_hooks:
+            hook.remove()
 
 
 def _copy_gradient(binding):
@@ -325,13 +463,18 @@ def _register_gradient_hook(param, hook):
     return accumulator
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_step=1):
+def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_step=1,
+                         model=None):
     """Wraps a torch optimizer so that each step goes through kubeps' parameter servers.
 
     Declares every trainable parameter of `optimizer` to the agent, by its name in
     `named_parameters` (model.named_parameters(); without it, names by position),
     and pushes each gradient from backward as soon as it is ready.  Parameters must
     be float32; frozen ones (requires_grad False) stay out.  One per process.
+
+    With `model` (the module that holds the parameters) and the servers' optimizer,
+    step() returns without waiting and each module waits for its own parameters just
+    before its next forward (the module docstring says more).
 
     Returns an optimizer of a subclass of `optimizer`'s class, sharing its
     param_groups and state: use it in place of `optimizer`.
@@ -349,7 +492,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_s
     cls = type(type(optimizer).__name__, (_DistributedOptimizer, type(optimizer)), {})
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
-    wrapped._kubeps_setup(session, named_parameters, backward_passes_per_step)
+    wrapped._kubeps_setup(session, named_parameters, backward_passes_per_step, model)
     _optimizer = wrapped
     return wrapped
 
@@ -418,15 +561,22 @@ def steps(total_steps):
     optimizer = _require_optimizer("kubeps.torch.steps()")
     if _counter.step is None:
         _broadcast(optimizer, {})
-    while _counter.step < total_steps:
-        step, moves = _counter.step, _counter.moves
-        yield step
-        if _counter.moves == moves:
-            _counter.advance()  # a body without optimizer.step() still moves on
+    while True:
+        while _counter.step < total_steps:
+            step, moves = _counter.step, _counter.moves
+            yield step
+            if _counter.moves == moves:
+                _counter.advance()  # a body without optimizer.step() still moves on
+        # model=: the last step's values are still in flight; a rollback found
+        # here goes on from the resume step.
+        if optimizer._kubeps_resolve_all():
+            return
 
 
 def finish():
     """Tells the job this worker is done and ends the session (see kubeps.finish)."""
+    if _optimizer is not None:
+        _optimizer._kubeps_resolve_all()
     kubeps.finish()
     _forget()
 

@@ -5,7 +5,7 @@ kubeps agent; three lines (after the comment "kubeps:") make an ordinary trainin
 distributed, in the manner of Horovod and BytePS:
 
     kps.init()
-    optimizer = kps.DistributedOptimizer(optimizer, named_parameters=...)
+    optimizer = kps.DistributedOptimizer(optimizer, named_parameters=..., model=model)
     kps.broadcast_parameters(model.state_dict(), root_rank=0)
 
 and `for step in kps.steps(total)` walks the global steps: from 0 on a new job,
@@ -61,9 +61,11 @@ def main():
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
 
     # kubeps: connect to this pod's agent, push the gradients through it, and
-    # start every worker from the same parameters.
+    # start every worker from the same parameters. With model=, each layer
+    # waits for its new values just before its next forward, not step().
     kps.init()
-    optimizer = kps.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    optimizer = kps.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                         model=model)
     kps.broadcast_parameters(model.state_dict(), root_rank=0)
 
     rank, size = kps.rank(), kps.size()
