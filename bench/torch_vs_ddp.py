@@ -1,24 +1,30 @@
 #!/usr/bin/python3
 """Steps/sec of the PyTorch CNN job through kubeps beside PyTorch's own DistributedDataParallel.
 
-Two ways to train examples/pytorch/cnn/train.py's model (the seed CNN) on this
-machine, with the same global batch (64 examples per process, 2 processes),
-the same data order, the same Adam 1e-3 and one torch thread per process:
+Three ways to train examples/pytorch/cnn/train.py's model (the seed CNN) on
+this machine, with the same global batch (64 examples per process, 2
+processes), the same data order, the same Adam 1e-3 and one torch thread per
+process:
 
   kubeps  `kubeps run` of a copy of examples/pytorch/cnn/trainingjob.yaml:
           2 servers (Adam there), 2 workers, sync, each worker's train.py
-          beside its `kubeps-agent --serve` sidecar;
+          beside its `kubeps-agent --serve` sidecar; each layer waits for its
+          new values just before its next forward (DistributedOptimizer's
+          model=);
+  waits   the same with train.py --wait-in-step: optimizer.step() waits for
+          every new value (no model=);
   DDP     2 processes of this script with init_process_group("gloo") on
           loopback, DistributedDataParallel around the model, the all-reduced
           gradients stepped by each process's own Adam.
 
-The two alternate (kubeps, DDP, DDP, kubeps, ...) --rounds times, so that
-the machine's drift falls on both. Each run does --warmup + --steps steps and
+They alternate (kubeps, waits, DDP, DDP, waits, kubeps, ...) --rounds times,
+so that the machine's drift falls on all. Each run does --warmup + --steps steps and
 prints a progress line (the built-in trainer's format) every --window steps;
 a run's figures are worker 0's steps/sec over the windows that start after
 the warm-up (start-up, the first steps' allocations and the evaluation are
 excluded). Prints the exact command lines, every window, the median of each
-side over all its windows and the ratio kubeps / DDP (above 1: kubeps faster).
+side over all its windows and the ratios kubeps / DDP (above 1: kubeps
+faster) and kubeps / waits (what overlapping the forward pass gains).
 
 Usage (run it with a Python that has torch, holding the machine for the whole run):
 
@@ -27,15 +33,13 @@ Usage (run it with a Python that has torch, holding the machine for the whole ru
 
 Standard library and torch only; not a test.
 
-Measured on the 2-core development machine (2026-11-23, --rounds 3, the other
-settings the defaults): kubeps 5.38 steps/sec, DDP 6.06, kubeps/DDP 0.889
-(0.797 the same day before Push and Pull went around protobuf's copies). The
-issue's goal (kubeps at least as fast as DDP) is not met there. Every core is
-busy (a profile shows under 3% idle), so only CPU spent matters: per step each
-worker sends its 13 MB of gradients to the servers and pulls 13 MB of
-parameters back through its agent, twice DDP's bytes through loopback TCP
-(each crossing the kernel twice), and the servers run on the two cores the
-workers compute on.
+Measured on the 2-core development machine (2026-11-26, --rounds 2, the other
+settings the defaults, tensors through shared memory between each agent and
+the servers): kubeps 9.30 steps/sec, waits 8.88, DDP 9.77; kubeps/DDP 0.952,
+waits/DDP 0.909, kubeps/waits 1.048. Every core is busy, so only CPU spent
+matters: per step each worker hands its 13 MB of gradients to the servers
+and takes 13 MB of parameters back through its agent, and the servers run on
+the two cores the workers compute on.
 """
 import argparse
 import json
@@ -57,8 +61,7 @@ WORKERS = 2
 def window_speeds(lines, side, warmup):
     """Worker 0's steps/sec of each window that starts at or after the warm-up:
     "[worker-0/trainer] epoch ..." from kubeps run, "[ddp-0] epoch ..." from DDP."""
-    return benchlib.window_speeds(lines, "worker-0/trainer" if side == "kubeps" else "ddp-0",
-                                  warmup)
+    return benchlib.window_speeds(lines, "ddp-0" if side == "DDP" else "worker-0/trainer", warmup)
 
 
 def program_args(args):
@@ -66,16 +69,16 @@ def program_args(args):
             str(args.warmup + args.steps), "--progress-every-steps", str(args.window), "--no-test"]
 
 
-def kubeps_manifest(folder, args):
+def kubeps_manifest(folder, args, extra_args=()):
     """examples/pytorch/cnn/trainingjob.yaml with the benchmark's step count and
     windows, its program run by this Python from the example's folder."""
     container = {
         "name": "trainer", "image": "kubeps/example-pytorch-cnn:0.1.0",
-        "command": [sys.executable, TRAIN_PY], "args": program_args(args),
+        "command": [sys.executable, TRAIN_PY], "args": program_args(args) + list(extra_args),
         "env": [{"name": "DATA_DIR", "value": benchlib.DATA_DIR},
                 {"name": "KUBEPS_TORCH_THREADS", "value": "1"}],
     }
-    return benchlib.write_job(folder, "bench-torch-vs-ddp", {
+    return benchlib.write_job(folder, "bench-torch-vs-ddp" + "".join(extra_args), {
         "mode": "sync", "optimizer": {"name": "adam", "learningRate": 0.001},
         "replicaSpecs": {"ps": {"replicas": 2},
                          "worker": {"replicas": WORKERS, "template": {"spec": {
@@ -143,18 +146,20 @@ def main():
     if args.steps % args.window or args.warmup % args.window:
         sys.exit("--steps and --warmup must be multiples of --window")
     args.bin_dir = os.path.abspath(args.bin_dir)
-    manifest = kubeps_manifest(tempfile.mkdtemp(prefix="kubeps-torch-vs-ddp-"), args)
+    folder = tempfile.mkdtemp(prefix="kubeps-torch-vs-ddp-")
+    manifests = {"kubeps": kubeps_manifest(folder, args),
+                 "waits": kubeps_manifest(folder, args, ["--wait-in-step"])}
 
     print("seed CNN, 2 processes x %d examples, 1 torch thread each, %d steps after %d warm-up, "
           "windows of %d steps, %d round(s); %s" % (BATCH, args.steps, args.warmup, args.window,
                                                    args.rounds, sys.executable), flush=True)
-    speeds = {"kubeps": [], "DDP": []}
+    speeds = {"kubeps": [], "waits": [], "DDP": []}
     for round_ in range(args.rounds):
-        order = ("kubeps", "DDP") if round_ % 2 == 0 else ("DDP", "kubeps")
+        order = ("kubeps", "waits", "DDP") if round_ % 2 == 0 else ("DDP", "waits", "kubeps")
         for side in order:
             print("round %d, %s:" % (round_ + 1, side), flush=True)
             start = time.time()
-            lines = run_kubeps(manifest, args) if side == "kubeps" else run_ddp(args)
+            lines = run_ddp(args) if side == "DDP" else run_kubeps(manifests[side], args)
             found = window_speeds(lines, side, args.warmup)
             if len(found) != args.steps // args.window:
                 sys.exit("%s: %d timing windows, expected %d:\n%s" % (
@@ -163,10 +168,12 @@ def main():
             print("  steps/sec of each window: %s (run %.1f s)"
                   % (" ".join("%.2f" % s for s in found), time.time() - start), flush=True)
 
-    kubeps_median = benchlib.median(speeds["kubeps"])
-    ddp_median = benchlib.median(speeds["DDP"])
-    print("median steps/sec over %d windows each: kubeps %.2f, DDP %.2f; kubeps/DDP %.3f"
-          % (len(speeds["kubeps"]), kubeps_median, ddp_median, kubeps_median / ddp_median))
+    median = {side: benchlib.median(found) for side, found in speeds.items()}
+    print("median steps/sec over %d windows each: kubeps %.2f, waits %.2f, DDP %.2f; "
+          "kubeps/DDP %.3f, waits/DDP %.3f, kubeps/waits %.3f"
+          % (len(speeds["kubeps"]), median["kubeps"], median["waits"], median["DDP"],
+             median["kubeps"] / median["DDP"], median["waits"] / median["DDP"],
+             median["kubeps"] / median["waits"]))
 
 
 if __name__ == "__main__":

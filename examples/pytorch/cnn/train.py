@@ -98,6 +98,9 @@ def parse_args(argv=None):
     parser.add_argument("--max-steps", type=int, default=0,
                         help="stop after this many global steps (0: all the epochs')")
     parser.add_argument("--batch-size", type=int, default=64, help="examples per worker and step")
+    parser.add_argument("--wait-in-step", action="store_true",
+                        help="optimizer.step() waits for every new value (no model=): for the "
+                             "benchmark's comparison")
     parser.add_argument("--seed", type=int, default=1, help="initial parameters and data order")
     parser.add_argument("--data-dir", default=os.environ.get("DATA_DIR", DEFAULT_DATA_DIR))
     parser.add_argument("--progress-interval-ms", type=int, default=2000,
@@ -126,7 +129,7 @@ def main():
     # waits for its new values just before its next forward, not step().
     kps.init()
     optimizer = kps.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         model=model)
+                                         model=None if args.wait_in_step else model)
     kps.broadcast_parameters(model.state_dict(), root_rank=0)
 
     rank, size = kps.rank(), kps.size()
