@@ -18,7 +18,8 @@
 //
 // Trust: both ends are processes of one job and one uid on one host; a
 // server maps only files of its own uid whose header holds the nonce the
-// request names.
+// request names. A process of that uid could still crash the server (by
+// shrinking a file it maps), as it could by signalling it.
 #ifndef KUBEPS_COMMON_SHARED_MEMORY_H_
 #define KUBEPS_COMMON_SHARED_MEMORY_H_
 

@@ -1,5 +1,6 @@
 #include "worker-agent/kv/kv_worker_impl.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -267,20 +268,16 @@ Status KVWorkerImpl::InitTensors(const std::vector<const float*>& values,
                                  const std::vector<uint64_t>& sizes) {
   parts_ = PlaceTensors(sizes, num_servers(), options_.placement);
   shared_.reset();
-  if (options_.shared_memory) {
-    bool any_local = false;
-    for (int server = 0; server < num_servers_; ++server) {
-      any_local =
-          any_local || SharedMemoryPath::OnThisHost(Link(server)->address, options_.own_host);
-    }
-    if (Status s =
-            any_local ? SharedMemoryPath::Create(options_.node_id, parts_, &shared_) : Status::Ok();
-        !s.ok()) {
+  std::vector<bool> on_this_host(num_servers_, false);
+  for (int server = 0; options_.shared_memory && server < num_servers_; ++server) {
+    on_this_host[server] = SharedMemoryPath::OnThisHost(Link(server)->address, options_.own_host);
+  }
+  if (std::find(on_this_host.begin(), on_this_host.end(), true) != on_this_host.end()) {
+    if (Status s = SharedMemoryPath::Create(options_.node_id, parts_, &shared_); !s.ok()) {
       KLOG_INFO << "tensors go over TCP to every server: " << s.message();
     }
     for (int server = 0; shared_ && server < num_servers_; ++server) {
-      shared_->Reset(server,
-                     SharedMemoryPath::OnThisHost(Link(server)->address, options_.own_host));
+      shared_->Reset(server, on_this_host[server]);
     }
   }
   if (encoding_ == GradientEncoding::kTwoBit) {
