@@ -24,24 +24,39 @@ for binary in "$@"; do
   fi
   libraries="$libraries $(echo "$found" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }')"
 done
-owner() {
-  dpkg -S "$1" 2>/dev/null | cut -d: -f1 | tr -d ' ' | tr ',' '\n' | grep -v -- '-dev$' | head -n 1 || true
-}
-packages=""
-for library in $(printf '%s\n' $libraries | sort -u); do
-  # dpkg knows each file under the path its package installed it at; on
-  # merged-/usr systems /lib and /usr/lib are one folder, so try both, for
-  # the path ldd printed and for the file the symlinks lead to.
-  package=""
-  real=$(readlink -f "$library")
-  for path in "$library" "$real"; do
+# Each library's candidate paths: dpkg knows each file under the path its
+# package installed it at; on merged-/usr systems /lib and /usr/lib are one
+# folder, so both, for the path ldd printed and for the file the symlinks
+# lead to.
+candidates_of() {
+  for path in "$1" "$(readlink -f "$1")"; do
     case "$path" in
       /usr/*) other=${path#/usr} ;;
       *) other=/usr$path ;;
     esac
-    for candidate in "$path" "$other"; do
-      [ -n "$package" ] || package=$(owner "$candidate")
-    done
+    printf '%s\n%s\n' "$path" "$other"
+  done
+}
+libraries=$(printf '%s\n' $libraries | sort -u)
+all=""
+for library in $libraries; do
+  all="$all $(candidates_of "$library")"
+done
+# One dpkg -S for every path (each call reads dpkg's whole database): its
+# lines are "package[:arch][, package...]: path"; paths of no package are
+# left out (dpkg says so on stderr and exits 1).
+owners=$(dpkg -S $all 2>/dev/null | grep -v '^diversion ' || true)
+owner() {
+  printf '%s\n' "$owners" | awk -v path="$1" '
+    { at = length($0) - length(path) - 1 }
+    at > 0 && substr($0, at) == ": " path { print substr($0, 1, at - 1); exit }' |
+    cut -d: -f1 | tr -d ' ' | tr ',' '\n' | grep -v -- '-dev$' | head -n 1 || true
+}
+packages=""
+for library in $libraries; do
+  package=""
+  for candidate in $(candidates_of "$library"); do
+    [ -n "$package" ] || package=$(owner "$candidate")
   done
   if [ -z "$package" ]; then
     echo "$0: $library belongs to no package" >&2

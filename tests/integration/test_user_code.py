@@ -40,7 +40,7 @@ ACCURACY = re.compile(r"^\[worker-\d/trainer\] test accuracy ([\d.]+)")
 RANK = re.compile(r"^\[worker-0/trainer\] rank (\d) of 2")
 # What test_faults.py injects, on every process of the job.
 FAULTS = "drop_request=0.2,drop_response=0.2,duplicate=0.05,delay=0.1,delay_max_ms=300,seed=7"
-FAULT_STEPS = 20
+FAULT_STEPS = 10
 
 
 def why_torch_is_missing():
