@@ -201,9 +201,8 @@ class _DistributedOptimizer:
                        if b.name in self._kubeps_pending}
         if not handles:
             return True
-        unwaited = list({id(h): h for h in handles.values() if not h.waited}.values())
         try:
-            self._kubeps_session.wait(unwaited)
+            self._kubeps_session.wait(_unwaited(handles.values()))
         except RolledBack as rollback:
             self._kubeps_drop_pending()
             self._kubeps_roll_back(rollback.resume_step)
@@ -220,9 +219,8 @@ class _DistributedOptimizer:
         matters), so that no request of the old step holds a region."""
         with self._kubeps_lock:
             pending, self._kubeps_pending = self._kubeps_pending, {}
-        unwaited = list({id(h): h for h in pending.values() if not h.waited}.values())
         try:
-            self._kubeps_session.wait(unwaited)
+            self._kubeps_session.wait(_unwaited(pending.values()))
         except RolledBack:
             pass
 
@@ -393,6 +391,11 @@ class _DistributedOptimizer:
         self._kubeps_closed = True
         for hook in self._kubeps_forward_hooks:
             hook.remove()
+
+
+def _unwaited(handles):
+    """Each handle once (one push_pull may cover several parameters), those not yet waited for."""
+    return list({id(h): h for h in handles if not h.waited}.values())
 
 
 def _copy_gradient(binding):

@@ -202,6 +202,13 @@ def total(scrapes, name, **labels):
     return sum(metric(series, name, **labels) or 0 for series in scrapes.values())
 
 
+def tensor_bytes(series):
+    """(tensor bytes a worker pushed and pulled, of them through shared memory) in its scrape."""
+    moved = sum(metric(series, name) or 0 for name in
+                ("kubeps_worker_push_bytes_total", "kubeps_worker_pull_bytes_total"))
+    return moved, metric(series, "kubeps_worker_shared_memory_bytes_total") or 0
+
+
 def processes_with_env(key, value):
     """Pids of live processes whose environment holds key=value."""
     pids = []

@@ -15,7 +15,7 @@ import unittest
 from unittest import mock
 
 from jobtools import (SOURCE_DIR, RunningJob, manifest_with, metric, read_floats, run_job,
-                      scrape_while_running, total, write_manifest)
+                      scrape_while_running, tensor_bytes, total, write_manifest)
 
 PROXY = os.path.join(SOURCE_DIR, "tests", "tools", "fault_proxy.py")
 FAULTS = "drop_request=0.2,drop_response=0.2,duplicate=0.05,delay=0.1,delay_max_ms=300,seed=7"
@@ -86,9 +86,7 @@ class FaultsTest(unittest.TestCase):
         # host): a late duplicate must neither read a staging region that
         # holds the next push nor land over a newer pull's answer.
         for worker in ("worker-0", "worker-1"):
-            moved = sum(metric(scrapes[worker], name) or 0 for name in
-                        ("kubeps_worker_push_bytes_total", "kubeps_worker_pull_bytes_total"))
-            shared = metric(scrapes[worker], "kubeps_worker_shared_memory_bytes_total") or 0
+            moved, shared = tensor_bytes(scrapes[worker])
             self.assertGreater(shared, 0.9 * moved, worker)
         self.assertEqual(job.progress(rank=0)[-1]["total_steps"], STEPS, job.output())
         self.assert_same_parameters(dump)

@@ -10,7 +10,7 @@ import os
 import tempfile
 import unittest
 
-from jobtools import RunningJob, metric, scrape_while_running, write_manifest
+from jobtools import RunningJob, scrape_while_running, tensor_bytes, write_manifest
 from test_faults import MLP_PARAMS, STEPS, sync_job
 
 WORKERS = ("worker-0", "worker-1")
@@ -33,13 +33,9 @@ class SharedMemoryTest(unittest.TestCase):
         job = RunningJob(path, env=dict(env, KUBEPS_MAX_STEPS=str(STEPS), KUBEPS_DUMP_PARAMS=dump))
         scrapes = scrape_while_running(job, WORKERS, interval=0.1)
         self.assertEqual(job.wait(timeout=240), 0, job.output())
-        bytes_by_worker = {}
         for worker in WORKERS:
             self.assertIn(worker, scrapes, job.output())
-            moved = sum(metric(scrapes[worker], name) or 0 for name in
-                        ("kubeps_worker_push_bytes_total", "kubeps_worker_pull_bytes_total"))
-            shared = metric(scrapes[worker], "kubeps_worker_shared_memory_bytes_total") or 0
-            bytes_by_worker[worker] = (moved, shared)
+        bytes_by_worker = {worker: tensor_bytes(scrapes[worker]) for worker in WORKERS}
         with open(dump, "rb") as f:
             parameters = f.read()
         self.assertEqual(len(parameters), MLP_PARAMS * 4)
