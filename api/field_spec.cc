@@ -193,6 +193,7 @@ nlohmann::json WriteFields(const std::vector<FieldSpec>& fields, const TrainingJ
   for (const FieldSpec& field : fields) {
     if (!field.rejected_because.empty()) continue;
     if (field.type == FieldType::kObject) {
+      if (field.written_when && !field.written_when(spec)) continue;
       // Left out when every field in it is unset (spec.dataset of a job
       // that brings its own program).
       nlohmann::json object = WriteFields(field.fields, spec);

@@ -73,6 +73,9 @@ struct FieldSpec {
   std::string rejected_because;
 
   std::vector<FieldSpec> fields;  // objects: their fields, in reading order
+  // Objects: when set and false for a spec, ToJson leaves the object out
+  // (an optional policy whose absence means "off").
+  std::function<bool(const TrainingJobSpec& spec)> written_when;
   Reader read;
   Writer write;
 
@@ -104,6 +107,10 @@ struct FieldSpec {
   }
   FieldSpec& NoDefaultInCrd() {
     no_default_in_crd = true;
+    return *this;
+  }
+  FieldSpec& WrittenWhen(std::function<bool(const TrainingJobSpec& spec)> predicate) {
+    written_when = std::move(predicate);
     return *this;
   }
 };

@@ -81,6 +81,8 @@ void AddNodeFlags(CLI::App* app, NodeConfig* c) {
   text(env::kSocketDir, &c->socket_dir,
        "workers with --serve: the directory shared with the training process (agent.sock, "
        "agent.json, the tensors' shared memory)");
+  text(env::kDesiredWorkersFile, &c->desired_workers_file,
+       "elastic jobs' scheduler: the file holding how many workers the job should have");
 }
 
 Status FinishNodeConfig(NodeConfig* config) {

@@ -52,6 +52,11 @@ inline constexpr const char* kCheckpointDir = "KUBEPS_CHECKPOINT_DIR";  // serve
 // /dev/termination-log.
 inline constexpr const char* kTerminationLog = kTerminationLogVariable;
 inline constexpr const char* kSocketDir = "KUBEPS_SOCKET_DIR";
+// An elastic job's scheduler: the file that holds how many workers the job
+// should have (kubeps scale writes it in the run folder; on Kubernetes it is
+// the scheduler pod's annotation kubeps.io/desired-workers, through a
+// downwardAPI volume, which the kubelet refreshes).
+inline constexpr const char* kDesiredWorkersFile = "KUBEPS_DESIRED_WORKERS_FILE";
 }  // namespace env
 
 // What a node (scheduler, server, worker) knows about itself, decoded.
@@ -77,6 +82,7 @@ struct NodeConfig {
   int blas_threads = 1;
   std::string checkpoint_dir;
   std::string socket_dir;
+  std::string desired_workers_file;
 };
 
 // The variables that say who a replica is and where its scheduler is: the

@@ -70,6 +70,23 @@ struct ReplicaSpec {
 
 enum class CleanPodPolicy { kAll, kRunning, kNone };
 
+// spec.replicaSpecs.worker.elasticPolicy: the workers of a running job may
+// be scaled between min_replicas and max_replicas (kubectl scale, kubeps
+// scale), and a worker that cannot come back is dropped. Absent (both 0):
+// the workers are fixed.
+struct ElasticPolicy {
+  int min_replicas = 0;
+  int max_replicas = 0;
+  // A worker silent this long (its pod gone, not replaced) is dropped, while
+  // at least min_replicas remain; at min_replicas the job fails instead.
+  int64_t replace_timeout_seconds = 60;
+  // global: the global batch (batchSize x replicas at the start) stays and is
+  // cut over the workers of each step, so the trajectory does not depend on
+  // how many computed it. perWorker is refused: not supported yet.
+  std::string batch = "global";
+  bool enabled() const { return max_replicas > 0 || min_replicas > 0; }
+};
+
 struct RunPolicy {
   RestartPolicy restart_policy = RestartPolicy::kOnFailure;
   int backoff_limit = 3;
@@ -142,6 +159,7 @@ struct TrainingJobSpec {
   std::string tls;
   ReplicaSpec ps{2, nullptr};
   ReplicaSpec worker{2, nullptr};
+  ElasticPolicy elastic;              // the workers'; see ElasticPolicy
   ReplicaSpec scheduler{1, nullptr};  // always exactly one; only its template may be given
   RunPolicy run_policy;
   SchedulingPolicy scheduling_policy;

@@ -96,6 +96,53 @@ void CheckPodGroupApi(const SchedulingPolicy& policy, std::vector<FieldError>* e
                   "for no PodGroup)"});
 }
 
+// An elastic policy's bounds hold the replicas, and what it does not do yet
+// is refused rather than ignored.
+void CheckElasticPolicy(const TrainingJobSpec& spec, std::vector<FieldError>* errors) {
+  const std::string field = "spec.replicaSpecs.worker.elasticPolicy";
+  const ElasticPolicy& policy = spec.elastic;
+  if (!policy.enabled()) return;
+  for (const FieldError& error : *errors) {
+    if (error.field.rfind(field, 0) == 0) return;  // a bad value, already said
+  }
+  const int replicas = spec.worker.replicas;
+  if (policy.min_replicas == 0) {
+    errors->push_back({field + ".minReplicas", "required with maxReplicas"});
+  } else if (policy.max_replicas == 0) {
+    errors->push_back({field + ".maxReplicas", "required with minReplicas"});
+  } else if (policy.min_replicas > policy.max_replicas) {
+    errors->push_back({field, "minReplicas (" + std::to_string(policy.min_replicas) +
+                                  ") is above maxReplicas (" + std::to_string(policy.max_replicas) +
+                                  ")"});
+  } else if (replicas < policy.min_replicas || replicas > policy.max_replicas) {
+    errors->push_back({"spec.replicaSpecs.worker.replicas",
+                       std::to_string(replicas) + " is outside elasticPolicy's [" +
+                           std::to_string(policy.min_replicas) + ", " +
+                           std::to_string(policy.max_replicas) + "]"});
+  }
+  if (policy.batch == "perWorker") {
+    errors->push_back({field + ".batch",
+                       "perWorker is not supported yet: use global (the global batch stays and "
+                       "is cut over each step's workers)"});
+  }
+  if (spec.mode != SyncMode::kSync) {
+    errors->push_back({field, "needs mode: sync (elastic async jobs are not supported yet)"});
+  }
+  if (spec.brings_own_program()) {
+    errors->push_back({field,
+                       "is for the built-in models so far: a job's own program cannot yet learn "
+                       "its share of each step from the agent"});
+  }
+  const int64_t global_batch = int64_t{spec.batch_size} * replicas;
+  if (policy.max_replicas > global_batch) {
+    errors->push_back({field + ".maxReplicas", std::to_string(policy.max_replicas) +
+                                                   " workers cannot share a global batch "
+                                                   "of " +
+                                                   std::to_string(global_batch) +
+                                                   " (batchSize x replicas)"});
+  }
+}
+
 void ReadTrainingJob(const YAML::Node& root, TrainingJob* job, std::vector<FieldError>* errors) {
   MapReader top(root, "", errors);
   ReadConstant(top, "apiVersion", kApiVersion);
@@ -105,6 +152,7 @@ void ReadTrainingJob(const YAML::Node& root, TrainingJob* job, std::vector<Field
     ReadFields(TrainingJobSpecFields(), top.Get("spec"), "spec", errors, &job->spec);
     ReadTrainingProgram(top.Get("spec"), &job->spec, errors);
     CheckPodGroupApi(job->spec.scheduling_policy, errors);
+    CheckElasticPolicy(job->spec, errors);
   } else {
     top.AddError("spec", "required");
   }

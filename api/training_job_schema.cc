@@ -27,15 +27,43 @@ std::string ModelDescriptions() {
 }
 
 FieldSpec Replica(const std::string& role, ReplicaSpec TrainingJobSpec::*member,
-                  const std::string& template_doc) {
-  return Object(
-      role,
-      {
-          Integer("replicas", At(member, &ReplicaSpec::replicas))
-              .AtLeast(1)
-              .Doc("pods of this role"),
-          PodTemplate("template", At(member, &ReplicaSpec::template_override)).Doc(template_doc),
-      });
+                  const std::string& template_doc, std::vector<FieldSpec> more = {}) {
+  std::vector<FieldSpec> fields{
+      Integer("replicas", At(member, &ReplicaSpec::replicas)).AtLeast(1).Doc("pods of this role"),
+      PodTemplate("template", At(member, &ReplicaSpec::template_override)).Doc(template_doc),
+  };
+  for (FieldSpec& field : more) fields.push_back(std::move(field));
+  return Object(role, std::move(fields));
+}
+
+// No defaults in the CRD: a job without the policy must not gain one.
+FieldSpec ElasticPolicyField() {
+  using E = ElasticPolicy;
+  auto at = [](auto E::*member) { return At(&TrainingJobSpec::elastic, member); };
+  return Object("elasticPolicy",
+                {
+                    Integer("minReplicas", at(&E::min_replicas))
+                        .AtLeast(1)
+                        .UnsetByDefault()
+                        .Doc("the fewest workers the job trains with"),
+                    Integer("maxReplicas", at(&E::max_replicas))
+                        .AtLeast(1)
+                        .UnsetByDefault()
+                        .Doc("the most workers it may be scaled to"),
+                    Integer("replaceTimeoutSeconds", at(&E::replace_timeout_seconds))
+                        .AtLeast(1)
+                        .Doc("a worker gone this long is dropped while minReplicas remain; at "
+                             "minReplicas the job fails"),
+                    Enum("batch", at(&E::batch), {"global", "perWorker"})
+                        .Doc("global: the global batch (batchSize x replicas at the start) is cut "
+                             "over each step's workers, so the result does not depend on how many "
+                             "computed it; perWorker: not supported yet"),
+                })
+      .NoDefaultInCrd()
+      .WrittenWhen([](const TrainingJobSpec& spec) { return spec.elastic.enabled(); })
+      .Doc(
+          "scale the workers of a running job (kubectl scale, kubeps scale) between minReplicas "
+          "and maxReplicas; sync jobs of a built-in model");
 }
 
 std::vector<FieldSpec> OptimizerFields() {
@@ -200,7 +228,8 @@ std::vector<FieldSpec> BuildSpecFields() {
                       "named worker (or its only one) runs the built-in model, or, without "
                       "spec.model, your training program: name, image, command, args, env, "
                       "workingDir, resources, volumeMounts as in any pod; kubeps adds its "
-                      "agent beside it as the sidecar kubeps-agent")
+                      "agent beside it as the sidecar kubeps-agent",
+                      {ElasticPolicyField()})
                   .Doc("the workers"),
               Object("scheduler",
                      {

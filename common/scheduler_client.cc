@@ -5,6 +5,7 @@
 #include <random>
 
 #include "common/logging.h"
+#include "common/membership.h"
 #include "common/metrics.h"
 #include "common/resend.h"
 #include "kubeps.grpc.pb.h"
@@ -67,6 +68,10 @@ Status SchedulerClient::RegisterAgain(const std::vector<uint64_t>* checkpoint_st
   request.mutable_node()->set_generation(generation_.load());
   request.mutable_node()->set_restore_step(restore_step_.load());
   request.mutable_node()->set_registered_before(true);
+  {
+    std::lock_guard<std::mutex> lock(membership_mutex_);
+    *request.mutable_node()->mutable_membership() = membership_;
+  }
   v1::RegisterResponse response;
   Status s = caller_->Call(peer_, "Register", [&](grpc::ClientContext& c) {
     return stub_->stub->Register(&c, request, &response);
@@ -142,6 +147,7 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   request.set_node_id(options_.node_id);
   request.set_incarnation(incarnation_);
   request.set_restored_generation(restored_generation);
+  request.set_step(step_);
   {
     std::lock_guard<std::mutex> lock(passed_mutex_);
     for (const auto& name : passed_barriers_) request.add_passed_barriers(name);
@@ -176,6 +182,11 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   answer->worker_incarnations.clear();
   for (const auto& [node_id, incarnation] : response.worker_incarnations())
     answer->worker_incarnations[node_id] = incarnation;
+  answer->membership = response.membership();
+  if (response.membership().changes_size() > 0) {
+    std::lock_guard<std::mutex> lock(membership_mutex_);
+    if (NewerMembership(response.membership(), membership_)) membership_ = response.membership();
+  }
   return Status::Ok();
 }
 

@@ -27,15 +27,13 @@
 #include "common/resend_policy.h"
 #include "common/status.h"
 #include "common/transport_security.h"
+#include "kubeps.pb.h"
 
 namespace kubeps {
 
 class MetricsServer;
 class ResendCaller;
 class StopToken;
-namespace v1 {
-class NodeInfo;
-}
 
 enum class NodeRole { kServer, kWorker };
 
@@ -74,6 +72,9 @@ struct HeartbeatAnswer {
   std::string failure;                  // non-empty: the job cannot go on, and why
   // Servers: every registered worker's current incarnation, by node id.
   std::map<std::string, uint64_t> worker_incarnations;
+  // Workers of an elastic job: who computes which step (common/membership.h);
+  // no changes for a job whose workers are fixed.
+  v1::Membership membership;
 };
 
 class SchedulerClient {
@@ -102,6 +103,9 @@ class SchedulerClient {
                    const std::vector<uint64_t>* checkpoint_steps = nullptr);
   Status Barrier(const std::string& name, int rank);
   Status Finish(int rank);
+  // Workers: the step they are about to compute, sent with every beat (an
+  // elastic job's scheduler extends its membership lease from it).
+  void ReportStep(uint64_t step) { step_ = step; }
 
  private:
   struct Stub;
@@ -114,6 +118,9 @@ class SchedulerClient {
   const SchedulerClientOptions options_;
   // What the last heartbeat answered: told to a restarted scheduler.
   std::atomic<uint64_t> generation_{0}, restore_step_{0};
+  std::atomic<uint64_t> step_{0};
+  std::mutex membership_mutex_;
+  v1::Membership membership_;  // the newest heard of, told to a restarted scheduler
   std::mutex passed_mutex_;
   std::vector<std::string> passed_barriers_;  // sent in every heartbeat
   const uint64_t incarnation_;

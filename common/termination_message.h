@@ -25,6 +25,10 @@ inline constexpr const char* kReasonJobOver = "JobOver";
 // left will not end on their own, and the job logic stops them at once.
 inline constexpr const char* kReasonJobOverUnheard = "JobOverUnheard";
 
+// A worker of an elastic job that left because it was scaled away: done, not
+// failed, and started again (a new pod) if the job is scaled up again.
+inline constexpr const char* kReasonScaledAway = "ScaledAway";
+
 // Whether a replica's reason says it ended because the job was over.
 inline bool IsJobOverReason(const std::string& reason) {
   return reason == kReasonJobOver || reason == kReasonJobOverUnheard;

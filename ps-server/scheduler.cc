@@ -8,6 +8,7 @@
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/long_poll.h"
+#include "common/membership.h"
 
 namespace kubeps {
 namespace {
@@ -74,6 +75,14 @@ std::string JoinSteps(const std::vector<uint64_t>& steps) {
   return out;
 }
 
+// A job whose workers are fixed has them all, from the start, for ever.
+ElasticOptions WorkersOf(const SchedulerOptions& options) {
+  if (options.elastic.elastic) return options.elastic;
+  ElasticOptions fixed;
+  fixed.initial_workers = fixed.min_workers = fixed.max_workers = options.num_workers;
+  return fixed;
+}
+
 }  // namespace
 
 int64_t NewestCommonStep(const std::vector<std::vector<uint64_t>>& steps) {
@@ -95,7 +104,8 @@ int64_t NewestCommonStep(const std::vector<std::vector<uint64_t>>& steps) {
 Scheduler::Scheduler(const SchedulerOptions& options, MetricsServer* metrics)
     : options_(options),
       server_ids_(options.num_servers),
-      worker_ids_(options.num_workers),
+      worker_ids_(options.elastic.elastic ? options.elastic.max_workers : options.num_workers),
+      elastic_(WorkersOf(options)),
       registered_(metrics->Gauge("kubeps_scheduler_registered_nodes",
                                  "Nodes (servers and workers) registered with the scheduler")) {}
 
@@ -125,7 +135,7 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
     expected = options_.num_servers;
   } else if (node.role() == v1::WORKER) {
     ids = &worker_ids_;
-    expected = options_.num_workers;
+    expected = WorkerSlots();
   } else {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "node.role must be SERVER or WORKER");
   }
@@ -166,6 +176,7 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
     if (existing->second.info.incarnation() != node.incarnation()) {
       KLOG_INFO << RoleName(node.role()) << " " << rank << " (" << node.node_id()
                 << ") re-registered after a restart; it keeps rank " << rank;
+      departed_.erase(node.node_id());  // a new life of a worker that had left may join again
       if (node.role() == v1::SERVER && options_.sync && started_) StartRecovery(node);
     }
   } else {
@@ -197,7 +208,10 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
     // design, a file would need a volume on Kubernetes and could disagree
     // with them. Such a job has started already: no first start (which would
     // roll it back to the shards' newest common checkpoint) ever follows.
-    if (node.registered_before()) restarted_ = true;
+    if (node.registered_before()) {
+      restarted_ = true;
+      elastic_.Adopt(node.membership());
+    }
     if (node.generation() > generation_) {
       generation_ = node.generation();
       restore_step_ = node.restore_step();
@@ -219,6 +233,7 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
   if (ViewReady() && !started_) {
     started_ = true;
     if (!restarted_) FirstStart();
+    elastic_.Start(RegisteredWorkers(), restore_step_, Clock::now());
   }
   response->set_rank(rank);
   response->set_registration_key(member.registration_key);
@@ -298,11 +313,24 @@ void Scheduler::StartRecovery(const v1::NodeInfo& server) {
   KLOG_INFO << "recovery: generation " << generation_
             << " rolls every shard and worker back to step " << restore_step_
             << ", the newest checkpoint every shard holds (" << server.node_id() << " restarted)";
+  // Workers scaled away since cannot redo their steps: the others do.
+  if (std::string line = elastic_.Rollback(step, GoneWorkers()); !line.empty()) {
+    KLOG_INFO << line;
+  }
 }
 
 bool Scheduler::ViewReady() const {
-  return Registered(server_ids_) == options_.num_servers &&
-         Registered(worker_ids_) == options_.num_workers;
+  if (Registered(server_ids_) != options_.num_servers) return false;
+  if (elastic_.elastic() && (started_ || restarted_)) {
+    // The current members (a restarted scheduler learnt them back from the
+    // workers), whatever the number the job started with: a dropped worker
+    // is not waited for.
+    for (int rank : elastic_.Members()) {
+      if (worker_ids_[rank].empty()) return false;
+    }
+    return true;
+  }
+  return Registered(worker_ids_) >= options_.num_workers;
 }
 
 void Scheduler::Stop() {
@@ -343,14 +371,16 @@ grpc::Status Scheduler::GetClusterView(const v1::ClusterViewRequest* request,
   response->set_epoch(epoch_);
   if (!ready) return grpc::Status::OK;
   for (const auto& id : server_ids_) *response->add_servers() = members_.at(id).info;
-  for (const auto& id : worker_ids_) *response->add_workers() = members_.at(id).info;
+  for (const auto& id : worker_ids_) {
+    if (!id.empty()) *response->add_workers() = members_.at(id).info;  // elastic: free slots
+  }
   return grpc::Status::OK;
 }
 
 grpc::Status Scheduler::Barrier(const v1::BarrierRequest* request, v1::BarrierResponse* response,
                                 const std::function<bool()>& cancelled) {
   if (auto w = CheckLongPollWait("Barrier", request->wait_ms()); !w.ok()) return w;
-  if (request->rank() < 0 || request->rank() >= options_.num_workers) {
+  if (request->rank() < 0 || request->rank() >= WorkerSlots()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "barrier rank " + std::to_string(request->rank()) + " out of range");
   }
@@ -377,7 +407,8 @@ std::vector<std::string> Scheduler::DeadNodes() const {
   std::vector<std::string> dead;
   auto limit = Clock::now() - std::chrono::milliseconds(options_.dead_after_ms);
   for (const auto& [id, member] : members_) {
-    bool finished = member.info.role() == v1::WORKER && finished_workers_.count(member.info.rank());
+    bool finished = member.info.role() == v1::WORKER &&
+                    (finished_workers_.count(member.info.rank()) || departed_.count(id));
     if (!finished && member.last_seen < limit) dead.push_back(id);
   }
   return dead;
@@ -404,7 +435,9 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
   }
   if (it != members_.end() && it->second.info.incarnation() == request->incarnation()) {
     it->second.last_seen = Clock::now();
+    if (it->second.info.role() == v1::WORKER) elastic_.ReportStep(request->step(), Clock::now());
   }
+  ReviseMembership();
   const bool current = it != members_.end() && it->second.info.role() == v1::SERVER &&
                        it->second.info.incarnation() == request->incarnation();
   if (current && request->restored_generation() == generation_) {
@@ -423,8 +456,11 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
   response->set_common_checkpoint_step(common_step_);
   response->set_failure(failure_);
   for (auto& id : DeadNodes()) response->add_dead_nodes(id);
-  const bool shutdown = static_cast<int>(finished_workers_.size()) == options_.num_workers;
+  const bool shutdown = MembersFinished();
   response->set_shutdown(shutdown);
+  if (elastic_.elastic() && it != members_.end() && it->second.info.role() == v1::WORKER) {
+    *response->mutable_membership() = elastic_.schedule();
+  }
   response->set_epoch(epoch_);
   if (current) {
     for (const auto& id : worker_ids_) {
@@ -440,7 +476,7 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
 }
 
 grpc::Status Scheduler::Finish(const v1::FinishRequest* request, v1::FinishResponse* response) {
-  if (request->rank() < 0 || request->rank() >= options_.num_workers) {
+  if (request->rank() < 0 || request->rank() >= WorkerSlots()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "finish rank " + std::to_string(request->rank()) + " out of range");
   }
@@ -459,14 +495,121 @@ grpc::Status Scheduler::Finish(const v1::FinishRequest* request, v1::FinishRespo
                             ") refused: the caller is not the process registered under that "
                             "name (its registration key does not match)");
   }
-  finished_workers_.insert(request->rank());
+  const std::vector<int> members = elastic_.Members();
+  if (elastic_.elastic() && !std::binary_search(members.begin(), members.end(), request->rank())) {
+    // Scaled away: it pushed its last step and leaves; the job goes on.
+    if (departed_.insert(request->node_id()).second) {
+      KLOG_INFO << "worker " << request->rank() << " (" << request->node_id()
+                << ") left the job: it was scaled away";
+    }
+  } else {
+    finished_workers_.insert(request->rank());
+  }
   changed_.notify_all();
   return grpc::Status::OK;
 }
 
 bool Scheduler::AllWorkersFinished() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return static_cast<int>(finished_workers_.size()) == options_.num_workers;
+  return MembersFinished();
+}
+
+int Scheduler::WorkerSlots() const {
+  return options_.elastic.elastic ? options_.elastic.max_workers : options_.num_workers;
+}
+
+bool Scheduler::MembersFinished() const {
+  for (int rank : elastic_.Members()) {
+    if (!finished_workers_.count(rank)) return false;
+  }
+  return true;
+}
+
+std::string Scheduler::SetDesiredWorkers(int workers) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!elastic_.elastic()) return "the job's workers are fixed: it has no elasticPolicy";
+  const int before = elastic_.desired();
+  std::string refused = elastic_.SetDesired(workers);
+  if (refused.empty() && before != workers) {
+    KLOG_INFO << "the job is to have " << workers << " workers (it had " << before << ")";
+    ReviseMembership();
+  }
+  return refused;
+}
+
+std::vector<int> Scheduler::RegisteredWorkers() const {
+  std::vector<int> ranks;
+  const auto limit = Clock::now() - std::chrono::milliseconds(options_.dead_after_ms);
+  for (int rank = 0; rank < static_cast<int>(worker_ids_.size()); ++rank) {
+    const std::string& id = worker_ids_[rank];
+    if (id.empty() || departed_.count(id)) continue;
+    if (members_.at(id).last_seen >= limit) ranks.push_back(rank);
+  }
+  return ranks;
+}
+
+std::set<int> Scheduler::GoneWorkers() const {
+  std::set<int> gone;
+  for (int rank = 0; rank < static_cast<int>(worker_ids_.size()); ++rank) {
+    if (worker_ids_[rank].empty() || departed_.count(worker_ids_[rank])) gone.insert(rank);
+  }
+  return gone;
+}
+
+void Scheduler::ReviseMembership() {
+  if (!elastic_.elastic() || !started_ || !failure_.empty()) return;
+  DropLostWorkers();
+  if (!failure_.empty()) return;
+  if (std::string line = elastic_.Plan(RegisteredWorkers()); !line.empty()) {
+    KLOG_INFO << line;
+    changed_.notify_all();
+  }
+}
+
+void Scheduler::DropLostWorkers() {
+  const auto limit = Clock::now() - std::chrono::milliseconds(options_.elastic.replace_timeout_ms);
+  std::set<int> lost;
+  std::string names;
+  for (int rank : elastic_.Members()) {
+    const std::string& id = worker_ids_[rank];
+    if (id.empty() || finished_workers_.count(rank)) continue;
+    if (members_.at(id).last_seen < limit) {
+      lost.insert(rank);
+      names += (names.empty() ? "" : ", ") + id + " (rank " + std::to_string(rank) + ")";
+    }
+  }
+  if (lost.empty()) return;
+  const int left = static_cast<int>(elastic_.Members().size() - lost.size());
+  const int ms = options_.elastic.replace_timeout_ms;
+  const std::string silent =
+      ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
+  if (left < options_.elastic.min_workers) {
+    failure_ = "worker " + names + " has been gone for " + silent +
+               " (elasticPolicy.replaceTimeoutSeconds) and the job cannot go on without it: " +
+               std::to_string(left) + " workers would remain, below elasticPolicy.minReplicas (" +
+               std::to_string(options_.elastic.min_workers) + ")";
+    KLOG_ERROR << failure_;
+    return;
+  }
+  // The steps the lost worker's contributions are missing from are computed
+  // again by the others, from the newest step every shard holds.
+  const int64_t common = NewestCommonStep(ServerSteps());
+  const uint64_t step = common < 0 ? 0 : static_cast<uint64_t>(common);
+  for (int rank : lost) {
+    members_.erase(worker_ids_[rank]);  // a replacement registers afresh and joins again
+    worker_ids_[rank].clear();
+  }
+  ++generation_;
+  restore_step_ = step;
+  restored_.clear();
+  KLOG_INFO << "worker " << names << " has been gone for " << silent
+            << " (elasticPolicy.replaceTimeoutSeconds): dropped; generation " << generation_
+            << " rolls the job back to step " << step << " without it";
+  if (std::string line = elastic_.Rollback(step, GoneWorkers()); !line.empty()) {
+    KLOG_INFO << line;
+  }
+  ++epoch_;
+  changed_.notify_all();
 }
 
 bool Scheduler::WaitServersToldToStop(std::chrono::milliseconds timeout) const {
@@ -483,9 +626,7 @@ std::string Scheduler::Failure() const {
 
 bool Scheduler::WaitAllWorkersFinished(std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mutex_);
-  return changed_.wait_for(lock, timeout, [&] {
-    return static_cast<int>(finished_workers_.size()) == options_.num_workers;
-  });
+  return changed_.wait_for(lock, timeout, [&] { return MembersFinished(); });
 }
 
 }  // namespace kubeps

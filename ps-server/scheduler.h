@@ -27,6 +27,9 @@
 //    true: a node registering again later (a restart) never re-opens it, and
 //    a scheduler that learns the job back from nodes registering again
 //    (NodeInfo.registered_before) never runs it at all.
+//  - Elastic jobs: which workers compute which step (elastic_workers.h).
+//    Heartbeats carry the schedule to the workers; the desired number comes
+//    from SetDesiredWorkers (kubeps scale, kubectl scale).
 #ifndef KUBEPS_PS_SERVER_SCHEDULER_H_
 #define KUBEPS_PS_SERVER_SCHEDULER_H_
 
@@ -44,12 +47,14 @@
 #include "common/long_poll.h"
 #include "common/metrics.h"
 #include "kubeps.grpc.pb.h"
+#include "ps-server/elastic_workers.h"
 
 namespace kubeps {
 
 struct SchedulerOptions {
   int num_servers = 1;
-  int num_workers = 1;
+  int num_workers = 1;     // an elastic job's workers at its start
+  ElasticOptions elastic;  // elastic.elastic false: the workers are fixed
   int dead_after_ms = 5000;
   // A node registering under a known name with a new incarnation replaces
   // the registered one only once that has been silent this long (workers
@@ -94,6 +99,8 @@ class Scheduler {
   bool WaitServersToldToStop(std::chrono::milliseconds timeout) const;
   // Non-empty once the job cannot go on (no checkpoint step in common).
   std::string Failure() const;
+  // Elastic jobs: how many workers the job should have; "" or why not.
+  std::string SetDesiredWorkers(int workers);
   // Ends every waiting long poll now, so that the gRPC server's Shutdown
   // need not wait out their wait_ms.
   void Stop();
@@ -113,6 +120,17 @@ class Scheduler {
   std::vector<std::vector<uint64_t>> ServerSteps() const;
   std::string DescribeSteps() const;           // requires mutex_
   std::vector<std::string> DeadNodes() const;  // requires mutex_
+  // Every worker slot's rank: an elastic job's maxReplicas (requires nothing).
+  int WorkerSlots() const;
+  // Every member of the newest membership has finished (requires mutex_).
+  bool MembersFinished() const;
+  // Elastic jobs, at every heartbeat (requires mutex_): drops members
+  // silent for replace_timeout through a recovery, and plans the changes
+  // the desired number asks for.
+  void ReviseMembership();
+  void DropLostWorkers();             // requires mutex_
+  std::set<int> GoneWorkers() const;  // ranks with no worker to compute them; requires mutex_
+  std::vector<int> RegisteredWorkers() const;  // live, not departed, ascending; requires mutex_
 
   const SchedulerOptions options_;
   mutable std::mutex mutex_;
@@ -123,6 +141,8 @@ class Scheduler {
   std::map<std::string, std::set<int>> barriers_;
   std::set<std::string> released_barriers_;
   std::set<int> finished_workers_;
+  std::set<std::string> departed_;  // workers that left an elastic job, scaled away
+  ElasticWorkers elastic_;
   std::set<std::string> told_to_stop_;  // servers that got shutdown = true
   uint64_t generation_ = 0;
   uint64_t restore_step_ = 0;

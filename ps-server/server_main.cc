@@ -10,6 +10,7 @@
 
 #include "api/pod_env_codec.h"
 #include "common/command_line.h"
+#include "common/desired_workers.h"
 #include "common/fault_injector.h"
 #include "common/host_port.h"
 #include "common/logging.h"
@@ -92,6 +93,15 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
   options.num_servers = config.num_servers;
   options.num_workers = config.num_workers;
   options.token = config.token;
+  if (const api::ElasticPolicy& elastic = job.spec.elastic; elastic.enabled()) {
+    options.elastic.elastic = true;
+    options.elastic.initial_workers = config.num_workers;
+    options.elastic.min_workers = elastic.min_replicas;
+    options.elastic.max_workers = elastic.max_replicas;
+    options.elastic.global_batch = static_cast<uint64_t>(job.spec.batch_size) * config.num_workers;
+    options.elastic.replace_timeout_ms = static_cast<int>(elastic.replace_timeout_seconds * 1000);
+  }
+  DesiredWorkersFile desired(config.desired_workers_file);
   SchedulerService service(options, metrics);
   int port = 0;
   std::unique_ptr<grpc::Server> server;
@@ -108,6 +118,10 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
             << " servers and " << config.num_workers << " workers";
   while (!g_stop.stop_requested() &&
          !service.scheduler().WaitAllWorkersFinished(kStopCheckInterval)) {
+    if (std::optional<int> workers = desired.Changed()) {
+      if (std::string refused = service.scheduler().SetDesiredWorkers(*workers); !refused.empty())
+        KLOG_ERROR << config.desired_workers_file << ": " << refused;
+    }
     if (!service.scheduler().Failure().empty()) {
       // Give every node a few heartbeats to learn why the job stops.
       g_stop.SleepFor(std::chrono::seconds(2));
@@ -228,7 +242,9 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
               FaultInjector* faults) {
   ShardOptions options;
   options.sync = job.spec.mode == api::SyncMode::kSync;
-  options.num_workers = job.spec.worker.replicas;
+  // An elastic job's pushes may come from any of its maxReplicas ranks.
+  options.num_workers =
+      job.spec.elastic.enabled() ? job.spec.elastic.max_replicas : job.spec.worker.replicas;
   options.non_finite =
       job.spec.non_finite == "SkipStep" ? NonFinitePolicy::kSkipStep : NonFinitePolicy::kFail;
   options.optimizer = api::ToOptimizerConfig(job.spec.optimizer);

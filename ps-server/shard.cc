@@ -340,7 +340,14 @@ void Shard::ResetContributions(Part& part) const {
   if (!options_.sync) return;
   part.contributions.resize(options_.num_workers);
   part.contributed.assign(options_.num_workers, false);
+  part.shares.assign(options_.num_workers, 0);
   part.received = 0;
+  part.expected = 0;
+}
+
+int Shard::Contributors(const v1::PushRequest& request) const {
+  return request.contributors() == 0 ? options_.num_workers
+                                     : static_cast<int>(request.contributors());
 }
 
 int Shard::Gather(const v1::PushRequest& request, PushData& data, std::vector<Part*>* gathered) {
@@ -395,11 +402,15 @@ void Shard::Apply(const v1::PushRequest& request, const std::vector<Part*>& gath
     }
     return;
   }
+  const int expected = Contributors(request);
   for (Part* part : gathered) {
     if (part == nullptr) continue;
     part->contributed[request.worker_rank()] = true;
+    part->shares[request.worker_rank()] = request.share();
+    part->global_batch = request.global_batch();
+    part->expected = expected;
     part->skip_update |= skip;
-    if (++part->received == options_.num_workers) CompleteStep(*part);
+    if (++part->received == expected) CompleteStep(*part);
   }
 }
 
@@ -412,26 +423,54 @@ void Shard::CompleteStep(Part& part) {
     updates_skipped_.Increment();
   } else {
     // Sum in rank order: the result is the same whatever order pushes came
-    // in. In rank 0's slot, which is cleared below anyway: no buffer to
-    // allocate. Block by block, so that the sum and the scaling read each
-    // slot from memory once (a big part is many times the cache).
-    float* mean = part.contributions[0].data();
-    const float scale = 1.0f / static_cast<float>(options_.num_workers);
+    // in. In the first contributor's slot, which is cleared below anyway: no
+    // buffer to allocate. Block by block, so that the sum and the scaling
+    // read each slot from memory once (a big part is many times the cache).
+    std::vector<int> ranks;
+    bool equal_shares = true;
+    for (int r = 0; r < static_cast<int>(part.contributed.size()); ++r) {
+      if (!part.contributed[r]) continue;
+      equal_shares = equal_shares && part.shares[r] == part.shares[ranks.empty() ? r : ranks[0]];
+      ranks.push_back(r);
+    }
+    float* mean = part.contributions[ranks[0]].data();
+    // Equal shares (every fixed job): the plain mean. Otherwise each
+    // gradient, a mean over its share of the step's examples, counts by
+    // that share, so the sum is the mean over the whole global batch.
+    equal_shares = equal_shares || part.global_batch == 0;
+    auto weight = [&](int r) {
+      return equal_shares
+                 ? 1.0f
+                 : static_cast<float>(part.shares[r]) / static_cast<float>(part.global_batch);
+    };
+    const float scale = equal_shares ? 1.0f / static_cast<float>(ranks.size()) : 1.0f;
+    const float first_weight = weight(ranks[0]);
     constexpr size_t kBlock = 4096;
     for (size_t begin = 0; begin < n; begin += kBlock) {
       const size_t len = std::min(kBlock, n - begin);
       float* __restrict m = mean + begin;
-      for (int r = 1; r < options_.num_workers; ++r) {
-        const float* __restrict g = part.contributions[r].data() + begin;
-        for (size_t i = 0; i < len; ++i) m[i] += g[i];
+      if (!equal_shares) {
+        for (size_t i = 0; i < len; ++i) m[i] *= first_weight;
       }
-      for (size_t i = 0; i < len; ++i) m[i] *= scale;
+      for (size_t k = 1; k < ranks.size(); ++k) {
+        const float* __restrict g = part.contributions[ranks[k]].data() + begin;
+        if (equal_shares) {
+          for (size_t i = 0; i < len; ++i) m[i] += g[i];
+        } else {
+          const float w = weight(ranks[k]);
+          for (size_t i = 0; i < len; ++i) m[i] += w * g[i];
+        }
+      }
+      if (equal_shares) {
+        for (size_t i = 0; i < len; ++i) m[i] *= scale;
+      }
     }
     optimizer_->Apply(part.value.data(), mean, n, &part.state);
     updates_.Increment();
   }
   part.contributed.assign(options_.num_workers, false);
   part.received = 0;
+  part.expected = 0;
   part.skip_update = false;
   ++part.version;
 }
@@ -440,6 +479,14 @@ grpc::Status Shard::Push(const v1::PushRequest& request, PushData& data) {
   if (request.worker_rank() < 0 || request.worker_rank() >= options_.num_workers) {
     return Invalid("worker_rank " + std::to_string(request.worker_rank()) + " outside [0, " +
                    std::to_string(options_.num_workers) + ")");
+  }
+  if (static_cast<int>(request.contributors()) > options_.num_workers ||
+      request.share() > request.global_batch()) {
+    return Invalid("worker_rank " + std::to_string(request.worker_rank()) + ": contributors " +
+                   std::to_string(request.contributors()) + " (at most " +
+                   std::to_string(options_.num_workers) + "), share " +
+                   std::to_string(request.share()) + " of global_batch " +
+                   std::to_string(request.global_batch()));
   }
   // The exactly-once table keys on the sender's id: without one, every
   // later push would be a duplicate of sender "" and be dropped.
@@ -465,6 +512,16 @@ grpc::Status Shard::Push(const v1::PushRequest& request, PushData& data) {
           return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                               Describe(ref) + " is at step " + std::to_string(part.version) +
                                   ", push is for step " + std::to_string(request.step()));
+        }
+        // Every worker of a step has the same schedule (common/membership.h):
+        // pushes that disagree on the step's workers are a bug, never summed.
+        if (request.step() == part.version && part.expected != 0 &&
+            part.expected != Contributors(request)) {
+          return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                              Describe(ref) + ": worker " + std::to_string(request.worker_rank()) +
+                                  "'s push says step " + std::to_string(request.step()) + " has " +
+                                  std::to_string(Contributors(request)) +
+                                  " workers, earlier pushes said " + std::to_string(part.expected));
         }
       }
     }

@@ -4,8 +4,10 @@
 // Sync mode: a part at version v accepts one gradient per worker for step v;
 // when all M have arrived it sums them in rank order (so the result does not
 // depend on arrival order), divides by M, applies the optimizer once and
-// moves to v+1. Async mode: every push is applied at once, under the part's
-// lock. Pulls long-poll until the wanted version exists.
+// moves to v+1. In an elastic job each push says how many workers the step
+// has (M may change from step to step) and how many of the step's examples
+// its gradient is the mean over; shares that differ weight the sum. Async mode: every push is
+// applied at once, under the part's lock. Pulls long-poll until the wanted version exists.
 //
 // Thread-safe: every RPC thread of the server calls it; each part has a lock.
 #ifndef KUBEPS_PS_SERVER_SHARD_H_
@@ -43,7 +45,7 @@ constexpr uint64_t kMaxRequestBytes = 256ull << 20;
 struct ShardOptions {
   bool sync = true;
   NonFinitePolicy non_finite = NonFinitePolicy::kFail;
-  int num_workers = 1;
+  int num_workers = 1;  // ranks a push may come from: an elastic job's maxReplicas
   OptimizerConfig optimizer;
   std::string checkpoint_dir;          // "" = no checkpoints
   uint64_t checkpoint_interval = 100;  // sync: steps; async: applied pushes
@@ -146,7 +148,10 @@ class Shard {
     // step to step, so a push is copied in without allocating.
     std::vector<std::vector<float>> contributions;
     std::vector<bool> contributed;
+    std::vector<uint32_t> shares;  // by rank: examples behind its gradient (0: equal shares)
     int received = 0;
+    int expected = 0;  // contributors of the step being gathered, once one arrived
+    uint32_t global_batch = 0;
     // Sync, SkipStep: a non-finite gradient was gathered for this step, so
     // the step completes without an update.
     bool skip_update = false;
@@ -167,6 +172,9 @@ class Shard {
   int Gather(const v1::PushRequest& request, PushData& data, std::vector<Part*>* gathered);
   void Apply(const v1::PushRequest& request, const std::vector<Part*>& gathered, bool skip);
   void CompleteStep(Part& part);
+  // The contributors a sync push says its step has; a fixed job's pushes
+  // say none and mean every worker.
+  int Contributors(const v1::PushRequest& request) const;
   void ResetContributions(Part& part) const;
   grpc::Status CheckGeneration(uint64_t generation) const;  // requires mutex_
   // Takes a checkpoint when one is due (requires mutex_); the caller

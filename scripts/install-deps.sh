@@ -14,6 +14,9 @@ PACKAGES=(
   # CPU math: the OpenMP build of OpenBLAS (see CMakeLists.txt for why); oneDNN
   # for the convolutions (the library PyTorch's CPU convolutions run on)
   libopenblas-openmp-dev libdnnl-dev zlib1g-dev
+  # dnnl-config.cmake looks for OpenCL (a Recommends of libdnnl-dev, which
+  # --no-install-recommends leaves out)
+  ocl-icd-opencl-dev
   # tests and benchmarks (faketime: a worker restarted with its clock behind)
   libgtest-dev libgmock-dev libbenchmark-dev clang-format faketime
   # the Python client (python/) and its tests: torch for Debian's python3, and

@@ -268,11 +268,17 @@ int TrainBuiltInModel(const api::NodeConfig& config, const api::TrainingJob& job
         result.failure_reason.empty() ? kReasonTrainingFailed : result.failure_reason.c_str(), s);
   }
   std::optional<double> test_accuracy;
-  if (session.loop.rank == 0) {
+  if (session.loop.rank == 0 && !result.left) {
     test_accuracy = ReportAccuracy(*model, data.test, result);
     if (const char* path = std::getenv("KUBEPS_DUMP_PARAMS")) WriteParams(path, *model);
   }
-  LeaveTrainingSummary(result, test_accuracy);
+  if (result.left) {
+    WriteTerminationMessage(
+        kReasonScaledAway,
+        "left the job at step " + std::to_string(result.steps) + ": it was scaled away");
+  } else {
+    LeaveTrainingSummary(result, test_accuracy);
+  }
   TellSchedulerDone(session.kv.get());
   return 0;
 }

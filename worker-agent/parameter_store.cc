@@ -155,4 +155,10 @@ Status RemoteStore::Resume(trainer::Model& model, uint64_t* step) {
   }
 }
 
+Status RemoteStore::JoinAt(uint64_t step, trainer::Model& model) {
+  WaitFor(0, values_.size());
+  failure_ = Status::Ok();
+  return kv_->Wait(kv_->Pull(values_, step));
+}
+
 }  // namespace kubeps

@@ -43,6 +43,18 @@ class ParameterStore {
   // Waits until the model holds the parameters after the last Update: a
   // store that overlaps may still be moving them when Update returns.
   virtual Status Flush() { return Status::Ok(); }
+  // Elastic jobs: what this worker does at `step` (KVWorker::Membership).
+  // The local store is the one worker of every step.
+  virtual Status Membership(uint64_t step, StepMembership* out) {
+    out->member = true;
+    out->count = 1;
+    return Status::Ok();
+  }
+  // A worker taken into an elastic job from `step` on: loads the
+  // parameters of that step into the model, once the job has them.
+  virtual Status JoinAt(uint64_t step, trainer::Model& model) {
+    return Status::Error("this parameter store has no other workers to join");
+  }
 
  protected:
   uint64_t start_step_ = 0;
@@ -79,6 +91,10 @@ class RemoteStore : public ParameterStore, private trainer::StepObserver {
   Status Update(uint64_t step, trainer::Model& model) override;
   Status Resume(trainer::Model& model, uint64_t* step) override;
   Status Flush() override;
+  Status Membership(uint64_t step, StepMembership* out) override {
+    return kv_->Membership(step, out);
+  }
+  Status JoinAt(uint64_t step, trainer::Model& model) override;
 
  private:
   void ParametersNeeded(size_t first, size_t end) override;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 #include <vector>
 
 #include "api/training_progress.h"
@@ -56,15 +57,23 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
   auto& step_seconds = metrics.Latency("kubeps_worker_step_duration_seconds",
                                        "Wall time of one step: compute, push and pull", rank);
 
-  trainer::BatchSampler sampler(train.size(), config.local_batch * config.num_workers, config.seed);
+  uint64_t step = store.start_step();  // global step = parameter version in sync mode
+  // The global batch: a fixed job's is its workers' batches together; an
+  // elastic job's is the scheduler's, cut over each step's workers.
+  StepMembership share;
+  if (Status s = store.Membership(step, &share); !s.ok()) return s;
+  const uint64_t global_batch =
+      share.global_batch > 0 ? share.global_batch
+                             : static_cast<uint64_t>(config.local_batch) * config.num_workers;
+  trainer::BatchSampler sampler(train.size(), static_cast<int>(global_batch), config.seed);
   const int64_t steps_per_epoch = sampler.StepsPerEpoch();
   if (steps_per_epoch == 0) {
     return Status::Error("global batch " + std::to_string(sampler.global_batch()) +
                          " is larger than the data set (" + std::to_string(train.size()) +
                          " examples)");
   }
-  std::vector<float> images(static_cast<size_t>(config.local_batch) * train.image_size());
-  std::vector<uint8_t> labels(config.local_batch);
+  std::vector<float> images(global_batch * train.image_size());
+  std::vector<uint8_t> labels(global_batch);
 
   uint64_t total_steps = static_cast<uint64_t>(steps_per_epoch) * config.epochs;
   if (config.max_steps > 0) total_steps = std::min(total_steps, config.max_steps);
@@ -74,8 +83,8 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
                                     "Times the job rolled back to a shard checkpoint", rank);
   const auto start = Clock::now();
   Window window;
-  uint64_t step = store.start_step();  // global step = parameter version in sync mode
   const uint64_t first_step = step;
+  bool trained = false;  // this process computed a step: not a member any more means scaled away
   global_step.Set(static_cast<double>(step));
   if (step > 0)
     PrintLine("resuming at step " + std::to_string(step) + " of " + std::to_string(total_steps) +
@@ -84,8 +93,38 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
     const int epoch = static_cast<int>(step / steps_per_epoch);
     const int64_t s = static_cast<int64_t>(step % steps_per_epoch);
     const auto step_start = Clock::now();
-    Status filled = trainer::FillWorkerBatch(train, sampler, epoch, s, config.rank,
-                                             config.num_workers, images.data(), labels.data());
+    if (Status m = store.Membership(step, &share); !m.ok()) return m;
+    if (!share.member) {
+      if (share.next_member_step) {
+        // Taken in from a later step: start there, with its parameters.
+        step = std::min(*share.next_member_step, total_steps);
+        if (step == total_steps) break;
+        Status joined = store.JoinAt(step, model);
+        if (joined.IsAborted()) {
+          if (Status resumed = store.Resume(model, &step); !resumed.ok()) return resumed;
+        } else if (!joined.ok()) {
+          return joined;
+        }
+        PrintLine("joined the job at step " + std::to_string(step));
+        global_step.Set(static_cast<double>(step));
+        continue;
+      }
+      if (trained) {
+        // Scaled away: this worker's last step is pushed once Flush returns.
+        if (Status flushed = store.Flush(); !flushed.ok() && !flushed.IsAborted()) return flushed;
+        PrintLine("left the job at step " + std::to_string(step) + ": it was scaled away");
+        result->left = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // waiting to be taken in
+      continue;
+    }
+    trained = true;
+    uint64_t first = share.first_example, end = share.end_example;
+    if (share.global_batch == 0) BatchRun(global_batch, share.position, share.count, &first, &end);
+    const int batch = static_cast<int>(end - first);
+    Status filled =
+        trainer::FillRunBatch(train, sampler, epoch, s, first, end, images.data(), labels.data());
     if (!filled.ok()) return filled;
     const bool traced = config.trace_step && step == *config.trace_step;
     if (traced) {
@@ -96,7 +135,7 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
     float loss;
     {
       TraceSpan span("forward + backward, step " + std::to_string(step));
-      loss = model.ForwardBackward(images.data(), labels.data(), config.local_batch);
+      loss = model.ForwardBackward(images.data(), labels.data(), batch);
     }
     // The step after the traced one has waited for everything the traced
     // step's exchanges brought: the timeline is complete.
@@ -140,7 +179,7 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
       return Status::Error("step " + std::to_string(step) + ": " + updated.message());
     }
     steps_total.Increment();
-    samples_total.Increment(config.local_batch);
+    samples_total.Increment(batch);
     loss_gauge.Set(loss);
     global_step.Set(static_cast<double>(step + 1));
     step_seconds.Observe(std::chrono::duration<double>(Clock::now() - step_start).count());
@@ -149,7 +188,7 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
     const bool last = step + 1 == total_steps;
     if (last ||
         Clock::now() - window.start >= std::chrono::milliseconds(config.progress_interval_ms)) {
-      PrintProgress(epoch, config.epochs, s, steps_per_epoch, step + 1, window, config.local_batch);
+      PrintProgress(epoch, config.epochs, s, steps_per_epoch, step + 1, window, batch);
       result->final_loss = window.loss_sum / window.steps;
       window = Window{};
     }

@@ -1,5 +1,8 @@
 // The built-in trainer's loop: for every step, this worker's slice of the
 // global batch, forward and backward, then the parameter store's update.
+// In an elastic job the store says, step by step, whether this worker
+// computes the step and which examples are its own: a worker taken in later
+// starts at the step it joins, and one scaled away leaves after its last.
 // Prints a progress line every progressIntervalMs and keeps the worker's
 // Prometheus metrics, from the same counters, so the two always agree; the
 // operator reads the job's progress from them (api/training_progress.h).
@@ -41,6 +44,7 @@ struct LoopResult {
   double seconds = 0;           // training time, evaluation excluded
   double steps_per_second = 0;  // of the steps this process trained (a resumed job's are fewer)
   double final_loss = 0;        // mean loss over the last progress interval
+  bool left = false;            // scaled away: the job goes on without this worker
   // When training failed for a reason a restart cannot cure (a diverged
   // model): NonFiniteLoss or NonFiniteGradient; "" otherwise.
   std::string failure_reason;

@@ -3,6 +3,7 @@
 //   kubeps train-local JOB.yaml    the job's model in one process, no parameter
 //                                  servers, same global batch (the baseline)
 //   kubeps validate JOB.yaml       check a manifest; names every bad field
+//   kubeps scale JOB --workers=N   scale the workers of a running elastic job
 #include <unistd.h>
 
 #include <climits>
@@ -17,6 +18,7 @@
 #include "common/command_line.h"
 #include "common/logging.h"
 #include "operator/local/local_runner.h"
+#include "operator/local/local_scale.h"
 
 namespace kubeps {
 namespace {
@@ -86,6 +88,17 @@ int TrainLocal(const std::string& path) {
   return 1;
 }
 
+int Scale(const std::string& job_name, int workers, const std::string& run_dir) {
+  std::string used;
+  if (Status s = local::ScaleLocalJob(job_name, workers, run_dir, &used); !s.ok()) {
+    PrintError("kubeps scale: " + s.message());
+    return 1;
+  }
+  PrintLine("job " + job_name + " scaled to " + std::to_string(workers) + " workers (" + used +
+            ")");
+  return 0;
+}
+
 }  // namespace
 }  // namespace kubeps
 
@@ -118,9 +131,19 @@ int main(int argc, char** argv) {
   CLI::App* validate =
       app.add_subcommand("validate", "check a TrainingJob manifest without running it");
   validate->add_option("JOB.yaml", path, "the TrainingJob manifest")->required();
+  CLI::App* scale = app.add_subcommand(
+      "scale", "change the number of workers of a running kubeps run of an elastic job");
+  std::string job_name;
+  int workers = 0;
+  scale->add_option("JOB", job_name, "the TrainingJob's name")->required();
+  scale->add_option("--workers", workers, "how many workers it should have")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  scale->add_option("--run-dir", run_dir, "the run folder the job was started with, if any");
   if (auto exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
 
   if (validate->parsed()) return Validate(path);
   if (run->parsed()) return Run(path, run_dir, keep_run_dir, host);
+  if (scale->parsed()) return Scale(job_name, workers, run_dir);
   return TrainLocal(path);
 }

@@ -108,7 +108,10 @@ const char* ToString(ReplicaPhase phase) {
 }
 
 JobController::JobController(api::TrainingJob job, Cluster* cluster, LaunchBuilder build_launch)
-    : job_(std::move(job)), cluster_(cluster), build_launch_(std::move(build_launch)) {}
+    : job_(std::move(job)),
+      cluster_(cluster),
+      build_launch_(std::move(build_launch)),
+      desired_workers_(job_.spec.worker.replicas) {}
 
 void JobController::SortForStopping(std::vector<ReplicaName>* names) {
   std::sort(names->begin(), names->end(), [](const ReplicaName& a, const ReplicaName& b) {
@@ -119,8 +122,25 @@ void JobController::SortForStopping(std::vector<ReplicaName>* names) {
 std::vector<ReplicaName> JobController::DesiredReplicas() const {
   std::vector<ReplicaName> names{{ReplicaRole::kScheduler, 0}};
   for (int i = 0; i < job_.spec.ps.replicas; ++i) names.push_back({ReplicaRole::kServer, i});
-  for (int i = 0; i < job_.spec.worker.replicas; ++i) names.push_back({ReplicaRole::kWorker, i});
+  for (int i = 0; i < desired_workers_; ++i) names.push_back({ReplicaRole::kWorker, i});
   return names;
+}
+
+void JobController::StopSurplusWorkers(const std::map<ReplicaName, ReplicaStatus>& observed,
+                                       int64_t now_ms) {
+  std::vector<ReplicaName> overdue;
+  for (const auto& [name, r] : observed) {
+    if (name.role != ReplicaRole::kWorker || name.index < desired_workers_ || !IsActive(r)) {
+      surplus_since_ms_.erase(name);
+      continue;
+    }
+    const int64_t since = surplus_since_ms_.emplace(name, now_ms).first->second;
+    if (now_ms - since >= kSurplusGraceMs) overdue.push_back(name);
+  }
+  if (overdue.empty()) return;
+  KLOG_INFO << JoinNames(overdue) << " did not leave within " << kSurplusGraceMs / 1000
+            << " s of the job being scaled to " << desired_workers_ << " workers: stopping it";
+  DeleteOrLog(overdue, Cluster::kBackendGrace);
 }
 
 JobStatus JobController::Observe(const std::vector<ReplicaStatus>& replicas) const {
@@ -179,11 +199,15 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
   }
 
   const bool job_over = SchedulerSawTheJobOver(observed);
-  if (status.workers.succeeded == job_.spec.worker.replicas ||
+  // An elastic job's workers may have left (exit 0) while it goes on: only
+  // the scheduler knows when it is over.
+  const bool elastic = job_.spec.elastic.enabled();
+  if ((!elastic && status.workers.succeeded == job_.spec.worker.replicas) ||
       (job_over && status.workers.active == 0))
     return FinishJob(std::move(status), observed, now_ms);
   if (job_over) return WaitForWorkersAfterJobOver(std::move(status), observed, now_ms);
 
+  if (elastic) StopSurplusWorkers(observed, now_ms);
   // Create what is missing; decide about what failed.
   const std::string scheduler_address = cluster_->SchedulerAddress();
   std::vector<std::string> restarts;            // what each restart of this pass says
@@ -216,6 +240,12 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
       continue;
     }
     const ReplicaStatus& r = it->second;
+    if (r.phase == ReplicaPhase::kSucceeded && r.reason == kReasonScaledAway) {
+      // Scaled away earlier, wanted again: a new pod joins the job.
+      if (Status s = cluster_->Create(build_launch_(name, scheduler_address)); !s.ok())
+        KLOG_INFO << "starting " << name.ToString() << " again: " << s.message();
+      continue;
+    }
     if (r.phase != ReplicaPhase::kFailed && !EndedBeforeTheWorkers(r)) continue;
     if (IsPermanentReason(r.reason)) {
       return Fail(
@@ -246,7 +276,7 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     status.message.clear();
     for (const std::string& restart : restarts)
       status.message += (status.message.empty() ? "" : "; ") + restart;
-  } else if (status.workers.running + status.workers.succeeded == job_.spec.worker.replicas) {
+  } else if (status.workers.running + status.workers.succeeded >= desired_workers_) {
     // Running, not merely created: a pending pod may wait long for a node.
     status.phase = JobPhase::kRunning;
     status.reason = "JobRunning";

@@ -84,6 +84,15 @@ class JobController {
 
   // Every replica the job needs, scheduler first.
   std::vector<ReplicaName> DesiredReplicas() const;
+
+  // Elastic jobs: how many workers the job should have now (kubeps scale).
+  // Workers past it are left to leave on their own (the scheduler takes
+  // them out at a step boundary, and they exit with ScaledAway); one that
+  // is still there kSurplusGraceMs later is stopped. A worker that left is
+  // started again when the number grows back.
+  static constexpr int kSurplusGraceMs = 30000;
+  void SetDesiredWorkers(int workers) { desired_workers_ = workers; }
+  int desired_workers() const { return desired_workers_; }
   // The order in which replicas are stopped: workers, servers, scheduler.
   static void SortForStopping(std::vector<ReplicaName>* names);
 
@@ -123,6 +132,10 @@ class JobController {
   int64_t workers_done_at_ms_ = -1;
   int64_t start_ms_ = -1;
   std::map<std::string, int> known_restarts_;
+  int desired_workers_;
+  std::map<ReplicaName, int64_t> surplus_since_ms_;  // workers past desired_workers_, still there
+  // Stops workers past the desired number that did not leave in time.
+  void StopSurplusWorkers(const std::map<ReplicaName, ReplicaStatus>& observed, int64_t now_ms);
 };
 
 }  // namespace kubeps::controller

@@ -19,12 +19,14 @@
 #include <thread>
 
 #include "api/pod_env_codec.h"
+#include "common/desired_workers.h"
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "operator/controller/job_controller.h"
 #include "operator/controller/replica_env.h"
 #include "operator/controller/replica_tls.h"
 #include "operator/local/local_cluster.h"
+#include "operator/local/local_scale.h"
 
 namespace kubeps::local {
 namespace {
@@ -195,6 +197,10 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
     KLOG_ERROR << "cannot write the job's token into " << run_dir;
     return 1;
   }
+  if (Status s = WriteRunFiles(run_dir, job); !s.ok()) {
+    KLOG_ERROR << s.message();
+    return 1;
+  }
   std::map<ReplicaName, std::string> tls_dirs;
   if (Status s = WriteTlsFiles(job, run_dir, &tls_dirs); !s.ok()) {
     KLOG_ERROR << "the job's TLS certificates: " << s.message();
@@ -203,8 +209,10 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
   const int cores =
       options.cores > 0 ? options.cores : std::max(1u, std::thread::hardware_concurrency());
   // Workers do the math; servers and the scheduler mostly wait. Share the
-  // cores among workers so BLAS threads never outnumber them.
-  const int worker_threads = std::max(1, cores / job.spec.worker.replicas);
+  // cores among workers so BLAS threads never outnumber them (among as many
+  // as the job has when a worker starts: an elastic job's may change).
+  int workers = job.spec.worker.replicas;
+  const std::string desired_file = run_dir + "/" + kDesiredWorkersName;
   const std::string program_dir = ProgramDir(job, options.program_dir);
 
   LocalCluster cluster(options.bin_dir, run_dir, /*grace_ms=*/5000, host);
@@ -216,6 +224,7 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
         // Where a worker runs the job's own program, the program does the
         // math and its agent mostly waits.
         const bool computes = name.role == ReplicaRole::kWorker && !job.spec.brings_own_program();
+        const int worker_threads = std::max(1, cores / workers);
         const int threads = computes ? worker_threads : 1;
         launch.env[api::env::kRunDir] = run_dir;
         launch.user_process =
@@ -233,6 +242,7 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
           launch.env[api::env::kTlsDir] = tls->second;
         if (job.spec.checkpoint_path.empty())
           launch.env[api::env::kCheckpointDir] = run_dir + "/checkpoints";
+        if (job.spec.elastic.enabled()) launch.env[api::env::kDesiredWorkersFile] = desired_file;
         for (const auto& [key, value] : ThreadHints(threads)) launch.env[key] = value;
         return launch;
       });
@@ -244,7 +254,14 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   std::string last_message;
   JobStatus status;
+  DesiredWorkersFile desired(job.spec.elastic.enabled() ? desired_file : "");
   for (;;) {
+    if (std::optional<int> wanted = desired.Changed()) {
+      KLOG_INFO << "job " << job.name << " scaled to " << *wanted << " workers (it had " << workers
+                << ")";
+      workers = *wanted;
+      controller.SetDesiredWorkers(workers);
+    }
     if (g_interrupted) {
       KLOG_INFO << "interrupted: stopping every replica of job " << job.name;
       controller.DeleteAll(kInterruptGraceMs);

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/logging.h"
+#include "common/membership.h"
 #include "common/step_trace.h"
 #include "worker-agent/kv/tensor_wire.h"
 
@@ -145,6 +146,7 @@ Status KVWorkerImpl::Start() {
   ClusterInfo cluster;
   if (Status s = scheduler_.AwaitClusterView(&cluster); !s.ok()) return s;
   num_workers_ = cluster.num_workers;
+  membership_ = FixedMembership(num_workers_, 0);
   num_servers_ = static_cast<int>(cluster.server_addresses.size());
   for (const std::string& address : cluster.server_addresses) {
     links_.push_back(std::make_shared<const ServerLink>(address, *security_));
@@ -175,6 +177,13 @@ Status KVWorkerImpl::PollHeartbeat() {
   HeartbeatAnswer answer;
   if (Status s = scheduler_.Heartbeat(0, &answer); !s.ok()) return s;
   // Order matters for readers: step and readiness before the generation.
+  if (answer.membership.changes_size() > 0) {
+    std::lock_guard<std::mutex> lock(membership_mutex_);
+    if (!elastic_ || NewerMembership(answer.membership, membership_)) {
+      membership_ = answer.membership;
+      elastic_ = true;
+    }
+  }
   announced_step_ = answer.restore_step;
   announced_ready_ = answer.generation_ready;
   announced_generation_ = answer.generation;
@@ -224,6 +233,30 @@ Status KVWorkerImpl::Recover(uint64_t* resume_step) {
                            std::to_string(options_.peer_wait_limit_ms) + " ms");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+Status KVWorkerImpl::Membership(uint64_t step, StepMembership* out) {
+  scheduler_.ReportStep(step);
+  const auto start = Clock::now();
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(membership_mutex_);
+      if (MembershipKnown(membership_, step)) {
+        *out = MembershipOf(membership_, rank_, step);
+        return Status::Ok();
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(failure_mutex_);
+      if (!failure_.empty()) return Status::Error("the scheduler stopped the job: " + failure_);
+    }
+    if (SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) {
+      return Status::Error("the scheduler did not say who computes step " + std::to_string(step) +
+                           " within " + std::to_string(options_.peer_wait_limit_ms) + " ms");
+    }
+    // Past the lease: this beat reports the step, and its answer extends it.
+    if (!PollHeartbeat().ok()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
 }
 
@@ -377,6 +410,15 @@ Status KVWorkerImpl::PushBatch(const std::vector<const Part*>& batch,
   header.set_worker_rank(rank_);
   header.set_step(step);
   header.set_generation(generation_);
+  {
+    std::lock_guard<std::mutex> lock(membership_mutex_);
+    if (elastic_ && MembershipKnown(membership_, step)) {
+      const StepMembership mine = MembershipOf(membership_, rank_, step);
+      header.set_contributors(mine.count);
+      header.set_share(static_cast<uint32_t>(mine.examples()));
+      header.set_global_batch(static_cast<uint32_t>(mine.global_batch));
+    }
+  }
   uint64_t elements = 0;
   AddPartRefs(batch, header.mutable_parts(), &elements);
   if (encoding_ != GradientEncoding::kFloat32) {

@@ -39,6 +39,7 @@
 
 #include "common/resend_policy.h"
 #include "common/status.h"
+#include "common/step_membership.h"
 #include "worker-agent/kv/placement.h"
 #include "worker-agent/kv/sdk_export.h"
 
@@ -165,6 +166,19 @@ class KUBEPS_EXPORT KVWorker {
   // REQUIRES: no Push/Pull after it; behind the sidecar, InitTensors
   // succeeded.
   virtual Status Finish() = 0;
+
+  // Elastic jobs (spec.replicaSpecs.worker.elasticPolicy): what this worker
+  // does at sync step `step`: whether it computes the step and which of the
+  // step's examples are its own. Blocks until the job's scheduler has fixed
+  // the step's workers (at most about a round trip: it keeps the schedule
+  // a fifth of a second of steps ahead). A job whose workers are fixed: every worker,
+  // each its rank's share, and global_batch 0 (the caller knows it).
+  virtual Status Membership(uint64_t step, StepMembership* out) {
+    out->member = true;
+    out->position = rank();
+    out->count = size();
+    return Status::Ok();
+  }
 
   // Sync mode recovery. When a shard restarts from its checkpoint, the job
   // rolls back: pending and new Push/Pull tickets end with an aborted status

@@ -51,6 +51,7 @@ class KVWorkerImpl final : public KVWorker {
   Status Barrier(const std::string& name) override;
   Status Finish() override;
   Status Recover(uint64_t* resume_step) override;
+  Status Membership(uint64_t step, StepMembership* out) override;
   const std::vector<Part>& parts() const override { return parts_; }
 
  private:
@@ -112,6 +113,11 @@ class KVWorkerImpl final : public KVWorker {
   std::atomic<bool> announced_ready_{true};
   std::mutex failure_mutex_;
   std::string failure_;  // the scheduler's reason to stop the job, if any
+  // Who computes which step (common/membership.h), as the heartbeats bring
+  // it; a fixed job's until then, or for ever.
+  mutable std::mutex membership_mutex_;
+  v1::Membership membership_;
+  bool elastic_ = false;  // a heartbeat brought a schedule: pushes say their step's workers
   Status PollHeartbeat();
   bool RollbackAnnounced() const;
 

@@ -5,7 +5,7 @@
 #
 #   P/lib/libkubeps.so.0.1.0 (SONAME libkubeps.so.0.1), libkubeps.so
 #   P/include/kubeps/worker-agent/kv/kv_worker.h, placement.h, sdk_export.h
-#   P/include/kubeps/common/status.h, resend_policy.h
+#   P/include/kubeps/common/status.h, resend_policy.h, step_membership.h
 #   P/lib/cmake/kubeps/kubepsConfig.cmake, kubepsConfigVersion.cmake,
 #                      kubepsTargets.cmake (+ -relwithdebinfo.cmake)
 #
@@ -51,6 +51,7 @@ install(TARGETS kubeps_sdk EXPORT kubepsTargets
 install(FILES kv_worker.h placement.h sdk_export.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kubeps/worker-agent/kv)
 install(FILES ${PROJECT_SOURCE_DIR}/common/status.h ${PROJECT_SOURCE_DIR}/common/resend_policy.h
+  ${PROJECT_SOURCE_DIR}/common/step_membership.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kubeps/common)
 
 set(KUBEPS_CONFIG_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/kubeps)

@@ -56,10 +56,6 @@ const std::vector<uint32_t>& BatchSampler::Permutation(int64_t epoch) {
 
 Status BatchSampler::WorkerIndices(int64_t epoch, int64_t step, int rank, int num_workers,
                                    std::vector<uint32_t>* indices) {
-  if (num_examples_ > int64_t{UINT32_MAX}) {
-    return Status::Error("BatchSampler: " + std::to_string(num_examples_) +
-                         " examples do not fit 32-bit indices");
-  }
   if (num_workers <= 0 || num_workers > global_batch_) {
     return Status::Error("BatchSampler: " + std::to_string(num_workers) +
                          " workers cannot split a global batch of " +
@@ -69,30 +65,64 @@ Status BatchSampler::WorkerIndices(int64_t epoch, int64_t step, int rank, int nu
     return Status::Error("BatchSampler: rank " + std::to_string(rank) + " is not in 0.." +
                          std::to_string(num_workers - 1));
   }
+  const int b = LocalBatch(num_workers);
+  return RunIndices(epoch, step, static_cast<uint64_t>(rank) * b,
+                    static_cast<uint64_t>(rank) * b + b, indices);
+}
+
+Status BatchSampler::RunIndices(int64_t epoch, int64_t step, uint64_t first, uint64_t end,
+                                std::vector<uint32_t>* indices) {
+  if (num_examples_ > int64_t{UINT32_MAX}) {
+    return Status::Error("BatchSampler: " + std::to_string(num_examples_) +
+                         " examples do not fit 32-bit indices");
+  }
+  if (first >= end || end > static_cast<uint64_t>(global_batch_)) {
+    return Status::Error("BatchSampler: examples [" + std::to_string(first) + ", " +
+                         std::to_string(end) + ") are not within a global batch of " +
+                         std::to_string(global_batch_));
+  }
   if (epoch < 0 || step < 0 || step >= StepsPerEpoch()) {
     return Status::Error("BatchSampler: step " + std::to_string(step) + " of epoch " +
                          std::to_string(epoch) + " is out of range (" +
                          std::to_string(StepsPerEpoch()) + " steps per epoch)");
   }
   const std::vector<uint32_t>& perm = Permutation(epoch);
-  const int b = LocalBatch(num_workers);
-  const size_t begin = static_cast<size_t>(step) * global_batch_ + static_cast<size_t>(rank) * b;
-  indices->assign(perm.begin() + begin, perm.begin() + begin + b);
+  const size_t begin = static_cast<size_t>(step) * global_batch_ + first;
+  indices->assign(perm.begin() + begin, perm.begin() + begin + (end - first));
   return Status::Ok();
 }
 
-Status FillWorkerBatch(const Dataset& data, BatchSampler& sampler, int64_t epoch, int64_t step,
-                       int rank, int num_workers, float* images, uint8_t* labels) {
+namespace {
+
+// Gathers the examples `pick` chooses from the sampler.
+template <typename Pick>
+Status Fill(const Dataset& data, const BatchSampler& sampler, float* images, uint8_t* labels,
+            Pick pick) {
   if (sampler.num_examples() != data.size()) {
-    return Status::Error("FillWorkerBatch: the sampler covers " +
+    return Status::Error("filling a batch: the sampler covers " +
                          std::to_string(sampler.num_examples()) +
                          " examples but the data set has " + std::to_string(data.size()));
   }
   thread_local std::vector<uint32_t> indices;
-  Status s = sampler.WorkerIndices(epoch, step, rank, num_workers, &indices);
-  if (!s.ok()) return s;
+  if (Status s = pick(&indices); !s.ok()) return s;
   data.Gather(indices.data(), static_cast<int>(indices.size()), images, labels);
   return Status::Ok();
+}
+
+}  // namespace
+
+Status FillRunBatch(const Dataset& data, BatchSampler& sampler, int64_t epoch, int64_t step,
+                    uint64_t first, uint64_t end, float* images, uint8_t* labels) {
+  return Fill(data, sampler, images, labels, [&](std::vector<uint32_t>* indices) {
+    return sampler.RunIndices(epoch, step, first, end, indices);
+  });
+}
+
+Status FillWorkerBatch(const Dataset& data, BatchSampler& sampler, int64_t epoch, int64_t step,
+                       int rank, int num_workers, float* images, uint8_t* labels) {
+  return Fill(data, sampler, images, labels, [&](std::vector<uint32_t>* indices) {
+    return sampler.WorkerIndices(epoch, step, rank, num_workers, indices);
+  });
 }
 
 }  // namespace kubeps::trainer

@@ -45,6 +45,10 @@ class BatchSampler {
   // count out of range.
   Status WorkerIndices(int64_t epoch, int64_t step, int rank, int num_workers,
                        std::vector<uint32_t>* indices);
+  // The example indices of [first, end) of the global batch of (epoch,
+  // step): an elastic job's worker's run of the step (common/membership.h).
+  Status RunIndices(int64_t epoch, int64_t step, uint64_t first, uint64_t end,
+                    std::vector<uint32_t>* indices);
 
  private:
   int64_t num_examples_;
@@ -53,6 +57,11 @@ class BatchSampler {
   int64_t cached_epoch_ = -1;
   std::vector<uint32_t> perm_;
 };
+
+// Writes the examples [first, end) of the global batch of (epoch, step):
+// (end - first) x data.image_size() floats and as many labels.
+Status FillRunBatch(const Dataset& data, BatchSampler& sampler, int64_t epoch, int64_t step,
+                    uint64_t first, uint64_t end, float* images, uint8_t* labels);
 
 // Writes worker `rank`'s batch of (epoch, step): `images` gets
 // LocalBatch(num_workers) x data.image_size() floats in [0, 1] and `labels`

@@ -409,5 +409,56 @@ TEST(ApiTrainingJobErrorsTest, MissingFile) {
   EXPECT_THAT(dir.errors[0].message, HasSubstr("is a directory"));
 }
 
+// kValid with an elasticPolicy of these lines under the worker role.
+std::string Elastic(const std::string& policy) {
+  return With("    worker:\n      replicas: 2\n",
+              "    worker:\n      replicas: 2\n      elasticPolicy:\n" + policy);
+}
+
+TEST(ApiTrainingJobErrorsTest, AnElasticPolicyParsesWithItsDefaults) {
+  ParseResult result =
+      ParseTrainingJob(Elastic("        minReplicas: 1\n        maxReplicas: 4\n"));
+  ASSERT_TRUE(result.ok()) << result.ErrorReport("elastic");
+  const ElasticPolicy& policy = result.job->spec.elastic;
+  EXPECT_TRUE(policy.enabled());
+  EXPECT_EQ(policy.min_replicas, 1);
+  EXPECT_EQ(policy.max_replicas, 4);
+  EXPECT_EQ(policy.replace_timeout_seconds, 60);
+  EXPECT_EQ(policy.batch, "global");
+  EXPECT_FALSE(ParseTrainingJob(kValid).job->spec.elastic.enabled()) << "absent: fixed workers";
+}
+
+TEST(ApiTrainingJobErrorsTest, AnElasticPolicyMustHoldTheReplicasAndSayBothBounds) {
+  const std::string field = "spec.replicaSpecs.worker.elasticPolicy";
+  ExpectError(Elastic("        minReplicas: 3\n        maxReplicas: 4\n"),
+              "spec.replicaSpecs.worker.replicas", "2 is outside elasticPolicy's [3, 4]");
+  ExpectError(Elastic("        minReplicas: 1\n        maxReplicas: 1\n"),
+              "spec.replicaSpecs.worker.replicas", "2 is outside elasticPolicy's [1, 1]");
+  ExpectError(Elastic("        minReplicas: 4\n        maxReplicas: 2\n"), field,
+              "minReplicas (4) is above maxReplicas (2)");
+  ExpectError(Elastic("        minReplicas: 1\n"), field + ".maxReplicas",
+              "required with minReplicas");
+  ExpectError(Elastic("        maxReplicas: 3\n"), field + ".minReplicas",
+              "required with maxReplicas");
+  ExpectError(Elastic("        minReplicas: 0\n        maxReplicas: 3\n"), field + ".minReplicas",
+              "must be >= 1, got 0");
+  ExpectError(Elastic("        minReplicas: 1\n        maxReplicas: 3\n"
+                      "        replaceTimeoutSeconds: 0\n"),
+              field + ".replaceTimeoutSeconds", "must be >= 1, got 0");
+  ExpectError(Elastic("        minReplicas: 1\n        maxReplicas: 200\n"), field + ".maxReplicas",
+              "200 workers cannot share a global batch of 128 (batchSize x replicas)");
+}
+
+TEST(ApiTrainingJobErrorsTest, WhatElasticJobsCannotDoYetIsRefusedNotIgnored) {
+  const std::string field = "spec.replicaSpecs.worker.elasticPolicy";
+  const std::string bounds = "        minReplicas: 1\n        maxReplicas: 3\n";
+  ExpectError(Elastic(bounds + "        batch: perWorker\n"), field + ".batch",
+              "perWorker is not supported yet: use global (the global batch stays and is cut "
+              "over each step's workers)");
+  std::string async = Elastic(bounds);
+  async.replace(async.find("mode: sync"), 10, "mode: async");
+  ExpectError(async, field, "needs mode: sync (elastic async jobs are not supported yet)");
+}
+
 }  // namespace
 }  // namespace kubeps::api

@@ -1,0 +1,124 @@
+#include "ps-server/elastic_workers.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "common/membership.h"
+
+namespace kubeps {
+
+ElasticWorkers::ElasticWorkers(const ElasticOptions& options)
+    : options_(options), desired_(options.initial_workers) {
+  schedule_ = FixedMembership(options.initial_workers, options.global_batch);
+  // Until the job starts nothing is fixed: the members are who registered.
+  if (options_.elastic) schedule_.set_fixed_below(0);
+}
+
+void ElasticWorkers::Start(const std::vector<int>& ranks, uint64_t step, Clock::time_point now) {
+  if (!options_.elastic || started_) return;
+  started_ = true;
+  start_time_ = last_report_ = now;
+  start_step_ = furthest_step_ = step;
+  schedule_.clear_changes();
+  Append(0, ranks);
+  schedule_.set_fixed_below(step + kMinLeaseSteps);
+}
+
+void ElasticWorkers::Adopt(const v1::Membership& schedule) {
+  if (!options_.elastic || schedule.changes_size() == 0) return;
+  if (!started_ || NewerMembership(schedule, schedule_)) {
+    schedule_ = schedule;
+    started_ = true;
+    start_time_ = last_report_ = Clock::now();
+    start_step_ = furthest_step_ = schedule.fixed_below();
+  }
+}
+
+std::vector<int> ElasticWorkers::Members() const {
+  if (schedule_.changes_size() == 0) return {};
+  const auto& last = schedule_.changes(schedule_.changes_size() - 1);
+  return {last.ranks().begin(), last.ranks().end()};
+}
+
+std::string ElasticWorkers::SetDesired(int workers) {
+  if (workers < options_.min_workers || workers > options_.max_workers) {
+    return "the job's workers can be scaled to " + std::to_string(options_.min_workers) + " to " +
+           std::to_string(options_.max_workers) + " (elasticPolicy), not " +
+           std::to_string(workers);
+  }
+  desired_ = workers;
+  return "";
+}
+
+void ElasticWorkers::ReportStep(uint64_t step, Clock::time_point now) {
+  if (step > furthest_step_) {
+    furthest_step_ = step;
+    last_report_ = now;
+  }
+}
+
+uint64_t ElasticWorkers::LeaseSteps(Clock::time_point now) const {
+  const double seconds = std::chrono::duration<double>(last_report_ - start_time_).count();
+  if (seconds < 0.2) return kMinLeaseSteps;
+  const double per_second = static_cast<double>(furthest_step_ - start_step_) / seconds;
+  const double ahead = per_second * std::chrono::duration<double>(kLeaseAhead).count();
+  return std::max<uint64_t>(kMinLeaseSteps, static_cast<uint64_t>(ahead));
+}
+
+std::string ElasticWorkers::Plan(const std::vector<int>& candidates) {
+  if (!options_.elastic || !started_) return "";
+  const std::vector<int> members = Members();
+  std::vector<int> next = members;
+  const int wanted = std::clamp(desired_, options_.min_workers, options_.max_workers);
+  while (static_cast<int>(next.size()) > wanted) next.pop_back();  // the highest ranks leave
+  for (int rank : candidates) {
+    if (static_cast<int>(next.size()) >= wanted) break;
+    if (!std::binary_search(members.begin(), members.end(), rank)) next.push_back(rank);
+  }
+  std::sort(next.begin(), next.end());
+  std::string line;
+  if (next != members) {
+    const uint64_t from = schedule_.fixed_below();
+    Append(from, next);
+    line = "workers from step " + std::to_string(from) + ": " + std::to_string(next.size()) + " (" +
+           DescribeMembership(schedule_) + ")";
+  }
+  const uint64_t lease = furthest_step_ + LeaseSteps(Clock::now());
+  if (lease > schedule_.fixed_below()) schedule_.set_fixed_below(lease);
+  return line;
+}
+
+std::string ElasticWorkers::Rollback(uint64_t step, const std::set<int>& gone) {
+  if (!options_.elastic || !started_ || gone.empty()) return "";
+  // Needed: a member of a change in force at `step` or later.
+  bool needed = false;
+  const int changes = schedule_.changes_size();
+  for (int i = 0; i < changes; ++i) {
+    if (i + 1 < changes && schedule_.changes(i + 1).from_step() <= step) continue;
+    for (int rank : schedule_.changes(i).ranks()) needed = needed || gone.count(rank) > 0;
+  }
+  if (!needed) return "";
+  std::vector<int> next;
+  for (int rank : Members()) {
+    if (!gone.count(rank)) next.push_back(rank);
+  }
+  // The steps from `step` on are computed again: their old changes go.
+  while (schedule_.changes_size() > 0 &&
+         schedule_.changes(schedule_.changes_size() - 1).from_step() >= step) {
+    schedule_.mutable_changes()->RemoveLast();
+  }
+  Append(step, next);
+  furthest_step_ = std::max(furthest_step_, step);
+  schedule_.set_fixed_below(std::max(schedule_.fixed_below(), step + kMinLeaseSteps));
+  return "workers from step " + std::to_string(step) + ": " + std::to_string(next.size()) + " (" +
+         DescribeMembership(schedule_) + ")";
+}
+
+void ElasticWorkers::Append(uint64_t from_step, const std::vector<int>& ranks) {
+  auto* change = schedule_.add_changes();
+  change->set_from_step(from_step);
+  for (int rank : ranks) change->add_ranks(rank);
+  schedule_.set_epoch(schedule_.epoch() + 1);
+}
+
+}  // namespace kubeps

@@ -1,0 +1,95 @@
+// The scheduler's plan of which workers compute which step of an elastic
+// job (spec.replicaSpecs.worker.elasticPolicy), kept as the membership
+// schedule of common/membership.h.
+//
+// A change of membership takes effect at a step boundary no worker has
+// reached: the schedule is fixed below `fixed_below`, a lease the
+// scheduler extends, a fifth of a second of steps ahead of the furthest worker,
+// as workers report their steps in their heartbeats. A worker never starts
+// a step past the lease (it asks again at once), so a change the scheduler
+// appends at `fixed_below` reaches every worker and, through the pushes'
+// contributor counts, every shard, before anyone computes that step.
+//   - Scale down (desired below the members): the highest ranks leave at
+//     the change; each leaves the job once it has pushed its last step.
+//   - Scale up: a worker that registered and beats, and is not a member,
+//     joins at the next change; it pulls that step's parameters and waits.
+//   - A member silent for replace_timeout is dropped through a recovery:
+//     every shard rolls back to the newest common checkpoint, and the
+//     schedule from that step on names the workers still there. Below
+//     minReplicas the job fails instead, saying why.
+// Not thread-safe: the scheduler calls it under its lock.
+#ifndef KUBEPS_PS_SERVER_ELASTIC_WORKERS_H_
+#define KUBEPS_PS_SERVER_ELASTIC_WORKERS_H_
+
+#include <chrono>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kubeps.pb.h"
+
+namespace kubeps {
+
+struct ElasticOptions {
+  bool elastic = false;  // false: the workers are fixed, the schedule one change for ever
+  int initial_workers = 1;
+  int min_workers = 1;
+  int max_workers = 1;  // ranks 0..max_workers-1
+  uint64_t global_batch = 0;
+  int replace_timeout_ms = 60000;
+};
+
+class ElasticWorkers {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // How far ahead of the furthest worker the lease reaches: this many steps
+  // at least, and about kLeaseAhead of its recent pace.
+  static constexpr uint64_t kMinLeaseSteps = 8;
+  static constexpr std::chrono::milliseconds kLeaseAhead{200};
+
+  explicit ElasticWorkers(const ElasticOptions& options);
+
+  bool elastic() const { return options_.elastic; }
+  // The job starts with these ranks at `step` (0, or the step it resumes from).
+  void Start(const std::vector<int>& ranks, uint64_t step, Clock::time_point now);
+  // A node registering again with a restarted scheduler brings its schedule.
+  void Adopt(const v1::Membership& schedule);
+  const v1::Membership& schedule() const { return schedule_; }
+  // The members of the newest change: who trains once the pending steps are done.
+  std::vector<int> Members() const;
+
+  int desired() const { return desired_; }
+  // "" or why `workers` is refused (outside [min, max]).
+  std::string SetDesired(int workers);
+
+  // A worker beat, about to compute `step`.
+  void ReportStep(uint64_t step, Clock::time_point now);
+  // Appends a change when the members differ from the desired number and
+  // workers are there to join (`candidates`: registered, beating, not
+  // members, ascending), then extends the lease. Returns a line for the log
+  // when the schedule changed, else "".
+  std::string Plan(const std::vector<int>& candidates);
+  // A recovery rolls the job back to `step`, with `gone` no longer there to
+  // redo its steps: from `step` on the schedule names the members without
+  // them (unchanged when none of them is needed from `step` on). Returns a
+  // line for the log when the schedule changed.
+  std::string Rollback(uint64_t step, const std::set<int>& gone);
+
+ private:
+  void Append(uint64_t from_step, const std::vector<int>& ranks);
+  uint64_t LeaseSteps(Clock::time_point now) const;
+
+  const ElasticOptions options_;
+  v1::Membership schedule_;
+  int desired_;
+  bool started_ = false;
+  Clock::time_point start_time_;
+  uint64_t start_step_ = 0;
+  uint64_t furthest_step_ = 0;
+  Clock::time_point last_report_;
+};
+
+}  // namespace kubeps
+
+#endif  // KUBEPS_PS_SERVER_ELASTIC_WORKERS_H_

@@ -1,0 +1,160 @@
+"""Elastic workers (spec.replicaSpecs.worker.elasticPolicy) with `kubeps run`
+and `kubeps scale`, as a user runs them: a job scaled while it trains, the
+exactness of a scale-down against one worker throughout, and a worker that
+cannot come back, dropped while minReplicas remain."""
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+from jobtools import (KUBEPS, RunningJob, manifest_with, read_floats, run_job, wait_for_replica_pid,
+                      wait_for_steps, write_manifest)
+
+
+def elastic_job(name, workers=2, batch=64, minimum=1, maximum=4, replace_timeout=None, **kwargs):
+    policy = {"minReplicas": minimum, "maxReplicas": maximum}
+    if replace_timeout:
+        policy["replaceTimeoutSeconds"] = replace_timeout
+    job = json.loads(manifest_with(name, workers=workers, batch=batch, **kwargs))
+    job["spec"]["progressIntervalMs"] = 100
+    job["spec"]["replicaSpecs"]["worker"]["elasticPolicy"] = policy
+    return json.dumps(job, indent=2)
+
+
+def scale(name, workers, run_dir=None):
+    args = [KUBEPS, "scale", name, "--workers=%d" % workers]
+    if run_dir:
+        args.append("--run-dir=" + run_dir)
+    done = subprocess.run(args, capture_output=True, text=True, timeout=30)
+    return done.returncode, done.stdout + done.stderr
+
+
+def resume(pid):
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass  # the runner stopped it already
+
+
+def first_step_from(job, pattern):
+    """The step of the scheduler's first 'workers from step S' line matching."""
+    line = job.wait_for_line(r"workers from step \d+: " + pattern, timeout=60)
+    return int(line.split("workers from step ")[1].split(":")[0])
+
+
+class ElasticTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="kubeps-elastic-")
+
+    def test_scaled_from_two_workers_to_one_it_ends_where_one_worker_throughout_ends(self):
+        # As the exactness test of two workers against one (test_local_run):
+        # plain SGD on the softmax model, whose float rounding differences
+        # stay at rounding (an MLP's flip ReLUs and grow over hundreds of steps).
+        same = {"model": "softmax", "epochs": 2, "optimizer": {"name": "sgd", "learningRate": 0.1}}
+        one_dump = os.path.join(self.dir, "one.bin")
+        one = manifest_with("one", workers=1, batch=128, spec={"progressIntervalMs": 100}, **same)
+        code, alone = run_job(write_manifest(self.dir, one, "one.yaml"),
+                              env={"KUBEPS_DUMP_PARAMS": one_dump})
+        self.assertEqual(code, 0, alone.output())
+
+        scaled_dump = os.path.join(self.dir, "scaled.bin")
+        job = RunningJob(write_manifest(self.dir, elastic_job("scaled", **same), "scaled.yaml"),
+                         env={"KUBEPS_DUMP_PARAMS": scaled_dump})
+        wait_for_steps(job, 0, 60)
+        code, said = scale("scaled", 1, job.run_dir)
+        asked = time.time() - job.start
+        self.assertEqual(code, 0, said)
+        self.assertIn("job scaled scaled to 1 workers", said)
+        change = first_step_from(job, r"1 \(")
+        self.assertEqual(job.wait(), 0, job.output())
+        output = job.output()
+        self.assertIn("left the job at step %d: it was scaled away" % change, output)
+        self.assertIn("worker 1 (worker-1) left the job: it was scaled away", output)
+
+        a, b = read_floats(one_dump), read_floats(scaled_dump)
+        self.assertEqual(len(a), len(b))
+        worst = max(abs(x - y) for x, y in zip(a, b))
+        scale_of = max(abs(x) for x in a)
+        # The same examples and the same mean gradient each step, summed in
+        # another order: float rounding apart, the same parameters.
+        self.assertLess(worst, 1e-5, "largest difference %g" % worst)
+        self.assertAlmostEqual(job.accuracy(), alone.accuracy(), delta=0.001)
+        after = [p for p in job.progress(rank=0) if p["total_steps"] > change]
+        print("\nscale 2 -> 1 at step %d: %.2f s from kubeps scale to the first progress line "
+              "past it; largest parameter difference to one worker throughout %.2g (of %.2g)"
+              % (change, after[0]["time"] - asked, worst, scale_of))
+
+    def test_scaled_up_and_down_while_it_trains_it_finishes_as_accurate(self):
+        code, fixed = run_job(write_manifest(self.dir, manifest_with("fixed", workers=2), "f.yaml"))
+        self.assertEqual(code, 0, fixed.output())
+        job = RunningJob(write_manifest(self.dir, elastic_job("updown"), "updown.yaml"))
+        wait_for_steps(job, 0, 60)
+        self.assertEqual(scale("updown", 4, job.run_dir)[0], 0)
+        up = first_step_from(job, r"4 \(")  # the step from which all four compute
+        wait_for_steps(job, 0, up + 40)
+        self.assertEqual(scale("updown", 1, job.run_dir)[0], 0)
+        down = first_step_from(job, r"1 \(")
+        self.assertEqual(job.wait(), 0, job.output())
+        output = job.output()
+        # Each joins at the first step after it registered: together or not.
+        for rank in (2, 3):
+            self.assertRegex(output, r"\[worker %d\] joined the job at step \d+" % rank)
+        self.assertEqual(output.count("left the job at step %d: it was scaled away" % down), 3)
+        self.assertAlmostEqual(job.accuracy(), fixed.accuracy(), delta=0.01)
+
+    def test_a_frozen_worker_is_dropped_and_the_job_goes_on_without_it(self):
+        job = RunningJob(write_manifest(
+            self.dir, elastic_job("frozen", replace_timeout=2,
+                                  spec={"checkpoint": {"intervalSteps": 20}}), "frozen.yaml"))
+        wait_for_steps(job, 0, 60)
+        victim = wait_for_replica_pid(job, "worker-1")
+        os.kill(victim, signal.SIGSTOP)  # alive, but silent: as a worker on a lost node
+        frozen = time.time() - job.start
+        try:
+            job.wait_for_line(r"worker worker-1 \(rank 1\) has been gone for 2 s", timeout=30)
+            job.wait_for_line(r"\[worker 0\] rolled back to step", timeout=30)
+            wait_for_steps(job, 0, max(p["total_steps"] for p in job.progress(rank=0)) + 1)
+        finally:
+            resume(victim)  # it comes back, and is taken in again
+        self.assertEqual(job.wait(), 0, job.output())
+        dropped = min(t for t, line in job.lines if "[worker 0] rolled back to step" in line)
+        went_on = min(p["time"] for p in job.progress(rank=0) if p["time"] > dropped)
+        print("\nworker frozen: the job went on %.2f s later (replaceTimeoutSeconds 2)"
+              % (went_on - frozen))
+        self.assertLess(went_on - frozen, 2 + 2)
+        self.assertRegex(job.output(), r"\[worker 1\] joined the job at step \d+")
+
+    def test_a_lost_worker_at_min_replicas_fails_the_job_saying_why(self):
+        job = RunningJob(write_manifest(
+            self.dir, elastic_job("atmin", minimum=2, replace_timeout=1), "atmin.yaml"))
+        wait_for_steps(job, 0, 30)
+        victim = wait_for_replica_pid(job, "worker-1")
+        os.kill(victim, signal.SIGSTOP)
+        try:
+            self.assertEqual(job.wait(), 1, job.output())
+        finally:
+            resume(victim)
+        self.assertIn("below elasticPolicy.minReplicas (2)", job.output())
+
+    def test_scaling_a_job_outside_its_bounds_or_one_not_running_is_refused(self):
+        job = RunningJob(write_manifest(self.dir, elastic_job("bounds", maximum=3), "b.yaml"))
+        try:
+            wait_for_steps(job, 0, 5)
+            code, said = scale("bounds", 5, job.run_dir)
+            self.assertEqual(code, 1)
+            self.assertIn("--workers 5 is outside job bounds's elasticPolicy [1, 3]", said)
+            code, said = scale("other", 2, job.run_dir)
+            self.assertIn("runs job bounds, not other", said)
+        finally:
+            job.interrupt()
+            job.wait()
+        code, said = scale("nosuchjob", 2)
+        self.assertEqual(code, 1)
+        self.assertIn("no running job nosuchjob", said)
+
+
+if __name__ == "__main__":
+    unittest.main()

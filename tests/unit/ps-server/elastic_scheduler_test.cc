@@ -1,0 +1,169 @@
+// The scheduler of an elastic job (ps-server/elastic_workers.h): the
+// membership lease the workers' heartbeats carry, scaling down and up at a
+// step no worker has reached, workers that leave, and a lost worker
+// dropped through a recovery (or the job failed below minReplicas).
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/membership.h"
+#include "common/metrics.h"
+#include "ps-server/scheduler.h"
+
+namespace kubeps {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::unique_ptr<Scheduler> ElasticScheduler(int workers, int min, int max,
+                                            int replace_timeout_ms = 60000) {
+  SchedulerOptions options;
+  options.num_servers = 1;
+  options.num_workers = workers;
+  options.replace_silent_after_ms = 0;
+  options.elastic.elastic = true;
+  options.elastic.initial_workers = workers;
+  options.elastic.min_workers = min;
+  options.elastic.max_workers = max;
+  options.elastic.global_batch = 64;
+  options.elastic.replace_timeout_ms = replace_timeout_ms;
+  return std::make_unique<Scheduler>(options, &NullMetrics());
+}
+
+struct Registered {
+  int rank = -1;
+  std::string key;
+};
+
+Registered Register(Scheduler& s, const std::string& node_id, v1::Role role) {
+  v1::RegisterRequest request;
+  request.mutable_node()->set_node_id(node_id);
+  request.mutable_node()->set_role(role);
+  request.mutable_node()->set_incarnation(1);
+  if (role == v1::SERVER) request.mutable_node()->set_address("server.local:9000");
+  v1::RegisterResponse response;
+  EXPECT_TRUE(s.Register(&request, &response).ok()) << node_id;
+  return {response.rank(), response.registration_key()};
+}
+
+v1::HeartbeatResponse Beat(Scheduler& s, const std::string& node_id, uint64_t step = 0) {
+  v1::HeartbeatRequest request;
+  request.set_node_id(node_id);
+  request.set_incarnation(1);
+  request.set_step(step);
+  v1::HeartbeatResponse response;
+  EXPECT_TRUE(s.Heartbeat(&request, &response).ok());
+  return response;
+}
+
+grpc::Status Finish(Scheduler& s, const std::string& node_id, const Registered& r) {
+  v1::FinishRequest request;
+  request.set_node_id(node_id);
+  request.set_rank(r.rank);
+  request.set_registration_key(r.key);
+  v1::FinishResponse response;
+  return s.Finish(&request, &response);
+}
+
+TEST(ElasticSchedulerTest, WorkersLearnWhoComputesEachStepALeaseAheadOfTheFurthest) {
+  auto s = ElasticScheduler(2, 1, 4);
+  Register(*s, "server-0", v1::SERVER);
+  Register(*s, "worker-0", v1::WORKER);
+  Register(*s, "worker-1", v1::WORKER);
+  const v1::Membership first = Beat(*s, "worker-0", 0).membership();
+  EXPECT_EQ(DescribeMembership(first), "from step 0: ranks 0,1");
+  EXPECT_EQ(first.global_batch(), 64u);
+  EXPECT_GE(first.fixed_below(), ElasticWorkers::kMinLeaseSteps);
+  // A worker at the end of the lease asks again and is let on at once.
+  const v1::Membership later = Beat(*s, "worker-1", first.fixed_below()).membership();
+  EXPECT_GT(later.fixed_below(), first.fixed_below());
+  EXPECT_TRUE(Beat(*s, "server-0").membership().changes().empty())
+      << "servers learn the step's workers from the pushes";
+}
+
+TEST(ElasticSchedulerTest, ScalingDownTakesTheHighestRankOutAtTheLeasesEndAndTheJobGoesOn) {
+  auto s = ElasticScheduler(2, 1, 4);
+  Register(*s, "server-0", v1::SERVER);
+  const Registered w0 = Register(*s, "worker-0", v1::WORKER);
+  const Registered w1 = Register(*s, "worker-1", v1::WORKER);
+  const uint64_t lease = Beat(*s, "worker-0", 30).membership().fixed_below();
+  EXPECT_EQ(s->SetDesiredWorkers(1), "");
+  const v1::Membership after = Beat(*s, "worker-0", 31).membership();
+  ASSERT_EQ(after.changes_size(), 2);
+  EXPECT_EQ(after.changes(1).from_step(), lease) << "no worker may have computed it yet";
+  EXPECT_THAT(MembersAt(after, lease - 1), ElementsAre(0, 1));
+  EXPECT_THAT(MembersAt(after, lease), ElementsAre(0));
+  // Worker 1 pushes its last step and leaves: the job is not over.
+  ASSERT_TRUE(Finish(*s, "worker-1", w1).ok());
+  EXPECT_FALSE(s->AllWorkersFinished());
+  EXPECT_FALSE(Beat(*s, "worker-0", 40).shutdown());
+  EXPECT_TRUE(Beat(*s, "server-0").dead_nodes().empty()) << "a worker that left is not dead";
+  ASSERT_TRUE(Finish(*s, "worker-0", w0).ok());
+  EXPECT_TRUE(s->AllWorkersFinished());
+}
+
+TEST(ElasticSchedulerTest, AWorkerThatRegistersJoinsWhenTheJobIsScaledUp) {
+  auto s = ElasticScheduler(1, 1, 3);
+  Register(*s, "server-0", v1::SERVER);
+  Register(*s, "worker-0", v1::WORKER);
+  Beat(*s, "worker-0", 50);
+  const Registered w2 = Register(*s, "worker-2", v1::WORKER);
+  EXPECT_EQ(w2.rank, 2) << "ranks follow the replicas' names";
+  EXPECT_THAT(MembersAt(Beat(*s, "worker-2").membership(), 1000), ElementsAre(0))
+      << "not taken in before the job is scaled up";
+  EXPECT_EQ(s->SetDesiredWorkers(3), "");
+  const v1::Membership up = Beat(*s, "worker-2").membership();
+  const StepMembership joining = MembershipOf(up, 2, 50);
+  ASSERT_TRUE(joining.next_member_step.has_value());
+  EXPECT_GT(*joining.next_member_step, 50u);
+  EXPECT_THAT(MembersAt(up, *joining.next_member_step), ElementsAre(0, 2))
+      << "only registered workers join: worker-1 has not come";
+  // 64 examples over two: 32 each.
+  EXPECT_EQ(MembershipOf(up, 2, *joining.next_member_step).first_example, 32u);
+}
+
+TEST(ElasticSchedulerTest, ANumberOutsideTheBoundsOrForAFixedJobIsRefused) {
+  auto s = ElasticScheduler(2, 2, 4);
+  EXPECT_EQ(s->SetDesiredWorkers(5),
+            "the job's workers can be scaled to 2 to 4 (elasticPolicy), not 5");
+  EXPECT_THAT(s->SetDesiredWorkers(1), HasSubstr("not 1"));
+  SchedulerOptions fixed;
+  Scheduler plain(fixed, &NullMetrics());
+  EXPECT_EQ(plain.SetDesiredWorkers(2), "the job's workers are fixed: it has no elasticPolicy");
+}
+
+TEST(ElasticSchedulerTest, ALostWorkerIsDroppedThroughARecoveryWhileMinReplicasRemain) {
+  auto s = ElasticScheduler(2, 1, 2, /*replace_timeout_ms=*/200);
+  Register(*s, "server-0", v1::SERVER);
+  Register(*s, "worker-0", v1::WORKER);
+  Register(*s, "worker-1", v1::WORKER);
+  Beat(*s, "worker-0", 5);
+  std::this_thread::sleep_for(300ms);  // worker-1 falls silent
+  const v1::HeartbeatResponse beat = Beat(*s, "worker-0", 6);
+  EXPECT_EQ(beat.generation(), 1u) << "the job rolls back to redo the steps without it";
+  EXPECT_EQ(beat.restore_step(), 0u) << "no checkpoint yet: from the start";
+  EXPECT_THAT(MembersAt(beat.membership(), 0), ElementsAre(0));
+  EXPECT_EQ(beat.failure(), "");
+}
+
+TEST(ElasticSchedulerTest, ALostWorkerAtMinReplicasFailsTheJobSayingWhy) {
+  auto s = ElasticScheduler(2, 2, 3, /*replace_timeout_ms=*/200);
+  Register(*s, "server-0", v1::SERVER);
+  Register(*s, "worker-0", v1::WORKER);
+  Register(*s, "worker-1", v1::WORKER);
+  Beat(*s, "worker-0", 5);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_THAT(Beat(*s, "worker-0", 6).failure(),
+              HasSubstr("worker-1 (rank 1) has been gone for 200 ms "
+                        "(elasticPolicy.replaceTimeoutSeconds) and the job cannot go on without "
+                        "it: 1 workers would remain, below elasticPolicy.minReplicas (2)"));
+}
+
+}  // namespace
+}  // namespace kubeps
