@@ -68,7 +68,11 @@ struct TrainingJobStatus {
   std::vector<Condition> conditions;
   std::map<std::string, ReplicaStatus> replica_statuses;  // "scheduler", "ps", "worker"
   std::string workers;                                    // "active+succeeded/replicas"
-  std::string start_time;                                 // RFC 3339; "" = not yet
+  // The scale subresource's status (kubectl scale, autoscalers): the worker
+  // pods pending or running, and the label selector of the job's workers.
+  std::optional<int> worker_replicas;
+  std::string worker_selector;
+  std::string start_time;  // RFC 3339; "" = not yet
   std::string completion_time;
   // Training progress (api/training_progress.h), worker 0's: while it
   // trains as its metrics last said, once it has finished as it said on

@@ -128,15 +128,21 @@ std::vector<ReplicaName> JobController::DesiredReplicas() const {
 
 void JobController::StopSurplusWorkers(const std::map<ReplicaName, ReplicaStatus>& observed,
                                        int64_t now_ms) {
-  std::vector<ReplicaName> overdue;
+  std::vector<ReplicaName> ended, overdue;
   for (const auto& [name, r] : observed) {
-    if (name.role != ReplicaRole::kWorker || name.index < desired_workers_ || !IsActive(r)) {
+    if (name.role != ReplicaRole::kWorker || name.index < desired_workers_) {
+      surplus_since_ms_.erase(name);
+      continue;
+    }
+    if (!IsActive(r)) {
+      ended.push_back(name);  // it left: its pod goes
       surplus_since_ms_.erase(name);
       continue;
     }
     const int64_t since = surplus_since_ms_.emplace(name, now_ms).first->second;
     if (now_ms - since >= kSurplusGraceMs) overdue.push_back(name);
   }
+  DeleteOrLog(ended, Cluster::kBackendGrace);
   if (overdue.empty()) return;
   KLOG_INFO << JoinNames(overdue) << " did not leave within " << kSurplusGraceMs / 1000
             << " s of the job being scaled to " << desired_workers_ << " workers: stopping it";

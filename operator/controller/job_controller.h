@@ -85,14 +85,21 @@ class JobController {
   // Every replica the job needs, scheduler first.
   std::vector<ReplicaName> DesiredReplicas() const;
 
-  // Elastic jobs: how many workers the job should have now (kubeps scale).
-  // Workers past it are left to leave on their own (the scheduler takes
-  // them out at a step boundary, and they exit with ScaledAway); one that
-  // is still there kSurplusGraceMs later is stopped. A worker that left is
-  // started again when the number grows back.
+  // Elastic jobs: how many workers the job should have now (kubeps scale;
+  // on Kubernetes the spec's, which kubectl scale sets). Workers past it are
+  // left to leave on their own (the scheduler takes them out at a step
+  // boundary, and they exit with ScaledAway), and are deleted once they
+  // have; one still there kSurplusGraceMs later is stopped. A worker that
+  // left is started again (a new pod) when the number grows back.
   static constexpr int kSurplusGraceMs = 30000;
   void SetDesiredWorkers(int workers) { desired_workers_ = workers; }
   int desired_workers() const { return desired_workers_; }
+  // Since when each worker past the desired number has been there: a
+  // controller made anew for each reconcile carries it over.
+  const std::map<ReplicaName, int64_t>& surplus_since_ms() const { return surplus_since_ms_; }
+  void set_surplus_since_ms(std::map<ReplicaName, int64_t> since) {
+    surplus_since_ms_ = std::move(since);
+  }
   // The order in which replicas are stopped: workers, servers, scheduler.
   static void SortForStopping(std::vector<ReplicaName>* names);
 

@@ -140,6 +140,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     return FailJob(job, "CreateFailed", s.message(), result);
   }
   ReportEvictions(job, pods, &state);
+  if (Status s = TellDesiredWorkers(job, id, spec, pods, &state); !s.ok()) return s;
   for (const auto& action : state.stranded_pods.Release(client_, id, pods, Clock::now())) {
     KLOG_INFO << id.namespace_ << "/" << id.name << ": " << action.message;
     RecordEvent(job, "Warning", action.reason, action.message);
@@ -166,8 +167,10 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   controller.set_known_restarts(status.replica_restarts);
   if (!status.start_time.empty()) controller.set_start_ms(ToMs(ParseTime(status.start_time)));
   controller.set_workers_done_ms(state.workers_done_ms);
+  controller.set_surplus_since_ms(state.surplus_since_ms);
   controller::JobStatus observed = controller.Reconcile(now_ms);
   state.workers_done_ms = controller.workers_done_ms();
+  state.surplus_since_ms = controller.surplus_since_ms();
 
   for (const json& pod : cluster.CreatedPods()) state.created_pods.Created(pod, now);
   for (const auto& name : cluster.deleted()) state.created_pods.Deleted(name);
@@ -347,6 +350,9 @@ api::TrainingJobStatus JobReconciler::BuildStatus(const json& job,
   next.replica_restarts = observed.replica_restarts;
   next.workers = std::to_string(observed.workers.active + observed.workers.succeeded) + "/" +
                  std::to_string(spec.spec.worker.replicas);
+  next.worker_replicas = observed.workers.active;
+  next.worker_selector = std::string(kJobNameLabel) + "=" + job["metadata"].value("name", "") +
+                         "," + kReplicaTypeLabel + "=worker";
   if (next.start_time.empty()) next.start_time = now;
   if (observed.finished() && next.completion_time.empty()) next.completion_time = now;
   return next;

@@ -72,6 +72,10 @@ class JobReconciler {
     PodExpectations created_pods;  // made here, maybe not in the cache yet
     MountFailures mount_failures;  // pods waiting on a volume the kubelet cannot mount
     StrandedPods stranded_pods;    // pods left Terminating on a lost node
+    // Elastic jobs: the workers the spec asked for at the last look (-1: not
+    // looked yet), and since when each worker past them has been there.
+    int desired_workers = -1;
+    std::map<controller::ReplicaName, int64_t> surplus_since_ms;
   };
   // A pod being deleted with the condition DisruptionTarget (an eviction:
   // a drain, the taint manager, preemption) is said once in an Event: the
@@ -85,6 +89,12 @@ class JobReconciler {
   // Step, total, loss and steps/sec from worker 0's metrics.
   void ProbeWorker(const std::vector<nlohmann::json>& pods, JobState* state,
                    api::TrainingJobStatus* status);
+
+  // Elastic jobs (job_reconciler_elastic.cc): the scheduler pod's
+  // annotation follows the spec's worker replicas; each change is an Event.
+  Status TellDesiredWorkers(const nlohmann::json& job, const JobIdentity& id,
+                            const api::TrainingJob& spec, const std::vector<nlohmann::json>& pods,
+                            JobState* state);
 
   // Kueue (job_reconciler_kueue.cc). Whether Kueue lets a queued job run now. Makes its Workload
   // exist (an Event when made); an admitted job's pod templates get the node labels of the flavors

@@ -15,6 +15,7 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kTokenVolume = "kubeps-token";
+constexpr const char* kElasticVolume = "kubeps-elastic";
 constexpr const char* kTlsVolume = "kubeps-tls";
 constexpr const char* kSocketVolume = "kubeps-socket";
 // The agent image's user (docker/agent.Dockerfile).
@@ -62,6 +63,25 @@ void SetKubepsProcess(json& container, const controller::ReplicaLaunch& launch, 
   if (tls)
     mounts.push_back({{"name", kTlsVolume}, {"mountPath", kTlsMountPath}, {"readOnly", true}});
   container["volumeMounts"] = mounts;
+}
+
+// An elastic job's scheduler follows the desired number of workers in a
+// file of the downwardAPI volume that shows its pod's annotation.
+void FollowDesiredWorkers(const api::TrainingJob& spec, json& meta, json& container,
+                          json& volumes) {
+  meta["annotations"][kDesiredWorkersAnnotation] = std::to_string(spec.spec.worker.replicas);
+  MergeEnv(container, json::array({{{"name", api::env::kDesiredWorkersFile},
+                                    {"value", std::string(kElasticMountPath) + "/workers"}}}));
+  json mounts = container.value("volumeMounts", json::array());
+  mounts.push_back(
+      {{"name", kElasticVolume}, {"mountPath", kElasticMountPath}, {"readOnly", true}});
+  container["volumeMounts"] = mounts;
+  const std::string field =
+      std::string("metadata.annotations['") + kDesiredWorkersAnnotation + "']";
+  volumes.push_back(
+      {{"name", kElasticVolume},
+       {"downwardAPI",
+        {{"items", json::array({{{"path", "workers"}, {"fieldRef", {{"fieldPath", field}}}}})}}}});
 }
 
 // What the restricted Pod Security profile asks of a container, where the
@@ -261,9 +281,11 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
     json& limits = main["resources"]["limits"];
     if (!limits.contains("nvidia.com/gpu")) limits["nvidia.com/gpu"] = spec.spec.gpus_per_worker;
   }
+  json volumes = spec_json.value("volumes", json::array());
+  if (name.role == controller::ReplicaRole::kScheduler && spec.spec.elastic.enabled())
+    FollowDesiredWorkers(spec, meta, main, volumes);
   spec_json["containers"] = containers;
 
-  json volumes = spec_json.value("volumes", json::array());
   // 0400: the processes refuse a token file others can read. The kubelet
   // gives the file the pod's fsGroup and adds group read (0440), and puts
   // every container's processes in that group, so whatever user a

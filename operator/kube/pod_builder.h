@@ -49,6 +49,12 @@ inline constexpr const char* kTlsAnnotation = "kubeps.io/tls";
 // A worker pod's socket directory (docs/sidecar-protocol.md): an emptyDir
 // with medium Memory that the user's container and the agent sidecar mount.
 inline constexpr const char* kSocketDir = "/var/run/kubeps";
+// An elastic job's scheduler pod: how many workers the job should have (the
+// spec's replicas, which kubectl scale sets), an annotation the operator
+// keeps up to date and the pod reads through a downwardAPI volume, which
+// the kubelet rewrites when the annotation changes.
+inline constexpr const char* kDesiredWorkersAnnotation = "kubeps.io/desired-workers";
+inline constexpr const char* kElasticMountPath = "/etc/kubeps/elastic";
 
 struct JobIdentity {
   std::string name;

@@ -1,0 +1,56 @@
+// The elastic half of JobReconciler (job_reconciler.h): the number of
+// workers the spec asks for (kubectl scale sets it through the scale
+// subresource) reaches the job's scheduler as its pod's annotation, which
+// the pod reads through a downwardAPI volume; the scheduler then takes
+// workers in or out at a step boundary (ps-server/elastic_workers.h), and
+// the job logic creates and deletes the worker pods the change needs.
+#include "common/logging.h"
+#include "operator/kube/job_reconciler.h"
+#include "operator/kube/kube_cluster.h"
+#include "operator/kubeclient/api_path.h"
+
+namespace kubeps::kube {
+
+using nlohmann::json;
+
+Status JobReconciler::TellDesiredWorkers(const json& job, const JobIdentity& id,
+                                         const api::TrainingJob& spec,
+                                         const std::vector<json>& pods, JobState* state) {
+  if (!spec.spec.elastic.enabled()) return Status::Ok();
+  const std::string wanted = std::to_string(spec.spec.worker.replicas);
+  if (state->desired_workers != spec.spec.worker.replicas) {
+    if (state->desired_workers >= 0) {
+      const std::string message = "workers scaled to " + wanted + " (from " +
+                                  std::to_string(state->desired_workers) +
+                                  "); the scheduler changes them at a step no worker has reached";
+      KLOG_INFO << id.namespace_ << "/" << id.name << ": " << message;
+      RecordEvent(job, "Normal", "Scaled", message);
+    }
+    state->desired_workers = spec.spec.worker.replicas;
+  }
+  for (const json& pod : pods) {
+    const json& meta = pod["metadata"];
+    controller::ReplicaName name{controller::ReplicaRole::kWorker, 0};
+    if (!OwnedBy(pod, id) || meta.contains("deletionTimestamp") ||
+        !KubeCluster::ReplicaOf(pod, &name) || name.role != controller::ReplicaRole::kScheduler) {
+      continue;
+    }
+    const json annotations = meta.value("annotations", json::object());
+    if (annotations.value(kDesiredWorkersAnnotation, "") == wanted) continue;
+    // Guarded by the pod's uid: a scheduler pod made again under the same
+    // name meanwhile gets its annotation from its own creation.
+    const json patch = {
+        {"metadata",
+         {{"uid", meta.value("uid", "")}, {"annotations", {{kDesiredWorkersAnnotation, wanted}}}}}};
+    Response patched;
+    const std::string path = ObjectPath(kPods, id.namespace_, meta.value("name", ""));
+    if (Status s = client_->Patch(path, patch, &patched); !s.ok()) return s;
+    if (!patched.ok() && patched.code != 404 && patched.code != 409) {
+      return Status::Error("telling the scheduler pod " + meta.value("name", "") + " of " + wanted +
+                           " workers: " + patched.Describe());
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace kubeps::kube

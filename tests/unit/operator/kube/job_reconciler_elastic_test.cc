@@ -1,0 +1,126 @@
+// An elastic job on the API server (job_reconciler_elastic.cc): the
+// scheduler pod reads the desired number of workers from its annotation
+// through a downwardAPI volume; scaling the spec (kubectl scale) updates
+// the annotation, records an Event, and creates and deletes exactly the
+// worker pods the change needs.
+#include <algorithm>
+
+#include <gmock/gmock.h>
+
+#include "operator/kube/pod_builder.h"
+#include "tests/unit/operator/kube/job_reconciler_fixture.h"
+
+namespace kubeps::kube::reconciler_test {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::Not;
+
+json ElasticManifest() {
+  json manifest = JobManifest();
+  manifest["spec"]["replicaSpecs"]["worker"]["elasticPolicy"] = {{"minReplicas", 1},
+                                                                 {"maxReplicas", 4}};
+  return manifest;
+}
+
+class ElasticReconcilerTest : public JobReconcilerTest {
+ protected:
+  void ScaleTo(int workers) {
+    json job = fake_.Object(kJob);
+    job["spec"]["replicaSpecs"]["worker"]["replicas"] = workers;
+    Response response;
+    ASSERT_TRUE(fake_.Put(kJob, job, &response).ok());
+    ASSERT_TRUE(response.ok()) << response.Describe();
+  }
+  json Pod(const std::string& name) { return fake_.Object(kPodsPath + "/" + name); }
+  std::vector<std::string> WorkerPods() {
+    std::vector<std::string> names;
+    for (const auto& name : Names(fake_.List(kPodsPath)))
+      if (name.find("worker") != std::string::npos) names.push_back(name);
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  // The worker left the job, as its agent says on exit.
+  void LeftTheJob(const std::string& name) {
+    json status = {
+        {"phase", "Succeeded"},
+        {"containerStatuses",
+         {{{"name", "worker"},
+           {"state",
+            {{"terminated",
+              {{"exitCode", 0},
+               {"message", "ScaledAway: left the job at step 80: it was scaled away"}}}}}}}}};
+    ASSERT_FALSE(fake_.SetStatus(kPodsPath + "/" + name, status).is_null());
+  }
+};
+
+TEST_F(ElasticReconcilerTest, TheSchedulerPodReadsTheDesiredWorkersFromItsAnnotation) {
+  CreateJob(ElasticManifest());
+  ASSERT_TRUE(Reconcile().ok());
+  const json scheduler = Pod("mnist-scheduler-0");
+  EXPECT_EQ(scheduler["metadata"]["annotations"][kDesiredWorkersAnnotation], "2");
+  bool volume = false, env = false;
+  for (const json& v : scheduler["spec"]["volumes"]) {
+    if (!v.contains("downwardAPI")) continue;
+    volume = v["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"] ==
+             "metadata.annotations['kubeps.io/desired-workers']";
+  }
+  for (const json& e : scheduler["spec"]["containers"][0]["env"])
+    env = env || e["name"] == "KUBEPS_DESIRED_WORKERS_FILE";
+  EXPECT_TRUE(volume && env) << scheduler.dump(2);
+  EXPECT_FALSE(
+      Pod("mnist-worker-0")["metadata"]["annotations"].contains(kDesiredWorkersAnnotation));
+  SetAllPods("Running");
+  ASSERT_TRUE(Reconcile().ok());
+  const json status = StatusOfJob();
+  EXPECT_EQ(status["workerSelector"], "kubeps.io/job-name=mnist,kubeps.io/replica-type=worker");
+  EXPECT_EQ(status["workerReplicas"], 2);
+}
+
+TEST_F(ElasticReconcilerTest, ScalingUpTellsTheSchedulerAndCreatesTheNewWorkersPods) {
+  CreateJob(ElasticManifest());
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Running");
+  ScaleTo(4);
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(Pod("mnist-scheduler-0")["metadata"]["annotations"][kDesiredWorkersAnnotation], "4");
+  EXPECT_THAT(WorkerPods(),
+              ElementsAre("mnist-worker-0", "mnist-worker-1", "mnist-worker-2", "mnist-worker-3"));
+  EXPECT_THAT(EventReasons(), Contains("Scaled"));
+}
+
+TEST_F(ElasticReconcilerTest, ScalingDownDeletesAWorkersPodOnceItHasLeftNotBefore) {
+  json manifest = ElasticManifest();
+  manifest["spec"]["replicaSpecs"]["worker"]["replicas"] = 3;
+  CreateJob(manifest);
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Running");
+  ScaleTo(1);
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(Pod("mnist-scheduler-0")["metadata"]["annotations"][kDesiredWorkersAnnotation], "1");
+  EXPECT_THAT(WorkerPods(), ElementsAre("mnist-worker-0", "mnist-worker-1", "mnist-worker-2"))
+      << "they push their last step first";
+  LeftTheJob("mnist-worker-2");
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_THAT(WorkerPods(), ElementsAre("mnist-worker-0", "mnist-worker-1"));
+  LeftTheJob("mnist-worker-1");
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_THAT(WorkerPods(), ElementsAre("mnist-worker-0"));
+  EXPECT_NE(StatusOfJob()["phase"], "Succeeded") << "the job goes on with one worker";
+  // Scaled up again: a new pod for the replica that left.
+  ScaleTo(2);
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_THAT(WorkerPods(), Contains(::testing::StartsWith("mnist-worker-1")));
+}
+
+TEST_F(ElasticReconcilerTest, AJobWithFixedWorkersHasNoDesiredWorkersAnnotation) {
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_FALSE(
+      Pod("mnist-scheduler-0")["metadata"]["annotations"].contains(kDesiredWorkersAnnotation));
+  EXPECT_THAT(EventReasons(), Not(Contains("Scaled")));
+}
+
+}  // namespace
+}  // namespace kubeps::kube::reconciler_test
