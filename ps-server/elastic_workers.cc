@@ -40,13 +40,18 @@ std::vector<int> ElasticWorkers::Members() const {
   return {last.ranks().begin(), last.ranks().end()};
 }
 
-std::string ElasticWorkers::SetDesired(int workers) {
+std::string ElasticWorkers::SetDesired(int workers, std::optional<uint64_t> at_step) {
   if (workers < options_.min_workers || workers > options_.max_workers) {
     return "the job's workers can be scaled to " + std::to_string(options_.min_workers) + " to " +
            std::to_string(options_.max_workers) + " (elasticPolicy), not " +
            std::to_string(workers);
   }
+  if (at_step && *at_step < schedule_.fixed_below()) {
+    return "step " + std::to_string(*at_step) + " is too near: the workers of every step below " +
+           std::to_string(schedule_.fixed_below()) + " are fixed already";
+  }
   desired_ = workers;
+  at_step_ = at_step;
   return "";
 }
 
@@ -77,13 +82,19 @@ std::string ElasticWorkers::Plan(const std::vector<int>& candidates) {
   }
   std::sort(next.begin(), next.end());
   std::string line;
-  if (next != members) {
-    const uint64_t from = schedule_.fixed_below();
+  // A change asked for at a step waits there for every worker it takes in.
+  const bool complete = static_cast<int>(next.size()) == wanted;
+  if (next != members && (!at_step_ || complete)) {
+    const uint64_t from = at_step_ ? *at_step_ : schedule_.fixed_below();
     Append(from, next);
+    at_step_.reset();
     line = "workers from step " + std::to_string(from) + ": " + std::to_string(next.size()) + " (" +
            DescribeMembership(schedule_) + ")";
+  } else if (next == members && complete) {
+    at_step_.reset();  // nothing to change: the lease goes on
   }
-  const uint64_t lease = furthest_step_ + LeaseSteps(Clock::now());
+  uint64_t lease = furthest_step_ + LeaseSteps(Clock::now());
+  if (at_step_) lease = std::min(lease, *at_step_);
   if (lease > schedule_.fixed_below()) schedule_.set_fixed_below(lease);
   return line;
 }

@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -60,8 +61,11 @@ class ElasticWorkers {
   std::vector<int> Members() const;
 
   int desired() const { return desired_; }
-  // "" or why `workers` is refused (outside [min, max]).
-  std::string SetDesired(int workers);
+  // "" or why `workers` is refused (outside [min, max]). With `at_step`,
+  // the change is made at that step exactly, once the workers to take in
+  // are there: the lease stops at it until then, so the job waits there.
+  // A step the lease has passed already is refused.
+  std::string SetDesired(int workers, std::optional<uint64_t> at_step = std::nullopt);
 
   // A worker beat, about to compute `step`.
   void ReportStep(uint64_t step, Clock::time_point now);
@@ -83,6 +87,7 @@ class ElasticWorkers {
   const ElasticOptions options_;
   v1::Membership schedule_;
   int desired_;
+  std::optional<uint64_t> at_step_;  // the pending change's step, where one was asked for
   bool started_ = false;
   Clock::time_point start_time_;
   uint64_t start_step_ = 0;

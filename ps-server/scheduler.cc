@@ -525,13 +525,14 @@ bool Scheduler::MembersFinished() const {
   return true;
 }
 
-std::string Scheduler::SetDesiredWorkers(int workers) {
+std::string Scheduler::SetDesiredWorkers(int workers, std::optional<uint64_t> at_step) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!elastic_.elastic()) return "the job's workers are fixed: it has no elasticPolicy";
   const int before = elastic_.desired();
-  std::string refused = elastic_.SetDesired(workers);
-  if (refused.empty() && before != workers) {
-    KLOG_INFO << "the job is to have " << workers << " workers (it had " << before << ")";
+  std::string refused = elastic_.SetDesired(workers, at_step);
+  if (refused.empty()) {
+    KLOG_INFO << "the job is to have " << workers << " workers (it had " << before << ")"
+              << (at_step ? " from step " + std::to_string(*at_step) : std::string());
     ReviseMembership();
   }
   return refused;

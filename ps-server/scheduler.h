@@ -99,8 +99,9 @@ class Scheduler {
   bool WaitServersToldToStop(std::chrono::milliseconds timeout) const;
   // Non-empty once the job cannot go on (no checkpoint step in common).
   std::string Failure() const;
-  // Elastic jobs: how many workers the job should have; "" or why not.
-  std::string SetDesiredWorkers(int workers);
+  // Elastic jobs: how many workers the job should have, from `at_step`
+  // exactly where given; "" or why not.
+  std::string SetDesiredWorkers(int workers, std::optional<uint64_t> at_step = std::nullopt);
   // Ends every waiting long poll now, so that the gRPC server's Shutdown
   // need not wait out their wait_ms.
   void Stop();

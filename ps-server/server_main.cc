@@ -118,8 +118,10 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
             << " servers and " << config.num_workers << " workers";
   while (!g_stop.stop_requested() &&
          !service.scheduler().WaitAllWorkersFinished(kStopCheckInterval)) {
-    if (std::optional<int> workers = desired.Changed()) {
-      if (std::string refused = service.scheduler().SetDesiredWorkers(*workers); !refused.empty())
+    if (std::optional<DesiredWorkers> wanted = desired.Changed()) {
+      if (std::string refused =
+              service.scheduler().SetDesiredWorkers(wanted->workers, wanted->at_step);
+          !refused.empty())
         KLOG_ERROR << config.desired_workers_file << ": " << refused;
     }
     if (!service.scheduler().Failure().empty()) {

@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -88,9 +89,10 @@ int TrainLocal(const std::string& path) {
   return 1;
 }
 
-int Scale(const std::string& job_name, int workers, const std::string& run_dir) {
+int Scale(const std::string& job_name, int workers, std::optional<uint64_t> at_step,
+          const std::string& run_dir) {
   std::string used;
-  if (Status s = local::ScaleLocalJob(job_name, workers, run_dir, &used); !s.ok()) {
+  if (Status s = local::ScaleLocalJob(job_name, workers, at_step, run_dir, &used); !s.ok()) {
     PrintError("kubeps scale: " + s.message());
     return 1;
   }
@@ -139,11 +141,15 @@ int main(int argc, char** argv) {
   scale->add_option("--workers", workers, "how many workers it should have")
       ->required()
       ->check(CLI::PositiveNumber);
+  std::optional<uint64_t> at_step;
+  scale->add_option("--at-step", at_step,
+                    "change the workers at this step exactly (the job waits there for workers not "
+                    "up yet); default: at the first step no worker has reached");
   scale->add_option("--run-dir", run_dir, "the run folder the job was started with, if any");
   if (auto exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
 
   if (validate->parsed()) return Validate(path);
   if (run->parsed()) return Run(path, run_dir, keep_run_dir, host);
-  if (scale->parsed()) return Scale(job_name, workers, run_dir);
+  if (scale->parsed()) return Scale(job_name, workers, at_step, run_dir);
   return TrainLocal(path);
 }

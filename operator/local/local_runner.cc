@@ -256,10 +256,10 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
   JobStatus status;
   DesiredWorkersFile desired(job.spec.elastic.enabled() ? desired_file : "");
   for (;;) {
-    if (std::optional<int> wanted = desired.Changed()) {
-      KLOG_INFO << "job " << job.name << " scaled to " << *wanted << " workers (it had " << workers
-                << ")";
-      workers = *wanted;
+    if (std::optional<DesiredWorkers> wanted = desired.Changed()) {
+      KLOG_INFO << "job " << job.name << " scaled to " << FormatDesiredWorkers(*wanted)
+                << " workers (it had " << workers << ")";
+      workers = wanted->workers;
       controller.SetDesiredWorkers(workers);
     }
     if (g_interrupted) {

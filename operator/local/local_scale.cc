@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "api/pod_env_codec.h"
+#include "common/desired_workers.h"
 
 namespace kubeps::local {
 namespace {
@@ -79,8 +80,8 @@ Status WriteRunFiles(const std::string& run_dir, const api::TrainingJob& job) {
   return WriteAtomically(run_dir + "/" + kPidName, std::to_string(::getpid()) + "\n");
 }
 
-Status ScaleLocalJob(const std::string& job_name, int workers, const std::string& run_dir,
-                     std::string* run_dir_used) {
+Status ScaleLocalJob(const std::string& job_name, int workers, std::optional<uint64_t> at_step,
+                     const std::string& run_dir, std::string* run_dir_used) {
   std::string dir = run_dir;
   if (dir.empty()) {
     if (Status s = FindRunDir(job_name, &dir); !s.ok()) return s;
@@ -105,7 +106,8 @@ Status ScaleLocalJob(const std::string& job_name, int workers, const std::string
                          std::to_string(policy.max_replicas) + "]");
   }
   *run_dir_used = dir;
-  return WriteAtomically(dir + "/" + kDesiredWorkersName, std::to_string(workers) + "\n");
+  return WriteAtomically(dir + "/" + kDesiredWorkersName,
+                         FormatDesiredWorkers({workers, at_step}) + "\n");
 }
 
 }  // namespace kubeps::local

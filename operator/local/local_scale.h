@@ -9,6 +9,8 @@
 #ifndef KUBEPS_OPERATOR_LOCAL_LOCAL_SCALE_H_
 #define KUBEPS_OPERATOR_LOCAL_LOCAL_SCALE_H_
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "api/training_job.h"
@@ -25,8 +27,10 @@ Status WriteRunFiles(const std::string& run_dir, const api::TrainingJob& job);
 // folder `run_dir`, or "" to look under $TMPDIR); *run_dir_used says where.
 // Errors name what is wrong: no such run, several, a job without
 // elasticPolicy, a number outside its bounds.
-Status ScaleLocalJob(const std::string& job_name, int workers, const std::string& run_dir,
-                     std::string* run_dir_used);
+// `at_step`: the change at that step exactly (the job waits there for
+// workers that are not up yet); none: as soon as it can.
+Status ScaleLocalJob(const std::string& job_name, int workers, std::optional<uint64_t> at_step,
+                     const std::string& run_dir, std::string* run_dir_used);
 
 }  // namespace kubeps::local
 

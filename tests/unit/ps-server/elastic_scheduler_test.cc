@@ -128,6 +128,25 @@ TEST(ElasticSchedulerTest, AWorkerThatRegistersJoinsWhenTheJobIsScaledUp) {
   EXPECT_EQ(MembershipOf(up, 2, *joining.next_member_step).first_example, 32u);
 }
 
+TEST(ElasticSchedulerTest, AChangeAskedForAtAStepIsMadeThereAndTheJobWaitsThereForItsWorkers) {
+  auto s = ElasticScheduler(2, 1, 3);
+  Register(*s, "server-0", v1::SERVER);
+  Register(*s, "worker-0", v1::WORKER);
+  Register(*s, "worker-1", v1::WORKER);
+  Beat(*s, "worker-0", 10);
+  EXPECT_EQ(s->SetDesiredWorkers(3, 100), "");
+  // Worker 2 is not up yet: the lease stops at step 100, whatever the pace.
+  v1::Membership held = Beat(*s, "worker-0", 99).membership();
+  EXPECT_EQ(held.fixed_below(), 100u);
+  EXPECT_EQ(Beat(*s, "worker-0", 100).membership().fixed_below(), 100u);
+  Register(*s, "worker-2", v1::WORKER);
+  const v1::Membership up = Beat(*s, "worker-0", 100).membership();
+  EXPECT_THAT(MembersAt(up, 99), ElementsAre(0, 1));
+  EXPECT_THAT(MembersAt(up, 100), ElementsAre(0, 1, 2));
+  EXPECT_GT(up.fixed_below(), 100u) << "the job goes on";
+  EXPECT_THAT(s->SetDesiredWorkers(2, 50), HasSubstr("step 50 is too near"));
+}
+
 TEST(ElasticSchedulerTest, ANumberOutsideTheBoundsOrForAFixedJobIsRefused) {
   auto s = ElasticScheduler(2, 2, 4);
   EXPECT_EQ(s->SetDesiredWorkers(5),
