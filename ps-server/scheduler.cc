@@ -107,7 +107,12 @@ Scheduler::Scheduler(const SchedulerOptions& options, MetricsServer* metrics)
       worker_ids_(options.elastic.elastic ? options.elastic.max_workers : options.num_workers),
       elastic_(WorkersOf(options)),
       registered_(metrics->Gauge("kubeps_scheduler_registered_nodes",
-                                 "Nodes (servers and workers) registered with the scheduler")) {}
+                                 "Nodes (servers and workers) registered with the scheduler")),
+      workers_(metrics->Gauge("kubeps_job_workers",
+                              "Workers that compute the job's steps (an elastic job's change "
+                              "with the membership)")) {
+  workers_.Set(static_cast<double>(elastic_.Members().size()));
+}
 
 grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
                                  v1::RegisterResponse* response) {
@@ -234,6 +239,7 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
     started_ = true;
     if (!restarted_) FirstStart();
     elastic_.Start(RegisteredWorkers(), restore_step_, Clock::now());
+    workers_.Set(static_cast<double>(elastic_.Members().size()));
   }
   response->set_rank(rank);
   response->set_registration_key(member.registration_key);
@@ -563,6 +569,7 @@ void Scheduler::ReviseMembership() {
   if (!failure_.empty()) return;
   if (std::string line = elastic_.Plan(RegisteredWorkers()); !line.empty()) {
     KLOG_INFO << line;
+    workers_.Set(static_cast<double>(elastic_.Members().size()));
     changed_.notify_all();
   }
 }
@@ -609,6 +616,7 @@ void Scheduler::DropLostWorkers() {
   if (std::string line = elastic_.Rollback(step, GoneWorkers()); !line.empty()) {
     KLOG_INFO << line;
   }
+  workers_.Set(static_cast<double>(elastic_.Members().size()));
   ++epoch_;
   changed_.notify_all();
 }

@@ -156,6 +156,7 @@ class Scheduler {
   bool discarded_ = false;  // a shard was told to discard an earlier run's checkpoints
   uint64_t epoch_ = 0;
   prometheus::Gauge& registered_;
+  prometheus::Gauge& workers_;  // kubeps_job_workers: the newest membership's
 };
 
 }  // namespace kubeps

@@ -22,7 +22,8 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 std::unique_ptr<Scheduler> ElasticScheduler(int workers, int min, int max,
-                                            int replace_timeout_ms = 60000) {
+                                            int replace_timeout_ms = 60000,
+                                            MetricsServer* metrics = &NullMetrics()) {
   SchedulerOptions options;
   options.num_servers = 1;
   options.num_workers = workers;
@@ -33,7 +34,14 @@ std::unique_ptr<Scheduler> ElasticScheduler(int workers, int min, int max,
   options.elastic.max_workers = max;
   options.elastic.global_batch = 64;
   options.elastic.replace_timeout_ms = replace_timeout_ms;
-  return std::make_unique<Scheduler>(options, &NullMetrics());
+  return std::make_unique<Scheduler>(options, metrics);
+}
+
+double WorkersGauge(MetricsServer& metrics) {
+  for (const auto& family : metrics.registry().Collect()) {
+    if (family.name == "kubeps_job_workers") return family.metric[0].gauge.value;
+  }
+  return -1;
 }
 
 struct Registered {
@@ -88,7 +96,10 @@ TEST(ElasticSchedulerTest, WorkersLearnWhoComputesEachStepALeaseAheadOfTheFurthe
 }
 
 TEST(ElasticSchedulerTest, ScalingDownTakesTheHighestRankOutAtTheLeasesEndAndTheJobGoesOn) {
-  auto s = ElasticScheduler(2, 1, 4);
+  std::unique_ptr<MetricsServer> metrics;
+  ASSERT_TRUE(MetricsServer::Start("", -1, {}, &metrics).ok());
+  auto s = ElasticScheduler(2, 1, 4, 60000, metrics.get());
+  EXPECT_EQ(WorkersGauge(*metrics), 2);
   Register(*s, "server-0", v1::SERVER);
   const Registered w0 = Register(*s, "worker-0", v1::WORKER);
   const Registered w1 = Register(*s, "worker-1", v1::WORKER);
@@ -99,6 +110,7 @@ TEST(ElasticSchedulerTest, ScalingDownTakesTheHighestRankOutAtTheLeasesEndAndThe
   EXPECT_EQ(after.changes(1).from_step(), lease) << "no worker may have computed it yet";
   EXPECT_THAT(MembersAt(after, lease - 1), ElementsAre(0, 1));
   EXPECT_THAT(MembersAt(after, lease), ElementsAre(0));
+  EXPECT_EQ(WorkersGauge(*metrics), 1) << "kubeps_job_workers";
   // Worker 1 pushes its last step and leaves: the job is not over.
   ASSERT_TRUE(Finish(*s, "worker-1", w1).ok());
   EXPECT_FALSE(s->AllWorkersFinished());
@@ -145,6 +157,35 @@ TEST(ElasticSchedulerTest, AChangeAskedForAtAStepIsMadeThereAndTheJobWaitsThereF
   EXPECT_THAT(MembersAt(up, 100), ElementsAre(0, 1, 2));
   EXPECT_GT(up.fixed_below(), 100u) << "the job goes on";
   EXPECT_THAT(s->SetDesiredWorkers(2, 50), HasSubstr("step 50 is too near"));
+}
+
+TEST(ElasticSchedulerTest, ARestartedSchedulerLearnsTheScheduleBackFromTheWorkers) {
+  auto s = ElasticScheduler(2, 1, 4);  // started again: it knows nothing of the job
+  v1::Membership heard;
+  heard.set_epoch(5);
+  heard.set_global_batch(64);
+  heard.set_fixed_below(150);
+  auto* first = heard.add_changes();
+  first->add_ranks(0);
+  first->add_ranks(1);
+  auto* later = heard.add_changes();
+  later->set_from_step(100);
+  later->add_ranks(0);
+  for (const auto& [id, role] : {std::pair{"server-0", v1::SERVER}, {"worker-0", v1::WORKER}}) {
+    v1::RegisterRequest request;
+    request.mutable_node()->set_node_id(id);
+    request.mutable_node()->set_role(role);
+    request.mutable_node()->set_incarnation(1);
+    request.mutable_node()->set_registered_before(true);
+    if (role == v1::SERVER) request.mutable_node()->set_address("server.local:9000");
+    if (role == v1::WORKER) *request.mutable_node()->mutable_membership() = heard;
+    v1::RegisterResponse response;
+    ASSERT_TRUE(s->Register(&request, &response).ok()) << id;
+  }
+  const v1::Membership back = Beat(*s, "worker-0", 140).membership();
+  EXPECT_EQ(DescribeMembership(back), DescribeMembership(heard));
+  EXPECT_GE(back.fixed_below(), 150u) << "nothing fixed is rewritten";
+  EXPECT_THAT(MembersAt(back, 149), ElementsAre(0)) << "worker 1 left before the restart";
 }
 
 TEST(ElasticSchedulerTest, ANumberOutsideTheBoundsOrForAFixedJobIsRefused) {
