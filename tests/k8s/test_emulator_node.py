@@ -2,7 +2,8 @@
 them: a volume that cannot be mounted (FailedMount Events, the pod Pending
 in ContainerCreating), a claim that does not exist (unschedulable), the
 Eviction subresource with PodDisruptionBudgets, `kubectl drain` (cordon,
-evict, wait), and a node that goes NotReady (its pods stay Terminating).
+evict, wait), and a node that goes NotReady (its pods stay Terminating);
+and downwardAPI volumes that follow the pod's labels and annotations.
 
     python3 -m unittest -v test_emulator_node      (from tests/k8s)
 """
@@ -109,6 +110,77 @@ class EmulatorVolumeTest(OneClusterTestCase):
                        {"status": {"phase": "Bound"}})
         c.wait_for(lambda: c.pod("no-claim")["status"]["phase"] == "Running", timeout=30,
                    what="Running once the claim is bound")
+
+
+class EmulatorDownwardApiTest(OneClusterTestCase):
+    def volume_dir(self, name, volume):
+        uid = self.c.pod(name)["metadata"]["uid"]
+        return os.path.join(self.c.dir, "node", "pods", "default_%s_%s" % (name, uid), "volumes",
+                            volume)
+
+    def test_downward_api_files_follow_the_pods_annotations_and_labels(self):
+        c = self.c
+        mount = "/tmp/kubeps-emulator-downward-%d" % os.getpid()
+        desired = "metadata.annotations['kubeps.io/desired-workers']"
+        # prints the file each time it changes: every value the program saw
+        script = ('echo "env=$DESIRED"; last=; while true; do v=$(cat %s/workers); '
+                  'if [ "$v" != "$last" ]; then echo "workers=$v"; last=$v; fi; sleep 0.05; '
+                  "done" % mount)
+        p = pod("elastic", script=script, volumes=[{"name": "elastic", "downwardAPI": {"items": [
+            {"path": "workers", "fieldRef": {"fieldPath": desired}},
+            {"path": "role", "fieldRef": {"fieldPath": "metadata.labels['role']"}},
+            {"path": "none", "fieldRef": {"fieldPath": "metadata.annotations['kubeps.io/x']"}},
+            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+            {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]}}])
+        p["metadata"]["labels"] = {"role": "scheduler", "job": "j"}
+        p["metadata"]["annotations"] = {"kubeps.io/desired-workers": "2"}
+        main = p["spec"]["containers"][0]
+        main["volumeMounts"] = [{"name": "elastic", "mountPath": mount, "readOnly": True}]
+        main["env"] = [{"name": "DESIRED", "valueFrom": {"fieldRef": {"fieldPath": desired}}}]
+        c.client.post(NS_PODS, p)   # not kubectl apply: no last-applied annotation
+        self.addCleanup(c.kubectl, "delete", "pod", "elastic", "--wait=false",
+                        "--ignore-not-found")
+        c.wait_for(lambda: "workers=2" in c.kubectl("logs", "elastic").stdout, what="workers=2")
+        vol = self.volume_dir("elastic", "elastic")
+
+        def read(name):
+            with open(os.path.join(vol, name)) as f:
+                return f.read()
+        self.assertEqual({n: read(n) for n in ("workers", "role", "none", "labels",
+                                               "annotations")},
+                         {"workers": "2", "role": "scheduler", "none": "",
+                          "labels": 'job="j"\nrole="scheduler"',
+                          "annotations": 'kubeps.io/desired-workers="2"'})
+        first = os.readlink(os.path.join(vol, "..data"))
+        self.assertEqual(os.readlink(os.path.join(vol, "workers")), "..data/workers")
+
+        c.kubectl("annotate", "pod", "elastic", "kubeps.io/desired-workers=4", "--overwrite")
+        started = time.time()
+        c.wait_for(lambda: read("workers") == "4", timeout=5, interval=0.05,
+                   what="the file rewritten")
+        self.assertLess(time.time() - started, 5)
+        # switched atomically: a new timestamped folder behind ..data, the old one gone
+        second = os.readlink(os.path.join(vol, "..data"))
+        self.assertNotEqual(second, first)
+        self.assertTrue(second.startswith(".."), second)
+        self.assertFalse(os.path.exists(os.path.join(vol, first)))
+        self.assertEqual(os.readlink(os.path.join(vol, "workers")), "..data/workers")
+        self.assertEqual(read("annotations"), 'kubeps.io/desired-workers="4"')
+        # what the container saw through its mount: 2, then 4, nothing between
+        logs = c.wait_for(lambda: "workers=4" in c.kubectl("logs", "elastic").stdout and
+                          c.kubectl("logs", "elastic").stdout, what="workers=4 in the pod")
+        self.assertEqual(logs.splitlines(), ["env=2", "workers=2", "workers=4"])
+        # labels too; the environment is what it was at the start, as upstream
+        c.kubectl("label", "pod", "elastic", "role=ps", "--overwrite")
+        c.wait_for(lambda: read("role") == "ps", timeout=5, interval=0.05, what="role=ps")
+        self.assertEqual(read("labels"), 'job="j"\nrole="ps"')
+        self.assertNotEqual(os.readlink(os.path.join(vol, "..data")), second)
+        # a change of something else (the status) rewrites nothing
+        third = os.readlink(os.path.join(vol, "..data"))
+        c.kubectl("annotate", "pod", "elastic", "kubeps.io/desired-workers=4", "--overwrite")
+        c.client.patch(NS_PODS + "/elastic", {"spec": {"activeDeadlineSeconds": 600}})
+        time.sleep(0.5)
+        self.assertEqual(os.readlink(os.path.join(vol, "..data")), third)
 
 
 class EmulatorEvictionTest(OneClusterTestCase):

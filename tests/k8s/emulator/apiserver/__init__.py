@@ -46,6 +46,15 @@ What is emulated
   * status subresource: for pods, services, nodes, namespaces and CRs that
     enable it, writes to /status change only .status and writes to the main
     resource never change .status (creation drops it for CRs).
+  * scale subresource of CRs whose CRD version declares subresources.scale
+    (scale.py): an autoscaling/v1 Scale read at specReplicasPath,
+    statusReplicasPath and labelSelectorPath; PUT and PATCH (merge, JSON
+    patch; strategic merge is 415 as for any CR) write spec.replicas only,
+    through the CR's update (resourceVersion precondition, generation,
+    schema validation, watch event); in discovery as group autoscaling,
+    version v1, so `kubectl scale` works; authorised as "PLURAL/scale". A
+    subresource a CRD does not declare, or a verb /scale does not serve, is
+    answered in plain text (404, 405) as the CRD handler's http.Error does.
   * CRDs: structural checks (type required, properties and additionalProperties
     mutually exclusive, metadata.name = plural.group), Established condition,
     per-request pruning, defaulting and validation against openAPIV3Schema
@@ -118,6 +127,7 @@ Modules
   resources.py          resource types, the built-in ones
   admission.py          defaults and checks of built-in objects
   crds.py, crd_schema.py  CRDs; pruning, defaulting, validating custom resources
+  scale.py              the scale subresource of custom resources
   garbage_collector.py  ownerReferences, orphaning, namespace deletion
   rbac.py               authorisation with the stored RBAC objects
   flow_control.py       429 Too Many Requests (API Priority and Fairness)

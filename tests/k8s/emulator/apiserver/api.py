@@ -4,8 +4,9 @@ semantics kubectl and a controller rely on: resourceVersion preconditions and
 409s, generation bumps, no-op updates that write nothing, the status
 subresource, dryRun, finalizers and graceful pod deletion.
 
-Type-specific admission, CRDs and garbage collection are mixins of Api, in
-admission.py, crds.py and garbage_collector.py.
+Type-specific admission, CRDs, the scale subresource of custom resources
+and garbage collection are mixins of Api, in admission.py, crds.py, scale.py
+and garbage_collector.py.
 """
 import collections
 import copy
@@ -28,6 +29,7 @@ from .flow_control import FlowControl
 from .node_lifecycle import NodeLifecycle
 from .garbage_collector import GarbageCollector
 from .resources import builtin_types
+from .scale import ScaleSubresource
 from .store import Store
 from . import resource_quota, validation
 
@@ -47,7 +49,8 @@ def _content_without(obj, *keys):
     return {k: v for k, v in obj.items() if k not in ("metadata",) + keys}
 
 
-class Api(Admission, CustomResources, Evictions, GarbageCollector, NodeLifecycle):
+class Api(Admission, CustomResources, Evictions, GarbageCollector, NodeLifecycle,
+          ScaleSubresource):
     """The emulated cluster's API: what the HTTP handler (routing.py) calls."""
 
     def __init__(self, args):

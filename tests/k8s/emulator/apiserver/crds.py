@@ -13,6 +13,37 @@ from .errors import ApiError, invalid
 from .resources import ResourceType
 
 
+def _simple_json_path(path, field, errors):
+    """validateSimpleJSONPath: whether `path` is a dotted path from the root."""
+    if not path.startswith("."):
+        errors.append((field, "FieldValueInvalid", "Invalid value: %s: must be a simple json "
+                       "path starting with ." % go_value(path)))
+        return False
+    return True
+
+
+def check_scale_paths(scale, prefix, errors):
+    """ValidateCustomResourceDefinitionSubresources: the paths of a scale
+    subresource, with the upstream field errors."""
+    if scale is None:
+        return
+    if not isinstance(scale, dict):
+        scale = {}
+    for key, under, where in (("specReplicasPath", (".spec.",), ".spec"),
+                              ("statusReplicasPath", (".status.",), ".status"),
+                              ("labelSelectorPath", (".spec.", ".status."),
+                               "either .spec or .status")):
+        field = "%s.scale.%s" % (prefix, key)
+        path = scale.get(key) or ""
+        if not path:
+            if key != "labelSelectorPath":
+                errors.append((field, "FieldValueRequired", "Required value"))
+            continue
+        if _simple_json_path(path, field, errors) and not path.startswith(under):
+            errors.append((field, "FieldValueInvalid", "Invalid value: %s: should be a json "
+                           "path under %s" % (go_value(path), where)))
+
+
 class CustomResources:
     def validate_custom(self, rtype, obj, field_validation, warnings, name):
         """Prunes, defaults and validates a custom resource in place."""
@@ -80,6 +111,8 @@ class CustomResources:
                                "Required value: schemas are required"))
                 continue
             check_structural(schema, path, errors)
+            check_scale_paths((v.get("subresources") or {}).get("scale"),
+                              "spec.versions[%d].subresources" % i, errors)
             if schema.get("type") != "object":
                 errors.append((path + ".type", "FieldValueInvalid",
                                "Invalid value: %s: must be object at the root"
@@ -123,7 +156,8 @@ class CustomResources:
                              status="status" in (v.get("subresources") or {}),
                              schema=(v.get("schema") or {}).get("openAPIV3Schema"),
                              printer_columns=cols, crd=crd["metadata"]["name"],
-                             allow_unconditional_update=False)
+                             allow_unconditional_update=False,
+                             scale=(v.get("subresources") or {}).get("scale"))
             types.append(t)
             if v.get("storage"):
                 storage = t

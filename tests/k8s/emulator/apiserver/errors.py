@@ -4,15 +4,22 @@ a reason and, for invalid objects, the field causes kubectl prints.
 
 
 class ApiError(Exception):
-    def __init__(self, code, reason, message, details=None, headers=None):
+    """`plain`: answered as net/http's http.Error does, a text/plain body of
+    the message alone (what the CRD handler writes for a subresource a CRD
+    does not declare, or a verb it does not serve) instead of a Status."""
+
+    def __init__(self, code, reason, message, details=None, headers=None, plain=False):
         super().__init__(message)
         self.code, self.reason, self.message = code, reason, message
         self.details = details
         self.headers = headers or {}
+        self.plain = plain
 
     def status(self):
         s = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-             "message": self.message, "reason": self.reason, "code": self.code}
+             "message": self.message, "code": self.code}
+        if self.reason:   # StatusReasonUnknown ("") is left out, as omitempty does
+            s["reason"] = self.reason
         if self.details is not None:
             s["details"] = self.details
         return s

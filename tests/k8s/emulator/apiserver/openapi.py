@@ -5,7 +5,8 @@ the CRDs the server holds, as the real API server publishes them: what
   GET /openapi/v3                 {"paths": {"apis/G/V": {"serverRelativeURL": ...}}}
   GET /openapi/v3/apis/G/V?hash=  the group version's document: its paths and
                                   components.schemas, one per kind, named like
-                                  the real server's ("io.kubeps.v1alpha1.TrainingJob")
+                                  the real server's ("io.kubeps.v1alpha1.TrainingJob"),
+                                  and autoscaling/v1 Scale where a CRD has /scale
 
 Only the group versions of CRDs are listed: for built-in types kubectl keeps
 its compiled-in types (strategic merge patch), as before. A custom resource's
@@ -64,6 +65,33 @@ _META_SCHEMAS = {
 }
 
 
+SCALE = "io.k8s.api.autoscaling.v1.Scale"
+# the Scale of the scale subresource (scale.py), as the real document has it
+_SCALE_SCHEMA = {
+    "type": "object",
+    "description": "Scale represents a scaling request for a resource.",
+    "properties": {
+        "apiVersion": {"type": "string"},
+        "kind": {"type": "string"},
+        "metadata": {"allOf": [{"$ref": "#/components/schemas/" + OBJECT_META}]},
+        "spec": {"type": "object", "description": "ScaleSpec describes the attributes of a "
+                 "scale subresource.", "properties": {"replicas": {
+                     "type": "integer", "format": "int32",
+                     "description": "replicas is the desired number of instances for the "
+                                    "scaled object."}}},
+        "status": {"type": "object", "description": "ScaleStatus represents the current status "
+                   "of a scale subresource.", "required": ["replicas"], "properties": {
+                       "replicas": {"type": "integer", "format": "int32", "description":
+                                    "replicas is the actual number of observed instances of "
+                                    "the scaled object."},
+                       "selector": {"type": "string", "description": "selector is the label "
+                                    "query over pods that should match the replicas count."}}},
+    },
+    "x-kubernetes-group-version-kind": [{"group": "autoscaling", "version": "v1",
+                                         "kind": "Scale"}],
+}
+
+
 def schema_name(group, version, kind):
     """The real server's name: the group's labels reversed, then version and kind."""
     return ".".join(list(reversed(group.split("."))) + [version, kind])
@@ -115,11 +143,11 @@ def _list_schema(t, item):
     }
 
 
-def _operation(t, name, action, body=None):
+def _operation(t, name, action, body=None, gvk=None):
     op = {
         "operationId": action,
         "x-kubernetes-action": action,
-        "x-kubernetes-group-version-kind": _gvk(t)[0],
+        "x-kubernetes-group-version-kind": gvk or _gvk(t)[0],
         "responses": {"200": {"description": "OK", "content": {
             "application/json": {"schema": {"$ref": "#/components/schemas/" + name}}}}},
     }
@@ -145,6 +173,12 @@ def _paths(t, name):
         paths[item + "/status"] = {"get": _operation(t, name, "get"),
                                    "put": _operation(t, name, "put", body=["application/json"]),
                                    "patch": _operation(t, name, "patch", body=PATCH_TYPES)}
+    if t.scale is not None:
+        gvk = _SCALE_SCHEMA["x-kubernetes-group-version-kind"][0]
+        paths[item + "/scale"] = {
+            "get": _operation(t, SCALE, "get", gvk=gvk),
+            "put": _operation(t, SCALE, "put", body=["application/json"], gvk=gvk),
+            "patch": _operation(t, SCALE, "patch", body=PATCH_TYPES, gvk=gvk)}
     return paths
 
 
@@ -156,6 +190,8 @@ def group_version_document(types):
         schemas[name] = _resource_schema(t)
         schemas[name + "List"] = _list_schema(t, name)
         paths.update(_paths(t, name))
+        if t.scale is not None:
+            schemas[SCALE] = copy.deepcopy(_SCALE_SCHEMA)
     return {"openapi": "3.0.0",
             "info": {"title": "Kubernetes CRD Swagger", "version": "v0.1.0"},
             "paths": paths,

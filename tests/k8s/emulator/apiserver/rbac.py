@@ -63,9 +63,10 @@ def authorize(api, user, verb, group, resource, subresource, namespace, name):
     if not allowed:
         scope = 'in the namespace "%s"' % namespace if namespace else "at the cluster scope"
         res = resource + ("/" + subresource if subresource else "")
+        # apierrors.NewForbidden names the resource without its subresource
         raise ApiError(403, "Forbidden", '%s%s is forbidden: User "%s" cannot %s resource "%s" '
                        'in API group "%s" %s' % (
-                           res + (("." + group) if group else ""),
+                           resource + (("." + group) if group else ""),
                            (' "%s"' % name) if name else "", username, verb, res, group,
                            scope), {"name": name or "", "group": group, "kind": resource})
 

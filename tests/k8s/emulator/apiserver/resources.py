@@ -10,7 +10,7 @@ class ResourceType:
     def __init__(self, group, version, plural, kind, namespaced=True, singular=None,
                  short_names=(), categories=(), status=False, subresources=(),
                  verbs=None, schema=None, printer_columns=None, crd=None,
-                 allow_unconditional_update=True):
+                 allow_unconditional_update=True, scale=None):
         self.group, self.version, self.plural, self.kind = group, version, plural, kind
         self.namespaced = namespaced
         self.singular = singular or kind.lower()
@@ -23,6 +23,12 @@ class ResourceType:
         self.printer_columns = printer_columns
         self.crd = crd
         self.allow_unconditional_update = allow_unconditional_update
+        # a CRD version's subresources.scale: {specReplicasPath, statusReplicasPath,
+        # labelSelectorPath} (scale.py); served as autoscaling/v1 Scale
+        self.scale = scale
+        if scale is not None:
+            self.subresources.append(("scale", "Scale", ["get", "patch", "update"],
+                                      "autoscaling", "v1"))
 
     @property
     def gv(self):

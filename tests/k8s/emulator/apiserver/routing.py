@@ -66,6 +66,17 @@ class Handler(WatchStream, PodLogStream, EmulatorHooks, StreamingHandler):
         self._code = code
 
     def send_error_status(self, err):
+        if err.plain:
+            body = (err.message + "\n").encode()
+            self.send_response(err.code)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+            self._code = err.code
+            return
         self.send_json(err.code, err.status(), err.headers)
 
     # -- dispatch
@@ -171,10 +182,11 @@ class Handler(WatchStream, PodLogStream, EmulatorHooks, StreamingHandler):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         if not rtype.namespaced and namespace is not None:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        if sub is not None and sub != "status" and sub not in [s[0] for s in rtype.subresources]:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        if sub == "status" and not rtype.status:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if sub is not None and not (sub == "status" and rtype.status or
+                                    sub in [s[0] for s in rtype.subresources]):
+            # the CRD handler answers with http.Error, not a Status
+            raise ApiError(404, "NotFound", "the server could not find the requested resource",
+                           plain=rtype.crd is not None)
         ns = namespace or ""
         watch = query.get("watch") in ("1", "true")
         if method == "GET" and name is None:
@@ -187,6 +199,8 @@ class Handler(WatchStream, PodLogStream, EmulatorHooks, StreamingHandler):
             verb = "get"
         rbac.authorize(api, user, verb, group, rtype.plural, sub, namespace, name)
         warnings = []
+        if sub == "scale":
+            return self.serve_scale(rtype, ns, name, verb, query, raw, accept, warnings, user)
         if method == "GET":
             if name is None:
                 if watch:
@@ -268,6 +282,36 @@ class Handler(WatchStream, PodLogStream, EmulatorHooks, StreamingHandler):
         if method != "DELETE" and query.get("dryRun") != "All":
             self._written = written_summary(obj)
         return self.send_json(code, obj, headers)
+
+    def serve_scale(self, rtype, ns, name, verb, query, raw, accept, warnings, user):
+        """The scale subresource of a custom resource (scale.py)."""
+        api = self.api
+        if verb == "get":
+            obj = api.get_scale(rtype, ns, name)
+            if wants_table(accept):
+                # the CRD's own columns, over the Scale, as upstream's scope does
+                return self.send_json(200, table_for(rtype, [obj], query.get("includeObject",
+                                                                             "Metadata")))
+            return self.send_json(200, obj)
+        if verb == "update":
+            try:
+                body = json.loads(raw) if raw else {}
+            except ValueError as e:
+                raise ApiError(400, "BadRequest", "the body of the request could not be decoded "
+                               "as JSON: %s" % e)
+            obj = api.update_scale(rtype, ns, name, body, query, warnings, user)
+        elif verb == "patch":
+            obj = api.patch_scale(rtype, ns, name, self.headers.get("Content-Type", ""), raw,
+                                  query, warnings, user)
+        else:
+            raise ApiError(405, "MethodNotAllowed", "unhandled verb %s" % json.dumps(verb),
+                           plain=True)
+        headers = {}
+        if warnings:
+            headers["Warning"] = ['299 - "%s"' % w.replace('"', '\\"') for w in warnings]
+        if query.get("dryRun") != "All":
+            self._written = written_summary(obj)
+        return self.send_json(200, obj, headers)
 
     def list(self, rtype, namespace, query, accept):
         api = self.api

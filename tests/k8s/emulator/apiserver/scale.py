@@ -27,7 +27,6 @@ from .. import patches
 from .crd_schema import go_value
 from .errors import ApiError, not_found
 
-SCALE_VERBS = ["get", "patch", "update"]
 SCALE_GV = "autoscaling/v1"
 # what upstream puts in an old Scale whose spec replicas are missing
 INVALID_SPEC_REPLICAS = -2147483648
@@ -46,16 +45,23 @@ def _go_type(v):
             dict: "map[string]interface {}"}.get(type(v), "<nil>")
 
 
+def _go_v(v):
+    """`v` as Go's %v prints it (a string unquoted)."""
+    return "<nil>" if v is None else v if isinstance(v, str) else go_value(v)
+
+
 def _nested(obj, path):
-    """(value, found), as unstructured.NestedFieldNoCopy; raises 500 when a
-    level on the way is not an object."""
+    """(value, found), as unstructured.NestedFieldNoCopy: a null on the way
+    is not found; a level on the way that is not an object is an error (500)."""
     fields = _fields(path)
     cur = obj
     for i, f in enumerate(fields):
+        if cur is None:
+            return None, False
         if not isinstance(cur, dict):
             raise ApiError(500, "", "%s accessor error: %s is of the type %s, expected "
-                           "map[string]interface{}" % ("." + ".".join(fields[:i]),
-                                                       go_value(cur), _go_type(cur)))
+                           "map[string]interface{}" % ("." + ".".join(fields[:i + 1]),
+                                                       _go_v(cur), _go_type(cur)))
         if f not in cur:
             return None, False
         cur = cur[f]
@@ -63,12 +69,13 @@ def _nested(obj, path):
 
 
 def _nested_typed(obj, path, want, go_name):
+    """unstructured.NestedInt64 / NestedString."""
     value, found = _nested(obj, path)
     if not found:
         return None, False
     if not isinstance(value, want) or isinstance(value, bool):
         raise ApiError(500, "", "%s accessor error: %s is of the type %s, expected %s" % (
-            path, go_value(value), _go_type(value), go_name))
+            "." + ".".join(_fields(path)), _go_v(value), _go_type(value), go_name))
     return value, True
 
 
@@ -103,26 +110,23 @@ def scale_of(rtype, obj):
 
 
 def _replicas_of(scale):
-    """spec.replicas of a Scale sent by a client, as Go decodes it (int32)."""
+    """spec.replicas of a Scale sent by a client, as Go decodes it into an
+    int32 (missing or null: 0)."""
     spec = scale.get("spec")
-    if spec is None:
-        return 0
-    replicas = spec.get("replicas", 0) if isinstance(spec, dict) else None
+    replicas = spec.get("replicas") if isinstance(spec, dict) else spec
     if replicas is None:
         return 0
-    if not isinstance(replicas, int) or isinstance(replicas, bool) or \
-            not -2 ** 31 <= replicas < 2 ** 31:
-        raise ApiError(400, "BadRequest", 'Scale in version "v1" cannot be handled as a Scale: '
-                       "json: cannot unmarshal %s into Go struct field ScaleSpec.spec.replicas "
-                       "of type int32" % ("number " + go_value(replicas)
-                                          if isinstance(replicas, (int, float)) and
-                                          not isinstance(replicas, bool)
-                                          else _json_kind(replicas)))
-    return replicas
-
-
-def _json_kind(v):
-    return {bool: "bool", str: "string", list: "array", dict: "object"}.get(type(v), "value")
+    if isinstance(replicas, int) and not isinstance(replicas, bool) and \
+            -2 ** 31 <= replicas < 2 ** 31:
+        return replicas
+    if isinstance(replicas, (int, float)) and not isinstance(replicas, bool):
+        what = "number %s" % replicas
+    else:
+        what = {bool: "bool", str: "string", list: "array", dict: "object"}[type(replicas)]
+    field = "ScaleSpec.spec.replicas of type int32" if isinstance(spec, dict) else \
+        "Scale.spec of type v1.ScaleSpec"
+    raise ApiError(400, "BadRequest", 'Scale in version "v1" cannot be handled as a Scale: '
+                   "json: cannot unmarshal %s into Go struct field %s" % (what, field))
 
 
 def _check_scale_body(body, name, namespace):

@@ -44,7 +44,9 @@ Containers: each container is one local process group.
     served by the API server as pods/log (kubectl logs, -f, --previous).
   * Volumes: secret, configMap (files for each key, or `items`), emptyDir
     (a per-pod folder), hostPath (the path itself), downwardAPI (labels,
-    annotations, name, namespace), persistentVolumeClaim (a Bound claim: a
+    annotations, one label or annotation as metadata.annotations['KEY'],
+    name, namespace, uid; rewritten atomically as soon as the pod's labels or
+    annotations change), persistentVolumeClaim (a Bound claim: a
     folder of the node's per claim). A Secret or ConfigMap that does not
     exist (not optional), or a missing key of its `items`, keeps the pod
     Pending in ContainerCreating with Warning Events reason FailedMount

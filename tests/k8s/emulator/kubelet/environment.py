@@ -17,15 +17,17 @@ from .containers import ConfigError, expand
 
 
 class ContainerEnvironment:
-    def field_ref(self, path):
-        md = self.pod["metadata"]
+    def field_ref(self, path, pod=None):
+        """The value of a fieldRef of the pod (of `pod`, a version of it)."""
+        pod = pod or self.pod
+        md = pod["metadata"]
         m = re.match(r"^metadata\.(labels|annotations)\['(.*)'\]$", path)
         if m:
             return (md.get(m.group(1)) or {}).get(m.group(2), "")
         return {
             "metadata.name": md["name"], "metadata.namespace": md["namespace"],
             "metadata.uid": md["uid"], "spec.nodeName": self.kubelet.node_name,
-            "spec.serviceAccountName": self.pod["spec"].get("serviceAccountName", "default"),
+            "spec.serviceAccountName": pod["spec"].get("serviceAccountName", "default"),
             "status.podIP": self.ip, "status.podIPs": self.ip, "status.hostIP": "127.0.0.1",
             "status.hostIPs": "127.0.0.1",
         }.get(path, "")

@@ -11,6 +11,11 @@ ContainerCreating, records a FailedMount Event and tries again, as the
 kubelet's volume manager does. A claim that does not exist or is not bound
 never gets here: the scheduler leaves such a pod unschedulable.
 
+A downwardAPI file of all labels or annotations has one key="value" line
+each, sorted, the value quoted as Go quotes it, no newline after the last;
+one of a single label or annotation (metadata.annotations['KEY']) holds its
+value alone ("" when it is missing).
+
 Secret, configMap and downwardAPI files are written as the kubelet's
 atomic writer does: into a timestamped folder `..<time>`, which the link
 `..data` names, with a link `<key> -> ..data/<key>` for each file. With the
@@ -19,7 +24,9 @@ pod's fsGroup, they get that group and read access for it (the kubelet ORs
 --volume-sync seconds the files of its Secret and ConfigMap volumes are
 written again when their object changed, and `..data` is switched to the
 new folder in one rename: a reader sees the old files or the new, never a
-mix. (subPath mounts see no update, as with a real kubelet.)
+mix. The downwardAPI files are rewritten so, at once, when the pod's labels
+or annotations change (the worker's next turn after the watch event).
+(subPath mounts see no update, as with a real kubelet.)
 
 A mixin of PodWorker (pod_worker.py).
 """
@@ -54,6 +61,36 @@ def remove_created(path):
             os.unlink(path)
     except OSError:
         pass
+
+
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
+               "\t": "\\t", "\v": "\\v", "\\": "\\\\", '"': '\\"'}
+
+
+def go_quote(s):
+    """`s` as Go's strconv.Quote (%q) writes it: printable characters as
+    they are, the rest escaped."""
+    out = []
+    for ch in s:
+        n = ord(ch)
+        if ch in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[ch])
+        elif n < 0x20 or n == 0x7f:
+            out.append("\\x%02x" % n)
+        elif ch == " " or ch.isprintable():
+            out.append(ch)
+        elif n < 0x10000:
+            out.append("\\u%04x" % n)
+        else:
+            out.append("\\U%08x" % n)
+    return '"' + "".join(out) + '"'
+
+
+def format_map(m):
+    """A downwardAPI file of all labels or annotations (fieldpath.FormatMap):
+    key="value" lines in key order, the value quoted as Go's %q, no newline
+    after the last."""
+    return "\n".join("%s=%s" % (k, go_quote(v)) for k, v in sorted(m.items()))
 
 
 class PodVolumes:
@@ -120,14 +157,13 @@ class PodVolumes:
                 files = {k: (x, default_mode) for k, x in data.items()}
         elif "downwardAPI" in v:
             default_mode = v["downwardAPI"].get("defaultMode", 0o644)
+            pod = self.pod
             for it in v["downwardAPI"].get("items", []):
                 fp = (it.get("fieldRef") or {}).get("fieldPath", "")
-                md = self.pod["metadata"]
                 if fp in ("metadata.labels", "metadata.annotations"):
-                    d = md.get(fp.split(".")[1]) or {}
-                    text = "".join('%s="%s"\n' % kv for kv in sorted(d.items()))
-                else:
-                    text = self.field_ref(fp)
+                    text = format_map(pod["metadata"].get(fp.split(".")[1]) or {})
+                else:   # one label or annotation (metadata.labels['k']): the value alone
+                    text = self.field_ref(fp, pod)
                 files[it["path"]] = (text.encode(), it.get("mode", default_mode))
         else:
             return None
@@ -165,9 +201,27 @@ class PodVolumes:
         if old_dir:
             shutil.rmtree(os.path.join(path, old_dir), ignore_errors=True)
 
+    def sync_downward_api(self):
+        """A running pod's downwardAPI files follow its labels and
+        annotations as soon as the kubelet sees the pod change (a pod update
+        makes the kubelet's volume manager remount its downwardAPI volumes)."""
+        pod = self.pod
+        if pod is getattr(self, "downward_api_of", None):
+            return
+        self.downward_api_of = pod
+        for v in pod["spec"].get("volumes", []):
+            if "downwardAPI" not in v:
+                continue
+            files = self.volume_contents(v)
+            if files != self.volume_files.get(v["name"]):
+                self.write_atomically(self.volume_dir(v["name"]), files)
+                self.volume_files[v["name"]] = files
+
     def sync_volumes(self):
         """A running pod's Secret and ConfigMap files follow their objects,
-        --volume-sync seconds behind at most."""
+        --volume-sync seconds behind at most; its downwardAPI files, its
+        metadata at once."""
+        self.sync_downward_api()
         if time.time() - getattr(self, "volumes_synced_at", 0) < self.kubelet.volume_sync:
             return
         self.volumes_synced_at = time.time()
