@@ -140,7 +140,13 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     return FailJob(job, "CreateFailed", s.message(), result);
   }
   ReportEvictions(job, pods, &state);
-  if (Status s = TellDesiredWorkers(job, id, spec, pods, &state); !s.ok()) return s;
+  if (Status s = TellDesiredWorkers(job, id, spec, pods, &state); !s.ok()) {
+    // The pods the change needs are made all the same; the scheduler takes
+    // the workers in once it hears. Said once, where kubectl describe shows it.
+    KLOG_ERROR << id.namespace_ << "/" << id.name << ": " << s.message();
+    if (!state.told_desired_failure) RecordEvent(job, "Warning", "ScaleNotDelivered", s.message());
+    state.told_desired_failure = true;
+  }
   for (const auto& action : state.stranded_pods.Release(client_, id, pods, Clock::now())) {
     KLOG_INFO << id.namespace_ << "/" << id.name << ": " << action.message;
     RecordEvent(job, "Warning", action.reason, action.message);

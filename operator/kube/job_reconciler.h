@@ -75,6 +75,7 @@ class JobReconciler {
     // Elastic jobs: the workers the spec asked for at the last look (-1: not
     // looked yet), and since when each worker past them has been there.
     int desired_workers = -1;
+    bool told_desired_failure = false;  // its Warning Event was recorded
     std::map<controller::ReplicaName, int64_t> surplus_since_ms;
   };
   // A pod being deleted with the condition DisruptionTarget (an eviction:

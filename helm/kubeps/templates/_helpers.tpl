@@ -144,6 +144,10 @@ secrets and events. deploy/rbac/rbac.yaml is rendered from these
 - apiGroups: [""]
   resources: ["pods", "services"]
   verbs: ["get", "list", "watch", "create", "delete"]
+# An elastic job's scheduler pod: its desired-workers annotation.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["patch"]
 # Each job's NetworkPolicy (networkPolicy.enabled): only its own pods get in.
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]

@@ -1,0 +1,85 @@
+"""An elastic TrainingJob on the Kubernetes stand-in, scaled as a user scales
+it: `kubectl scale` through the CRD's scale subresource. The operator tells
+the job's scheduler through its pod's annotation (a downwardAPI volume the
+kubelet rewrites), creates the pods a scale-up needs and deletes those a
+scale-down leaves behind once their workers have left; `kubectl get tj` shows
+the workers as ready/requested.
+
+    KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_elastic   (from tests/k8s)
+"""
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from operator_harness import (apply, events_of, job_pods, live, live_pod,  # noqa: E402
+                              replica_key, training_job)
+from test_operator import SharedClusterTestCase  # noqa: E402
+
+
+def worker_pods(cluster, job):
+    return sorted(p["metadata"]["name"] for p in job_pods(cluster, job)
+                  if replica_key(p)[0] == "worker")
+
+
+class ElasticJobTest(SharedClusterTestCase):
+    def workers_column(self, job):
+        out = self.c.kubectl("get", "tj", job, "--no-headers").stdout.split()
+        return out[2]
+
+    def logs(self, pod):
+        done = self.c.kubectl("logs", pod, check=False)
+        return done.stdout if done.returncode == 0 else ""
+
+    def test_kubectl_scale_up_and_down_changes_the_workers_of_the_running_job(self):
+        c = self.c
+        # A minute or so: long enough to scale twice.
+        job = training_job("elastic", epochs=40, max_steps=15000)
+        job["spec"]["progressIntervalMs"] = 200
+        job["spec"]["replicaSpecs"]["worker"]["elasticPolicy"] = {"minReplicas": 1,
+                                                                  "maxReplicas": 3}
+        apply(c, job)
+        self.wait_phase("elastic", "Running", timeout=90)
+        c.wait_for(lambda: " step " in self.logs("elastic-worker-0"), timeout=60,
+                   what="worker-0 training")
+
+        out = c.kubectl("scale", "trainingjob/elastic", "--replicas=3").stdout
+        self.assertIn("trainingjob.kubeps.io/elastic scaled", out)
+        joiner = c.wait_for(lambda: live_pod(c, "elastic", "worker", 2), timeout=60,
+                            what="worker-2's pod")["metadata"]["name"]
+        self.assertEqual(joiner, "elastic-worker-2", worker_pods(c, "elastic"))
+        c.wait_for(lambda: "joined the job at step" in self.logs(joiner), timeout=90,
+                   what="worker-2 taken in")
+        c.wait_for(lambda: self.workers_column("elastic") == "3/3", timeout=30,
+                   what="kubectl get tj showing 3/3")
+        scheduler = live_pod(c, "elastic", "scheduler")
+        self.assertEqual(scheduler["metadata"]["annotations"]["kubeps.io/desired-workers"], "3")
+        scale = c.client.get("/apis/kubeps.io/v1alpha1/namespaces/default/trainingjobs/elastic/scale")
+        self.assertEqual(scale["spec"]["replicas"], 3)
+        self.assertEqual(scale["status"]["selector"],
+                         "kubeps.io/job-name=elastic,kubeps.io/replica-type=worker")
+
+        c.kubectl("scale", "tj", "elastic", "--replicas=1")
+        # Workers 1 and 2 push their last step, leave, and their pods go.
+        c.wait_for(lambda: worker_pods(c, "elastic") == ["elastic-worker-0"], timeout=90,
+                   what="only worker-0's pod left")
+        said = self.logs("elastic-scheduler-0")
+        for rank in (1, 2):
+            self.assertIn("worker %d (worker-%d) left the job: it was scaled away"
+                          % (rank, rank), said)
+        done = self.wait_phase("elastic", "Succeeded", timeout=180)
+        self.assertEqual(done["status"]["workers"].split("/")[1], "1")
+
+        reasons = [e["reason"] for e in events_of(c, "elastic")]
+        self.assertEqual(reasons.count("Scaled"), 2, reasons)
+        created = sorted(e["message"] for e in events_of(c, "elastic") if e["reason"] == "CreatedPod"
+                         and "worker" in e["message"])
+        self.assertEqual(created, ["Created pod elastic-worker-0", "Created pod elastic-worker-1",
+                                   "Created pod elastic-worker-2"],
+                         "exactly the pods the changes needed, none restarted")
+        self.assertFalse([p for p in job_pods(c, "elastic") if live(p)])
+
+
+if __name__ == "__main__":
+    unittest.main()
