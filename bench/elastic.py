@@ -5,8 +5,9 @@ the same job with 2 workers throughout, run one after the other.
 
 Prints the test accuracy of both (the goal: within 0.5 points), and for each
 change the time from `kubeps scale` to the first progress line past the step
-the change took effect at, and worker 0's steps/sec over the 10 s before the
-command and after the change.
+the change took effect at, worker 0's steps/sec over the 10 s before the
+command and after the change, and the time the change cost: the time between
+the progress lines around it, less what its steps take at those two paces.
 
     python3 bench/elastic.py [--bin-dir build/bin] [--epochs 3]
 """
@@ -113,19 +114,21 @@ def main():
         _, change = job.wait_for(CHANGE, asked)
         step = int(change.group(1))
         job.wait_for_step(step + 1)
-        first = min(t for t, s in job.steps() if s > step)
+        t0, s0 = max((t, s) for t, s in job.steps() if s <= step)
+        t1, s1 = min((t, s) for t, s in job.steps() if s > step)
         time.sleep(10)
-        rows.append((workers, step, first - asked, job.speed(asked - 10, asked),
-                     job.speed(first, first + 10)))
+        before, after = job.speed(asked - 10, asked), job.speed(t1, t1 + 10)
+        lost = (t1 - t0) - (step - s0) / before - (s1 - step) / after
+        rows.append((workers, step, t1 - asked, before, after, lost))
     elastic_accuracy = job.finish()
 
     print("\n| change | at step | kubeps scale to the first step past it | steps/s before | "
-          "steps/s after |\n| --- | --- | --- | --- | --- |")
-    before = 2
-    for workers, step, seconds, speed_before, speed_after in rows:
-        print("| %d -> %d | %d | %.2f s | %.2f | %.2f |" % (before, workers, step, seconds,
-                                                         speed_before, speed_after))
-        before = workers
+          "steps/s after | time lost at the change |\n| --- | --- | --- | --- | --- | --- |")
+    had = 2
+    for workers, step, seconds, speed_before, speed_after, lost in rows:
+        print("| %d -> %d | %d | %.2f s | %.2f | %.2f | %.2f s |" % (
+            had, workers, step, seconds, speed_before, speed_after, lost))
+        had = workers
     gap = abs(elastic_accuracy - fixed_accuracy) * 100
     print("\ntest accuracy after %d epochs: 2 workers throughout %.4f, scaled 2 -> 4 -> 1 %.4f: "
           "%.2f points apart (goal: within 0.5) %s" % (args.epochs, fixed_accuracy,

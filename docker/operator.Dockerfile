@@ -19,7 +19,7 @@ RUN apt-get update \
       build-essential cmake ninja-build pkg-config ca-certificates \
       libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev \
       libyaml-cpp-dev nlohmann-json3-dev prometheus-cpp-dev libcpprest-dev libcli11-dev libabsl-dev libssl-dev \
-      libopenblas-openmp-dev libdnnl-dev zlib1g-dev \
+      libopenblas-openmp-dev libdnnl-dev ocl-icd-opencl-dev zlib1g-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # The folders the root CMakeLists.txt adds (tests and benchmarks are off).

@@ -191,8 +191,15 @@ class ReadOnlyFolderTest(unittest.TestCase):
             self.assertIsNone(job.process.poll(), job.output())
             self.assertLess(time.time(), deadline, job.output())
             time.sleep(0.05)
-        subprocess.run(["nsenter", "-t", str(job.process.pid), "-m",
-                        "mount", "-o", "remount,bind,ro", folder], check=True)
+        # A checkpoint being written holds a file open for writing, and the
+        # remount is refused (EBUSY) while one does: tried again at once.
+        for attempt in range(200):
+            remount = subprocess.run(["nsenter", "-t", str(job.process.pid), "-m", "mount", "-o",
+                                      "remount,bind,ro", folder], capture_output=True, text=True)
+            if remount.returncode == 0 or "busy" not in remount.stderr:
+                break
+            time.sleep(0.01)
+        self.assertEqual(remount.returncode, 0, remount.stderr)
         start = time.time()
         code = job.wait(TIMEOUT)
         output = job.output()

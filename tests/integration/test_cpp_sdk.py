@@ -36,6 +36,7 @@ KILL_AFTER_STEP = 100
 
 # What the prefix holds, relative to it (libdir as GNUInstallDirs chose it).
 HEADERS = ["include/kubeps/common/resend_policy.h", "include/kubeps/common/status.h",
+           "include/kubeps/common/step_membership.h",
            "include/kubeps/worker-agent/kv/kv_worker.h",
            "include/kubeps/worker-agent/kv/placement.h",
            "include/kubeps/worker-agent/kv/sdk_export.h"]

@@ -9,13 +9,16 @@ the workers as ready/requested.
 """
 import os
 import sys
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from operator_harness import (apply, events_of, job_pods, live, live_pod,  # noqa: E402
-                              replica_key, training_job)
+from operator_harness import (apply, checkpoints_on_host, events_of, job_pods,  # noqa: E402
+                              live, live_pod, replica_key, training_job)
 from test_operator import SharedClusterTestCase  # noqa: E402
+
+NODE = "kubeps-node"
 
 
 def worker_pods(cluster, job):
@@ -79,6 +82,46 @@ class ElasticJobTest(SharedClusterTestCase):
                                    "Created pod elastic-worker-2"],
                          "exactly the pods the changes needed, none restarted")
         self.assertFalse([p for p in job_pods(c, "elastic") if live(p)])
+
+    def test_a_worker_whose_pod_cannot_be_replaced_is_dropped_and_taken_in_again_later(self):
+        c = self.c
+        job = training_job("lost", epochs=40, max_steps=8000)
+        job["spec"]["progressIntervalMs"] = 200
+        job["spec"]["replicaSpecs"]["worker"]["elasticPolicy"] = {
+            "minReplicas": 1, "maxReplicas": 2, "replaceTimeoutSeconds": 3}
+        checkpoints_on_host(self, job)
+        apply(c, job)
+        self.wait_phase("lost", "Running", timeout=90)
+        c.wait_for(lambda: " step " in self.logs("lost-worker-0"), timeout=60,
+                   what="worker-0 training")
+        # No node for its replacement: the only one is cordoned.
+        self.addCleanup(c.kubectl, "uncordon", NODE)
+        c.kubectl("cordon", NODE)
+        c.kubectl("delete", "pod", "lost-worker-1", "--wait=false")
+        deleted = time.time()
+        c.wait_for(lambda: any(x.get("reason") == "Unschedulable" for x in (
+            live_pod(c, "lost", "worker", 1) or {}).get("status", {}).get("conditions", [])),
+            timeout=30, what="worker-1's replacement unschedulable")
+
+        def trains_again():
+            log = self.logs("lost-worker-0")
+            at = log.rfind("rolled back to step")
+            return at >= 0 and " step " in log[at:].split("\n", 1)[-1]
+        c.wait_for(trains_again, timeout=30, interval=0.05, what="worker 0 training without it")
+        went_on = time.time() - deleted
+        print("\nworker pod deleted, its replacement unschedulable: the job trained on %.2f s "
+              "later (replaceTimeoutSeconds 3)" % went_on)
+        self.assertLess(went_on, 3 + 2)
+        self.assertIn("worker worker-1 (rank 1) has been gone for 3 s",
+                      self.logs("lost-scheduler-0"))
+
+        c.kubectl("uncordon", NODE)  # schedulable again: it comes back and is taken in
+        back = c.wait_for(lambda: (live_pod(c, "lost", "worker", 1) or {}).get(
+            "status", {}).get("podIP") and live_pod(c, "lost", "worker", 1), timeout=60,
+            what="worker-1's replacement running")["metadata"]["name"]
+        c.wait_for(lambda: "joined the job at step" in self.logs(back), timeout=60,
+                   what="worker-1 taken in again")
+        self.wait_phase("lost", "Succeeded", timeout=240)
 
 
 if __name__ == "__main__":

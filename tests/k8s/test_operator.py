@@ -519,7 +519,10 @@ class OperatorRestartTest(OperatorTestCase):
         posts = [r for r in requests if r["verb"] == "POST" and
                  r["path"].split("?")[0] == PODS and r["user"] == OPERATOR_USER]
         codes = [r["code"] for r in posts]
-        self.assertEqual(codes.count(201), 5, codes)
+        # A POST the kill cut (0) may have made its pod before the cut: then
+        # that pod has no 201 of its own, and no second POST either.
+        self.assertLessEqual(codes.count(201), 5, codes)
+        self.assertGreaterEqual(codes.count(201) + codes.count(0), 5, codes)
         # 0: a POST whose connection the kill cut (the stand-in logs when it noticed)
         self.assertEqual([r for r in posts if r["code"] not in (201, 409) and not (
             r["code"] == 0 and any(0 <= r["time"] - k < 5 for k in kills))], [], codes)

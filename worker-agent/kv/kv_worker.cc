@@ -255,8 +255,14 @@ Status KVWorkerImpl::Membership(uint64_t step, StepMembership* out) {
       return Status::Error("the scheduler did not say who computes step " + std::to_string(step) +
                            " within " + std::to_string(options_.peer_wait_limit_ms) + " ms");
     }
-    // Past the lease: this beat reports the step, and its answer extends it.
-    if (!PollHeartbeat().ok()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Past the lease: this beat reports the step, and its answer extends it
+    // at once, unless the job waits at a step for workers to take in.
+    const bool beat = PollHeartbeat().ok();
+    {
+      std::lock_guard<std::mutex> lock(membership_mutex_);
+      if (MembershipKnown(membership_, step)) continue;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(beat ? 5 : 20));
   }
 }
 
