@@ -108,28 +108,28 @@ class ElasticTest(unittest.TestCase):
         self.assertAlmostEqual(job.accuracy(), fixed.accuracy(), delta=0.01)
 
     def test_a_shard_restarted_in_the_middle_of_a_scale_up_ends_bit_identical(self):
-        # The change at step 300 exactly (kubeps scale --at-step), so that
-        # both runs have the same schedule; checkpoints at 250 and 500, so
-        # that the shard killed past 300 rolls the job back to before it.
+        # The change at step 450 exactly (kubeps scale --at-step), so that
+        # both runs have the same schedule; checkpoints at 400 and 800, so
+        # that the shard killed past 450 rolls the job back to before it.
         def run(name, kill):
             dump = os.path.join(self.dir, name + ".bin")
-            text = elastic_job(name, epochs=2, spec={"checkpoint": {"intervalSteps": 250}})
+            text = elastic_job(name, epochs=2, spec={"checkpoint": {"intervalSteps": 400}})
             job = RunningJob(write_manifest(self.dir, text, name + ".yaml"),
                              env={"KUBEPS_DUMP_PARAMS": dump})
             job.wait_for_line(r"\[worker 0\] epoch")
-            code, said = scale(name, 3, job.run_dir, at_step=300)
+            code, said = scale(name, 3, job.run_dir, at_step=450)
             self.assertEqual(code, 0, said)
             if kill:
-                wait_for_steps(job, 0, 330)
+                wait_for_steps(job, 0, 480)
                 os.kill(wait_for_replica_pid(job, "server-1"), signal.SIGKILL)
             self.assertEqual(job.wait(), 0, job.output())
-            self.assertIn("workers from step 300: 3", job.output())
+            self.assertIn("workers from step 450: 3", job.output())
             with open(dump, "rb") as f:
                 return f.read(), job
         clean, _ = run("clean", kill=False)
         killed, job = run("killed", kill=True)
-        self.assertIn("[worker 0] rolled back to step 250", job.output())
-        self.assertRegex(job.output(), r"\[worker 2\] joined the job at step 300")
+        self.assertIn("[worker 0] rolled back to step 400", job.output())
+        self.assertRegex(job.output(), r"\[worker 2\] joined the job at step 450")
         self.assertEqual(clean, killed, "parameters differ from the run without the restart")
 
     def test_a_frozen_worker_is_dropped_and_the_job_goes_on_without_it(self):
