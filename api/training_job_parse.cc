@@ -125,9 +125,6 @@ void CheckElasticPolicy(const TrainingJobSpec& spec, std::vector<FieldError>* er
                        "perWorker is not supported yet: use global (the global batch stays and "
                        "is cut over each step's workers)"});
   }
-  if (spec.mode != SyncMode::kSync) {
-    errors->push_back({field, "needs mode: sync (elastic async jobs are not supported yet)"});
-  }
   if (spec.brings_own_program()) {
     errors->push_back({field,
                        "is for the built-in models so far: a job's own program cannot yet learn "

@@ -63,7 +63,7 @@ FieldSpec ElasticPolicyField() {
       .WrittenWhen([](const TrainingJobSpec& spec) { return spec.elastic.enabled(); })
       .Doc(
           "scale the workers of a running job (kubectl scale, kubeps scale) between minReplicas "
-          "and maxReplicas; sync jobs of a built-in model");
+          "and maxReplicas; jobs of a built-in model");
 }
 
 std::vector<FieldSpec> OptimizerFields() {

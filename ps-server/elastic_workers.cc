@@ -125,6 +125,18 @@ std::string ElasticWorkers::Rollback(uint64_t step, const std::set<int>& gone) {
          DescribeMembership(schedule_) + ")";
 }
 
+std::string ElasticWorkers::Drop(const std::set<int>& gone) {
+  if (!options_.elastic || !started_) return "";
+  std::vector<int> next;
+  for (int rank : Members()) {
+    if (!gone.count(rank)) next.push_back(rank);
+  }
+  const uint64_t from = schedule_.fixed_below();
+  Append(from, next);
+  return "workers from step " + std::to_string(from) + ": " + std::to_string(next.size()) + " (" +
+         DescribeMembership(schedule_) + ")";
+}
+
 void ElasticWorkers::Append(uint64_t from_step, const std::vector<int>& ranks) {
   auto* change = schedule_.add_changes();
   change->set_from_step(from_step);

@@ -15,8 +15,11 @@
 //     joins at the next change; it pulls that step's parameters and waits.
 //   - A member silent for replace_timeout is dropped through a recovery:
 //     every shard rolls back to the newest common checkpoint, and the
-//     schedule from that step on names the workers still there. Below
-//     minReplicas the job fails instead, saying why.
+//     schedule from that step on names the workers still there (async jobs:
+//     at the lease's end, nothing recomputed). Below minReplicas the job
+//     fails instead, saying why.
+// In async jobs each worker counts its own steps, so a change reaches each
+// worker at its own step of that number: workers join and leave at any time.
 // Not thread-safe: the scheduler calls it under its lock.
 #ifndef KUBEPS_PS_SERVER_ELASTIC_WORKERS_H_
 #define KUBEPS_PS_SERVER_ELASTIC_WORKERS_H_
@@ -79,6 +82,8 @@ class ElasticWorkers {
   // them (unchanged when none of them is needed from `step` on). Returns a
   // line for the log when the schedule changed.
   std::string Rollback(uint64_t step, const std::set<int>& gone);
+  // Async jobs: `gone` leave at the lease's end, no step being recomputed.
+  std::string Drop(const std::set<int>& gone);
 
  private:
   void Append(uint64_t from_step, const std::vector<int>& ranks);

@@ -599,14 +599,24 @@ void Scheduler::DropLostWorkers() {
     KLOG_ERROR << failure_;
     return;
   }
-  // The steps the lost worker's contributions are missing from are computed
-  // again by the others, from the newest step every shard holds.
-  const int64_t common = NewestCommonStep(ServerSteps());
-  const uint64_t step = common < 0 ? 0 : static_cast<uint64_t>(common);
   for (int rank : lost) {
     members_.erase(worker_ids_[rank]);  // a replacement registers afresh and joins again
     worker_ids_[rank].clear();
   }
+  if (!options_.sync) {
+    // Async: no step waits for its gradients; the others go on without it.
+    KLOG_INFO << "worker " << names << " has been gone for " << silent
+              << " (elasticPolicy.replaceTimeoutSeconds): dropped";
+    if (std::string line = elastic_.Drop(lost); !line.empty()) KLOG_INFO << line;
+    workers_.Set(static_cast<double>(elastic_.Members().size()));
+    ++epoch_;
+    changed_.notify_all();
+    return;
+  }
+  // The steps the lost worker's contributions are missing from are computed
+  // again by the others, from the newest step every shard holds.
+  const int64_t common = NewestCommonStep(ServerSteps());
+  const uint64_t step = common < 0 ? 0 : static_cast<uint64_t>(common);
   ++generation_;
   restore_step_ = step;
   restored_.clear();

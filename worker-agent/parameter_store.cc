@@ -158,7 +158,8 @@ Status RemoteStore::Resume(trainer::Model& model, uint64_t* step) {
 Status RemoteStore::JoinAt(uint64_t step, trainer::Model& model) {
   WaitFor(0, values_.size());
   failure_ = Status::Ok();
-  return kv_->Wait(kv_->Pull(values_, step));
+  // Async: no version belongs to a step; the newest parameters do.
+  return kv_->Wait(kv_->Pull(values_, sync_ ? step : 0));
 }
 
 }  // namespace kubeps

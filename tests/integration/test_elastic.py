@@ -132,6 +132,18 @@ class ElasticTest(unittest.TestCase):
         self.assertRegex(job.output(), r"\[worker 2\] joined the job at step 450")
         self.assertEqual(clean, killed, "parameters differ from the run without the restart")
 
+    def test_an_async_job_takes_workers_in_and_lets_them_go_while_it_trains(self):
+        job = RunningJob(write_manifest(self.dir, elastic_job("async", mode="async", epochs=2),
+                                        "async.yaml"))
+        wait_for_steps(job, 0, 60)
+        self.assertEqual(scale("async", 3, job.run_dir)[0], 0)
+        job.wait_for_line(r"\[worker 2\] joined the job at step \d+", timeout=60)
+        self.assertEqual(scale("async", 1, job.run_dir)[0], 0)
+        self.assertEqual(job.wait(), 0, job.output())
+        output = job.output()
+        self.assertEqual(output.count("left the job at step"), 2, output)
+        self.assertGreater(job.accuracy(), 0.8)
+
     def test_a_frozen_worker_is_dropped_and_the_job_goes_on_without_it(self):
         job = RunningJob(write_manifest(
             self.dir, elastic_job("frozen", replace_timeout=2,

@@ -23,8 +23,10 @@ using ::testing::HasSubstr;
 
 std::unique_ptr<Scheduler> ElasticScheduler(int workers, int min, int max,
                                             int replace_timeout_ms = 60000,
-                                            MetricsServer* metrics = &NullMetrics()) {
+                                            MetricsServer* metrics = &NullMetrics(),
+                                            bool sync = true) {
   SchedulerOptions options;
+  options.sync = sync;
   options.num_servers = 1;
   options.num_workers = workers;
   options.replace_silent_after_ms = 0;
@@ -210,6 +212,19 @@ TEST(ElasticSchedulerTest, ALostWorkerIsDroppedThroughARecoveryWhileMinReplicasR
   EXPECT_EQ(beat.restore_step(), 0u) << "no checkpoint yet: from the start";
   EXPECT_THAT(MembersAt(beat.membership(), 0), ElementsAre(0));
   EXPECT_EQ(beat.failure(), "");
+}
+
+TEST(ElasticSchedulerTest, AnAsyncJobDropsALostWorkerWithoutRollingBack) {
+  auto s = ElasticScheduler(2, 1, 2, /*replace_timeout_ms=*/200, &NullMetrics(), /*sync=*/false);
+  Register(*s, "server-0", v1::SERVER);
+  Register(*s, "worker-0", v1::WORKER);
+  Register(*s, "worker-1", v1::WORKER);
+  const uint64_t lease = Beat(*s, "worker-0", 5).membership().fixed_below();
+  std::this_thread::sleep_for(300ms);
+  const v1::HeartbeatResponse beat = Beat(*s, "worker-0", 6);
+  EXPECT_EQ(beat.generation(), 0u) << "no step waits for its gradients: nothing to recompute";
+  EXPECT_THAT(MembersAt(beat.membership(), lease - 1), ElementsAre(0, 1));
+  EXPECT_THAT(MembersAt(beat.membership(), lease), ElementsAre(0));
 }
 
 TEST(ElasticSchedulerTest, ALostWorkerAtMinReplicasFailsTheJobSayingWhy) {
