@@ -130,13 +130,14 @@ void CheckElasticPolicy(const TrainingJobSpec& spec, std::vector<FieldError>* er
                        "is for the built-in models so far: a job's own program cannot yet learn "
                        "its share of each step from the agent"});
   }
-  const int64_t global_batch = int64_t{spec.batch_size} * replicas;
-  if (policy.max_replicas > global_batch) {
+  // The global batch is batchSize x the replicas at the start, at least
+  // this: checked so, the spec of a job scaled since stays valid.
+  const int64_t smallest_batch = int64_t{spec.batch_size} * policy.min_replicas;
+  if (policy.min_replicas > 0 && policy.max_replicas > smallest_batch) {
     errors->push_back({field + ".maxReplicas", std::to_string(policy.max_replicas) +
-                                                   " workers cannot share a global batch "
-                                                   "of " +
-                                                   std::to_string(global_batch) +
-                                                   " (batchSize x replicas)"});
+                                                   " workers cannot share a global batch of " +
+                                                   std::to_string(smallest_batch) +
+                                                   " (batchSize x minReplicas)"});
   }
 }
 

@@ -228,6 +228,7 @@ Status SchedulerClient::Finish(int rank) {
       std::lock_guard<std::mutex> lock(key_mutex_);
       request.set_registration_key(registration_key_);
     }
+    request.set_generation(generation_);
     return caller_->Call(peer_, "Finish", [&](grpc::ClientContext& c) {
       return stub_->stub->Finish(&c, request, &response);
     });

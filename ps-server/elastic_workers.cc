@@ -46,9 +46,9 @@ std::string ElasticWorkers::SetDesired(int workers, std::optional<uint64_t> at_s
            std::to_string(options_.max_workers) + " (elasticPolicy), not " +
            std::to_string(workers);
   }
-  if (at_step && *at_step < schedule_.fixed_below()) {
+  if (at_step && *at_step < NextChangeStep()) {
     return "step " + std::to_string(*at_step) + " is too near: the workers of every step below " +
-           std::to_string(schedule_.fixed_below()) + " are fixed already";
+           std::to_string(NextChangeStep()) + " are fixed already";
   }
   desired_ = workers;
   at_step_ = at_step;
@@ -73,19 +73,31 @@ uint64_t ElasticWorkers::LeaseSteps(Clock::time_point now) const {
 std::string ElasticWorkers::Plan(const std::vector<int>& candidates) {
   if (!options_.elastic || !started_) return "";
   const std::vector<int> members = Members();
-  std::vector<int> next = members;
   const int wanted = std::clamp(desired_, options_.min_workers, options_.max_workers);
-  while (static_cast<int>(next.size()) > wanted) next.pop_back();  // the highest ranks leave
+  // The workers of a job of N are ranks 0..N-1, as its pods are: the ranks
+  // past N leave (and the runner or the operator deletes their pods), and
+  // only ranks below N are taken in. One that is on its way out is not
+  // taken back before it has left: it could leave all the same.
+  std::vector<int> next;
+  for (int rank : members) {
+    if (rank < wanted) next.push_back(rank);
+  }
+  for (int rank : members) {
+    if (rank >= wanted) leaving_.insert(rank);
+  }
   for (int rank : candidates) {
     if (static_cast<int>(next.size()) >= wanted) break;
-    if (!std::binary_search(members.begin(), members.end(), rank)) next.push_back(rank);
+    if (rank < wanted && !leaving_.count(rank) &&
+        !std::binary_search(members.begin(), members.end(), rank)) {
+      next.push_back(rank);
+    }
   }
   std::sort(next.begin(), next.end());
   std::string line;
   // A change asked for at a step waits there for every worker it takes in.
   const bool complete = static_cast<int>(next.size()) == wanted;
   if (next != members && (!at_step_ || complete)) {
-    const uint64_t from = at_step_ ? *at_step_ : schedule_.fixed_below();
+    const uint64_t from = at_step_ ? *at_step_ : NextChangeStep();
     Append(from, next);
     at_step_.reset();
     line = "workers from step " + std::to_string(from) + ": " + std::to_string(next.size()) + " (" +
@@ -97,6 +109,18 @@ std::string ElasticWorkers::Plan(const std::vector<int>& candidates) {
   if (at_step_) lease = std::min(lease, *at_step_);
   if (lease > schedule_.fixed_below()) schedule_.set_fixed_below(lease);
   return line;
+}
+
+void ElasticWorkers::Departed(int rank) { leaving_.erase(rank); }
+
+uint64_t ElasticWorkers::NextChangeStep() const {
+  // Past the lease, and past a change asked for at a later step: the
+  // schedule's changes stay in step order.
+  uint64_t from = schedule_.fixed_below();
+  if (schedule_.changes_size() > 0) {
+    from = std::max(from, schedule_.changes(schedule_.changes_size() - 1).from_step() + 1);
+  }
+  return from;
 }
 
 std::string ElasticWorkers::Rollback(uint64_t step, const std::set<int>& gone) {
@@ -113,6 +137,7 @@ std::string ElasticWorkers::Rollback(uint64_t step, const std::set<int>& gone) {
   for (int rank : Members()) {
     if (!gone.count(rank)) next.push_back(rank);
   }
+  for (int rank : gone) leaving_.erase(rank);
   // The steps from `step` on are computed again: their old changes go.
   while (schedule_.changes_size() > 0 &&
          schedule_.changes(schedule_.changes_size() - 1).from_step() >= step) {
@@ -131,7 +156,8 @@ std::string ElasticWorkers::Drop(const std::set<int>& gone) {
   for (int rank : Members()) {
     if (!gone.count(rank)) next.push_back(rank);
   }
-  const uint64_t from = schedule_.fixed_below();
+  for (int rank : gone) leaving_.erase(rank);
+  const uint64_t from = NextChangeStep();
   Append(from, next);
   return "workers from step " + std::to_string(from) + ": " + std::to_string(next.size()) + " (" +
          DescribeMembership(schedule_) + ")";

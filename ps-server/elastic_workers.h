@@ -9,10 +9,10 @@
 // a step past the lease (it asks again at once), so a change the scheduler
 // appends at `fixed_below` reaches every worker and, through the pushes'
 // contributor counts, every shard, before anyone computes that step.
-//   - Scale down (desired below the members): the highest ranks leave at
-//     the change; each leaves the job once it has pushed its last step.
-//   - Scale up: a worker that registered and beats, and is not a member,
-//     joins at the next change; it pulls that step's parameters and waits.
+//   - Scale down to N: the ranks from N on leave at the change (a job's
+//     ranks are its pods' indices); each leaves once it has pushed its last step.
+//   - Scale up: a worker below N that registered and beats, and is not a
+//     member, joins at the next change; it pulls that step's parameters.
 //   - A member silent for replace_timeout is dropped through a recovery:
 //     every shard rolls back to the newest common checkpoint, and the
 //     schedule from that step on names the workers still there (async jobs:
@@ -84,15 +84,21 @@ class ElasticWorkers {
   std::string Rollback(uint64_t step, const std::set<int>& gone);
   // Async jobs: `gone` leave at the lease's end, no step being recomputed.
   std::string Drop(const std::set<int>& gone);
+  // A worker taken out has left (or a new process registered in its rank):
+  // its rank may be taken in again.
+  void Departed(int rank);
 
  private:
   void Append(uint64_t from_step, const std::vector<int>& ranks);
+  // Where the next change may start: the lease's end, or past the last change.
+  uint64_t NextChangeStep() const;
   uint64_t LeaseSteps(Clock::time_point now) const;
 
   const ElasticOptions options_;
   v1::Membership schedule_;
   int desired_;
   std::optional<uint64_t> at_step_;  // the pending change's step, where one was asked for
+  std::set<int> leaving_;            // taken out, not yet gone: not taken back in
   bool started_ = false;
   Clock::time_point start_time_;
   uint64_t start_step_ = 0;

@@ -182,6 +182,10 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
       KLOG_INFO << RoleName(node.role()) << " " << rank << " (" << node.node_id()
                 << ") re-registered after a restart; it keeps rank " << rank;
       departed_.erase(node.node_id());  // a new life of a worker that had left may join again
+      if (node.role() == v1::WORKER) {
+        finished_workers_.erase(rank);
+        elastic_.Departed(rank);
+      }
       if (node.role() == v1::SERVER && options_.sync && started_) StartRecovery(node);
     }
   } else {
@@ -238,7 +242,8 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
   if (ViewReady() && !started_) {
     started_ = true;
     if (!restarted_) FirstStart();
-    elastic_.Start(RegisteredWorkers(), restore_step_, Clock::now());
+    // Every worker that registered: they wait for the view, silent till then.
+    elastic_.Start(RegisteredWorkers(/*beating=*/false), restore_step_, Clock::now());
     workers_.Set(static_cast<double>(elastic_.Members().size()));
   }
   response->set_rank(rank);
@@ -444,6 +449,7 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
     if (it->second.info.role() == v1::WORKER) elastic_.ReportStep(request->step(), Clock::now());
   }
   ReviseMembership();
+  it = members_.find(request->node_id());  // a worker dropped just now is gone
   const bool current = it != members_.end() && it->second.info.role() == v1::SERVER &&
                        it->second.info.incarnation() == request->incarnation();
   if (current && request->restored_generation() == generation_) {
@@ -507,6 +513,17 @@ grpc::Status Scheduler::Finish(const v1::FinishRequest* request, v1::FinishRespo
     if (departed_.insert(request->node_id()).second) {
       KLOG_INFO << "worker " << request->rank() << " (" << request->node_id()
                 << ") left the job: it was scaled away";
+      elastic_.Departed(request->rank());
+      // It left before hearing of a rollback to before its last step: the
+      // steps redone without it are planned again, in a generation of their own.
+      if (request->generation() < generation_ && options_.sync) {
+        if (std::string line = elastic_.Rollback(restore_step_, {request->rank()}); !line.empty()) {
+          ++generation_;
+          restored_.clear();
+          KLOG_INFO << "recovery: generation " << generation_ << " redoes the steps from "
+                    << restore_step_ << " without it; " << line;
+        }
+      }
     }
   } else {
     finished_workers_.insert(request->rank());
@@ -525,7 +542,9 @@ int Scheduler::WorkerSlots() const {
 }
 
 bool Scheduler::MembersFinished() const {
-  for (int rank : elastic_.Members()) {
+  const std::vector<int> members = elastic_.Members();
+  if (members.empty()) return false;  // an elastic job before its start
+  for (int rank : members) {
     if (!finished_workers_.count(rank)) return false;
   }
   return true;
@@ -544,13 +563,13 @@ std::string Scheduler::SetDesiredWorkers(int workers, std::optional<uint64_t> at
   return refused;
 }
 
-std::vector<int> Scheduler::RegisteredWorkers() const {
+std::vector<int> Scheduler::RegisteredWorkers(bool beating) const {
   std::vector<int> ranks;
   const auto limit = Clock::now() - std::chrono::milliseconds(options_.dead_after_ms);
   for (int rank = 0; rank < static_cast<int>(worker_ids_.size()); ++rank) {
     const std::string& id = worker_ids_[rank];
     if (id.empty() || departed_.count(id)) continue;
-    if (members_.at(id).last_seen >= limit) ranks.push_back(rank);
+    if (!beating || members_.at(id).last_seen >= limit) ranks.push_back(rank);
   }
   return ranks;
 }
@@ -599,9 +618,19 @@ void Scheduler::DropLostWorkers() {
     KLOG_ERROR << failure_;
     return;
   }
+  const int64_t common = NewestCommonStep(ServerSteps());
+  if (options_.sync && common < 0) {
+    failure_ = "worker " + names + " has been gone for " + silent +
+               " (elasticPolicy.replaceTimeoutSeconds), and the job cannot go on without it: "
+               "its shards hold no checkpoint in common to redo the steps from (" +
+               DescribeSteps() + "); checkpoints come every spec.checkpoint.intervalSteps";
+    KLOG_ERROR << failure_;
+    return;
+  }
   for (int rank : lost) {
     members_.erase(worker_ids_[rank]);  // a replacement registers afresh and joins again
     worker_ids_[rank].clear();
+    finished_workers_.erase(rank);
   }
   if (!options_.sync) {
     // Async: no step waits for its gradients; the others go on without it.
@@ -615,8 +644,7 @@ void Scheduler::DropLostWorkers() {
   }
   // The steps the lost worker's contributions are missing from are computed
   // again by the others, from the newest step every shard holds.
-  const int64_t common = NewestCommonStep(ServerSteps());
-  const uint64_t step = common < 0 ? 0 : static_cast<uint64_t>(common);
+  const uint64_t step = static_cast<uint64_t>(common);
   ++generation_;
   restore_step_ = step;
   restored_.clear();

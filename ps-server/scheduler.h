@@ -131,7 +131,9 @@ class Scheduler {
   void ReviseMembership();
   void DropLostWorkers();             // requires mutex_
   std::set<int> GoneWorkers() const;  // ranks with no worker to compute them; requires mutex_
-  std::vector<int> RegisteredWorkers() const;  // live, not departed, ascending; requires mutex_
+  // Registered and not departed, ascending; `beating`: heard from within
+  // dead_after_ms too (requires mutex_).
+  std::vector<int> RegisteredWorkers(bool beating = true) const;
 
   const SchedulerOptions options_;
   mutable std::mutex mutex_;

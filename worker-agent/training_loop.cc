@@ -111,7 +111,15 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
       }
       if (trained) {
         // Scaled away: this worker's last step is pushed once Flush returns.
-        if (Status flushed = store.Flush(); !flushed.ok() && !flushed.IsAborted()) return flushed;
+        // A rollback meanwhile may need it for the steps redone: it resumes.
+        Status flushed = store.Flush();
+        if (flushed.IsAborted()) {
+          if (Status resumed = store.Resume(model, &step); !resumed.ok()) return resumed;
+          rollbacks.Increment();
+          PrintLine("rolled back to step " + std::to_string(step) + ": " + flushed.message());
+          continue;
+        }
+        if (!flushed.ok()) return flushed;
         PrintLine("left the job at step " + std::to_string(step) + ": it was scaled away");
         result->left = true;
         break;

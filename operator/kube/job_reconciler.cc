@@ -94,13 +94,19 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     return Status::Ok();
   }
 
-  api::ParseResult parsed = api::ParseTrainingJob(job.dump());
+  json checked = job;
+  const std::string clamped = ClampScaledWorkers(&checked);
+  api::ParseResult parsed = api::ParseTrainingJob(checked.dump());
   if (!parsed.ok()) return FailJob(job, "InvalidSpec", parsed.ErrorReport(id.name), result);
   api::TrainingJob spec = *parsed.job;
   spec.name = id.name;
   spec.namespace_ = id.namespace_;
   JobState& state = jobs_[id.uid];
   if (state.terminal) return Write(job, *state.terminal, result);
+  if (clamped != state.clamp_reported) {
+    if (!clamped.empty()) RecordEvent(job, "Warning", "ScaleOutOfBounds", clamped);
+    state.clamp_reported = clamped;
+  }
   if (Status s = ResolveTls(id, &spec, &state); !s.ok()) return s;
   auto launch = [&spec](const controller::ReplicaName& name, const std::string& scheduler) {
     return controller::ReplicaLaunch{name, controller::ReplicaBinary(name),
@@ -146,6 +152,8 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     KLOG_ERROR << id.namespace_ << "/" << id.name << ": " << s.message();
     if (!state.told_desired_failure) RecordEvent(job, "Warning", "ScaleNotDelivered", s.message());
     state.told_desired_failure = true;
+  } else {
+    state.told_desired_failure = false;
   }
   for (const auto& action : state.stranded_pods.Release(client_, id, pods, Clock::now())) {
     KLOG_INFO << id.namespace_ << "/" << id.name << ": " << action.message;

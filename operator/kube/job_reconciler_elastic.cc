@@ -4,6 +4,8 @@
 // the pod reads through a downwardAPI volume; the scheduler then takes
 // workers in or out at a step boundary (ps-server/elastic_workers.h), and
 // the job logic creates and deletes the worker pods the change needs.
+#include <algorithm>
+
 #include "common/logging.h"
 #include "operator/kube/job_reconciler.h"
 #include "operator/kube/kube_cluster.h"
@@ -12,6 +14,22 @@
 namespace kubeps::kube {
 
 using nlohmann::json;
+
+std::string JobReconciler::ClampScaledWorkers(json* job) {
+  if (!job->contains("status") || !(*job)["status"].contains("phase")) return "";  // not started
+  json& worker = (*job)["spec"]["replicaSpecs"]["worker"];
+  if (!worker.is_object() || !worker.contains("elasticPolicy") || !worker["replicas"].is_number())
+    return "";
+  const json& policy = worker["elasticPolicy"];
+  const int replicas = worker["replicas"].get<int>();
+  const int low = policy.value("minReplicas", 0), high = policy.value("maxReplicas", 0);
+  if (low < 1 || high < low || (replicas >= low && replicas <= high)) return "";
+  const int nearest = std::clamp(replicas, low, high);
+  worker["replicas"] = nearest;
+  return "spec.replicaSpecs.worker.replicas " + std::to_string(replicas) +
+         " is outside elasticPolicy's [" + std::to_string(low) + ", " + std::to_string(high) +
+         "]: the job trains with " + std::to_string(nearest) + " workers";
+}
 
 Status JobReconciler::TellDesiredWorkers(const json& job, const JobIdentity& id,
                                          const api::TrainingJob& spec,
@@ -37,11 +55,9 @@ Status JobReconciler::TellDesiredWorkers(const json& job, const JobIdentity& id,
     }
     const json annotations = meta.value("annotations", json::object());
     if (annotations.value(kDesiredWorkersAnnotation, "") == wanted) continue;
-    // Guarded by the pod's uid: a scheduler pod made again under the same
-    // name meanwhile gets its annotation from its own creation.
-    const json patch = {
-        {"metadata",
-         {{"uid", meta.value("uid", "")}, {"annotations", {{kDesiredWorkersAnnotation, wanted}}}}}};
+    // A scheduler pod made again under the same name meanwhile got the
+    // number from its own creation: patching it too changes nothing.
+    const json patch = {{"metadata", {{"annotations", {{kDesiredWorkersAnnotation, wanted}}}}}};
     Response patched;
     const std::string path = ObjectPath(kPods, id.namespace_, meta.value("name", ""));
     if (Status s = client_->Patch(path, patch, &patched); !s.ok()) return s;

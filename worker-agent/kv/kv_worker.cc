@@ -147,6 +147,10 @@ Status KVWorkerImpl::Start() {
   if (Status s = scheduler_.AwaitClusterView(&cluster); !s.ok()) return s;
   num_workers_ = cluster.num_workers;
   membership_ = FixedMembership(num_workers_, 0);
+  if (options_.elastic) {
+    membership_.set_fixed_below(0);  // nothing is known before the scheduler says
+    elastic_ = true;
+  }
   num_servers_ = static_cast<int>(cluster.server_addresses.size());
   for (const std::string& address : cluster.server_addresses) {
     links_.push_back(std::make_shared<const ServerLink>(address, *security_));

@@ -76,6 +76,9 @@ struct KVOptions {
   // addresses of their own and do not share their /dev/shm.
   bool shared_memory = true;
   std::string own_host;
+  // The job's workers may change (elasticPolicy): Membership waits for the
+  // scheduler's schedule instead of taking the fixed one.
+  bool elastic = false;
 };
 
 // Where to find the pod's kubeps-agent sidecar (KVWorker::Connect).

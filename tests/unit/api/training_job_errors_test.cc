@@ -445,8 +445,8 @@ TEST(ApiTrainingJobErrorsTest, AnElasticPolicyMustHoldTheReplicasAndSayBothBound
   ExpectError(Elastic("        minReplicas: 1\n        maxReplicas: 3\n"
                       "        replaceTimeoutSeconds: 0\n"),
               field + ".replaceTimeoutSeconds", "must be >= 1, got 0");
-  ExpectError(Elastic("        minReplicas: 1\n        maxReplicas: 200\n"), field + ".maxReplicas",
-              "200 workers cannot share a global batch of 128 (batchSize x replicas)");
+  ExpectError(Elastic("        minReplicas: 1\n        maxReplicas: 65\n"), field + ".maxReplicas",
+              "65 workers cannot share a global batch of 64 (batchSize x minReplicas)");
 }
 
 TEST(ApiTrainingJobErrorsTest, WhatElasticJobsCannotDoYetIsRefusedNotIgnored) {

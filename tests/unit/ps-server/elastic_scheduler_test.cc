@@ -62,11 +62,13 @@ Registered Register(Scheduler& s, const std::string& node_id, v1::Role role) {
   return {response.rank(), response.registration_key()};
 }
 
-v1::HeartbeatResponse Beat(Scheduler& s, const std::string& node_id, uint64_t step = 0) {
+v1::HeartbeatResponse Beat(Scheduler& s, const std::string& node_id, uint64_t step = 0,
+                           std::vector<uint64_t> checkpoint_steps = {}) {
   v1::HeartbeatRequest request;
   request.set_node_id(node_id);
   request.set_incarnation(1);
   request.set_step(step);
+  for (uint64_t held : checkpoint_steps) request.add_checkpoint_steps(held);
   v1::HeartbeatResponse response;
   EXPECT_TRUE(s.Heartbeat(&request, &response).ok());
   return response;
@@ -205,13 +207,118 @@ TEST(ElasticSchedulerTest, ALostWorkerIsDroppedThroughARecoveryWhileMinReplicasR
   Register(*s, "server-0", v1::SERVER);
   Register(*s, "worker-0", v1::WORKER);
   Register(*s, "worker-1", v1::WORKER);
-  Beat(*s, "worker-0", 5);
+  Beat(*s, "worker-0", 25);
+  Beat(*s, "server-0", 0, {10, 20});
   std::this_thread::sleep_for(300ms);  // worker-1 falls silent
-  const v1::HeartbeatResponse beat = Beat(*s, "worker-0", 6);
+  const v1::HeartbeatResponse beat = Beat(*s, "worker-0", 26);
   EXPECT_EQ(beat.generation(), 1u) << "the job rolls back to redo the steps without it";
-  EXPECT_EQ(beat.restore_step(), 0u) << "no checkpoint yet: from the start";
-  EXPECT_THAT(MembersAt(beat.membership(), 0), ElementsAre(0));
+  EXPECT_EQ(beat.restore_step(), 20u) << "the newest checkpoint every shard holds";
+  EXPECT_THAT(MembersAt(beat.membership(), 19), ElementsAre(0, 1));
+  EXPECT_THAT(MembersAt(beat.membership(), 20), ElementsAre(0));
   EXPECT_EQ(beat.failure(), "");
+}
+
+TEST(ElasticSchedulerTest, ALostWorkerBeforeAnyCheckpointFailsTheJobSayingWhy) {
+  auto s = ElasticScheduler(2, 1, 2, /*replace_timeout_ms=*/200);
+  Register(*s, "server-0", v1::SERVER);
+  Register(*s, "worker-0", v1::WORKER);
+  Register(*s, "worker-1", v1::WORKER);
+  std::this_thread::sleep_for(300ms);
+  EXPECT_THAT(Beat(*s, "worker-0", 6).failure(),
+              HasSubstr("its shards hold no checkpoint in common to redo the steps from"));
+}
+
+TEST(ElasticSchedulerTest, WorkersSilentUntilTheJobStartsAreItsMembers) {
+  SchedulerOptions options;
+  options.num_servers = 1;
+  options.num_workers = 2;
+  options.dead_after_ms = 100;
+  options.elastic = {true, 2, 1, 3, 64, 60000};
+  Scheduler s(options, &NullMetrics());
+  Register(s, "worker-0", v1::WORKER);
+  Register(s, "worker-1", v1::WORKER);
+  std::this_thread::sleep_for(200ms);  // they wait for the view, which waits for the server
+  Register(s, "server-0", v1::SERVER);
+  EXPECT_THAT(MembersAt(Beat(s, "worker-0").membership(), 0), ElementsAre(0, 1));
+  EXPECT_FALSE(s.AllWorkersFinished());
+}
+
+TEST(ElasticSchedulerTest, AWorkerOnItsWayOutIsNotTakenBackBeforeItLeft) {
+  auto s = ElasticScheduler(3, 1, 3);
+  Register(*s, "server-0", v1::SERVER);
+  Register(*s, "worker-0", v1::WORKER);
+  Register(*s, "worker-1", v1::WORKER);
+  const Registered w2 = Register(*s, "worker-2", v1::WORKER);
+  Beat(*s, "worker-0", 10);
+  ASSERT_EQ(s->SetDesiredWorkers(2), "");
+  Beat(*s, "worker-2", 10);
+  ASSERT_EQ(s->SetDesiredWorkers(3), "");  // flapping back at once
+  auto newest = [](const v1::Membership& m) {
+    const auto& last = m.changes(m.changes_size() - 1);
+    return std::vector<int>(last.ranks().begin(), last.ranks().end());
+  };
+  EXPECT_THAT(newest(Beat(*s, "worker-2", 10).membership()), ElementsAre(0, 1))
+      << "it may leave all the same: not counted on";
+  ASSERT_TRUE(Finish(*s, "worker-2", w2).ok());  // it left
+  EXPECT_FALSE(s->AllWorkersFinished());
+  // Its pod comes back as a new process, which is taken in.
+  v1::RegisterRequest again;
+  again.mutable_node()->set_node_id("worker-2");
+  again.mutable_node()->set_role(v1::WORKER);
+  again.mutable_node()->set_incarnation(2);
+  v1::RegisterResponse response;
+  ASSERT_TRUE(s->Register(&again, &response).ok());
+  v1::HeartbeatRequest beat;
+  beat.set_node_id("worker-2");
+  beat.set_incarnation(2);
+  v1::HeartbeatResponse answer;
+  ASSERT_TRUE(s->Heartbeat(&beat, &answer).ok());
+  EXPECT_THAT(newest(answer.membership()), ElementsAre(0, 1, 2));
+}
+
+TEST(ElasticSchedulerTest, ChangesStayInStepOrderAfterOneAskedForAtALaterStep) {
+  auto s = ElasticScheduler(2, 1, 3);
+  Register(*s, "server-0", v1::SERVER);
+  Register(*s, "worker-0", v1::WORKER);
+  Register(*s, "worker-1", v1::WORKER);
+  Register(*s, "worker-2", v1::WORKER);
+  Beat(*s, "worker-0", 10);
+  ASSERT_EQ(s->SetDesiredWorkers(3, 1000), "");
+  ASSERT_EQ(s->SetDesiredWorkers(1), "");
+  const v1::Membership now = Beat(*s, "worker-0", 11).membership();
+  ASSERT_EQ(now.changes_size(), 3);
+  EXPECT_EQ(now.changes(1).from_step(), 1000u);
+  EXPECT_GT(now.changes(2).from_step(), 1000u) << DescribeMembership(now);
+  EXPECT_THAT(MembersAt(now, now.changes(2).from_step()), ElementsAre(0));
+}
+
+TEST(ElasticSchedulerTest, AWorkerThatLeftBeforeHearingOfARollbackIsPlannedOutOfTheRedo) {
+  auto s = ElasticScheduler(3, 1, 3, 60000);
+  Register(*s, "server-0", v1::SERVER);
+  Register(*s, "worker-0", v1::WORKER);
+  Register(*s, "worker-1", v1::WORKER);
+  const Registered w2 = Register(*s, "worker-2", v1::WORKER);
+  Beat(*s, "server-0", 0, {50});
+  Beat(*s, "worker-0", 60);
+  ASSERT_EQ(s->SetDesiredWorkers(2), "");
+  const uint64_t change = Beat(*s, "worker-0", 61).membership().changes(1).from_step();
+  // server-0 restarts from its checkpoint of step 50: generation 1.
+  v1::RegisterRequest restarted;
+  restarted.mutable_node()->set_node_id("server-0");
+  restarted.mutable_node()->set_role(v1::SERVER);
+  restarted.mutable_node()->set_incarnation(2);
+  restarted.mutable_node()->set_address("server.local:9000");
+  restarted.mutable_node()->add_checkpoint_steps(50);
+  restarted.mutable_node()->set_checkpoint_step(50);
+  v1::RegisterResponse response;
+  ASSERT_TRUE(s->Register(&restarted, &response).ok());
+  ASSERT_EQ(Beat(*s, "worker-0", change).generation(), 1u);
+  // worker-2 had pushed its last step and leaves, in generation 0.
+  ASSERT_TRUE(Finish(*s, "worker-2", w2).ok());
+  const v1::HeartbeatResponse beat = Beat(*s, "worker-0", 50);
+  EXPECT_EQ(beat.generation(), 2u) << "the redo is planned again without it";
+  EXPECT_EQ(beat.restore_step(), 50u);
+  EXPECT_THAT(MembersAt(beat.membership(), 50), ElementsAre(0, 1));
 }
 
 TEST(ElasticSchedulerTest, AnAsyncJobDropsALostWorkerWithoutRollingBack) {

@@ -114,6 +114,19 @@ TEST_F(ElasticReconcilerTest, ScalingDownDeletesAWorkersPodOnceItHasLeftNotBefor
   EXPECT_THAT(WorkerPods(), Contains(::testing::StartsWith("mnist-worker-1")));
 }
 
+TEST_F(ElasticReconcilerTest, ARunningJobScaledPastItsBoundsTrainsAtTheBoundAndSaysSo) {
+  CreateJob(ElasticManifest());
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Running");
+  ASSERT_TRUE(Reconcile().ok());
+  ScaleTo(9);  // nothing at the API server refuses it
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_NE(StatusOfJob()["phase"], "Failed") << StatusOfJob().dump(2);
+  EXPECT_EQ(Pod("mnist-scheduler-0")["metadata"]["annotations"][kDesiredWorkersAnnotation], "4");
+  EXPECT_EQ(WorkerPods().size(), 4u);
+  EXPECT_THAT(EventReasons(), Contains("ScaleOutOfBounds"));
+}
+
 TEST_F(ElasticReconcilerTest, AJobWithFixedWorkersHasNoDesiredWorkersAnnotation) {
   CreateJob();
   ASSERT_TRUE(Reconcile().ok());
