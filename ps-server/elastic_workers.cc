@@ -31,6 +31,9 @@ void ElasticWorkers::Adopt(const v1::Membership& schedule) {
     started_ = true;
     start_time_ = last_report_ = Clock::now();
     start_step_ = furthest_step_ = schedule.fixed_below();
+    // Unless told otherwise, the job keeps the workers it has, not the
+    // number it started with.
+    if (!desired_told_) desired_ = static_cast<int>(Members().size());
   }
 }
 
@@ -51,6 +54,7 @@ std::string ElasticWorkers::SetDesired(int workers, std::optional<uint64_t> at_s
            std::to_string(NextChangeStep()) + " are fixed already";
   }
   desired_ = workers;
+  desired_told_ = true;
   at_step_ = at_step;
   return "";
 }
@@ -74,6 +78,9 @@ std::string ElasticWorkers::Plan(const std::vector<int>& candidates) {
   if (!options_.elastic || !started_) return "";
   const std::vector<int> members = Members();
   const int wanted = std::clamp(desired_, options_.min_workers, options_.max_workers);
+  // A step asked for before a restart that the schedule has passed since:
+  // as soon as it can, then.
+  if (at_step_ && *at_step_ < NextChangeStep()) at_step_.reset();
   // The workers of a job of N are ranks 0..N-1, as its pods are: the ranks
   // past N leave (and the runner or the operator deletes their pods), and
   // only ranks below N are taken in. One that is on its way out is not

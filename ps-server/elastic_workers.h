@@ -97,6 +97,7 @@ class ElasticWorkers {
   const ElasticOptions options_;
   v1::Membership schedule_;
   int desired_;
+  bool desired_told_ = false;  // SetDesired was called: an adopted schedule does not override it
   std::optional<uint64_t> at_step_;  // the pending change's step, where one was asked for
   std::set<int> leaving_;            // taken out, not yet gone: not taken back in
   bool started_ = false;

@@ -103,6 +103,17 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
   }
   DesiredWorkersFile desired(config.desired_workers_file);
   SchedulerService service(options, metrics);
+  // Before any node is served: a scheduler restarted after a scale learns
+  // the number at once, not after its first plans.
+  auto follow_desired = [&] {
+    if (std::optional<DesiredWorkers> wanted = desired.Changed()) {
+      if (std::string refused =
+              service.scheduler().SetDesiredWorkers(wanted->workers, wanted->at_step);
+          !refused.empty())
+        KLOG_ERROR << config.desired_workers_file << ": " << refused;
+    }
+  };
+  follow_desired();
   int port = 0;
   std::unique_ptr<grpc::Server> server;
   if (Status s = StartGrpc(config, &service, metrics, &server, &port); !s.ok())
@@ -118,12 +129,7 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
             << " servers and " << config.num_workers << " workers";
   while (!g_stop.stop_requested() &&
          !service.scheduler().WaitAllWorkersFinished(kStopCheckInterval)) {
-    if (std::optional<DesiredWorkers> wanted = desired.Changed()) {
-      if (std::string refused =
-              service.scheduler().SetDesiredWorkers(wanted->workers, wanted->at_step);
-          !refused.empty())
-        KLOG_ERROR << config.desired_workers_file << ": " << refused;
-    }
+    follow_desired();
     if (!service.scheduler().Failure().empty()) {
       // Give every node a few heartbeats to learn why the job stops.
       g_stop.SleepFor(std::chrono::seconds(2));

@@ -192,6 +192,35 @@ TEST(ElasticSchedulerTest, ARestartedSchedulerLearnsTheScheduleBackFromTheWorker
   EXPECT_THAT(MembersAt(back, 149), ElementsAre(0)) << "worker 1 left before the restart";
 }
 
+TEST(ElasticSchedulerTest, ASchedulerRestartedAfterAScaleUpKeepsTheWorkersItLearnsBack) {
+  auto s = ElasticScheduler(2, 1, 4);  // started again with the job's first number, 2
+  v1::Membership heard;
+  heard.set_epoch(3);
+  heard.set_global_batch(64);
+  heard.set_fixed_below(80);
+  heard.add_changes()->add_ranks(0);
+  heard.mutable_changes(0)->add_ranks(1);
+  auto* up = heard.add_changes();
+  up->set_from_step(50);
+  for (int rank : {0, 1, 2}) up->add_ranks(rank);
+  for (const std::string id : {"server-0", "worker-0", "worker-1", "worker-2"}) {
+    v1::RegisterRequest request;
+    const bool server = id == "server-0";
+    request.mutable_node()->set_node_id(id);
+    request.mutable_node()->set_role(server ? v1::SERVER : v1::WORKER);
+    request.mutable_node()->set_incarnation(1);
+    request.mutable_node()->set_registered_before(true);
+    if (server) request.mutable_node()->set_address("server.local:9000");
+    if (!server) *request.mutable_node()->mutable_membership() = heard;
+    v1::RegisterResponse response;
+    ASSERT_TRUE(s->Register(&request, &response).ok()) << id;
+  }
+  const v1::Membership now = Beat(*s, "worker-0", 79).membership();
+  EXPECT_EQ(now.changes_size(), 2) << DescribeMembership(now);
+  EXPECT_THAT(MembersAt(now, now.fixed_below() - 1), ElementsAre(0, 1, 2))
+      << "not scaled back to the number the job started with";
+}
+
 TEST(ElasticSchedulerTest, ANumberOutsideTheBoundsOrForAFixedJobIsRefused) {
   auto s = ElasticScheduler(2, 2, 4);
   EXPECT_EQ(s->SetDesiredWorkers(5),
