@@ -20,7 +20,8 @@ namespace kubeps::local {
 
 inline constexpr const char* kDesiredWorkersName = "desired-workers";
 
-// Written by the runner when it starts.
+// Written by the runner when it starts, which also removes an earlier run's
+// desired-workers file.
 Status WriteRunFiles(const std::string& run_dir, const api::TrainingJob& job);
 
 // Sets the number of workers of the running local job `job_name` (its run

@@ -132,6 +132,47 @@ class ElasticTest(unittest.TestCase):
         self.assertRegex(job.output(), r"\[worker 2\] joined the job at step 450")
         self.assertEqual(clean, killed, "parameters differ from the run without the restart")
 
+    def test_sigterm_of_each_role_and_a_scheduler_restart_then_a_shard_kill_end_bit_identical(self):
+        # What a real cluster does to a scaled job: evictions (SIGTERM) of the
+        # scheduler, a worker and a server, and a crash (SIGKILL) of a shard
+        # after the scheduler came back; then the job is run again over its
+        # folder. A server's end rolls the job back to a checkpoint, and the
+        # steps are redone with the same schedule (2 -> 3 at step 300).
+        def run(name, faults):
+            dump = os.path.join(self.dir, name + ".bin")
+            text = elastic_job(name, epochs=4, spec={"checkpoint": {"intervalSteps": 100},
+                                                     "runPolicy": {"backoffLimit": 10}})
+            path = write_manifest(self.dir, text, name + ".yaml")
+            job = RunningJob(path, env={"KUBEPS_DUMP_PARAMS": dump})
+            job.wait_for_line(r"\[worker 0\] epoch")
+            self.assertEqual(scale(name, 3, job.run_dir, at_step=300)[0], 0)
+            at = 400
+            for replica, sig, sign in faults:
+                wait_for_steps(job, 0, at)
+                before = len(job.lines)
+                os.kill(wait_for_replica_pid(job, replica), sig)
+                deadline = time.time() + 60
+                while not any(sign in line for _, line in job.lines[before:]):
+                    self.assertLess(time.time(), deadline, job.output())
+                    time.sleep(0.05)
+                at = max(p["total_steps"] for p in job.progress(rank=0)) + 150
+            self.assertEqual(job.wait(), 0, job.output())
+            with open(dump, "rb") as f:
+                return f.read(), job, path
+        clean, _, _ = run("clean", [])
+        faulted, job, path = run("faulted", [
+            ("scheduler-0", signal.SIGTERM, "registered again with the restarted scheduler"),
+            ("server-1", signal.SIGKILL, "rolled back to step"),
+            ("worker-2", signal.SIGTERM, "worker 2 (worker-2) re-registered after a restart"),
+            ("server-0", signal.SIGTERM, "rolled back to step")])
+        self.assertEqual(clean, faulted, "parameters differ from the run without the faults")
+        # The same job run again over its folder: it has nothing left to train,
+        # and starts with the manifest's 2 workers, not the 3 it was scaled to.
+        again = RunningJob(path, run_dir=job.run_dir)
+        self.assertEqual(again.wait(), 0, again.output())
+        self.assertNotIn("scaled to", again.output())
+        self.assertIn("2 workers", again.output())
+
     def test_an_async_job_takes_workers_in_and_lets_them_go_while_it_trains(self):
         job = RunningJob(write_manifest(self.dir, elastic_job("async", mode="async", epochs=2),
                                         "async.yaml"))
