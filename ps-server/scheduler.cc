@@ -244,7 +244,6 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
     if (!restarted_) FirstStart();
     // Every worker that registered: they wait for the view, silent till then.
     elastic_.Start(RegisteredWorkers(/*beating=*/false), restore_step_, Clock::now());
-    workers_.Set(static_cast<double>(elastic_.Members().size()));
   }
   response->set_rank(rank);
   response->set_registration_key(member.registration_key);
@@ -585,12 +584,15 @@ std::set<int> Scheduler::GoneWorkers() const {
 void Scheduler::ReviseMembership() {
   if (!elastic_.elastic() || !started_ || !failure_.empty()) return;
   DropLostWorkers();
-  if (!failure_.empty()) return;
-  if (std::string line = elastic_.Plan(RegisteredWorkers()); !line.empty()) {
-    KLOG_INFO << line;
-    workers_.Set(static_cast<double>(elastic_.Members().size()));
-    changed_.notify_all();
+  if (failure_.empty()) {
+    if (std::string line = elastic_.Plan(RegisteredWorkers()); !line.empty()) {
+      KLOG_INFO << line;
+      changed_.notify_all();
+    }
   }
+  // Every change of the members (a plan, a drop, a rollback) is seen here,
+  // at the latest at the next heartbeat.
+  workers_.Set(static_cast<double>(elastic_.Members().size()));
 }
 
 void Scheduler::DropLostWorkers() {
@@ -637,7 +639,6 @@ void Scheduler::DropLostWorkers() {
     KLOG_INFO << "worker " << names << " has been gone for " << silent
               << " (elasticPolicy.replaceTimeoutSeconds): dropped";
     if (std::string line = elastic_.Drop(lost); !line.empty()) KLOG_INFO << line;
-    workers_.Set(static_cast<double>(elastic_.Members().size()));
     ++epoch_;
     changed_.notify_all();
     return;
@@ -654,7 +655,6 @@ void Scheduler::DropLostWorkers() {
   if (std::string line = elastic_.Rollback(step, GoneWorkers()); !line.empty()) {
     KLOG_INFO << line;
   }
-  workers_.Set(static_cast<double>(elastic_.Members().size()));
   ++epoch_;
   changed_.notify_all();
 }

@@ -62,6 +62,23 @@ Registered Register(Scheduler& s, const std::string& node_id, v1::Role role) {
   return {response.rank(), response.registration_key()};
 }
 
+// A node registering with a scheduler that restarted, with the schedule it
+// heard (workers) or none (servers).
+void RegisterAgain(Scheduler& s, const std::string& id, const v1::Membership* heard) {
+  v1::RegisterRequest request;
+  request.mutable_node()->set_node_id(id);
+  request.mutable_node()->set_role(heard ? v1::WORKER : v1::SERVER);
+  request.mutable_node()->set_incarnation(1);
+  request.mutable_node()->set_registered_before(true);
+  if (heard) {
+    *request.mutable_node()->mutable_membership() = *heard;
+  } else {
+    request.mutable_node()->set_address("server.local:9000");
+  }
+  v1::RegisterResponse response;
+  EXPECT_TRUE(s.Register(&request, &response).ok()) << id;
+}
+
 v1::HeartbeatResponse Beat(Scheduler& s, const std::string& node_id, uint64_t step = 0,
                            std::vector<uint64_t> checkpoint_steps = {}) {
   v1::HeartbeatRequest request;
@@ -175,17 +192,8 @@ TEST(ElasticSchedulerTest, ARestartedSchedulerLearnsTheScheduleBackFromTheWorker
   auto* later = heard.add_changes();
   later->set_from_step(100);
   later->add_ranks(0);
-  for (const auto& [id, role] : {std::pair{"server-0", v1::SERVER}, {"worker-0", v1::WORKER}}) {
-    v1::RegisterRequest request;
-    request.mutable_node()->set_node_id(id);
-    request.mutable_node()->set_role(role);
-    request.mutable_node()->set_incarnation(1);
-    request.mutable_node()->set_registered_before(true);
-    if (role == v1::SERVER) request.mutable_node()->set_address("server.local:9000");
-    if (role == v1::WORKER) *request.mutable_node()->mutable_membership() = heard;
-    v1::RegisterResponse response;
-    ASSERT_TRUE(s->Register(&request, &response).ok()) << id;
-  }
+  RegisterAgain(*s, "server-0", nullptr);
+  RegisterAgain(*s, "worker-0", &heard);
   const v1::Membership back = Beat(*s, "worker-0", 140).membership();
   EXPECT_EQ(DescribeMembership(back), DescribeMembership(heard));
   EXPECT_GE(back.fixed_below(), 150u) << "nothing fixed is rewritten";
@@ -203,18 +211,8 @@ TEST(ElasticSchedulerTest, ASchedulerRestartedAfterAScaleUpKeepsTheWorkersItLear
   auto* up = heard.add_changes();
   up->set_from_step(50);
   for (int rank : {0, 1, 2}) up->add_ranks(rank);
-  for (const std::string id : {"server-0", "worker-0", "worker-1", "worker-2"}) {
-    v1::RegisterRequest request;
-    const bool server = id == "server-0";
-    request.mutable_node()->set_node_id(id);
-    request.mutable_node()->set_role(server ? v1::SERVER : v1::WORKER);
-    request.mutable_node()->set_incarnation(1);
-    request.mutable_node()->set_registered_before(true);
-    if (server) request.mutable_node()->set_address("server.local:9000");
-    if (!server) *request.mutable_node()->mutable_membership() = heard;
-    v1::RegisterResponse response;
-    ASSERT_TRUE(s->Register(&request, &response).ok()) << id;
-  }
+  RegisterAgain(*s, "server-0", nullptr);
+  for (const char* id : {"worker-0", "worker-1", "worker-2"}) RegisterAgain(*s, id, &heard);
   const v1::Membership now = Beat(*s, "worker-0", 79).membership();
   EXPECT_EQ(now.changes_size(), 2) << DescribeMembership(now);
   EXPECT_THAT(MembersAt(now, now.fixed_below() - 1), ElementsAre(0, 1, 2))

@@ -43,15 +43,7 @@ class ElasticReconcilerTest : public JobReconcilerTest {
   }
   // The worker left the job, as its agent says on exit.
   void LeftTheJob(const std::string& name) {
-    json status = {
-        {"phase", "Succeeded"},
-        {"containerStatuses",
-         {{{"name", "worker"},
-           {"state",
-            {{"terminated",
-              {{"exitCode", 0},
-               {"message", "ScaledAway: left the job at step 80: it was scaled away"}}}}}}}}};
-    ASSERT_FALSE(fake_.SetStatus(kPodsPath + "/" + name, status).is_null());
+    SetPod(name, "Succeeded", 0, "ScaledAway: left the job at step 80: it was scaled away");
   }
 };
 

@@ -65,12 +65,15 @@ class JobReconcilerTest : public ::testing::Test {
     return reconciler_->Reconcile(job, pods, &result_);
   }
   json StatusOfJob() { return fake_.Object(kJob)["status"]; }
-  // The phase the kubelet reports; `exit_code` for a finished container.
-  void SetPod(const std::string& name, const std::string& phase, int exit_code = 0) {
+  // The phase the kubelet reports; `exit_code` and the termination message
+  // (`last_words`, "Reason: message") for a finished container.
+  void SetPod(const std::string& name, const std::string& phase, int exit_code = 0,
+              const std::string& last_words = "") {
     json status = {{"phase", phase}};
     if (phase == "Succeeded" || phase == "Failed") {
-      status["containerStatuses"] = {
-          {{"name", "c"}, {"state", {{"terminated", {{"exitCode", exit_code}}}}}}};
+      json terminated = {{"exitCode", exit_code}};
+      if (!last_words.empty()) terminated["message"] = last_words;
+      status["containerStatuses"] = {{{"name", "c"}, {"state", {{"terminated", terminated}}}}};
     }
     ASSERT_FALSE(fake_.SetStatus(kPodsPath + "/" + name, status).is_null()) << name;
   }
