@@ -1,5 +1,7 @@
 #include "operator/controller/replica_tls.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,7 +26,8 @@ Status WriteFile(const std::string& path, const std::string& text, mode_t mode) 
 std::vector<ReplicaName> AllReplicas(const api::TrainingJob& job) {
   std::vector<ReplicaName> names = {{ReplicaRole::kScheduler, 0}};
   for (int i = 0; i < job.spec.ps.replicas; ++i) names.push_back({ReplicaRole::kServer, i});
-  for (int i = 0; i < job.spec.worker.replicas; ++i) names.push_back({ReplicaRole::kWorker, i});
+  const int workers = std::max(job.spec.worker.replicas, job.spec.elastic.max_replicas);
+  for (int i = 0; i < workers; ++i) names.push_back({ReplicaRole::kWorker, i});
   return names;
 }
 

@@ -23,8 +23,9 @@ namespace kubeps::controller {
 // must outlast the longest job. The CA lives as long.
 inline constexpr std::chrono::seconds kTlsValidity{365 * 24 * 3600};
 
-// Every replica of `job`, in a stable order: the scheduler, the servers,
-// the workers.
+// Every replica `job` can have, in a stable order: the scheduler, the
+// servers, the workers; an elastic job's workers up to maxReplicas, so that
+// a worker taken in by a scale-up finds its certificate already issued.
 std::vector<ReplicaName> AllReplicas(const api::TrainingJob& job);
 
 Status CreateCaFor(const api::TrainingJob& job, CertificateAndKey* ca);

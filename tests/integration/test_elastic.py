@@ -89,10 +89,12 @@ class ElasticTest(unittest.TestCase):
               "past it; largest parameter difference to one worker throughout %.2g (of %.2g)"
               % (change, after[0]["time"] - asked, worst, scale_of))
 
-    def test_scaled_up_and_down_while_it_trains_it_finishes_as_accurate(self):
+    def test_scaled_up_and_down_with_tls_while_it_trains_it_finishes_as_accurate(self):
         code, fixed = run_job(write_manifest(self.dir, manifest_with("fixed", workers=2), "f.yaml"))
         self.assertEqual(code, 0, fixed.output())
-        job = RunningJob(write_manifest(self.dir, elastic_job("updown"), "updown.yaml"))
+        # With mutual TLS: a worker taken in later needs a certificate too.
+        tls = {"security": {"tls": "Enabled"}}
+        job = RunningJob(write_manifest(self.dir, elastic_job("updown", spec=tls), "updown.yaml"))
         wait_for_steps(job, 0, 60)
         self.assertEqual(scale("updown", 4, job.run_dir)[0], 0)
         up = first_step_from(job, r"4 \(")  # the step from which all four compute

@@ -122,6 +122,23 @@ TEST_F(JobReconcilerTlsTest, ACaMadeAgainGetsEveryReplicaANewCertificate) {
   }
 }
 
+// A worker taken in by a scale-up must find its certificate there: without
+// it its pod waits on its volume forever, and locally it spoke plain TCP to
+// servers that only speak TLS.
+TEST_F(JobReconcilerTlsTest, AnElasticJobHasCertificatesForEveryWorkerItCanScaleTo) {
+  json manifest = JobManifest();
+  manifest["spec"]["security"] = {{"tls", "Enabled"}};
+  manifest["spec"]["replicaSpecs"]["worker"]["elasticPolicy"] = {{"minReplicas", 1},
+                                                                 {"maxReplicas", 4}};
+  CreateJob(manifest);
+  ASSERT_TRUE(Reconcile().ok());
+  for (int i = 0; i < 4; ++i) {
+    const std::string name = "mnist-worker-" + std::to_string(i) + "-tls";
+    EXPECT_FALSE(fake_.Object(kSecretsPath + "/" + name).is_null()) << name;
+  }
+  EXPECT_TRUE(fake_.Object(kSecretsPath + "/mnist-worker-4-tls").is_null());
+}
+
 TEST_F(JobReconcilerTlsTest, WithoutTlsThereAreNoCertificates) {
   CreateJob();
   ASSERT_TRUE(Reconcile().ok());
