@@ -42,6 +42,9 @@ class ElasticJobTest(SharedClusterTestCase):
         job["spec"]["progressIntervalMs"] = 200
         job["spec"]["replicaSpecs"]["worker"]["elasticPolicy"] = {"minReplicas": 1,
                                                                   "maxReplicas": 3}
+        # Mutual TLS, as the Helm chart's operator gives every job: the
+        # joiner's pod mounts a certificate issued before the scale.
+        job["spec"]["security"] = {"tls": "Enabled"}
         apply(c, job)
         self.wait_phase("elastic", "Running", timeout=90)
         c.wait_for(lambda: " step " in self.logs("elastic-worker-0"), timeout=60,
