@@ -5,12 +5,10 @@
 
 #include "common/logging.h"
 #include "operator/controller/replica_env.h"
-#include "operator/controller/replica_tls.h"
 #include "operator/kube/job_progress.h"
 #include "operator/kube/kube_cluster.h"
 #include "operator/kube/kueue_workload.h"
 #include "operator/kube/progress_probe.h"
-#include "operator/kube/tls_secrets.h"
 #include "operator/kubeclient/api_path.h"
 #include "operator/kubeclient/time_format.h"
 
@@ -139,12 +137,16 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   }
 
   std::string over_quota;  // "Kind name" of an object refused for exceeded quota
-  if (Status s = EnsureOwnedObjects(id, spec, &state, &over_quota); !s.ok()) {
+  std::string pending;     // what the job waits for before its pods
+  if (Status s = EnsureOwnedObjects(id, spec, &state, &over_quota, &pending); !s.ok()) {
     if (s.code() == Status::Code::kResourceExhausted)
       return WaitForQuota(job, status, over_quota, s.message(), &state, result);
     if (s.code() != Status::Code::kFailedPrecondition) return s;
     return FailJob(job, "CreateFailed", s.message(), result);
   }
+  if (!pending.empty())
+    return WaitBeforePods(job, status, "WaitingForCertificates", pending, kCertificateRecheck,
+                          result);
   ReportEvictions(job, pods, &state);
   if (Status s = TellDesiredWorkers(job, id, spec, pods, &state); !s.ok()) {
     // The pods the change needs are made all the same; the scheduler takes
@@ -391,14 +393,19 @@ Status JobReconciler::WaitForQuota(const json& job, const api::TrainingJobStatus
                                    JobState* state, ReconcileResult* result) {
   if (state->quota_refusals_reported.insert(object).second)
     RecordEvent(job, "Warning", "ExceededQuota", message);
+  return WaitBeforePods(job, status, "ExceededQuota", message, kQuotaRecheck, result);
+}
+
+Status JobReconciler::WaitBeforePods(const json& job, const api::TrainingJobStatus& status,
+                                     const std::string& reason, const std::string& message,
+                                     std::chrono::milliseconds recheck, ReconcileResult* result) {
   api::TrainingJobStatus next = status;
   // A job that has started (a Service deleted from outside) stays in its
   // phase: it is not new again.
   if (status.start_time.empty() || !status.phase) next.phase = api::JobPhase::kCreated;
   next.message = message;
-  api::SetPhaseCondition(&next.conditions, *next.phase, "ExceededQuota", message,
-                         Rfc3339(Clock::now()));
-  result->requeue_after = kQuotaRecheck;
+  api::SetPhaseCondition(&next.conditions, *next.phase, reason, message, Rfc3339(Clock::now()));
+  result->requeue_after = recheck;
   if (next.SameExceptTimes(status)) return Status::Ok();
   return Write(job, next, result);
 }
@@ -423,7 +430,8 @@ Status JobReconciler::Hold(const json& job, const api::TrainingJobStatus& status
 }
 
 Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::TrainingJob& spec,
-                                         JobState* state, std::string* over_quota) {
+                                         JobState* state, std::string* over_quota,
+                                         std::string* pending) {
   if (state->owned_objects_exist) return Status::Ok();
   Response secret;
   if (Status s = client_->Get(ObjectPath(kSecrets, id.namespace_, TokenSecretName(id)), &secret);
@@ -435,7 +443,7 @@ Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::Train
                                                       {services, BuildSchedulerService(id)}};
   if (secret.code == 404) {
     wanted.push_back({CollectionPath(kSecrets, id.namespace_),
-                      BuildTokenSecret(id, RandomToken(), spec.spec.tls)});
+                      BuildTokenSecret(id, RandomToken(), spec.spec.tls, state->tls_issuer)});
   }
   if (options_.network_policy.enabled) {
     wanted.push_back({CollectionPath(kNetworkPolicies, id.namespace_),
@@ -447,10 +455,8 @@ Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::Train
   for (const auto& [path, object] : wanted) {
     if (Status s = EnsureObject(id, path, object, over_quota); !s.ok()) return s;
   }
-  if (spec.spec.TlsEnabled(false)) {
-    if (Status s = EnsureTlsSecrets(id, spec, over_quota); !s.ok()) return s;
-  }
-  state->owned_objects_exist = true;
+  if (Status s = EnsureTls(id, spec, *state, over_quota, pending); !s.ok()) return s;
+  state->owned_objects_exist = pending->empty();
   return Status::Ok();
 }
 
@@ -486,66 +492,6 @@ Status JobReconciler::EnsureObject(const JobIdentity& id, const std::string& pat
     if (created.code == 403 || created.code == 404 || created.code == 422)
       return Status::FailedPrecondition(message);
     return Status::Error(message);
-  }
-  return Status::Ok();
-}
-
-Status JobReconciler::ResolveTls(const JobIdentity& id, api::TrainingJob* spec, JobState* state) {
-  if (!spec->spec.tls.empty()) return Status::Ok();
-  if (!state->tls) {
-    Response secret;
-    if (Status s = client_->Get(ObjectPath(kSecrets, id.namespace_, TokenSecretName(id)), &secret);
-        !s.ok())
-      return s;
-    const json annotations = secret.ok() && OwnedBy(secret.body, id)
-                                 ? secret.body["metadata"].value("annotations", json::object())
-                                 : json::object();
-    state->tls = annotations.contains(kTlsAnnotation)
-                     ? annotations.value(kTlsAnnotation, "") == "Enabled"
-                     : options_.tls_by_default;
-  }
-  spec->spec.tls = *state->tls ? "Enabled" : "Disabled";
-  return Status::Ok();
-}
-
-Status JobReconciler::EnsureTlsSecrets(const JobIdentity& id, const api::TrainingJob& spec,
-                                       std::string* over_quota) {
-  const std::string secrets = CollectionPath(kSecrets, id.namespace_);
-  Response existing;
-  if (Status s = client_->Get(secrets + "/" + CaSecretName(id), &existing); !s.ok()) return s;
-  if (!existing.ok()) {
-    CertificateAndKey made;
-    if (Status s = controller::CreateCaFor(spec, &made); !s.ok()) return s;
-    if (Status s = EnsureObject(id, secrets, BuildCaSecret(id, made), over_quota); !s.ok())
-      return s;
-    // Read back: where another writer made it first, its CA is the job's.
-    if (Status s = client_->Get(secrets + "/" + CaSecretName(id), &existing); !s.ok()) return s;
-    if (!existing.ok())
-      return Status::Unavailable("Secret " + CaSecretName(id) + ": " + existing.Describe());
-  }
-  if (!OwnedBy(existing.body, id)) return WaitForPredecessor("Secret", existing.body);
-  CertificateAndKey ca;
-  if (Status s = CaFromSecret(existing.body, &ca); !s.ok())
-    return Status::FailedPrecondition(s.message());
-  for (const controller::ReplicaName& name : controller::AllReplicas(spec)) {
-    Response replica;
-    if (Status s = client_->Get(secrets + "/" + ReplicaTlsSecretName(id, name), &replica); !s.ok())
-      return s;
-    if (replica.ok() && OwnedBy(replica.body, id)) {
-      if (CarriesCa(replica.body, ca)) continue;
-      // The job's CA was made again (its Secret deleted): no peer would
-      // accept this certificate of the old one. Replaced; the pod's volume
-      // follows within the kubelet's sync, and gRPC reads it again.
-      Response deleted;
-      const std::string path = secrets + "/" + ReplicaTlsSecretName(id, name);
-      if (Status s = client_->Delete(path, &deleted); !s.ok()) return s;
-      if (!deleted.ok() && deleted.code != 404)
-        return Status::Error("replacing Secret " + ReplicaTlsSecretName(id, name) + ": " +
-                             deleted.Describe());
-    }
-    json secret;
-    if (Status s = BuildReplicaTlsSecret(id, spec, ca, name, &secret); !s.ok()) return s;
-    if (Status s = EnsureObject(id, secrets, secret, over_quota); !s.ok()) return s;
   }
   return Status::Ok();
 }

@@ -60,7 +60,11 @@ class JobReconciler {
     int64_t workers_done_ms = -1;      // when every worker had finished
     bool owned_objects_exist = false;  // Secret and Services made
     bool reported_running = false;
-    std::optional<bool> tls;  // the job's TLS, as its token Secret records it
+    // The job's TLS and who issues its certificates, as its token Secret
+    // records them (else as this operator decides), once read.
+    bool tls_recorded = false;
+    std::optional<bool> tls;
+    std::string tls_issuer;  // kOperatorIssuer, kCertManagerIssuer; "" undecided
     int restarts_reported = 0;
     // "pod/reason" of every pod that could not start, said once in an Event.
     std::set<std::string> start_problems_reported;
@@ -136,16 +140,37 @@ class JobReconciler {
               const controller::LaunchBuilder& launch, const std::string& reason,
               const std::string& message, ReconcileResult* result);
 
-  // Makes the Secret and Services exist. ResourceExhausted, with "Kind name"
-  // in *over_quota, when one is refused for exceeded quota.
+  // Makes the Secrets and Services exist. ResourceExhausted, with "Kind name"
+  // in *over_quota, when one is refused for exceeded quota; Ok with what the
+  // job waits for in *pending while cert-manager has not issued every
+  // certificate (no pod is made before: it would wait on its volume).
   Status EnsureOwnedObjects(const JobIdentity& id, const api::TrainingJob& spec, JobState* state,
-                            std::string* over_quota);
-  // Sets spec.security.tls where the job leaves it to the operator: as the
-  // job's token Secret recorded it when it was made, else --tls.
+                            std::string* over_quota, std::string* pending);
+
+  // Mutual TLS (job_reconciler_tls.cc). Sets spec.security.tls where the job
+  // leaves it to the operator, and decides who issues a TLS job's
+  // certificates: as the job's token Secret recorded them when it was made,
+  // else --tls and --tls-issuer.
   Status ResolveTls(const JobIdentity& id, api::TrainingJob* spec, JobState* state);
-  // The CA Secret and every replica's TLS Secret, made where missing.
+  // Whether the API server serves cert-manager's Certificates and Issuers.
+  Status ServesCertManager(bool* served);
+  // A TLS job's certificates: EnsureTlsSecrets or EnsureIssuedCertificates.
+  Status EnsureTls(const JobIdentity& id, const api::TrainingJob& spec, const JobState& state,
+                   std::string* over_quota, std::string* pending);
+  // The operator's own: the CA Secret and every replica's TLS Secret, made
+  // where missing.
   Status EnsureTlsSecrets(const JobIdentity& id, const api::TrainingJob& spec,
                           std::string* over_quota);
+  // cert-manager's: the job's Issuers and Certificates made where missing;
+  // each Secret cert-manager has written made the job's (OwnIssuedSecret);
+  // those not written yet said in *pending.
+  Status EnsureIssuedCertificates(const JobIdentity& id, const api::TrainingJob& spec,
+                                  std::string* over_quota, std::string* pending);
+  // `secret`, written by cert-manager for the Certificate at
+  // `certificate_path`, gets the job as an owner unless it has it (directly
+  // or through the Certificate); one of an earlier job of the name's waits.
+  Status OwnIssuedSecret(const JobIdentity& id, const std::string& certificate_path,
+                         const nlohmann::json& secret);
   // `object` made at `path` unless it is there already (owned by the job,
   // else the predecessor's: Unavailable until it is collected).
   Status EnsureObject(const JobIdentity& id, const std::string& path, const nlohmann::json& object,
@@ -171,6 +196,13 @@ class JobReconciler {
                       const std::string& object, const std::string& message, JobState* state,
                       ReconcileResult* result);
   static constexpr std::chrono::milliseconds kQuotaRecheck{5000};
+  // The job waits, before its pods, with `reason` and `message` in its
+  // condition; it is reconciled again in `recheck` (the operator watches
+  // neither quotas nor certificates).
+  Status WaitBeforePods(const nlohmann::json& job, const api::TrainingJobStatus& status,
+                        const std::string& reason, const std::string& message,
+                        std::chrono::milliseconds recheck, ReconcileResult* result);
+  static constexpr std::chrono::milliseconds kCertificateRecheck{1000};
   // Fails the job at once, with `reason` and `message` in its condition.
   Status FailJob(const nlohmann::json& job, const std::string& reason, const std::string& message,
                  ReconcileResult* result);

@@ -31,6 +31,7 @@ struct Flags {
   int metrics_port = 8080;
   std::string identity;
   std::string network_policy_metrics_from = "[]";
+  std::string tls_issuer = "auto";
   ManagerOptions manager;
 };
 
@@ -69,6 +70,11 @@ void DeclareFlags(CLI::App* app, Flags* flags) {
   app->add_flag("--tls", flags->manager.objects.tls_by_default,
                 "mutual TLS for jobs that do not set spec.security.tls")
       ->capture_default_str();
+  app->add_option("--tls-issuer", flags->tls_issuer,
+                  "who issues a TLS job's certificates: cert-manager, operator (a CA per job of "
+                  "the operator's own), or auto (cert-manager where the cluster serves it)")
+      ->check(CLI::IsMember({"auto", kOperatorIssuer, kCertManagerIssuer}))
+      ->capture_default_str();
 }
 
 // What the flags leave to the environment.
@@ -82,7 +88,8 @@ void FillDefaults(Flags* flags) {
     const char* pod_namespace = std::getenv("POD_NAMESPACE");
     flags->leader_election_namespace = pod_namespace ? pod_namespace : "kubeps-system";
   }
-  // The flag's check has parsed it once already: this cannot fail.
+  // The flags' checks have parsed them once already: these cannot fail.
+  (void)ParseTlsIssuerChoice(flags->tls_issuer, &flags->manager.objects.tls_issuer);
   (void)ParseNetworkPolicyPeers(flags->network_policy_metrics_from,
                                 &flags->manager.objects.network_policy.metrics_from);
 }

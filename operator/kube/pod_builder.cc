@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <set>
 
 #include "api/pod_env_codec.h"
@@ -400,9 +401,22 @@ std::string ReplicaTlsSecretName(const JobIdentity& job, const controller::Repli
   return ReplicaHostname(job, name) + "-tls";
 }
 
-json BuildTokenSecret(const JobIdentity& job, const std::string& token, const std::string& tls) {
+bool ParseTlsIssuerChoice(const std::string& text, TlsIssuerChoice* choice) {
+  static const std::map<std::string, TlsIssuerChoice> kChoices = {
+      {"auto", TlsIssuerChoice::kAuto},
+      {kOperatorIssuer, TlsIssuerChoice::kOperator},
+      {kCertManagerIssuer, TlsIssuerChoice::kCertManager}};
+  auto found = kChoices.find(text);
+  if (found == kChoices.end()) return false;
+  *choice = found->second;
+  return true;
+}
+
+json BuildTokenSecret(const JobIdentity& job, const std::string& token, const std::string& tls,
+                      const std::string& tls_issuer) {
   json metadata = OwnedMetadata(job, TokenSecretName(job));
   metadata["annotations"] = {{kTlsAnnotation, tls}};
+  if (tls == "Enabled") metadata["annotations"][kTlsIssuerAnnotation] = tls_issuer;
   return {{"apiVersion", "v1"},
           {"kind", "Secret"},
           {"type", "Opaque"},

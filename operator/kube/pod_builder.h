@@ -77,11 +77,25 @@ struct NetworkPolicyOptions {
 };
 
 // What the operator's flags say about the objects of every job.
+// kAuto: cert-manager where the cluster serves its Certificates and Issuers
+// when a job is made, the operator's own CA otherwise.
+enum class TlsIssuerChoice { kAuto, kOperator, kCertManager };
+// "auto", "operator", "cert-manager"; false for anything else.
+bool ParseTlsIssuerChoice(const std::string& text, TlsIssuerChoice* choice);
+// Who issued a TLS job's certificates, recorded on its token Secret when it
+// is made, so that a job keeps its issuer for its life (an operator
+// restarted with another --tls-issuer, cert-manager installed later).
+inline constexpr const char* kTlsIssuerAnnotation = "kubeps.io/tls-issuer";
+inline constexpr const char* kOperatorIssuer = "operator";
+inline constexpr const char* kCertManagerIssuer = "cert-manager";
+
 struct JobObjectOptions {
   ImageSet images;
   NetworkPolicyOptions network_policy;
   // Mutual TLS for jobs whose spec.security.tls is unset.
   bool tls_by_default = false;
+  // Who issues a TLS job's certificates (--tls-issuer).
+  TlsIssuerChoice tls_issuer = TlsIssuerChoice::kAuto;
 };
 
 // `text` as NetworkPolicyOptions::metrics_from: a JSON array of peers, each
@@ -142,9 +156,10 @@ nlohmann::json BuildSchedulerService(const JobIdentity& job);
 // a pod, so a user's own policy can open more (a TensorBoard port) but
 // nothing can close what this one needs.
 nlohmann::json BuildNetworkPolicy(const JobIdentity& job, const nlohmann::json& metrics_from);
-// `tls` ("Enabled" or "Disabled") is recorded on it (kTlsAnnotation).
+// `tls` ("Enabled" or "Disabled") is recorded on it (kTlsAnnotation), and
+// for a TLS job who issues its certificates (kTlsIssuerAnnotation).
 nlohmann::json BuildTokenSecret(const JobIdentity& job, const std::string& token,
-                                const std::string& tls);
+                                const std::string& tls, const std::string& tls_issuer);
 std::string TokenSecretName(const JobIdentity& job);
 // "<hostname>-tls": replica `name`'s certificate (tls_secrets.h).
 std::string ReplicaTlsSecretName(const JobIdentity& job, const controller::ReplicaName& name);

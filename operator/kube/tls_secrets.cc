@@ -55,14 +55,18 @@ bool CarriesCa(const json& replica_secret, const CertificateAndKey& ca) {
   return Base64Field(replica_secret, TransportSecurity::kCaFile, &pem) && pem == ca.certificate_pem;
 }
 
+std::vector<std::string> ReplicaDnsNames(const JobIdentity& job,
+                                         const controller::ReplicaName& name) {
+  const std::string host = ReplicaHostname(job, name);
+  const std::string service = host + "." + job.name + "." + job.namespace_ + ".svc";
+  return {host, service, service + ".cluster.local"};
+}
+
 Status BuildReplicaTlsSecret(const JobIdentity& job, const api::TrainingJob& spec,
                              const CertificateAndKey& ca, const controller::ReplicaName& name,
                              json* secret) {
-  const std::string host = ReplicaHostname(job, name);
-  const std::string service = host + "." + job.name + "." + job.namespace_ + ".svc";
   CertificateAndKey replica;
-  if (Status s = controller::IssueFor(ca, spec, name, {host, service, service + ".cluster.local"},
-                                      &replica);
+  if (Status s = controller::IssueFor(ca, spec, name, ReplicaDnsNames(job, name), &replica);
       !s.ok())
     return s;
   *secret = {{"apiVersion", "v1"},

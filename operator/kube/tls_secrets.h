@@ -9,6 +9,7 @@
 #define KUBEPS_OPERATOR_KUBE_TLS_SECRETS_H_
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -27,6 +28,12 @@ Status CaFromSecret(const nlohmann::json& secret, CertificateAndKey* ca);
 // Whether a replica's Secret (as the API server returns it) carries `ca`'s
 // certificate: one that does not was issued by a CA the job no longer has.
 bool CarriesCa(const nlohmann::json& replica_secret, const CertificateAndKey& ca);
+
+// The DNS names a replica's certificate carries: its hostname and its names
+// under the job's headless Service (it is reached by pod IP, so no peer
+// checks them; they say which replica it is to a person reading it).
+std::vector<std::string> ReplicaDnsNames(const JobIdentity& job,
+                                         const controller::ReplicaName& name);
 
 // Replica `name`'s Secret, with a new certificate from `ca` naming the
 // replica and carrying its DNS names under the job's headless Service.

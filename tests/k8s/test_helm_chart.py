@@ -288,7 +288,7 @@ class HelmChartTest(unittest.TestCase):
                                                      "--server-image=kubeps/server:0.1.0",
                                                      "--agent-image=kubeps/agent:0.1.0",
                                                      "--network-policy"])
-            self.assertEqual(container["args"][5:], ["--tls", "--leader-elect"])
+            self.assertEqual(container["args"][5:], ["--tls", "--tls-issuer=auto", "--leader-elect"])
             flag, peers = container["args"][4].split("=", 1)
             self.assertEqual(flag, "--network-policy-metrics-from")
             self.assertEqual(json.loads(peers)[1], {
@@ -347,7 +347,7 @@ class HelmChartTest(unittest.TestCase):
                 "--network-policy-metrics-from=" + json.dumps([
                     {"namespaceSelector": {"matchLabels": {"team": "observability"}}},
                     operator_peer], separators=(",", ":"), sort_keys=True),
-                "--namespace=team-a", "--identity=$(POD_NAME)"])
+                "--tls-issuer=operator", "--namespace=team-a", "--identity=$(POD_NAME)"])
             self.assertEqual(container["resources"]["limits"], {"cpu": "1", "memory": "512Mi"})
             self.assertEqual(pod_spec["imagePullSecrets"], [{"name": "regcred"}])
             self.assertEqual(pod_spec["tolerations"][0]["key"], "dedicated")

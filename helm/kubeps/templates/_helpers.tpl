@@ -152,10 +152,15 @@ secrets and events. deploy/rbac/rbac.yaml is rendered from these
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "create"]
-# The per-job token every request inside a job carries.
+# The per-job token every request inside a job carries, and the TLS
+# Secrets; patch: the job made an owner of those cert-manager writes.
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get", "create", "delete"]
+  verbs: ["get", "create", "delete", "patch"]
+# With cert-manager (tls.issuer): each TLS job's Issuers and Certificates.
+- apiGroups: ["cert-manager.io"]
+  resources: ["issuers", "certificates"]
+  verbs: ["get", "create"]
 # list: the kubelet says why a pod waits in ContainerCreating (FailedMount)
 # only in its Events.
 - apiGroups: [""]

@@ -176,6 +176,8 @@ json SpecPart(json object) {
 // The operations, under mutex_.
 
 Response FakeKubeClient::DoGet(const std::string& path) const {
+  if (auto served = discovery_.find(path); served != discovery_.end())
+    return Success(200, served->second);
   ApiPath p;
   if (!ParsePath(path, &p)) return Error(404, "NotFound", "the server could not find " + path);
   if (p.name.empty()) {

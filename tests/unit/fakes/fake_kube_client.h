@@ -80,6 +80,12 @@ class FakeKubeClient : public KubeClient {
   nlohmann::json SetStatus(const std::string& path, const nlohmann::json& status);
   // Merge-patches the object at `path` (status included), unconditionally.
   nlohmann::json Modify(const std::string& path, const nlohmann::json& patch);
+  // GET `group_version_path` ("/apis/GROUP/VERSION") answers `document`
+  // (an APIResourceList), as the API server's discovery does for an
+  // installed API; other such paths are 404.
+  void ServeDiscovery(const std::string& group_version_path, const nlohmann::json& document) {
+    Locked([&] { discovery_[group_version_path] = document; });
+  }
   void Remove(const std::string& path) {
     Locked([&] { DoDelete(path); });
   }
@@ -165,7 +171,8 @@ class FakeKubeClient : public KubeClient {
 
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  std::map<std::string, nlohmann::json> objects_;  // by object path
+  std::map<std::string, nlohmann::json> objects_;    // by object path
+  std::map<std::string, nlohmann::json> discovery_;  // by group-version path
   int64_t resource_version_ = 1;
   int64_t next_uid_ = 1;
   std::deque<Event> history_;

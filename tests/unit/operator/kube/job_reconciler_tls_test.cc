@@ -2,7 +2,8 @@
 // operator's --tls): the CA Secret and one TLS Secret per replica, mounted in
 // that replica's pod only; a restarted operator keeps the CA, issues only what
 // is missing, keeps the job's TLS decision, and replaces certificates of a CA
-// the job no longer has.
+// the job no longer has. Where the cluster runs cert-manager, its Issuers and
+// Certificates instead, and no pod before every Secret is issued.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 
 #include <algorithm>
 
+#include "operator/kube/cert_manager_objects.h"
 #include "operator/kube/tls_secrets.h"
 #include "tests/unit/operator/kube/job_reconciler_fixture.h"
 
@@ -29,9 +31,40 @@ class JobReconcilerTlsTest : public JobReconcilerTest {
     options.tls_by_default = tls_by_default;
     reconciler_ = std::make_unique<JobReconciler>(&fake_, options, metrics_.get());
   }
-  std::string TokenAnnotation() {
-    return fake_.Object(kSecretsPath + "/mnist-token")["metadata"]["annotations"][kTlsAnnotation];
+  std::string TokenAnnotation(const char* key = kTlsAnnotation) {
+    return fake_.Object(kSecretsPath + "/mnist-token")["metadata"]["annotations"].value(key, "");
   }
+  // The API server serves cert-manager.io/v1 (its discovery document).
+  void InstallCertManager() {
+    fake_.ServeDiscovery(
+        "/apis/cert-manager.io/v1",
+        {{"kind", "APIResourceList"},
+         {"groupVersion", "cert-manager.io/v1"},
+         {"resources",
+          {{{"name", "certificates"}, {"kind", "Certificate"}, {"namespaced", true}},
+           {{"name", "issuers"}, {"kind", "Issuer"}, {"namespaced", true}}}}});
+  }
+  // What cert-manager writes for a Certificate: no ownerReferences.
+  void Issue(const std::string& secret_name) {
+    fake_.Create(kSecretsPath,
+                 {{"metadata",
+                   {{"name", secret_name},
+                    {"annotations", {{"cert-manager.io/certificate-name", secret_name}}}}},
+                  {"type", "kubernetes.io/tls"},
+                  {"data", {{"ca.crt", "Y2E="}, {"tls.crt", "Y3J0"}, {"tls.key", "a2V5"}}}});
+  }
+  std::vector<std::string> CertificateSecrets() {
+    std::vector<std::string> names = {"mnist-tls-ca"};
+    for (const auto& pod : kPodNames) names.push_back(pod + "-tls");
+    return names;
+  }
+  static json TlsManifest() {
+    json manifest = JobManifest();
+    manifest["spec"]["security"] = {{"tls", "Enabled"}};
+    return manifest;
+  }
+  const std::string kCertificatesPath = CollectionPath(kCertificates, kNamespace);
+  const std::string kIssuersPath = CollectionPath(kIssuers, kNamespace);
 };
 
 TEST_F(JobReconcilerTlsTest, AJobWithTlsGetsACaAndACertificatePerReplicaMountedInItsPodOnly) {
@@ -67,6 +100,7 @@ TEST_F(JobReconcilerTlsTest, AJobWithTlsGetsACaAndACertificatePerReplicaMountedI
   ASSERT_TRUE(CertificateUris(std::string(bytes.begin(), bytes.end()), &uris).ok());
   EXPECT_THAT(uris, Contains("spiffe://kubeps.io/ns/team-a/job/mnist/worker/1"));
   EXPECT_EQ(TokenAnnotation(), "Enabled");
+  EXPECT_EQ(TokenAnnotation(kTlsIssuerAnnotation), "operator");
 }
 
 TEST_F(JobReconcilerTlsTest, ARestartedOperatorKeepsTheCaAndIssuesOnlyWhatIsMissing) {
@@ -137,6 +171,124 @@ TEST_F(JobReconcilerTlsTest, AnElasticJobHasCertificatesForEveryWorkerItCanScale
     EXPECT_FALSE(fake_.Object(kSecretsPath + "/" + name).is_null()) << name;
   }
   EXPECT_TRUE(fake_.Object(kSecretsPath + "/mnist-worker-4-tls").is_null());
+}
+
+TEST_F(JobReconcilerTlsTest, WithCertManagerTheJobWaitsForItsCertificatesThenOwnsTheirSecrets) {
+  InstallCertManager();
+  CreateJob(TlsManifest());
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(TokenAnnotation(kTlsIssuerAnnotation), "cert-manager");
+  EXPECT_THAT(Names(fake_.List(kIssuersPath)),
+              UnorderedElementsAre("mnist-tls-selfsigned", "mnist-tls-ca"));
+  EXPECT_THAT(Names(fake_.List(kCertificatesPath)),
+              UnorderedElementsAreArray(CertificateSecrets()));
+  for (const json& object : fake_.List(kCertificatesPath))
+    EXPECT_EQ(object["metadata"]["ownerReferences"][0]["uid"], uid_);
+  const json worker = fake_.Object(kCertificatesPath + "/mnist-worker-1-tls");
+  EXPECT_EQ(worker["spec"]["secretName"], "mnist-worker-1-tls");
+  EXPECT_EQ(worker["spec"]["issuerRef"]["name"], "mnist-tls-ca");
+  EXPECT_THAT(worker["spec"]["uris"], Contains("spiffe://kubeps.io/ns/team-a/job/mnist/worker/1"));
+  EXPECT_THAT(worker["spec"]["usages"], Contains("client auth"));
+  EXPECT_TRUE(fake_.Object(kCertificatesPath + "/mnist-tls-ca")["spec"]["isCA"]);
+  // No pod before its Secret: it would wait on its volume, FailedMount.
+  EXPECT_TRUE(fake_.List(kPodsPath).empty());
+  EXPECT_THAT(StatusOfJob()["message"].get<std::string>(),
+              ::testing::HasSubstr("waiting for cert-manager to issue 5 of the job's "
+                                   "certificates (mnist-tls-ca: not issued yet)"));
+  EXPECT_EQ(result_.requeue_after, std::chrono::milliseconds(1000));
+
+  // cert-manager says why it has not issued one yet: the job says it too.
+  fake_.SetStatus(kCertificatesPath + "/mnist-tls-ca",
+                  {{"conditions", json::array({{{"type", "Ready"},
+                                                {"status", "False"},
+                                                {"reason", "DoesNotExist"},
+                                                {"message",
+                                                 "Issuing certificate as Secret does "
+                                                 "not exist"}}})}});
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_THAT(StatusOfJob()["message"].get<std::string>(),
+              ::testing::HasSubstr("(mnist-tls-ca: Issuing certificate as Secret does not exist)"));
+
+  for (const auto& name : CertificateSecrets()) Issue(name);
+  ASSERT_TRUE(Reconcile().ok());
+  for (const auto& name : CertificateSecrets()) {
+    const json owners = fake_.Object(kSecretsPath + "/" + name)["metadata"]["ownerReferences"];
+    ASSERT_EQ(owners.size(), 1u) << name;
+    EXPECT_EQ(owners[0]["uid"], uid_);
+    // A plain owner: cert-manager may make its Certificate the controller.
+    EXPECT_FALSE(owners[0]["controller"]);
+  }
+  EXPECT_THAT(Names(fake_.List(kPodsPath)), UnorderedElementsAreArray(kPodNames));
+  const json pod = fake_.Object(kPodsPath + "/mnist-worker-0");
+  EXPECT_THAT(
+      pod["spec"]["volumes"],
+      Contains(json({{"name", "kubeps-tls"},
+                     {"secret", {{"secretName", "mnist-worker-0-tls"}, {"defaultMode", 0400}}}})));
+  // The operator issued nothing itself.
+  EXPECT_FALSE(fake_.Object(kSecretsPath + "/mnist-tls-ca")["data"].contains("ca.key"));
+}
+
+TEST_F(JobReconcilerTlsTest, ASecretCertManagerOwnsThroughTheJobsCertificateIsLeftAsItIs) {
+  InstallCertManager();
+  CreateJob(TlsManifest());
+  ASSERT_TRUE(Reconcile().ok());
+  for (const auto& name : CertificateSecrets()) {
+    Issue(name);
+    // cert-manager's --enable-certificate-owner-ref: the Certificate controls it.
+    const json certificate = fake_.Object(kCertificatesPath + "/" + name);
+    fake_.Modify(kSecretsPath + "/" + name, {{"metadata",
+                                              {{"ownerReferences",
+                                                {{{"apiVersion", "cert-manager.io/v1"},
+                                                  {"kind", "Certificate"},
+                                                  {"name", name},
+                                                  {"uid", certificate["metadata"]["uid"]},
+                                                  {"controller", true}}}}}}});
+  }
+  fake_.ClearRequests();
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_TRUE(fake_.RequestsTo("PATCH", kSecretsPath).empty());
+  EXPECT_EQ(fake_.List(kPodsPath).size(), kPodNames.size());
+}
+
+TEST_F(JobReconcilerTlsTest, AnEarlierJobsIssuedSecretIsWaitedForNotAdopted) {
+  InstallCertManager();
+  CreateJob(TlsManifest());
+  ASSERT_TRUE(Reconcile().ok());
+  for (const auto& name : CertificateSecrets()) Issue(name);
+  fake_.Modify(kSecretsPath + "/mnist-worker-0-tls", {{"metadata",
+                                                       {{"ownerReferences",
+                                                         {{{"apiVersion", "kubeps.io/v1alpha1"},
+                                                           {"kind", "TrainingJob"},
+                                                           {"name", "mnist"},
+                                                           {"uid", "uid-of-an-earlier-mnist"},
+                                                           {"controller", false}}}}}}});
+  Status s = Reconcile();
+  EXPECT_EQ(s.code(), Status::Code::kUnavailable);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("mnist-worker-0-tls is not owned by this job"));
+  EXPECT_TRUE(fake_.List(kPodsPath).empty());
+}
+
+// A job keeps the issuer it was made with: one that started with the
+// operator's CA does not get cert-manager's certificates halfway (its pods
+// would not trust each other), nor the other way round.
+TEST_F(JobReconcilerTlsTest, AJobKeepsItsIssuerWhenCertManagerComesOrTheFlagChanges) {
+  CreateJob(TlsManifest());
+  ASSERT_TRUE(Reconcile().ok());
+  InstallCertManager();
+  UseOperator(false);
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_TRUE(fake_.List(kCertificatesPath).empty());
+  EXPECT_EQ(TokenAnnotation(kTlsIssuerAnnotation), "operator");
+
+  JobObjectOptions options;
+  options.tls_issuer = TlsIssuerChoice::kOperator;
+  reconciler_ = std::make_unique<JobReconciler>(&fake_, options, metrics_.get());
+  fake_.Remove(kJob);
+  fake_.CollectGarbage();
+  CreateJob(TlsManifest());
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_TRUE(fake_.List(kCertificatesPath).empty()) << "--tls-issuer=operator";
+  EXPECT_EQ(TokenAnnotation(kTlsIssuerAnnotation), "operator");
 }
 
 TEST_F(JobReconcilerTlsTest, WithoutTlsThereAreNoCertificates) {

@@ -154,7 +154,7 @@ TEST(PodBuilderTest, ServicesSecretAndPodGroup) {
   json scheduler = BuildSchedulerService(kId);
   EXPECT_EQ(scheduler["metadata"]["name"], "mnist-scheduler");
   EXPECT_EQ(scheduler["spec"]["selector"][kReplicaTypeLabel], "scheduler");
-  json secret = BuildTokenSecret(kId, "abc", "Disabled");
+  json secret = BuildTokenSecret(kId, "abc", "Disabled", "");
   EXPECT_EQ(secret["stringData"]["token"], "abc");
   EXPECT_FALSE(secret.contains("data"));
   std::string path;

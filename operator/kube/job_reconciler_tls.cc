@@ -1,0 +1,172 @@
+// The mutual TLS half of JobReconciler (job_reconciler.h): whether a job has
+// TLS and who issues its certificates, decided once and recorded on its
+// token Secret; then the operator's own CA and certificates
+// (tls_secrets.h), or cert-manager's Issuers and Certificates
+// (cert_manager_objects.h) and the Secrets cert-manager writes from them.
+#include "common/logging.h"
+#include "operator/controller/replica_tls.h"
+#include "operator/kube/cert_manager_objects.h"
+#include "operator/kube/job_reconciler.h"
+#include "operator/kube/tls_secrets.h"
+#include "operator/kubeclient/api_path.h"
+
+namespace kubeps::kube {
+
+using nlohmann::json;
+
+Status JobReconciler::ResolveTls(const JobIdentity& id, api::TrainingJob* spec, JobState* state) {
+  if (!state->tls_recorded) {
+    Response secret;
+    if (Status s = client_->Get(ObjectPath(kSecrets, id.namespace_, TokenSecretName(id)), &secret);
+        !s.ok())
+      return s;
+    if (secret.ok() && OwnedBy(secret.body, id)) {
+      const json annotations = secret.body["metadata"].value("annotations", json::object());
+      if (annotations.contains(kTlsAnnotation))
+        state->tls = annotations.value(kTlsAnnotation, "") == "Enabled";
+      // A job made before the operator could choose had the operator's CA.
+      state->tls_issuer = annotations.value(kTlsIssuerAnnotation, kOperatorIssuer);
+    }
+    if (!state->tls) state->tls = options_.tls_by_default;
+    state->tls_recorded = true;
+  }
+  if (spec->spec.tls.empty()) spec->spec.tls = *state->tls ? "Enabled" : "Disabled";
+  if (spec->spec.TlsEnabled(false) && state->tls_issuer.empty()) {
+    bool cert_manager = options_.tls_issuer == TlsIssuerChoice::kCertManager;
+    if (options_.tls_issuer == TlsIssuerChoice::kAuto) {
+      if (Status s = ServesCertManager(&cert_manager); !s.ok()) return s;
+    }
+    state->tls_issuer = cert_manager ? kCertManagerIssuer : kOperatorIssuer;
+  }
+  return Status::Ok();
+}
+
+Status JobReconciler::ServesCertManager(bool* served) {
+  Response resources;
+  if (Status s = client_->Get(GroupVersionPath(kCertificates), &resources); !s.ok()) return s;
+  if (!resources.ok() && resources.code != 404)
+    return Status::Unavailable("asking whether the cluster serves cert-manager: " +
+                               resources.Describe());
+  *served = resources.ok() && ServesCertificatesAndIssuers(resources.body);
+  return Status::Ok();
+}
+
+Status JobReconciler::EnsureTls(const JobIdentity& id, const api::TrainingJob& spec,
+                                const JobState& state, std::string* over_quota,
+                                std::string* pending) {
+  if (!spec.spec.TlsEnabled(false)) return Status::Ok();
+  if (state.tls_issuer == kCertManagerIssuer)
+    return EnsureIssuedCertificates(id, spec, over_quota, pending);
+  return EnsureTlsSecrets(id, spec, over_quota);
+}
+
+Status JobReconciler::EnsureTlsSecrets(const JobIdentity& id, const api::TrainingJob& spec,
+                                       std::string* over_quota) {
+  const std::string secrets = CollectionPath(kSecrets, id.namespace_);
+  Response existing;
+  if (Status s = client_->Get(secrets + "/" + CaSecretName(id), &existing); !s.ok()) return s;
+  if (!existing.ok()) {
+    CertificateAndKey made;
+    if (Status s = controller::CreateCaFor(spec, &made); !s.ok()) return s;
+    if (Status s = EnsureObject(id, secrets, BuildCaSecret(id, made), over_quota); !s.ok())
+      return s;
+    // Read back: where another writer made it first, its CA is the job's.
+    if (Status s = client_->Get(secrets + "/" + CaSecretName(id), &existing); !s.ok()) return s;
+    if (!existing.ok())
+      return Status::Unavailable("Secret " + CaSecretName(id) + ": " + existing.Describe());
+  }
+  if (!OwnedBy(existing.body, id)) return WaitForPredecessor("Secret", existing.body);
+  CertificateAndKey ca;
+  if (Status s = CaFromSecret(existing.body, &ca); !s.ok())
+    return Status::FailedPrecondition(s.message());
+  for (const controller::ReplicaName& name : controller::AllReplicas(spec)) {
+    Response replica;
+    if (Status s = client_->Get(secrets + "/" + ReplicaTlsSecretName(id, name), &replica); !s.ok())
+      return s;
+    if (replica.ok() && OwnedBy(replica.body, id)) {
+      if (CarriesCa(replica.body, ca)) continue;
+      // The job's CA was made again (its Secret deleted): no peer would
+      // accept this certificate of the old one. Replaced; the pod's volume
+      // follows within the kubelet's sync, and gRPC reads it again.
+      Response deleted;
+      const std::string path = secrets + "/" + ReplicaTlsSecretName(id, name);
+      if (Status s = client_->Delete(path, &deleted); !s.ok()) return s;
+      if (!deleted.ok() && deleted.code != 404)
+        return Status::Error("replacing Secret " + ReplicaTlsSecretName(id, name) + ": " +
+                             deleted.Describe());
+    }
+    json secret;
+    if (Status s = BuildReplicaTlsSecret(id, spec, ca, name, &secret); !s.ok()) return s;
+    if (Status s = EnsureObject(id, secrets, secret, over_quota); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+Status JobReconciler::EnsureIssuedCertificates(const JobIdentity& id, const api::TrainingJob& spec,
+                                               std::string* over_quota, std::string* pending) {
+  const std::vector<CertManagerObject> objects = BuildCertManagerObjects(id, spec);
+  for (const CertManagerObject& made : objects) {
+    if (Status s = EnsureObject(id, made.collection, made.object, over_quota); !s.ok()) return s;
+  }
+  int missing = 0;
+  std::string first_missing;
+  for (const CertManagerObject& made : objects) {
+    if (made.object["kind"] != "Certificate") continue;
+    const std::string name = made.object["spec"]["secretName"];
+    const std::string path = ObjectPath(kSecrets, id.namespace_, name);
+    Response secret;
+    if (Status s = client_->Get(path, &secret); !s.ok()) return s;
+    if (secret.code == 404) {
+      // Said for the first only: one look at its Certificate per reconcile.
+      if (missing++ == 0) {
+        Response certificate;
+        const std::string certificate_path = made.collection + "/" + name;
+        if (Status s = client_->Get(certificate_path, &certificate); !s.ok()) return s;
+        const std::string why = CertificateNotReadyMessage(certificate.body);
+        first_missing = name + (why.empty() ? ": not issued yet" : ": " + why);
+      }
+      continue;
+    }
+    if (!secret.ok()) return Status::Error("reading Secret " + name + ": " + secret.Describe());
+    if (Status s = OwnIssuedSecret(id, made.collection + "/" + name, secret.body); !s.ok())
+      return s;
+  }
+  if (missing > 0) {
+    *pending = "waiting for cert-manager to issue " + std::to_string(missing) +
+               " of the job's certificates (" + first_missing + ")";
+  }
+  return Status::Ok();
+}
+
+Status JobReconciler::OwnIssuedSecret(const JobIdentity& id, const std::string& certificate_path,
+                                      const json& secret) {
+  if (SecretOwnedThroughJob(secret, id, "")) return Status::Ok();
+  // cert-manager with --enable-certificate-owner-ref: owned by the
+  // Certificate, which the job owns.
+  Response certificate;
+  if (Status s = client_->Get(certificate_path, &certificate); !s.ok()) return s;
+  const std::string certificate_uid =
+      certificate.ok() ? certificate.body["metadata"].value("uid", "") : "";
+  if (SecretOwnedThroughJob(secret, id, certificate_uid)) return Status::Ok();
+  if (SecretOfAnotherJob(secret, id, certificate_uid)) return WaitForPredecessor("Secret", secret);
+  // The job as one more owner: the merge patch names the list whole, and the
+  // resourceVersion makes it fail (409) rather than drop an owner written
+  // since the read.
+  const std::string name = secret["metadata"].value("name", "");
+  json owners = secret["metadata"].value("ownerReferences", json::array());
+  owners.push_back(SecretOwnerReference(id));
+  const json patch = {{"metadata",
+                       {{"ownerReferences", owners},
+                        {"resourceVersion", secret["metadata"].value("resourceVersion", "")}}}};
+  Response patched;
+  if (Status s = client_->Patch(ObjectPath(kSecrets, id.namespace_, name), patch, &patched);
+      !s.ok())
+    return s;
+  if (patched.ok()) return Status::Ok();
+  const std::string message =
+      "making Secret " + name + " (issued by cert-manager) the job's: " + patched.Describe();
+  if (patched.code == 403 || patched.code == 422) return Status::FailedPrecondition(message);
+  return Status::Unavailable(message);  // changed since the read, or gone: looked at again
+}
+
+}  // namespace kubeps::kube
