@@ -230,7 +230,9 @@ def simple_jsonpath(obj, expr):
     subset: Kueue's Admitted column reads its condition by type). None when
     absent; a filter keeps the first match, as kubectl prints one cell."""
     cur = obj
-    parts = re.findall(r"\.([^.\[\]]+)|\[(\d+)\]|\[\?\(@\.([^=!]+)==['\"]([^'\"]*)['\"]\)\]",
+    # Spaces around "==" are allowed, as Kubernetes' JSONPath allows them
+    # (cert-manager's Ready column is `[?(@.type == "Ready")]`).
+    parts = re.findall(r"\.([^.\[\]]+)|\[(\d+)\]|\[\?\(@\.([^=!\s]+)\s*==\s*['\"]([^'\"]*)['\"]\)\]",
                        expr.strip().lstrip("{").rstrip("}"))
     for name, index, key, value in parts:
         if name:

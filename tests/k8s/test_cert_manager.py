@@ -1,0 +1,121 @@
+"""Mutual TLS with cert-manager issuing the certificates: on a cluster that
+serves cert-manager.io/v1, the operator (--tls, --tls-issuer=auto, the Helm
+chart's defaults) gives a TLS job an Issuer pair and a Certificate per
+replica instead of its own CA, makes no pod before cert-manager has written
+every Secret (the job says what it waits for), adds the job as an owner of
+each Secret so that they go with it, and a certificate renewed while the job
+runs changes nothing the job does.
+
+cert-manager cannot run here; tests/k8s/cert_manager/ plays its controller
+and tests/k8s/crds/ holds its CRDs (a subset of its published schema).
+
+    KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_cert_manager   (from tests/k8s)
+"""
+import base64
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from cert_manager import CertManager  # noqa: E402
+from operator_harness import (Operator, apply, condition, events_of, get_job,  # noqa: E402
+                              job_pods, training_job)
+from own_cluster import OwnClusterTestCase  # noqa: E402
+
+CRDS = [os.path.join(HERE, "crds", "cert-manager.io_%s.yaml" % kind)
+        for kind in ("certificates", "issuers")]
+SECRETS = "/api/v1/namespaces/default/secrets/"
+CERTIFICATES = "/apis/cert-manager.io/v1/namespaces/default/certificates"
+ISSUERS = "/apis/cert-manager.io/v1/namespaces/default/issuers"
+
+
+def uris_of(pem):
+    """The URI SANs of a PEM certificate, read with the openssl CLI."""
+    with tempfile.NamedTemporaryFile("w", suffix=".crt") as f:
+        f.write(pem)
+        f.flush()
+        text = subprocess.run(["openssl", "x509", "-noout", "-ext", "subjectAltName", "-in", f.name],
+                              capture_output=True, text=True, check=True).stdout
+    return [part.strip()[4:] for part in text.replace("\n", ",").split(",")
+            if part.strip().startswith("URI:")]
+
+
+class CertManagerTest(OwnClusterTestCase):
+    start_operator = False
+
+    def prepare_cluster(self):
+        self.c.kubectl("apply", *[arg for crd in CRDS for arg in ("-f", crd)])
+        self.cert_manager = None
+
+    def tearDown(self):
+        if self.cert_manager is not None:
+            self.cert_manager.stop()
+        super().tearDown()
+
+    def names(self, path):
+        return sorted(o["metadata"]["name"] for o in self.c.client.get(path)["items"])
+
+    def secret(self, name):
+        return self.c.client.get(SECRETS + name)
+
+    def test_a_tls_job_runs_on_certificates_cert_manager_issued_and_they_go_with_it(self):
+        c = self.c
+        self.op = Operator(c, "--tls")
+        job = training_job("issued", epochs=3, max_steps=1500)  # trains while renewed
+        apply(c, job)
+        replicas = ["issued-scheduler-0", "issued-server-0", "issued-server-1",
+                    "issued-worker-0", "issued-worker-1"]
+        certificates = sorted(["issued-tls-ca"] + [r + "-tls" for r in replicas])
+
+        # No cert-manager running yet: the job waits, saying so, with no pod.
+        waiting = c.wait_for(
+            lambda: (condition(get_job(c, "issued"), "Created") or {}).get("reason") ==
+            "WaitingForCertificates" and get_job(c, "issued"), timeout=30,
+            what="the job waiting for its certificates")
+        self.assertIn("waiting for cert-manager to issue 6 of the job's certificates",
+                      waiting["status"]["message"])
+        self.assertEqual(self.names(CERTIFICATES), certificates)
+        self.assertEqual(self.names(ISSUERS), ["issued-tls-ca", "issued-tls-selfsigned"])
+        self.assertEqual(job_pods(c, "issued"), [])
+
+        self.cert_manager = CertManager(c).start()
+        self.wait_phase("issued", "Running", timeout=90)
+        uid = get_job(c, "issued")["metadata"]["uid"]
+        ca = base64.b64decode(self.secret("issued-tls-ca")["data"]["tls.crt"]).decode()
+        for name in certificates:
+            secret = self.secret(name)
+            self.assertEqual(secret["metadata"]["annotations"]["cert-manager.io/certificate-name"],
+                             name)
+            self.assertIn(uid, [r["uid"] for r in secret["metadata"].get("ownerReferences", [])])
+        for replica in replicas:
+            data = self.secret(replica + "-tls")["data"]
+            self.assertEqual(base64.b64decode(data["ca.crt"]).decode(), ca)
+            role, index = replica.split("-")[1:]
+            self.assertEqual(uris_of(base64.b64decode(data["tls.crt"]).decode()),
+                             ["spiffe://kubeps.io/ns/default/job/issued/%s/%s" % (role, index)])
+
+        # cmctl renew of a worker's certificate while the job trains: a new
+        # key in its Secret, which the kubelet writes into the running pod;
+        # nothing restarts.
+        before = self.secret("issued-worker-0-tls")["data"]["tls.key"]
+        self.cert_manager.renew("default", "issued-worker-0-tls")
+        c.wait_for(lambda: self.secret("issued-worker-0-tls")["data"]["tls.key"] != before,
+                   timeout=30, what="worker-0's certificate renewed")
+        done = self.wait_phase("issued", "Succeeded", timeout=180)
+        self.assertEqual(done["status"].get("replicaRestarts", {}), {}, done["status"])
+        reasons = {e["reason"] for e in events_of(c, "issued")}
+        self.assertNotIn("FailedMount", reasons)
+
+        # Deleted, the job takes its Issuers, Certificates and Secrets with it
+        # (cert-manager alone would leave the Secrets behind).
+        c.kubectl("delete", "trainingjob", "issued")
+        c.wait_for(lambda: not self.names(CERTIFICATES) and not self.names(ISSUERS) and not [
+            n for n in self.names(SECRETS.rstrip("/")) if n.startswith("issued-")],
+            timeout=60, what="the job's certificates and Secrets collected")
+
+
+if __name__ == "__main__":
+    unittest.main()
