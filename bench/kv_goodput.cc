@@ -61,6 +61,7 @@
 #include "common/certificate_authority.h"
 #include "common/command_line.h"
 #include "common/metrics.h"
+#include "common/resend.h"
 #include "common/scheduler_client.h"
 #include "common/tensor_memory.h"
 #include "common/transport_security.h"
@@ -123,8 +124,7 @@ std::unique_ptr<grpc::Server> Serve(grpc::Service* service, const TransportSecur
                                     int* port) {
   grpc::ServerBuilder builder;  // kubeps-server's settings (server_main.cc)
   builder.AddListeningPort("127.0.0.1:0", security.ServerCredentials(), port);
-  builder.SetMaxReceiveMessageSize(256 << 20);
-  builder.SetMaxSendMessageSize(256 << 20);
+  ConfigureServer(&builder);
   builder.RegisterService(service);
   return builder.BuildAndStart();
 }

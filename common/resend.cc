@@ -128,11 +128,19 @@ grpc::Status CheckToken(const grpc::ServerContextBase& context, JobToken* token)
   return grpc::Status::OK;
 }
 
+// Large enough for the biggest tensor part a request carries.
+constexpr int kMaxMessageBytes = 256 << 20;
+
+void ConfigureServer(grpc::ServerBuilder* builder) {
+  builder->SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder->SetMaxSendMessageSize(kMaxMessageBytes);
+}
+
 std::shared_ptr<grpc::Channel> OpenChannel(const std::string& address,
                                            const TransportSecurity* security) {
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(256 << 20);
-  args.SetMaxSendMessageSize(256 << 20);
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
   // Fast reconnects: a restarted shard should be reachable again quickly.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);

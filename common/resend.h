@@ -78,6 +78,10 @@ grpc::Status CheckToken(const grpc::ServerContextBase& context, JobToken* token)
 std::shared_ptr<grpc::Channel> OpenChannel(const std::string& address,
                                            const TransportSecurity* security = nullptr);
 
+// The settings of every kubeps gRPC server (kubeps-server, and the
+// benchmarks that stand in for it): the same message limits.
+void ConfigureServer(grpc::ServerBuilder* builder);
+
 }  // namespace kubeps
 
 #endif  // KUBEPS_COMMON_RESEND_H_

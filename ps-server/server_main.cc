@@ -72,8 +72,7 @@ Status StartGrpc(const api::NodeConfig& config, grpc::Service* service, MetricsS
   grpc::ServerBuilder builder;
   const std::string listen_address = JoinHostPort(config.pod_ip, config.port);
   builder.AddListeningPort(listen_address, config.security->ServerCredentials(), bound_port);
-  builder.SetMaxReceiveMessageSize(256 << 20);
-  builder.SetMaxSendMessageSize(256 << 20);
+  ConfigureServer(&builder);
   builder.RegisterService(service);
   *server = builder.BuildAndStart();
   if (!*server || *bound_port == 0) {
