@@ -35,14 +35,14 @@ json SecretTemplate(const JobIdentity& job) {
   return {{"labels", OwnedMetadata(job, "")["labels"]}};
 }
 
-const json* ReadyCondition(const json& certificate) {
+const json* Condition(const json& certificate, const char* type) {
   // Written by another controller: read with care, never trusted to be well formed.
   if (!certificate.is_object() || !certificate.contains("status")) return nullptr;
   const json& status = certificate["status"];
   if (!status.is_object() || !status.contains("conditions") || !status["conditions"].is_array())
     return nullptr;
   for (const json& condition : status["conditions"]) {
-    if (condition.is_object() && condition.value("type", "") == "Ready") return &condition;
+    if (condition.is_object() && condition.value("type", "") == type) return &condition;
   }
   return nullptr;
 }
@@ -70,18 +70,18 @@ std::vector<CertManagerObject> BuildCertManagerObjects(const JobIdentity& job,
   // replicas' certificates it signed stay valid across its renewal.
   objects.push_back(
       {certificates,
-       Object(job, "Certificate", CaSecretName(job),
+       Object(job, "Certificate", CertManagerCaName(job),
               {{"isCA", true},
                {"commonName",
                 ("kubeps " + job.namespace_ + "/" + job.name + " CA").substr(0, kMaxCommonName)},
-               {"secretName", CaSecretName(job)},
+               {"secretName", CertManagerCaName(job)},
                {"secretTemplate", SecretTemplate(job)},
                {"duration", std::to_string(controller::kTlsValidity.count() / 3600) + "h"},
                {"privateKey", {{"algorithm", "ECDSA"}, {"size", 256}, {"rotationPolicy", "Never"}}},
                {"usages", {"digital signature", "cert sign", "crl sign"}},
                {"issuerRef", IssuerRef(SelfSignedIssuerName(job))}})});
   objects.push_back({issuers, Object(job, "Issuer", CaSecretName(job),
-                                     {{"ca", {{"secretName", CaSecretName(job)}}}})});
+                                     {{"ca", {{"secretName", CertManagerCaName(job)}}}})});
   for (const controller::ReplicaName& name : controller::AllReplicas(spec)) {
     const std::string secret = ReplicaTlsSecretName(job, name);
     ReplicaIdentity identity{job.namespace_, job.name, controller::ToString(name.role), name.index};
@@ -107,11 +107,23 @@ std::vector<CertManagerObject> BuildCertManagerObjects(const JobIdentity& job,
 }
 
 std::string CertificateNotReadyMessage(const json& certificate) {
-  const json* ready = ReadyCondition(certificate);
+  auto message_of = [](const json* condition) -> std::string {
+    if (condition == nullptr) return "";
+    const auto message = condition->find("message");
+    return message != condition->end() && message->is_string() ? message->get<std::string>() : "";
+  };
+  // A failed request (denied, refused by the issuer) is said in Issuing
+  // (False, reason Failed); Ready then still says only that the Secret is
+  // missing.
+  const json* issuing = Condition(certificate, "Issuing");
+  if (issuing != nullptr && issuing->value("status", "") == "False" && !message_of(issuing).empty())
+    return message_of(issuing);
+  const json* ready = Condition(certificate, "Ready");
   if (ready == nullptr || ready->value("status", "") == "True") return "";
-  const auto message = ready->find("message");
-  return message != ready->end() && message->is_string() ? message->get<std::string>() : "";
+  return message_of(ready);
 }
+
+std::string CertManagerCaName(const JobIdentity& job) { return job.name + "-tls-cm-ca"; }
 
 json SecretOwnerReference(const JobIdentity& job) {
   json reference = OwnerReference(job);

@@ -5,8 +5,8 @@
 //
 // Per job, each owned by the TrainingJob (deleted with it):
 //   Issuer      <job>-tls-selfsigned   selfSigned: the CA's signer
-//   Certificate <job>-tls-ca           isCA, into Secret <job>-tls-ca
-//   Issuer      <job>-tls-ca           ca: {secretName: <job>-tls-ca}
+//   Certificate <job>-tls-cm-ca        isCA, into Secret <job>-tls-cm-ca
+//   Issuer      <job>-tls-ca           ca: {secretName: <job>-tls-cm-ca}
 //   Certificate <hostname>-tls         per replica, from the CA Issuer
 // A CA per job, as with the operator's own issuer: a certificate of another
 // job never leads to this job's CA. cert-manager leaves a Secret behind when
@@ -46,8 +46,14 @@ struct CertManagerObject {
 std::vector<CertManagerObject> BuildCertManagerObjects(const JobIdentity& job,
                                                        const api::TrainingJob& spec);
 
-// Why a Certificate is not issued yet, from its Ready condition ("" when it
-// says nothing, as before cert-manager first looked at it).
+// The CA's Certificate and Secret: not the operator's own CA Secret's name
+// (<job>-tls-ca, an Opaque Secret of another layout), so that a job can never
+// have both written into one Secret.
+std::string CertManagerCaName(const JobIdentity& job);
+
+// Why a Certificate is not issued yet: a failed issuance's message, else its
+// Ready condition's; "" when it has no status, as before cert-manager's
+// controller first looked at it.
 std::string CertificateNotReadyMessage(const nlohmann::json& certificate);
 
 // The job as a plain (not controller) owner: cert-manager, started with

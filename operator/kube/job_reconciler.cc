@@ -5,6 +5,7 @@
 
 #include "common/logging.h"
 #include "operator/controller/replica_env.h"
+#include "operator/controller/replica_tls.h"
 #include "operator/kube/job_progress.h"
 #include "operator/kube/kube_cluster.h"
 #include "operator/kube/kueue_workload.h"
@@ -144,9 +145,20 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     if (s.code() != Status::Code::kFailedPrecondition) return s;
     return FailJob(job, "CreateFailed", s.message(), result);
   }
-  if (!pending.empty())
-    return WaitBeforePods(job, status, "WaitingForCertificates", pending, kCertificateRecheck,
-                          result);
+  if (!pending.empty()) {
+    if (state.certificates_waited_since_ms < 0) state.certificates_waited_since_ms = NowMs();
+    if (!state.certificates_wait_reported &&
+        NowMs() - state.certificates_waited_since_ms > kCertificateWaitWarning.count()) {
+      RecordEvent(job, "Warning", "CertificatesNotIssued", pending);
+      state.certificates_wait_reported = true;
+    }
+    // A job with pods goes on (it may have to restart one); a new one gets
+    // none yet: they would only wait on their volumes.
+    if (pods.empty())
+      return WaitBeforePods(job, status, "WaitingForCertificates", pending, kCertificateRecheck,
+                            result);
+    KLOG_INFO << id.namespace_ << "/" << id.name << ": " << pending;
+  }
   ReportEvictions(job, pods, &state);
   if (Status s = TellDesiredWorkers(job, id, spec, pods, &state); !s.ok()) {
     // The pods the change needs are made all the same; the scheduler takes
@@ -432,7 +444,8 @@ Status JobReconciler::Hold(const json& job, const api::TrainingJobStatus& status
 Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::TrainingJob& spec,
                                          JobState* state, std::string* over_quota,
                                          std::string* pending) {
-  if (state->owned_objects_exist) return Status::Ok();
+  const size_t replicas = controller::AllReplicas(spec).size();
+  if (state->owned_objects_for == replicas) return Status::Ok();
   Response secret;
   if (Status s = client_->Get(ObjectPath(kSecrets, id.namespace_, TokenSecretName(id)), &secret);
       !s.ok())
@@ -455,8 +468,11 @@ Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::Train
   for (const auto& [path, object] : wanted) {
     if (Status s = EnsureObject(id, path, object, over_quota); !s.ok()) return s;
   }
-  if (Status s = EnsureTls(id, spec, *state, over_quota, pending); !s.ok()) return s;
-  state->owned_objects_exist = pending->empty();
+  if (secret.code == 404) {
+    if (Status s = CheckRecordedTls(id, spec, state); !s.ok()) return s;
+  }
+  if (Status s = EnsureTls(id, spec, state, over_quota, pending); !s.ok()) return s;
+  if (pending->empty()) state->owned_objects_for = replicas;
   return Status::Ok();
 }
 

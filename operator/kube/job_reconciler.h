@@ -57,8 +57,13 @@ class JobReconciler {
 
  private:
   struct JobState {
-    int64_t workers_done_ms = -1;      // when every worker had finished
-    bool owned_objects_exist = false;  // Secret and Services made
+    int64_t workers_done_ms = -1;  // when every worker had finished
+    // Secrets, Services and certificates made, for this many replicas (an
+    // elastic job's maxReplicas may grow: its new workers need certificates).
+    size_t owned_objects_for = 0;
+    size_t cert_manager_objects_made = 0;  // Issuers and Certificates POSTed, for as many
+    int64_t certificates_waited_since_ms = -1;
+    bool certificates_wait_reported = false;
     bool reported_running = false;
     // The job's TLS and who issues its certificates, as its token Secret
     // records them (else as this operator decides), once read.
@@ -155,17 +160,23 @@ class JobReconciler {
   // Whether the API server serves cert-manager's Certificates and Issuers.
   Status ServesCertManager(bool* served);
   // A TLS job's certificates: EnsureTlsSecrets or EnsureIssuedCertificates.
-  Status EnsureTls(const JobIdentity& id, const api::TrainingJob& spec, const JobState& state,
+  Status EnsureTls(const JobIdentity& id, const api::TrainingJob& spec, JobState* state,
                    std::string* over_quota, std::string* pending);
   // The operator's own: the CA Secret and every replica's TLS Secret, made
   // where missing.
   Status EnsureTlsSecrets(const JobIdentity& id, const api::TrainingJob& spec,
                           std::string* over_quota);
   // cert-manager's: the job's Issuers and Certificates made where missing;
-  // each Secret cert-manager has written made the job's (OwnIssuedSecret);
-  // those not written yet said in *pending.
+  // each Secret cert-manager has written made the job's (OwnIssuedSecret),
+  // and one signed by another CA than the job's deleted, so that it is
+  // issued again. The first not written yet is said in *pending (and the
+  // rest not looked at: one GET a pass while the job waits).
   Status EnsureIssuedCertificates(const JobIdentity& id, const api::TrainingJob& spec,
-                                  std::string* over_quota, std::string* pending);
+                                  JobState* state, std::string* over_quota, std::string* pending);
+  // The token Secret this operator just made may have been made first by
+  // another (two replicas at a leader change): Unavailable, and the job's
+  // TLS decision read again, where it records another.
+  Status CheckRecordedTls(const JobIdentity& id, const api::TrainingJob& spec, JobState* state);
   // `secret`, written by cert-manager for the Certificate at
   // `certificate_path`, gets the job as an owner unless it has it (directly
   // or through the Certificate); one of an earlier job of the name's waits.
@@ -203,6 +214,8 @@ class JobReconciler {
                         const std::string& reason, const std::string& message,
                         std::chrono::milliseconds recheck, ReconcileResult* result);
   static constexpr std::chrono::milliseconds kCertificateRecheck{1000};
+  // A job waiting this long for its certificates says so in a Warning Event.
+  static constexpr std::chrono::milliseconds kCertificateWaitWarning{30000};
   // Fails the job at once, with `reason` and `message` in its condition.
   Status FailJob(const nlohmann::json& job, const std::string& reason, const std::string& message,
                  ReconcileResult* result);

@@ -4,6 +4,7 @@
 // (tls_secrets.h), or cert-manager's Issuers and Certificates
 // (cert_manager_objects.h) and the Secrets cert-manager writes from them.
 #include "common/logging.h"
+#include "common/transport_security.h"
 #include "operator/controller/replica_tls.h"
 #include "operator/kube/cert_manager_objects.h"
 #include "operator/kube/job_reconciler.h"
@@ -20,6 +21,10 @@ Status JobReconciler::ResolveTls(const JobIdentity& id, api::TrainingJob* spec, 
     if (Status s = client_->Get(ObjectPath(kSecrets, id.namespace_, TokenSecretName(id)), &secret);
         !s.ok())
       return s;
+    // Only a 404 means "not recorded yet": a job deciding again on a
+    // refused or failed read could switch CA halfway.
+    if (!secret.ok() && secret.code != 404)
+      return Status::Unavailable("reading the job's token Secret: " + secret.Describe());
     if (secret.ok() && OwnedBy(secret.body, id)) {
       const json annotations = secret.body["metadata"].value("annotations", json::object());
       if (annotations.contains(kTlsAnnotation))
@@ -44,19 +49,40 @@ Status JobReconciler::ResolveTls(const JobIdentity& id, api::TrainingJob* spec, 
 Status JobReconciler::ServesCertManager(bool* served) {
   Response resources;
   if (Status s = client_->Get(GroupVersionPath(kCertificates), &resources); !s.ok()) return s;
-  if (!resources.ok() && resources.code != 404)
+  // 403: a cluster that hides its APIs from the operator; it cannot use
+  // what it cannot see.
+  if (!resources.ok() && resources.code != 404 && resources.code != 403)
     return Status::Unavailable("asking whether the cluster serves cert-manager: " +
                                resources.Describe());
   *served = resources.ok() && ServesCertificatesAndIssuers(resources.body);
   return Status::Ok();
 }
 
+Status JobReconciler::CheckRecordedTls(const JobIdentity& id, const api::TrainingJob& spec,
+                                       JobState* state) {
+  Response secret;
+  if (Status s = client_->Get(ObjectPath(kSecrets, id.namespace_, TokenSecretName(id)), &secret);
+      !s.ok())
+    return s;
+  if (!secret.ok() || !OwnedBy(secret.body, id)) return Status::Ok();  // looked at next time
+  const json annotations = secret.body["metadata"].value("annotations", json::object());
+  const bool tls = annotations.value(kTlsAnnotation, "") == "Enabled";
+  const std::string issuer = annotations.value(kTlsIssuerAnnotation, kOperatorIssuer);
+  const bool decided = spec.spec.TlsEnabled(false);
+  if (tls == decided && (!tls || issuer == state->tls_issuer)) return Status::Ok();
+  state->tls_recorded = false;
+  state->tls.reset();
+  state->tls_issuer.clear();
+  return Status::Unavailable(
+      "the job's token Secret records another TLS decision than this "
+      "operator made (another replica made it first): reading it again");
+}
+
 Status JobReconciler::EnsureTls(const JobIdentity& id, const api::TrainingJob& spec,
-                                const JobState& state, std::string* over_quota,
-                                std::string* pending) {
+                                JobState* state, std::string* over_quota, std::string* pending) {
   if (!spec.spec.TlsEnabled(false)) return Status::Ok();
-  if (state.tls_issuer == kCertManagerIssuer)
-    return EnsureIssuedCertificates(id, spec, over_quota, pending);
+  if (state->tls_issuer == kCertManagerIssuer)
+    return EnsureIssuedCertificates(id, spec, state, over_quota, pending);
   return EnsureTlsSecrets(id, spec, over_quota);
 }
 
@@ -102,38 +128,66 @@ Status JobReconciler::EnsureTlsSecrets(const JobIdentity& id, const api::Trainin
   return Status::Ok();
 }
 
+namespace {
+
+std::string Trimmed(const std::string& pem) {
+  const size_t end = pem.find_last_not_of(" \n\r\t");
+  return end == std::string::npos ? "" : pem.substr(0, end + 1);
+}
+
+}  // namespace
+
 Status JobReconciler::EnsureIssuedCertificates(const JobIdentity& id, const api::TrainingJob& spec,
-                                               std::string* over_quota, std::string* pending) {
+                                               JobState* state, std::string* over_quota,
+                                               std::string* pending) {
   const std::vector<CertManagerObject> objects = BuildCertManagerObjects(id, spec);
-  for (const CertManagerObject& made : objects) {
-    if (Status s = EnsureObject(id, made.collection, made.object, over_quota); !s.ok()) return s;
+  if (state->cert_manager_objects_made != objects.size()) {
+    for (const CertManagerObject& made : objects) {
+      if (Status s = EnsureObject(id, made.collection, made.object, over_quota); !s.ok()) return s;
+    }
+    state->cert_manager_objects_made = objects.size();
   }
-  int missing = 0;
-  std::string first_missing;
+  std::string ca_pem;  // the job's CA certificate, from the first Certificate's Secret
   for (const CertManagerObject& made : objects) {
     if (made.object["kind"] != "Certificate") continue;
     const std::string name = made.object["spec"]["secretName"];
     const std::string path = ObjectPath(kSecrets, id.namespace_, name);
+    const std::string certificate_path = made.collection + "/" + name;
     Response secret;
     if (Status s = client_->Get(path, &secret); !s.ok()) return s;
     if (secret.code == 404) {
-      // Said for the first only: one look at its Certificate per reconcile.
-      if (missing++ == 0) {
-        Response certificate;
-        const std::string certificate_path = made.collection + "/" + name;
-        if (Status s = client_->Get(certificate_path, &certificate); !s.ok()) return s;
-        const std::string why = CertificateNotReadyMessage(certificate.body);
-        first_missing = name + (why.empty() ? ": not issued yet" : ": " + why);
-      }
-      continue;
+      Response certificate;
+      if (Status s = client_->Get(certificate_path, &certificate); !s.ok()) return s;
+      const std::string why = CertificateNotReadyMessage(certificate.body);
+      *pending = "waiting for cert-manager to issue the job's certificates (" + name + ": " +
+                 (why.empty() ? "no status yet: is cert-manager's controller running? "
+                                "--tls-issuer=operator, the chart's tls.issuer, has the "
+                                "operator issue them instead"
+                              : why) +
+                 ")";
+      return Status::Ok();
     }
     if (!secret.ok()) return Status::Error("reading Secret " + name + ": " + secret.Describe());
-    if (Status s = OwnIssuedSecret(id, made.collection + "/" + name, secret.body); !s.ok())
-      return s;
-  }
-  if (missing > 0) {
-    *pending = "waiting for cert-manager to issue " + std::to_string(missing) +
-               " of the job's certificates (" + first_missing + ")";
+    if (Status s = OwnIssuedSecret(id, certificate_path, secret.body); !s.ok()) return s;
+    if (made.object["spec"].value("isCA", false)) {
+      (void)SecretData(secret.body, TransportSecurity::kCertificateFile, &ca_pem);
+      continue;
+    }
+    // cert-manager does not issue a certificate again when its CA changes
+    // (the CA Secret made again, one an earlier job of this name left):
+    // one signed by another CA is deleted, and cert-manager issues it again.
+    std::string signed_by;
+    (void)SecretData(secret.body, TransportSecurity::kCaFile, &signed_by);
+    if (Trimmed(signed_by) != Trimmed(ca_pem)) {
+      Response deleted;
+      if (Status s = client_->Delete(path, &deleted); !s.ok()) return s;
+      if (!deleted.ok() && deleted.code != 404)
+        return Status::Error("deleting Secret " + name +
+                             ", signed by another CA than the job's: " + deleted.Describe());
+      *pending = "waiting for cert-manager to issue " + name +
+                 " again: it was signed by another CA than the job's";
+      return Status::Ok();
+    }
   }
   return Status::Ok();
 }
@@ -153,11 +207,12 @@ Status JobReconciler::OwnIssuedSecret(const JobIdentity& id, const std::string& 
   // resourceVersion makes it fail (409) rather than drop an owner written
   // since the read.
   const std::string name = secret["metadata"].value("name", "");
+  const std::string version = secret["metadata"].value("resourceVersion", "");
+  if (version.empty())  // a merge patch without it would not be conditional
+    return Status::Unavailable("Secret " + name + " has no resourceVersion");
   json owners = secret["metadata"].value("ownerReferences", json::array());
   owners.push_back(SecretOwnerReference(id));
-  const json patch = {{"metadata",
-                       {{"ownerReferences", owners},
-                        {"resourceVersion", secret["metadata"].value("resourceVersion", "")}}}};
+  const json patch = {{"metadata", {{"ownerReferences", owners}, {"resourceVersion", version}}}};
   Response patched;
   if (Status s = client_->Patch(ObjectPath(kSecrets, id.namespace_, name), patch, &patched);
       !s.ok())

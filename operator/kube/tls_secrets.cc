@@ -15,19 +15,6 @@ using nlohmann::json;
 constexpr const char* kCaCertificateKey = "ca.crt";
 constexpr const char* kCaKeyKey = "ca.key";
 
-bool Base64Field(const json& secret, const char* key, std::string* out) {
-  const json data = secret.value("data", json::object());
-  if (!data.contains(key) || !data[key].is_string()) return false;
-  try {
-    std::vector<unsigned char> bytes =
-        utility::conversions::from_base64(data[key].get<std::string>());
-    out->assign(bytes.begin(), bytes.end());
-    return true;
-  } catch (const std::exception&) {
-    return false;
-  }
-}
-
 }  // namespace
 
 std::string CaSecretName(const JobIdentity& job) { return job.name + "-tls-ca"; }
@@ -42,8 +29,8 @@ json BuildCaSecret(const JobIdentity& job, const CertificateAndKey& ca) {
 }
 
 Status CaFromSecret(const json& secret, CertificateAndKey* ca) {
-  if (!Base64Field(secret, kCaCertificateKey, &ca->certificate_pem) ||
-      !Base64Field(secret, kCaKeyKey, &ca->private_key_pem)) {
+  if (!SecretData(secret, kCaCertificateKey, &ca->certificate_pem) ||
+      !SecretData(secret, kCaKeyKey, &ca->private_key_pem)) {
     return Status::InvalidArgument("Secret " + secret["metadata"].value("name", "") + " has no " +
                                    kCaCertificateKey + " and " + kCaKeyKey);
   }
@@ -52,7 +39,7 @@ Status CaFromSecret(const json& secret, CertificateAndKey* ca) {
 
 bool CarriesCa(const json& replica_secret, const CertificateAndKey& ca) {
   std::string pem;
-  return Base64Field(replica_secret, TransportSecurity::kCaFile, &pem) && pem == ca.certificate_pem;
+  return SecretData(replica_secret, TransportSecurity::kCaFile, &pem) && pem == ca.certificate_pem;
 }
 
 std::vector<std::string> ReplicaDnsNames(const JobIdentity& job,
@@ -78,6 +65,19 @@ Status BuildReplicaTlsSecret(const JobIdentity& job, const api::TrainingJob& spe
                {TransportSecurity::kCertificateFile, replica.certificate_pem},
                {TransportSecurity::kKeyFile, replica.private_key_pem}}}};
   return Status::Ok();
+}
+
+bool SecretData(const json& secret, const char* key, std::string* out) {
+  const json data = secret.value("data", json::object());
+  if (!data.contains(key) || !data[key].is_string()) return false;
+  try {
+    std::vector<unsigned char> bytes =
+        utility::conversions::from_base64(data[key].get<std::string>());
+    out->assign(bytes.begin(), bytes.end());
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 }  // namespace kubeps::kube

@@ -28,6 +28,9 @@ Status CaFromSecret(const nlohmann::json& secret, CertificateAndKey* ca);
 // Whether a replica's Secret (as the API server returns it) carries `ca`'s
 // certificate: one that does not was issued by a CA the job no longer has.
 bool CarriesCa(const nlohmann::json& replica_secret, const CertificateAndKey& ca);
+// The decoded value of `key` in a Secret as the API server returns it
+// (base64 data); false when it has none.
+bool SecretData(const nlohmann::json& secret, const char* key, std::string* out);
 
 // The DNS names a replica's certificate carries: its hostname and its names
 // under the job's headless Service (it is reached by pod IP, so no peer

@@ -68,14 +68,15 @@ class CertManagerTest(OwnClusterTestCase):
         apply(c, job)
         replicas = ["issued-scheduler-0", "issued-server-0", "issued-server-1",
                     "issued-worker-0", "issued-worker-1"]
-        certificates = sorted(["issued-tls-ca"] + [r + "-tls" for r in replicas])
+        certificates = sorted(["issued-tls-cm-ca"] + [r + "-tls" for r in replicas])
 
         # No cert-manager running yet: the job waits, saying so, with no pod.
         waiting = c.wait_for(
             lambda: (condition(get_job(c, "issued"), "Created") or {}).get("reason") ==
             "WaitingForCertificates" and get_job(c, "issued"), timeout=30,
             what="the job waiting for its certificates")
-        self.assertIn("waiting for cert-manager to issue 6 of the job's certificates",
+        self.assertIn("waiting for cert-manager to issue the job's certificates (issued-tls-cm-ca: "
+                      "no status yet: is cert-manager's controller running?",
                       waiting["status"]["message"])
         self.assertEqual(self.names(CERTIFICATES), certificates)
         self.assertEqual(self.names(ISSUERS), ["issued-tls-ca", "issued-tls-selfsigned"])
@@ -84,7 +85,7 @@ class CertManagerTest(OwnClusterTestCase):
         self.cert_manager = CertManager(c).start()
         self.wait_phase("issued", "Running", timeout=90)
         uid = get_job(c, "issued")["metadata"]["uid"]
-        ca = base64.b64decode(self.secret("issued-tls-ca")["data"]["tls.crt"]).decode()
+        ca = base64.b64decode(self.secret("issued-tls-cm-ca")["data"]["tls.crt"]).decode()
         for name in certificates:
             secret = self.secret(name)
             self.assertEqual(secret["metadata"]["annotations"]["cert-manager.io/certificate-name"],

@@ -44,17 +44,23 @@ class JobReconcilerTlsTest : public JobReconcilerTest {
           {{{"name", "certificates"}, {"kind", "Certificate"}, {"namespaced", true}},
            {{"name", "issuers"}, {"kind", "Issuer"}, {"namespaced", true}}}}});
   }
-  // What cert-manager writes for a Certificate: no ownerReferences.
-  void Issue(const std::string& secret_name) {
+  // What cert-manager writes for a Certificate: no ownerReferences; every
+  // certificate's ca.crt is the CA's tls.crt ("ca", "Y2E=" in base64) unless
+  // `signed_by` names another.
+  void Issue(const std::string& secret_name, const std::string& signed_by = "Y2E=") {
+    const bool ca = secret_name == "mnist-tls-cm-ca";
     fake_.Create(kSecretsPath,
                  {{"metadata",
                    {{"name", secret_name},
                     {"annotations", {{"cert-manager.io/certificate-name", secret_name}}}}},
                   {"type", "kubernetes.io/tls"},
-                  {"data", {{"ca.crt", "Y2E="}, {"tls.crt", "Y3J0"}, {"tls.key", "a2V5"}}}});
+                  {"data",
+                   {{"ca.crt", ca ? "Y2E=" : signed_by},
+                    {"tls.crt", ca ? "Y2E=" : "Y3J0"},
+                    {"tls.key", "a2V5"}}}});
   }
   std::vector<std::string> CertificateSecrets() {
-    std::vector<std::string> names = {"mnist-tls-ca"};
+    std::vector<std::string> names = {"mnist-tls-cm-ca"};
     for (const auto& pod : kPodNames) names.push_back(pod + "-tls");
     return names;
   }
@@ -189,16 +195,20 @@ TEST_F(JobReconcilerTlsTest, WithCertManagerTheJobWaitsForItsCertificatesThenOwn
   EXPECT_EQ(worker["spec"]["issuerRef"]["name"], "mnist-tls-ca");
   EXPECT_THAT(worker["spec"]["uris"], Contains("spiffe://kubeps.io/ns/team-a/job/mnist/worker/1"));
   EXPECT_THAT(worker["spec"]["usages"], Contains("client auth"));
-  EXPECT_TRUE(fake_.Object(kCertificatesPath + "/mnist-tls-ca")["spec"]["isCA"]);
+  EXPECT_TRUE(fake_.Object(kCertificatesPath + "/mnist-tls-cm-ca")["spec"]["isCA"]);
+  EXPECT_EQ(fake_.Object(kIssuersPath + "/mnist-tls-ca")["spec"]["ca"]["secretName"],
+            "mnist-tls-cm-ca");
   // No pod before its Secret: it would wait on its volume, FailedMount.
   EXPECT_TRUE(fake_.List(kPodsPath).empty());
   EXPECT_THAT(StatusOfJob()["message"].get<std::string>(),
-              ::testing::HasSubstr("waiting for cert-manager to issue 5 of the job's "
-                                   "certificates (mnist-tls-ca: not issued yet)"));
+              ::testing::HasSubstr("waiting for cert-manager to issue the job's certificates "
+                                   "(mnist-tls-cm-ca: no status yet: is cert-manager's "
+                                   "controller running?"));
   EXPECT_EQ(result_.requeue_after, std::chrono::milliseconds(1000));
 
-  // cert-manager says why it has not issued one yet: the job says it too.
-  fake_.SetStatus(kCertificatesPath + "/mnist-tls-ca",
+  // cert-manager says why it has not issued one yet: the job says it too,
+  // a failed request's reason before Ready's.
+  fake_.SetStatus(kCertificatesPath + "/mnist-tls-cm-ca",
                   {{"conditions", json::array({{{"type", "Ready"},
                                                 {"status", "False"},
                                                 {"reason", "DoesNotExist"},
@@ -207,7 +217,27 @@ TEST_F(JobReconcilerTlsTest, WithCertManagerTheJobWaitsForItsCertificatesThenOwn
                                                  "not exist"}}})}});
   ASSERT_TRUE(Reconcile().ok());
   EXPECT_THAT(StatusOfJob()["message"].get<std::string>(),
-              ::testing::HasSubstr("(mnist-tls-ca: Issuing certificate as Secret does not exist)"));
+              ::testing::HasSubstr("(mnist-tls-cm-ca: Issuing certificate as Secret does not "
+                                   "exist)"));
+  fake_.SetStatus(kCertificatesPath + "/mnist-tls-cm-ca",
+                  {{"conditions", json::array({{{"type", "Ready"},
+                                                {"status", "False"},
+                                                {"reason", "DoesNotExist"},
+                                                {"message",
+                                                 "Issuing certificate as Secret does "
+                                                 "not exist"}},
+                                               {{"type", "Issuing"},
+                                                {"status", "False"},
+                                                {"reason", "Failed"},
+                                                {"message",
+                                                 "The certificate request has failed "
+                                                 "to complete and will be retried: "
+                                                 "denied"}}})}});
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_THAT(StatusOfJob()["message"].get<std::string>(),
+              ::testing::HasSubstr("(mnist-tls-cm-ca: The certificate request has failed to "
+                                   "complete and will be retried: denied)"));
+  EXPECT_TRUE(fake_.List(kPodsPath).empty());
 
   for (const auto& name : CertificateSecrets()) Issue(name);
   ASSERT_TRUE(Reconcile().ok());
@@ -225,7 +255,7 @@ TEST_F(JobReconcilerTlsTest, WithCertManagerTheJobWaitsForItsCertificatesThenOwn
       Contains(json({{"name", "kubeps-tls"},
                      {"secret", {{"secretName", "mnist-worker-0-tls"}, {"defaultMode", 0400}}}})));
   // The operator issued nothing itself.
-  EXPECT_FALSE(fake_.Object(kSecretsPath + "/mnist-tls-ca")["data"].contains("ca.key"));
+  EXPECT_TRUE(fake_.Object(kSecretsPath + "/mnist-tls-ca").is_null());
 }
 
 TEST_F(JobReconcilerTlsTest, ASecretCertManagerOwnsThroughTheJobsCertificateIsLeftAsItIs) {
@@ -266,6 +296,26 @@ TEST_F(JobReconcilerTlsTest, AnEarlierJobsIssuedSecretIsWaitedForNotAdopted) {
   EXPECT_EQ(s.code(), Status::Code::kUnavailable);
   EXPECT_THAT(s.message(), ::testing::HasSubstr("mnist-worker-0-tls is not owned by this job"));
   EXPECT_TRUE(fake_.List(kPodsPath).empty());
+}
+
+// cert-manager does not issue a certificate again when its CA changes: one
+// signed by another CA (an earlier job's, the CA Secret made again) is
+// deleted, so that it is, and no pod starts with it.
+TEST_F(JobReconcilerTlsTest, ACertificateOfAnotherCaIsIssuedAgainBeforeAnyPod) {
+  InstallCertManager();
+  CreateJob(TlsManifest());
+  ASSERT_TRUE(Reconcile().ok());
+  for (const auto& name : CertificateSecrets())
+    Issue(name, name == "mnist-server-0-tls" ? "b2xk" : "Y2E=");  // "old"
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_TRUE(fake_.Object(kSecretsPath + "/mnist-server-0-tls").is_null());
+  EXPECT_THAT(StatusOfJob()["message"].get<std::string>(),
+              ::testing::HasSubstr("waiting for cert-manager to issue mnist-server-0-tls again: "
+                                   "it was signed by another CA than the job's"));
+  EXPECT_TRUE(fake_.List(kPodsPath).empty());
+  Issue("mnist-server-0-tls");
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(fake_.List(kPodsPath).size(), kPodNames.size());
 }
 
 // A job keeps the issuer it was made with: one that started with the
