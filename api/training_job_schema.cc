@@ -207,7 +207,8 @@ std::vector<FieldSpec> BuildSpecFields() {
                  Enum("tls", At(&S::tls), {"Enabled", "Disabled"})
                      .UnsetByDefault()
                      .Doc("mutual TLS between the job's pods, with a CA of the job's own and a "
-                          "certificate per replica; unset: the operator's default (--tls, on "
+                          "certificate per replica (issued by cert-manager where the cluster "
+                          "runs it: --tls-issuer); unset: the operator's default (--tls, on "
                           "in the Helm chart), off in kubeps run"),
              })
           .Doc("how the job's pods reach each other; the job's token is always checked"),

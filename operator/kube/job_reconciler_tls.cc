@@ -3,6 +3,9 @@
 // token Secret; then the operator's own CA and certificates
 // (tls_secrets.h), or cert-manager's Issuers and Certificates
 // (cert_manager_objects.h) and the Secrets cert-manager writes from them.
+#include <optional>
+#include <string>
+
 #include "common/logging.h"
 #include "common/transport_security.h"
 #include "operator/controller/replica_tls.h"
@@ -15,24 +18,57 @@ namespace kubeps::kube {
 
 using nlohmann::json;
 
+namespace {
+
+// A job's TLS decision as its token Secret records it; `found` is false
+// while the Secret does not exist (a 404: nothing else means "not yet").
+struct RecordedTls {
+  bool found = false;
+  std::optional<bool> tls;
+  std::string issuer;
+};
+
+Status ReadRecordedTls(KubeClient* client, const JobIdentity& id, RecordedTls* recorded) {
+  Response secret;
+  if (Status s = client->Get(ObjectPath(kSecrets, id.namespace_, TokenSecretName(id)), &secret);
+      !s.ok())
+    return s;
+  // A job deciding again on a refused or failed read could switch CA halfway.
+  if (!secret.ok() && secret.code != 404)
+    return Status::Unavailable("reading the job's token Secret: " + secret.Describe());
+  if (!secret.ok() || !OwnedBy(secret.body, id)) return Status::Ok();
+  const json annotations = secret.body["metadata"].value("annotations", json::object());
+  recorded->found = true;
+  if (annotations.contains(kTlsAnnotation))
+    recorded->tls = annotations.value(kTlsAnnotation, "") == "Enabled";
+  // A job made before the operator could choose had the operator's CA.
+  recorded->issuer = annotations.value(kTlsIssuerAnnotation, kOperatorIssuer);
+  return Status::Ok();
+}
+
+std::string Trimmed(const std::string& pem) {
+  const size_t end = pem.find_last_not_of(" \n\r\t");
+  return end == std::string::npos ? "" : pem.substr(0, end + 1);
+}
+
+// Deletes the Secret at `path`, one already gone included.
+Status DeleteSecret(KubeClient* client, const std::string& path, const std::string& why) {
+  Response deleted;
+  if (Status s = client->Delete(path, &deleted); !s.ok()) return s;
+  if (!deleted.ok() && deleted.code != 404)
+    return Status::Error("deleting Secret " + path.substr(path.rfind('/') + 1) + " (" + why +
+                         "): " + deleted.Describe());
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status JobReconciler::ResolveTls(const JobIdentity& id, api::TrainingJob* spec, JobState* state) {
   if (!state->tls_recorded) {
-    Response secret;
-    if (Status s = client_->Get(ObjectPath(kSecrets, id.namespace_, TokenSecretName(id)), &secret);
-        !s.ok())
-      return s;
-    // Only a 404 means "not recorded yet": a job deciding again on a
-    // refused or failed read could switch CA halfway.
-    if (!secret.ok() && secret.code != 404)
-      return Status::Unavailable("reading the job's token Secret: " + secret.Describe());
-    if (secret.ok() && OwnedBy(secret.body, id)) {
-      const json annotations = secret.body["metadata"].value("annotations", json::object());
-      if (annotations.contains(kTlsAnnotation))
-        state->tls = annotations.value(kTlsAnnotation, "") == "Enabled";
-      // A job made before the operator could choose had the operator's CA.
-      state->tls_issuer = annotations.value(kTlsIssuerAnnotation, kOperatorIssuer);
-    }
-    if (!state->tls) state->tls = options_.tls_by_default;
+    RecordedTls recorded;
+    if (Status s = ReadRecordedTls(client_, id, &recorded); !s.ok()) return s;
+    state->tls = recorded.tls.value_or(options_.tls_by_default);
+    state->tls_issuer = recorded.issuer;
     state->tls_recorded = true;
   }
   if (spec->spec.tls.empty()) spec->spec.tls = *state->tls ? "Enabled" : "Disabled";
@@ -60,22 +96,18 @@ Status JobReconciler::ServesCertManager(bool* served) {
 
 Status JobReconciler::CheckRecordedTls(const JobIdentity& id, const api::TrainingJob& spec,
                                        JobState* state) {
-  Response secret;
-  if (Status s = client_->Get(ObjectPath(kSecrets, id.namespace_, TokenSecretName(id)), &secret);
-      !s.ok())
-    return s;
-  if (!secret.ok() || !OwnedBy(secret.body, id)) return Status::Ok();  // looked at next time
-  const json annotations = secret.body["metadata"].value("annotations", json::object());
-  const bool tls = annotations.value(kTlsAnnotation, "") == "Enabled";
-  const std::string issuer = annotations.value(kTlsIssuerAnnotation, kOperatorIssuer);
-  const bool decided = spec.spec.TlsEnabled(false);
-  if (tls == decided && (!tls || issuer == state->tls_issuer)) return Status::Ok();
+  RecordedTls recorded;
+  if (Status s = ReadRecordedTls(client_, id, &recorded); !s.ok()) return s;
+  if (!recorded.found) return Status::Ok();  // looked at next time
+  const bool tls = recorded.tls.value_or(false);
+  if (tls == spec.spec.TlsEnabled(false) && (!tls || recorded.issuer == state->tls_issuer))
+    return Status::Ok();
   state->tls_recorded = false;
   state->tls.reset();
   state->tls_issuer.clear();
   return Status::Unavailable(
-      "the job's token Secret records another TLS decision than this "
-      "operator made (another replica made it first): reading it again");
+      "the job's token Secret records another TLS decision than this operator made (another "
+      "replica made it first): reading it again");
 }
 
 Status JobReconciler::EnsureTls(const JobIdentity& id, const api::TrainingJob& spec,
@@ -114,12 +146,10 @@ Status JobReconciler::EnsureTlsSecrets(const JobIdentity& id, const api::Trainin
       // The job's CA was made again (its Secret deleted): no peer would
       // accept this certificate of the old one. Replaced; the pod's volume
       // follows within the kubelet's sync, and gRPC reads it again.
-      Response deleted;
-      const std::string path = secrets + "/" + ReplicaTlsSecretName(id, name);
-      if (Status s = client_->Delete(path, &deleted); !s.ok()) return s;
-      if (!deleted.ok() && deleted.code != 404)
-        return Status::Error("replacing Secret " + ReplicaTlsSecretName(id, name) + ": " +
-                             deleted.Describe());
+      if (Status s = DeleteSecret(client_, secrets + "/" + ReplicaTlsSecretName(id, name),
+                                  "of a CA the job no longer has");
+          !s.ok())
+        return s;
     }
     json secret;
     if (Status s = BuildReplicaTlsSecret(id, spec, ca, name, &secret); !s.ok()) return s;
@@ -127,15 +157,6 @@ Status JobReconciler::EnsureTlsSecrets(const JobIdentity& id, const api::Trainin
   }
   return Status::Ok();
 }
-
-namespace {
-
-std::string Trimmed(const std::string& pem) {
-  const size_t end = pem.find_last_not_of(" \n\r\t");
-  return end == std::string::npos ? "" : pem.substr(0, end + 1);
-}
-
-}  // namespace
 
 Status JobReconciler::EnsureIssuedCertificates(const JobIdentity& id, const api::TrainingJob& spec,
                                                JobState* state, std::string* over_quota,
@@ -179,11 +200,8 @@ Status JobReconciler::EnsureIssuedCertificates(const JobIdentity& id, const api:
     std::string signed_by;
     (void)SecretData(secret.body, TransportSecurity::kCaFile, &signed_by);
     if (Trimmed(signed_by) != Trimmed(ca_pem)) {
-      Response deleted;
-      if (Status s = client_->Delete(path, &deleted); !s.ok()) return s;
-      if (!deleted.ok() && deleted.code != 404)
-        return Status::Error("deleting Secret " + name +
-                             ", signed by another CA than the job's: " + deleted.Describe());
+      if (Status s = DeleteSecret(client_, path, "signed by another CA than the job's"); !s.ok())
+        return s;
       *pending = "waiting for cert-manager to issue " + name +
                  " again: it was signed by another CA than the job's";
       return Status::Ok();

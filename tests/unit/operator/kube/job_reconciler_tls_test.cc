@@ -318,6 +318,24 @@ TEST_F(JobReconcilerTlsTest, ACertificateOfAnotherCaIsIssuedAgainBeforeAnyPod) {
   EXPECT_EQ(fake_.List(kPodsPath).size(), kPodNames.size());
 }
 
+// Only a 404 says the job's decision is not recorded yet: a failed read of a
+// running job's token Secret must not let the flags decide again (a switch
+// of CA halfway through the job).
+TEST_F(JobReconcilerTlsTest, AFailedReadOfTheTokenSecretDecidesNothing) {
+  CreateJob(TlsManifest());
+  ASSERT_TRUE(Reconcile().ok());
+  InstallCertManager();
+  UseOperator(false);  // restarted: it must read the job's decision again
+  fake_.FailNext("GET", kSecretsPath + "/mnist-token", 1, 500);
+  fake_.ClearRequests();
+  Status s = Reconcile();
+  EXPECT_EQ(s.code(), Status::Code::kUnavailable);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("reading the job's token Secret"));
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_TRUE(fake_.List(kCertificatesPath).empty());
+  EXPECT_EQ(TokenAnnotation(kTlsIssuerAnnotation), "operator");
+}
+
 // A job keeps the issuer it was made with: one that started with the
 // operator's CA does not get cert-manager's certificates halfway (its pods
 // would not trust each other), nor the other way round.
