@@ -64,6 +64,11 @@ class JobReconcilerTlsTest : public JobReconcilerTest {
     for (const auto& pod : kPodNames) names.push_back(pod + "-tls");
     return names;
   }
+  // A condition False, as cert-manager writes it on a Certificate.
+  static json CertificateCondition(const std::string& type, const std::string& reason,
+                                   const std::string& message) {
+    return {{"type", type}, {"status", "False"}, {"reason", reason}, {"message", message}};
+  }
   static json TlsManifest() {
     json manifest = JobManifest();
     manifest["spec"]["security"] = {{"tls", "Enabled"}};
@@ -208,31 +213,20 @@ TEST_F(JobReconcilerTlsTest, WithCertManagerTheJobWaitsForItsCertificatesThenOwn
 
   // cert-manager says why it has not issued one yet: the job says it too,
   // a failed request's reason before Ready's.
+  const json not_there =
+      CertificateCondition("Ready", "DoesNotExist", "Issuing certificate as Secret does not exist");
   fake_.SetStatus(kCertificatesPath + "/mnist-tls-cm-ca",
-                  {{"conditions", json::array({{{"type", "Ready"},
-                                                {"status", "False"},
-                                                {"reason", "DoesNotExist"},
-                                                {"message",
-                                                 "Issuing certificate as Secret does "
-                                                 "not exist"}}})}});
+                  {{"conditions", json::array({not_there})}});
   ASSERT_TRUE(Reconcile().ok());
   EXPECT_THAT(StatusOfJob()["message"].get<std::string>(),
               ::testing::HasSubstr("(mnist-tls-cm-ca: Issuing certificate as Secret does not "
                                    "exist)"));
-  fake_.SetStatus(kCertificatesPath + "/mnist-tls-cm-ca",
-                  {{"conditions", json::array({{{"type", "Ready"},
-                                                {"status", "False"},
-                                                {"reason", "DoesNotExist"},
-                                                {"message",
-                                                 "Issuing certificate as Secret does "
-                                                 "not exist"}},
-                                               {{"type", "Issuing"},
-                                                {"status", "False"},
-                                                {"reason", "Failed"},
-                                                {"message",
-                                                 "The certificate request has failed "
-                                                 "to complete and will be retried: "
-                                                 "denied"}}})}});
+  fake_.SetStatus(
+      kCertificatesPath + "/mnist-tls-cm-ca",
+      {{"conditions",
+        json::array({not_there, CertificateCondition("Issuing", "Failed",
+                                                     "The certificate request has failed to "
+                                                     "complete and will be retried: denied")})}});
   ASSERT_TRUE(Reconcile().ok());
   EXPECT_THAT(StatusOfJob()["message"].get<std::string>(),
               ::testing::HasSubstr("(mnist-tls-cm-ca: The certificate request has failed to "
