@@ -1,6 +1,7 @@
 #include "operator/kube/kube_cluster.h"
 
 #include "common/logging.h"
+#include "common/termination_message.h"
 #include "operator/kubeclient/api_path.h"
 #include "operator/kubeclient/time_format.h"
 
@@ -17,14 +18,20 @@ using nlohmann::json;
 
 namespace {
 
-int Restarts(const json& pod) {
+int IntAnnotation(const json& pod, const char* key, int otherwise) {
   const json& annotations = pod["metadata"].value("annotations", json::object());
+  if (!annotations.contains(key)) return otherwise;
   try {
-    return std::stoi(annotations.value(kRestartsAnnotation, "0"));
+    return std::stoi(annotations.value(key, ""));
   } catch (...) {
-    return 0;
+    return otherwise;
   }
 }
+
+int Restarts(const json& pod) { return IntAnnotation(pod, kRestartsAnnotation, 0); }
+
+// Pods made before the generation was written: their restarts named them.
+int Generation(const json& pod) { return IntAnnotation(pod, kGenerationAnnotation, Restarts(pod)); }
 
 bool IsDeleting(const json& pod) { return pod["metadata"].contains("deletionTimestamp"); }
 
@@ -170,7 +177,7 @@ std::map<ReplicaName, json> KubeCluster::Newest() const {
     ReplicaName name{ReplicaRole::kWorker, 0};
     if (!ReplicaOf(pod, &name) || IsDeleting(pod)) continue;
     auto it = newest.find(name);
-    if (it == newest.end() || Restarts(pod) > Restarts(it->second)) newest[name] = pod;
+    if (it == newest.end() || Generation(pod) > Generation(it->second)) newest[name] = pod;
   }
   return newest;
 }
@@ -182,14 +189,18 @@ Status KubeCluster::Create(const controller::ReplicaLaunch& launch) {
   // pod takes that count's name (-rN) once the deleted one is gone.
   auto known = known_restarts_.find(launch.name.ToString());
   int restarts = known == known_restarts_.end() ? 0 : known->second;
+  int generation = restarts;
   if (existing != newest.end()) {
     controller::ReplicaStatus old = StatusOf(existing->second);
     if (old.phase != ReplicaPhase::kFailed && old.phase != ReplicaPhase::kSucceeded) {
       return Status::Error(launch.name.ToString() + " already has a live pod");
     }
-    restarts = std::max(restarts, old.restarts + 1);
+    // A worker scaled away and wanted again joins anew: not a restart.
+    const bool rejoins = old.phase == ReplicaPhase::kSucceeded && old.reason == kReasonScaledAway;
+    restarts = std::max(restarts, old.restarts + (rejoins ? 0 : 1));
+    generation = std::max(restarts, Generation(existing->second) + 1);
   }
-  json pod = BuildPod(job_, spec_, launch, restarts, images_);
+  json pod = BuildPod(job_, spec_, launch, restarts, images_, generation);
   Response response;
   const std::string pod_name = pod["metadata"]["name"];
   // Unreachable, throttled (429) or failing over (5xx): the API server will

@@ -168,9 +168,9 @@ std::string ReplicaHostname(const JobIdentity& job, const controller::ReplicaNam
   return DnsLabel(job.name, "-" + name.ToString());
 }
 
-std::string PodName(const JobIdentity& job, const controller::ReplicaName& name, int restarts) {
+std::string PodName(const JobIdentity& job, const controller::ReplicaName& name, int generation) {
   std::string pod = ReplicaHostname(job, name);
-  return restarts > 0 ? pod + "-r" + std::to_string(restarts) : pod;
+  return generation > 0 ? pod + "-r" + std::to_string(generation) : pod;
 }
 
 bool OwnedBy(const json& object, const JobIdentity& job) {
@@ -197,7 +197,9 @@ json OwnedMetadata(const JobIdentity& job, const std::string& name) {
 }
 
 json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
-              const controller::ReplicaLaunch& launch, int restarts, const ImageSet& images) {
+              const controller::ReplicaLaunch& launch, int restarts, const ImageSet& images,
+              int generation) {
+  if (generation < 0) generation = restarts;
   const controller::ReplicaName& name = launch.name;
   const std::string role = RoleName(name.role);
   const bool tls = spec.spec.TlsEnabled(/*by_default=*/false);  // the reconciler resolved it
@@ -210,7 +212,7 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
   json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}};
   pod["metadata"] = pod_template.value("metadata", json::object());
   json& meta = pod["metadata"];
-  meta["name"] = PodName(job, name, restarts);
+  meta["name"] = PodName(job, name, generation);
   meta["namespace"] = job.namespace_;
   meta["labels"] = meta.value("labels", json::object());
   meta["labels"][kJobNameLabel] = job.name;
@@ -218,6 +220,7 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
   meta["labels"][kReplicaIndexLabel] = std::to_string(name.index);
   meta["annotations"] = meta.value("annotations", json::object());
   meta["annotations"][kRestartsAnnotation] = std::to_string(restarts);
+  meta["annotations"][kGenerationAnnotation] = std::to_string(generation);
   meta["ownerReferences"] = json::array({OwnerReference(job)});
 
   json spec_json = pod_template.value("spec", json::object());

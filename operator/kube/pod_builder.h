@@ -36,7 +36,11 @@ inline const Resource kTrainingJobs{"kubeps.io", "v1alpha1", "trainingjobs"};
 inline constexpr const char* kJobNameLabel = "kubeps.io/job-name";
 inline constexpr const char* kReplicaTypeLabel = "kubeps.io/replica-type";
 inline constexpr const char* kReplicaIndexLabel = "kubeps.io/replica-index";
+// The replica's restarts (failures re-created), which backoffLimit counts,
+// and its pod's place among the replica's pods: a worker scaled away and
+// taken in again gets a new pod that is not a restart.
 inline constexpr const char* kRestartsAnnotation = "kubeps.io/restarts";
+inline constexpr const char* kGenerationAnnotation = "kubeps.io/pod-generation";
 inline constexpr int kGrpcPort = 7000;
 inline constexpr int kMetricsPort = 9090;
 inline constexpr const char* kTokenMountPath = "/var/run/secrets/kubeps";
@@ -114,7 +118,8 @@ std::string SchedulerServiceName(const JobIdentity& job);
 // "<scheduler service>.<namespace>.svc:7000"
 std::string SchedulerAddress(const JobIdentity& job);
 std::string ReplicaHostname(const JobIdentity& job, const controller::ReplicaName& name);
-std::string PodName(const JobIdentity& job, const controller::ReplicaName& name, int restarts);
+// "<hostname>" for a replica's first pod, "<hostname>-rN" for its N-th after.
+std::string PodName(const JobIdentity& job, const controller::ReplicaName& name, int generation);
 
 nlohmann::json OwnerReference(const JobIdentity& job);
 // name, namespace, the job's label and its controller ownerReference: the
@@ -144,9 +149,10 @@ bool OwnedBy(const nlohmann::json& object, const JobIdentity& job);
 // Every container gets terminationMessagePolicy FallbackToLogsOnError
 // unless the template set one: a replica that dies without writing its
 // termination message is still explained, by its log's last lines.
+// `generation` names the pod (PodName); -1: the same as `restarts`.
 nlohmann::json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
                         const controller::ReplicaLaunch& launch, int restarts,
-                        const ImageSet& images);
+                        const ImageSet& images, int generation = -1);
 
 nlohmann::json BuildHeadlessService(const JobIdentity& job);
 nlohmann::json BuildSchedulerService(const JobIdentity& job);

@@ -16,6 +16,7 @@
 #include "api/pod_env_codec.h"
 #include "common/host_port.h"
 #include "common/logging.h"
+#include "common/termination_message.h"
 #include "operator/local/local_process.h"
 
 namespace kubeps::local {
@@ -114,8 +115,11 @@ Status LocalCluster::Create(const controller::ReplicaLaunch& launch) {
   if (launch.user_process) {
     if (Status s = FindProgramOf(*launch.user_process, &program_path); !s.ok()) return s;
   }
+  // A worker scaled away and wanted again joins anew: not a restart.
+  const bool rejoins =
+      pod.status.phase == ReplicaPhase::kSucceeded && pod.status.reason == kReasonScaledAway;
   const bool restart = pod.status.phase != ReplicaPhase::kPending || pod.status.restarts > 0;
-  if (restart) ++pod.status.restarts;
+  if (restart && !rejoins) ++pod.status.restarts;
   pod.status.name = launch.name;
   pod.status.phase = ReplicaPhase::kRunning;
   pod.status.exit_code = 0;

@@ -106,6 +106,28 @@ TEST_F(ElasticReconcilerTest, ScalingDownDeletesAWorkersPodOnceItHasLeftNotBefor
   EXPECT_THAT(WorkerPods(), Contains(::testing::StartsWith("mnist-worker-1")));
 }
 
+// A worker scaled away and wanted again before its pod was deleted joins in
+// a new pod, which is not a restart: scaling must not use up backoffLimit.
+TEST_F(ElasticReconcilerTest, AWorkerTakenInAgainIsNotARestart) {
+  CreateJob(ElasticManifest());
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Running");
+  ScaleTo(1);
+  ASSERT_TRUE(Reconcile().ok());
+  LeftTheJob("mnist-worker-1");
+  ScaleTo(2);  // before a reconcile deleted its pod
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_THAT(WorkerPods(), Contains("mnist-worker-1-r1"));
+  EXPECT_EQ(Pod("mnist-worker-1-r1")["metadata"]["annotations"][kRestartsAnnotation], "0");
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_FALSE(StatusOfJob().contains("replicaRestarts")) << StatusOfJob().dump();
+  // A failure after that is the replica's first restart, in a pod of its own.
+  SetPod("mnist-worker-1-r1", "Failed", 1);
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(Pod("mnist-worker-1-r2")["metadata"]["annotations"][kRestartsAnnotation], "1");
+  EXPECT_EQ(StatusOfJob()["replicaRestarts"]["worker-1"], 1);
+}
+
 TEST_F(ElasticReconcilerTest, ARunningJobScaledPastItsBoundsTrainsAtTheBoundAndSaysSo) {
   CreateJob(ElasticManifest());
   ASSERT_TRUE(Reconcile().ok());

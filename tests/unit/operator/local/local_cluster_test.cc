@@ -18,6 +18,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/termination_message.h"
+
 namespace kubeps::local {
 namespace {
 
@@ -131,6 +133,22 @@ TEST_F(LocalClusterTest, ARestartKeepsThePublishedGrpcPort) {
   EXPECT_EQ(ReadFile(run_dir_ + "/port"), "41234\n");
   EXPECT_EQ(StatusOf(kScheduler).restarts, 1);
   EXPECT_EQ(cluster_->MetricsPort(kScheduler), 0) << "the new process picks a new metrics port";
+}
+
+// A worker that left a scaled-down job and is wanted again joins anew: its
+// new process is not a restart, which backoffLimit would count.
+TEST_F(LocalClusterTest, AWorkerScaledAwayAndStartedAgainIsNotARestart) {
+  ASSERT_TRUE(
+      Run(kWorker, "echo 'ScaledAway: left the job at step 80' > \"$RUN_DIR/worker-0.termination\"")
+          .ok());
+  ASSERT_TRUE(Eventually([&] { return Ended(kWorker); }));
+  EXPECT_EQ(StatusOf(kWorker).reason, kReasonScaledAway);
+  ASSERT_TRUE(Run(kWorker, "exit 1").ok());
+  ASSERT_TRUE(Eventually([&] { return Ended(kWorker); }));
+  EXPECT_EQ(StatusOf(kWorker).restarts, 0);
+  ASSERT_TRUE(Run(kWorker, "exit 0").ok());  // after a failure: a restart
+  ASSERT_TRUE(Eventually([&] { return Ended(kWorker); }));
+  EXPECT_EQ(StatusOf(kWorker).restarts, 1);
 }
 
 TEST_F(LocalClusterTest, NoAddressUntilTheSchedulerPublishedOne) {
