@@ -241,7 +241,21 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
   registered_.Set(static_cast<double>(Registered(server_ids_) + Registered(worker_ids_)));
   if (ViewReady() && !started_) {
     started_ = true;
-    if (!restarted_) FirstStart();
+    if (!restarted_) {
+      FirstStart();
+    } else if (options_.sync) {
+      // A server registering for the first time with a restarted scheduler
+      // is a new process of one that ran before (a drain stops the
+      // scheduler and servers together): its shard restored a checkpoint and
+      // waits for the rollback its restart calls for, as if this scheduler
+      // had seen it come back.
+      for (const std::string& id : server_ids_) {
+        if (!members_[id].info.registered_before()) {
+          StartRecovery(members_[id].info);
+          break;
+        }
+      }
+    }
     // Every worker that registered: they wait for the view, silent till then.
     elastic_.Start(RegisteredWorkers(/*beating=*/false), restore_step_, Clock::now());
   }

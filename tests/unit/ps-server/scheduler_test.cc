@@ -398,6 +398,42 @@ TEST(SchedulerTest, RestartedSchedulerLearnsTheJobBackFromItsNodes) {
   EXPECT_TRUE(released);
 }
 
+// A node drain stops the scheduler and a server together: the server's new
+// process registers for the first time with the restarted scheduler, which
+// knows nothing of it, while the other nodes register again. Its shard
+// restored a checkpoint and waits for a rollback: the scheduler must order
+// one, or every worker fails on it until backoffLimit ends the job.
+TEST(SchedulerTest, AServerThatRestartedWhileTheSchedulerWasDownRollsTheJobBack) {
+  for (bool server_first : {true, false}) {
+    SCOPED_TRACE(server_first ? "the restarted server registers first" : "it registers last");
+    auto s = MakeScheduler(2, 2);
+    auto register_node = [&](const std::string& id, v1::Role role, bool again) {
+      v1::RegisterRequest request;
+      v1::NodeInfo* node = request.mutable_node();
+      node->set_node_id(id);
+      node->set_role(role);
+      node->set_incarnation(again ? 1 : 2);
+      node->set_registered_before(again);
+      if (role == v1::SERVER) {
+        node->set_address(id + ".local:9000");
+        node->set_checkpoint_step(again ? -1 : 500);
+        node->add_checkpoint_steps(400);
+        node->add_checkpoint_steps(500);
+      }
+      v1::RegisterResponse response;
+      ASSERT_TRUE(s->Register(&request, &response).ok()) << id;
+    };
+    if (server_first) register_node("server-0", v1::SERVER, /*again=*/false);
+    register_node("server-1", v1::SERVER, true);
+    register_node("worker-0", v1::WORKER, true);
+    register_node("worker-1", v1::WORKER, true);
+    if (!server_first) register_node("server-0", v1::SERVER, false);
+    v1::HeartbeatResponse beat = Heartbeat(*s, "worker-0");
+    EXPECT_EQ(beat.generation(), 1u);
+    EXPECT_EQ(beat.restore_step(), 500u);
+  }
+}
+
 // The token check needs real metadata, so this one runs a real gRPC server.
 class SchedulerServerTest : public ::testing::Test {
  protected:
