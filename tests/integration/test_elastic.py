@@ -139,11 +139,14 @@ class ElasticTest(unittest.TestCase):
         # scheduler, a worker and a server, and a crash (SIGKILL) of a shard
         # after the scheduler came back; then the job is run again over its
         # folder. A server's end rolls the job back to a checkpoint, and the
-        # steps are redone with the same schedule (2 -> 3 at step 300).
+        # steps are redone with the same schedule (2 -> 3 at step 300). With
+        # mutual TLS, as on a cluster: the joiner and every restarted process
+        # present their certificates, and the second run gets a CA of its own.
         def run(name, faults):
             dump = os.path.join(self.dir, name + ".bin")
             text = elastic_job(name, epochs=4, spec={"checkpoint": {"intervalSteps": 100},
-                                                     "runPolicy": {"backoffLimit": 10}})
+                                                     "runPolicy": {"backoffLimit": 10},
+                                                     "security": {"tls": "Enabled"}})
             path = write_manifest(self.dir, text, name + ".yaml")
             job = RunningJob(path, env={"KUBEPS_DUMP_PARAMS": dump})
             job.wait_for_line(r"\[worker 0\] epoch")

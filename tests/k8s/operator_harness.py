@@ -300,6 +300,29 @@ def live_pod(cluster, job, role, index=0):
     return None
 
 
+def replace_pod(cluster, job, role, index=0, timeout=60):
+    """Deletes the live pod of replica `role` `index` of `job` as an eviction
+    or a drain does (SIGTERM, then its grace period) and waits for the pod
+    the operator makes in its place to have an IP. Returns (old, new); new is
+    None when none came within `timeout`."""
+    old = live_pod(cluster, job, role, index)
+    if old is None:
+        return None, None
+    cluster.kubectl("delete", "pod", old["metadata"]["name"], "--wait=false")
+
+    def replacement():
+        pod = live_pod(cluster, job, role, index)
+        if pod and pod["metadata"]["uid"] != old["metadata"]["uid"] and \
+                pod.get("status", {}).get("podIP"):
+            return pod
+        return None
+    try:
+        return old, cluster.wait_for(replacement, timeout=timeout,
+                                     what="a new %s pod of %s" % (role, job))
+    except AssertionError:
+        return old, None
+
+
 def events_of(cluster, name, uid=None):
     items = cluster.client.get("/api/v1/namespaces/default/events")["items"]
     return [e for e in items if e.get("involvedObject", {}).get("name") == name and

@@ -21,8 +21,9 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from cert_manager import CertManager  # noqa: E402
-from operator_harness import (Operator, apply, condition, events_of, get_job,  # noqa: E402
-                              job_pods, training_job)
+from operator_harness import (Operator, apply, checkpoints_on_host, condition,  # noqa: E402
+                              events_of, get_job, job_pods, phase_of, replace_pod,
+                              training_job)
 from own_cluster import OwnClusterTestCase  # noqa: E402
 
 CRDS = [os.path.join(HERE, "crds", "cert-manager.io_%s.yaml" % kind)
@@ -116,6 +117,60 @@ class CertManagerTest(OwnClusterTestCase):
         c.wait_for(lambda: not self.names(CERTIFICATES) and not self.names(ISSUERS) and not [
             n for n in self.names(SECRETS.rstrip("/")) if n.startswith("issued-")],
             timeout=60, what="the job's certificates and Secrets collected")
+
+    def leaves_signed_by_the_ca(self, job, uid):
+        """Whether every replica Secret of `job` is the job's (uid) and signed
+        by the CA its CA Secret holds now."""
+        ca = base64.b64decode(self.secret(job + "-tls-cm-ca")["data"]["tls.crt"]).decode()
+        for name in self.names(SECRETS.rstrip("/")):
+            if not name.startswith(job + "-") or not name.endswith("-tls"):
+                continue
+            secret = self.secret(name)
+            if uid not in [r["uid"] for r in secret["metadata"].get("ownerReferences", [])]:
+                return False
+            if base64.b64decode(secret["data"]["ca.crt"]).decode() != ca:
+                return False
+        return True
+
+    def test_sigterm_of_the_scheduler_then_a_server_and_a_second_run_keep_one_ca(self):
+        # What a real cluster does to a job: its scheduler's pod, then a
+        # server's, deleted mid-job (SIGTERM: an eviction, a drain); then the
+        # job deleted and applied again at once over its checkpoints, while
+        # the garbage collector still holds the first one's Secrets.
+        c = self.c
+        self.op = Operator(c, "--tls")
+        self.cert_manager = CertManager(c).start()
+        job = training_job("twice", epochs=20, max_steps=3000, restart_policy="OnFailure",
+                           backoff_limit=3)
+        checkpoints_on_host(self, job)
+        apply(c, job)
+        self.wait_phase("twice", "Running", timeout=90)
+        c.wait_for(lambda: "step " in c.kubectl("logs", "twice-worker-0", check=False).stdout,
+                   timeout=60, what="worker-0 training")
+        for role in ("scheduler", "server"):
+            old, new = replace_pod(c, "twice", role)
+            self.assertIsNotNone(new, self.diag("twice"))
+            self.assertIn(get_job(c, "twice")["status"]["phase"], ("Running", "Restarting"),
+                          "the %s was stopped after the job had ended" % role)
+        first = self.wait_phase("twice", "Succeeded", timeout=240)
+        self.assertIn("rolled back to the checkpoint of step",
+                      c.kubectl("logs", new["metadata"]["name"]).stdout)
+        self.assertNotIn("FailedMount", {e["reason"] for e in events_of(c, "twice")})
+        # The replacements mounted the certificates the first pods had.
+        self.assertEqual([i[2:] for i in self.cert_manager.issuances(namespace="default")
+                          if i[2].startswith("twice-") and i[3] > 1], [])
+
+        # Applied again as soon as the first is gone, not its dependents.
+        c.kubectl("delete", "trainingjob", "twice", "--wait=false")
+        c.wait_for(lambda: phase_of(c, "twice") is None and "gone", timeout=30,
+                   what="the first job deleted")
+        apply(c, job)
+        uid = get_job(c, "twice")["metadata"]["uid"]
+        self.assertNotEqual(uid, first["metadata"]["uid"])
+        done = self.wait_phase("twice", "Succeeded", timeout=240)
+        self.assertEqual(done["metadata"]["uid"], uid)
+        self.assertTrue(self.leaves_signed_by_the_ca("twice", uid),
+                        "a replica of the second job holds a certificate of another CA or job")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from operator_harness import (apply, checkpoints_on_host, condition, job_pods,  # noqa: E402
-                              kubelet_output, live_pod, replica_key, training_job)
+                              kubelet_output, live_pod, replace_pod, replica_key, training_job)
 from test_operator import SharedClusterTestCase  # noqa: E402
 
 # Long enough (10 to 30 s) that the stop lands mid-job on a loaded machine, short enough
@@ -47,21 +47,9 @@ class RoleRestartTest(SharedClusterTestCase):
         self.wait_running_pid(job, "worker-0")
         self.c.wait_for(lambda: "step " in self.c.kubectl("logs", job + "-worker-0").stdout,
                         timeout=60, what="worker-0 training")
-        old = self.live_pod(job, role)
+        old, new = replace_pod(self.c, job, role)
         self.assertIsNotNone(old, self.diag(job))
-        self.c.kubectl("delete", "pod", old["metadata"]["name"], "--wait=false")
-
-        def replacement():
-            pod = self.live_pod(job, role)
-            if pod and pod["metadata"]["uid"] != old["metadata"]["uid"] and \
-                    pod.get("status", {}).get("podIP"):
-                return pod
-            return None
-        try:
-            new = self.c.wait_for(replacement, timeout=60,
-                                  what="a new %s pod of %s" % (role, job))
-        except AssertionError as e:
-            self.fail("%s\n%s" % (e, self.diag(job)))
+        self.assertIsNotNone(new, "no new %s pod of %s\n%s" % (role, job, self.diag(job)))
         return old, new
 
     def assert_no_trouble_in_worker_logs(self, job):
