@@ -31,9 +31,7 @@ json Object(const JobIdentity& job, const char* kind, const std::string& name, j
 
 // The Secret cert-manager writes carries the job's label, as every object
 // of the job does, so `kubectl get secrets -l kubeps.io/job-name=JOB` finds it.
-json SecretTemplate(const JobIdentity& job) {
-  return {{"labels", OwnedMetadata(job, "")["labels"]}};
-}
+json SecretTemplate(const JobIdentity& job) { return {{"labels", JobLabels(job)}}; }
 
 const json* Condition(const json& certificate, const char* type) {
   // Written by another controller: read with care, never trusted to be well formed.

@@ -66,8 +66,7 @@ class JobReconciler {
     bool certificates_wait_reported = false;
     bool reported_running = false;
     // The job's TLS and who issues its certificates, as its token Secret
-    // records them (else as this operator decides), once read.
-    bool tls_recorded = false;
+    // records them (else as this operator decides); unset until read.
     std::optional<bool> tls;
     std::string tls_issuer;  // kOperatorIssuer, kCertManagerIssuer; "" undecided
     int restarts_reported = 0;

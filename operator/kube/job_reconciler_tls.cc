@@ -46,11 +46,6 @@ Status ReadRecordedTls(KubeClient* client, const JobIdentity& id, RecordedTls* r
   return Status::Ok();
 }
 
-std::string Trimmed(const std::string& pem) {
-  const size_t end = pem.find_last_not_of(" \n\r\t");
-  return end == std::string::npos ? "" : pem.substr(0, end + 1);
-}
-
 // Deletes the Secret at `path`, one already gone included.
 Status DeleteSecret(KubeClient* client, const std::string& path, const std::string& why) {
   Response deleted;
@@ -64,12 +59,11 @@ Status DeleteSecret(KubeClient* client, const std::string& path, const std::stri
 }  // namespace
 
 Status JobReconciler::ResolveTls(const JobIdentity& id, api::TrainingJob* spec, JobState* state) {
-  if (!state->tls_recorded) {
+  if (!state->tls) {
     RecordedTls recorded;
     if (Status s = ReadRecordedTls(client_, id, &recorded); !s.ok()) return s;
     state->tls = recorded.tls.value_or(options_.tls_by_default);
     state->tls_issuer = recorded.issuer;
-    state->tls_recorded = true;
   }
   if (spec->spec.tls.empty()) spec->spec.tls = *state->tls ? "Enabled" : "Disabled";
   if (spec->spec.TlsEnabled(false) && state->tls_issuer.empty()) {
@@ -102,7 +96,6 @@ Status JobReconciler::CheckRecordedTls(const JobIdentity& id, const api::Trainin
   const bool tls = recorded.tls.value_or(false);
   if (tls == spec.spec.TlsEnabled(false) && (!tls || recorded.issuer == state->tls_issuer))
     return Status::Ok();
-  state->tls_recorded = false;
   state->tls.reset();
   state->tls_issuer.clear();
   return Status::Unavailable(
@@ -142,7 +135,7 @@ Status JobReconciler::EnsureTlsSecrets(const JobIdentity& id, const api::Trainin
     if (Status s = client_->Get(secrets + "/" + ReplicaTlsSecretName(id, name), &replica); !s.ok())
       return s;
     if (replica.ok() && OwnedBy(replica.body, id)) {
-      if (CarriesCa(replica.body, ca)) continue;
+      if (CarriesCa(replica.body, ca.certificate_pem)) continue;
       // The job's CA was made again (its Secret deleted): no peer would
       // accept this certificate of the old one. Replaced; the pod's volume
       // follows within the kubelet's sync, and gRPC reads it again.
@@ -197,9 +190,7 @@ Status JobReconciler::EnsureIssuedCertificates(const JobIdentity& id, const api:
     // cert-manager does not issue a certificate again when its CA changes
     // (the CA Secret made again, one an earlier job of this name left):
     // one signed by another CA is deleted, and cert-manager issues it again.
-    std::string signed_by;
-    (void)SecretData(secret.body, TransportSecurity::kCaFile, &signed_by);
-    if (Trimmed(signed_by) != Trimmed(ca_pem)) {
+    if (!CarriesCa(secret.body, ca_pem)) {
       if (Status s = DeleteSecret(client_, path, "signed by another CA than the job's"); !s.ok())
         return s;
       *pending = "waiting for cert-manager to issue " + name +

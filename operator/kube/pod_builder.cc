@@ -24,8 +24,6 @@ constexpr int kAgentUser = 10001;
 
 const char* RoleName(controller::ReplicaRole role) { return controller::ToString(role); }
 
-json Labels(const JobIdentity& job) { return {{kJobNameLabel, job.name}}; }
-
 // Merges kubeps' env into a container's env: same name, ours wins.
 void MergeEnv(json& container, const json& ours) {
   json merged = json::array();
@@ -189,10 +187,12 @@ json OwnerReference(const JobIdentity& job) {
           {"blockOwnerDeletion", true}};
 }
 
+json JobLabels(const JobIdentity& job) { return {{kJobNameLabel, job.name}}; }
+
 json OwnedMetadata(const JobIdentity& job, const std::string& name) {
   return {{"name", name},
           {"namespace", job.namespace_},
-          {"labels", Labels(job)},
+          {"labels", JobLabels(job)},
           {"ownerReferences", json::array({OwnerReference(job)})}};
 }
 
@@ -337,7 +337,7 @@ json BuildHeadlessService(const JobIdentity& job) {
           {"spec",
            {{"clusterIP", "None"},
             {"publishNotReadyAddresses", true},
-            {"selector", Labels(job)},
+            {"selector", JobLabels(job)},
             {"ports",
              json::array({{{"name", "grpc"}, {"port", kGrpcPort}, {"targetPort", kGrpcPort}}})}}}};
 }
@@ -370,7 +370,7 @@ Status ParseNetworkPolicyPeers(const std::string& text, json* peers) {
 }
 
 json BuildNetworkPolicy(const JobIdentity& job, const json& metrics_from) {
-  const json own_pods = {{"podSelector", {{"matchLabels", Labels(job)}}}};
+  const json own_pods = {{"podSelector", {{"matchLabels", JobLabels(job)}}}};
   json ingress = json::array({{{"from", json::array({own_pods})}}});
   // An empty `from` would admit every source: no peers, no rule.
   if (!metrics_from.empty()) {
@@ -381,13 +381,13 @@ json BuildNetworkPolicy(const JobIdentity& job, const json& metrics_from) {
           {"kind", "NetworkPolicy"},
           {"metadata", OwnedMetadata(job, job.name)},
           {"spec",
-           {{"podSelector", {{"matchLabels", Labels(job)}}},
+           {{"podSelector", {{"matchLabels", JobLabels(job)}}},
             {"policyTypes", json::array({"Ingress"})},
             {"ingress", ingress}}}};
 }
 
 json BuildSchedulerService(const JobIdentity& job) {
-  json selector = Labels(job);
+  json selector = JobLabels(job);
   selector[kReplicaTypeLabel] = "scheduler";
   return {{"apiVersion", "v1"},
           {"kind", "Service"},

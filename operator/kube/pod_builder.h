@@ -122,6 +122,8 @@ std::string ReplicaHostname(const JobIdentity& job, const controller::ReplicaNam
 std::string PodName(const JobIdentity& job, const controller::ReplicaName& name, int generation);
 
 nlohmann::json OwnerReference(const JobIdentity& job);
+// The label every object of the job carries (kJobNameLabel: its name).
+nlohmann::json JobLabels(const JobIdentity& job);
 // name, namespace, the job's label and its controller ownerReference: the
 // metadata of every object the job owns but its pods.
 nlohmann::json OwnedMetadata(const JobIdentity& job, const std::string& name);

@@ -37,9 +37,14 @@ Status CaFromSecret(const json& secret, CertificateAndKey* ca) {
   return Status::Ok();
 }
 
-bool CarriesCa(const json& replica_secret, const CertificateAndKey& ca) {
+bool CarriesCa(const json& replica_secret, const std::string& ca_pem) {
+  auto trimmed = [](const std::string& pem) {
+    const size_t end = pem.find_last_not_of(" \n\r\t");
+    return end == std::string::npos ? std::string() : pem.substr(0, end + 1);
+  };
   std::string pem;
-  return SecretData(replica_secret, TransportSecurity::kCaFile, &pem) && pem == ca.certificate_pem;
+  return SecretData(replica_secret, TransportSecurity::kCaFile, &pem) &&
+         trimmed(pem) == trimmed(ca_pem);
 }
 
 std::vector<std::string> ReplicaDnsNames(const JobIdentity& job,

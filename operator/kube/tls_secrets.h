@@ -25,9 +25,10 @@ nlohmann::json BuildCaSecret(const JobIdentity& job, const CertificateAndKey& ca
 // The CA back from its Secret as the API server returns it (base64 data).
 Status CaFromSecret(const nlohmann::json& secret, CertificateAndKey* ca);
 
-// Whether a replica's Secret (as the API server returns it) carries `ca`'s
-// certificate: one that does not was issued by a CA the job no longer has.
-bool CarriesCa(const nlohmann::json& replica_secret, const CertificateAndKey& ca);
+// Whether a replica's Secret (as the API server returns it) carries the CA
+// certificate `ca_pem` as its ca.crt (whatever whitespace ends either text):
+// one that does not was issued by a CA the job no longer has.
+bool CarriesCa(const nlohmann::json& replica_secret, const std::string& ca_pem);
 // The decoded value of `key` in a Secret as the API server returns it
 // (base64 data); false when it has none.
 bool SecretData(const nlohmann::json& secret, const char* key, std::string* out);
