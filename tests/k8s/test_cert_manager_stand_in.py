@@ -34,6 +34,15 @@ def openssl(*args, check=True):
     return subprocess.run(["openssl", *args], capture_output=True, text=True, check=check)
 
 
+# A selfSigned Issuer, the first document of a chain.
+SELF_SIGNED = """
+apiVersion: cert-manager.io/v1
+kind: Issuer
+metadata: {name: selfsigned}
+spec: {selfSigned: {}}
+---"""
+
+
 class CertManagerStandInTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -113,12 +122,7 @@ class CertManagerStandInTest(unittest.TestCase):
 
     def chain(self, ns, ca_secret="ca-key-pair"):
         """selfSigned Issuer -> CA Certificate -> CA Issuer."""
-        return self.apply(ns, """
-apiVersion: cert-manager.io/v1
-kind: Issuer
-metadata: {name: selfsigned}
-spec: {selfSigned: {}}
----
+        return self.apply(ns, SELF_SIGNED + """
 apiVersion: cert-manager.io/v1
 kind: Certificate
 metadata: {name: kubeps-ca}
@@ -398,12 +402,7 @@ spec:
 
     def test_rotation_policy_never_keeps_the_key(self):
         ns = self.namespace("cm-never")
-        self.apply(ns, """
-apiVersion: cert-manager.io/v1
-kind: Issuer
-metadata: {name: selfsigned}
-spec: {selfSigned: {}}
----
+        self.apply(ns, SELF_SIGNED + """
 apiVersion: cert-manager.io/v1
 kind: Certificate
 metadata: {name: rsa}
