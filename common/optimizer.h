@@ -39,10 +39,19 @@ class Optimizer {
   // weights -= update(grad); `grad` is the (averaged) gradient. (`none`:
   // weights = grad.) Denormal floats are flushed to zero while it runs
   // (common/denormals.h says why).
-  void Apply(float* weights, const float* grad, size_t n, OptimizerState* state) const;
+  void Apply(float* weights, const float* grad, size_t n, OptimizerState* state) const {
+    Apply(weights, weights, grad, n, state);
+  }
+  // The same with the updated weights written to `to`, `from` left as it
+  // was: a parameter server keeps the values it answers pulls from
+  // unchanged (ps-server/shard.h). `from` and `to` are the same array or
+  // disjoint ones; the results are the same bit for bit either way.
+  void Apply(const float* from, float* to, const float* grad, size_t n,
+             OptimizerState* state) const;
 
  protected:
-  virtual void Update(float* weights, const float* grad, size_t n, OptimizerState* state) const = 0;
+  virtual void Update(const float* from, float* to, const float* grad, size_t n,
+                      OptimizerState* state) const = 0;
 };
 
 // nullptr with *error set when the name is unknown.

@@ -301,10 +301,17 @@ grpc::ByteBuffer EncodePull(PullAnswer answer) {
     }
   }
   std::vector<grpc::Slice> slices;
+  slices.reserve(1 + answer.values.size());
   slices.emplace_back(head);
-  if (bytes > 0) {
-    slices.emplace_back(answer.values.release(), bytes,
-                        [](void* values) { delete[] static_cast<float*>(values); });
+  for (PartValues& values : answer.values) {
+    if (values->empty()) continue;
+    // The slice reads the values where they lie and holds a reference to
+    // them until gRPC has sent them.
+    float* data = const_cast<float*>(values->data());  // gRPC's type; never written through
+    const size_t length = values->size() * sizeof(float);
+    slices.emplace_back(
+        data, length, [](void* held) { delete static_cast<PartValues*>(held); },
+        new PartValues(std::move(values)));
   }
   return grpc::ByteBuffer(slices.data(), slices.size());
 }

@@ -89,8 +89,8 @@ class SegmentLanding final : public PullLanding {
 grpc::Status CheckEncoding(const v1::PushRequest& header, GradientEncoding* encoding);
 
 // A serialized PullResponse of `answer`; its data field is answer.values,
-// taken over (not copied) and freed when gRPC is done with it, unless the
-// answer landed in shared memory.
+// read in place (not copied) and held until gRPC is done with them, unless
+// the answer landed in shared memory.
 grpc::ByteBuffer EncodePull(PullAnswer answer);
 
 }  // namespace wire

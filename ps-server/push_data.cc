@@ -57,13 +57,21 @@ bool PushData::Read(float* out, size_t n) {
   char* to = reinterpret_cast<char*>(out);
   size_t checked = 0;  // floats of out already checked
   bool finite = true;
+  // A piece may be megabytes: it is copied and checked a chunk at a time,
+  // each checked while it is still in the first-level cache.
+  constexpr size_t kChunk = 16 << 10;
   Consume(n * sizeof(float), [&](const char* from, size_t bytes) {
-    std::memcpy(to, from, bytes);
-    to += bytes;
-    // A float cut between two pieces is checked once its last byte is in.
-    const size_t complete = static_cast<size_t>(to - reinterpret_cast<char*>(out)) / sizeof(float);
-    finite &= AllFinite(out + checked, complete - checked);
-    checked = complete;
+    for (size_t done = 0; done < bytes;) {
+      const size_t take = std::min(kChunk, bytes - done);
+      std::memcpy(to, from + done, take);
+      to += take;
+      done += take;
+      // A float cut between two pieces is checked once its last byte is in.
+      const size_t complete =
+          static_cast<size_t>(to - reinterpret_cast<char*>(out)) / sizeof(float);
+      finite &= AllFinite(out + checked, complete - checked);
+      checked = complete;
+    }
   });
   return finite;
 }

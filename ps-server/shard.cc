@@ -1,6 +1,7 @@
 #include "ps-server/shard.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 
@@ -98,7 +99,7 @@ v1::ShardCheckpoint Shard::Snapshot(uint64_t step) const {
     saved->set_key(key.first);
     saved->set_offset(key.second);
     saved->set_version(part.version);
-    saved->set_value(bytes(part.value));
+    saved->set_value(bytes(*part.value));
     saved->set_slot1(bytes(part.state.slot1));
     saved->set_slot2(bytes(part.state.slot2));
     saved->set_optimizer_steps(part.state.steps);
@@ -115,7 +116,7 @@ void Shard::Install(const v1::ShardCheckpoint& checkpoint) {
   parts_.clear();
   for (const auto& saved : checkpoint.parts()) {
     Part& part = parts_[{saved.key(), saved.offset()}];
-    part.value = floats(saved.value());
+    part.value = std::make_shared<std::vector<float>>(floats(saved.value()));
     part.state.slot1 = floats(saved.slot1());
     part.state.slot2 = floats(saved.slot2());
     part.state.steps = saved.optimizer_steps();
@@ -288,9 +289,9 @@ grpc::Status Shard::CheckParts(const google::protobuf::RepeatedPtrField<v1::Part
     if (!must_exist) continue;
     auto it = parts_.find({ref.key(), ref.offset()});
     if (it == parts_.end()) return Invalid(Describe(ref) + ": not stored on this server");
-    if (it->second.value.size() != ref.length()) {
+    if (it->second.value->size() != ref.length()) {
       return Invalid(Describe(ref) + ": this server stores " +
-                     std::to_string(it->second.value.size()) + " elements there");
+                     std::to_string(it->second.value->size()) + " elements there");
     }
   }
   if (data_bytes != SIZE_MAX && data_bytes != encoded) {
@@ -323,7 +324,7 @@ grpc::Status Shard::Init(const v1::InitRequest& request, v1::InitResponse* respo
   for (const auto& ref : request.parts()) {
     auto [it, inserted] = parts_.try_emplace({ref.key(), ref.offset()});
     if (inserted) {
-      it->second.value.assign(data, data + ref.length());
+      it->second.value = std::make_shared<std::vector<float>>(data, data + ref.length());
       ResetContributions(it->second);
     } else {
       ++kept;
@@ -334,6 +335,18 @@ grpc::Status Shard::Init(const v1::InitRequest& request, v1::InitResponse* respo
   lock.unlock();
   advanced_.notify_all();
   return grpc::Status::OK;
+}
+
+Shard::Values Shard::Writable(const Values& candidate, size_t n) {
+  // Under mutex_: every other owner is an answer, which only lets go, so a
+  // count of one stays one. The fence orders our writes after the reads of
+  // the answer that let go last (as the count's decrement publishes them).
+  if (candidate && candidate.use_count() == 1) {
+    std::atomic_thread_fence(std::memory_order_acquire);
+    candidate->resize(n);
+    return candidate;
+  }
+  return std::make_shared<std::vector<float>>(n);
 }
 
 void Shard::ResetContributions(Part& part) const {
@@ -370,7 +383,7 @@ int Shard::Gather(const v1::PushRequest& request, PushData& data, std::vector<Pa
   for (int i = 0; i < request.parts_size(); ++i) {
     const auto& ref = request.parts(i);
     Part& part = parts_.at({ref.key(), ref.offset()});
-    const size_t n = part.value.size();
+    const size_t n = part.value->size();
     // A gradient for a step already applied, or a second one from the same
     // worker for this step (a restarted worker redoing it), changes nothing.
     if (request.step() < part.version || part.contributed[rank]) {
@@ -379,8 +392,16 @@ int Shard::Gather(const v1::PushRequest& request, PushData& data, std::vector<Pa
       continue;
     }
     // The slot is not marked yet: a push refused below leaves nothing behind.
-    part.contributions[rank].resize(n);
-    if (!data.Read(part.contributions[rank].data(), n) && non_finite < 0) non_finite = i;
+    // The step's last gradient is not kept: it is added to the others as it
+    // is read, a copy less of every byte.
+    bool finite;
+    if (part.received + 1 == Contributors(request)) {
+      finite = GatherLast(part, rank, request, data);
+    } else {
+      part.contributions[rank].resize(n);
+      finite = data.Read(part.contributions[rank].data(), n);
+    }
+    if (!finite && non_finite < 0) non_finite = i;
     gathered->push_back(&part);
   }
   return non_finite;
@@ -390,11 +411,14 @@ void Shard::Apply(const v1::PushRequest& request, const std::vector<Part*>& gath
   if (!options_.sync) {
     const float* gradient = async_gradient_.data();
     for (Part* part : gathered) {
-      const size_t n = part->value.size();
+      const size_t n = part->value->size();
       if (skip) {
         updates_skipped_.Increment();
       } else {
-        optimizer_->Apply(part->value.data(), gradient, n, &part->state);
+        // In place unless a pull answer still holds the values.
+        Values next = Writable(part->value, n);
+        optimizer_->Apply(part->value->data(), next->data(), gradient, n, &part->state);
+        part->value = std::move(next);
         ++part->version;
         updates_.Increment();
       }
@@ -414,58 +438,80 @@ void Shard::Apply(const v1::PushRequest& request, const std::vector<Part*>& gath
   }
 }
 
+bool Shard::GatherLast(Part& part, int rank, const v1::PushRequest& request, PushData& data) {
+  const size_t n = part.value->size();
+  part.shares[rank] = request.share();
+  part.global_batch = request.global_batch();
+  std::vector<int> ranks;  // the step's contributors, this push's among them, in rank order
+  bool equal_shares = true;
+  for (int r = 0; r < static_cast<int>(part.contributed.size()); ++r) {
+    if (!part.contributed[r] && r != rank) continue;
+    equal_shares = equal_shares && part.shares[r] == part.shares[ranks.empty() ? r : ranks[0]];
+    ranks.push_back(r);
+  }
+  // Equal shares (every fixed job): the plain mean. Otherwise each
+  // gradient, a mean over its share of the step's examples, counts by
+  // that share, so the sum is the mean over the whole global batch.
+  equal_shares = equal_shares || part.global_batch == 0;
+  auto weight = [&](int r) {
+    return equal_shares
+               ? 1.0f
+               : static_cast<float>(part.shares[r]) / static_cast<float>(part.global_batch);
+  };
+  const float scale = equal_shares ? 1.0f / static_cast<float>(ranks.size()) : 1.0f;
+  // The mean goes to this push's slot, which holds nothing this step.
+  part.contributions[rank].resize(n);
+  float* mean = part.contributions[rank].data();
+  // Block by block, so that the sum and the scaling read each gradient
+  // from memory once (a big part is many times the cache), and this push's
+  // block is read from the request (and checked) just before it is added.
+  constexpr size_t kBlock = 4096;
+  float incoming[kBlock];
+  bool finite = true;
+  for (size_t begin = 0; begin < n; begin += kBlock) {
+    const size_t len = std::min(kBlock, n - begin);
+    finite &= data.Read(incoming, len);
+    auto block = [&](int r) -> const float* {
+      return r == rank ? incoming : part.contributions[r].data() + begin;
+    };
+    float* __restrict m = mean + begin;
+    const float* __restrict first = block(ranks[0]);
+    const float first_weight = weight(ranks[0]);
+    if (equal_shares) {
+      std::copy_n(first, len, m);
+    } else {
+      for (size_t i = 0; i < len; ++i) m[i] = first[i] * first_weight;
+    }
+    for (size_t k = 1; k < ranks.size(); ++k) {
+      const float* __restrict g = block(ranks[k]);
+      if (equal_shares) {
+        for (size_t i = 0; i < len; ++i) m[i] += g[i];
+      } else {
+        const float w = weight(ranks[k]);
+        for (size_t i = 0; i < len; ++i) m[i] += w * g[i];
+      }
+    }
+    if (equal_shares) {
+      for (size_t i = 0; i < len; ++i) m[i] *= scale;
+    }
+  }
+  part.mean_rank = rank;
+  return finite;
+}
+
 void Shard::CompleteStep(Part& part) {
-  const size_t n = part.value.size();
-  part.previous = part.value;
+  const size_t n = part.value->size();
   if (part.skip_update) {
     // SkipStep: the step ends without an update, so that every worker's
     // pull of the next version is answered (with this one's values).
+    part.previous = part.value;
     updates_skipped_.Increment();
   } else {
-    // Sum in rank order: the result is the same whatever order pushes came
-    // in. In the first contributor's slot, which is cleared below anyway: no
-    // buffer to allocate. Block by block, so that the sum and the scaling
-    // read each slot from memory once (a big part is many times the cache).
-    std::vector<int> ranks;
-    bool equal_shares = true;
-    for (int r = 0; r < static_cast<int>(part.contributed.size()); ++r) {
-      if (!part.contributed[r]) continue;
-      equal_shares = equal_shares && part.shares[r] == part.shares[ranks.empty() ? r : ranks[0]];
-      ranks.push_back(r);
-    }
-    float* mean = part.contributions[ranks[0]].data();
-    // Equal shares (every fixed job): the plain mean. Otherwise each
-    // gradient, a mean over its share of the step's examples, counts by
-    // that share, so the sum is the mean over the whole global batch.
-    equal_shares = equal_shares || part.global_batch == 0;
-    auto weight = [&](int r) {
-      return equal_shares
-                 ? 1.0f
-                 : static_cast<float>(part.shares[r]) / static_cast<float>(part.global_batch);
-    };
-    const float scale = equal_shares ? 1.0f / static_cast<float>(ranks.size()) : 1.0f;
-    const float first_weight = weight(ranks[0]);
-    constexpr size_t kBlock = 4096;
-    for (size_t begin = 0; begin < n; begin += kBlock) {
-      const size_t len = std::min(kBlock, n - begin);
-      float* __restrict m = mean + begin;
-      if (!equal_shares) {
-        for (size_t i = 0; i < len; ++i) m[i] *= first_weight;
-      }
-      for (size_t k = 1; k < ranks.size(); ++k) {
-        const float* __restrict g = part.contributions[ranks[k]].data() + begin;
-        if (equal_shares) {
-          for (size_t i = 0; i < len; ++i) m[i] += g[i];
-        } else {
-          const float w = weight(ranks[k]);
-          for (size_t i = 0; i < len; ++i) m[i] += w * g[i];
-        }
-      }
-      if (equal_shares) {
-        for (size_t i = 0; i < len; ++i) m[i] *= scale;
-      }
-    }
-    optimizer_->Apply(part.value.data(), mean, n, &part.state);
+    Values next = Writable(part.previous, n);
+    optimizer_->Apply(part.value->data(), next->data(), part.contributions[part.mean_rank].data(),
+                      n, &part.state);
+    part.previous = std::move(part.value);
+    part.value = std::move(next);
     updates_.Increment();
   }
   part.contributed.assign(options_.num_workers, false);
@@ -625,41 +671,41 @@ grpc::Status Shard::Pull(const v1::PullRequest& request, PullAnswer* answer,
   if (grpc::Status g = CheckGeneration(request.generation()); !g.ok()) return g;
   grpc::Status exists = CheckParts(request.parts(), SIZE_MAX, true);
   if (!exists.ok()) return exists;
+  // References to the values, taken under the lock; read after it.
+  std::vector<PartValues> values;
+  std::vector<uint64_t> versions;
+  values.reserve(request.parts_size());
+  versions.reserve(request.parts_size());
   uint64_t total = 0;
-  for (const auto& ref : request.parts()) total += ref.length();
-  float* out = nullptr;
-  if (!landing) {
-    answer->values.reset(new float[total]);  // not zeroed: every float is written below
-    out = answer->values.get();
-  }
-  answer->size = total;
-  uint64_t min_version = UINT64_MAX;
-  for (int i = 0; i < request.parts_size(); ++i) {
-    const v1::PartRef& ref = request.parts(i);
+  for (const v1::PartRef& ref : request.parts()) {
     const Part& part = parts_.at({ref.key(), ref.offset()});
     // Sync: a part one step past the version asked for is answered as it was
     // at that version (see Part::previous), so that every part answered
     // belongs to the same step.
     const bool as_before =
-        options_.sync && part.version == request.min_version() + 1 && !part.previous.empty();
-    const std::vector<float>& value = as_before ? part.previous : part.value;
-    const uint64_t version = as_before ? request.min_version() : part.version;
-    if (landing) {
-      float* region = nullptr;
-      if (grpc::Status s = landing->Begin(i, &region); !s.ok()) return s;
-      if (region) {
-        std::copy_n(value.data(), ref.length(), region);
-        landing->Done(i, version);
-      }
-    } else {
-      out = std::copy_n(value.data(), ref.length(), out);
-    }
-    min_version = std::min(min_version, version);
+        options_.sync && part.version == request.min_version() + 1 && part.previous;
+    values.push_back(as_before ? part.previous : part.value);
+    versions.push_back(as_before ? request.min_version() : part.version);
+    total += ref.length();
   }
   lock.unlock();
+  if (landing) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      float* region = nullptr;
+      if (grpc::Status s = landing->Begin(static_cast<int>(i), &region); !s.ok()) return s;
+      if (region) {
+        std::copy(values[i]->begin(), values[i]->end(), region);
+        landing->Done(static_cast<int>(i), versions[i]);
+      }
+    }
+  } else {
+    answer->values = std::move(values);
+  }
   answer->ready = true;
   answer->landed = landing != nullptr;
-  answer->version = min_version;
+  answer->version = UINT64_MAX;
+  for (uint64_t version : versions) answer->version = std::min(answer->version, version);
+  answer->size = total;
   pulls_.Increment();
   pull_bytes_.Increment(static_cast<double>(total * sizeof(float)));
   return grpc::Status::OK;
@@ -668,7 +714,7 @@ grpc::Status Shard::Pull(const v1::PullRequest& request, PullAnswer* answer,
 std::vector<float> Shard::PartValue(uint32_t key, uint64_t offset) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = parts_.find({key, offset});
-  return it == parts_.end() ? std::vector<float>{} : it->second.value;
+  return it == parts_.end() ? std::vector<float>{} : *it->second.value;
 }
 
 uint64_t Shard::PartVersion(uint32_t key, uint64_t offset) const {

@@ -51,20 +51,25 @@ struct ShardOptions {
   uint64_t checkpoint_interval = 100;  // sync: steps; async: applied pushes
 };
 
-// What a pull answers: when ready, the parts' values back to back, in a
-// buffer of its own that the answer on the wire takes over without a copy.
+// A part's values at one version. Values once published are never written
+// again (an update writes to another buffer, one no answer holds any more),
+// so a pull takes a reference under the shard's lock and sends them after
+// releasing it, without a copy: the answer on the wire reads them in place.
+using PartValues = std::shared_ptr<const std::vector<float>>;
+
+// What a pull answers: when ready, the parts' values, in the request's order.
 struct PullAnswer {
   bool ready = false;
-  uint64_t version = 0;  // smallest version among the values answered
-  std::unique_ptr<float[]> values;
-  size_t size = 0;      // floats in values
-  bool landed = false;  // values were written to the worker's shared memory instead
+  uint64_t version = 0;            // smallest version among the values answered
+  std::vector<PartValues> values;  // empty when landed
+  size_t size = 0;                 // floats in all of them
+  bool landed = false;             // values were written to the worker's shared memory instead
 };
 
-// Where a pull's values go instead of a buffer of the answer's own: the
-// landing regions of a worker on this host (ps_service.cc). Called under
-// the shard's lock, part by part, so the values go straight from the
-// shard's memory to the worker's.
+// Where a pull's values go instead of the answer: the landing regions of a
+// worker on this host (ps_service.cc). Called part by part, outside the
+// shard's lock, so the values go straight from the shard's memory to the
+// worker's.
 class PullLanding {
  public:
   virtual ~PullLanding() = default;
@@ -131,8 +136,9 @@ class Shard {
   }
 
  private:
+  using Values = std::shared_ptr<std::vector<float>>;  // written only before it is published
   struct Part {
-    std::vector<float> value;
+    Values value;
     OptimizerState state;
     uint64_t version = 0;
     // Sync mode: the value at version - 1 (empty before the first update and
@@ -141,16 +147,20 @@ class Shard {
     // of every part to recompute the gradient the other part waits for.
     // Parts are never more than one step apart in sync mode (a worker pushes
     // step S only after pulling S from every part), so one value is enough.
-    // It costs a second copy of the parameters on each shard.
-    std::vector<float> previous;
+    // It costs a second copy of the parameters on each shard, but no copying:
+    // an update writes the new values into the buffer of the version before
+    // (once no pull answer holds it) and the current one becomes previous.
+    Values previous;
     // Sync mode: one slot per worker for the step being gathered, which has
     // arrived where contributed says so. The slots keep their size from
-    // step to step, so a push is copied in without allocating.
+    // step to step, so a push is copied in without allocating. The step's
+    // last push is not copied: its slot receives the mean instead.
     std::vector<std::vector<float>> contributions;
     std::vector<bool> contributed;
     std::vector<uint32_t> shares;  // by rank: examples behind its gradient (0: equal shares)
     int received = 0;
-    int expected = 0;  // contributors of the step being gathered, once one arrived
+    int expected = 0;   // contributors of the step being gathered, once one arrived
+    int mean_rank = 0;  // whose slot holds the step's mean, once the last gradient arrived
     uint32_t global_batch = 0;
     // Sync, SkipStep: a non-finite gradient was gathered for this step, so
     // the step completes without an update.
@@ -171,11 +181,19 @@ class Shard {
   // holding NaN or Inf, or -1; Apply then counts them in and updates.
   int Gather(const v1::PushRequest& request, PushData& data, std::vector<Part*>* gathered);
   void Apply(const v1::PushRequest& request, const std::vector<Part*>& gathered, bool skip);
+  // Sync: reads the step's last gradient, from worker `rank`, and sums it
+  // with the others in rank order into that worker's slot (mean_rank);
+  // false if it holds NaN or Inf.
+  bool GatherLast(Part& part, int rank, const v1::PushRequest& request, PushData& data);
+  // Sync: the update with the step's mean (unless it is skipped).
   void CompleteStep(Part& part);
   // The contributors a sync push says its step has; a fixed job's pushes
   // say none and mean every worker.
   int Contributors(const v1::PushRequest& request) const;
   void ResetContributions(Part& part) const;
+  // A buffer of n floats to write an update to: `candidate` when no pull
+  // answer holds it any more, a new one otherwise.
+  static Values Writable(const Values& candidate, size_t n);
   grpc::Status CheckGeneration(uint64_t generation) const;  // requires mutex_
   // Takes a checkpoint when one is due (requires mutex_); the caller
   // writes it once the lock is released.

@@ -91,6 +91,24 @@ TEST(NonFiniteTest, FailRefusesANaNPushNamingWorkerAndKeyAndLeavesNoTrace) {
   EXPECT_EQ(shard->PartValue(7, 0), (std::vector<float>{-2, -1, 0}));
 }
 
+// The step's last push is added to the others as it is read (Shard::
+// GatherLast): a NaN found there must leave the gradients already gathered
+// as they were, so that the corrected push completes the step exactly.
+TEST(NonFiniteTest, FailRefusesANaNInTheStepsLastPushAndKeepsTheOthers) {
+  auto shard = MakeShard(true, 3);
+  Init(*shard, {0});
+  ASSERT_TRUE(Push(*shard, 2, 0, 0, {0}, {6, 6, 6}).ok());
+  ASSERT_TRUE(Push(*shard, 0, 0, 0, {0}, {3, 3, 3}).ok());
+  grpc::Status s = Push(*shard, 1, 0, 0, {0}, {1, 1, kNaN});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(shard->PartVersion(0, 0), 0u) << "the step completed with a refused gradient";
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{1, 2, 3}));
+  ASSERT_TRUE(Push(*shard, 1, 0, 0, {0}, {0, 3, 6}).ok());
+  EXPECT_EQ(shard->PartVersion(0, 0), 1u);
+  // SGD with learning rate 1: w - (g0 + g1 + g2) / 3.
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{-2, -2, -2}));
+}
+
 TEST(NonFiniteTest, FailRefusesInfInAsyncMode) {
   auto shard = MakeShard(false, 1);
   Init(*shard, {0, 7});

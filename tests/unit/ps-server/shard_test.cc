@@ -410,6 +410,55 @@ TEST(ShardTest, AsyncAppliesEveryPushAtOnce) {
   EXPECT_EQ(pulled.version(), 3u);
 }
 
+// A pull's answer reads the part's values in place until gRPC has sent
+// them (wire::EncodePull). Updates that come meanwhile must leave them as
+// they were when the pull was answered: the answer is of its version.
+std::vector<float> AnswerFloats(PullAnswer answer) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(wire::EncodePull(std::move(answer)).Dump(&slices).ok());
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) {
+    bytes.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  v1::PullResponse response;
+  EXPECT_TRUE(response.ParseFromString(bytes));
+  return Floats(response.data());
+}
+
+PullAnswer HeldPull(Shard& shard, const std::vector<Ref>& refs, uint64_t min_version) {
+  v1::PullRequest request;
+  SetParts(&request, refs);
+  request.set_min_version(min_version);
+  PullAnswer answer;
+  EXPECT_TRUE(shard.Pull(request, &answer).ok());
+  EXPECT_TRUE(answer.ready);
+  return answer;
+}
+
+TEST(ShardTest, AnAnswerNotYetSentKeepsItsValuesThroughLaterUpdates) {
+  for (bool sync : {true, false}) {
+    SCOPED_TRACE(sync ? "sync" : "async");
+    auto shard = MakeShard(sync, 1);
+    ASSERT_TRUE(Init(*shard, kPart, {10, 10, 10}).ok());
+    PullAnswer at_0 = HeldPull(*shard, kPart, 0);
+    ASSERT_TRUE(Push(*shard, 0, 0, 0, kPart, {1, 2, 3}).ok());
+    PullAnswer at_1 = HeldPull(*shard, kPart, 1);
+    // Sync updates write to the buffer of the version before, async ones in
+    // place: with both answers held, neither may be written.
+    for (uint64_t step = 1; step < 4; ++step) {
+      ASSERT_TRUE(Push(*shard, 0, step, step, kPart, {1, 1, 1}).ok());
+    }
+    EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{6, 5, 4}));
+    EXPECT_EQ(AnswerFloats(std::move(at_0)), (std::vector<float>{10, 10, 10}));
+    EXPECT_EQ(AnswerFloats(std::move(at_1)), (std::vector<float>{9, 8, 7}));
+    // Once let go, the buffers are written again: the values stay right.
+    for (uint64_t step = 4; step < 6; ++step) {
+      ASSERT_TRUE(Push(*shard, 0, step, step, kPart, {1, 1, 1}).ok());
+    }
+    EXPECT_EQ(AnswerFloats(HeldPull(*shard, kPart, 6)), (std::vector<float>{4, 3, 2}));
+  }
+}
+
 TEST(ShardTest, MultiPartPushSplitsDataInOrder) {
   auto shard = MakeShard(true, 1);
   const std::vector<Ref> parts = {{0, 0, 2}, {0, 2, 1}, {3, 0, 2}};
