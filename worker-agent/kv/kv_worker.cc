@@ -353,10 +353,17 @@ std::vector<std::vector<const Part*>> KVWorkerImpl::Batches(
   std::vector<std::vector<const Part*>> batches;
   std::vector<int> open(num_servers_, -1);  // batch being filled per server
   std::vector<uint64_t> filled(num_servers_, 0);
+  // Requests over TCP are cut small, so that several are in flight and the
+  // first parts come back while the last still go out. Through shared
+  // memory nothing streams: a request per server costs least.
+  std::vector<uint64_t> limit(num_servers_, options_.placement.max_part_elems);
+  for (int server = 0; server < num_servers_; ++server) {
+    if (shared_ && shared_->MayTry(server)) limit[server] = kSharedMemoryBatchElems;
+  }
   for (const Part& part : parts_) {
     if (part.key >= selected.size() || selected[part.key] == nullptr) continue;
     int& current = open[part.server];
-    if (current < 0 || filled[part.server] + part.length > options_.placement.max_part_elems) {
+    if (current < 0 || filled[part.server] + part.length > limit[part.server]) {
       current = static_cast<int>(batches.size());
       batches.emplace_back();
       filled[part.server] = 0;

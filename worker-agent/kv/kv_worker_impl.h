@@ -59,7 +59,9 @@ class KVWorkerImpl final : public KVWorker {
   void HeartbeatLoop();
 
   // Parts of the selected keys on each server, cut into batches of at most
-  // max_part_elems elements, one RPC each.
+  // max_part_elems elements, one RPC each; through shared memory, of at
+  // most kSharedMemoryBatchElems.
+  static constexpr uint64_t kSharedMemoryBatchElems = 8 << 20;  // 32 MiB of float32
   template <typename Ptr>
   std::vector<std::vector<const Part*>> Batches(const std::vector<Ptr>& selected) const;
   Ticket NewTicket(int requests, std::shared_ptr<Pending>* pending);
