@@ -30,7 +30,11 @@ namespace {
 
 // True if none of v[0, n) has an all-ones exponent (NaN or +-Inf). On the
 // bits rather than std::isfinite: it vectorises, and it holds under
-// -ffast-math too.
+// -ffast-math too. Every pushed byte passes here: on a CPU with AVX2 (the
+// build targets any x86-64) the loop takes 8 floats at a time, not 4.
+#if defined(__x86_64__)
+__attribute__((target_clones("avx2", "default")))
+#endif
 bool AllFinite(const float* v, size_t n) {
   uint32_t bad = 0;
   for (size_t i = 0; i < n; ++i) {
