@@ -59,6 +59,10 @@ class Job {
     scheduler_ = std::make_unique<SchedulerService>(options, &NullMetrics());
     scheduler_server_ = Serve(scheduler_.get(), &scheduler_port_);
 
+    if (Status s = MetricsServer::Start("", -1, {}, &shard_metrics_); !s.ok()) {
+      register_status_ = grpc::Status(grpc::StatusCode::INTERNAL, s.message());
+      return;
+    }
     ShardOptions shard_options;
     shard_options.sync = true;
     shard_options.num_workers = kWorkers;
@@ -68,7 +72,7 @@ class Job {
       std::string error;
       auto optimizer = MakeOptimizer(shard_options.optimizer, &error);
       shards_.push_back(
-          std::make_unique<Shard>(shard_options, std::move(optimizer), &NullMetrics()));
+          std::make_unique<Shard>(shard_options, std::move(optimizer), shard_metrics_.get()));
       services_.push_back(std::make_unique<ParameterServerService>(
           shards_.back().get(), JobToken::Fixed(kToken), nullptr));
       int port = 0;
@@ -115,6 +119,15 @@ class Job {
   std::string SchedulerAddress() const { return "127.0.0.1:" + std::to_string(scheduler_port_); }
   std::string ShardAddress(int i) const { return "127.0.0.1:" + std::to_string(shard_ports_[i]); }
   Shard& shard(int i) { return *shards_[i]; }
+  // Push requests the shards applied, all together.
+  double AppliedPushes() const {
+    double total = 0;
+    for (const auto& family : shard_metrics_->registry().Collect()) {
+      if (family.name != "kubeps_server_pushes_total") continue;
+      for (const auto& metric : family.metric) total += metric.counter.value;
+    }
+    return total;
+  }
   SchedulerService& scheduler() { return *scheduler_; }
 
   KVOptions WorkerOptions(int index) const {
@@ -138,6 +151,7 @@ class Job {
   std::unique_ptr<SchedulerService> scheduler_;
   std::unique_ptr<grpc::Server> scheduler_server_;
   int scheduler_port_ = 0;
+  std::unique_ptr<MetricsServer> shard_metrics_;
   std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<std::unique_ptr<ParameterServerService>> services_;
   std::vector<std::unique_ptr<grpc::Server>> shard_servers_;
@@ -342,6 +356,15 @@ TEST_P(KVWorkerTest, TwoWorkersTrainSyncStepsAgainstTwoShards) {
     }
     EXPECT_GT(parts_per_shard[0], 0);
     EXPECT_GT(parts_per_shard[1], 0);
+  }
+  // Every push touches both shards. Over TCP its parts go in pieces of
+  // max_part_elems, several requests a shard; through shared memory, once
+  // the shards map the segment, in one request a shard.
+  const double one_per_shard = kWorkers * kServers * kSteps;
+  if (std::get<1>(GetParam()) == "shared") {
+    EXPECT_EQ(job.AppliedPushes(), one_per_shard);
+  } else {
+    EXPECT_GT(job.AppliedPushes(), one_per_shard);
   }
 }
 
