@@ -353,9 +353,7 @@ std::vector<std::vector<const Part*>> KVWorkerImpl::Batches(
   std::vector<std::vector<const Part*>> batches;
   std::vector<int> open(num_servers_, -1);  // batch being filled per server
   std::vector<uint64_t> filled(num_servers_, 0);
-  // Requests over TCP are cut small, so that several are in flight and the
-  // first parts come back while the last still go out. Through shared
-  // memory nothing streams: a request per server costs least.
+  // Small over TCP, large through shared memory (kv_worker_impl.h says why).
   std::vector<uint64_t> limit(num_servers_, options_.placement.max_part_elems);
   for (int server = 0; server < num_servers_; ++server) {
     if (shared_ && shared_->MayTry(server)) limit[server] = kSharedMemoryBatchElems;

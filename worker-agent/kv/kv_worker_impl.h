@@ -59,8 +59,10 @@ class KVWorkerImpl final : public KVWorker {
   void HeartbeatLoop();
 
   // Parts of the selected keys on each server, cut into batches of at most
-  // max_part_elems elements, one RPC each; through shared memory, of at
-  // most kSharedMemoryBatchElems.
+  // max_part_elems elements, one RPC each, so that over TCP several are in
+  // flight and the first parts come back while the last still go out.
+  // Through shared memory nothing streams and every RPC costs a gRPC call
+  // on both sides: batches of at most kSharedMemoryBatchElems.
   static constexpr uint64_t kSharedMemoryBatchElems = 8 << 20;  // 32 MiB of float32
   template <typename Ptr>
   std::vector<std::vector<const Part*>> Batches(const std::vector<Ptr>& selected) const;

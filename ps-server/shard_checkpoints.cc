@@ -1,0 +1,190 @@
+// The shard's checkpoints (ps-server/shard.h): when one is due, what it
+// holds, writing it, and rolling the shard back to one.
+#include "ps-server/shard.h"
+
+#include <algorithm>
+
+#include "common/logging.h"
+
+namespace kubeps {
+
+bool Shard::CheckpointDue(uint64_t* step) const {
+  if (!checkpoints_ || parts_.empty()) return false;
+  const uint64_t interval = std::max<uint64_t>(1, options_.checkpoint_interval);
+  if (!options_.sync) {
+    *step = applied_pushes_;
+    return applied_pushes_ % interval == 0 &&
+           static_cast<int64_t>(applied_pushes_) != last_checkpoint_;
+  }
+  // Sync: a worker pushes step S only after pulling version S from every
+  // part of every shard, so here all parts are at one version S.
+  uint64_t version = UINT64_MAX;
+  for (const auto& [key, part] : parts_) version = std::min(version, part.version);
+  *step = version;
+  return version % interval == 0 && static_cast<int64_t>(version) != last_checkpoint_;
+}
+
+v1::ShardCheckpoint Shard::Snapshot(uint64_t step) const {
+  v1::ShardCheckpoint checkpoint;
+  checkpoint.set_step(step);
+  auto bytes = [](const std::vector<float>& v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+  };
+  for (const auto& [key, part] : parts_) {
+    auto* saved = checkpoint.add_parts();
+    saved->set_key(key.first);
+    saved->set_offset(key.second);
+    saved->set_version(part.version);
+    saved->set_value(bytes(*part.value));
+    saved->set_slot1(bytes(part.state.slot1));
+    saved->set_slot2(bytes(part.state.slot2));
+    saved->set_optimizer_steps(part.state.steps);
+  }
+  dedup_.Save(&checkpoint);
+  return checkpoint;
+}
+
+void Shard::Install(const v1::ShardCheckpoint& checkpoint) {
+  auto floats = [](const std::string& b) {
+    const float* f = reinterpret_cast<const float*>(b.data());
+    return std::vector<float>(f, f + b.size() / sizeof(float));
+  };
+  parts_.clear();
+  for (const auto& saved : checkpoint.parts()) {
+    Part& part = parts_[{saved.key(), saved.offset()}];
+    part.value = std::make_shared<std::vector<float>>(floats(saved.value()));
+    part.state.slot1 = floats(saved.slot1());
+    part.state.slot2 = floats(saved.slot2());
+    part.state.steps = saved.optimizer_steps();
+    part.version = saved.version();
+    ResetContributions(part);
+  }
+  dedup_.Restore(checkpoint);
+  key_set_fixed_ = true;  // a checkpoint is taken after the first push
+  last_checkpoint_ = static_cast<int64_t>(checkpoint.step());
+  applied_pushes_ = options_.sync ? 0 : checkpoint.step();
+}
+
+Status Shard::WriteCheckpoint(const v1::ShardCheckpoint& checkpoint) {
+  std::lock_guard<std::mutex> lock(write_mutex_);
+  Status s = checkpoints_->Write(checkpoint);
+  if (!s.ok()) {
+    // Loud: a shard whose checkpoints stop can make a later recovery
+    // impossible (the scheduler needs a step every shard holds).
+    checkpoint_failures_.Increment();
+    ++failures_in_a_row_;
+    last_failure_ = "checkpoint of step " + std::to_string(checkpoint.step()) + " into " +
+                    checkpoints_->dir() + " failed: " + s.message();
+    KLOG_ERROR << last_failure_ << " (" << failures_in_a_row_ << " in a row; the shard gives up at "
+               << kMaxCheckpointFailuresInARow << ")";
+    return Status::Error(last_failure_);
+  }
+  failures_in_a_row_ = 0;
+  checkpoints_written_.Increment();
+  return s;
+}
+
+std::string Shard::CheckpointFailure() const {
+  std::lock_guard<std::mutex> lock(write_mutex_);
+  if (failures_in_a_row_ < kMaxCheckpointFailuresInARow) return "";
+  return std::to_string(failures_in_a_row_) +
+         " checkpoint writes in a row failed, the last: " + last_failure_;
+}
+
+int64_t Shard::LoadLatestCheckpoint() {
+  if (!checkpoints_) return -1;
+  v1::ShardCheckpoint checkpoint;
+  bool found = false;
+  std::string skipped;
+  if (Status s = checkpoints_->ReadLatest(&checkpoint, &found, &skipped); !s.ok()) {
+    KLOG_ERROR << "reading checkpoints: " << s.message();
+  }
+  if (!skipped.empty()) KLOG_ERROR << "skipped unreadable checkpoints: " << skipped;
+  skipped.clear();
+  // The steps reported to the scheduler must all be loadable.
+  checkpoints_->SetAsideDamaged(&skipped);
+  if (!skipped.empty()) KLOG_ERROR << "skipped unreadable checkpoints: " << skipped;
+  if (!found) return -1;
+  std::lock_guard<std::mutex> lock(mutex_);
+  Install(checkpoint);
+  awaiting_recovery_ = options_.sync;
+  KLOG_INFO << "loaded checkpoint of step " << checkpoint.step() << " from " << checkpoints_->dir();
+  return static_cast<int64_t>(checkpoint.step());
+}
+
+std::vector<uint64_t> Shard::CheckpointSteps() const {
+  return checkpoints_ ? checkpoints_->Steps() : std::vector<uint64_t>{};
+}
+
+void Shard::KeepCheckpoint(int64_t step) {
+  if (checkpoints_) checkpoints_->KeepStep(step);
+}
+
+Status Shard::DiscardCheckpoints() {
+  if (!checkpoints_) return Status::Ok();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    parts_.clear();
+    dedup_.Restore(v1::ShardCheckpoint());
+    awaiting_recovery_ = false;
+    last_checkpoint_ = -1;
+    applied_pushes_ = 0;
+    key_set_fixed_ = false;  // loading the discarded checkpoint had fixed it
+  }
+  std::lock_guard<std::mutex> lock(write_mutex_);
+  if (Status s = checkpoints_->RemoveAll(); !s.ok()) return s;
+  KLOG_INFO << "discarded an earlier run's checkpoints in " << checkpoints_->dir();
+  return Status::Ok();
+}
+
+Status Shard::WriteFinalCheckpoint() {
+  std::unique_ptr<v1::ShardCheckpoint> last;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!checkpoints_ || parts_.empty() || awaiting_recovery_) return Status::Ok();
+    uint64_t step = applied_pushes_;
+    if (options_.sync) {
+      step = UINT64_MAX;
+      for (const auto& [key, part] : parts_) step = std::min(step, part.version);
+    }
+    if (static_cast<int64_t>(step) == last_checkpoint_) return Status::Ok();
+    last = std::make_unique<v1::ShardCheckpoint>(Snapshot(step));
+    last_checkpoint_ = static_cast<int64_t>(step);
+  }
+  if (Status s = WriteCheckpoint(*last); !s.ok()) return s;
+  KLOG_INFO << "final checkpoint of step " << last->step() << " in " << checkpoints_->dir();
+  return Status::Ok();
+}
+
+Status Shard::RestoreCheckpoint(uint64_t step, uint64_t generation) {
+  if (!checkpoints_) return Status::Error("cannot roll back: this shard keeps no checkpoints");
+  v1::ShardCheckpoint checkpoint;
+  Status read = checkpoints_->Read(step, &checkpoint);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (read.ok()) {
+      Install(checkpoint);
+    } else if (step != 0 || !parts_.empty()) {
+      std::string held;
+      for (uint64_t s : checkpoints_->Steps())
+        held += (held.empty() ? "" : ",") + std::to_string(s);
+      return Status::Error(read.message() + " (" + checkpoints_->dir() + " holds steps " +
+                           (held.empty() ? "none" : held) + ")");
+    }
+    // else a fresh start: nothing to restore; rank 0's Init fills this shard.
+    generation_ = generation;
+    awaiting_recovery_ = false;
+  }
+  advanced_.notify_all();
+  if (read.ok()) {
+    // The shard is back on a step it holds: what it trains from here on is
+    // what a later write would protect.
+    std::lock_guard<std::mutex> lock(write_mutex_);
+    failures_in_a_row_ = 0;
+  }
+  KLOG_INFO << (read.ok() ? "rolled back to the checkpoint of step " : "started empty at step ")
+            << step << " (generation " << generation << ")";
+  return Status::Ok();
+}
+
+}  // namespace kubeps
