@@ -24,6 +24,7 @@
 #include "common/metrics.h"
 
 #include "common/optimizer.h"
+#include "common/request_limits.h"
 #include "kubeps.pb.h"
 #include "ps-server/checkpoint_store.h"
 #include "ps-server/dedup_table.h"
@@ -36,11 +37,6 @@ enum class NonFinitePolicy {
   kFail,      // refuse it (INVALID_ARGUMENT naming the worker and the key): the worker fails
   kSkipStep,  // accept it once and skip the update it belongs to, counting it
 };
-
-// Bounds of what one request may name: its parts, each at most once, and
-// the bytes they hold (a Pull's answer, a Push's data).
-constexpr size_t kMaxPartsPerRequest = 65536;
-constexpr uint64_t kMaxRequestBytes = 256ull << 20;
 
 struct ShardOptions {
   bool sync = true;

@@ -353,7 +353,6 @@ std::vector<std::vector<const Part*>> KVWorkerImpl::Batches(
   std::vector<std::vector<const Part*>> batches;
   std::vector<int> open(num_servers_, -1);  // batch being filled per server
   std::vector<uint64_t> filled(num_servers_, 0);
-  // Small over TCP, large through shared memory (kv_worker_impl.h says why).
   std::vector<uint64_t> limit(num_servers_, options_.placement.max_part_elems);
   for (int server = 0; server < num_servers_; ++server) {
     if (shared_ && shared_->MayTry(server)) limit[server] = kSharedMemoryBatchElems;
@@ -361,7 +360,8 @@ std::vector<std::vector<const Part*>> KVWorkerImpl::Batches(
   for (const Part& part : parts_) {
     if (part.key >= selected.size() || selected[part.key] == nullptr) continue;
     int& current = open[part.server];
-    if (current < 0 || filled[part.server] + part.length > limit[part.server]) {
+    if (current < 0 || filled[part.server] + part.length > limit[part.server] ||
+        batches[current].size() == kMaxPartsPerRequest) {
       current = static_cast<int>(batches.size());
       batches.emplace_back();
       filled[part.server] = 0;

@@ -18,6 +18,7 @@
 
 #include "common/gradient_codec.h"
 #include "common/metrics.h"
+#include "common/request_limits.h"
 #include "common/resend.h"
 #include "common/scheduler_client.h"
 #include "common/status.h"
@@ -62,7 +63,8 @@ class KVWorkerImpl final : public KVWorker {
   // max_part_elems elements, one RPC each, so that over TCP several are in
   // flight and the first parts come back while the last still go out.
   // Through shared memory nothing streams and every RPC costs a gRPC call
-  // on both sides: batches of at most kSharedMemoryBatchElems.
+  // on both sides: batches of at most kSharedMemoryBatchElems. Never more
+  // than kMaxPartsPerRequest parts, which a server would refuse.
   static constexpr uint64_t kSharedMemoryBatchElems = 8 << 20;  // 32 MiB of float32
   template <typename Ptr>
   std::vector<std::vector<const Part*>> Batches(const std::vector<Ptr>& selected) const;

@@ -368,6 +368,50 @@ TEST_P(KVWorkerTest, TwoWorkersTrainSyncStepsAgainstTwoShards) {
   }
 }
 
+// A model of many small tensors, each server holding more parts than one
+// request may name: through shared memory, where a batch may hold 8M
+// elements, the KV client still closes it at the servers' bound of parts
+// (a server refuses a request past it, an Init too).
+TEST(KVWorkerBatchTest, AServerHoldingMorePartsThanOneRequestMayNameIsServed) {
+  Job job;
+  ASSERT_TRUE(job.ok()) << job.error();
+  const size_t tensors = 2 * kMaxPartsPerRequest + 10;  // about half on each server
+  std::vector<std::future<std::string>> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    KVOptions options = job.WorkerOptions(w);
+    options.shared_memory = true;
+    workers.push_back(std::async(std::launch::async, [options, tensors]() -> std::string {
+      std::unique_ptr<KVWorker> kv;
+      if (Status s = KVWorker::Start(options, &kv); !s.ok()) return "Start: " + s.message();
+      std::vector<float> init(tensors), grads(tensors, kv->rank() + 1.0f), values(tensors, -1);
+      std::vector<const float*> init_ptrs, grad_ptrs;
+      std::vector<float*> value_ptrs;
+      for (size_t k = 0; k < tensors; ++k) {
+        init[k] = static_cast<float>(k);
+        init_ptrs.push_back(&init[k]);
+        grad_ptrs.push_back(&grads[k]);
+        value_ptrs.push_back(&values[k]);
+      }
+      if (Status s = kv->InitTensors(init_ptrs, std::vector<uint64_t>(tensors, 1)); !s.ok())
+        return "InitTensors: " + s.message();
+      if (Status s = kv->Wait(kv->PushPull(grad_ptrs, value_ptrs, 0)); !s.ok())
+        return "PushPull: " + s.message();
+      // SGD, learning rate 1, the mean of 1 and 2.
+      for (size_t k = 0; k < tensors; ++k) {
+        if (values[k] != static_cast<float>(k) - 1.5f)
+          return "tensor " + std::to_string(k) + " is " + std::to_string(values[k]);
+      }
+      if (Status s = kv->Barrier("end"); !s.ok()) return "Barrier: " + s.message();
+      if (Status s = kv->Finish(); !s.ok()) return "Finish: " + s.message();
+      return "";
+    }));
+  }
+  for (auto& worker : workers) {
+    ASSERT_EQ(worker.wait_for(60s), std::future_status::ready) << "a worker hung";
+    EXPECT_EQ(worker.get(), "");
+  }
+}
+
 // A port on which nothing listens: bound once, then closed.
 int DeadPort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
