@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <random>
 
 namespace kubeps {
@@ -49,7 +50,17 @@ Status Errno(const std::string& what, const std::string& name) {
 
 // The creator holds a shared lock on its file for as long as it lives; a
 // file nobody holds is a dead process's leftover (whatever its PID
-// namespace: the lock is on the file).
+// namespace: the lock is on the file). But a creator can only lock its file
+// once it exists: between the two the file is empty, and a worker starting
+// beside it at that moment would take it for a leftover and delete it (and
+// its servers could not map it). So an empty file is a leftover only once
+// it is a minute old.
+constexpr time_t kEmptyFileGraceSeconds = 60;
+
+bool BeingCreated(const struct stat& st) {
+  return st.st_size == 0 && ::time(nullptr) - st.st_mtime < kEmptyFileGraceSeconds;
+}
+
 void RemoveLeftovers() {
   DIR* listing = ::opendir("/dev/shm");
   if (!listing) return;
@@ -59,7 +70,8 @@ void RemoveLeftovers() {
     const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
     if (fd < 0) continue;
     struct stat st {};
-    if (::fstat(fd, &st) == 0 && st.st_uid == ::geteuid() && ::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    if (::fstat(fd, &st) == 0 && st.st_uid == ::geteuid() && !BeingCreated(st) &&
+        ::flock(fd, LOCK_EX | LOCK_NB) == 0) {
       ::shm_unlink(name.c_str());
     }
     ::close(fd);

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <future>
 #include <string>
 #include <thread>
@@ -71,16 +72,35 @@ TEST(SharedSegmentTest, HoldsOnlyRangesAfterTheHeaderAndInside) {
 }
 
 TEST(SharedSegmentTest, CreateDeletesWhatADeadProcessLeftButNotALiveOnesFile) {
-  // A file no process holds a lock on: what a killed worker leaves.
+  // A file no process holds a lock on, sized: what a killed worker leaves.
   const std::string left = "kubeps-leftover-1-0000000000000000";
   const int fd = ::shm_open(left.c_str(), O_RDWR | O_CREAT, 0600);
   ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, 4096), 0);
   ::close(fd);
   std::unique_ptr<SharedSegment> live, next;
   ASSERT_TRUE(SharedSegment::Create("live", 64, &live).ok());
   EXPECT_FALSE(Exists(left));
   ASSERT_TRUE(SharedSegment::Create("next", 64, &next).ok());
   EXPECT_TRUE(Exists(live->name()));
+}
+
+// A worker creates its file, then locks it: in between, the file is empty
+// and unlocked. A worker starting beside it at that moment must not take it
+// for a leftover (its servers could not map it, and the job's tensors would
+// go over TCP). An empty file a minute old is a leftover.
+TEST(SharedSegmentTest, AnEmptyFileJustCreatedIsNotTakenForALeftover) {
+  const std::string creating = "kubeps-creating-2-0000000000000000";
+  const int fd = ::shm_open(creating.c_str(), O_RDWR | O_CREAT, 0600);
+  ASSERT_GE(fd, 0);
+  std::unique_ptr<SharedSegment> beside, later;
+  ASSERT_TRUE(SharedSegment::Create("beside", 64, &beside).ok());
+  EXPECT_TRUE(Exists(creating)) << "a file being created was deleted";
+  const timespec two_minutes_ago[2] = {{::time(nullptr) - 120, 0}, {::time(nullptr) - 120, 0}};
+  ASSERT_EQ(::futimens(fd, two_minutes_ago), 0);
+  ::close(fd);
+  ASSERT_TRUE(SharedSegment::Create("later", 64, &later).ok());
+  EXPECT_FALSE(Exists(creating)) << "an empty file left for two minutes was kept";
 }
 
 // The pull ticket: a late answer to an old pull never lands over a newer one.
