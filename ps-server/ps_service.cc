@@ -273,7 +273,8 @@ grpc::Status SegmentLanding::Begin(int index, float** region) {
 void SegmentLanding::Done(int index, uint64_t version) { landing::Done(Header(index), version); }
 
 grpc::ByteBuffer EncodePull(PullAnswer answer) {
-  const size_t bytes = answer.landed ? 0 : answer.size * sizeof(float);
+  size_t bytes = 0;
+  for (const PartValues& values : answer.values) bytes += values->size() * sizeof(float);
   std::string head;
   {
     google::protobuf::io::StringOutputStream sink(&head);

@@ -526,7 +526,6 @@ grpc::Status Shard::Pull(const v1::PullRequest& request, PullAnswer* answer,
   answer->landed = landing != nullptr;
   answer->version = UINT64_MAX;
   for (uint64_t version : versions) answer->version = std::min(answer->version, version);
-  answer->size = total;
   pulls_.Increment();
   pull_bytes_.Increment(static_cast<double>(total * sizeof(float)));
   return grpc::Status::OK;

@@ -58,7 +58,6 @@ struct PullAnswer {
   bool ready = false;
   uint64_t version = 0;            // smallest version among the values answered
   std::vector<PartValues> values;  // empty when landed
-  size_t size = 0;                 // floats in all of them
   bool landed = false;             // values were written to the worker's shared memory instead
 };
 
