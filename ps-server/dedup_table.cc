@@ -4,30 +4,36 @@ namespace kubeps {
 
 DedupTable::Verdict DedupTable::Begin(const v1::RequestId& id) {
   std::unique_lock<std::mutex> lock(mutex_);
-  Sender& sender = senders_[id.node_id()];
-  if (id.incarnation() != sender.incarnation) {
-    auto current = current_.find(id.node_id());
-    const bool first_contact = sender.incarnation == 0;
-    const bool confirmed = current != current_.end() && current->second == id.incarnation();
-    if (!first_contact && !confirmed) {
-      const auto& known = known_[id.node_id()];
-      return known.count(id.incarnation()) ? Verdict::kStale : Verdict::kNotYetKnown;
+  for (;;) {
+    Sender& sender = senders_[id.node_id()];
+    if (id.incarnation() != sender.incarnation) {
+      auto current = current_.find(id.node_id());
+      const bool first_contact = sender.incarnation == 0;
+      const bool confirmed = current != current_.end() && current->second == id.incarnation();
+      if (!first_contact && !confirmed) {
+        const auto& known = known_[id.node_id()];
+        return known.count(id.incarnation()) ? Verdict::kStale : Verdict::kNotYetKnown;
+      }
+      // A restarted process numbers its requests from scratch; what its
+      // previous life sent has been settled or will never be resent.
+      sender = Sender{id.incarnation(), 0, {}, {}};
     }
-    // A restarted process numbers its requests from scratch; what its
-    // previous life sent has been settled or will never be resent.
-    sender = Sender{id.incarnation(), 0, {}, {}};
+    if (id.acked_below() > sender.floor) {
+      sender.floor = id.acked_below();
+      sender.applied.erase(sender.applied.begin(), sender.applied.lower_bound(sender.floor));
+    }
+    if (id.seq() < sender.floor) return Verdict::kDuplicate;
+    const uint64_t restores = restores_;
+    // `sender` is gone once a Restore replaced the records: looked at only
+    // while there was none.
+    done_.wait(lock, [&] { return restores_ != restores || !sender.in_flight.count(id.seq()); });
+    if (restores_ != restores) continue;  // judged again against the restored records
+    // While we waited, the original may have settled and the floor moved past
+    // it (its record then dropped): both mean it was applied.
+    if (id.seq() < sender.floor || sender.applied.count(id.seq())) return Verdict::kDuplicate;
+    sender.in_flight.insert(id.seq());
+    return Verdict::kApply;
   }
-  if (id.acked_below() > sender.floor) {
-    sender.floor = id.acked_below();
-    sender.applied.erase(sender.applied.begin(), sender.applied.lower_bound(sender.floor));
-  }
-  if (id.seq() < sender.floor) return Verdict::kDuplicate;
-  done_.wait(lock, [&] { return sender.in_flight.count(id.seq()) == 0; });
-  // While we waited, the original may have settled and the floor moved past
-  // it (its record then dropped): both mean it was applied.
-  if (id.seq() < sender.floor || sender.applied.count(id.seq())) return Verdict::kDuplicate;
-  sender.in_flight.insert(id.seq());
-  return Verdict::kApply;
 }
 
 void DedupTable::Done(const v1::RequestId& id) {
@@ -88,6 +94,7 @@ void DedupTable::Save(v1::ShardCheckpoint* checkpoint) const {
 void DedupTable::Restore(const v1::ShardCheckpoint& checkpoint) {
   std::lock_guard<std::mutex> lock(mutex_);
   senders_.clear();
+  ++restores_;
   for (const auto& saved : checkpoint.senders()) {
     Sender& sender = senders_[saved.node_id()];
     sender.incarnation = saved.incarnation();

@@ -67,6 +67,7 @@ class DedupTable {
   mutable std::mutex mutex_;
   std::condition_variable done_;
   std::map<std::string, Sender> senders_;
+  uint64_t restores_ = 0;  // Restore calls so far: a waiting Begin's Sender may be gone
   // By node: the incarnation the scheduler calls current, and every one it
   // ever did (a request of a replaced one is refused, not waited for).
   std::map<std::string, uint64_t> current_;

@@ -173,6 +173,26 @@ TEST(DedupTableTest, DuplicateOfInFlightRequestWaitsForDone) {
   EXPECT_EQ(duplicate.get(), Verdict::kDuplicate);
 }
 
+TEST(DedupTableTest, ADuplicateWaitingWhenACheckpointIsRestoredIsJudgedByTheRestoredRecords) {
+  DedupTable table;
+  const auto id = Id("worker-0", 1, 4);
+  ASSERT_EQ(table.Begin(id), Verdict::kApply);  // the original, being applied
+  auto duplicate = std::async(std::launch::async, [&] { return table.Begin(id); });
+  std::this_thread::sleep_for(50ms);
+  // The shard rolls back to a checkpoint taken before the original: the
+  // records it waited on are replaced, and the original is not among them.
+  v1::ShardCheckpoint checkpoint;
+  auto* sender = checkpoint.add_senders();
+  sender->set_node_id("worker-0");
+  sender->set_incarnation(1);
+  sender->set_floor(2);
+  table.Restore(checkpoint);
+  ASSERT_EQ(duplicate.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(duplicate.get(), Verdict::kApply);
+  table.Done(id);
+  EXPECT_EQ(table.Begin(id), Verdict::kDuplicate);
+}
+
 TEST(DedupTableTest, ManyConcurrentResendsApplyExactlyOnce) {
   DedupTable table;
   std::atomic<int> applied{0};
