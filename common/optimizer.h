@@ -3,8 +3,9 @@
 // bit for bit. The state of an optimizer belongs to one parameter part and
 // is checkpointed with it.
 //
-// Not synchronised: an optimizer belongs to one parameter part and is called
-// under that part's lock.
+// Not synchronised: an optimizer's state belongs to one parameter part, which
+// one thread at a time updates (on a shard, the push that completed the
+// part's step).
 #ifndef KUBEPS_COMMON_OPTIMIZER_H_
 #define KUBEPS_COMMON_OPTIMIZER_H_
 

@@ -15,6 +15,7 @@ template <typename Sink>
 void PushData::Consume(size_t bytes, Sink sink) {
   while (bytes > 0 && piece_ < pieces_.size()) {
     const std::string_view piece = pieces_[piece_];
+    if (offset_ == 0 && before_piece_) before_piece_(piece_);
     const size_t take = std::min(bytes, piece.size() - offset_);
     sink(piece.data() + offset_, take);
     bytes -= take;

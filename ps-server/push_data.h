@@ -13,6 +13,7 @@
 #define KUBEPS_PS_SERVER_PUSH_DATA_H_
 
 #include <cstddef>
+#include <functional>
 #include <string_view>
 #include <vector>
 
@@ -35,6 +36,9 @@ class PushData {
   bool Read(float* out, size_t n);
   // Passes over the next `n` floats.
   void Skip(size_t n);
+  // Called as each piece is begun: a test pauses a push in the middle of its
+  // copy there, to see what the shard does meanwhile.
+  void BeforeEachPiece(std::function<void(size_t piece)> hook) { before_piece_ = std::move(hook); }
 
  private:
   template <typename Sink>
@@ -47,6 +51,7 @@ class PushData {
   size_t size_ = 0;
   size_t piece_ = 0;   // the piece read next
   size_t offset_ = 0;  // bytes of it already read
+  std::function<void(size_t)> before_piece_;
 };
 
 }  // namespace kubeps

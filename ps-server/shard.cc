@@ -7,21 +7,12 @@
 
 #include "common/logging.h"
 #include "common/long_poll.h"
-#include "common/termination_message.h"
+#include "ps-server/shard_messages.h"
 
 namespace kubeps {
-namespace {
 
-grpc::Status Invalid(const std::string& message) {
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
-}
-
-std::string Describe(const v1::PartRef& ref) {
-  return "part (key " + std::to_string(ref.key()) + ", offset " + std::to_string(ref.offset()) +
-         ", length " + std::to_string(ref.length()) + ")";
-}
-
-}  // namespace
+using shard_messages::Describe;
+using shard_messages::Invalid;
 
 Shard::Shard(const ShardOptions& options, std::unique_ptr<Optimizer> optimizer,
              MetricsServer* metrics)
@@ -174,6 +165,8 @@ void Shard::ResetContributions(Part& part) const {
   if (!options_.sync) return;
   part.contributions.resize(options_.num_workers);
   part.contributed.assign(options_.num_workers, false);
+  part.copying.assign(options_.num_workers, false);
+  part.claimed_by.assign(options_.num_workers, 0);
   part.shares.assign(options_.num_workers, 0);
   part.received = 0;
   part.expected = 0;
@@ -182,275 +175,6 @@ void Shard::ResetContributions(Part& part) const {
 int Shard::Contributors(const v1::PushRequest& request) const {
   return request.contributors() == 0 ? options_.num_workers
                                      : static_cast<int>(request.contributors());
-}
-
-int Shard::Gather(const v1::PushRequest& request, PushData& data, std::vector<Part*>* gathered) {
-  const int rank = request.worker_rank();
-  int non_finite = -1;
-  gathered->clear();
-  if (!options_.sync) {
-    uint64_t total = 0;
-    for (const auto& ref : request.parts()) total += ref.length();
-    async_gradient_.resize(total);
-    float* out = async_gradient_.data();
-    for (int i = 0; i < request.parts_size(); ++i) {
-      const auto& ref = request.parts(i);
-      gathered->push_back(&parts_.at({ref.key(), ref.offset()}));
-      if (!data.Read(out, ref.length()) && non_finite < 0) non_finite = i;
-      out += ref.length();
-    }
-    return non_finite;
-  }
-  for (int i = 0; i < request.parts_size(); ++i) {
-    const auto& ref = request.parts(i);
-    Part& part = parts_.at({ref.key(), ref.offset()});
-    const size_t n = part.value->size();
-    // A gradient for a step already applied, or a second one from the same
-    // worker for this step (a restarted worker redoing it), changes nothing.
-    if (request.step() < part.version || part.contributed[rank]) {
-      data.Skip(n);
-      gathered->push_back(nullptr);
-      continue;
-    }
-    // The slot is not marked yet: a push refused below leaves nothing behind.
-    // The step's last gradient is not kept: it is added to the others as it
-    // is read, a copy less of every byte.
-    bool finite;
-    if (part.received + 1 == Contributors(request)) {
-      finite = GatherLast(part, rank, request, data);
-    } else {
-      part.contributions[rank].resize(n);
-      finite = data.Read(part.contributions[rank].data(), n);
-    }
-    if (!finite && non_finite < 0) non_finite = i;
-    gathered->push_back(&part);
-  }
-  return non_finite;
-}
-
-void Shard::Apply(const v1::PushRequest& request, const std::vector<Part*>& gathered, bool skip) {
-  if (!options_.sync) {
-    const float* gradient = async_gradient_.data();
-    for (Part* part : gathered) {
-      const size_t n = part->value->size();
-      if (skip) {
-        updates_skipped_.Increment();
-      } else {
-        // In place unless a pull answer still holds the values.
-        Values next = Writable(part->value, n);
-        optimizer_->Apply(part->value->data(), next->data(), gradient, n, &part->state);
-        part->value = std::move(next);
-        ++part->version;
-        updates_.Increment();
-      }
-      gradient += n;
-    }
-    return;
-  }
-  const int expected = Contributors(request);
-  for (Part* part : gathered) {
-    if (part == nullptr) continue;
-    part->contributed[request.worker_rank()] = true;
-    part->shares[request.worker_rank()] = request.share();
-    part->global_batch = request.global_batch();
-    part->expected = expected;
-    part->skip_update |= skip;
-    if (++part->received == expected) CompleteStep(*part);
-  }
-}
-
-bool Shard::GatherLast(Part& part, int rank, const v1::PushRequest& request, PushData& data) {
-  const size_t n = part.value->size();
-  part.shares[rank] = request.share();
-  part.global_batch = request.global_batch();
-  std::vector<int> ranks;  // the step's contributors, this push's among them, in rank order
-  bool equal_shares = true;
-  for (int r = 0; r < static_cast<int>(part.contributed.size()); ++r) {
-    if (!part.contributed[r] && r != rank) continue;
-    equal_shares = equal_shares && part.shares[r] == part.shares[ranks.empty() ? r : ranks[0]];
-    ranks.push_back(r);
-  }
-  // Equal shares (every fixed job): the plain mean. Otherwise each
-  // gradient, a mean over its share of the step's examples, counts by
-  // that share, so the sum is the mean over the whole global batch.
-  equal_shares = equal_shares || part.global_batch == 0;
-  auto weight = [&](int r) {
-    return equal_shares
-               ? 1.0f
-               : static_cast<float>(part.shares[r]) / static_cast<float>(part.global_batch);
-  };
-  const float scale = equal_shares ? 1.0f / static_cast<float>(ranks.size()) : 1.0f;
-  // The mean goes to this push's slot, which holds nothing this step.
-  part.contributions[rank].resize(n);
-  float* mean = part.contributions[rank].data();
-  // Block by block, so that the sum and the scaling read each gradient
-  // from memory once (a big part is many times the cache), and this push's
-  // block is read from the request (and checked) just before it is added.
-  constexpr size_t kBlock = 4096;
-  float incoming[kBlock];
-  bool finite = true;
-  for (size_t begin = 0; begin < n; begin += kBlock) {
-    const size_t len = std::min(kBlock, n - begin);
-    finite &= data.Read(incoming, len);
-    auto block = [&](int r) -> const float* {
-      return r == rank ? incoming : part.contributions[r].data() + begin;
-    };
-    float* __restrict m = mean + begin;
-    const float* __restrict first = block(ranks[0]);
-    const float first_weight = weight(ranks[0]);
-    if (equal_shares) {
-      std::copy_n(first, len, m);
-    } else {
-      for (size_t i = 0; i < len; ++i) m[i] = first[i] * first_weight;
-    }
-    for (size_t k = 1; k < ranks.size(); ++k) {
-      const float* __restrict g = block(ranks[k]);
-      if (equal_shares) {
-        for (size_t i = 0; i < len; ++i) m[i] += g[i];
-      } else {
-        const float w = weight(ranks[k]);
-        for (size_t i = 0; i < len; ++i) m[i] += w * g[i];
-      }
-    }
-    if (equal_shares) {
-      for (size_t i = 0; i < len; ++i) m[i] *= scale;
-    }
-  }
-  part.mean_rank = rank;
-  return finite;
-}
-
-void Shard::CompleteStep(Part& part) {
-  const size_t n = part.value->size();
-  if (part.skip_update) {
-    // SkipStep: the step ends without an update, so that every worker's
-    // pull of the next version is answered (with this one's values).
-    part.previous = part.value;
-    updates_skipped_.Increment();
-  } else {
-    Values next = Writable(part.previous, n);
-    optimizer_->Apply(part.value->data(), next->data(), part.contributions[part.mean_rank].data(),
-                      n, &part.state);
-    part.previous = std::move(part.value);
-    part.value = std::move(next);
-    updates_.Increment();
-  }
-  part.contributed.assign(options_.num_workers, false);
-  part.received = 0;
-  part.expected = 0;
-  part.skip_update = false;
-  ++part.version;
-}
-
-grpc::Status Shard::Push(const v1::PushRequest& request, PushData& data) {
-  if (request.worker_rank() < 0 || request.worker_rank() >= options_.num_workers) {
-    return Invalid("worker_rank " + std::to_string(request.worker_rank()) + " outside [0, " +
-                   std::to_string(options_.num_workers) + ")");
-  }
-  if (static_cast<int>(request.contributors()) > options_.num_workers ||
-      request.share() > request.global_batch()) {
-    return Invalid("worker_rank " + std::to_string(request.worker_rank()) + ": contributors " +
-                   std::to_string(request.contributors()) + " (at most " +
-                   std::to_string(options_.num_workers) + "), share " +
-                   std::to_string(request.share()) + " of global_batch " +
-                   std::to_string(request.global_batch()));
-  }
-  // The exactly-once table keys on the sender's id: without one, every
-  // later push would be a duplicate of sender "" and be dropped.
-  if (request.id().node_id().empty()) {
-    return Invalid("push without a request id (id.node_id is empty) from worker_rank " +
-                   std::to_string(request.worker_rank()));
-  }
-  std::unique_ptr<v1::ShardCheckpoint> due;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (grpc::Status g = CheckGeneration(request.generation()); !g.ok()) return g;
-    grpc::Status valid = CheckParts(request.parts(), data.size(), true, data.encoding());
-    if (!valid.ok()) return valid;
-    uint64_t checkpoint_step = 0;
-    if (options_.sync && CheckpointDue(&checkpoint_step)) {
-      due = std::make_unique<v1::ShardCheckpoint>(Snapshot(checkpoint_step));
-      last_checkpoint_ = static_cast<int64_t>(checkpoint_step);
-    }
-    if (options_.sync) {
-      for (const auto& ref : request.parts()) {
-        const Part& part = parts_.at({ref.key(), ref.offset()});
-        if (request.step() > part.version) {
-          return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                              Describe(ref) + " is at step " + std::to_string(part.version) +
-                                  ", push is for step " + std::to_string(request.step()));
-        }
-        // Every worker of a step has the same schedule (common/membership.h):
-        // pushes that disagree on the step's workers are a bug, never summed.
-        if (request.step() == part.version && part.expected != 0 &&
-            part.expected != Contributors(request)) {
-          return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                              Describe(ref) + ": worker " + std::to_string(request.worker_rank()) +
-                                  "'s push says step " + std::to_string(request.step()) + " has " +
-                                  std::to_string(Contributors(request)) +
-                                  " workers, earlier pushes said " + std::to_string(part.expected));
-        }
-      }
-    }
-  }
-  switch (dedup_.Begin(request.id())) {
-    case DedupTable::Verdict::kApply:
-      break;
-    case DedupTable::Verdict::kDuplicate:
-      duplicates_.Increment();
-      return grpc::Status::OK;  // the original answer: the push was applied
-    case DedupTable::Verdict::kStale:
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "push from incarnation " + std::to_string(request.id().incarnation()) +
-                              " of " + request.id().node_id() +
-                              ", which the scheduler has replaced by incarnation " +
-                              std::to_string(dedup_.CurrentIncarnation(request.id().node_id())) +
-                              ": not applied (the process it came from restarted)");
-    case DedupTable::Verdict::kNotYetKnown:
-      // The client resends; the next heartbeat brings the scheduler's view.
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "incarnation " + std::to_string(request.id().incarnation()) + " of " +
-                              request.id().node_id() +
-                              " is not yet known to this shard (it has not heard from the "
-                              "scheduler since that process registered); try again");
-  }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    // A restore may have happened since the checks above.
-    if (grpc::Status g = CheckGeneration(request.generation()); !g.ok()) {
-      dedup_.Done(request.id());
-      return g;
-    }
-    std::vector<Part*> gathered;
-    const int non_finite = Gather(request, data, &gathered);
-    if (non_finite >= 0) {
-      nonfinite_pushes_.Increment();
-      if (options_.non_finite == NonFinitePolicy::kFail) {
-        // Not applied, so not recorded as applied: the id stays free.
-        dedup_.Abandon(request.id());
-        return Invalid("the gradient of " + request.id().node_id() + " (rank " +
-                       std::to_string(request.worker_rank()) + ") for step " +
-                       std::to_string(request.step()) + ", " + Describe(request.parts(non_finite)) +
-                       ", " + kNonFiniteGradientRefusal +
-                       ": the model diverged; lower the learning rate, or set spec.nonFinite: "
-                       "SkipStep to skip such steps");
-      }
-    }
-    Apply(request, gathered, non_finite >= 0);
-    key_set_fixed_ = true;
-    ++applied_pushes_;
-    uint64_t checkpoint_step = 0;
-    if (!options_.sync && CheckpointDue(&checkpoint_step)) {
-      due = std::make_unique<v1::ShardCheckpoint>(Snapshot(checkpoint_step));
-      last_checkpoint_ = static_cast<int64_t>(checkpoint_step);
-    }
-  }
-  dedup_.Done(request.id());
-  if (due) (void)WriteCheckpoint(*due);  // logged and counted; see CheckpointFailure
-  advanced_.notify_all();
-  pushes_.Increment();
-  push_bytes_.Increment(static_cast<double>(data.size()));
-  return grpc::Status::OK;
 }
 
 void Shard::Stop() {
@@ -476,7 +200,9 @@ grpc::Status Shard::Pull(const v1::PullRequest& request, PullAnswer* answer,
     if (request.generation() != generation_) return true;  // rolled back while waiting
     for (const auto& ref : request.parts()) {
       auto it = parts_.find({ref.key(), ref.offset()});
-      if (it == parts_.end() || it->second.version < request.min_version()) return false;
+      if (it == parts_.end() || it->second.version < request.min_version() || it->second.updating) {
+        return false;
+      }
     }
     return true;
   };

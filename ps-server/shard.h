@@ -7,9 +7,11 @@
 // moves to v+1. In an elastic job each push says how many workers the step
 // has (M may change from step to step) and how many of the step's examples
 // its gradient is the mean over; shares that differ weight the sum. Async mode: every push is
-// applied at once, under the part's lock. Pulls long-poll until the wanted version exists.
+// applied at once. Pulls long-poll until the wanted version exists.
 //
-// Thread-safe: every RPC thread of the server calls it; each part has a lock.
+// Thread-safe: every RPC thread of the server calls it. One lock guards the
+// parts' bookkeeping; no tensor's bytes move while it is held (a push copies
+// its gradients in, and a pull's values go out, outside it).
 #ifndef KUBEPS_PS_SERVER_SHARD_H_
 #define KUBEPS_PS_SERVER_SHARD_H_
 
@@ -152,6 +154,15 @@ class Shard {
     // last push is not copied: its slot receives the mean instead.
     std::vector<std::vector<float>> contributions;
     std::vector<bool> contributed;
+    // By rank: a push is copying into that worker's slot, outside mutex_
+    // (its Claim). Only that push touches the slot until it lets go.
+    std::vector<bool> copying;
+    std::vector<uint64_t> claimed_by;  // by rank, while copying: its push's Claim::order
+    // Sync: the step's update is being computed outside mutex_. Its values
+    // stay readable; its optimizer state does not, and it has no previous
+    // version (that buffer receives the update), so pulls and snapshots
+    // wait.
+    bool updating = false;
     std::vector<uint32_t> shares;  // by rank: examples behind its gradient (0: equal shares)
     int received = 0;
     int expected = 0;   // contributors of the step being gathered, once one arrived
@@ -170,18 +181,78 @@ class Shard {
   grpc::Status CheckParts(const google::protobuf::RepeatedPtrField<v1::PartRef>& parts,
                           size_t data_bytes, bool must_exist,
                           GradientEncoding encoding = GradientEncoding::kFloat32) const;
-  // Both take every part of a push, in order, under mutex_. Gather copies
-  // the gradients in (sync: into the worker's slots, marking nothing yet;
-  // async: into async_gradient_) and returns the index of the first part
-  // holding NaN or Inf, or -1; Apply then counts them in and updates.
-  int Gather(const v1::PushRequest& request, PushData& data, std::vector<Part*>* gathered);
-  void Apply(const v1::PushRequest& request, const std::vector<Part*>& gathered, bool skip);
-  // Sync: reads the step's last gradient, from worker `rank`, and sums it
-  // with the others in rank order into that worker's slot (mean_rank);
-  // false if it holds NaN or Inf.
-  bool GatherLast(Part& part, int rank, const v1::PushRequest& request, PushData& data);
-  // Sync: the update with the step's mean (unless it is skipped).
-  void CompleteStep(Part& part);
+  // Under mutex_: the push's checks against the parts (their step, the
+  // step's workers), and the snapshot when a checkpoint is due.
+  grpc::Status CheckStep(const v1::PushRequest& request, const PushData& data,
+                         std::unique_ptr<v1::ShardCheckpoint>* due);
+  // The push applied once (DedupTable), from its claims to its updates; an
+  // async checkpoint that falls due goes to `due`.
+  grpc::Status ApplyOnce(const v1::PushRequest& request, PushData& data,
+                         std::unique_ptr<v1::ShardCheckpoint>* due);
+  // A push moves its gradients in three stages, so that no lock is held
+  // while bytes move: under mutex_ it claims its parts (ClaimParts), then
+  // copies the gradients in without the lock (CopyIn), then under mutex_
+  // again lets go and counts them in (Release, Apply).
+  struct MeanPlan {              // how the step's last push sums the step's gradients
+    std::vector<int> ranks;      // the step's contributors, the last among them, in rank order
+    std::vector<float> weights;  // by position in ranks (equal shares: unused)
+    bool equal_shares = true;
+  };
+  struct Claim {
+    Part* part = nullptr;  // null: skipped (an applied step, or this worker's gradient is in)
+    size_t length = 0;
+    // Sync: when claimed, every other gradient of the step was in or being
+    // copied in, so this push may be the step's last (AwaitLast says).
+    bool may_complete = false;
+    bool completes = false;  // it was: its slot holds the step's mean
+    uint64_t order = 0;      // when its push claimed, among all pushes
+  };
+  // Requires mutex_. Sync: claims the worker's slot of every part the push
+  // brings a gradient for; every push claims all its parts at once, so
+  // that a push waits only for pushes that claimed before it.
+  grpc::Status ClaimParts(const v1::PushRequest& request, std::vector<Claim>* claims);
+  // Requires mutex_: another push of the same worker still copies into one
+  // of the request's parts (a resend under a new id, a restarted worker).
+  bool SameWorkerCopying(const v1::PushRequest& request) const;
+  // Without mutex_: reads the push's gradients into the claimed slots (or,
+  // async, into `async_gradient`); returns the index of the first part
+  // holding NaN or Inf, or -1.
+  int CopyIn(const v1::PushRequest& request, PushData& data, std::vector<Claim>* claims,
+             std::vector<float>* async_gradient);
+  // Sync, takes mutex_: waits until no other worker copies into the part,
+  // then says whether this push's gradient is the step's last, and if so
+  // how to sum them.
+  bool AwaitLast(const v1::PushRequest& request, const Claim& claim, MeanPlan* plan);
+  // Without mutex_: reads the step's last gradient, from worker `rank`, and
+  // sums it with the others in rank order into that worker's slot
+  // (mean_rank); false if it holds NaN or Inf.
+  static bool GatherLast(Part& part, int rank, size_t n, const MeanPlan& plan, PushData& data);
+  // Require mutex_. Release lets go of the claims; Apply then counts the
+  // gradients in and updates where a step completes (async: at once).
+  // A sync step's update, computed outside mutex_ by the push that
+  // completed the step: the new values go to `next`.
+  struct Update {
+    Part* part = nullptr;
+    Values next;
+  };
+  void Release(const v1::PushRequest& request, const std::vector<Claim>& claims);
+  // Requires mutex_, after Release: a claim whose step completed without it
+  // is dropped; one that would complete a step it did not sum is refused.
+  // Neither happens while every step's pushes agree on its workers.
+  grpc::Status CheckCounts(const v1::PushRequest& request, std::vector<Claim>* claims) const;
+  void Apply(const v1::PushRequest& request, const std::vector<Claim>& claims, bool skip,
+             const std::vector<float>& async_gradient, std::vector<Update>* updates);
+  // Requires mutex_ (held by `lock`): waits until no push holds a claim or
+  // computes an update, before parts_ is replaced.
+  void AwaitPushesOutsideLock(std::unique_lock<std::mutex>& lock);
+  // Sync, require mutex_: a step whose gradients are all in ends at once
+  // when its update is skipped; otherwise CompleteStep marks the part
+  // updating and says where the update goes, RunUpdate (without mutex_)
+  // computes it, and PublishUpdate makes it the part's next version.
+  Update CompleteStep(Part& part);
+  void RunUpdate(const Update& update);
+  void PublishUpdate(Update& update);
+  void NextStep(Part& part);  // the step's bookkeeping starts over at the next version
   // The contributors a sync push says its step has; a fixed job's pushes
   // say none and mean every worker.
   int Contributors(const v1::PushRequest& request) const;
@@ -215,7 +286,11 @@ class Shard {
   bool key_set_fixed_ = false;
   int64_t last_checkpoint_ = -1;  // step (sync) or push count (async) of the last one
   uint64_t applied_pushes_ = 0;
-  std::vector<float> async_gradient_;  // async mode: a push's parts, back to back
+  // Pushes holding claims or computing updates: parts_ stays as it is until they are done.
+  int pushes_outside_lock_ = 0;
+  int parts_updating_ = 0;  // sync: parts whose Part::updating is set
+  int quiescing_ = 0;       // callers of AwaitPushesOutsideLock waiting: pushes claim nothing
+  uint64_t claims_made_ = 0;
   std::unique_ptr<CheckpointStore> checkpoints_;
   mutable std::mutex write_mutex_;  // one checkpoint write at a time; guards the two below
   int failures_in_a_row_ = 0;

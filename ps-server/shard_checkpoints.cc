@@ -105,7 +105,8 @@ int64_t Shard::LoadLatestCheckpoint() {
   checkpoints_->SetAsideDamaged(&skipped);
   if (!skipped.empty()) KLOG_ERROR << "skipped unreadable checkpoints: " << skipped;
   if (!found) return -1;
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  AwaitPushesOutsideLock(lock);
   Install(checkpoint);
   awaiting_recovery_ = options_.sync;
   KLOG_INFO << "loaded checkpoint of step " << checkpoint.step() << " from " << checkpoints_->dir();
@@ -123,7 +124,8 @@ void Shard::KeepCheckpoint(int64_t step) {
 Status Shard::DiscardCheckpoints() {
   if (!checkpoints_) return Status::Ok();
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
+    AwaitPushesOutsideLock(lock);
     parts_.clear();
     dedup_.Restore(v1::ShardCheckpoint());
     awaiting_recovery_ = false;
@@ -140,7 +142,8 @@ Status Shard::DiscardCheckpoints() {
 Status Shard::WriteFinalCheckpoint() {
   std::unique_ptr<v1::ShardCheckpoint> last;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
+    AwaitPushesOutsideLock(lock);
     if (!checkpoints_ || parts_.empty() || awaiting_recovery_) return Status::Ok();
     uint64_t step = applied_pushes_;
     if (options_.sync) {
@@ -161,7 +164,8 @@ Status Shard::RestoreCheckpoint(uint64_t step, uint64_t generation) {
   v1::ShardCheckpoint checkpoint;
   Status read = checkpoints_->Read(step, &checkpoint);
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::unique_lock<std::mutex> lock(mutex_);
+    AwaitPushesOutsideLock(lock);
     if (read.ok()) {
       Install(checkpoint);
     } else if (step != 0 || !parts_.empty()) {

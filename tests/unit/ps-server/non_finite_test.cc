@@ -32,41 +32,16 @@ std::unique_ptr<Shard> MakeShard(bool sync, int num_workers, bool skip = false) 
 }
 
 void Init(Shard& shard, const std::vector<uint32_t>& keys) {
-  v1::InitRequest request;
-  request.mutable_id()->set_node_id("worker-0");
-  std::vector<float> values;
-  for (uint32_t key : keys) {
-    v1::PartRef* p = request.add_parts();
-    p->set_key(key);
-    p->set_length(3);
-    values.insert(values.end(), {1, 2, 3});
-  }
-  request.set_data(Bytes(values));
-  v1::InitResponse response;
-  ASSERT_TRUE(shard.Init(request, &response).ok());
+  shard_testing::InitKeys(shard, keys, 3, [](uint32_t, uint32_t i) { return i + 1.0f; });
 }
 
 // A push of 3 floats per key, cut into pieces of 5 bytes so that floats
 // straddle pieces as they do in gRPC's slices.
 grpc::Status Push(Shard& shard, int rank, uint64_t seq, uint64_t step,
                   const std::vector<uint32_t>& keys, const std::vector<float>& grad) {
-  v1::PushRequest request;
-  request.mutable_id()->set_node_id("worker-" + std::to_string(rank));
-  request.mutable_id()->set_incarnation(1);
-  request.mutable_id()->set_seq(seq);
-  request.set_worker_rank(rank);
-  request.set_step(step);
-  for (uint32_t key : keys) {
-    v1::PartRef* p = request.add_parts();
-    p->set_key(key);
-    p->set_length(3);
-  }
+  v1::PushRequest request = shard_testing::PushOfKeys(rank, seq, step, keys, 3);
   const std::string bytes = Bytes(grad);
-  std::vector<std::string_view> pieces;
-  for (size_t i = 0; i < bytes.size(); i += 5) {
-    pieces.emplace_back(bytes.data() + i, std::min<size_t>(5, bytes.size() - i));
-  }
-  PushData data(pieces);
+  PushData data(shard_testing::CutInto(bytes, 5));
   return shard.Push(request, data);
 }
 
