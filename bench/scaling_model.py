@@ -27,7 +27,7 @@ MIB = 1 << 20
 MODELS = {
     # the built-in CNN: conv 5x5x32, conv 5x5x64, dense 3136x1024, dense 1024x10, with biases
     "cnn": {"params": 32 * 25 + 32 + 64 * 32 * 25 + 64 + 3136 * 1024 + 1024 + 1024 * 10 + 10,
-            "compute_ms": 60.0, "tensors": 8},
+            "compute_ms": 30.0, "tensors": 8},
     # a 100M-parameter model (a BERT-base-sized network): its step time is an assumption
     "100M": {"params": 100_000_000, "compute_ms": 300.0, "tensors": 200},
 }
@@ -76,13 +76,13 @@ def servers_that_pay(model, workers, gbit, costs):
 
 
 def one_machine_steps(model, workers, servers, costs, cores, global_batch_ms):
-    """This machine: every process shares `cores` and loopback, so a step
-    takes the CPU time of all of it over the cores: the global batch's
-    compute, and each worker's exchange (kernel and kubeps per byte both
+    """This machine: every process shares `cores` (and the tensors go through
+    shared memory), so a step takes the CPU time of all of it over the cores:
+    the global batch's compute, and each worker's exchange (per byte both
     ways, and per request)."""
     bytes_ = model["params"] * 4
     requests = requests_per_worker(model["params"], model["tensors"], servers)
-    exchange_cpu = workers * (2 * bytes_ * costs["loopback_cpu_ns_per_byte"] * 1e-9 +
+    exchange_cpu = workers * (2 * bytes_ * costs["host_cpu_ns_per_byte"] * 1e-9 +
                               2 * requests * costs["request_us"] * 1e-6)
     return cores / (global_batch_ms / 1e3 + exchange_cpu)
 
@@ -108,19 +108,19 @@ def measure_here(setups, bin_dir, steps=100, warmup=20):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--server-ns-per-byte", type=float, default=0.46,
+    p.add_argument("--server-ns-per-byte", type=float, default=0.20,
                    help="CPU per byte beyond the kernel's (kv_goodput 1x1: 1M and 10M rows)")
-    p.add_argument("--exchange-ms", type=float, default=2.7,
+    p.add_argument("--exchange-ms", type=float, default=1.1,
                    help="a push+pull's fixed latency (kv_goodput 1x1: 1M and 10M rows)")
     p.add_argument("--request-us", type=float, default=20.0,
                    help="CPU per request beyond its bytes, either end (an assumption)")
-    p.add_argument("--loopback-cpu-ns-per-byte", type=float, default=1.2,
-                   help="this machine: CPU per byte moved over loopback, kernel (0.73, kv_goodput's "
-                        "TCP rows) and kubeps (0.46)")
+    p.add_argument("--host-cpu-ns-per-byte", type=float, default=0.16,
+                   help="this machine: CPU per byte moved each way between a worker and a server "
+                        "on one host, through shared memory (kv_goodput 1x1's shared-memory rows)")
     p.add_argument("--server-cores", type=int, default=4,
                    help="cores each server machine gives its requests")
     p.add_argument("--cores", type=int, default=2, help="this machine's cores (--check)")
-    p.add_argument("--global-batch-ms", type=float, default=120.0,
+    p.add_argument("--global-batch-ms", type=float, default=60.0,
                    help="this machine: CPU time of the CNN's forward and backward pass over a "
                         "global batch of 128 (trainer_bench, one thread)")
     p.add_argument("--check", nargs="*", default=[],
@@ -136,7 +136,7 @@ def main():
                        measure_here(["1x1", "2x2", "4x2"], args.bin_dir).items()})
     costs = {"server_ns_per_byte": args.server_ns_per_byte, "request_us": args.request_us,
              "exchange_ms": args.exchange_ms, "server_cores": args.server_cores,
-             "loopback_cpu_ns_per_byte": args.loopback_cpu_ns_per_byte}
+             "host_cpu_ns_per_byte": args.host_cpu_ns_per_byte}
 
     for name, model in MODELS.items():
         print("%s: %.1f MB of parameters, %.0f ms of compute a step (a worker's)"
@@ -161,7 +161,7 @@ def main():
     print("bounds: W a worker's NIC, S a server's NIC, C a server's CPU")
 
     if checks:
-        print("\nthis machine (%d cores, loopback), the CNN at a global batch of 128:" % args.cores)
+        print("\nthis machine (%d cores, one host), the CNN at a global batch of 128:" % args.cores)
         print("  %-6s %10s %10s %7s" % ("setup", "model", "measured", "ratio"))
         for setup, measured in checks.items():
             workers, servers = (int(x) for x in setup.split("x"))
