@@ -219,22 +219,22 @@ class Shard {
   // holding NaN or Inf, or -1.
   int CopyIn(const v1::PushRequest& request, PushData& data, std::vector<Claim>* claims,
              std::vector<float>* async_gradient);
-  // Sync, takes mutex_: waits until no other worker copies into the part,
-  // then says whether this push's gradient is the step's last, and if so
-  // how to sum them.
+  // Sync, takes mutex_: waits until no push that claimed the part before
+  // this one still copies into it, then says whether this push's gradient
+  // is the step's last, and if so how to sum them.
   bool AwaitLast(const v1::PushRequest& request, const Claim& claim, MeanPlan* plan);
   // Without mutex_: reads the step's last gradient, from worker `rank`, and
   // sums it with the others in rank order into that worker's slot
   // (mean_rank); false if it holds NaN or Inf.
   static bool GatherLast(Part& part, int rank, size_t n, const MeanPlan& plan, PushData& data);
-  // Require mutex_. Release lets go of the claims; Apply then counts the
-  // gradients in and updates where a step completes (async: at once).
   // A sync step's update, computed outside mutex_ by the push that
   // completed the step: the new values go to `next`.
   struct Update {
     Part* part = nullptr;
     Values next;
   };
+  // Require mutex_. Release lets go of the claims; Apply then counts the
+  // gradients in and updates where a step completes (async: at once).
   void Release(const v1::PushRequest& request, const std::vector<Claim>& claims);
   // Requires mutex_, after Release: a claim whose step completed without it
   // is dropped; one that would complete a step it did not sum is refused.
