@@ -165,8 +165,7 @@ void Shard::ResetContributions(Part& part) const {
   if (!options_.sync) return;
   part.contributions.resize(options_.num_workers);
   part.contributed.assign(options_.num_workers, false);
-  part.copying.assign(options_.num_workers, false);
-  part.claimed_by.assign(options_.num_workers, 0);
+  part.copying.assign(options_.num_workers, 0);
   part.shares.assign(options_.num_workers, 0);
   part.received = 0;
   part.expected = 0;

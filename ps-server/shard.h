@@ -154,10 +154,9 @@ class Shard {
     // last push is not copied: its slot receives the mean instead.
     std::vector<std::vector<float>> contributions;
     std::vector<bool> contributed;
-    // By rank: a push is copying into that worker's slot, outside mutex_
-    // (its Claim). Only that push touches the slot until it lets go.
-    std::vector<bool> copying;
-    std::vector<uint64_t> claimed_by;  // by rank, while copying: its push's Claim::order
+    // By rank: the Claim::order of the push copying into that worker's slot,
+    // outside mutex_, or 0. Only that push touches the slot until it lets go.
+    std::vector<uint64_t> copying;
     // Sync: the step's update is being computed outside mutex_. Its values
     // stay readable; its optimizer state does not, and it has no previous
     // version (that buffer receives the update), so pulls and snapshots

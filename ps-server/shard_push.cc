@@ -17,7 +17,7 @@ bool Shard::SameWorkerCopying(const v1::PushRequest& request) const {
   if (!options_.sync) return false;
   for (const auto& ref : request.parts()) {
     auto it = parts_.find({ref.key(), ref.offset()});
-    if (it != parts_.end() && it->second.copying[request.worker_rank()]) return true;
+    if (it != parts_.end() && it->second.copying[request.worker_rank()] != 0) return true;
   }
   return false;
 }
@@ -25,18 +25,21 @@ bool Shard::SameWorkerCopying(const v1::PushRequest& request) const {
 grpc::Status Shard::ClaimParts(const v1::PushRequest& request, std::vector<Claim>* claims) {
   const int rank = request.worker_rank();
   // The parts were there when the push was checked, but the shard may have
-  // been emptied since (DiscardCheckpoints).
+  // been emptied since (DiscardCheckpoints): found before any is claimed.
+  std::vector<Part*> parts;
+  parts.reserve(request.parts_size());
   for (const auto& ref : request.parts()) {
-    if (!parts_.count({ref.key(), ref.offset()})) {
+    auto it = parts_.find({ref.key(), ref.offset()});
+    if (it == parts_.end()) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           Describe(ref) + " is no longer stored on this shard (it was reset)");
     }
+    parts.push_back(&it->second);
   }
   const uint64_t order = ++claims_made_;
   claims->assign(request.parts_size(), Claim{});
   for (int i = 0; i < request.parts_size(); ++i) {
-    const auto& ref = request.parts(i);
-    Part& part = parts_.at({ref.key(), ref.offset()});
+    Part& part = *parts[i];
     Claim& claim = (*claims)[i];
     claim.length = part.value->size();
     claim.order = order;
@@ -45,10 +48,9 @@ grpc::Status Shard::ClaimParts(const v1::PushRequest& request, std::vector<Claim
     if (options_.sync && (request.step() < part.version || part.contributed[rank])) continue;
     claim.part = &part;
     if (!options_.sync) continue;
-    part.copying[rank] = true;
-    part.claimed_by[rank] = order;
+    part.copying[rank] = order;
     int in_or_coming = part.received;
-    for (bool c : part.copying) in_or_coming += c;
+    for (uint64_t c : part.copying) in_or_coming += c != 0;
     claim.may_complete = in_or_coming == Contributors(request);
   }
   ++pushes_outside_lock_;
@@ -103,7 +105,7 @@ bool Shard::AwaitLast(const v1::PushRequest& request, const Claim& claim, MeanPl
   // other (a resend may claim it while this one waits).
   advanced_.wait(lock, [&] {
     for (int r = 0; r < static_cast<int>(part.copying.size()); ++r) {
-      if (r != rank && part.copying[r] && part.claimed_by[r] < claim.order) return false;
+      if (r != rank && part.copying[r] != 0 && part.copying[r] < claim.order) return false;
     }
     return true;
   });
@@ -178,7 +180,7 @@ bool Shard::GatherLast(Part& part, int rank, size_t n, const MeanPlan& plan, Pus
 
 void Shard::Release(const v1::PushRequest& request, const std::vector<Claim>& claims) {
   for (const Claim& claim : claims) {
-    if (claim.part && options_.sync) claim.part->copying[request.worker_rank()] = false;
+    if (claim.part && options_.sync) claim.part->copying[request.worker_rank()] = 0;
   }
 }
 
@@ -407,26 +409,23 @@ grpc::Status Shard::ApplyOnce(const v1::PushRequest& request, PushData& data,
   {
     std::lock_guard<std::mutex> lock(mutex_);
     Release(request, claims);
-    grpc::Status counts = CheckCounts(request, &claims);
-    if (!counts.ok()) {
+    // Not applied, so not recorded as applied: the id stays free.
+    auto refuse = [&](grpc::Status why) {
       dedup_.Abandon(request.id());
       --pushes_outside_lock_;
-      advanced_.notify_all();
-      return counts;
-    }
+      advanced_.notify_all();  // a push waiting for this one's copy
+      return why;
+    };
+    if (grpc::Status counts = CheckCounts(request, &claims); !counts.ok()) return refuse(counts);
     if (non_finite >= 0) {
       nonfinite_pushes_.Increment();
       if (options_.non_finite == NonFinitePolicy::kFail) {
-        // Not applied, so not recorded as applied: the id stays free.
-        dedup_.Abandon(request.id());
-        --pushes_outside_lock_;
-        advanced_.notify_all();  // a push waiting for this one's copy
-        return Invalid("the gradient of " + request.id().node_id() + " (rank " +
-                       std::to_string(request.worker_rank()) + ") for step " +
-                       std::to_string(request.step()) + ", " + Describe(request.parts(non_finite)) +
-                       ", " + kNonFiniteGradientRefusal +
-                       ": the model diverged; lower the learning rate, or set spec.nonFinite: "
-                       "SkipStep to skip such steps");
+        return refuse(Invalid(
+            "the gradient of " + request.id().node_id() + " (rank " +
+            std::to_string(request.worker_rank()) + ") for step " + std::to_string(request.step()) +
+            ", " + Describe(request.parts(non_finite)) + ", " + kNonFiniteGradientRefusal +
+            ": the model diverged; lower the learning rate, or set spec.nonFinite: "
+            "SkipStep to skip such steps"));
       }
     }
     Apply(request, claims, non_finite >= 0, async_gradient, &updates);
@@ -453,7 +452,6 @@ grpc::Status Shard::ApplyOnce(const v1::PushRequest& request, PushData& data,
     advanced_.notify_all();
   }
   dedup_.Done(request.id());
-  advanced_.notify_all();
   pushes_.Increment();
   push_bytes_.Increment(static_cast<double>(data.size()));
   return grpc::Status::OK;
