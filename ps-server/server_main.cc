@@ -15,6 +15,7 @@
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/mutex_checks.h"
 #include "common/resend.h"
 #include "common/scheduler_client.h"
 #include "common/stop_token.h"
@@ -291,6 +292,7 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
 int main(int argc, char** argv) {
   using namespace kubeps;
   KeepFreedTensorMemory();
+  SkipMutexDeadlockDetection();
   StopOnSignals(&g_stop);
 
   CLI::App app{"kubeps-server: the scheduler or a parameter-server shard of a TrainingJob"};

@@ -45,6 +45,7 @@
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "common/mutex_checks.h"
 #include "common/tensor_memory.h"
 #include "common/termination_message.h"
 #include "worker-agent/kv/kv_worker.h"
@@ -419,6 +420,7 @@ int ServeTrainingProcess(const api::NodeConfig& config, const api::TrainingJob& 
 int main(int argc, char** argv) {
   using namespace kubeps;
   KeepFreedTensorMemory();
+  SkipMutexDeadlockDetection();
   std::signal(SIGPIPE, SIG_IGN);
 
   CLI::App app{"kubeps-agent: a worker of a TrainingJob, or its model in one process (role local)"};

@@ -23,15 +23,24 @@ std::vector<Part> PlaceTensors(const std::vector<uint64_t>& tensor_sizes, int nu
   if (num_servers < 1) return parts;
   std::vector<uint64_t> load(num_servers, 0);
   const uint64_t max_part = std::max<uint64_t>(1, options.max_part_elems);
+  uint64_t previous_size = 0;
+  int previous_server = -1;  // of the key before, when it went whole to one server
   for (uint32_t key = 0; key < tensor_sizes.size(); ++key) {
     const uint64_t size = tensor_sizes[key];
     if (size == 0) continue;
+    const bool follows = size < options.follow_bound && size < previous_size;
+    previous_size = size;
     if (size < options.big_array_bound || num_servers == 1 || size < uint64_t(num_servers)) {
-      int server = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+      int server =
+          follows && previous_server >= 0
+              ? previous_server
+              : static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
       load[server] += size;
+      previous_server = server;
       AddChunks(key, 0, size, server, max_part, &parts);
       continue;
     }
+    previous_server = -1;
     for (int s = 0; s < num_servers; ++s) {
       uint64_t begin = size * s / num_servers;
       uint64_t end = size * (s + 1) / num_servers;

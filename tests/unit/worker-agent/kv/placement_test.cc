@@ -1,6 +1,6 @@
 // Key placement (worker-agent/kv/placement.h): small tensors whole on the
-// least loaded server, big ones sliced over every server, long parts
-// chunked, and the whole a pure function of its input.
+// least loaded server, a bias with its weight, big ones sliced over every
+// server, long parts chunked, and the whole a pure function of its input.
 #include <map>
 #include <set>
 #include <vector>
@@ -12,10 +12,12 @@
 namespace kubeps {
 namespace {
 
-PlacementOptions Options(uint64_t bound, uint64_t max_part) {
+// No key follows another unless a test says so: the greedy rule alone.
+PlacementOptions Options(uint64_t bound, uint64_t max_part, uint64_t follow_bound = 0) {
   PlacementOptions options;
   options.big_array_bound = bound;
   options.max_part_elems = max_part;
+  options.follow_bound = follow_bound;
   return options;
 }
 
@@ -77,6 +79,37 @@ TEST(PlacementTest, BalancesBytesNotKeyCounts) {
   EXPECT_EQ(parts[0].server, 0);
   for (size_t i = 1; i < parts.size(); ++i) EXPECT_EQ(parts[i].server, 1) << "key " << i;
   // Round-robin by key would give 3 keys to each; by size the loads are 90/60.
+}
+
+TEST(PlacementTest, ASmallTensorAfterALargerOneJoinsItsServer) {
+  // Weight, bias, weight, bias: each bias (fewer elements than the key
+  // before, under the follow bound) goes with its weight, so a layer is one
+  // request; each weight goes by load as before. Greedy alone would put key
+  // 1 on server 1 and key 3 on server 0, splitting both layers.
+  const std::vector<uint64_t> sizes = {100, 4, 60, 3};
+  auto parts = PlaceTensors(sizes, 2, Options(1000, 1000, 50));
+  ASSERT_EQ(parts.size(), sizes.size());
+  const std::vector<int> want_server = {0, 0, 1, 1};
+  for (size_t i = 0; i < parts.size(); ++i) EXPECT_EQ(parts[i].server, want_server[i]) << i;
+  ExpectValidPlacement(parts, sizes, 2, Options(1000, 1000, 50));
+
+  // At or over the bound, or no smaller than the key before: by load.
+  parts = PlaceTensors({100, 50, 60, 60}, 2, Options(1000, 1000, 50));
+  EXPECT_EQ(parts[1].server, 1);
+  EXPECT_EQ(parts[2].server, 1);
+  EXPECT_EQ(parts[3].server, 0);
+}
+
+TEST(PlacementTest, AFollowerOfASlicedTensorGoesByLoad) {
+  // Key 0 on server 0 (loads 3, 0); key 1 sliced over both (8, 5); key 2
+  // follows a key that is on every server: the less loaded one, server 1.
+  const std::vector<uint64_t> sizes = {3, 10, 2};
+  auto parts = PlaceTensors(sizes, 2, Options(10, 1000, 50));
+  ExpectValidPlacement(parts, sizes, 2, Options(10, 1000, 50));
+  ASSERT_EQ(parts.size(), 4u);
+  EXPECT_EQ(parts[0].server, 0);
+  EXPECT_EQ(parts[3].key, 2u);
+  EXPECT_EQ(parts[3].server, 1);
 }
 
 TEST(PlacementTest, TiesGoToLowestRank) {
