@@ -56,7 +56,7 @@ ParameterServerService::ParameterServerService(Shard* shard, std::shared_ptr<Job
   // order; only the message types of Push's request and Pull's answer are
   // raw bytes.
   static const std::string init = MethodPath("Init"), push = MethodPath("Push"),
-                           pull = MethodPath("Pull");
+                           pull = MethodPath("Pull"), push_pull = MethodPath("PushPull");
   AddMethod(Method<v1::InitRequest, v1::InitResponse, MessageLite, MessageLite>(
       init, this,
       [](ParameterServerService* s, grpc::ServerContext* c, const v1::InitRequest* q,
@@ -69,6 +69,10 @@ ParameterServerService::ParameterServerService(Shard* shard, std::shared_ptr<Job
       pull, this,
       [](ParameterServerService* s, grpc::ServerContext* c, const v1::PullRequest* q,
          grpc::ByteBuffer* r) { return s->Pull(c, q, r); }));
+  AddMethod(Method<grpc::ByteBuffer, grpc::ByteBuffer, grpc::ByteBuffer, grpc::ByteBuffer>(
+      push_pull, this,
+      [](ParameterServerService* s, grpc::ServerContext* c, const grpc::ByteBuffer* q,
+         grpc::ByteBuffer* r) { return s->PushPull(c, q, r); }));
 }
 
 grpc::Status ParameterServerService::Init(grpc::ServerContext* context,
@@ -79,56 +83,81 @@ grpc::Status ParameterServerService::Init(grpc::ServerContext* context,
                     [&](auto* r) { return shard_->Init(*request, r); });
 }
 
+grpc::Status ParameterServerService::DecodePushRequest(const grpc::ByteBuffer& request,
+                                                       DecodedPush* push) {
+  if (!wire::DecodePush(request, &push->header, &push->slices, &push->pieces)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "malformed PushRequest");
+  }
+  if (grpc::Status s = wire::CheckEncoding(push->header, &push->encoding); !s.ok()) return s;
+  if (!push->header.has_shared()) return grpc::Status::OK;
+  // FAILED_PRECONDITION with this prefix tells the worker to send the same
+  // push again with its data in the request (kv_worker.cc).
+  if (Status s = segments_.Get(push->header.shared(), &push->segment); !s.ok()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "shared memory: " + s.message());
+  }
+  return wire::SharedPieces(push->header, push->encoding, *push->segment, &push->pieces);
+}
+
+grpc::Status ParameterServerService::ApplyPush(const DecodedPush& push) {
+  // Each handling (a duplicate too) reads the data anew.
+  PushData data(push.pieces, push.encoding, push.header.threshold());
+  return shard_->Push(push.header, data);
+}
+
+grpc::Status ParameterServerService::LandingSegment(const v1::PullRequest& request,
+                                                    std::shared_ptr<const SharedSegment>* segment) {
+  if (request.has_shared() && !segments_.Get(request.shared(), segment).ok()) segment->reset();
+  return *segment ? wire::CheckLanding(request, **segment) : grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::AnswerPull(grpc::ServerContext* context,
+                                                const v1::PullRequest& request,
+                                                const SharedSegment* segment,
+                                                grpc::ByteBuffer* response) {
+  PullAnswer answer;
+  std::optional<wire::SegmentLanding> landing;
+  if (segment) landing.emplace(request, *segment);
+  grpc::Status status = shard_->Pull(
+      request, &answer, [context] { return context->IsCancelled(); },
+      landing ? &*landing : nullptr);
+  if (status.ok()) *response = wire::EncodePull(std::move(answer));
+  return status;
+}
+
 grpc::Status ParameterServerService::Push(grpc::ServerContext* context,
                                           const grpc::ByteBuffer* request,
                                           v1::PushResponse* response) {
   if (auto s = CheckToken(*context, token_.get()); !s.ok()) return s;
-  v1::PushRequest header;
-  std::vector<grpc::Slice> slices;
-  std::vector<std::string_view> pieces;
-  if (!wire::DecodePush(*request, &header, &slices, &pieces)) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "malformed PushRequest");
-  }
-  GradientEncoding encoding;
-  if (grpc::Status s = wire::CheckEncoding(header, &encoding); !s.ok()) return s;
-  std::shared_ptr<const SharedSegment> segment;  // keeps the pieces mapped
-  if (header.has_shared()) {
-    // FAILED_PRECONDITION with this prefix tells the worker to send the
-    // same push again with its data in the request (kv_worker.cc).
-    if (Status s = segments_.Get(header.shared(), &segment); !s.ok()) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "shared memory: " + s.message());
-    }
-    if (grpc::Status s = wire::SharedPieces(header, encoding, *segment, &pieces); !s.ok()) {
-      return s;
-    }
-  }
-  return WithFaults(faults_, context, "Push", response, [&](auto*) {
-    // Each handling (a duplicate too) reads the data anew.
-    PushData data(pieces, encoding, header.threshold());
-    return shard_->Push(header, data);
-  });
+  DecodedPush push;
+  if (grpc::Status s = DecodePushRequest(*request, &push); !s.ok()) return s;
+  return WithFaults(faults_, context, "Push", response, [&](auto*) { return ApplyPush(push); });
 }
 
 grpc::Status ParameterServerService::Pull(grpc::ServerContext* context,
                                           const v1::PullRequest* request,
                                           grpc::ByteBuffer* response) {
   if (auto s = CheckToken(*context, token_.get()); !s.ok()) return s;
-  // A segment this server cannot map (another host, another uid) is not an
-  // error: the answer goes in the response, which tells the worker so.
   std::shared_ptr<const SharedSegment> segment;
-  if (request->has_shared() && !segments_.Get(request->shared(), &segment).ok()) segment.reset();
-  if (segment) {
-    if (grpc::Status s = wire::CheckLanding(*request, *segment); !s.ok()) return s;
-  }
+  if (grpc::Status s = LandingSegment(*request, &segment); !s.ok()) return s;
   return WithFaults(faults_, context, "Pull", response, [&](grpc::ByteBuffer* r) {
-    PullAnswer answer;
-    std::optional<wire::SegmentLanding> landing;
-    if (segment) landing.emplace(*request, *segment);
-    grpc::Status status = shard_->Pull(
-        *request, &answer, [context] { return context->IsCancelled(); },
-        landing ? &*landing : nullptr);
-    if (status.ok()) *r = wire::EncodePull(std::move(answer));
-    return status;
+    return AnswerPull(context, *request, segment.get(), r);
+  });
+}
+
+grpc::Status ParameterServerService::PushPull(grpc::ServerContext* context,
+                                              const grpc::ByteBuffer* request,
+                                              grpc::ByteBuffer* response) {
+  if (auto s = CheckToken(*context, token_.get()); !s.ok()) return s;
+  DecodedPush push;
+  if (grpc::Status s = DecodePushRequest(*request, &push); !s.ok()) return s;
+  if (!push.header.has_then_pull()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a PushPull without then_pull");
+  }
+  std::shared_ptr<const SharedSegment> landing;
+  if (grpc::Status s = LandingSegment(push.header.then_pull(), &landing); !s.ok()) return s;
+  return WithFaults(faults_, context, "PushPull", response, [&](grpc::ByteBuffer* r) {
+    if (grpc::Status s = ApplyPush(push); !s.ok()) return s;
+    return AnswerPull(context, push.header.then_pull(), landing.get(), r);
   });
 }
 

@@ -6,7 +6,9 @@
 // without protobuf's copies: a Push's data field is read from gRPC's
 // buffers straight into the shard's (PushData), and a Pull's answer is
 // written around the shard's own buffer of values, which gRPC sends from
-// where it lies. Init, rare and small, is an ordinary protobuf method.
+// where it lies. PushPull is a Push and then a Pull in one call, with
+// Push's request and Pull's answer. Init, rare and small, is an ordinary
+// protobuf method.
 // A worker on this host may hand its tensors through shared memory instead
 // (common/shared_memory.h): a push's bytes are read from its segment, and a
 // pull is answered into it.
@@ -17,11 +19,14 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/service_type.h>
 
 #include "common/fault_injector.h"
+#include "common/gradient_codec.h"
 #include "common/job_token.h"
 #include "kubeps.pb.h"
 #include "ps-server/attached_segments.h"
@@ -42,6 +47,27 @@ class ParameterServerService final : public grpc::Service {
                     v1::PushResponse* response);
   grpc::Status Pull(grpc::ServerContext* context, const v1::PullRequest* request,
                     grpc::ByteBuffer* response);
+  grpc::Status PushPull(grpc::ServerContext* context, const grpc::ByteBuffer* request,
+                        grpc::ByteBuffer* response);
+
+  // A push's header and where its data lie: in the request's slices, or in
+  // the worker's segment, held mapped.
+  struct DecodedPush {
+    v1::PushRequest header;
+    std::vector<grpc::Slice> slices;
+    std::vector<std::string_view> pieces;
+    GradientEncoding encoding = GradientEncoding::kFloat32;
+    std::shared_ptr<const SharedSegment> segment;
+  };
+  grpc::Status DecodePushRequest(const grpc::ByteBuffer& request, DecodedPush* push);
+  grpc::Status ApplyPush(const DecodedPush& push);
+  // The worker's segment a pull may be answered into, or null: none named,
+  // or one this server cannot map (another host, another uid), which is no
+  // error: the answer goes in the response, which tells the worker so.
+  grpc::Status LandingSegment(const v1::PullRequest& request,
+                              std::shared_ptr<const SharedSegment>* segment);
+  grpc::Status AnswerPull(grpc::ServerContext* context, const v1::PullRequest& request,
+                          const SharedSegment* segment, grpc::ByteBuffer* response);
 
   Shard* shard_;
   std::shared_ptr<JobToken> token_;

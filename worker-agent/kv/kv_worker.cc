@@ -417,10 +417,10 @@ void KVWorkerImpl::Complete(const std::shared_ptr<Pending>& pending, const Statu
   pending->done.notify_all();
 }
 
-Status KVWorkerImpl::PushBatch(const std::vector<const Part*>& batch,
-                               const std::vector<const float*>& grads, uint64_t step) {
-  const auto start = Clock::now();
-  v1::PushRequest header;  // the request but its data, which go from the tensors themselves
+void KVWorkerImpl::PreparePush(const std::vector<const Part*>& batch,
+                               const std::vector<const float*>& grads, uint64_t step,
+                               const v1::PullRequest* then_pull, OutgoingPush* push) {
+  v1::PushRequest& header = push->header;  // the request but its data
   *header.mutable_id() = NextRequestId();
   header.set_worker_rank(rank_);
   header.set_step(step);
@@ -434,68 +434,85 @@ Status KVWorkerImpl::PushBatch(const std::vector<const Part*>& batch,
       header.set_global_batch(static_cast<uint32_t>(mine.global_batch));
     }
   }
-  uint64_t elements = 0;
-  AddPartRefs(batch, header.mutable_parts(), &elements);
+  AddPartRefs(batch, header.mutable_parts(), &push->elements);
   if (encoding_ != GradientEncoding::kFloat32) {
     header.set_encoding(static_cast<v1::GradientEncoding>(encoding_));
     header.set_threshold(options_.compression_threshold);
   }
+  if (then_pull) *header.mutable_then_pull() = *then_pull;
   const int server = batch.front()->server;
   // Encoded once, into shared memory or into the request: a resend sends
-  // these very bytes, and a two-bit residual moves on once per push.
-  const bool staged = shared_ && shared_->MayTry(server) &&
-                      shared_->StagePush(batch, grads, encoding_, options_.compression_threshold,
-                                         &residuals_, header.mutable_shared());
-  grpc::ByteBuffer request;
-  if (staged) {
-    request = PushRequestWithBytes(header, "");
+  // these very bytes, and a two-bit residual moves on once per push. The
+  // data go from the tensors themselves where they need no encoding.
+  push->staged = shared_ && shared_->MayTry(server) &&
+                 shared_->StagePush(batch, grads, encoding_, options_.compression_threshold,
+                                    &residuals_, header.mutable_shared());
+  if (push->staged) {
+    push->request = PushRequestWithBytes(header, "");
   } else if (encoding_ == GradientEncoding::kFloat32) {
-    request = PushRequestOverTensors(header, batch, grads);
+    push->request = PushRequestOverTensors(header, batch, grads);
   } else {
-    request = PushRequestEncoded(header, batch, grads, encoding_, &residuals_);
+    push->request = PushRequestEncoded(header, batch, grads, encoding_, &residuals_);
   }
-  Status s = SendPush(server, batch, &header, &request, staged);
-  if (staged) shared_->EndPush(batch);
-  Acknowledge(header.id().seq());
-  if (!s.ok() && (s.IsAborted() || RollbackAnnounced())) {
-    return Status::Aborted("push of step " + std::to_string(step) + " to " + ServerName(server) +
-                           ": the job rolled back");
+}
+
+Status KVWorkerImpl::PushSent(const std::vector<const Part*>& batch, uint64_t step,
+                              const OutgoingPush& push, const Status& sent, Clock::time_point start,
+                              const char* what) {
+  if (push.staged) shared_->EndPush(batch);
+  Acknowledge(push.header.id().seq());
+  if (!sent.ok() && (sent.IsAborted() || RollbackAnnounced())) {
+    return Status::Aborted(std::string(what) + " of step " + std::to_string(step) + " to " +
+                           ServerName(batch.front()->server) + ": the job rolled back");
   }
-  if (s.ok() && StepTrace::Get().open()) {
-    StepTrace::Get().Record("push of step " + std::to_string(step) + ", " + TraceName(batch), start,
-                            Clock::now());
+  if (!sent.ok()) return sent;
+  if (StepTrace::Get().open()) {
+    StepTrace::Get().Record(
+        std::string(what) + " of step " + std::to_string(step) + ", " + TraceName(batch), start,
+        Clock::now());
   }
-  if (s.ok()) {
-    push_latency_->Observe(SecondsSince(start));
-    push_bytes_->Increment(static_cast<double>(elements * sizeof(float)));
-    if (header.has_shared())
-      shared_bytes_->Increment(static_cast<double>(elements * sizeof(float)));
-  }
-  return s;
+  push_latency_->Observe(SecondsSince(start));
+  push_bytes_->Increment(static_cast<double>(push.elements * sizeof(float)));
+  if (push.header.has_shared())
+    shared_bytes_->Increment(static_cast<double>(push.elements * sizeof(float)));
+  return sent;
+}
+
+Status KVWorkerImpl::PushBatch(const std::vector<const Part*>& batch,
+                               const std::vector<const float*>& grads, uint64_t step) {
+  const auto start = Clock::now();
+  OutgoingPush push;
+  PreparePush(batch, grads, step, nullptr, &push);
+  const auto link = Link(batch.front()->server);
+  Status s = SendPush(batch, &push, "Push", 0, [&](grpc::ClientContext& c) {
+    return CallPush(link->channel.get(), &c, push.request);
+  });
+  return PushSent(batch, step, push, s, start, "push");
 }
 
 // Sends a push, with resends. A staged push the server cannot read (it
 // cannot map the segment after all) is sent again, the same request id,
 // with its staged bytes in the request: the server refused it before
 // looking at its id, so it is applied once.
-Status KVWorkerImpl::SendPush(int server, const std::vector<const Part*>& batch,
-                              v1::PushRequest* header, grpc::ByteBuffer* request, bool staged) {
-  const auto link = Link(server);
+Status KVWorkerImpl::SendPush(const std::vector<const Part*>& batch, OutgoingPush* push,
+                              const char* rpc, int extra_wait_ms,
+                              const std::function<grpc::Status(grpc::ClientContext&)>& call) {
+  const int server = batch.front()->server;
   bool unmapped = false;
   auto send = [&] {
     return caller_.Call(
-        ServerName(server), "Push",
+        ServerName(server), rpc,
         [&](grpc::ClientContext& c) {
-          grpc::Status status = CallPush(link->channel.get(), &c, *request);
-          unmapped = staged && status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+          grpc::Status status = call(c);
+          unmapped = push->staged && status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
                      status.error_message().rfind("shared memory:", 0) == 0;
           return status;
         },
-        0, [this] { return RollbackAnnounced(); });
+        extra_wait_ms, [this] { return RollbackAnnounced(); });
   };
   Status s = send();
   if (!unmapped) {
-    if (staged && s.ok()) shared_->Learned(server, true);
+    if (push->staged && s.ok()) shared_->Learned(server, true);
     return s;
   }
   if (shared_->Learned(server, false)) {
@@ -503,10 +520,78 @@ Status KVWorkerImpl::SendPush(int server, const std::vector<const Part*>& batch,
               << "tensors to and from it go over TCP: " << s.message();
   }
   std::string data = shared_->StagedBytes(batch, encoding_);
-  header->clear_shared();
-  *request = PushRequestWithBytes(*header, std::move(data));
-  staged = false;
+  push->header.clear_shared();
+  push->request = PushRequestWithBytes(push->header, std::move(data));
+  shared_->EndPush(batch);
+  push->staged = false;
   return send();
+}
+
+bool KVWorkerImpl::OpenPull(const std::vector<const Part*>& batch, uint64_t min_version,
+                            v1::PullRequest* request, uint64_t* elements) {
+  AddPartRefs(batch, request->mutable_parts(), elements);
+  request->set_min_version(min_version);
+  request->set_wait_ms(options_.pull_wait_ms);
+  request->set_generation(generation_);
+  // Offered to a server on this host, the answer may land in shared memory.
+  const int server = batch.front()->server;
+  return shared_ && shared_->MayTry(server) && shared_->OpenPull(batch, request->mutable_shared());
+}
+
+// Ends a pull's offer of landing regions, when the pull is answered or gives up.
+struct KVWorkerImpl::PullOffer {
+  SharedMemoryPath* shared;
+  const std::vector<const Part*>& batch;
+  ~PullOffer() {
+    if (shared) shared->EndPull(batch);
+  }
+};
+
+Status KVWorkerImpl::PullAnswered(const std::vector<const Part*>& batch,
+                                  const v1::PullRequest& request, bool offered, uint64_t elements,
+                                  const std::vector<float*>& values,
+                                  const std::shared_ptr<Pending>& pending, PullAnswer* answer) {
+  if (offered) {
+    shared_->Learned(batch.front()->server, answer->landed);
+    if (answer->landed) {
+      if (Status c = shared_->CopyLanded(batch, request.shared(), values, &answer->version);
+          !c.ok()) {
+        return c;
+      }
+      shared_bytes_->Increment(static_cast<double>(elements * sizeof(float)));
+      answer->bytes = elements * sizeof(float);
+    }
+  }
+  pull_bytes_->Increment(static_cast<double>(answer->bytes));
+  std::lock_guard<std::mutex> lock(pending->mutex);
+  pending->version = std::min(pending->version, answer->version);
+  return Status::Ok();
+}
+
+Status KVWorkerImpl::PushPullBatch(const std::vector<const Part*>& batch,
+                                   const std::vector<const float*>& grads,
+                                   const std::vector<float*>& values, uint64_t step,
+                                   const std::shared_ptr<Pending>& pending, bool* answered) {
+  const auto start = Clock::now();
+  *answered = false;
+  v1::PullRequest pull;
+  uint64_t elements = 0;
+  const bool offered = OpenPull(batch, step + 1, &pull, &elements);
+  PullOffer offer{offered ? shared_.get() : nullptr, batch};
+  OutgoingPush push;
+  PreparePush(batch, grads, step, &pull, &push);
+  const auto link = Link(batch.front()->server);
+  PullAnswer answer;
+  Status s = SendPush(batch, &push, "PushPull", options_.pull_wait_ms, [&](grpc::ClientContext& c) {
+    return CallPushPull(link->channel.get(), &c, push.request, push.header.then_pull(), batch,
+                        values, &answer);
+  });
+  if (Status pushed = PushSent(batch, step, push, s, start, "push and pull"); !pushed.ok())
+    return pushed;
+  if (!answer.ready) return Status::Ok();  // a peer is late: the caller pulls
+  *answered = true;
+  pull_latency_->Observe(SecondsSince(start));
+  return PullAnswered(batch, push.header.then_pull(), offered, elements, values, pending, &answer);
 }
 
 Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
@@ -515,22 +600,10 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
   const auto start = Clock::now();
   v1::PullRequest request;
   uint64_t elements = 0;
-  AddPartRefs(batch, request.mutable_parts(), &elements);
-  request.set_min_version(min_version);
-  request.set_wait_ms(options_.pull_wait_ms);
-  request.set_generation(generation_);
+  const bool offered = OpenPull(batch, min_version, &request, &elements);
+  PullOffer offer{offered ? shared_.get() : nullptr, batch};
   const int server = batch.front()->server;
   const auto link = Link(server);
-  // Offered to a server on this host, the answer may land in shared memory.
-  const bool offered =
-      shared_ && shared_->MayTry(server) && shared_->OpenPull(batch, request.mutable_shared());
-  struct Release {
-    SharedMemoryPath* shared;
-    const std::vector<const Part*>& batch;
-    ~Release() {
-      if (shared) shared->EndPull(batch);
-    }
-  } release{offered ? shared_.get() : nullptr, batch};
   auto last_report = start;
   for (;;) {
     PullAnswer answer;
@@ -551,17 +624,6 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
       return Status::Aborted("pull from " + ServerName(server) + ": the job rolled back");
     }
     if (!s.ok()) return s;
-    if (answer.ready && offered) {
-      shared_->Learned(server, answer.landed);
-      if (answer.landed) {
-        if (Status c = shared_->CopyLanded(batch, request.shared(), values, &answer.version);
-            !c.ok()) {
-          return c;
-        }
-        shared_bytes_->Increment(static_cast<double>(elements * sizeof(float)));
-        answer.bytes = elements * sizeof(float);
-      }
-    }
     if (answer.ready) {
       if (StepTrace::Get().open()) {
         StepTrace::Get().Record("pull of version " + std::to_string(min_version) + ", " +
@@ -569,10 +631,7 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
                                 start, Clock::now());
       }
       pull_latency_->Observe(SecondsSince(start));
-      pull_bytes_->Increment(static_cast<double>(answer.bytes));
-      std::lock_guard<std::mutex> lock(pending->mutex);
-      pending->version = std::min(pending->version, answer.version);
-      return Status::Ok();
+      return PullAnswered(batch, request, offered, elements, values, pending, &answer);
     }
     // Not ready: some worker has not pushed this step yet (slow, or being
     // restarted). Keep waiting, say so now and then, and give up only after
@@ -630,15 +689,19 @@ KVWorker::Ticket KVWorkerImpl::PushPull(const std::vector<const float*>& grads,
   auto pull_batches = Batches(values);
   std::shared_ptr<Pending> pending;
   if (push_batches == pull_batches) {
-    // The same parts both ways: each batch is pulled as soon as its own push
-    // is acknowledged, so the first parts travel back while the last are
-    // still being pushed, instead of the pipeline draining in between.
+    // The same parts both ways: each batch's push and pull are one call, the
+    // pull answered as soon as the push is applied and the step complete, so
+    // the first parts travel back while the last are still being pushed,
+    // instead of the pipeline draining in between. A pull that was not
+    // ready within the call's long-poll slice goes on in the pull pool,
+    // giving the push thread back.
     Ticket ticket = NewTicket(static_cast<int>(push_batches.size()), &pending);
     for (auto& batch : push_batches) {
       push_pool_->Run(
           [this, batch, grads, values, step, pending] {
-            Status pushed = PushBatch(batch, grads, step);
-            if (!pushed.ok()) return Complete(pending, pushed);
+            bool answered = false;
+            Status s = PushPullBatch(batch, grads, values, step, pending, &answered);
+            if (!s.ok() || answered) return Complete(pending, s);
             pull_pool_->Run(
                 [this, batch, values, step, pending] {
                   Complete(pending, PullBatch(batch, values, step + 1, pending));

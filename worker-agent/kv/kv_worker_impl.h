@@ -7,7 +7,9 @@
 #define KUBEPS_WORKER_AGENT_KV_KV_WORKER_IMPL_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,6 +29,7 @@
 #include "worker-agent/kv/placement.h"
 #include "worker-agent/kv/shared_memory_path.h"
 #include "worker-agent/kv/task_pool.h"
+#include "worker-agent/kv/tensor_wire.h"
 
 namespace kubeps {
 
@@ -76,6 +79,42 @@ class KVWorkerImpl final : public KVWorker {
                    uint64_t step);
   Status PullBatch(const std::vector<const Part*>& batch, const std::vector<float*>& values,
                    uint64_t min_version, const std::shared_ptr<Pending>& pending);
+  // A batch's push and, once it is applied, its pull of version step + 1, in
+  // one call (ParameterServer.PushPull). *answered is false when the push
+  // succeeded but the version was not there within the long-poll slice (a
+  // late peer): the caller pulls.
+  Status PushPullBatch(const std::vector<const Part*>& batch,
+                       const std::vector<const float*>& grads, const std::vector<float*>& values,
+                       uint64_t step, const std::shared_ptr<Pending>& pending, bool* answered);
+
+  // A push ready to go: its header, the request (the header and the data or,
+  // staged in shared memory, the header alone) and its size in elements.
+  struct OutgoingPush {
+    v1::PushRequest header;
+    grpc::ByteBuffer request;
+    bool staged = false;
+    uint64_t elements = 0;
+  };
+  void PreparePush(const std::vector<const Part*>& batch, const std::vector<const float*>& grads,
+                   uint64_t step, const v1::PullRequest* then_pull, OutgoingPush* push);
+  Status SendPush(const std::vector<const Part*>& batch, OutgoingPush* push, const char* rpc,
+                  int extra_wait_ms, const std::function<grpc::Status(grpc::ClientContext&)>& call);
+  // After a push's call: its staging region is free again and its id
+  // acknowledged; a failure in a rollback becomes Aborted; `what` names it
+  // in the step trace.
+  Status PushSent(const std::vector<const Part*>& batch, uint64_t step, const OutgoingPush& push,
+                  const Status& sent, std::chrono::steady_clock::time_point start,
+                  const char* what);
+  // A pull request of the batch; true when it offers landing regions in
+  // shared memory (PullOffer ends the offer).
+  bool OpenPull(const std::vector<const Part*>& batch, uint64_t min_version,
+                v1::PullRequest* request, uint64_t* elements);
+  struct PullOffer;
+  // A ready answer: values copied out of the landing regions where they
+  // landed, the ticket's version lowered to the answer's.
+  Status PullAnswered(const std::vector<const Part*>& batch, const v1::PullRequest& request,
+                      bool offered, uint64_t elements, const std::vector<float*>& values,
+                      const std::shared_ptr<Pending>& pending, PullAnswer* answer);
   std::string ServerName(int server) const;
   static int64_t Priority(const std::vector<const Part*>& batch);
 
@@ -142,8 +181,6 @@ class KVWorkerImpl final : public KVWorker {
   // Null: every tensor goes over gRPC (options_.shared_memory off, no
   // server on this host, or the segment could not be made).
   std::unique_ptr<SharedMemoryPath> shared_;
-  Status SendPush(int server, const std::vector<const Part*>& batch, v1::PushRequest* header,
-                  grpc::ByteBuffer* inline_request, bool staged);
 
   prometheus::Histogram* push_latency_ = nullptr;
   prometheus::Histogram* pull_latency_ = nullptr;

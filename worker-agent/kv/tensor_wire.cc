@@ -110,16 +110,13 @@ grpc::Status CallPush(grpc::Channel* channel, grpc::ClientContext* context,
   return CallRaw(channel, path, context, request, &response);
 }
 
-grpc::Status CallPull(grpc::Channel* channel, grpc::ClientContext* context,
-                      const v1::PullRequest& request, const std::vector<const Part*>& batch,
-                      const std::vector<float*>& values, PullAnswer* answer) {
-  static const std::string path = MethodPath("Pull");
-  grpc::Slice serialized(request.SerializeAsString());
-  grpc::ByteBuffer response;
-  if (grpc::Status s = CallRaw(channel, path, context, grpc::ByteBuffer(&serialized, 1), &response);
-      !s.ok()) {
-    return s;
-  }
+namespace {
+
+// A PullResponse in `response` for the parts of `batch`, its data written
+// into `values`.
+grpc::Status ReadPullAnswer(grpc::ByteBuffer& response, const v1::PullRequest& request,
+                            const std::vector<const Part*>& batch,
+                            const std::vector<float*>& values, PullAnswer* answer) {
   uint64_t want = 0;
   for (const Part* part : batch) want += part->length * sizeof(float);
   const uint64_t total = response.Length();
@@ -171,6 +168,31 @@ grpc::Status CallPull(grpc::Channel* channel, grpc::ClientContext* context,
         "Pull returned " + std::to_string(answer->bytes) + " bytes, want " + std::to_string(want));
   }
   return grpc::Status::OK;
+}
+
+}  // namespace
+
+grpc::Status CallPull(grpc::Channel* channel, grpc::ClientContext* context,
+                      const v1::PullRequest& request, const std::vector<const Part*>& batch,
+                      const std::vector<float*>& values, PullAnswer* answer) {
+  static const std::string path = MethodPath("Pull");
+  grpc::Slice serialized(request.SerializeAsString());
+  grpc::ByteBuffer response;
+  if (grpc::Status s = CallRaw(channel, path, context, grpc::ByteBuffer(&serialized, 1), &response);
+      !s.ok()) {
+    return s;
+  }
+  return ReadPullAnswer(response, request, batch, values, answer);
+}
+
+grpc::Status CallPushPull(grpc::Channel* channel, grpc::ClientContext* context,
+                          const grpc::ByteBuffer& request, const v1::PullRequest& pull,
+                          const std::vector<const Part*>& batch, const std::vector<float*>& values,
+                          PullAnswer* answer) {
+  static const std::string path = MethodPath("PushPull");
+  grpc::ByteBuffer response;
+  if (grpc::Status s = CallRaw(channel, path, context, request, &response); !s.ok()) return s;
+  return ReadPullAnswer(response, pull, batch, values, answer);
 }
 
 }  // namespace kubeps

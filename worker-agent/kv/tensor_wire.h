@@ -66,6 +66,14 @@ grpc::Status CallPull(grpc::Channel* channel, grpc::ClientContext* context,
                       const v1::PullRequest& request, const std::vector<const Part*>& batch,
                       const std::vector<float*>& values, PullAnswer* answer);
 
+// ParameterServer.PushPull: `request` is a push made by one of the above
+// whose header carries then_pull (`pull`, of the parts of `batch`); its
+// answer is read as CallPull's.
+grpc::Status CallPushPull(grpc::Channel* channel, grpc::ClientContext* context,
+                          const grpc::ByteBuffer& request, const v1::PullRequest& pull,
+                          const std::vector<const Part*>& batch, const std::vector<float*>& values,
+                          PullAnswer* answer);
+
 }  // namespace kubeps
 
 #endif  // KUBEPS_WORKER_AGENT_KV_TENSOR_WIRE_H_

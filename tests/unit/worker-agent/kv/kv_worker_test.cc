@@ -412,6 +412,84 @@ TEST(KVWorkerBatchTest, AServerHoldingMorePartsThanOneRequestMayNameIsServed) {
   }
 }
 
+// PushPull is one call per batch (ParameterServer.PushPull) whose pull waits
+// at most pull_wait_ms (100 ms here). A peer 600 ms late leaves worker 0's
+// calls unanswered: its push is applied once, and its pull goes on as Pull
+// calls until the step completes. Unmappable: the shards cannot map the
+// workers' segments, and the first request each sees is a PushPull, whose
+// push is refused unread and sent again, the same id, with its bytes.
+class KVWorkerPushPullTest : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Transport, KVWorkerPushPullTest,
+                         ::testing::Values("tcp", "shared", "unmappable"));
+
+TEST_P(KVWorkerPushPullTest, ALatePeersStepIsPulledAfterTheCallsLongPollSlice) {
+  Job job;
+  ASSERT_TRUE(job.ok()) << job.error();
+  const bool unmappable = GetParam() == "unmappable";
+  std::vector<std::future<std::string>> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    KVOptions options = job.WorkerOptions(w);
+    options.shared_memory = GetParam() != "tcp";
+    workers.push_back(std::async(std::launch::async, [options, unmappable]() -> std::string {
+      std::unique_ptr<KVWorker> kv;
+      if (Status s = KVWorker::Start(options, &kv); !s.ok()) return "Start: " + s.message();
+      const int rank = kv->rank();
+      std::vector<std::vector<float>> init(kSizes.size()), grads(kSizes.size()),
+          values(kSizes.size());
+      std::vector<const float*> init_ptrs, grad_ptrs;
+      std::vector<float*> value_ptrs;
+      for (uint32_t k = 0; k < kSizes.size(); ++k) {
+        for (uint64_t i = 0; i < kSizes[k]; ++i) {
+          init[k].push_back(Initial(rank, k, i));
+          grads[k].push_back(Grad(rank, 0, i));
+        }
+        values[k].assign(kSizes[k], 12345.0f);
+        init_ptrs.push_back(init[k].data());
+        grad_ptrs.push_back(grads[k].data());
+        value_ptrs.push_back(values[k].data());
+      }
+      if (Status s = kv->InitTensors(init_ptrs, kSizes); !s.ok())
+        return "InitTensors: " + s.message();
+      if (unmappable)
+        UnlinkSegments("kubeps-" + options.node_id + "-" + std::to_string(::getpid()));
+      if (rank == 1) std::this_thread::sleep_for(600ms);
+      const auto start = std::chrono::steady_clock::now();
+      uint64_t version = 0;
+      if (Status s = kv->WaitWithVersion(kv->PushPull(grad_ptrs, value_ptrs, 0), &version);
+          !s.ok()) {
+        return "PushPull: " + s.message();
+      }
+      if (rank == 0 && std::chrono::steady_clock::now() - start < 400ms)
+        return "worker 0's PushPull returned before its peer pushed";
+      if (version != 1) return "PushPull's values are of version " + std::to_string(version);
+      for (uint32_t k = 0; k < kSizes.size(); ++k) {
+        for (uint64_t i = 0; i < kSizes[k]; ++i) {
+          if (values[k][i] != Expected(k, i, 1)) {
+            return "key " + std::to_string(k) + " [" + std::to_string(i) + "] is " +
+                   std::to_string(values[k][i]) + ", want " + std::to_string(Expected(k, i, 1));
+          }
+        }
+      }
+      if (Status s = kv->Barrier("end"); !s.ok()) return "Barrier: " + s.message();
+      if (Status s = kv->Finish(); !s.ok()) return "Finish: " + s.message();
+      return "";
+    }));
+  }
+  for (auto& worker : workers) {
+    ASSERT_EQ(worker.wait_for(30s), std::future_status::ready) << "a worker hung";
+    EXPECT_EQ(worker.get(), "");
+  }
+  // Each worker's push of each part applied once: every part at version 1.
+  for (int server = 0; server < kServers; ++server) {
+    for (uint32_t k = 0; k < kSizes.size(); ++k) {
+      for (uint64_t offset = 0; offset < kSizes[k]; ++offset) {
+        if (job.shard(server).PartValue(k, offset).empty()) continue;
+        EXPECT_EQ(job.shard(server).PartVersion(k, offset), 1u) << "key " << k << " @" << offset;
+      }
+    }
+  }
+}
+
 // A port on which nothing listens: bound once, then closed.
 int DeadPort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
