@@ -1,5 +1,5 @@
 // The parameter server's RPC handlers (ps-server/ps_service.h: Init, Push,
-// Pull) on any request bytes, through gRPC in this process, against a sync
+// Pull, PushPull) on any request bytes, through gRPC in this process, against a sync
 // shard of 2 workers. The first byte picks the method. The shard keeps what
 // earlier inputs left (initialised keys, pushed steps), as a live shard
 // would; it is made afresh every 500 inputs so that memory stays that of
@@ -20,9 +20,17 @@ namespace {
 
 using kubeps::fuzz::InProcessServer;
 
-const char* const kMethods[] = {"/kubeps.v1.ParameterServer/Init",
-                                "/kubeps.v1.ParameterServer/Push",
-                                "/kubeps.v1.ParameterServer/Pull"};
+const char* const kMethods[] = {
+    "/kubeps.v1.ParameterServer/Init", "/kubeps.v1.ParameterServer/Push",
+    "/kubeps.v1.ParameterServer/Pull", "/kubeps.v1.ParameterServer/PushPull"};
+
+// A PushPull's pull waits at most 5 ms, as a Pull's does (WithShortWait).
+std::string WithShortPullWait(const std::string& body) {
+  kubeps::v1::PushRequest request;
+  if (!request.ParseFromString(body) || request.then_pull().wait_ms() <= 5) return body;
+  request.mutable_then_pull()->set_wait_ms(5);
+  return request.SerializeAsString();
+}
 
 struct ShardUnderTest {
   ShardUnderTest() {
@@ -59,14 +67,16 @@ std::string Floats(size_t n, float value) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ShardUnderTest& target = kubeps::fuzz::FreshEvery<ShardUnderTest>();
-  kubeps::fuzz::RpcInput in = kubeps::fuzz::SplitInput(data, size, 3);
+  kubeps::fuzz::RpcInput in = kubeps::fuzz::SplitInput(data, size, 4);
   if (in.method == 2) in.body = kubeps::fuzz::WithShortWait<kubeps::v1::PullRequest>(in.body);
+  if (in.method == 3) in.body = WithShortPullWait(in.body);
   target.server->Call(kMethods[in.method], in.body, 1000);
   return 0;
 }
 
 // A whole step: key 0 (8 floats) and key 1 (4 floats) initialised, both
-// workers' pushes in each encoding, a pull of the next version.
+// workers' pushes in each encoding, a pull of the next version; and a step
+// of PushPull calls, each with the pull of the version after it.
 std::vector<std::string> FuzzSeeds() {
   std::vector<std::string> seeds;
   kubeps::v1::InitRequest init;
@@ -100,5 +110,16 @@ std::vector<std::string> FuzzSeeds() {
   pull.set_min_version(1);
   pull.set_wait_ms(5);
   seeds.push_back('\2' + pull.SerializeAsString());
+  for (int rank : {0, 1}) {
+    kubeps::v1::PushRequest push;
+    *push.mutable_id() = Id(rank == 0 ? "worker-0" : "worker-1", 10);
+    push.set_worker_rank(rank);
+    push.set_step(1);
+    *push.mutable_parts() = init.parts();
+    push.set_data(Floats(12, 0.25f));
+    *push.mutable_then_pull() = pull;
+    push.mutable_then_pull()->set_min_version(2);
+    seeds.push_back('\3' + push.SerializeAsString());
+  }
   return seeds;
 }
