@@ -168,8 +168,9 @@ Status KVWorkerImpl::Start() {
   shared_bytes_ = &metrics_->Counter("kubeps_worker_shared_memory_bytes_total",
                                      "Tensor bytes pushed or pulled through shared memory, not TCP",
                                      rank_label);
-  // Enough threads for a few requests per shard in flight each way.
-  push_pool_ = std::make_unique<TaskPool>(std::max(4, 4 * num_servers()));
+  // Enough threads for a few requests per shard in flight each way. A
+  // PushPull call holds its push thread until its pull is answered too.
+  push_pool_ = std::make_unique<TaskPool>(std::max(8, 8 * num_servers()));
   pull_pool_ = std::make_unique<TaskPool>(std::max(4, 4 * num_servers()));
   // A worker that (re)joins after a recovery starts in its generation.
   if (PollHeartbeat().ok()) generation_ = announced_generation_.load();
