@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -188,6 +189,35 @@ class KVWorkerImpl final : public KVWorker {
   prometheus::Counter* pull_bytes_ = nullptr;
   prometheus::Counter* shared_bytes_ = nullptr;
 };
+
+// What a ticket waits for: its requests still running, the first failure,
+// and the version pulled.
+struct KVWorkerImpl::Pending {
+  std::mutex mutex;
+  std::condition_variable done;
+  int remaining = 0;
+  Status status;
+  uint64_t version = UINT64_MAX;  // smallest version pulled so far
+  // Second stage (PushPull's pull when its pushes and pulls are batched
+  // differently): started once every request of the first stage has
+  // succeeded; it brings then_requests more requests.
+  std::function<void()> then;
+  int then_requests = 0;
+
+  bool failed() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return !status.ok();
+  }
+};
+
+// Seconds since `start` on the steady clock.
+inline double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The batch's parts as a request's references; *elements: their length in all.
+void AddPartRefs(const std::vector<const Part*>& batch,
+                 google::protobuf::RepeatedPtrField<v1::PartRef>* refs, uint64_t* elements);
 
 }  // namespace kubeps
 
