@@ -44,13 +44,18 @@ run's figure, the medians and the ratios with issue 12's goals: 2x2 / DDP
 at least 1.0 for both models, 2x2 / local at least 0.9 for the CNN, local /
 torch at least 1.0 for the MLP, each PASS or BELOW. --env KEY=VALUE (repeatable) is set for the kubeps runs,
 e.g. KUBEPS_OVERLAP=0 to exchange every tensor after the step instead of
-layer by layer during backward.
+layer by layer during backward. --baseline-bin-dir DIR adds a fifth side,
+"2x2-base": the same 2x2 job with the kubeps of DIR (a build of an earlier
+commit), taking its turn with the others, and the ratio 2x2 / 2x2-base, so
+that a change is measured against the code before it in one sitting.
+--sides picks which sides run (e.g. 2x2,2x2-base,local).
 
 Usage (holding the machine for the whole run; /usr/bin/python3 has torch):
 
     flock /tmp/cpu.lock /usr/bin/python3 bench/scaling.py --rounds 3 \\
         [--models mlp,cnn] [--steps N] [--warmup N] [--window-ms 1000] \\
-        [--env KUBEPS_OVERLAP=0] [--bin-dir DIR]
+        [--env KUBEPS_OVERLAP=0] [--bin-dir DIR] [--baseline-bin-dir DIR] \\
+        [--sides 2x2,2x2-base,local,DDP,torch]
 
 Standard library and torch only; not a test: the exit code is 0 whatever
 the ratios.
@@ -73,6 +78,7 @@ LEARNING_RATE = 0.001
 DEFAULT_STEPS = {"mlp": 3000, "cnn": 120}
 DEFAULT_WARMUP = {"mlp": 200, "cnn": 20}
 SIDES = ("2x2", "local", "DDP", "torch")
+BASELINE = "2x2-base"  # with --baseline-bin-dir
 # Goals of issue 12: (numerator, denominator) -> {model: least ratio}.
 GOALS = {("2x2", "DDP"): {"mlp": 1.0, "cnn": 1.0}, ("2x2", "local"): {"cnn": 0.9},
          ("local", "torch"): {"mlp": 1.0}}
@@ -117,9 +123,10 @@ def run_side(side, model, manifest, args):
                    "--warmup", "0", "--steps", str(total), "--window-ms", str(args.window_ms)]
         return benchlib.run_ranks([command], {}, "torch"), "torch-0"
     settings = dict(args.env, KUBEPS_MAX_STEPS=str(total))
-    command = [os.path.join(args.bin_dir, "kubeps"),
-               "run" if side == "2x2" else "train-local", manifest]
-    return benchlib.run(command, settings), "worker 0" if side == "2x2" else "local"
+    bin_dir = args.baseline_bin_dir if side == BASELINE else args.bin_dir
+    command = [os.path.join(bin_dir, "kubeps"), "train-local" if side == "local" else "run",
+               manifest]
+    return benchlib.run(command, settings), "local" if side == "local" else "worker 0"
 
 
 def torch_process(model_name, total_steps, window_ms, rank=-1, port=0):
@@ -158,9 +165,9 @@ def measure(model, args, folder):
     manifest = kubeps_manifest(folder, model, args.warmup + args.steps, args.window_ms)
     print("\n%s: %d steps after %d warm-up, windows of %d ms, %d round(s); manifest %s"
           % (model, args.steps, args.warmup, args.window_ms, args.rounds, manifest), flush=True)
-    figures = {side: [] for side in SIDES}
+    figures = {side: [] for side in args.sides}
     for round_ in range(args.rounds):
-        for side in SIDES if round_ % 2 == 0 else tuple(reversed(SIDES)):
+        for side in args.sides if round_ % 2 == 0 else tuple(reversed(args.sides)):
             print("%s round %d, %s:" % (model, round_ + 1, side), flush=True)
             start = time.time()
             lines, tag = run_side(side, model, manifest, args)
@@ -175,15 +182,19 @@ def measure(model, args, folder):
     return figures
 
 
-def report(results):
+def report(results, sides):
     print("\nsteps/sec (each side: the median of its runs' figures)")
     print("%-5s %-8s %9s   %s" % ("model", "side", "median", "runs"))
     for model, figures in results.items():
-        for side in SIDES:
+        for side in sides:
             print("%-5s %-8s %9.2f   %s" % (model, side, benchlib.median(figures[side]),
                                           " ".join("%.2f" % f for f in figures[side])))
     print("\nratios (goals of issue 12)")
-    for (top, bottom), goals in GOALS.items():
+    pairs = dict(GOALS)
+    pairs[("2x2", BASELINE)] = {}
+    for (top, bottom), goals in pairs.items():
+        if top not in sides or bottom not in sides:
+            continue
         for model, figures in results.items():
             ratio = benchlib.median(figures[top]) / benchlib.median(figures[bottom])
             print("%-5s %-14s %6.3f   %s" % (model, "%s / %s" % (top, bottom), ratio,
@@ -212,6 +223,11 @@ def main():
     parser.add_argument("--env", action="append", type=parse_env, default=[],
                         metavar="KEY=VALUE", help="set for the kubeps runs (repeatable)")
     parser.add_argument("--bin-dir", default=benchlib.DEFAULT_BIN_DIR, help="where kubeps is")
+    parser.add_argument("--baseline-bin-dir", default="",
+                        help="a build to compare the 2x2 job against (side %s)" % BASELINE)
+    parser.add_argument("--sides", default="",
+                        help="comma-separated, of %s and %s (default: all there are)"
+                        % (", ".join(SIDES), BASELINE))
     parser.add_argument("--ddp-rank", type=int, default=-1, help=argparse.SUPPRESS)
     parser.add_argument("--ddp-port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--torch-local", action="store_true", help=argparse.SUPPRESS)
@@ -227,6 +243,15 @@ def main():
     args.bin_dir = os.path.abspath(args.bin_dir)
     if not os.access(os.path.join(args.bin_dir, "kubeps"), os.X_OK):
         sys.exit("no kubeps in %s: build it, or name the folder with --bin-dir" % args.bin_dir)
+    all_sides = SIDES + ((BASELINE,) if args.baseline_bin_dir else ())
+    args.sides = tuple(s for s in args.sides.split(",") if s) or all_sides
+    if any(side not in all_sides for side in args.sides):
+        sys.exit("--sides: a comma-separated list of %s, not %r (%s needs --baseline-bin-dir)"
+                 % (", ".join(all_sides), ",".join(args.sides), BASELINE))
+    if args.baseline_bin_dir:
+        args.baseline_bin_dir = os.path.abspath(args.baseline_bin_dir)
+        if not os.access(os.path.join(args.baseline_bin_dir, "kubeps"), os.X_OK):
+            sys.exit("no kubeps in --baseline-bin-dir %s" % args.baseline_bin_dir)
     args.env = dict(args.env)
     given_steps, given_warmup = args.steps, args.warmup
     print("2 servers x 2 workers x %d examples vs 1 process x %d vs DDP 2 x %d (1 torch thread "
@@ -240,7 +265,7 @@ def main():
         args.steps = given_steps or DEFAULT_STEPS[model]
         args.warmup = given_warmup if given_warmup >= 0 else DEFAULT_WARMUP[model]
         results[model] = measure(model, args, folder)
-    report(results)
+    report(results, args.sides)
 
 
 if __name__ == "__main__":
