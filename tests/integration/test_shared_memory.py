@@ -11,9 +11,13 @@ import tempfile
 import unittest
 
 from jobtools import RunningJob, scrape_while_running, tensor_bytes, write_manifest
-from test_faults import MLP_PARAMS, STEPS, sync_job
+from test_faults import MLP_PARAMS, sync_job
 
 WORKERS = ("worker-0", "worker-1")
+# Long enough for several scrapes of the workers' metrics while they train
+# (about a second: the 2 x 2 MLP job makes some 600 steps a second here),
+# within the first epoch.
+STEPS = 400
 
 
 def segments():

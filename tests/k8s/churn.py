@@ -54,7 +54,8 @@ def plan(count, seed):
 
 def manifest(name, action, clean_pod_policy, first_of_replace=False, steps=25):
     if action == DEADLINE:
-        return training_job(name, epochs=5, max_steps=0, active_deadline=2, workers=1, servers=1,
+        # 50 epochs: far longer than the deadline, however fast the job steps
+        return training_job(name, epochs=50, max_steps=0, active_deadline=2, workers=1, servers=1,
                             clean_pod_policy=clean_pod_policy)
     # the first job of a REPLACE runs long enough to be deleted while Running
     return training_job(name, max_steps=100000 if first_of_replace else steps, workers=1,

@@ -372,8 +372,9 @@ class OperatorTest(SharedClusterTestCase):
 
     def test_active_deadline_fails_the_job(self):
         c, name = self.c, "deadline"
-        # 0 = no step cap: 5 epochs run far longer than the deadline
-        apply(c, training_job(name, epochs=5, max_steps=0, active_deadline=2))
+        # 0 = no step cap: 50 epochs run far longer than the deadline (the 2 x 2
+        # MLP job makes some 600 steps a second: 5 epochs could end within it)
+        apply(c, training_job(name, epochs=50, max_steps=0, active_deadline=2))
         t0 = time.time()
         job = self.wait_phase(name, "Failed", timeout=90)
         elapsed = time.time() - t0
