@@ -201,6 +201,51 @@ void UnlinkSegments(const std::string& prefix) {
   }
 }
 
+// The kSizes tensors of worker `rank`: its initial values, gradients (set
+// per step) and values to pull into, with the pointers KVWorker takes.
+struct WorkerTensors {
+  explicit WorkerTensors(int rank)
+      : init(kSizes.size()), grads(kSizes.size()), values(kSizes.size()) {
+    for (uint32_t k = 0; k < kSizes.size(); ++k) {
+      for (uint64_t i = 0; i < kSizes[k]; ++i) init[k].push_back(Initial(rank, k, i));
+      values[k].assign(kSizes[k], 12345.0f);
+      grads[k].assign(kSizes[k], 0.0f);
+      init_ptrs.push_back(init[k].data());
+      grad_ptrs.push_back(grads[k].data());
+      value_ptrs.push_back(values[k].data());
+    }
+  }
+  void SetGrads(int rank, int step) {
+    for (uint32_t k = 0; k < kSizes.size(); ++k) {
+      for (uint64_t i = 0; i < kSizes[k]; ++i) grads[k][i] = Grad(rank, step, i);
+    }
+  }
+  std::vector<std::vector<float>> init, grads, values;
+  std::vector<const float*> init_ptrs, grad_ptrs;
+  std::vector<float*> value_ptrs;
+};
+
+// The segment of this process's worker `node_id`, as a shard would name it.
+std::string SegmentPrefix(const KVOptions& options) {
+  return "kubeps-" + options.node_id + "-" + std::to_string(::getpid());
+}
+
+// Barrier "end" and Finish: "" or what failed.
+std::string EndWorker(KVWorker* kv) {
+  if (Status s = kv->Barrier("end"); !s.ok()) return "Barrier: " + s.message();
+  if (Status s = kv->Finish(); !s.ok()) return "Finish: " + s.message();
+  return "";
+}
+
+// Every worker returned, within `limit`, and with no error.
+void ExpectWorkersSucceed(std::vector<std::future<std::string>>* workers,
+                          std::chrono::seconds limit) {
+  for (auto& worker : *workers) {
+    ASSERT_EQ(worker.wait_for(limit), std::future_status::ready) << "a worker hung";
+    EXPECT_EQ(worker.get(), "");
+  }
+}
+
 WorkerResult RunWorker(const KVOptions& options, bool unmappable = false) {
   WorkerResult result;
   std::unique_ptr<KVWorker> kv;
@@ -210,19 +255,12 @@ WorkerResult RunWorker(const KVOptions& options, bool unmappable = false) {
   result.num_servers = kv->num_servers();
   const int rank = kv->rank();
 
-  std::vector<std::vector<float>> init(kSizes.size()), values(kSizes.size()), grads(kSizes.size());
-  std::vector<const float*> init_ptrs, grad_ptrs;
-  std::vector<float*> value_ptrs;
-  for (uint32_t k = 0; k < kSizes.size(); ++k) {
-    for (uint64_t i = 0; i < kSizes[k]; ++i) init[k].push_back(Initial(rank, k, i));
-    values[k].assign(kSizes[k], 12345.0f);
-    grads[k].assign(kSizes[k], 0.0f);
-    init_ptrs.push_back(init[k].data());
-    grad_ptrs.push_back(grads[k].data());
-    value_ptrs.push_back(values[k].data());
-  }
-  CHECK_OK(kv->InitTensors(init_ptrs, kSizes), "InitTensors");
-  if (unmappable) UnlinkSegments("kubeps-" + options.node_id + "-" + std::to_string(::getpid()));
+  WorkerTensors tensors(rank);
+  auto& values = tensors.values;
+  const auto& grad_ptrs = tensors.grad_ptrs;
+  const auto& value_ptrs = tensors.value_ptrs;
+  CHECK_OK(kv->InitTensors(tensors.init_ptrs, kSizes), "InitTensors");
+  if (unmappable) UnlinkSegments(SegmentPrefix(options));
   result.parts = kv->parts();
   // Unmappable: the first request to each shard is a push, so that it is the
   // push that finds out (a pull would, and no push would offer the segment).
@@ -232,9 +270,7 @@ WorkerResult RunWorker(const KVOptions& options, bool unmappable = false) {
   }
 
   for (int step = 0; step < kSteps; ++step) {
-    for (uint32_t k = 0; k < kSizes.size(); ++k) {
-      for (uint64_t i = 0; i < kSizes[k]; ++i) grads[k][i] = Grad(rank, step, i);
-    }
+    tensors.SetGrads(rank, step);
     if (step < kSteps - 1) {
       CHECK_OK(kv->Wait(kv->Push(grad_ptrs, step)), "Push");
       CHECK_OK(kv->Wait(kv->Pull(value_ptrs, step + 1)), "Pull");
@@ -256,8 +292,7 @@ WorkerResult RunWorker(const KVOptions& options, bool unmappable = false) {
                             std::to_string(kSteps));
   }
 
-  CHECK_OK(kv->Barrier("end"), "Barrier");
-  CHECK_OK(kv->Finish(), "Finish");
+  if (std::string ended = EndWorker(kv.get()); !ended.empty()) result.errors.push_back(ended);
   return result;
 }
 
@@ -401,15 +436,10 @@ TEST(KVWorkerBatchTest, AServerHoldingMorePartsThanOneRequestMayNameIsServed) {
         if (values[k] != static_cast<float>(k) - 1.5f)
           return "tensor " + std::to_string(k) + " is " + std::to_string(values[k]);
       }
-      if (Status s = kv->Barrier("end"); !s.ok()) return "Barrier: " + s.message();
-      if (Status s = kv->Finish(); !s.ok()) return "Finish: " + s.message();
-      return "";
+      return EndWorker(kv.get());
     }));
   }
-  for (auto& worker : workers) {
-    ASSERT_EQ(worker.wait_for(60s), std::future_status::ready) << "a worker hung";
-    EXPECT_EQ(worker.get(), "");
-  }
+  ExpectWorkersSucceed(&workers, 60s);
 }
 
 // PushPull is one call per batch (ParameterServer.PushPull) whose pull waits
@@ -434,28 +464,16 @@ TEST_P(KVWorkerPushPullTest, ALatePeersStepIsPulledAfterTheCallsLongPollSlice) {
       std::unique_ptr<KVWorker> kv;
       if (Status s = KVWorker::Start(options, &kv); !s.ok()) return "Start: " + s.message();
       const int rank = kv->rank();
-      std::vector<std::vector<float>> init(kSizes.size()), grads(kSizes.size()),
-          values(kSizes.size());
-      std::vector<const float*> init_ptrs, grad_ptrs;
-      std::vector<float*> value_ptrs;
-      for (uint32_t k = 0; k < kSizes.size(); ++k) {
-        for (uint64_t i = 0; i < kSizes[k]; ++i) {
-          init[k].push_back(Initial(rank, k, i));
-          grads[k].push_back(Grad(rank, 0, i));
-        }
-        values[k].assign(kSizes[k], 12345.0f);
-        init_ptrs.push_back(init[k].data());
-        grad_ptrs.push_back(grads[k].data());
-        value_ptrs.push_back(values[k].data());
-      }
-      if (Status s = kv->InitTensors(init_ptrs, kSizes); !s.ok())
+      WorkerTensors tensors(rank);
+      tensors.SetGrads(rank, 0);
+      if (Status s = kv->InitTensors(tensors.init_ptrs, kSizes); !s.ok())
         return "InitTensors: " + s.message();
-      if (unmappable)
-        UnlinkSegments("kubeps-" + options.node_id + "-" + std::to_string(::getpid()));
+      if (unmappable) UnlinkSegments(SegmentPrefix(options));
       if (rank == 1) std::this_thread::sleep_for(600ms);
       const auto start = std::chrono::steady_clock::now();
       uint64_t version = 0;
-      if (Status s = kv->WaitWithVersion(kv->PushPull(grad_ptrs, value_ptrs, 0), &version);
+      if (Status s =
+              kv->WaitWithVersion(kv->PushPull(tensors.grad_ptrs, tensors.value_ptrs, 0), &version);
           !s.ok()) {
         return "PushPull: " + s.message();
       }
@@ -464,21 +482,17 @@ TEST_P(KVWorkerPushPullTest, ALatePeersStepIsPulledAfterTheCallsLongPollSlice) {
       if (version != 1) return "PushPull's values are of version " + std::to_string(version);
       for (uint32_t k = 0; k < kSizes.size(); ++k) {
         for (uint64_t i = 0; i < kSizes[k]; ++i) {
-          if (values[k][i] != Expected(k, i, 1)) {
+          if (tensors.values[k][i] != Expected(k, i, 1)) {
             return "key " + std::to_string(k) + " [" + std::to_string(i) + "] is " +
-                   std::to_string(values[k][i]) + ", want " + std::to_string(Expected(k, i, 1));
+                   std::to_string(tensors.values[k][i]) + ", want " +
+                   std::to_string(Expected(k, i, 1));
           }
         }
       }
-      if (Status s = kv->Barrier("end"); !s.ok()) return "Barrier: " + s.message();
-      if (Status s = kv->Finish(); !s.ok()) return "Finish: " + s.message();
-      return "";
+      return EndWorker(kv.get());
     }));
   }
-  for (auto& worker : workers) {
-    ASSERT_EQ(worker.wait_for(30s), std::future_status::ready) << "a worker hung";
-    EXPECT_EQ(worker.get(), "");
-  }
+  ExpectWorkersSucceed(&workers, 30s);
   // Each worker's push of each part applied once: every part at version 1.
   for (int server = 0; server < kServers; ++server) {
     for (uint32_t k = 0; k < kSizes.size(); ++k) {
