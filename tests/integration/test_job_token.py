@@ -57,11 +57,12 @@ class JobTokenTest(unittest.TestCase):
             self.assertNotIn("do-not-print-me", out)
 
     def test_a_replaced_token_file_reaches_every_process_of_a_running_job(self):
-        path = write_manifest(self.dir, manifest("rotate", epochs=5))
+        # 10 epochs (some 7 s): time for every process to see the new token.
+        path = write_manifest(self.dir, manifest("rotate", epochs=10))
         run_dir = os.path.join(self.dir, "run")
         job = RunningJob(path, run_dir=run_dir, args=["--keep-run-dir"])
         try:
-            job.wait_for_line(r"\[worker 0\] epoch 1/5 step", timeout=120)
+            job.wait_for_line(r"\[worker 0\] epoch 1/10 step", timeout=120)
             token_file = os.path.join(run_dir, "token")
             old, new = rotate(token_file)
             self.assertEqual(job.wait(timeout=300), 0, job.output())

@@ -466,7 +466,9 @@ class PrometheusEndToEndTest(unittest.TestCase):
         return len(active) == len(self.REPLICAS) and all(t["health"] == "up" for t in active)
 
     def test_dashboard_steps_per_second_agrees_with_progress_lines(self):
-        spec = json.loads(manifest(self.JOB, model="mlp", ps=2, workers=2, batch=64, epochs=40))
+        # 200 epochs: the 2 x 2 MLP job makes some 650 steps a second, and 40 epochs could end
+        # before Prometheus is up and a whole rate window has passed; tearDown stops it.
+        spec = json.loads(manifest(self.JOB, model="mlp", ps=2, workers=2, batch=64, epochs=200))
         spec["spec"]["progressIntervalMs"] = 1000
         path = write_manifest(self.dir, json.dumps(spec, indent=2))
         run_dir = os.path.join(self.dir, "run")

@@ -74,7 +74,8 @@ class InterruptTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="kubeps-stop-")
-        cls.manifest = write_manifest(cls.dir, manifest("stopjob", epochs=5))
+        # Far longer than the latest interrupt (2 s), however fast the job steps.
+        cls.manifest = write_manifest(cls.dir, manifest("stopjob", epochs=50))
 
     def interrupt_after(self, seconds, env=None):
         job = RunningJob(self.manifest, run_dir=tempfile.mkdtemp(prefix="kubeps-stop-run-"),
