@@ -90,11 +90,15 @@ class ElasticTest(unittest.TestCase):
               % (change, after[0]["time"] - asked, worst, scale_of))
 
     def test_scaled_up_and_down_with_tls_while_it_trains_it_finishes_as_accurate(self):
-        code, fixed = run_job(write_manifest(self.dir, manifest_with("fixed", workers=2), "f.yaml"))
+        # 3 epochs: the 2 x 2 MLP job makes some 650 steps a second, and one epoch could end
+        # before the scale-down reaches it.
+        code, fixed = run_job(write_manifest(self.dir, manifest_with("fixed", workers=2, epochs=3),
+                                             "f.yaml"))
         self.assertEqual(code, 0, fixed.output())
         # With mutual TLS: a worker taken in later needs a certificate too.
         tls = {"security": {"tls": "Enabled"}}
-        job = RunningJob(write_manifest(self.dir, elastic_job("updown", spec=tls), "updown.yaml"))
+        job = RunningJob(write_manifest(self.dir, elastic_job("updown", spec=tls, epochs=3),
+                                        "updown.yaml"))
         wait_for_steps(job, 0, 60)
         self.assertEqual(scale("updown", 4, job.run_dir)[0], 0)
         up = first_step_from(job, r"4 \(")  # the step from which all four compute
