@@ -39,6 +39,10 @@ Shard::Shard(const ShardOptions& options, std::unique_ptr<Optimizer> optimizer,
     Status s = CheckpointStore::Open(options_.checkpoint_dir, &checkpoints_);
     if (!s.ok()) KLOG_ERROR << s.message() << "; this shard will not checkpoint";
   }
+  if (checkpoints_) {
+    writer_ = std::make_unique<CheckpointWriter>(
+        [this](const v1::ShardCheckpoint& checkpoint) { (void)WriteCheckpoint(checkpoint); });
+  }
 }
 
 grpc::Status Shard::CheckGeneration(uint64_t generation) const {

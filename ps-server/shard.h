@@ -29,6 +29,7 @@
 #include "common/request_limits.h"
 #include "kubeps.pb.h"
 #include "ps-server/checkpoint_store.h"
+#include "ps-server/checkpoint_writer.h"
 #include "ps-server/dedup_table.h"
 #include "ps-server/push_data.h"
 
@@ -97,8 +98,11 @@ class Shard {
   // Loads the newest checkpoint, if any, at start; returns its step or -1.
   // Damaged checkpoint files are renamed aside first (and logged).
   int64_t LoadLatestCheckpoint();
-  // The steps this shard holds a checkpoint of, oldest first.
+  // The steps this shard holds a checkpoint of, oldest first: those on
+  // disk, not one still being written (checkpoint_writer.h).
   std::vector<uint64_t> CheckpointSteps() const;
+  // Returns once every checkpoint taken so far is written, or failed to be.
+  void DrainCheckpoints();
   // The job starts fresh over an earlier run's checkpoints: deletes them and
   // forgets what LoadLatestCheckpoint loaded.
   Status DiscardCheckpoints();
@@ -305,6 +309,8 @@ class Shard {
   prometheus::Counter& nonfinite_pushes_;
   prometheus::Counter& updates_skipped_;
   prometheus::Counter& checkpoint_failures_;
+  // Last: its thread writes through the members above until it ends.
+  std::unique_ptr<CheckpointWriter> writer_;  // where checkpoints_ is
 };
 
 }  // namespace kubeps

@@ -93,6 +93,7 @@ std::string Shard::CheckpointFailure() const {
 
 int64_t Shard::LoadLatestCheckpoint() {
   if (!checkpoints_) return -1;
+  DrainCheckpoints();
   v1::ShardCheckpoint checkpoint;
   bool found = false;
   std::string skipped;
@@ -113,6 +114,10 @@ int64_t Shard::LoadLatestCheckpoint() {
   return static_cast<int64_t>(checkpoint.step());
 }
 
+void Shard::DrainCheckpoints() {
+  if (writer_) writer_->Drain();
+}
+
 std::vector<uint64_t> Shard::CheckpointSteps() const {
   return checkpoints_ ? checkpoints_->Steps() : std::vector<uint64_t>{};
 }
@@ -123,6 +128,7 @@ void Shard::KeepCheckpoint(int64_t step) {
 
 Status Shard::DiscardCheckpoints() {
   if (!checkpoints_) return Status::Ok();
+  DrainCheckpoints();  // none is written after the folder is emptied
   {
     std::unique_lock<std::mutex> lock(mutex_);
     AwaitPushesOutsideLock(lock);
@@ -140,6 +146,7 @@ Status Shard::DiscardCheckpoints() {
 }
 
 Status Shard::WriteFinalCheckpoint() {
+  DrainCheckpoints();  // the last one taken may be the final state: on disk when this returns
   std::unique_ptr<v1::ShardCheckpoint> last;
   {
     std::unique_lock<std::mutex> lock(mutex_);
@@ -161,6 +168,9 @@ Status Shard::WriteFinalCheckpoint() {
 
 Status Shard::RestoreCheckpoint(uint64_t step, uint64_t generation) {
   if (!checkpoints_) return Status::Error("cannot roll back: this shard keeps no checkpoints");
+  // The checkpoints taken before the rollback are on disk (or failed) before
+  // the folder is read.
+  DrainCheckpoints();
   v1::ShardCheckpoint checkpoint;
   Status read = checkpoints_->Read(step, &checkpoint);
   {

@@ -321,8 +321,10 @@ grpc::Status Shard::Push(const v1::PushRequest& request, PushData& data) {
   std::unique_ptr<v1::ShardCheckpoint> due;
   grpc::Status status = CheckStep(request, data, &due);
   if (status.ok()) status = ApplyOnce(request, data, &due);
-  // A checkpoint taken is written whatever became of the push that took it.
-  if (due) (void)WriteCheckpoint(*due);  // logged and counted; see CheckpointFailure
+  // A checkpoint taken is written whatever became of the push that took it,
+  // after the push is answered (a failure is logged and counted; see
+  // CheckpointFailure).
+  if (due) writer_->Hand(std::move(due));
   return status;
 }
 

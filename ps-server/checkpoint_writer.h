@@ -1,0 +1,56 @@
+// Writes a shard's checkpoints on a thread of its own, in the order they
+// were taken, so that the push that takes one is answered without waiting
+// for the disk: a checkpoint is written durably (fsync of the file and its
+// folder), which on a real disk takes tens of milliseconds for a model of
+// a few million parameters, and the whole job's step waited for it.
+//
+// Nothing depends on a checkpoint being on disk when its push is answered:
+// a shard reports to the scheduler only the steps on disk, and recovery
+// goes back to the newest step every shard holds. At most one checkpoint
+// waits behind the one being written: a disk slower than the checkpoints
+// come holds up the pushes that take them, as before, instead of memory
+// growing without bound.
+//
+// Thread-safe.
+#ifndef KUBEPS_PS_SERVER_CHECKPOINT_WRITER_H_
+#define KUBEPS_PS_SERVER_CHECKPOINT_WRITER_H_
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "kubeps.pb.h"
+
+namespace kubeps {
+
+class CheckpointWriter {
+ public:
+  using Write = std::function<void(const v1::ShardCheckpoint&)>;
+  explicit CheckpointWriter(Write write);
+  // Writes what was handed over, then ends its thread.
+  ~CheckpointWriter();
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Queues `checkpoint` and returns; waits first while one is already queued.
+  void Hand(std::unique_ptr<v1::ShardCheckpoint> checkpoint);
+  // Returns once every checkpoint handed over before is written (or failed).
+  void Drain();
+
+ private:
+  void Run();
+
+  const Write write_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::unique_ptr<v1::ShardCheckpoint> queued_;
+  bool writing_ = false;
+  bool ending_ = false;
+  std::thread thread_;  // last: starts once everything above is built
+};
+
+}  // namespace kubeps
+
+#endif  // KUBEPS_PS_SERVER_CHECKPOINT_WRITER_H_
