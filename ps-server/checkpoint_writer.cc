@@ -17,7 +17,7 @@ CheckpointWriter::~CheckpointWriter() {
 void CheckpointWriter::Hand(std::unique_ptr<v1::ShardCheckpoint> checkpoint) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [&] { return queued_ == nullptr; });
+    changed_.wait(lock, [&] { return queued_ == nullptr && !writing_; });
     queued_ = std::move(checkpoint);
   }
   changed_.notify_all();
@@ -36,7 +36,6 @@ void CheckpointWriter::Run() {
     std::unique_ptr<v1::ShardCheckpoint> checkpoint = std::move(queued_);
     writing_ = true;
     lock.unlock();
-    changed_.notify_all();  // room for the next one
     write_(*checkpoint);
     checkpoint.reset();
     lock.lock();

@@ -6,10 +6,11 @@
 //
 // Nothing depends on a checkpoint being on disk when its push is answered:
 // a shard reports to the scheduler only the steps on disk, and recovery
-// goes back to the newest step every shard holds. At most one checkpoint
-// waits behind the one being written: a disk slower than the checkpoints
-// come holds up the pushes that take them, as before, instead of memory
-// growing without bound.
+// goes back to the newest step every shard holds. One checkpoint at a time
+// is held here: a push that takes the next one while the last is still
+// being written waits for that write, as every push taking one did before,
+// so a disk slower than the checkpoints come slows the job instead of
+// filling memory with copies of the shard's state.
 //
 // Thread-safe.
 #ifndef KUBEPS_PS_SERVER_CHECKPOINT_WRITER_H_
@@ -34,7 +35,8 @@ class CheckpointWriter {
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
-  // Queues `checkpoint` and returns; waits first while one is already queued.
+  // Hands `checkpoint` over and returns; waits first while the one before
+  // is still being written.
   void Hand(std::unique_ptr<v1::ShardCheckpoint> checkpoint);
   // Returns once every checkpoint handed over before is written (or failed).
   void Drain();
