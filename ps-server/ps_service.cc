@@ -260,21 +260,27 @@ grpc::Status SharedPieces(const v1::PushRequest& header, GradientEncoding encodi
 
 grpc::Status CheckLanding(const v1::PullRequest& request, const SharedSegment& segment) {
   const v1::SharedMemoryRef& ref = request.shared();
-  if (ref.offsets_size() != request.parts_size() || ref.ticket() == 0) {
+  const bool apart = ref.value_offsets_size() != 0;
+  if (ref.offsets_size() != request.parts_size() || ref.ticket() == 0 ||
+      (apart && ref.value_offsets_size() != request.parts_size())) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "a pull names " + std::to_string(ref.offsets_size()) +
-                            " landing regions for " + std::to_string(request.parts_size()) +
+                            " landing regions and " + std::to_string(ref.value_offsets_size()) +
+                            " value offsets for " + std::to_string(request.parts_size()) +
                             " parts, ticket " + std::to_string(ref.ticket()));
   }
   for (int i = 0; i < request.parts_size(); ++i) {
     const uint64_t offset = ref.offsets(i);
+    const uint64_t values = apart ? ref.value_offsets(i) : offset + sizeof(LandingHeader);
     const uint64_t length = std::min(request.parts(i).length(), kMaxRequestBytes);
-    if (offset % kSharedAlignment != 0 ||
-        !segment.Holds(offset, sizeof(LandingHeader) + length * sizeof(float))) {
+    if (offset % kSharedAlignment != 0 || values % sizeof(float) != 0 ||
+        !segment.Holds(offset, sizeof(LandingHeader)) ||
+        !segment.Holds(values, length * sizeof(float))) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           "landing region " + std::to_string(i) + " of a pull lies outside " +
-                              segment.name() + " or off its alignment (offset " +
-                              std::to_string(offset) + ")");
+                              segment.name() + " or off its alignment (header at " +
+                              std::to_string(offset) + ", values at " + std::to_string(values) +
+                              ")");
     }
   }
   return grpc::Status::OK;
@@ -284,11 +290,16 @@ LandingHeader* SegmentLanding::Header(int index) const {
   return reinterpret_cast<LandingHeader*>(segment_.base() + ref_.offsets(index));
 }
 
+float* SegmentLanding::Values(int index) const {
+  if (ref_.value_offsets_size() == 0) return reinterpret_cast<float*>(Header(index) + 1);
+  return reinterpret_cast<float*>(segment_.base() + ref_.value_offsets(index));
+}
+
 grpc::Status SegmentLanding::Begin(int index, float** region) {
   *region = nullptr;
   switch (landing::Begin(Header(index), ref_.ticket())) {
     case landing::Claim::kWrite:
-      *region = reinterpret_cast<float*>(Header(index) + 1);
+      *region = Values(index);
       return grpc::Status::OK;
     case landing::Claim::kWrittenToo:
       return grpc::Status::OK;

@@ -106,6 +106,7 @@ class SegmentLanding final : public PullLanding {
 
  private:
   LandingHeader* Header(int index) const;
+  float* Values(int index) const;  // at value_offsets, or right after the header
   const v1::SharedMemoryRef& ref_;
   const SharedSegment& segment_;
 };

@@ -39,13 +39,27 @@ Status RemoteStore::Init(trainer::Model& model) {
   // rank 0's Init must reach shards that have restored (or discarded) them.
   if (Status s = kv_->Recover(&start_step_); !s.ok()) return s;
   if (Status s = kv_->InitTensors(initial, sizes); !s.ok()) return s;
-  // Behind the sidecar (the agent places the tensors in shared regions),
-  // the step the agent resumed at is known only now.
-  if (kv_->SharedValues(0) != nullptr) {
+  PlaceInSharedMemory(model);
+  // Behind the sidecar (the agent places the parts), the step the agent
+  // resumed at is known only now.
+  if (kv_->parts().empty()) {
     if (Status s = kv_->Recover(&start_step_); !s.ok()) return s;
   }
   // Every worker, rank 0 included, starts from what the servers hold.
   return kv_->Wait(kv_->Pull(values_, start_step_));
+}
+
+void RemoteStore::PlaceInSharedMemory(trainer::Model& model) {
+  auto& params = model.parameters();
+  for (size_t k = 0; k < params.size(); ++k) {
+    if (!kv_->SharedValues(k) || !kv_->SharedGrads(k)) return;
+  }
+  for (size_t k = 0; k < params.size(); ++k) {
+    params[k].value.Place(kv_->SharedValues(k));
+    params[k].grad.Place(kv_->SharedGrads(k));
+    values_[k] = params[k].value.data();
+    grads_[k] = params[k].grad.data();
+  }
 }
 
 void RemoteStore::BeginStep(uint64_t step) {

@@ -97,6 +97,15 @@ class RemoteStore : public ParameterStore, private trainer::StepObserver {
   Status JoinAt(uint64_t step, trainer::Model& model) override;
 
  private:
+  // Where the KV client has a shared-memory region for every tensor (a
+  // server on this host maps the worker's segment, or the pod's agent
+  // shares one), the model's values and gradients move there: the backward
+  // pass writes each gradient where it is pushed from, and each pull lands
+  // where the forward pass reads, so the exchange copies nothing here.
+  // Every exchange keeps the KV client's rule: a tensor's gradient is not
+  // written again before its push was waited for, nor its values read
+  // before its pull was.
+  void PlaceInSharedMemory(trainer::Model& model);
   void ParametersNeeded(size_t first, size_t end) override;
   void GradientsReady(size_t first, size_t end) override;
   void LossComputed(float loss) override;

@@ -199,14 +199,17 @@ class KUBEPS_EXPORT KVWorker {
   // sidecar the agent places the parts, and this list is empty.
   virtual const std::vector<Part>& parts() const = 0;
 
-  // Zero copy behind the sidecar: the shared-memory regions of tensor `key`
-  // (after InitTensors; valid until the client is destroyed). A caller that
-  // computes its gradients into SharedGrads(key) and passes it to Push, or
-  // passes SharedValues(key) to Pull, saves the copy. The protocol's rule
-  // holds: do not write a grads region until the push reading it was waited
-  // for, nor read a values region before its pull was. Null for a key
-  // never declared, and for the in-process client (Start), which has no
-  // shared memory: it reads and writes the caller's buffers directly.
+  // Zero copy: the shared-memory regions of tensor `key` (after
+  // InitTensors). A caller that computes its gradients into SharedGrads(key)
+  // and passes it to Push, or passes SharedValues(key) to Pull, saves the
+  // copy. The protocol's rule holds: do not write a grads region until the
+  // push reading it was waited for, nor read a values region before its
+  // pull was. Behind the sidecar they are the regions the agent shares with
+  // this process (valid until the client is destroyed). The in-process
+  // client (Start) has them where a server on this host can map the
+  // worker's segment (`kubeps run`), in it (valid until InitTensors comes
+  // again), and SharedGrads only where pushes are float32. Null for a key
+  // never declared, and where there is no such region.
   virtual float* SharedValues(uint32_t key) { return nullptr; }
   virtual float* SharedGrads(uint32_t key) { return nullptr; }
 };

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/host_port.h"
@@ -17,14 +18,29 @@ uint64_t Aligned(uint64_t bytes) {
 
 Status SharedMemoryPath::Create(const std::string& node_id, const std::vector<Part>& parts,
                                 std::unique_ptr<SharedMemoryPath>* out) {
-  std::vector<Regions> regions(parts.size());
-  uint64_t end = SharedSegment::FirstRegion();
-  for (size_t i = 0; i < parts.size(); ++i) {
+  // The landing headers first, one per part; then each tensor's staging and
+  // landing values, each back to back over its parts, so that a model may
+  // keep its gradients and values there (Grads, Values).
+  std::vector<uint64_t> tensor_floats;
+  for (const Part& part : parts) {
+    if (tensor_floats.size() <= part.key) tensor_floats.resize(part.key + 1, 0);
+    tensor_floats[part.key] = std::max(tensor_floats[part.key], part.offset + part.length);
+  }
+  uint64_t end = SharedSegment::FirstRegion() + parts.size() * sizeof(LandingHeader);
+  std::vector<Tensor> tensors(tensor_floats.size());
+  for (size_t key = 0; key < tensors.size(); ++key) {
+    if (tensor_floats[key] == 0) continue;
     // A staging region holds float32, the largest encoding.
-    const uint64_t bytes = Aligned(parts[i].length * sizeof(float));
-    regions[i].staging = end;
-    regions[i].landing = end + bytes;
-    end += bytes + sizeof(LandingHeader) + bytes;
+    const uint64_t bytes = Aligned(tensor_floats[key] * sizeof(float));
+    tensors[key] = {end, end + bytes};
+    end += 2 * bytes;
+  }
+  std::vector<Regions> regions(parts.size());
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Tensor& tensor = tensors[parts[i].key];
+    regions[i].landing = SharedSegment::FirstRegion() + i * sizeof(LandingHeader);
+    regions[i].staging = tensor.grads + parts[i].offset * sizeof(float);
+    regions[i].values = tensor.values + parts[i].offset * sizeof(float);
   }
   std::unique_ptr<SharedSegment> segment;
   if (Status s = SharedSegment::Create(node_id, end - SharedSegment::FirstRegion(), &segment);
@@ -34,18 +50,30 @@ Status SharedMemoryPath::Create(const std::string& node_id, const std::vector<Pa
   for (const Regions& region : regions) {
     landing::Init(reinterpret_cast<LandingHeader*>(segment->base() + region.landing));
   }
-  out->reset(new SharedMemoryPath(parts, std::move(segment), std::move(regions)));
+  out->reset(
+      new SharedMemoryPath(parts, std::move(segment), std::move(regions), std::move(tensors)));
   return Status::Ok();
 }
 
 SharedMemoryPath::SharedMemoryPath(const std::vector<Part>& parts,
                                    std::unique_ptr<SharedSegment> segment,
-                                   std::vector<Regions> regions)
+                                   std::vector<Regions> regions, std::vector<Tensor> tensors)
     : parts_(parts),
       segment_(std::move(segment)),
       regions_(std::move(regions)),
+      tensors_(std::move(tensors)),
       pushing_(new std::atomic<bool>[parts.size()]()),
       pulling_(new std::atomic<bool>[parts.size()]()) {}
+
+float* SharedMemoryPath::Grads(uint32_t key) const {
+  if (key >= tensors_.size() || tensors_[key].grads == 0) return nullptr;
+  return reinterpret_cast<float*>(segment_->base() + tensors_[key].grads);
+}
+
+float* SharedMemoryPath::Values(uint32_t key) const {
+  if (key >= tensors_.size() || tensors_[key].values == 0) return nullptr;
+  return reinterpret_cast<float*>(segment_->base() + tensors_[key].values);
+}
 
 bool SharedMemoryPath::OnThisHost(const std::string& address, const std::string& own_host) {
   std::string host;
@@ -102,6 +130,7 @@ void SharedMemoryPath::FillRef(const std::vector<const Part*>& batch, bool landi
   for (const Part* part : batch) {
     const Regions& regions = regions_[Index(part)];
     ref->add_offsets(landing ? regions.landing : regions.staging);
+    if (landing) ref->add_value_offsets(regions.values);
   }
 }
 
@@ -114,8 +143,12 @@ bool SharedMemoryPath::StagePush(const std::vector<const Part*>& batch,
     float* residual = encoding == GradientEncoding::kTwoBit
                           ? (*residuals)[part->key].data() + part->offset
                           : nullptr;
-    EncodeGradient(encoding, grads[part->key] + part->offset, part->length, threshold, residual,
-                   segment_->base() + regions_[Index(part)].staging);
+    const float* from = grads[part->key] + part->offset;
+    char* to = segment_->base() + regions_[Index(part)].staging;
+    // A model computing its gradients into Grads(key) has staged them already.
+    if (encoding == GradientEncoding::kFloat32 && reinterpret_cast<const char*>(from) == to)
+      continue;
+    EncodeGradient(encoding, from, part->length, threshold, residual, to);
   }
   FillRef(batch, false, ref);
   return true;
@@ -152,16 +185,19 @@ Status SharedMemoryPath::CopyLanded(const std::vector<const Part*>& batch,
                                     const std::vector<float*>& values, uint64_t* version) const {
   *version = UINT64_MAX;
   for (const Part* part : batch) {
-    const char* region = segment_->base() + regions_[Index(part)].landing;
+    const Regions& regions = regions_[Index(part)];
     uint64_t landed_version = 0;
-    if (!landing::Landed(reinterpret_cast<const LandingHeader*>(region), ref.ticket(),
-                         &landed_version)) {
+    if (!landing::Landed(reinterpret_cast<const LandingHeader*>(segment_->base() + regions.landing),
+                         ref.ticket(), &landed_version)) {
       return Status::Internal("the server answered pull " + std::to_string(ref.ticket()) +
                               " as landed, but key " + std::to_string(part->key) + "'s part at " +
                               std::to_string(part->offset) + " does not hold its values");
     }
-    std::memcpy(values[part->key] + part->offset, region + sizeof(LandingHeader),
-                part->length * sizeof(float));
+    const char* from = segment_->base() + regions.values;
+    float* to = values[part->key] + part->offset;
+    // A model reading its values from Values(key) has them already.
+    if (reinterpret_cast<const char*>(to) != from)
+      std::memcpy(to, from, part->length * sizeof(float));
     *version = std::min(*version, landed_version);
   }
   return Status::Ok();

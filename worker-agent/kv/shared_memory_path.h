@@ -1,6 +1,7 @@
 // A worker's side of the shared memory transport (common/shared_memory.h):
-// its segment, with a staging and a landing region for each of its parts,
-// and which servers can map it.
+// its segment, with a staging and a landing region for each of its parts
+// (each tensor's back to back: a model may live there), and which servers
+// can map it.
 //
 // A server is tried only where it is on this host (OnThisHost). The
 // first request tells whether the server maps the segment: a pull's answer
@@ -64,15 +65,29 @@ class SharedMemoryPath {
                     const std::vector<float*>& values, uint64_t* version) const;
   void EndPull(const std::vector<const Part*>& batch);
 
+  // Where tensor `key`'s staged gradients (float32) and landed values lie,
+  // back to back over its parts; null for a key without parts. A model that
+  // keeps its gradients and values there is not copied at all: StagePush
+  // and CopyLanded skip a tensor passed as its own region. The protocol's
+  // rule holds: a gradient is not written while a push of it is in flight
+  // (claimed), nor values read while a pull of them is.
+  float* Grads(uint32_t key) const;
+  float* Values(uint32_t key) const;
+
  private:
   enum class Reach { kUntried, kYes, kNo };
-  struct Regions {
-    uint64_t staging = 0;  // offsets in the segment
-    uint64_t landing = 0;  // of its header; the values follow it
+  struct Regions {  // offsets in the segment
+    uint64_t staging = 0;
+    uint64_t landing = 0;  // the header
+    uint64_t values = 0;
+  };
+  struct Tensor {  // offsets in the segment; 0: no parts
+    uint64_t grads = 0;
+    uint64_t values = 0;
   };
 
   SharedMemoryPath(const std::vector<Part>& parts, std::unique_ptr<SharedSegment> segment,
-                   std::vector<Regions> regions);
+                   std::vector<Regions> regions, std::vector<Tensor> tensors);
   size_t Index(const Part* part) const { return static_cast<size_t>(part - parts_.data()); }
   bool Claim(std::atomic<bool>* busy, const std::vector<const Part*>& batch);
   void Release(std::atomic<bool>* busy, const std::vector<const Part*>& batch);
@@ -81,6 +96,7 @@ class SharedMemoryPath {
   const std::vector<Part>& parts_;
   const std::unique_ptr<SharedSegment> segment_;
   const std::vector<Regions> regions_;  // by part index
+  const std::vector<Tensor> tensors_;   // by key
   std::unique_ptr<std::atomic<bool>[]> pushing_;
   std::unique_ptr<std::atomic<bool>[]> pulling_;
   std::atomic<uint64_t> next_ticket_{1};

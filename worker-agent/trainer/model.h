@@ -13,13 +13,15 @@
 #include <string>
 #include <vector>
 
+#include "worker-agent/trainer/host_tensor.h"
+
 namespace kubeps::trainer {
 
 struct Parameter {
   std::string name;  // e.g. "dense1.weight"
   std::vector<int> shape;
-  std::vector<float> value;
-  std::vector<float> grad;  // same size as value
+  HostTensor value;
+  HostTensor grad;  // same size as value
 };
 
 // What a parameter store (parameter_store.h) hears from a model during a

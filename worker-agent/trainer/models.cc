@@ -26,7 +26,7 @@ Parameter MakeParameter(std::string name, std::vector<int> shape) {
 
 // Uniform in [-limit, limit) from the top 24 bits of each draw, so the values
 // do not depend on the standard library's distributions.
-void FillUniform(std::mt19937_64& rng, float limit, std::vector<float>& v) {
+void FillUniform(std::mt19937_64& rng, float limit, HostTensor& v) {
   for (float& x : v) {
     const float u = static_cast<float>(rng() >> 40) * (1.0f / 16777216.0f);  // [0, 1)
     x = (2.0f * u - 1.0f) * limit;

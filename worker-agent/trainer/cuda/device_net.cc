@@ -266,7 +266,7 @@ void PackValues(const std::vector<Parameter>& params, const DeviceNet& net, floa
                                 " parameter tensors, found " + std::to_string(params.size()));
   }
   for (size_t i = 0; i < params.size(); ++i) {
-    const std::vector<float>& v = params[i].value;
+    const HostTensor& v = params[i].value;
     if (v.size() != net.size(i)) {
       throw std::invalid_argument("CUDA model: parameter '" + params[i].name + "' has " +
                                   std::to_string(v.size()) + " values, expected " +
@@ -278,7 +278,7 @@ void PackValues(const std::vector<Parameter>& params, const DeviceNet& net, floa
 
 void UnpackGrads(const float* staged, const DeviceNet& net, std::vector<Parameter>& params) {
   for (size_t i = 0; i < params.size() && i < net.param_tensors(); ++i) {
-    std::vector<float>& g = params[i].grad;
+    HostTensor& g = params[i].grad;
     g.resize(net.size(i));
     std::memcpy(g.data(), staged + net.offset(i), g.size() * sizeof(float));
   }

@@ -180,6 +180,7 @@ struct WorkerResult {
   int size = 0;
   int num_servers = 0;
   std::vector<Part> parts;
+  std::pair<int, int> placed;  // keys whose values, gradients lie in shared memory
   std::vector<std::vector<float>> after_init;
   std::vector<std::vector<std::vector<float>>> after_step;  // [step][key][i]
 };
@@ -212,17 +213,41 @@ struct WorkerTensors {
       grads[k].assign(kSizes[k], 0.0f);
       init_ptrs.push_back(init[k].data());
       grad_ptrs.push_back(grads[k].data());
+      grad_out.push_back(grads[k].data());
       value_ptrs.push_back(values[k].data());
     }
   }
+  // Moves the tensors into the KV client's shared-memory regions, as a
+  // model that lives there (RemoteStore); the number of keys placed, values
+  // and gradients. A key without a region keeps its own buffer.
+  std::pair<int, int> Place(KVWorker* kv) {
+    std::pair<int, int> placed;
+    for (uint32_t k = 0; k < kSizes.size(); ++k) {
+      if (float* v = kv->SharedValues(k)) {
+        value_ptrs[k] = v;
+        ++placed.first;
+      }
+      if (float* g = kv->SharedGrads(k)) {
+        grad_ptrs[k] = grad_out[k] = g;
+        ++placed.second;
+      }
+    }
+    return placed;
+  }
   void SetGrads(int rank, int step) {
     for (uint32_t k = 0; k < kSizes.size(); ++k) {
-      for (uint64_t i = 0; i < kSizes[k]; ++i) grads[k][i] = Grad(rank, step, i);
+      for (uint64_t i = 0; i < kSizes[k]; ++i) grad_out[k][i] = Grad(rank, step, i);
     }
+  }
+  std::vector<std::vector<float>> Values() const {
+    std::vector<std::vector<float>> out;
+    for (uint32_t k = 0; k < kSizes.size(); ++k)
+      out.emplace_back(value_ptrs[k], value_ptrs[k] + kSizes[k]);
+    return out;
   }
   std::vector<std::vector<float>> init, grads, values;
   std::vector<const float*> init_ptrs, grad_ptrs;
-  std::vector<float*> value_ptrs;
+  std::vector<float*> grad_out, value_ptrs;
 };
 
 // The segment of this process's worker `node_id`, as a shard would name it.
@@ -246,7 +271,7 @@ void ExpectWorkersSucceed(std::vector<std::future<std::string>>* workers,
   }
 }
 
-WorkerResult RunWorker(const KVOptions& options, bool unmappable = false) {
+WorkerResult RunWorker(const KVOptions& options, bool unmappable = false, bool in_place = false) {
   WorkerResult result;
   std::unique_ptr<KVWorker> kv;
   CHECK_OK(KVWorker::Start(options, &kv), "Start");
@@ -256,17 +281,17 @@ WorkerResult RunWorker(const KVOptions& options, bool unmappable = false) {
   const int rank = kv->rank();
 
   WorkerTensors tensors(rank);
-  auto& values = tensors.values;
   const auto& grad_ptrs = tensors.grad_ptrs;
   const auto& value_ptrs = tensors.value_ptrs;
   CHECK_OK(kv->InitTensors(tensors.init_ptrs, kSizes), "InitTensors");
+  if (in_place) result.placed = tensors.Place(kv.get());
   if (unmappable) UnlinkSegments(SegmentPrefix(options));
   result.parts = kv->parts();
   // Unmappable: the first request to each shard is a push, so that it is the
   // push that finds out (a pull would, and no push would offer the segment).
   if (!unmappable) {
     CHECK_OK(kv->Wait(kv->Pull(value_ptrs, 0)), "Pull 0");
-    result.after_init = values;
+    result.after_init = tensors.Values();
   }
 
   for (int step = 0; step < kSteps; ++step) {
@@ -277,7 +302,7 @@ WorkerResult RunWorker(const KVOptions& options, bool unmappable = false) {
     } else {
       CHECK_OK(kv->Wait(kv->PushPull(grad_ptrs, value_ptrs, step)), "PushPull");
     }
-    result.after_step.push_back(values);
+    result.after_step.push_back(tensors.Values());
   }
   // Selecting keys: a null pointer leaves a key out. The version pulled is
   // the step the parameters are of (what a restarted process resumes from).
@@ -299,15 +324,17 @@ WorkerResult RunWorker(const KVOptions& options, bool unmappable = false) {
 // Every gradient here is exact in 16 bits, so the 16-bit encodings of
 // spec.compression, through the real wire, end at the very same numbers.
 // So do the transports: gRPC alone, shared memory (the shards are on
-// 127.0.0.1), and shared memory the shards cannot map (the worker's first
-// push to each is refused unread and sent again over gRPC, the same id).
+// 127.0.0.1), shared memory the shards cannot map (the worker's first push
+// to each is refused unread and sent again over gRPC, the same id), and
+// shared memory with the worker's tensors in its segment (a model that
+// lives there: nothing is copied in the worker; gradients only where
+// pushes are float32, whose staging holds float32).
 class KVWorkerTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
-INSTANTIATE_TEST_SUITE_P(CompressionAndTransport, KVWorkerTest,
-                         ::testing::Combine(::testing::Values("none", "bf16", "fp16"),
-                                            ::testing::Values("tcp", "shared", "unmappable")),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    CompressionAndTransport, KVWorkerTest,
+    ::testing::Combine(::testing::Values("none", "bf16", "fp16"),
+                       ::testing::Values("tcp", "shared", "unmappable", "in_place")),
+    [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 TEST_P(KVWorkerTest, TwoWorkersTrainSyncStepsAgainstTwoShards) {
   Job job;
@@ -320,8 +347,10 @@ TEST_P(KVWorkerTest, TwoWorkersTrainSyncStepsAgainstTwoShards) {
     const auto& [compression, transport] = GetParam();
     options.compression = compression;
     options.shared_memory = transport != "tcp";
-    workers.push_back(std::async(std::launch::async,
-                                 [options, unmappable] { return RunWorker(options, unmappable); }));
+    const bool in_place = transport == "in_place";
+    workers.push_back(std::async(std::launch::async, [options, unmappable, in_place] {
+      return RunWorker(options, unmappable, in_place);
+    }));
   }
   std::vector<WorkerResult> results;
   for (auto& f : workers) {
@@ -337,6 +366,10 @@ TEST_P(KVWorkerTest, TwoWorkersTrainSyncStepsAgainstTwoShards) {
     ranks.insert(r.rank);
     EXPECT_EQ(r.size, kWorkers);
     EXPECT_EQ(r.num_servers, kServers);
+    if (std::get<1>(GetParam()) == "in_place") {
+      const int keys = static_cast<int>(kSizes.size());
+      EXPECT_EQ(r.placed, std::make_pair(keys, std::get<0>(GetParam()) == "none" ? keys : 0));
+    }
 
     // Initial values: rank 0's, for both workers.
     ASSERT_EQ(r.after_init.size(), unmappable ? 0 : kSizes.size());
@@ -396,7 +429,7 @@ TEST_P(KVWorkerTest, TwoWorkersTrainSyncStepsAgainstTwoShards) {
   // max_part_elems, several requests a shard; through shared memory, once
   // the shards map the segment, in one request a shard.
   const double one_per_shard = kWorkers * kServers * kSteps;
-  if (std::get<1>(GetParam()) == "shared") {
+  if (std::get<1>(GetParam()) == "shared" || std::get<1>(GetParam()) == "in_place") {
     EXPECT_EQ(job.AppliedPushes(), one_per_shard);
   } else {
     EXPECT_GT(job.AppliedPushes(), one_per_shard);

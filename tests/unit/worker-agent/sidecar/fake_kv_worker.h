@@ -42,6 +42,10 @@ class FakeKVWorker : public KVWorker {
       for (size_t k = 0; k < sizes.size(); ++k)
         store_.emplace_back(values[k], values[k] + sizes[k]);
     }
+    // As the in-process client places them: each tensor whole, on a server.
+    parts_.clear();
+    for (size_t k = 0; k < sizes.size(); ++k)
+      parts_.push_back({static_cast<uint32_t>(k), 0, sizes[k], static_cast<int>(k % 2)});
     return Status::Ok();
   }
 
@@ -192,7 +196,7 @@ class FakeKVWorker : public KVWorker {
   }
 
   const int rank_, size_;
-  const std::vector<Part> parts_;
+  std::vector<Part> parts_;
   mutable std::mutex mutex_;
   std::condition_variable released_;
   std::vector<std::vector<float>> store_;

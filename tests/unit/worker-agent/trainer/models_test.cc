@@ -103,7 +103,7 @@ TEST(ModelsTest, InitializationIsDeterministicAndSeeded) {
     }
     EXPECT_TRUE(any_difference) << name;
     // Weights are not all zero, and fit the He / Glorot bound (< 0.9 here).
-    const std::vector<float>& w = a->parameters()[0].value;
+    const auto& w = a->parameters()[0].value;
     EXPECT_GT(*std::max_element(w.begin(), w.end()), 0.0f);
     for (float x : w) ASSERT_LT(std::fabs(x), 0.9f);
   }
@@ -169,7 +169,7 @@ TEST(ModelsTest, ForwardLossPredictAndForwardBackwardAgree) {
 
 // Central difference of the model's mean loss w.r.t. one parameter value.
 double NumericalDerivative(Model& m, const Batch& b, int batch, size_t param, size_t i, float eps) {
-  std::vector<float>& v = m.parameters()[param].value;
+  auto& v = m.parameters()[param].value;
   const float saved = v[i];
   const float plus = saved + eps, minus = saved - eps;
   v[i] = plus;
@@ -308,7 +308,7 @@ TEST(ModelGradientTest, DirectionalDerivativesMatch) {
       const float h = static_cast<float>(5e-4 / gd);
       auto loss_at = [&](float sign) {
         for (size_t t = 0; t < d.size(); ++t) {
-          std::vector<float>& v = m->parameters()[t].value;
+          auto& v = m->parameters()[t].value;
           for (size_t i = 0; i < v.size(); ++i) v[i] = saved[t].value[i] + sign * h * d[t][i];
         }
         return static_cast<double>(

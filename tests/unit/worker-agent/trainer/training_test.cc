@@ -112,7 +112,7 @@ TEST_F(TrainingTest, TwoWorkersAverageToTheGradientOfOneWorker) {
     const float l1 = w1->ForwardBackward(images.data(), labels.data(), 32);
     EXPECT_NEAR((l0 + l1) / 2, loss, 1e-5 * loss) << name;
     for (size_t t = 0; t < big->parameters().size(); ++t) {
-      const std::vector<float>& g = big->parameters()[t].grad;
+      const auto& g = big->parameters()[t].grad;
       double diff = 0, norm = 0;
       for (size_t i = 0; i < g.size(); ++i) {
         const double avg =

@@ -78,8 +78,8 @@ void ExpectSameGradients(const std::vector<Parameter>& gpu, const std::vector<Pa
                          const std::string& what) {
   ASSERT_EQ(gpu.size(), cpu.size());
   for (size_t t = 0; t < cpu.size(); ++t) {
-    const std::vector<float>& g = gpu[t].grad;
-    const std::vector<float>& c = cpu[t].grad;
+    const auto& g = gpu[t].grad;
+    const auto& c = cpu[t].grad;
     ASSERT_EQ(g.size(), c.size()) << what << " " << cpu[t].name;
     float scale = 0.0f;
     for (float v : c) scale = std::max(scale, std::fabs(v));
