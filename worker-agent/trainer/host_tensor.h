@@ -64,7 +64,6 @@ class HostTensor {
   const float* end() const { return data() + size(); }
   float& operator[](size_t i) { return data()[i]; }
   float operator[](size_t i) const { return data()[i]; }
-  float& back() { return data()[size() - 1]; }
 
   void resize(size_t n) {
     if (lent_) {
@@ -76,10 +75,6 @@ class HostTensor {
   void assign(size_t n, float value) {
     resize(n);
     std::fill(begin(), end(), value);
-  }
-  template <typename It>
-  void assign(It first, It last) {
-    Assign(first, last);
   }
   operator std::vector<float>() const { return std::vector<float>(begin(), end()); }
 
