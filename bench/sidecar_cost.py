@@ -34,11 +34,10 @@ Measured on the 2-core development machine (2026-11-23, --rounds 3, the other
 settings the defaults): in-process 5.05 steps/sec, sidecar 4.91, ratio 0.971
 (2.9% slower; the issue's bound is 5%). The sidecar adds a copy of each
 tensor into the shared memory and one out, a few socket messages per step,
-and a process per worker. Since the in-process client keeps the model in
-its own shared segment (no copy at all on one host), the agent's copies
-between the program's regions and its segment are what the sidecar costs
-more: 2026-11-27, --rounds 3, in-process 23.10, sidecar 21.45, ratio 0.929;
-the build before, in the same sitting: 21.78 and 20.71, ratio 0.951.
+and a process per worker. Since then, on one host, the in-process client
+keeps the model in its own shared segment and the program's regions are
+that segment too (no copy at all): 2026-11-27, --rounds 3, in-process 23.21,
+sidecar 22.36, ratio 0.963 (0.951 for the build before either, the same day).
 """
 import argparse
 import json

@@ -49,6 +49,7 @@
 #include "common/tensor_memory.h"
 #include "common/termination_message.h"
 #include "worker-agent/kv/kv_worker.h"
+#include "worker-agent/kv/segment_file.h"
 #include "worker-agent/parameter_store.h"
 #include "worker-agent/sidecar/sidecar_server.h"
 #include "worker-agent/trainer/cuda/gpu_backend.h"
@@ -383,9 +384,16 @@ int ServeTrainingProcess(const api::NodeConfig& config, const api::TrainingJob& 
     return Fail(kReasonJoinFailed, s);
   SetLogTag("worker " + std::to_string(kv->rank()));
   std::unique_ptr<sidecar::SidecarServer> server;
-  if (Status s = sidecar::SidecarServer::Start(ServingOptions(config, job, metrics.get()), kv.get(),
-                                               &server);
-      !s.ok()) {
+  sidecar::SidecarOptions serving = ServingOptions(config, job, metrics.get());
+  // The program's regions in the KV client's own segment, where it has one:
+  // the agent then copies nothing between the program and the servers.
+  serving.kv_segment =
+      [kv = kv.get()](const std::vector<uint64_t>& numels) -> std::optional<sidecar::KVSegment> {
+    const std::optional<SegmentFile> segment = PrepareSegment(kv, numels);
+    if (!segment) return std::nullopt;
+    return sidecar::KVSegment{segment->path, segment->base, segment->bytes};
+  };
+  if (Status s = sidecar::SidecarServer::Start(serving, kv.get(), &server); !s.ok()) {
     return Fail(kReasonListenFailed, s);
   }
   PrintLine("serving this pod's training process on " + server->socket_path());

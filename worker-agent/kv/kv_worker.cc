@@ -1,4 +1,5 @@
 #include "worker-agent/kv/kv_worker_impl.h"
+#include "worker-agent/kv/segment_file.h"
 
 #include <algorithm>
 #include <chrono>
@@ -255,22 +256,35 @@ std::string KVWorkerImpl::ServerName(int server) const {
   return "server " + std::to_string(server) + " (" + Link(server)->address + ")";
 }
 
-Status KVWorkerImpl::InitTensors(const std::vector<const float*>& values,
-                                 const std::vector<uint64_t>& sizes) {
+bool KVWorkerImpl::PrepareTensors(const std::vector<uint64_t>& sizes) {
+  if (sizes == laid_out_) return shared_ != nullptr;
   parts_ = PlaceTensors(sizes, num_servers(), options_.placement);
+  laid_out_ = sizes;
   shared_.reset();
   std::vector<bool> on_this_host(num_servers_, false);
   for (int server = 0; options_.shared_memory && server < num_servers_; ++server) {
     on_this_host[server] = SharedMemoryPath::OnThisHost(Link(server)->address, options_.own_host);
   }
-  if (std::find(on_this_host.begin(), on_this_host.end(), true) != on_this_host.end()) {
-    if (Status s = SharedMemoryPath::Create(options_.node_id, parts_, &shared_); !s.ok()) {
-      KLOG_INFO << "tensors go over TCP to every server: " << s.message();
-    }
-    for (int server = 0; shared_ && server < num_servers_; ++server) {
-      shared_->Reset(server, on_this_host[server]);
-    }
+  if (std::find(on_this_host.begin(), on_this_host.end(), true) == on_this_host.end()) return false;
+  if (Status s = SharedMemoryPath::Create(options_.node_id, parts_, &shared_); !s.ok()) {
+    KLOG_INFO << "tensors go over TCP to every server: " << s.message();
+    return false;
   }
+  for (int server = 0; server < num_servers_; ++server)
+    shared_->Reset(server, on_this_host[server]);
+  return true;
+}
+
+std::optional<SegmentFile> PrepareSegment(KVWorker* kv, const std::vector<uint64_t>& sizes) {
+  auto* in_process = dynamic_cast<KVWorkerImpl*>(kv);
+  if (!in_process || !in_process->PrepareTensors(sizes)) return std::nullopt;
+  const SharedMemoryPath& shared = *in_process->shared();
+  return SegmentFile{shared.SegmentPath(), shared.SegmentBase(), shared.SegmentBytes()};
+}
+
+Status KVWorkerImpl::InitTensors(const std::vector<const float*>& values,
+                                 const std::vector<uint64_t>& sizes) {
+  PrepareTensors(sizes);
   if (encoding_ == GradientEncoding::kTwoBit) {
     residuals_.clear();
     for (uint64_t size : sizes) residuals_.emplace_back(size, 0.0f);

@@ -62,6 +62,11 @@ class KVWorkerImpl final : public KVWorker {
   // regions in it (SharedMemoryPath::Values, Grads), valid until
   // InitTensors comes again; null without a segment, and for the gradients
   // where pushes are encoded (their staging holds the encoding).
+  // PrepareSegment (segment_file.h): places the tensors and makes the
+  // segment now; InitTensors with the same sizes keeps both, and so does a
+  // second call. True where there is a segment.
+  bool PrepareTensors(const std::vector<uint64_t>& sizes);
+  const SharedMemoryPath* shared() const { return shared_.get(); }
   float* SharedValues(uint32_t key) override { return shared_ ? shared_->Values(key) : nullptr; }
   float* SharedGrads(uint32_t key) override {
     return shared_ && encoding_ == GradientEncoding::kFloat32 ? shared_->Grads(key) : nullptr;
@@ -190,6 +195,7 @@ class KVWorkerImpl final : public KVWorker {
   // Null: every tensor goes over gRPC (options_.shared_memory off, no
   // server on this host, or the segment could not be made).
   std::unique_ptr<SharedMemoryPath> shared_;
+  std::vector<uint64_t> laid_out_;  // the sizes parts_ and shared_ are of
 
   prometheus::Histogram* push_latency_ = nullptr;
   prometheus::Histogram* pull_latency_ = nullptr;

@@ -265,8 +265,13 @@ Session::Outcome Session::Declare(const json& request) {
     }
   }
   std::unique_ptr<SharedTensors> shared;
-  if (Status s = SharedTensors::Create(context_.socket_dir, numels, &shared); !s.ok()) {
+  if (Status s = LinkKVSegment(numels, &shared); !s.ok()) {
     return {kInternal, "declare: " + s.message()};
+  }
+  if (!shared) {
+    if (Status s = SharedTensors::Create(context_.socket_dir, numels, &shared); !s.ok()) {
+      return {kInternal, "declare: " + s.message()};
+    }
   }
   Outcome ok;
   ok.fields = {{"file", shared->file_name()}, {"bytes", shared->bytes()}};
@@ -283,6 +288,23 @@ Session::Outcome Session::Declare(const json& request) {
   tensors_ = std::move(shared);
   names_ = std::move(names);
   return ok;
+}
+
+Status Session::LinkKVSegment(const std::vector<uint64_t>& numels,
+                              std::unique_ptr<SharedTensors>* out) {
+  if (!context_.kv_segment) return Status::Ok();
+  const std::optional<KVSegment> segment = context_.kv_segment(numels);
+  if (!segment) return Status::Ok();
+  std::vector<TensorRegion> regions(numels.size());
+  for (size_t key = 0; key < numels.size(); ++key) {
+    const float* values = context_.kv->SharedValues(static_cast<uint32_t>(key));
+    const float* grads = context_.kv->SharedGrads(static_cast<uint32_t>(key));
+    if (!values || !grads) return Status::Ok();  // encoded pushes: staging holds codes
+    regions[key].numel = numels[key];
+    regions[key].values_offset = reinterpret_cast<const char*>(values) - segment->base;
+    regions[key].grads_offset = reinterpret_cast<const char*>(grads) - segment->base;
+  }
+  return SharedTensors::Link(context_.socket_dir, *segment, std::move(regions), out);
 }
 
 std::optional<Session::Outcome> Session::StartInit(const json& id) {

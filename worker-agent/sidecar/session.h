@@ -53,6 +53,12 @@ struct SessionContext {
   // termination reason; the agent writes it as its last words, since the
   // client's own exit code says only that it failed. May be empty.
   std::function<void(const std::string& reason, const std::string& message)> on_job_failure;
+  // Where the KV client can hold tensors of these sizes in its own shared
+  // segment (a server on this host maps it: kubeps run), that segment; the
+  // program's regions are then the KV client's own (SharedValues,
+  // SharedGrads), and the agent copies nothing. May be empty, or answer
+  // nothing: the session's file of its own.
+  std::function<std::optional<KVSegment>(const std::vector<uint64_t>& numels)> kv_segment;
 };
 
 class Session {
@@ -99,6 +105,9 @@ class Session {
   static nlohmann::json ToReply(const nlohmann::json& id, const Outcome& outcome);
   Outcome Hello(const nlohmann::json& request);
   Outcome Declare(const nlohmann::json& request);
+  // The program's regions in the KV client's own segment, where it has one
+  // for these tensors (SessionContext::kv_segment); *out stays null where not.
+  Status LinkKVSegment(const std::vector<uint64_t>& numels, std::unique_ptr<SharedTensors>* out);
   std::optional<Outcome> StartInit(const nlohmann::json& id);
   Outcome StartTransfer(Kind kind, const char* op, const nlohmann::json& request);
   std::optional<Outcome> StartWait(const nlohmann::json& id, const nlohmann::json& request);

@@ -79,6 +79,7 @@ Status SharedTensors::Create(const std::string& dir, const std::vector<uint64_t>
     }
   }
   ::close(fd);  // the mapping keeps the file's memory
+  tensors->mapped_ = tensors->base_ != nullptr;
   if (error != 0) {
     ::unlink(tensors->path_.c_str());
     return Status::Error("cannot reserve " + std::to_string(tensors->bytes_) +
@@ -89,8 +90,29 @@ Status SharedTensors::Create(const std::string& dir, const std::vector<uint64_t>
   return Status::Ok();
 }
 
+Status SharedTensors::Link(const std::string& dir, const KVSegment& segment,
+                           std::vector<TensorRegion> regions, std::unique_ptr<SharedTensors>* out) {
+  std::unique_ptr<SharedTensors> tensors(new SharedTensors());
+  tensors->regions_ = std::move(regions);
+  tensors->bytes_ = segment.bytes;
+  tensors->base_ = segment.base;
+  // A name that exists already belongs to someone else: draw another.
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    tensors->file_name_ = RandomFileName();
+    tensors->path_ = dir + "/" + tensors->file_name_;
+    if (::symlink(segment.path.c_str(), tensors->path_.c_str()) == 0) {
+      *out = std::move(tensors);
+      return Status::Ok();
+    }
+    if (errno != EEXIST) {
+      return Status::Error(Errno("cannot link " + tensors->path_ + " to " + segment.path));
+    }
+  }
+  return Status::Error("cannot find a free file name in " + dir);
+}
+
 SharedTensors::~SharedTensors() {
-  if (base_) ::munmap(base_, bytes_);
+  if (mapped_) ::munmap(base_, bytes_);
   ::unlink(path_.c_str());
 }
 

@@ -5,7 +5,9 @@
 // write, and a grads region, which pushes read: the KV client reads and
 // writes them in place, so a tensor's only copy is into its gRPC request.
 // Values regions come first, in key order, then grads regions; each starts
-// on a 64-byte boundary.
+// on a 64-byte boundary. Where the KV client holds the tensors in a segment
+// of its own (a server on this host maps it: kubeps run), the file is a link
+// to that segment instead, with the regions where the KV client has them.
 //
 // Thread-compatible: the mapping and its regions are fixed from Create to the
 // destructor; which side writes a region when is the protocol's rule (the
@@ -33,6 +35,14 @@ struct TensorRegion {
 // The regions of tensors of `numels` elements, and the file size they need.
 std::vector<TensorRegion> LayOutRegions(const std::vector<uint64_t>& numels, uint64_t* file_bytes);
 
+// The KV client's own shared segment, where it holds the tensors (a server
+// on this host maps it): its file and the agent's mapping of it.
+struct KVSegment {
+  std::string path;
+  char* base = nullptr;
+  uint64_t bytes = 0;
+};
+
 class SharedTensors {
  public:
   // Creates a new file "tensors-<random>.shm" in `dir` (O_EXCL, mode 0600),
@@ -40,7 +50,13 @@ class SharedTensors {
   // and maps it.
   static Status Create(const std::string& dir, const std::vector<uint64_t>& numels,
                        std::unique_ptr<SharedTensors>* out);
-  // Unmaps and deletes the file.
+  // The regions where the KV client holds the tensors, in its own segment:
+  // a link "tensors-<random>.shm" in `dir` names the segment's file, so the
+  // program maps the memory the servers read and write, and the agent
+  // copies nothing. The KV client keeps the mapping and the file.
+  static Status Link(const std::string& dir, const KVSegment& segment,
+                     std::vector<TensorRegion> regions, std::unique_ptr<SharedTensors>* out);
+  // Unmaps and deletes the file (a link: deletes the link).
   ~SharedTensors();
   SharedTensors(const SharedTensors&) = delete;
   SharedTensors& operator=(const SharedTensors&) = delete;
@@ -64,6 +80,7 @@ class SharedTensors {
   uint64_t bytes_ = 0;
   std::vector<TensorRegion> regions_;
   char* base_ = nullptr;
+  bool mapped_ = false;  // base_ is this object's mapping (not a link's)
 };
 
 }  // namespace kubeps::sidecar

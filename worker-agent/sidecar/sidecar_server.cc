@@ -273,6 +273,7 @@ void SidecarServer::RunSession(int fd, int peer_pid) {
   context.sync = options_.sync;
   context.optimizer = options_.optimizer;
   context.known_numels = &known_numels_;
+  context.kv_segment = options_.kv_segment;
   context.on_job_failure = [this](const std::string& reason, const std::string& message) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (job_failure_.first.empty()) job_failure_ = {reason, message};

@@ -18,8 +18,10 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -29,6 +31,7 @@
 #include "common/status.h"
 #include "worker-agent/kv/kv_worker.h"
 #include "worker-agent/kv/task_pool.h"
+#include "worker-agent/sidecar/shared_tensors.h"
 #include "worker-agent/sidecar/step_metrics.h"
 
 namespace kubeps::sidecar {
@@ -47,6 +50,9 @@ struct SidecarOptions {
   MetricsServer* metrics = nullptr;  // null: nothing exported
   int progress_interval_ms = 2000;
   int pool_threads = 8;  // requests that block (wait, barrier, init, finish) at once
+  // SessionContext::kv_segment: where the KV client can hold the program's
+  // tensors in its own shared segment. Empty: never.
+  std::function<std::optional<KVSegment>(const std::vector<uint64_t>& numels)> kv_segment;
 };
 
 // Creates `dir` if needed and deletes what an earlier agent left there

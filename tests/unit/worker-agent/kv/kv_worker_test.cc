@@ -29,6 +29,7 @@
 #include "ps-server/scheduler_service.h"
 #include "ps-server/shard.h"
 #include "worker-agent/kv/kv_worker.h"
+#include "worker-agent/kv/segment_file.h"
 
 namespace kubeps {
 namespace {
@@ -434,6 +435,62 @@ TEST_P(KVWorkerTest, TwoWorkersTrainSyncStepsAgainstTwoShards) {
   } else {
     EXPECT_GT(job.AppliedPushes(), one_per_shard);
   }
+}
+
+// The pod's agent lays a program's tensors out in the KV client's segment at
+// the session's declare, before InitTensors (segment_file.h): the regions are
+// there at once, InitTensors keeps them, and so does a restarted program's
+// declare of the same tensors. A client that reaches its servers over TCP
+// alone has no segment to offer.
+TEST(KVWorkerSegmentTest, TensorsLaidOutBeforeInitStayWhereTheyAre) {
+  Job job;
+  ASSERT_TRUE(job.ok()) << job.error();
+  std::vector<std::future<std::string>> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    KVOptions options = job.WorkerOptions(w);
+    options.shared_memory = w == 0;  // worker 1: TCP only
+    workers.push_back(std::async(std::launch::async, [options]() -> std::string {
+      std::unique_ptr<KVWorker> kv;
+      if (Status s = KVWorker::Start(options, &kv); !s.ok()) return "Start: " + s.message();
+      const std::optional<SegmentFile> segment = PrepareSegment(kv.get(), kSizes);
+      if (!options.shared_memory) {
+        if (segment) return "a TCP-only client offered a segment";
+      } else if (!segment || segment->path.rfind("/dev/shm/kubeps-", 0) != 0) {
+        return "no segment in /dev/shm: " + (segment ? segment->path : std::string("none"));
+      }
+      std::vector<float*> laid_out;
+      for (uint32_t k = 0; k < kSizes.size(); ++k) {
+        float* values = kv->SharedValues(k);
+        if (segment &&
+            (reinterpret_cast<char*>(values) < segment->base ||
+             reinterpret_cast<char*>(values + kSizes[k]) > segment->base + segment->bytes)) {
+          return "key " + std::to_string(k) + "'s values lie outside the segment";
+        }
+        laid_out.push_back(values);
+      }
+      WorkerTensors tensors(kv->rank());
+      if (Status s = kv->InitTensors(tensors.init_ptrs, kSizes); !s.ok())
+        return "InitTensors: " + s.message();
+      const std::optional<SegmentFile> again = PrepareSegment(kv.get(), kSizes);
+      for (uint32_t k = 0; k < kSizes.size(); ++k) {
+        if (kv->SharedValues(k) != laid_out[k]) return "InitTensors moved key " + std::to_string(k);
+      }
+      if (segment && (!again || again->path != segment->path))
+        return "a second declare of the same tensors got another segment";
+      if (segment) {
+        tensors.Place(kv.get());
+        if (Status s = kv->Wait(kv->Pull(tensors.value_ptrs, 0)); !s.ok())
+          return "Pull: " + s.message();
+        for (uint32_t k = 0; k < kSizes.size(); ++k) {
+          for (uint64_t i = 0; i < kSizes[k]; ++i) {
+            if (laid_out[k][i] != Initial(0, k, i)) return "rank 0's values did not land";
+          }
+        }
+      }
+      return EndWorker(kv.get());
+    }));
+  }
+  ExpectWorkersSucceed(&workers, 30s);
 }
 
 // A model of many small tensors, each server holding more parts than one

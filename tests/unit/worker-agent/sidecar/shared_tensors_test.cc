@@ -1,6 +1,6 @@
 // The session's shared-memory file: 64-byte aligned regions, values first;
 // a file the other side can map; deleted with its owner; leftovers of a
-// killed agent swept.
+// killed agent swept; or a link to the KV client's own segment.
 #include "worker-agent/sidecar/shared_tensors.h"
 
 #include <fcntl.h>
@@ -77,6 +77,49 @@ TEST_F(SharedTensorsTest, TheFileIsPrivateSizedAndSharedWithAnotherMapping) {
   const std::string path = tensors->path();
   tensors.reset();
   EXPECT_FALSE(std::filesystem::exists(path)) << "the file outlived its session";
+}
+
+// Where the KV client holds the tensors in its own segment, the session's
+// file is a link to it: the program maps the memory the KV client reads and
+// writes, and the session's end removes the link, not the segment.
+TEST_F(SharedTensorsTest, ALinkToTheKVClientsSegmentSharesItsMemoryAndLeavesItBehind) {
+  const std::string segment_path = dir_ + "/segment";
+  std::vector<float> floats(64, 0.0f);
+  std::ofstream(segment_path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(floats.data()), floats.size() * sizeof(float));
+  int fd = ::open(segment_path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const uint64_t bytes = floats.size() * sizeof(float);
+  void* mapped = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(mapped, MAP_FAILED);
+  char* base = static_cast<char*>(mapped);
+  std::vector<TensorRegion> regions = {{4, 64, 128}};
+  std::unique_ptr<SharedTensors> tensors;
+  Status s = SharedTensors::Link(dir_, KVSegment{segment_path, base, bytes}, regions, &tensors);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_THAT(tensors->file_name(), ::testing::MatchesRegex("tensors-[0-9a-f]{16}\\.shm"));
+  EXPECT_EQ(std::filesystem::read_symlink(tensors->path()), segment_path);
+  EXPECT_EQ(tensors->bytes(), bytes);
+  EXPECT_EQ(tensors->values(0), reinterpret_cast<float*>(base + 64));
+  EXPECT_EQ(tensors->grads(0), reinterpret_cast<float*>(base + 128));
+
+  // The program opens the file the session names: it maps the segment.
+  fd = ::open(tensors->path().c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  void* program = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  ASSERT_NE(program, MAP_FAILED);
+  reinterpret_cast<float*>(static_cast<char*>(program) + 128)[2] = 7.5f;
+  EXPECT_EQ(tensors->grads(0)[2], 7.5f);
+  ::munmap(program, bytes);
+
+  const std::string link = tensors->path();
+  tensors.reset();
+  EXPECT_FALSE(std::filesystem::is_symlink(link)) << "the link outlived its session";
+  EXPECT_TRUE(std::filesystem::exists(segment_path)) << "the session deleted the KV client's file";
+  EXPECT_EQ(reinterpret_cast<float*>(base + 128)[2], 7.5f) << "the KV client's mapping is gone";
+  ::munmap(mapped, bytes);
 }
 
 TEST_F(SharedTensorsTest, TwoSessionsGetTwoFiles) {
