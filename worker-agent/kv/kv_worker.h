@@ -207,9 +207,9 @@ class KUBEPS_EXPORT KVWorker {
   // pull was. Behind the sidecar they are the regions the agent shares with
   // this process (valid until the client is destroyed). The in-process
   // client (Start) has them where a server on this host can map the
-  // worker's segment (`kubeps run`), in it (valid until InitTensors comes
-  // again), and SharedGrads only where pushes are float32. Null for a key
-  // never declared, and where there is no such region.
+  // worker's segment (`kubeps run`), in it (valid until tensors of other
+  // sizes are declared), and SharedGrads only where pushes are float32.
+  // Null for a key never declared, and where there is no such region.
   virtual float* SharedValues(uint32_t key) { return nullptr; }
   virtual float* SharedGrads(uint32_t key) { return nullptr; }
 };

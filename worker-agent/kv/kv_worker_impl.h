@@ -58,15 +58,15 @@ class KVWorkerImpl final : public KVWorker {
   Status Recover(uint64_t* resume_step) override;
   Status Membership(uint64_t step, StepMembership* out) override;
   const std::vector<Part>& parts() const override { return parts_; }
-  // Where a server on this host can map the worker's segment: the tensor's
-  // regions in it (SharedMemoryPath::Values, Grads), valid until
-  // InitTensors comes again; null without a segment, and for the gradients
-  // where pushes are encoded (their staging holds the encoding).
   // PrepareSegment (segment_file.h): places the tensors and makes the
   // segment now; InitTensors with the same sizes keeps both, and so does a
   // second call. True where there is a segment.
   bool PrepareTensors(const std::vector<uint64_t>& sizes);
   const SharedMemoryPath* shared() const { return shared_.get(); }
+  // Where a server on this host can map the worker's segment: the tensor's
+  // regions in it (SharedMemoryPath::Values, Grads), valid until tensors of
+  // other sizes are declared; null without a segment, and for the gradients
+  // where pushes are encoded (their staging holds the encoding).
   float* SharedValues(uint32_t key) override { return shared_ ? shared_->Values(key) : nullptr; }
   float* SharedGrads(uint32_t key) override {
     return shared_ && encoding_ == GradientEncoding::kFloat32 ? shared_->Grads(key) : nullptr;
