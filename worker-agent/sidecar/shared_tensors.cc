@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 
 namespace kubeps::sidecar {
@@ -36,6 +37,21 @@ bool IsSessionFile(const std::string& name) {
 
 std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
+// Makes a new session file in `dir` under a random name with `make` (true on
+// success; errno EEXIST: the name is taken, draw another) and names it in
+// *file_name and *path; `what` says what failed.
+Status MakeUnderFreeName(const std::string& dir, const std::string& what,
+                         const std::function<bool(const std::string& path)>& make,
+                         std::string* file_name, std::string* path) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    *file_name = RandomFileName();
+    *path = dir + "/" + *file_name;
+    if (make(*path)) return Status::Ok();
+    if (errno != EEXIST) return Status::Error(Errno(what + " " + *path));
+  }
+  return Status::Error("cannot find a free file name in " + dir);
+}
+
 }  // namespace
 
 std::vector<TensorRegion> LayOutRegions(const std::vector<uint64_t>& numels, uint64_t* file_bytes) {
@@ -59,14 +75,15 @@ Status SharedTensors::Create(const std::string& dir, const std::vector<uint64_t>
   std::unique_ptr<SharedTensors> tensors(new SharedTensors());
   tensors->regions_ = LayOutRegions(numels, &tensors->bytes_);
   int fd = -1;
-  // A name that exists already belongs to someone else: draw another.
-  for (int attempt = 0; attempt < 8 && fd < 0; ++attempt) {
-    tensors->file_name_ = RandomFileName();
-    tensors->path_ = dir + "/" + tensors->file_name_;
-    fd = ::open(tensors->path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0 && errno != EEXIST) return Status::Error(Errno("cannot create " + tensors->path_));
+  auto create = [&fd](const std::string& path) {
+    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    return fd >= 0;
+  };
+  if (Status s =
+          MakeUnderFreeName(dir, "cannot create", create, &tensors->file_name_, &tensors->path_);
+      !s.ok()) {
+    return s;
   }
-  if (fd < 0) return Status::Error("cannot find a free file name in " + dir);
   const off_t size = static_cast<off_t>(tensors->bytes_);
   int error = ::ftruncate(fd, size) == 0 ? 0 : errno;
   if (error == 0) error = ::posix_fallocate(fd, 0, size);
@@ -96,19 +113,16 @@ Status SharedTensors::Link(const std::string& dir, const KVSegment& segment,
   tensors->regions_ = std::move(regions);
   tensors->bytes_ = segment.bytes;
   tensors->base_ = segment.base;
-  // A name that exists already belongs to someone else: draw another.
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    tensors->file_name_ = RandomFileName();
-    tensors->path_ = dir + "/" + tensors->file_name_;
-    if (::symlink(segment.path.c_str(), tensors->path_.c_str()) == 0) {
-      *out = std::move(tensors);
-      return Status::Ok();
-    }
-    if (errno != EEXIST) {
-      return Status::Error(Errno("cannot link " + tensors->path_ + " to " + segment.path));
-    }
+  auto link = [&segment](const std::string& path) {
+    return ::symlink(segment.path.c_str(), path.c_str()) == 0;
+  };
+  if (Status s = MakeUnderFreeName(dir, "cannot link " + segment.path + " as", link,
+                                   &tensors->file_name_, &tensors->path_);
+      !s.ok()) {
+    return s;
   }
-  return Status::Error("cannot find a free file name in " + dir);
+  *out = std::move(tensors);
+  return Status::Ok();
 }
 
 SharedTensors::~SharedTensors() {
