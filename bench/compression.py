@@ -20,9 +20,9 @@ to 1e-2, and at 0.001 it reached 69% test accuracy after 3 epochs, at 0.01
 88%. MXNet's default of 0.5 would hold nearly every value back for
 hundreds of steps.
 
-Usage (holding the machine for the whole run, about 10 minutes on 2 cores):
+Usage (nothing else running meanwhile; about 10 minutes on 2 cores):
 
-    flock /tmp/cpu.lock python3 bench/compression.py [--epochs 3] [--threshold 0.01] \\
+    python3 bench/compression.py [--epochs 3] [--threshold 0.01] \\
         [--types none,fp16,2bit] [--bin-dir build/bin]
 
 Not a test: the exit code is 0 whatever the figures, unless a job fails.

@@ -7,7 +7,7 @@ compute time of a step and the per-byte and per-request costs measured here.
     python3 bench/scaling_model.py                  # the tables of the document
     python3 bench/scaling_model.py --check 1x1=7.9 2x2=7.7 4x2=6.0
                                                     # this machine's model against figures
-    flock /tmp/cpu.lock python3 bench/scaling_model.py --measure
+    python3 bench/scaling_model.py --measure
                                                     # runs the CNN at 1x1, 2x2, 4x2 here first
 
 Standard library only; prints, and --measure runs jobs in a temporary folder.

@@ -23,9 +23,9 @@ start after the warm-up. Prints the exact commands, every window, the median
 of each side over all its windows and the ratio sidecar / in-process (1.0:
 no cost; 0.95: 5% slower).
 
-Usage (holding the machine for the whole run):
+Usage (nothing else running meanwhile):
 
-    flock /tmp/cpu.lock python3 bench/sidecar_cost.py \
+    python3 bench/sidecar_cost.py \
         [--steps 120] [--warmup 20] [--window-ms 2000] [--rounds 2] [--bin-dir DIR]
 
 Standard library only; not a test.

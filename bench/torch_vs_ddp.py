@@ -26,9 +26,9 @@ excluded). Prints the exact command lines, every window, the median of each
 side over all its windows and the ratios kubeps / DDP (above 1: kubeps
 faster) and kubeps / waits (what overlapping the forward pass gains).
 
-Usage (run it with a Python that has torch, holding the machine for the whole run):
+Usage (run it with a Python that has torch, nothing else running meanwhile):
 
-    flock /tmp/cpu.lock /usr/bin/python3 bench/torch_vs_ddp.py \
+    /usr/bin/python3 bench/torch_vs_ddp.py \
         [--steps 300] [--warmup 30] [--window 30] [--rounds 1] [--bin-dir DIR]
 
 Standard library and torch only; not a test.
