@@ -43,18 +43,19 @@ side's figure is the median of its runs'. Prints the exact commands, every
 run's figure, the medians and the ratios with issue 12's goals: 2x2 / DDP
 at least 1.0 for both models, 2x2 / local at least 0.9 for the CNN, local /
 torch at least 1.0 for the MLP, each PASS or BELOW. --env KEY=VALUE (repeatable) is set for the kubeps runs,
-e.g. KUBEPS_OVERLAP=0 to exchange every tensor after the step instead of
-layer by layer during backward. --baseline-bin-dir DIR adds a fifth side,
+e.g. KUBEPS_OVERLAP=1 to push layer by layer during backward where kubeps
+run would push after it (workers of one thread filling every core), or 0 the
+other way round. --baseline-bin-dir DIR adds a fifth side,
 "2x2-base": the same 2x2 job with the kubeps of DIR (a build of an earlier
 commit), taking its turn with the others, and the ratio 2x2 / 2x2-base, so
 that a change is measured against the code before it in one sitting.
 --sides picks which sides run (e.g. 2x2,2x2-base,local).
 
-Usage (holding the machine for the whole run; /usr/bin/python3 has torch):
+Usage (nothing else running meanwhile; /usr/bin/python3 has torch):
 
-    flock /tmp/cpu.lock /usr/bin/python3 bench/scaling.py --rounds 3 \\
+    /usr/bin/python3 bench/scaling.py --rounds 3 \\
         [--models mlp,cnn] [--steps N] [--warmup N] [--window-ms 1000] \\
-        [--env KUBEPS_OVERLAP=0] [--bin-dir DIR] [--baseline-bin-dir DIR] \\
+        [--env KUBEPS_OVERLAP=1] [--bin-dir DIR] [--baseline-bin-dir DIR] \\
         [--sides 2x2,2x2-base,local,DDP,torch]
 
 Standard library and torch only; not a test: the exit code is 0 whatever

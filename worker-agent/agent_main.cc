@@ -217,9 +217,9 @@ Status JoinJob(const api::NodeConfig& config, const api::TrainingJob& job, KVPat
     if (Status s = ConnectToJob(config, job, metrics, &session->kv); !s.ok()) return s;
   }
   SetLogTag("worker " + std::to_string(session->kv->rank()));
-  // KUBEPS_OVERLAP=0 exchanges every tensor after the step, as before the
-  // overlap: for comparing the two (bench/), not for jobs.
-  const char* overlap = std::getenv("KUBEPS_OVERLAP");
+  // KUBEPS_OVERLAP=0 exchanges every tensor after the step: kubeps run sets
+  // it where the servers compute on the workers' cores (local_runner.cc).
+  const char* overlap = std::getenv(api::env::kOverlap);
   session->store = std::make_unique<RemoteStore>(
       session->kv.get(), job.spec.mode == api::SyncMode::kSync,
       overlap == nullptr || std::string(overlap) != "0", loop.fail_on_non_finite_loss);

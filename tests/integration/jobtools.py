@@ -18,6 +18,10 @@ SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 BIN_DIR = os.environ.get("KUBEPS_BIN_DIR", os.path.join(SOURCE_DIR, "build", "bin"))
 KUBEPS = os.path.join(BIN_DIR, "kubeps")
 DATASET = "/usr/share/datasets/fashion-mnist"
+# kubeps run pushes after the backward pass where the workers fill every core
+# (as here); on a cluster each layer's gradients go during it. Runs that test
+# recovery set this, so that a failure meets exchanges still in flight.
+OVERLAPPED = {"KUBEPS_OVERLAP": "1"}
 
 PROGRESS = re.compile(
     r"^\[worker (\d+)\] epoch (\d+)/(\d+) step (\d+)/(\d+) total_steps (\d+) "

@@ -14,7 +14,7 @@ import time
 import unittest
 from unittest import mock
 
-from jobtools import (SOURCE_DIR, RunningJob, manifest_with, metric, read_floats, run_job,
+from jobtools import (OVERLAPPED, SOURCE_DIR, RunningJob, manifest_with, metric, read_floats, run_job,
                       scrape_while_running, tensor_bytes, total, write_manifest)
 
 PROXY = os.path.join(SOURCE_DIR, "tests", "tools", "fault_proxy.py")
@@ -23,6 +23,12 @@ FAULT_KINDS = ("drop_request", "drop_response", "duplicate", "delay")
 STEPS = 30
 MLP_PARAMS = 784 * 256 + 256 + 256 * 10 + 10
 REPLICAS = ("scheduler-0", "server-0", "server-1", "worker-0", "worker-1")
+
+
+def job_env(**more):
+    """The runs' environment: overlapped, so that the faults meet the exchanges
+    of the backward pass."""
+    return dict(OVERLAPPED, KUBEPS_MAX_STEPS=str(STEPS), **more)
 
 
 def sync_job(name, max_resends=20):
@@ -39,7 +45,7 @@ class FaultsTest(unittest.TestCase):
         cls.dir = tempfile.mkdtemp(prefix="kubeps-faults-")
         cls.clean_dump = os.path.join(cls.dir, "clean.bin")
         path = write_manifest(cls.dir, sync_job("clean"), "clean.yaml")
-        code, job = run_job(path, env={"KUBEPS_MAX_STEPS": str(STEPS), "KUBEPS_DUMP_PARAMS": cls.clean_dump})
+        code, job = run_job(path, env=job_env(KUBEPS_DUMP_PARAMS=cls.clean_dump))
         assert code == 0, job.output()
         cls.clean = read_floats(cls.clean_dump)
         assert len(cls.clean) == MLP_PARAMS, len(cls.clean)
@@ -55,19 +61,17 @@ class FaultsTest(unittest.TestCase):
     def test_exchanging_after_the_step_ends_as_overlapping_does(self):
         # The clean run overlaps (each layer's push and pull during the
         # backward pass, waited for in the next forward); KUBEPS_OVERLAP=0
-        # moves everything after the step, as kubeps did before.
+        # moves everything after the step.
         dump = os.path.join(self.dir, "no-overlap.bin")
         path = write_manifest(self.dir, sync_job("nooverlap"), "no-overlap.yaml")
-        code, job = run_job(path, env={"KUBEPS_MAX_STEPS": str(STEPS), "KUBEPS_DUMP_PARAMS": dump,
-                                       "KUBEPS_OVERLAP": "0"})
+        code, job = run_job(path, env=job_env(KUBEPS_DUMP_PARAMS=dump, KUBEPS_OVERLAP="0"))
         self.assertEqual(code, 0, job.output())
         self.assert_same_parameters(dump)
 
     def test_sync_run_with_faults_is_bit_identical(self):
         dump = os.path.join(self.dir, "faults.bin")
         path = write_manifest(self.dir, sync_job("faults"), "faults.yaml")
-        job = RunningJob(path, env={"KUBEPS_MAX_STEPS": str(STEPS), "KUBEPS_DUMP_PARAMS": dump,
-                                    "KUBEPS_FAULTS": FAULTS})
+        job = RunningJob(path, env=job_env(KUBEPS_DUMP_PARAMS=dump, KUBEPS_FAULTS=FAULTS))
         scrapes = scrape_while_running(job, REPLICAS)
         self.assertEqual(job.wait(timeout=240), 0, job.output())
         self.assertEqual(set(scrapes), set(REPLICAS), "replicas never scraped:\n" + job.output())
@@ -94,7 +98,7 @@ class FaultsTest(unittest.TestCase):
     def test_without_resend_faults_fail_clearly(self):
         path = write_manifest(self.dir, sync_job("noresend", max_resends=0), "noresend.yaml")
         started = time.time()
-        code, job = run_job(path, env={"KUBEPS_MAX_STEPS": str(STEPS), "KUBEPS_FAULTS": FAULTS}, timeout=120)
+        code, job = run_job(path, env=job_env(KUBEPS_FAULTS=FAULTS), timeout=120)
         elapsed = time.time() - started
         print("\nwithout resends the job failed after %.1f s" % elapsed)
         self.assertEqual(code, 1, job.output())
@@ -123,9 +127,8 @@ class FaultsTest(unittest.TestCase):
         with mock.patch.dict(os.environ):
             for name in ("no_grpc_proxy", "no_proxy", "NO_PROXY"):
                 os.environ.pop(name, None)
-            job = RunningJob(path, env={"KUBEPS_MAX_STEPS": str(STEPS), "KUBEPS_DUMP_PARAMS": dump,
-                                        "grpc_proxy": "http://127.0.0.1:%d" % port,
-                                        "KUBEPS_SHARED_MEMORY": "0"})
+            job = RunningJob(path, env=job_env(KUBEPS_DUMP_PARAMS=dump, KUBEPS_SHARED_MEMORY="0",
+                                               grpc_proxy="http://127.0.0.1:%d" % port))
         shards = {job.ports("server-0")[0], job.ports("server-1")[0]}
         self.assertEqual(job.wait(timeout=240), 0, job.output())
 

@@ -8,7 +8,7 @@ import tempfile
 import time
 import unittest
 
-from jobtools import RunningJob, manifest, processes_with_env, run_job, write_manifest
+from jobtools import OVERLAPPED, RunningJob, manifest, processes_with_env, run_job, write_manifest
 
 
 def job_text(name):
@@ -24,12 +24,12 @@ class ShardRecoveryTest(unittest.TestCase):
     def test_killed_shard_resumes_from_checkpoint_bit_for_bit(self):
         clean_dump = os.path.join(self.dir, "clean.bin")
         code, clean = run_job(write_manifest(self.dir, job_text("clean"), "clean.yaml"),
-                              env={"KUBEPS_DUMP_PARAMS": clean_dump})
+                              env=dict(OVERLAPPED, KUBEPS_DUMP_PARAMS=clean_dump))
         self.assertEqual(code, 0, clean.output())
 
         killed_dump = os.path.join(self.dir, "killed.bin")
         job = RunningJob(write_manifest(self.dir, job_text("killed"), "killed.yaml"),
-                         env={"KUBEPS_DUMP_PARAMS": killed_dump})
+                         env=dict(OVERLAPPED, KUBEPS_DUMP_PARAMS=killed_dump))
         # Kill server 1 once the job is well past its first checkpoints.
         deadline = time.time() + 120
         while time.time() < deadline and not any(p["total_steps"] >= 180 for p in job.progress()):

@@ -10,8 +10,8 @@ import tempfile
 import time
 import unittest
 
-from jobtools import (RunningJob, manifest_with, processes_with_env, read_floats, run_job,
-                      wait_for_replica_pid, wait_for_steps, write_manifest)
+from jobtools import (OVERLAPPED, RunningJob, manifest_with, processes_with_env, read_floats,
+                      run_job, wait_for_replica_pid, wait_for_steps, write_manifest)
 
 STEPS = 468
 
@@ -39,7 +39,7 @@ class SchedulerRestartTest(unittest.TestCase):
     def start(self, name):
         dump = os.path.join(self.dir, name + ".bin")
         job = RunningJob(write_manifest(self.dir, job_text(name), name + ".yaml"),
-                         env={"KUBEPS_DUMP_PARAMS": dump, "KUBEPS_MAX_STEPS": str(STEPS)})
+                         env=dict(OVERLAPPED, KUBEPS_DUMP_PARAMS=dump, KUBEPS_MAX_STEPS=str(STEPS)))
         self.addCleanup(lambda: job.process.poll() is None and (job.process.kill(), job.process.wait()))
         return job, dump
 
@@ -47,7 +47,7 @@ class SchedulerRestartTest(unittest.TestCase):
         dump = os.path.join(self.dir, "clean.bin")
         start = time.time()
         code, clean = run_job(write_manifest(self.dir, job_text("clean"), "clean.yaml"),
-                              env={"KUBEPS_DUMP_PARAMS": dump, "KUBEPS_MAX_STEPS": str(STEPS)})
+                              env=dict(OVERLAPPED, KUBEPS_DUMP_PARAMS=dump, KUBEPS_MAX_STEPS=str(STEPS)))
         self.assertEqual(code, 0, clean.output())
         return time.time() - start, read_floats(dump)
 

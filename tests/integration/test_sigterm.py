@@ -9,8 +9,8 @@ import signal
 import tempfile
 import unittest
 
-from jobtools import (RunningJob, read_floats, run_job, wait_for_replica_pid, wait_for_steps,
-                      write_manifest)
+from jobtools import (OVERLAPPED, RunningJob, read_floats, run_job, wait_for_replica_pid,
+                      wait_for_steps, write_manifest)
 from test_scheduler_restart import STEPS, job_text, scheduler_pid
 
 
@@ -22,14 +22,14 @@ class SigtermTest(unittest.TestCase):
         cls.dir = tempfile.mkdtemp(prefix="kubeps-sigterm-")
         dump = os.path.join(cls.dir, "clean.bin")
         code, clean = run_job(write_manifest(cls.dir, job_text("clean"), "clean.yaml"),
-                              env={"KUBEPS_DUMP_PARAMS": dump, "KUBEPS_MAX_STEPS": str(STEPS)})
+                              env=dict(OVERLAPPED, KUBEPS_DUMP_PARAMS=dump, KUBEPS_MAX_STEPS=str(STEPS)))
         assert code == 0, clean.output()
         cls.clean_params = read_floats(dump)
 
     def stop_mid_job(self, name, pid_of, replica):
         dump = os.path.join(self.dir, name + ".bin")
         job = RunningJob(write_manifest(self.dir, job_text(name), name + ".yaml"),
-                         env={"KUBEPS_DUMP_PARAMS": dump, "KUBEPS_MAX_STEPS": str(STEPS)})
+                         env=dict(OVERLAPPED, KUBEPS_DUMP_PARAMS=dump, KUBEPS_MAX_STEPS=str(STEPS)))
         self.addCleanup(lambda: job.process.poll() is None and (job.process.kill(),
                                                                  job.process.wait()))
         wait_for_steps(job, 0, 150)

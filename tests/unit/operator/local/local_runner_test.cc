@@ -124,6 +124,25 @@ TEST_F(LocalRunnerTest, NodesGetTheLocalEnvironment) {
   EXPECT_EQ(ReadFile(token_file).size(), 33u) << "32 hex digits and a newline";
 }
 
+// Workers of one BLAS thread each keep every core busy: they push after the
+// backward pass, unless a core is left for each server, or the runner's own
+// environment says otherwise. Workers of several threads overlap.
+TEST_F(LocalRunnerTest, WorkersOverlapTheExchangeUnlessTheirSingleThreadsFillEveryCore) {
+  auto overlap_of_worker = [&](int cores, const std::string& run_dir) {
+    options_.cores = cores;
+    options_.run_dir = dir_ + "/" + run_dir;
+    EXPECT_EQ(RunLocally(Job(), options_), 0);
+    return EnvOf("worker-0", "KUBEPS_OVERLAP");
+  };
+  EXPECT_EQ(overlap_of_worker(2, "full"), "0") << "2 workers of 1 thread on 2 cores";
+  EXPECT_EQ(EnvOf("server-0", "KUBEPS_OVERLAP"), "<unset>");
+  EXPECT_EQ(overlap_of_worker(3, "spare"), "<unset>") << "a third core for the one server";
+  EXPECT_EQ(overlap_of_worker(4, "threads"), "<unset>") << "2 workers of 2 threads";
+  ::setenv("KUBEPS_OVERLAP", "1", 1);
+  EXPECT_EQ(overlap_of_worker(2, "asked"), "1");
+  ::unsetenv("KUBEPS_OVERLAP");
+}
+
 // `kubeps run --host=::1`: every replica listens on IPv6 loopback and
 // reports it as its pod IP, as on a single-stack IPv6 cluster; the
 // scheduler's address carries the brackets an IPv6 address needs.
