@@ -220,9 +220,11 @@ Status JoinJob(const api::NodeConfig& config, const api::TrainingJob& job, KVPat
   // KUBEPS_OVERLAP=0 exchanges every tensor after the step: kubeps run sets
   // it where the servers compute on the workers' cores (local_runner.cc).
   const char* overlap = std::getenv(api::env::kOverlap);
-  session->store = std::make_unique<RemoteStore>(
-      session->kv.get(), job.spec.mode == api::SyncMode::kSync,
-      overlap == nullptr || std::string(overlap) != "0", loop.fail_on_non_finite_loss);
+  ExchangeOptions exchange;
+  exchange.overlap = overlap == nullptr || std::string(overlap) != "0";
+  exchange.hold_non_finite = loop.fail_on_non_finite_loss;
+  session->store = std::make_unique<RemoteStore>(session->kv.get(),
+                                                 job.spec.mode == api::SyncMode::kSync, exchange);
   loop.rank = session->kv->rank();
   loop.num_workers = session->kv->size();
   loop.local_batch = job.spec.batch_size;

@@ -31,7 +31,10 @@ Status RemoteStore::Init(trainer::Model& model) {
     values_.push_back(p.value.data());
   }
   sent_.assign(params.size(), false);
-  for (auto& p : params) names_.push_back(p.name);
+  for (auto& p : params) {
+    names_.push_back(p.name);
+    bytes_.push_back(p.value.size() * sizeof(float));
+  }
   overlap_ = overlap_ && model.reports_layers();
   if (overlap_) model.set_step_observer(this);
   // First wait for the job's current generation to be ready: a job started
@@ -65,6 +68,7 @@ void RemoteStore::PlaceInSharedMemory(trainer::Model& model) {
 void RemoteStore::BeginStep(uint64_t step) {
   step_ = step;
   holding_ = false;
+  bucket_first_ = bucket_end_ = 0;
   sent_.assign(sent_.size(), false);
 }
 
@@ -82,7 +86,20 @@ void RemoteStore::GradientsReady(size_t first, size_t end) {
   // step's forward pass): this step is redone or the job fails, so its
   // gradients, computed on parameters that may be of two steps, stay here.
   if (!failure_.ok() || holding_) return;
-  Exchange(first, end);
+  // The backward pass reports the layers from the last to the first.
+  if (bucket_first_ != bucket_end_ && end != bucket_first_) ExchangeBucket();
+  if (bucket_first_ == bucket_end_) bucket_end_ = end;
+  bucket_first_ = first;
+  size_t bytes = 0;
+  for (size_t k = bucket_first_; k < bucket_end_; ++k) bytes += bytes_[k];
+  // The first layer's report ends the backward pass: nothing more to wait for.
+  if (bytes >= bucket_bytes_ || first == 0) ExchangeBucket();
+}
+
+void RemoteStore::ExchangeBucket() {
+  if (bucket_first_ == bucket_end_) return;
+  Exchange(bucket_first_, bucket_end_);
+  bucket_first_ = bucket_end_ = 0;
 }
 
 void RemoteStore::Exchange(size_t first, size_t end) {

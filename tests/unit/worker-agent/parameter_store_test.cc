@@ -22,6 +22,14 @@ using sidecar::FakeKVWorker;
 
 constexpr int kBatch = 16;
 
+// Every layer's gradients in a request of their own.
+ExchangeOptions PerLayer(bool overlap = true) {
+  ExchangeOptions options;
+  options.overlap = overlap;
+  options.bucket_bytes = 0;
+  return options;
+}
+
 struct Batch {
   std::vector<float> images = std::vector<float>(kBatch * 784);
   std::vector<uint8_t> labels = std::vector<uint8_t>(kBatch);
@@ -35,10 +43,11 @@ struct Batch {
 
 // `steps` steps of the model on its own fake servers; the model's final
 // parameters.
-std::vector<std::vector<float>> Train(const char* name, bool overlap, int steps, FakeKVWorker* kv) {
+std::vector<std::vector<float>> Train(const char* name, const ExchangeOptions& options, int steps,
+                                      FakeKVWorker* kv) {
   auto model = trainer::MakeModel(name);
   model->Initialize(7);
-  RemoteStore store(kv, /*sync=*/true, overlap);
+  RemoteStore store(kv, /*sync=*/true, options);
   EXPECT_TRUE(store.Init(*model).ok());
   for (int step = 0; step < steps; ++step) {
     Batch batch(step);
@@ -65,8 +74,8 @@ std::vector<std::set<size_t>> PushedKeys(const FakeKVWorker& kv) {
 TEST(RemoteStoreTest, OverlapEndsWithTheSameParametersLayerByLayer) {
   for (const char* name : {"mlp", "cnn"}) {
     FakeKVWorker with, without;
-    const auto overlapped = Train(name, true, 4, &with);
-    const auto after_the_step = Train(name, false, 4, &without);
+    const auto overlapped = Train(name, PerLayer(), 4, &with);
+    const auto after_the_step = Train(name, PerLayer(false), 4, &without);
     EXPECT_EQ(overlapped, after_the_step) << name;
     // Without overlap one exchange per step holds every tensor; with it,
     // one per layer (two tensors each).
@@ -82,7 +91,7 @@ TEST(RemoteStoreTest, TheExchangeStartsInTheBackwardPassAndIsWaitedForInTheNextF
   FakeKVWorker kv;
   auto model = trainer::MakeModel("mlp");
   model->Initialize(7);
-  RemoteStore store(&kv, true, true);
+  RemoteStore store(&kv, true, PerLayer());
   ASSERT_TRUE(store.Init(*model).ok());
   Batch batch(0);
   store.BeginStep(0);
@@ -105,7 +114,7 @@ TEST(RemoteStoreTest, ARollbackIsReportedByTheNextUpdateAndTheStepAfterSendsNoth
   FakeKVWorker kv;
   auto model = trainer::MakeModel("mlp");
   model->Initialize(7);
-  RemoteStore store(&kv, true, true);
+  RemoteStore store(&kv, true, PerLayer());
   ASSERT_TRUE(store.Init(*model).ok());
   const auto initial = kv.store();
   Batch batch(0);
@@ -128,6 +137,39 @@ TEST(RemoteStoreTest, ARollbackIsReportedByTheNextUpdateAndTheStepAfterSendsNoth
   for (size_t k = 0; k < initial.size(); ++k) EXPECT_EQ(model->parameters()[k].value, initial[k]);
 }
 
+// By default small layers wait for the next ones until their request holds
+// 1 MiB, or the backward pass is over: the MLP (0.8 MB) goes as one request
+// at its end, the CNN as dense2 with dense1 (12.8 MB), then conv2 with conv1.
+// Both still before Update, with the same parameters.
+TEST(RemoteStoreTest, SmallLayersTravelWithTheNextOnesUntilARequestHoldsABucket) {
+  struct Expected {
+    const char* model;
+    std::vector<std::set<size_t>> keys_per_step;
+  };
+  for (const Expected& expected :
+       {Expected{"mlp", {{0, 1, 2, 3}}}, Expected{"cnn", {{4, 5, 6, 7}, {0, 1, 2, 3}}}}) {
+    FakeKVWorker bucketed, per_layer;
+    const auto values = Train(expected.model, ExchangeOptions{}, 2, &bucketed);
+    EXPECT_EQ(values, Train(expected.model, PerLayer(), 2, &per_layer)) << expected.model;
+    // In the order the fake served them: not necessarily the order sent.
+    std::multiset<std::set<size_t>> keys(expected.keys_per_step.begin(),
+                                         expected.keys_per_step.end());
+    keys.insert(expected.keys_per_step.begin(), expected.keys_per_step.end());
+    const auto pushed = PushedKeys(bucketed);
+    EXPECT_EQ(std::multiset<std::set<size_t>>(pushed.begin(), pushed.end()), keys)
+        << expected.model;
+  }
+  FakeKVWorker kv;
+  auto model = trainer::MakeModel("cnn");
+  model->Initialize(7);
+  RemoteStore store(&kv, true);
+  ASSERT_TRUE(store.Init(*model).ok());
+  Batch batch(0);
+  store.BeginStep(0);
+  model->ForwardBackward(batch.images.data(), batch.labels.data(), kBatch);
+  EXPECT_EQ(kv.open_tickets(), 2u) << "both buckets leave during the backward pass";
+}
+
 // A model that does not report its layers (as the CUDA models): the store
 // must move and wait for everything in Update.
 class SilentMlp : public trainer::MlpModel {
@@ -139,7 +181,7 @@ TEST(RemoteStoreTest, AModelThatDoesNotReportItsLayersIsExchangedAndWaitedForInU
   FakeKVWorker kv;
   SilentMlp model;
   model.Initialize(7);
-  RemoteStore store(&kv, true, true);
+  RemoteStore store(&kv, true, PerLayer());
   ASSERT_TRUE(store.Init(model).ok());
   for (int step = 0; step < 2; ++step) {
     Batch batch(step);
@@ -157,7 +199,9 @@ TEST(RemoteStoreTest, ANonFiniteLossSendsNothingWhenTheJobFailsOnIt) {
     FakeKVWorker kv;
     auto model = trainer::MakeModel("mlp");
     model->Initialize(7);
-    RemoteStore store(&kv, true, true, /*hold_non_finite=*/hold);
+    ExchangeOptions options = PerLayer();
+    options.hold_non_finite = hold;
+    RemoteStore store(&kv, true, options);
     ASSERT_TRUE(store.Init(*model).ok());
     Batch batch(0);
     model->parameters()[3].value[0] = std::nanf("");  // dense2.bias: a model gone bad
