@@ -130,6 +130,21 @@ bool OverlapPays(int cores, int workers, int worker_threads, int servers) {
   return worker_threads > 1 || cores - workers >= servers;
 }
 
+// The environment of a worker's process that computes on its share of the
+// cores (a built-in model's agent, or the job's own program): its threads,
+// and where a built-in trainer's exchange goes (the agent's, or kubeps-agent
+// --connect's as the program; other programs ignore it). A KUBEPS_OVERLAP
+// of the runner's own environment reaches the process as it is.
+std::map<std::string, std::string> ComputeHints(int cores, int workers, int servers) {
+  const int threads = std::max(1, cores / workers);
+  std::map<std::string, std::string> hints = ThreadHints(threads);
+  if (std::getenv(api::env::kOverlap) == nullptr &&
+      !OverlapPays(cores, workers, threads, servers)) {
+    hints[api::env::kOverlap] = "0";
+  }
+  return hints;
+}
+
 // The job's program as the first log line names it.
 std::string Program(const api::TrainingJob& job) {
   if (!job.spec.brings_own_program()) return "model " + job.spec.model;
@@ -237,11 +252,10 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
         // Where a worker runs the job's own program, the program does the
         // math and its agent mostly waits.
         const bool computes = name.role == ReplicaRole::kWorker && !job.spec.brings_own_program();
-        const int worker_threads = std::max(1, cores / workers);
-        const int threads = computes ? worker_threads : 1;
+        const auto compute_hints = ComputeHints(cores, workers, job.spec.ps.replicas);
         launch.env[api::env::kRunDir] = run_dir;
         launch.user_process =
-            controller::UserProcessOf(job, name, ThreadHints(worker_threads),
+            controller::UserProcessOf(job, name, compute_hints,
                                       // kubeps' own variables: who the worker is (the socket folder
                                       // is the cluster's), and the run folder every process of the
                                       // job carries.
@@ -256,11 +270,8 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
         if (job.spec.checkpoint_path.empty())
           launch.env[api::env::kCheckpointDir] = run_dir + "/checkpoints";
         if (job.spec.elastic.enabled()) launch.env[api::env::kDesiredWorkersFile] = desired_file;
-        for (const auto& [key, value] : ThreadHints(threads)) launch.env[key] = value;
-        // A KUBEPS_OVERLAP of the runner's own environment reaches the worker as it is.
-        if (computes && std::getenv(api::env::kOverlap) == nullptr &&
-            !OverlapPays(cores, workers, worker_threads, job.spec.ps.replicas)) {
-          launch.env[api::env::kOverlap] = "0";
+        for (const auto& [key, value] : computes ? compute_hints : ThreadHints(1)) {
+          launch.env[key] = value;
         }
         return launch;
       });

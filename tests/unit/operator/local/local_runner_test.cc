@@ -233,8 +233,24 @@ TEST_F(LocalRunnerTest, AJobsOwnProgramRunsBesideEachWorkersAgent) {
   EXPECT_EQ(EnvOf("worker-1.program", "KUBEPS_RUN_DIR"), options_.run_dir);
   EXPECT_EQ(EnvOf("worker-1.program", "GREETING"), "hello");
   EXPECT_EQ(EnvOf("worker-1.program", "OMP_NUM_THREADS"), "2") << "4 cores, 2 programs";
+  EXPECT_EQ(EnvOf("worker-1.program", "KUBEPS_OVERLAP"), "<unset>") << "2 threads each";
   EXPECT_EQ(EnvOf("worker-1.program", "KUBEPS_TOKEN_FILE"), "<unset>")
       << "only the agent talks to the servers";
+}
+
+// The built-in trainer as the job's own program (kubeps-agent --connect)
+// reads the same variable.
+TEST_F(LocalRunnerTest, AJobsOwnProgramIsToldWhereItsExchangeGoesToo) {
+  SetWorker(kAgentWaitingForItsProgram);
+  std::filesystem::create_directories(dir_ + "/manifests/app");
+  options_.program_dir = dir_ + "/manifests";
+  options_.cores = 2;
+  ASSERT_EQ(RunLocally(OwnProgramJob("env > \"$KUBEPS_RUN_DIR/$KUBEPS_NODE_ID.program.env\"; "
+                                     "touch \"$KUBEPS_SOCKET_DIR/done\""),
+                       options_),
+            0);
+  EXPECT_EQ(EnvOf("worker-0.program", "KUBEPS_OVERLAP"), "0");
+  EXPECT_EQ(EnvOf("worker-0", "KUBEPS_OVERLAP"), "<unset>") << "the agent does no math";
 }
 
 TEST_F(LocalRunnerTest, AFailedProgramIsRestartedWithItsAgent) {
