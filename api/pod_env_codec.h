@@ -45,8 +45,8 @@ inline constexpr const char* kTlsDir = "KUBEPS_TLS_DIR";
 inline constexpr const char* kRunDir = "KUBEPS_RUN_DIR";  // local runner: where ports are published
 inline constexpr const char* kBlasThreads = "KUBEPS_BLAS_THREADS";
 // A built-in model's worker in sync mode: "0" pushes every gradient after the
-// backward pass, anything else (or unset) each layer's as soon as it is made
-// (docs/performance.md, "Overlap with the backward pass").
+// backward pass, anything else (or unset) each layer's during it, small ones
+// together (docs/performance.md, "Overlap with the backward pass").
 inline constexpr const char* kOverlap = "KUBEPS_OVERLAP";
 inline constexpr const char* kCheckpointDir = "KUBEPS_CHECKPOINT_DIR";  // servers: <dir>/<node id>/
 // Workers serving a training process (kubeps-agent --serve): the directory

@@ -125,7 +125,8 @@ std::map<std::string, std::string> ThreadHints(int threads) {
 // where the workers' single threads fill every core, an exchange moved into
 // the backward pass only takes CPU from it, and its extra requests cost
 // more (bench/scaling.py, the CNN's 2 x 2 job: on 2 cores 5% faster with
-// the exchange after the pass; on 16, 4-10% faster overlapped).
+// the exchange after the pass; on 16, with 8 threads per worker, 4-11%
+// faster overlapped on two machines and 2% slower on a third).
 bool OverlapPays(int cores, int workers, int worker_threads, int servers) {
   return worker_threads > 1 || cores - workers >= servers;
 }
