@@ -48,6 +48,9 @@ inline constexpr const char* kBlasThreads = "KUBEPS_BLAS_THREADS";
 // backward pass, anything else (or unset) each layer's during it, small ones
 // together (docs/performance.md, "Overlap with the backward pass").
 inline constexpr const char* kOverlap = "KUBEPS_OVERLAP";
+// With overlap: the least a request of the backward pass holds, in bytes
+// (default 1 MiB; 0: every layer on its own).
+inline constexpr const char* kBucketBytes = "KUBEPS_BUCKET_BYTES";
 inline constexpr const char* kCheckpointDir = "KUBEPS_CHECKPOINT_DIR";  // servers: <dir>/<node id>/
 // Workers serving a training process (kubeps-agent --serve): the directory
 // both containers mount (docs/sidecar-protocol.md).

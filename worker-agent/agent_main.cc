@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
@@ -34,6 +35,7 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -222,6 +224,15 @@ Status JoinJob(const api::NodeConfig& config, const api::TrainingJob& job, KVPat
   const char* overlap = std::getenv(api::env::kOverlap);
   ExchangeOptions exchange;
   exchange.overlap = overlap == nullptr || std::string(overlap) != "0";
+  if (const char* bucket = std::getenv(api::env::kBucketBytes)) {
+    const std::string_view text(bucket);
+    auto [end, error] =
+        std::from_chars(text.data(), text.data() + text.size(), exchange.bucket_bytes);
+    if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
+      return Status::Error(std::string(api::env::kBucketBytes) + "=\"" + bucket +
+                           "\": not a number of bytes");
+    }
+  }
   exchange.hold_non_finite = loop.fail_on_non_finite_loss;
   session->store = std::make_unique<RemoteStore>(session->kv.get(),
                                                  job.spec.mode == api::SyncMode::kSync, exchange);

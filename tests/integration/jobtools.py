@@ -19,9 +19,10 @@ BIN_DIR = os.environ.get("KUBEPS_BIN_DIR", os.path.join(SOURCE_DIR, "build", "bi
 KUBEPS = os.path.join(BIN_DIR, "kubeps")
 DATASET = "/usr/share/datasets/fashion-mnist"
 # kubeps run pushes after the backward pass where the workers fill every core
-# (as here); on a cluster each layer's gradients go during it. Runs that test
-# recovery set this, so that a failure meets exchanges still in flight.
-OVERLAPPED = {"KUBEPS_OVERLAP": "1"}
+# (as here); on a cluster the gradients go during it. Runs that test recovery
+# set this, every layer in a request of its own, so that a failure meets as
+# many exchanges in flight as can be.
+OVERLAPPED = {"KUBEPS_OVERLAP": "1", "KUBEPS_BUCKET_BYTES": "0"}
 
 PROGRESS = re.compile(
     r"^\[worker (\d+)\] epoch (\d+)/(\d+) step (\d+)/(\d+) total_steps (\d+) "

@@ -137,6 +137,12 @@ class LocalRunTest(unittest.TestCase):
         self.assertIn("spec.dataset.path: /nonexistent/fmnist does not exist", failure[0])
         self.assertNotIn("restarting", job.output())
 
+    def test_a_bad_bucket_size_fails_the_job_naming_the_variable(self):
+        code, job = run_job(write_manifest(self.dir, manifest("badbucket")),
+                            env={"KUBEPS_BUCKET_BYTES": "1MB"})
+        self.assertEqual(code, 1, job.output())
+        self.assertIn('KUBEPS_BUCKET_BYTES="1MB": not a number of bytes', job.output())
+
     def test_validate_names_each_bad_field(self):
         text = manifest("bad").replace('"replicas": 2', '"replicas": -1', 1)
         text = text.replace('"adam"', '"adamw"')
