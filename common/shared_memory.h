@@ -38,6 +38,15 @@ namespace kubeps {
 // atomic must be aligned).
 inline constexpr uint64_t kSharedAlignment = 64;
 
+// A segment's file (in /dev/shm) and this process's mapping of it: what a
+// pod's agent hands its training program so that the program maps the
+// memory the servers read and write (worker-agent/kv/segment_file.h).
+struct SegmentFile {
+  std::string path;
+  char* base = nullptr;
+  uint64_t bytes = 0;
+};
+
 class SharedSegment {
  public:
   // The worker's side: creates /dev/shm/<name> (O_EXCL, mode 0600) of at

@@ -188,6 +188,25 @@ struct Session {
   LoopConfig loop;
 };
 
+// A worker's exchange as its environment says (parameter_store.h):
+// KUBEPS_OVERLAP=0 sends every tensor after the step (kubeps run sets it
+// where the servers compute on the workers' cores: local_runner.cc), and
+// KUBEPS_BUCKET_BYTES is the least a request of the backward pass holds.
+Status ExchangeFromEnvironment(ExchangeOptions* exchange) {
+  const char* overlap = std::getenv(api::env::kOverlap);
+  exchange->overlap = overlap == nullptr || std::string(overlap) != "0";
+  const char* bucket = std::getenv(api::env::kBucketBytes);
+  if (bucket == nullptr) return Status::Ok();
+  const std::string_view text(bucket);
+  auto [end, error] =
+      std::from_chars(text.data(), text.data() + text.size(), exchange->bucket_bytes);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
+    return Status::Error(std::string(api::env::kBucketBytes) + "=\"" + bucket +
+                         "\": not a number of bytes");
+  }
+  return Status::Ok();
+}
+
 // A worker joins the job (scheduler, rank, shards); the local baseline
 // keeps its parameters itself, with the servers' optimizer code and the
 // whole global batch.
@@ -219,20 +238,8 @@ Status JoinJob(const api::NodeConfig& config, const api::TrainingJob& job, KVPat
     if (Status s = ConnectToJob(config, job, metrics, &session->kv); !s.ok()) return s;
   }
   SetLogTag("worker " + std::to_string(session->kv->rank()));
-  // KUBEPS_OVERLAP=0 exchanges every tensor after the step: kubeps run sets
-  // it where the servers compute on the workers' cores (local_runner.cc).
-  const char* overlap = std::getenv(api::env::kOverlap);
   ExchangeOptions exchange;
-  exchange.overlap = overlap == nullptr || std::string(overlap) != "0";
-  if (const char* bucket = std::getenv(api::env::kBucketBytes)) {
-    const std::string_view text(bucket);
-    auto [end, error] =
-        std::from_chars(text.data(), text.data() + text.size(), exchange.bucket_bytes);
-    if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
-      return Status::Error(std::string(api::env::kBucketBytes) + "=\"" + bucket +
-                           "\": not a number of bytes");
-    }
-  }
+  if (Status s = ExchangeFromEnvironment(&exchange); !s.ok()) return s;
   exchange.hold_non_finite = loop.fail_on_non_finite_loss;
   session->store = std::make_unique<RemoteStore>(session->kv.get(),
                                                  job.spec.mode == api::SyncMode::kSync, exchange);
@@ -400,11 +407,8 @@ int ServeTrainingProcess(const api::NodeConfig& config, const api::TrainingJob& 
   sidecar::SidecarOptions serving = ServingOptions(config, job, metrics.get());
   // The program's regions in the KV client's own segment, where it has one:
   // the agent then copies nothing between the program and the servers.
-  serving.kv_segment =
-      [kv = kv.get()](const std::vector<uint64_t>& numels) -> std::optional<sidecar::KVSegment> {
-    const std::optional<SegmentFile> segment = PrepareSegment(kv, numels);
-    if (!segment) return std::nullopt;
-    return sidecar::KVSegment{segment->path, segment->base, segment->bytes};
+  serving.kv_segment = [kv = kv.get()](const std::vector<uint64_t>& numels) {
+    return PrepareSegment(kv, numels);
   };
   if (Status s = sidecar::SidecarServer::Start(serving, kv.get(), &server); !s.ok()) {
     return Fail(kReasonListenFailed, s);

@@ -278,8 +278,7 @@ bool KVWorkerImpl::PrepareTensors(const std::vector<uint64_t>& sizes) {
 std::optional<SegmentFile> PrepareSegment(KVWorker* kv, const std::vector<uint64_t>& sizes) {
   auto* in_process = dynamic_cast<KVWorkerImpl*>(kv);
   if (!in_process || !in_process->PrepareTensors(sizes)) return std::nullopt;
-  const SharedMemoryPath& shared = *in_process->shared();
-  return SegmentFile{shared.SegmentPath(), shared.SegmentBase(), shared.SegmentBytes()};
+  return in_process->shared()->File();
 }
 
 Status KVWorkerImpl::InitTensors(const std::vector<const float*>& values,

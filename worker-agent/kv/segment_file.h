@@ -7,19 +7,12 @@
 
 #include <cstdint>
 #include <optional>
-#include <string>
 #include <vector>
 
+#include "common/shared_memory.h"
 #include "worker-agent/kv/kv_worker.h"
 
 namespace kubeps {
-
-// A segment's file (in /dev/shm) and this process's mapping of it.
-struct SegmentFile {
-  std::string path;
-  char* base = nullptr;
-  uint64_t bytes = 0;
-};
 
 // Where `kv` is the in-process client (KVWorker::Start) and a server on
 // this host maps its segment, places tensors of `sizes` and lays them out

@@ -73,10 +73,9 @@ class SharedMemoryPath {
   // (claimed), nor values read while a pull of them is.
   float* Grads(uint32_t key) const;
   float* Values(uint32_t key) const;
-  // The segment's file (in /dev/shm) and this process's mapping of it.
-  std::string SegmentPath() const { return "/dev/shm/" + segment_->name(); }
-  char* SegmentBase() const { return segment_->base(); }
-  uint64_t SegmentBytes() const { return segment_->size(); }
+  SegmentFile File() const {
+    return SegmentFile{"/dev/shm/" + segment_->name(), segment_->base(), segment_->size()};
+  }
 
  private:
   enum class Reach { kUntried, kYes, kNo };

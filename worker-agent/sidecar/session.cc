@@ -293,7 +293,7 @@ Session::Outcome Session::Declare(const json& request) {
 Status Session::LinkKVSegment(const std::vector<uint64_t>& numels,
                               std::unique_ptr<SharedTensors>* out) {
   if (!context_.kv_segment) return Status::Ok();
-  const std::optional<KVSegment> segment = context_.kv_segment(numels);
+  const std::optional<SegmentFile> segment = context_.kv_segment(numels);
   if (!segment) return Status::Ok();
   std::vector<TensorRegion> regions(numels.size());
   for (size_t key = 0; key < numels.size(); ++key) {

@@ -58,7 +58,7 @@ struct SessionContext {
   // program's regions are then the KV client's own (SharedValues,
   // SharedGrads), and the agent copies nothing. May be empty, or answer
   // nothing: the session's file of its own.
-  std::function<std::optional<KVSegment>(const std::vector<uint64_t>& numels)> kv_segment;
+  std::function<std::optional<SegmentFile>(const std::vector<uint64_t>& numels)> kv_segment;
 };
 
 class Session {

@@ -107,7 +107,7 @@ Status SharedTensors::Create(const std::string& dir, const std::vector<uint64_t>
   return Status::Ok();
 }
 
-Status SharedTensors::Link(const std::string& dir, const KVSegment& segment,
+Status SharedTensors::Link(const std::string& dir, const SegmentFile& segment,
                            std::vector<TensorRegion> regions, std::unique_ptr<SharedTensors>* out) {
   std::unique_ptr<SharedTensors> tensors(new SharedTensors());
   tensors->regions_ = std::move(regions);

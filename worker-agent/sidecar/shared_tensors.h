@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "common/shared_memory.h"
 #include "common/status.h"
 
 namespace kubeps::sidecar {
@@ -35,14 +36,6 @@ struct TensorRegion {
 // The regions of tensors of `numels` elements, and the file size they need.
 std::vector<TensorRegion> LayOutRegions(const std::vector<uint64_t>& numels, uint64_t* file_bytes);
 
-// The KV client's own shared segment, where it holds the tensors (a server
-// on this host maps it): its file and the agent's mapping of it.
-struct KVSegment {
-  std::string path;
-  char* base = nullptr;
-  uint64_t bytes = 0;
-};
-
 class SharedTensors {
  public:
   // Creates a new file "tensors-<random>.shm" in `dir` (O_EXCL, mode 0600),
@@ -54,7 +47,7 @@ class SharedTensors {
   // a link "tensors-<random>.shm" in `dir` names the segment's file, so the
   // program maps the memory the servers read and write, and the agent
   // copies nothing. The KV client keeps the mapping and the file.
-  static Status Link(const std::string& dir, const KVSegment& segment,
+  static Status Link(const std::string& dir, const SegmentFile& segment,
                      std::vector<TensorRegion> regions, std::unique_ptr<SharedTensors>* out);
   // Unmaps and deletes the file (a link: deletes the link).
   ~SharedTensors();

@@ -52,7 +52,7 @@ struct SidecarOptions {
   int pool_threads = 8;  // requests that block (wait, barrier, init, finish) at once
   // SessionContext::kv_segment: where the KV client can hold the program's
   // tensors in its own shared segment. Empty: never.
-  std::function<std::optional<KVSegment>(const std::vector<uint64_t>& numels)> kv_segment;
+  std::function<std::optional<SegmentFile>(const std::vector<uint64_t>& numels)> kv_segment;
 };
 
 // Creates `dir` if needed and deletes what an earlier agent left there

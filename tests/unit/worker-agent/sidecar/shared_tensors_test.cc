@@ -96,7 +96,7 @@ TEST_F(SharedTensorsTest, ALinkToTheKVClientsSegmentSharesItsMemoryAndLeavesItBe
   char* base = static_cast<char*>(mapped);
   std::vector<TensorRegion> regions = {{4, 64, 128}};
   std::unique_ptr<SharedTensors> tensors;
-  Status s = SharedTensors::Link(dir_, KVSegment{segment_path, base, bytes}, regions, &tensors);
+  Status s = SharedTensors::Link(dir_, SegmentFile{segment_path, base, bytes}, regions, &tensors);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_THAT(tensors->file_name(), ::testing::MatchesRegex("tensors-[0-9a-f]{16}\\.shm"));
   EXPECT_EQ(std::filesystem::read_symlink(tensors->path()), segment_path);
