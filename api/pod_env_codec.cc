@@ -76,7 +76,9 @@ void AddNodeFlags(CLI::App* app, NodeConfig* c) {
        "mutual TLS: the directory of the job's ca.crt and this replica's tls.crt and tls.key "
        "(empty: plain TCP)");
   text(env::kRunDir, &c->run_dir, "local runs: where the ports are published");
-  number(env::kBlasThreads, &c->blas_threads, 1, "OpenBLAS and OpenMP threads");
+  number(env::kBlasThreads, &c->blas_threads, 0,
+         "OpenBLAS and OpenMP threads (0: as many as the cores this process may use: its CPU "
+         "affinity and its cgroup's CPU limit, a container's resources.limits.cpu)");
   text(env::kCheckpointDir, &c->checkpoint_dir, "servers: checkpoints go to <dir>/<node id>/");
   text(env::kSocketDir, &c->socket_dir,
        "workers with --serve: the directory shared with the training process (agent.sock, "

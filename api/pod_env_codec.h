@@ -86,7 +86,7 @@ struct NodeConfig {
   // From tls_dir by FinishNodeConfig; Insecure() = plain TCP.
   std::shared_ptr<const TransportSecurity> security;
   std::string run_dir;
-  int blas_threads = 1;
+  int blas_threads = 0;  // 0: as many as the cores the process may use (common/usable_cores.h)
   std::string checkpoint_dir;
   std::string socket_dir;
   std::string desired_workers_file;

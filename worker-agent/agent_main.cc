@@ -50,6 +50,7 @@
 #include "common/mutex_checks.h"
 #include "common/tensor_memory.h"
 #include "common/termination_message.h"
+#include "common/usable_cores.h"
 #include "worker-agent/kv/kv_worker.h"
 #include "worker-agent/kv/segment_file.h"
 #include "worker-agent/parameter_store.h"
@@ -152,7 +153,11 @@ Status LoadConfigAndJob(api::NodeConfig* config, api::TrainingJob* job) {
                          config->role + "\"");
   }
   SetLogTag(config->role == "local" ? "local" : config->node_id);
-  SetBlasThreads(config->blas_threads);
+  const int threads = config->blas_threads > 0 ? config->blas_threads : UsableCores();
+  SetBlasThreads(threads);
+  KLOG_INFO << "computing on " << threads << (threads == 1 ? " thread" : " threads")
+            << (config->blas_threads > 0 ? " (KUBEPS_BLAS_THREADS)"
+                                         : " (the cores this process may use)");
   return api::DecodeJob(config->job_json, job);
 }
 

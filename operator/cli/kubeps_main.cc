@@ -12,7 +12,6 @@
 #include <optional>
 #include <string>
 #include <system_error>
-#include <thread>
 
 #include "api/pod_env_codec.h"
 #include "api/training_job.h"
@@ -79,10 +78,6 @@ int TrainLocal(const std::string& path) {
   ::setenv(api::env::kRole, "local", 1);
   ::setenv(api::env::kJob, api::ToJson(job).dump().c_str(), 1);
   ::setenv(api::env::kJobName, job.name.c_str(), 1);
-  if (!std::getenv(api::env::kBlasThreads)) {
-    ::setenv(api::env::kBlasThreads,
-             std::to_string(std::max(1u, std::thread::hardware_concurrency())).c_str(), 1);
-  }
   char* argv[] = {const_cast<char*>(agent.c_str()), nullptr};
   ::execv(agent.c_str(), argv);
   PrintError("cannot execute " + agent + ": " + std::strerror(errno));

@@ -64,6 +64,20 @@ void SetKubepsProcess(json& container, const controller::ReplicaLaunch& launch, 
   container["volumeMounts"] = mounts;
 }
 
+// A worker that trains a built-in model computes on as many threads as
+// its container requests cores (rounded up: the downward API's divisor 1),
+// as a pod's neighbours on the node expect of it. A container that
+// requests none (0) computes on the cores it may use: its CPU limit, or
+// the node's. A KUBEPS_BLAS_THREADS of the template wins.
+void ComputeOnTheRequestedCores(json& container) {
+  for (const auto& e : container["env"]) {
+    if (e.value("name", "") == api::env::kBlasThreads) return;
+  }
+  container["env"].push_back(
+      {{"name", api::env::kBlasThreads},
+       {"valueFrom", {{"resourceFieldRef", {{"resource", "requests.cpu"}, {"divisor", "1"}}}}}});
+}
+
 // An elastic job's scheduler follows the desired number of workers in a
 // file of the downwardAPI volume that shows its pod's annotation.
 void FollowDesiredWorkers(const api::TrainingJob& spec, json& meta, json& container,
@@ -279,6 +293,7 @@ json BuildPod(const JobIdentity& job, const api::TrainingJob& spec,
       main["image"] = name.role == controller::ReplicaRole::kWorker ? images.agent : images.server;
     }
     SetKubepsProcess(main, launch, tls);
+    if (name.role == controller::ReplicaRole::kWorker) ComputeOnTheRequestedCores(main);
     RestrictedByDefault(main);
   }
   if (name.role == controller::ReplicaRole::kWorker && spec.spec.gpus_per_worker > 0) {

@@ -22,6 +22,7 @@
 #include "common/desired_workers.h"
 #include "common/host_port.h"
 #include "common/logging.h"
+#include "common/usable_cores.h"
 #include "operator/controller/job_controller.h"
 #include "operator/controller/replica_env.h"
 #include "operator/controller/replica_tls.h"
@@ -235,8 +236,7 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
     KLOG_ERROR << "the job's TLS certificates: " << s.message();
     return 1;
   }
-  const int cores =
-      options.cores > 0 ? options.cores : std::max(1u, std::thread::hardware_concurrency());
+  const int cores = options.cores > 0 ? options.cores : UsableCores();
   // Workers do the math; servers and the scheduler mostly wait. Share the
   // cores among workers so BLAS threads never outnumber them (among as many
   // as the job has when a worker starts: an elastic job's may change).

@@ -15,7 +15,7 @@ namespace kubeps::local {
 struct LocalRunOptions {
   std::string bin_dir;  // where kubeps-server and kubeps-agent are
   std::string run_dir;  // "" = a new folder under $TMPDIR
-  int cores = 0;        // 0 = this machine's; shared out as BLAS threads
+  int cores = 0;        // 0 = those this process may use (UsableCores); shared out as BLAS threads
   // The folder a job's own program runs in when its container names no
   // workingDir, and what a relative workingDir is relative to: the
   // manifest's folder, so `kubeps run dir/job.yaml` finds dir/train.py

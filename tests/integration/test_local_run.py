@@ -143,6 +143,20 @@ class LocalRunTest(unittest.TestCase):
         self.assertEqual(code, 1, job.output())
         self.assertIn('KUBEPS_BUCKET_BYTES="1MB": not a number of bytes', job.output())
 
+    def test_one_process_computes_on_the_cores_it_may_use_not_the_machines(self):
+        # An affinity mask (taskset, a cpuset, a container's CPUs) or a CPU
+        # limit allows fewer cores than the machine has: as many threads
+        # as the machine's cores would wait for each other at every BLAS
+        # call's barrier.
+        path = write_manifest(self.dir, manifest("pinned", workers=1, batch=32))
+        first_cpu = sorted(os.sched_getaffinity(0))[0]
+        result = subprocess.run(["taskset", "-c", str(first_cpu), KUBEPS, "train-local", path],
+                                env=dict(os.environ, KUBEPS_MAX_STEPS="2"), capture_output=True,
+                                text=True, timeout=300)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertIn("computing on 1 thread (the cores this process may use)",
+                      result.stdout + result.stderr)
+
     def test_validate_names_each_bad_field(self):
         text = manifest("bad").replace('"replicas": 2', '"replicas": -1', 1)
         text = text.replace('"adam"', '"adamw"')

@@ -430,6 +430,29 @@ class EmulatorTest(unittest.TestCase):
         c.kubectl("delete", "pod", "sec")
         c.kubectl("delete", "secret", "tok")
 
+    def test_resource_field_refs_round_up_over_their_divisor(self):
+        # As the kubelet: 500m of CPU over a divisor of 1 is 1; a missing
+        # request is the limit, one with neither is 0.
+        c = self.c
+        refs = {"HALF": ("requests.cpu", "1"), "LIMIT": ("limits.cpu", "1"),
+                "MILLI": ("requests.cpu", "1m"), "MEM": ("limits.memory", "1Mi")}
+        c.client.post("/api/v1/namespaces/default/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "res"},
+            "spec": {"restartPolicy": "Never", "containers": [
+                {"name": "main", "image": "x",
+                 "command": ["/bin/sh", "-c", "echo $HALF $LIMIT $MILLI $MEM"],
+                 "resources": {"requests": {"cpu": "500m"},
+                               "limits": {"cpu": "1500m", "memory": "1536Ki"}},
+                 "env": [{"name": n, "valueFrom": {"resourceFieldRef": {
+                     "resource": r, "divisor": d}}} for n, (r, d) in refs.items()]},
+                {"name": "bare", "image": "x", "command": ["/bin/sh", "-c", "echo $NONE"],
+                 "env": [{"name": "NONE", "valueFrom": {"resourceFieldRef": {
+                     "resource": "requests.cpu", "divisor": "1"}}}]}]}})
+        c.wait_for(lambda: c.pod("res")["status"]["phase"] == "Succeeded", what="Succeeded")
+        self.assertEqual(c.kubectl("logs", "res", "-c", "main").stdout.strip(), "1 2 500 2")
+        self.assertEqual(c.kubectl("logs", "res", "-c", "bare").stdout.strip(), "0")
+        c.kubectl("delete", "pod", "res")
+
     # -- list, watch, selectors
 
     def test_label_and_field_selectors(self):

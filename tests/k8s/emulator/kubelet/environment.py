@@ -7,6 +7,7 @@ program (command, args, or the image's entrypoint, looked up in the
 A mixin of PodWorker (pod_worker.py).
 """
 import base64
+import math
 import os
 import re
 import shutil
@@ -14,6 +15,36 @@ import urllib.parse
 
 from ..client import ApiError
 from .containers import ConfigError, expand
+
+
+QUANTITY_SUFFIXES = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+                     "E": 1e18, "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40,
+                     "Pi": 2 ** 50, "Ei": 2 ** 60}
+
+
+def quantity(text):
+    """A resource quantity ("500m", "2", "1.5", "4Gi") in its base unit."""
+    m = re.match(r"^([0-9]*\.?[0-9]+)([a-zA-Z]*)$", str(text).strip())
+    if not m or m.group(2) not in QUANTITY_SUFFIXES:
+        raise ConfigError("resourceFieldRef: %r is not a quantity" % (text,))
+    return float(m.group(1)) * QUANTITY_SUFFIXES[m.group(2)]
+
+
+def resource_field(ref, spec):
+    """A container's resourceFieldRef as the kubelet resolves it: the request or
+    limit over the divisor (default 1), rounded up. The API server defaults a
+    missing request to the limit; a missing limit is the node's capacity, a
+    missing request (neither set) 0."""
+    kind, _, name = ref.get("resource", "").partition(".")
+    resources = spec.get("resources") or {}
+    value = (resources.get(kind) or {}).get(name)
+    if value is None and kind == "requests":
+        value = (resources.get("limits") or {}).get(name)
+    if value is None:
+        capacity = {"cpu": os.cpu_count(),
+                    "memory": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")}
+        value = capacity.get(name, 0) if kind == "limits" else 0
+    return str(math.ceil(quantity(value) / quantity(ref.get("divisor", "1")) - 1e-9))
 
 
 class ContainerEnvironment:
@@ -100,10 +131,7 @@ class ContainerEnvironment:
                 elif "configMapKeyRef" in vf:
                     value = self.key_value(vf["configMapKeyRef"], "configmaps")
                 elif "resourceFieldRef" in vf:
-                    res = vf["resourceFieldRef"].get("resource", "")
-                    kind, _, rname = res.partition(".")
-                    value = str(((spec.get("resources") or {}).get(kind) or {}).get(
-                        rname, os.cpu_count() if rname == "cpu" else 0))
+                    value = resource_field(vf["resourceFieldRef"], spec)
                 if value is not None:
                     env[name] = value
             else:

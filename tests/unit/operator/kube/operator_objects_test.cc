@@ -95,6 +95,24 @@ TEST(PodBuilderTest, WorkerPodMergesTheTemplateAndOwnsNothingElse) {
   EXPECT_EQ(spec["volumes"].back()["secret"]["secretName"], "mnist-token");
 }
 
+// A worker training a built-in model computes on as many threads as its
+// container requests cores (the downward API rounds up), unless its
+// template says otherwise; servers compute nothing worth threads.
+TEST(PodBuilderTest, AWorkerComputesOnAsManyThreadsAsItsContainerRequestsCores) {
+  api::TrainingJob job = Job();
+  json worker = BuildPod(kId, job, Launch(job, {ReplicaRole::kWorker, 0}), 0, ImageSet{});
+  const json threads = EnvValue(worker["spec"]["containers"][0], "KUBEPS_BLAS_THREADS");
+  EXPECT_EQ(threads["resourceFieldRef"]["resource"], "requests.cpu");
+  EXPECT_EQ(threads["resourceFieldRef"]["divisor"], "1");
+  json server = BuildPod(kId, job, Launch(job, {ReplicaRole::kServer, 0}), 0, ImageSet{});
+  EXPECT_EQ(EnvValue(server["spec"]["containers"][0], "KUBEPS_BLAS_THREADS"), nullptr);
+
+  job.spec.worker.template_override["spec"]["containers"][0]["env"].push_back(
+      {{"name", "KUBEPS_BLAS_THREADS"}, {"value", "3"}});
+  worker = BuildPod(kId, job, Launch(job, {ReplicaRole::kWorker, 0}), 0, ImageSet{});
+  EXPECT_EQ(EnvValue(worker["spec"]["containers"][0], "KUBEPS_BLAS_THREADS"), "3");
+}
+
 TEST(PodBuilderTest, RestartedPodGetsANewNameButTheSameHostname) {
   api::TrainingJob job = Job();
   json pod = BuildPod(kId, job, Launch(job, {ReplicaRole::kServer, 0}), 2, ImageSet{});
