@@ -36,7 +36,11 @@ Standard library and torch only; not a test.
 Measured on the 2-core development machine (2026-11-26, --rounds 2, the other
 settings the defaults, tensors through shared memory between each agent and
 the servers): kubeps 9.30 steps/sec, waits 8.88, DDP 9.77; kubeps/DDP 0.952,
-waits/DDP 0.909, kubeps/waits 1.048. Every core is busy, so only CPU spent
+waits/DDP 0.909, kubeps/waits 1.048. On another 2-core machine (2026-11-27,
+--rounds 2), with the hooks' gradients sent in buckets: kubeps 11.78, waits
+14.39, DDP 10.52; kubeps/DDP 1.120, waits/DDP 1.369. With
+KUBEPS_BUCKET_BYTES=0 in the environment (one request per parameter, as
+before), the next run: kubeps/DDP 1.118, waits/DDP 0.893. Every core is busy, so only CPU spent
 matters: per step each worker hands its 13 MB of gradients to the servers
 and takes 13 MB of parameters back through its agent, and the servers run on
 the two cores the workers compute on.

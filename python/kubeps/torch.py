@@ -11,13 +11,17 @@
 How a step goes.  `DistributedOptimizer` declares every trainable parameter
 (float32, by name) and hooks each one's gradient accumulator: as soon as
 backward has the gradient of a parameter, the hook copies it into the
-parameter's `grads` region of the shared-memory file and sends `push_pull`
-for that key: the last layers' gradients travel while backward still works on
-the first ones, and each key's version step+1 comes back into its `values`
-region as soon as the servers have applied that key's update, not after the
-whole step's pushes.  The agent sends queued requests lowest key first
-(declaration order, which is the model's: the first layers, which the next
-forward pass needs first, go first).  `step()` waits for the exchanges and
+parameter's `grads` region of the shared-memory file, and once the gradients
+copied so far hold KUBEPS_BUCKET_BYTES (1 MiB, DistributedDataParallel's
+first bucket; 0: every parameter alone), or every parameter's gradient is
+in, sends one `push_pull` for their keys: the last layers' gradients
+travel while backward still works on the first ones, small ones together (a
+request has a fixed cost that a bias does not repay), and each request's
+version step+1 comes back into the `values` regions as soon as the servers
+have applied those keys' update, not after the whole step's pushes.  The
+agent sends queued requests lowest key first (declaration order, which is
+the model's: the first layers, which the next forward pass needs first, go
+first).  `step()` waits for the exchanges and
 then, by the servers' optimizer (`hello` says which):
 
 - a real optimizer (sgd, adam, ...): the servers hold the parameters and the
@@ -45,6 +49,7 @@ A rollback (a parameter server restarted from its checkpoint) surfaces as
 parameters, and `steps()` yields `resume_step` next.
 """
 
+import os
 import threading
 import warnings
 
@@ -141,12 +146,13 @@ class _DistributedOptimizer:
         self._kubeps_passes_per_step = int(backward_passes_per_step)
         self._kubeps_lock = threading.Lock()
         self._kubeps_exchanges = {}  # name -> Handle of this step's push_pull
+        self._kubeps_bucket_bytes = _bucket_bytes()
         # With model=: name -> Handle of the last step's exchange, waited for
         # by the parameter's module before its forward.
         self._kubeps_pending = {}
         self._kubeps_discard = False  # a forward pass found a rollback: drop this iteration
         self._kubeps_forward_hooks = []
-        self._kubeps_passes = {}  # name -> backward passes seen this step
+        self._kubeps_new_backward()
         self._kubeps_synchronized = False
         self._kubeps_closed = False
         self._kubeps_warned_rollback = False
@@ -160,6 +166,16 @@ class _DistributedOptimizer:
             for b in self._kubeps_bindings]
         if model is not None:
             self._kubeps_hook_forward(model)
+
+    def _kubeps_new_backward(self):
+        """What the hooks gather over a step's backward passes starts over (under the lock,
+        or before any hook runs)."""
+        self._kubeps_passes = {}  # name -> backward passes seen this step
+        self._kubeps_ready = 0  # parameters whose gradient of the step is complete
+        # Gradients copied but not yet sent: they go with the next ones until the request
+        # holds bucket_bytes, or every parameter's gradient is in.
+        self._kubeps_bucket = []
+        self._kubeps_bucket_held = 0
 
     def _kubeps_hook_forward(self, model):
         """Each module of `model` that holds declared parameters waits for them before its
@@ -268,13 +284,25 @@ class _DistributedOptimizer:
             self._kubeps_passes[binding.name] = passes
             if passes < self._kubeps_passes_per_step:
                 return
-        if binding.param.grad is None:
-            return  # nothing accumulated: step() pushes zeros for it
         step = _current_step("the gradient hook of %r" % binding.name)
-        _copy_gradient(binding)
-        handle = self._kubeps_session.push_pull([binding.name], step)
+        # Without a gradient nothing is sent here: step() pushes zeros for it.
+        if binding.param.grad is not None:
+            _copy_gradient(binding)
         with self._kubeps_lock:
-            self._kubeps_exchanges[binding.name] = handle
+            self._kubeps_ready += 1
+            if binding.param.grad is not None:
+                self._kubeps_bucket.append(binding)
+                self._kubeps_bucket_held += binding.grads.numel() * 4
+            if not self._kubeps_bucket or (
+                    self._kubeps_bucket_held < self._kubeps_bucket_bytes and
+                    self._kubeps_ready < len(self._kubeps_bindings)):
+                return
+            bucket = self._kubeps_bucket
+            self._kubeps_bucket, self._kubeps_bucket_held = [], 0
+        handle = self._kubeps_session.push_pull([b.name for b in bucket], step)
+        with self._kubeps_lock:
+            for b in bucket:
+                self._kubeps_exchanges[b.name] = handle
 
     def synchronize(self):
         """Finishes this step's communication: exchanges what backward did not (zeros for
@@ -299,14 +327,14 @@ class _DistributedOptimizer:
         session = self._kubeps_session
         with self._kubeps_lock:
             exchanges, self._kubeps_exchanges = self._kubeps_exchanges, {}
-            self._kubeps_passes = {}
+            self._kubeps_new_backward()  # the bucket goes below, with what backward did not reach
         missing = [b.name for b in self._kubeps_bindings if b.name not in exchanges]
         for name in missing:
             _copy_gradient(self._kubeps_by_name[name])
         try:
             if missing:
                 exchanges[None] = session.push_pull(missing, step)
-            session.wait(list(exchanges.values()))
+            session.wait(_unwaited(exchanges.values()))
         except RolledBack as rollback:
             self._kubeps_roll_back(rollback.resume_step)
             return False
@@ -336,7 +364,7 @@ class _DistributedOptimizer:
             self._kubeps_discard = False
             with self._kubeps_lock:
                 self._kubeps_exchanges = {}
-                self._kubeps_passes = {}
+                self._kubeps_new_backward()
             return loss
         if self._kubeps_defers():
             self._kubeps_exchange_rest()
@@ -356,7 +384,7 @@ class _DistributedOptimizer:
         step = _current_step("optimizer.step()")
         with self._kubeps_lock:
             exchanges, self._kubeps_exchanges = self._kubeps_exchanges, {}
-            self._kubeps_passes = {}
+            self._kubeps_new_backward()  # the bucket goes below, with what backward did not reach
         missing = [b for b in self._kubeps_bindings if b.name not in exchanges]
         # A parameter left out of this forward pass still has its last exchange pending:
         # it must end before the same regions are used again.
@@ -383,7 +411,7 @@ class _DistributedOptimizer:
                 "so they keep their values; only the step goes back" % resume_step)
         with self._kubeps_lock:
             self._kubeps_exchanges = {}
-            self._kubeps_passes = {}
+            self._kubeps_new_backward()
         self._kubeps_synchronized = False
         _counter.roll_back(resume_step)
 
@@ -391,6 +419,20 @@ class _DistributedOptimizer:
         self._kubeps_closed = True
         for hook in self._kubeps_forward_hooks:
             hook.remove()
+
+
+DEFAULT_BUCKET_BYTES = 1 << 20  # DistributedDataParallel's first bucket, and the agent's
+
+
+def _bucket_bytes():
+    """KUBEPS_BUCKET_BYTES, the least a request of the backward pass holds (0: one request
+    per parameter), as the built-in trainer reads it."""
+    text = os.environ.get("KUBEPS_BUCKET_BYTES")
+    if text is None:
+        return DEFAULT_BUCKET_BYTES
+    if not text.isdigit():
+        raise InvalidArgument("KUBEPS_BUCKET_BYTES=%r: not a number of bytes" % text)
+    return int(text)
 
 
 def _unwaited(handles):

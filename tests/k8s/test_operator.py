@@ -161,6 +161,9 @@ class OperatorTest(SharedClusterTestCase):
         # the worker trained and evaluated
         logs = c.kubectl("logs", "fashion-mnist-worker-0").stdout
         self.assertIn("test accuracy", logs)
+        # The example's workers request no CPU: the downward API says 0, and the agent
+        # computes on the cores it may use.
+        self.assertRegex(logs, r"computing on \d+ threads? \(the cores this process may use\)")
         self.assertIn("[fashion-mnist-worker-0/worker] [worker 0] test accuracy",
                       kubelet_output(c))
 

@@ -10,6 +10,7 @@ import textwrap
 import time
 import unittest
 import warnings
+from unittest import mock
 
 from agent_fixture import (HERE, client_environment, make_socket_dir, requires_fake,
                            reset_kubeps, start_agent)
@@ -98,12 +99,13 @@ class _SlowBackward(torch.autograd.Function if torch else object):
 
 @needs_torch
 class Updates(TorchTestCase):
-    @requires_fake
-    def test_gradients_are_pushed_during_backward_last_layer_first(self):
-        agent = self.connect()
+    def backward_with_a_slow_layer_0(self, bucket_bytes):
+        """One step of three_layers() whose backward takes 0.5 s before it reaches layer 0;
+        returns (optimizer, when that backward returned, when step() was called)."""
         model = three_layers()
-        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                             named_parameters=model.named_parameters())
+        with mock.patch.dict(os.environ, {"KUBEPS_BUCKET_BYTES": str(bucket_bytes)}):
+            optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                                 named_parameters=model.named_parameters())
         kps.broadcast_parameters(model.state_dict(), root_rank=0)
         # Layer 0's gradients exist only once the slow identity's backward has
         # returned: that moment splits the pushes that overlapped backward
@@ -116,13 +118,19 @@ class Updates(TorchTestCase):
         time.sleep(0.2)  # room for the last push to be read by the agent
         step_called_at = time.monotonic_ns()
         optimizer.step()
+        return optimizer, _SlowBackward.finished_at[0], step_called_at
+
+    @requires_fake
+    def test_gradients_are_pushed_during_backward_last_layer_first(self):
+        agent = self.connect()
+        # A bucket of 0 bytes: every parameter's gradient goes on its own.
+        optimizer, layer_0_grads_from, step_called_at = self.backward_with_a_slow_layer_0(0)
         # Each hook exchanges its key: push, then pull of the next version.
         pushes = [(at, request["keys"][0]) for at, op, request in agent.fake.events
                   if op == "push_pull"]
         key = {name: i for i, name in enumerate(optimizer.kubeps_parameter_names)}
         arrival = {k: at for at, k in pushes}
         self.assertEqual(sorted(arrival), sorted(key.values()), "one push per parameter")
-        layer_0_grads_from = _SlowBackward.finished_at[0]
         for later_layer in ("4.weight", "4.bias", "2.weight", "2.bias"):
             self.assertLess(arrival[key[later_layer]], layer_0_grads_from,
                             "%s reached the agent before backward reached layer 0" % later_layer)
@@ -132,6 +140,28 @@ class Updates(TorchTestCase):
                             "%s was pushed by its hook, not by step()" % first_layer)
         order = [k for _, k in sorted(pushes)]
         self.assertLess(order.index(key["4.weight"]), order.index(key["2.weight"]))
+
+    @requires_fake
+    def test_small_gradients_travel_together_until_a_request_holds_a_bucket(self):
+        agent = self.connect()
+        bucket = 100  # bytes: layer 4's 15 floats are below it, with layer 2's above
+        optimizer, layer_0_grads_from, step_called_at = self.backward_with_a_slow_layer_0(bucket)
+        key = {name: i for i, name in enumerate(optimizer.kubeps_parameter_names)}
+        numel = {key[name]: p.numel() for name, p in three_layers().named_parameters()}
+        requests = sorted((at, request["keys"]) for at, op, request in agent.fake.events
+                          if op == "push_pull")
+        sent = [k for _, keys in requests for k in keys]
+        self.assertEqual(sorted(sent), sorted(numel), "every parameter once")
+        self.assertGreater(len(requests), 1)
+        self.assertLess(len(requests), len(numel), "small gradients went together")
+        for _, keys in requests[:-1]:
+            self.assertGreaterEqual(sum(numel[k] * 4 for k in keys), bucket,
+                                    "a request left before it held a bucket: %s" % keys)
+        first_at, first_keys = requests[0]
+        self.assertIn(key["4.weight"], first_keys)
+        self.assertLess(first_at, layer_0_grads_from, "the first bucket waited for backward's end")
+        self.assertLess(requests[-1][0], step_called_at,
+                        "the last bucket was sent by step(), not once every gradient was in")
 
     def test_the_servers_optimizer_updates_the_parameters(self):
         self.connect()
@@ -167,10 +197,12 @@ class Updates(TorchTestCase):
         train(model, optimizer, 2)
         train_locally(reference, torch.optim.SGD(reference.parameters(), lr=LEARNING_RATE), 2)
         self.assertParametersEqual(model, reference, exact=False)
-        # Each key's push_pull, one per key a step; no pull waits for a version of its own.
+        # Push and pull together, the step's six small gradients in one request (far below
+        # a bucket); no pull waits for a version of its own.
         self.assertEqual([op for _, op, _ in agent.fake.events if op in ("push", "pull")], [])
-        exchanges = [r["step"] for _, op, r in agent.fake.events if op == "push_pull"]
-        self.assertEqual(sorted(exchanges), [0] * 6 + [1] * 6)
+        exchanges = [(r["step"], len(r["keys"])) for _, op, r in agent.fake.events
+                     if op == "push_pull"]
+        self.assertEqual(sorted(exchanges), [(0, 6), (1, 6)])
 
     def test_a_scalar_parameter(self):
         self.connect()
@@ -427,6 +459,15 @@ class UserErrors(TorchTestCase):
                                     r"0.bias, 2.weight"):
             kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                      named_parameters=model.named_parameters())
+
+    def test_a_bucket_size_that_is_not_a_number_of_bytes(self):
+        self.connect()
+        model = three_layers()
+        with mock.patch.dict(os.environ, {"KUBEPS_BUCKET_BYTES": "1MB"}):
+            with self.assertRaises(kubeps.InvalidArgument) as caught:
+                kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters())
+        self.assertIn("KUBEPS_BUCKET_BYTES='1MB': not a number of bytes", str(caught.exception))
 
     def test_a_float64_parameter(self):
         self.connect()
