@@ -26,6 +26,9 @@ bool ParseInteger(const std::string& text, long long* value) {
   return !text.empty() && end != nullptr && *end == '\0';
 }
 
+// The tighter of two limits, where 0 is none.
+int Tighter(int a, int b) { return a == 0 ? b : b == 0 ? a : std::min(a, b); }
+
 int CeilCores(long long quota_us, long long period_us) {
   if (quota_us <= 0 || period_us <= 0) return 0;
   return static_cast<int>((quota_us + period_us - 1) / period_us);
@@ -60,8 +63,7 @@ template <typename LimitOf>
 int SmallestUpTo(const std::string& top, std::string path, LimitOf limit_of) {
   int smallest = 0;
   for (;;) {
-    const int limit = limit_of(top + path);
-    if (limit > 0 && (smallest == 0 || limit < smallest)) smallest = limit;
+    smallest = Tighter(smallest, limit_of(top + path));
     if (path.empty()) return smallest;
     const size_t slash = path.find_last_of('/');
     path.erase(slash == std::string::npos ? 0 : slash);
@@ -80,9 +82,6 @@ int CoresOfCpuMax(const std::string& cpu_max) {
 
 int CgroupCoreLimit(const std::string& cgroup_root, const std::string& proc_self_cgroup) {
   int smallest = 0;
-  auto take = [&](int limit) {
-    if (limit > 0 && (smallest == 0 || limit < smallest)) smallest = limit;
-  };
   std::istringstream lines(proc_self_cgroup);
   std::string line;
   while (std::getline(lines, line)) {
@@ -94,14 +93,14 @@ int CgroupCoreLimit(const std::string& cgroup_root, const std::string& proc_self
     std::string path = line.substr(second + 1);
     if (path == "/") path.clear();
     if (line.compare(0, first, "0") == 0 && controllers.empty()) {
-      take(SmallestUpTo(cgroup_root, path, CoresOfCpuMaxIn));
+      smallest = Tighter(smallest, SmallestUpTo(cgroup_root, path, CoresOfCpuMaxIn));
       continue;
     }
     const std::string listed = "," + controllers + ",";
     if (listed.find(",cpu,") == std::string::npos) continue;
     // Mounted as the controllers' list ("cpu,cpuacct") or as "cpu", a link to it.
     for (const std::string& mount : {controllers, std::string("cpu")}) {
-      take(SmallestUpTo(cgroup_root + "/" + mount, path, CoresOfCfsQuota));
+      smallest = Tighter(smallest, SmallestUpTo(cgroup_root + "/" + mount, path, CoresOfCfsQuota));
     }
   }
   return smallest;
@@ -115,8 +114,7 @@ int UsableCores() {
   if (::sched_getaffinity(0, sizeof allowed, &allowed) == 0) cores = CPU_COUNT(&allowed);
   std::string self;
   if (ReadFile("/proc/self/cgroup", &self)) {
-    const int limit = CgroupCoreLimit("/sys/fs/cgroup", self);
-    if (limit > 0) cores = std::min(cores, limit);
+    cores = Tighter(cores, CgroupCoreLimit("/sys/fs/cgroup", self));
   }
   return std::max(cores, 1);
 }

@@ -32,6 +32,12 @@ class CgroupCoreLimitTest : public ::testing::Test {
     fs::create_directories((root_ / relative).parent_path());
     std::ofstream(root_ / relative) << text;
   }
+  // cgroup v1's cpu controller in `dir`.
+  void WriteCfsQuota(const std::string& dir, const std::string& quota_us,
+                     const std::string& period_us) {
+    Write(dir + "/cpu.cfs_quota_us", quota_us + "\n");
+    Write(dir + "/cpu.cfs_period_us", period_us + "\n");
+  }
   int Limit(const std::string& proc_self_cgroup) const {
     return CgroupCoreLimit(root_.string(), proc_self_cgroup);
   }
@@ -73,22 +79,19 @@ TEST_F(CgroupCoreLimitTest, NoLimitAnywhereIsZero) {
 }
 
 TEST_F(CgroupCoreLimitTest, CgroupV1ReadsTheCpuControllersQuotaAndPeriod) {
-  Write("cpu,cpuacct/kubepods/pod1/abc/cpu.cfs_quota_us", "250000\n");
-  Write("cpu,cpuacct/kubepods/pod1/abc/cpu.cfs_period_us", "100000\n");
+  WriteCfsQuota("cpu,cpuacct/kubepods/pod1/abc", "250000", "100000");
   EXPECT_EQ(Limit("12:memory:/kubepods/pod1/abc\n"
                   "4:cpu,cpuacct:/kubepods/pod1/abc\n"),
             3);
 }
 
 TEST_F(CgroupCoreLimitTest, CgroupV1WithoutAQuotaIsNoLimit) {
-  Write("cpu,cpuacct/cpu.cfs_quota_us", "-1\n");
-  Write("cpu,cpuacct/cpu.cfs_period_us", "100000\n");
+  WriteCfsQuota("cpu,cpuacct", "-1", "100000");
   EXPECT_EQ(Limit("4:cpu,cpuacct:/\n"), 0);
 }
 
 TEST_F(CgroupCoreLimitTest, CgroupV1InAContainerWhoseHostPathIsNotInItsViewReadsTheMount) {
-  Write("cpu/cpu.cfs_quota_us", "100000\n");
-  Write("cpu/cpu.cfs_period_us", "100000\n");
+  WriteCfsQuota("cpu", "100000", "100000");
   EXPECT_EQ(Limit("3:cpu:/docker/0123abcd\n"), 1);
 }
 

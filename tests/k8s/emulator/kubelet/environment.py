@@ -44,6 +44,7 @@ def resource_field(ref, spec):
         capacity = {"cpu": os.cpu_count(),
                     "memory": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")}
         value = capacity.get(name, 0) if kind == "limits" else 0
+    # Less a hair: float division may land just above a whole number (1.5Mi / 1Ki).
     return str(math.ceil(quantity(value) / quantity(ref.get("divisor", "1")) - 1e-9))
 
 
