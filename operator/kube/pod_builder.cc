@@ -65,17 +65,24 @@ void SetKubepsProcess(json& container, const controller::ReplicaLaunch& launch, 
 }
 
 // A worker that trains a built-in model computes on as many threads as
-// its container requests cores (rounded up: the downward API's divisor 1),
-// as a pod's neighbours on the node expect of it. A container that
-// requests none (0) computes on the cores it may use: its CPU limit, or
-// the node's. A KUBEPS_BLAS_THREADS of the template wins.
+// its container asks for CPUs, as a pod's neighbours on the node expect of
+// it: its request (the API server sets a missing request to the limit),
+// rounded up by the downward API's divisor 1. A container that asks for no
+// CPU computes on one thread, as before: its threads would otherwise count
+// the node's cores, and workers sharing a node would oversubscribe it. A
+// KUBEPS_BLAS_THREADS of the template wins.
 void ComputeOnTheRequestedCores(json& container) {
   for (const auto& e : container["env"]) {
     if (e.value("name", "") == api::env::kBlasThreads) return;
   }
+  const json resources = container.value("resources", json::object());
+  const bool asks = resources.value("requests", json::object()).contains("cpu") ||
+                    resources.value("limits", json::object()).contains("cpu");
   container["env"].push_back(
-      {{"name", api::env::kBlasThreads},
-       {"valueFrom", {{"resourceFieldRef", {{"resource", "requests.cpu"}, {"divisor", "1"}}}}}});
+      asks ? json{{"name", api::env::kBlasThreads},
+                  {"valueFrom",
+                   {{"resourceFieldRef", {{"resource", "requests.cpu"}, {"divisor", "1"}}}}}}
+           : json{{"name", api::env::kBlasThreads}, {"value", "1"}});
 }
 
 // An elastic job's scheduler follows the desired number of workers in a

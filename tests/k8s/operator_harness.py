@@ -341,7 +341,11 @@ def replica_pids(cluster, job_name, node_id):
     """Process ids of the replica `node_id` (e.g. "worker-0") of job `job_name`
     on `cluster`: the processes whose environment has KUBEPS_NODE_ID=node_id,
     the replica's hostname and the cluster's API server port (another test's
-    cluster may run a job of the same name beside this one)."""
+    cluster may run a job of the same name beside this one). Not the stand-in
+    kubelet's shell that sets a container up before it execs the program, nor
+    that shell's mount and hostname: they carry the pod's environment too, with
+    the kubelet's KUBEPS_EMU_ variables, which the shell unsets before its exec
+    (a real runtime sets a container up outside it)."""
     want = {b"KUBEPS_NODE_ID=" + node_id.encode(),
             b"HOSTNAME=" + ("%s-%s" % (job_name, node_id)).encode(),
             b"KUBERNETES_SERVICE_PORT=" + cluster.url.rsplit(":", 1)[1].strip("/").encode()}
@@ -354,7 +358,7 @@ def replica_pids(cluster, job_name, node_id):
                 env = set(f.read().split(b"\0"))
         except OSError:
             continue
-        if want <= env:
+        if want <= env and not any(e.startswith(b"KUBEPS_EMU_") for e in env):
             pids.append(int(entry))
     return pids
 

@@ -161,9 +161,8 @@ class OperatorTest(SharedClusterTestCase):
         # the worker trained and evaluated
         logs = c.kubectl("logs", "fashion-mnist-worker-0").stdout
         self.assertIn("test accuracy", logs)
-        # The example's workers request no CPU: the downward API says 0, and the agent
-        # computes on the cores it may use.
-        self.assertRegex(logs, r"computing on \d+ threads? \(the cores this process may use\)")
+        # The example's workers ask for no CPU: one thread each.
+        self.assertIn("computing on 1 thread (KUBEPS_BLAS_THREADS)", logs)
         self.assertIn("[fashion-mnist-worker-0/worker] [worker 0] test accuracy",
                       kubelet_output(c))
 

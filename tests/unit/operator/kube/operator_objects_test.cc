@@ -96,21 +96,28 @@ TEST(PodBuilderTest, WorkerPodMergesTheTemplateAndOwnsNothingElse) {
 }
 
 // A worker training a built-in model computes on as many threads as its
-// container requests cores (the downward API rounds up), unless its
-// template says otherwise; servers compute nothing worth threads.
-TEST(PodBuilderTest, AWorkerComputesOnAsManyThreadsAsItsContainerRequestsCores) {
+// container asks for CPUs (the downward API rounds the request up), on one
+// where it asks for none, and as its template says where it says; servers
+// compute nothing worth threads.
+TEST(PodBuilderTest, AWorkerComputesOnAsManyThreadsAsItsContainerAsksForCpus) {
   api::TrainingJob job = Job();
-  json worker = BuildPod(kId, job, Launch(job, {ReplicaRole::kWorker, 0}), 0, ImageSet{});
-  const json threads = EnvValue(worker["spec"]["containers"][0], "KUBEPS_BLAS_THREADS");
-  EXPECT_EQ(threads["resourceFieldRef"]["resource"], "requests.cpu");
-  EXPECT_EQ(threads["resourceFieldRef"]["divisor"], "1");
+  auto worker_threads = [&] {
+    json pod = BuildPod(kId, job, Launch(job, {ReplicaRole::kWorker, 0}), 0, ImageSet{});
+    return EnvValue(pod["spec"]["containers"][0], "KUBEPS_BLAS_THREADS");
+  };
+  EXPECT_EQ(worker_threads(), "1") << "no CPU asked for";
   json server = BuildPod(kId, job, Launch(job, {ReplicaRole::kServer, 0}), 0, ImageSet{});
   EXPECT_EQ(EnvValue(server["spec"]["containers"][0], "KUBEPS_BLAS_THREADS"), nullptr);
 
-  job.spec.worker.template_override["spec"]["containers"][0]["env"].push_back(
-      {{"name", "KUBEPS_BLAS_THREADS"}, {"value", "3"}});
-  worker = BuildPod(kId, job, Launch(job, {ReplicaRole::kWorker, 0}), 0, ImageSet{});
-  EXPECT_EQ(EnvValue(worker["spec"]["containers"][0], "KUBEPS_BLAS_THREADS"), "3");
+  json& container = job.spec.worker.template_override["spec"]["containers"][0];
+  for (const char* kind : {"requests", "limits"}) {
+    container["resources"] = {{kind, {{"cpu", "1500m"}}}};
+    const json threads = worker_threads();
+    EXPECT_EQ(threads["resourceFieldRef"]["resource"], "requests.cpu") << kind;
+    EXPECT_EQ(threads["resourceFieldRef"]["divisor"], "1") << kind;
+  }
+  container["env"].push_back({{"name", "KUBEPS_BLAS_THREADS"}, {"value", "3"}});
+  EXPECT_EQ(worker_threads(), "3");
 }
 
 TEST(PodBuilderTest, RestartedPodGetsANewNameButTheSameHostname) {
