@@ -24,17 +24,32 @@ constexpr int kAgentUser = 10001;
 
 const char* RoleName(controller::ReplicaRole role) { return controller::ToString(role); }
 
-// Merges kubeps' env into a container's env: same name, ours wins.
-void MergeEnv(json& container, const json& ours) {
-  json merged = json::array();
-  std::set<std::string> taken;
-  for (const auto& e : ours) taken.insert(e["name"].get<std::string>());
+// Which of two variables of one name a container keeps.
+enum class SameName { kOursWin, kTemplateWins };
+
+// A variable's name; "" for an entry without one (which merging drops).
+std::string NameOf(const json& variable) {
+  return variable.is_object() ? variable.value("name", "") : "";
+}
+
+// Merges kubeps' env into a container's env: of two of one name, `rule` says
+// which stays.
+void MergeEnv(json& container, const json& ours, SameName rule = SameName::kOursWin) {
+  json theirs = json::array();
   if (container.contains("env") && container["env"].is_array()) {
     for (const auto& e : container["env"]) {
-      if (e.contains("name") && !taken.count(e["name"].get<std::string>())) merged.push_back(e);
+      if (!NameOf(e).empty()) theirs.push_back(e);
     }
   }
-  for (const auto& e : ours) merged.push_back(e);
+  std::set<std::string> taken;
+  for (const auto& e : rule == SameName::kOursWin ? ours : theirs) taken.insert(NameOf(e));
+  json merged = json::array();
+  for (const auto& e : theirs) {
+    if (rule == SameName::kTemplateWins || !taken.count(NameOf(e))) merged.push_back(e);
+  }
+  for (const auto& e : ours) {
+    if (rule == SameName::kOursWin || !taken.count(NameOf(e))) merged.push_back(e);
+  }
   container["env"] = merged;
 }
 
@@ -72,17 +87,15 @@ void SetKubepsProcess(json& container, const controller::ReplicaLaunch& launch, 
 // the node's cores, and workers sharing a node would oversubscribe it. A
 // KUBEPS_BLAS_THREADS of the template wins.
 void ComputeOnTheRequestedCores(json& container) {
-  for (const auto& e : container["env"]) {
-    if (e.value("name", "") == api::env::kBlasThreads) return;
-  }
   const json resources = container.value("resources", json::object());
   const bool asks = resources.value("requests", json::object()).contains("cpu") ||
                     resources.value("limits", json::object()).contains("cpu");
-  container["env"].push_back(
+  const json threads =
       asks ? json{{"name", api::env::kBlasThreads},
                   {"valueFrom",
                    {{"resourceFieldRef", {{"resource", "requests.cpu"}, {"divisor", "1"}}}}}}
-           : json{{"name", api::env::kBlasThreads}, {"value", "1"}});
+           : json{{"name", api::env::kBlasThreads}, {"value", "1"}};
+  MergeEnv(container, json::array({threads}), SameName::kTemplateWins);
 }
 
 // An elastic job's scheduler follows the desired number of workers in a
