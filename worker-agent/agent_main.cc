@@ -153,11 +153,6 @@ Status LoadConfigAndJob(api::NodeConfig* config, api::TrainingJob* job) {
                          config->role + "\"");
   }
   SetLogTag(config->role == "local" ? "local" : config->node_id);
-  const int threads = config->blas_threads > 0 ? config->blas_threads : UsableCores();
-  SetBlasThreads(threads);
-  KLOG_INFO << "computing on " << threads << (threads == 1 ? " thread" : " threads")
-            << (config->blas_threads > 0 ? " (KUBEPS_BLAS_THREADS)"
-                                         : " (the cores this process may use)");
   return api::DecodeJob(config->job_json, job);
 }
 
@@ -276,7 +271,19 @@ void TellSchedulerDone(KVWorker* kv) {
   }
 }
 
+// The built-in model's BLAS and OpenMP threads: as many as
+// KUBEPS_BLAS_THREADS says, else one per core this process may use. (A
+// sidecar computes nothing: the user's program has threads of its own.)
+void ComputeOnTheCoresGiven(const api::NodeConfig& config) {
+  const int threads = config.blas_threads > 0 ? config.blas_threads : UsableCores();
+  SetBlasThreads(threads);
+  KLOG_INFO << "computing on " << threads << (threads == 1 ? " thread" : " threads")
+            << (config.blas_threads > 0 ? " (KUBEPS_BLAS_THREADS)"
+                                        : " (the cores this process may use)");
+}
+
 int TrainBuiltInModel(const api::NodeConfig& config, const api::TrainingJob& job, KVPath path) {
+  ComputeOnTheCoresGiven(config);
   std::unique_ptr<trainer::Model> model;
   trainer::FashionMnist data;
   const char* reason = nullptr;

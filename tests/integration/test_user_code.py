@@ -184,6 +184,8 @@ class UserCodeTest(unittest.TestCase):
         # Each worker's program ran, with the replica's tag on its lines.
         for worker in ("worker-0", "worker-1"):
             self.assertIn("[%s/trainer] step %d/%d loss " % (worker, STEPS, STEPS), output)
+        # The agents beside the programs compute nothing, so say no thread count.
+        self.assertNotIn("computing on", output)
         self.assertRegex(output, r"running job pytorch-mlp: 1 scheduler, 2 servers, 2 workers "
                                  r"\(sync, container trainer: python3 train.py --steps 500 ")
         accuracy = accuracy_of(job)
