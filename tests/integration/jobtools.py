@@ -137,7 +137,8 @@ class RunningJob:
         deadline = time.time() + 60
         while time.time() < deadline:
             if os.path.exists(path):
-                values = dict(line.split() for line in open(path) if line.strip())
+                with open(path) as published:
+                    values = dict(line.split() for line in published if line.strip())
                 return int(values["grpc"]), int(values["metrics"])
             time.sleep(0.05)
         raise AssertionError("%s never published its ports" % replica)

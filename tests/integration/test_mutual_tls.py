@@ -37,9 +37,12 @@ def answers_http2(port, ca_file=None, cert_dir=None):
                     context.load_cert_chain(os.path.join(cert_dir, "tls.crt"),
                                             os.path.join(cert_dir, "tls.key"))
                 context.set_alpn_protocols(["h2"])
+                # The TLS socket takes the descriptor over from `raw`: closing
+                # `raw` would leave it open.
                 s = context.wrap_socket(raw, server_hostname="replica.kubeps.invalid")
-            s.sendall(PREFACE)
-            data = s.recv(64)
+            with s:
+                s.sendall(PREFACE)
+                data = s.recv(64)
             return len(data) >= 9 and data[3] == 4, repr(data[:16])
     except (ssl.SSLError, OSError) as e:
         return False, "%s: %s" % (type(e).__name__, e)
