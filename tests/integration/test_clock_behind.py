@@ -15,6 +15,7 @@ import shutil
 import signal
 import stat
 import tempfile
+import time
 import unittest
 
 from jobtools import (BIN_DIR, RunningJob, read_floats, run_job, wait_for_replica_pid,
@@ -33,6 +34,21 @@ if [ "$KUBEPS_NODE_ID" = worker-1 ] && [ -e "%(marker)s" ]; then
 fi
 exec "%(agent)s" "$@"
 """
+
+
+def wait_for_exec(pid, binary, timeout=30):
+    """Waits until process `pid` runs `binary`. Until the wrapper execs the
+    agent, its /proc environ is the one it started with, without the
+    variables it exports (the test once read it in that window and failed)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if os.readlink("/proc/%d/exe" % pid) == os.path.realpath(binary):
+                return
+        except OSError:
+            pass
+        time.sleep(0.01)
+    raise AssertionError("process %d never ran %s" % (pid, binary))
 
 
 @unittest.skipUnless(LIBFAKETIME, "needs libfaketime (scripts/install-deps.sh installs faketime)")
@@ -74,6 +90,7 @@ class ClockBehindTest(unittest.TestCase):
         open(marker, "w").close()
         os.kill(old, signal.SIGKILL)
         restarted = wait_for_replica_pid(job, "worker-1", exclude=[old])
+        wait_for_exec(restarted, os.path.join(BIN_DIR, "kubeps-agent"))
         with open("/proc/%d/environ" % restarted, "rb") as f:
             self.assertIn(b"FAKETIME=-1h", f.read().split(b"\0"),
                           "the restarted worker does not run an hour behind")
