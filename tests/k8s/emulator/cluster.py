@@ -21,6 +21,7 @@ when stream_logs=True), node/ (pod folders, container logs).
 """
 import argparse
 import base64
+import fcntl
 import json
 import os
 import shutil
@@ -59,6 +60,23 @@ class KubectlError(Exception):
             " ".join(args), result.returncode, result.stdout, result.stderr))
 
 
+def claim_octet(first):
+    """(octet, lock): an even octet that no other running cluster on this
+    machine holds, trying `first` on, and the open lock file that holds it
+    until closed (or until this process ends, however it ends)."""
+    folder = os.path.join(tempfile.gettempdir(), "kubeps-emulator-octets")
+    os.makedirs(folder, exist_ok=True)
+    for i in range(120):
+        octet = 2 + 2 * ((first + i) % 120)
+        lock = open(os.path.join(folder, "%d.lock" % octet), "w")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return octet, lock
+        except OSError:
+            lock.close()
+    raise RuntimeError("every emulated cluster's address range on this machine is taken")
+
+
 class Cluster:
     _started = 0
     def __init__(self, bin_dirs=(), images=None, kubelet=True, rbac=False, directory=None,
@@ -88,9 +106,12 @@ class Cluster:
         self.token_rotator = None
         self.keep = keep or bool(os.environ.get("KUBEPS_EMULATOR_KEEP"))
         # Service IPs from 127.<octet>.0.0/16 and pod IPs from 127.<octet+1>.x.y,
-        # different for every cluster this process tree starts, so clusters
-        # of tests running side by side never share an address.
-        self.octet = 2 + 2 * ((os.getpid() + Cluster._started) % 120)
+        # a pair no other running cluster on this machine holds (start()
+        # claims it), so clusters of tests running side by side never share
+        # an address.
+        self.octet = None
+        self._octet_lock = None
+        self._first_octet = os.getpid() + Cluster._started
         Cluster._started += 1
         self.own_dir = directory is None
         self.dir = directory or tempfile.mkdtemp(prefix="kubeps-k8s-")
@@ -102,6 +123,8 @@ class Cluster:
     # -- lifecycle
 
     def start(self):
+        if self._octet_lock is None:
+            self.octet, self._octet_lock = claim_octet(self._first_octet)
         os.makedirs(self.dir, exist_ok=True)
         self.kubeconfig = os.path.join(self.dir, "kubeconfig")
         self.operator_kubeconfig = os.path.join(self.dir, "operator.kubeconfig")
@@ -185,6 +208,9 @@ class Cluster:
             if f is not None:
                 f.close()
         self.kubelet = self.apiserver = None
+        if self._octet_lock is not None:
+            self._octet_lock.close()   # the addresses are free again
+            self._octet_lock = None
         if self.own_dir and not self.keep:
             shutil.rmtree(self.dir, ignore_errors=True)
 
