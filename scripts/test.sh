@@ -8,4 +8,5 @@ scripts/install-deps.sh
 scripts/build.sh
 cd build
 ctest --output-on-failure -L unit -j "$(nproc)"
-ctest --output-on-failure -L integration
+# Two at a time: only those that mostly wait share the cores (tests/CMakeLists.txt).
+ctest --output-on-failure -L integration -j 2
