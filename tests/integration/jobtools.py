@@ -133,13 +133,11 @@ class RunningJob:
 
     def ports(self, replica):
         """(grpc, metrics) ports a replica published in the run folder."""
-        path = os.path.join(self.run_dir, replica + ".ports")
         deadline = time.time() + 60
         while time.time() < deadline:
-            if os.path.exists(path):
-                with open(path) as published:
-                    values = dict(line.split() for line in published if line.strip())
-                return int(values["grpc"]), int(values["metrics"])
+            ports = read_ports(self.run_dir, replica)
+            if ports:
+                return ports
             time.sleep(0.05)
         raise AssertionError("%s never published its ports" % replica)
 
