@@ -58,7 +58,15 @@ v1::NodeInfo SchedulerClient::Node() const {
   return node;
 }
 
-Status SchedulerClient::RegisterAgain(const std::vector<uint64_t>* checkpoint_steps) {
+uint64_t SchedulerClient::Registrations() {
+  std::lock_guard<std::mutex> lock(register_again_mutex_);
+  return registrations_;
+}
+
+Status SchedulerClient::RegisterAgain(uint64_t seen,
+                                      const std::vector<uint64_t>* checkpoint_steps) {
+  std::lock_guard<std::mutex> once(register_again_mutex_);
+  if (registrations_ != seen) return Status::Ok();
   v1::RegisterRequest request;
   *request.mutable_node() = Node();
   if (checkpoint_steps) {
@@ -76,10 +84,14 @@ Status SchedulerClient::RegisterAgain(const std::vector<uint64_t>* checkpoint_st
   Status s = caller_->Call(peer_, "Register", [&](grpc::ClientContext& c) {
     return stub_->stub->Register(&c, request, &response);
   });
-  if (s.ok()) {
+  if (!s.ok()) return s;
+  {
     std::lock_guard<std::mutex> lock(key_mutex_);
     registration_key_ = response.registration_key();
   }
+  ++registrations_;
+  KLOG_INFO << options_.node_id << " registered again with the restarted scheduler (generation "
+            << generation_.load() << ")";
   return s;
 }
 
@@ -152,9 +164,16 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
     std::lock_guard<std::mutex> lock(passed_mutex_);
     for (const auto& name : passed_barriers_) request.add_passed_barriers(name);
   }
+  const uint64_t registrations_seen = Registrations();
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::milliseconds(options_.resend.timeout_ms));
+  // As every resent call (common/resend.cc): a beat that fails at once on a
+  // channel in TRANSIENT_FAILURE leaves no call polling its reconnection, and
+  // the channel then moves only at gRPC's backup poll, every 5 s: a restarted
+  // scheduler heard from 30 s late over TLS, whose handshake takes several
+  // round trips. Waiting for the channel, within the deadline, drives it.
+  context.set_wait_for_ready(true);
   AddToken(options_.token.get(), context);
   v1::HeartbeatResponse response;
   grpc::Status s;
@@ -166,9 +185,7 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   if (response.register_again()) {
     // The scheduler restarted. This beat tells nothing; the next one, after
     // the registration, does.
-    if (Status r = RegisterAgain(checkpoint_steps); !r.ok()) return r;
-    KLOG_INFO << options_.node_id << " registered again with the restarted scheduler (generation "
-              << generation_.load() << ")";
+    if (Status r = RegisterAgain(registrations_seen, checkpoint_steps); !r.ok()) return r;
     return Status::Unavailable(peer_ + " restarted; registered with it again");
   }
   generation_ = response.generation();
@@ -233,10 +250,13 @@ Status SchedulerClient::Finish(int rank) {
       return stub_->stub->Finish(&c, request, &response);
     });
   };
+  const uint64_t registrations_seen = Registrations();
   Status s = call();
   // A scheduler that restarted since the last heartbeat does not know this
   // worker yet: register again and say it once more.
-  if (s.code() == Status::Code::kFailedPrecondition && RegisterAgain().ok()) s = call();
+  if (s.code() == Status::Code::kFailedPrecondition &&
+      RegisterAgain(registrations_seen, nullptr).ok())
+    s = call();
   return s;
 }
 

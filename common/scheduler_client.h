@@ -112,7 +112,11 @@ class SchedulerClient {
   // One attempt to register with a restarted scheduler, carrying the
   // recovery generation this node last heard of and (servers) the steps it
   // holds now, not at start: a recovery right after the restart needs them.
-  Status RegisterAgain(const std::vector<uint64_t>* checkpoint_steps = nullptr);
+  // `seen` is registrations_ before the call that found the scheduler
+  // restarted: when another thread of this node (a worker beats from two)
+  // registered since, this one does not again.
+  Status RegisterAgain(uint64_t seen, const std::vector<uint64_t>* checkpoint_steps);
+  uint64_t Registrations();
   v1::NodeInfo Node() const;
 
   const SchedulerClientOptions options_;
@@ -133,6 +137,8 @@ class SchedulerClient {
   // process is the node it names.
   std::mutex key_mutex_;
   std::string registration_key_;
+  std::mutex register_again_mutex_;
+  uint64_t registrations_ = 0;  // with restarted schedulers, under register_again_mutex_
 };
 
 }  // namespace kubeps
