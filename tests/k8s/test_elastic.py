@@ -37,8 +37,10 @@ class ElasticJobTest(SharedClusterTestCase):
 
     def test_kubectl_scale_up_and_down_changes_the_workers_of_the_running_job(self):
         c = self.c
-        # A minute or so: long enough to scale twice.
-        job = training_job("elastic", epochs=40, max_steps=15000)
+        # Both scales take some 7 s from the start, about 2000 steps here:
+        # 6000 leaves room for a machine three times as slow, and not a
+        # minute of training alone after them.
+        job = training_job("elastic", epochs=40, max_steps=6000)
         job["spec"]["progressIntervalMs"] = 200
         job["spec"]["replicaSpecs"]["worker"]["elasticPolicy"] = {"minReplicas": 1,
                                                                   "maxReplicas": 3}
