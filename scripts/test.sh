@@ -8,5 +8,5 @@ scripts/install-deps.sh
 scripts/build.sh
 cd build
 ctest --output-on-failure -L unit -j "$(nproc)"
-# Two at a time: only those that mostly wait share the cores (tests/CMakeLists.txt).
-ctest --output-on-failure -L integration -j 2
+# Shared by weight: a test that computes takes two of the three slots (tests/CMakeLists.txt).
+ctest --output-on-failure -L integration -j 3
