@@ -3,8 +3,8 @@
 beside its kubeps-agent, learns and prints the built-in trainer's progress
 lines.
 
-The suite runs the example's manifest as it is but for half an epoch of its
-three (half a minute on 2 cores instead of three); the example's own figure,
+The suite runs the example's manifest as it is but for a quarter of an epoch
+of its three (15 s of training on 2 cores instead of three minutes); the example's own figure,
 90.57% after its 3 epochs, is measured by running it as its header says.
 Needs a Python with torch, found as test_user_code.py finds it
 ($KUBEPS_TORCH_PYTHON, default /usr/bin/python3).
@@ -21,9 +21,10 @@ EXAMPLE_DIR = os.path.join(SOURCE_DIR, "examples", "pytorch", "cnn")
 EXAMPLE = os.path.join(EXAMPLE_DIR, "trainingjob.yaml")
 EPOCHS = 1
 STEPS_PER_EPOCH = 60000 // 128
-STEPS = STEPS_PER_EPOCH // 2
-# Measured: 0.8469 after these steps, 0.9057 after the example's three epochs.
-MIN_ACCURACY = 0.83
+STEPS = STEPS_PER_EPOCH // 4
+# Measured: 0.8274 after these steps (0.8469 after half an epoch), 0.9057
+# after the example's three epochs; one class in ten would be 0.1.
+MIN_ACCURACY = 0.80
 PROGRESS = re.compile(r"^\[worker-(\d)/trainer\] epoch (\d)/%d step (\d+)/%d total_steps (\d+) "
                       r"steps/sec [\d.]+ samples/sec [\d.]+ loss [\d.]+$"
                       % (EPOCHS, STEPS_PER_EPOCH))
@@ -44,7 +45,7 @@ def short_manifest(directory):
 
 @unittest.skipIf(MISSING, MISSING)
 class PytorchCnnTest(unittest.TestCase):
-    def test_example_learns_in_half_an_epoch(self):
+    def test_example_learns_in_a_quarter_of_an_epoch(self):
         directory = tempfile.mkdtemp(prefix="kubeps-pytorch-cnn-")
         job = RunningJob(short_manifest(directory), run_dir=os.path.join(directory, "run"),
                          env=program_env(directory))
