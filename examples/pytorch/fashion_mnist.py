@@ -68,9 +68,12 @@ class StepSampler:
         return self._order[start:start + self.batch_size]
 
 
-def evaluate(model, images, labels, batch_size=1000):
-    """(accuracy, mean loss) of `model` on the test set, in batches so that a
-    CNN's activations over 10,000 images need not fit in memory at once."""
+def evaluate(model, images, labels, batch_size=64):
+    """(accuracy, mean loss) of `model` on the test set, in batches of a
+    worker's training batch: the CNN's convolutions on one thread (Debian's
+    torch 1.13) took 26 s over the 10,000 images in batches of 1000, 10 s in
+    batches of 128 and 3.4 s in batches of 64, whose activations stay in
+    the cache."""
     model.eval()
     correct, loss_sum = 0, 0.0
     with torch.no_grad():
