@@ -160,6 +160,7 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   request.set_incarnation(incarnation_);
   request.set_restored_generation(restored_generation);
   request.set_step(step_);
+  request.set_heard_job_over(heard_job_over_);
   {
     std::lock_guard<std::mutex> lock(passed_mutex_);
     for (const auto& name : passed_barriers_) request.add_passed_barriers(name);

@@ -106,6 +106,9 @@ class SchedulerClient {
   // Workers: the step they are about to compute, sent with every beat (an
   // elastic job's scheduler extends its membership lease from it).
   void ReportStep(uint64_t step) { step_ = step; }
+  // Servers: a heartbeat answered that the job is over; every beat from now
+  // on says this server heard it (the scheduler waits for that word).
+  void SayJobOverHeard() { heard_job_over_ = true; }
 
  private:
   struct Stub;
@@ -123,6 +126,7 @@ class SchedulerClient {
   // What the last heartbeat answered: told to a restarted scheduler.
   std::atomic<uint64_t> generation_{0}, restore_step_{0};
   std::atomic<uint64_t> step_{0};
+  std::atomic<bool> heard_job_over_{false};
   std::mutex membership_mutex_;
   v1::Membership membership_;  // the newest heard of, told to a restarted scheduler
   std::mutex passed_mutex_;

@@ -493,7 +493,8 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
         (*response->mutable_worker_incarnations())[id] = members_.at(id).info.incarnation();
     }
   }
-  if (shutdown && it != members_.end() && it->second.info.role() == v1::SERVER) {
+  if (shutdown && request->heard_job_over() && it != members_.end() &&
+      it->second.info.role() == v1::SERVER) {
     told_to_stop_.insert(request->node_id());
     changed_.notify_all();
   }

@@ -49,9 +49,13 @@ constexpr std::chrono::milliseconds kStopShutdownGrace(100);
 // them any more (the workers are gone), and `kubeps run` waits for the exit.
 constexpr std::chrono::milliseconds kEndShutdownGrace(250);
 // Once every worker finished, the scheduler answers heartbeats this long
-// (four beats) for the servers to hear the job is over. A server that does
-// not ask in that time is dead or hung, and the job logic stops it.
-constexpr std::chrono::seconds kServersHearTheEndWithin(1);
+// (twelve beats) for the servers to say they heard the job is over: one
+// whose answer was lost asks again. A server that does not say so in that
+// time is dead or hung, and the job logic stops it.
+constexpr std::chrono::seconds kServersHearTheEndWithin(3);
+// A server says it heard the job is over within this long, or writes its
+// final checkpoint without having said so.
+constexpr std::chrono::milliseconds kSayTheEndWasHeardWithin(1000);
 
 // SIGTERM (eviction, a drain, `kill`) or SIGINT before the job is over: stop
 // now and say so, with the exit code a process killed by that signal has
@@ -161,6 +165,18 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
   return 0;
 }
 
+// Beats, saying it heard the job is over, until the scheduler answers (a
+// beat is not resent) or a bound passes: the job is over either way.
+void SayTheEndWasHeard(SchedulerClient& scheduler, Shard& shard) {
+  scheduler.SayJobOverHeard();
+  const auto until = std::chrono::steady_clock::now() + kSayTheEndWasHeardWithin;
+  HeartbeatAnswer answer;
+  const std::vector<uint64_t> steps = shard.CheckpointSteps();
+  while (!scheduler.Heartbeat(shard.generation(), &answer, &steps).ok() &&
+         std::chrono::steady_clock::now() < until && g_stop.SleepFor(kStopCheckInterval)) {
+  }
+}
+
 // Registers the shard with the scheduler, then heartbeats until the
 // scheduler says the job is over, restoring a checkpoint whenever the
 // scheduler opens a new recovery generation. *reason: why it failed, for
@@ -239,6 +255,7 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
     }
     if (answer.shutdown) {
       KLOG_INFO << "the scheduler says the job is over; writing the final checkpoint";
+      SayTheEndWasHeard(scheduler, *shard);
       *reason = kReasonCheckpointWriteFailed;
       return shard->WriteFinalCheckpoint();
     }

@@ -288,6 +288,10 @@ class UserCodeTest(unittest.TestCase):
             self.assertGreater(count, 0, "no %s fault injected" % kind)
         self.assertGreater(resends, 0)
         self.assertEqual(differing_parameters(clean_saved, saved), [], job.output())
+        # Though the answer telling a server the job is over may be lost.
+        for server in (0, 1):
+            self.assertIn("[server %d] final checkpoint of step %d" % (server, FAULT_STEPS),
+                          job.output())
 
     def test_a_program_whose_model_diverges_fails_the_job_saying_why(self):
         # SGD with learning rate 1e10 on the servers: within a few steps the

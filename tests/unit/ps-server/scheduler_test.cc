@@ -343,6 +343,27 @@ TEST(SchedulerTest, ShutdownOnlyAfterEveryWorkerFinished) {
   EXPECT_TRUE(Heartbeat(*s, "server-0").shutdown());
 }
 
+// A server counts as told the job is over once it says it heard, not once
+// an answer saying so left: under message loss that answer may never
+// arrive, the scheduler would exit, and the server would wait for an end
+// nobody tells it any more, its final checkpoint unwritten.
+TEST(SchedulerTest, AServerIsToldTheJobIsOverOnceItSaysItHeard) {
+  auto s = MakeScheduler(1, 1);
+  ASSERT_TRUE(Register(*s, "server-0", v1::SERVER).ok());
+  ASSERT_TRUE(Register(*s, "worker-0", v1::WORKER).ok());
+  ASSERT_TRUE(Finish(*s, "worker-0", 0).ok());
+  EXPECT_TRUE(Heartbeat(*s, "server-0").shutdown());  // the answer that may be lost
+  EXPECT_FALSE(s->WaitServersToldToStop(0ms));
+
+  v1::HeartbeatRequest heard;
+  heard.set_node_id("server-0");
+  heard.set_incarnation(1);
+  heard.set_heard_job_over(true);
+  v1::HeartbeatResponse response;
+  ASSERT_TRUE(s->Heartbeat(&heard, &response).ok());
+  EXPECT_TRUE(s->WaitServersToldToStop(0ms));
+}
+
 TEST(SchedulerTest, FinishWithRankOutOfRangeDoesNotEndTheJob) {
   auto s = MakeScheduler(1, 2);
   ASSERT_TRUE(Register(*s, "worker-0", v1::WORKER).ok());
