@@ -4,8 +4,9 @@ beside its kubeps-agent, learns and prints the built-in trainer's progress
 lines.
 
 The suite runs the example's manifest as it is but for a quarter of an epoch
-of its three (15 s of training on 2 cores instead of three minutes); the example's own figure,
-90.57% after its 3 epochs, is measured by running it as its header says.
+of its three (15 s of training on 2 cores instead of three minutes); the
+example's own figure, 90.57% after its 3 epochs, is measured by running it as
+its header says.
 Needs a Python with torch, found as test_user_code.py finds it
 ($KUBEPS_TORCH_PYTHON, default /usr/bin/python3).
 """

@@ -60,15 +60,22 @@ class SchedulerRestartTest(unittest.TestCase):
         self.assertEqual(code, 0, clean.output())
         return time.time() - start, read_floats(dump)
 
-    def kill_scheduler(self, job, at_step):
+    def kill_scheduler(self, job, at_step, sig=signal.SIGKILL):
+        """Sends `sig` to the scheduler at `at_step` and waits until every node
+        is known to the restarted one; the line saying it restarts."""
         wait_for_steps(job, 0, at_step)
-        os.kill(scheduler_pid(job), signal.SIGKILL)
-        job.wait_for_line(r"scheduler\S* exited with code 137; restarting it")
-        # Wait until every node is known to the restarted scheduler.
+        os.kill(scheduler_pid(job), sig)
+        restarted = job.wait_for_line(r"scheduler\S* exited with code %d; restarting it" % (128 + sig))
         deadline = time.time() + 60
         while time.time() < deadline and job.process.poll() is None and len(
-                [l for _, l in job.lines if "registered again with the restarted scheduler" in l]) < 4:
+                self.registered_again(job)) < 4:
             time.sleep(0.02)
+        return restarted
+
+    @staticmethod
+    def registered_again(job):
+        """When each node said it registered again with a restarted scheduler."""
+        return [t for t, line in job.lines if "registered again with the restarted scheduler" in line]
 
     def test_an_elastic_job_hears_from_its_restarted_scheduler_within_seconds_over_tls(self):
         # An elastic job's workers ask the scheduler who computes the steps
@@ -77,15 +84,10 @@ class SchedulerRestartTest(unittest.TestCase):
         # nothing drove its reconnection but gRPC's backup poll every 5 s:
         # over TLS, whose handshake takes several round trips, the workers
         # came back 30 s late.
-        job = RunningJob(write_manifest(self.dir, elastic_tls_job_text("schedtls"), "schedtls.yaml"),
-                         env={"KUBEPS_MAX_STEPS": str(STEPS)})
+        manifest = write_manifest(self.dir, elastic_tls_job_text("schedtls"), "schedtls.yaml")
+        job = RunningJob(manifest, env={"KUBEPS_MAX_STEPS": str(STEPS)})
         self.addCleanup(lambda: job.process.poll() is None and (job.process.kill(), job.process.wait()))
-        wait_for_steps(job, 0, 100)
-        os.kill(scheduler_pid(job), signal.SIGTERM)
-        restarted = job.wait_for_line(r"scheduler\S* exited with code 143; restarting it")
-        deadline = time.time() + 60
-        while time.time() < deadline and len(self.registered_again(job)) < 4:
-            time.sleep(0.02)
+        restarted = self.kill_scheduler(job, 100, signal.SIGTERM)
         again = self.registered_again(job)
         self.assertEqual(len(again), 4, job.output())
         took = max(again) - next(t for t, line in job.lines if line == restarted)
@@ -94,10 +96,6 @@ class SchedulerRestartTest(unittest.TestCase):
         # About 0.3 s here; 30 s before.
         self.assertLess(took, 5, job.output())
         self.assertEqual(job.wait(300), 0, job.output())
-
-    @staticmethod
-    def registered_again(job):
-        return [t for t, line in job.lines if "registered again with the restarted scheduler" in line]
 
     def assert_no_error(self, job):
         bad = [line for _, line in job.lines
