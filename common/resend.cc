@@ -27,6 +27,41 @@ ResendCaller::ResendCaller(ResendPolicy policy, std::shared_ptr<JobToken> token,
       metrics_(metrics ? metrics : &NullMetrics()),
       stop_(stop) {}
 
+grpc::Status ResendCaller::Try(const std::string& peer, const char* rpc, const Attempt& attempt,
+                               int long_poll_ms) const {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(policy_.timeout_ms + long_poll_ms));
+  // Wait for a channel that is still connecting (a peer not yet up, or back
+  // from a restart) instead of failing at once; the deadline still bounds
+  // the wait. A call that fails at once on a channel in transient failure
+  // leaves no call polling its reconnection, which then moves only at
+  // gRPC's backup poll, every 5 s: a heartbeat that did so heard from a
+  // restarted scheduler 30 s late over TLS, whose handshake takes several
+  // round trips.
+  context.set_wait_for_ready(true);
+  AddToken(token_.get(), context);
+  grpc::Status status;
+  {
+    StopToken::CallGuard cancelled_by_a_stop(stop_, &context);
+    status = attempt(context);
+  }
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    metrics_
+        ->Counter("kubeps_rpc_timeouts_total", "Attempts whose deadline passed",
+                  {{"rpc", rpc}, {"peer", peer}})
+        .Increment();
+  }
+  return status;
+}
+
+Status ResendCaller::CallOnce(const std::string& peer, const char* rpc,
+                              const Attempt& attempt) const {
+  const grpc::Status status = Try(peer, rpc, attempt, 0);
+  if (status.ok()) return Status::Ok();
+  return Status(CodeOf(status), std::string(rpc) + " to " + peer + ": " + status.error_message());
+}
+
 Status ResendCaller::Call(const std::string& peer, const char* rpc, const Attempt& attempt,
                           int long_poll_ms, const std::function<bool()>& abandon) const {
   thread_local std::mt19937 jitter(std::random_device{}());
@@ -57,25 +92,9 @@ Status ResendCaller::Call(const std::string& peer, const char* rpc, const Attemp
       if (stop_ && !stop_->SleepFor(backoff)) return stopped();
       if (!stop_) std::this_thread::sleep_for(backoff);
     }
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() +
-                         std::chrono::milliseconds(policy_.timeout_ms + long_poll_ms));
-    // Wait for a channel that is still connecting (a peer not yet up)
-    // instead of failing at once; the deadline still bounds the wait.
-    context.set_wait_for_ready(true);
-    AddToken(token_.get(), context);
-    {
-      StopToken::CallGuard cancelled_by_a_stop(stop_, &context);
-      last = attempt(context);
-    }
+    last = Try(peer, rpc, attempt, long_poll_ms);
     if (stop_ && stop_->stop_requested() && !last.ok()) return stopped();
     if (last.ok()) return Status::Ok();
-    if (last.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-      metrics_
-          ->Counter("kubeps_rpc_timeouts_total", "Attempts whose deadline passed",
-                    {{"rpc", rpc}, {"peer", peer}})
-          .Increment();
-    }
     if (!IsRetryable(last)) break;
   }
   if (last.error_code() == grpc::StatusCode::ABORTED) {

@@ -47,9 +47,18 @@ class ResendCaller {
   Status Call(const std::string& peer, const char* rpc, const Attempt& attempt,
               int long_poll_ms = 0, const std::function<bool()>& abandon = nullptr) const;
 
+  // One attempt, prepared as each of Call's: for a call whose loss the next
+  // one replaces (a heartbeat). Fails with CodeOf() its status.
+  Status CallOnce(const std::string& peer, const char* rpc, const Attempt& attempt) const;
+
   const ResendPolicy& policy() const { return policy_; }
 
  private:
+  // One attempt within the policy's timeout plus `long_poll_ms`: the token,
+  // waiting for the channel, cancelled by a stop; counts a timeout.
+  grpc::Status Try(const std::string& peer, const char* rpc, const Attempt& attempt,
+                   int long_poll_ms) const;
+
   ResendPolicy policy_;
   std::shared_ptr<JobToken> token_;
   MetricsServer* metrics_;

@@ -166,23 +166,12 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
     for (const auto& name : passed_barriers_) request.add_passed_barriers(name);
   }
   const uint64_t registrations_seen = Registrations();
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(options_.resend.timeout_ms));
-  // As every resent call (common/resend.cc): a beat that fails at once on a
-  // channel in TRANSIENT_FAILURE leaves no call polling its reconnection, and
-  // the channel then moves only at gRPC's backup poll, every 5 s: a restarted
-  // scheduler heard from 30 s late over TLS, whose handshake takes several
-  // round trips. Waiting for the channel, within the deadline, drives it.
-  context.set_wait_for_ready(true);
-  AddToken(options_.token.get(), context);
   v1::HeartbeatResponse response;
-  grpc::Status s;
-  {
-    StopToken::CallGuard cancelled_by_a_stop(options_.stop, &context);
-    s = stub_->stub->Heartbeat(&context, request, &response);
-  }
-  if (!s.ok()) return Status(CodeOf(s), "Heartbeat to " + peer_ + ": " + s.error_message());
+  if (Status s = caller_->CallOnce(
+          peer_, "Heartbeat",
+          [&](grpc::ClientContext& c) { return stub_->stub->Heartbeat(&c, request, &response); });
+      !s.ok())
+    return s;
   if (response.register_again()) {
     // The scheduler restarted. This beat tells nothing; the next one, after
     // the registration, does.
