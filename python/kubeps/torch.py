@@ -13,10 +13,15 @@ How a step goes.  `DistributedOptimizer` declares every trainable parameter
 backward has the gradient of a parameter, the hook copies it into the
 parameter's `grads` region of the shared-memory file, and once the gradients
 copied so far hold KUBEPS_BUCKET_BYTES (1 MiB, DistributedDataParallel's
-first bucket; 0: every parameter alone), or every parameter's gradient is
+first bucket; 0: every parameter alone), or every gradient of the step is
 in, sends one `push_pull` for their keys: the last layers' gradients
 travel while backward still works on the first ones, small ones together (a
-request has a fixed cost that a bias does not repay), and each request's
+request has a fixed cost that a bias does not repay).  "Every gradient of the
+step" counts the parameters that got one in the step before (all of them in
+the first step), as DistributedDataParallel learns a static graph's unused
+parameters: a parameter the forward pass leaves out has no gradient, and the
+last bucket would otherwise wait for `step()`, which sends zeros for it.  Each
+request's
 version step+1 comes back into the `values` regions as soon as the servers
 have applied those keys' update, not after the whole step's pushes.  The
 agent sends queued requests lowest key first (declaration order, which is
@@ -147,6 +152,7 @@ class _DistributedOptimizer:
         self._kubeps_lock = threading.Lock()
         self._kubeps_exchanges = {}  # name -> Handle of this step's push_pull
         self._kubeps_bucket_bytes = _bucket_bytes()
+        self._kubeps_expected = None  # gradients that make a step's backward complete
         # With model=: name -> Handle of the last step's exchange, waited for
         # by the parameter's module before its forward.
         self._kubeps_pending = {}
@@ -160,12 +166,20 @@ class _DistributedOptimizer:
         tensors = session.declare([(name, tuple(p.shape)) for name, p in params])
         self._kubeps_bindings = [_Binding(name, p, tensors.slot(name), tensors.buffer)
                                  for name, p in params]
+        self._kubeps_expected = len(self._kubeps_bindings)
         self._kubeps_by_name = {b.name: b for b in self._kubeps_bindings}
         self._kubeps_grad_accumulators = [
             _register_gradient_hook(b.param, self._kubeps_make_hook(b))
             for b in self._kubeps_bindings]
         if model is not None:
             self._kubeps_hook_forward(model)
+
+    def _kubeps_end_backward(self):
+        """The step's backward passes are over (under the lock): the gradients they
+        completed are what the next step's last bucket waits for."""
+        if self._kubeps_ready:
+            self._kubeps_expected = self._kubeps_ready
+        self._kubeps_new_backward()
 
     def _kubeps_new_backward(self):
         """What the hooks gather over a step's backward passes starts over (under the lock,
@@ -295,7 +309,7 @@ class _DistributedOptimizer:
                 self._kubeps_bucket_held += binding.grads.numel() * 4
             if not self._kubeps_bucket or (
                     self._kubeps_bucket_held < self._kubeps_bucket_bytes and
-                    self._kubeps_ready < len(self._kubeps_bindings)):
+                    self._kubeps_ready < self._kubeps_expected):
                 return
             bucket = self._kubeps_bucket
             self._kubeps_bucket, self._kubeps_bucket_held = [], 0
@@ -327,7 +341,7 @@ class _DistributedOptimizer:
         session = self._kubeps_session
         with self._kubeps_lock:
             exchanges, self._kubeps_exchanges = self._kubeps_exchanges, {}
-            self._kubeps_new_backward()  # the bucket goes below, with what backward did not reach
+            self._kubeps_end_backward()  # the bucket goes below, with what backward did not reach
         missing = [b.name for b in self._kubeps_bindings if b.name not in exchanges]
         for name in missing:
             _copy_gradient(self._kubeps_by_name[name])
@@ -384,7 +398,7 @@ class _DistributedOptimizer:
         step = _current_step("optimizer.step()")
         with self._kubeps_lock:
             exchanges, self._kubeps_exchanges = self._kubeps_exchanges, {}
-            self._kubeps_new_backward()  # the bucket goes below, with what backward did not reach
+            self._kubeps_end_backward()  # the bucket goes below, with what backward did not reach
         missing = [b for b in self._kubeps_bindings if b.name not in exchanges]
         # A parameter left out of this forward pass still has its last exchange pending:
         # it must end before the same regions are used again.

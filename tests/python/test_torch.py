@@ -229,6 +229,42 @@ class Updates(TorchTestCase):
         train(model, optimizer, 2)  # would hang in sync mode if a key were never pushed
         self.assertTrue(torch.equal(unused.weight, before))
 
+    @requires_fake
+    def test_the_last_bucket_leaves_with_backward_when_a_parameter_gets_no_gradient(self):
+        # The first step cannot tell an unused parameter from a late one: its
+        # last bucket goes with step(). From then on the hooks know which
+        # gradients a backward brings, as DDP learns a static graph.
+        agent = self.connect()
+        model = three_layers()
+        unused = torch.nn.Linear(2, 2)
+        params = list(model.named_parameters()) + [("unused." + n, p)
+                                                   for n, p in unused.named_parameters()]
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD([p for _, p in params], lr=0.1),
+                                             named_parameters=params)
+        key = {name: i for i, name in enumerate(optimizer.kubeps_parameter_names)}
+        used = sorted(key[name] for name, _ in model.named_parameters())
+        zeros = sorted(key["unused." + name] for name, _ in unused.named_parameters())
+        step_called_at = []
+        for step in kps.steps(3):
+            optimizer.zero_grad()
+            x, y = batch_for(step)
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            time.sleep(0.2)  # room for a bucket sent by the last hook to reach the agent
+            step_called_at.append(time.monotonic_ns())
+            optimizer.step()
+        requests = sorted((r["step"], at, sorted(r["keys"])) for at, op, r in agent.fake.events
+                          if op == "push_pull")
+        first = [(at, keys) for step, at, keys in requests if step == 0]
+        self.assertEqual(len(first), 1, first)
+        self.assertEqual(first[0][1], sorted(used + zeros))
+        self.assertGreater(first[0][0], step_called_at[0])
+        for step in (1, 2):
+            sent = [(at, keys) for s, at, keys in requests if s == step]
+            self.assertEqual([keys for _, keys in sent], [used, zeros], sent)
+            self.assertLess(sent[0][0], step_called_at[step],
+                            "step %d's gradients waited for step()" % step)
+            self.assertGreater(sent[1][0], step_called_at[step], "the zeros go with step()")
+
     def test_the_shared_views_stay_valid_after_the_session(self):
         self.connect()
         model = three_layers()
