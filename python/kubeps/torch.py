@@ -152,7 +152,6 @@ class _DistributedOptimizer:
         self._kubeps_lock = threading.Lock()
         self._kubeps_exchanges = {}  # name -> Handle of this step's push_pull
         self._kubeps_bucket_bytes = _bucket_bytes()
-        self._kubeps_expected = None  # gradients that make a step's backward complete
         # With model=: name -> Handle of the last step's exchange, waited for
         # by the parameter's module before its forward.
         self._kubeps_pending = {}
@@ -166,6 +165,7 @@ class _DistributedOptimizer:
         tensors = session.declare([(name, tuple(p.shape)) for name, p in params])
         self._kubeps_bindings = [_Binding(name, p, tensors.slot(name), tensors.buffer)
                                  for name, p in params]
+        # Gradients that complete a step's backward: what the step before brought.
         self._kubeps_expected = len(self._kubeps_bindings)
         self._kubeps_by_name = {b.name: b for b in self._kubeps_bindings}
         self._kubeps_grad_accumulators = [
