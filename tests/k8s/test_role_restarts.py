@@ -45,8 +45,14 @@ class RoleRestartTest(SharedClusterTestCase):
         it and the live pod that replaced it."""
         self.wait_phase(job, "Running", timeout=90)
         self.wait_running_pid(job, "worker-0")
-        self.c.wait_for(lambda: "step " in self.c.kubectl("logs", job + "-worker-0").stdout,
-                        timeout=60, what="worker-0 training")
+
+        def worker_0_trains():
+            logs = self.c.kubectl("logs", job + "-worker-0", check=False)
+            if "NotFound" in logs.stderr:
+                self.fail("worker-0's first pod is gone before any pod was deleted\n" +
+                          self.diag(job))
+            return "step " in logs.stdout
+        self.c.wait_for(worker_0_trains, timeout=60, what="worker-0 training")
         old, new = replace_pod(self.c, job, role)
         self.assertIsNotNone(old, self.diag(job))
         self.assertIsNotNone(new, "no new %s pod of %s\n%s" % (role, job, self.diag(job)))
