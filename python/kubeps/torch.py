@@ -21,9 +21,8 @@ step" counts the parameters that got one in the step before (all of them in
 the first step), as DistributedDataParallel learns a static graph's unused
 parameters: a parameter the forward pass leaves out has no gradient, and the
 last bucket would otherwise wait for `step()`, which sends zeros for it.  Each
-request's
-version step+1 comes back into the `values` regions as soon as the servers
-have applied those keys' update, not after the whole step's pushes.  The
+request's version step+1 comes back into the `values` regions as soon as the
+servers have applied those keys' update, not after the whole step's pushes.  The
 agent sends queued requests lowest key first (declaration order, which is
 the model's: the first layers, which the next forward pass needs first, go
 first).  `step()` waits for the exchanges and
