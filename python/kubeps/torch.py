@@ -174,11 +174,15 @@ class _DistributedOptimizer:
             self._kubeps_hook_forward(model)
 
     def _kubeps_end_backward(self):
-        """The step's backward passes are over (under the lock): the gradients they
-        completed are what the next step's last bucket waits for."""
-        if self._kubeps_ready:
-            self._kubeps_expected = self._kubeps_ready
-        self._kubeps_new_backward()
+        """The step's backward passes are over: returns the exchanges their hooks sent
+        (name -> Handle; a bucket still gathering goes with what backward did not reach).
+        The gradients they completed are what the next step's last bucket waits for."""
+        with self._kubeps_lock:
+            exchanges, self._kubeps_exchanges = self._kubeps_exchanges, {}
+            if self._kubeps_ready:
+                self._kubeps_expected = self._kubeps_ready
+            self._kubeps_new_backward()
+        return exchanges
 
     def _kubeps_new_backward(self):
         """What the hooks gather over a step's backward passes starts over (under the lock,
@@ -338,9 +342,7 @@ class _DistributedOptimizer:
             return True
         step = _current_step("optimizer.step()")
         session = self._kubeps_session
-        with self._kubeps_lock:
-            exchanges, self._kubeps_exchanges = self._kubeps_exchanges, {}
-            self._kubeps_end_backward()  # the bucket goes below, with what backward did not reach
+        exchanges = self._kubeps_end_backward()
         missing = [b.name for b in self._kubeps_bindings if b.name not in exchanges]
         for name in missing:
             _copy_gradient(self._kubeps_by_name[name])
@@ -395,9 +397,7 @@ class _DistributedOptimizer:
         """model=: sends what backward did not (zeros for parameters without a gradient)
         and leaves every exchange of the step for the next forward pass to wait for."""
         step = _current_step("optimizer.step()")
-        with self._kubeps_lock:
-            exchanges, self._kubeps_exchanges = self._kubeps_exchanges, {}
-            self._kubeps_end_backward()  # the bucket goes below, with what backward did not reach
+        exchanges = self._kubeps_end_backward()
         missing = [b for b in self._kubeps_bindings if b.name not in exchanges]
         # A parameter left out of this forward pass still has its last exchange pending:
         # it must end before the same regions are used again.
