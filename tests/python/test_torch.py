@@ -217,15 +217,21 @@ class Updates(TorchTestCase):
         self.assertEqual(scale.shape, torch.Size([]))
         self.assertEqual(scale.item(), reference.item())
 
-    def test_a_parameter_without_gradient_is_pushed_as_zeros(self):
-        self.connect()
+    def with_an_unused_layer(self):
+        """three_layers() and a layer its forward pass never uses, both in one optimizer:
+        (model, the unused layer, the optimizer)."""
         model = three_layers()
         unused = torch.nn.Linear(2, 2)
         params = list(model.named_parameters()) + [("unused." + n, p)
                                                    for n, p in unused.named_parameters()]
-        before = unused.weight.detach().clone()
         optimizer = kps.DistributedOptimizer(torch.optim.SGD([p for _, p in params], lr=0.1),
                                              named_parameters=params)
+        return model, unused, optimizer
+
+    def test_a_parameter_without_gradient_is_pushed_as_zeros(self):
+        self.connect()
+        model, unused, optimizer = self.with_an_unused_layer()
+        before = unused.weight.detach().clone()
         train(model, optimizer, 2)  # would hang in sync mode if a key were never pushed
         self.assertTrue(torch.equal(unused.weight, before))
 
@@ -235,12 +241,7 @@ class Updates(TorchTestCase):
         # last bucket goes with step(). From then on the hooks know which
         # gradients a backward brings, as DDP learns a static graph.
         agent = self.connect()
-        model = three_layers()
-        unused = torch.nn.Linear(2, 2)
-        params = list(model.named_parameters()) + [("unused." + n, p)
-                                                   for n, p in unused.named_parameters()]
-        optimizer = kps.DistributedOptimizer(torch.optim.SGD([p for _, p in params], lr=0.1),
-                                             named_parameters=params)
+        model, unused, optimizer = self.with_an_unused_layer()
         key = {name: i for i, name in enumerate(optimizer.kubeps_parameter_names)}
         used = sorted(key[name] for name, _ in model.named_parameters())
         zeros = sorted(key["unused." + name] for name, _ in unused.named_parameters())
@@ -254,7 +255,7 @@ class Updates(TorchTestCase):
             optimizer.step()
         requests = sorted((r["step"], at, sorted(r["keys"])) for at, op, r in agent.fake.events
                           if op == "push_pull")
-        first = [(at, keys) for step, at, keys in requests if step == 0]
+        first = [(at, keys) for s, at, keys in requests if s == 0]
         self.assertEqual(len(first), 1, first)
         self.assertEqual(first[0][1], sorted(used + zeros))
         self.assertGreater(first[0][0], step_called_at[0])
