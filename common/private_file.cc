@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 
 namespace kubeps {
@@ -16,6 +18,13 @@ std::string OctalMode(mode_t mode) {
   return text;
 }
 
+// "token file /x: cannot read it (No such file or directory)": the errno
+// tells a missing file from a refused one.
+Status CannotRead(const std::string& what, const std::string& path) {
+  return Status::InvalidArgument(what + " " + path + ": cannot read it (" + std::strerror(errno) +
+                                 ")");
+}
+
 }  // namespace
 
 Status ReadPrivateFile(const std::string& path, const std::string& what, const std::string& secret,
@@ -25,8 +34,7 @@ Status ReadPrivateFile(const std::string& path, const std::string& what, const s
     if (*f >= 0) ::close(*f);
   });
   struct stat st;
-  if (fd < 0 || ::fstat(fd, &st) != 0)
-    return Status::InvalidArgument(what + " " + path + ": cannot read it");
+  if (fd < 0 || ::fstat(fd, &st) != 0) return CannotRead(what, path);
   if ((st.st_mode & (S_IRWXO | S_IWGRP)) != 0) {
     return Status::InvalidArgument(what + " " + path + ": mode " + OctalMode(st.st_mode) +
                                    " lets other users read or change " + secret +
@@ -36,7 +44,7 @@ Status ReadPrivateFile(const std::string& path, const std::string& what, const s
   size_t size = 0;
   while (size < limit) {
     const ssize_t n = ::read(fd, text.data() + size, limit - size);
-    if (n < 0) return Status::InvalidArgument(what + " " + path + ": cannot read it");
+    if (n < 0) return CannotRead(what, path);
     if (n == 0) break;
     size += static_cast<size_t>(n);
   }

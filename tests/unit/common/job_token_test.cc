@@ -76,7 +76,8 @@ TEST_F(JobTokenTest, AFileOthersCanReadOrChangeIsRefusedWithItsMode) {
 TEST_F(JobTokenTest, AMissingOrEmptyFileIsRefusedWithoutItsContents) {
   std::shared_ptr<JobToken> token;
   Status missing = JobToken::FromFile(path_, &token);
-  EXPECT_EQ(missing.message(), "token file " + path_ + ": cannot read it");
+  EXPECT_EQ(missing.message(),
+            "token file " + path_ + ": cannot read it (No such file or directory)");
   Write("\n");
   Status empty = JobToken::FromFile(path_, &token);
   EXPECT_EQ(empty.message(), "token file " + path_ + ": it holds no token");
