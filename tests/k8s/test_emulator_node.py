@@ -9,13 +9,19 @@ and downwardAPI volumes that follow the pod's labels and annotations.
 """
 import json
 import os
+import shutil
 import sys
+import tempfile
+import threading
 import time
 import unittest
+from unittest import mock
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from emulator.cluster import Cluster  # noqa: E402
+from emulator.kubelet import pod_worker, volumes  # noqa: E402
+from emulator.kubelet.pod_worker import PodWorker  # noqa: E402
 from test_emulator_pod_start import pod, waiting  # noqa: E402
 
 NS_PODS = "/api/v1/namespaces/default/pods"
@@ -271,6 +277,68 @@ class EmulatorNodeNotReadyTest(unittest.TestCase):
         c.wait_for(lambda: time.time() - os.path.getmtime(alive) > 2, timeout=15,
                    what="the stranded process stopped")
         self.assertLess(os.path.getmtime(alive) - settled, 15)
+
+
+class FakeKubelet:
+    """What a pod worker asks of its kubelet to claim and release mount points."""
+
+    def __init__(self, state_dir):
+        self.state_dir = self.log_dir = state_dir
+        self.lock = threading.RLock()
+        self.workers = {}
+        self.links = set()
+
+    def allocate_ip(self, uid):
+        return "10.0.0.%d" % (len(self.workers) + 1)
+
+    def forget_events(self, uid):
+        pass
+
+    def forget(self, worker):
+        self.workers.pop(worker.uid, None)
+
+
+class SharedMountPointTest(unittest.TestCase):
+    """The pods of a job mount their Secret at one path, which on this one
+    machine is one mount point on the host: made for the first pod, removed
+    after the last. A real node has a mount point per pod; here a pod that
+    leaves must not take the one a starting pod has just claimed, or that
+    pod's bind mount is detached and it finds no token (a replaced worker,
+    started as its old pod went, failed so under load)."""
+
+    def test_a_leaving_pod_keeps_the_mount_point_that_a_starting_pod_claims_meanwhile(self):
+        tmp = tempfile.mkdtemp(prefix="kubeps-mounts-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        kubelet = FakeKubelet(tmp)
+        src, dst = os.path.join(tmp, "secret"), os.path.join(tmp, "run", "secrets", "kubeps")
+        os.makedirs(src)
+        leaving, starting = (PodWorker(kubelet, {
+            "metadata": {"uid": uid, "namespace": "default", "name": uid},
+            "spec": {"containers": []}}) for uid in ("old", "new"))
+        kubelet.workers = {"old": leaving, "new": starting}
+        leaving.make_target(src, dst)
+
+        # The leaving pod stops just before it removes the mount point; the
+        # starting pod claims it then.
+        removing, go_on = threading.Event(), threading.Event()
+
+        def remove_slowly(path):
+            if path == dst:
+                removing.set()
+                go_on.wait(10)
+            volumes.remove_created(path)
+        with mock.patch.object(pod_worker, "remove_created", remove_slowly):
+            cleanup = threading.Thread(target=leaving.cleanup)
+            cleanup.start()
+            self.assertTrue(removing.wait(10))
+            claim = threading.Thread(target=starting.make_target, args=(src, dst))
+            claim.start()
+            claim.join(0.5)   # done at once, or waiting for the cleanup
+            go_on.set()
+            cleanup.join(10)
+            claim.join(10)
+        self.assertTrue(os.path.isdir(dst), "the starting pod's mount point was removed")
+        self.assertIn(dst, starting.links)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from ..client import ApiError
 from ..clock import now_iso
 from .containers import ConfigError, exit_code
 from .log import log
+from .volumes import MOUNT_POINTS_LOCK
 
 
 # The shell that execs the container's program joins the pod's net_cls
@@ -40,6 +41,26 @@ def unshare_works():
 
 
 class ProcessRunner:
+    def link_mount_path(self, src, dst):
+        """Isolation none: `dst` becomes a link to `src`, or this pod shares
+        another pod's link there; False where something else is there."""
+        with MOUNT_POINTS_LOCK:   # as make_target: a leaving pod's cleanup removes links
+            if os.path.lexists(dst):
+                if os.path.islink(dst) and dst in self.kubelet.links:
+                    # another pod's link: pods of one job mount the same
+                    # secret at the same path; the first pod's copy is seen
+                    if os.readlink(dst) != src:
+                        log("%s: %s is shared with another pod (isolation none)" % (
+                            self.key, dst))
+                    self.links.append(dst)
+                    return True
+                return os.path.realpath(dst) == os.path.realpath(src)
+            self.make_parents(dst)
+            os.symlink(src, dst)
+            self.links.append(dst)
+            self.kubelet.links.add(dst)
+            return True
+
     def start_container(self, c):
         # the image first, as the kubelet pulls it before it configures the container
         if not self.pull_image(c):
@@ -103,26 +124,12 @@ class ProcessRunner:
             env = full_env
         else:
             for src, dst, _ in mounts:
-                if os.path.lexists(dst):
-                    if os.path.islink(dst) and dst in self.kubelet.links:
-                        # another pod's link: pods of one job mount the same
-                        # secret at the same path; the first pod's copy is seen
-                        if os.readlink(dst) != src:
-                            log("%s: %s is shared with another pod (isolation none)" % (
-                                self.key, dst))
-                        self.links.append(dst)
-                        continue
-                    if os.path.realpath(dst) == os.path.realpath(src):
-                        continue
+                if not self.link_mount_path(src, dst):
                     self.terminated(c, 128, "StartError", now, now,
                                     "mountPath %s exists on this machine; the emulator cannot "
                                     "mount over it without --isolation=namespace" % dst)
                     logf.close()
                     return False
-                self.make_parents(dst)
-                os.symlink(src, dst)
-                self.links.append(dst)
-                self.kubelet.links.add(dst)
             cmd = [program] + argv
             if cgroup:
                 cmd = ["/bin/sh", "-c", CGROUP_JOIN + '; unset KUBEPS_EMU_CGROUP; exec "$@"',
