@@ -10,6 +10,7 @@ and downwardAPI volumes that follow the pod's labels and annotations.
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -20,7 +21,7 @@ from unittest import mock
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from emulator.cluster import Cluster  # noqa: E402
-from emulator.kubelet import pod_worker, volumes  # noqa: E402
+from emulator.kubelet import mount_points  # noqa: E402
 from emulator.kubelet.pod_worker import PodWorker  # noqa: E402
 from test_emulator_pod_start import pod, waiting  # noqa: E402
 
@@ -298,47 +299,87 @@ class FakeKubelet:
         self.workers.pop(worker.uid, None)
 
 
+# Another stand-in kubelet's process: claims a path for a pod of its own,
+# says so, and holds the claim until its input closes.
+OTHER_KUBELET = """
+import sys
+from emulator.kubelet import mount_points
+with mount_points.held():
+    mount_points.claim(sys.argv[1], "theirs")
+print("claimed", flush=True)
+sys.stdin.read()
+"""
+
+
 class SharedMountPointTest(unittest.TestCase):
     """The pods of a job mount their Secret at one path, which on this one
-    machine is one mount point on the host: made for the first pod, removed
-    after the last. A real node has a mount point per pod; here a pod that
-    leaves must not take the one a starting pod has just claimed, or that
-    pod's bind mount is detached and it finds no token (a replaced worker,
-    started as its old pod went, failed so under load)."""
+    machine is one mount point on the host, shared with the pods of the
+    clusters of tests running beside: made for the first pod, removed after
+    the last (emulator/kubelet/mount_points.py). A pod that leaves must not
+    take the one another pod uses or has just claimed, or that pod's bind
+    mount is detached and it finds no token (replaced workers failed so
+    under load, each exiting with JoinFailed)."""
 
-    def test_a_leaving_pod_keeps_the_mount_point_that_a_starting_pod_claims_meanwhile(self):
+    def setUp(self):
         tmp = tempfile.mkdtemp(prefix="kubeps-mounts-")
         self.addCleanup(shutil.rmtree, tmp, True)
-        kubelet = FakeKubelet(tmp)
-        src, dst = os.path.join(tmp, "secret"), os.path.join(tmp, "run", "secrets", "kubeps")
-        os.makedirs(src)
-        leaving, starting = (PodWorker(kubelet, {
+        self.kubelet = FakeKubelet(tmp)
+        self.src = os.path.join(tmp, "secret")
+        self.dst = os.path.join(tmp, "run", "secrets", "kubeps")
+        os.makedirs(self.src)
+
+    def pod(self, uid):
+        worker = PodWorker(self.kubelet, {
             "metadata": {"uid": uid, "namespace": "default", "name": uid},
-            "spec": {"containers": []}}) for uid in ("old", "new"))
-        kubelet.workers = {"old": leaving, "new": starting}
-        leaving.make_target(src, dst)
+            "spec": {"containers": []}})
+        self.kubelet.workers[uid] = worker
+        return worker
+
+    def test_a_leaving_pod_keeps_the_mount_point_that_a_starting_pod_claims_meanwhile(self):
+        leaving, starting = self.pod("old"), self.pod("new")
+        leaving.make_target(self.src, self.dst)
 
         # The leaving pod stops just before it removes the mount point; the
         # starting pod claims it then.
         removing, go_on = threading.Event(), threading.Event()
+        remove = mount_points._remove_created
 
         def remove_slowly(path):
-            if path == dst:
+            if path == self.dst:
                 removing.set()
                 go_on.wait(10)
-            volumes.remove_created(path)
-        with mock.patch.object(pod_worker, "remove_created", remove_slowly):
+            return remove(path)
+        with mock.patch.object(mount_points, "_remove_created", remove_slowly):
             cleanup = threading.Thread(target=leaving.cleanup)
             cleanup.start()
             self.assertTrue(removing.wait(10))
-            claim = threading.Thread(target=starting.make_target, args=(src, dst))
+            claim = threading.Thread(target=starting.make_target, args=(self.src, self.dst))
             claim.start()
             claim.join(0.5)   # done at once, or waiting for the cleanup
             go_on.set()
             cleanup.join(10)
             claim.join(10)
-        self.assertTrue(os.path.isdir(dst), "the starting pod's mount point was removed")
-        self.assertIn(dst, starting.links)
+        self.assertTrue(os.path.isdir(self.dst), "the starting pod's mount point was removed")
+        starting.cleanup()
+        self.assertFalse(os.path.lexists(os.path.dirname(self.dst)),
+                         "the last pod leaves the folders the kubelet made")
+
+    def test_a_mount_point_that_another_kubelets_pod_claims_stays_until_that_kubelet_is_gone(self):
+        leaving = self.pod("ours")
+        leaving.make_target(self.src, self.dst)
+        other = subprocess.Popen([sys.executable, "-c", OTHER_KUBELET, self.dst], cwd=HERE,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.addCleanup(other.kill)
+        self.assertEqual(other.stdout.readline().strip(), "claimed")
+        leaving.cleanup()
+        self.assertTrue(os.path.isdir(self.dst), "another cluster's pod lost its mount point")
+        # A claim of a process that is gone (a killed test) holds nothing.
+        other.stdin.close()
+        other.wait(10)
+        late = self.pod("late")
+        late.make_target(self.src, self.dst)
+        late.cleanup()
+        self.assertFalse(os.path.lexists(self.dst))
 
 
 if __name__ == "__main__":

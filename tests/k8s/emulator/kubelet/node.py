@@ -16,6 +16,7 @@ import urllib.parse
 
 from ..client import ApiError, Client
 from ..clock import now_iso
+from . import mount_points
 from .dns import ClusterDns
 from .events import EventRecorder
 from .informers import Informers
@@ -24,7 +25,6 @@ from .networking import Networking
 from .policy_enforcer import PolicyEnforcer
 from .runtime import unshare_works
 from .scheduling import Scheduler
-from .volumes import remove_created
 
 
 class Kubelet(Informers, Scheduler, Networking, ClusterDns, EventRecorder, PolicyEnforcer):
@@ -196,8 +196,11 @@ class Kubelet(Informers, Scheduler, Networking, ClusterDns, EventRecorder, Polic
         for p in procs:
             if p.poll() is None:
                 self.signal(p, signal.SIGKILL)
-        for link in sorted(self.links, key=len, reverse=True):
-            remove_created(link)
+        with mount_points.held():
+            for w in workers:
+                mount_points.release(w.uid)
+            for link in sorted(self.links, key=len, reverse=True):
+                mount_points.remove_if_unused(link)
         if self.host_dns:
             self.write_host_hosts(None)
         for p in list(self.proxies.values()):

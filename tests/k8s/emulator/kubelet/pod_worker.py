@@ -22,7 +22,7 @@ from .images import ImagePuller
 from .log import log
 from .probes import Probes
 from .runtime import ProcessRunner
-from .volumes import MOUNT_POINTS_LOCK, MountError, PodVolumes, remove_created
+from .volumes import MountError, PodVolumes
 
 
 # FallbackToLogsOnError: the kubelet's share of the log (kubelet's
@@ -363,20 +363,6 @@ class PodWorker(ContainerEnvironment, ImagePuller, PodVolumes, ProcessRunner, Pr
         for c in self.inits + self.containers:
             if c.proc and c.proc.poll() is None:
                 self.kubelet.signal(c.proc, signal.SIGKILL)
-        # Under the lock a starting pod claims mount points with: it claimed
-        # a shared one before this looks (kept) or makes it anew after. A
-        # mount point removed after its claim would detach the starting
-        # pod's bind mount from under it.
-        with MOUNT_POINTS_LOCK:
-            with self.kubelet.lock:
-                others = set()
-                for w in self.kubelet.workers.values():
-                    if w is not self:
-                        others.update(w.links)
-            for link in reversed(self.links):
-                if link in others:
-                    continue
-                remove_created(link)
-                self.kubelet.links.discard(link)
+        self.release_mount_points()
         self.kubelet.forget_events(self.uid)
         self.kubelet.forget(self)

@@ -17,9 +17,9 @@ import time
 
 from ..client import ApiError
 from ..clock import now_iso
+from . import mount_points
 from .containers import ConfigError, exit_code
 from .log import log
-from .volumes import MOUNT_POINTS_LOCK
 
 
 # The shell that execs the container's program joins the pod's net_cls
@@ -44,21 +44,21 @@ class ProcessRunner:
     def link_mount_path(self, src, dst):
         """Isolation none: `dst` becomes a link to `src`, or this pod shares
         another pod's link there; False where something else is there."""
-        with MOUNT_POINTS_LOCK:   # as make_target: a leaving pod's cleanup removes links
+        with mount_points.held():
             if os.path.lexists(dst):
-                if os.path.islink(dst) and dst in self.kubelet.links:
+                if os.path.islink(dst) and mount_points.was_made(dst):
                     # another pod's link: pods of one job mount the same
                     # secret at the same path; the first pod's copy is seen
                     if os.readlink(dst) != src:
                         log("%s: %s is shared with another pod (isolation none)" % (
                             self.key, dst))
-                    self.links.append(dst)
+                    self.claim_mount_point(dst)
                     return True
                 return os.path.realpath(dst) == os.path.realpath(src)
             self.make_parents(dst)
             os.symlink(src, dst)
-            self.links.append(dst)
-            self.kubelet.links.add(dst)
+            mount_points.made(dst)
+            self.claim_mount_point(dst)
             return True
 
     def start_container(self, c):

@@ -34,33 +34,17 @@ import base64
 import datetime
 import os
 import shutil
-import threading
 import time
 
+from . import mount_points
 from .containers import ConfigError
 from ..client import ApiError
-
-MOUNT_POINTS_LOCK = threading.Lock()
-
 
 class MountError(Exception):
     """A volume that cannot be set up yet; the message is the kubelet's."""
 
     def __init__(self, volume, why):
         super().__init__('MountVolume.SetUp failed for volume "%s" : %s' % (volume, why))
-
-
-def remove_created(path):
-    """Removes a link, an empty folder or an empty file the kubelet made."""
-    try:
-        if os.path.islink(path):
-            os.unlink(path)
-        elif os.path.isdir(path):
-            os.rmdir(path)   # only when empty (nothing is mounted on it any more)
-        elif os.path.isfile(path) and os.path.getsize(path) == 0:
-            os.unlink(path)
-    except OSError:
-        pass
 
 
 _GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r",
@@ -257,8 +241,8 @@ class PodVolumes:
         return out
 
     def make_parents(self, path):
-        """Creates the missing parents of `path`, remembering them so that
-        cleanup() removes them again."""
+        """Creates the missing parents of `path` (under mount_points.held()),
+        which go again with the last mount point in them."""
         missing = []
         parent = os.path.dirname(path)
         while parent and not os.path.exists(parent):
@@ -266,28 +250,31 @@ class PodVolumes:
             parent = os.path.dirname(parent)
         for d in reversed(missing):
             os.mkdir(d)
-            self.links.append(d)
-            self.kubelet.links.add(d)
+            mount_points.made(d)
 
     def make_target(self, src, dst):
-        """A mount point on the host for a bind mount (an empty folder or
-        file), removed again when the pod goes."""
-        # Pods start on threads of their own: two pods of a job that mount
-        # the same path must not both find it missing and both make it.
-        with MOUNT_POINTS_LOCK:
-            self._make_target(src, dst)
+        """The mount point on the host for a bind mount (an empty folder or
+        file), claimed for this pod: it goes when no pod claims it any more
+        (mount_points.py)."""
+        with mount_points.held():
+            if not os.path.lexists(dst):
+                self.make_parents(dst)
+                if os.path.isdir(src):
+                    os.mkdir(dst)
+                else:
+                    open(dst, "a").close()
+                mount_points.made(dst)
+            self.claim_mount_point(dst)
 
-    def _make_target(self, src, dst):
-        if os.path.lexists(dst):
-            if dst in self.kubelet.links and dst not in self.links:
-                # made for another pod (every container's /dev/termination-log,
-                # a job's shared mount path): kept while either pod uses it
-                self.links.append(dst)
-            return
-        self.make_parents(dst)
-        if os.path.isdir(src):
-            os.mkdir(dst)
-        else:
-            open(dst, "a").close()
-        self.links.append(dst)
-        self.kubelet.links.add(dst)
+    def claim_mount_point(self, path):
+        """Under mount_points.held()."""
+        mount_points.claim(path, self.uid)
+        self.links.append(path)
+        self.kubelet.links.add(path)
+
+    def release_mount_points(self):
+        """The pod is gone: its mount points go unless another pod claims them."""
+        with mount_points.held():
+            mount_points.release(self.uid)
+            for link in reversed(self.links):
+                mount_points.remove_if_unused(link)
