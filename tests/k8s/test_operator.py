@@ -54,7 +54,8 @@ class OperatorTestCase(unittest.TestCase):
     op = None
 
     def diag(self, job=None):
-        """What a failing assertion should show: the operator's log and the pods."""
+        """What a failing assertion should show: the operator's log, the pods,
+        and what the containers of `job`'s pods printed."""
         parts = []
         if self.op is not None:
             parts.append("--- operator log (tail)\n" + self.op.log()[-4000:])
@@ -63,6 +64,11 @@ class OperatorTestCase(unittest.TestCase):
             if job:
                 parts.append("--- status of %s\n%s" % (job, json.dumps(
                     get_job(self.c, job).get("status"), indent=1)))
+                # Every container's output, also of pods deleted since, less
+                # the progress lines.
+                lines = [line for line in kubelet_output(self.c).splitlines()
+                         if job in line and " epoch " not in line]
+                parts.append("--- the pods' output\n" + "\n".join(lines[-80:]))
         except Exception as e:   # diagnostics only
             parts.append("(no more diagnostics: %s)" % e)
         return "\n".join(parts)
@@ -75,8 +81,11 @@ class OperatorTestCase(unittest.TestCase):
 
     def wait_running_pid(self, job, node_id, timeout=90):
         """Waits until replica `node_id` of `job` runs; returns its process id."""
-        pids = self.c.wait_for(lambda: replica_pids(self.c, job, node_id), timeout=timeout,
-                               what="the process of %s %s" % (job, node_id))
+        try:
+            pids = self.c.wait_for(lambda: replica_pids(self.c, job, node_id), timeout=timeout,
+                                   what="the process of %s %s" % (job, node_id))
+        except AssertionError as e:
+            self.fail("%s\n%s" % (e, self.diag(job)))
         self.assertEqual(len(pids), 1, pids)
         return pids[0]
 

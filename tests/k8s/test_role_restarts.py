@@ -13,7 +13,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from operator_harness import (apply, checkpoints_on_host, condition, job_pods,  # noqa: E402
-                              kubelet_output, live_pod, replace_pod, replica_key, training_job)
+                              live_pod, replace_pod, replica_key, training_job)
 from test_operator import SharedClusterTestCase  # noqa: E402
 
 # Long enough (10 to 30 s) that the stop lands mid-job on a loaded machine, short enough
@@ -26,17 +26,6 @@ TROUBLE = ("could not tell the scheduler", "not the registered worker", "rpc Fin
 
 
 class RoleRestartTest(SharedClusterTestCase):
-    def diag(self, job=None):
-        """The operator's log, the pods, and the log of each pod of `job`."""
-        parts = [super().diag(job)]
-        if job:
-            # Every container's output, also of pods deleted since, less the
-            # progress lines.
-            lines = [line for line in kubelet_output(self.c).splitlines()
-                     if job in line and " epoch " not in line]
-            parts.append("--- the pods' output\n" + "\n".join(lines[-80:]))
-        return "\n".join(parts)
-
     def live_pod(self, job, role, index=0):
         return live_pod(self.c, job, role, index)
 
