@@ -1,8 +1,9 @@
 """Admission of built-in objects: the defaults the real API server fills in
-(pods, services, secrets, namespaces, networkpolicies), ClusterIP allocation, the pod
-priority lookup, and the checks that refuse what a real server refuses (pod
-spec changes beyond the mutable fields, a container restartPolicy other
-than a native sidecar's).
+(pods, services, secrets, namespaces, networkpolicies, limitranges),
+ClusterIP allocation, the pod priority lookup, LimitRange and ResourceQuota
+admission (limit_ranger.py, resource_quota.py), and the checks that refuse
+what a real server refuses (pod spec changes beyond the mutable fields, a
+container restartPolicy other than a native sidecar's).
 
 A mixin of Api (api.py): it uses its store, served types and service IPs.
 """
@@ -12,7 +13,7 @@ import uuid
 
 from ..clock import now_iso
 from .errors import ApiError, invalid
-from . import pod_security, resource_quota
+from . import limit_ranger, pod_security, resource_quota
 
 
 class Admission:
@@ -37,6 +38,8 @@ class Admission:
             self._default_service(obj)
         elif kind == ("", "secrets"):
             self._fold_string_data(obj)
+        elif kind == ("", "limitranges"):
+            limit_ranger.default_limit_range(obj)
         elif kind == ("networking.k8s.io", "networkpolicies"):
             self._default_network_policy(obj)
         elif kind == ("", "namespaces"):
@@ -87,7 +90,10 @@ class Admission:
             c.setdefault("imagePullPolicy", "Always" if latest else "IfNotPresent")
             c.setdefault("terminationMessagePath", "/dev/termination-log")
             c.setdefault("terminationMessagePolicy", "File")
-            c.setdefault("resources", {})
+            resources = c.setdefault("resources", {})
+            # A resource with a limit and no request requests the limit.
+            for name, value in (resources.get("limits") or {}).items():
+                resources.setdefault("requests", {}).setdefault(name, value)
             for p in c.get("ports", []):
                 p.setdefault("protocol", "TCP")
         qos = "BestEffort"
@@ -153,6 +159,7 @@ class Admission:
                 raise ApiError(403, "Forbidden", 'pods "%s" is forbidden: no PriorityClass with '
                                'name %s was found' % (obj["metadata"]["name"], pc))
             obj["spec"]["priority"] = self.store.get(t, "", pc).get("value", 0)
+        limit_ranger.admit(self, obj, namespace)
         resource_quota.admit(self, obj, namespace)
 
     def _check_pod_update(self, rtype, old, new):

@@ -77,6 +77,7 @@ def builtin_types():
         R("", "v1", "serviceaccounts", "ServiceAccount", short_names=["sa"]),
         R("", "v1", "endpoints", "Endpoints", short_names=["ep"]),
         R("", "v1", "resourcequotas", "ResourceQuota", short_names=["quota"], status=True),
+        R("", "v1", "limitranges", "LimitRange", short_names=["limits"]),
         R("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", short_names=["pvc"],
           status=True),
         R("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", short_names=["pdb"],
