@@ -44,6 +44,9 @@ inline constexpr const char* kTokenFile = "KUBEPS_TOKEN_FILE";
 inline constexpr const char* kTlsDir = "KUBEPS_TLS_DIR";
 inline constexpr const char* kRunDir = "KUBEPS_RUN_DIR";  // local runner: where ports are published
 inline constexpr const char* kBlasThreads = "KUBEPS_BLAS_THREADS";
+// The cores a worker's container requested, rounded up: the downward API's
+// requests.cpu, 0 where it requested none. Set by the operator.
+inline constexpr const char* kCpuRequest = "KUBEPS_CPU_REQUEST";
 // A built-in model's worker in sync mode: "0" pushes every gradient after the
 // backward pass, anything else (or unset) each layer's during it, small ones
 // together (docs/performance.md, "Overlap with the backward pass").
@@ -87,6 +90,7 @@ struct NodeConfig {
   std::shared_ptr<const TransportSecurity> security;
   std::string run_dir;
   int blas_threads = 0;  // 0: as many as the cores the process may use (common/usable_cores.h)
+  int cpu_request = -1;  // -1: not given (a local run)
   std::string checkpoint_dir;
   std::string socket_dir;
   std::string desired_workers_file;

@@ -51,6 +51,7 @@
 #include "common/tensor_memory.h"
 #include "common/termination_message.h"
 #include "common/usable_cores.h"
+#include "worker-agent/compute_threads.h"
 #include "worker-agent/kv/kv_worker.h"
 #include "worker-agent/kv/segment_file.h"
 #include "worker-agent/parameter_store.h"
@@ -271,15 +272,13 @@ void TellSchedulerDone(KVWorker* kv) {
   }
 }
 
-// The built-in model's BLAS and OpenMP threads: as many as
-// KUBEPS_BLAS_THREADS says, else one per core this process may use. (A
-// sidecar computes nothing: the user's program has threads of its own.)
+// The built-in model's BLAS and OpenMP threads. (A sidecar computes
+// nothing: the user's program has threads of its own.)
 void ComputeOnTheCoresGiven(const api::NodeConfig& config) {
-  const int threads = config.blas_threads > 0 ? config.blas_threads : UsableCores();
-  SetBlasThreads(threads);
-  KLOG_INFO << "computing on " << threads << (threads == 1 ? " thread" : " threads")
-            << (config.blas_threads > 0 ? " (KUBEPS_BLAS_THREADS)"
-                                        : " (the cores this process may use)");
+  const ComputeThreads given = ThreadsToComputeOn(config, UsableCores());
+  SetBlasThreads(given.threads);
+  KLOG_INFO << "computing on " << given.threads << (given.threads == 1 ? " thread" : " threads")
+            << " (" << given.why << ")";
 }
 
 int TrainBuiltInModel(const api::NodeConfig& config, const api::TrainingJob& job, KVPath path) {

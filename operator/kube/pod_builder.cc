@@ -80,22 +80,17 @@ void SetKubepsProcess(json& container, const controller::ReplicaLaunch& launch, 
 }
 
 // A worker that trains a built-in model computes on as many threads as
-// its container asks for CPUs, as a pod's neighbours on the node expect of
-// it: its request (the API server sets a missing request to the limit),
-// rounded up by the downward API's divisor 1. A container that asks for no
-// CPU computes on one thread, as before: its threads would otherwise count
-// the node's cores, and workers sharing a node would oversubscribe it. A
-// KUBEPS_BLAS_THREADS of the template wins.
+// its container requested cores, as a pod's neighbours on the node expect
+// of it. The request is what admission left: the template's, the limit
+// where it set only a limit, or a LimitRange's default, which the template
+// does not show; so the kubelet passes it on (the downward API rounds it
+// up, and gives 0 where there is none), and the agent decides
+// (worker-agent/compute_threads.h).
 void ComputeOnTheRequestedCores(json& container) {
-  const json resources = container.value("resources", json::object());
-  const bool asks = resources.value("requests", json::object()).contains("cpu") ||
-                    resources.value("limits", json::object()).contains("cpu");
-  const json threads =
-      asks ? json{{"name", api::env::kBlasThreads},
-                  {"valueFrom",
-                   {{"resourceFieldRef", {{"resource", "requests.cpu"}, {"divisor", "1"}}}}}}
-           : json{{"name", api::env::kBlasThreads}, {"value", "1"}};
-  MergeEnv(container, json::array({threads}), SameName::kTemplateWins);
+  const json request = {
+      {"name", api::env::kCpuRequest},
+      {"valueFrom", {{"resourceFieldRef", {{"resource", "requests.cpu"}, {"divisor", "1"}}}}}};
+  MergeEnv(container, json::array({request}), SameName::kTemplateWins);
 }
 
 // An elastic job's scheduler follows the desired number of workers in a

@@ -171,7 +171,7 @@ class OperatorTest(SharedClusterTestCase):
         logs = c.kubectl("logs", "fashion-mnist-worker-0").stdout
         self.assertIn("test accuracy", logs)
         # The example's workers ask for no CPU: one thread each.
-        self.assertIn("computing on 1 thread (KUBEPS_BLAS_THREADS)", logs)
+        self.assertIn("computing on 1 thread (the container requested no CPU)", logs)
         self.assertIn("[fashion-mnist-worker-0/worker] [worker 0] test accuracy",
                       kubelet_output(c))
 

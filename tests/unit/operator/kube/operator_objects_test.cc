@@ -95,29 +95,35 @@ TEST(PodBuilderTest, WorkerPodMergesTheTemplateAndOwnsNothingElse) {
   EXPECT_EQ(spec["volumes"].back()["secret"]["secretName"], "mnist-token");
 }
 
-// A worker training a built-in model computes on as many threads as its
-// container asks for CPUs (the downward API rounds the request up), on one
-// where it asks for none, and as its template says where it says; servers
-// compute nothing worth threads.
-TEST(PodBuilderTest, AWorkerComputesOnAsManyThreadsAsItsContainerAsksForCpus) {
+// A worker training a built-in model learns the cores its container
+// requested from the downward API, rounded up, also where its template asks
+// for none: a LimitRange's default request, which admission adds later,
+// counts too (the agent computes on one thread where there is none). The
+// template's KUBEPS_BLAS_THREADS stays; servers compute nothing worth
+// threads.
+TEST(PodBuilderTest, AWorkerIsToldTheCoresItsContainerRequestedWhateverItsTemplateSays) {
   api::TrainingJob job = Job();
-  auto worker_threads = [&] {
+  auto worker_env = [&](const char* name) {
     json pod = BuildPod(kId, job, Launch(job, {ReplicaRole::kWorker, 0}), 0, ImageSet{});
-    return EnvValue(pod["spec"]["containers"][0], "KUBEPS_BLAS_THREADS");
+    return EnvValue(pod["spec"]["containers"][0], name);
   };
-  EXPECT_EQ(worker_threads(), "1") << "no CPU asked for";
+  auto expect_the_request = [&](const std::string& why) {
+    const json request = worker_env("KUBEPS_CPU_REQUEST");
+    EXPECT_EQ(request["resourceFieldRef"]["resource"], "requests.cpu") << why;
+    EXPECT_EQ(request["resourceFieldRef"]["divisor"], "1") << why;
+  };
+  expect_the_request("no CPU asked for");
+  EXPECT_EQ(worker_env("KUBEPS_BLAS_THREADS"), nullptr);
   json server = BuildPod(kId, job, Launch(job, {ReplicaRole::kServer, 0}), 0, ImageSet{});
-  EXPECT_EQ(EnvValue(server["spec"]["containers"][0], "KUBEPS_BLAS_THREADS"), nullptr);
+  EXPECT_EQ(EnvValue(server["spec"]["containers"][0], "KUBEPS_CPU_REQUEST"), nullptr);
 
   json& container = job.spec.worker.template_override["spec"]["containers"][0];
   for (const char* kind : {"requests", "limits"}) {
     container["resources"] = {{kind, {{"cpu", "1500m"}}}};
-    const json threads = worker_threads();
-    EXPECT_EQ(threads["resourceFieldRef"]["resource"], "requests.cpu") << kind;
-    EXPECT_EQ(threads["resourceFieldRef"]["divisor"], "1") << kind;
+    expect_the_request(kind);
   }
   container["env"].push_back({{"name", "KUBEPS_BLAS_THREADS"}, {"value", "3"}});
-  EXPECT_EQ(worker_threads(), "3");
+  EXPECT_EQ(worker_env("KUBEPS_BLAS_THREADS"), "3");
 }
 
 TEST(PodBuilderTest, RestartedPodGetsANewNameButTheSameHostname) {
