@@ -3,7 +3,9 @@ them: a volume that cannot be mounted (FailedMount Events, the pod Pending
 in ContainerCreating), a claim that does not exist (unschedulable), the
 Eviction subresource with PodDisruptionBudgets, `kubectl drain` (cordon,
 evict, wait), and a node that goes NotReady (its pods stay Terminating);
-and downwardAPI volumes that follow the pod's labels and annotations.
+downwardAPI volumes that follow the pod's labels and annotations; and the
+host's mount points, which the pods of every stand-in cluster on the
+machine share.
 
     python3 -m unittest -v test_emulator_node      (from tests/k8s)
 """

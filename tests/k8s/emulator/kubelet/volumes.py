@@ -40,6 +40,7 @@ from . import mount_points
 from .containers import ConfigError
 from ..client import ApiError
 
+
 class MountError(Exception):
     """A volume that cannot be set up yet; the message is the kubelet's."""
 
@@ -267,7 +268,7 @@ class PodVolumes:
             self.claim_mount_point(dst)
 
     def claim_mount_point(self, path):
-        """Under mount_points.held()."""
+        """Records that this pod uses `path` (under mount_points.held())."""
         mount_points.claim(path, self.uid)
         self.links.append(path)
         self.kubelet.links.add(path)
