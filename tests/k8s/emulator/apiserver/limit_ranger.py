@@ -43,33 +43,33 @@ def default_limit_range(obj):
 
 
 def admit(api, pod, namespace):
-    """Defaults `pod`'s containers from the LimitRanges of `namespace`, then
-    refuses it (403) where a container breaks a min or a max (store lock
-    held)."""
-    items = [item for limit_range in _limit_ranges(api, namespace)
-             for item in (limit_range.get("spec") or {}).get("limits") or []
-             if item.get("type") == "Container"]
-    if not items:
-        return
+    """Defaults `pod`'s containers from each LimitRange of `namespace` (the
+    mutating phase), then refuses it (403) where a container breaks a min or
+    a max of one (the validating phase, the first LimitRange that refuses
+    says why); store lock held."""
+    limit_ranges = [[item for item in (r.get("spec") or {}).get("limits") or []
+                     if item.get("type") == "Container"] for r in _limit_ranges(api, namespace)]
     spec = pod.get("spec") or {}
-    said = []
-    for item in items:
-        for prefix, key in (("init container", "initContainers"), ("container", "containers")):
-            for c in spec.get(key) or []:
-                said += _default(c, item, prefix)
-    if said:
-        annotations = pod["metadata"].setdefault("annotations", {})
-        annotations[ANNOTATION] = "LimitRanger plugin set: " + "; ".join(said)
-    errors = []
-    for item in items:
-        for key in ("initContainers", "containers"):
-            for c in spec.get(key) or []:
-                errors += _check(c, item)
-    if errors:
-        why = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
-        name = pod["metadata"].get("name", "")
-        raise ApiError(403, "Forbidden", 'pods "%s" is forbidden: %s' % (name, why),
-                       {"name": name, "kind": "pods"})
+    containers = [("container", c) for c in spec.get("containers") or []] + \
+        [("init container", c) for c in spec.get("initContainers") or []]
+    for items in limit_ranges:
+        defaults = {"defaultRequest": {}, "default": {}}
+        for item in items:
+            for source, quantities in defaults.items():
+                quantities.update(item.get(source) or {})
+        said = []
+        for prefix, c in containers:
+            said += _default(c, defaults, prefix)
+        if said:
+            annotations = pod["metadata"].setdefault("annotations", {})
+            annotations[ANNOTATION] = "LimitRanger plugin set: " + "; ".join(said)
+    for items in limit_ranges:
+        errors = [e for item in items for _, c in containers for e in _check(c, item)]
+        if errors:
+            why = errors[0] if len(errors) == 1 else "[" + ", ".join(errors) + "]"
+            name = pod["metadata"].get("name", "")
+            raise ApiError(403, "Forbidden", 'pods "%s" is forbidden: %s' % (name, why),
+                           {"name": name, "kind": "pods"})
 
 
 def _limit_ranges(api, namespace):
@@ -77,18 +77,18 @@ def _limit_ranges(api, namespace):
                   key=lambda r: r["metadata"]["name"])
 
 
-def _default(container, item, prefix):
+def _default(container, defaults, prefix):
     """mergeContainerResources: what it set, for the annotation."""
     resources = container.setdefault("resources", {})
     said = []
     for kind, source, what in (("requests", "defaultRequest", "request"),
                                ("limits", "default", "limit")):
         have = resources.get(kind) or {}
-        added = sorted(name for name in (item.get(source) or {}) if name not in have)
+        added = sorted(name for name in defaults[source] if name not in have)
         if not added:
             continue
         for name in added:
-            have[name] = item[source][name]
+            have[name] = defaults[source][name]
         resources[kind] = have
         said.append("%s %s for %s %s" % (", ".join(added), what, prefix, container.get("name")))
     return said
