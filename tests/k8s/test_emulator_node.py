@@ -289,7 +289,6 @@ class FakeKubelet:
         self.state_dir = self.log_dir = state_dir
         self.lock = threading.RLock()
         self.workers = {}
-        self.links = set()
 
     def allocate_ip(self, uid):
         return "10.0.0.%d" % (len(self.workers) + 1)

@@ -1,7 +1,7 @@
 """The node: the Kubelet object that registers the Node, runs the informers,
-owns the pod workers, the processes they started, the pod IPs and the
-links and mount points made on the host, and stops and cleans up all of it
-on exit.
+owns the pod workers, the processes they started and the pod IPs, and
+stops and cleans up all of it on exit, with the host's mount points that its
+pods claimed (mount_points.py).
 
 Pod lifecycle is in pod_worker.py; what the node learns from the API server
 in informers.py; networking and DNS in networking.py and dns.py;
@@ -68,7 +68,6 @@ class Kubelet(Informers, Scheduler, Networking, ClusterDns, EventRecorder, Polic
         self.pod_octet = int(os.environ.get("KUBEPS_EMULATOR_POD_OCTET", "0")) or \
             (2 + os.getpid() % 240)
         self.procs = set()
-        self.links = set()
         self.proxies = {}          # (ip, port) -> ServiceProxy
         self.dns_dirty = threading.Event()
         self.stopping = False
@@ -196,10 +195,12 @@ class Kubelet(Informers, Scheduler, Networking, ClusterDns, EventRecorder, Polic
         for p in procs:
             if p.poll() is None:
                 self.signal(p, signal.SIGKILL)
+        # The pods still here: those gone released theirs as they went.
         with mount_points.held():
             for w in workers:
                 mount_points.release(w.uid)
-            for link in sorted(self.links, key=len, reverse=True):
+            for link in sorted({link for w in workers for link in w.links}, key=len,
+                               reverse=True):
                 mount_points.remove_if_unused(link)
         if self.host_dns:
             self.write_host_hosts(None)

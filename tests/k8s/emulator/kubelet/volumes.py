@@ -271,7 +271,6 @@ class PodVolumes:
         """Records that this pod uses `path` (under mount_points.held())."""
         mount_points.claim(path, self.uid)
         self.links.append(path)
-        self.kubelet.links.add(path)
 
     def release_mount_points(self):
         """The pod is gone: its mount points go unless another pod claims them."""
