@@ -2,7 +2,7 @@
 started on it: for tests that change the cluster (its settings, its
 namespaces, the operator's token) in ways other tests must not see."""
 from operator_harness import Operator
-from test_operator import OperatorTestCase, new_cluster
+from operator_test_case import OperatorTestCase, new_cluster
 
 
 class OwnClusterTestCase(OperatorTestCase):

@@ -16,7 +16,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from operator_harness import (apply, checkpoints_on_host, events_of, job_pods,  # noqa: E402
                               live, live_pod, replica_key, training_job)
-from test_operator import SharedClusterTestCase  # noqa: E402
+from operator_test_case import SharedClusterTestCase  # noqa: E402
 
 NODE = "kubeps-node"
 

@@ -18,7 +18,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from operator_harness import apply, condition, events_of, get_job  # noqa: E402
-from test_operator import SharedClusterTestCase  # noqa: E402
+from operator_test_case import SharedClusterTestCase  # noqa: E402
 from test_pod_start import small_job  # noqa: E402
 
 

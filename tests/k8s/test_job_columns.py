@@ -11,7 +11,7 @@ import re
 import unittest
 
 from operator_harness import apply, training_job
-from test_operator import SharedClusterTestCase
+from operator_test_case import SharedClusterTestCase
 
 CRD = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/trainingjobs.kubeps.io"
 COLUMNS = ["NAME", "PHASE", "WORKERS", "STEP", "STEPS/S", "PROGRESS", "ETA", "LOSS", "ACCURACY",

@@ -52,7 +52,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from operator_harness import Operator, apply, get_job, live_pod, training_job  # noqa: E402
-from test_operator import OperatorTestCase, new_cluster  # noqa: E402
+from operator_test_case import OperatorTestCase, new_cluster  # noqa: E402
 
 NODE = "kubeps-node"
 JOB = "isolated"

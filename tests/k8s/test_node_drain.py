@@ -15,7 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from operator_harness import (apply, checkpoints_on_host, events_of, live_pod,  # noqa: E402
                               training_job)
-from test_operator import SharedClusterTestCase  # noqa: E402
+from operator_test_case import SharedClusterTestCase  # noqa: E402
 from test_role_restarts import MAX_STEPS  # noqa: E402
 
 NODE = "kubeps-node"

@@ -17,7 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from emulator.client import ApiError  # noqa: E402
 from operator_harness import apply, checkpoints_on_host, events_of, training_job  # noqa: E402
-from test_operator import SharedClusterTestCase  # noqa: E402
+from operator_test_case import SharedClusterTestCase  # noqa: E402
 
 
 class NodeNotReadyTest(SharedClusterTestCase):

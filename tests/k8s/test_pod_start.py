@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from operator_harness import (apply, condition, events_of, get_job,  # noqa: E402
                               training_job)
-from test_operator import SharedClusterTestCase  # noqa: E402
+from operator_test_case import SharedClusterTestCase  # noqa: E402
 
 MISSING_IMAGE = "registry.invalid/kubeps/agent:1"
 

@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from operator_harness import (apply, checkpoints_on_host, condition, job_pods,  # noqa: E402
                               live_pod, replace_pod, replica_key, training_job)
-from test_operator import SharedClusterTestCase  # noqa: E402
+from operator_test_case import SharedClusterTestCase  # noqa: E402
 
 # Long enough (10 to 30 s) that the stop lands mid-job on a loaded machine, short enough
 # for the suite: the workers stop at this step.

@@ -25,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from emulator.cluster import SOURCE_DIR  # noqa: E402
 from operator_harness import DATASET, apply, get_job, job_pods  # noqa: E402
-from test_operator import SharedClusterTestCase  # noqa: E402
+from operator_test_case import SharedClusterTestCase  # noqa: E402
 
 EXAMPLE = os.path.join(SOURCE_DIR, "examples", "pytorch", "mlp")
 PYTHON = "/usr/bin/python3"
