@@ -2,9 +2,14 @@
 // (ps-server/push_data.h): PushData::Read, which copies each gRPC slice in
 // and checks it for NaN and Inf while it is in cache, against the plain
 // copy of the same slices it did before. 1M floats (4 MB) in 16 KiB slices,
-// as gRPC hands a large message over.
+// as gRPC hands a large message over. And the step's last push of two
+// workers summed into the mean (Shard::GatherLast), its gradient in one
+// piece as a push through shared memory hands it over: read through a copy
+// into a block of the stack and summed in three passes, as the shard did,
+// against read where it lies (PushData::View) and summed in one.
 //
 //   build/bin/push_data_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -65,5 +70,62 @@ void BM_CopyAndCheckFinite(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kFloats * sizeof(float));
 }
 BENCHMARK(BM_CopyAndCheckFinite);
+
+// One 2 MiB part, as a worker's shared segment holds it, and the other
+// worker's gradient already in its slot.
+struct LastPush {
+  std::vector<float> pushed, other, mean;
+  std::vector<std::string_view> pieces;
+  LastPush() : pushed(1 << 19), other(1 << 19), mean(1 << 19) {
+    for (size_t i = 0; i < pushed.size(); ++i) {
+      pushed[i] = 1e-3f * static_cast<float>(i % 977) - 0.4f;
+      other[i] = 1e-3f * static_cast<float>(i % 751) - 0.3f;
+    }
+    pieces.emplace_back(reinterpret_cast<const char*>(pushed.data()),
+                        pushed.size() * sizeof(float));
+  }
+};
+constexpr size_t kBlock = 4096;
+
+void BM_SumOfTwoThroughACopy(benchmark::State& state) {
+  LastPush p;
+  float incoming[kBlock];
+  for (auto _ : state) {
+    kubeps::PushData data(p.pieces);
+    bool finite = true;
+    for (size_t begin = 0; begin < p.mean.size(); begin += kBlock) {
+      finite &= data.Read(incoming, kBlock);
+      float* __restrict m = p.mean.data() + begin;
+      std::copy_n(p.other.data() + begin, kBlock, m);
+      for (size_t i = 0; i < kBlock; ++i) m[i] += incoming[i];
+      for (size_t i = 0; i < kBlock; ++i) m[i] *= 0.5f;
+    }
+    benchmark::DoNotOptimize(finite);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * p.pushed.size() * sizeof(float));
+}
+BENCHMARK(BM_SumOfTwoThroughACopy);
+
+void BM_SumOfTwoInPlace(benchmark::State& state) {
+  LastPush p;
+  float scratch[kBlock];
+  for (auto _ : state) {
+    kubeps::PushData data(p.pieces);
+    bool finite = true;
+    for (size_t begin = 0; begin < p.mean.size(); begin += kBlock) {
+      bool block_finite = true;
+      const float* __restrict in = data.View(kBlock, scratch, &block_finite);
+      finite &= block_finite;
+      const float* __restrict other = p.other.data() + begin;
+      float* __restrict m = p.mean.data() + begin;
+      for (size_t i = 0; i < kBlock; ++i) m[i] = (other[i] + in[i]) * 0.5f;
+    }
+    benchmark::DoNotOptimize(finite);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * p.pushed.size() * sizeof(float));
+}
+BENCHMARK(BM_SumOfTwoInPlace);
 
 }  // namespace

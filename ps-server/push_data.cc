@@ -81,6 +81,22 @@ bool PushData::Read(float* out, size_t n) {
   return finite;
 }
 
+const float* PushData::View(size_t n, float* scratch, bool* finite) {
+  const size_t bytes = n * sizeof(float);
+  if (encoding_ == GradientEncoding::kFloat32 && piece_ < pieces_.size()) {
+    const char* at = pieces_[piece_].data() + offset_;
+    if (pieces_[piece_].size() - offset_ >= bytes &&
+        reinterpret_cast<uintptr_t>(at) % alignof(float) == 0) {
+      const float* in_place = reinterpret_cast<const float*>(at);
+      Consume(bytes, [](const char*, size_t) {});
+      *finite = AllFinite(in_place, n);
+      return in_place;
+    }
+  }
+  *finite = Read(scratch, n);
+  return scratch;
+}
+
 void PushData::Skip(size_t n) {
   Consume(EncodedBytes(encoding_, n), [](const char*, size_t) {});
 }

@@ -34,6 +34,11 @@ class PushData {
   // it is still in cache: no second pass over the gradient. REQUIRES: that
   // many bytes are left.
   bool Read(float* out, size_t n);
+  // The next `n` floats, checked as Read checks them: where they lie,
+  // float32 and whole in one piece at a float's alignment (a push through
+  // shared memory), else copied (decoded) into `scratch`, which holds `n`.
+  // For a reader that only reads them once: no copy.
+  const float* View(size_t n, float* scratch, bool* finite);
   // Passes over the next `n` floats.
   void Skip(size_t n);
   // Called as each piece is begun: a test pauses a push in the middle of its

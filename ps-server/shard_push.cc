@@ -139,41 +139,56 @@ bool Shard::AwaitLast(const v1::PushRequest& request, const Claim& claim, MeanPl
 
 bool Shard::GatherLast(Part& part, int rank, size_t n, const MeanPlan& plan, PushData& data) {
   const std::vector<int>& ranks = plan.ranks;
-  const float scale = 1.0f / static_cast<float>(ranks.size());
+  const size_t count = ranks.size();
+  const float scale = 1.0f / static_cast<float>(count);
   // The mean goes to this push's slot, which holds nothing this step.
   part.contributions[rank].resize(n);
   float* mean = part.contributions[rank].data();
   // Block by block, so that the sum and the scaling read each gradient
   // from memory once (a big part is many times the cache), and this push's
-  // block is read from the request (and checked) just before it is added.
+  // block is checked just before it is added: read where it lies (shared
+  // memory), else copied into `scratch`.
   constexpr size_t kBlock = 4096;
-  float incoming[kBlock];
+  float scratch[kBlock];
   bool finite = true;
   for (size_t begin = 0; begin < n; begin += kBlock) {
     const size_t len = std::min(kBlock, n - begin);
-    finite &= data.Read(incoming, len);
-    auto block = [&](int r) -> const float* {
-      return r == rank ? incoming : part.contributions[r].data() + begin;
+    bool block_finite = true;
+    const float* incoming = data.View(len, scratch, &block_finite);
+    finite &= block_finite;
+    auto term = [&](size_t k) -> const float* {
+      return ranks[k] == rank ? incoming : part.contributions[ranks[k]].data() + begin;
     };
     float* __restrict m = mean + begin;
-    const float* __restrict first = block(ranks[0]);
-    if (plan.equal_shares) {
-      std::copy_n(first, len, m);
-    } else {
+    if (!plan.equal_shares) {
+      const float* __restrict first = term(0);
       for (size_t i = 0; i < len; ++i) m[i] = first[i] * plan.weights[0];
-    }
-    for (size_t k = 1; k < ranks.size(); ++k) {
-      const float* __restrict g = block(ranks[k]);
-      if (plan.equal_shares) {
-        for (size_t i = 0; i < len; ++i) m[i] += g[i];
-      } else {
+      for (size_t k = 1; k < count; ++k) {
+        const float* __restrict g = term(k);
         const float w = plan.weights[k];
         for (size_t i = 0; i < len; ++i) m[i] += w * g[i];
       }
+      continue;
     }
-    if (plan.equal_shares) {
-      for (size_t i = 0; i < len; ++i) m[i] *= scale;
+    // The plain mean, added in rank order and then scaled, in as few passes
+    // as the count allows: each term is read once, and two workers' (the
+    // common case) take one pass.
+    const float* __restrict first = term(0);
+    if (count == 1) {
+      for (size_t i = 0; i < len; ++i) m[i] = first[i] * scale;
+      continue;
     }
+    const float* __restrict second = term(1);
+    if (count == 2) {
+      for (size_t i = 0; i < len; ++i) m[i] = (first[i] + second[i]) * scale;
+      continue;
+    }
+    for (size_t i = 0; i < len; ++i) m[i] = first[i] + second[i];
+    for (size_t k = 2; k < count; ++k) {
+      const float* __restrict g = term(k);
+      for (size_t i = 0; i < len; ++i) m[i] += g[i];
+    }
+    for (size_t i = 0; i < len; ++i) m[i] *= scale;
   }
   return finite;
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -82,6 +83,29 @@ TEST(NonFiniteTest, FailRefusesANaNInTheStepsLastPushAndKeepsTheOthers) {
   EXPECT_EQ(shard->PartVersion(0, 0), 1u);
   // SGD with learning rate 1: w - (g0 + g1 + g2) / 3.
   EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{-2, -2, -2}));
+}
+
+// The same push in one piece, as through shared memory: the step's last
+// push is then summed from where it lies (PushData::View).
+grpc::Status PushInOnePiece(Shard& shard, int rank, uint64_t seq, uint64_t step,
+                            const std::vector<uint32_t>& keys, const std::vector<float>& grad) {
+  v1::PushRequest request = shard_testing::PushOfKeys(rank, seq, step, keys, 3);
+  PushData data(
+      {std::string_view(reinterpret_cast<const char*>(grad.data()), grad.size() * sizeof(float))});
+  return shard.Push(request, data);
+}
+
+TEST(NonFiniteTest, FailRefusesANaNInTheStepsLastPushReadInPlace) {
+  auto shard = MakeShard(true, 2);
+  Init(*shard, {0, 1});
+  ASSERT_TRUE(PushInOnePiece(*shard, 0, 0, 0, {0, 1}, {3, 3, 3, 1, 1, 1}).ok());
+  grpc::Status s = PushInOnePiece(*shard, 1, 0, 0, {0, 1}, {1, 1, 1, 1, kInf, 1});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(shard->PartVersion(0, 0), 0u) << "the step completed with a refused gradient";
+  ASSERT_TRUE(PushInOnePiece(*shard, 1, 0, 0, {0, 1}, {1, 2, 3, 1, 2, 3}).ok());
+  // SGD with learning rate 1: w - (g0 + g1) / 2.
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{-1, -0.5f, 0}));
+  EXPECT_EQ(shard->PartValue(1, 0), (std::vector<float>{0, 0.5f, 1}));
 }
 
 TEST(NonFiniteTest, FailRefusesInfInAsyncMode) {
