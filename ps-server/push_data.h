@@ -37,7 +37,10 @@ class PushData {
   // The next `n` floats, checked as Read checks them: where they lie,
   // float32 and whole in one piece at a float's alignment (a push through
   // shared memory), else copied (decoded) into `scratch`, which holds `n`.
-  // For a reader that only reads them once: no copy.
+  // For a reader that only reads them once: no copy. Read in place, they
+  // are checked before they are read again, so a worker that wrote its
+  // gradient during its own push (which the KV client's rule forbids) could
+  // change them in between, as it could tear them under a copy.
   const float* View(size_t n, float* scratch, bool* finite);
   // Passes over the next `n` floats.
   void Skip(size_t n);
