@@ -14,6 +14,7 @@
 
 #include "common/gradient_codec.h"
 #include "ps-server/push_data.h"
+#include "tests/unit/ps-server/test_shard.h"
 
 namespace kubeps {
 namespace {
@@ -51,13 +52,9 @@ TEST(PushDataViewTest, NaNAndInfAreFoundWhereTheyLie) {
 
 TEST(PushDataViewTest, FloatsCutBetweenPiecesAreCopiedAndChecked) {
   const std::vector<float> values = {1.5f, -2.5f, 3.5f, std::numeric_limits<float>::quiet_NaN()};
-  const std::string bytes(reinterpret_cast<const char*>(values.data()),
-                          values.size() * sizeof(float));
   // Five bytes a piece: every float but the first straddles two.
-  std::vector<std::string_view> pieces;
-  for (size_t at = 0; at < bytes.size(); at += 5)
-    pieces.push_back(std::string_view(bytes).substr(at, 5));
-  PushData data(pieces);
+  const std::string bytes = shard_testing::Bytes(values);
+  PushData data(shard_testing::CutInto(bytes, 5));
   float scratch[3] = {};
   bool finite = false;
   const float* got = data.View(3, scratch, &finite);
