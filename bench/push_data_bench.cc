@@ -87,44 +87,48 @@ struct LastPush {
 };
 constexpr size_t kBlock = 4096;
 
-void BM_SumOfTwoThroughACopy(benchmark::State& state) {
-  LastPush p;
-  float incoming[kBlock];
-  for (auto _ : state) {
-    kubeps::PushData data(p.pieces);
-    bool finite = true;
-    for (size_t begin = 0; begin < p.mean.size(); begin += kBlock) {
-      finite &= data.Read(incoming, kBlock);
-      float* __restrict m = p.mean.data() + begin;
-      std::copy_n(p.other.data() + begin, kBlock, m);
-      for (size_t i = 0; i < kBlock; ++i) m[i] += incoming[i];
-      for (size_t i = 0; i < kBlock; ++i) m[i] *= 0.5f;
-    }
-    benchmark::DoNotOptimize(finite);
-    benchmark::ClobberMemory();
-  }
-  state.SetBytesProcessed(state.iterations() * p.pushed.size() * sizeof(float));
-}
-BENCHMARK(BM_SumOfTwoThroughACopy);
-
-void BM_SumOfTwoInPlace(benchmark::State& state) {
+// The step's last push of the two summed into the mean a block at a time:
+// `sum_block(data, other, mean, scratch)` sums one block and says whether
+// the pushed floats were finite.
+template <typename SumBlock>
+void SumOfTwo(benchmark::State& state, SumBlock sum_block) {
   LastPush p;
   float scratch[kBlock];
   for (auto _ : state) {
     kubeps::PushData data(p.pieces);
     bool finite = true;
     for (size_t begin = 0; begin < p.mean.size(); begin += kBlock) {
-      bool block_finite = true;
-      const float* __restrict in = data.View(kBlock, scratch, &block_finite);
-      finite &= block_finite;
-      const float* __restrict other = p.other.data() + begin;
-      float* __restrict m = p.mean.data() + begin;
-      for (size_t i = 0; i < kBlock; ++i) m[i] = (other[i] + in[i]) * 0.5f;
+      finite &= sum_block(data, p.other.data() + begin, p.mean.data() + begin, scratch);
     }
     benchmark::DoNotOptimize(finite);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * p.pushed.size() * sizeof(float));
+}
+
+// As the shard did: the pushed block copied out and checked, the other
+// worker's copied into the mean, then added, then scaled.
+void BM_SumOfTwoThroughACopy(benchmark::State& state) {
+  SumOfTwo(state,
+           [](kubeps::PushData& data, const float* other, float* __restrict m, float* incoming) {
+             const bool finite = data.Read(incoming, kBlock);
+             std::copy_n(other, kBlock, m);
+             for (size_t i = 0; i < kBlock; ++i) m[i] += incoming[i];
+             for (size_t i = 0; i < kBlock; ++i) m[i] *= 0.5f;
+             return finite;
+           });
+}
+BENCHMARK(BM_SumOfTwoThroughACopy);
+
+// As it does now: the pushed block checked where it lies, and one pass.
+void BM_SumOfTwoInPlace(benchmark::State& state) {
+  SumOfTwo(state, [](kubeps::PushData& data, const float* __restrict other, float* __restrict m,
+                     float* scratch) {
+    bool finite = true;
+    const float* __restrict in = data.View(kBlock, scratch, &finite);
+    for (size_t i = 0; i < kBlock; ++i) m[i] = (other[i] + in[i]) * 0.5f;
+    return finite;
+  });
 }
 BENCHMARK(BM_SumOfTwoInPlace);
 
