@@ -67,12 +67,9 @@ def _containers(pod):
 
 
 def _requirement(container, kind, resource):
-    """The container's request or limit; a request defaults to the limit."""
-    res = container.get("resources") or {}
-    value = (res.get(kind) or {}).get(resource)
-    if value is None and kind == "requests":
-        value = (res.get("limits") or {}).get(resource)
-    return value
+    """The container's request or limit (a pod's defaulting has made a
+    request of each limit set alone, admission.py)."""
+    return ((container.get("resources") or {}).get(kind) or {}).get(resource)
 
 
 def usage(obj, plural, names):

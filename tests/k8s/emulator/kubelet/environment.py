@@ -32,14 +32,11 @@ def quantity(text):
 
 def resource_field(ref, spec):
     """A container's resourceFieldRef as the kubelet resolves it: the request or
-    limit over the divisor (default 1), rounded up. The API server defaults a
-    missing request to the limit; a missing limit is the node's capacity, a
+    limit over the divisor (default 1), rounded up. The API server made a
+    request of each limit set alone; a missing limit is the node's capacity, a
     missing request (neither set) 0."""
     kind, _, name = ref.get("resource", "").partition(".")
-    resources = spec.get("resources") or {}
-    value = (resources.get(kind) or {}).get(name)
-    if value is None and kind == "requests":
-        value = (resources.get("limits") or {}).get(name)
+    value = ((spec.get("resources") or {}).get(kind) or {}).get(name)
     if value is None:
         capacity = {"cpu": os.cpu_count(),
                     "memory": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")}
