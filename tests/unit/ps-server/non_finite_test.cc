@@ -90,8 +90,7 @@ TEST(NonFiniteTest, FailRefusesANaNInTheStepsLastPushAndKeepsTheOthers) {
 grpc::Status PushInOnePiece(Shard& shard, int rank, uint64_t seq, uint64_t step,
                             const std::vector<uint32_t>& keys, const std::vector<float>& grad) {
   v1::PushRequest request = shard_testing::PushOfKeys(rank, seq, step, keys, 3);
-  PushData data(
-      {std::string_view(reinterpret_cast<const char*>(grad.data()), grad.size() * sizeof(float))});
+  PushData data(shard_testing::OnePiece(grad));
   return shard.Push(request, data);
 }
 

@@ -19,10 +19,7 @@
 namespace kubeps {
 namespace {
 
-std::vector<std::string_view> OnePiece(const std::vector<float>& values) {
-  return {std::string_view(reinterpret_cast<const char*>(values.data()),
-                           values.size() * sizeof(float))};
-}
+using shard_testing::OnePiece;
 
 TEST(PushDataViewTest, FloatsWholeInOnePieceAreReadWhereTheyLie) {
   const std::vector<float> values = {1, 2, 3, 4, 5, 6};

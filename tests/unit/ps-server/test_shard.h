@@ -57,6 +57,13 @@ inline v1::PushRequest PushOfKeys(int rank, uint64_t seq, uint64_t step,
   return request;
 }
 
+// `values` as one piece of a push's data, where they lie: a push through
+// shared memory.
+inline std::vector<std::string_view> OnePiece(const std::vector<float>& values) {
+  return {std::string_view(reinterpret_cast<const char*>(values.data()),
+                           values.size() * sizeof(float))};
+}
+
 // `bytes` cut into pieces of `size` bytes (the last may be shorter), as
 // gRPC hands a request's data in slices.
 inline std::vector<std::string_view> CutInto(const std::string& bytes, size_t size) {
