@@ -8,9 +8,7 @@
 // The file is the worker's: for each of its parts a staging region, which a
 // push fills and the server reads, and a landing region, which the server
 // fills with a pull's answer. Exactly-once holds as it does over TCP:
-// - a push's staging region is left alone until its push is acknowledged,
-//   and a PushPull's until its pull is answered: the shard may read that
-//   gradient in place until the step's last push sums it (PushData::Hold);
+// - a push's staging region is left alone until its push is acknowledged;
 //   the shard checks a request's id before it reads any data, so a late
 //   duplicate never reads a region that already holds the next push;
 // - a pull's landing region carries a ticket, the pull's own: the server

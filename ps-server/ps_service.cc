@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <optional>
-#include <set>
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -99,10 +98,9 @@ grpc::Status ParameterServerService::DecodePushRequest(const grpc::ByteBuffer& r
   return wire::SharedPieces(push->header, push->encoding, *push->segment, &push->pieces);
 }
 
-grpc::Status ParameterServerService::ApplyPush(const DecodedPush& push, bool holdable) {
+grpc::Status ParameterServerService::ApplyPush(const DecodedPush& push) {
   // Each handling (a duplicate too) reads the data anew.
   PushData data(push.pieces, push.encoding, push.header.threshold());
-  if (holdable && push.segment) data.AllowHolding(push.segment);
   return shard_->Push(push.header, data);
 }
 
@@ -158,9 +156,7 @@ grpc::Status ParameterServerService::PushPull(grpc::ServerContext* context,
   std::shared_ptr<const SharedSegment> landing;
   if (grpc::Status s = LandingSegment(push.header.then_pull(), &landing); !s.ok()) return s;
   return WithFaults(faults_, context, "PushPull", response, [&](grpc::ByteBuffer* r) {
-    if (grpc::Status s = ApplyPush(push, wire::AnswerAwaitsTheUpdate(push.header)); !s.ok()) {
-      return s;
-    }
+    if (grpc::Status s = ApplyPush(push); !s.ok()) return s;
     return AnswerPull(context, push.header.then_pull(), landing.get(), r);
   });
 }
@@ -260,17 +256,6 @@ grpc::Status SharedPieces(const v1::PushRequest& header, GradientEncoding encodi
     pieces->emplace_back(segment.base() + offset, bytes);
   }
   return grpc::Status::OK;
-}
-
-bool AnswerAwaitsTheUpdate(const v1::PushRequest& header) {
-  const v1::PullRequest& pull = header.then_pull();
-  if (pull.min_version() <= header.step()) return false;
-  std::set<std::pair<uint32_t, uint64_t>> pulled;
-  for (const v1::PartRef& ref : pull.parts()) pulled.emplace(ref.key(), ref.offset());
-  for (const v1::PartRef& ref : header.parts()) {
-    if (!pulled.count({ref.key(), ref.offset()})) return false;
-  }
-  return true;
 }
 
 grpc::Status CheckLanding(const v1::PullRequest& request, const SharedSegment& segment) {

@@ -60,10 +60,7 @@ class ParameterServerService final : public grpc::Service {
     std::shared_ptr<const SharedSegment> segment;
   };
   grpc::Status DecodePushRequest(const grpc::ByteBuffer& request, DecodedPush* push);
-  // `holdable`: the call's answer waits for the push's step to be updated
-  // (wire::AnswerAwaitsTheUpdate), so gradients in shared memory may be
-  // read there until then instead of copied (PushData::AllowHolding).
-  grpc::Status ApplyPush(const DecodedPush& push, bool holdable = false);
+  grpc::Status ApplyPush(const DecodedPush& push);
   // The worker's segment a pull may be answered into, or null: none named,
   // or one this server cannot map (another host, another uid), which is no
   // error: the answer goes in the response, which tells the worker so.
@@ -92,12 +89,6 @@ bool DecodePush(const grpc::ByteBuffer& request, v1::PushRequest* header,
 // bounds or missing.
 grpc::Status SharedPieces(const v1::PushRequest& header, GradientEncoding encoding,
                           const SharedSegment& segment, std::vector<std::string_view>* pieces);
-
-// Whether a PushPull's answer comes only once every part it pushes has been
-// updated past the push's step: its pull names each of them, at a later
-// version. (An answer not ready in time sends the worker on to Pull, still
-// waiting for that version, its staging regions untouched.)
-bool AnswerAwaitsTheUpdate(const v1::PushRequest& header);
 
 // INVALID_ARGUMENT naming the first landing region of `request` that lies
 // outside `segment` or off its alignment; OK otherwise.

@@ -81,31 +81,20 @@ bool PushData::Read(float* out, size_t n) {
   return finite;
 }
 
-const float* PushData::InPlace(size_t n) {
-  const size_t bytes = n * sizeof(float);
-  if (encoding_ != GradientEncoding::kFloat32 || piece_ >= pieces_.size()) return nullptr;
-  const char* at = pieces_[piece_].data() + offset_;
-  if (pieces_[piece_].size() - offset_ < bytes ||
-      reinterpret_cast<uintptr_t>(at) % alignof(float) != 0) {
-    return nullptr;
-  }
-  Consume(bytes, [](const char*, size_t) {});
-  return reinterpret_cast<const float*>(at);
-}
-
 const float* PushData::View(size_t n, float* scratch, bool* finite) {
-  if (const float* in_place = InPlace(n)) {
-    *finite = AllFinite(in_place, n);
-    return in_place;
+  const size_t bytes = n * sizeof(float);
+  if (encoding_ == GradientEncoding::kFloat32 && piece_ < pieces_.size()) {
+    const char* at = pieces_[piece_].data() + offset_;
+    if (pieces_[piece_].size() - offset_ >= bytes &&
+        reinterpret_cast<uintptr_t>(at) % alignof(float) == 0) {
+      const float* in_place = reinterpret_cast<const float*>(at);
+      Consume(bytes, [](const char*, size_t) {});
+      *finite = AllFinite(in_place, n);
+      return in_place;
+    }
   }
   *finite = Read(scratch, n);
   return scratch;
-}
-
-const float* PushData::Hold(size_t n, bool* finite) {
-  const float* in_place = keeper_ ? InPlace(n) : nullptr;
-  if (in_place) *finite = AllFinite(in_place, n);
-  return in_place;
 }
 
 void PushData::Skip(size_t n) {

@@ -14,7 +14,6 @@
 
 #include <cstddef>
 #include <functional>
-#include <memory>
 #include <string_view>
 #include <vector>
 
@@ -43,18 +42,6 @@ class PushData {
   // gradient during its own push (which the KV client's rule forbids) could
   // change them in between, as it could tear them under a copy.
   const float* View(size_t n, float* scratch, bool* finite);
-  // The request's answer waits until the step its gradients belong to is
-  // updated (a PushPull whose pull names every pushed part at the next
-  // version), and the worker leaves its staging regions alone until it has
-  // that answer (the KV client's rule): so the shard may go on reading
-  // gradients that lie in shared memory after the push has returned, instead
-  // of copying them. `keeper` keeps that memory mapped meanwhile.
-  void AllowHolding(std::shared_ptr<const void> keeper) { keeper_ = std::move(keeper); }
-  const std::shared_ptr<const void>& keeper() const { return keeper_; }
-  // The next `n` floats where they lie, checked as Read checks them, when
-  // holding is allowed and they are float32 and whole in one piece at a
-  // float's alignment; else null, and nothing is read.
-  const float* Hold(size_t n, bool* finite);
   // Passes over the next `n` floats.
   void Skip(size_t n);
   // Called as each piece is begun: a test pauses a push in the middle of its
@@ -64,9 +51,6 @@ class PushData {
  private:
   template <typename Sink>
   void Consume(size_t bytes, Sink sink);
-  // The next n floats where they lie, if float32, whole in one piece and
-  // aligned (consumed), else null.
-  const float* InPlace(size_t n);
 
   std::vector<std::string_view> pieces_;
   GradientEncoding encoding_;
@@ -76,7 +60,6 @@ class PushData {
   size_t piece_ = 0;   // the piece read next
   size_t offset_ = 0;  // bytes of it already read
   std::function<void(size_t)> before_piece_;
-  std::shared_ptr<const void> keeper_;  // set: holding allowed
 };
 
 }  // namespace kubeps

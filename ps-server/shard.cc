@@ -169,8 +169,6 @@ void Shard::ResetContributions(Part& part) const {
   if (!options_.sync) return;
   part.contributions.resize(options_.num_workers);
   part.contributed.assign(options_.num_workers, false);
-  part.held.assign(options_.num_workers, nullptr);
-  part.held_keepers.assign(options_.num_workers, nullptr);
   part.copying.assign(options_.num_workers, 0);
   part.shares.assign(options_.num_workers, 0);
   part.received = 0;

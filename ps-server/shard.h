@@ -11,9 +11,7 @@
 //
 // Thread-safe: every RPC thread of the server calls it. One lock guards the
 // parts' bookkeeping; no tensor's bytes move while it is held (a push copies
-// its gradients in, and a pull's values go out, outside it). A gradient in
-// a worker's shared memory whose push lets the shard hold it is not copied
-// at all: the step's last push reads it there.
+// its gradients in, and a pull's values go out, outside it).
 #ifndef KUBEPS_PS_SERVER_SHARD_H_
 #define KUBEPS_PS_SERVER_SHARD_H_
 
@@ -160,11 +158,6 @@ class Shard {
     // last push is not copied: its slot receives the mean instead.
     std::vector<std::vector<float>> contributions;
     std::vector<bool> contributed;
-    // By rank: a gradient of the step that was not copied into its slot but
-    // is read where it lies, in the worker's shared memory (PushData::Hold),
-    // and what keeps that memory mapped; null where the slot holds it.
-    std::vector<const float*> held;
-    std::vector<std::shared_ptr<const void>> held_keepers;
     // By rank: the Claim::order of the push copying into that worker's slot,
     // outside mutex_, or 0. Only that push touches the slot until it lets go.
     std::vector<uint64_t> copying;
@@ -203,10 +196,9 @@ class Shard {
   // while bytes move: under mutex_ it claims its parts (ClaimParts), then
   // copies the gradients in without the lock (CopyIn), then under mutex_
   // again lets go and counts them in (Release, Apply).
-  struct MeanPlan {                   // how the step's last push sums the step's gradients
-    std::vector<int> ranks;           // the step's contributors, the last among them, in rank order
-    std::vector<const float*> terms;  // by position in ranks: each gradient (null: the last's)
-    std::vector<float> weights;       // by position in ranks (equal shares: unused)
+  struct MeanPlan {              // how the step's last push sums the step's gradients
+    std::vector<int> ranks;      // the step's contributors, the last among them, in rank order
+    std::vector<float> weights;  // by position in ranks (equal shares: unused)
     bool equal_shares = true;
   };
   struct Claim {
@@ -215,9 +207,8 @@ class Shard {
     // Sync: when claimed, every other gradient of the step was in or being
     // copied in, so this push may be the step's last (AwaitLast says).
     bool may_complete = false;
-    bool completes = false;       // it was: its slot holds the step's mean
-    uint64_t order = 0;           // when its push claimed, among all pushes
-    const float* held = nullptr;  // its gradient, left where it lies (PushData::Hold)
+    bool completes = false;  // it was: its slot holds the step's mean
+    uint64_t order = 0;      // when its push claimed, among all pushes
   };
   // Requires mutex_. Sync: claims the worker's slot of every part the push
   // brings a gradient for; every push claims all its parts at once, so
@@ -227,8 +218,7 @@ class Shard {
   // of the request's parts (a resend under a new id, a restarted worker).
   bool SameWorkerCopying(const v1::PushRequest& request) const;
   // Without mutex_: reads the push's gradients into the claimed slots (or,
-  // async, into `async_gradient`), or checks them where they lie where the
-  // push lets the shard hold them; returns the index of the first part
+  // async, into `async_gradient`); returns the index of the first part
   // holding NaN or Inf, or -1.
   int CopyIn(const v1::PushRequest& request, PushData& data, std::vector<Claim>* claims,
              std::vector<float>* async_gradient);
@@ -253,10 +243,8 @@ class Shard {
   // is dropped; one that would complete a step it did not sum is refused.
   // Neither happens while every step's pushes agree on its workers.
   grpc::Status CheckCounts(const v1::PushRequest& request, std::vector<Claim>* claims) const;
-  // `keeper` keeps the gradients the claims hold mapped.
   void Apply(const v1::PushRequest& request, const std::vector<Claim>& claims, bool skip,
-             const std::vector<float>& async_gradient, const std::shared_ptr<const void>& keeper,
-             std::vector<Update>* updates);
+             const std::vector<float>& async_gradient, std::vector<Update>* updates);
   // Requires mutex_ (held by `lock`): waits until no push holds a claim or
   // computes an update, before parts_ is replaced.
   void AwaitPushesOutsideLock(std::unique_lock<std::mutex>& lock);

@@ -1,8 +1,7 @@
 // How a shard's push moves its gradients (ps-server/shard.h): it claims its
 // parts under the shard's lock, copies the gradients in without it (the
-// step's last push summing them as it reads its own; a gradient the push
-// lets the shard hold is checked and left where it lies), counts them in
-// under the lock again, and computes a completed step's update without it.
+// step's last push summing them as it reads its own), counts them in under
+// the lock again, and computes a completed step's update without it.
 #include <algorithm>
 
 #include "common/termination_message.h"
@@ -86,8 +85,6 @@ int Shard::CopyIn(const v1::PushRequest& request, PushData& data, std::vector<Cl
     bool finite;
     if (claim.completes) {
       finite = GatherLast(*claim.part, rank, claim.length, plan, data);
-    } else if (const float* in_place = data.Hold(claim.length, &finite)) {
-      claim.held = in_place;  // read there by the step's last push: a copy less
     } else {
       // The slot is not marked yet: a push refused below leaves nothing behind.
       std::vector<float>& slot = claim.part->contributions[rank];
@@ -126,9 +123,6 @@ bool Shard::AwaitLast(const v1::PushRequest& request, const Claim& claim, MeanPl
     plan->equal_shares = plan->equal_shares &&
                          part.shares[r] == part.shares[plan->ranks.empty() ? r : plan->ranks[0]];
     plan->ranks.push_back(r);
-    plan->terms.push_back(r == rank      ? nullptr
-                          : part.held[r] ? part.held[r]
-                                         : part.contributions[r].data());
   }
   // Equal shares (every fixed job): the plain mean. Otherwise each
   // gradient, a mean over its share of the step's examples, counts by
@@ -163,7 +157,7 @@ bool Shard::GatherLast(Part& part, int rank, size_t n, const MeanPlan& plan, Pus
     const float* incoming = data.View(len, scratch, &block_finite);
     finite &= block_finite;
     auto term = [&](size_t k) -> const float* {
-      return plan.terms[k] ? plan.terms[k] + begin : incoming;
+      return ranks[k] == rank ? incoming : part.contributions[ranks[k]].data() + begin;
     };
     float* __restrict m = mean + begin;
     if (!plan.equal_shares) {
@@ -239,8 +233,7 @@ void Shard::AwaitPushesOutsideLock(std::unique_lock<std::mutex>& lock) {
 }
 
 void Shard::Apply(const v1::PushRequest& request, const std::vector<Claim>& claims, bool skip,
-                  const std::vector<float>& async_gradient,
-                  const std::shared_ptr<const void>& keeper, std::vector<Update>* updates) {
+                  const std::vector<float>& async_gradient, std::vector<Update>* updates) {
   if (!options_.sync) {
     const float* gradient = async_gradient.data();
     for (const Claim& claim : claims) {
@@ -266,8 +259,6 @@ void Shard::Apply(const v1::PushRequest& request, const std::vector<Claim>& clai
     Part* part = claim.part;
     if (part == nullptr) continue;
     part->contributed[rank] = true;
-    part->held[rank] = claim.held;
-    part->held_keepers[rank] = claim.held ? keeper : nullptr;
     part->shares[rank] = request.share();
     part->global_batch = request.global_batch();
     part->expected = expected;
@@ -317,9 +308,6 @@ void Shard::PublishUpdate(Update& update) {
 
 void Shard::NextStep(Part& part) {
   part.contributed.assign(options_.num_workers, false);
-  // The step's gradients are summed: the memory they were held in goes back.
-  part.held.assign(options_.num_workers, nullptr);
-  part.held_keepers.assign(options_.num_workers, nullptr);
   part.received = 0;
   part.expected = 0;
   part.skip_update = false;
@@ -457,7 +445,7 @@ grpc::Status Shard::ApplyOnce(const v1::PushRequest& request, PushData& data,
             "SkipStep to skip such steps"));
       }
     }
-    Apply(request, claims, non_finite >= 0, async_gradient, data.keeper(), &updates);
+    Apply(request, claims, non_finite >= 0, async_gradient, &updates);
     key_set_fixed_ = true;
     ++applied_pushes_;
     uint64_t checkpoint_step = 0;

@@ -77,7 +77,7 @@ void KVWorkerImpl::PreparePush(const std::vector<const Part*>& batch,
   push->staged = shared_ && shared_->MayTry(server) &&
                  shared_->StagePush(batch, grads, encoding_, options_.compression_threshold,
                                     &residuals_, header.mutable_shared());
-  // Staging regions still in use (a PushPull's, until its step is pulled):
+  // Staging regions still in use (a push of the same tensors in flight):
   // the push goes with its data, naming no segment.
   if (!push->staged) header.clear_shared();
   if (push->staged) {
@@ -91,8 +91,8 @@ void KVWorkerImpl::PreparePush(const std::vector<const Part*>& batch,
 
 Status KVWorkerImpl::PushSent(const std::vector<const Part*>& batch, uint64_t step,
                               const OutgoingPush& push, const Status& sent, Clock::time_point start,
-                              const char* what, bool end_staging) {
-  if (push.staged && end_staging) shared_->EndPush(batch);
+                              const char* what) {
+  if (push.staged) shared_->EndPush(batch);
   Acknowledge(push.header.id().seq());
   if (!sent.ok() && (sent.IsAborted() || RollbackAnnounced())) {
     return Status::Aborted(std::string(what) + " of step " + std::to_string(step) + " to " +
@@ -204,11 +204,9 @@ Status KVWorkerImpl::PullAnswered(const std::vector<const Part*>& batch,
 Status KVWorkerImpl::PushPullBatch(const std::vector<const Part*>& batch,
                                    const std::vector<const float*>& grads,
                                    const std::vector<float*>& values, uint64_t step,
-                                   const std::shared_ptr<Pending>& pending, bool* answered,
-                                   bool* staged) {
+                                   const std::shared_ptr<Pending>& pending, bool* answered) {
   const auto start = Clock::now();
   *answered = false;
-  *staged = false;
   v1::PullRequest pull;
   uint64_t elements = 0;
   const bool offered = OpenPull(batch, step + 1, &pull, &elements);
@@ -221,13 +219,9 @@ Status KVWorkerImpl::PushPullBatch(const std::vector<const Part*>& batch,
     return CallPushPull(link->channel.get(), &c, push.request, push.header.then_pull(), batch,
                         values, &answer);
   });
-  // Applied but not yet summed (a peer is late): the server may still read
-  // the staged gradient, so its region stays claimed until the pull.
-  *staged = push.staged && s.ok() && !answer.ready;
-  if (Status pushed = PushSent(batch, step, push, s, start, "push and pull", !*staged);
-      !pushed.ok())
+  if (Status pushed = PushSent(batch, step, push, s, start, "push and pull"); !pushed.ok())
     return pushed;
-  if (!answer.ready) return Status::Ok();  // the caller pulls
+  if (!answer.ready) return Status::Ok();  // a peer is late: the caller pulls
   *answered = true;
   pull_latency_->Observe(SecondsSince(start));
   return PullAnswered(batch, push.header.then_pull(), offered, elements, values, pending, &answer);

@@ -428,14 +428,12 @@ KVWorker::Ticket KVWorkerImpl::PushPull(const std::vector<const float*>& grads,
     for (auto& batch : push_batches) {
       push_pool_->Run(
           [this, batch, grads, values, step, pending] {
-            bool answered = false, staged = false;
-            Status s = PushPullBatch(batch, grads, values, step, pending, &answered, &staged);
+            bool answered = false;
+            Status s = PushPullBatch(batch, grads, values, step, pending, &answered);
             if (!s.ok() || answered) return Complete(pending, s);
             pull_pool_->Run(
-                [this, batch, values, step, pending, staged] {
-                  Status pulled = PullBatch(batch, values, step + 1, pending);
-                  if (staged) shared_->EndPush(batch);
-                  Complete(pending, pulled);
+                [this, batch, values, step, pending] {
+                  Complete(pending, PullBatch(batch, values, step + 1, pending));
                 },
                 Priority(batch));
           },

@@ -96,13 +96,10 @@ class KVWorkerImpl final : public KVWorker {
   // A batch's push and, once it is applied, its pull of version step + 1, in
   // one call (ParameterServer.PushPull). *answered is false when the push
   // succeeded but the version was not there within the long-poll slice (a
-  // late peer): the caller pulls, and where *staged says so, ends the push's
-  // staging after that pull (the server may read a staged gradient until
-  // the step is updated: ps-server/push_data.h, PushData::AllowHolding).
+  // late peer): the caller pulls.
   Status PushPullBatch(const std::vector<const Part*>& batch,
                        const std::vector<const float*>& grads, const std::vector<float*>& values,
-                       uint64_t step, const std::shared_ptr<Pending>& pending, bool* answered,
-                       bool* staged);
+                       uint64_t step, const std::shared_ptr<Pending>& pending, bool* answered);
 
   // A push ready to go: its header, the request (the header and the data or,
   // staged in shared memory, the header alone) and its size in elements.
@@ -116,12 +113,12 @@ class KVWorkerImpl final : public KVWorker {
                    uint64_t step, const v1::PullRequest* then_pull, OutgoingPush* push);
   Status SendPush(const std::vector<const Part*>& batch, OutgoingPush* push, const char* rpc,
                   int extra_wait_ms, const std::function<grpc::Status(grpc::ClientContext&)>& call);
-  // After a push's call: its staging region is free again (unless
-  // `end_staging` is false) and its id acknowledged; a failure in a rollback
-  // becomes Aborted; `what` names it in the step trace.
+  // After a push's call: its staging region is free again and its id
+  // acknowledged; a failure in a rollback becomes Aborted; `what` names it
+  // in the step trace.
   Status PushSent(const std::vector<const Part*>& batch, uint64_t step, const OutgoingPush& push,
-                  const Status& sent, std::chrono::steady_clock::time_point start, const char* what,
-                  bool end_staging = true);
+                  const Status& sent, std::chrono::steady_clock::time_point start,
+                  const char* what);
   // A pull request of the batch; true when it offers landing regions in
   // shared memory (PullOffer ends the offer).
   bool OpenPull(const std::vector<const Part*>& batch, uint64_t min_version,
