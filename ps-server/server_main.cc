@@ -21,6 +21,7 @@
 #include "common/stop_token.h"
 #include "common/tensor_memory.h"
 #include "common/termination_message.h"
+#include "ps-server/batch_work.h"
 #include "ps-server/ps_service.h"
 #include "ps-server/scheduler_service.h"
 
@@ -308,6 +309,7 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
 
 int main(int argc, char** argv) {
   using namespace kubeps;
+  const Status batch_work = RunAsBatchWork();  // first: the threads started later inherit it
   KeepFreedTensorMemory();
   SkipMutexDeadlockDetection();
   StopOnSignals(&g_stop);
@@ -325,6 +327,7 @@ int main(int argc, char** argv) {
         2);
   }
   SetLogTag(config.role);
+  if (!batch_work.ok()) KLOG_INFO << batch_work.message() << "; running as before";
   std::unique_ptr<MetricsServer> metrics;
   if (Status s = MetricsServer::Start(
           config.pod_ip, config.metrics_port,

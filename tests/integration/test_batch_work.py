@@ -1,0 +1,54 @@
+"""The servers as batch work (ps-server/batch_work.h): every thread of the
+scheduler and of each parameter server runs under Linux's SCHED_BATCH policy,
+including those gRPC starts once requests come, so that a server waking up
+does not preempt a computing worker; the workers keep the ordinary policy."""
+import os
+import tempfile
+import unittest
+
+from jobtools import RunningJob, replica_pids, wait_for_replica_pid, wait_for_steps, write_manifest
+from test_faults import sync_job
+
+SCHED_OTHER, SCHED_BATCH = 0, 3
+# Several seconds of the 2 x 2 MLP job: long enough to look at its threads
+# after gRPC has started its own.
+STEPS = 3000
+
+
+def thread_policies(pid):
+    """{thread id: scheduling policy} of process `pid` (field 41 of each
+    thread's stat, counted after the command's closing parenthesis)."""
+    policies = {}
+    folder = "/proc/%d/task" % pid
+    for tid in os.listdir(folder):
+        try:
+            with open(os.path.join(folder, tid, "stat")) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        policies[int(tid)] = int(fields[41 - 3])
+    return policies
+
+
+class BatchWorkTest(unittest.TestCase):
+    def test_servers_run_as_batch_work_and_workers_do_not(self):
+        folder = tempfile.mkdtemp(prefix="kubeps-batch-work-")
+        path = write_manifest(folder, sync_job("batch"), "batch.yaml")
+        job = RunningJob(path, env={"KUBEPS_MAX_STEPS": str(STEPS)})
+        try:
+            wait_for_steps(job, 0, 200)
+            for replica, policy in (("scheduler-0", SCHED_BATCH), ("server-0", SCHED_BATCH),
+                                    ("server-1", SCHED_BATCH), ("worker-0", SCHED_OTHER)):
+                pid = wait_for_replica_pid(job, replica)
+                policies = thread_policies(pid)
+                self.assertGreater(len(policies), 2, "%s has %d threads" % (replica, len(policies)))
+                self.assertEqual(set(policies.values()), {policy},
+                                 "%s's threads by policy: %s" % (replica, policies))
+        finally:
+            code = job.wait(timeout=240)
+        self.assertEqual(code, 0, job.output())
+        self.assertEqual(replica_pids(job.run_dir, "server-0"), [])
+
+
+if __name__ == "__main__":
+    unittest.main()
