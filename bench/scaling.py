@@ -40,7 +40,9 @@ so that the machine's drift falls on every side. Each run trains --warmup +
 local process's, DDP rank 0's or the torch process's) windows that start
 after the warm-up. A
 side's figure is the median of its runs'. Prints the exact commands, every
-run's figure, the medians and the ratios with issue 12's goals: 2x2 / DDP
+run's figure, the medians and the ratios with issue 12's goals (and
+beside each, the median of the rounds' own ratios: a round's runs are
+adjacent, so they share the machine's speed of the minute): 2x2 / DDP
 at least 1.0 for both models, 2x2 / local at least 0.9 for the CNN, local /
 torch at least 1.0 for the MLP, each PASS or BELOW. --env KEY=VALUE (repeatable) is set for the kubeps runs,
 e.g. KUBEPS_OVERLAP=1 to push layer by layer during backward where kubeps
@@ -201,6 +203,12 @@ def report(results, sides):
             print("%-5s %-14s %6.3f   %s" % (model, "%s / %s" % (top, bottom), ratio,
                                             benchlib.verdict(ratio, goals.get(model)) or
                                             "(no goal)"))
+            # Each round's two runs ran one after the other, so their ratio
+            # shares the machine's speed of that minute, which the medians
+            # of whole sides do not: printed beside, not judged.
+            rounds = [a / b for a, b in zip(figures[top], figures[bottom])]
+            print("%-5s %-14s %6.3f   the median of the rounds' own ratios: %s"
+                  % ("", "", benchlib.median(rounds), " ".join("%.3f" % r for r in rounds)))
 
 
 def parse_env(text):
