@@ -7,12 +7,17 @@
 
 namespace kubeps {
 
+std::string TerminationLogPath(const char* pod_default) {
+  const char* named = std::getenv(kTerminationLogVariable);
+  if (named && *named) return named;
+  const char* in_pod = std::getenv("KUBERNETES_SERVICE_HOST");
+  if (in_pod && *in_pod && ::access(pod_default, F_OK) == 0) return pod_default;
+  return "";
+}
+
 void WriteTerminationMessage(const std::string& reason, const std::string& message) {
-  const char* variable = std::getenv(kTerminationLogVariable);
-  const std::string path = variable && *variable ? variable : "/dev/termination-log";
-  // A pod has the default file (the kubelet makes it); a process run by
-  // hand has none and needs none: it is not created there.
-  if (!(variable && *variable) && ::access(path.c_str(), F_OK) != 0) return;
+  const std::string path = TerminationLogPath();
+  if (path.empty()) return;
   std::ofstream out(path, std::ios::trunc);
   if (out) out << reason << ": " << message << "\n";
 }

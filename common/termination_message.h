@@ -72,10 +72,16 @@ inline bool IsNonFiniteGradientRefusal(const Status& status) {
          status.message().find(kNonFiniteGradientRefusal) != std::string::npos;
 }
 
-// Writes "reason: message" to $KUBEPS_TERMINATION_LOG, or to
-// /dev/termination-log when that is unset and the file exists (a pod's
-// default). Best effort: a process that cannot write it still ends with its
-// exit code.
+// Where a replica's last words go: $KUBEPS_TERMINATION_LOG where it is set
+// (the local runner names a file per replica); else `pod_default` where this
+// process runs in a pod (the kubelet sets KUBERNETES_SERVICE_HOST in every
+// container, and makes the file) and the file exists; else "": nobody would
+// read them. A process run by hand on a host where something made
+// /dev/termination-log (a stand-in kubelet's mount point) writes nothing.
+std::string TerminationLogPath(const char* pod_default = "/dev/termination-log");
+
+// Writes "reason: message" to TerminationLogPath(), if any. Best effort: a
+// process that cannot write it still ends with its exit code.
 void WriteTerminationMessage(const std::string& reason, const std::string& message);
 
 }  // namespace kubeps

@@ -123,12 +123,10 @@ double ReportAccuracy(trainer::Model& model, const trainer::Dataset& test,
 
 // A worker's last words after training to the end: its final figures,
 // which outlive its process and its metrics, for the job's status.
-// Left only where someone reads it: in a pod (the kubelet made the file)
-// or under the local runner (which names one); a worker started by hand
-// as root would otherwise leave a stray /dev/termination-log.
+// Left only where someone reads it (TerminationLogPath): in a pod or under
+// the local runner.
 void LeaveTrainingSummary(const LoopResult& result, std::optional<double> test_accuracy) {
-  const char* named = std::getenv(kTerminationLogVariable);
-  if (!(named && *named) && ::access("/dev/termination-log", F_OK) != 0) return;
+  if (TerminationLogPath().empty()) return;
   api::TrainingSummary summary;
   summary.step = static_cast<int64_t>(result.steps);
   summary.total_steps = static_cast<int64_t>(result.total_steps);
