@@ -160,8 +160,8 @@ bool Shard::GatherLast(Part& part, int rank, size_t n, const MeanPlan& plan, Pus
       return ranks[k] == rank ? incoming : part.contributions[ranks[k]].data() + begin;
     };
     float* __restrict m = mean + begin;
+    const float* __restrict first = term(0);
     if (!plan.equal_shares) {
-      const float* __restrict first = term(0);
       for (size_t i = 0; i < len; ++i) m[i] = first[i] * plan.weights[0];
       for (size_t k = 1; k < count; ++k) {
         const float* __restrict g = term(k);
@@ -173,7 +173,6 @@ bool Shard::GatherLast(Part& part, int rank, size_t n, const MeanPlan& plan, Pus
     // The plain mean, added in rank order and then scaled, in as few passes
     // as the count allows: each term is read once, and two workers' (the
     // common case) take one pass.
-    const float* __restrict first = term(0);
     if (count == 1) {
       for (size_t i = 0; i < len; ++i) m[i] = first[i] * scale;
       continue;
