@@ -122,11 +122,9 @@ double ReportAccuracy(trainer::Model& model, const trainer::Dataset& test,
 }
 
 // A worker's last words after training to the end: its final figures,
-// which outlive its process and its metrics, for the job's status.
-// Left only where someone reads it (TerminationLogPath): in a pod or under
-// the local runner.
+// which outlive its process and its metrics, for the job's status (left
+// only where someone reads them: WriteTerminationMessage).
 void LeaveTrainingSummary(const LoopResult& result, std::optional<double> test_accuracy) {
-  if (TerminationLogPath().empty()) return;
   api::TrainingSummary summary;
   summary.step = static_cast<int64_t>(result.steps);
   summary.total_steps = static_cast<int64_t>(result.total_steps);
