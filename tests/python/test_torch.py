@@ -596,6 +596,46 @@ class UserErrors(TorchTestCase):
         self.assertParametersEqual(model, reference, exact=False)
 
 
+def cuda_missing():
+    if torch is None or not torch.cuda.is_available():
+        return "no CUDA device visible to torch: the GPU model's test needs one"
+    return None
+
+
+@needs_torch
+@unittest.skipIf(cuda_missing(), cuda_missing())
+class OnAGpu(TorchTestCase):
+    """A model on the GPU: kubeps.torch copies each gradient out of the device and the new
+    values back in, so training there ends where it ends on the CPU (up to the GPU's
+    arithmetic)."""
+
+    def train_on(self, device, per_module):
+        self.connect()
+        model = three_layers().to(device)
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=100.0),
+                                             named_parameters=model.named_parameters(),
+                                             model=model if per_module else None)
+        kps.broadcast_parameters(model.state_dict(), root_rank=0)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        for step in kps.steps(3):
+            x, y = batch_for(step)
+            optimizer.zero_grad()
+            loss_fn(model(x.to(device)), y.to(device)).backward()
+            optimizer.step()
+        for name, p in model.named_parameters():
+            self.assertEqual(p.device.type, "cuda", name)
+        return model.cpu()
+
+    def test_each_update_mode_ends_where_the_cpu_model_ends(self):
+        reference = three_layers()
+        train_locally(reference, torch.optim.SGD(reference.parameters(), lr=LEARNING_RATE), 3)
+        for per_module in (False, True):
+            with self.subTest(per_module=per_module):
+                model = self.train_on("cuda", per_module)
+                reset_kubeps()
+                self.assertParametersEqual(model, reference, exact=False)
+
+
 @needs_torch
 class AsAUserRunsIt(unittest.TestCase):
     def test_the_three_lines_in_a_training_process_beside_an_agent_process(self):

@@ -16,6 +16,10 @@ so the tools that read a job's output read this one's too:
 
     epoch 1/3 step 120/468 total_steps 120 steps/sec 3.10 samples/sec 198.4 loss 0.5123
 
+The model trains on the GPU where torch sees one (--device, default auto): on
+an H200 the 1-server, 1-worker job ran at 58-61 steps/sec, 29-31 on 16 CPU
+threads; the servers never see the difference.
+
 Rank 0 reports the test accuracy at the end: "test accuracy 0.9057 ...", as
 measured after the 3 epochs (1404 steps) of trainingjob.yaml on a 2-core
 machine, at a median of 10.6 steps/sec (the job took 140 s, 26 s of it the
@@ -109,7 +113,22 @@ def parse_args(argv=None):
     parser.add_argument("--progress-every-steps", type=int, default=0,
                         help="a progress line every this many steps instead (fixed windows)")
     parser.add_argument("--no-test", action="store_true", help="skip the test accuracy")
+    parser.add_argument("--device", default="auto",
+                        help="where the model trains: cpu, cuda, cuda:N, or auto (cuda when "
+                             "torch sees a GPU, as in a pod given nvidia.com/gpu)")
     return parser.parse_args(argv)
+
+
+def pick_device(name):
+    """The torch device of --device. The parameter servers see no difference:
+    kubeps.torch copies each gradient out of the GPU into the agent's shared
+    memory, and the new values back in, one copy_ each way."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device %s: torch sees no CUDA device" % name)
+    return device
 
 
 def main():
@@ -117,9 +136,12 @@ def main():
 
     args = parse_args()
     limit_threads()
+    device = pick_device(args.device)
     torch.manual_seed(args.seed)  # rank 0's initial values are the job's
-    train_images, train_labels = load(args.data_dir, "train", shape=(1, 28, 28))
-    model = make_model()
+    # The whole training set (188 MB) goes to the device once, not a batch a step.
+    train_images, train_labels = (t.to(device) for t in load(args.data_dir, "train",
+                                                             shape=(1, 28, 28)))
+    model = make_model().to(device)
     # With the job's servers running an optimizer (spec.optimizer: adam here),
     # the servers update the parameters and this optimizer is not stepped; with
     # spec.optimizer.name: none it is, on the averaged gradients.
@@ -138,14 +160,15 @@ def main():
     total = sampler.steps_per_epoch * args.epochs
     if args.max_steps > 0:
         total = min(total, args.max_steps)
-    print("rank %d of %d, %d steps (%d epochs of %d) of %d x %d examples, %d torch thread(s)"
+    print("rank %d of %d, %d steps (%d epochs of %d) of %d x %d examples, %d torch thread(s)%s"
           % (rank, size, total, args.epochs, sampler.steps_per_epoch, size, args.batch_size,
-             torch.get_num_threads()), flush=True)
+             torch.get_num_threads(), "" if device.type == "cpu" else ", on " + str(device)),
+          flush=True)
     progress = ProgressPrinter(args.epochs, sampler.steps_per_epoch, total, args.batch_size,
                                args.progress_interval_ms / 1000.0, args.progress_every_steps)
     start = time.time()
     for step in kps.steps(total):
-        batch = sampler.indices(step)
+        batch = sampler.indices(step).to(device)
         optimizer.zero_grad()
         loss = F.cross_entropy(model(train_images[batch]), train_labels[batch])
         loss.backward()
@@ -154,7 +177,8 @@ def main():
     seconds = time.time() - start
 
     if rank == 0 and not args.no_test:
-        test_images, test_labels = load(args.data_dir, "t10k", shape=(1, 28, 28))
+        test_images, test_labels = (t.to(device) for t in load(args.data_dir, "t10k",
+                                                               shape=(1, 28, 28)))
         accuracy, test_loss = evaluate(model, test_images, test_labels)
         print("test accuracy %.4f (test loss %.4f) after %d steps, %.1f s in this process"
               % (accuracy, test_loss, total, seconds), flush=True)
