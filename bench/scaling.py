@@ -47,18 +47,19 @@ at least 1.0 for both models, 2x2 / local at least 0.9 for the CNN, local /
 torch at least 1.0 for the MLP, each PASS or BELOW. --env KEY=VALUE (repeatable) is set for the kubeps runs,
 e.g. KUBEPS_OVERLAP=1 to push layer by layer during backward where kubeps
 run would push after it (workers of one thread filling every core), or 0 the
-other way round. --baseline-bin-dir DIR adds a fifth side,
-"2x2-base": the same 2x2 job with the kubeps of DIR (a build of an earlier
-commit), taking its turn with the others, and the ratio 2x2 / 2x2-base, so
-that a change is measured against the code before it in one sitting.
---sides picks which sides run (e.g. 2x2,2x2-base,local).
+other way round. --baseline-bin-dir DIR adds two sides, "2x2-base" and
+"local-base": the same jobs with the kubeps of DIR (a build of an earlier
+commit), taking their turns with the others, and the ratios 2x2 / 2x2-base
+and local / local-base, so that a change is measured against the code
+before it in one sitting. --sides picks which sides run (e.g.
+2x2,2x2-base,local,local-base).
 
 Usage (nothing else running meanwhile; /usr/bin/python3 has torch):
 
     /usr/bin/python3 bench/scaling.py --rounds 3 \\
         [--models mlp,cnn] [--steps N] [--warmup N] [--window-ms 1000] \\
         [--env KUBEPS_OVERLAP=1] [--bin-dir DIR] [--baseline-bin-dir DIR] \\
-        [--sides 2x2,2x2-base,local,DDP,torch]
+        [--sides 2x2,2x2-base,local,local-base,DDP,torch]
 
 Standard library and torch only; not a test: the exit code is 0 whatever
 the ratios.
@@ -81,7 +82,7 @@ LEARNING_RATE = 0.001
 DEFAULT_STEPS = {"mlp": 3000, "cnn": 120}
 DEFAULT_WARMUP = {"mlp": 200, "cnn": 20}
 SIDES = ("2x2", "local", "DDP", "torch")
-BASELINE = "2x2-base"  # with --baseline-bin-dir
+BASELINES = ("2x2-base", "local-base")  # with --baseline-bin-dir
 # Goals of issue 12: (numerator, denominator) -> {model: least ratio}.
 GOALS = {("2x2", "DDP"): {"mlp": 1.0, "cnn": 1.0}, ("2x2", "local"): {"cnn": 0.9},
          ("local", "torch"): {"mlp": 1.0}}
@@ -126,10 +127,10 @@ def run_side(side, model, manifest, args):
                    "--warmup", "0", "--steps", str(total), "--window-ms", str(args.window_ms)]
         return benchlib.run_ranks([command], {}, "torch"), "torch-0"
     settings = dict(args.env, KUBEPS_MAX_STEPS=str(total))
-    bin_dir = args.baseline_bin_dir if side == BASELINE else args.bin_dir
-    command = [os.path.join(bin_dir, "kubeps"), "train-local" if side == "local" else "run",
-               manifest]
-    return benchlib.run(command, settings), "local" if side == "local" else "worker 0"
+    bin_dir = args.baseline_bin_dir if side in BASELINES else args.bin_dir
+    local = side.startswith("local")
+    command = [os.path.join(bin_dir, "kubeps"), "train-local" if local else "run", manifest]
+    return benchlib.run(command, settings), "local" if local else "worker 0"
 
 
 def torch_process(model_name, total_steps, window_ms, rank=-1, port=0):
@@ -194,7 +195,8 @@ def report(results, sides):
                                           " ".join("%.2f" % f for f in figures[side])))
     print("\nratios (goals of issue 12)")
     pairs = dict(GOALS)
-    pairs[("2x2", BASELINE)] = {}
+    for baseline in BASELINES:
+        pairs[(baseline.split("-")[0], baseline)] = {}
     for (top, bottom), goals in pairs.items():
         if top not in sides or bottom not in sides:
             continue
@@ -233,10 +235,11 @@ def main():
                         metavar="KEY=VALUE", help="set for the kubeps runs (repeatable)")
     parser.add_argument("--bin-dir", default=benchlib.DEFAULT_BIN_DIR, help="where kubeps is")
     parser.add_argument("--baseline-bin-dir", default="",
-                        help="a build to compare the 2x2 job against (side %s)" % BASELINE)
+                        help="a build to compare the kubeps sides against (sides %s)"
+                        % ", ".join(BASELINES))
     parser.add_argument("--sides", default="",
                         help="comma-separated, of %s and %s (default: all there are)"
-                        % (", ".join(SIDES), BASELINE))
+                        % (", ".join(SIDES), ", ".join(BASELINES)))
     parser.add_argument("--ddp-rank", type=int, default=-1, help=argparse.SUPPRESS)
     parser.add_argument("--ddp-port", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--torch-local", action="store_true", help=argparse.SUPPRESS)
@@ -252,11 +255,11 @@ def main():
     args.bin_dir = os.path.abspath(args.bin_dir)
     if not os.access(os.path.join(args.bin_dir, "kubeps"), os.X_OK):
         sys.exit("no kubeps in %s: build it, or name the folder with --bin-dir" % args.bin_dir)
-    all_sides = SIDES + ((BASELINE,) if args.baseline_bin_dir else ())
+    all_sides = SIDES + (BASELINES if args.baseline_bin_dir else ())
     args.sides = tuple(s for s in args.sides.split(",") if s) or all_sides
     if any(side not in all_sides for side in args.sides):
         sys.exit("--sides: a comma-separated list of %s, not %r (%s needs --baseline-bin-dir)"
-                 % (", ".join(all_sides), ",".join(args.sides), BASELINE))
+                 % (", ".join(all_sides), ",".join(args.sides), " and ".join(BASELINES)))
     if args.baseline_bin_dir:
         args.baseline_bin_dir = os.path.abspath(args.baseline_bin_dir)
         if not os.access(os.path.join(args.baseline_bin_dir, "kubeps"), os.X_OK):

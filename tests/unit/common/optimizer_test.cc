@@ -286,6 +286,55 @@ TEST(OptimizerTest, AnUpdateOutOfPlaceIsTheUpdateInPlaceBitForBit) {
   }
 }
 
+// The update loops are built for AVX2 and for the baseline processor, and
+// the loader picks one: either must give each element the bits the formula
+// gives it in plain float arithmetic, one element at a time, so that a job's
+// results do not depend on which processor its servers run on.
+TEST(OptimizerTest, EveryElementGetsTheBitsOfTheFormulaInFloat) {
+  const float lr = 0.3f, wd = 0.01f, mu = 0.9f, beta1 = 0.9f, beta2 = 0.999f, epsilon = 1e-8f;
+  for (const char* name : {"sgd", "momentum", "adam"}) {
+    OptimizerConfig config;
+    config.name = name;
+    config.learning_rate = lr;
+    config.weight_decay = wd;
+    config.momentum = mu;
+    config.beta1 = beta1;
+    config.beta2 = beta2;
+    config.epsilon = epsilon;
+    auto optimizer = Make(config);
+    ASSERT_NE(optimizer, nullptr);
+    // 1003 elements: the vector bodies of every width run, and a tail.
+    const size_t n = 1003;
+    std::vector<float> w(n), grad(n), expected(n), m(n, 0.0f), v(n, 0.0f);
+    for (size_t i = 0; i < n; ++i) w[i] = expected[i] = std::sin(0.37f * static_cast<float>(i));
+    OptimizerState state;
+    for (int t = 1; t <= 3; ++t) {
+      for (size_t i = 0; i < n; ++i) grad[i] = std::cos(0.11f * static_cast<float>(i * t));
+      optimizer->Apply(w.data(), grad.data(), n, &state);
+      const float correction1 = 1.0f - std::pow(beta1, static_cast<float>(t));
+      const float correction2 = 1.0f - std::pow(beta2, static_cast<float>(t));
+      for (size_t i = 0; i < n; ++i) {
+        volatile float from = expected[i];  // one element at a time, as a scalar
+        float g = grad[i] + wd * from;
+        if (std::string(name) == "sgd") {
+          expected[i] = from - lr * g;
+        } else if (std::string(name) == "momentum") {
+          m[i] = mu * m[i] + g;
+          expected[i] = from - lr * m[i];
+        } else {
+          m[i] = beta1 * m[i] + (1.0f - beta1) * g;
+          v[i] = beta2 * v[i] + (1.0f - beta2) * g * g;
+          float m_hat = m[i] / correction1;
+          float v_hat = v[i] / correction2;
+          expected[i] = from - lr * m_hat / (std::sqrt(v_hat) + epsilon);
+        }
+      }
+      EXPECT_EQ(0, std::memcmp(w.data(), expected.data(), n * sizeof(float)))
+          << name << " step " << t;
+    }
+  }
+}
+
 // `none`: the servers only average; the part's value is the mean gradient,
 // whatever it was before and whatever the learning rate or weight decay.
 TEST(OptimizerTest, NoneStoresTheGradientAsTheValue) {
