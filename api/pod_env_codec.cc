@@ -77,11 +77,13 @@ void AddNodeFlags(CLI::App* app, NodeConfig* c) {
        "(empty: plain TCP)");
   text(env::kRunDir, &c->run_dir, "local runs: where the ports are published");
   number(env::kBlasThreads, &c->blas_threads, 0,
-         "OpenBLAS and OpenMP threads (0: as many as the cores this process may use: its CPU "
-         "affinity and its cgroup's CPU limit, a container's resources.limits.cpu)");
+         "OpenBLAS and OpenMP threads, and a server's threads for a big part's update (0: as "
+         "many as the cores this process may use: its CPU affinity and its cgroup's CPU limit, a "
+         "container's resources.limits.cpu)");
   number(env::kCpuRequest, &c->cpu_request, 0,
-         "workers on Kubernetes: the cores their container requested, rounded up (0: none), which "
-         "a built-in model computes on, or on one thread where it is 0");
+         "workers and servers on Kubernetes: the cores their container requested, rounded up "
+         "(0: none), which a built-in model computes on and a server splits a big part's "
+         "update over, or one thread where it is 0");
   text(env::kCheckpointDir, &c->checkpoint_dir, "servers: checkpoints go to <dir>/<node id>/");
   text(env::kSocketDir, &c->socket_dir,
        "workers with --serve: the directory shared with the training process (agent.sock, "

@@ -44,8 +44,8 @@ inline constexpr const char* kTokenFile = "KUBEPS_TOKEN_FILE";
 inline constexpr const char* kTlsDir = "KUBEPS_TLS_DIR";
 inline constexpr const char* kRunDir = "KUBEPS_RUN_DIR";  // local runner: where ports are published
 inline constexpr const char* kBlasThreads = "KUBEPS_BLAS_THREADS";
-// The cores a worker's container requested, rounded up: the downward API's
-// requests.cpu, 0 where it requested none. Set by the operator.
+// The cores a worker's or a server's container requested, rounded up: the
+// downward API's requests.cpu, 0 where it requested none. Set by the operator.
 inline constexpr const char* kCpuRequest = "KUBEPS_CPU_REQUEST";
 // A built-in model's worker in sync mode: "0" pushes every gradient after the
 // backward pass, anything else (or unset) each layer's during it, small ones

@@ -71,10 +71,9 @@ KUBEPS_VECTOR_CLONES void AdamLoop(const float* from, float* to, const float* __
 class Sgd : public Optimizer {
  public:
   explicit Sgd(const OptimizerConfig& c) : c_(c) {}
-  void Update(const float* from, float* to, const float* __restrict g, size_t n,
-              OptimizerState* state) const override {
-    SgdLoop(from, to, g, n, c_.learning_rate, c_.weight_decay);
-    ++state->steps;
+  void UpdateRange(const float* from, float* to, const float* g, size_t begin, size_t end,
+                   OptimizerState*) const override {
+    SgdLoop(from + begin, to + begin, g + begin, end - begin, c_.learning_rate, c_.weight_decay);
   }
 
  private:
@@ -85,12 +84,14 @@ class Sgd : public Optimizer {
 class Momentum : public Optimizer {
  public:
   explicit Momentum(const OptimizerConfig& c) : c_(c) {}
-  void Update(const float* from, float* to, const float* __restrict g, size_t n,
-              OptimizerState* state) const override {
+  void BeginStep(size_t n, OptimizerState* state) const override {
     state->slot1.resize(n, 0.0f);
-    MomentumLoop(from, to, g, state->slot1.data(), n, c_.learning_rate, c_.weight_decay,
-                 c_.momentum);
     ++state->steps;
+  }
+  void UpdateRange(const float* from, float* to, const float* g, size_t begin, size_t end,
+                   OptimizerState* state) const override {
+    MomentumLoop(from + begin, to + begin, g + begin, state->slot1.data() + begin, end - begin,
+                 c_.learning_rate, c_.weight_decay, c_.momentum);
   }
 
  private:
@@ -101,19 +102,23 @@ class Momentum : public Optimizer {
 class Adam : public Optimizer {
  public:
   explicit Adam(const OptimizerConfig& c) : c_(c) {}
-  void Update(const float* from, float* to, const float* __restrict g, size_t n,
-              OptimizerState* state) const override {
+  void BeginStep(size_t n, OptimizerState* state) const override {
     state->slot1.resize(n, 0.0f);
     state->slot2.resize(n, 0.0f);
-    const uint64_t t = ++state->steps;
+    ++state->steps;
+  }
+  void UpdateRange(const float* from, float* to, const float* g, size_t begin, size_t end,
+                   OptimizerState* state) const override {
+    const float t = static_cast<float>(state->steps);
     const AdamStep step{c_.beta1,
                         c_.beta2,
                         c_.learning_rate,
                         c_.weight_decay,
                         c_.epsilon,
-                        1.0f - std::pow(c_.beta1, static_cast<float>(t)),
-                        1.0f - std::pow(c_.beta2, static_cast<float>(t))};
-    AdamLoop(from, to, g, state->slot1.data(), state->slot2.data(), n, step);
+                        1.0f - std::pow(c_.beta1, t),
+                        1.0f - std::pow(c_.beta2, t)};
+    AdamLoop(from + begin, to + begin, g + begin, state->slot1.data() + begin,
+             state->slot2.data() + begin, end - begin, step);
   }
 
  private:
@@ -127,10 +132,9 @@ class Adam : public Optimizer {
 // mode there is nothing to average: the value is the latest push.
 class AverageOnly : public Optimizer {
  public:
-  void Update(const float*, float* to, const float* g, size_t n,
-              OptimizerState* state) const override {
-    std::copy(g, g + n, to);
-    ++state->steps;
+  void UpdateRange(const float*, float* to, const float* g, size_t begin, size_t end,
+                   OptimizerState*) const override {
+    std::copy(g + begin, g + end, to + begin);
   }
 };
 
@@ -139,7 +143,17 @@ class AverageOnly : public Optimizer {
 void Optimizer::Apply(const float* from, float* to, const float* grad, size_t n,
                       OptimizerState* state) const {
   ScopedFlushDenormals flush;
-  Update(from, to, grad, n, state);
+  BeginStep(n, state);
+  UpdateRange(from, to, grad, 0, n, state);
+}
+
+void Optimizer::ApplyInRanges(const float* from, float* to, const float* grad, size_t n,
+                              OptimizerState* state, const RangeRunner& run) const {
+  BeginStep(n, state);
+  run(n, [&](size_t begin, size_t end) {
+    ScopedFlushDenormals flush;  // per thread: the floating-point mode is each thread's own
+    UpdateRange(from, to, grad, begin, end, state);
+  });
 }
 
 std::unique_ptr<Optimizer> MakeOptimizer(const OptimizerConfig& config, std::string* error) {

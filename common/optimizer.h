@@ -4,13 +4,14 @@
 // is checkpointed with it.
 //
 // Not synchronised: an optimizer's state belongs to one parameter part, which
-// one thread at a time updates (on a shard, the push that completed the
-// part's step).
+// one update at a time changes (on a shard, the push that completed the
+// part's step; ApplyInRanges splits that one update over threads).
 #ifndef KUBEPS_COMMON_OPTIMIZER_H_
 #define KUBEPS_COMMON_OPTIMIZER_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,9 +51,23 @@ class Optimizer {
   void Apply(const float* from, float* to, const float* grad, size_t n,
              OptimizerState* state) const;
 
+  // Hands `range` each element range of [0, n) once, on threads of its own,
+  // and returns when every range is done.
+  using RangeRunner =
+      std::function<void(size_t n, const std::function<void(size_t begin, size_t end)>& range)>;
+  // The same update as Apply, its elements split over `run`'s threads: a
+  // big part's update on several cores. Each element gets the bits Apply
+  // gives it, and the step is counted once.
+  void ApplyInRanges(const float* from, float* to, const float* grad, size_t n,
+                     OptimizerState* state, const RangeRunner& run) const;
+
  protected:
-  virtual void Update(const float* from, float* to, const float* grad, size_t n,
-                      OptimizerState* state) const = 0;
+  // Sizes the state for n elements and counts the step: once an update.
+  virtual void BeginStep(size_t n, OptimizerState* state) const { ++state->steps; }
+  // Elements [begin, end) of the step BeginStep began. Ranges that do not
+  // overlap may run at the same time.
+  virtual void UpdateRange(const float* from, float* to, const float* grad, size_t begin,
+                           size_t end, OptimizerState* state) const = 0;
 };
 
 // nullptr with *error set when the name is unknown.

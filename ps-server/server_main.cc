@@ -8,6 +8,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "api/compute_threads.h"
 #include "api/pod_env_codec.h"
 #include "common/command_line.h"
 #include "common/desired_workers.h"
@@ -21,6 +22,7 @@
 #include "common/stop_token.h"
 #include "common/tensor_memory.h"
 #include "common/termination_message.h"
+#include "common/usable_cores.h"
 #include "ps-server/batch_work.h"
 #include "ps-server/ps_service.h"
 #include "ps-server/scheduler_service.h"
@@ -281,6 +283,10 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
     options.checkpoint_dir = config.checkpoint_dir + "/" + config.node_id;
     options.checkpoint_interval = static_cast<uint64_t>(job.spec.checkpoint_interval_steps);
   }
+  const ComputeThreads given = ThreadsToComputeOn(config, UsableCores());
+  options.update_threads = given.threads;
+  KLOG_INFO << "updating big parts on " << given.threads
+            << (given.threads == 1 ? " thread" : " threads") << " (" << given.why << ")";
   Shard shard(options, std::move(optimizer), metrics);
   const int64_t checkpoint_step = shard.LoadLatestCheckpoint();
   ParameterServerService service(&shard, config.token, faults);

@@ -32,6 +32,7 @@
 #include "ps-server/checkpoint_writer.h"
 #include "ps-server/dedup_table.h"
 #include "ps-server/push_data.h"
+#include "ps-server/update_threads.h"
 
 namespace kubeps {
 
@@ -48,6 +49,7 @@ struct ShardOptions {
   OptimizerConfig optimizer;
   std::string checkpoint_dir;          // "" = no checkpoints
   uint64_t checkpoint_interval = 100;  // sync: steps; async: applied pushes
+  int update_threads = 1;              // a big part's update is split over this many
 };
 
 // A part's values at one version. Values once published are never written
@@ -254,6 +256,9 @@ class Shard {
   // computes it, and PublishUpdate makes it the part's next version.
   Update CompleteStep(Part& part);
   void RunUpdate(const Update& update);
+  // The optimizer's update of one part, over update_threads_ where there are several.
+  void ApplyOptimizer(const float* from, float* to, const float* gradient, size_t n,
+                      OptimizerState* state);
   void PublishUpdate(Update& update);
   void NextStep(Part& part);  // the step's bookkeeping starts over at the next version
   // The contributors a sync push says its step has; a fixed job's pushes
@@ -273,6 +278,7 @@ class Shard {
 
   const ShardOptions options_;
   const std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<UpdateThreads> update_threads_;  // null: each update on its push's thread
   DedupTable dedup_;
 
   mutable std::mutex mutex_;  // guards parts_ and every Part

@@ -243,7 +243,7 @@ void Shard::Apply(const v1::PushRequest& request, const std::vector<Claim>& clai
       } else {
         // In place unless a pull answer still holds the values.
         Values next = Writable(part->value, n);
-        optimizer_->Apply(part->value->data(), next->data(), gradient, n, &part->state);
+        ApplyOptimizer(part->value->data(), next->data(), gradient, n, &part->state);
         part->value = std::move(next);
         ++part->version;
         updates_.Increment();
@@ -291,8 +291,16 @@ Shard::Update Shard::CompleteStep(Part& part) {
 
 void Shard::RunUpdate(const Update& update) {
   Part& part = *update.part;
-  optimizer_->Apply(part.value->data(), update.next->data(),
-                    part.contributions[part.mean_rank].data(), part.value->size(), &part.state);
+  ApplyOptimizer(part.value->data(), update.next->data(), part.contributions[part.mean_rank].data(),
+                 part.value->size(), &part.state);
+}
+
+void Shard::ApplyOptimizer(const float* from, float* to, const float* gradient, size_t n,
+                           OptimizerState* state) {
+  if (!update_threads_) return optimizer_->Apply(from, to, gradient, n, state);
+  optimizer_->ApplyInRanges(
+      from, to, gradient, n, state,
+      [this](size_t n, const UpdateThreads::Range& range) { update_threads_->Run(n, range); });
 }
 
 void Shard::PublishUpdate(Update& update) {

@@ -39,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "api/compute_threads.h"
 #include "api/models.h"
 #include "api/pod_env_codec.h"
 #include "api/training_progress.h"
@@ -51,7 +52,6 @@
 #include "common/tensor_memory.h"
 #include "common/termination_message.h"
 #include "common/usable_cores.h"
-#include "worker-agent/compute_threads.h"
 #include "worker-agent/kv/kv_worker.h"
 #include "worker-agent/kv/segment_file.h"
 #include "worker-agent/parameter_store.h"

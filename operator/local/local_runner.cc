@@ -132,6 +132,14 @@ bool OverlapPays(int cores, int workers, int worker_threads, int servers) {
   return worker_threads > 1 || cores - workers >= servers;
 }
 
+// A sync job's servers update while its workers wait for them, so each may
+// split a big part's update over its share of the cores; the scheduler and
+// a worker whose agent only serves the job's program keep one thread.
+int UpdateThreads(const ReplicaName& name, int cores, const api::TrainingJob& job) {
+  if (name.role != ReplicaRole::kServer) return 1;
+  return std::max(1, cores / std::max(1, job.spec.ps.replicas));
+}
+
 // The environment of a worker's process that computes on its share of the
 // cores (a built-in model's agent, or the job's own program): its threads,
 // and where a built-in trainer's exchange goes (the agent's, or kubeps-agent
@@ -271,7 +279,8 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
         if (job.spec.checkpoint_path.empty())
           launch.env[api::env::kCheckpointDir] = run_dir + "/checkpoints";
         if (job.spec.elastic.enabled()) launch.env[api::env::kDesiredWorkersFile] = desired_file;
-        for (const auto& [key, value] : computes ? compute_hints : ThreadHints(1)) {
+        for (const auto& [key, value] :
+             computes ? compute_hints : ThreadHints(UpdateThreads(name, cores, job))) {
           launch.env[key] = value;
         }
         return launch;

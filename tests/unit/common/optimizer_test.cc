@@ -9,6 +9,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -29,6 +30,15 @@ std::unique_ptr<Optimizer> Make(const OptimizerConfig& config) {
   EXPECT_NE(optimizer, nullptr) << error;
   EXPECT_EQ(error, "");
   return optimizer;
+}
+
+// `name` at learning rate 0.3 with weight decay 0.01 (defaults otherwise).
+std::unique_ptr<Optimizer> MakeWithDecay(const char* name) {
+  OptimizerConfig config;
+  config.name = name;
+  config.learning_rate = 0.3f;
+  config.weight_decay = 0.01f;
+  return Make(config);
 }
 
 void ExpectNear(const std::vector<float>& actual, const std::vector<double>& expected, double tol,
@@ -256,11 +266,7 @@ TEST(OptimizerTest, StateIsPerPart) {
 // give the same bits, for every optimizer, over steps that carry state.
 TEST(OptimizerTest, AnUpdateOutOfPlaceIsTheUpdateInPlaceBitForBit) {
   for (const char* name : {"sgd", "momentum", "adam", "none"}) {
-    OptimizerConfig config;
-    config.name = name;
-    config.learning_rate = 0.3f;
-    config.weight_decay = 0.01f;
-    auto optimizer = Make(config);
+    auto optimizer = MakeWithDecay(name);
     ASSERT_NE(optimizer, nullptr);
     // 1000 elements: the loops' vectorised bodies run, not only their tails.
     std::vector<float> in_place(1000), from(1000), grad(1000);
@@ -332,6 +338,41 @@ TEST(OptimizerTest, EveryElementGetsTheBitsOfTheFormulaInFloat) {
       EXPECT_EQ(0, std::memcmp(w.data(), expected.data(), n * sizeof(float)))
           << name << " step " << t;
     }
+  }
+}
+
+// A big part's update split over threads (a server with several cores):
+// each range on a thread of its own, in no particular order, gives the bits
+// of the whole update, and the step counts once.
+TEST(OptimizerTest, AnUpdateSplitIntoRangesOnThreadsIsTheWholeUpdateBitForBit) {
+  // Ranges of uneven lengths, the last one first, each on its own thread.
+  const Optimizer::RangeRunner on_threads = [](size_t n,
+                                               const std::function<void(size_t, size_t)>& range) {
+    const std::vector<size_t> cuts = {0, 7, 300, 301, 640, n};
+    std::vector<std::thread> threads;
+    for (size_t k = cuts.size() - 1; k > 0; --k) {
+      threads.emplace_back(range, cuts[k - 1], cuts[k]);
+    }
+    for (std::thread& t : threads) t.join();
+  };
+  for (const char* name : {"sgd", "momentum", "adam", "none"}) {
+    auto optimizer = MakeWithDecay(name);
+    ASSERT_NE(optimizer, nullptr);
+    const size_t n = 1000;
+    std::vector<float> whole(n), split(n), from(n), grad(n);
+    for (size_t i = 0; i < n; ++i) from[i] = std::sin(0.37f * static_cast<float>(i));
+    OptimizerState whole_state, split_state;
+    for (int step = 1; step <= 3; ++step) {
+      for (size_t i = 0; i < n; ++i) grad[i] = std::cos(0.11f * static_cast<float>(i * step));
+      optimizer->Apply(from.data(), whole.data(), grad.data(), n, &whole_state);
+      optimizer->ApplyInRanges(from.data(), split.data(), grad.data(), n, &split_state, on_threads);
+      EXPECT_EQ(0, std::memcmp(whole.data(), split.data(), n * sizeof(float)))
+          << name << " step " << step;
+      EXPECT_EQ(split_state.steps, static_cast<uint64_t>(step)) << name;
+      from = whole;
+    }
+    EXPECT_EQ(whole_state.slot1, split_state.slot1) << name;
+    EXPECT_EQ(whole_state.slot2, split_state.slot2) << name;
   }
 }
 

@@ -142,11 +142,10 @@ class ObservedSgd : public Optimizer {
   explicit ObservedSgd(std::function<void()> during) : during_(std::move(during)) {}
 
  protected:
-  void Update(const float* from, float* to, const float* grad, size_t n,
-              OptimizerState* state) const override {
+  void UpdateRange(const float* from, float* to, const float* grad, size_t begin, size_t end,
+                   OptimizerState*) const override {
     if (during_) during_();
-    for (size_t i = 0; i < n; ++i) to[i] = from[i] - grad[i];
-    ++state->steps;
+    for (size_t i = begin; i < end; ++i) to[i] = from[i] - grad[i];
   }
 
  private:

@@ -101,7 +101,7 @@ TEST(PodBuilderTest, WorkerPodMergesTheTemplateAndOwnsNothingElse) {
 // counts too (the agent computes on one thread where there is none). The
 // template's KUBEPS_BLAS_THREADS stays; servers compute nothing worth
 // threads.
-TEST(PodBuilderTest, AWorkerIsToldTheCoresItsContainerRequestedWhateverItsTemplateSays) {
+TEST(PodBuilderTest, WorkersAndServersAreToldTheCoresTheirContainerRequested) {
   api::TrainingJob job = Job();
   auto worker_env = [&](const char* name) {
     json pod = BuildPod(kId, job, Launch(job, {ReplicaRole::kWorker, 0}), 0, ImageSet{});
@@ -114,8 +114,14 @@ TEST(PodBuilderTest, AWorkerIsToldTheCoresItsContainerRequestedWhateverItsTempla
   };
   expect_the_request("no CPU asked for");
   EXPECT_EQ(worker_env("KUBEPS_BLAS_THREADS"), nullptr);
+  // A server splits a big part's update over as many threads; the
+  // scheduler computes nothing.
   json server = BuildPod(kId, job, Launch(job, {ReplicaRole::kServer, 0}), 0, ImageSet{});
-  EXPECT_EQ(EnvValue(server["spec"]["containers"][0], "KUBEPS_CPU_REQUEST"), nullptr);
+  EXPECT_EQ(EnvValue(server["spec"]["containers"][0],
+                     "KUBEPS_CPU_REQUEST")["resourceFieldRef"]["resource"],
+            "requests.cpu");
+  json scheduler = BuildPod(kId, job, Launch(job, {ReplicaRole::kScheduler, 0}), 0, ImageSet{});
+  EXPECT_EQ(EnvValue(scheduler["spec"]["containers"][0], "KUBEPS_CPU_REQUEST"), nullptr);
 
   json& container = job.spec.worker.template_override["spec"]["containers"][0];
   for (const char* kind : {"requests", "limits"}) {

@@ -105,7 +105,8 @@ TEST_F(LocalRunnerTest, AJobWhoseWorkersSucceedSucceeds) {
 }
 
 // What only the local runner knows: loopback, any free port, the run folder,
-// the token, and the machine's cores shared among the workers.
+// the token, and the machine's cores shared among the workers (and among the
+// servers, for their updates).
 TEST_F(LocalRunnerTest, NodesGetTheLocalEnvironment) {
   ASSERT_EQ(RunLocally(Job(), options_), 0);
   EXPECT_EQ(EnvOf("worker-0", "KUBEPS_SCHEDULER_ADDR"), "127.0.0.1:45678")
@@ -115,7 +116,9 @@ TEST_F(LocalRunnerTest, NodesGetTheLocalEnvironment) {
   EXPECT_EQ(EnvOf("worker-0", "KUBEPS_RUN_DIR"), options_.run_dir);
   EXPECT_EQ(EnvOf("worker-0", "KUBEPS_BLAS_THREADS"), "2") << "4 cores, 2 workers";
   EXPECT_EQ(EnvOf("worker-0", "OMP_NUM_THREADS"), "2");
-  EXPECT_EQ(EnvOf("server-0", "KUBEPS_BLAS_THREADS"), "1");
+  // A sync job's server updates while the workers wait: its share of the cores.
+  EXPECT_EQ(EnvOf("server-0", "KUBEPS_BLAS_THREADS"), "4") << "4 cores, 1 server";
+  EXPECT_EQ(EnvOf("scheduler-0", "KUBEPS_BLAS_THREADS"), "1");
   EXPECT_EQ(EnvOf("server-0", "KUBEPS_CHECKPOINT_DIR"), options_.run_dir + "/checkpoints");
   const std::string token_file = EnvOf("worker-0", "KUBEPS_TOKEN_FILE");
   struct stat info {};

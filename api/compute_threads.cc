@@ -1,4 +1,4 @@
-#include "worker-agent/compute_threads.h"
+#include "api/compute_threads.h"
 
 #include <algorithm>
 

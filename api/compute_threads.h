@@ -1,12 +1,13 @@
-#ifndef KUBEPS_WORKER_AGENT_COMPUTE_THREADS_H_
-#define KUBEPS_WORKER_AGENT_COMPUTE_THREADS_H_
+#ifndef KUBEPS_API_COMPUTE_THREADS_H_
+#define KUBEPS_API_COMPUTE_THREADS_H_
 
 #include "api/pod_env_codec.h"
 
 namespace kubeps {
 
-// How many BLAS and OpenMP threads a worker training a built-in model
-// computes on, and why, for its log.
+// How many threads a replica computes on, and why, for its log: a worker
+// training a built-in model, its BLAS and OpenMP threads; a parameter
+// server, the threads one big part's update is split over.
 struct ComputeThreads {
   int threads;
   const char* why;
@@ -15,10 +16,10 @@ struct ComputeThreads {
 // KUBEPS_BLAS_THREADS where it is set; on Kubernetes the cores the
 // container requested (KUBEPS_CPU_REQUEST), at most `usable_cores`, and one
 // where it requested none: its threads would otherwise count the node's
-// cores, and workers sharing a node would oversubscribe it; else (a local
+// cores, and replicas sharing a node would oversubscribe it; else (a local
 // run) `usable_cores`, the cores this process may use.
 ComputeThreads ThreadsToComputeOn(const api::NodeConfig& config, int usable_cores);
 
 }  // namespace kubeps
 
-#endif  // KUBEPS_WORKER_AGENT_COMPUTE_THREADS_H_
+#endif  // KUBEPS_API_COMPUTE_THREADS_H_
