@@ -27,12 +27,12 @@
 
 #include "common/optimizer.h"
 #include "common/request_limits.h"
+#include "common/update_threads.h"
 #include "kubeps.pb.h"
 #include "ps-server/checkpoint_store.h"
 #include "ps-server/checkpoint_writer.h"
 #include "ps-server/dedup_table.h"
 #include "ps-server/push_data.h"
-#include "ps-server/update_threads.h"
 
 namespace kubeps {
 

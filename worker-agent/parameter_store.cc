@@ -1,8 +1,12 @@
 #include "worker-agent/parameter_store.h"
 
+#include <algorithm>
 #include <cmath>
 
+#include <omp.h>
+
 #include "common/step_trace.h"
+#include "common/update_threads.h"
 
 namespace kubeps {
 
@@ -11,11 +15,32 @@ Status LocalStore::Init(trainer::Model& model) {
   return Status::Ok();
 }
 
+namespace {
+
+// A big parameter's update split over the model's own OpenMP threads (those
+// of its BLAS calls and layers, idle while the optimizer runs, and after the
+// backward pass still awake), one range each; the same ranges as a
+// server's threads take (common/update_threads.h).
+void OnTheModelsThreads(size_t n, const UpdateThreads::Range& range) {
+  const int ranges =
+      static_cast<int>(std::min<size_t>(omp_get_max_threads(), n / UpdateThreads::kMinRange));
+  if (ranges <= 1) return range(0, n);
+#pragma omp parallel for schedule(static) num_threads(ranges)
+  for (int k = 0; k < ranges; ++k) {
+    size_t begin, end;
+    UpdateThreads::Bounds(n, ranges, k, &begin, &end);
+    range(begin, end);
+  }
+}
+
+}  // namespace
+
 Status LocalStore::Update(uint64_t step, trainer::Model& model) {
   auto& params = model.parameters();
   for (size_t k = 0; k < params.size(); ++k) {
-    optimizer_->Apply(params[k].value.data(), params[k].grad.data(), params[k].value.size(),
-                      &states_[k]);
+    float* value = params[k].value.data();
+    optimizer_->ApplyInRanges(value, value, params[k].grad.data(), params[k].value.size(),
+                              &states_[k], OnTheModelsThreads);
   }
   return Status::Ok();
 }

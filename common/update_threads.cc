@@ -1,4 +1,4 @@
-#include "ps-server/update_threads.h"
+#include "common/update_threads.h"
 
 #include <algorithm>
 

@@ -1,14 +1,15 @@
 // Threads that split one big part's update: Adam over a part of millions of
 // floats takes milliseconds on one core, and in a sync job every worker
 // waits for it. A server with cores to spare (its pod requested several, or
-// a local run has more cores than the job has servers) runs each range of
-// the part on a core of its own, the calling thread taking the first.
+// a local run has more cores than the job has servers), or a one-process
+// run's optimizer, runs each range of the part on a core of its own, the
+// calling thread taking the first.
 //
 // One update at a time uses the helpers; an update that comes while they
 // are busy runs whole on its own thread instead of waiting for them.
 // Thread-safe.
-#ifndef KUBEPS_PS_SERVER_UPDATE_THREADS_H_
-#define KUBEPS_PS_SERVER_UPDATE_THREADS_H_
+#ifndef KUBEPS_COMMON_UPDATE_THREADS_H_
+#define KUBEPS_COMMON_UPDATE_THREADS_H_
 
 #include <condition_variable>
 #include <cstddef>
@@ -37,10 +38,14 @@ class UpdateThreads {
   // of at least kMinRange elements (the boundaries on multiples of 16, a
   // cache line of floats), and returns when every one has returned.
   void Run(size_t n, const Range& range);
+  // Range k of `ranges` over n elements, as Run cuts them.
+  static void Bounds(size_t n, int ranges, int k, size_t* begin, size_t* end);
+  // Run as a function (Optimizer::ApplyInRanges takes one).
+  std::function<void(size_t n, const Range& range)> Runner() {
+    return [this](size_t n, const Range& range) { Run(n, range); };
+  }
 
  private:
-  // Range k of `ranges` over n elements.
-  static void Bounds(size_t n, int ranges, int k, size_t* begin, size_t* end);
   void Help(int k);
 
   std::mutex running_;  // held by the one Run that uses the helpers
@@ -57,4 +62,4 @@ class UpdateThreads {
 
 }  // namespace kubeps
 
-#endif  // KUBEPS_PS_SERVER_UPDATE_THREADS_H_
+#endif  // KUBEPS_COMMON_UPDATE_THREADS_H_
