@@ -1,9 +1,9 @@
 // Threads that split one big part's update: Adam over a part of millions of
 // floats takes milliseconds on one core, and in a sync job every worker
 // waits for it. A server with cores to spare (its pod requested several, or
-// a local run has more cores than the job has servers), or a one-process
-// run's optimizer, runs each range of the part on a core of its own, the
-// calling thread taking the first.
+// a local run has more cores than the job has servers) runs each range of
+// the part on a core of its own, the calling thread taking the first. (A
+// one-process run cuts the same ranges for its model's OpenMP threads.)
 //
 // One update at a time uses the helpers; an update that comes while they
 // are busy runs whole on its own thread instead of waiting for them.
