@@ -81,10 +81,11 @@ void SetKubepsProcess(json& container, const controller::ReplicaLaunch& launch, 
 
 // A worker that trains a built-in model computes on as many threads as
 // its container requested cores, as a pod's neighbours on the node expect
-// of it, and a server splits a big part's update over as many. The request is what admission left:
-// the template's, the limit where it set only a limit, or a LimitRange's default, which the
-// template does not show; so the kubelet passes it on (the downward API rounds it up, and gives 0
-// where there is none), and the agent decides (api/compute_threads.h).
+// of it, and a server splits a big part's update over as many. The request
+// is what admission left: the template's, the limit where it set only a
+// limit, or a LimitRange's default, which the template does not show; so
+// the kubelet passes it on (the downward API rounds it up, and gives 0
+// where there is none), and the replica decides (api/compute_threads.h).
 void ComputeOnTheRequestedCores(json& container) {
   const json request = {
       {"name", api::env::kCpuRequest},

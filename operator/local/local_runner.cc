@@ -135,7 +135,7 @@ bool OverlapPays(int cores, int workers, int worker_threads, int servers) {
 // A sync job's servers update while its workers wait for them, so each may
 // split a big part's update over its share of the cores; the scheduler and
 // a worker whose agent only serves the job's program keep one thread.
-int UpdateThreads(const ReplicaName& name, int cores, const api::TrainingJob& job) {
+int ServerUpdateThreads(const ReplicaName& name, int cores, const api::TrainingJob& job) {
   if (name.role != ReplicaRole::kServer) return 1;
   return std::max(1, cores / std::max(1, job.spec.ps.replicas));
 }
@@ -280,7 +280,7 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
           launch.env[api::env::kCheckpointDir] = run_dir + "/checkpoints";
         if (job.spec.elastic.enabled()) launch.env[api::env::kDesiredWorkersFile] = desired_file;
         for (const auto& [key, value] :
-             computes ? compute_hints : ThreadHints(UpdateThreads(name, cores, job))) {
+             computes ? compute_hints : ThreadHints(ServerUpdateThreads(name, cores, job))) {
           launch.env[key] = value;
         }
         return launch;
