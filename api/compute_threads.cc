@@ -12,4 +12,9 @@ ComputeThreads ThreadsToComputeOn(const api::NodeConfig& config, int usable_core
   return {usable_cores, "the cores this process may use"};
 }
 
+std::string Describe(const ComputeThreads& given) {
+  return std::to_string(given.threads) + (given.threads == 1 ? " thread (" : " threads (") +
+         given.why + ")";
+}
+
 }  // namespace kubeps

@@ -1,6 +1,8 @@
 #ifndef KUBEPS_API_COMPUTE_THREADS_H_
 #define KUBEPS_API_COMPUTE_THREADS_H_
 
+#include <string>
+
 #include "api/pod_env_codec.h"
 
 namespace kubeps {
@@ -19,6 +21,9 @@ struct ComputeThreads {
 // cores, and replicas sharing a node would oversubscribe it; else (a local
 // run) `usable_cores`, the cores this process may use.
 ComputeThreads ThreadsToComputeOn(const api::NodeConfig& config, int usable_cores);
+
+// "2 threads (why)", for the line each replica logs at start.
+std::string Describe(const ComputeThreads& given);
 
 }  // namespace kubeps
 

@@ -23,8 +23,12 @@ void UpdateThreads::Bounds(size_t n, int ranges, int k, size_t* begin, size_t* e
   *end = cut(k + 1);
 }
 
+int UpdateThreads::RangesFor(size_t n, int threads) {
+  return static_cast<int>(std::min<size_t>(threads, n / kMinRange));
+}
+
 void UpdateThreads::Run(size_t n, const Range& range) {
-  const int ranges = static_cast<int>(std::min<size_t>(threads(), n / kMinRange));
+  const int ranges = RangesFor(n, threads());
   if (ranges <= 1 || !running_.try_lock()) {
     range(0, n);
     return;

@@ -38,6 +38,9 @@ class UpdateThreads {
   // of at least kMinRange elements (the boundaries on multiples of 16, a
   // cache line of floats), and returns when every one has returned.
   void Run(size_t n, const Range& range);
+  // How many ranges Run cuts n elements into on `threads` threads: at most
+  // one a thread, each at least kMinRange.
+  static int RangesFor(size_t n, int threads);
   // Range k of `ranges` over n elements, as Run cuts them.
   static void Bounds(size_t n, int ranges, int k, size_t* begin, size_t* end);
   // Run as a function (Optimizer::ApplyInRanges takes one).

@@ -285,8 +285,7 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   }
   const ComputeThreads given = ThreadsToComputeOn(config, UsableCores());
   options.update_threads = given.threads;
-  KLOG_INFO << "updating big parts on " << given.threads
-            << (given.threads == 1 ? " thread" : " threads") << " (" << given.why << ")";
+  KLOG_INFO << "updating big parts on " << Describe(given);
   Shard shard(options, std::move(optimizer), metrics);
   const int64_t checkpoint_step = shard.LoadLatestCheckpoint();
   ParameterServerService service(&shard, config.token, faults);

@@ -273,8 +273,7 @@ void TellSchedulerDone(KVWorker* kv) {
 void ComputeOnTheCoresGiven(const api::NodeConfig& config) {
   const ComputeThreads given = ThreadsToComputeOn(config, UsableCores());
   SetBlasThreads(given.threads);
-  KLOG_INFO << "computing on " << given.threads << (given.threads == 1 ? " thread" : " threads")
-            << " (" << given.why << ")";
+  KLOG_INFO << "computing on " << Describe(given);
 }
 
 int TrainBuiltInModel(const api::NodeConfig& config, const api::TrainingJob& job, KVPath path) {

@@ -1,6 +1,5 @@
 #include "worker-agent/parameter_store.h"
 
-#include <algorithm>
 #include <cmath>
 
 #include <omp.h>
@@ -22,8 +21,7 @@ namespace {
 // backward pass still awake), one range each; the same ranges as a
 // server's threads take (common/update_threads.h).
 void OnTheModelsThreads(size_t n, const UpdateThreads::Range& range) {
-  const int ranges =
-      static_cast<int>(std::min<size_t>(omp_get_max_threads(), n / UpdateThreads::kMinRange));
+  const int ranges = UpdateThreads::RangesFor(n, omp_get_max_threads());
   if (ranges <= 1) return range(0, n);
 #pragma omp parallel for schedule(static) num_threads(ranges)
   for (int k = 0; k < ranges; ++k) {

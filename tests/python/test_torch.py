@@ -41,15 +41,15 @@ def batch_for(step):
     return torch.randn(8, 6, generator=generator), torch.randint(0, 3, (8,), generator=generator)
 
 
-def train(model, optimizer, total_steps, record=None, set_to_none=False):
-    """The user's loop of the brief, against the current session."""
+def train(model, optimizer, total_steps, record=None, set_to_none=False, device="cpu"):
+    """The user's loop of the brief, against the current session, the batches on `device`."""
     loss_fn = torch.nn.CrossEntropyLoss()
     for step in kps.steps(total_steps):
         if record is not None:
             record.append(step)
         x, y = batch_for(step)
         optimizer.zero_grad(set_to_none=set_to_none)
-        loss_fn(model(x), y).backward()
+        loss_fn(model(x.to(device)), y.to(device)).backward()
         optimizer.step()
 
 
@@ -609,19 +609,14 @@ class OnAGpu(TorchTestCase):
     values back in, so training there ends where it ends on the CPU (up to the GPU's
     arithmetic)."""
 
-    def train_on(self, device, per_module):
+    def train_on_the_gpu(self, per_module):
         self.connect()
-        model = three_layers().to(device)
+        model = three_layers().to("cuda")
         optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=100.0),
                                              named_parameters=model.named_parameters(),
                                              model=model if per_module else None)
         kps.broadcast_parameters(model.state_dict(), root_rank=0)
-        loss_fn = torch.nn.CrossEntropyLoss()
-        for step in kps.steps(3):
-            x, y = batch_for(step)
-            optimizer.zero_grad()
-            loss_fn(model(x.to(device)), y.to(device)).backward()
-            optimizer.step()
+        train(model, optimizer, 3, device="cuda")
         for name, p in model.named_parameters():
             self.assertEqual(p.device.type, "cuda", name)
         return model.cpu()
@@ -631,7 +626,7 @@ class OnAGpu(TorchTestCase):
         train_locally(reference, torch.optim.SGD(reference.parameters(), lr=LEARNING_RATE), 3)
         for per_module in (False, True):
             with self.subTest(per_module=per_module):
-                model = self.train_on("cuda", per_module)
+                model = self.train_on_the_gpu(per_module)
                 reset_kubeps()
                 self.assertParametersEqual(model, reference, exact=False)
 

@@ -35,5 +35,11 @@ TEST(ComputeThreadsTest, KubepsBlasThreadsWinsAndALocalRunUsesTheCoresItMayUse) 
   EXPECT_EQ(std::string(local.why), "the cores this process may use");
 }
 
+TEST(ComputeThreadsTest, TheLogLineSaysHowManyAndWhy) {
+  EXPECT_EQ(Describe({2, "the container's CPU request"}),
+            "2 threads (the container's CPU request)");
+  EXPECT_EQ(Describe({1, "KUBEPS_BLAS_THREADS"}), "1 thread (KUBEPS_BLAS_THREADS)");
+}
+
 }  // namespace
 }  // namespace kubeps
