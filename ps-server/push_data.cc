@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/copy_bytes.h"
+
 namespace kubeps {
 
 PushData::PushData(std::vector<std::string_view> pieces, GradientEncoding encoding, float threshold)
@@ -53,7 +55,7 @@ bool PushData::Read(float* out, size_t n) {
     encoded_.resize(EncodedBytes(encoding_, n));
     char* to = encoded_.data();
     Consume(encoded_.size(), [&](const char* from, size_t bytes) {
-      std::memcpy(to, from, bytes);
+      CopyBytes(to, from, bytes);
       to += bytes;
     });
     DecodeGradient(encoding_, encoded_.data(), n, threshold_, out);
@@ -68,7 +70,7 @@ bool PushData::Read(float* out, size_t n) {
   Consume(n * sizeof(float), [&](const char* from, size_t bytes) {
     for (size_t done = 0; done < bytes;) {
       const size_t take = std::min(kChunk, bytes - done);
-      std::memcpy(to, from + done, take);
+      CopyBytes(to, from + done, take);
       to += take;
       done += take;
       // A float cut between two pieces is checked once its last byte is in.

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/copy_bytes.h"
 #include "common/logging.h"
 #include "common/long_poll.h"
 #include "ps-server/shard_messages.h"
@@ -247,7 +248,7 @@ grpc::Status Shard::Pull(const v1::PullRequest& request, PullAnswer* answer,
       float* region = nullptr;
       if (grpc::Status s = landing->Begin(static_cast<int>(i), &region); !s.ok()) return s;
       if (region) {
-        std::copy(values[i]->begin(), values[i]->end(), region);
+        CopyBytes(region, values[i]->data(), values[i]->size() * sizeof(float));
         landing->Done(static_cast<int>(i), versions[i]);
       }
     }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/copy_bytes.h"
 #include "common/logging.h"
 #include "common/membership.h"
 
@@ -39,7 +40,7 @@ void PackParts(const std::vector<const Part*>& batch, const std::vector<const fl
   data->resize(elements * sizeof(float));
   char* out = data->data();
   for (const Part* part : batch) {
-    std::memcpy(out, tensors[part->key] + part->offset, part->length * sizeof(float));
+    CopyBytes(out, tensors[part->key] + part->offset, part->length * sizeof(float));
     out += part->length * sizeof(float);
   }
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/copy_bytes.h"
 #include "common/host_port.h"
 
 namespace kubeps {
@@ -197,7 +198,7 @@ Status SharedMemoryPath::CopyLanded(const std::vector<const Part*>& batch,
     float* to = values[part->key] + part->offset;
     // A model reading its values from Values(key) has them already.
     if (reinterpret_cast<const char*>(to) != from)
-      std::memcpy(to, from, part->length * sizeof(float));
+      CopyBytes(to, from, part->length * sizeof(float));
     *version = std::min(*version, landed_version);
   }
   return Status::Ok();

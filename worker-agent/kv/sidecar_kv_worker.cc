@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/copy_bytes.h"
+
 namespace kubeps {
 namespace {
 
@@ -282,7 +284,7 @@ KVWorker::Ticket SidecarKVWorker::StartTransfer(const char* op,
   for (uint32_t key : pushed) {
     const float* source = (*grads)[key];
     if (source != regions_[key].grads) {
-      std::memcpy(regions_[key].grads, source, regions_[key].numel * sizeof(float));
+      CopyBytes(regions_[key].grads, source, regions_[key].numel * sizeof(float));
     }
   }
   std::vector<SidecarConnection::RequestId> requests;
@@ -388,7 +390,7 @@ Status SidecarKVWorker::WaitWithVersion(Ticket ticket, uint64_t* version) {
     // before the regions are given back to the next pull.
     for (const auto& [key, destination] : pending.pulls) {
       if (destination && destination != regions_[key].values) {
-        std::memcpy(destination, regions_[key].values, regions_[key].numel * sizeof(float));
+        CopyBytes(destination, regions_[key].values, regions_[key].numel * sizeof(float));
       }
     }
     // An agent that does not report versions: the one the request asked for.
