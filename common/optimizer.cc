@@ -142,9 +142,7 @@ class AverageOnly : public Optimizer {
 
 void Optimizer::Apply(const float* from, float* to, const float* grad, size_t n,
                       OptimizerState* state) const {
-  ScopedFlushDenormals flush;
-  BeginStep(n, state);
-  UpdateRange(from, to, grad, 0, n, state);
+  ApplyInRanges(from, to, grad, n, state, [](size_t n, const auto& range) { range(0, n); });
 }
 
 void Optimizer::ApplyInRanges(const float* from, float* to, const float* grad, size_t n,

@@ -19,9 +19,7 @@ Shard::Shard(const ShardOptions& options, std::unique_ptr<Optimizer> optimizer,
              MetricsServer* metrics)
     : options_(options),
       optimizer_(std::move(optimizer)),
-      update_threads_(options.update_threads > 1
-                          ? std::make_unique<UpdateThreads>(options.update_threads)
-                          : nullptr),
+      update_threads_(std::max(1, options.update_threads)),
       pushes_(metrics->Counter("kubeps_server_pushes_total", "Push requests applied")),
       pulls_(metrics->Counter("kubeps_server_pulls_total", "Pull requests answered")),
       updates_(metrics->Counter("kubeps_server_updates_applied_total",

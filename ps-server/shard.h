@@ -256,7 +256,7 @@ class Shard {
   // computes it, and PublishUpdate makes it the part's next version.
   Update CompleteStep(Part& part);
   void RunUpdate(const Update& update);
-  // The optimizer's update of one part, over update_threads_ where there are several.
+  // The optimizer's update of one part, split over update_threads_.
   void ApplyOptimizer(const float* from, float* to, const float* gradient, size_t n,
                       OptimizerState* state);
   void PublishUpdate(Update& update);
@@ -278,7 +278,7 @@ class Shard {
 
   const ShardOptions options_;
   const std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<UpdateThreads> update_threads_;  // null: each update on its push's thread
+  UpdateThreads update_threads_;  // one thread: each update whole on its push's thread
   DedupTable dedup_;
 
   mutable std::mutex mutex_;  // guards parts_ and every Part

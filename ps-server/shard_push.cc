@@ -297,8 +297,7 @@ void Shard::RunUpdate(const Update& update) {
 
 void Shard::ApplyOptimizer(const float* from, float* to, const float* gradient, size_t n,
                            OptimizerState* state) {
-  if (!update_threads_) return optimizer_->Apply(from, to, gradient, n, state);
-  optimizer_->ApplyInRanges(from, to, gradient, n, state, update_threads_->Runner());
+  optimizer_->ApplyInRanges(from, to, gradient, n, state, update_threads_.Runner());
 }
 
 void Shard::PublishUpdate(Update& update) {
