@@ -152,6 +152,54 @@ Status SharedSegment::Attach(const std::string& name, uint64_t nonce,
   return Status::Ok();
 }
 
+uint64_t PageSize() {
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+Status MapPrivately(const std::string& name, uint64_t nonce, uint64_t offset, uint64_t bytes,
+                    void* at) {
+  if (!ValidName(name)) {
+    return Status::InvalidArgument("shared memory segment \"" + name +
+                                   "\" is not a kubeps segment's name");
+  }
+  const uint64_t page = PageSize();
+  if (offset % page != 0 || reinterpret_cast<uintptr_t>(at) % page != 0 ||
+      offset < SharedSegment::FirstRegion()) {
+    return Status::InvalidArgument("/dev/shm/" + name + ": offset " + std::to_string(offset) +
+                                   " is not a page boundary after the header");
+  }
+  const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
+  if (fd < 0) return Errno("cannot open", name);
+  struct stat st {};
+  SegmentHeader header{};
+  Status status = Status::Ok();
+  if (::fstat(fd, &st) != 0) {
+    status = Errno("cannot stat", name);
+  } else if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+             ::pread(fd, &header, sizeof header, 0) != static_cast<ssize_t>(sizeof header) ||
+             header.magic != kMagic || header.nonce != nonce ||
+             header.size != static_cast<uint64_t>(st.st_size)) {
+    status = Status::InvalidArgument("/dev/shm/" + name +
+                                     " is not the segment of this user's kubeps processes "
+                                     "that the answer names");
+  } else if (bytes > header.size || offset > header.size - bytes) {
+    status = Status::InvalidArgument("/dev/shm/" + name + " holds no " + std::to_string(bytes) +
+                                     " bytes at " + std::to_string(offset));
+  } else {
+    const uint64_t length = (bytes + page - 1) / page * page;
+    if (::mmap(at, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd,
+               static_cast<off_t>(offset)) == MAP_FAILED) {
+      status = Errno("cannot map", name);
+      // A failed MAP_FIXED may have unmapped the range: fill it again, so
+      // that no other mapping of this process can land there.
+      ::mmap(at, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    }
+  }
+  ::close(fd);
+  return status;
+}
+
 SharedSegment::~SharedSegment() {
   if (base_) ::munmap(base_, size_);
   if (owner_) ::shm_unlink(name_.c_str());

@@ -85,6 +85,24 @@ class SharedSegment {
   bool owner_ = false;
 };
 
+// Parts of a sync job's tensors of at least this many bytes may be read by
+// a worker on the server's host where the server keeps them (mapped, see
+// MapPrivately and v1::MappedValues); smaller ones are copied, which costs
+// less than a mapping's pages.
+inline constexpr uint64_t kMinMappedBytes = 64 << 10;
+
+// The size of a page: where a mapping may start.
+uint64_t PageSize();
+
+// Maps `bytes` of the segment `name` (a file of this uid whose header holds
+// `nonce`) from `offset` on, a page boundary, at `at`, a page boundary,
+// in place of what was mapped there. Privately: this process reads what the
+// segment's owner writes there, while its own writes stay its own (each page
+// copied on its first write), so it can never change the owner's values.
+// An error naming the file otherwise (what `at` held may then be zeroes).
+Status MapPrivately(const std::string& name, uint64_t nonce, uint64_t offset, uint64_t bytes,
+                    void* at);
+
 // The header in front of each landing region. The server writes a region
 // holding its mutex, so the worker never opens it for a new pull in the
 // middle of a write; the mutex is robust, so a server that dies while it

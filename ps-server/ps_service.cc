@@ -26,6 +26,7 @@ constexpr int kPullResponseReadyField = 1;
 constexpr int kPullResponseVersionField = 2;
 constexpr int kPullResponseDataField = 3;
 constexpr int kPullResponseLandedField = 4;
+constexpr int kPullResponseMappedField = 5;
 
 // "/kubeps.v1.ParameterServer/Push": what the generated stub calls.
 std::string MethodPath(const char* rpc) {
@@ -262,11 +263,13 @@ grpc::Status CheckLanding(const v1::PullRequest& request, const SharedSegment& s
   const v1::SharedMemoryRef& ref = request.shared();
   const bool apart = ref.value_offsets_size() != 0;
   if (ref.offsets_size() != request.parts_size() || ref.ticket() == 0 ||
-      (apart && ref.value_offsets_size() != request.parts_size())) {
+      (apart && ref.value_offsets_size() != request.parts_size()) ||
+      (ref.mappable_size() != 0 && ref.mappable_size() != request.parts_size())) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "a pull names " + std::to_string(ref.offsets_size()) +
-                            " landing regions and " + std::to_string(ref.value_offsets_size()) +
-                            " value offsets for " + std::to_string(request.parts_size()) +
+                            " landing regions, " + std::to_string(ref.value_offsets_size()) +
+                            " value offsets and " + std::to_string(ref.mappable_size()) +
+                            " mappable flags for " + std::to_string(request.parts_size()) +
                             " parts, ticket " + std::to_string(ref.ticket()));
   }
   for (int i = 0; i < request.parts_size(); ++i) {
@@ -330,15 +333,19 @@ grpc::ByteBuffer EncodePull(PullAnswer answer) {
           WireFormatLite::MakeTag(kPullResponseVersionField, WireFormatLite::WIRETYPE_VARINT));
       out.WriteVarint64(answer.version);
     }
-    if (bytes > 0) {
-      out.WriteTag(WireFormatLite::MakeTag(kPullResponseDataField,
-                                           WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
-      out.WriteVarint64(bytes);
-    }
     if (answer.landed) {
       out.WriteTag(
           WireFormatLite::MakeTag(kPullResponseLandedField, WireFormatLite::WIRETYPE_VARINT));
       out.WriteVarint32(1);
+    }
+    for (const v1::MappedValues& mapped : answer.mapped) {
+      WireFormatLite::WriteBytes(kPullResponseMappedField, mapped.SerializeAsString(), &out);
+    }
+    // Last: the data's bytes follow the head, in slices of their own.
+    if (bytes > 0) {
+      out.WriteTag(WireFormatLite::MakeTag(kPullResponseDataField,
+                                           WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+      out.WriteVarint64(bytes);
     }
   }
   std::vector<grpc::Slice> slices;

@@ -103,6 +103,9 @@ class SegmentLanding final : public PullLanding {
       : ref_(request.shared()), segment_(segment) {}
   grpc::Status Begin(int index, float** region) override;
   void Done(int index, uint64_t version) override;
+  bool MayMap(int index) const override {
+    return index < ref_.mappable_size() && ref_.mappable(index);
+  }
 
  private:
   LandingHeader* Header(int index) const;

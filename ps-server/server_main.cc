@@ -285,6 +285,7 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   }
   const ComputeThreads given = ThreadsToComputeOn(config, UsableCores());
   options.update_threads = given.threads;
+  options.shared_values_owner = config.node_id;
   KLOG_INFO << "updating big parts on " << Describe(given);
   Shard shard(options, std::move(optimizer), metrics);
   const int64_t checkpoint_step = shard.LoadLatestCheckpoint();

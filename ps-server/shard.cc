@@ -142,7 +142,7 @@ grpc::Status Shard::Init(const v1::InitRequest& request, v1::InitResponse* respo
   for (const auto& ref : request.parts()) {
     auto [it, inserted] = parts_.try_emplace({ref.key(), ref.offset()});
     if (inserted) {
-      it->second.value = std::make_shared<std::vector<float>>(data, data + ref.length());
+      it->second.value = std::make_shared<ValueBuffer>(data, ref.length());
       ResetContributions(it->second);
     } else {
       ++kept;
@@ -159,12 +159,26 @@ Shard::Values Shard::Writable(const Values& candidate, size_t n) {
   // Under mutex_: every other owner is an answer, which only lets go, so a
   // count of one stays one. The fence orders our writes after the reads of
   // the answer that let go last (as the count's decrement publishes them).
-  if (candidate && candidate.use_count() == 1) {
+  // A worker that maps the buffer holds no count: in sync mode it reads it
+  // only until its next pull, which comes before the gradient that lets
+  // this update happen (MappedValues).
+  if (candidate && candidate.use_count() == 1 && candidate->size() == n &&
+      (candidate->segment() != nullptr) == Shares(n)) {
     std::atomic_thread_fence(std::memory_order_acquire);
-    candidate->resize(n);
     return candidate;
   }
-  return std::make_shared<std::vector<float>>(n);
+  return NewValues(n);
+}
+
+Shard::Values Shard::NewValues(size_t n) {
+  if (Shares(n)) {
+    if (std::unique_ptr<ValueBuffer> shared =
+            ValueBuffer::InSharedMemory(options_.shared_values_owner, n)) {
+      return Values(std::move(shared));
+    }
+    share_values_ = false;
+  }
+  return std::make_shared<ValueBuffer>(n);
 }
 
 void Shard::ResetContributions(Part& part) const {
@@ -198,6 +212,9 @@ grpc::Status Shard::Pull(const v1::PullRequest& request, PullAnswer* answer,
   if (!valid.ok()) return valid;
   std::unique_lock<std::mutex> lock(mutex_);
   if (grpc::Status g = CheckGeneration(request.generation()); !g.ok()) return g;
+  if (landing && options_.sync && !options_.shared_values_owner.empty() && !share_values_) {
+    for (int i = 0; i < request.parts_size(); ++i) share_values_ |= landing->MayMap(i);
+  }
   const grpc::Status stopped(grpc::StatusCode::UNAVAILABLE,
                              "this shard is shutting down (the job is over or it was stopped)");
   auto ready = [&] {
@@ -243,6 +260,16 @@ grpc::Status Shard::Pull(const v1::PullRequest& request, PullAnswer* answer,
   lock.unlock();
   if (landing) {
     for (size_t i = 0; i < values.size(); ++i) {
+      if (const SharedSegment* segment = values[i]->segment();
+          segment && landing->MayMap(static_cast<int>(i))) {
+        v1::MappedValues& mapped = answer->mapped.emplace_back();
+        mapped.set_part(static_cast<uint32_t>(i));
+        mapped.set_segment(segment->name());
+        mapped.set_nonce(segment->nonce());
+        mapped.set_offset(ValueBuffer::DataOffset());
+        mapped.set_version(versions[i]);
+        continue;
+      }
       float* region = nullptr;
       if (grpc::Status s = landing->Begin(static_cast<int>(i), &region); !s.ok()) return s;
       if (region) {
@@ -265,7 +292,7 @@ grpc::Status Shard::Pull(const v1::PullRequest& request, PullAnswer* answer,
 std::vector<float> Shard::PartValue(uint32_t key, uint64_t offset) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = parts_.find({key, offset});
-  return it == parts_.end() ? std::vector<float>{} : *it->second.value;
+  return it == parts_.end() ? std::vector<float>{} : it->second.value->Copy();
 }
 
 uint64_t Shard::PartVersion(uint32_t key, uint64_t offset) const {

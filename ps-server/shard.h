@@ -33,6 +33,7 @@
 #include "ps-server/checkpoint_writer.h"
 #include "ps-server/dedup_table.h"
 #include "ps-server/push_data.h"
+#include "ps-server/value_buffer.h"
 
 namespace kubeps {
 
@@ -50,13 +51,16 @@ struct ShardOptions {
   std::string checkpoint_dir;          // "" = no checkpoints
   uint64_t checkpoint_interval = 100;  // sync: steps; async: applied pushes
   int update_threads = 1;              // a big part's update is split over this many
+  // Sync: what names the files of /dev/shm that a big part's values move to
+  // once a worker on this host asks to map them (value_buffer.h); "" never.
+  std::string shared_values_owner;
 };
 
 // A part's values at one version. Values once published are never written
 // again (an update writes to another buffer, one no answer holds any more),
 // so a pull takes a reference under the shard's lock and sends them after
 // releasing it, without a copy: the answer on the wire reads them in place.
-using PartValues = std::shared_ptr<const std::vector<float>>;
+using PartValues = std::shared_ptr<const ValueBuffer>;
 
 // What a pull answers: when ready, the parts' values, in the request's order.
 struct PullAnswer {
@@ -64,6 +68,7 @@ struct PullAnswer {
   uint64_t version = 0;            // smallest version among the values answered
   std::vector<PartValues> values;  // empty when landed
   bool landed = false;             // values were written to the worker's shared memory instead
+  std::vector<v1::MappedValues> mapped;  // landed: the parts the worker maps instead
 };
 
 // Where a pull's values go instead of the answer: the landing regions of a
@@ -78,6 +83,9 @@ class PullLanding {
   // written it; an error (ABORTED: the worker moved on) ends the pull.
   virtual grpc::Status Begin(int index, float** region) = 0;
   virtual void Done(int index, uint64_t version) = 0;
+  // Whether the worker may map part `index` where the server keeps it
+  // (v1::MappedValues) instead.
+  virtual bool MayMap(int index) const { return false; }
 };
 
 class Shard {
@@ -139,7 +147,7 @@ class Shard {
   }
 
  private:
-  using Values = std::shared_ptr<std::vector<float>>;  // written only before it is published
+  using Values = std::shared_ptr<ValueBuffer>;  // written only before it is published
   struct Part {
     Values value;
     OptimizerState state;
@@ -266,8 +274,14 @@ class Shard {
   int Contributors(const v1::PushRequest& request) const;
   void ResetContributions(Part& part) const;
   // A buffer of n floats to write an update to: `candidate` when no pull
-  // answer holds it any more, a new one otherwise.
-  static Values Writable(const Values& candidate, size_t n);
+  // answer holds it any more (and it lies where NewValues would put it), a
+  // new one otherwise.
+  Values Writable(const Values& candidate, size_t n);
+  // Requires mutex_. A new buffer of n floats: in shared memory once a
+  // worker asked to map values (sync, big parts), else on the heap; where
+  // /dev/shm cannot hold it, on the heap from then on.
+  Values NewValues(size_t n);
+  bool Shares(size_t n) const { return share_values_ && n * sizeof(float) >= kMinMappedBytes; }
   grpc::Status CheckGeneration(uint64_t generation) const;  // requires mutex_
   // Takes a checkpoint when one is due (requires mutex_); the caller
   // writes it once the lock is released.
@@ -289,6 +303,9 @@ class Shard {
   // scheduler's recovery tells this shard which step the job resumes from.
   bool awaiting_recovery_ = false;
   bool stopping_ = false;
+  // Sync: a worker on this host asked to map values (PullLanding::MayMap),
+  // so big parts' new buffers go to shared memory from now on.
+  bool share_values_ = false;
   // Init adds parts only until the first push (or a checkpoint) fixes the
   // key set: a part added later would never advance and would stop the
   // shard's checkpoints (CheckpointDue takes the lowest version).

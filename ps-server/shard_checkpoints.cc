@@ -2,6 +2,8 @@
 // holds, writing it, and rolling the shard back to one.
 #include "ps-server/shard.h"
 
+#include <cstring>
+
 #include <algorithm>
 
 #include "common/logging.h"
@@ -27,7 +29,7 @@ bool Shard::CheckpointDue(uint64_t* step) const {
 v1::ShardCheckpoint Shard::Snapshot(uint64_t step) const {
   v1::ShardCheckpoint checkpoint;
   checkpoint.set_step(step);
-  auto bytes = [](const std::vector<float>& v) {
+  auto bytes = [](const auto& v) {
     return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   };
   for (const auto& [key, part] : parts_) {
@@ -52,7 +54,8 @@ void Shard::Install(const v1::ShardCheckpoint& checkpoint) {
   parts_.clear();
   for (const auto& saved : checkpoint.parts()) {
     Part& part = parts_[{saved.key(), saved.offset()}];
-    part.value = std::make_shared<std::vector<float>>(floats(saved.value()));
+    part.value = NewValues(saved.value().size() / sizeof(float));
+    std::memcpy(part.value->data(), saved.value().data(), part.value->size() * sizeof(float));
     part.state.slot1 = floats(saved.slot1());
     part.state.slot2 = floats(saved.slot2());
     part.state.steps = saved.optimizer_steps();

@@ -76,8 +76,11 @@ Status MakeModel(const api::TrainingJob& job, std::unique_ptr<trainer::Model>* m
   return Status::Ok();
 }
 
+// `map_values`: the built-in trainer of a sync job reads big tensors where
+// the servers on this host keep them (KVOptions::map_values;
+// KUBEPS_MAP_VALUES=0 turns it off).
 Status ConnectToJob(const api::NodeConfig& config, const api::TrainingJob& job,
-                    MetricsServer* metrics, std::unique_ptr<KVWorker>* kv) {
+                    MetricsServer* metrics, bool map_values, std::unique_ptr<KVWorker>* kv) {
   KVOptions options;
   options.scheduler_address = config.scheduler_address;
   options.node_id = config.node_id;
@@ -96,6 +99,9 @@ Status ConnectToJob(const api::NodeConfig& config, const api::TrainingJob& job,
   const char* shared_memory = std::getenv("KUBEPS_SHARED_MEMORY");
   options.shared_memory = !(shared_memory && std::string(shared_memory) == "0");
   options.own_host = config.pod_ip;
+  const char* map = std::getenv("KUBEPS_MAP_VALUES");
+  options.map_values =
+      map_values && job.spec.mode == api::SyncMode::kSync && !(map && std::string(map) == "0");
   options.metrics = metrics;
   return KVWorker::Start(options, kv);
 }
@@ -232,7 +238,7 @@ Status JoinJob(const api::NodeConfig& config, const api::TrainingJob& job, KVPat
     if (Status s = KVWorker::Connect(options, &session->kv); !s.ok()) return s;
   } else {
     api::PublishPorts(config, 0, metrics->port());
-    if (Status s = ConnectToJob(config, job, metrics, &session->kv); !s.ok()) return s;
+    if (Status s = ConnectToJob(config, job, metrics, true, &session->kv); !s.ok()) return s;
   }
   SetLogTag("worker " + std::to_string(session->kv->rank()));
   ExchangeOptions exchange;
@@ -406,7 +412,7 @@ int ServeTrainingProcess(const api::NodeConfig& config, const api::TrainingJob& 
     return Fail(kReasonListenFailed, s);
   api::PublishPorts(config, 0, metrics->port());
   std::unique_ptr<KVWorker> kv;
-  if (Status s = ConnectToJob(config, job, metrics.get(), &kv); !s.ok())
+  if (Status s = ConnectToJob(config, job, metrics.get(), false, &kv); !s.ok())
     return Fail(kReasonJoinFailed, s);
   SetLogTag("worker " + std::to_string(kv->rank()));
   std::unique_ptr<sidecar::SidecarServer> server;

@@ -72,7 +72,9 @@ Status RemoteStore::Init(trainer::Model& model) {
     if (Status s = kv_->Recover(&start_step_); !s.ok()) return s;
   }
   // Every worker, rank 0 included, starts from what the servers hold.
-  return kv_->Wait(kv_->Pull(values_, start_step_));
+  Status pulled = kv_->Wait(kv_->Pull(values_, start_step_));
+  FollowValues(0, values_.size());
+  return pulled;
 }
 
 void RemoteStore::PlaceInSharedMemory(trainer::Model& model) {
@@ -85,6 +87,18 @@ void RemoteStore::PlaceInSharedMemory(trainer::Model& model) {
     params[k].grad.Place(kv_->SharedGrads(k));
     values_[k] = params[k].value.data();
     grads_[k] = params[k].grad.data();
+  }
+  placed_ = &model;
+}
+
+void RemoteStore::FollowValues(size_t first, size_t end) {
+  if (!placed_) return;
+  auto& params = placed_->parameters();
+  for (size_t k = first; k < end; ++k) {
+    float* now = kv_->SharedValues(k);
+    if (now == values_[k]) continue;
+    params[k].value.Repoint(now);
+    values_[k] = now;
   }
 }
 
@@ -144,6 +158,7 @@ void RemoteStore::WaitFor(size_t first, size_t end) {
     }
     Status s = kv_->Wait(it->ticket);
     if (!s.ok() && failure_.ok()) failure_ = s;
+    FollowValues(it->first, it->end);
     it = in_flight_.erase(it);
   }
 }
@@ -205,6 +220,7 @@ Status RemoteStore::Resume(trainer::Model& model, uint64_t* step) {
   for (;;) {
     if (Status s = kv_->Recover(step); !s.ok()) return s;
     Status pulled = kv_->Wait(kv_->Pull(values_, *step));
+    FollowValues(0, values_.size());
     if (!pulled.IsAborted()) return pulled;  // else: rolled back again meanwhile
   }
 }
@@ -213,7 +229,9 @@ Status RemoteStore::JoinAt(uint64_t step, trainer::Model& model) {
   WaitFor(0, values_.size());
   failure_ = Status::Ok();
   // Async: no version belongs to a step; the newest parameters do.
-  return kv_->Wait(kv_->Pull(values_, sync_ ? step : 0));
+  Status pulled = kv_->Wait(kv_->Pull(values_, sync_ ? step : 0));
+  FollowValues(0, values_.size());
+  return pulled;
 }
 
 }  // namespace kubeps

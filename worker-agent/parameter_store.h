@@ -126,6 +126,10 @@ class RemoteStore : public ParameterStore, private trainer::StepObserver {
   // written again before its push was waited for, nor its values read
   // before its pull was.
   void PlaceInSharedMemory(trainer::Model& model);
+  // After a pull of [first, end) was waited for: the model reads each
+  // tensor's values where that pull put them (they may alternate between
+  // two places, KVOptions::map_values).
+  void FollowValues(size_t first, size_t end);
   void ParametersNeeded(size_t first, size_t end) override;
   void GradientsReady(size_t first, size_t end) override;
   void LossComputed(float loss) override;
@@ -144,6 +148,7 @@ class RemoteStore : public ParameterStore, private trainer::StepObserver {
   };
 
   KVWorker* kv_;
+  trainer::Model* placed_ = nullptr;  // the model, once its values lie in shared memory
   bool sync_;
   bool overlap_;
   size_t bucket_bytes_;

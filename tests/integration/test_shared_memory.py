@@ -2,15 +2,17 @@
 every replica on this host, so each worker hands its gradients and takes its
 parameters through a file of /dev/shm instead of the loopback TCP
 connection. The transport must change nothing: the same sync job ends with
-the same bytes over TCP (KUBEPS_SHARED_MEMORY=0) and through shared memory
-(and test_faults.py shows the shared memory run under dropped, duplicated and
-delayed requests ends as the clean one). The workers' files are gone when the
-job ends."""
+the same bytes over TCP (KUBEPS_SHARED_MEMORY=0) and through shared memory,
+whether the workers read the big tensors where the servers keep them (mapped,
+the default of a sync job) or copied (KUBEPS_MAP_VALUES=0); test_faults.py
+shows the shared memory run under dropped, duplicated and delayed requests
+ends as the clean one. The workers' and servers' files are gone when the job
+ends."""
 import os
 import tempfile
 import unittest
 
-from jobtools import RunningJob, scrape_while_running, tensor_bytes, write_manifest
+from jobtools import RunningJob, metric, scrape_while_running, tensor_bytes, write_manifest
 from test_faults import MLP_PARAMS, sync_job
 
 WORKERS = ("worker-0", "worker-1")
@@ -31,7 +33,8 @@ class SharedMemoryTest(unittest.TestCase):
         cls.dir = tempfile.mkdtemp(prefix="kubeps-shared-memory-")
 
     def run_job(self, name, env):
-        """(parameters, {worker: (tensor bytes pushed and pulled, of them through shared memory)})."""
+        """(parameters, {worker: (tensor bytes pushed and pulled, of them through shared
+        memory, of them mapped)})."""
         dump = os.path.join(self.dir, name + ".bin")
         path = write_manifest(self.dir, sync_job(name), name + ".yaml")
         job = RunningJob(path, env=dict(env, KUBEPS_MAX_STEPS=str(STEPS), KUBEPS_DUMP_PARAMS=dump))
@@ -39,7 +42,10 @@ class SharedMemoryTest(unittest.TestCase):
         self.assertEqual(job.wait(timeout=240), 0, job.output())
         for worker in WORKERS:
             self.assertIn(worker, scrapes, job.output())
-        bytes_by_worker = {worker: tensor_bytes(scrapes[worker]) for worker in WORKERS}
+        bytes_by_worker = {
+            worker: tensor_bytes(scrapes[worker])
+            + (metric(scrapes[worker], "kubeps_worker_mapped_bytes_total") or 0,)
+            for worker in WORKERS}
         with open(dump, "rb") as f:
             parameters = f.read()
         self.assertEqual(len(parameters), MLP_PARAMS * 4)
@@ -49,17 +55,26 @@ class SharedMemoryTest(unittest.TestCase):
         before = segments()
         over_tcp, tcp_bytes, _ = self.run_job("tcp", {"KUBEPS_SHARED_MEMORY": "0"})
         shared, shared_bytes, out = self.run_job("shared", {})
+        copied, copied_bytes, copied_out = self.run_job("copied", {"KUBEPS_MAP_VALUES": "0"})
         # The last scrape may come before a short job's last steps: what it
         # shows is compared as a share.
         for worker in WORKERS:
-            moved, through_shared = tcp_bytes[worker]
+            moved, through_shared, mapped = tcp_bytes[worker]
             self.assertGreater(moved, 0, worker)
-            self.assertEqual(through_shared, 0, worker)
-            moved, through_shared = shared_bytes[worker]
+            self.assertEqual((through_shared, mapped), (0, 0), worker)
+            moved, through_shared, mapped = shared_bytes[worker]
             self.assertGreater(moved, 0, worker)
             self.assertGreater(through_shared, 0.9 * moved, "%s:\n%s" % (worker, out))
+            # The MLP's weights (784 x 256, and 256 x 10 after) are mapped;
+            # its biases and its first version are copied. Pulls are half.
+            self.assertGreater(mapped, 0.4 * moved, "%s:\n%s" % (worker, out))
+            moved, through_shared, mapped = copied_bytes[worker]
+            self.assertGreater(through_shared, 0.9 * moved, "%s:\n%s" % (worker, copied_out))
+            self.assertEqual(mapped, 0, worker)
         self.assertTrue(shared == over_tcp, "shared memory changed the parameters:\n" + out)
-        self.assertEqual(segments() - before, set(), "a worker left its shared memory behind")
+        self.assertTrue(copied == over_tcp, "copying changed the parameters:\n" + copied_out)
+        self.assertEqual(segments() - before, set(),
+                         "a worker or server left its shared memory behind")
 
 
 if __name__ == "__main__":

@@ -171,6 +171,12 @@ bool KVWorkerImpl::OpenPull(const std::vector<const Part*>& batch, uint64_t min_
   return shared_ && shared_->MayTry(server) && shared_->OpenPull(batch, request->mutable_shared());
 }
 
+std::function<void()> KVWorkerImpl::AnswerWrites(const std::vector<const Part*>& batch,
+                                                 const std::vector<float*>& values) {
+  if (!shared_) return {};
+  return [this, &batch, &values] { shared_->Written(batch, values); };
+}
+
 // Ends a pull's offer of landing regions, when the pull is answered or gives up.
 struct KVWorkerImpl::PullOffer {
   SharedMemoryPath* shared;
@@ -187,11 +193,15 @@ Status KVWorkerImpl::PullAnswered(const std::vector<const Part*>& batch,
   if (offered) {
     shared_->Learned(batch.front()->server, answer->landed);
     if (answer->landed) {
-      if (Status c = shared_->CopyLanded(batch, request.shared(), values, &answer->version);
+      if (Status c = shared_->TakeLanded(batch, request.shared(), answer->mapped, values,
+                                         &answer->version);
           !c.ok()) {
         return c;
       }
       shared_bytes_->Increment(static_cast<double>(elements * sizeof(float)));
+      uint64_t mapped = 0;
+      for (const v1::MappedValues& m : answer->mapped) mapped += batch[m.part()]->length;
+      mapped_bytes_->Increment(static_cast<double>(mapped * sizeof(float)));
       answer->bytes = elements * sizeof(float);
     }
   }
@@ -217,7 +227,7 @@ Status KVWorkerImpl::PushPullBatch(const std::vector<const Part*>& batch,
   PullAnswer answer;
   Status s = SendPush(batch, &push, "PushPull", options_.pull_wait_ms, [&](grpc::ClientContext& c) {
     return CallPushPull(link->channel.get(), &c, push.request, push.header.then_pull(), batch,
-                        values, &answer);
+                        values, &answer, AnswerWrites(batch, values));
   });
   if (Status pushed = PushSent(batch, step, push, s, start, "push and pull"); !pushed.ok())
     return pushed;
@@ -250,7 +260,8 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
     Status s = caller_.Call(
         ServerName(server), "Pull",
         [&](grpc::ClientContext& c) {
-          return CallPull(link->channel.get(), &c, request, batch, values, &answer);
+          return CallPull(link->channel.get(), &c, request, batch, values, &answer,
+                          AnswerWrites(batch, values));
         },
         options_.pull_wait_ms, [this] { return RollbackAnnounced(); });
     if (!s.ok() && (s.IsAborted() || RollbackAnnounced())) {

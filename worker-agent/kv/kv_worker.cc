@@ -117,6 +117,10 @@ Status KVWorkerImpl::Start() {
   shared_bytes_ = &metrics_->Counter("kubeps_worker_shared_memory_bytes_total",
                                      "Tensor bytes pushed or pulled through shared memory, not TCP",
                                      rank_label);
+  mapped_bytes_ = &metrics_->Counter(
+      "kubeps_worker_mapped_bytes_total",
+      "Parameter bytes pulled by mapping where a server on this host keeps them, not copied",
+      rank_label);
   // Enough threads for a few requests per shard in flight each way. A
   // PushPull call holds its push thread until its pull is answered too.
   push_pool_ = std::make_unique<TaskPool>(std::max(8, 8 * num_servers()));
@@ -267,7 +271,8 @@ bool KVWorkerImpl::PrepareTensors(const std::vector<uint64_t>& sizes) {
     on_this_host[server] = SharedMemoryPath::OnThisHost(Link(server)->address, options_.own_host);
   }
   if (std::find(on_this_host.begin(), on_this_host.end(), true) == on_this_host.end()) return false;
-  if (Status s = SharedMemoryPath::Create(options_.node_id, parts_, &shared_); !s.ok()) {
+  if (Status s = SharedMemoryPath::Create(options_.node_id, parts_, options_.map_values, &shared_);
+      !s.ok()) {
     KLOG_INFO << "tensors go over TCP to every server: " << s.message();
     return false;
   }
@@ -399,7 +404,17 @@ KVWorker::Ticket KVWorkerImpl::Push(const std::vector<const float*>& grads, uint
   return ticket;
 }
 
-KVWorker::Ticket KVWorkerImpl::Pull(const std::vector<float*>& values, uint64_t min_version) {
+std::vector<float*> KVWorkerImpl::Destinations(std::vector<float*> values, uint64_t version) {
+  if (!shared_) return values;
+  for (size_t key = 0; key < values.size(); ++key) {
+    if (values[key])
+      values[key] = shared_->Destination(static_cast<uint32_t>(key), values[key], version);
+  }
+  return values;
+}
+
+KVWorker::Ticket KVWorkerImpl::Pull(const std::vector<float*>& given, uint64_t min_version) {
+  const std::vector<float*> values = Destinations(given, min_version);
   auto batches = Batches(values);
   std::shared_ptr<Pending> pending;
   Ticket ticket = NewTicket(static_cast<int>(batches.size()), &pending);
@@ -414,7 +429,8 @@ KVWorker::Ticket KVWorkerImpl::Pull(const std::vector<float*>& values, uint64_t 
 }
 
 KVWorker::Ticket KVWorkerImpl::PushPull(const std::vector<const float*>& grads,
-                                        const std::vector<float*>& values, uint64_t step) {
+                                        const std::vector<float*>& given, uint64_t step) {
+  const std::vector<float*> values = Destinations(given, step + 1);
   auto push_batches = Batches(grads);
   auto pull_batches = Batches(values);
   std::shared_ptr<Pending> pending;

@@ -76,6 +76,12 @@ struct KVOptions {
   // addresses of their own and do not share their /dev/shm.
   bool shared_memory = true;
   std::string own_host;
+  // A sync job's built-in trainer: big tensors are read where the servers on
+  // this host keep them instead of being copied into the model each step
+  // (shared_memory_path.h), so SharedValues(key) names, after each Pull or
+  // PushPull of SharedValues(key), one of two places by the version's
+  // parity. Not behind the sidecar: the program reads the agent's file.
+  bool map_values = false;
   // The job's workers may change (elasticPolicy): Membership waits for the
   // scheduler's schedule instead of taking the fixed one.
   bool elastic = false;
@@ -209,7 +215,9 @@ class KUBEPS_EXPORT KVWorker {
   // client (Start) has them where a server on this host can map the
   // worker's segment (`kubeps run`), in it (valid until tensors of other
   // sizes are declared), and SharedGrads only where pushes are float32.
-  // Null for a key never declared, and where there is no such region.
+  // With KVOptions::map_values, SharedValues(key) may move with each pull of
+  // it (read it again once the pull was waited for). Null for a key never
+  // declared, and where there is no such region.
   virtual float* SharedValues(uint32_t key) { return nullptr; }
   virtual float* SharedGrads(uint32_t key) { return nullptr; }
 };

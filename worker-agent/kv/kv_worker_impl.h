@@ -124,6 +124,11 @@ class KVWorkerImpl final : public KVWorker {
   bool OpenPull(const std::vector<const Part*>& batch, uint64_t min_version,
                 v1::PullRequest* request, uint64_t* elements);
   struct PullOffer;
+  // What a pull's answer calls before it writes its bytes into `values`.
+  std::function<void()> AnswerWrites(const std::vector<const Part*>& batch,
+                                     const std::vector<float*>& values);
+  // Where a pull of `version` puts each tensor's values (Destination).
+  std::vector<float*> Destinations(std::vector<float*> values, uint64_t version);
   // A ready answer: values copied out of the landing regions where they
   // landed, the ticket's version lowered to the answer's.
   Status PullAnswered(const std::vector<const Part*>& batch, const v1::PullRequest& request,
@@ -202,6 +207,7 @@ class KVWorkerImpl final : public KVWorker {
   prometheus::Counter* push_bytes_ = nullptr;
   prometheus::Counter* pull_bytes_ = nullptr;
   prometheus::Counter* shared_bytes_ = nullptr;
+  prometheus::Counter* mapped_bytes_ = nullptr;
 };
 
 // What a ticket waits for: its requests still running, the first failure,

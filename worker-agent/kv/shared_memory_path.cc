@@ -1,6 +1,7 @@
 #include "worker-agent/kv/shared_memory_path.h"
 
 #include <arpa/inet.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <cstring>
@@ -18,7 +19,7 @@ uint64_t Aligned(uint64_t bytes) {
 }  // namespace
 
 Status SharedMemoryPath::Create(const std::string& node_id, const std::vector<Part>& parts,
-                                std::unique_ptr<SharedMemoryPath>* out) {
+                                bool map_values, std::unique_ptr<SharedMemoryPath>* out) {
   // The landing headers first, one per part; then each tensor's staging and
   // landing values, each back to back over its parts, so that a model may
   // keep its gradients and values there (Grads, Values).
@@ -51,20 +52,70 @@ Status SharedMemoryPath::Create(const std::string& node_id, const std::vector<Pa
   for (const Regions& region : regions) {
     landing::Init(reinterpret_cast<LandingHeader*>(segment->base() + region.landing));
   }
-  out->reset(
-      new SharedMemoryPath(parts, std::move(segment), std::move(regions), std::move(tensors)));
+  std::vector<View> views(tensors.size());
+  if (map_values) {
+    if (Status s = ReserveViews(parts, tensor_floats, &views); !s.ok()) return s;
+  }
+  out->reset(new SharedMemoryPath(parts, std::move(segment), std::move(regions), std::move(tensors),
+                                  std::move(views)));
+  return Status::Ok();
+}
+
+Status SharedMemoryPath::ReserveViews(const std::vector<Part>& parts,
+                                      const std::vector<uint64_t>& tensor_floats,
+                                      std::vector<View>* views) {
+  const uint64_t page = PageSize();
+  std::vector<bool> worth(tensor_floats.size());
+  for (size_t key = 0; key < tensor_floats.size(); ++key) {
+    worth[key] = tensor_floats[key] * sizeof(float) >= kMinMappedBytes;
+  }
+  for (const Part& part : parts)
+    worth[part.key] = worth[part.key] && part.offset * sizeof(float) % page == 0;
+  for (size_t key = 0; key < tensor_floats.size(); ++key) {
+    if (!worth[key]) continue;
+    View& view = (*views)[key];
+    view.bytes = (tensor_floats[key] * sizeof(float) + page - 1) / page * page;
+    for (float*& at : view.at) {
+      void* reserved =
+          ::mmap(nullptr, view.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (reserved == MAP_FAILED) {
+        for (View& made : *views) {
+          for (float* other : made.at) {
+            if (other) ::munmap(other, made.bytes);
+          }
+        }
+        return Status::Error("cannot reserve " + std::to_string(view.bytes) +
+                             " bytes to read tensor " + std::to_string(key) + "'s values from");
+      }
+      at = static_cast<float*>(reserved);
+    }
+  }
   return Status::Ok();
 }
 
 SharedMemoryPath::SharedMemoryPath(const std::vector<Part>& parts,
                                    std::unique_ptr<SharedSegment> segment,
-                                   std::vector<Regions> regions, std::vector<Tensor> tensors)
+                                   std::vector<Regions> regions, std::vector<Tensor> tensors,
+                                   std::vector<View> views)
     : parts_(parts),
       segment_(std::move(segment)),
       regions_(std::move(regions)),
       tensors_(std::move(tensors)),
+      views_(std::move(views)),
+      current_view_(new std::atomic<float*>[views_.size()]),
+      mapped_(parts.size()),
       pushing_(new std::atomic<bool>[parts.size()]()),
-      pulling_(new std::atomic<bool>[parts.size()]()) {}
+      pulling_(new std::atomic<bool>[parts.size()]()) {
+  for (size_t key = 0; key < views_.size(); ++key) current_view_[key] = views_[key].at[0];
+}
+
+SharedMemoryPath::~SharedMemoryPath() {
+  for (const View& view : views_) {
+    for (float* at : view.at) {
+      if (at) ::munmap(at, view.bytes);
+    }
+  }
+}
 
 float* SharedMemoryPath::Grads(uint32_t key) const {
   if (key >= tensors_.size() || tensors_[key].grads == 0) return nullptr;
@@ -72,6 +123,7 @@ float* SharedMemoryPath::Grads(uint32_t key) const {
 }
 
 float* SharedMemoryPath::Values(uint32_t key) const {
+  if (Viewed(key)) return current_view_[key].load();
   if (key >= tensors_.size() || tensors_[key].values == 0) return nullptr;
   return reinterpret_cast<float*>(segment_->base() + tensors_[key].values);
 }
@@ -178,14 +230,80 @@ bool SharedMemoryPath::OpenPull(const std::vector<const Part*>& batch, v1::Share
   }
   FillRef(batch, true, ref);
   ref->set_ticket(ticket);
+  if (std::any_of(batch.begin(), batch.end(), [&](const Part* p) { return Viewed(p->key); })) {
+    for (const Part* part : batch) ref->add_mappable(Viewed(part->key));
+  }
   return true;
 }
 
-Status SharedMemoryPath::CopyLanded(const std::vector<const Part*>& batch,
-                                    const v1::SharedMemoryRef& ref,
-                                    const std::vector<float*>& values, uint64_t* version) const {
-  *version = UINT64_MAX;
+int SharedMemoryPath::Parity(uint32_t key, const float* values) const {
+  if (!Viewed(key)) return -1;
+  for (int parity = 0; parity < 2; ++parity) {
+    if (values == views_[key].at[parity]) return parity;
+  }
+  return -1;
+}
+
+float* SharedMemoryPath::Destination(uint32_t key, float* given, uint64_t version) {
+  if (Parity(key, given) < 0) return given;
+  float* view = views_[key].at[version % 2];
+  current_view_[key] = view;
+  return view;
+}
+
+void SharedMemoryPath::Written(const std::vector<const Part*>& batch,
+                               const std::vector<float*>& values) {
+  std::lock_guard<std::mutex> lock(views_mutex_);
   for (const Part* part : batch) {
+    const int parity = Parity(part->key, values[part->key]);
+    if (parity >= 0) mapped_[Index(part)][parity] = Mapping{};
+  }
+}
+
+Status SharedMemoryPath::Map(const Part* part, float* tensor, const v1::MappedValues& mapped) {
+  const int parity = Parity(part->key, tensor);  // TakeLanded checked it is a view
+  std::lock_guard<std::mutex> lock(views_mutex_);
+  Mapping& now = mapped_[Index(part)][parity];
+  // The same buffer as the last time this view held this part: the server
+  // wrote the new version into it, which the mapping shows as it is.
+  if (now.segment == mapped.segment() && now.nonce == mapped.nonce() &&
+      now.offset == mapped.offset()) {
+    return Status::Ok();
+  }
+  now = Mapping{};
+  Status s = MapPrivately(mapped.segment(), mapped.nonce(), mapped.offset(),
+                          part->length * sizeof(float), tensor + part->offset);
+  if (s.ok()) now = Mapping{mapped.segment(), mapped.nonce(), mapped.offset()};
+  return s;
+}
+
+Status SharedMemoryPath::TakeLanded(const std::vector<const Part*>& batch,
+                                    const v1::SharedMemoryRef& ref,
+                                    const std::vector<v1::MappedValues>& mapped,
+                                    const std::vector<float*>& values, uint64_t* version) {
+  *version = UINT64_MAX;
+  std::vector<const v1::MappedValues*> mapped_at(batch.size(), nullptr);
+  for (const v1::MappedValues& m : mapped) {
+    if (m.part() >= batch.size() || mapped_at[m.part()]) {
+      return Status::Internal("the server answered pull " + std::to_string(ref.ticket()) +
+                              " with part " + std::to_string(m.part()) +
+                              " mapped twice or out of its " + std::to_string(batch.size()));
+    }
+    const Part* part = batch[m.part()];
+    if (Parity(part->key, values[part->key]) < 0) {
+      return Status::Internal("the server answered key " + std::to_string(part->key) +
+                              "'s part at " + std::to_string(part->offset) +
+                              " as mapped, but this worker does not read it from a view");
+    }
+    mapped_at[m.part()] = &m;
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Part* part = batch[i];
+    if (mapped_at[i]) {
+      if (Status s = Map(part, values[part->key], *mapped_at[i]); !s.ok()) return s;
+      *version = std::min(*version, mapped_at[i]->version());
+      continue;
+    }
     const Regions& regions = regions_[Index(part)];
     uint64_t landed_version = 0;
     if (!landing::Landed(reinterpret_cast<const LandingHeader*>(segment_->base() + regions.landing),
@@ -197,8 +315,10 @@ Status SharedMemoryPath::CopyLanded(const std::vector<const Part*>& batch,
     const char* from = segment_->base() + regions.values;
     float* to = values[part->key] + part->offset;
     // A model reading its values from Values(key) has them already.
-    if (reinterpret_cast<const char*>(to) != from)
+    if (reinterpret_cast<const char*>(to) != from) {
+      Written({part}, values);
       CopyBytes(to, from, part->length * sizeof(float));
+    }
     *version = std::min(*version, landed_version);
   }
   return Status::Ok();

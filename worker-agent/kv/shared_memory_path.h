@@ -10,10 +10,22 @@
 // and one pull at a time: a request that finds them in use by another one
 // still in flight goes over gRPC instead.
 //
-// Thread-safe: the regions are claimed with atomics, the reach with a mutex.
+// Values read where the server keeps them (map_values: a sync job's built-in
+// trainer): a tensor of at least kMinMappedBytes whose parts start on pages
+// is read from one of two views, by the parity of the version pulled. A part
+// a server answers as MappedValues is mapped there (privately: the worker's
+// writes never reach the server), once; the server writes version v + 2 to
+// the buffer of version v, which the worker maps in the same view, after
+// every worker pushed its gradient of version v + 1, so after the worker
+// turned to the other view. A part answered otherwise is copied into the
+// view as it would be into the model.
+//
+// Thread-safe: the regions are claimed with atomics, the reach and the
+// views' mappings with mutexes.
 #ifndef KUBEPS_WORKER_AGENT_KV_SHARED_MEMORY_PATH_H_
 #define KUBEPS_WORKER_AGENT_KV_SHARED_MEMORY_PATH_H_
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -32,8 +44,9 @@ namespace kubeps {
 class SharedMemoryPath {
  public:
   // `parts` must outlive this object; requests name parts by pointers into it.
-  static Status Create(const std::string& node_id, const std::vector<Part>& parts,
+  static Status Create(const std::string& node_id, const std::vector<Part>& parts, bool map_values,
                        std::unique_ptr<SharedMemoryPath>* out);
+  ~SharedMemoryPath();
 
   // Whether `address` (host:port) is a server worth offering the segment
   // to: at a loopback address, and at `own_host` unless that is empty.
@@ -59,14 +72,25 @@ class SharedMemoryPath {
   // Claims the batch's landing regions and opens them for a new ticket;
   // false if one is still in use.
   bool OpenPull(const std::vector<const Part*>& batch, v1::SharedMemoryRef* ref);
-  // Copies the landed values of pull `ref` to the tensors; their smallest
-  // version in *version. An error if a region does not hold that pull's values.
-  Status CopyLanded(const std::vector<const Part*>& batch, const v1::SharedMemoryRef& ref,
-                    const std::vector<float*>& values, uint64_t* version) const;
+  // Takes the landed values of pull `ref` into the tensors: copies them, or
+  // maps the parts answered as `mapped`; their smallest version in
+  // *version. An error if a region does not hold that pull's values, or a
+  // mapping fails.
+  Status TakeLanded(const std::vector<const Part*>& batch, const v1::SharedMemoryRef& ref,
+                    const std::vector<v1::MappedValues>& mapped, const std::vector<float*>& values,
+                    uint64_t* version);
+  // An answer's bytes are about to be written to the batch's places in
+  // `values`: a view that mapped a server's buffer there holds copies now.
+  void Written(const std::vector<const Part*>& batch, const std::vector<float*>& values);
+  // Where a pull of `version` puts tensor `key`'s values when the caller
+  // passed `given`: one of the tensor's views by the version's parity if
+  // `given` is one, which Values(key) names from now on; else `given`.
+  float* Destination(uint32_t key, float* given, uint64_t version);
   void EndPull(const std::vector<const Part*>& batch);
 
   // Where tensor `key`'s staged gradients (float32) and landed values lie,
-  // back to back over its parts; null for a key without parts. A model that
+  // back to back over its parts (for a tensor read from views, the view of
+  // the last Destination); null for a key without parts. A model that
   // keeps its gradients and values there is not copied at all: StagePush
   // and CopyLanded skip a tensor passed as its own region. The protocol's
   // rule holds: a gradient is not written while a push of it is in flight
@@ -88,9 +112,26 @@ class SharedMemoryPath {
     uint64_t grads = 0;
     uint64_t values = 0;
   };
+  struct View {  // a tensor's two places to read its values from; none: null
+    std::array<float*, 2> at{};
+    uint64_t bytes = 0;  // of each reservation, whole pages
+  };
+  struct Mapping {  // what a part's place in a view maps; empty segment: nothing
+    std::string segment;
+    uint64_t nonce = 0;
+    uint64_t offset = 0;
+  };
 
   SharedMemoryPath(const std::vector<Part>& parts, std::unique_ptr<SharedSegment> segment,
-                   std::vector<Regions> regions, std::vector<Tensor> tensors);
+                   std::vector<Regions> regions, std::vector<Tensor> tensors,
+                   std::vector<View> views);
+  // Reserves the views of every tensor worth them (map_values).
+  static Status ReserveViews(const std::vector<Part>& parts,
+                             const std::vector<uint64_t>& tensor_floats, std::vector<View>* views);
+  bool Viewed(uint32_t key) const { return key < views_.size() && views_[key].at[0] != nullptr; }
+  // Which of tensor `key`'s views `values` is, or -1.
+  int Parity(uint32_t key, const float* values) const;
+  Status Map(const Part* part, float* tensor, const v1::MappedValues& mapped);
   size_t Index(const Part* part) const { return static_cast<size_t>(part - parts_.data()); }
   bool Claim(std::atomic<bool>* busy, const std::vector<const Part*>& batch);
   void Release(std::atomic<bool>* busy, const std::vector<const Part*>& batch);
@@ -98,8 +139,12 @@ class SharedMemoryPath {
 
   const std::vector<Part>& parts_;
   const std::unique_ptr<SharedSegment> segment_;
-  const std::vector<Regions> regions_;  // by part index
-  const std::vector<Tensor> tensors_;   // by key
+  const std::vector<Regions> regions_;                   // by part index
+  const std::vector<Tensor> tensors_;                    // by key
+  const std::vector<View> views_;                        // by key
+  std::unique_ptr<std::atomic<float*>[]> current_view_;  // by key, where views_ has one
+  std::mutex views_mutex_;
+  std::vector<std::array<Mapping, 2>> mapped_;  // by part index and view
   std::unique_ptr<std::atomic<bool>[]> pushing_;
   std::unique_ptr<std::atomic<bool>[]> pulling_;
   std::atomic<uint64_t> next_ticket_{1};

@@ -23,6 +23,7 @@ constexpr int kPullResponseReadyField = 1;
 constexpr int kPullResponseVersionField = 2;
 constexpr int kPullResponseDataField = 3;
 constexpr int kPullResponseLandedField = 4;
+constexpr int kPullResponseMappedField = 5;
 
 // "/kubeps.v1.ParameterServer/Push": the path the generated stub calls.
 std::string MethodPath(const char* rpc) {
@@ -116,7 +117,8 @@ namespace {
 // into `values`.
 grpc::Status ReadPullAnswer(grpc::ByteBuffer& response, const v1::PullRequest& request,
                             const std::vector<const Part*>& batch,
-                            const std::vector<float*>& values, PullAnswer* answer) {
+                            const std::vector<float*>& values, PullAnswer* answer,
+                            const std::function<void()>& before_writing) {
   uint64_t want = 0;
   for (const Part* part : batch) want += part->length * sizeof(float);
   const uint64_t total = response.Length();
@@ -136,6 +138,11 @@ grpc::Status ReadPullAnswer(grpc::ByteBuffer& response, const v1::PullRequest& r
     } else if (field == kPullResponseLandedField && type == WireFormatLite::WIRETYPE_VARINT) {
       if (!in.ReadVarint64(&number)) return Malformed("landed");
       answer->landed = number != 0;
+    } else if (field == kPullResponseMappedField &&
+               type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
+      if (!WireFormatLite::ReadMessage(&in, &answer->mapped.emplace_back())) {
+        return Malformed("mapped");
+      }
     } else if (field == kPullResponseDataField &&
                type == WireFormatLite::WIRETYPE_LENGTH_DELIMITED) {
       uint32_t length = 0;
@@ -147,6 +154,7 @@ grpc::Status ReadPullAnswer(grpc::ByteBuffer& response, const v1::PullRequest& r
       if (length > total - static_cast<uint64_t>(in.CurrentPosition())) {
         return Malformed("data ends early");
       }
+      if (before_writing) before_writing();
       for (const Part* part : batch) {
         if (!in.ReadRaw(values[part->key] + part->offset,
                         static_cast<int>(part->length * sizeof(float)))) {
@@ -162,6 +170,7 @@ grpc::Status ReadPullAnswer(grpc::ByteBuffer& response, const v1::PullRequest& r
   if (answer->landed && (answer->bytes != 0 || !request.has_shared())) {
     return Malformed("landed, but with data or for a pull that named no landing regions");
   }
+  if (!answer->mapped.empty() && !answer->landed) return Malformed("mapped, but not landed");
   if (answer->ready && !answer->landed && answer->bytes != want) {
     return grpc::Status(
         grpc::StatusCode::INTERNAL,
@@ -174,7 +183,8 @@ grpc::Status ReadPullAnswer(grpc::ByteBuffer& response, const v1::PullRequest& r
 
 grpc::Status CallPull(grpc::Channel* channel, grpc::ClientContext* context,
                       const v1::PullRequest& request, const std::vector<const Part*>& batch,
-                      const std::vector<float*>& values, PullAnswer* answer) {
+                      const std::vector<float*>& values, PullAnswer* answer,
+                      const std::function<void()>& before_writing) {
   static const std::string path = MethodPath("Pull");
   grpc::Slice serialized(request.SerializeAsString());
   grpc::ByteBuffer response;
@@ -182,17 +192,17 @@ grpc::Status CallPull(grpc::Channel* channel, grpc::ClientContext* context,
       !s.ok()) {
     return s;
   }
-  return ReadPullAnswer(response, request, batch, values, answer);
+  return ReadPullAnswer(response, request, batch, values, answer, before_writing);
 }
 
 grpc::Status CallPushPull(grpc::Channel* channel, grpc::ClientContext* context,
                           const grpc::ByteBuffer& request, const v1::PullRequest& pull,
                           const std::vector<const Part*>& batch, const std::vector<float*>& values,
-                          PullAnswer* answer) {
+                          PullAnswer* answer, const std::function<void()>& before_writing) {
   static const std::string path = MethodPath("PushPull");
   grpc::ByteBuffer response;
   if (grpc::Status s = CallRaw(channel, path, context, request, &response); !s.ok()) return s;
-  return ReadPullAnswer(response, pull, batch, values, answer);
+  return ReadPullAnswer(response, pull, batch, values, answer, before_writing);
 }
 
 }  // namespace kubeps

@@ -14,6 +14,7 @@
 #define KUBEPS_WORKER_AGENT_KV_TENSOR_WIRE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -55,16 +56,19 @@ struct PullAnswer {
   bool ready = false;
   bool landed = false;
   uint64_t version = 0;
-  uint64_t bytes = 0;  // of data received
+  uint64_t bytes = 0;                    // of data received
+  std::vector<v1::MappedValues> mapped;  // landed: the parts to map instead
 };
 
 // ParameterServer.Pull of `request`'s parts; a ready answer's data are
-// written into `values` (the parts' places in each key's tensor). A data
-// field of another length than the parts' is an INTERNAL error naming both,
-// and a malformed answer one that says so; neither writes any value.
+// written into `values` (the parts' places in each key's tensor), after
+// `before_writing` is called. A data field of another length than the
+// parts' is an INTERNAL error naming both, and a malformed answer one that
+// says so; neither writes any value.
 grpc::Status CallPull(grpc::Channel* channel, grpc::ClientContext* context,
                       const v1::PullRequest& request, const std::vector<const Part*>& batch,
-                      const std::vector<float*>& values, PullAnswer* answer);
+                      const std::vector<float*>& values, PullAnswer* answer,
+                      const std::function<void()>& before_writing = {});
 
 // ParameterServer.PushPull: `request` is a push made by one of the above
 // whose header carries then_pull (`pull`, of the parts of `batch`); its
@@ -72,7 +76,7 @@ grpc::Status CallPull(grpc::Channel* channel, grpc::ClientContext* context,
 grpc::Status CallPushPull(grpc::Channel* channel, grpc::ClientContext* context,
                           const grpc::ByteBuffer& request, const v1::PullRequest& pull,
                           const std::vector<const Part*>& batch, const std::vector<float*>& values,
-                          PullAnswer* answer);
+                          PullAnswer* answer, const std::function<void()>& before_writing = {});
 
 }  // namespace kubeps
 

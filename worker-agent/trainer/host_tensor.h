@@ -87,6 +87,13 @@ class HostTensor {
     lent_ = memory;
     owned_ = std::vector<float>();
   }
+  // Reads the floats from `memory` from now on, as they are there (no copy):
+  // lent memory whose lender moved them (a pull that lands by its version's
+  // parity, kv_worker.h's map_values). REQUIRES: placed(), the same size.
+  void Repoint(float* memory) {
+    assert(lent_ != nullptr && "only lent memory moves");
+    lent_ = memory;
+  }
   // Whether the floats lie in lent memory.
   bool placed() const { return lent_ != nullptr; }
 

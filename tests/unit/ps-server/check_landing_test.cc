@@ -65,7 +65,14 @@ TEST_F(CheckLandingTest, ValueOffsetsForOnlySomePartsAreRefused) {
   request_.mutable_shared()->add_value_offsets(SharedSegment::FirstRegion() + 1024);
   grpc::Status s = wire::CheckLanding(request_, *segment_);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(s.error_message(), HasSubstr("1 value offsets for 2 parts"));
+  EXPECT_THAT(s.error_message(), HasSubstr("1 value offsets and 0 mappable flags for 2 parts"));
+}
+
+TEST_F(CheckLandingTest, MappableFlagsForOnlySomePartsAreRefused) {
+  request_.mutable_shared()->add_mappable(true);
+  grpc::Status s = wire::CheckLanding(request_, *segment_);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("0 value offsets and 1 mappable flags for 2 parts"));
 }
 
 TEST_F(CheckLandingTest, AHeaderInsideTheHeaderOfTheSegmentIsRefused) {
