@@ -160,7 +160,8 @@ Status KVWorkerImpl::SendPush(const std::vector<const Part*>& batch, OutgoingPus
   return send();
 }
 
-bool KVWorkerImpl::OpenPull(const std::vector<const Part*>& batch, uint64_t min_version,
+bool KVWorkerImpl::OpenPull(const std::vector<const Part*>& batch,
+                            const std::vector<float*>& values, uint64_t min_version,
                             v1::PullRequest* request, uint64_t* elements) {
   AddPartRefs(batch, request->mutable_parts(), elements);
   request->set_min_version(min_version);
@@ -168,7 +169,8 @@ bool KVWorkerImpl::OpenPull(const std::vector<const Part*>& batch, uint64_t min_
   request->set_generation(generation_);
   // Offered to a server on this host, the answer may land in shared memory.
   const int server = batch.front()->server;
-  return shared_ && shared_->MayTry(server) && shared_->OpenPull(batch, request->mutable_shared());
+  return shared_ && shared_->MayTry(server) &&
+         shared_->OpenPull(batch, values, request->mutable_shared());
 }
 
 std::function<void()> KVWorkerImpl::AnswerWrites(const std::vector<const Part*>& batch,
@@ -219,7 +221,7 @@ Status KVWorkerImpl::PushPullBatch(const std::vector<const Part*>& batch,
   *answered = false;
   v1::PullRequest pull;
   uint64_t elements = 0;
-  const bool offered = OpenPull(batch, step + 1, &pull, &elements);
+  const bool offered = OpenPull(batch, values, step + 1, &pull, &elements);
   PullOffer offer{offered ? shared_.get() : nullptr, batch};
   OutgoingPush push;
   PreparePush(batch, grads, step, &pull, &push);
@@ -243,7 +245,7 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
   const auto start = Clock::now();
   v1::PullRequest request;
   uint64_t elements = 0;
-  const bool offered = OpenPull(batch, min_version, &request, &elements);
+  const bool offered = OpenPull(batch, values, min_version, &request, &elements);
   PullOffer offer{offered ? shared_.get() : nullptr, batch};
   const int server = batch.front()->server;
   const auto link = Link(server);

@@ -121,8 +121,8 @@ class KVWorkerImpl final : public KVWorker {
                   const char* what);
   // A pull request of the batch; true when it offers landing regions in
   // shared memory (PullOffer ends the offer).
-  bool OpenPull(const std::vector<const Part*>& batch, uint64_t min_version,
-                v1::PullRequest* request, uint64_t* elements);
+  bool OpenPull(const std::vector<const Part*>& batch, const std::vector<float*>& values,
+                uint64_t min_version, v1::PullRequest* request, uint64_t* elements);
   struct PullOffer;
   // What a pull's answer calls before it writes its bytes into `values`.
   std::function<void()> AnswerWrites(const std::vector<const Part*>& batch,

@@ -221,7 +221,8 @@ void SharedMemoryPath::EndPush(const std::vector<const Part*>& batch) {
   Release(pushing_.get(), batch);
 }
 
-bool SharedMemoryPath::OpenPull(const std::vector<const Part*>& batch, v1::SharedMemoryRef* ref) {
+bool SharedMemoryPath::OpenPull(const std::vector<const Part*>& batch,
+                                const std::vector<float*>& values, v1::SharedMemoryRef* ref) {
   if (!Claim(pulling_.get(), batch)) return false;
   const uint64_t ticket = next_ticket_++;
   for (const Part* part : batch) {
@@ -230,8 +231,9 @@ bool SharedMemoryPath::OpenPull(const std::vector<const Part*>& batch, v1::Share
   }
   FillRef(batch, true, ref);
   ref->set_ticket(ticket);
-  if (std::any_of(batch.begin(), batch.end(), [&](const Part* p) { return Viewed(p->key); })) {
-    for (const Part* part : batch) ref->add_mappable(Viewed(part->key));
+  auto in_view = [&](const Part* part) { return Parity(part->key, values[part->key]) >= 0; };
+  if (std::any_of(batch.begin(), batch.end(), in_view)) {
+    for (const Part* part : batch) ref->add_mappable(in_view(part));
   }
   return true;
 }

@@ -70,8 +70,10 @@ class SharedMemoryPath {
   void EndPush(const std::vector<const Part*>& batch);
 
   // Claims the batch's landing regions and opens them for a new ticket;
-  // false if one is still in use.
-  bool OpenPull(const std::vector<const Part*>& batch, v1::SharedMemoryRef* ref);
+  // false if one is still in use. Parts whose places in `values` are views
+  // (Destination) are offered to be mapped.
+  bool OpenPull(const std::vector<const Part*>& batch, const std::vector<float*>& values,
+                v1::SharedMemoryRef* ref);
   // Takes the landed values of pull `ref` into the tensors: copies them, or
   // maps the parts answered as `mapped`; their smallest version in
   // *version. An error if a region does not hold that pull's values, or a

@@ -69,13 +69,20 @@ TEST(SharedMemoryPathTest, ABigTensorIsReadFromTwoViewsByItsVersionsParity) {
   // A small tensor is copied where the model reads it, as ever.
   float* small = path->Values(1);
   EXPECT_EQ(path->Destination(1, small, 7), small);
-  // Pulls offer to map the big tensor's parts only.
+  // Pulls offer to map the parts they put in a view only.
+  const std::vector<const Part*> batch = {&parts[0], &parts[2]};
   v1::SharedMemoryRef ref;
-  ASSERT_TRUE(path->OpenPull({&parts[0], &parts[2]}, &ref));
+  ASSERT_TRUE(path->OpenPull(batch, {even, small}, &ref));
   ASSERT_EQ(ref.mappable_size(), 2);
   EXPECT_TRUE(ref.mappable(0));
   EXPECT_FALSE(ref.mappable(1));
-  path->EndPull({&parts[0], &parts[2]});
+  path->EndPull(batch);
+  // A model that keeps its values in its own memory (its gradients are
+  // pushed compressed, so it was not moved into shared memory) maps nothing.
+  ref.Clear();
+  ASSERT_TRUE(path->OpenPull(batch, {own.data(), small}, &ref));
+  EXPECT_EQ(ref.mappable_size(), 0);
+  path->EndPull(batch);
 }
 
 TEST(SharedMemoryPathTest, AMappedPartShowsWhatTheServerWritesAndNotWhatTheWorkerDoes) {
@@ -89,7 +96,7 @@ TEST(SharedMemoryPathTest, AMappedPartShowsWhatTheServerWritesAndNotWhatTheWorke
   for (auto [batch, buffer] :
        {std::pair{&batch0, server0.get()}, std::pair{&batch1, server1.get()}}) {
     v1::SharedMemoryRef ref;
-    ASSERT_TRUE(path->OpenPull(*batch, &ref));
+    ASSERT_TRUE(path->OpenPull(*batch, values, &ref));
     Status s = path->TakeLanded(*batch, ref, {MappedAnswer(0, *buffer, 1)}, values, &version);
     ASSERT_TRUE(s.ok()) << s.message();
     path->EndPull(*batch);
@@ -109,7 +116,7 @@ TEST(SharedMemoryPathTest, AMappedPartShowsWhatTheServerWritesAndNotWhatTheWorke
   // ...and, once said, the next answer naming the same buffer maps it again.
   path->Written(batch0, values);
   v1::SharedMemoryRef ref;
-  ASSERT_TRUE(path->OpenPull(batch0, &ref));
+  ASSERT_TRUE(path->OpenPull(batch0, values, &ref));
   ASSERT_TRUE(path->TakeLanded(batch0, ref, {MappedAnswer(0, *server0, 3)}, values, &version).ok());
   path->EndPull(batch0);
   EXPECT_EQ(values[0][6], 1.0f);
@@ -125,7 +132,7 @@ TEST(SharedMemoryPathTest, AnAnswerMappingWhatCannotBeMappedIsAnError) {
   std::unique_ptr<ValueBuffer> buffer = ServerBuffer(1.0f);
   const std::vector<const Part*> batch = {&parts[0], &parts[2]};
   v1::SharedMemoryRef ref;
-  ASSERT_TRUE(path->OpenPull(batch, &ref));
+  ASSERT_TRUE(path->OpenPull(batch, values, &ref));
   uint64_t version = 0;
   // The small tensor is not read from a view.
   Status s = path->TakeLanded(batch, ref, {MappedAnswer(1, *buffer, 1)}, values, &version);
