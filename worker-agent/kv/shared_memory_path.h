@@ -94,7 +94,7 @@ class SharedMemoryPath {
   // back to back over its parts (for a tensor read from views, the view of
   // the last Destination); null for a key without parts. A model that
   // keeps its gradients and values there is not copied at all: StagePush
-  // and CopyLanded skip a tensor passed as its own region. The protocol's
+  // and TakeLanded skip a tensor passed as its own region. The protocol's
   // rule holds: a gradient is not written while a push of it is in flight
   // (claimed), nor values read while a pull of them is.
   float* Grads(uint32_t key) const;
