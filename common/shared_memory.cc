@@ -120,34 +120,47 @@ Status SharedSegment::Create(const std::string& owner, uint64_t bytes,
   return Status::Ok();
 }
 
-Status SharedSegment::Attach(const std::string& name, uint64_t nonce,
-                             std::unique_ptr<SharedSegment>* out) {
+namespace {
+
+// Opens /dev/shm/`name` if it is a kubeps segment of this uid whose header
+// holds `nonce`: its descriptor (closed by the caller) and size, or an
+// error naming the file.
+Status OpenSegment(const std::string& name, uint64_t nonce, int flags, int* fd, uint64_t* size) {
   if (!ValidName(name)) {
     return Status::InvalidArgument("shared memory segment \"" + name +
                                    "\" is not a kubeps segment's name");
   }
-  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0) return Errno("cannot open", name);
-  auto segment = std::unique_ptr<SharedSegment>(new SharedSegment());
-  segment->name_ = name;
-  segment->fd_ = fd;
+  *fd = ::shm_open(name.c_str(), flags, 0);
+  if (*fd < 0) return Errno("cannot open", name);
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return Errno("cannot stat", name);
-  if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
-      static_cast<uint64_t>(st.st_size) < FirstRegion()) {
+  if (::fstat(*fd, &st) != 0) return Errno("cannot stat", name);
+  *size = static_cast<uint64_t>(st.st_size);
+  if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || *size < SharedSegment::FirstRegion()) {
     return Status::InvalidArgument("/dev/shm/" + name +
                                    " is not a segment of this user's kubeps processes");
   }
-  segment->size_ = static_cast<uint64_t>(st.st_size);
-  void* base = ::mmap(nullptr, segment->size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (base == MAP_FAILED) return Errno("cannot map", name);
-  segment->base_ = static_cast<char*>(base);
-  const auto* header = reinterpret_cast<const SegmentHeader*>(segment->base_);
-  if (header->magic != kMagic || header->nonce != nonce || header->size != segment->size_) {
+  SegmentHeader header{};
+  if (::pread(*fd, &header, sizeof header, 0) != static_cast<ssize_t>(sizeof header) ||
+      header.magic != kMagic || header.nonce != nonce || header.size != *size) {
     return Status::InvalidArgument("/dev/shm/" + name +
                                    " is not the segment the request names (another nonce)");
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status SharedSegment::Attach(const std::string& name, uint64_t nonce,
+                             std::unique_ptr<SharedSegment>* out) {
+  auto segment = std::unique_ptr<SharedSegment>(new SharedSegment());
+  segment->name_ = name;
   segment->nonce_ = nonce;
+  if (Status s = OpenSegment(name, nonce, O_RDWR, &segment->fd_, &segment->size_); !s.ok()) {
+    return s;
+  }
+  void* base = ::mmap(nullptr, segment->size_, PROT_READ | PROT_WRITE, MAP_SHARED, segment->fd_, 0);
+  if (base == MAP_FAILED) return Errno("cannot map", name);
+  segment->base_ = static_cast<char*>(base);
   *out = std::move(segment);
   return Status::Ok();
 }
@@ -159,34 +172,20 @@ uint64_t PageSize() {
 
 Status MapPrivately(const std::string& name, uint64_t nonce, uint64_t offset, uint64_t bytes,
                     void* at) {
-  if (!ValidName(name)) {
-    return Status::InvalidArgument("shared memory segment \"" + name +
-                                   "\" is not a kubeps segment's name");
-  }
   const uint64_t page = PageSize();
   if (offset % page != 0 || reinterpret_cast<uintptr_t>(at) % page != 0 ||
       offset < SharedSegment::FirstRegion()) {
     return Status::InvalidArgument("/dev/shm/" + name + ": offset " + std::to_string(offset) +
                                    " is not a page boundary after the header");
   }
-  const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
-  if (fd < 0) return Errno("cannot open", name);
-  struct stat st {};
-  SegmentHeader header{};
-  Status status = Status::Ok();
-  if (::fstat(fd, &st) != 0) {
-    status = Errno("cannot stat", name);
-  } else if (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
-             ::pread(fd, &header, sizeof header, 0) != static_cast<ssize_t>(sizeof header) ||
-             header.magic != kMagic || header.nonce != nonce ||
-             header.size != static_cast<uint64_t>(st.st_size)) {
-    status = Status::InvalidArgument("/dev/shm/" + name +
-                                     " is not the segment of this user's kubeps processes "
-                                     "that the answer names");
-  } else if (bytes > header.size || offset > header.size - bytes) {
+  int fd = -1;
+  uint64_t size = 0;
+  Status status = OpenSegment(name, nonce, O_RDONLY, &fd, &size);
+  if (status.ok() && (bytes > size || offset > size - bytes)) {
     status = Status::InvalidArgument("/dev/shm/" + name + " holds no " + std::to_string(bytes) +
                                      " bytes at " + std::to_string(offset));
-  } else {
+  }
+  if (status.ok()) {
     const uint64_t length = (bytes + page - 1) / page * page;
     if (::mmap(at, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, fd,
                static_cast<off_t>(offset)) == MAP_FAILED) {
@@ -196,7 +195,7 @@ Status MapPrivately(const std::string& name, uint64_t nonce, uint64_t offset, ui
       ::mmap(at, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
     }
   }
-  ::close(fd);
+  if (fd >= 0) ::close(fd);
   return status;
 }
 

@@ -176,7 +176,7 @@ Shard::Values Shard::NewValues(size_t n) {
             ValueBuffer::InSharedMemory(options_.shared_values_owner, n)) {
       return Values(std::move(shared));
     }
-    share_values_ = false;
+    sharing_ = Sharing::kNoRoom;
   }
   return std::make_shared<ValueBuffer>(n);
 }
@@ -212,8 +212,11 @@ grpc::Status Shard::Pull(const v1::PullRequest& request, PullAnswer* answer,
   if (!valid.ok()) return valid;
   std::unique_lock<std::mutex> lock(mutex_);
   if (grpc::Status g = CheckGeneration(request.generation()); !g.ok()) return g;
-  if (landing && options_.sync && !options_.shared_values_owner.empty() && !share_values_) {
-    for (int i = 0; i < request.parts_size(); ++i) share_values_ |= landing->MayMap(i);
+  if (landing && options_.sync && !options_.shared_values_owner.empty() &&
+      sharing_ == Sharing::kNotAsked) {
+    for (int i = 0; i < request.parts_size(); ++i) {
+      if (landing->MayMap(i)) sharing_ = Sharing::kYes;
+    }
   }
   const grpc::Status stopped(grpc::StatusCode::UNAVAILABLE,
                              "this shard is shutting down (the job is over or it was stopped)");

@@ -281,7 +281,9 @@ class Shard {
   // worker asked to map values (sync, big parts), else on the heap; where
   // /dev/shm cannot hold it, on the heap from then on.
   Values NewValues(size_t n);
-  bool Shares(size_t n) const { return share_values_ && n * sizeof(float) >= kMinMappedBytes; }
+  bool Shares(size_t n) const {
+    return sharing_ == Sharing::kYes && n * sizeof(float) >= kMinMappedBytes;
+  }
   grpc::Status CheckGeneration(uint64_t generation) const;  // requires mutex_
   // Takes a checkpoint when one is due (requires mutex_); the caller
   // writes it once the lock is released.
@@ -303,9 +305,11 @@ class Shard {
   // scheduler's recovery tells this shard which step the job resumes from.
   bool awaiting_recovery_ = false;
   bool stopping_ = false;
-  // Sync: a worker on this host asked to map values (PullLanding::MayMap),
-  // so big parts' new buffers go to shared memory from now on.
-  bool share_values_ = false;
+  // Sync: whether big parts' new buffers go to shared memory: once a worker
+  // on this host asked to map values (PullLanding::MayMap), until /dev/shm
+  // had no room for one (then never again: each try would scan /dev/shm).
+  enum class Sharing { kNotAsked, kYes, kNoRoom };
+  Sharing sharing_ = Sharing::kNotAsked;
   // Init adds parts only until the first push (or a checkpoint) fixes the
   // key set: a part added later would never advance and would stop the
   // shard's checkpoints (CheckpointDue takes the lowest version).

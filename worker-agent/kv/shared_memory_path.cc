@@ -79,11 +79,7 @@ Status SharedMemoryPath::ReserveViews(const std::vector<Part>& parts,
       void* reserved =
           ::mmap(nullptr, view.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (reserved == MAP_FAILED) {
-        for (View& made : *views) {
-          for (float* other : made.at) {
-            if (other) ::munmap(other, made.bytes);
-          }
-        }
+        ReleaseViews(*views);
         return Status::Error("cannot reserve " + std::to_string(view.bytes) +
                              " bytes to read tensor " + std::to_string(key) + "'s values from");
       }
@@ -109,13 +105,15 @@ SharedMemoryPath::SharedMemoryPath(const std::vector<Part>& parts,
   for (size_t key = 0; key < views_.size(); ++key) current_view_[key] = views_[key].at[0];
 }
 
-SharedMemoryPath::~SharedMemoryPath() {
-  for (const View& view : views_) {
+void SharedMemoryPath::ReleaseViews(const std::vector<View>& views) {
+  for (const View& view : views) {
     for (float* at : view.at) {
       if (at) ::munmap(at, view.bytes);
     }
   }
 }
+
+SharedMemoryPath::~SharedMemoryPath() { ReleaseViews(views_); }
 
 float* SharedMemoryPath::Grads(uint32_t key) const {
   if (key >= tensors_.size() || tensors_[key].grads == 0) return nullptr;

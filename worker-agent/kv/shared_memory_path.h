@@ -130,6 +130,7 @@ class SharedMemoryPath {
   // Reserves the views of every tensor worth them (map_values).
   static Status ReserveViews(const std::vector<Part>& parts,
                              const std::vector<uint64_t>& tensor_floats, std::vector<View>* views);
+  static void ReleaseViews(const std::vector<View>& views);
   bool Viewed(uint32_t key) const { return key < views_.size() && views_[key].at[0] != nullptr; }
   // Which of tensor `key`'s views `values` is, or -1.
   int Parity(uint32_t key, const float* values) const;
