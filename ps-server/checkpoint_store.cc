@@ -11,23 +11,32 @@
 #include <fstream>
 #include <memory>
 
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+
 namespace kubeps {
 namespace fs = std::filesystem;
 
 namespace {
 
-Status WriteFileDurably(const std::string& path, const std::string& data) {
+// The message is serialized straight into the file, a block at a time: its
+// bytes as one string would be a second copy of the shard's state, in fresh
+// memory at every checkpoint.
+constexpr int kWriteBlock = 1 << 20;
+
+Status WriteFileDurably(const std::string& path, const google::protobuf::Message& message) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Status::Error("cannot create " + path + ": " + std::strerror(errno));
-  size_t written = 0;
-  while (written < data.size()) {
-    ssize_t n = ::write(fd, data.data() + written, data.size() - written);
-    if (n <= 0) {
-      std::string reason = std::strerror(errno);
-      ::close(fd);
-      return Status::Error("cannot write " + path + ": " + reason);
-    }
-    written += static_cast<size_t>(n);
+  bool written;
+  int error;
+  {  // the stream is gone before the file is closed: it would flush into a closed descriptor
+    google::protobuf::io::FileOutputStream out(fd, kWriteBlock);
+    written = message.SerializeToZeroCopyStream(&out) && out.Flush();
+    error = out.GetErrno();
+  }
+  if (!written) {
+    ::close(fd);
+    return Status::Error("cannot write " + path + ": " +
+                         (error != 0 ? std::strerror(error) : "the checkpoint does not serialize"));
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     return Status::Error("cannot flush " + path + ": " + std::strerror(errno));
@@ -75,11 +84,9 @@ std::vector<uint64_t> CheckpointStore::Steps() const {
 }
 
 Status CheckpointStore::Write(const v1::ShardCheckpoint& checkpoint) {
-  std::string data;
-  if (!checkpoint.SerializeToString(&data)) return Status::Error("cannot serialize checkpoint");
   const std::string path = PathOf(checkpoint.step());
   const std::string tmp = path + ".tmp";
-  if (Status s = WriteFileDurably(tmp, data); !s.ok()) return s;
+  if (Status s = WriteFileDurably(tmp, checkpoint); !s.ok()) return s;
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     return Status::Error("cannot rename " + tmp + ": " + std::strerror(errno));
   }

@@ -28,6 +28,12 @@ void CheckpointWriter::Drain() {
   changed_.wait(lock, [&] { return queued_ == nullptr && !writing_; });
 }
 
+std::unique_ptr<v1::ShardCheckpoint> CheckpointWriter::Blank() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (written_) return std::move(written_);
+  return std::make_unique<v1::ShardCheckpoint>();
+}
+
 void CheckpointWriter::Run() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
@@ -37,8 +43,8 @@ void CheckpointWriter::Run() {
     writing_ = true;
     lock.unlock();
     write_(*checkpoint);
-    checkpoint.reset();
     lock.lock();
+    written_ = std::move(checkpoint);
     writing_ = false;
     changed_.notify_all();
   }

@@ -26,23 +26,32 @@ bool Shard::CheckpointDue(uint64_t* step) const {
   return version % interval == 0 && static_cast<int64_t>(version) != last_checkpoint_;
 }
 
-v1::ShardCheckpoint Shard::Snapshot(uint64_t step) const {
-  v1::ShardCheckpoint checkpoint;
-  checkpoint.set_step(step);
-  auto bytes = [](const auto& v) {
-    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+void Shard::Snapshot(uint64_t step, v1::ShardCheckpoint* into) const {
+  // Clear keeps the parts' messages and their strings' capacity, and a
+  // shard's parts come in the same order each time (a map): each buffer is
+  // filled again with as many bytes as before.
+  into->Clear();
+  into->set_step(step);
+  auto fill = [](std::string* to, const auto& v) {
+    to->assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   };
   for (const auto& [key, part] : parts_) {
-    auto* saved = checkpoint.add_parts();
+    auto* saved = into->add_parts();
     saved->set_key(key.first);
     saved->set_offset(key.second);
     saved->set_version(part.version);
-    saved->set_value(bytes(*part.value));
-    saved->set_slot1(bytes(part.state.slot1));
-    saved->set_slot2(bytes(part.state.slot2));
+    fill(saved->mutable_value(), *part.value);
+    fill(saved->mutable_slot1(), part.state.slot1);
+    fill(saved->mutable_slot2(), part.state.slot2);
     saved->set_optimizer_steps(part.state.steps);
   }
-  dedup_.Save(&checkpoint);
+  dedup_.Save(into);
+}
+
+std::unique_ptr<v1::ShardCheckpoint> Shard::TakeCheckpoint(uint64_t step) {
+  std::unique_ptr<v1::ShardCheckpoint> checkpoint = writer_->Blank();
+  Snapshot(step, checkpoint.get());
+  last_checkpoint_ = static_cast<int64_t>(step);
   return checkpoint;
 }
 
@@ -161,8 +170,7 @@ Status Shard::WriteFinalCheckpoint() {
       for (const auto& [key, part] : parts_) step = std::min(step, part.version);
     }
     if (static_cast<int64_t>(step) == last_checkpoint_) return Status::Ok();
-    last = std::make_unique<v1::ShardCheckpoint>(Snapshot(step));
-    last_checkpoint_ = static_cast<int64_t>(step);
+    last = TakeCheckpoint(step);
   }
   if (Status s = WriteCheckpoint(*last); !s.ok()) return s;
   KLOG_INFO << "final checkpoint of step " << last->step() << " in " << checkpoints_->dir();

@@ -377,10 +377,7 @@ grpc::Status Shard::CheckStep(const v1::PushRequest& request, const PushData& da
                               " workers, earlier pushes said " + std::to_string(part.expected));
     }
   }
-  if (CheckpointDue(&checkpoint_step)) {
-    *due = std::make_unique<v1::ShardCheckpoint>(Snapshot(checkpoint_step));
-    last_checkpoint_ = static_cast<int64_t>(checkpoint_step);
-  }
+  if (CheckpointDue(&checkpoint_step)) *due = TakeCheckpoint(checkpoint_step);
   return grpc::Status::OK;
 }
 
@@ -453,10 +450,7 @@ grpc::Status Shard::ApplyOnce(const v1::PushRequest& request, PushData& data,
     key_set_fixed_ = true;
     ++applied_pushes_;
     uint64_t checkpoint_step = 0;
-    if (!options_.sync && CheckpointDue(&checkpoint_step)) {
-      *due = std::make_unique<v1::ShardCheckpoint>(Snapshot(checkpoint_step));
-      last_checkpoint_ = static_cast<int64_t>(checkpoint_step);
-    }
+    if (!options_.sync && CheckpointDue(&checkpoint_step)) *due = TakeCheckpoint(checkpoint_step);
     if (updates.empty()) --pushes_outside_lock_;
   }
   // Pushes waiting for this one's copy go on at once, not after its update.

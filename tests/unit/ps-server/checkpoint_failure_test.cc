@@ -5,6 +5,9 @@
 // message that names the folder and the error. Writes fail here because a
 // file stands where the checkpoint folder was: the tests run as root, for
 // whom a read-only mode stops nothing.
+//
+// Also: each checkpoint read back is the shard's state at its step, though
+// the shard takes it into the message of the checkpoint before.
 #include <unistd.h>
 
 #include <filesystem>
@@ -138,6 +141,25 @@ TEST_F(CheckpointFailureTest, ARestoredCheckpointStartsTheCountAgain) {
   step_ = 1;
   for (int i = 1; i < Shard::kMaxCheckpointFailuresInARow; ++i) Step();
   EXPECT_THAT(shard_->CheckpointFailure(), IsEmpty());
+}
+
+TEST_F(CheckpointFailureTest, EachCheckpointReadBackIsTheStateOfItsStepAlone) {
+  Start(1);
+  std::unique_ptr<CheckpointStore> store;
+  ASSERT_TRUE(CheckpointStore::Open(dir_, &store).ok());
+  for (int i = 0; i < 4; ++i) {
+    Step();
+    v1::ShardCheckpoint read;
+    ASSERT_TRUE(store->Read(LastCheckpointStep(), &read).ok()) << "step " << LastCheckpointStep();
+    ASSERT_EQ(read.parts_size(), 1) << "step " << LastCheckpointStep() << " kept an earlier one's";
+    // The worker's pushes applied before the step (none before step 0).
+    EXPECT_EQ(read.senders_size(), LastCheckpointStep() == 0 ? 0 : 1);
+    EXPECT_EQ(read.parts(0).version(), LastCheckpointStep());
+    EXPECT_EQ(read.parts(0).optimizer_steps(), LastCheckpointStep());
+    // The shard has applied one more step since: its previous values are
+    // the checkpoint's.
+    EXPECT_EQ(read.parts(0).value().size(), 3 * sizeof(float));
+  }
 }
 
 TEST_F(CheckpointFailureTest, AFailedFinalCheckpointIsAnErrorNamingTheFolder) {

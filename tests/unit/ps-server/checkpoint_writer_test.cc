@@ -1,7 +1,8 @@
 // The shard's checkpoint writer (ps-server/checkpoint_writer.h): the push
 // that takes a checkpoint does not wait for the disk, checkpoints are
-// written in the order taken, one at a time is held in memory, and none
-// handed over is lost when the shard ends.
+// written in the order taken, one at a time is held in memory, none
+// handed over is lost when the shard ends, and the message written last is
+// handed out again for the next checkpoint.
 #include <chrono>
 #include <condition_variable>
 #include <future>
@@ -106,6 +107,23 @@ TEST(CheckpointWriterTest, EndingWritesTheCheckpointHandedOver) {
     disk.Open();
   }
   EXPECT_THAT(disk.written(), ElementsAre(100));
+}
+
+TEST(CheckpointWriterTest, TheMessageWrittenLastIsHandedOutForTheNextCheckpoint) {
+  SlowDisk disk;
+  CheckpointWriter writer(disk.Writer());
+  std::unique_ptr<v1::ShardCheckpoint> first = writer.Blank();
+  const v1::ShardCheckpoint* first_address = first.get();
+  first->set_step(100);
+  writer.Hand(std::move(first));
+  disk.AwaitStarted(1);
+  std::unique_ptr<v1::ShardCheckpoint> during = writer.Blank();
+  EXPECT_NE(during.get(), first_address) << "the message being written was handed out";
+  disk.Open();
+  writer.Drain();
+  std::unique_ptr<v1::ShardCheckpoint> after = writer.Blank();
+  EXPECT_EQ(after.get(), first_address);
+  EXPECT_NE(writer.Blank().get(), first_address) << "one message was handed out twice";
 }
 
 }  // namespace
