@@ -288,10 +288,8 @@ class Shard {
   // Takes a checkpoint when one is due (requires mutex_); the caller
   // writes it once the lock is released.
   bool CheckpointDue(uint64_t* step) const;
-  // Requires mutex_. Fills `into` (a message of an earlier checkpoint is
-  // filled again where its buffers are big enough: no allocation).
-  void Snapshot(uint64_t step, v1::ShardCheckpoint* into) const;
-  // Requires mutex_: a snapshot for the writer, in a message it handed back.
+  // Requires mutex_: the state as a checkpoint of `step`, in the message
+  // the writer wrote last (CheckpointWriter::Blank).
   std::unique_ptr<v1::ShardCheckpoint> TakeCheckpoint(uint64_t step);
   void Install(const v1::ShardCheckpoint& checkpoint);  // requires mutex_
   Status WriteCheckpoint(const v1::ShardCheckpoint& checkpoint);

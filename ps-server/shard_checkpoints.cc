@@ -26,17 +26,18 @@ bool Shard::CheckpointDue(uint64_t* step) const {
   return version % interval == 0 && static_cast<int64_t>(version) != last_checkpoint_;
 }
 
-void Shard::Snapshot(uint64_t step, v1::ShardCheckpoint* into) const {
+std::unique_ptr<v1::ShardCheckpoint> Shard::TakeCheckpoint(uint64_t step) {
+  std::unique_ptr<v1::ShardCheckpoint> checkpoint = writer_->Blank();
   // Clear keeps the parts' messages and their strings' capacity, and a
   // shard's parts come in the same order each time (a map): each buffer is
-  // filled again with as many bytes as before.
-  into->Clear();
-  into->set_step(step);
+  // filled again with as many bytes as before, without allocating.
+  checkpoint->Clear();
+  checkpoint->set_step(step);
   auto fill = [](std::string* to, const auto& v) {
     to->assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   };
   for (const auto& [key, part] : parts_) {
-    auto* saved = into->add_parts();
+    auto* saved = checkpoint->add_parts();
     saved->set_key(key.first);
     saved->set_offset(key.second);
     saved->set_version(part.version);
@@ -45,12 +46,7 @@ void Shard::Snapshot(uint64_t step, v1::ShardCheckpoint* into) const {
     fill(saved->mutable_slot2(), part.state.slot2);
     saved->set_optimizer_steps(part.state.steps);
   }
-  dedup_.Save(into);
-}
-
-std::unique_ptr<v1::ShardCheckpoint> Shard::TakeCheckpoint(uint64_t step) {
-  std::unique_ptr<v1::ShardCheckpoint> checkpoint = writer_->Blank();
-  Snapshot(step, checkpoint.get());
+  dedup_.Save(checkpoint.get());
   last_checkpoint_ = static_cast<int64_t>(step);
   return checkpoint;
 }
