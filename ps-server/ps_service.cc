@@ -339,7 +339,10 @@ grpc::ByteBuffer EncodePull(PullAnswer answer) {
       out.WriteVarint32(1);
     }
     for (const v1::MappedValues& mapped : answer.mapped) {
-      WireFormatLite::WriteBytes(kPullResponseMappedField, mapped.SerializeAsString(), &out);
+      out.WriteTag(WireFormatLite::MakeTag(kPullResponseMappedField,
+                                           WireFormatLite::WIRETYPE_LENGTH_DELIMITED));
+      out.WriteVarint64(mapped.ByteSizeLong());
+      mapped.SerializeWithCachedSizes(&out);
     }
     // Last: the data's bytes follow the head, in slices of their own.
     if (bytes > 0) {

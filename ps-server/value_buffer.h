@@ -18,15 +18,17 @@ namespace kubeps {
 class ValueBuffer {
  public:
   // n floats on the heap, zeroed, or copied from `from`.
-  explicit ValueBuffer(size_t n) : heap_(n) {}
-  ValueBuffer(const float* from, size_t n) : heap_(from, from + n) {}
+  explicit ValueBuffer(size_t n) : heap_(n), data_(heap_.data()), size_(n) {}
+  ValueBuffer(const float* from, size_t n) : heap_(from, from + n), data_(heap_.data()), size_(n) {}
+  ValueBuffer(const ValueBuffer&) = delete;  // data_ points into its own storage
+  ValueBuffer& operator=(const ValueBuffer&) = delete;
   // n floats in a new file of /dev/shm named for `owner`, starting a page
   // into it; null, logged once, where /dev/shm cannot hold them.
   static std::unique_ptr<ValueBuffer> InSharedMemory(const std::string& owner, size_t n);
 
-  float* data() { return data_ ? data_ : heap_.data(); }
-  const float* data() const { return data_ ? data_ : heap_.data(); }
-  size_t size() const { return data_ ? size_ : heap_.size(); }
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  size_t size() const { return size_; }
   bool empty() const { return size() == 0; }
   std::vector<float> Copy() const { return std::vector<float>(data(), data() + size()); }
 
@@ -37,9 +39,9 @@ class ValueBuffer {
 
  private:
   ValueBuffer() = default;
-  std::vector<float> heap_;
-  std::unique_ptr<SharedSegment> segment_;
-  float* data_ = nullptr;
+  std::vector<float> heap_;                 // the floats, unless they are in segment_
+  std::unique_ptr<SharedSegment> segment_;  // the file holding them, or null
+  float* data_ = nullptr;                   // where they are, in one or the other
   size_t size_ = 0;
 };
 

@@ -72,7 +72,11 @@ Status RemoteStore::Init(trainer::Model& model) {
     if (Status s = kv_->Recover(&start_step_); !s.ok()) return s;
   }
   // Every worker, rank 0 included, starts from what the servers hold.
-  Status pulled = kv_->Wait(kv_->Pull(values_, start_step_));
+  return PullAll(start_step_);
+}
+
+Status RemoteStore::PullAll(uint64_t version) {
+  Status pulled = kv_->Wait(kv_->Pull(values_, version));
   FollowValues(0, values_.size());
   return pulled;
 }
@@ -181,7 +185,7 @@ Status RemoteStore::Update(uint64_t step, trainer::Model& model) {
   if (!sync_) {
     // Async: the push is applied on arrival; pull whatever is newest.
     if (Status s = kv_->Wait(kv_->Push(grads_, step)); !s.ok()) return s;
-    return kv_->Wait(kv_->Pull(values_, 0));
+    return PullAll(0);
   }
   step_ = step;
   // The previous step's exchange failed (seen in this step's forward pass).
@@ -219,8 +223,7 @@ Status RemoteStore::Resume(trainer::Model& model, uint64_t* step) {
   failure_ = Status::Ok();
   for (;;) {
     if (Status s = kv_->Recover(step); !s.ok()) return s;
-    Status pulled = kv_->Wait(kv_->Pull(values_, *step));
-    FollowValues(0, values_.size());
+    Status pulled = PullAll(*step);
     if (!pulled.IsAborted()) return pulled;  // else: rolled back again meanwhile
   }
 }
@@ -229,9 +232,7 @@ Status RemoteStore::JoinAt(uint64_t step, trainer::Model& model) {
   WaitFor(0, values_.size());
   failure_ = Status::Ok();
   // Async: no version belongs to a step; the newest parameters do.
-  Status pulled = kv_->Wait(kv_->Pull(values_, sync_ ? step : 0));
-  FollowValues(0, values_.size());
-  return pulled;
+  return PullAll(sync_ ? step : 0);
 }
 
 }  // namespace kubeps

@@ -130,6 +130,8 @@ class RemoteStore : public ParameterStore, private trainer::StepObserver {
   // tensor's values where that pull put them (they may alternate between
   // two places, KVOptions::map_values).
   void FollowValues(size_t first, size_t end);
+  // Pulls every tensor's values of `version` and waits for them.
+  Status PullAll(uint64_t version);
   void ParametersNeeded(size_t first, size_t end) override;
   void GradientsReady(size_t first, size_t end) override;
   void LossComputed(float loss) override;
