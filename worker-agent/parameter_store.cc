@@ -1,5 +1,6 @@
 #include "worker-agent/parameter_store.h"
 
+#include <chrono>
 #include <cmath>
 
 #include <omp.h>
@@ -76,9 +77,17 @@ Status RemoteStore::Init(trainer::Model& model) {
 }
 
 Status RemoteStore::PullAll(uint64_t version) {
-  Status pulled = kv_->Wait(kv_->Pull(values_, version));
+  Status pulled = Wait(kv_->Pull(values_, version));
   FollowValues(0, values_.size());
   return pulled;
+}
+
+Status RemoteStore::Wait(KVWorker::Ticket ticket) {
+  const auto start = std::chrono::steady_clock::now();
+  Status status = kv_->Wait(ticket);
+  waited_seconds_ +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return status;
 }
 
 void RemoteStore::PlaceInSharedMemory(trainer::Model& model) {
@@ -160,7 +169,7 @@ void RemoteStore::WaitFor(size_t first, size_t end) {
       ++it;
       continue;
     }
-    Status s = kv_->Wait(it->ticket);
+    Status s = Wait(it->ticket);
     if (!s.ok() && failure_.ok()) failure_ = s;
     FollowValues(it->first, it->end);
     it = in_flight_.erase(it);
@@ -184,7 +193,7 @@ Status RemoteStore::TakeFailure() {
 Status RemoteStore::Update(uint64_t step, trainer::Model& model) {
   if (!sync_) {
     // Async: the push is applied on arrival; pull whatever is newest.
-    if (Status s = kv_->Wait(kv_->Push(grads_, step)); !s.ok()) return s;
+    if (Status s = Wait(kv_->Push(grads_, step)); !s.ok()) return s;
     return PullAll(0);
   }
   step_ = step;

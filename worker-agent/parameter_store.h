@@ -43,6 +43,14 @@ class ParameterStore {
   // Waits until the model holds the parameters after the last Update: a
   // store that overlaps may still be moving them when Update returns.
   virtual Status Flush() { return Status::Ok(); }
+  // How long the training thread was blocked on the exchange (pulls not yet
+  // answered, pushes not yet acknowledged) since the last call, in seconds:
+  // the part of its steps it did not compute (kubeps_worker_exchange_wait_seconds).
+  double TakeWaitedSeconds() {
+    const double waited = waited_seconds_;
+    waited_seconds_ = 0;
+    return waited;
+  }
   // Elastic jobs: what this worker does at `step` (KVWorker::Membership).
   // The local store is the one worker of every step.
   virtual Status Membership(uint64_t step, StepMembership* out) {
@@ -58,6 +66,7 @@ class ParameterStore {
 
  protected:
   uint64_t start_step_ = 0;
+  double waited_seconds_ = 0;  // TakeWaitedSeconds
 };
 
 class LocalStore : public ParameterStore {
@@ -132,6 +141,8 @@ class RemoteStore : public ParameterStore, private trainer::StepObserver {
   void FollowValues(size_t first, size_t end);
   // Pulls every tensor's values of `version` and waits for them.
   Status PullAll(uint64_t version);
+  // KVWorker::Wait, its time counted as waited.
+  Status Wait(KVWorker::Ticket ticket);
   void ParametersNeeded(size_t first, size_t end) override;
   void GradientsReady(size_t first, size_t end) override;
   void LossComputed(float loss) override;

@@ -56,6 +56,9 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
       metrics.Gauge(api::kTotalStepsMetric, "Steps the job trains in all", rank);
   auto& step_seconds = metrics.Latency("kubeps_worker_step_duration_seconds",
                                        "Wall time of one step: compute, push and pull", rank);
+  auto& wait_seconds = metrics.Latency(
+      "kubeps_worker_exchange_wait_seconds",
+      "Time of one step the worker waited for its pushes and pulls instead of computing", rank);
 
   uint64_t step = store.start_step();  // global step = parameter version in sync mode
   // The global batch: a fixed job's is its workers' batches together; an
@@ -93,6 +96,7 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
     const int epoch = static_cast<int>(step / steps_per_epoch);
     const int64_t s = static_cast<int64_t>(step % steps_per_epoch);
     const auto step_start = Clock::now();
+    store.TakeWaitedSeconds();  // the first pull's, a rollback's: no step's
     if (Status m = store.Membership(step, &share); !m.ok()) return m;
     if (!share.member) {
       if (share.next_member_step) {
@@ -191,6 +195,7 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
     loss_gauge.Set(loss);
     global_step.Set(static_cast<double>(step + 1));
     step_seconds.Observe(std::chrono::duration<double>(Clock::now() - step_start).count());
+    wait_seconds.Observe(store.TakeWaitedSeconds());
     ++window.steps;
     window.loss_sum += loss;
     const bool last = step + 1 == total_steps;

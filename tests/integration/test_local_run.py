@@ -89,6 +89,10 @@ class LocalRunTest(unittest.TestCase):
             self.assertGreater(metric(series, "kubeps_worker_push_latency_seconds_count", rank="0"), 0)
             self.assertGreater(metric(series, "kubeps_worker_pull_bytes_total", rank="0"), 0)
             self.assertGreater(metric(series, "kubeps_worker_step_duration_seconds_count", rank="0"), 0)
+            # Each step waits for its exchange for part of its time, never longer than the step.
+            waited = metric(series, "kubeps_worker_exchange_wait_seconds_sum", rank="0")
+            self.assertGreater(waited, 0)
+            self.assertLess(waited, metric(series, "kubeps_worker_step_duration_seconds_sum", rank="0"))
             server = scrape(server_port)
             self.assertGreater(metric(server, "kubeps_server_pushes_total"), 0)
             self.assertGreater(metric(server, "kubeps_server_updates_applied_total"), 0)

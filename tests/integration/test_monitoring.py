@@ -228,7 +228,8 @@ class MonitoringFilesTest(unittest.TestCase):
                        "sum by (job, rpc, peer) (rate(kubeps_rpc_resends_total", "rate(kubeps_rpc_timeouts_total",
                        "kubeps_server_duplicates_suppressed_total", "kubeps_server_checkpoints_total",
                        "kubeps_worker_rollbacks_total", "kubeps_faults_injected_total",
-                       "sum by (phase) (kubeps_operator_jobs)"]:
+                       "sum by (phase) (kubeps_operator_jobs)",
+                       "rate(kubeps_worker_exchange_wait_seconds_sum{job=~\"$job\"}"]:
             self.assertIn(needed, exprs)
         for histogram in ["kubeps_worker_push_latency_seconds", "kubeps_worker_pull_latency_seconds"]:
             for q in ["0.5", "0.9", "0.99"]:
@@ -520,6 +521,7 @@ class PrometheusEndToEndTest(unittest.TestCase):
         # on metrics every job exports from the start return data.
         always = {"kubeps_worker_steps_total", "kubeps_worker_samples_total", "kubeps_worker_loss",
                   "kubeps_worker_step_duration_seconds_bucket", "kubeps_worker_push_latency_seconds_bucket",
+                  "kubeps_worker_step_duration_seconds_sum", "kubeps_worker_exchange_wait_seconds_sum",
                   "kubeps_worker_pull_latency_seconds_bucket", "kubeps_worker_push_bytes_total",
                   "kubeps_worker_pull_bytes_total", "kubeps_worker_rollbacks_total",
                   "kubeps_server_pushes_total", "kubeps_server_pulls_total", "kubeps_server_updates_applied_total",

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 
 #include "common/logging.h"
@@ -470,6 +471,7 @@ Session::Outcome Session::WaitFor(const std::vector<Transfer>& transfers) {
   Status failure;
   const Transfer* aborted = nullptr;
   uint64_t pulled_version = UINT64_MAX;  // the smallest version the pulls received
+  const auto start = std::chrono::steady_clock::now();
   for (const Transfer& transfer : transfers) {
     uint64_t version = 0;
     Status s = context_.kv->WaitWithVersion(transfer.ticket, &version);
@@ -481,6 +483,10 @@ Session::Outcome Session::WaitFor(const std::vector<Transfer>& transfers) {
     } else if (!s.ok() && failure.ok()) {
       failure = s;
     }
+  }
+  if (context_.metrics) {
+    context_.metrics->Waited(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   if (failure.ok()) {
     CountSteps(transfers);

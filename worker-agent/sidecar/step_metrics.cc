@@ -21,6 +21,11 @@ StepMetrics::StepMetrics(MetricsServer* metrics, int rank, int progress_interval
       step_seconds_((metrics ? *metrics : NullMetrics())
                         .Latency("kubeps_worker_step_duration_seconds",
                                  "Wall time of one step: compute, push and pull", RankLabel(rank))),
+      wait_seconds_((metrics ? *metrics : NullMetrics())
+                        .Latency("kubeps_worker_exchange_wait_seconds",
+                                 "Time of one step the worker waited for its pushes and pulls "
+                                 "instead of computing",
+                                 RankLabel(rank))),
       rollbacks_total_((metrics ? *metrics : NullMetrics())
                            .Counter("kubeps_worker_rollbacks_total",
                                     "Times the job rolled back to a shard checkpoint",
@@ -31,7 +36,9 @@ void StepMetrics::StepCompleted(uint64_t next_step) {
   const auto now = Clock::now();
   steps_total_.Increment();
   step_seconds_.Observe(std::chrono::duration<double>(now - last_step_).count());
+  wait_seconds_.Observe(waited_);
   last_step_ = now;
+  waited_ = 0;
   ++steps_;
   ++window_steps_;
   if (now - window_start_ < progress_interval_) return;
@@ -44,6 +51,11 @@ void StepMetrics::StepCompleted(uint64_t next_step) {
   PrintLine(line);
   window_start_ = now;
   window_steps_ = 0;
+}
+
+void StepMetrics::Waited(double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  waited_ += seconds;
 }
 
 void StepMetrics::RolledBack(uint64_t resume_step) {

@@ -3,7 +3,9 @@
 // dashboards and alerts read both alike: steps, step time, rollbacks, and a
 // progress line every interval. (Push and pull latency and bytes are the KV
 // client's own.) A step is counted when a push_pull completes, or a pull
-// that follows a completed push (the async loop: push, then pull).
+// that follows a completed push (the async loop: push, then pull). The
+// time the program's wait requests blocked until then is the step's wait
+// for its exchange.
 //
 // Thread-safe: sessions' requests complete on several threads.
 #ifndef KUBEPS_WORKER_AGENT_SIDECAR_STEP_METRICS_H_
@@ -24,6 +26,8 @@ class StepMetrics {
 
   // A step ended: the parameters of `next_step` are in the values regions.
   void StepCompleted(uint64_t next_step);
+  // A wait request of the program blocked this long (seconds) on the exchange.
+  void Waited(double seconds);
   void RolledBack(uint64_t resume_step);
   uint64_t steps() const;
 
@@ -33,11 +37,13 @@ class StepMetrics {
   const std::chrono::milliseconds progress_interval_;
   prometheus::Counter& steps_total_;
   prometheus::Histogram& step_seconds_;
+  prometheus::Histogram& wait_seconds_;
   prometheus::Counter& rollbacks_total_;
 
   mutable std::mutex mutex_;
   uint64_t steps_ = 0;
   Clock::time_point last_step_ = Clock::now();
+  double waited_ = 0;  // since last_step_
   Clock::time_point window_start_ = Clock::now();
   uint64_t window_steps_ = 0;
 };

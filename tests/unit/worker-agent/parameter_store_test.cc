@@ -5,9 +5,11 @@
 // step after it leaves the worker.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <random>
 #include <set>
+#include <thread>
 #include <vector>
 
 #include "tests/unit/worker-agent/sidecar/fake_kv_worker.h"
@@ -172,6 +174,32 @@ TEST(RemoteStoreTest, SmallLayersTravelWithTheNextOnesUntilARequestHoldsABucket)
 
 // A model that does not report its layers (as the CUDA models): the store
 // must move and wait for everything in Update.
+TEST(RemoteStoreTest, TheTimeBlockedOnTheExchangeIsCountedAsWaitedOnce) {
+  FakeKVWorker kv;
+  auto model = trainer::MakeModel("mlp");
+  model->Initialize(7);
+  RemoteStore store(&kv, true, PerLayer(/*overlap=*/false));
+  ASSERT_TRUE(store.Init(*model).ok());
+  store.TakeWaitedSeconds();
+  Batch batch(0);
+  store.BeginStep(0);
+  model->ForwardBackward(batch.images.data(), batch.labels.data(), kBatch);
+  kv.Hold();
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    kv.Release();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(store.Update(0, *model).ok());  // blocks until the release
+  const double blocked =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  release.join();
+  const double waited = store.TakeWaitedSeconds();
+  EXPECT_GE(waited, 0.3);
+  EXPECT_LE(waited, blocked);
+  EXPECT_EQ(store.TakeWaitedSeconds(), 0.0) << "taken twice";
+}
+
 class SilentMlp : public trainer::MlpModel {
  public:
   bool reports_layers() const override { return false; }

@@ -222,6 +222,32 @@ TEST_F(SidecarServerTest, AWaitBlocksWhileLaterRequestsAreAnswered) {
   EXPECT_TRUE(waited.value("ok", false)) << waited.dump();
 }
 
+TEST_F(SidecarServerTest, TheTimeTheProgramsWaitBlocksIsItsStepsExchangeWait) {
+  auto client = Connect();
+  ASSERT_TRUE(client->Start(nonce(), dir_, kTensors).value("ok", false));
+  kv_.Hold();
+  json started = client->Call({{"op", "push_pull"}, {"keys", {1}}, {"step", 0}, {"numel", {5}}});
+  ASSERT_TRUE(started.value("ok", false)) << started.dump();
+  const auto sent = std::chrono::steady_clock::now();
+  const uint64_t wait_id = client->Send({{"op", "wait"}, {"handles", {started["handle"]}}});
+  std::this_thread::sleep_for(300ms);
+  kv_.Release();
+  ASSERT_TRUE(client->Receive(wait_id).value("ok", false));
+  const double blocked =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  const auto [waited, steps] = HistogramSumAndCount("kubeps_worker_exchange_wait_seconds");
+  EXPECT_EQ(steps, 1u);
+  EXPECT_GE(waited, 0.3);
+  EXPECT_LE(waited, blocked);
+  // The next step waits for nothing held: none of the first one's wait is in it.
+  json next = client->Call({{"op", "push_pull"}, {"keys", {1}}, {"step", 1}, {"numel", {5}}});
+  ASSERT_TRUE(client->Call({{"op", "wait"}, {"handles", {next["handle"]}}}).value("ok", false));
+  const auto [waited_after, steps_after] =
+      HistogramSumAndCount("kubeps_worker_exchange_wait_seconds");
+  EXPECT_EQ(steps_after, 2u);
+  EXPECT_LT(waited_after - waited, 0.3);
+}
+
 TEST_F(SidecarServerTest, TheSessionEndsOnlyAfterItsDataStopsMoving) {
   auto client = Connect();
   ASSERT_TRUE(client->Start(nonce(), dir_, kTensors).value("ok", false));

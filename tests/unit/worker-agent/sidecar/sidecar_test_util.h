@@ -234,6 +234,21 @@ class SidecarTest : public ::testing::Test {
     return 0;
   }
 
+  // The sum and count of a histogram of the server's metrics (0 when absent).
+  std::pair<double, uint64_t> HistogramSumAndCount(const std::string& name) {
+    for (const auto& family : metrics_->registry().Collect()) {
+      if (family.name != name) continue;
+      double sum = 0;
+      uint64_t count = 0;
+      for (const auto& metric : family.metric) {
+        sum += metric.histogram.sample_sum;
+        count += metric.histogram.sample_count;
+      }
+      return {sum, count};
+    }
+    return {0, 0};
+  }
+
   std::string dir_;
   FakeKVWorker kv_;
   std::unique_ptr<MetricsServer> metrics_;
