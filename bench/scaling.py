@@ -40,7 +40,8 @@ so that the machine's drift falls on every side. Each run trains --warmup +
 local process's, DDP rank 0's or the torch process's) windows that start
 after the warm-up. A
 side's figure is the median of its runs'. Prints the exact commands, every
-run's figure, the medians and the ratios with issue 12's goals (and
+run's figure (and, for kubeps' jobs, the share of worker 0's training it
+waited for its pushes and pulls, as its last line says), the medians and the ratios with issue 12's goals (and
 beside each, the median of the rounds' own ratios: a round's runs are
 adjacent, so they share the machine's speed of the minute): 2x2 / DDP
 at least 1.0 for both models, 2x2 / local at least 0.9 for the CNN, local /
@@ -67,6 +68,7 @@ the ratios.
 import argparse
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -164,6 +166,10 @@ def torch_process(model_name, total_steps, window_ms, rank=-1, port=0):
         dist.destroy_process_group()
 
 
+# Worker 0's last line: the share of its training it waited for its pushes and pulls.
+WAITED = re.compile(r"\[worker 0\] test accuracy .*, ([\d.]+)% of it waiting for the exchange")
+
+
 def measure(model, args, folder):
     """Every side's run figures for `model`, runs interleaved."""
     manifest = kubeps_manifest(folder, model, args.warmup + args.steps, args.window_ms)
@@ -183,6 +189,9 @@ def measure(model, args, folder):
             print("    windows: %s\n    run figure %.2f steps/sec (median of %d windows; "
                   "run %.1f s)" % (" ".join("%.2f" % w for w in windows), figures[side][-1],
                                    len(windows), time.time() - start), flush=True)
+            waited = [m.group(1) for m in map(WAITED.search, lines) if m]
+            if waited:  # kubeps' worker 0, over its whole run (warm-up included)
+                print("    worker 0 waited for the exchange %s%% of its training" % waited[-1])
     return figures
 
 

@@ -195,7 +195,9 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
     loss_gauge.Set(loss);
     global_step.Set(static_cast<double>(step + 1));
     step_seconds.Observe(std::chrono::duration<double>(Clock::now() - step_start).count());
-    wait_seconds.Observe(store.TakeWaitedSeconds());
+    const double waited = store.TakeWaitedSeconds();
+    wait_seconds.Observe(waited);
+    result->waited_seconds += waited;
     ++window.steps;
     window.loss_sum += loss;
     const bool last = step + 1 == total_steps;

@@ -43,6 +43,7 @@ struct LoopResult {
   uint64_t total_steps = 0;     // epochs x steps per epoch, or max_steps
   double seconds = 0;           // training time, evaluation excluded
   double steps_per_second = 0;  // of the steps this process trained (a resumed job's are fewer)
+  double waited_seconds = 0;    // of `seconds`, blocked on the exchange (TakeWaitedSeconds)
   double final_loss = 0;        // mean loss over the last progress interval
   bool left = false;            // scaled away: the job goes on without this worker
   // When training failed for a reason a restart cannot cure (a diverged

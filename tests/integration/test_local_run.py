@@ -1,5 +1,6 @@
 """`kubeps run` end to end: real binaries, real Fashion-MNIST, loopback."""
 import os
+import re
 import tempfile
 import time
 import unittest
@@ -26,6 +27,14 @@ class LocalRunTest(unittest.TestCase):
         self.assertEqual(code, 0, local.output())
         print("\nMLP example: distributed %.4f, single process %.4f" % (distributed, local.accuracy()))
         self.assertLess(abs(distributed - local.accuracy()), 0.01)
+        # Worker 0 says how much of its training it waited for the exchange
+        # (part of it: a sync step waits for the other worker and the update);
+        # the one process waits for nothing and says nothing of it.
+        waits = re.findall(r"\[worker \d\] test accuracy .* steps/sec\), ([\d.]+)% of it waiting for the "
+                           r"exchange$", job.output(), re.M)
+        self.assertEqual(len(waits), 1, job.output())  # worker 0 evaluates
+        self.assertTrue(0 < float(waits[0]) < 100, waits)
+        self.assertNotIn("waiting for the exchange", local.output())
 
     def test_sync_two_workers_equal_one_worker_with_double_batch(self):
         # Plain SGD, fixed seed and data order: the mean of two workers' means
