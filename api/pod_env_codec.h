@@ -49,7 +49,7 @@ inline constexpr const char* kBlasThreads = "KUBEPS_BLAS_THREADS";
 inline constexpr const char* kCpuRequest = "KUBEPS_CPU_REQUEST";
 // A built-in model's worker in sync mode: "0" pushes every gradient after the
 // backward pass, anything else (or unset) each layer's during it, small ones
-// together (docs/performance.md, "Overlap with the backward pass").
+// together (docs/overlap.md).
 inline constexpr const char* kOverlap = "KUBEPS_OVERLAP";
 // With overlap: the least a request of the backward pass holds, in bytes
 // (default 1 MiB; 0: every layer on its own).

@@ -4,7 +4,7 @@
 // the KV client record what they do (a layer's gradients ready, each push
 // and pull request from start to end, a forward pass waiting for a layer),
 // and the loop prints the table once step N+1's forward pass has taken
-// every parameter step N's exchanges brought (docs/performance.md shows one).
+// every parameter step N's exchanges brought (docs/overlap.md, "Reading a step", shows one).
 //
 // Off by default: Record is then one relaxed atomic load. Thread-safe.
 #ifndef KUBEPS_COMMON_STEP_TRACE_H_
