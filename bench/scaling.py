@@ -41,7 +41,8 @@ local process's, DDP rank 0's or the torch process's) windows that start
 after the warm-up. A
 side's figure is the median of its runs'. Prints the exact commands, every
 run's figure (and, for kubeps' jobs, the share of worker 0's training it
-waited for its pushes and pulls, as its last line says), the medians and the ratios with issue 12's goals (and
+waited for its pushes and pulls, as its last line says), the medians and
+the ratios with issue 12's goals (and
 beside each, the median of the rounds' own ratios: a round's runs are
 adjacent, so they share the machine's speed of the minute): 2x2 / DDP
 at least 1.0 for both models, 2x2 / local at least 0.9 for the CNN, local /

@@ -172,8 +172,6 @@ TEST(RemoteStoreTest, SmallLayersTravelWithTheNextOnesUntilARequestHoldsABucket)
   EXPECT_EQ(kv.open_tickets(), 2u) << "both buckets leave during the backward pass";
 }
 
-// A model that does not report its layers (as the CUDA models): the store
-// must move and wait for everything in Update.
 TEST(RemoteStoreTest, TheTimeBlockedOnTheExchangeIsCountedAsWaitedOnce) {
   FakeKVWorker kv;
   auto model = trainer::MakeModel("mlp");
@@ -200,6 +198,8 @@ TEST(RemoteStoreTest, TheTimeBlockedOnTheExchangeIsCountedAsWaitedOnce) {
   EXPECT_EQ(store.TakeWaitedSeconds(), 0.0) << "taken twice";
 }
 
+// A model that does not report its layers (as the CUDA models): the store
+// must move and wait for everything in Update.
 class SilentMlp : public trainer::MlpModel {
  public:
   bool reports_layers() const override { return false; }
