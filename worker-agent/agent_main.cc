@@ -122,7 +122,7 @@ double ReportAccuracy(trainer::Model& model, const trainer::Dataset& test,
   std::snprintf(line, sizeof line,
                 "test accuracy %.4f (test loss %.4f) after %llu steps in %.1f s (%.2f steps/sec)",
                 accuracy, loss, static_cast<unsigned long long>(result.steps), result.seconds,
-                result.seconds > 0 ? result.steps / result.seconds : 0.0);
+                result.steps_per_second);
   std::string summary = line;
   // A worker's (the one-process run waits for nothing): how communication-bound it was.
   if (result.waited_seconds > 0 && result.seconds > 0) {

@@ -71,6 +71,9 @@ class RunTwiceTest(unittest.TestCase):
         code, third = self.run_job(job_text("twice"), 200)
         self.assertEqual(code, 0, third.output())
         self.assertIn("resuming at step 200 of 200", third.output())
+        # Its speed is that of the steps it trained: none.
+        self.assertRegex(third.output(), r"\[worker 0\] test accuracy [\d.]+ \(test loss [\d.]+\) after 200 "
+                         r"steps in [\d.]+ s \(0\.00 steps/sec\)")
         print("finished job run again: exit %d in %.1f s" % (code, time.time() - start))
 
     def test_the_built_in_trainer_behind_the_agent_resumes_too(self):
