@@ -47,6 +47,15 @@ prometheus::Histogram& MetricsServer::Latency(const std::string& name, const std
       .Add(Merge(extra), kBuckets);
 }
 
+StepHistograms::StepHistograms(MetricsServer& metrics,
+                               const std::map<std::string, std::string>& rank)
+    : duration(metrics.Latency("kubeps_worker_step_duration_seconds",
+                               "Wall time of one step: compute, push and pull", rank)),
+      exchange_wait(metrics.Latency(
+          "kubeps_worker_exchange_wait_seconds",
+          "Time of one step the worker waited for its pushes and pulls instead of computing",
+          rank)) {}
+
 MetricsServer& NullMetrics() {
   static std::unique_ptr<MetricsServer> null_metrics = [] {
     std::unique_ptr<MetricsServer> server;

@@ -54,6 +54,15 @@ class MetricsServer {
   int port_ = 0;
 };
 
+// A worker's histograms of its steps, under one name and help wherever its
+// steps are counted: the built-in trainer's loop, or the sidecar for the
+// job's own program.
+struct StepHistograms {
+  StepHistograms(MetricsServer& metrics, const std::map<std::string, std::string>& rank);
+  prometheus::Histogram& duration;       // wall time of a step
+  prometheus::Histogram& exchange_wait;  // of it, blocked on its pushes and pulls
+};
+
 // A registry with no HTTP server, for tests and for code that runs without
 // a MetricsServer; metrics recorded there are simply not exported.
 MetricsServer& NullMetrics();

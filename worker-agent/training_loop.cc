@@ -54,11 +54,7 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
       metrics.Gauge(api::kStepMetric, "Global step of the parameters this worker holds", rank);
   auto& total_steps_gauge =
       metrics.Gauge(api::kTotalStepsMetric, "Steps the job trains in all", rank);
-  auto& step_seconds = metrics.Latency("kubeps_worker_step_duration_seconds",
-                                       "Wall time of one step: compute, push and pull", rank);
-  auto& wait_seconds = metrics.Latency(
-      "kubeps_worker_exchange_wait_seconds",
-      "Time of one step the worker waited for its pushes and pulls instead of computing", rank);
+  StepHistograms step_histograms(metrics, rank);
 
   uint64_t step = store.start_step();  // global step = parameter version in sync mode
   // The global batch: a fixed job's is its workers' batches together; an
@@ -194,9 +190,10 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
     samples_total.Increment(batch);
     loss_gauge.Set(loss);
     global_step.Set(static_cast<double>(step + 1));
-    step_seconds.Observe(std::chrono::duration<double>(Clock::now() - step_start).count());
+    step_histograms.duration.Observe(
+        std::chrono::duration<double>(Clock::now() - step_start).count());
     const double waited = store.TakeWaitedSeconds();
-    wait_seconds.Observe(waited);
+    step_histograms.exchange_wait.Observe(waited);
     result->waited_seconds += waited;
     ++window.steps;
     window.loss_sum += loss;

@@ -18,14 +18,7 @@ StepMetrics::StepMetrics(MetricsServer* metrics, int rank, int progress_interval
       steps_total_(
           (metrics ? *metrics : NullMetrics())
               .Counter("kubeps_worker_steps_total", "Training steps completed", RankLabel(rank))),
-      step_seconds_((metrics ? *metrics : NullMetrics())
-                        .Latency("kubeps_worker_step_duration_seconds",
-                                 "Wall time of one step: compute, push and pull", RankLabel(rank))),
-      wait_seconds_((metrics ? *metrics : NullMetrics())
-                        .Latency("kubeps_worker_exchange_wait_seconds",
-                                 "Time of one step the worker waited for its pushes and pulls "
-                                 "instead of computing",
-                                 RankLabel(rank))),
+      histograms_(metrics ? *metrics : NullMetrics(), RankLabel(rank)),
       rollbacks_total_((metrics ? *metrics : NullMetrics())
                            .Counter("kubeps_worker_rollbacks_total",
                                     "Times the job rolled back to a shard checkpoint",
@@ -35,8 +28,8 @@ void StepMetrics::StepCompleted(uint64_t next_step) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto now = Clock::now();
   steps_total_.Increment();
-  step_seconds_.Observe(std::chrono::duration<double>(now - last_step_).count());
-  wait_seconds_.Observe(waited_);
+  histograms_.duration.Observe(std::chrono::duration<double>(now - last_step_).count());
+  histograms_.exchange_wait.Observe(waited_);
   last_step_ = now;
   waited_ = 0;
   ++steps_;

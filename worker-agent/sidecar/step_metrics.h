@@ -36,8 +36,7 @@ class StepMetrics {
 
   const std::chrono::milliseconds progress_interval_;
   prometheus::Counter& steps_total_;
-  prometheus::Histogram& step_seconds_;
-  prometheus::Histogram& wait_seconds_;
+  StepHistograms histograms_;
   prometheus::Counter& rollbacks_total_;
 
   mutable std::mutex mutex_;
