@@ -1,4 +1,6 @@
-// Fully connected layer: y = x W + b over a whole batch with one sgemm.
+// Fully connected layer: y = x W + b over a whole batch with one sgemm
+// (oneDNN's: the same results on every run for a given thread count and
+// batch size, as the job's exactness needs).
 //
 // Layout (row-major): x is batch x in, y is batch x out, the weight is
 // in x out (shape {in, out}) and the bias is out (shape {out}).

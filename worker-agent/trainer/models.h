@@ -22,8 +22,8 @@
 // biases start at 0. MakeModel() returns all-zero parameters until
 // Initialize() (or the caller) sets them. A model is not thread-safe; its
 // buffers are reused from call to call, so steady-state training allocates
-// nothing. The OpenMP loops and OpenBLAS share one thread count, set with
-// openblas_set_num_threads().
+// nothing. The OpenMP loops and oneDNN share one thread count, the OpenMP
+// pool's, set with openblas_set_num_threads() (common/blas_threads.h).
 #ifndef KUBEPS_WORKER_AGENT_TRAINER_MODELS_H_
 #define KUBEPS_WORKER_AGENT_TRAINER_MODELS_H_
 
