@@ -1,6 +1,7 @@
-// A fixed set of threads running queued tasks. The KV client runs each RPC
-// (with its resends) as one task, so requests to different shards, and the
-// chunks of one big tensor, are in flight at the same time.
+// A fixed set of threads running queued tasks, each task on the thread that
+// went idle last. The KV client runs each RPC (with its resends) as one task,
+// so requests to different shards, and the chunks of one big tensor, are in
+// flight at the same time.
 //
 // Tasks run in order of priority, lowest first, and in the order they came
 // within one priority: the KV client gives each request the lowest key it
@@ -36,7 +37,7 @@ class TaskPool {
     for (auto& t : threads_) t.join();
   }
   // How many threads wait for a task now.
-  int IdleThreads() {
+  int IdleThreads() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return static_cast<int>(idle_.size());
   }
@@ -83,7 +84,7 @@ class TaskPool {
     }
   }
 
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::map<std::pair<int64_t, uint64_t>, std::function<void()>> tasks_;  // (priority, arrival)
   uint64_t next_ = 0;
   bool stopping_ = false;

@@ -16,10 +16,10 @@ namespace {
 
 // C = A B (row-major, A and B transposed where asked) through oneDNN's GEMM,
 // the library the convolutions already use. It picks its kernels for the
-// CPU it runs on at load time (AVX-512 where there is AVX-512), where
+// CPU it runs on (AVX-512 where there is AVX-512), where
 // Debian's OpenBLAS 0.3.21 falls back to its AVX2 kernels on CPUs newer than
 // it knows: 2x as fast for every shape of the built-in models on a 2-core
-// AMD EPYC (docs/performance.md, "The compute"). Same OpenMP pool, so the
+// AMD EPYC (docs/performance.md, "Dense layers on oneDNN"). Same OpenMP pool, so the
 // thread count openblas_set_num_threads() sets holds here too.
 void Gemm(char transa, char transb, int m, int n, int k, const float* a, int lda, const float* b,
           int ldb, float* c, int ldc) {
