@@ -23,7 +23,9 @@ def thread_policies(pid):
         try:
             with open(os.path.join(folder, tid, "stat")) as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-        except FileNotFoundError:  # the thread ended meanwhile
+        except (FileNotFoundError, ProcessLookupError):
+            # The thread ended meanwhile: gone from the folder, or (ESRCH)
+            # between opening its stat and reading it; gRPC ends threads often.
             continue
         policies[int(tid)] = int(fields[41 - 3])
     return policies
