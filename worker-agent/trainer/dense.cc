@@ -1,11 +1,9 @@
 #include "worker-agent/trainer/dense.h"
 
-#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include <cassert>
-#include <cstdlib>
 #include <cstring>
-#include <iostream>
 
 #include "worker-agent/trainer/buffer.h"
 #include "worker-agent/trainer/layer_math.h"
@@ -16,18 +14,16 @@ namespace {
 
 // C = A B (row-major, A and B transposed where asked) through oneDNN's GEMM,
 // the library the convolutions already use. It picks its kernels for the
-// CPU it runs on (AVX-512 where there is AVX-512), where
-// Debian's OpenBLAS 0.3.21 falls back to its AVX2 kernels on CPUs newer than
-// it knows: 2x as fast for every shape of the built-in models on a 2-core
-// AMD EPYC (docs/performance.md, "Dense layers on oneDNN"). Same OpenMP pool, so the
-// thread count openblas_set_num_threads() sets holds here too.
+// processor it runs on (AVX-512 where there is AVX-512), where Debian's
+// OpenBLAS 0.3.21 runs its AVX2 kernels on processors newer than it knows:
+// 2x as fast for every shape of the built-in models on a 2-core AMD EPYC
+// (docs/performance.md, "Dense layers on oneDNN"). The same OpenMP pool, so
+// the thread count openblas_set_num_threads() sets holds here too. A failure
+// (only for arguments no caller passes) throws dnnl::error, as a convolution's.
 void Gemm(char transa, char transb, int m, int n, int k, const float* a, int lda, const float* b,
           int ldb, float* c, int ldc) {
-  if (dnnl_sgemm(transa, transb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc) != dnnl_success) {
-    // Only for arguments no caller passes (the shapes are the layer's own).
-    std::cerr << "dnnl_sgemm failed for " << m << "x" << k << " times " << k << "x" << n << "\n";
-    std::abort();
-  }
+  dnnl::error::wrap_c_api(dnnl_sgemm(transa, transb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc),
+                          "dense layer: dnnl_sgemm");
 }
 
 }  // namespace
