@@ -10,6 +10,7 @@
 
 #include "api/compute_threads.h"
 #include "api/pod_env_codec.h"
+#include "common/batch_work.h"
 #include "common/command_line.h"
 #include "common/desired_workers.h"
 #include "common/fault_injector.h"
@@ -23,7 +24,6 @@
 #include "common/tensor_memory.h"
 #include "common/termination_message.h"
 #include "common/usable_cores.h"
-#include "ps-server/batch_work.h"
 #include "ps-server/ps_service.h"
 #include "ps-server/scheduler_service.h"
 

@@ -43,6 +43,7 @@
 #include "api/models.h"
 #include "api/pod_env_codec.h"
 #include "api/training_progress.h"
+#include "common/batch_work.h"
 #include "common/blas_threads.h"
 #include "common/command_line.h"
 #include "common/host_port.h"
@@ -289,6 +290,23 @@ void ComputeOnTheCoresGiven(const api::NodeConfig& config) {
   KLOG_INFO << "computing on " << Describe(given);
 }
 
+// The threads that compute the model leave batch work (common/batch_work.h),
+// now that those of the exchange (the KV client's, gRPC's, the heartbeats,
+// the metrics) have started under it: this one, which runs the training
+// loop, and OpenMP's, whose team the model's first parallel loop may
+// already have started.
+void ComputeAsOrdinaryWork() {
+  Status ordinary = RunAsOrdinaryWork();
+#pragma omp parallel
+  {
+    if (Status s = RunAsOrdinaryWork(); !s.ok()) {
+#pragma omp critical
+      ordinary = s;
+    }
+  }
+  if (!ordinary.ok()) KLOG_INFO << ordinary.message();
+}
+
 int TrainBuiltInModel(const api::NodeConfig& config, const api::TrainingJob& job, KVPath path) {
   ComputeOnTheCoresGiven(config);
   std::unique_ptr<trainer::Model> model;
@@ -302,6 +320,7 @@ int TrainBuiltInModel(const api::NodeConfig& config, const api::TrainingJob& job
   if (Status s = JoinJob(config, job, path, metrics.get(), &session); !s.ok())
     return Fail(kReasonJoinFailed, s);
   if (Status s = session.store->Init(*model); !s.ok()) return Fail(kReasonTrainingFailed, s);
+  ComputeAsOrdinaryWork();
   LoopResult result;
   if (Status s =
           RunTrainingLoop(session.loop, data.train, *model, *session.store, *metrics, &result);
@@ -463,6 +482,9 @@ int ServeTrainingProcess(const api::NodeConfig& config, const api::TrainingJob& 
 
 int main(int argc, char** argv) {
   using namespace kubeps;
+  // First: the threads started later inherit it. The computing ones leave it
+  // (ComputeAsOrdinaryWork), a sidecar's never compute.
+  const Status batch_work = RunAsBatchWork();
   KeepFreedTensorMemory();
   SkipMutexDeadlockDetection();
   std::signal(SIGPIPE, SIG_IGN);
@@ -489,6 +511,7 @@ int main(int argc, char** argv) {
   if (auto exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
   api::TrainingJob job;
   if (Status s = LoadConfigAndJob(&config, &job); !s.ok()) return Fail(kReasonInvalidConfig, s);
+  if (!batch_work.ok()) KLOG_INFO << batch_work.message() << "; running as before";
   if (serve) return ServeTrainingProcess(config, job);
   if (!program.connect) return TrainBuiltInModel(config, job, KVPath::kInProcess);
   if (Status s = NameTheBuiltInModel(program, config, &job); !s.ok())

@@ -1,8 +1,10 @@
-"""The servers as batch work (ps-server/batch_work.h): every thread of the
-scheduler and of each parameter server runs under Linux's SCHED_BATCH policy,
-including those gRPC starts once requests come, so that a server waking up
-does not preempt a computing worker; the workers keep the ordinary policy."""
+"""Batch work (common/batch_work.h): every thread of the scheduler and of each
+parameter server runs under Linux's SCHED_BATCH policy, including those gRPC
+starts once requests come, and so does every thread of a worker but the one
+that computes, so that a request or its answer waking up does not preempt a
+computing worker; the computing thread keeps the ordinary policy."""
 import os
+import re
 import tempfile
 import unittest
 
@@ -32,19 +34,37 @@ def thread_policies(pid):
 
 
 class BatchWorkTest(unittest.TestCase):
-    def test_servers_run_as_batch_work_and_workers_do_not(self):
+    def test_servers_and_the_workers_exchange_run_as_batch_work_and_the_computing_thread_does_not(
+            self):
         folder = tempfile.mkdtemp(prefix="kubeps-batch-work-")
         path = write_manifest(folder, manifest("batch", epochs=EPOCHS), "batch.yaml")
         job = RunningJob(path, env={"KUBEPS_MAX_STEPS": str(STEPS)})
         try:
             wait_for_steps(job, 0, 200)
-            for replica, policy in (("scheduler-0", SCHED_BATCH), ("server-0", SCHED_BATCH),
-                                    ("server-1", SCHED_BATCH), ("worker-0", SCHED_OTHER)):
+            for replica in ("scheduler-0", "server-0", "server-1"):
                 pid = wait_for_replica_pid(job, replica)
                 policies = thread_policies(pid)
                 self.assertGreater(len(policies), 2, "%s has %d threads" % (replica, len(policies)))
-                self.assertEqual(set(policies.values()), {policy},
+                self.assertEqual(set(policies.values()), {SCHED_BATCH},
                                  "%s's threads by policy: %s" % (replica, policies))
+            # A worker computes on its main thread and, given more than one
+            # thread, on OpenMP's team beside it: those, and only those, are
+            # ordinary work.
+            for rank, replica in enumerate(("worker-0", "worker-1")):
+                said = job.wait_for_line(r"\[worker-%d\] computing on (\d+) thread" % rank,
+                                         timeout=30)
+                computing = int(re.search(r"computing on (\d+)", said).group(1))
+                pid = wait_for_replica_pid(job, replica)
+                policies = thread_policies(pid)
+                self.assertEqual(policies[pid], SCHED_OTHER,
+                                 "%s's main thread, which computes, is not ordinary work" % replica)
+                ordinary = [tid for tid, policy in policies.items() if policy == SCHED_OTHER]
+                self.assertEqual(len(ordinary), computing,
+                                 "%s computes on %d threads; by policy: %s" %
+                                 (replica, computing, policies))
+                self.assertGreater(len(policies) - computing, 10,
+                                   "%s's threads by policy: %s" % (replica, policies))
+                self.assertEqual(set(policies.values()), {SCHED_OTHER, SCHED_BATCH})
         finally:
             code = job.wait(timeout=240)
         self.assertEqual(code, 0, job.output())
