@@ -281,3 +281,22 @@ def wait_for_steps(job, rank, steps, timeout=120):
             break
         time.sleep(0.01)
     raise AssertionError("worker %d never reached step %d; output:\n%s" % (rank, steps, job.output()))
+
+
+def elastic_job(name, workers=2, batch=64, minimum=1, maximum=4, replace_timeout=None, **kwargs):
+    """A job of manifest_with's whose workers have an elasticPolicy."""
+    policy = {"minReplicas": minimum, "maxReplicas": maximum}
+    if replace_timeout:
+        policy["replaceTimeoutSeconds"] = replace_timeout
+    job = json.loads(manifest_with(name, workers=workers, batch=batch, **kwargs))
+    job["spec"]["progressIntervalMs"] = 100
+    job["spec"]["replicaSpecs"]["worker"]["elasticPolicy"] = policy
+    return json.dumps(job, indent=2)
+
+
+def resume(pid):
+    """SIGCONT to a stopped process, if it is still there."""
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        pass  # the runner stopped it already
