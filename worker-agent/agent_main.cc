@@ -203,9 +203,13 @@ struct Session {
 // KUBEPS_OVERLAP=0 sends every tensor after the step (kubeps run sets it
 // where the servers compute on the workers' cores: local_runner.cc), and
 // KUBEPS_BUCKET_BYTES is the least a request of the backward pass holds.
-Status ExchangeFromEnvironment(ExchangeOptions* exchange) {
+bool ExchangeAfterTheStep() {
   const char* overlap = std::getenv(api::env::kOverlap);
-  exchange->overlap = overlap == nullptr || std::string(overlap) != "0";
+  return overlap != nullptr && std::string(overlap) == "0";
+}
+
+Status ExchangeFromEnvironment(ExchangeOptions* exchange) {
+  exchange->overlap = !ExchangeAfterTheStep();
   const char* bucket = std::getenv(api::env::kBucketBytes);
   if (bucket == nullptr) return Status::Ok();
   const std::string_view text(bucket);
@@ -290,11 +294,23 @@ void ComputeOnTheCoresGiven(const api::NodeConfig& config) {
   KLOG_INFO << "computing on " << Describe(given);
 }
 
-// The threads that compute the model leave batch work (common/batch_work.h),
-// now that those of the exchange (the KV client's, gRPC's, the heartbeats,
-// the metrics) have started under it: this one, which runs the training
-// loop, and OpenMP's, whose team the model's first parallel loop may
-// already have started.
+// A worker whose exchange runs after its step (KUBEPS_OVERLAP=0: `kubeps run`
+// where the servers compute on the workers' cores) runs the exchange as
+// batch work (common/batch_work.h): its threads (the KV client's, gRPC's,
+// the heartbeats, the metrics) start under it, so that a request or an
+// answer waking up waits for the core its worker leaves instead of cutting
+// into another worker's pass. Where the exchange overlaps the backward pass,
+// it must not wait for its own worker's compute, and stays ordinary work;
+// so does a sidecar, whose program overlaps through it.
+void ExchangeAsBatchWork(const api::NodeConfig& config) {
+  if (config.role == "local" || !ExchangeAfterTheStep()) return;
+  if (Status s = RunAsBatchWork(); !s.ok()) KLOG_INFO << s.message() << "; running as before";
+}
+
+// The threads that compute the model leave batch work, once those of the
+// exchange have started under it: this one, which runs the training loop,
+// and OpenMP's, whose team the model's first parallel loop may already have
+// started.
 void ComputeAsOrdinaryWork() {
   Status ordinary = RunAsOrdinaryWork();
 #pragma omp parallel
@@ -308,6 +324,7 @@ void ComputeAsOrdinaryWork() {
 }
 
 int TrainBuiltInModel(const api::NodeConfig& config, const api::TrainingJob& job, KVPath path) {
+  ExchangeAsBatchWork(config);
   ComputeOnTheCoresGiven(config);
   std::unique_ptr<trainer::Model> model;
   trainer::FashionMnist data;
@@ -482,9 +499,6 @@ int ServeTrainingProcess(const api::NodeConfig& config, const api::TrainingJob& 
 
 int main(int argc, char** argv) {
   using namespace kubeps;
-  // First: the threads started later inherit it. The computing ones leave it
-  // (ComputeAsOrdinaryWork), a sidecar's never compute.
-  const Status batch_work = RunAsBatchWork();
   KeepFreedTensorMemory();
   SkipMutexDeadlockDetection();
   std::signal(SIGPIPE, SIG_IGN);
@@ -511,7 +525,6 @@ int main(int argc, char** argv) {
   if (auto exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
   api::TrainingJob job;
   if (Status s = LoadConfigAndJob(&config, &job); !s.ok()) return Fail(kReasonInvalidConfig, s);
-  if (!batch_work.ok()) KLOG_INFO << batch_work.message() << "; running as before";
   if (serve) return ServeTrainingProcess(config, job);
   if (!program.connect) return TrainBuiltInModel(config, job, KVPath::kInProcess);
   if (Status s = NameTheBuiltInModel(program, config, &job); !s.ok())

@@ -1,8 +1,10 @@
 """Batch work (common/batch_work.h): every thread of the scheduler and of each
 parameter server runs under Linux's SCHED_BATCH policy, including those gRPC
-starts once requests come, and so does every thread of a worker but the one
-that computes, so that a request or its answer waking up does not preempt a
-computing worker; the computing thread keeps the ordinary policy."""
+starts once requests come, and so does every thread of a worker but those
+that compute where its exchange runs after the step (KUBEPS_OVERLAP=0, as
+`kubeps run` sets where the servers compute on the workers' cores), so that a
+request or its answer waking up does not preempt a computing worker. A
+worker whose exchange overlaps its backward pass keeps the ordinary policy."""
 import os
 import re
 import tempfile
@@ -34,16 +36,27 @@ def thread_policies(pid):
 
 
 class BatchWorkTest(unittest.TestCase):
-    def test_servers_and_the_workers_exchange_run_as_batch_work_and_the_computing_thread_does_not(
-            self):
+    def run_job(self, overlap, check):
+        """A 2 x 2 MLP job with KUBEPS_OVERLAP=`overlap`; check(job) once it trains."""
         folder = tempfile.mkdtemp(prefix="kubeps-batch-work-")
         path = write_manifest(folder, manifest("batch", epochs=EPOCHS), "batch.yaml")
-        job = RunningJob(path, env={"KUBEPS_MAX_STEPS": str(STEPS)})
+        job = RunningJob(path, env={"KUBEPS_MAX_STEPS": str(STEPS), "KUBEPS_OVERLAP": overlap})
         try:
             wait_for_steps(job, 0, 200)
+            check(job)
+        finally:
+            code = job.wait(timeout=240)
+        self.assertEqual(code, 0, job.output())
+
+    def computing_threads(self, job, rank):
+        """How many threads worker `rank` computes on, as it says at start."""
+        said = job.wait_for_line(r"\[worker-%d\] computing on (\d+) thread" % rank, timeout=30)
+        return int(re.search(r"computing on (\d+)", said).group(1))
+
+    def test_servers_and_a_workers_exchange_after_the_step_run_as_batch_work(self):
+        def check(job):
             for replica in ("scheduler-0", "server-0", "server-1"):
-                pid = wait_for_replica_pid(job, replica)
-                policies = thread_policies(pid)
+                policies = thread_policies(wait_for_replica_pid(job, replica))
                 self.assertGreater(len(policies), 2, "%s has %d threads" % (replica, len(policies)))
                 self.assertEqual(set(policies.values()), {SCHED_BATCH},
                                  "%s's threads by policy: %s" % (replica, policies))
@@ -51,23 +64,27 @@ class BatchWorkTest(unittest.TestCase):
             # thread, on OpenMP's team beside it: those, and only those, are
             # ordinary work.
             for rank, replica in enumerate(("worker-0", "worker-1")):
-                said = job.wait_for_line(r"\[worker-%d\] computing on (\d+) thread" % rank,
-                                         timeout=30)
-                computing = int(re.search(r"computing on (\d+)", said).group(1))
+                computing = self.computing_threads(job, rank)
                 pid = wait_for_replica_pid(job, replica)
                 policies = thread_policies(pid)
                 self.assertEqual(policies[pid], SCHED_OTHER,
                                  "%s's main thread, which computes, is not ordinary work" % replica)
                 ordinary = [tid for tid, policy in policies.items() if policy == SCHED_OTHER]
-                self.assertEqual(len(ordinary), computing,
-                                 "%s computes on %d threads; by policy: %s" %
-                                 (replica, computing, policies))
+                self.assertEqual(len(ordinary), computing, "%s computes on %d threads; by "
+                                 "policy: %s" % (replica, computing, policies))
                 self.assertGreater(len(policies) - computing, 10,
                                    "%s's threads by policy: %s" % (replica, policies))
-                self.assertEqual(set(policies.values()), {SCHED_OTHER, SCHED_BATCH})
-        finally:
-            code = job.wait(timeout=240)
-        self.assertEqual(code, 0, job.output())
+        self.run_job("0", check)
+
+    def test_a_worker_whose_exchange_overlaps_its_backward_pass_is_ordinary_work(self):
+        # Batch work would make the exchange wait for the pass it overlaps.
+        def check(job):
+            for replica in ("worker-0", "worker-1"):
+                policies = thread_policies(wait_for_replica_pid(job, replica))
+                self.assertGreater(len(policies), 10, "%s has %d threads" % (replica, len(policies)))
+                self.assertEqual(set(policies.values()), {SCHED_OTHER},
+                                 "%s's threads by policy: %s" % (replica, policies))
+        self.run_job("1", check)
 
 
 if __name__ == "__main__":
