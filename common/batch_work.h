@@ -4,13 +4,14 @@
 // the kernel to move it to one that is idle. Unlike SCHED_IDLE it cannot
 // starve: a server beside a busy compiler still gets its share.
 //
-// Every thread of the scheduler and the servers, and every thread of a
-// worker but those that compute the model, is batch work. Where a job's
-// workers fill every core (`kubeps run`, or servers placed beside their
-// workers), a request, its answer and its handling then wait for the core a
-// worker leaves when it pushes, instead of cutting into another worker's
-// forward and backward pass, which the whole step waits for. Where cores are
-// free (a node of its own), nothing changes. Measured in
+// Every thread of the scheduler and the servers is batch work, and so is
+// every thread of a worker but those that compute the model, where its
+// exchange runs after the step (KUBEPS_OVERLAP=0). Where a job's workers
+// fill every core (`kubeps run`, or servers placed beside their workers), a
+// request, its answer and its handling then wait for the core a worker
+// leaves when it pushes, instead of cutting into another worker's forward
+// and backward pass, which the whole step waits for. Where cores are free
+// (a node of its own), nothing changes. Measured in
 // docs/performance.md, "Servers as batch work" and "A worker's exchange as
 // batch work".
 #ifndef KUBEPS_COMMON_BATCH_WORK_H_
