@@ -16,7 +16,7 @@ import tempfile
 import unittest
 
 from jobtools import SOURCE_DIR, RunningJob, write_manifest
-from test_user_code import MISSING, accuracy_of, program_env
+from user_code_job import MISSING, accuracy_of, program_env
 
 EXAMPLE_DIR = os.path.join(SOURCE_DIR, "examples", "pytorch", "cnn")
 EXAMPLE = os.path.join(EXAMPLE_DIR, "trainingjob.yaml")
