@@ -6,7 +6,7 @@
 //
 // Every thread of the scheduler and the servers is batch work, and so is
 // every thread of a worker but those that compute the model, where its
-// exchange runs after the step (KUBEPS_OVERLAP=0). Where a job's workers
+// exchange runs after the step of a sync job (KUBEPS_OVERLAP=0). Where a job's workers
 // fill every core (`kubeps run`, or servers placed beside their workers), a
 // request, its answer and its handling then wait for the core a worker
 // leaves when it pushes, instead of cutting into another worker's forward

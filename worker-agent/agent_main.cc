@@ -294,16 +294,20 @@ void ComputeOnTheCoresGiven(const api::NodeConfig& config) {
   KLOG_INFO << "computing on " << Describe(given);
 }
 
-// A worker whose exchange runs after its step (KUBEPS_OVERLAP=0: `kubeps run`
-// where the servers compute on the workers' cores) runs the exchange as
-// batch work (common/batch_work.h): its threads (the KV client's, gRPC's,
-// the heartbeats, the metrics) start under it, so that a request or an
-// answer waking up waits for the core its worker leaves instead of cutting
-// into another worker's pass. Where the exchange overlaps the backward pass,
-// it must not wait for its own worker's compute, and stays ordinary work;
-// so does a sidecar, whose program overlaps through it.
-void ExchangeAsBatchWork(const api::NodeConfig& config) {
-  if (config.role == "local" || !ExchangeAfterTheStep()) return;
+// A worker of a sync job whose exchange runs after its step (KUBEPS_OVERLAP=0:
+// `kubeps run` where the servers compute on the workers' cores) runs the
+// exchange as batch work (common/batch_work.h): its threads (the KV
+// client's, gRPC's, the heartbeats, the metrics) start under it, so that a
+// request or an answer waking up waits for the core its worker leaves
+// instead of cutting into another worker's pass, which the step waits for.
+// Where the exchange overlaps the backward pass, it must not wait for its
+// own worker's compute, and stays ordinary work; so does a sidecar, whose
+// program overlaps through it. An async job's step waits for no other
+// worker: its workers' exchanges stay ordinary work too, so that none falls
+// behind the others.
+void ExchangeAsBatchWork(const api::NodeConfig& config, const api::TrainingJob& job) {
+  if (config.role == "local" || job.spec.mode != api::SyncMode::kSync || !ExchangeAfterTheStep())
+    return;
   if (Status s = RunAsBatchWork(); !s.ok()) KLOG_INFO << s.message() << "; running as before";
 }
 
@@ -324,7 +328,7 @@ void ComputeAsOrdinaryWork() {
 }
 
 int TrainBuiltInModel(const api::NodeConfig& config, const api::TrainingJob& job, KVPath path) {
-  ExchangeAsBatchWork(config);
+  ExchangeAsBatchWork(config, job);
   ComputeOnTheCoresGiven(config);
   std::unique_ptr<trainer::Model> model;
   trainer::FashionMnist data;
