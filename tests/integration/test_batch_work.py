@@ -1,10 +1,11 @@
 """Batch work (common/batch_work.h): every thread of the scheduler and of each
 parameter server runs under Linux's SCHED_BATCH policy, including those gRPC
-starts once requests come, and so does every thread of a worker but those
-that compute where its exchange runs after the step (KUBEPS_OVERLAP=0, as
-`kubeps run` sets where the servers compute on the workers' cores), so that a
-request or its answer waking up does not preempt a computing worker. A
-worker whose exchange overlaps its backward pass keeps the ordinary policy."""
+starts once requests come, and so does every thread of a sync job's worker
+but those that compute where its exchange runs after the step
+(KUBEPS_OVERLAP=0, as `kubeps run` sets where the servers compute on the
+workers' cores), so that a request or its answer waking up does not preempt
+a computing worker. A worker whose exchange overlaps its backward pass, or
+one of an async job, keeps the ordinary policy."""
 import os
 import re
 import tempfile
