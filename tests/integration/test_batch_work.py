@@ -14,9 +14,12 @@ import unittest
 from jobtools import RunningJob, manifest, wait_for_replica_pid, wait_for_steps, write_manifest
 
 SCHED_OTHER, SCHED_BATCH = 0, 3
-# About five seconds of the 2 x 2 MLP job (several epochs): long enough to
-# look at its threads after gRPC has started its own.
+# Some seconds of the 2 x 2 MLP job (several epochs): long enough to look at
+# its threads after gRPC has started its own. Once they are looked at, Ctrl-C
+# stops the job: the rest of it would only keep the machine busy.
 EPOCHS, STEPS = 8, 3000
+# What `kubeps run` exits with after Ctrl-C (test_stop).
+INTERRUPTED = 130
 
 
 def thread_policies(pid):
@@ -45,9 +48,13 @@ class BatchWorkTest(unittest.TestCase):
         try:
             wait_for_steps(job, 0, 200)
             check(job)
+            self.assertIsNone(job.process.poll(), "the job ended before its threads were "
+                              "looked at all: make it longer\n" + job.output())
         finally:
-            code = job.wait(timeout=240)
-        self.assertEqual(code, 0, job.output())
+            job.interrupt()
+            code = job.wait(timeout=60)
+        self.assertEqual(code, INTERRUPTED, job.output())
+        self.assertNotIn("failed", job.output())
 
     def computing_threads(self, job, rank):
         """How many threads worker `rank` computes on, as it says at start."""

@@ -2,8 +2,9 @@
 (user_code_job.py): examples/pytorch/mlp (train.py and its trainingjob.yaml,
 2 servers, 2 workers, sync, Adam on the servers, 500 steps), each worker's
 program beside its kubeps-agent. It trains to the accuracy measured for it; a
-SIGKILL of a worker's program or of its agent mid-job is repaired by the run
-policy, the worker keeps its rank and the job ends at the same accuracy; a
+SIGKILL of a worker's program, and later in the same job one of its agent,
+are repaired by the run policy, the worker keeps its rank and the job ends at
+the same accuracy; a
 SIGKILL of a parameter server rolls the job back to its checkpoint and it ends
 with the same parameters, bit for bit, as without it (and so under injected
 faults: test_user_code_faults); a manifest with neither a model nor a program
@@ -21,22 +22,29 @@ from jobtools import KUBEPS, replica_pids, write_manifest
 from user_code_job import (EXAMPLE, KILL_AFTER_STEP, MIN_ACCURACY, RANK, STEPS, UserCodeJobCase,
                            accuracy_of, differing_parameters, example_manifest, worker_process)
 
+PROGRESS = re.compile(r"^\[worker-0/trainer\] step (\d+)/")
+
+
+# Checkpoints as a user of a long job keeps them: they change no bit, and a
+# killed server rolls back to the newest.
+CHECKPOINTS = {"checkpoint": {"intervalSteps": 50}}
+SECOND_KILL_AFTER_STEP = 300
+
 
 class UserCodeTest(UserCodeJobCase):
-    clean_accuracy = None
+    clean = None  # (job, saved parameters) of the example without faults
 
-    def clean_run_accuracy(self):
-        """The accuracy of the example without faults (run once per test class)."""
-        if UserCodeTest.clean_accuracy is None:
-            job = self.start("clean")
+    def clean_run(self):
+        """The example with checkpoints and rank 0 saving its final parameters,
+        without faults; run once for the test class: (job, saved file)."""
+        if UserCodeTest.clean is None:
+            job, saved = self.saved_run("clean", spec=CHECKPOINTS)
             self.assert_succeeded(job, job.wait(180))
-            UserCodeTest.clean_accuracy = accuracy_of(job)
-        return UserCodeTest.clean_accuracy
+            UserCodeTest.clean = (job, saved)
+        return UserCodeTest.clean
 
     def test_example_trains_with_its_program_beside_each_agent(self):
-        job = self.start("example")
-        code = job.wait(180)
-        self.assert_succeeded(job, code)
+        job, _ = self.clean_run()
         output = job.output()
         # Each worker's program ran, with the replica's tag on its lines.
         for worker in ("worker-0", "worker-1"):
@@ -50,65 +58,66 @@ class UserCodeTest(UserCodeJobCase):
         print("\nexamples/pytorch/mlp through kubeps run: test accuracy %.4f after %d steps, "
               "job %.1f s" % (accuracy, STEPS, seconds))
         self.assertGreaterEqual(accuracy, MIN_ACCURACY, output)
-        if UserCodeTest.clean_accuracy is None:
-            UserCodeTest.clean_accuracy = accuracy
 
-    def kill_mid_job(self, name, which):
-        """Kills worker-0's program or agent after step KILL_AFTER_STEP; the job's
-        (kill time, job, rank before, rank after)."""
-        job = self.start(name)
-        job.wait_for_line(r"^\[worker-0/trainer\] step %d/" % KILL_AFTER_STEP, timeout=120)
-        rank_before = [m.group(1) for m in (RANK.match(line) for _, line in job.lines) if m]
+    def kill_worker_0(self, job, which, after_step, since):
+        """SIGKILLs worker-0's program or agent once its program has printed
+        step `after_step` or later after `since` (seconds into the job): the
+        time of the kill, and the rank the program had."""
+        deadline = time.time() + 120
+        while not self.progress_of_worker_0(job, since, after_step):
+            self.assertLess(time.time(), deadline, "worker-0 never reached step %d; output:\n%s"
+                            % (after_step, job.output()))
+            self.assertIsNone(job.process.poll(), job.output())
+            time.sleep(0.05)
+        rank = [m.group(1) for m in (RANK.match(line) for _, line in job.lines) if m][-1]
         pid = worker_process(job, which)
         killed_at = time.time() - job.start
         os.kill(pid, signal.SIGKILL)
+        return killed_at, rank
+
+    @staticmethod
+    def progress_of_worker_0(job, since, from_step=0):
+        """The times of worker-0's program's progress lines (every 50 steps)
+        after `since`, of step `from_step` or later."""
+        return [t for t, line in list(job.lines) if t > since and PROGRESS.match(line) and
+                int(PROGRESS.match(line).group(1)) >= from_step]
+
+    def test_a_killed_program_then_a_killed_agent_are_restarted_and_the_worker_keeps_its_rank(self):
+        clean = accuracy_of(self.clean_run()[0])
+        job = self.start("kills")
+        program_killed_at, rank = self.kill_worker_0(job, "program", KILL_AFTER_STEP, 0)
+        agent_killed_at, _ = self.kill_worker_0(
+            job, "agent", SECOND_KILL_AFTER_STEP, program_killed_at)
         self.assert_succeeded(job, job.wait(180))
-        ranks = [(t, m.group(1)) for t, m in ((t, RANK.match(line)) for t, line in job.lines) if m]
-        self.assertEqual(len(ranks), 2, "worker-0's program ran twice; output:\n" + job.output())
-        self.assertEqual(ranks[0][1], rank_before[0])
-        self.assertEqual(ranks[1][1], ranks[0][1], "the restarted worker keeps its rank")
-        # The restarted program's first progress line (every 50 steps).
-        progress = [t for t, line in job.lines if t > killed_at and
-                    re.match(r"^\[worker-0/trainer\] step \d+/", line)]
-        self.assertTrue(progress, job.output())
-        return killed_at, job, ranks[0][1], (ranks[1][0] - killed_at, progress[0] - killed_at)
-
-    def test_killed_program_is_restarted_with_its_rank(self):
-        clean = self.clean_run_accuracy()
-        killed_at, job, rank, resumed = self.kill_mid_job("kill-program", "program")
-        self.assertIn("worker-0's program (container trainer) exited with code 137", job.output())
-        self.assertIn("job pytorch-mlp Restarting: worker-0 exited with code 137; restarting it "
-                      "(restart 1 of at most 3)", job.output())
-        accuracy = accuracy_of(job)
-        print("\nSIGKILL of worker-0's program (rank %s) %.1f s into the job, after step %d: the "
-              "restarted program had rank %s %.1f s after the kill, its next progress line "
-              "%.1f s after; accuracy %.4f without the kill, %.4f with it"
-              % (rank, killed_at, KILL_AFTER_STEP, rank, resumed[0], resumed[1], clean, accuracy))
-        self.assertLess(abs(accuracy - clean), 0.01, job.output())
-
-    def test_killed_agent_is_restarted_and_the_worker_keeps_its_rank(self):
-        clean = self.clean_run_accuracy()
-        killed_at, job, rank, resumed = self.kill_mid_job("kill-agent", "agent")
         output = job.output()
+        # The program killed: its container's exit restarts the worker.
+        self.assertIn("worker-0's program (container trainer) exited with code 137", output)
+        self.assertIn("job pytorch-mlp Restarting: worker-0 exited with code 137; restarting it "
+                      "(restart 1 of at most 3)", output)
+        # The agent killed: it is restarted; the program sees its connection
+        # break and fails, and the run policy restarts the worker's pod.
         self.assertIn("worker-0's agent exited with code 137; restarting it", output)
-        # The program saw its connection break, failed, and the run policy
-        # restarted the worker's pod.
         self.assertRegex(output, r"job pytorch-mlp Restarting: worker-0 exited with code \d+; "
-                                 r"restarting it \(restart 1 of at most 3\)")
+                                 r"restarting it \(restart 2 of at most 3\)")
+        ranks = [(t, m.group(1)) for t, m in ((t, RANK.match(line)) for t, line in job.lines) if m]
+        self.assertEqual([r for _, r in ranks], [rank] * 3,
+                         "worker-0's program ran three times, keeping its rank; output:\n" + output)
         accuracy = accuracy_of(job)
-        print("\nSIGKILL of worker-0's agent (rank %s) %.1f s into the job, after step %d: agent "
-              "restarted, the program restarted by the run policy had rank %s %.1f s after the "
-              "kill, its next progress line %.1f s after; accuracy %.4f without the kill, %.4f "
-              "with it" % (rank, killed_at, KILL_AFTER_STEP, rank, resumed[0], resumed[1], clean,
-                           accuracy))
+        for (what, killed_at, step), (started, _) in zip(
+                [("program", program_killed_at, KILL_AFTER_STEP),
+                 ("agent", agent_killed_at, SECOND_KILL_AFTER_STEP)], ranks[1:]):
+            resumed = self.progress_of_worker_0(job, killed_at)
+            self.assertTrue(resumed, output)
+            print("\nSIGKILL of worker-0's %s (rank %s) %.1f s into the job, after step %d: the "
+                  "program restarted with rank %s %.1f s after the kill, its next progress line "
+                  "%.1f s after" % (what, rank, killed_at, step, rank, started - killed_at,
+                                   resumed[0] - killed_at))
+        print("accuracy %.4f without the kills, %.4f with them" % (clean, accuracy))
         self.assertLess(abs(accuracy - clean), 0.01, output)
 
-
     def test_a_killed_parameter_server_costs_no_bit(self):
-        spec = {"checkpoint": {"intervalSteps": 50}}
-        clean, clean_saved = self.saved_run("server-clean", spec=spec)
-        self.assert_succeeded(clean, clean.wait(180))
-        job, saved = self.saved_run("kill-server", spec=spec)
+        clean, clean_saved = self.clean_run()
+        job, saved = self.saved_run("kill-server", spec=CHECKPOINTS)
         job.wait_for_line(r"^\[worker-0/trainer\] step 150/", timeout=120)
         victims = replica_pids(job.run_dir, "server-1")
         self.assertEqual(len(victims), 1, job.output())
@@ -118,8 +127,7 @@ class UserCodeTest(UserCodeJobCase):
         output = job.output()
         self.assertIn("server-1 exited with code 137; restarting it", output)
         self.assertIn("loaded checkpoint of step", output)
-        resumed = [t for t, line in job.lines if t > killed_at and
-                   re.match(r"^\[worker-0/trainer\] step \d+/", line)]
+        resumed = self.progress_of_worker_0(job, killed_at)
         self.assertTrue(resumed, output)
         print("\nSIGKILL of server-1 %.1f s into the PyTorch job, after step 150: worker-0's next "
               "progress line %.1f s after the kill; accuracy %.4f without the kill, %.4f with it"
