@@ -24,6 +24,7 @@ from cert_manager import CertManager  # noqa: E402
 from operator_harness import (Operator, apply, checkpoints_on_host, condition,  # noqa: E402
                               events_of, get_job, job_pods, phase_of, replace_pod,
                               training_job)
+from operator_test_case import keep_to_one_core  # noqa: E402
 from own_cluster import OwnClusterTestCase  # noqa: E402
 
 CRDS = [os.path.join(HERE, "crds", "cert-manager.io_%s.yaml" % kind)
@@ -46,6 +47,12 @@ def uris_of(pem):
 
 class CertManagerTest(OwnClusterTestCase):
     start_operator = False
+
+    def setUp(self):
+        # The jobs train while cert-manager issues and renews: on one core,
+        # they leave the other to a test that computes.
+        self.addCleanup(os.sched_setaffinity, 0, keep_to_one_core())
+        super().setUp()
 
     def prepare_cluster(self):
         self.c.kubectl("apply", *[arg for crd in CRDS for arg in ("-f", crd)])

@@ -52,7 +52,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from operator_harness import Operator, apply, get_job, live_pod, training_job  # noqa: E402
-from operator_test_case import OperatorTestCase, new_cluster  # noqa: E402
+from operator_test_case import OperatorTestCase, keep_to_one_core, new_cluster  # noqa: E402
 
 NODE = "kubeps-node"
 JOB = "isolated"
@@ -140,6 +140,9 @@ def http_json(url, timeout=5):
 class NetworkIsolationTest(OperatorTestCase):
     @classmethod
     def setUpClass(cls):
+        # The job trains until the tests end: on one core, it leaves the
+        # other to a test that computes.
+        cls.cores = keep_to_one_core()
         cls.c = new_cluster()
         cls.op = None
         cls.tmp = tempfile.mkdtemp(prefix="kubeps-netiso-")
@@ -174,6 +177,7 @@ class NetworkIsolationTest(OperatorTestCase):
             cls.op.stop()
         cls.c.stop()
         shutil.rmtree(cls.tmp, ignore_errors=True)
+        os.sched_setaffinity(0, cls.cores)
 
     def setUp(self):
         self.wait_phase(JOB, "Running", timeout=DEADLINE)
