@@ -12,8 +12,8 @@ import subprocess
 import tempfile
 import unittest
 
-from jobtools import (BIN_DIR, RunningJob, manifest, wait_for_replica_pid, wait_for_steps,
-                      write_manifest)
+from jobtools import (BIN_DIR, SLOW_NETWORK, RunningJob, manifest, wait_for_replica_pid,
+                      wait_for_steps, write_manifest)
 from test_scheduler_restart import job_text, scheduler_pid
 
 NAMES = ("scheduler", "server 0", "server 1", "worker 0", "worker 1")
@@ -57,12 +57,14 @@ class JobTokenTest(unittest.TestCase):
             self.assertNotIn("do-not-print-me", out)
 
     def test_a_replaced_token_file_reaches_every_process_of_a_running_job(self):
-        # 10 epochs (some 7 s): time for every process to see the new token.
-        path = write_manifest(self.dir, manifest("rotate", epochs=10))
+        # 300 steps on a slow network (some 11 s): time for every process
+        # to see the new token.
+        path = write_manifest(self.dir, manifest("rotate"))
         run_dir = os.path.join(self.dir, "run")
-        job = RunningJob(path, run_dir=run_dir, args=["--keep-run-dir"])
+        job = RunningJob(path, run_dir=run_dir, args=["--keep-run-dir"],
+                         env=dict(SLOW_NETWORK, KUBEPS_MAX_STEPS="300"))
         try:
-            job.wait_for_line(r"\[worker 0\] epoch 1/10 step", timeout=120)
+            job.wait_for_line(r"\[worker 0\] epoch 1/1 step", timeout=120)
             token_file = os.path.join(run_dir, "token")
             old, new = rotate(token_file)
             self.assertEqual(job.wait(timeout=300), 0, job.output())
@@ -88,10 +90,10 @@ class JobTokenTest(unittest.TestCase):
         """What a cluster does around a rotation: the scheduler, then a server, stopped by
         SIGTERM (eviction, drain) and restarted, reading the new token while the others
         still hold the old one too; then the same job run again over its checkpoints."""
-        path = write_manifest(self.dir, job_text("rotate-faults").replace('"mlp"', '"cnn"'))
+        path = write_manifest(self.dir, job_text("rotate-faults"))
         run_dir = os.path.join(self.dir, "run")
         job = RunningJob(path, run_dir=run_dir, args=["--keep-run-dir"],
-                         env={"KUBEPS_MAX_STEPS": "150"})
+                         env=dict(SLOW_NETWORK, KUBEPS_MAX_STEPS="300"))
         try:
             wait_for_steps(job, 0, 20)
             rotate(os.path.join(run_dir, "token"))
@@ -111,7 +113,7 @@ class JobTokenTest(unittest.TestCase):
         self.assertNotIn("wrong job token", out)
         # Run again over the same run folder (its checkpoints), with a token of its own.
         again = RunningJob(path, run_dir=run_dir, args=["--keep-run-dir"],
-                           env={"KUBEPS_MAX_STEPS": "200"})
+                           env={"KUBEPS_MAX_STEPS": "350"})
         try:
             self.assertEqual(again.wait(timeout=300), 0, again.output())
         finally:

@@ -139,6 +139,22 @@ def training_job(name, epochs=1, max_steps=None, restart_policy=None, backoff_li
             "metadata": {"name": name, "namespace": "default"}, "spec": spec}
 
 
+def slowed_down(job, most_ms=50):
+    """Has `job`'s servers hold each request up to `most_ms` ms
+    (KUBEPS_FAULTS' delay: a slow network), so that the job trains on a
+    small share of a core, at much the same pace on any machine: for a test
+    whose job only has to run while the test waits on the cluster."""
+    spec = job["spec"]["replicaSpecs"]["ps"].setdefault("template", {}).setdefault("spec", {})
+    containers = spec.setdefault("containers", [])
+    server = next((c for c in containers if c["name"] == "server"), None)
+    if server is None:
+        server = {"name": "server"}
+        containers.append(server)
+    server.setdefault("env", []).append(
+        {"name": "KUBEPS_FAULTS", "value": "delay=1,delay_max_ms=%d" % most_ms})
+    return job
+
+
 def checkpoints_on_host(test, job, interval_steps=50):
     """Gives `job` checkpoints in a fresh folder mounted into every server as a
     hostPath: a volume that outlives the pod, as a PersistentVolumeClaim does

@@ -32,17 +32,6 @@ def new_cluster(**kwargs):
     return c
 
 
-def keep_to_one_core():
-    """Keeps this process, and what it starts from now on (the cluster, the
-    operator, the pods), to one core, as a cpuset would; returns the cores it
-    had, for os.sched_setaffinity(0, cores) to give back. For a test that
-    waits on the cluster's timers, not for steps to be done: on one core it
-    runs beside a test that computes (tests/CMakeLists.txt)."""
-    cores = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(cores)})
-    return cores
-
-
 class OperatorTestCase(unittest.TestCase):
     c = None
     op = None

@@ -23,8 +23,7 @@ sys.path.insert(0, HERE)
 from cert_manager import CertManager  # noqa: E402
 from operator_harness import (Operator, apply, checkpoints_on_host, condition,  # noqa: E402
                               events_of, get_job, job_pods, phase_of, replace_pod,
-                              training_job)
-from operator_test_case import keep_to_one_core  # noqa: E402
+                              slowed_down, training_job)
 from own_cluster import OwnClusterTestCase  # noqa: E402
 
 CRDS = [os.path.join(HERE, "crds", "cert-manager.io_%s.yaml" % kind)
@@ -48,12 +47,6 @@ def uris_of(pem):
 class CertManagerTest(OwnClusterTestCase):
     start_operator = False
 
-    def setUp(self):
-        # The jobs train while cert-manager issues and renews: on one core,
-        # they leave the other to a test that computes.
-        self.addCleanup(os.sched_setaffinity, 0, keep_to_one_core())
-        super().setUp()
-
     def prepare_cluster(self):
         self.c.kubectl("apply", *[arg for crd in CRDS for arg in ("-f", crd)])
         self.cert_manager = None
@@ -72,7 +65,8 @@ class CertManagerTest(OwnClusterTestCase):
     def test_a_tls_job_runs_on_certificates_cert_manager_issued_and_they_go_with_it(self):
         c = self.c
         self.op = Operator(c, "--tls")
-        job = training_job("issued", epochs=3, max_steps=1500)  # trains while renewed
+        # Trains while renewed: some 15 s slowed down.
+        job = slowed_down(training_job("issued", epochs=3, max_steps=400))
         apply(c, job)
         replicas = ["issued-scheduler-0", "issued-server-0", "issued-server-1",
                     "issued-worker-0", "issued-worker-1"]
@@ -147,8 +141,9 @@ class CertManagerTest(OwnClusterTestCase):
         c = self.c
         self.op = Operator(c, "--tls")
         self.cert_manager = CertManager(c).start()
-        job = training_job("twice", epochs=20, max_steps=3000, restart_policy="OnFailure",
-                           backoff_limit=3)
+        # Some 30 s slowed down, the redone steps not counted: time for both pods to be replaced.
+        job = slowed_down(training_job("twice", epochs=20, max_steps=800,
+                                       restart_policy="OnFailure", backoff_limit=3))
         checkpoints_on_host(self, job)
         apply(c, job)
         self.wait_phase("twice", "Running", timeout=90)

@@ -15,7 +15,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from operator_harness import (apply, checkpoints_on_host, events_of, job_pods,  # noqa: E402
-                              live, live_pod, replica_key, training_job)
+                              live, live_pod, replica_key, slowed_down, training_job)
 from operator_test_case import SharedClusterTestCase  # noqa: E402
 
 NODE = "kubeps-node"
@@ -37,10 +37,10 @@ class ElasticJobTest(SharedClusterTestCase):
 
     def test_kubectl_scale_up_and_down_changes_the_workers_of_the_running_job(self):
         c = self.c
-        # Both scales take some 7 s from the start, about 2000 steps here:
-        # 6000 leaves room for a machine three times as slow, and not a
-        # minute of training alone after them.
-        job = training_job("elastic", epochs=40, max_steps=6000)
+        # Both scales take some 7 s from the start, about 200 steps slowed
+        # down (which paces the job alike on any machine): 700 leaves room
+        # for a cluster three times as slow.
+        job = slowed_down(training_job("elastic", epochs=40, max_steps=700))
         job["spec"]["progressIntervalMs"] = 200
         job["spec"]["replicaSpecs"]["worker"]["elasticPolicy"] = {"minReplicas": 1,
                                                                   "maxReplicas": 3}

@@ -20,7 +20,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from operator_harness import apply, job_pods, training_job  # noqa: E402
+from operator_harness import apply, job_pods, slowed_down, training_job  # noqa: E402
 from operator_test_case import SharedClusterTestCase  # noqa: E402
 
 CHANGED = "the job's token changed"
@@ -37,7 +37,9 @@ class JobTokenTest(SharedClusterTestCase):
 
     def test_a_rotated_secret_reaches_the_running_job_without_a_restart(self):
         c, name = self.c, "rotate"
-        apply(c, training_job(name, model="cnn", max_steps=150))
+        # Some 18 s of training at the pace slowed_down sets: time for the
+        # kubelet to rewrite the files and every process to read them.
+        apply(c, slowed_down(training_job(name, max_steps=500)))
         self.wait_phase(name, "Running", timeout=90)
         worker = lambda: [p for p in job_pods(c, name)  # noqa: E731
                           if p["metadata"]["labels"]["kubeps.io/replica-type"] == "worker"][0]

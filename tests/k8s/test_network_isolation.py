@@ -51,7 +51,8 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from operator_harness import Operator, apply, get_job, live_pod, training_job  # noqa: E402
+from operator_harness import (Operator, apply, get_job, live_pod, slowed_down,  # noqa: E402
+                              training_job)
 from operator_test_case import OperatorTestCase, new_cluster  # noqa: E402
 
 NODE = "kubeps-node"
@@ -158,14 +159,9 @@ class NetworkIsolationTest(OperatorTestCase):
                 cls.c.client.post("/api/v1/namespaces", {
                     "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
             # long enough to run through every test: deleted at the end
-            job = training_job(JOB, epochs=1000, max_steps=1000000, servers=1, workers=2)
-            # The tests need its pods talking, not its speed: its server
-            # holds each request up to 50 ms (KUBEPS_FAULTS' delay, a slow
-            # network), so it trains on a small share of a core.
-            job["spec"]["replicaSpecs"]["ps"]["template"] = {"spec": {"containers": [{
-                "name": "server", "env": [{"name": "KUBEPS_FAULTS",
-                                           "value": "delay=1,delay_max_ms=50"}]}]}}
-            apply(cls.c, job)
+            # (the tests need its pods talking, not its speed)
+            apply(cls.c, slowed_down(training_job(JOB, epochs=1000, max_steps=1000000, servers=1,
+                                                  workers=2)))
         except BaseException:
             cls.stop_all()
             raise
