@@ -4,11 +4,10 @@
 program beside its kubeps-agent. It trains to the accuracy measured for it; a
 SIGKILL of a worker's program, and later in the same job one of its agent,
 are repaired by the run policy, the worker keeps its rank and the job ends at
-the same accuracy; a
-SIGKILL of a parameter server rolls the job back to its checkpoint and it ends
-with the same parameters, bit for bit, as without it (and so under injected
-faults: test_user_code_faults); a manifest with neither a model nor a program
-fails `kubeps validate`, saying so.
+the same accuracy; a SIGKILL of a parameter server rolls the job back to its
+checkpoint and it ends with the same parameters, bit for bit, as without it
+(and so under injected faults: test_user_code_faults); a manifest with
+neither a model nor a program fails `kubeps validate`, saying so.
 """
 import os
 import re
@@ -22,9 +21,8 @@ from jobtools import KUBEPS, replica_pids, write_manifest
 from user_code_job import (EXAMPLE, KILL_AFTER_STEP, MIN_ACCURACY, RANK, STEPS, UserCodeJobCase,
                            accuracy_of, differing_parameters, example_manifest, worker_process)
 
+# worker-0's program's progress lines (every 50 steps).
 PROGRESS = re.compile(r"^\[worker-0/trainer\] step (\d+)/")
-
-
 # Checkpoints as a user of a long job keeps them: they change no bit, and a
 # killed server rolls back to the newest.
 CHECKPOINTS = {"checkpoint": {"intervalSteps": 50}}
