@@ -212,8 +212,13 @@ api::TrainingJob OwnProgramJob(const std::string& program) {
   return parsed.job.value_or(api::TrainingJob{});
 }
 
+// Its program says finish by leaving `done` in the shared folder. Stopped
+// after that (the runner stops an agent once its program has ended, and may
+// before the agent has looked again), it ends as the real one does: its
+// worker finished, which the stand-in servers wait for.
 constexpr char kAgentWaitingForItsProgram[] =
     "echo \"$@\" > \"$KUBEPS_RUN_DIR/$KUBEPS_NODE_ID.args\"\n"
+    "trap '[ -e \"$KUBEPS_SOCKET_DIR/done\" ] && exit 0; exit 143' TERM\n"
     "while [ ! -e \"$KUBEPS_SOCKET_DIR/done\" ]; do sleep 0.01; done";
 
 TEST_F(LocalRunnerTest, AJobsOwnProgramRunsBesideEachWorkersAgent) {
