@@ -10,9 +10,12 @@ ends as the clean one. The workers' and servers' files are gone when the job
 ends."""
 import os
 import tempfile
+import threading
+import time
 import unittest
 
-from jobtools import RunningJob, metric, scrape_while_running, tensor_bytes, write_manifest
+from jobtools import (RunningJob, metric, processes_with_env, scrape_while_running, tensor_bytes,
+                      write_manifest)
 from test_faults import MLP_PARAMS, sync_job
 
 WORKERS = ("worker-0", "worker-1")
@@ -22,9 +25,26 @@ WORKERS = ("worker-0", "worker-1")
 STEPS = 400
 
 
-def segments():
-    """The shared memory files kubeps processes of this uid have now."""
-    return {name for name in os.listdir("/dev/shm") if name.startswith("kubeps-")}
+def segments(pids):
+    """The shared memory files the kubeps processes `pids` made that are
+    there now. Their names carry the pid that made them:
+    kubeps-<replica>[-values]-<pid>-<random>. Those of other tests' jobs,
+    running beside this one, are not this test's to look at."""
+    return {name for name in os.listdir("/dev/shm")
+            if name.startswith("kubeps-") and int(name.rsplit("-", 2)[1]) in pids}
+
+
+def pids_while_running(job):
+    """Collects the pids of `job`'s processes until it ends, on a thread of
+    its own: the set it returns fills meanwhile."""
+    pids = set()
+
+    def collect():
+        while job.process.poll() is None:
+            pids.update(processes_with_env("KUBEPS_RUN_DIR", job.run_dir))
+            time.sleep(0.01)
+    threading.Thread(target=collect, daemon=True).start()
+    return pids
 
 
 class SharedMemoryTest(unittest.TestCase):
@@ -38,8 +58,12 @@ class SharedMemoryTest(unittest.TestCase):
         dump = os.path.join(self.dir, name + ".bin")
         path = write_manifest(self.dir, sync_job(name), name + ".yaml")
         job = RunningJob(path, env=dict(env, KUBEPS_MAX_STEPS=str(STEPS), KUBEPS_DUMP_PARAMS=dump))
+        pids = pids_while_running(job)
         scrapes = scrape_while_running(job, WORKERS, interval=0.1)
         self.assertEqual(job.wait(timeout=240), 0, job.output())
+        self.assertTrue(pids, job.output())
+        self.assertEqual(segments(pids), set(),
+                         "a worker or server of job %s left its shared memory behind" % name)
         for worker in WORKERS:
             self.assertIn(worker, scrapes, job.output())
         bytes_by_worker = {
@@ -52,7 +76,6 @@ class SharedMemoryTest(unittest.TestCase):
         return parameters, bytes_by_worker, job.output()
 
     def test_the_transport_changes_no_byte(self):
-        before = segments()
         over_tcp, tcp_bytes, _ = self.run_job("tcp", {"KUBEPS_SHARED_MEMORY": "0"})
         shared, shared_bytes, out = self.run_job("shared", {})
         copied, copied_bytes, copied_out = self.run_job("copied", {"KUBEPS_MAP_VALUES": "0"})
@@ -73,8 +96,6 @@ class SharedMemoryTest(unittest.TestCase):
             self.assertEqual(mapped, 0, worker)
         self.assertTrue(shared == over_tcp, "shared memory changed the parameters:\n" + out)
         self.assertTrue(copied == over_tcp, "copying changed the parameters:\n" + copied_out)
-        self.assertEqual(segments() - before, set(),
-                         "a worker or server left its shared memory behind")
 
 
 if __name__ == "__main__":
