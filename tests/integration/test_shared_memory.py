@@ -42,7 +42,7 @@ def pids_while_running(job):
     def collect():
         while job.process.poll() is None:
             pids.update(processes_with_env("KUBEPS_RUN_DIR", job.run_dir))
-            time.sleep(0.01)
+            time.sleep(0.1)  # each replica runs the whole job, seconds
     threading.Thread(target=collect, daemon=True).start()
     return pids
 

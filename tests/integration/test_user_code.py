@@ -77,8 +77,8 @@ class UserCodeTest(UserCodeJobCase):
     def progress_of_worker_0(job, since, from_step=0):
         """The times of worker-0's program's progress lines (every 50 steps)
         after `since`, of step `from_step` or later."""
-        return [t for t, line in list(job.lines) if t > since and PROGRESS.match(line) and
-                int(PROGRESS.match(line).group(1)) >= from_step]
+        matches = ((t, PROGRESS.match(line)) for t, line in list(job.lines) if t > since)
+        return [t for t, m in matches if m and int(m.group(1)) >= from_step]
 
     def test_a_killed_program_then_a_killed_agent_are_restarted_and_the_worker_keeps_its_rank(self):
         clean = accuracy_of(self.clean_run()[0])
