@@ -17,6 +17,8 @@ DedupTable::Verdict DedupTable::Begin(const v1::RequestId& id) {
       // A restarted process numbers its requests from scratch; what its
       // previous life sent has been settled or will never be resent.
       sender = Sender{id.incarnation(), 0, {}, {}};
+      // A resend of the previous life waiting below is judged again.
+      done_.notify_all();
     }
     if (id.acked_below() > sender.floor) {
       sender.floor = id.acked_below();
@@ -24,10 +26,12 @@ DedupTable::Verdict DedupTable::Begin(const v1::RequestId& id) {
     }
     if (id.seq() < sender.floor) return Verdict::kDuplicate;
     const uint64_t restores = restores_;
-    // `sender` is gone once a Restore replaced the records: looked at only
-    // while there was none.
-    done_.wait(lock, [&] { return restores_ != restores || !sender.in_flight.count(id.seq()); });
-    if (restores_ != restores) continue;  // judged again against the restored records
+    // `sender` is gone once a Restore replaced the records, and is another
+    // life's once a restarted process's first request reset it: looked at
+    // only while neither happened. Either way the request is judged again.
+    auto replaced = [&] { return restores_ != restores || sender.incarnation != id.incarnation(); };
+    done_.wait(lock, [&] { return replaced() || !sender.in_flight.count(id.seq()); });
+    if (replaced()) continue;
     // While we waited, the original may have settled and the floor moved past
     // it (its record then dropped): both mean it was applied.
     if (id.seq() < sender.floor || sender.applied.count(id.seq())) return Verdict::kDuplicate;
@@ -42,9 +46,10 @@ void DedupTable::Done(const v1::RequestId& id) {
     Sender& sender = senders_[id.node_id()];
     // A request of an incarnation that has since been replaced: the reset
     // already dropped its record, and its seq may now be the new one's.
-    if (id.incarnation() != sender.incarnation) return;
-    sender.in_flight.erase(id.seq());
-    if (id.seq() >= sender.floor) sender.applied.insert(id.seq());
+    if (id.incarnation() == sender.incarnation) {
+      sender.in_flight.erase(id.seq());
+      if (id.seq() >= sender.floor) sender.applied.insert(id.seq());
+    }
   }
   done_.notify_all();
 }

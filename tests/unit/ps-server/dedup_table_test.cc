@@ -238,5 +238,36 @@ TEST(DedupTableTest, OldIncarnationDoneDoesNotReleaseNewIncarnationsInFlightRequ
          "so the resend was applied a second time";
 }
 
+// A resend of the old life waits for its original when the restarted
+// process's first request resets the sender's record in place. Woken, it
+// must be judged as the old life's (refused), never against the new life's
+// record, where its seq is unknown: that would apply it a second time and
+// leave its seq in flight for good, so the new life's own request of that
+// seq would wait forever.
+TEST(DedupTableTest, AResendOfTheOldLifeWaitingWhenTheNewLifeArrivesIsRefused) {
+  DedupTable table;
+  table.SetCurrentIncarnations({{"worker-0", 1}});
+  const auto old_life = Id("worker-0", 1, 7);
+  ASSERT_EQ(table.Begin(old_life), Verdict::kApply);  // the original, being applied
+  auto resend = std::async(std::launch::async, [&] { return table.Begin(old_life); });
+  ASSERT_NE(resend.wait_for(50ms), std::future_status::ready) << "it waits for the original";
+
+  table.SetCurrentIncarnations({{"worker-0", 2}});  // the process restarted
+  const auto first = Id("worker-0", 2, 0);
+  ASSERT_EQ(table.Begin(first), Verdict::kApply);
+  table.Done(first);
+  ASSERT_EQ(resend.wait_for(5s), std::future_status::ready);
+  const Verdict verdict = resend.get();
+  EXPECT_EQ(verdict, Verdict::kStale) << "the old life's resend was judged as the new life's";
+  if (verdict == Verdict::kApply) table.Done(old_life);
+  table.Done(old_life);  // the original ends
+
+  const auto same_seq = Id("worker-0", 2, 7);
+  auto new_request = std::async(std::launch::async, [&] { return table.Begin(same_seq); });
+  ASSERT_EQ(new_request.wait_for(5s), std::future_status::ready)
+      << "the new life's request of the same seq waits for one that will never end";
+  EXPECT_EQ(new_request.get(), Verdict::kApply);
+}
+
 }  // namespace
 }  // namespace kubeps
