@@ -449,8 +449,13 @@ grpc::Status Shard::ApplyOnce(const v1::PushRequest& request, PushData& data,
     Apply(request, claims, non_finite >= 0, async_gradient, &updates);
     key_set_fixed_ = true;
     ++applied_pushes_;
-    uint64_t checkpoint_step = 0;
-    if (!options_.sync && CheckpointDue(&checkpoint_step)) *due = TakeCheckpoint(checkpoint_step);
+    if (!options_.sync) {
+      // Applied whole, under this lock: settled here, so that a checkpoint
+      // holding its update (this push's, or a later one's) holds its id.
+      dedup_.Done(request.id());
+      uint64_t checkpoint_step = 0;
+      if (CheckpointDue(&checkpoint_step)) *due = TakeCheckpoint(checkpoint_step);
+    }
     if (updates.empty()) --pushes_outside_lock_;
   }
   // Pushes waiting for this one's copy go on at once, not after its update.
@@ -466,7 +471,7 @@ grpc::Status Shard::ApplyOnce(const v1::PushRequest& request, PushData& data,
     }
     advanced_.notify_all();
   }
-  dedup_.Done(request.id());
+  if (options_.sync) dedup_.Done(request.id());
   pushes_.Increment();
   push_bytes_.Increment(static_cast<double>(data.size()));
   return grpc::Status::OK;

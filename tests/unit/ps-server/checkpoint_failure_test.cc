@@ -7,7 +7,8 @@
 // whom a read-only mode stops nothing.
 //
 // Also: each checkpoint read back is the shard's state at its step, though
-// the shard takes it into the message of the checkpoint before.
+// the shard takes it into the message of the checkpoint before; and an async
+// shard's checkpoint counts the pushes it holds as applied.
 #include <unistd.h>
 
 #include <filesystem>
@@ -37,11 +38,12 @@ class CheckpointFailureTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
 
-  void Start(uint64_t checkpoint_interval) {
-    ShardOptions options = shard_testing::PlainShardOptions(true, 1);
+  void Start(uint64_t checkpoint_interval, bool sync = true) {
+    ShardOptions options = shard_testing::PlainShardOptions(sync, 1);
     options.checkpoint_dir = dir_;
     options.checkpoint_interval = checkpoint_interval;
     shard_ = shard_testing::MakeShard(options);
+    options_ = options;
     v1::InitRequest init;
     init.mutable_id()->set_node_id("worker-0");
     AddPart(&init);
@@ -61,20 +63,24 @@ class CheckpointFailureTest : public ::testing::Test {
   // One sync step of the only worker; the shard then takes a checkpoint of
   // the state the step started from (LastCheckpointStep).
   void Step() {
+    ASSERT_TRUE(PushTo(*shard_).ok()) << "a failed checkpoint must not fail the push";
+    shard_->DrainCheckpoints();  // the push was answered before its checkpoint was written
+    ++step_;
+  }
+
+  // The next push of the only worker, a gradient of 0.5 each.
+  grpc::Status PushTo(Shard& shard) {
     v1::PushRequest request;
     request.mutable_id()->set_node_id("worker-0");
     request.mutable_id()->set_incarnation(1);
     request.mutable_id()->set_seq(seq_++);
     request.set_worker_rank(0);
     request.set_step(step_);
-    request.set_generation(shard_->generation());
+    request.set_generation(shard.generation());
     AddPart(&request);
     const std::string bytes = shard_testing::Bytes({0.5f, 0.5f, 0.5f});
     PushData data({bytes});
-    grpc::Status s = shard_->Push(request, data);
-    ASSERT_TRUE(s.ok()) << "a failed checkpoint must not fail the push: " << s.error_message();
-    shard_->DrainCheckpoints();  // the push was answered before its checkpoint was written
-    ++step_;
+    return shard.Push(request, data);
   }
 
   uint64_t LastCheckpointStep() const { return step_ - 1; }
@@ -89,6 +95,7 @@ class CheckpointFailureTest : public ::testing::Test {
   }
 
   std::string dir_;
+  ShardOptions options_;
   std::unique_ptr<Shard> shard_;
   uint64_t step_ = 0;
   uint64_t seq_ = 0;
@@ -169,6 +176,22 @@ TEST_F(CheckpointFailureTest, AFailedFinalCheckpointIsAnErrorNamingTheFolder) {
   Status s = shard_->WriteFinalCheckpoint();
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("checkpoint of step 1 into " + dir_ + " failed"));
+}
+
+// An async shard takes its checkpoint in the push that makes the count: the
+// checkpoint holds that push's update, so it must hold its id as applied.
+// Else a shard restarted from it applies the push again when its answer was
+// lost and the worker resends it.
+TEST_F(CheckpointFailureTest, AnAsyncCheckpointHoldsThePushThatTookItAsApplied) {
+  Start(1, /*sync=*/false);
+  Step();  // {1, 2, 3} - 0.5
+  auto restarted = shard_testing::MakeShard(options_);
+  ASSERT_EQ(restarted->LoadLatestCheckpoint(), 1);
+  ASSERT_EQ(restarted->PartValue(0, 0), (std::vector<float>{0.5f, 1.5f, 2.5f}));
+  seq_ = 0;  // the same push, resent
+  ASSERT_TRUE(PushTo(*restarted).ok());
+  EXPECT_EQ(restarted->PartValue(0, 0), (std::vector<float>{0.5f, 1.5f, 2.5f}))
+      << "the resent push was applied a second time";
 }
 
 }  // namespace
