@@ -323,7 +323,7 @@ grpc::Status Shard::Push(const v1::PushRequest& request, PushData& data) {
     return Invalid("worker_rank " + std::to_string(request.worker_rank()) + " outside [0, " +
                    std::to_string(options_.num_workers) + ")");
   }
-  if (static_cast<int>(request.contributors()) > options_.num_workers ||
+  if (request.contributors() > static_cast<uint32_t>(options_.num_workers) ||
       request.share() > request.global_batch()) {
     return Invalid("worker_rank " + std::to_string(request.worker_rank()) + ": contributors " +
                    std::to_string(request.contributors()) + " (at most " +

@@ -92,6 +92,10 @@ TEST(ElasticShardTest, PushesThatDisagreeOnTheStepsWorkersAreRefused) {
   s = Push(*shard, 1, 0, {1}, kSlots + 1, 1, 6);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("contributors 5 (at most 4)"));
+  // A count no int holds is as far out of range, not a negative one.
+  s = Push(*shard, 1, 0, {1}, 0x80000000u, 1, 6);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("contributors 2147483648 (at most 4)"));
   EXPECT_EQ(Push(*shard, 1, 0, {1}, 3, 7, 6).error_code(), grpc::StatusCode::INVALID_ARGUMENT)
       << "a share larger than the global batch";
 }
