@@ -131,6 +131,10 @@ Status OpenSegment(const std::string& name, uint64_t nonce, int flags, int* fd, 
                                    "\" is not a kubeps segment's name");
   }
   *fd = ::shm_open(name.c_str(), flags, 0);
+  // Gone: its creator freed it (a server's buffer, replaced at a rollback).
+  if (*fd < 0 && errno == ENOENT) {
+    return Status::Gone("cannot open /dev/shm/" + name + ": it no longer exists");
+  }
   if (*fd < 0) return Errno("cannot open", name);
   struct stat st {};
   if (::fstat(*fd, &st) != 0) return Errno("cannot stat", name);

@@ -99,7 +99,8 @@ uint64_t PageSize();
 // in place of what was mapped there. Privately: this process reads what the
 // segment's owner writes there, while its own writes stay its own (each page
 // copied on its first write), so it can never change the owner's values.
-// An error naming the file otherwise (what `at` held may then be zeroes).
+// An error naming the file otherwise (what `at` held may then be zeroes):
+// Gone where no such file exists any more.
 Status MapPrivately(const std::string& name, uint64_t nonce, uint64_t offset, uint64_t bytes,
                     void* at);
 

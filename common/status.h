@@ -23,7 +23,7 @@ class [[nodiscard]] Status {
     kAborted,      // the job rolled back to an earlier step: resume from it
     kUnavailable,  // the peer could not be reached, even after resends
     kPermissionDenied,
-    kGone,                // history compacted away (HTTP 410): list again
+    kGone,                // history compacted away (HTTP 410), a file freed: ask again
     kFailedPrecondition,  // a call out of order (before its setup, or twice)
     kInternal,            // a broken invariant, or a peer that broke its protocol
     kResourceExhausted,   // over a quota: waits until it frees

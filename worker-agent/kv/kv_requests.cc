@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "common/logging.h"
 #include "common/membership.h"
@@ -234,9 +235,12 @@ Status KVWorkerImpl::PushPullBatch(const std::vector<const Part*>& batch,
   if (Status pushed = PushSent(batch, step, push, s, start, "push and pull"); !pushed.ok())
     return pushed;
   if (!answer.ready) return Status::Ok();  // a peer is late: the caller pulls
+  Status taken =
+      PullAnswered(batch, push.header.then_pull(), offered, elements, values, pending, &answer);
+  if (taken.code() == Status::Code::kGone) return Status::Ok();  // the caller pulls again
   *answered = true;
   pull_latency_->Observe(SecondsSince(start));
-  return PullAnswered(batch, push.header.then_pull(), offered, elements, values, pending, &answer);
+  return taken;
 }
 
 Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
@@ -271,13 +275,21 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
     }
     if (!s.ok()) return s;
     if (answer.ready) {
+      Status taken = PullAnswered(batch, request, offered, elements, values, pending, &answer);
+      if (taken.code() == Status::Code::kGone) {
+        // The server freed the values it named since it answered: it rolled
+        // back (asked again, it says so) or is going away (a recovery
+        // follows). Asked again after a pause, as a pull not ready.
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
       if (StepTrace::Get().open()) {
         StepTrace::Get().Record("pull of version " + std::to_string(min_version) + ", " +
                                     TraceName(batch) + " (waits for every worker's push)",
                                 start, Clock::now());
       }
       pull_latency_->Observe(SecondsSince(start));
-      return PullAnswered(batch, request, offered, elements, values, pending, &answer);
+      return taken;
     }
     // Not ready: some worker has not pushed this step yet (slow, or being
     // restarted). Keep waiting, say so now and then, and give up only after

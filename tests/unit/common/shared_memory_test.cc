@@ -42,7 +42,7 @@ TEST(SharedSegmentTest, AServerMapsTheWorkersBytesAndTheWorkerDeletesItsFile) {
   worker.reset();
   EXPECT_FALSE(Exists(name));
   const Status gone = SharedSegment::Attach(name, nonce, &server);
-  EXPECT_FALSE(gone.ok());
+  EXPECT_EQ(gone.code(), Status::Code::kGone);
   EXPECT_NE(gone.message().find("cannot open /dev/shm/" + name), std::string::npos)
       << gone.message();
 }

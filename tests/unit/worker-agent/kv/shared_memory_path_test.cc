@@ -150,5 +150,27 @@ TEST(SharedMemoryPathTest, AnAnswerMappingWhatCannotBeMappedIsAnError) {
   path->EndPull(batch);
 }
 
+// A server frees a buffer when it rolls back to a checkpoint or shuts down,
+// and may do so between its answer naming the buffer and the worker mapping
+// it. That is no error in the answer: it says so (Gone), for the client to
+// pull again, and a rolled-back server then answers that it rolled back.
+TEST(SharedMemoryPathTest, AnAnswerNamingABufferTheServerFreedSinceIsGone) {
+  const std::vector<Part> parts = TwoBigPartsAndASmallTensor();
+  std::unique_ptr<SharedMemoryPath> path;
+  ASSERT_TRUE(SharedMemoryPath::Create("worker-0", parts, true, &path).ok());
+  std::vector<float*> values = {path->Destination(0, path->Values(0), 1), nullptr};
+  std::unique_ptr<ValueBuffer> buffer = ServerBuffer(1.0f);
+  const v1::MappedValues answer = MappedAnswer(0, *buffer, 1);
+  buffer.reset();
+  const std::vector<const Part*> batch = {&parts[0]};
+  v1::SharedMemoryRef ref;
+  ASSERT_TRUE(path->OpenPull(batch, values, &ref));
+  uint64_t version = 0;
+  const Status s = path->TakeLanded(batch, ref, {answer}, values, &version);
+  path->EndPull(batch);
+  EXPECT_EQ(s.code(), Status::Code::kGone) << s.message();
+  EXPECT_NE(s.message().find(answer.segment()), std::string::npos) << s.message();
+}
+
 }  // namespace
 }  // namespace kubeps
