@@ -101,8 +101,13 @@ Status CheckpointStore::Write(const v1::ShardCheckpoint& checkpoint) {
   return Status::Ok();
 }
 
-Status CheckpointStore::RemoveAll() {
+Status CheckpointStore::RemoveAll() { return RemoveFrom(0); }
+
+Status CheckpointStore::RemoveAfter(uint64_t step) { return RemoveFrom(step + 1); }
+
+Status CheckpointStore::RemoveFrom(uint64_t first) {
   for (uint64_t step : Steps()) {
+    if (step < first) continue;
     if (::unlink(PathOf(step).c_str()) != 0 && errno != ENOENT) {
       return Status::Error("cannot delete " + PathOf(step) + ": " + std::strerror(errno));
     }

@@ -50,6 +50,9 @@ class CheckpointStore {
   std::vector<uint64_t> Steps() const;
   // Deletes every checkpoint (an earlier run's, when the job starts fresh).
   Status RemoveAll();
+  // Deletes the checkpoints of the steps after `step` (a rollback to it
+  // abandoned them).
+  Status RemoveAfter(uint64_t step);
   // Never prune this step (-1: none).
   void KeepStep(int64_t step) { keep_step_ = step; }
   int64_t kept_step() const { return keep_step_; }
@@ -59,6 +62,7 @@ class CheckpointStore {
   explicit CheckpointStore(std::string dir) : dir_(std::move(dir)) {}
   std::string PathOf(uint64_t step) const;
   void SetAside(uint64_t step, std::string* skipped) const;
+  Status RemoveFrom(uint64_t first);  // the checkpoints of `first` and after
 
   std::string dir_;
   std::atomic<int64_t> keep_step_{-1};  // set by the heartbeat thread

@@ -324,9 +324,12 @@ class Shard {
   int quiescing_ = 0;       // callers of AwaitPushesOutsideLock waiting: pushes claim nothing
   uint64_t claims_made_ = 0;
   std::unique_ptr<CheckpointStore> checkpoints_;
-  mutable std::mutex write_mutex_;  // one checkpoint write at a time; guards the two below
+  mutable std::mutex write_mutex_;  // one checkpoint write at a time; guards the three below
   int failures_in_a_row_ = 0;
   std::string last_failure_;
+  // A checkpoint of an older generation, taken before a rollback and queued
+  // since, is not written: its step is of the timeline the rollback left.
+  uint64_t oldest_writable_generation_ = 0;
 
   prometheus::Counter& pushes_;
   prometheus::Counter& pulls_;

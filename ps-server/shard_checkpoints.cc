@@ -33,6 +33,7 @@ std::unique_ptr<v1::ShardCheckpoint> Shard::TakeCheckpoint(uint64_t step) {
   // filled again with as many bytes as before, without allocating.
   checkpoint->Clear();
   checkpoint->set_step(step);
+  checkpoint->set_generation(generation_);
   auto fill = [](std::string* to, const auto& v) {
     to->assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   };
@@ -75,6 +76,11 @@ void Shard::Install(const v1::ShardCheckpoint& checkpoint) {
 
 Status Shard::WriteCheckpoint(const v1::ShardCheckpoint& checkpoint) {
   std::lock_guard<std::mutex> lock(write_mutex_);
+  if (checkpoint.generation() < oldest_writable_generation_) {
+    KLOG_INFO << "not writing the checkpoint of step " << checkpoint.step() << " of generation "
+              << checkpoint.generation() << ": the job rolled back since";
+    return Status::Ok();
+  }
   Status s = checkpoints_->Write(checkpoint);
   if (!s.ok()) {
     // Loud: a shard whose checkpoints stop can make a later recovery
@@ -195,14 +201,21 @@ Status Shard::RestoreCheckpoint(uint64_t step, uint64_t generation) {
     // else a fresh start: nothing to restore; rank 0's Init fills this shard.
     generation_ = generation;
     awaiting_recovery_ = false;
+    // Before any push of the new generation can take a checkpoint (this
+    // lock), and while no write is under way (that one).
+    std::lock_guard<std::mutex> writing(write_mutex_);
+    oldest_writable_generation_ = generation;
+    if (read.ok()) {
+      // The steps after this one are of the timeline the job left; a later
+      // recovery must not find them (the redo may differ: a worker fewer).
+      if (Status removed = checkpoints_->RemoveAfter(step); !removed.ok())
+        KLOG_ERROR << removed.message();
+      // The shard is back on a step it holds: what it trains from here on
+      // is what a later write would protect.
+      failures_in_a_row_ = 0;
+    }
   }
   advanced_.notify_all();
-  if (read.ok()) {
-    // The shard is back on a step it holds: what it trains from here on is
-    // what a later write would protect.
-    std::lock_guard<std::mutex> lock(write_mutex_);
-    failures_in_a_row_ = 0;
-  }
   KLOG_INFO << (read.ok() ? "rolled back to the checkpoint of step " : "started empty at step ")
             << step << " (generation " << generation << ")";
   return Status::Ok();

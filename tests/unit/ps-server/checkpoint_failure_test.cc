@@ -194,5 +194,23 @@ TEST_F(CheckpointFailureTest, AnAsyncCheckpointHoldsThePushThatTookItAsApplied) 
       << "the resent push was applied a second time";
 }
 
+// A rollback to step S abandons the steps after it: a checkpoint of one of
+// them is of a timeline the job no longer follows (after a worker was
+// dropped, or a shard's write lagged, the redo differs), and if it stayed,
+// a later recovery could find that step on every shard, some of the old
+// timeline and some of the new, and restore a model of both.
+TEST_F(CheckpointFailureTest, ARollbackRemovesTheCheckpointsOfTheStepsItAbandons) {
+  Start(1);
+  for (int i = 0; i < 4; ++i) Step();  // steps 0 to 3 written
+  ASSERT_THAT(shard_->CheckpointSteps(), ::testing::ElementsAre(0, 1, 2, 3));
+  ASSERT_TRUE(shard_->RestoreCheckpoint(1, 1).ok());
+  EXPECT_THAT(shard_->CheckpointSteps(), ::testing::ElementsAre(0, 1));
+  // The new timeline writes them again.
+  step_ = 1;
+  Step();
+  Step();
+  EXPECT_THAT(shard_->CheckpointSteps(), ::testing::ElementsAre(0, 1, 2));
+}
+
 }  // namespace
 }  // namespace kubeps
