@@ -202,8 +202,10 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
       steps.assign(node.checkpoint_steps().begin(), node.checkpoint_steps().end());
       // A run that asked to start fresh: what this shard holds is an earlier
       // run's. Only before the first start: a shard restarted mid-job needs
-      // its checkpoints for the recovery.
-      if (!started_ && !node.registered_before() && !options_.resume && !steps.empty()) {
+      // its checkpoints for the recovery, and so does one restarted with
+      // this scheduler (a drain), once a node that ran on has said so.
+      if (!started_ && !restarted_ && !node.registered_before() && !options_.resume &&
+          !steps.empty()) {
         KLOG_INFO << "server " << node.node_id() << " holds checkpoints of an earlier run (steps "
                   << JoinSteps(steps) << "); spec.checkpoint.resume is false: it discards them";
         response->set_discard_checkpoints(true);

@@ -133,6 +133,33 @@ TEST(FirstStartTest, ResumeFalseDiscardsAndStartsEmptyInGenerationOne) {
   EXPECT_FALSE(RegisterServer(*s, "server-1", {0}, 2).discard_checkpoints());
 }
 
+// A drain stops the scheduler and a server together: the new scheduler hears
+// from the nodes that ran on (registered before) and from the server's new
+// process, which did not. Its checkpoints are this run's, needed for the
+// recovery its restart calls for: never discarded as an earlier run's.
+TEST(FirstStartTest, AServerRestartedWithTheSchedulerKeepsItsCheckpointsWithResumeFalse) {
+  auto s = MakeScheduler(false);
+  auto again = [&](v1::Role role, const std::string& id, const std::vector<uint64_t>& steps) {
+    v1::RegisterRequest request;
+    v1::NodeInfo* node = request.mutable_node();
+    node->set_node_id(id);
+    node->set_role(role);
+    node->set_address(id + ":1");
+    node->set_incarnation(1);
+    node->set_registered_before(true);
+    for (uint64_t step : steps) node->add_checkpoint_steps(step);
+    v1::RegisterResponse response;
+    ASSERT_TRUE(s->Register(&request, &response).ok());
+    EXPECT_FALSE(response.discard_checkpoints()) << id;
+  };
+  again(v1::SERVER, "server-1", {100, 200});
+  again(v1::WORKER, "worker-0", {});
+  EXPECT_FALSE(RegisterServer(*s, "server-0", {100, 200}, 2).discard_checkpoints());
+  v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {});
+  EXPECT_EQ(beat.failure(), "");
+  EXPECT_EQ(beat.restore_step(), 200u) << "the recovery goes to the newest common step";
+}
+
 TEST(FirstStartTest, NoCommonStepFailsNamingTheFolders) {
   auto s = MakeScheduler(true, "/runs/job/checkpoints");
   RegisterServer(*s, "server-0", {300});
