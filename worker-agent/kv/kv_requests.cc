@@ -276,24 +276,23 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
     if (!s.ok()) return s;
     if (answer.ready) {
       Status taken = PullAnswered(batch, request, offered, elements, values, pending, &answer);
-      if (taken.code() == Status::Code::kGone) {
-        // The server freed the values it named since it answered: it rolled
-        // back (asked again, it says so) or is going away (a recovery
-        // follows). Asked again after a pause, as a pull not ready.
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-        continue;
+      if (taken.code() != Status::Code::kGone) {
+        if (StepTrace::Get().open()) {
+          StepTrace::Get().Record("pull of version " + std::to_string(min_version) + ", " +
+                                      TraceName(batch) + " (waits for every worker's push)",
+                                  start, Clock::now());
+        }
+        pull_latency_->Observe(SecondsSince(start));
+        return taken;
       }
-      if (StepTrace::Get().open()) {
-        StepTrace::Get().Record("pull of version " + std::to_string(min_version) + ", " +
-                                    TraceName(batch) + " (waits for every worker's push)",
-                                start, Clock::now());
-      }
-      pull_latency_->Observe(SecondsSince(start));
-      return taken;
+      // The server freed the values it named since it answered: it rolled
+      // back (asked again, it says so) or is going away (a recovery
+      // follows). Asked again after a pause, as a pull not ready.
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    // Not ready: some worker has not pushed this step yet (slow, or being
-    // restarted). Keep waiting, say so now and then, and give up only after
-    // the peer wait limit.
+    // Not ready (or gone): some worker has not pushed this step yet (slow,
+    // or being restarted). Keep waiting, say so now and then, and give up
+    // only after the peer wait limit.
     if (SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) {
       return Status::Error("gave up waiting for version " + std::to_string(min_version) + " on " +
                            ServerName(server) + " after " +
