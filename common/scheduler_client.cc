@@ -182,6 +182,7 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   restore_step_ = response.restore_step();
   answer->generation = response.generation();
   answer->restore_step = response.restore_step();
+  answer->keep_state = response.keep_state();
   answer->generation_ready = response.generation_ready();
   answer->shutdown = response.shutdown();
   answer->common_checkpoint_step = response.common_checkpoint_step();

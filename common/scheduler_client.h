@@ -66,6 +66,7 @@ struct ClusterInfo {
 struct HeartbeatAnswer {
   uint64_t generation = 0;              // bumps at every recovery
   uint64_t restore_step = 0;            // the step the current generation resumes from
+  bool keep_state = false;              // servers: enter the generation, restore nothing
   bool generation_ready = true;         // every shard has restored it
   bool shutdown = false;                // every worker finished: the job is over
   int64_t common_checkpoint_step = -1;  // the newest step every shard holds, -1 = none known

@@ -234,8 +234,13 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
   }
   Member& member = members_[node.node_id()];
   // A resend of the same life's registration keeps its key.
-  if (member.registration_key.empty() || member.info.incarnation() != node.incarnation())
+  const bool new_life =
+      member.registration_key.empty() || member.info.incarnation() != node.incarnation();
+  if (new_life) {
     member.registration_key = NewRegistrationKey();
+    member.keeps_state = node.role() == v1::SERVER && !options_.sync && !node.registered_before() &&
+                         (started_ || restarted_);
+  }
   member.info = node;
   member.info.set_rank(rank);
   member.last_seen = Clock::now();
@@ -477,6 +482,7 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
   }
   response->set_generation(generation_);
   response->set_restore_step(restore_step_);
+  response->set_keep_state(current && it->second.keeps_state);
   response->set_generation_ready(
       failure_.empty() &&
       (generation_ == 0 || static_cast<int>(restored_.size()) == options_.num_servers));

@@ -112,6 +112,9 @@ class Scheduler {
     v1::NodeInfo info;
     Clock::time_point last_seen;
     std::string registration_key;  // given to the process that registered
+    // An async job's server whose process started after the job did: it
+    // keeps what it loaded (HeartbeatResponse.keep_state).
+    bool keeps_state = false;
   };
   bool ViewReady() const;                                                 // requires mutex_
   grpc::Status LongPollOutcome(const char* call, LongPollEnd end) const;  // requires mutex_

@@ -237,6 +237,10 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
       return Status::Error("the scheduler stopped the job: " + answer.failure);
     shard->KeepCheckpoint(answer.common_checkpoint_step);
     shard->SetCurrentIncarnations(answer.worker_incarnations);
+    if (answer.generation > shard->generation() && answer.keep_state) {
+      shard->EnterGeneration(answer.generation);
+      continue;  // report it at once
+    }
     if (answer.generation > shard->generation()) {
       if (Status r = shard->RestoreCheckpoint(answer.restore_step, answer.generation); !r.ok()) {
         if (config.checkpoint_dir.empty()) {

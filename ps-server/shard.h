@@ -134,6 +134,9 @@ class Shard {
   // Step 0 on a shard that holds nothing and has no checkpoint of it (a
   // fresh start) just enters the generation.
   Status RestoreCheckpoint(uint64_t step, uint64_t generation);
+  // Async: enters `generation` keeping the state (a restarted async shard
+  // goes on from the checkpoint it loaded; the job rolls nothing back).
+  void EnterGeneration(uint64_t generation);
   uint64_t generation() const;
 
   // Current value of a part, for tests and checkpoints; empty if unknown.

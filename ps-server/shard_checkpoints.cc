@@ -179,6 +179,15 @@ Status Shard::WriteFinalCheckpoint() {
   return Status::Ok();
 }
 
+void Shard::EnterGeneration(uint64_t generation) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    generation_ = generation;
+  }
+  advanced_.notify_all();
+  KLOG_INFO << "entered generation " << generation << " with the state it loaded";
+}
+
 Status Shard::RestoreCheckpoint(uint64_t step, uint64_t generation) {
   if (!checkpoints_) return Status::Error("cannot roll back: this shard keeps no checkpoints");
   // The checkpoints taken before the rollback are on disk (or failed) before

@@ -194,6 +194,21 @@ TEST_F(CheckpointFailureTest, AnAsyncCheckpointHoldsThePushThatTookItAsApplied) 
       << "the resent push was applied a second time";
 }
 
+// An async shard restarted after the job's first start over checkpoints
+// (generation 1) enters it with what it loaded, and serves its pushes.
+TEST_F(CheckpointFailureTest, AnAsyncShardEntersAGenerationKeepingWhatItLoaded) {
+  Start(1, /*sync=*/false);
+  Step();
+  Step();  // {1, 2, 3} - 2 * 0.5
+  auto restarted = shard_testing::MakeShard(options_);
+  ASSERT_EQ(restarted->LoadLatestCheckpoint(), 2);
+  restarted->EnterGeneration(1);
+  EXPECT_EQ(restarted->generation(), 1u);
+  EXPECT_EQ(restarted->PartValue(0, 0), (std::vector<float>{0, 1, 2}));
+  EXPECT_TRUE(PushTo(*restarted).ok());  // the next push, of generation 1
+  EXPECT_EQ(restarted->PartValue(0, 0), (std::vector<float>{-0.5f, 0.5f, 1.5f}));
+}
+
 // A rollback to step S abandons the steps after it: a checkpoint of one of
 // them is of a timeline the job no longer follows (after a worker was
 // dropped, or a shard's write lagged, the redo differs), and if it stayed,

@@ -37,8 +37,10 @@ TEST(NewestCommonStepTest, NoneInCommonIsMinusOne) {
   EXPECT_EQ(NewestCommonStep({}), -1);
 }
 
-std::unique_ptr<Scheduler> MakeScheduler(bool resume, const std::string& dir = "/ckpt") {
+std::unique_ptr<Scheduler> MakeScheduler(bool resume, const std::string& dir = "/ckpt",
+                                         bool sync = true) {
   SchedulerOptions options;
+  options.sync = sync;
   options.num_servers = 2;
   options.num_workers = 1;
   options.resume = resume;
@@ -158,6 +160,29 @@ TEST(FirstStartTest, AServerRestartedWithTheSchedulerKeepsItsCheckpointsWithResu
   v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {});
   EXPECT_EQ(beat.failure(), "");
   EXPECT_EQ(beat.restore_step(), 200u) << "the recovery goes to the newest common step";
+}
+
+// An async job rolls nothing back when a shard restarts: the shard goes on
+// from its own newest checkpoint. After a first start over checkpoints
+// (generation 1), its new process must enter that generation keeping what it
+// loaded, never restore the step the job resumed from, which retention may
+// have pruned (the restore fails, and so do the restarts) or which would
+// silently take the shard back.
+TEST(FirstStartTest, AnAsyncShardRestartedAfterTheFirstStartKeepsWhatItLoaded) {
+  auto s = MakeScheduler(true, "/ckpt", /*sync=*/false);
+  RegisterServer(*s, "server-0", {10});
+  RegisterServer(*s, "server-1", {10});
+  RegisterWorker(*s);
+  ASSERT_EQ(Beat(*s, "worker-0", 0, {}).restore_step(), 10u);
+  EXPECT_FALSE(Beat(*s, "server-0", 1, {10}).keep_state());
+  Beat(*s, "server-1", 1, {10});
+  // server-0 restarts, having loaded its newest, 500.
+  RegisterServer(*s, "server-0", {10, 500}, 2);
+  v1::HeartbeatResponse beat = Beat(*s, "server-0", 0, {10, 500}, 2);
+  EXPECT_EQ(beat.generation(), 1u);
+  EXPECT_TRUE(beat.keep_state()) << "it would restore step " << beat.restore_step();
+  EXPECT_FALSE(Beat(*s, "server-1", 1, {10, 500}).keep_state());
+  // A sync job's restarted shard rolls the job back instead (RecoveryStepTest).
 }
 
 TEST(FirstStartTest, NoCommonStepFailsNamingTheFolders) {
