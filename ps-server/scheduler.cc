@@ -201,9 +201,8 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
       std::vector<uint64_t>& steps = checkpoint_steps_[node.node_id()];
       steps.assign(node.checkpoint_steps().begin(), node.checkpoint_steps().end());
       // A run that asked to start fresh: what this shard holds is an earlier
-      // run's. Only before the first start: a shard restarted mid-job needs
-      // its checkpoints for the recovery, and so does one restarted with
-      // this scheduler (a drain), once a node that ran on has said so.
+      // run's. Only before the first start, and not after a scheduler restart:
+      // a shard restarted mid-job (or in a drain) needs them for the recovery.
       if (!started_ && !restarted_ && !node.registered_before() && !options_.resume &&
           !steps.empty()) {
         KLOG_INFO << "server " << node.node_id() << " holds checkpoints of an earlier run (steps "
@@ -234,9 +233,7 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
   }
   Member& member = members_[node.node_id()];
   // A resend of the same life's registration keeps its key.
-  const bool new_life =
-      member.registration_key.empty() || member.info.incarnation() != node.incarnation();
-  if (new_life) {
+  if (member.registration_key.empty() || member.info.incarnation() != node.incarnation()) {
     member.registration_key = NewRegistrationKey();
     member.keeps_state = node.role() == v1::SERVER && !options_.sync && !node.registered_before() &&
                          (started_ || restarted_);
