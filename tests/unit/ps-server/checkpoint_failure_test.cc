@@ -7,8 +7,10 @@
 // whom a read-only mode stops nothing.
 //
 // Also: each checkpoint read back is the shard's state at its step, though
-// the shard takes it into the message of the checkpoint before; and an async
-// shard's checkpoint counts the pushes it holds as applied.
+// the shard takes it into the message of the checkpoint before; an async
+// shard's checkpoint counts the pushes it holds as applied, and a restarted
+// one enters the job's generation with what it loaded; a rollback deletes
+// the checkpoints of the steps it abandons.
 #include <unistd.h>
 
 #include <filesystem>
