@@ -36,19 +36,25 @@ exec "%(agent)s" "$@"
 """
 
 
-def wait_for_exec(pid, binary, timeout=30):
-    """Waits until process `pid` runs `binary`. Until the wrapper execs the
-    agent, its /proc environ is the one it started with, without the
-    variables it exports (the test once read it in that window and failed)."""
+def environment_after_exec(pid, binary, timeout=30):
+    """The environment of process `pid` once it runs `binary`. Until the
+    wrapper execs the agent, /proc's environ is the shell's, without the
+    variables it exports (the test once read it in that window and failed).
+    Inside exec, /proc's exe already names the new binary while the new
+    memory's environment is not yet laid out, and environ reads empty (the
+    test failed so once under load): it is read until it is not."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         try:
             if os.readlink("/proc/%d/exe" % pid) == os.path.realpath(binary):
-                return
+                with open("/proc/%d/environ" % pid, "rb") as f:
+                    variables = [v for v in f.read().split(b"\0") if v]
+                if variables:
+                    return variables
         except OSError:
             pass
         time.sleep(0.01)
-    raise AssertionError("process %d never ran %s" % (pid, binary))
+    raise AssertionError("process %d never ran %s with an environment" % (pid, binary))
 
 
 @unittest.skipUnless(LIBFAKETIME, "needs libfaketime (scripts/install-deps.sh installs faketime)")
@@ -90,10 +96,9 @@ class ClockBehindTest(unittest.TestCase):
         open(marker, "w").close()
         os.kill(old, signal.SIGKILL)
         restarted = wait_for_replica_pid(job, "worker-1", exclude=[old])
-        wait_for_exec(restarted, os.path.join(BIN_DIR, "kubeps-agent"))
-        with open("/proc/%d/environ" % restarted, "rb") as f:
-            self.assertIn(b"FAKETIME=-1h", f.read().split(b"\0"),
-                          "the restarted worker does not run an hour behind")
+        self.assertIn(b"FAKETIME=-1h",
+                      environment_after_exec(restarted, os.path.join(BIN_DIR, "kubeps-agent")),
+                      "the restarted worker does not run an hour behind")
 
         # Before the fix the job hung here: every push of the new life was
         # answered OK and dropped.
