@@ -34,6 +34,7 @@ std::map<std::string, std::string> EncodePodEnv(const TrainingJob& job, const st
       {env::kResendTimeoutMs, std::to_string(job.spec.resend_timeout_ms)},
       {env::kMaxResends, std::to_string(job.spec.max_resends)},
       {env::kCheckpointDir, job.spec.checkpoint_path},
+      {env::kRunId, job.uid},
   };
 }
 
@@ -85,6 +86,9 @@ void AddNodeFlags(CLI::App* app, NodeConfig* c) {
          "(0: none), which a built-in model computes on and a server splits a big part's "
          "update over, or one thread where it is 0");
   text(env::kCheckpointDir, &c->checkpoint_dir, "servers: checkpoints go to <dir>/<node id>/");
+  text(env::kRunId, &c->run_id,
+       "this run of the job (the TrainingJob's UID): with spec.checkpoint.resume false, servers "
+       "delete checkpoints another run left (empty: they keep every checkpoint)");
   text(env::kSocketDir, &c->socket_dir,
        "workers with --serve: the directory shared with the training process (agent.sock, "
        "agent.json, the tensors' shared memory)");

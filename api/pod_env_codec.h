@@ -55,6 +55,10 @@ inline constexpr const char* kOverlap = "KUBEPS_OVERLAP";
 // (default 1 MiB; 0: every layer on its own).
 inline constexpr const char* kBucketBytes = "KUBEPS_BUCKET_BYTES";
 inline constexpr const char* kCheckpointDir = "KUBEPS_CHECKPOINT_DIR";  // servers: <dir>/<node id>/
+// This run of the job: on Kubernetes the TrainingJob's UID, a new one for
+// every `kubeps run`. With spec.checkpoint.resume false a server deletes the
+// checkpoints another run left, and keeps its own run's when it restarts.
+inline constexpr const char* kRunId = "KUBEPS_RUN_ID";
 // Workers serving a training process (kubeps-agent --serve): the directory
 // both containers mount (docs/sidecar-protocol.md).
 // A file where a replica writes why it ended, one line "Reason: message"
@@ -92,6 +96,7 @@ struct NodeConfig {
   int blas_threads = 0;  // 0: as many as the cores the process may use (common/usable_cores.h)
   int cpu_request = -1;  // -1: not given (a local run)
   std::string checkpoint_dir;
+  std::string run_id;
   std::string socket_dir;
   std::string desired_workers_file;
 };

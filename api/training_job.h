@@ -176,6 +176,9 @@ struct TrainingJobSpec {
 struct TrainingJob {
   std::string name;  // metadata.name
   std::string namespace_ = "default";
+  // This run's identity: metadata.uid on Kubernetes (set by the operator), a
+  // new one for every `kubeps run`. Not part of the manifest's JSON.
+  std::string uid;
   TrainingJobSpec spec;
 };
 

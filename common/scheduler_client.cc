@@ -76,6 +76,8 @@ Status SchedulerClient::RegisterAgain(uint64_t seen,
   request.mutable_node()->set_generation(generation_.load());
   request.mutable_node()->set_restore_step(restore_step_.load());
   request.mutable_node()->set_registered_before(true);
+  if (options_.awaits_recovery)
+    request.mutable_node()->set_awaits_recovery(options_.awaits_recovery());
   {
     std::lock_guard<std::mutex> lock(membership_mutex_);
     *request.mutable_node()->mutable_membership() = membership_;
@@ -110,7 +112,6 @@ Status SchedulerClient::Register(int* rank) {
   });
   if (!s.ok()) return s;
   *rank = response.rank();
-  discard_checkpoints_ = response.discard_checkpoints();
   {
     std::lock_guard<std::mutex> lock(key_mutex_);
     registration_key_ = response.registration_key();

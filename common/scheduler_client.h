@@ -17,6 +17,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -47,6 +48,9 @@ struct SchedulerClientOptions {
   std::string metrics_address;
   int64_t checkpoint_step = -1;            // servers: the checkpoint loaded at start, -1 = none
   std::vector<uint64_t> checkpoint_steps;  // servers: every step they hold at start
+  // Servers: whether the shard still waits for the recovery its restart
+  // calls for (NodeInfo.awaits_recovery), asked when registering again.
+  std::function<bool()> awaits_recovery;
   ResendPolicy resend;
   int long_poll_ms = 500;            // server-side wait of one cluster-view or barrier poll
   int peer_wait_limit_ms = 600000;   // give up waiting for the scheduler or slow peers after this
@@ -94,9 +98,6 @@ class SchedulerClient {
   // Registers and remembers the rank. Heartbeat and Finish register again,
   // on their own, with a scheduler that restarted and forgot this node.
   Status Register(int* rank);
-  // Servers, after Register: the scheduler said to delete the checkpoints
-  // of an earlier run (spec.checkpoint.resume false).
-  bool discard_checkpoints() const { return discard_checkpoints_; }
   Status AwaitClusterView(ClusterInfo* cluster);
   // One beat, one attempt. Servers report the generation they restored and
   // the steps they hold checkpoints of.
@@ -137,7 +138,6 @@ class SchedulerClient {
   MetricsServer* metrics_;
   std::unique_ptr<ResendCaller> caller_;
   std::unique_ptr<Stub> stub_;
-  bool discard_checkpoints_ = false;
   // What the newest registration answered; Finish proves with it that this
   // process is the node it names.
   std::mutex key_mutex_;

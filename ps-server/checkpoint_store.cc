@@ -51,6 +51,22 @@ void SyncFolder(const std::string& dir) {
   ::close(fd);
 }
 
+// A small file, whole or not at all: written aside, flushed, renamed over.
+Status WriteTextDurably(const std::string& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir + "/" + name, aside = path + ".tmp";
+  int fd = ::open(aside.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Error("cannot create " + aside + ": " + std::strerror(errno));
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+            ::fsync(fd) == 0;
+  ok = ::close(fd) == 0 && ok;
+  if (!ok || std::rename(aside.c_str(), path.c_str()) != 0)
+    return Status::Error("cannot write " + path + ": " + std::strerror(errno));
+  SyncFolder(dir);
+  return Status::Ok();
+}
+
+constexpr char kRunFile[] = "run";
+
 }  // namespace
 
 Status CheckpointStore::Open(const std::string& dir, std::unique_ptr<CheckpointStore>* out) {
@@ -99,6 +115,19 @@ Status CheckpointStore::Write(const v1::ShardCheckpoint& checkpoint) {
     if (step != kept && !may_become_common) ::unlink(PathOf(steps[i]).c_str());
   }
   return Status::Ok();
+}
+
+Status CheckpointStore::ClaimForRun(const std::string& run_id, bool resume, size_t* removed) {
+  *removed = 0;
+  if (run_id.empty()) return Status::Ok();
+  std::string recorded;
+  std::getline(std::ifstream(dir_ + "/" + kRunFile), recorded);
+  if (recorded == run_id) return Status::Ok();
+  if (!resume) {
+    *removed = Steps().size();
+    if (Status s = RemoveAll(); !s.ok()) return s;
+  }
+  return WriteTextDurably(dir_, kRunFile, run_id + "\n");
 }
 
 Status CheckpointStore::RemoveAll() { return RemoveFrom(0); }

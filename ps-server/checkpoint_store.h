@@ -10,7 +10,8 @@
 // checkpoints a heartbeat late, so one of them may be the next common step,
 // and pruning it before the scheduler says so could leave a recovery
 // nothing newer than step 0. A file that cannot be read is renamed aside
-// ("<name>.damaged") and never loaded.
+// ("<name>.damaged") and never loaded. "<dir>/run" names the run the
+// checkpoints belong to (ClaimForRun).
 //
 // Not synchronised: the shard calls it under its own lock.
 #ifndef KUBEPS_PS_SERVER_CHECKPOINT_STORE_H_
@@ -48,7 +49,18 @@ class CheckpointStore {
   void SetAsideDamaged(std::string* skipped) const;
   // Steps that have a checkpoint, oldest first.
   std::vector<uint64_t> Steps() const;
-  // Deletes every checkpoint (an earlier run's, when the job starts fresh).
+  // Records that the checkpoints belong to run `run_id` (on Kubernetes the
+  // TrainingJob's UID, a new one for every `kubeps run`). Without `resume`
+  // (spec.checkpoint.resume false), checkpoints of another run (another id,
+  // or none recorded) are deleted first, and *removed says how many: the job
+  // starts fresh, while a process of this run that restarted keeps its own,
+  // which the recovery its restart calls for needs. The server decides this
+  // from its own folder, before it registers: a scheduler deciding it had to
+  // know whether the job ran before, which a scheduler restarted with the
+  // server does not. An empty `run_id` (a server started by hand) records
+  // nothing and deletes nothing.
+  Status ClaimForRun(const std::string& run_id, bool resume, size_t* removed);
+  // Deletes every checkpoint.
   Status RemoveAll();
   // Deletes the checkpoints of the steps after `step` (a rollback to it
   // abandoned them).

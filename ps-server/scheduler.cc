@@ -198,19 +198,8 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
     rank = FreeRank(*ids, PreferredRank(node.node_id()), expected);
     (*ids)[rank] = node.node_id();
     if (node.role() == v1::SERVER) {
-      std::vector<uint64_t>& steps = checkpoint_steps_[node.node_id()];
-      steps.assign(node.checkpoint_steps().begin(), node.checkpoint_steps().end());
-      // A run that asked to start fresh: what this shard holds is an earlier
-      // run's. Only before the first start, and not after a scheduler restart:
-      // a shard restarted mid-job (or in a drain) needs them for the recovery.
-      if (!started_ && !restarted_ && !node.registered_before() && !options_.resume &&
-          !steps.empty()) {
-        KLOG_INFO << "server " << node.node_id() << " holds checkpoints of an earlier run (steps "
-                  << JoinSteps(steps) << "); spec.checkpoint.resume is false: it discards them";
-        response->set_discard_checkpoints(true);
-        steps.clear();
-        discarded_ = true;
-      }
+      checkpoint_steps_[node.node_id()].assign(node.checkpoint_steps().begin(),
+                                               node.checkpoint_steps().end());
     }
     // A node registering again: this scheduler restarted and lost its
     // memory. The job's recovery state is rebuilt from what the nodes know
@@ -247,18 +236,8 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
     started_ = true;
     if (!restarted_) {
       FirstStart();
-    } else if (options_.sync) {
-      // A server registering for the first time with a restarted scheduler
-      // is a new process of one that ran before (a drain stops the
-      // scheduler and servers together): its shard restored a checkpoint and
-      // waits for the rollback its restart calls for, as if this scheduler
-      // had seen it come back.
-      for (const std::string& id : server_ids_) {
-        if (!members_[id].info.registered_before()) {
-          StartRecovery(members_[id].info);
-          break;
-        }
-      }
+    } else {
+      ServersRestartedWithTheScheduler();
     }
     // Every worker that registered: they wait for the view, silent till then.
     elastic_.Start(RegisteredWorkers(/*beating=*/false), restore_step_, Clock::now());
@@ -290,19 +269,9 @@ std::string Scheduler::DescribeSteps() const {
 }
 
 void Scheduler::FirstStart() {
-  bool any = discarded_;
+  bool any = false;
   for (const auto& steps : ServerSteps()) any = any || !steps.empty();
   if (!any) return;  // a new job: nothing to resume, generation 0 as always
-  if (!options_.resume) {
-    // Generation 1 at step 0 on empty shards: the workers wait for every
-    // shard to have discarded its old checkpoints before they start.
-    generation_ = 1;
-    restore_step_ = 0;
-    restored_.clear();
-    KLOG_INFO << "first start: the shards discarded an earlier run's checkpoints; training starts "
-                 "fresh (generation 1)";
-    return;
-  }
   const int64_t common = NewestCommonStep(ServerSteps());
   if (common < 0) {
     failure_ = "the job cannot resume: its shards hold no checkpoint step in common (" +
@@ -317,6 +286,27 @@ void Scheduler::FirstStart() {
   restored_.clear();
   KLOG_INFO << "first start over existing checkpoints: the job resumes from step " << common
             << ", the newest every shard holds (" << DescribeSteps() << ")";
+}
+
+void Scheduler::ServersRestartedWithTheScheduler() {
+  for (const std::string& id : server_ids_) {
+    Member& member = members_[id];
+    const v1::NodeInfo& server = member.info;
+    if (!options_.sync) {
+      // Its process is new: it goes on from what it loaded.
+      member.keeps_state = !server.registered_before();
+      continue;
+    }
+    // A drain stops the scheduler and servers together: a server's new
+    // process restored a checkpoint and waits for the rollback its restart
+    // calls for, as if this scheduler had seen it come back. So does one
+    // whose recovery the scheduler before opened and died with, unheard.
+    if (!server.registered_before() ||
+        (server.awaits_recovery() && server.generation() >= generation_)) {
+      StartRecovery(server);
+      return;
+    }
+  }
 }
 
 void Scheduler::StartRecovery(const v1::NodeInfo& server) {

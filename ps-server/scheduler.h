@@ -20,13 +20,18 @@
 //    newest: one shard's checkpoints may lag. None in common fails the job.
 //  - First start over old checkpoints (a job run again with the same
 //    checkpoint folder): once every node has registered for the first time,
-//    the scheduler opens generation 1 at the newest step every shard holds
-//    (spec.checkpoint.resume, the default), and the workers resume there; with
-//    resume false it tells the shards to delete them and opens generation 1
-//    at step 0 on empty shards. This happens once, when `started_` turns
+//    the scheduler opens generation 1 at the newest step every shard holds,
+//    and the workers resume there. (With spec.checkpoint.resume false, each
+//    server has deleted another run's checkpoints before registering:
+//    CheckpointStore::ClaimForRun.) This happens once, when `started_` turns
 //    true: a node registering again later (a restart) never re-opens it, and
 //    a scheduler that learns the job back from nodes registering again
 //    (NodeInfo.registered_before) never runs it at all.
+//  - A scheduler restarted mid-job decides what its servers' restarts call
+//    for once every node has registered, whatever their order: a recovery
+//    where a server's process is new, or awaits a recovery no node heard of
+//    (NodeInfo.awaits_recovery); in an async job, that such a server keep
+//    what it loaded.
 //  - Elastic jobs: which workers compute which step (elastic_workers.h).
 //    Heartbeats carry the schedule to the workers; the desired number comes
 //    from SetDesiredWorkers (kubeps scale, kubectl scale).
@@ -62,7 +67,6 @@ struct SchedulerOptions {
   // by a second process claiming its name.
   int replace_silent_after_ms = 1500;
   bool sync = true;                 // sync jobs roll back every node when a shard restarts
-  bool resume = true;               // spec.checkpoint.resume: see "First start" above
   std::string checkpoint_dir;       // for messages: where the shards' checkpoint folders are
   std::shared_ptr<JobToken> token;  // checked by SchedulerService; null: no token
   FaultInjector* faults = nullptr;  // KUBEPS_FAULTS, injected by SchedulerService; null = none
@@ -120,6 +124,7 @@ class Scheduler {
   grpc::Status LongPollOutcome(const char* call, LongPollEnd end) const;  // requires mutex_
   void StartRecovery(const v1::NodeInfo& server);                         // requires mutex_
   void FirstStart();                                                      // requires mutex_
+  void ServersRestartedWithTheScheduler();                                // requires mutex_
   // Every server's checkpoint steps, by rank (requires mutex_).
   std::vector<std::vector<uint64_t>> ServerSteps() const;
   std::string DescribeSteps() const;           // requires mutex_
@@ -158,7 +163,6 @@ class Scheduler {
   std::map<std::string, std::vector<uint64_t>> checkpoint_steps_;  // servers', newest report
   int64_t common_step_ = -1;
   std::string failure_;
-  bool discarded_ = false;  // a shard was told to discard an earlier run's checkpoints
   uint64_t epoch_ = 0;
   prometheus::Gauge& registered_;
   prometheus::Gauge& workers_;  // kubeps_job_workers: the newest membership's

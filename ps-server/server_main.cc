@@ -95,7 +95,6 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
   SchedulerOptions options;
   options.faults = faults;
   options.sync = job.spec.mode == api::SyncMode::kSync;
-  options.resume = job.spec.checkpoint_resume;
   options.checkpoint_dir = config.checkpoint_dir;
   options.num_servers = config.num_servers;
   options.num_workers = config.num_workers;
@@ -197,6 +196,7 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
   options.metrics_address = JoinHostPort(config.pod_ip, metrics->port());
   options.checkpoint_step = checkpoint_step;
   options.checkpoint_steps = shard->CheckpointSteps();
+  options.awaits_recovery = [shard] { return shard->awaiting_recovery(); };
   options.resend = ResendPolicy{config.resend_timeout_ms, config.max_resends};
   options.metrics = metrics;
   options.stop = &g_stop;
@@ -206,10 +206,6 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
   if (Status s = scheduler.Register(&rank); !s.ok()) return s;
   SetLogTag("server " + std::to_string(rank));
   KLOG_INFO << "registered as server " << rank << " at " << address;
-  if (scheduler.discard_checkpoints()) {
-    *reason = kReasonRecoveryFailed;
-    if (Status s = shard->DiscardCheckpoints(); !s.ok()) return s;
-  }
 
   auto last_answer = std::chrono::steady_clock::now();
   while (g_stop.SleepFor(kHeartbeatInterval)) {
@@ -292,6 +288,8 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   options.shared_values_owner = config.node_id;
   KLOG_INFO << "updating big parts on " << Describe(given);
   Shard shard(options, std::move(optimizer), metrics);
+  if (Status s = shard.ClaimCheckpointsForRun(config.run_id, job.spec.checkpoint_resume); !s.ok())
+    return Fail(kReasonCheckpointWriteFailed, s, 1);
   const int64_t checkpoint_step = shard.LoadLatestCheckpoint();
   ParameterServerService service(&shard, config.token, faults);
   int port = 0;

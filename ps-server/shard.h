@@ -113,9 +113,12 @@ class Shard {
   std::vector<uint64_t> CheckpointSteps() const;
   // Returns once every checkpoint taken so far is written, or failed to be.
   void DrainCheckpoints();
-  // The job starts fresh over an earlier run's checkpoints: deletes them and
-  // forgets what LoadLatestCheckpoint loaded.
-  Status DiscardCheckpoints();
+  // Before LoadLatestCheckpoint: the checkpoints are run `run_id`'s, and
+  // without `resume` another run's are deleted (CheckpointStore::ClaimForRun).
+  Status ClaimCheckpointsForRun(const std::string& run_id, bool resume);
+  // A checkpoint was loaded at start and no generation has brought the
+  // shard in since: its restart calls for a recovery.
+  bool awaiting_recovery() const;
   // The newest step every shard holds (from the scheduler): kept on disk.
   void KeepCheckpoint(int64_t step);
   // At the job's end: a checkpoint of the final state, so that the job run

@@ -140,23 +140,21 @@ void Shard::KeepCheckpoint(int64_t step) {
   if (checkpoints_) checkpoints_->KeepStep(step);
 }
 
-Status Shard::DiscardCheckpoints() {
+Status Shard::ClaimCheckpointsForRun(const std::string& run_id, bool resume) {
   if (!checkpoints_) return Status::Ok();
-  DrainCheckpoints();  // none is written after the folder is emptied
-  {
-    std::unique_lock<std::mutex> lock(mutex_);
-    AwaitPushesOutsideLock(lock);
-    parts_.clear();
-    dedup_.Restore(v1::ShardCheckpoint());
-    awaiting_recovery_ = false;
-    last_checkpoint_ = -1;
-    applied_pushes_ = 0;
-    key_set_fixed_ = false;  // loading the discarded checkpoint had fixed it
-  }
+  size_t removed = 0;
   std::lock_guard<std::mutex> lock(write_mutex_);
-  if (Status s = checkpoints_->RemoveAll(); !s.ok()) return s;
-  KLOG_INFO << "discarded an earlier run's checkpoints in " << checkpoints_->dir();
+  if (Status s = checkpoints_->ClaimForRun(run_id, resume, &removed); !s.ok()) return s;
+  if (removed > 0) {
+    KLOG_INFO << "discarded an earlier run's checkpoints in " << checkpoints_->dir() << " ("
+              << removed << "): spec.checkpoint.resume is false";
+  }
   return Status::Ok();
+}
+
+bool Shard::awaiting_recovery() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return awaiting_recovery_;
 }
 
 Status Shard::WriteFinalCheckpoint() {

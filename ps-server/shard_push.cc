@@ -25,7 +25,7 @@ bool Shard::SameWorkerCopying(const v1::PushRequest& request) const {
 grpc::Status Shard::ClaimParts(const v1::PushRequest& request, std::vector<Claim>* claims) {
   const int rank = request.worker_rank();
   // The parts were there when the push was checked, but the shard may have
-  // been emptied since (DiscardCheckpoints): found before any is claimed.
+  // been emptied since (a checkpoint restored): found before any is claimed.
   std::vector<Part*> parts;
   parts.reserve(request.parts_size());
   for (const auto& ref : request.parts()) {

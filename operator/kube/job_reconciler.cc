@@ -100,6 +100,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   api::TrainingJob spec = *parsed.job;
   spec.name = id.name;
   spec.namespace_ = id.namespace_;
+  spec.uid = id.uid;
   JobState& state = jobs_[id.uid];
   if (state.terminal) return Write(job, *state.terminal, result);
   if (clamped != state.clamp_reported) {

@@ -67,18 +67,23 @@ std::string MakeRunDir(const std::string& requested, const std::string& job_name
   return ::mkdtemp(buffer.data()) ? std::string(buffer.data()) : "";
 }
 
+std::string RandomHex(int bytes) {
+  std::random_device device;
+  std::string hex(2 * bytes, '0');
+  for (int i = 0; i < bytes; ++i) std::snprintf(&hex[2 * i], 3, "%02x", device() & 0xff);
+  return hex;
+}
+
 // A per-job secret: only the job's own processes can talk to its
 // scheduler and shards.
 // Created 0600 in one step, so that it is never readable by others, not even
 // for a moment (the servers refuse a token file that is).
 std::string WriteToken(const std::string& run_dir) {
-  std::random_device device;
-  char hex[34];
-  for (int i = 0; i < 16; ++i) std::snprintf(hex + 2 * i, 3, "%02x", device() & 0xff);
-  hex[32] = '\n';
+  const std::string hex = RandomHex(16) + "\n";
   std::string path = run_dir + "/token";
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0 || ::fchmod(fd, 0600) != 0 || ::write(fd, hex, 33) != 33) {
+  if (fd < 0 || ::fchmod(fd, 0600) != 0 ||
+      ::write(fd, hex.data(), hex.size()) != static_cast<ssize_t>(hex.size())) {
     if (fd >= 0) ::close(fd);
     return "";
   }
@@ -230,6 +235,9 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
     KLOG_ERROR << "cannot create a run folder under $TMPDIR";
     return 1;
   }
+  // Every run its own: with spec.checkpoint.resume false, the checkpoints
+  // an earlier run left in the same folder are deleted.
+  const std::string run_id = RandomHex(16);
   const std::string token_file = WriteToken(run_dir);
   if (token_file.empty()) {
     KLOG_ERROR << "cannot write the job's token into " << run_dir;
@@ -263,6 +271,7 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
         const bool computes = name.role == ReplicaRole::kWorker && !job.spec.brings_own_program();
         const auto compute_hints = ComputeHints(cores, workers, job.spec.ps.replicas);
         launch.env[api::env::kRunDir] = run_dir;
+        launch.env[api::env::kRunId] = run_id;
         launch.user_process =
             controller::UserProcessOf(job, name, compute_hints,
                                       // kubeps' own variables: who the worker is (the socket folder

@@ -128,6 +128,23 @@ class SchedulerRestartTest(unittest.TestCase):
         for rank in (0, 1):
             self.assertEqual(job.progress(rank=rank)[-1]["total_steps"], STEPS, job.output())
 
+    def test_a_recovery_the_scheduler_died_with_unheard_is_opened_again(self):
+        """A shard killed, and the scheduler killed as soon as it says it
+        opened the recovery the shard's restart calls for, most often before
+        any node heard of it (servers beat every 250 ms). The next scheduler
+        opened none: every node registered again in generation 0, and the
+        shard's new process waited at its checkpoint for good while the
+        others trained on."""
+        clean_time, clean_params = self.clean_run()
+        job, dump = self.start("unheard")
+        wait_for_steps(job, 0, 150)
+        os.kill(wait_for_replica_pid(job, "server-0"), signal.SIGKILL)
+        job.wait_for_line(r"recovery: generation 1 rolls every shard")
+        os.kill(scheduler_pid(job), signal.SIGKILL)
+        self.assertEqual(job.wait(300), 0, job.output())
+        self.assertIn("scheduler-0 exited with code 137; restarting it", job.output())
+        self.assertEqual(read_floats(dump), clean_params, "parameters differ from the clean run's")
+
     def test_scheduler_kill_ends_within_5_s_of_a_clean_run_with_no_error(self):
         clean_time, clean_params = self.clean_run()
         job, dump = self.start("schedtime")

@@ -26,16 +26,22 @@ class SigtermTest(unittest.TestCase):
         assert code == 0, clean.output()
         cls.clean_params = read_floats(dump)
 
-    def stop_mid_job(self, name, pid_of, replica):
+    def stop_mid_job(self, name, pid_of, replica, text=job_text):
+        """SIGTERM to `replica` at step 150, or to each of several at once
+        (`pid_of` and `replica` lists, as a drain of their node)."""
         dump = os.path.join(self.dir, name + ".bin")
-        job = RunningJob(write_manifest(self.dir, job_text(name), name + ".yaml"),
+        job = RunningJob(write_manifest(self.dir, text(name), name + ".yaml"),
                          env=dict(OVERLAPPED, KUBEPS_DUMP_PARAMS=dump, KUBEPS_MAX_STEPS=str(STEPS)))
         self.addCleanup(lambda: job.process.poll() is None and (job.process.kill(),
                                                                  job.process.wait()))
         wait_for_steps(job, 0, 150)
-        os.kill(pid_of(job), signal.SIGTERM)
+        replicas = replica if isinstance(replica, list) else [replica]
+        pids = [f(job) for f in (pid_of if isinstance(pid_of, list) else [pid_of])]
+        for pid in pids:
+            os.kill(pid, signal.SIGTERM)
         self.assertEqual(job.wait(300), 0, job.output())
-        self.assertIn("%s exited with code 143; restarting it" % replica, job.output())
+        for replica in replicas:
+            self.assertIn("%s exited with code 143; restarting it" % replica, job.output())
         self.assertEqual(read_floats(dump), self.clean_params,
                          "parameters differ from the clean run's")
         return job
@@ -49,6 +55,18 @@ class SigtermTest(unittest.TestCase):
         job = self.stop_mid_job("termsched", scheduler_pid, "scheduler-0")
         self.assertIn("scheduler stopped by SIGTERM before the job was over; exits 143",
                       job.output())
+
+    def test_a_drain_of_the_scheduler_and_a_server_is_recovered_with_resume_false(self):
+        """With spec.checkpoint.resume false, the new scheduler told the
+        server's new process to delete its checkpoints as an earlier run's
+        when it registered before any node that ran on; the recovery its
+        restart called for then found no common step and failed the job.
+        The server now tells its own run's checkpoints from another's."""
+        def without_resume(name):
+            return job_text(name).replace('"intervalSteps": 50', '"intervalSteps": 50, "resume": false')
+        job = self.stop_mid_job("drain", [scheduler_pid, lambda j: wait_for_replica_pid(j, "server-0")],
+                                ["scheduler-0", "server-0"], without_resume)
+        self.assertNotIn("discarded an earlier run's checkpoints", job.output())
 
     def test_a_worker_stopped_by_sigterm_is_recovered(self):
         self.stop_mid_job("termworker", lambda j: wait_for_replica_pid(j, "worker-1"), "worker-1")

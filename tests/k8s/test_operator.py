@@ -299,6 +299,11 @@ class OperatorTest(SharedClusterTestCase):
         self.assertEqual(len(pods), 5)
         env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
         self.assertEqual(env["KUBEPS_SCHEDULER_ADDR"], "twin-scheduler.team-b.svc:7000")
+        # The run whose checkpoints its servers keep (spec.checkpoint.resume
+        # false deletes another run's): this job's, by UID, not by name.
+        uid = c.client.get("/apis/kubeps.io/v1alpha1/namespaces/team-b/trainingjobs/" +
+                           name)["metadata"]["uid"]
+        self.assertEqual(env["KUBEPS_RUN_ID"], uid)
         self.delete_job(name)
         c.kubectl("delete", "tj", name, "-n", "team-b")
 

@@ -76,7 +76,8 @@ spec:
 };
 
 TEST_F(PodEnvCodecTest, WhatIsEncodedDecodesToTheSameValues) {
-  const TrainingJob job = Job();
+  TrainingJob job = Job();
+  job.uid = "6f1c2a9e-3b7d-4c1e-9a55-0d2e8f4b7c31";  // the operator's: the TrainingJob's UID
   Export(EncodePodEnv(job, "worker", "worker-3", "mnist-scheduler.team-a.svc:7000"));
   NodeConfig config;
   ASSERT_EQ(Decode({}, &config), "");
@@ -89,6 +90,7 @@ TEST_F(PodEnvCodecTest, WhatIsEncodedDecodesToTheSameValues) {
   EXPECT_EQ(config.resend_timeout_ms, 250);
   EXPECT_EQ(config.max_resends, 4);
   EXPECT_EQ(config.checkpoint_dir, "/ckpt");
+  EXPECT_EQ(config.run_id, job.uid);
   // What the caller did not set keeps its default.
   EXPECT_EQ(config.pod_ip, "127.0.0.1");
   EXPECT_EQ(config.port, 0);

@@ -4,6 +4,8 @@
 // the job with a message naming the checkpoint folders. And the store's side
 // (ps-server/checkpoint_store.h): the common step survives pruning, damaged
 // files are set aside.
+#include <unistd.h>
+
 #include <fstream>
 #include <memory>
 #include <string>
@@ -37,13 +39,11 @@ TEST(NewestCommonStepTest, NoneInCommonIsMinusOne) {
   EXPECT_EQ(NewestCommonStep({}), -1);
 }
 
-std::unique_ptr<Scheduler> MakeScheduler(bool resume, const std::string& dir = "/ckpt",
-                                         bool sync = true) {
+std::unique_ptr<Scheduler> MakeScheduler(const std::string& dir = "/ckpt", bool sync = true) {
   SchedulerOptions options;
   options.sync = sync;
   options.num_servers = 2;
   options.num_workers = 1;
-  options.resume = resume;
   options.checkpoint_dir = dir;
   options.replace_silent_after_ms = 0;  // shards restart at once here
   return std::make_unique<Scheduler>(options, &NullMetrics());
@@ -73,6 +73,27 @@ void RegisterWorker(Scheduler& s) {
   ASSERT_TRUE(s.Register(&request, &response).ok());
 }
 
+// A node registering with a restarted scheduler: it ran before, in
+// `generation`; a server that `awaits_recovery` loaded its checkpoint at
+// process start and has been brought into no generation since.
+void RegisterAgain(Scheduler& s, v1::Role role, const std::string& id,
+                   const std::vector<uint64_t>& steps, uint64_t generation = 0,
+                   bool awaits_recovery = false) {
+  v1::RegisterRequest request;
+  v1::NodeInfo* node = request.mutable_node();
+  node->set_node_id(id);
+  node->set_role(role);
+  node->set_address(id + ":1");
+  node->set_incarnation(1);
+  node->set_registered_before(true);
+  node->set_generation(generation);
+  node->set_awaits_recovery(awaits_recovery);
+  for (uint64_t step : steps) node->add_checkpoint_steps(step);
+  v1::RegisterResponse response;
+  grpc::Status status = s.Register(&request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
 v1::HeartbeatResponse Beat(Scheduler& s, const std::string& id, uint64_t restored,
                            const std::vector<uint64_t>& steps, uint64_t incarnation = 1) {
   v1::HeartbeatRequest request;
@@ -86,7 +107,7 @@ v1::HeartbeatResponse Beat(Scheduler& s, const std::string& id, uint64_t restore
 }
 
 TEST(FirstStartTest, NewJobStaysInGenerationZero) {
-  auto s = MakeScheduler(true);
+  auto s = MakeScheduler();
   RegisterServer(*s, "server-0", {});
   RegisterServer(*s, "server-1", {});
   RegisterWorker(*s);
@@ -97,8 +118,8 @@ TEST(FirstStartTest, NewJobStaysInGenerationZero) {
 }
 
 TEST(FirstStartTest, JobRunAgainResumesFromTheNewestCommonStep) {
-  auto s = MakeScheduler(true);
-  EXPECT_FALSE(RegisterServer(*s, "server-0", {100, 200, 300}).discard_checkpoints());
+  auto s = MakeScheduler();
+  RegisterServer(*s, "server-0", {100, 200, 300});
   RegisterServer(*s, "server-1", {100, 200});
   RegisterWorker(*s);
   v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {});
@@ -113,7 +134,7 @@ TEST(FirstStartTest, JobRunAgainResumesFromTheNewestCommonStep) {
 }
 
 TEST(FirstStartTest, ReRegistrationAfterTheFirstStartOpensNoNewGeneration) {
-  auto s = MakeScheduler(true);
+  auto s = MakeScheduler();
   RegisterServer(*s, "server-0", {100});
   RegisterServer(*s, "server-1", {100});
   RegisterWorker(*s);
@@ -123,43 +144,53 @@ TEST(FirstStartTest, ReRegistrationAfterTheFirstStartOpensNoNewGeneration) {
   EXPECT_EQ(Beat(*s, "worker-0", 0, {}).generation(), 1u);
 }
 
-TEST(FirstStartTest, ResumeFalseDiscardsAndStartsEmptyInGenerationOne) {
-  auto s = MakeScheduler(false);
-  EXPECT_TRUE(RegisterServer(*s, "server-0", {100, 200}).discard_checkpoints());
-  EXPECT_TRUE(RegisterServer(*s, "server-1", {200}).discard_checkpoints());
-  RegisterWorker(*s);
-  v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {});
-  EXPECT_EQ(beat.generation(), 1u);
-  EXPECT_EQ(beat.restore_step(), 0u);
-  // A shard restarted mid-job keeps its checkpoints: they are this run's.
-  EXPECT_FALSE(RegisterServer(*s, "server-1", {0}, 2).discard_checkpoints());
-}
-
 // A drain stops the scheduler and a server together: the new scheduler hears
 // from the nodes that ran on (registered before) and from the server's new
-// process, which did not. Its checkpoints are this run's, needed for the
-// recovery its restart calls for: never discarded as an earlier run's.
-TEST(FirstStartTest, AServerRestartedWithTheSchedulerKeepsItsCheckpointsWithResumeFalse) {
-  auto s = MakeScheduler(false);
-  auto again = [&](v1::Role role, const std::string& id, const std::vector<uint64_t>& steps) {
-    v1::RegisterRequest request;
-    v1::NodeInfo* node = request.mutable_node();
-    node->set_node_id(id);
-    node->set_role(role);
-    node->set_address(id + ":1");
-    node->set_incarnation(1);
-    node->set_registered_before(true);
-    for (uint64_t step : steps) node->add_checkpoint_steps(step);
-    v1::RegisterResponse response;
-    ASSERT_TRUE(s->Register(&request, &response).ok());
-    EXPECT_FALSE(response.discard_checkpoints()) << id;
-  };
-  again(v1::SERVER, "server-1", {100, 200});
-  again(v1::WORKER, "worker-0", {});
-  EXPECT_FALSE(RegisterServer(*s, "server-0", {100, 200}, 2).discard_checkpoints());
+// process, which did not, in either order. The server's checkpoints are
+// needed for the recovery its restart calls for. (The scheduler once told
+// it to discard them as an earlier run's when it came first, before any
+// node had said the job ran before, and the recovery then failed.)
+TEST(FirstStartTest, AServerRestartedWithTheSchedulerIsRecoveredWhicheverRegistersFirst) {
+  for (bool server_first : {false, true}) {
+    SCOPED_TRACE(server_first ? "the new server first" : "the nodes that ran on first");
+    auto s = MakeScheduler();
+    if (server_first) RegisterServer(*s, "server-0", {100, 200}, 2);
+    RegisterAgain(*s, v1::SERVER, "server-1", {100, 200});
+    RegisterAgain(*s, v1::WORKER, "worker-0", {});
+    if (!server_first) RegisterServer(*s, "server-0", {100, 200}, 2);
+    v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {});
+    EXPECT_EQ(beat.failure(), "");
+    EXPECT_EQ(beat.generation(), 1u) << "a recovery for server-0's restart";
+    EXPECT_EQ(beat.restore_step(), 200u) << "the recovery goes to the newest common step";
+  }
+}
+
+// The scheduler opened a recovery for server-0's new process, which had
+// registered with it, and died before any node heard of the recovery: every
+// node registers with the next scheduler as having run before, in
+// generation 0. server-0 says it still awaits the recovery: the next
+// scheduler opens one (before, none, and server-0 sat at the step it had
+// loaded while the others trained on).
+TEST(FirstStartTest, ARecoveryNoNodeHeardOfIsOpenedAgainByTheNextScheduler) {
+  auto s = MakeScheduler();
+  RegisterAgain(*s, v1::SERVER, "server-0", {100, 200}, 0, /*awaits_recovery=*/true);
+  RegisterAgain(*s, v1::SERVER, "server-1", {100, 200, 300});
+  RegisterAgain(*s, v1::WORKER, "worker-0", {});
   v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {});
   EXPECT_EQ(beat.failure(), "");
-  EXPECT_EQ(beat.restore_step(), 200u) << "the recovery goes to the newest common step";
+  EXPECT_EQ(beat.generation(), 1u);
+  EXPECT_EQ(beat.restore_step(), 200u);
+  EXPECT_FALSE(beat.generation_ready());
+}
+
+// The same when some node had heard of the recovery: the next scheduler
+// takes its generation back from that node, and opens no other.
+TEST(FirstStartTest, ARecoveryANodeHeardOfGoesOnWithTheNextScheduler) {
+  auto s = MakeScheduler();
+  RegisterAgain(*s, v1::SERVER, "server-0", {100, 200}, 0, /*awaits_recovery=*/true);
+  RegisterAgain(*s, v1::SERVER, "server-1", {100, 200, 300}, 1);
+  RegisterAgain(*s, v1::WORKER, "worker-0", {});
+  EXPECT_EQ(Beat(*s, "worker-0", 0, {}).generation(), 1u);
 }
 
 // An async job rolls nothing back when a shard restarts: the shard goes on
@@ -169,7 +200,7 @@ TEST(FirstStartTest, AServerRestartedWithTheSchedulerKeepsItsCheckpointsWithResu
 // have pruned (the restore fails, and so do the restarts) or which would
 // silently take the shard back.
 TEST(FirstStartTest, AnAsyncShardRestartedAfterTheFirstStartKeepsWhatItLoaded) {
-  auto s = MakeScheduler(true, "/ckpt", /*sync=*/false);
+  auto s = MakeScheduler("/ckpt", /*sync=*/false);
   RegisterServer(*s, "server-0", {10});
   RegisterServer(*s, "server-1", {10});
   RegisterWorker(*s);
@@ -185,8 +216,22 @@ TEST(FirstStartTest, AnAsyncShardRestartedAfterTheFirstStartKeepsWhatItLoaded) {
   // A sync job's restarted shard rolls the job back instead (RecoveryStepTest).
 }
 
+// An async job resumed over checkpoints (generation 1), then drained: the
+// scheduler and server-0 restart together, and server-0's new process
+// reaches the new scheduler first. It too must keep what it loaded.
+TEST(FirstStartTest,
+     AnAsyncShardRestartedWithTheSchedulerKeepsWhatItLoadedWhicheverRegistersFirst) {
+  auto s = MakeScheduler("/ckpt", /*sync=*/false);
+  RegisterServer(*s, "server-0", {10, 500}, 2);
+  RegisterAgain(*s, v1::SERVER, "server-1", {10, 500}, 1);
+  RegisterAgain(*s, v1::WORKER, "worker-0", {}, 1);
+  v1::HeartbeatResponse beat = Beat(*s, "server-0", 0, {10, 500}, 2);
+  EXPECT_EQ(beat.generation(), 1u);
+  EXPECT_TRUE(beat.keep_state()) << "it would restore step " << beat.restore_step();
+}
+
 TEST(FirstStartTest, NoCommonStepFailsNamingTheFolders) {
-  auto s = MakeScheduler(true, "/runs/job/checkpoints");
+  auto s = MakeScheduler("/runs/job/checkpoints");
   RegisterServer(*s, "server-0", {300});
   RegisterServer(*s, "server-1", {100, 200});
   RegisterWorker(*s);
@@ -199,7 +244,7 @@ TEST(FirstStartTest, NoCommonStepFailsNamingTheFolders) {
 }
 
 TEST(RecoveryStepTest, RollsBackToTheNewestStepEveryShardHolds) {
-  auto s = MakeScheduler(true);
+  auto s = MakeScheduler();
   RegisterServer(*s, "server-0", {});
   RegisterServer(*s, "server-1", {});
   RegisterWorker(*s);
@@ -214,7 +259,7 @@ TEST(RecoveryStepTest, RollsBackToTheNewestStepEveryShardHolds) {
 }
 
 TEST(RecoveryStepTest, NoCommonStepAtRecoveryFailsTheJob) {
-  auto s = MakeScheduler(true, "/c");
+  auto s = MakeScheduler("/c");
   RegisterServer(*s, "server-0", {});
   RegisterServer(*s, "server-1", {});
   RegisterWorker(*s);
@@ -280,6 +325,43 @@ TEST(CheckpointStoreTest, DamagedFileIsSetAsideAndNotLoaded) {
   EXPECT_THAT(skipped, HasSubstr(newest + ".damaged"));
   EXPECT_THAT(store->Steps(), ElementsAre(100));
   EXPECT_TRUE(std::ifstream(newest + ".damaged").good());
+}
+
+// spec.checkpoint.resume false starts fresh over another run's checkpoints,
+// and a server of this run that restarts keeps its own: the recovery its
+// restart calls for needs them, however the scheduler came back.
+TEST(CheckpointStoreTest, WithoutResumeAnotherRunsCheckpointsAreDeletedAndThisRunsKept) {
+  std::unique_ptr<CheckpointStore> store;
+  const std::string dir = TempDir();
+  ASSERT_TRUE(CheckpointStore::Open(dir, &store).ok());
+  size_t removed = 99;
+  ASSERT_TRUE(store->ClaimForRun("run-a", /*resume=*/false, &removed).ok());
+  EXPECT_EQ(removed, 0u);
+  for (uint64_t step : {100, 200}) ASSERT_TRUE(store->Write(Step(step)).ok());
+  // run-a's server restarted: its own checkpoints stay.
+  ASSERT_TRUE(store->ClaimForRun("run-a", false, &removed).ok());
+  EXPECT_EQ(removed, 0u);
+  EXPECT_THAT(store->Steps(), ElementsAre(100, 200));
+  // The job run again without resume: run-a's go.
+  ASSERT_TRUE(store->ClaimForRun("run-b", false, &removed).ok());
+  EXPECT_EQ(removed, 2u);
+  EXPECT_THAT(store->Steps(), ElementsAre());
+  ASSERT_TRUE(store->Write(Step(300)).ok());
+  // Run again with resume: the new run takes them over, and keeps them
+  // when one of its servers restarts without resume.
+  ASSERT_TRUE(store->ClaimForRun("run-c", true, &removed).ok());
+  ASSERT_TRUE(store->ClaimForRun("run-c", false, &removed).ok());
+  EXPECT_EQ(removed, 0u);
+  EXPECT_THAT(store->Steps(), ElementsAre(300));
+  // No run recorded (a folder from before runs were): another run's.
+  ASSERT_EQ(::unlink((dir + "/run").c_str()), 0);
+  ASSERT_TRUE(store->ClaimForRun("run-c", false, &removed).ok());
+  EXPECT_EQ(removed, 1u);
+  // A server started by hand names no run: it deletes nothing.
+  ASSERT_TRUE(store->Write(Step(400)).ok());
+  ASSERT_TRUE(store->ClaimForRun("", false, &removed).ok());
+  EXPECT_EQ(removed, 0u);
+  EXPECT_THAT(store->Steps(), ElementsAre(400));
 }
 
 TEST(CheckpointStoreTest, RemoveAllDeletesEveryStep) {
