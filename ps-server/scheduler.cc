@@ -300,9 +300,10 @@ void Scheduler::ServersRestartedWithTheScheduler() {
     // A drain stops the scheduler and servers together: a server's new
     // process restored a checkpoint and waits for the rollback its restart
     // calls for, as if this scheduler had seen it come back. So does one
-    // whose recovery the scheduler before opened and died with, unheard.
-    if (!server.registered_before() ||
-        (server.awaits_recovery() && server.generation() >= generation_)) {
+    // whose recovery the scheduler before opened and died with, unheard by
+    // it (by others perhaps: a generation is never ready while a shard
+    // waits, so a new one costs only the restore).
+    if (!server.registered_before() || server.awaits_recovery()) {
       StartRecovery(server);
       return;
     }
@@ -467,7 +468,10 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
                                                  request->checkpoint_steps().end());
     if (ViewReady()) common_step_ = NewestCommonStep(ServerSteps());
   }
-  response->set_generation(generation_);
+  // Until every node has registered again, a restarted scheduler does not
+  // know what its servers' restarts call for (a new server process may come
+  // first): a server is brought into no generation before then.
+  response->set_generation(current && !started_ ? request->restored_generation() : generation_);
   response->set_restore_step(restore_step_);
   response->set_keep_state(current && it->second.keeps_state);
   response->set_generation_ready(

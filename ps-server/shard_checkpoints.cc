@@ -149,6 +149,11 @@ Status Shard::ClaimCheckpointsForRun(const std::string& run_id, bool resume) {
     KLOG_INFO << "discarded an earlier run's checkpoints in " << checkpoints_->dir() << " ("
               << removed << "): spec.checkpoint.resume is false";
   }
+  if (run_id.empty() && !resume && !checkpoints_->Steps().empty()) {
+    KLOG_ERROR << "the checkpoints in " << checkpoints_->dir()
+               << " are kept although spec.checkpoint.resume is false: KUBEPS_RUN_ID is unset, so "
+                  "this server cannot tell its own run's from an earlier run's";
+  }
   return Status::Ok();
 }
 

@@ -62,8 +62,8 @@ Status RemoteStore::Init(trainer::Model& model) {
   overlap_ = overlap_ && model.reports_layers();
   if (overlap_) model.set_step_observer(this);
   // First wait for the job's current generation to be ready: a job started
-  // over earlier checkpoints resumes (or starts empty) in generation 1, and
-  // rank 0's Init must reach shards that have restored (or discarded) them.
+  // over earlier checkpoints resumes in generation 1, and rank 0's Init must
+  // reach shards that have restored them.
   if (Status s = kv_->Recover(&start_step_); !s.ok()) return s;
   if (Status s = kv_->InitTensors(initial, sizes); !s.ok()) return s;
   PlaceInSharedMemory(model);

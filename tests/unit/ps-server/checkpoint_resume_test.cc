@@ -166,31 +166,41 @@ TEST(FirstStartTest, AServerRestartedWithTheSchedulerIsRecoveredWhicheverRegiste
 }
 
 // The scheduler opened a recovery for server-0's new process, which had
-// registered with it, and died before any node heard of the recovery: every
-// node registers with the next scheduler as having run before, in
-// generation 0. server-0 says it still awaits the recovery: the next
-// scheduler opens one (before, none, and server-0 sat at the step it had
-// loaded while the others trained on).
-TEST(FirstStartTest, ARecoveryNoNodeHeardOfIsOpenedAgainByTheNextScheduler) {
-  auto s = MakeScheduler();
-  RegisterAgain(*s, v1::SERVER, "server-0", {100, 200}, 0, /*awaits_recovery=*/true);
-  RegisterAgain(*s, v1::SERVER, "server-1", {100, 200, 300});
-  RegisterAgain(*s, v1::WORKER, "worker-0", {});
-  v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {});
-  EXPECT_EQ(beat.failure(), "");
-  EXPECT_EQ(beat.generation(), 1u);
-  EXPECT_EQ(beat.restore_step(), 200u);
-  EXPECT_FALSE(beat.generation_ready());
+// registered with it, and died before server-0 heard of it: every node
+// registers with the next scheduler as having run before, server-0 in
+// generation 0 (the one its process started in), the others in whatever
+// generation the job was in, or in the new one if they heard of it.
+// server-0 says it still awaits the recovery: the next scheduler opens one
+// (before, none, and server-0 sat at the step it had loaded while the
+// others trained on, or restored an older generation's step alone).
+TEST(FirstStartTest, ARecoveryTheSchedulerDiedWithIsOpenedAgainByTheNextOne) {
+  for (uint64_t others_in : {0, 1, 2}) {
+    SCOPED_TRACE("the others in generation " + std::to_string(others_in));
+    auto s = MakeScheduler();
+    RegisterAgain(*s, v1::SERVER, "server-0", {100, 200}, 0, /*awaits_recovery=*/true);
+    RegisterAgain(*s, v1::SERVER, "server-1", {100, 200, 300}, others_in);
+    RegisterAgain(*s, v1::WORKER, "worker-0", {}, others_in);
+    v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {});
+    EXPECT_EQ(beat.failure(), "");
+    EXPECT_EQ(beat.generation(), others_in + 1);
+    EXPECT_EQ(beat.restore_step(), 200u);
+    EXPECT_FALSE(beat.generation_ready());
+  }
 }
 
-// The same when some node had heard of the recovery: the next scheduler
-// takes its generation back from that node, and opens no other.
-TEST(FirstStartTest, ARecoveryANodeHeardOfGoesOnWithTheNextScheduler) {
+// Until every node has registered again, a restarted scheduler does not
+// know what a new server process that came first calls for: it brings the
+// server into no generation (before, the server's first beats took it into
+// the generation the others reported, restoring that generation's step).
+TEST(FirstStartTest, ARestartedSchedulerBringsNoServerIntoAGenerationBeforeEveryNodeRegistered) {
   auto s = MakeScheduler();
-  RegisterAgain(*s, v1::SERVER, "server-0", {100, 200}, 0, /*awaits_recovery=*/true);
-  RegisterAgain(*s, v1::SERVER, "server-1", {100, 200, 300}, 1);
-  RegisterAgain(*s, v1::WORKER, "worker-0", {});
-  EXPECT_EQ(Beat(*s, "worker-0", 0, {}).generation(), 1u);
+  RegisterServer(*s, "server-0", {100, 200}, 2);
+  RegisterAgain(*s, v1::SERVER, "server-1", {100, 200}, 1);
+  EXPECT_EQ(Beat(*s, "server-0", 0, {100, 200}, 2).generation(), 0u);
+  RegisterAgain(*s, v1::WORKER, "worker-0", {}, 1);
+  v1::HeartbeatResponse beat = Beat(*s, "server-0", 0, {100, 200}, 2);
+  EXPECT_EQ(beat.generation(), 2u) << "the recovery server-0's restart calls for";
+  EXPECT_EQ(beat.restore_step(), 200u);
 }
 
 // An async job rolls nothing back when a shard restarts: the shard goes on
@@ -224,6 +234,7 @@ TEST(FirstStartTest,
   auto s = MakeScheduler("/ckpt", /*sync=*/false);
   RegisterServer(*s, "server-0", {10, 500}, 2);
   RegisterAgain(*s, v1::SERVER, "server-1", {10, 500}, 1);
+  EXPECT_EQ(Beat(*s, "server-0", 0, {10, 500}, 2).generation(), 0u) << "before the view";
   RegisterAgain(*s, v1::WORKER, "worker-0", {}, 1);
   v1::HeartbeatResponse beat = Beat(*s, "server-0", 0, {10, 500}, 2);
   EXPECT_EQ(beat.generation(), 1u);
