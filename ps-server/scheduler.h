@@ -28,10 +28,11 @@
 //    a scheduler that learns the job back from nodes registering again
 //    (NodeInfo.registered_before) never runs it at all.
 //  - A scheduler restarted mid-job decides what its servers' restarts call
-//    for once every node has registered, whatever their order: a recovery
-//    where a server's process is new, or awaits a recovery no node heard of
-//    (NodeInfo.awaits_recovery); in an async job, that such a server keep
-//    what it loaded.
+//    for once every node has registered, whatever their order, and brings
+//    no server into a generation before: a recovery where a server's process
+//    is new, or still awaits the recovery its restart called for, which the
+//    scheduler before may have died with (NodeInfo.awaits_recovery); in an
+//    async job, that a new server process keep what it loaded.
 //  - Elastic jobs: which workers compute which step (elastic_workers.h).
 //    Heartbeats carry the schedule to the workers; the desired number comes
 //    from SetDesiredWorkers (kubeps scale, kubectl scale).
