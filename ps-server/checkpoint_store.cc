@@ -9,8 +9,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 
+#include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 
 namespace kubeps {
@@ -23,27 +25,6 @@ namespace {
 // memory at every checkpoint.
 constexpr int kWriteBlock = 1 << 20;
 
-Status WriteFileDurably(const std::string& path, const google::protobuf::Message& message) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::Error("cannot create " + path + ": " + std::strerror(errno));
-  bool written;
-  int error;
-  {  // the stream is gone before the file is closed: it would flush into a closed descriptor
-    google::protobuf::io::FileOutputStream out(fd, kWriteBlock);
-    written = message.SerializeToZeroCopyStream(&out) && out.Flush();
-    error = out.GetErrno();
-  }
-  if (!written) {
-    ::close(fd);
-    return Status::Error("cannot write " + path + ": " +
-                         (error != 0 ? std::strerror(error) : "the checkpoint does not serialize"));
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    return Status::Error("cannot flush " + path + ": " + std::strerror(errno));
-  }
-  return Status::Ok();
-}
-
 void SyncFolder(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;
@@ -51,16 +32,33 @@ void SyncFolder(const std::string& dir) {
   ::close(fd);
 }
 
-// A small file, whole or not at all: written aside, flushed, renamed over.
-Status WriteTextDurably(const std::string& dir, const std::string& name, const std::string& text) {
-  const std::string path = dir + "/" + name, aside = path + ".tmp";
-  int fd = ::open(aside.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::Error("cannot create " + aside + ": " + std::strerror(errno));
-  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-            ::fsync(fd) == 0;
-  ok = ::close(fd) == 0 && ok;
-  if (!ok || std::rename(aside.c_str(), path.c_str()) != 0)
-    return Status::Error("cannot write " + path + ": " + std::strerror(errno));
+// Replaces `path` in `dir` whole or not at all: `write` fills "<path>.tmp",
+// which is flushed and renamed over `path`, then the folder is flushed. A
+// crash leaves the file before or the file after, never a torn one.
+Status ReplaceDurably(
+    const std::string& dir, const std::string& path,
+    const std::function<bool(google::protobuf::io::ZeroCopyOutputStream*)>& write) {
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Error("cannot create " + tmp + ": " + std::strerror(errno));
+  bool written;
+  int error;
+  {  // the stream is gone before the file is closed: it would flush into a closed descriptor
+    google::protobuf::io::FileOutputStream out(fd, kWriteBlock);
+    written = write(&out) && out.Flush();
+    error = out.GetErrno();
+  }
+  if (!written) {
+    ::close(fd);
+    return Status::Error("cannot write " + tmp + ": " +
+                         (error != 0 ? std::strerror(error) : "the contents do not serialize"));
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    return Status::Error("cannot flush " + tmp + ": " + std::strerror(errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Status::Error("cannot rename " + tmp + ": " + std::strerror(errno));
+  }
   SyncFolder(dir);
   return Status::Ok();
 }
@@ -100,13 +98,12 @@ std::vector<uint64_t> CheckpointStore::Steps() const {
 }
 
 Status CheckpointStore::Write(const v1::ShardCheckpoint& checkpoint) {
-  const std::string path = PathOf(checkpoint.step());
-  const std::string tmp = path + ".tmp";
-  if (Status s = WriteFileDurably(tmp, checkpoint); !s.ok()) return s;
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Status::Error("cannot rename " + tmp + ": " + std::strerror(errno));
-  }
-  SyncFolder(dir_);
+  if (Status s = ReplaceDurably(dir_, PathOf(checkpoint.step()),
+                                [&](google::protobuf::io::ZeroCopyOutputStream* out) {
+                                  return checkpoint.SerializeToZeroCopyStream(out);
+                                });
+      !s.ok())
+    return s;
   std::vector<uint64_t> steps = Steps();
   const int64_t kept = keep_step_;
   for (size_t i = 0; i + kKeep < steps.size(); ++i) {
@@ -127,7 +124,13 @@ Status CheckpointStore::ClaimForRun(const std::string& run_id, bool resume, size
     *removed = Steps().size();
     if (Status s = RemoveAll(); !s.ok()) return s;
   }
-  return WriteTextDurably(dir_, kRunFile, run_id + "\n");
+  const std::string line = run_id + "\n";
+  return ReplaceDurably(dir_, dir_ + "/" + kRunFile,
+                        [&](google::protobuf::io::ZeroCopyOutputStream* out) {
+                          google::protobuf::io::CodedOutputStream coded(out);
+                          coded.WriteString(line);
+                          return !coded.HadError();
+                        });
 }
 
 Status CheckpointStore::RemoveAll() { return RemoveFrom(0); }

@@ -224,8 +224,10 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
   // A resend of the same life's registration keeps its key.
   if (member.registration_key.empty() || member.info.incarnation() != node.incarnation()) {
     member.registration_key = NewRegistrationKey();
-    member.keeps_state = node.role() == v1::SERVER && !options_.sync && !node.registered_before() &&
-                         (started_ || restarted_);
+    // Before the start, a restarted scheduler decides it with the view
+    // (ServersRestartedWithTheScheduler).
+    member.keeps_state =
+        node.role() == v1::SERVER && !options_.sync && !node.registered_before() && started_;
   }
   member.info = node;
   member.info.set_rank(rank);

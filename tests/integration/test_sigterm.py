@@ -26,18 +26,17 @@ class SigtermTest(unittest.TestCase):
         assert code == 0, clean.output()
         cls.clean_params = read_floats(dump)
 
-    def stop_mid_job(self, name, pid_of, replica, text=job_text):
-        """SIGTERM to `replica` at step 150, or to each of several at once
-        (`pid_of` and `replica` lists, as a drain of their node)."""
+    def stop_mid_job(self, name, *replicas, text=job_text):
+        """SIGTERM at step 150 to each of `replicas` at once: one, or several
+        as a drain of their node stops them."""
         dump = os.path.join(self.dir, name + ".bin")
         job = RunningJob(write_manifest(self.dir, text(name), name + ".yaml"),
                          env=dict(OVERLAPPED, KUBEPS_DUMP_PARAMS=dump, KUBEPS_MAX_STEPS=str(STEPS)))
         self.addCleanup(lambda: job.process.poll() is None and (job.process.kill(),
                                                                  job.process.wait()))
         wait_for_steps(job, 0, 150)
-        replicas = replica if isinstance(replica, list) else [replica]
-        pids = [f(job) for f in (pid_of if isinstance(pid_of, list) else [pid_of])]
-        for pid in pids:
+        for pid in [scheduler_pid(job) if replica == "scheduler-0" else
+                    wait_for_replica_pid(job, replica) for replica in replicas]:
             os.kill(pid, signal.SIGTERM)
         self.assertEqual(job.wait(300), 0, job.output())
         for replica in replicas:
@@ -47,12 +46,11 @@ class SigtermTest(unittest.TestCase):
         return job
 
     def test_a_server_stopped_by_sigterm_says_so_and_is_recovered(self):
-        job = self.stop_mid_job("termserver", lambda j: wait_for_replica_pid(j, "server-0"),
-                                "server-0")
+        job = self.stop_mid_job("termserver", "server-0")
         self.assertIn("server stopped by SIGTERM before the job was over; exits 143", job.output())
 
     def test_the_scheduler_stopped_by_sigterm_says_so_and_is_recovered(self):
-        job = self.stop_mid_job("termsched", scheduler_pid, "scheduler-0")
+        job = self.stop_mid_job("termsched", "scheduler-0")
         self.assertIn("scheduler stopped by SIGTERM before the job was over; exits 143",
                       job.output())
 
@@ -64,12 +62,11 @@ class SigtermTest(unittest.TestCase):
         The server now tells its own run's checkpoints from another's."""
         def without_resume(name):
             return job_text(name).replace('"intervalSteps": 50', '"intervalSteps": 50, "resume": false')
-        job = self.stop_mid_job("drain", [scheduler_pid, lambda j: wait_for_replica_pid(j, "server-0")],
-                                ["scheduler-0", "server-0"], without_resume)
+        job = self.stop_mid_job("drain", "scheduler-0", "server-0", text=without_resume)
         self.assertNotIn("discarded an earlier run's checkpoints", job.output())
 
     def test_a_worker_stopped_by_sigterm_is_recovered(self):
-        self.stop_mid_job("termworker", lambda j: wait_for_replica_pid(j, "worker-1"), "worker-1")
+        self.stop_mid_job("termworker", "worker-1")
 
 
 if __name__ == "__main__":
