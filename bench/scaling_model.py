@@ -35,10 +35,10 @@ MODELS = {
 
 def requests_per_worker(params, tensors, servers):
     """Requests a worker sends each step, each way: every tensor is cut over
-    the servers when big and every part into pieces of at most 2 MiB
-    (worker-agent/kv/placement.h), small tensors packed together."""
+    the servers when big, and a server's parts go in requests of at most
+    4 MiB (KVOptions::tcp_request_elems), small tensors packed together."""
     per_server_bytes = params * 4 / servers
-    return servers * max(1, math.ceil(per_server_bytes / (2 * MIB))) + min(tensors, servers)
+    return servers * max(1, math.ceil(per_server_bytes / (4 * MIB))) + min(tensors, servers)
 
 
 def step_seconds(model, workers, servers, gbit, costs, overlap=True):

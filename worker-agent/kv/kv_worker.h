@@ -60,8 +60,12 @@ struct KVOptions {
   std::string metrics_address;  // reported to the scheduler
   ResendPolicy resend;
   PlacementOptions placement;
-  int pull_wait_ms = 500;           // server-side long-poll slice
-  int peer_wait_limit_ms = 600000;  // give up waiting for slow peers after this
+  // Over TCP, the parts a request carries to one server, in elements at most
+  // (a part longer goes alone). Each request costs a call on both sides;
+  // more at once send fewer, fewer keep more in flight (BytePS cuts at 4 MB).
+  uint64_t tcp_request_elems = 1 << 20;  // 4 MiB of float32: two parts
+  int pull_wait_ms = 500;                // server-side long-poll slice
+  int peer_wait_limit_ms = 600000;       // give up waiting for slow peers after this
   int heartbeat_interval_ms = 500;
   MetricsServer* metrics = nullptr;  // null: metrics are not exported
   // How gradients travel (spec.compression): "none", "fp16", "bf16" or

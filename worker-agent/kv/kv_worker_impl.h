@@ -76,9 +76,10 @@ class KVWorkerImpl final : public KVWorker {
   struct Pending;
   void HeartbeatLoop();
 
-  // Parts of the selected keys on each server, cut into batches of at most
-  // max_part_elems elements, one RPC each, so that over TCP several are in
-  // flight and the first parts come back while the last still go out.
+  // Parts of the selected keys on each server, in batches of at most
+  // KVOptions::tcp_request_elems elements, one RPC each, so that over TCP
+  // several are in flight and the first parts come back while the last
+  // still go out.
   // Through shared memory nothing streams and every RPC costs a gRPC call
   // on both sides: batches of at most kSharedMemoryBatchElems. Never more
   // than kMaxPartsPerRequest parts, which a server would refuse.

@@ -135,9 +135,10 @@ class Job {
     options.peer_wait_limit_ms = 10000;  // a broken test fails instead of hanging
     options.heartbeat_interval_ms = 100;
     // Small bounds so that tensor 1 (20 elements) is sliced over both
-    // servers and every slice is cut into several chunks.
+    // servers and every slice is cut into several chunks, each a request.
     options.placement.big_array_bound = 8;
     options.placement.max_part_elems = 3;
+    options.tcp_request_elems = 3;
     return options;
   }
 
