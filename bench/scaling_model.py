@@ -33,12 +33,18 @@ MODELS = {
 }
 
 
-def requests_per_worker(params, tensors, servers):
+# The most a request carries (worker-agent/kv/kv_worker.h): over TCP, as
+# between hosts, and through shared memory, as on one host.
+TCP_REQUEST_BYTES = 4 * MIB
+SHARED_MEMORY_REQUEST_BYTES = 32 * MIB
+
+
+def requests_per_worker(params, tensors, servers, request_bytes=TCP_REQUEST_BYTES):
     """Requests a worker sends each step, each way: every tensor is cut over
     the servers when big, and a server's parts go in requests of at most
-    4 MiB (KVOptions::tcp_request_elems), small tensors packed together."""
+    request_bytes, small tensors packed together."""
     per_server_bytes = params * 4 / servers
-    return servers * max(1, math.ceil(per_server_bytes / (4 * MIB))) + min(tensors, servers)
+    return servers * max(1, math.ceil(per_server_bytes / request_bytes)) + min(tensors, servers)
 
 
 def step_seconds(model, workers, servers, gbit, costs, overlap=True):
@@ -81,7 +87,8 @@ def one_machine_steps(model, workers, servers, costs, cores, global_batch_ms):
     the global batch's compute, and each worker's exchange (per byte both
     ways, and per request)."""
     bytes_ = model["params"] * 4
-    requests = requests_per_worker(model["params"], model["tensors"], servers)
+    requests = requests_per_worker(model["params"], model["tensors"], servers,
+                                   SHARED_MEMORY_REQUEST_BYTES)
     exchange_cpu = workers * (2 * bytes_ * costs["host_cpu_ns_per_byte"] * 1e-9 +
                               2 * requests * costs["request_us"] * 1e-6)
     return cores / (global_batch_ms / 1e3 + exchange_cpu)

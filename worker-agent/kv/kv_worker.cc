@@ -320,7 +320,9 @@ std::vector<std::vector<const Part*>> KVWorkerImpl::Batches(
   std::vector<std::vector<const Part*>> batches;
   std::vector<int> open(num_servers_, -1);  // batch being filled per server
   std::vector<uint64_t> filled(num_servers_, 0);
-  std::vector<uint64_t> limit(num_servers_, options_.tcp_request_elems);
+  // Never past what a shard accepts, whatever the option says.
+  std::vector<uint64_t> limit(num_servers_, std::min<uint64_t>(options_.tcp_request_elems,
+                                                               kMaxRequestBytes / sizeof(float)));
   for (int server = 0; server < num_servers_; ++server) {
     if (shared_ && shared_->MayTry(server)) limit[server] = kSharedMemoryBatchElems;
   }

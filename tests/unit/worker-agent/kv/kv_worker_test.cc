@@ -111,8 +111,8 @@ WorkerResult RunWorker(const KVOptions& options, bool unmappable = false, bool i
 
 // Every gradient here is exact in 16 bits, so the 16-bit encodings of
 // spec.compression, through the real wire, end at the very same numbers.
-// So do the transports: gRPC alone (each part a request, or all of a
-// step's parts for a shard in one, tcp_whole), shared memory (the shards are on
+// So do the transports: gRPC alone (each part a request, or parts
+// together up to a bound, tcp_pairs), shared memory (the shards are on
 // 127.0.0.1), shared memory the shards cannot map (the worker's first push
 // to each is refused unread and sent again over gRPC, the same id), and
 // shared memory with the worker's tensors in its segment (a model that
@@ -122,7 +122,7 @@ class KVWorkerTest : public ::testing::TestWithParam<std::tuple<std::string, std
 INSTANTIATE_TEST_SUITE_P(
     CompressionAndTransport, KVWorkerTest,
     ::testing::Combine(::testing::Values("none", "bf16", "fp16"),
-                       ::testing::Values("tcp", "tcp_whole", "shared", "unmappable", "in_place")),
+                       ::testing::Values("tcp", "tcp_pairs", "shared", "unmappable", "in_place")),
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 TEST_P(KVWorkerTest, TwoWorkersTrainSyncStepsAgainstTwoShards) {
@@ -135,8 +135,8 @@ TEST_P(KVWorkerTest, TwoWorkersTrainSyncStepsAgainstTwoShards) {
     KVOptions options = job.WorkerOptions(w);
     const auto& [compression, transport] = GetParam();
     options.compression = compression;
-    options.shared_memory = transport != "tcp" && transport != "tcp_whole";
-    if (transport == "tcp_whole") options.tcp_request_elems = 1 << 20;
+    options.shared_memory = transport != "tcp" && transport != "tcp_pairs";
+    if (transport == "tcp_pairs") options.tcp_request_elems = 5;
     const bool in_place = transport == "in_place";
     workers.push_back(std::async(std::launch::async, [options, unmappable, in_place] {
       return RunWorker(options, unmappable, in_place);
@@ -216,12 +216,17 @@ TEST_P(KVWorkerTest, TwoWorkersTrainSyncStepsAgainstTwoShards) {
     EXPECT_GT(parts_per_shard[1], 0);
   }
   // Every push touches both shards. Over TCP its parts go in requests of at
-  // most tcp_request_elems, here several a shard unless the bound holds
-  // them all; through shared memory, once the shards map the segment, in
-  // one request a shard.
+  // most tcp_request_elems: one a part where the bound is the part's (3),
+  // and with 5, shard 0's parts of 3, 2, 3, 2 and 3 elements go as [3, 2],
+  // [3, 2], [3], shard 1's of 2, 3, 2, 3 and 1 as [2, 3], [2, 3], [1]: three
+  // a shard. Through shared memory, once the shards map the segment, one.
   const double one_per_shard = kWorkers * kServers * kSteps;
   const std::string& transport = std::get<1>(GetParam());
-  if (transport == "shared" || transport == "in_place" || transport == "tcp_whole") {
+  if (transport == "tcp") {
+    EXPECT_EQ(job.AppliedPushes(), 5 * one_per_shard);
+  } else if (transport == "tcp_pairs") {
+    EXPECT_EQ(job.AppliedPushes(), 3 * one_per_shard);
+  } else if (transport == "shared" || transport == "in_place") {
     EXPECT_EQ(job.AppliedPushes(), one_per_shard);
   } else {
     EXPECT_GT(job.AppliedPushes(), one_per_shard);
