@@ -11,9 +11,10 @@
 // 127.0.0.1 with kubeps-server's limits, and one thread per worker driving a
 // KVWorker::Start client: the code a training job runs, with its placement
 // (a tensor of 1M elements or more is sliced over every server, in parts of
-// at most 2 MiB sent in requests of at most 4 MiB). The shards do not heartbeat; the data path
-// does not depend on it. Workers move their tensor at the same time; a
-// repetition times several operations from a common start to the last end.
+// at most 2 MiB sent in requests of at most 4 MiB). The shards do not
+// heartbeat; the data path does not depend on it. Workers move their tensor
+// at the same time; a repetition times several operations from a common
+// start to the last end.
 //
 // Mode: sync, SGD, as jobs train by default. push+pull is PushPull (push of
 // step s, then pull of version s+1, which waits for every worker's push);

@@ -60,9 +60,11 @@ struct KVOptions {
   std::string metrics_address;  // reported to the scheduler
   ResendPolicy resend;
   PlacementOptions placement;
-  // Over TCP, the parts a request carries to one server, in elements at most
-  // (a part longer goes alone). Each request costs a call on both sides;
-  // more at once send fewer, fewer keep more in flight (BytePS cuts at 4 MB).
+  // Over TCP, the most elements one request carries to a server (a part
+  // longer goes alone). Each request costs a call on both sides, so bigger
+  // ones cost less CPU a byte; smaller ones keep more in flight, and let a
+  // tensor the next forward pass needs first overtake sooner. BytePS cuts
+  // tensors at 4 MB too.
   uint64_t tcp_request_elems = 1 << 20;  // 4 MiB of float32: two parts
   int pull_wait_ms = 500;                // server-side long-poll slice
   int peer_wait_limit_ms = 600000;       // give up waiting for slow peers after this

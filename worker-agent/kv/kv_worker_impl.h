@@ -79,10 +79,10 @@ class KVWorkerImpl final : public KVWorker {
   // Parts of the selected keys on each server, in batches of at most
   // KVOptions::tcp_request_elems elements, one RPC each, so that over TCP
   // several are in flight and the first parts come back while the last
-  // still go out.
-  // Through shared memory nothing streams and every RPC costs a gRPC call
-  // on both sides: batches of at most kSharedMemoryBatchElems. Never more
-  // than kMaxPartsPerRequest parts, which a server would refuse.
+  // still go out. Through shared memory nothing streams and every RPC costs
+  // a gRPC call on both sides: batches of at most kSharedMemoryBatchElems.
+  // Never more than kMaxPartsPerRequest parts or kMaxRequestBytes, which a
+  // server would refuse.
   static constexpr uint64_t kSharedMemoryBatchElems = 8 << 20;  // 32 MiB of float32
   template <typename Ptr>
   std::vector<std::vector<const Part*>> Batches(const std::vector<Ptr>& selected) const;
