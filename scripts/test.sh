@@ -7,6 +7,12 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
 cd build
+# Every test's scratch (run folders, checkpoints, sockets) goes in one folder
+# that goes when the suite ends: runs one after another must not fill the disk.
+# KUBEPS_KEEP_TEST_RUNS=1 keeps it to look into a failure.
+TMPDIR=$(mktemp -d /tmp/kubeps-tests-XXXXXX)
+export TMPDIR
+[[ "${KUBEPS_KEEP_TEST_RUNS:-}" == 1 ]] || trap 'rm -rf "$TMPDIR"' EXIT
 ctest --output-on-failure -L unit -j "$(nproc)"
 # Shared by weight: a test that computes takes two of the three slots (tests/CMakeLists.txt).
 ctest --output-on-failure -L integration -j 3

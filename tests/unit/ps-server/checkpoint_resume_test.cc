@@ -6,6 +6,7 @@
 // files are set aside.
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -280,9 +281,10 @@ TEST(RecoveryStepTest, NoCommonStepAtRecoveryFailsTheJob) {
               HasSubstr("server-1 holds steps 100 in /c/server-1"));
 }
 
+// Under $TMPDIR: the test script gives each run a folder it removes at the end.
 std::string TempDir() {
-  char pattern[] = "/tmp/kubeps-ckpt-test-XXXXXX";
-  return ::mkdtemp(pattern);
+  std::string pattern = std::filesystem::temp_directory_path() / "kubeps-ckpt-test-XXXXXX";
+  return ::mkdtemp(pattern.data());
 }
 
 v1::ShardCheckpoint Step(uint64_t step) {
