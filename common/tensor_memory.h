@@ -6,8 +6,10 @@
 // so every step pays a page fault and the kernel's zeroing for each page of
 // each buffer again (a profile of a CNN job showed as much kernel time in
 // the agent for this as for its sockets). KeepFreedTensorMemory makes glibc
-// keep freed memory for the next step instead: the process's resident size
-// stays at its high-water mark, which a step reaches again anyway.
+// keep freed memory for the next step instead, in one heap that every thread
+// takes from (a buffer freed in one thread's heap is no use to another): the
+// process's resident size stays at its high-water mark, which a step reaches
+// again anyway.
 //
 // Call it first in main(), before any thread starts.
 #ifndef KUBEPS_COMMON_TENSOR_MEMORY_H_
