@@ -16,9 +16,11 @@ void KeepFreedTensorMemory() {
   // to the kernel whatever M_TRIM_THRESHOLD says. A gRPC thread whose piece
   // is full of a shard's parts then receives every request into a new piece,
   // faulting in and zeroing each of its pages: 2 x 2 push+pull of 10M floats
-  // over gRPC had twice the page faults and ran 10% slower. The cost is one
-  // lock for allocations too big for a thread's own cache (glibc's tcache,
-  // up to 1 KiB), which a request of megabytes makes a few of.
+  // over gRPC had twice the page faults, at 0.39-0.46 of raw TCP's speed
+  // against 0.51-0.56 (docs/performance.md). The cost: the threads share one
+  // lock wherever their own caches (glibc's tcache: up to 7 blocks of each
+  // size up to 1 KiB) cannot serve them; a request of megabytes makes few
+  // such calls. Measured on 2 cores only.
   mallopt(M_ARENA_MAX, 1);
 }
 

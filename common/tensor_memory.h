@@ -11,7 +11,7 @@
 // process's resident size stays at its high-water mark, which a step reaches
 // again anyway.
 //
-// Call it first in main(), before any thread starts.
+// Call it first in main(), before any other thread allocates.
 #ifndef KUBEPS_COMMON_TENSOR_MEMORY_H_
 #define KUBEPS_COMMON_TENSOR_MEMORY_H_
 

@@ -64,7 +64,9 @@ def claim_octet(first):
     """(octet, lock): an even octet that no other running cluster on this
     machine holds, trying `first` on, and the open lock file that holds it
     until closed (or until this process ends, however it ends)."""
-    folder = os.path.join(tempfile.gettempdir(), "kubeps-emulator-octets")
+    # Under /tmp, not $TMPDIR: a test suite's run gives itself a $TMPDIR of
+    # its own, and clusters of two runs must not share an octet.
+    folder = "/tmp/kubeps-emulator-octets"
     os.makedirs(folder, exist_ok=True)
     for i in range(120):
         octet = 2 + 2 * ((first + i) % 120)

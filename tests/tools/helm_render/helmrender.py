@@ -42,10 +42,10 @@ def go_env():
     env = dict(os.environ)
     env.update({"GO111MODULE": "off", "GOPATH": GOPATH, "GOPROXY": "off", "GOFLAGS": "",
                 "CGO_ENABLED": "0"})
-    if not env.get("GOCACHE") and not env.get("HOME"):
-        # Go caches the compiled sprig packages under ~/.cache between runs; with
-        # no home, for this run at least ($TMPDIR goes when the suite ends).
-        env["GOCACHE"] = os.path.join(tempfile.gettempdir(), "kubeps-go-build-cache")
+    if not env.get("GOCACHE"):
+        # The compiled sprig packages stay cached between runs: under /tmp, not
+        # $TMPDIR, which a test suite's run gives itself and removes.
+        env["GOCACHE"] = "/tmp/kubeps-go-build-cache"
     return env
 
 

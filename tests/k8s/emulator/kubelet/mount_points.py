@@ -18,11 +18,12 @@ the pod's uid; those of a process that died (a killed test) do not count.
 import contextlib
 import fcntl
 import os
-import tempfile
 import threading
 import urllib.parse
 
-REGISTRY = os.path.join(tempfile.gettempdir(), "kubeps-emulator-mount-points")
+# Under /tmp, not $TMPDIR: mount points are the machine's, and a test suite's
+# run gives itself a $TMPDIR of its own.
+REGISTRY = "/tmp/kubeps-emulator-mount-points"
 _THREADS = threading.Lock()
 _MADE = "made@"   # the marker of a path a kubelet made, which a kubelet may remove
 
