@@ -10,9 +10,9 @@ void KeepFreedTensorMemory() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   // Never give a freed heap top back: the next step needs it again.
   mallopt(M_TRIM_THRESHOLD, -1);
-  // Every thread allocates from that one heap. By default glibc gives each
-  // thread one of up to 8 heaps a core (arenas); a thread's heap other than
-  // the first is made of 64 MiB pieces, and a piece that empties goes back
+  // Every thread allocates from that heap, the main one. By default glibc
+  // gives each thread one of up to 8 heaps a core (arenas); a heap other than
+  // the main one is made of 64 MiB pieces, and a piece that empties goes back
   // to the kernel whatever M_TRIM_THRESHOLD says. A gRPC thread whose piece
   // is full of a shard's parts then receives every request into a new piece,
   // faulting in and zeroing each of its pages: 2 x 2 push+pull of 10M floats
