@@ -410,9 +410,8 @@ uint64_t Elements(std::string name) {
   return std::stoull(name) * scale;
 }
 
-// One row: after a warm-up, `reps` repetitions of kubeps and TCP taking
-// turns; the median seconds of each.
-// Each job and the TCP baseline in turn, `reps` times after a warm-up.
+// One row: after a warm-up, `reps` repetitions of each job and the TCP
+// baseline taking turns; the median seconds of each.
 Status MeasureRow(const std::vector<Job*>& jobs, TcpBaseline& tcp, Op op, uint32_t key,
                   size_t bytes, int iterations, int reps, std::vector<double>* job_seconds,
                   double* tcp_seconds) {
