@@ -87,13 +87,16 @@ class UserCodeTest(SharedClusterTestCase):
         name = job["metadata"]["name"]
         apply(c, job)
         # Watch the worker pods while the job runs (they may be cleaned up
-        # once it ends): the last state of each is what it ended with.
+        # once it ends): the last state of each is what it ended with. The
+        # pods are read after the job's phase, so the pass that sees the job
+        # end also sees the pods as the operator saw them or later (its cache
+        # lags the API server, never leads it).
         workers, phase, deadline = {}, None, time.time() + 420
         while time.time() < deadline:
+            phase = get_job(c, name).get("status", {}).get("phase")
             for pod in job_pods(c, name):
                 if pod["metadata"]["labels"].get("kubeps.io/replica-type") == "worker":
                     workers[pod["metadata"]["name"]] = copy.deepcopy(pod)
-            phase = get_job(c, name).get("status", {}).get("phase")
             if phase in ("Succeeded", "Failed"):
                 break
             time.sleep(0.5)
