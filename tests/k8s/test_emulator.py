@@ -220,6 +220,8 @@ class EmulatorTest(unittest.TestCase):
                 "env": [{"name": "UID", "valueFrom": {"fieldRef": {
                     "fieldPath": "metadata.uid"}}}]}]}}
         c.kubectl("apply", "-f", "-", input=yaml_of(pod))
+        marker = "/tmp/ran-" + c.pod("crash")["metadata"]["uid"]
+        self.addCleanup(lambda: os.path.exists(marker) and os.unlink(marker))
 
         def restarted():
             p = c.pod("crash")
@@ -229,7 +231,7 @@ class EmulatorTest(unittest.TestCase):
         self.assertEqual(p["status"]["phase"], "Running")
         self.assertEqual(p["status"]["containerStatuses"][0]["lastState"]["terminated"]
                          ["exitCode"], 1)
-        os.unlink("/tmp/ran-" + p["metadata"]["uid"])
+        os.unlink(marker)
         t0 = time.time()
         c.kubectl("delete", "pod", "crash")   # waits until the kubelet has finished
         self.assertLess(time.time() - t0, 5)
