@@ -98,13 +98,20 @@ class RunningJob:
         regex = re.compile(pattern)
         deadline = time.time() + timeout
         while time.time() < deadline:
+            # Whether the output had ended is read before the lines: a line
+            # read after the last scan would otherwise be missed.
+            ended = self.finished_output()
             for _, line in list(self.lines):
                 if regex.search(line):
                     return line
-            if self.process.poll() is not None and not self._reader.is_alive():
+            if ended:
                 break
             time.sleep(0.05)
         raise AssertionError("no line matching %r; output:\n%s" % (pattern, self.output()))
+
+    def finished_output(self):
+        """True once the job has exited and every line it printed is read."""
+        return self.process.poll() is not None and not self._reader.is_alive()
 
     def close(self):
         """Kills `kubeps run` if it still runs, and closes its output."""
@@ -280,10 +287,11 @@ def wait_for_steps(job, rank, steps, timeout=120):
     `steps` total steps; returns that line's parsed fields."""
     deadline = time.time() + timeout
     while time.time() < deadline:
+        ended = job.finished_output()   # before the scan, as in wait_for_line
         for p in job.progress(rank=rank):
             if p["total_steps"] >= steps:
                 return p
-        if job.process.poll() is not None:
+        if ended:
             break
         time.sleep(0.01)
     raise AssertionError("worker %d never reached step %d; output:\n%s" % (rank, steps, job.output()))

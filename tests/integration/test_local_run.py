@@ -2,11 +2,10 @@
 import os
 import re
 import tempfile
-import time
 import unittest
 
 from jobtools import (KUBEPS, SOURCE_DIR, RunningJob, manifest, metric, processes_with_env,
-                      read_floats, run_job, scrape, write_manifest)
+                      read_floats, run_job, scrape, wait_for_steps, write_manifest)
 import subprocess
 
 
@@ -85,8 +84,10 @@ class LocalRunTest(unittest.TestCase):
             series = scrape(worker_port)
             steps = metric(series, "kubeps_worker_steps_total", rank="0")
             samples = metric(series, "kubeps_worker_samples_total", rank="0")
-            time.sleep(0.7)
-            after = job.progress(rank=0)[-1]["total_steps"]
+            # The counter may run ahead of the last progress line, never past
+            # what the worker goes on to print: the first line at or beyond it
+            # must come (a fixed sleep here raced a loaded machine's output).
+            after = wait_for_steps(job, 0, steps, timeout=60)["total_steps"]
             if after == before:
                 continue
             self.assertLessEqual(before, steps)

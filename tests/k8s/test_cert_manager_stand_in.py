@@ -333,8 +333,10 @@ spec:
     def test_the_secret_across_renewals_and_deletions(self):
         ns = self.namespace("cm-life")
         self.chain(ns)
-        # short-lived: renewed a third of its lifetime before its end
-        self.leaf(ns, "short", extra="  duration: 4s\n")
+        # short-lived: renewed a third of its lifetime before its end. 10 s,
+        # not less: the edit below must come before the first renewal, and the
+        # checks after it before the second, on a loaded machine too.
+        self.leaf(ns, "short", extra="  duration: 10s\n")
         self.cm.wait_issued(ns, "short", 1)
         secret = self.get(ns, "secrets", "short-tls")
         serial1, key1 = self.serial_and_key(secret)
@@ -350,7 +352,7 @@ spec:
         secret["data"]["extra"] = base64.b64encode(b"kept").decode()
         self.c.client.put("/api/v1/namespaces/%s/secrets/short-tls" % ns, secret)
 
-        crt = self.cm.wait_issued(ns, "short", 2, timeout=10)
+        crt = self.cm.wait_issued(ns, "short", 2, timeout=20)
         renewing = [e for e in self.events(ns, "short") if e["reason"] == "Issuing" and
                     e["message"].startswith("Renewing certificate as renewal was scheduled at")]
         self.assertEqual(len(renewing), 1, [e["message"] for e in self.events(ns, "short")])

@@ -49,7 +49,13 @@ class PodStartTest(SharedClusterTestCase):
         self.assertIn("worker-0 (pod %s-worker-0) could not start within podStartTimeoutSeconds "
                       "(3 s)" % name, failed["message"])
         self.assertIn(MISSING_IMAGE, failed["message"])
-        events = events_of(self.c, name)
+        # The Failed condition and its Event are two writes: the Event may
+        # land a moment after the condition is read.
+        def events_once_failed():
+            events = events_of(self.c, name)
+            return any(e["reason"] == "ImagePullFailed" for e in events) and events
+        events = self.c.wait_for(events_once_failed, timeout=30,
+                                 what="an ImagePullFailed event on %s" % name)
         pull_events = [e for e in events if e["reason"] in ("ErrImagePull", "ImagePullBackOff")]
         self.assertTrue(pull_events, [e["reason"] for e in events])
         self.assertIn("pod %s-worker-0 (worker-0) cannot start" % name,
