@@ -1,4 +1,4 @@
-"""Builds and runs helm-render (main.go beside this file) for the chart tests.
+"""Builds and runs helm-render (the Go program beside this file) for the chart tests.
 
     import helmrender
     exe = helmrender.build()            # raises helmrender.Unavailable without Go
