@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -42,10 +43,19 @@ inline std::unique_ptr<grpc::Server> Serve(grpc::Service* service, int* port) {
   return builder.BuildAndStart();
 }
 
+struct JobOptions {
+  // The shards keep big parts' values in files of /dev/shm that a worker of
+  // this host maps instead of having them landed (KVOptions::map_values).
+  bool map_values = false;
+  // The address shard `i` registers, given the one it listens on: another
+  // in front of it (a proxy). Unset: its own.
+  std::function<std::string(int i, const std::string& listening)> front;
+};
+
 // A job's server side: the scheduler and kServers shards, running.
 class Job {
  public:
-  Job() {
+  explicit Job(JobOptions job_options = {}) {
     SchedulerOptions options;
     options.num_servers = kServers;
     options.num_workers = kWorkers;
@@ -63,6 +73,8 @@ class Job {
     shard_options.optimizer.name = "sgd";
     shard_options.optimizer.learning_rate = 1.0f;
     for (int i = 0; i < kServers; ++i) {
+      if (job_options.map_values)
+        shard_options.shared_values_owner = "kv-test-server-" + std::to_string(i);
       std::string error;
       auto optimizer = MakeOptimizer(shard_options.optimizer, &error);
       shards_.push_back(
@@ -71,7 +83,8 @@ class Job {
           shards_.back().get(), JobToken::Fixed(kToken), nullptr));
       int port = 0;
       shard_servers_.push_back(Serve(services_.back().get(), &port));
-      shard_ports_.push_back(port);
+      const std::string listening = "127.0.0.1:" + std::to_string(port);
+      shard_addresses_.push_back(job_options.front ? job_options.front(i, listening) : listening);
     }
     // The shards register over the wire with the job's token, as
     // kubeps-server would (highest rank first: ranks follow the names).
@@ -111,7 +124,7 @@ class Job {
     return true;
   }
   std::string SchedulerAddress() const { return "127.0.0.1:" + std::to_string(scheduler_port_); }
-  std::string ShardAddress(int i) const { return "127.0.0.1:" + std::to_string(shard_ports_[i]); }
+  std::string ShardAddress(int i) const { return shard_addresses_[i]; }
   Shard& shard(int i) { return *shards_[i]; }
   // Push requests the shards applied, all together.
   double AppliedPushes() const {
@@ -150,7 +163,7 @@ class Job {
   std::vector<std::unique_ptr<Shard>> shards_;
   std::vector<std::unique_ptr<ParameterServerService>> services_;
   std::vector<std::unique_ptr<grpc::Server>> shard_servers_;
-  std::vector<int> shard_ports_;
+  std::vector<std::string> shard_addresses_;  // as registered
   grpc::Status register_status_;
 };
 
