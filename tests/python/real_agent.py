@@ -15,19 +15,36 @@ stops the three processes.
 
 import json
 import os
+import shutil
 import signal
-import socket
 import subprocess
 import sys
+import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_BIN_DIR = os.path.join(os.path.dirname(os.path.dirname(HERE)), "build", "bin")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def start_scheduler(server, env):
+    """Starts the scheduler on a port of the kernel's choosing; (its process,
+    that port), read from the ports file it publishes in a run folder (a port
+    found free first and passed on could be taken by then)."""
+    run_dir = tempfile.mkdtemp(prefix="kubeps-real-agent-")
+    scheduler = subprocess.Popen([server, "--role=scheduler", "--node-id=scheduler", "--port=0"],
+                                 env=dict(env, KUBEPS_RUN_DIR=run_dir))
+    ports = os.path.join(run_dir, "scheduler.ports")
+    deadline = time.time() + 30
+    try:
+        while not os.path.exists(ports):
+            if scheduler.poll() is not None or time.time() > deadline:
+                scheduler.kill()
+                sys.exit("the scheduler published no port (exit status %s)" % scheduler.poll())
+            time.sleep(0.02)
+        with open(ports) as f:
+            return scheduler, int(dict(line.split() for line in f)["grpc"])
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def main():
@@ -46,16 +63,12 @@ def main():
             "replicaSpecs": {"ps": {"replicas": 1}, "worker": {"replicas": 1}},
         },
     }
-    port = free_port()
     env = dict(os.environ, KUBEPS_JOB=json.dumps(job), KUBEPS_JOB_NAME="pyclient-test",
-               KUBEPS_NUM_SERVERS="1", KUBEPS_NUM_WORKERS="1",
-               KUBEPS_SCHEDULER_ADDR="127.0.0.1:%d" % port)
+               KUBEPS_NUM_SERVERS="1", KUBEPS_NUM_WORKERS="1")
     server = os.path.join(bin_dir, "kubeps-server")
-    children = [
-        subprocess.Popen([server, "--role=scheduler", "--node-id=scheduler", "--port=%d" % port],
-                         env=env),
-        subprocess.Popen([server, "--role=server", "--node-id=ps-0"], env=env),
-    ]
+    scheduler, port = start_scheduler(server, env)
+    env["KUBEPS_SCHEDULER_ADDR"] = "127.0.0.1:%d" % port
+    children = [scheduler, subprocess.Popen([server, "--role=server", "--node-id=ps-0"], env=env)]
     agent = subprocess.Popen([os.path.join(bin_dir, "kubeps-agent"), "--role=worker",
                               "--node-id=worker-0", "--serve", "--socket-dir=%s" % socket_dir],
                              env=env)
