@@ -29,6 +29,10 @@ OVERLAPPED = {"KUBEPS_OVERLAP": "1", "KUBEPS_BUCKET_BYTES": "0"}
 # For a test whose job only has to run while the test waits for something
 # else.
 SLOW_NETWORK = {"KUBEPS_FAULTS": "delay=1,delay_max_ms=50"}
+# Up to 10 ms: some 100 steps a second. For a test that acts on a job of a
+# few hundred steps in its second half (a kill, a scrape), so that a test
+# process slow to run on a loaded machine still has seconds to do it.
+SLIGHTLY_SLOW_NETWORK = {"KUBEPS_FAULTS": "delay=1,delay_max_ms=10"}
 
 PROGRESS = re.compile(
     r"^\[worker (\d+)\] epoch (\d+)/(\d+) step (\d+)/(\d+) total_steps (\d+) "

@@ -15,7 +15,8 @@ import tempfile
 import time
 import unittest
 
-from jobtools import BIN_DIR, DATASET, KUBEPS, RunningJob, manifest, processes_with_env, write_manifest
+from jobtools import (BIN_DIR, DATASET, KUBEPS, SLIGHTLY_SLOW_NETWORK, RunningJob, manifest,
+                      processes_with_env, write_manifest)
 
 TIMEOUT = 300  # generous: four engineers' builds and tests share two cores
 
@@ -145,14 +146,12 @@ class LaggingShardTest(unittest.TestCase):
         os.makedirs(folder)
         # Every checkpoint of server-1 from step 100 to 500 fails (9, under the 10 in a row at
         # which a shard gives up; a restore starts the count again), and the job ends at 540.
-        # The kill below comes after step 260, and must come before 540: each request held up
-        # to 10 ms keeps the job near 100 steps a second (650 without), so that a test
-        # process starved on a loaded machine still has seconds, not a fraction of one.
+        # The kill below comes after step 260, and must come before 540 (650 steps a second
+        # without the network's delay).
         for step in range(100, 550, 50):
             os.makedirs(os.path.join(folder, "step-%020d.ckpt.tmp" % step))
         job = RunningJob(write_manifest(tmp, job_text("lag")), run_dir=run_dir,
-                         env={"KUBEPS_MAX_STEPS": "540",
-                              "KUBEPS_FAULTS": "delay=1,delay_max_ms=10"})
+                         env=dict(SLIGHTLY_SLOW_NETWORK, KUBEPS_MAX_STEPS="540"))
         self.addCleanup(job.close)
         deadline = time.time() + TIMEOUT
         while time.time() < deadline and not any(p["total_steps"] >= 260 for p in job.progress()):

@@ -7,8 +7,8 @@ import os
 import tempfile
 import unittest
 
-from jobtools import (ACCURACY, RunningJob, manifest_with, metric, read_floats, run_job,
-                      scrape_while_running, write_manifest)
+from jobtools import (ACCURACY, SLIGHTLY_SLOW_NETWORK, RunningJob, manifest_with, metric,
+                      read_floats, run_job, scrape_while_running, write_manifest)
 from test_faults import FAULTS, MLP_PARAMS
 
 STEPS = 30
@@ -33,7 +33,6 @@ class CompressionTest(unittest.TestCase):
         path = write_manifest(self.dir, job(name, compression), name + ".yaml")
         running = RunningJob(path, env=dict(env or {}, KUBEPS_MAX_STEPS=str(steps),
                                             KUBEPS_DUMP_PARAMS=dump))
-        # Often: a 200-step job is over in well under a second here.
         scrapes = scrape_while_running(running, SERVERS, interval=0.05)
         self.assertEqual(running.wait(timeout=240), 0, running.output())
         # Each server holds other tensors, so its pushes have a size of their
@@ -52,10 +51,12 @@ class CompressionTest(unittest.TestCase):
         # 200 steps of SGD reach about 75% test accuracy in float32. Every
         # step pushes the same requests and the last scrape comes late in the
         # run, so bytes per push are the same as at its end to a request or two.
-        _, full, _ = self.run_and_scrape("learn-none", None, steps=200)
+        # Without the network's delay a 200-step job is over in well under a
+        # second, and a scrape in its second half could be missed.
+        _, full, _ = self.run_and_scrape("learn-none", None, env=SLIGHTLY_SLOW_NETWORK, steps=200)
         for compression, ratio in (("bf16", 0.5), ("fp16", 0.5), ("2bit", 1 / 16)):
             dump, per_push, out = self.run_and_scrape("learn-" + compression, compression,
-                                                      steps=200)
+                                                      env=SLIGHTLY_SLOW_NETWORK, steps=200)
             values = read_floats(dump)
             self.assertEqual(len(values), MLP_PARAMS)
             self.assertTrue(all(math.isfinite(v) for v in values), compression)

@@ -6,7 +6,8 @@ import tempfile
 import time
 import unittest
 
-from jobtools import manifest, metric, run_job, write_manifest, RunningJob, scrape
+from jobtools import (SLOW_NETWORK, RunningJob, manifest, metric, run_job, scrape,
+                      write_manifest)
 
 DIVERGING = {"name": "sgd", "learningRate": 1e10}
 
@@ -35,7 +36,9 @@ class NonFiniteTest(unittest.TestCase):
         text = text.replace('"mode": "sync",', '"mode": "sync",\n    "nonFinite": "SkipStep",')
         self.assertIn("SkipStep", text)
         path = write_manifest(self.dir, text)
-        job = RunningJob(path, env={"KUBEPS_MAX_STEPS": "60"})
+        # Held up to 50 ms a request, the 60 steps last seconds, not a tenth
+        # of one: the scrapes below see the skipped steps before the server exits.
+        job = RunningJob(path, env=dict(SLOW_NETWORK, KUBEPS_MAX_STEPS="60"))
         try:
             _, metrics_port = job.ports("server-0")
             skipped = 0
@@ -45,7 +48,7 @@ class NonFiniteTest(unittest.TestCase):
                                                   "kubeps_server_updates_skipped_total"))
                 except Exception:
                     pass  # the server may be gone already
-                time.sleep(0.2)
+                time.sleep(0.05)
             code = job.wait(timeout=240)
         finally:
             job.close()
