@@ -14,14 +14,14 @@ import threading
 import time
 import unittest
 
-from jobtools import (RunningJob, metric, processes_with_env, scrape_while_running, tensor_bytes,
-                      write_manifest)
+from jobtools import (SLIGHTLY_SLOW_NETWORK, RunningJob, metric, processes_with_env,
+                      scrape_while_running, tensor_bytes, write_manifest)
 from test_faults import MLP_PARAMS, sync_job
 
 WORKERS = ("worker-0", "worker-1")
-# Long enough for several scrapes of the workers' metrics while they train
-# (about a second: the 2 x 2 MLP job makes some 600 steps a second here),
-# within the first epoch.
+# Within the first epoch; long enough for many scrapes of the workers'
+# metrics while they train, at a slightly slow network's pace (some 4 s; 0.7
+# without its delay, which a test process slow to run could miss).
 STEPS = 400
 
 
@@ -57,7 +57,8 @@ class SharedMemoryTest(unittest.TestCase):
         memory, of them mapped)})."""
         dump = os.path.join(self.dir, name + ".bin")
         path = write_manifest(self.dir, sync_job(name), name + ".yaml")
-        job = RunningJob(path, env=dict(env, KUBEPS_MAX_STEPS=str(STEPS), KUBEPS_DUMP_PARAMS=dump))
+        job = RunningJob(path, env=dict(SLIGHTLY_SLOW_NETWORK, **env, KUBEPS_MAX_STEPS=str(STEPS),
+                                        KUBEPS_DUMP_PARAMS=dump))
         pids = pids_while_running(job)
         scrapes = scrape_while_running(job, WORKERS, interval=0.1)
         self.assertEqual(job.wait(timeout=240), 0, job.output())
