@@ -17,7 +17,8 @@ sys.path.insert(0, HERE)
 from emulator.client import ApiError  # noqa: E402
 from operator_harness import (DEPLOY, OPERATOR_USER, PODS, TJ, Operator,  # noqa: E402
                               apply, condition, events_of, job_pods, kubelet_output, live,
-                              metric, phase_of, replica_key, replica_pids, training_job)
+                              metric, phase_of, replica_key, replica_pids, slowed_down,
+                              training_job)
 from operator_test_case import OperatorTestCase, SharedClusterTestCase, new_cluster  # noqa: E402
 
 JOBS_LIST = "/apis/kubeps.io/v1alpha1/trainingjobs"
@@ -430,7 +431,10 @@ class OperatorRestartTest(OperatorTestCase):
         poller.start()
         try:
             self.op = Operator(c, name="operator-1")
-            apply(c, training_job(name, epochs=4, max_steps=1800))
+            # Some 100 steps a second (each request held up to 10 ms): the job
+            # still runs after the second kill, however long the test took to
+            # get there on a loaded machine (650 a second would end it in 3 s).
+            apply(c, slowed_down(training_job(name, epochs=4, max_steps=1800), most_ms=10))
             # kill it first while it creates the job's objects...
             c.wait_for(lambda: job_pods(c, name), timeout=60, what="a first pod")
             kills = [time.time()]
@@ -491,7 +495,9 @@ class WatchRecoveryTest(OperatorTestCase):
     def test_watch_cut_and_410_gone(self):
         c, name = self.c, "watchcut"
         self.op = Operator(c)
-        apply(c, training_job(name, epochs=6, max_steps=2500))   # long enough to outlast a relist
+        # Some 10 s at 100 steps a second (each request held up to 10 ms): long
+        # enough to outlast a relist on a loaded machine too.
+        apply(c, slowed_down(training_job(name, epochs=6, max_steps=1000), most_ms=10))
         self.wait_phase(name, "Running", timeout=90)
         # the connections dropped while it runs: it lists and watches again
         cut = c.hook("cut-watches", mode="abort")
