@@ -39,7 +39,7 @@ def start_scheduler(server, env):
         while not os.path.exists(ports):
             if scheduler.poll() is not None or time.time() > deadline:
                 scheduler.kill()
-                sys.exit("the scheduler published no port (exit status %s)" % scheduler.poll())
+                sys.exit("the scheduler published no port (exit status %s)" % scheduler.wait())
             time.sleep(0.02)
         with open(ports) as f:
             return scheduler, int(dict(line.split() for line in f)["grpc"])
