@@ -23,6 +23,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "integration"))
+from jobtools import read_ports  # noqa: E402  (the ports file's reader of the local runs' tests)
 DEFAULT_BIN_DIR = os.path.join(os.path.dirname(os.path.dirname(HERE)), "build", "bin")
 
 
@@ -33,16 +35,14 @@ def start_scheduler(server, env):
     run_dir = tempfile.mkdtemp(prefix="kubeps-real-agent-")
     scheduler = subprocess.Popen([server, "--role=scheduler", "--node-id=scheduler", "--port=0"],
                                  env=dict(env, KUBEPS_RUN_DIR=run_dir))
-    ports = os.path.join(run_dir, "scheduler.ports")
     deadline = time.time() + 30
     try:
-        while not os.path.exists(ports):
+        while (ports := read_ports(run_dir, "scheduler")) is None:
             if scheduler.poll() is not None or time.time() > deadline:
                 scheduler.kill()
                 sys.exit("the scheduler published no port (exit status %s)" % scheduler.wait())
             time.sleep(0.02)
-        with open(ports) as f:
-            return scheduler, int(dict(line.split() for line in f)["grpc"])
+        return scheduler, ports[0]
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
 
