@@ -18,8 +18,8 @@ import tempfile
 import time
 import unittest
 
-from jobtools import (BIN_DIR, RunningJob, read_floats, run_job, wait_for_replica_pid,
-                      wait_for_steps, write_manifest)
+from jobtools import (BIN_DIR, PACED_FOR_KILLS, RunningJob, read_floats, run_job,
+                      wait_for_replica_pid, wait_for_steps, write_manifest)
 from test_scheduler_restart import STEPS, job_text
 
 LIBFAKETIME = (glob.glob("/usr/lib/*/faketime/libfaketime.so.1") + [None])[0]
@@ -88,7 +88,8 @@ class ClockBehindTest(unittest.TestCase):
         bin_dir = self.bin_dir_with_wrapped_agent(marker)
         dump = os.path.join(self.dir, "behind.bin")
         job = RunningJob(write_manifest(self.dir, job_text("behind"), "behind.yaml"),
-                         env={"KUBEPS_DUMP_PARAMS": dump, "KUBEPS_MAX_STEPS": str(STEPS)},
+                         env=dict(PACED_FOR_KILLS, KUBEPS_DUMP_PARAMS=dump,
+                                  KUBEPS_MAX_STEPS=str(STEPS)),
                          kubeps=os.path.join(bin_dir, "kubeps"))
         self.addCleanup(job.close)
         wait_for_steps(job, 1, 150)

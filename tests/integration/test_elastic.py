@@ -9,8 +9,8 @@ import tempfile
 import time
 import unittest
 
-from jobtools import (KUBEPS, RunningJob, elastic_job, manifest_with, read_floats, run_job,
-                      wait_for_replica_pid, wait_for_steps, write_manifest)
+from jobtools import (KUBEPS, PACED_FOR_KILLS, RunningJob, elastic_job, manifest_with,
+                      read_floats, run_job, wait_for_replica_pid, wait_for_steps, write_manifest)
 
 
 def scale(name, workers, run_dir=None, at_step=None):
@@ -102,8 +102,11 @@ class ElasticTest(unittest.TestCase):
         def run(name, kill):
             dump = os.path.join(self.dir, name + ".bin")
             text = elastic_job(name, epochs=2, spec={"checkpoint": {"intervalSteps": 400}})
+            # The killed run slowed: unslowed, its kill had about 1 s between
+            # steps 480 and 800 to land in.
             job = RunningJob(write_manifest(self.dir, text, name + ".yaml"),
-                             env={"KUBEPS_DUMP_PARAMS": dump})
+                             env=dict(PACED_FOR_KILLS if kill else {},
+                                      KUBEPS_DUMP_PARAMS=dump))
             job.wait_for_line(r"\[worker 0\] epoch")
             code, said = scale(name, 3, job.run_dir, at_step=450)
             self.assertEqual(code, 0, said)

@@ -8,7 +8,8 @@ import tempfile
 import time
 import unittest
 
-from jobtools import OVERLAPPED, RunningJob, manifest, processes_with_env, run_job, write_manifest
+from jobtools import (OVERLAPPED, PACED_FOR_KILLS, RunningJob, manifest, processes_with_env,
+                      run_job, write_manifest)
 
 
 def job_text(name):
@@ -29,7 +30,7 @@ class ShardRecoveryTest(unittest.TestCase):
 
         killed_dump = os.path.join(self.dir, "killed.bin")
         job = RunningJob(write_manifest(self.dir, job_text("killed"), "killed.yaml"),
-                         env=dict(OVERLAPPED, KUBEPS_DUMP_PARAMS=killed_dump))
+                         env=dict(OVERLAPPED, **PACED_FOR_KILLS, KUBEPS_DUMP_PARAMS=killed_dump))
         # Kill server 1 once the job is well past its first checkpoints.
         deadline = time.time() + 120
         while time.time() < deadline and not any(p["total_steps"] >= 180 for p in job.progress()):

@@ -8,8 +8,9 @@ import tempfile
 import time
 import unittest
 
-from jobtools import (DATASET, OVERLAPPED, RunningJob, manifest_with, processes_with_env, read_floats,
-                      wait_for_replica_pid, wait_for_steps, write_manifest)
+from jobtools import (DATASET, OVERLAPPED, PACED_FOR_KILLS, RunningJob, manifest_with,
+                      processes_with_env, read_floats, wait_for_replica_pid, wait_for_steps,
+                      write_manifest)
 
 # The MLP example's settings (Adam, batch 64 per worker, 2 servers, 2
 # workers), one epoch (468 steps), progress every 100 ms so the time from a
@@ -35,7 +36,7 @@ class RestartTest(unittest.TestCase):
 
     def start(self, name, policy, backoff_limit=3, env=None, dataset=DATASET):
         path = write_manifest(self.dir, restart_job(name, policy, backoff_limit, dataset), name + ".yaml")
-        full_env = dict(OVERLAPPED, KUBEPS_MAX_STEPS=str(STEPS))
+        full_env = dict(OVERLAPPED, **PACED_FOR_KILLS, KUBEPS_MAX_STEPS=str(STEPS))
         full_env.update(env or {})
         job = RunningJob(path, run_dir=os.path.join(self.dir, "run-" + name), env=full_env)
         self.addCleanup(self.stop, job)

@@ -11,7 +11,7 @@ import unittest
 
 from jobtools import (OVERLAPPED, RunningJob, read_floats, run_job, wait_for_replica_pid,
                       wait_for_steps, write_manifest)
-from test_scheduler_restart import STEPS, job_text, scheduler_pid
+from test_scheduler_restart import JOB_ENV, STEPS, job_text, scheduler_pid
 
 
 class SigtermTest(unittest.TestCase):
@@ -31,7 +31,7 @@ class SigtermTest(unittest.TestCase):
         as a drain of their node stops them."""
         dump = os.path.join(self.dir, name + ".bin")
         job = RunningJob(write_manifest(self.dir, text(name), name + ".yaml"),
-                         env=dict(OVERLAPPED, KUBEPS_DUMP_PARAMS=dump, KUBEPS_MAX_STEPS=str(STEPS)))
+                         env=dict(JOB_ENV, KUBEPS_DUMP_PARAMS=dump))
         self.addCleanup(lambda: job.process.poll() is None and (job.process.kill(),
                                                                  job.process.wait()))
         wait_for_steps(job, 0, 150)
