@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -32,15 +33,25 @@ void SyncFolder(const std::string& dir) {
   ::close(fd);
 }
 
+constexpr char kTemporarySuffix[] = ".tmp";
+
 // Replaces `path` in `dir` whole or not at all: `write` fills "<path>.tmp",
 // which is flushed and renamed over `path`, then the folder is flushed. A
-// crash leaves the file before or the file after, never a torn one.
+// crash leaves the file before or the file after, never a torn one (and a
+// temporary file, which the next Open removes). A write that fails removes
+// its temporary file: on a full volume it holds what space there was, and
+// the next checkpoint's is another file.
 Status ReplaceDurably(
     const std::string& dir, const std::string& path,
     const std::function<bool(google::protobuf::io::ZeroCopyOutputStream*)>& write) {
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = path + kTemporarySuffix;
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Status::Error("cannot create " + tmp + ": " + std::strerror(errno));
+  auto fail = [&](const std::string& what, int error) {
+    ::unlink(tmp.c_str());
+    return Status::Error("cannot " + what + " " + tmp + ": " +
+                         (error != 0 ? std::strerror(error) : "the contents do not serialize"));
+  };
   bool written;
   int error;
   {  // the stream is gone before the file is closed: it would flush into a closed descriptor
@@ -50,16 +61,50 @@ Status ReplaceDurably(
   }
   if (!written) {
     ::close(fd);
-    return Status::Error("cannot write " + tmp + ": " +
-                         (error != 0 ? std::strerror(error) : "the contents do not serialize"));
+    return fail("write", error);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    return Status::Error("cannot flush " + tmp + ": " + std::strerror(errno));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return Status::Error("cannot rename " + tmp + ": " + std::strerror(errno));
-  }
+  error = ::fsync(fd) == 0 ? 0 : errno;
+  if (::close(fd) != 0 && error == 0) error = errno;  // closed either way: no descriptor leaks
+  if (error != 0) return fail("flush", error);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return fail("rename", errno);
   SyncFolder(dir);
+  return Status::Ok();
+}
+
+// What a store writes, the one name of each step's file:
+// "step-" and the step in 20 digits, then ".ckpt".
+bool ParseCheckpointName(const std::string& name, uint64_t* step) {
+  constexpr size_t kDigits = 20;
+  const std::string prefix = "step-", suffix = ".ckpt";
+  if (name.size() != prefix.size() + kDigits + suffix.size() || name.rfind(prefix, 0) != 0 ||
+      name.compare(prefix.size() + kDigits, suffix.size(), suffix) != 0) {
+    return false;
+  }
+  const std::string digits = name.substr(prefix.size(), kDigits);
+  if (digits.find_first_not_of("0123456789") != std::string::npos) return false;
+  errno = 0;
+  const unsigned long long parsed = std::strtoull(digits.c_str(), nullptr, 10);
+  if (errno == ERANGE) return false;
+  *step = parsed;
+  return true;
+}
+
+// The run's id as "<dir>/run" records it; empty where none is recorded. A
+// file that is there but cannot be read is an error, never "none".
+Status ReadRunFile(const std::string& path, std::string* recorded) {
+  recorded->clear();
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status::Ok();
+    return Status::Error("cannot open " + path + ": " + std::strerror(errno));
+  }
+  char buffer[512];
+  ssize_t n;
+  while ((n = ::read(fd, buffer, sizeof buffer)) > 0) recorded->append(buffer, n);
+  const int error = errno;
+  ::close(fd);
+  if (n < 0) return Status::Error("cannot read " + path + ": " + std::strerror(error));
+  recorded->erase(std::min(recorded->find('\n'), recorded->size()));
   return Status::Ok();
 }
 
@@ -71,6 +116,14 @@ Status CheckpointStore::Open(const std::string& dir, std::unique_ptr<CheckpointS
   std::error_code error;
   fs::create_directories(dir, error);
   if (error) return Status::Error("checkpoint folder " + dir + ": " + error.message());
+  // Temporary files of writes a killed process left (each as big as its
+  // state), which no one else would ever remove.
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    const size_t suffix = sizeof kTemporarySuffix - 1;
+    if (name.size() > suffix && name.compare(name.size() - suffix, suffix, kTemporarySuffix) == 0)
+      ::unlink(entry.path().c_str());
+  }
   out->reset(new CheckpointStore(dir));
   return Status::Ok();
 }
@@ -85,11 +138,10 @@ std::vector<uint64_t> CheckpointStore::Steps() const {
   std::vector<uint64_t> steps;
   std::error_code error;
   for (const auto& entry : fs::directory_iterator(dir_, error)) {
-    const std::string name = entry.path().filename().string();
-    unsigned long long step = 0;
-    char tail[8] = {0};
-    if (std::sscanf(name.c_str(), "step-%20llu.%5s", &step, tail) == 2 &&
-        std::string(tail) == "ckpt") {
+    uint64_t step;
+    std::error_code type_error;
+    if (ParseCheckpointName(entry.path().filename().string(), &step) &&
+        entry.is_regular_file(type_error)) {
       steps.push_back(step);
     }
   }
@@ -118,7 +170,7 @@ Status CheckpointStore::ClaimForRun(const std::string& run_id, bool resume, size
   *removed = 0;
   if (run_id.empty()) return Status::Ok();
   std::string recorded;
-  std::getline(std::ifstream(dir_ + "/" + kRunFile), recorded);
+  if (Status s = ReadRunFile(dir_ + "/" + kRunFile, &recorded); !s.ok()) return s;
   if (recorded == run_id) return Status::Ok();
   if (!resume) {
     *removed = Steps().size();

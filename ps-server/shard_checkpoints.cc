@@ -174,7 +174,11 @@ Status Shard::WriteFinalCheckpoint() {
       step = UINT64_MAX;
       for (const auto& [key, part] : parts_) step = std::min(step, part.version);
     }
-    if (static_cast<int64_t>(step) == last_checkpoint_) return Status::Ok();
+    // Taken is not written: the write of the last one taken may have failed.
+    const std::vector<uint64_t> written = checkpoints_->Steps();
+    if (static_cast<int64_t>(step) == last_checkpoint_ &&
+        std::binary_search(written.begin(), written.end(), step))
+      return Status::Ok();
     last = TakeCheckpoint(step);
   }
   if (Status s = WriteCheckpoint(*last); !s.ok()) return s;

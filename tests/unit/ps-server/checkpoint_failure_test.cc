@@ -180,6 +180,22 @@ TEST_F(CheckpointFailureTest, AFailedFinalCheckpointIsAnErrorNamingTheFolder) {
   EXPECT_THAT(s.message(), HasSubstr("checkpoint of step 1 into " + dir_ + " failed"));
 }
 
+// An async shard takes a checkpoint in the push that makes the count, and
+// the job may end right after it: when that write failed, the final
+// checkpoint took the state for written and wrote nothing, and a job run
+// again found this shard a step behind, or none at all.
+TEST_F(CheckpointFailureTest, AnAsyncFinalCheckpointIsWrittenWhenTheLastPeriodicOneFailed) {
+  Start(2, /*sync=*/false);
+  Step();
+  Step();  // push 2 takes a checkpoint: written
+  Step();
+  BreakTheFolder();
+  Step();  // push 4 takes one: its write fails
+  MendTheFolder();
+  ASSERT_TRUE(shard_->WriteFinalCheckpoint().ok());
+  EXPECT_THAT(shard_->CheckpointSteps(), ::testing::ElementsAre(4));
+}
+
 // An async shard takes its checkpoint in the push that makes the count: the
 // checkpoint holds that push's update, so it must hold its id as applied.
 // Else a shard restarted from it applies the push again when its answer was

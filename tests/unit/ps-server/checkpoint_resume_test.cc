@@ -1,13 +1,8 @@
 // Which checkpoint step a job resumes or recovers from (ps-server/scheduler.h):
 // the newest step every shard holds, at the scheduler's first start (a job
 // run again over its checkpoints) and at a recovery; none in common fails
-// the job with a message naming the checkpoint folders. And the store's side
-// (ps-server/checkpoint_store.h): the common step survives pruning, damaged
-// files are set aside.
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
+// the job with a message naming the checkpoint folders. The store's side:
+// checkpoint_store_test.cc.
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,13 +11,11 @@
 #include <gtest/gtest.h>
 
 #include "common/metrics.h"
-#include "ps-server/checkpoint_store.h"
 #include "ps-server/scheduler.h"
 
 namespace kubeps {
 namespace {
 
-using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 TEST(NewestCommonStepTest, PicksTheNewestStepEveryShardHolds) {
@@ -279,111 +272,6 @@ TEST(RecoveryStepTest, NoCommonStepAtRecoveryFailsTheJob) {
   RegisterServer(*s, "server-0", {200}, 2);
   EXPECT_THAT(Beat(*s, "worker-0", 0, {}).failure(),
               HasSubstr("server-1 holds steps 100 in /c/server-1"));
-}
-
-// Under $TMPDIR: the test script gives each run a folder it removes at the end.
-std::string TempDir() {
-  std::string pattern = std::filesystem::temp_directory_path() / "kubeps-ckpt-test-XXXXXX";
-  return ::mkdtemp(pattern.data());
-}
-
-v1::ShardCheckpoint Step(uint64_t step) {
-  v1::ShardCheckpoint checkpoint;
-  checkpoint.set_step(step);
-  return checkpoint;
-}
-
-TEST(CheckpointStoreTest, TheCommonStepSurvivesPruning) {
-  std::unique_ptr<CheckpointStore> store;
-  ASSERT_TRUE(CheckpointStore::Open(TempDir(), &store).ok());
-  store->KeepStep(300);  // older ones beyond the newest 3 go; newer ones may become it
-  for (uint64_t step : {100, 200, 300, 400, 500, 600, 700})
-    ASSERT_TRUE(store->Write(Step(step)).ok());
-  EXPECT_THAT(store->Steps(), ElementsAre(300, 400, 500, 600, 700));
-}
-
-// The scheduler hears of a lagging peer's checkpoints a heartbeat late: a
-// step newer than the common one may become it, and was pruned before
-// (CI saw a recovery go back to step 0 instead of 50 under load).
-TEST(CheckpointStoreTest, StepsNewerThanTheCommonOneAreKeptUpToABound) {
-  std::unique_ptr<CheckpointStore> store;
-  ASSERT_TRUE(CheckpointStore::Open(TempDir(), &store).ok());
-  store->KeepStep(0);
-  for (uint64_t step : {0, 50, 100, 150, 200}) ASSERT_TRUE(store->Write(Step(step)).ok());
-  EXPECT_THAT(store->Steps(), ElementsAre(0, 50, 100, 150, 200));
-  store->KeepStep(50);
-  ASSERT_TRUE(store->Write(Step(250)).ok());
-  EXPECT_THAT(store->Steps(), ElementsAre(50, 100, 150, 200, 250));
-  for (uint64_t step = 300; step <= 1500; step += 50) ASSERT_TRUE(store->Write(Step(step)).ok());
-  const std::vector<uint64_t> steps = store->Steps();
-  EXPECT_EQ(steps.size(), size_t{CheckpointStore::kMaxKept} + 1) << "the common step and the bound";
-  EXPECT_EQ(steps.front(), 50u);
-  EXPECT_EQ(steps.back(), 1500u);
-}
-
-TEST(CheckpointStoreTest, DamagedFileIsSetAsideAndNotLoaded) {
-  std::unique_ptr<CheckpointStore> store;
-  const std::string dir = TempDir();
-  ASSERT_TRUE(CheckpointStore::Open(dir, &store).ok());
-  ASSERT_TRUE(store->Write(Step(100)).ok());
-  ASSERT_TRUE(store->Write(Step(200)).ok());
-  const std::string newest = dir + "/step-00000000000000000200.ckpt";
-  std::ofstream(newest, std::ios::trunc) << "\x08\x05garbage";
-  v1::ShardCheckpoint loaded;
-  bool found = false;
-  std::string skipped;
-  ASSERT_TRUE(store->ReadLatest(&loaded, &found, &skipped).ok());
-  ASSERT_TRUE(found);
-  EXPECT_EQ(loaded.step(), 100u);
-  EXPECT_THAT(skipped, HasSubstr(newest + ".damaged"));
-  EXPECT_THAT(store->Steps(), ElementsAre(100));
-  EXPECT_TRUE(std::ifstream(newest + ".damaged").good());
-}
-
-// spec.checkpoint.resume false starts fresh over another run's checkpoints,
-// and a server of this run that restarts keeps its own: the recovery its
-// restart calls for needs them, however the scheduler came back.
-TEST(CheckpointStoreTest, WithoutResumeAnotherRunsCheckpointsAreDeletedAndThisRunsKept) {
-  std::unique_ptr<CheckpointStore> store;
-  const std::string dir = TempDir();
-  ASSERT_TRUE(CheckpointStore::Open(dir, &store).ok());
-  size_t removed = 99;
-  ASSERT_TRUE(store->ClaimForRun("run-a", /*resume=*/false, &removed).ok());
-  EXPECT_EQ(removed, 0u);
-  for (uint64_t step : {100, 200}) ASSERT_TRUE(store->Write(Step(step)).ok());
-  // run-a's server restarted: its own checkpoints stay.
-  ASSERT_TRUE(store->ClaimForRun("run-a", false, &removed).ok());
-  EXPECT_EQ(removed, 0u);
-  EXPECT_THAT(store->Steps(), ElementsAre(100, 200));
-  // The job run again without resume: run-a's go.
-  ASSERT_TRUE(store->ClaimForRun("run-b", false, &removed).ok());
-  EXPECT_EQ(removed, 2u);
-  EXPECT_THAT(store->Steps(), ElementsAre());
-  ASSERT_TRUE(store->Write(Step(300)).ok());
-  // Run again with resume: the new run takes them over, and keeps them
-  // when one of its servers restarts without resume.
-  ASSERT_TRUE(store->ClaimForRun("run-c", true, &removed).ok());
-  ASSERT_TRUE(store->ClaimForRun("run-c", false, &removed).ok());
-  EXPECT_EQ(removed, 0u);
-  EXPECT_THAT(store->Steps(), ElementsAre(300));
-  // No run recorded (a folder from before runs were): another run's.
-  ASSERT_EQ(::unlink((dir + "/run").c_str()), 0);
-  ASSERT_TRUE(store->ClaimForRun("run-c", false, &removed).ok());
-  EXPECT_EQ(removed, 1u);
-  // A server started by hand names no run: it deletes nothing.
-  ASSERT_TRUE(store->Write(Step(400)).ok());
-  ASSERT_TRUE(store->ClaimForRun("", false, &removed).ok());
-  EXPECT_EQ(removed, 0u);
-  EXPECT_THAT(store->Steps(), ElementsAre(400));
-}
-
-TEST(CheckpointStoreTest, RemoveAllDeletesEveryStep) {
-  std::unique_ptr<CheckpointStore> store;
-  ASSERT_TRUE(CheckpointStore::Open(TempDir(), &store).ok());
-  ASSERT_TRUE(store->Write(Step(1)).ok());
-  ASSERT_TRUE(store->Write(Step(2)).ok());
-  ASSERT_TRUE(store->RemoveAll().ok());
-  EXPECT_TRUE(store->Steps().empty());
 }
 
 }  // namespace
