@@ -369,6 +369,10 @@ class _DistributedOptimizer:
     def step(self, closure=None):
         """Synchronizes (see synchronize()), then applies the update and moves to the next
         step.  A closure is called once, before the communication."""
+        counted = self.__dict__.get("_kubeps_steps_counted_on")
+        if counted is not None:  # what torch 1.x's schedulers count, and 2.x's check
+            counted._step_count = getattr(counted, "_step_count", 0) + 1
+            counted._opt_called = True
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -550,6 +554,12 @@ def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_s
     cls = type(type(optimizer).__name__, (_DistributedOptimizer, type(optimizer)), {})
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
+    # A learning-rate scheduler made before the wrapping patched step() on the
+    # optimizer itself, to count calls there. Copied, that patch ran the
+    # original optimizer's own step and bypassed kubeps: the wrapper's step
+    # counts on the original instead, where the scheduler looks.
+    if wrapped.__dict__.pop("step", None) is not None:
+        wrapped._kubeps_steps_counted_on = optimizer
     wrapped._kubeps_setup(session, named_parameters, backward_passes_per_step, model)
     _optimizer = wrapped
     return wrapped

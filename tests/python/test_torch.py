@@ -289,6 +289,23 @@ class Updates(TorchTestCase):
         scheduler.step()
         self.assertEqual(optimizer.param_groups[0]["lr"], 0.05)
 
+    def test_a_learning_rate_scheduler_made_before_the_wrapping_steps_through_kubeps(self):
+        # The scheduler patches step() on the optimizer it is given; copied
+        # into the wrapper, that patch ran SGD's own step (lr 100) without kubeps.
+        self.connect()
+        model, reference = three_layers(), three_layers()
+        sgd = torch.optim.SGD(model.parameters(), lr=100.0)
+        scheduler = torch.optim.lr_scheduler.StepLR(sgd, step_size=1, gamma=0.5)
+        optimizer = kps.DistributedOptimizer(sgd, named_parameters=model.named_parameters())
+        kps.broadcast_parameters(model.state_dict(), root_rank=0)
+        train(model, optimizer, 3)
+        train_locally(reference, torch.optim.SGD(reference.parameters(), lr=LEARNING_RATE), 3)
+        self.assertParametersEqual(model, reference, exact=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no "lr_scheduler.step() before optimizer.step()"
+            scheduler.step()
+        self.assertEqual(optimizer.param_groups[0]["lr"], 50.0)
+
 
 @needs_torch
 class StartAndRecovery(TorchTestCase):
