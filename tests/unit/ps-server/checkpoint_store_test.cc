@@ -181,9 +181,9 @@ TEST(CheckpointStoreTest, OnlyFilesNamedAsTheStoreNamesThemAreSteps) {
   const std::string dir = TempDir();
   ASSERT_TRUE(CheckpointStore::Open(dir, &store).ok());
   ASSERT_TRUE(store->Write(Step(3)).ok());
-  for (const char* name : {"step-7.ckpt", "step--1.ckpt", "step-+5.ckpt",
-                           "step-00000000000000000005.ckpt foo", "step-00000000000000000006.ckptx",
-                           "step-00000000000000000003.ckpt.damaged"}) {
+  for (const char* name :
+       {"step-7.ckpt", "step--1.ckpt", "step-+5.ckpt", "step-00000000000000000005.ckpt foo",
+        "step-00000000000000000006.ckptx", "step-00000000000000000003.ckpt.damaged"}) {
     std::ofstream(dir + "/" + name) << "x";
   }
   EXPECT_THAT(store->Steps(), ElementsAre(3));
