@@ -179,6 +179,8 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
     if (Status r = RegisterAgain(registrations_seen, checkpoint_steps); !r.ok()) return r;
     return Status::Unavailable(peer_ + " restarted; registered with it again");
   }
+  answer->replaced = response.replaced();
+  if (answer->replaced) return Status::Ok();
   generation_ = response.generation();
   restore_step_ = response.restore_step();
   answer->generation = response.generation();

@@ -62,6 +62,10 @@ inline constexpr const char* kReasonSchedulerUnreachable = "SchedulerUnreachable
 inline constexpr const char* kReasonJobStopped = "JobStopped";
 inline constexpr const char* kReasonRecoveryFailed = "RecoveryFailed";
 inline constexpr const char* kReasonTrainingFailed = "TrainingFailed";
+// A newer process of the same node registered with the scheduler: this one
+// was taken for lost (its pod force-deleted from an unreachable node) and
+// stops without touching the job's state.
+inline constexpr const char* kReasonReplaced = "Replaced";
 
 // How a shard words its refusal (INVALID_ARGUMENT) of a NaN or Inf gradient,
 // so that whoever sees it (the built-in training loop, the sidecar serving a

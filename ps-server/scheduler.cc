@@ -444,6 +444,12 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
     // never registered): it learns the node again from its registration.
     // The rest of the answer is filled in as before; the node ignores it.
     response->set_register_again(true);
+  } else if (it->second.info.incarnation() != request->incarnation()) {
+    // A newer process of this node registered since. Told the job's
+    // generation, an old server would roll its folder back to the restore
+    // step, deleting what its successor wrote since: it is told only this.
+    response->set_replaced(true);
+    return grpc::Status::OK;
   }
   for (const auto& name : request->passed_barriers()) {
     // A barrier some worker passed was released, though a restarted

@@ -224,6 +224,12 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
       continue;
     }
     last_answer = std::chrono::steady_clock::now();
+    if (answer.replaced) {
+      *reason = kReasonReplaced;
+      return Status::Error(
+          "a newer process of this server registered with the scheduler; this "
+          "one stops without touching its checkpoints");
+    }
     if (std::string failure = shard->CheckpointFailure(); !failure.empty()) {
       *reason = kReasonCheckpointWriteFailed;
       return Status::Error(failure);

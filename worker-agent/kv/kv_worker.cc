@@ -134,6 +134,11 @@ Status KVWorkerImpl::Start() {
 Status KVWorkerImpl::PollHeartbeat() {
   HeartbeatAnswer answer;
   if (Status s = scheduler_.Heartbeat(0, &answer); !s.ok()) return s;
+  if (answer.replaced) {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    failure_ = "a newer process of this worker registered with it; this one stops";
+    return Status::Ok();
+  }
   // Order matters for readers: step and readiness before the generation.
   if (answer.membership.changes_size() > 0) {
     std::lock_guard<std::mutex> lock(membership_mutex_);

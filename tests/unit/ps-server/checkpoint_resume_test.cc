@@ -274,5 +274,27 @@ TEST(RecoveryStepTest, NoCommonStepAtRecoveryFailsTheJob) {
               HasSubstr("server-1 holds steps 100 in /c/server-1"));
 }
 
+// A server's pod force-deleted from an unreachable node: its new process
+// registers and the job rolls back, while the old one may still run. Told
+// the new generation, the old one rolled its folder back too, deleting the
+// checkpoints its successor wrote since, and the next recovery found no step
+// in common. It is told it was replaced, and nothing else.
+TEST(RecoveryStepTest, AnOldProcessOfAReplacedServerIsToldSoAndNotTheGeneration) {
+  auto s = MakeScheduler();
+  RegisterServer(*s, "server-0", {});
+  RegisterServer(*s, "server-1", {});
+  RegisterWorker(*s);
+  Beat(*s, "server-0", 0, {0, 100});
+  Beat(*s, "server-1", 0, {0, 100});
+  RegisterServer(*s, "server-0", {0, 100}, 2);
+  ASSERT_EQ(Beat(*s, "worker-0", 0, {}).generation(), 1u);
+  v1::HeartbeatResponse old = Beat(*s, "server-0", 0, {0, 100}, /*incarnation=*/1);
+  EXPECT_TRUE(old.replaced());
+  EXPECT_EQ(old.generation(), 0u) << "the old process would roll back to " << old.restore_step();
+  v1::HeartbeatResponse current = Beat(*s, "server-0", 0, {0, 100}, 2);
+  EXPECT_FALSE(current.replaced());
+  EXPECT_EQ(current.generation(), 1u);
+}
+
 }  // namespace
 }  // namespace kubeps

@@ -303,8 +303,10 @@ TEST(SchedulerTest, HeartbeatReportsSilentNodesAsDead) {
   EXPECT_THAT(dead, Not(Contains("worker-1")));
   EXPECT_THAT(dead, Not(Contains("server-0")));
 
-  // A beat from a previous incarnation does not count as the node being alive.
-  dead = Dead(Heartbeat(*s, "worker-0", 4));
+  // A beat from a previous incarnation does not count as the node being
+  // alive: that process is told it was replaced.
+  EXPECT_TRUE(Heartbeat(*s, "worker-0", 4).replaced());
+  dead = Dead(Heartbeat(*s, "worker-1", 5));
   EXPECT_THAT(dead, Contains("worker-0"));
   // A beat from the registered incarnation brings it back.
   dead = Dead(Heartbeat(*s, "worker-0", 5));
