@@ -37,6 +37,10 @@ inline bool IsJobOverReason(const std::string& reason) {
 // checkpoint writes (a read-only or full volume): a restart writes into the
 // same folder, so the job fails, naming it.
 inline constexpr const char* kReasonCheckpointWriteFailed = "CheckpointWriteFailed";
+// A starting server could not list its checkpoint folder or read a file in
+// it (not a damaged file: those are set aside). It may pass (no free
+// descriptor, a network mount that comes back): the server is restarted.
+inline constexpr const char* kReasonCheckpointReadFailed = "CheckpointReadFailed";
 // A server had to roll back but the job keeps no checkpoints
 // (spec.checkpoint.path empty): a lost shard's parameters are gone for good.
 inline constexpr const char* kReasonShardStateLost = "ShardStateLost";

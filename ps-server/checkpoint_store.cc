@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <memory>
 
@@ -21,10 +20,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The message is serialized straight into the file, a block at a time: its
-// bytes as one string would be a second copy of the shard's state, in fresh
-// memory at every checkpoint.
-constexpr int kWriteBlock = 1 << 20;
+// A checkpoint is serialized straight into its file and parsed straight
+// from it, a block at a time: its bytes as one string would be a second copy
+// of the shard's state, in fresh memory at every checkpoint.
+constexpr int kFileBlock = 1 << 20;
 
 void SyncFolder(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -55,7 +54,7 @@ Status ReplaceDurably(
   bool written;
   int error;
   {  // the stream is gone before the file is closed: it would flush into a closed descriptor
-    google::protobuf::io::FileOutputStream out(fd, kWriteBlock);
+    google::protobuf::io::FileOutputStream out(fd, kFileBlock);
     written = write(&out) && out.Flush();
     error = out.GetErrno();
   }
@@ -110,6 +109,17 @@ Status ReadRunFile(const std::string& path, std::string* recorded) {
 
 constexpr char kRunFile[] = "run";
 
+// Calls `visit` with each entry of `dir`. An error listing it is returned,
+// never taken for the end of the folder.
+Status ForEachEntry(const std::string& dir,
+                    const std::function<void(const fs::directory_entry&)>& visit) {
+  std::error_code error;
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error))
+    visit(*it);
+  if (error) return Status::Error("cannot list " + dir + ": " + error.message());
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status CheckpointStore::Open(const std::string& dir, std::unique_ptr<CheckpointStore>* out) {
@@ -118,12 +128,13 @@ Status CheckpointStore::Open(const std::string& dir, std::unique_ptr<CheckpointS
   if (error) return Status::Error("checkpoint folder " + dir + ": " + error.message());
   // Temporary files of writes a killed process left (each as big as its
   // state), which no one else would ever remove.
-  for (const auto& entry : fs::directory_iterator(dir, error)) {
+  auto remove_if_temporary = [](const fs::directory_entry& entry) {
     const std::string name = entry.path().filename().string();
     const size_t suffix = sizeof kTemporarySuffix - 1;
     if (name.size() > suffix && name.compare(name.size() - suffix, suffix, kTemporarySuffix) == 0)
       ::unlink(entry.path().c_str());
-  }
+  };
+  if (Status s = ForEachEntry(dir, remove_if_temporary); !s.ok()) return s;
   out->reset(new CheckpointStore(dir));
   return Status::Ok();
 }
@@ -134,19 +145,18 @@ std::string CheckpointStore::PathOf(uint64_t step) const {
   return dir_ + name;
 }
 
-std::vector<uint64_t> CheckpointStore::Steps() const {
-  std::vector<uint64_t> steps;
-  std::error_code error;
-  for (const auto& entry : fs::directory_iterator(dir_, error)) {
+Status CheckpointStore::Steps(std::vector<uint64_t>* steps) const {
+  steps->clear();
+  Status listed = ForEachEntry(dir_, [&](const fs::directory_entry& entry) {
     uint64_t step;
     std::error_code type_error;
     if (ParseCheckpointName(entry.path().filename().string(), &step) &&
         entry.is_regular_file(type_error)) {
-      steps.push_back(step);
+      steps->push_back(step);
     }
-  }
-  std::sort(steps.begin(), steps.end());
-  return steps;
+  });
+  std::sort(steps->begin(), steps->end());
+  return listed;
 }
 
 Status CheckpointStore::Write(const v1::ShardCheckpoint& checkpoint) {
@@ -156,7 +166,8 @@ Status CheckpointStore::Write(const v1::ShardCheckpoint& checkpoint) {
                                 });
       !s.ok())
     return s;
-  std::vector<uint64_t> steps = Steps();
+  std::vector<uint64_t> steps;
+  if (!Steps(&steps).ok()) return Status::Ok();  // written; pruned after a later write
   const int64_t kept = keep_step_;
   for (size_t i = 0; i + kKeep < steps.size(); ++i) {
     const auto step = static_cast<int64_t>(steps[i]);
@@ -173,8 +184,10 @@ Status CheckpointStore::ClaimForRun(const std::string& run_id, bool resume, size
   if (Status s = ReadRunFile(dir_ + "/" + kRunFile, &recorded); !s.ok()) return s;
   if (recorded == run_id) return Status::Ok();
   if (!resume) {
-    *removed = Steps().size();
+    std::vector<uint64_t> steps;
+    if (Status s = Steps(&steps); !s.ok()) return s;
     if (Status s = RemoveAll(); !s.ok()) return s;
+    *removed = steps.size();
   }
   const std::string line = run_id + "\n";
   return ReplaceDurably(dir_, dir_ + "/" + kRunFile,
@@ -190,7 +203,9 @@ Status CheckpointStore::RemoveAll() { return RemoveFrom(0); }
 Status CheckpointStore::RemoveAfter(uint64_t step) { return RemoveFrom(step + 1); }
 
 Status CheckpointStore::RemoveFrom(uint64_t first) {
-  for (uint64_t step : Steps()) {
+  std::vector<uint64_t> steps;
+  if (Status s = Steps(&steps); !s.ok()) return s;
+  for (uint64_t step : steps) {
     if (step < first) continue;
     if (::unlink(PathOf(step).c_str()) != 0 && errno != ENOENT) {
       return Status::Error("cannot delete " + PathOf(step) + ": " + std::strerror(errno));
@@ -209,21 +224,46 @@ void CheckpointStore::SetAside(uint64_t step, std::string* skipped) const {
   if (skipped) *skipped += "renamed aside to " + aside + "; ";
 }
 
-void CheckpointStore::SetAsideDamaged(std::string* skipped) const {
+Status CheckpointStore::SetAsideDamaged(std::string* skipped) const {
+  std::vector<uint64_t> steps;
+  if (Status s = Steps(&steps); !s.ok()) return s;
   v1::ShardCheckpoint checkpoint;
-  for (uint64_t step : Steps()) {
-    Status s = Read(step, &checkpoint);
+  for (uint64_t step : steps) {
+    bool damaged = false;
+    Status s = ReadFile(step, &checkpoint, &damaged);
     if (s.ok()) continue;
+    if (!damaged) return s;
     if (skipped) *skipped += s.message() + ", ";
     SetAside(step, skipped);
   }
+  return Status::Ok();
 }
 
 Status CheckpointStore::Read(uint64_t step, v1::ShardCheckpoint* checkpoint) const {
+  bool damaged = false;
+  return ReadFile(step, checkpoint, &damaged);
+}
+
+Status CheckpointStore::ReadFile(uint64_t step, v1::ShardCheckpoint* checkpoint,
+                                 bool* damaged) const {
+  *damaged = false;
   const std::string path = PathOf(step);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::Error("no checkpoint " + path);
-  if (!checkpoint->ParseFromIstream(&in) || checkpoint->step() != step) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status::NotFound("no checkpoint " + path);
+    return Status::Error("cannot open " + path + ": " + std::strerror(errno));
+  }
+  bool parsed;
+  int error;
+  {  // the stream is gone before the file is closed
+    google::protobuf::io::FileInputStream in(fd, kFileBlock);
+    parsed = checkpoint->ParseFromZeroCopyStream(&in);
+    error = in.GetErrno();
+  }
+  ::close(fd);
+  if (error != 0) return Status::Error("cannot read " + path + ": " + std::strerror(error));
+  if (!parsed || checkpoint->step() != step) {
+    *damaged = true;
     return Status::Error("checkpoint " + path + " is damaged");
   }
   return Status::Ok();
@@ -232,13 +272,16 @@ Status CheckpointStore::Read(uint64_t step, v1::ShardCheckpoint* checkpoint) con
 Status CheckpointStore::ReadLatest(v1::ShardCheckpoint* checkpoint, bool* found,
                                    std::string* skipped) const {
   *found = false;
-  std::vector<uint64_t> steps = Steps();
+  std::vector<uint64_t> steps;
+  if (Status s = Steps(&steps); !s.ok()) return s;
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
-    Status s = Read(*it, checkpoint);
+    bool damaged = false;
+    Status s = ReadFile(*it, checkpoint, &damaged);
     if (s.ok()) {
       *found = true;
       return Status::Ok();
     }
+    if (!damaged) return s;
     if (skipped) *skipped += s.message() + ", ";
     SetAside(*it, skipped);
   }

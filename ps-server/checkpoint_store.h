@@ -9,9 +9,9 @@
 // one are kept too (up to kMaxKept in all): the scheduler hears of a peer's
 // checkpoints a heartbeat late, so one of them may be the next common step,
 // and pruning it before the scheduler says so could leave a recovery
-// nothing newer than step 0. A file that cannot be read is renamed aside
-// ("<name>.damaged") and never loaded. "<dir>/run" names the run the
-// checkpoints belong to (ClaimForRun).
+// nothing newer than step 0. A damaged file is renamed aside
+// ("<name>.damaged") and never loaded; one that cannot be read now is an
+// error. "<dir>/run" names the run the checkpoints belong to (ClaimForRun).
 //
 // Not synchronised: the shard calls it under its own lock.
 #ifndef KUBEPS_PS_SERVER_CHECKPOINT_STORE_H_
@@ -39,16 +39,21 @@ class CheckpointStore {
   static Status Open(const std::string& dir, std::unique_ptr<CheckpointStore>* out);
 
   Status Write(const v1::ShardCheckpoint& checkpoint);
+  // NotFound where there is no checkpoint of `step`.
   Status Read(uint64_t step, v1::ShardCheckpoint* checkpoint) const;
-  // The newest readable checkpoint; *found = false when there is none.
-  // Unreadable files are skipped, and named in `skipped`.
-  // Damaged files are renamed aside, and named in `skipped`.
+  // The newest loadable checkpoint; *found = false when there is none.
+  // Damaged files (their bytes are not a checkpoint of their step) are
+  // renamed aside, and named in `skipped`. A file or the folder that cannot
+  // be read now (no free descriptor, an I/O error, a stale network mount)
+  // is an error: an older checkpoint or a fresh start would lose training,
+  // and a good file set aside would be lost for good.
   Status ReadLatest(v1::ShardCheckpoint* checkpoint, bool* found, std::string* skipped) const;
   // Reads every checkpoint and renames the damaged ones aside (naming them
   // in `skipped`), so that Steps() lists only loadable ones.
-  void SetAsideDamaged(std::string* skipped) const;
-  // Steps that have a checkpoint, oldest first.
-  std::vector<uint64_t> Steps() const;
+  Status SetAsideDamaged(std::string* skipped) const;
+  // Steps that have a checkpoint, oldest first; an error where the folder
+  // cannot be listed, never an empty list.
+  Status Steps(std::vector<uint64_t>* steps) const;
   // Records that the checkpoints belong to run `run_id` (on Kubernetes the
   // TrainingJob's UID, a new one for every `kubeps run`). Without `resume`
   // (spec.checkpoint.resume false), checkpoints of another run (another id,
@@ -73,6 +78,8 @@ class CheckpointStore {
  private:
   explicit CheckpointStore(std::string dir) : dir_(std::move(dir)) {}
   std::string PathOf(uint64_t step) const;
+  // Read, and *damaged = true where the file's bytes are at fault.
+  Status ReadFile(uint64_t step, v1::ShardCheckpoint* checkpoint, bool* damaged) const;
   void SetAside(uint64_t step, std::string* skipped) const;
   Status RemoveFrom(uint64_t first);  // the checkpoints of `first` and after
 

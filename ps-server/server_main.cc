@@ -296,7 +296,9 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   Shard shard(options, std::move(optimizer), metrics);
   if (Status s = shard.ClaimCheckpointsForRun(config.run_id, job.spec.checkpoint_resume); !s.ok())
     return Fail(kReasonCheckpointWriteFailed, s, 1);
-  const int64_t checkpoint_step = shard.LoadLatestCheckpoint();
+  int64_t checkpoint_step = -1;
+  if (Status s = shard.LoadLatestCheckpoint(&checkpoint_step); !s.ok())
+    return Fail(kReasonCheckpointReadFailed, s, 1);
   ParameterServerService service(&shard, config.token, faults);
   int port = 0;
   std::unique_ptr<grpc::Server> server;

@@ -105,11 +105,14 @@ class Shard {
   // The server is shutting down: every waiting pull ends now, later ones at once.
   void Stop();
 
-  // Loads the newest checkpoint, if any, at start; returns its step or -1.
-  // Damaged checkpoint files are renamed aside first (and logged).
-  int64_t LoadLatestCheckpoint();
+  // Loads the newest checkpoint, if any, at start; *step is its step or -1.
+  // Damaged checkpoint files are renamed aside first (and logged). A folder
+  // or file that cannot be read now is an error: starting from an older
+  // step, or fresh, would lose training.
+  Status LoadLatestCheckpoint(int64_t* step);
   // The steps this shard holds a checkpoint of, oldest first: those on
-  // disk, not one still being written (checkpoint_writer.h).
+  // disk, not one still being written (checkpoint_writer.h). Where the
+  // folder cannot be listed now, those it listed last (the error is logged).
   std::vector<uint64_t> CheckpointSteps() const;
   // Returns once every checkpoint taken so far is written, or failed to be.
   void DrainCheckpoints();
@@ -336,6 +339,10 @@ class Shard {
   // A checkpoint of an older generation, taken before a rollback and queued
   // since, is not written: its step is of the timeline the rollback left.
   uint64_t oldest_writable_generation_ = 0;
+  // What CheckpointSteps listed last, and the listing error it last logged.
+  mutable std::mutex listed_mutex_;
+  mutable std::vector<uint64_t> listed_steps_;
+  mutable std::string listing_error_;
 
   prometheus::Counter& pushes_;
   prometheus::Counter& pulls_;

@@ -105,27 +105,29 @@ std::string Shard::CheckpointFailure() const {
          " checkpoint writes in a row failed, the last: " + last_failure_;
 }
 
-int64_t Shard::LoadLatestCheckpoint() {
-  if (!checkpoints_) return -1;
+Status Shard::LoadLatestCheckpoint(int64_t* step) {
+  *step = -1;
+  if (!checkpoints_) return Status::Ok();
   DrainCheckpoints();
   v1::ShardCheckpoint checkpoint;
   bool found = false;
   std::string skipped;
-  if (Status s = checkpoints_->ReadLatest(&checkpoint, &found, &skipped); !s.ok()) {
-    KLOG_ERROR << "reading checkpoints: " << s.message();
-  }
+  Status read = checkpoints_->ReadLatest(&checkpoint, &found, &skipped);
   if (!skipped.empty()) KLOG_ERROR << "skipped unreadable checkpoints: " << skipped;
+  if (!read.ok()) return read;
   skipped.clear();
   // The steps reported to the scheduler must all be loadable.
-  checkpoints_->SetAsideDamaged(&skipped);
+  Status checked = checkpoints_->SetAsideDamaged(&skipped);
   if (!skipped.empty()) KLOG_ERROR << "skipped unreadable checkpoints: " << skipped;
-  if (!found) return -1;
+  if (!checked.ok()) return checked;
+  if (!found) return Status::Ok();
   std::unique_lock<std::mutex> lock(mutex_);
   AwaitPushesOutsideLock(lock);
   Install(checkpoint);
   awaiting_recovery_ = options_.sync;
   KLOG_INFO << "loaded checkpoint of step " << checkpoint.step() << " from " << checkpoints_->dir();
-  return static_cast<int64_t>(checkpoint.step());
+  *step = static_cast<int64_t>(checkpoint.step());
+  return Status::Ok();
 }
 
 void Shard::DrainCheckpoints() {
@@ -133,7 +135,18 @@ void Shard::DrainCheckpoints() {
 }
 
 std::vector<uint64_t> Shard::CheckpointSteps() const {
-  return checkpoints_ ? checkpoints_->Steps() : std::vector<uint64_t>{};
+  if (!checkpoints_) return {};
+  std::vector<uint64_t> steps;
+  Status listed = checkpoints_->Steps(&steps);
+  std::lock_guard<std::mutex> lock(listed_mutex_);
+  if (listed.ok()) {
+    listed_steps_ = steps;
+    listing_error_.clear();
+  } else if (listed.message() != listing_error_) {  // once, not at every heartbeat
+    listing_error_ = listed.message();
+    KLOG_ERROR << listing_error_ << "; the scheduler is told the steps listed before";
+  }
+  return listed_steps_;
 }
 
 void Shard::KeepCheckpoint(int64_t step) {
@@ -149,7 +162,7 @@ Status Shard::ClaimCheckpointsForRun(const std::string& run_id, bool resume) {
     KLOG_INFO << "discarded an earlier run's checkpoints in " << checkpoints_->dir() << " ("
               << removed << "): spec.checkpoint.resume is false";
   }
-  if (run_id.empty() && !resume && !checkpoints_->Steps().empty()) {
+  if (run_id.empty() && !resume && !CheckpointSteps().empty()) {
     KLOG_ERROR << "the checkpoints in " << checkpoints_->dir()
                << " are kept although spec.checkpoint.resume is false: KUBEPS_RUN_ID is unset, so "
                   "this server cannot tell its own run's from an earlier run's";
@@ -175,7 +188,8 @@ Status Shard::WriteFinalCheckpoint() {
       for (const auto& [key, part] : parts_) step = std::min(step, part.version);
     }
     // Taken is not written: the write of the last one taken may have failed.
-    const std::vector<uint64_t> written = checkpoints_->Steps();
+    std::vector<uint64_t> written;  // where the folder cannot be listed, none
+    (void)checkpoints_->Steps(&written);
     if (static_cast<int64_t>(step) == last_checkpoint_ &&
         std::binary_search(written.begin(), written.end(), step))
       return Status::Ok();
@@ -209,8 +223,7 @@ Status Shard::RestoreCheckpoint(uint64_t step, uint64_t generation) {
       Install(checkpoint);
     } else if (step != 0 || !parts_.empty()) {
       std::string held;
-      for (uint64_t s : checkpoints_->Steps())
-        held += (held.empty() ? "" : ",") + std::to_string(s);
+      for (uint64_t s : CheckpointSteps()) held += (held.empty() ? "" : ",") + std::to_string(s);
       return Status::Error(read.message() + " (" + checkpoints_->dir() + " holds steps " +
                            (held.empty() ? "none" : held) + ")");
     }

@@ -32,6 +32,14 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
+// The step a restarted shard loaded, -1 for none.
+int64_t LoadedStep(Shard& shard) {
+  int64_t step = -1;
+  Status loaded = shard.LoadLatestCheckpoint(&step);
+  EXPECT_TRUE(loaded.ok()) << loaded.message();
+  return step;
+}
+
 class CheckpointFailureTest : public ::testing::Test {
  protected:
   CheckpointFailureTest() {
@@ -204,7 +212,7 @@ TEST_F(CheckpointFailureTest, AnAsyncCheckpointHoldsThePushThatTookItAsApplied) 
   Start(1, /*sync=*/false);
   Step();  // {1, 2, 3} - 0.5
   auto restarted = shard_testing::MakeShard(options_);
-  ASSERT_EQ(restarted->LoadLatestCheckpoint(), 1);
+  ASSERT_EQ(LoadedStep(*restarted), 1);
   ASSERT_EQ(restarted->PartValue(0, 0), (std::vector<float>{0.5f, 1.5f, 2.5f}));
   seq_ = 0;  // the same push, resent
   ASSERT_TRUE(PushTo(*restarted).ok());
@@ -219,7 +227,7 @@ TEST_F(CheckpointFailureTest, AnAsyncShardEntersAGenerationKeepingWhatItLoaded) 
   Step();
   Step();  // {1, 2, 3} - 2 * 0.5
   auto restarted = shard_testing::MakeShard(options_);
-  ASSERT_EQ(restarted->LoadLatestCheckpoint(), 2);
+  ASSERT_EQ(LoadedStep(*restarted), 2);
   restarted->EnterGeneration(1);
   EXPECT_EQ(restarted->generation(), 1u);
   EXPECT_EQ(restarted->PartValue(0, 0), (std::vector<float>{0, 1, 2}));

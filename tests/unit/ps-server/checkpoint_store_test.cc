@@ -1,9 +1,12 @@
 // A shard's checkpoint files (ps-server/checkpoint_store.h): the common step
-// survives pruning; damaged files are set aside; only files named as the
-// store names them are steps; a write that fails, or a process killed in the
-// middle of one, leaves no temporary file to fill the volume; and without
-// resume another run's checkpoints go, but never because the run file could
-// not be read.
+// survives pruning; damaged files are set aside, and a file or the folder
+// that cannot be read now is an error, neither damage nor "none"; only files
+// named as the store names them are steps; a write that fails, or a process
+// killed in the middle of one, leaves no temporary file to fill the volume;
+// and without resume another run's checkpoints go, but never because the run
+// file could not be read.
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,11 +28,19 @@ namespace fs = std::filesystem;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 // Under $TMPDIR: the test script gives each run a folder it removes at the end.
 std::string TempDir() {
   std::string pattern = std::filesystem::temp_directory_path() / "kubeps-ckpt-test-XXXXXX";
   return ::mkdtemp(pattern.data());
+}
+
+std::vector<uint64_t> StepsOf(const CheckpointStore& store) {
+  std::vector<uint64_t> steps;
+  Status listed = store.Steps(&steps);
+  EXPECT_TRUE(listed.ok()) << listed.message();
+  return steps;
 }
 
 v1::ShardCheckpoint Step(uint64_t step) {
@@ -44,7 +55,7 @@ TEST(CheckpointStoreTest, TheCommonStepSurvivesPruning) {
   store->KeepStep(300);  // older ones beyond the newest 3 go; newer ones may become it
   for (uint64_t step : {100, 200, 300, 400, 500, 600, 700})
     ASSERT_TRUE(store->Write(Step(step)).ok());
-  EXPECT_THAT(store->Steps(), ElementsAre(300, 400, 500, 600, 700));
+  EXPECT_THAT(StepsOf(*store), ElementsAre(300, 400, 500, 600, 700));
 }
 
 // The scheduler hears of a lagging peer's checkpoints a heartbeat late: a
@@ -55,12 +66,12 @@ TEST(CheckpointStoreTest, StepsNewerThanTheCommonOneAreKeptUpToABound) {
   ASSERT_TRUE(CheckpointStore::Open(TempDir(), &store).ok());
   store->KeepStep(0);
   for (uint64_t step : {0, 50, 100, 150, 200}) ASSERT_TRUE(store->Write(Step(step)).ok());
-  EXPECT_THAT(store->Steps(), ElementsAre(0, 50, 100, 150, 200));
+  EXPECT_THAT(StepsOf(*store), ElementsAre(0, 50, 100, 150, 200));
   store->KeepStep(50);
   ASSERT_TRUE(store->Write(Step(250)).ok());
-  EXPECT_THAT(store->Steps(), ElementsAre(50, 100, 150, 200, 250));
+  EXPECT_THAT(StepsOf(*store), ElementsAre(50, 100, 150, 200, 250));
   for (uint64_t step = 300; step <= 1500; step += 50) ASSERT_TRUE(store->Write(Step(step)).ok());
-  const std::vector<uint64_t> steps = store->Steps();
+  const std::vector<uint64_t> steps = StepsOf(*store);
   EXPECT_EQ(steps.size(), size_t{CheckpointStore::kMaxKept} + 1) << "the common step and the bound";
   EXPECT_EQ(steps.front(), 50u);
   EXPECT_EQ(steps.back(), 1500u);
@@ -81,7 +92,7 @@ TEST(CheckpointStoreTest, DamagedFileIsSetAsideAndNotLoaded) {
   ASSERT_TRUE(found);
   EXPECT_EQ(loaded.step(), 100u);
   EXPECT_THAT(skipped, HasSubstr(newest + ".damaged"));
-  EXPECT_THAT(store->Steps(), ElementsAre(100));
+  EXPECT_THAT(StepsOf(*store), ElementsAre(100));
   EXPECT_TRUE(std::ifstream(newest + ".damaged").good());
 }
 
@@ -99,18 +110,18 @@ TEST(CheckpointStoreTest, WithoutResumeAnotherRunsCheckpointsAreDeletedAndThisRu
   // run-a's server restarted: its own checkpoints stay.
   ASSERT_TRUE(store->ClaimForRun("run-a", false, &removed).ok());
   EXPECT_EQ(removed, 0u);
-  EXPECT_THAT(store->Steps(), ElementsAre(100, 200));
+  EXPECT_THAT(StepsOf(*store), ElementsAre(100, 200));
   // The job run again without resume: run-a's go.
   ASSERT_TRUE(store->ClaimForRun("run-b", false, &removed).ok());
   EXPECT_EQ(removed, 2u);
-  EXPECT_THAT(store->Steps(), ElementsAre());
+  EXPECT_THAT(StepsOf(*store), ElementsAre());
   ASSERT_TRUE(store->Write(Step(300)).ok());
   // Run again with resume: the new run takes them over, and keeps them
   // when one of its servers restarts without resume.
   ASSERT_TRUE(store->ClaimForRun("run-c", true, &removed).ok());
   ASSERT_TRUE(store->ClaimForRun("run-c", false, &removed).ok());
   EXPECT_EQ(removed, 0u);
-  EXPECT_THAT(store->Steps(), ElementsAre(300));
+  EXPECT_THAT(StepsOf(*store), ElementsAre(300));
   // No run recorded (a folder from before runs were): another run's.
   ASSERT_EQ(::unlink((dir + "/run").c_str()), 0);
   ASSERT_TRUE(store->ClaimForRun("run-c", false, &removed).ok());
@@ -119,7 +130,7 @@ TEST(CheckpointStoreTest, WithoutResumeAnotherRunsCheckpointsAreDeletedAndThisRu
   ASSERT_TRUE(store->Write(Step(400)).ok());
   ASSERT_TRUE(store->ClaimForRun("", false, &removed).ok());
   EXPECT_EQ(removed, 0u);
-  EXPECT_THAT(store->Steps(), ElementsAre(400));
+  EXPECT_THAT(StepsOf(*store), ElementsAre(400));
 }
 
 TEST(CheckpointStoreTest, RemoveAllDeletesEveryStep) {
@@ -128,7 +139,7 @@ TEST(CheckpointStoreTest, RemoveAllDeletesEveryStep) {
   ASSERT_TRUE(store->Write(Step(1)).ok());
   ASSERT_TRUE(store->Write(Step(2)).ok());
   ASSERT_TRUE(store->RemoveAll().ok());
-  EXPECT_TRUE(store->Steps().empty());
+  EXPECT_TRUE(StepsOf(*store).empty());
 }
 
 std::vector<std::string> TemporaryFiles(const std::string& dir) {
@@ -153,7 +164,7 @@ TEST(CheckpointStoreTest, AWriteThatFailsLeavesNoTemporaryFile) {
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("step-00000000000000000002.ckpt"));
   EXPECT_THAT(TemporaryFiles(dir), IsEmpty());
-  EXPECT_THAT(store->Steps(), ElementsAre(1)) << "a folder is no checkpoint";
+  EXPECT_THAT(StepsOf(*store), ElementsAre(1)) << "a folder is no checkpoint";
 }
 
 // A server killed while it wrote a checkpoint (evicted, out of memory) left
@@ -170,7 +181,7 @@ TEST(CheckpointStoreTest, TemporaryFilesOfAKilledWriteAreRemovedWhenTheStoreOpen
   std::unique_ptr<CheckpointStore> store;
   ASSERT_TRUE(CheckpointStore::Open(dir, &store).ok());
   EXPECT_THAT(TemporaryFiles(dir), IsEmpty());
-  EXPECT_THAT(store->Steps(), ElementsAre(4));
+  EXPECT_THAT(StepsOf(*store), ElementsAre(4));
 }
 
 // Names sscanf's pattern also took: steps no checkpoint was read from, that
@@ -186,7 +197,7 @@ TEST(CheckpointStoreTest, OnlyFilesNamedAsTheStoreNamesThemAreSteps) {
         "step-00000000000000000006.ckptx", "step-00000000000000000003.ckpt.damaged"}) {
     std::ofstream(dir + "/" + name) << "x";
   }
-  EXPECT_THAT(store->Steps(), ElementsAre(3));
+  EXPECT_THAT(StepsOf(*store), ElementsAre(3));
 }
 
 // A run file that exists but cannot be read is not "no run recorded": taken
@@ -205,7 +216,57 @@ TEST(CheckpointStoreTest, ARunFileThatCannotBeReadIsAnErrorAndDeletesNothing) {
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr(dir + "/run"));
   EXPECT_EQ(removed, 0u);
-  EXPECT_THAT(store->Steps(), ElementsAre(100, 200));
+  EXPECT_THAT(StepsOf(*store), ElementsAre(100, 200));
+}
+
+// Holds every file descriptor the process may still open, so that the next
+// open() fails (EMFILE): a server under load. As root, permissions cannot
+// make a file unreadable, and an I/O error or a stale network mount fails
+// the same way.
+class NoFreeDescriptors {
+ public:
+  NoFreeDescriptors() {
+    ::getrlimit(RLIMIT_NOFILE, &saved_);
+    rlimit lowered = saved_;
+    lowered.rlim_cur = 512;  // the loop below stays short
+    ::setrlimit(RLIMIT_NOFILE, &lowered);
+    for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) held_.push_back(fd);
+  }
+  ~NoFreeDescriptors() {
+    for (int fd : held_) ::close(fd);
+    ::setrlimit(RLIMIT_NOFILE, &saved_);
+  }
+
+ private:
+  rlimit saved_{};
+  std::vector<int> held_;
+};
+
+// A checkpoint that could not be opened was taken for a damaged one and
+// renamed aside: a good checkpoint lost to a passing shortage. And a folder
+// that could not be listed was taken for an empty one: the restarted server
+// started fresh.
+TEST(CheckpointStoreTest, WhatCannotBeReadNowIsAnErrorNotDamageNorNoCheckpoint) {
+  std::unique_ptr<CheckpointStore> store;
+  const std::string dir = TempDir();
+  ASSERT_TRUE(CheckpointStore::Open(dir, &store).ok());
+  for (uint64_t step : {100, 200}) ASSERT_TRUE(store->Write(Step(step)).ok());
+  Status latest, one, aside;
+  bool found = true;
+  {
+    NoFreeDescriptors none;
+    v1::ShardCheckpoint loaded;
+    std::string skipped;
+    latest = store->ReadLatest(&loaded, &found, &skipped);
+    one = store->Read(200, &loaded);
+  }
+  EXPECT_FALSE(latest.ok()) << "taken for a folder without checkpoints";
+  EXPECT_THAT(latest.message(), HasSubstr("Too many open files"));
+  EXPECT_FALSE(found);
+  EXPECT_FALSE(one.ok());
+  EXPECT_THAT(one.message(), HasSubstr("Too many open files"));
+  EXPECT_THAT(one.message(), Not(HasSubstr("damaged")));
+  EXPECT_THAT(StepsOf(*store), ElementsAre(100, 200)) << "nothing was renamed aside";
 }
 
 }  // namespace
