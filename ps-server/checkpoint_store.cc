@@ -15,6 +15,8 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 
+#include "ps-server/checkpoint_format.h"
+
 namespace kubeps {
 namespace fs = std::filesystem;
 
@@ -162,7 +164,7 @@ Status CheckpointStore::Steps(std::vector<uint64_t>* steps) const {
 Status CheckpointStore::Write(const v1::ShardCheckpoint& checkpoint) {
   if (Status s = ReplaceDurably(dir_, PathOf(checkpoint.step()),
                                 [&](google::protobuf::io::ZeroCopyOutputStream* out) {
-                                  return checkpoint.SerializeToZeroCopyStream(out);
+                                  return WriteCheckpointFile(checkpoint, out);
                                 });
       !s.ok())
     return s;
@@ -257,7 +259,7 @@ Status CheckpointStore::ReadFile(uint64_t step, v1::ShardCheckpoint* checkpoint,
   int error;
   {  // the stream is gone before the file is closed
     google::protobuf::io::FileInputStream in(fd, kFileBlock);
-    parsed = checkpoint->ParseFromZeroCopyStream(&in);
+    parsed = ReadCheckpointFile(&in, checkpoint);
     error = in.GetErrno();
   }
   ::close(fd);

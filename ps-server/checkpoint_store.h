@@ -1,6 +1,7 @@
 // A shard's checkpoints on disk: one file per checkpointed step,
-// "<dir>/step-<step>.ckpt", a serialized ShardCheckpoint. Writes are atomic
-// (temporary file, fsync, rename, fsync of the folder): a crash mid-write
+// "<dir>/step-<step>.ckpt", a ShardCheckpoint framed and checksummed
+// (checkpoint_format.h). Writes are atomic (temporary file, fsync, rename,
+// fsync of the folder): a crash mid-write
 // leaves the previous checkpoints intact and never a torn file under a
 // checkpoint's name. The newest kKeep are kept: a rollback may need the one
 // before the newest, when a peer shard died before writing that one; and so is

@@ -122,8 +122,12 @@ class RunTwiceTest(unittest.TestCase):
         code, first = self.run_job(job_text("damaged"), 120)
         self.assertEqual(code, 0, first.output())
         newest = os.path.join(self.run_dir, "checkpoints", "server-1", "step-%020d.ckpt" % 120)
-        with open(newest, "wb") as f:
-            f.write(b"\x08\x05not a checkpoint")
+        with open(newest, "r+b") as f:  # one bit of a stored float flipped
+            middle = os.path.getsize(newest) // 2
+            f.seek(middle)
+            byte = f.read(1)[0]
+            f.seek(middle)
+            f.write(bytes([byte ^ 0x10]))
         code, second = self.run_job(job_text("damaged"), 200)
         self.assertEqual(code, 0, second.output())
         self.assertIn(newest + ".damaged", second.output())
