@@ -60,6 +60,8 @@ import warnings
 import torch
 
 import kubeps
+from kubeps._torch_params import (Binding, check_sent_gradients_unchanged, copy_gradient,
+                                  register_gradient_hook, trainable_params)
 from kubeps.errors import FailedPrecondition, InvalidArgument, RolledBack
 from kubeps.shared_tensors import describe_names
 
@@ -111,27 +113,6 @@ def size():
     return kubeps.size()
 
 
-class _Binding:
-    """One declared parameter: the torch parameter and its two regions as torch views."""
-
-    __slots__ = ("name", "param", "shape", "values", "grads")
-
-    def __init__(self, name, param, slot, buffer):
-        self.name = name
-        self.param = param
-        self.shape = tuple(param.shape)
-        self.values = _view(buffer, slot.values_offset, slot.numel, self.shape)
-        self.grads = _view(buffer, slot.grads_offset, slot.numel, self.shape)
-
-
-def _view(buffer, offset, numel, shape):
-    with warnings.catch_warnings():
-        # frombuffer warns for read-only buffers only; the mapping is writable.
-        warnings.simplefilter("ignore")
-        flat = torch.frombuffer(buffer, dtype=torch.float32, count=numel, offset=offset)
-    return flat.view(shape)
-
-
 class _DistributedOptimizer:
     """The methods a DistributedOptimizer adds to the user's optimizer class.
 
@@ -160,15 +141,15 @@ class _DistributedOptimizer:
         self._kubeps_synchronized = False
         self._kubeps_closed = False
         self._kubeps_warned_rollback = False
-        params = _trainable_params(self, named_parameters)
+        params = trainable_params(self, named_parameters)
         tensors = session.declare([(name, tuple(p.shape)) for name, p in params])
-        self._kubeps_bindings = [_Binding(name, p, tensors.slot(name), tensors.buffer)
+        self._kubeps_bindings = [Binding(name, p, tensors.slot(name), tensors.buffer)
                                  for name, p in params]
         # Gradients that complete a step's backward: what the step before brought.
         self._kubeps_expected = len(self._kubeps_bindings)
         self._kubeps_by_name = {b.name: b for b in self._kubeps_bindings}
         self._kubeps_grad_accumulators = [
-            _register_gradient_hook(b.param, self._kubeps_make_hook(b))
+            register_gradient_hook(b.param, self._kubeps_make_hook(b))
             for b in self._kubeps_bindings]
         if model is not None:
             self._kubeps_hook_forward(model)
@@ -293,6 +274,8 @@ class _DistributedOptimizer:
         with self._kubeps_lock:
             passes = self._kubeps_passes.get(binding.name, 0) + 1
             if passes > self._kubeps_passes_per_step:
+                for b in self._kubeps_bindings:  # accumulated since it was sent: said here
+                    b.sent = None
                 raise FailedPrecondition(
                     "the gradient of %r was computed %d times before optimizer.step(); pass "
                     "backward_passes_per_step=%d to kubeps.torch.DistributedOptimizer to "
@@ -304,7 +287,8 @@ class _DistributedOptimizer:
         step = _current_step("the gradient hook of %r" % binding.name)
         # Without a gradient nothing is sent here: step() pushes zeros for it.
         if binding.param.grad is not None:
-            _copy_gradient(binding)
+            copy_gradient(binding)
+            binding.sent = (binding.param.grad, binding.param.grad._version)
         with self._kubeps_lock:
             self._kubeps_ready += 1
             if binding.param.grad is not None:
@@ -343,9 +327,10 @@ class _DistributedOptimizer:
         step = _current_step("optimizer.step()")
         session = self._kubeps_session
         exchanges = self._kubeps_end_backward()
+        check_sent_gradients_unchanged(self._kubeps_bindings)
         missing = [b.name for b in self._kubeps_bindings if b.name not in exchanges]
         for name in missing:
-            _copy_gradient(self._kubeps_by_name[name])
+            copy_gradient(self._kubeps_by_name[name])
         try:
             if missing:
                 exchanges[None] = session.push_pull(missing, step)
@@ -402,13 +387,14 @@ class _DistributedOptimizer:
         and leaves every exchange of the step for the next forward pass to wait for."""
         step = _current_step("optimizer.step()")
         exchanges = self._kubeps_end_backward()
+        check_sent_gradients_unchanged(self._kubeps_bindings)
         missing = [b for b in self._kubeps_bindings if b.name not in exchanges]
         # A parameter left out of this forward pass still has its last exchange pending:
         # it must end before the same regions are used again.
         if missing and not self._kubeps_resolve(missing):
             return
         for binding in missing:
-            _copy_gradient(binding)
+            copy_gradient(binding)
         if missing:
             handle = self._kubeps_session.push_pull([b.name for b in missing], step)
             exchanges.update((b.name, handle) for b in missing)
@@ -455,74 +441,6 @@ def _bucket_bytes():
 def _unwaited(handles):
     """Each handle once (one push_pull may cover several parameters), those not yet waited for."""
     return list({id(h): h for h in handles if not h.waited}.values())
-
-
-def _copy_gradient(binding):
-    """param.grad into the grads region (zeros without one), checked against the declaration."""
-    grad = binding.param.grad
-    if grad is None:
-        binding.grads.zero_()
-        return
-    if tuple(grad.shape) != binding.shape:
-        raise InvalidArgument(
-            "the gradient of %r has shape %s, but %r was declared to kubeps with shape %s "
-            "(did the parameter change shape after DistributedOptimizer was made?)"
-            % (binding.name, list(grad.shape), binding.name, list(binding.shape)))
-    binding.grads.copy_(grad.to_dense() if grad.is_sparse else grad)
-
-
-def _trainable_params(optimizer, named_parameters):
-    """[(name, param)] of the optimizer's trainable parameters, in its order (the key order)."""
-    in_optimizer = [p for group in optimizer.param_groups for p in group["params"]]
-    if named_parameters is None:
-        names = {}
-        for g, group in enumerate(optimizer.param_groups):
-            for i, p in enumerate(group["params"]):
-                names[id(p)] = "param_groups.%d.%d" % (g, i)
-    else:
-        named_parameters = list(named_parameters)
-        if any(not isinstance(entry, tuple) or len(entry) != 2 for entry in named_parameters):
-            raise InvalidArgument("DistributedOptimizer: named_parameters must be (name, "
-                                  "parameter) pairs, as model.named_parameters() gives")
-        names = {}
-        seen = set()
-        for name, p in named_parameters:
-            if name in seen:
-                raise InvalidArgument("DistributedOptimizer: the name %r appears twice in "
-                                      "named_parameters" % name)
-            seen.add(name)
-            names[id(p)] = name
-    params = []
-    for p in in_optimizer:
-        if not p.requires_grad:
-            continue  # frozen: never pushed, so never declared
-        name = names.get(id(p))
-        if name is None:
-            raise InvalidArgument(
-                "DistributedOptimizer: a parameter of the optimizer (shape %s) is not in "
-                "named_parameters; every trainable parameter needs its name, the key all "
-                "workers agree on" % list(p.shape))
-        if p.dtype != torch.float32:
-            raise InvalidArgument(
-                "DistributedOptimizer: parameter %r is %s; kubeps carries float32 only "
-                "(model.float() converts a model)" % (name, str(p.dtype).replace("torch.", "")))
-        params.append((name, p))
-    if not params:
-        raise InvalidArgument("DistributedOptimizer: the optimizer has no trainable parameter")
-    return params
-
-
-def _register_gradient_hook(param, hook):
-    """Calls hook() each time backward has accumulated param.grad; returns what must be kept."""
-    if hasattr(param, "register_post_accumulate_grad_hook"):  # torch >= 2.1
-        return param.register_post_accumulate_grad_hook(hook)
-    # Older torch: hook the parameter's gradient accumulator, the node that
-    # writes param.grad.  The parameter keeps it only weakly, so the caller
-    # keeps the node alive (and the hook with it).
-    with torch.enable_grad():
-        accumulator = param.expand_as(param).grad_fn.next_functions[0][0]
-    accumulator.register_hook(hook)
-    return accumulator
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_step=1,

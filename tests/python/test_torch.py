@@ -1,6 +1,6 @@
 """kubeps.torch against the agent under test: the DistributedOptimizer's hook-driven pushes,
-both update modes, broadcast, steps() across restarts and rollbacks, and the errors a user
-sees.  Skips, saying why, where torch is not installed.
+both update modes, broadcast, steps() across restarts and rollbacks (the errors a user sees
+are test_torch_errors').  Skips, saying why, where torch is not installed.
 """
 
 import os
@@ -187,6 +187,25 @@ class Updates(TorchTestCase):
         # One worker: the average is this worker's gradient, so momentum SGD runs as locally.
         self.assertParametersEqual(model, reference)
         self.assertTrue(optimizer.state, "the wrapped optimizer kept its momentum buffers")
+
+    def test_with_servers_that_only_average_the_gradients_are_clipped_after_synchronize(self):
+        self.connect(optimizer="none")
+        model, reference = three_layers(), three_layers()
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        kps.broadcast_parameters(model.state_dict(), root_rank=0)
+        local = torch.optim.SGD(reference.parameters(), lr=0.1)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        for step in kps.steps(3):
+            x, y = batch_for(step)
+            for net, opt in [(model, optimizer), (reference, local)]:
+                opt.zero_grad()
+                loss_fn(net(x), y).backward()
+                if opt is optimizer:
+                    self.assertTrue(optimizer.synchronize())  # the averaged gradients
+                torch.nn.utils.clip_grad_norm_(net.parameters(), max_norm=0.05)
+                opt.step()
+        self.assertParametersEqual(model, reference)
 
     @requires_fake
     def test_async_mode_pulls_the_newest_values(self):
@@ -480,137 +499,6 @@ class ForwardOverlap(TorchTestCase):
             kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                      named_parameters=model.named_parameters(),
                                      model=torch.nn.Linear(2, 2))
-
-
-@needs_torch
-class UserErrors(TorchTestCase):
-    def test_the_optimizer_before_init(self):
-        model = three_layers()
-        with self.assertRaises(kubeps.FailedPrecondition) as caught:
-            kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                     named_parameters=model.named_parameters())
-        self.assertIn("kubeps.torch.DistributedOptimizer() was called before kubeps.init()",
-                      str(caught.exception))
-
-    def test_broadcast_and_steps_before_the_optimizer(self):
-        self.connect()
-        model = three_layers()
-        for call, name in [(lambda: kps.broadcast_parameters(model.state_dict()),
-                            "kubeps.torch.broadcast_parameters()"),
-                           (lambda: list(kps.steps(3)), "kubeps.torch.steps()")]:
-            with self.assertRaises(kubeps.FailedPrecondition) as caught:
-                call()
-            self.assertIn("%s needs the parameters declared: make "
-                          "kubeps.torch.DistributedOptimizer" % name, str(caught.exception))
-
-    def test_a_second_optimizer(self):
-        self.connect()
-        model = three_layers()
-        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                 named_parameters=model.named_parameters())
-        with self.assertRaisesRegex(kubeps.FailedPrecondition,
-                                    r"DistributedOptimizer\(\) was called twice.*0.weight, "
-                                    r"0.bias, 2.weight"):
-            kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                     named_parameters=model.named_parameters())
-
-    def test_a_bucket_size_that_is_not_a_number_of_bytes(self):
-        self.connect()
-        model = three_layers()
-        with mock.patch.dict(os.environ, {"KUBEPS_BUCKET_BYTES": "1MB"}):
-            with self.assertRaises(kubeps.InvalidArgument) as caught:
-                kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                         named_parameters=model.named_parameters())
-        self.assertIn("KUBEPS_BUCKET_BYTES='1MB': not a number of bytes", str(caught.exception))
-
-    def test_a_float64_parameter(self):
-        self.connect()
-        model = three_layers().double()
-        with self.assertRaisesRegex(kubeps.InvalidArgument, "parameter '0.weight' is float64; "
-                                                            "kubeps carries float32 only"):
-            kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                     named_parameters=model.named_parameters())
-
-    def test_a_parameter_without_a_name(self):
-        self.connect()
-        model = three_layers()
-        named = list(model.named_parameters())[1:]
-        with self.assertRaisesRegex(kubeps.InvalidArgument, r"a parameter of the optimizer "
-                                                            r"\(shape \[5, 6\]\) is not in "
-                                                            "named_parameters"):
-            kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                     named_parameters=named)
-
-    def test_a_state_dict_of_another_model(self):
-        self.connect()
-        model = three_layers()
-        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                 named_parameters=model.named_parameters())
-        other = torch.nn.Linear(2, 2)
-        with self.assertRaisesRegex(kubeps.InvalidArgument,
-                                    r"none of the tensors given \(weight, bias\) is a declared "
-                                    r"parameter \(declared: 0.weight, 0.bias"):
-            kps.broadcast_parameters(other.state_dict())
-
-    def test_backward_before_the_initial_values(self):
-        self.connect()
-        model = three_layers()
-        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                 named_parameters=model.named_parameters())
-        x, y = batch_for(0)
-        with self.assertRaises(kubeps.FailedPrecondition) as caught:
-            torch.nn.functional.cross_entropy(model(x), y).backward()
-        self.assertRegex(str(caught.exception), r"the gradient hook of '4.(weight|bias)' ran "
-                         r"before the servers had initial values: call "
-                         r"kubeps.torch.broadcast_parameters\(model.state_dict\(\)\) or "
-                         r"iterate kubeps.torch.steps\(\), before the first backward")
-
-    def test_a_gradient_of_the_wrong_shape(self):
-        self.connect()
-        weight = torch.nn.Parameter(torch.zeros(2, 3))
-        optimizer = kps.DistributedOptimizer(torch.optim.SGD([weight], lr=0.1),
-                                             named_parameters=[("weight", weight)])
-        kps.broadcast_parameters({"weight": weight})
-        # The parameter changed after the declaration; its gradient set by hand.  (A
-        # backward over it is refused by torch itself: the hook's node keeps the old shape.)
-        weight.data = torch.zeros(4, 3)
-        weight.grad = torch.ones(4, 3)
-        with self.assertRaises(kubeps.InvalidArgument) as caught:
-            optimizer.step()
-        self.assertEqual(str(caught.exception), "InvalidArgument: the gradient of 'weight' has "
-                         "shape [4, 3], but 'weight' was declared to kubeps with shape [2, 3] "
-                         "(did the parameter change shape after DistributedOptimizer was made?)")
-
-    def test_two_backward_passes_in_one_step(self):
-        self.connect()
-        model = torch.nn.Linear(3, 2)
-        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                             named_parameters=model.named_parameters())
-        kps.broadcast_parameters(model.state_dict())
-        model(torch.ones(1, 3)).sum().backward()
-        with self.assertRaisesRegex(kubeps.FailedPrecondition,
-                                    "the gradient of '(weight|bias)' was computed 2 times before "
-                                    "optimizer.step\\(\\); pass backward_passes_per_step=2"):
-            model(torch.ones(1, 3)).sum().backward()
-        optimizer.step()
-
-    def test_backward_passes_per_step_accumulates(self):
-        self.connect()
-        model, reference = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
-        reference.load_state_dict(model.state_dict())
-        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                             named_parameters=model.named_parameters(),
-                                             backward_passes_per_step=2)
-        for step in kps.steps(1):
-            optimizer.zero_grad()
-            model(torch.ones(1, 3)).sum().backward()
-            model(2 * torch.ones(1, 3)).sum().backward()
-            optimizer.step()
-        local = torch.optim.SGD(reference.parameters(), lr=LEARNING_RATE)
-        reference(torch.ones(1, 3)).sum().backward()
-        reference(2 * torch.ones(1, 3)).sum().backward()
-        local.step()
-        self.assertParametersEqual(model, reference, exact=False)
 
 
 def cuda_missing():

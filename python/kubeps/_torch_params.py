@@ -1,0 +1,119 @@
+"""kubeps.torch's declared parameters: each one's views over the shared-memory file,
+which of the optimizer's parameters are declared and by what name, and its gradient: the
+hook that tells when backward has it, its copy into the file, and the check that what was
+sent is still what .grad holds at step()."""
+
+import warnings
+
+import torch
+
+from kubeps.errors import FailedPrecondition, InvalidArgument
+
+
+class Binding:
+    """One declared parameter: the torch parameter and its two regions as torch views."""
+
+    __slots__ = ("name", "param", "shape", "values", "grads", "sent")
+
+    def __init__(self, name, param, slot, buffer):
+        self.name = name
+        self.param = param
+        self.shape = tuple(param.shape)
+        self.values = _view(buffer, slot.values_offset, slot.numel, self.shape)
+        self.grads = _view(buffer, slot.grads_offset, slot.numel, self.shape)
+        self.sent = None  # (gradient, its version) as backward's hook copied it
+
+
+def _view(buffer, offset, numel, shape):
+    with warnings.catch_warnings():
+        # frombuffer warns for read-only buffers only; the mapping is writable.
+        warnings.simplefilter("ignore")
+        flat = torch.frombuffer(buffer, dtype=torch.float32, count=numel, offset=offset)
+    return flat.view(shape)
+
+
+def copy_gradient(binding):
+    """param.grad into the grads region (zeros without one), checked against the declaration."""
+    grad = binding.param.grad
+    if grad is None:
+        binding.grads.zero_()
+        return
+    if tuple(grad.shape) != binding.shape:
+        raise InvalidArgument(
+            "the gradient of %r has shape %s, but %r was declared to kubeps with shape %s "
+            "(did the parameter change shape after DistributedOptimizer was made?)"
+            % (binding.name, list(grad.shape), binding.name, list(binding.shape)))
+    binding.grads.copy_(grad.to_dense() if grad.is_sparse else grad)
+
+
+def trainable_params(optimizer, named_parameters):
+    """[(name, param)] of the optimizer's trainable parameters, in its order (the key order)."""
+    in_optimizer = [p for group in optimizer.param_groups for p in group["params"]]
+    if named_parameters is None:
+        names = {}
+        for g, group in enumerate(optimizer.param_groups):
+            for i, p in enumerate(group["params"]):
+                names[id(p)] = "param_groups.%d.%d" % (g, i)
+    else:
+        named_parameters = list(named_parameters)
+        if any(not isinstance(entry, tuple) or len(entry) != 2 for entry in named_parameters):
+            raise InvalidArgument("DistributedOptimizer: named_parameters must be (name, "
+                                  "parameter) pairs, as model.named_parameters() gives")
+        names = {}
+        seen = set()
+        for name, p in named_parameters:
+            if name in seen:
+                raise InvalidArgument("DistributedOptimizer: the name %r appears twice in "
+                                      "named_parameters" % name)
+            seen.add(name)
+            names[id(p)] = name
+    params = []
+    for p in in_optimizer:
+        if not p.requires_grad:
+            continue  # frozen: never pushed, so never declared
+        name = names.get(id(p))
+        if name is None:
+            raise InvalidArgument(
+                "DistributedOptimizer: a parameter of the optimizer (shape %s) is not in "
+                "named_parameters; every trainable parameter needs its name, the key all "
+                "workers agree on" % list(p.shape))
+        if p.dtype != torch.float32:
+            raise InvalidArgument(
+                "DistributedOptimizer: parameter %r is %s; kubeps carries float32 only "
+                "(model.float() converts a model)" % (name, str(p.dtype).replace("torch.", "")))
+        params.append((name, p))
+    if not params:
+        raise InvalidArgument("DistributedOptimizer: the optimizer has no trainable parameter")
+    return params
+
+
+def register_gradient_hook(param, hook):
+    """Calls hook() each time backward has accumulated param.grad; returns what must be kept."""
+    if hasattr(param, "register_post_accumulate_grad_hook"):  # torch >= 2.1
+        return param.register_post_accumulate_grad_hook(hook)
+    # Older torch: hook the parameter's gradient accumulator, the node that
+    # writes param.grad.  The parameter keeps it only weakly, so the caller
+    # keeps the node alive (and the hook with it).
+    with torch.enable_grad():
+        accumulator = param.expand_as(param).grad_fn.next_functions[0][0]
+    accumulator.register_hook(hook)
+    return accumulator
+
+
+def check_sent_gradients_unchanged(bindings):
+    """A gradient changed in place or replaced after backward's hook sent it (clipped,
+    unscaled by a GradScaler) changes nothing the servers see: that is said, not ignored.
+    One set to None (zero_grad) changed nothing that was sent."""
+    for binding in bindings:
+        sent, binding.sent = binding.sent, None
+        grad = binding.param.grad
+        if sent is None or grad is None or (grad is sent[0] and grad._version == sent[1]):
+            continue
+        for later in bindings:
+            later.sent = None
+        raise FailedPrecondition(
+            "the gradient of %r changed after backward computed it (clipped? unscaled by a "
+            "GradScaler?), but kubeps had sent it to the servers as backward went, so the change "
+            "would be lost. To change the gradients, run the job with the servers' optimizer "
+            "'none' (spec.optimizer.name), call optimizer.synchronize() after backward, change "
+            "the averaged gradients it leaves in .grad, then call optimizer.step()" % binding.name)

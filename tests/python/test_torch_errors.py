@@ -1,0 +1,162 @@
+"""kubeps.torch's errors: what a user who calls it wrong is told, naming what and where.
+Skips, saying why, where torch is not installed.
+"""
+
+import os
+import unittest
+from unittest import mock
+
+from test_torch import LEARNING_RATE, TorchTestCase, batch_for, needs_torch, three_layers, torch
+
+if torch is not None:
+    import kubeps.torch as kps
+import kubeps
+
+
+@needs_torch
+class UserErrors(TorchTestCase):
+    def test_the_optimizer_before_init(self):
+        model = three_layers()
+        with self.assertRaises(kubeps.FailedPrecondition) as caught:
+            kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     named_parameters=model.named_parameters())
+        self.assertIn("kubeps.torch.DistributedOptimizer() was called before kubeps.init()",
+                      str(caught.exception))
+
+    def test_broadcast_and_steps_before_the_optimizer(self):
+        self.connect()
+        model = three_layers()
+        for call, name in [(lambda: kps.broadcast_parameters(model.state_dict()),
+                            "kubeps.torch.broadcast_parameters()"),
+                           (lambda: list(kps.steps(3)), "kubeps.torch.steps()")]:
+            with self.assertRaises(kubeps.FailedPrecondition) as caught:
+                call()
+            self.assertIn("%s needs the parameters declared: make "
+                          "kubeps.torch.DistributedOptimizer" % name, str(caught.exception))
+
+    def test_a_second_optimizer(self):
+        self.connect()
+        model = three_layers()
+        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters())
+        with self.assertRaisesRegex(kubeps.FailedPrecondition,
+                                    r"DistributedOptimizer\(\) was called twice.*0.weight, "
+                                    r"0.bias, 2.weight"):
+            kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     named_parameters=model.named_parameters())
+
+    def test_a_bucket_size_that_is_not_a_number_of_bytes(self):
+        self.connect()
+        model = three_layers()
+        with mock.patch.dict(os.environ, {"KUBEPS_BUCKET_BYTES": "1MB"}):
+            with self.assertRaises(kubeps.InvalidArgument) as caught:
+                kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters())
+        self.assertIn("KUBEPS_BUCKET_BYTES='1MB': not a number of bytes", str(caught.exception))
+
+    def test_a_float64_parameter(self):
+        self.connect()
+        model = three_layers().double()
+        with self.assertRaisesRegex(kubeps.InvalidArgument, "parameter '0.weight' is float64; "
+                                                            "kubeps carries float32 only"):
+            kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     named_parameters=model.named_parameters())
+
+    def test_a_parameter_without_a_name(self):
+        self.connect()
+        model = three_layers()
+        named = list(model.named_parameters())[1:]
+        with self.assertRaisesRegex(kubeps.InvalidArgument, r"a parameter of the optimizer "
+                                                            r"\(shape \[5, 6\]\) is not in "
+                                                            "named_parameters"):
+            kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     named_parameters=named)
+
+    def test_a_state_dict_of_another_model(self):
+        self.connect()
+        model = three_layers()
+        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters())
+        other = torch.nn.Linear(2, 2)
+        with self.assertRaisesRegex(kubeps.InvalidArgument,
+                                    r"none of the tensors given \(weight, bias\) is a declared "
+                                    r"parameter \(declared: 0.weight, 0.bias"):
+            kps.broadcast_parameters(other.state_dict())
+
+    def test_a_gradient_clipped_after_backward_sent_it(self):
+        # With the servers' optimizer each gradient goes to the servers as backward
+        # computes it: clipped afterwards, the clipping changed nothing, silently.
+        self.connect()
+        model = three_layers()
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        kps.broadcast_parameters(model.state_dict(), root_rank=0)
+        x, y = batch_for(0)
+        next(iter(kps.steps(1)))
+        torch.nn.CrossEntropyLoss()(model(x), y).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1e-3)
+        with self.assertRaisesRegex(kubeps.FailedPrecondition,
+                                    r"the gradient of '0.weight' changed after backward computed "
+                                    r"it \(clipped\? unscaled by a GradScaler\?\).*optimizer "
+                                    r"'none'.*optimizer.synchronize\(\)"):
+            optimizer.step()
+
+    def test_backward_before_the_initial_values(self):
+        self.connect()
+        model = three_layers()
+        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters())
+        x, y = batch_for(0)
+        with self.assertRaises(kubeps.FailedPrecondition) as caught:
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+        self.assertRegex(str(caught.exception), r"the gradient hook of '4.(weight|bias)' ran "
+                         r"before the servers had initial values: call "
+                         r"kubeps.torch.broadcast_parameters\(model.state_dict\(\)\) or "
+                         r"iterate kubeps.torch.steps\(\), before the first backward")
+
+    def test_a_gradient_of_the_wrong_shape(self):
+        self.connect()
+        weight = torch.nn.Parameter(torch.zeros(2, 3))
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD([weight], lr=0.1),
+                                             named_parameters=[("weight", weight)])
+        kps.broadcast_parameters({"weight": weight})
+        # The parameter changed after the declaration; its gradient set by hand.  (A
+        # backward over it is refused by torch itself: the hook's node keeps the old shape.)
+        weight.data = torch.zeros(4, 3)
+        weight.grad = torch.ones(4, 3)
+        with self.assertRaises(kubeps.InvalidArgument) as caught:
+            optimizer.step()
+        self.assertEqual(str(caught.exception), "InvalidArgument: the gradient of 'weight' has "
+                         "shape [4, 3], but 'weight' was declared to kubeps with shape [2, 3] "
+                         "(did the parameter change shape after DistributedOptimizer was made?)")
+
+    def test_two_backward_passes_in_one_step(self):
+        self.connect()
+        model = torch.nn.Linear(3, 2)
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        kps.broadcast_parameters(model.state_dict())
+        model(torch.ones(1, 3)).sum().backward()
+        with self.assertRaisesRegex(kubeps.FailedPrecondition,
+                                    "the gradient of '(weight|bias)' was computed 2 times before "
+                                    "optimizer.step\\(\\); pass backward_passes_per_step=2"):
+            model(torch.ones(1, 3)).sum().backward()
+        optimizer.step()
+
+    def test_backward_passes_per_step_accumulates(self):
+        self.connect()
+        model, reference = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+        reference.load_state_dict(model.state_dict())
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters(),
+                                             backward_passes_per_step=2)
+        for step in kps.steps(1):
+            optimizer.zero_grad()
+            model(torch.ones(1, 3)).sum().backward()
+            model(2 * torch.ones(1, 3)).sum().backward()
+            optimizer.step()
+        local = torch.optim.SGD(reference.parameters(), lr=LEARNING_RATE)
+        reference(torch.ones(1, 3)).sum().backward()
+        reference(2 * torch.ones(1, 3)).sum().backward()
+        local.step()
+        self.assertParametersEqual(model, reference, exact=False)
