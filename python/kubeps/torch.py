@@ -263,6 +263,12 @@ class _DistributedOptimizer:
         """Runs in backward as soon as `binding`'s gradient is accumulated: copy and push."""
         if self._kubeps_discard:
             return  # the forward pass found a rollback: this iteration's gradients are dropped
+        if self._kubeps_synchronized:
+            raise FailedPrecondition(
+                "backward ran after optimizer.synchronize() ended step %d's exchange: call "
+                "optimizer.step() first (the step's gradients have reached the servers, so it "
+                "cannot be skipped or computed again)"
+                % _current_step("the gradient hook of %r" % binding.name))
         with self._kubeps_lock:
             stale = binding.name in self._kubeps_pending
         if stale:

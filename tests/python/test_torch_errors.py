@@ -101,6 +101,24 @@ class UserErrors(TorchTestCase):
                                     r"'none'.*optimizer.synchronize\(\)"):
             optimizer.step()
 
+    def test_a_backward_pass_after_synchronize_without_step(self):
+        # synchronize() ended the step's exchange: a second backward pass of the same
+        # step would send its gradients again, and the next step() would not wait for them.
+        self.connect(optimizer="none")
+        model = three_layers()
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        kps.broadcast_parameters(model.state_dict(), root_rank=0)
+        x, y = batch_for(0)
+        next(iter(kps.steps(1)))
+        loss_fn = torch.nn.CrossEntropyLoss()
+        loss_fn(model(x), y).backward()
+        self.assertTrue(optimizer.synchronize())
+        with self.assertRaisesRegex(kubeps.FailedPrecondition,
+                                    r"backward ran after optimizer.synchronize\(\) ended step 0's "
+                                    r"exchange: call optimizer.step\(\) first"):
+            loss_fn(model(x), y).backward()
+
     def test_backward_before_the_initial_values(self):
         self.connect()
         model = three_layers()
