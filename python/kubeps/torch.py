@@ -128,6 +128,12 @@ class _DistributedOptimizer:
             raise InvalidArgument("DistributedOptimizer: backward_passes_per_step=%r must be >= 1"
                                   % (backward_passes_per_step,))
         self._kubeps_session = session
+        # The servers' optimizer applies the job's settings: those of the wrapped
+        # one, per group, are noted to say so when they differ or change.
+        self._kubeps_settings = None
+        if self._kubeps_servers_optimize():
+            self._kubeps_settings = _group_settings(self)
+            _warn_if_groups_differ(self._kubeps_settings)
         self._kubeps_passes_per_step = int(backward_passes_per_step)
         self._kubeps_lock = threading.Lock()
         self._kubeps_exchanges = {}  # name -> Handle of this step's push_pull
@@ -360,6 +366,7 @@ class _DistributedOptimizer:
     def step(self, closure=None):
         """Synchronizes (see synchronize()), then applies the update and moves to the next
         step.  A closure is called once, before the communication."""
+        self._kubeps_check_settings_unchanged()
         counted = self.__dict__.get("_kubeps_steps_counted_on")
         if counted is not None:  # what torch 1.x's schedulers count, and 2.x's check
             counted._step_count = getattr(counted, "_step_count", 0) + 1
@@ -387,6 +394,23 @@ class _DistributedOptimizer:
         self._kubeps_synchronized = False
         _counter.advance()
         return loss
+
+    def _kubeps_check_settings_unchanged(self):
+        """Says once that a group's setting changed (a learning-rate scheduler), which the
+        servers' optimizer never sees."""
+        if self._kubeps_settings is None:
+            return
+        for i, (before, now) in enumerate(zip(self._kubeps_settings, _group_settings(self))):
+            for key, value in before.items():
+                if not _same(value, now.get(key)):
+                    self._kubeps_settings = None
+                    warnings.warn(
+                        "kubeps: param_groups[%d][%r] changed from %s to %s (a learning-rate "
+                        "scheduler?), but the servers' optimizer applies the job's "
+                        "spec.optimizer, which stays as it is: to schedule it in this process, "
+                        "run the job with the servers' optimizer 'none'"
+                        % (i, key, value, now.get(key)), stacklevel=3)
+                    return
 
     def _kubeps_exchange_rest(self):
         """model=: sends what backward did not (zeros for parameters without a gradient)
@@ -442,6 +466,32 @@ def _bucket_bytes():
     if not text.isdigit():
         raise InvalidArgument("KUBEPS_BUCKET_BYTES=%r: not a number of bytes" % text)
     return int(text)
+
+
+def _group_settings(optimizer):
+    """Each param group's settings (lr, momentum, ...), its parameters left out."""
+    return [{k: v for k, v in group.items() if k != "params"}
+            for group in optimizer.param_groups]
+
+
+def _same(a, b):
+    try:
+        return bool(a == b)
+    except (RuntimeError, TypeError, ValueError):  # tensors of several values
+        return a is b
+
+
+def _warn_if_groups_differ(settings):
+    first = settings[0]
+    for i, group in enumerate(settings[1:], 1):
+        for key in sorted(set(first) | set(group)):
+            if not _same(first.get(key), group.get(key)):
+                warnings.warn(
+                    "kubeps: param_groups[0] and [%d] differ in %r (%s, %s), but the servers' "
+                    "optimizer applies the job's spec.optimizer to every parameter alike: to "
+                    "keep per-group settings, run the job with the servers' optimizer 'none'"
+                    % (i, key, first.get(key), group.get(key)), stacklevel=4)
+                return
 
 
 def _unwaited(handles):

@@ -119,6 +119,36 @@ class UserErrors(TorchTestCase):
                                     r"exchange: call optimizer.step\(\) first"):
             loss_fn(model(x), y).backward()
 
+    def test_a_learning_rate_schedule_with_the_servers_optimizer(self):
+        # The servers apply the job's learning rate: a torch scheduler changed the
+        # wrapped optimizer's, which nothing reads, silently.
+        self.connect()
+        model = three_layers()
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+        loss_fn = torch.nn.CrossEntropyLoss()
+        with self.assertWarnsRegex(UserWarning, r"param_groups\[0\]\['lr'\] changed from 0.1 "
+                                                r"to 0.05 .*spec.optimizer.*'none'") as caught:
+            for step in kps.steps(3):
+                x, y = batch_for(step)
+                optimizer.zero_grad()
+                loss_fn(model(x), y).backward()
+                optimizer.step()
+                scheduler.step()
+        said = [w for w in caught.warnings if "param_groups" in str(w.message)]
+        self.assertEqual(len(said), 1, "said once, not at every step")
+
+    def test_param_groups_of_their_own_with_the_servers_optimizer(self):
+        self.connect()
+        model = three_layers()
+        groups = [{"params": model[0].parameters(), "lr": 0.01},
+                  {"params": list(model[2].parameters()) + list(model[4].parameters())}]
+        with self.assertWarnsRegex(UserWarning, r"param_groups\[0\] and \[1\] differ in 'lr' "
+                                                r"\(0.01, 0.1\).*the job's spec.optimizer"):
+            kps.DistributedOptimizer(torch.optim.SGD(groups, lr=0.1),
+                                     named_parameters=model.named_parameters())
+
     def test_backward_before_the_initial_values(self):
         self.connect()
         model = three_layers()
