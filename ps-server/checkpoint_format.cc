@@ -1,12 +1,17 @@
 #include "ps-server/checkpoint_format.h"
 
+#include <unistd.h>
 #include <zlib.h>
 
+#include <cerrno>
 #include <climits>
 #include <cstdint>
 #include <cstring>
 
+#include <google/protobuf/field_mask.pb.h>
 #include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+#include <google/protobuf/util/field_mask_util.h>
 
 namespace kubeps {
 namespace {
@@ -22,9 +27,9 @@ constexpr int kMagicSize = sizeof kMagic - 1;
 constexpr uint32_t kFormatVersion = 2;
 
 // The CRC-32 of the bytes that pass through it. A buffer is summed once its
-// user is done with it: at the next Next(), before the stream below reuses
-// its memory, or when asked for the sum (by then a coded stream over it has
-// handed back what it did not use).
+// user is done with it: when it hands back what it did not use, at the next
+// Next() (before the stream below reuses its memory), or when asked for the
+// sum.
 class Crc {
  public:
   void Fold() {
@@ -56,8 +61,9 @@ class SummedOutput : public ZeroCopyOutputStream {
     crc_.Hand(*data, *size);
     return true;
   }
-  void BackUp(int count) override {
+  void BackUp(int count) override {  // after the last write into the buffer
     crc_.Return(count);
+    crc_.Fold();  // now: a failed flush in BackUp(0) frees the buffer
     out_->BackUp(count);
   }
   int64_t ByteCount() const override { return out_->ByteCount(); }
@@ -79,6 +85,7 @@ class SummedInput : public ZeroCopyInputStream {
   }
   void BackUp(int count) override {
     crc_.Return(count);
+    crc_.Fold();
     in_->BackUp(count);
   }
   bool Skip(int count) override {  // through Next, so that the skipped bytes are summed
@@ -116,7 +123,9 @@ bool ReadRecord(ZeroCopyInputStream* in, MessageLite* message) {
   if (!coded.ReadVarint32(&size) || size > INT_MAX) return false;
   const CodedInputStream::Limit limit = coded.PushLimit(static_cast<int>(size));
   // Where the file ends early, the parse stops there, short of the limit.
-  if (!message->ParseFromCodedStream(&coded) || coded.BytesUntilLimit() != 0) return false;
+  if (!message->ParseFromCodedStream(&coded) || !coded.ConsumedEntireMessage() ||
+      coded.BytesUntilLimit() != 0)
+    return false;
   coded.PopLimit(limit);
   return true;
 }
@@ -132,50 +141,14 @@ bool ReadFixed32(ZeroCopyInputStream* in, uint32_t* value) {
   return coded.ReadLittleEndian32(value);
 }
 
-// Whether the stream starts with the magic; it is left where it was.
-bool StartsWithMagic(ZeroCopyInputStream* in) {
-  const void* data;
-  int size;
-  if (!in->Next(&data, &size)) return false;
-  const bool framed = size >= kMagicSize && std::memcmp(data, kMagic, kMagicSize) == 0;
-  in->BackUp(size);
-  return framed;
-}
-
-}  // namespace
-
-bool WriteCheckpointFile(const v1::ShardCheckpoint& checkpoint, ZeroCopyOutputStream* out) {
-  SummedOutput summed(out);
-  {
-    CodedOutputStream coded(&summed);
-    coded.WriteRaw(kMagic, kMagicSize);
-    coded.WriteLittleEndian32(kFormatVersion);
-    if (coded.HadError()) return false;
-  }
-  // Every field but the parts (a copy of those would double the state).
-  v1::ShardCheckpoint header;
-  header.set_step(checkpoint.step());
-  header.set_generation(checkpoint.generation());
-  *header.mutable_senders() = checkpoint.senders();
-  header.set_part_count(checkpoint.parts_size());
-  if (!WriteRecord(header, &summed)) return false;
-  for (const auto& part : checkpoint.parts()) {
-    if (!WriteRecord(part, &summed)) return false;
-  }
-  return WriteFixed32(summed.Sum(), out);
-}
-
-bool ReadCheckpointFile(ZeroCopyInputStream* in, v1::ShardCheckpoint* checkpoint) {
-  checkpoint->Clear();
-  if (!StartsWithMagic(in)) return checkpoint->ParseFromZeroCopyStream(in);  // written before
+// A file of this format, from its start; *version: the format it says it is.
+bool ReadFramed(ZeroCopyInputStream* in, v1::ShardCheckpoint* checkpoint, uint32_t* version) {
   SummedInput summed(in);
   {
     CodedInputStream coded(&summed);
     char magic[kMagicSize];
-    uint32_t version;
-    if (!coded.ReadRaw(magic, kMagicSize) || !coded.ReadLittleEndian32(&version) ||
-        version != kFormatVersion)
-      return false;
+    if (!coded.ReadRaw(magic, kMagicSize) || !coded.ReadLittleEndian32(version)) return false;
+    if (*version != kFormatVersion) return false;
   }
   if (!ReadRecord(&summed, checkpoint)) return false;
   const uint64_t parts = checkpoint->part_count();
@@ -188,6 +161,76 @@ bool ReadCheckpointFile(ZeroCopyInputStream* in, v1::ShardCheckpoint* checkpoint
   const void* data;
   int size;
   return ReadFixed32(in, &written_sum) && written_sum == sum && !in->Next(&data, &size);
+}
+
+}  // namespace
+
+bool WriteCheckpointFile(const v1::ShardCheckpoint& checkpoint, ZeroCopyOutputStream* out) {
+  SummedOutput summed(out);
+  {
+    CodedOutputStream coded(&summed);
+    coded.WriteRaw(kMagic, kMagicSize);
+    coded.WriteLittleEndian32(kFormatVersion);
+    if (coded.HadError()) return false;
+  }
+  // Every field but the parts (a copy of those would double the state),
+  // a field added later included.
+  static const google::protobuf::FieldMask* const all_but_parts = [] {
+    auto* mask = new google::protobuf::FieldMask;
+    const google::protobuf::Descriptor* fields = v1::ShardCheckpoint::descriptor();
+    for (int i = 0; i < fields->field_count(); ++i) {
+      if (fields->field(i)->number() != v1::ShardCheckpoint::kPartsFieldNumber)
+        mask->add_paths(fields->field(i)->name());
+    }
+    return mask;
+  }();
+  v1::ShardCheckpoint header;
+  google::protobuf::util::FieldMaskUtil::MergeMessageTo(checkpoint, *all_but_parts, {}, &header);
+  header.set_part_count(checkpoint.parts_size());
+  if (!WriteRecord(header, &summed)) return false;
+  for (const auto& part : checkpoint.parts()) {
+    if (!WriteRecord(part, &summed)) return false;
+  }
+  return WriteFixed32(summed.Sum(), out);
+}
+
+Status ReadCheckpointFile(int fd, const std::string& path, v1::ShardCheckpoint* checkpoint,
+                          bool* damaged) {
+  *damaged = false;
+  checkpoint->Clear();
+  // The magic is read apart: a first read() that returns fewer bytes (a
+  // network file system may) cannot pass a file for one of the format before.
+  char head[kMagicSize];
+  ssize_t got = 0;
+  while (got < kMagicSize) {
+    const ssize_t n = ::pread(fd, head + got, kMagicSize - got, got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::Error("cannot read " + path + ": " + std::strerror(errno));
+    if (n == 0) break;
+    got += n;
+  }
+  const bool framed = got == kMagicSize && std::memcmp(head, kMagic, kMagicSize) == 0;
+  google::protobuf::io::FileInputStream file(fd, kCheckpointFileBlock);
+  bool parsed = false;
+  uint32_t version = kFormatVersion;
+  if (!framed) {  // written before this format; never empty (step 0 has parts)
+    parsed = got > 0 && checkpoint->ParseFromZeroCopyStream(&file);
+  } else {
+    parsed = ReadFramed(&file, checkpoint, &version);
+  }
+  if (file.GetErrno() != 0)
+    return Status::Error("cannot read " + path + ": " + std::strerror(file.GetErrno()));
+  if (version != kFormatVersion) {
+    return Status::FailedPrecondition("checkpoint " + path + " is of format " +
+                                      std::to_string(version) + ", which this kubeps (format " +
+                                      std::to_string(kFormatVersion) +
+                                      ") cannot read: a newer kubeps wrote it");
+  }
+  if (!parsed) {
+    *damaged = true;
+    return Status::Error("checkpoint " + path + " is damaged");
+  }
+  return Status::Ok();
 }
 
 }  // namespace kubeps

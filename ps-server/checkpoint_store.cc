@@ -22,11 +22,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A checkpoint is serialized straight into its file and parsed straight
-// from it, a block at a time: its bytes as one string would be a second copy
-// of the shard's state, in fresh memory at every checkpoint.
-constexpr int kFileBlock = 1 << 20;
-
 void SyncFolder(const std::string& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return;
@@ -56,7 +51,7 @@ Status ReplaceDurably(
   bool written;
   int error;
   {  // the stream is gone before the file is closed: it would flush into a closed descriptor
-    google::protobuf::io::FileOutputStream out(fd, kFileBlock);
+    google::protobuf::io::FileOutputStream out(fd, kCheckpointFileBlock);
     written = write(&out) && out.Flush();
     error = out.GetErrno();
   }
@@ -255,18 +250,13 @@ Status CheckpointStore::ReadFile(uint64_t step, v1::ShardCheckpoint* checkpoint,
     if (errno == ENOENT) return Status::NotFound("no checkpoint " + path);
     return Status::Error("cannot open " + path + ": " + std::strerror(errno));
   }
-  bool parsed;
-  int error;
-  {  // the stream is gone before the file is closed
-    google::protobuf::io::FileInputStream in(fd, kFileBlock);
-    parsed = ReadCheckpointFile(&in, checkpoint);
-    error = in.GetErrno();
-  }
+  Status read = ReadCheckpointFile(fd, path, checkpoint, damaged);
   ::close(fd);
-  if (error != 0) return Status::Error("cannot read " + path + ": " + std::strerror(error));
-  if (!parsed || checkpoint->step() != step) {
+  if (!read.ok()) return read;
+  if (checkpoint->step() != step) {
     *damaged = true;
-    return Status::Error("checkpoint " + path + " is damaged");
+    return Status::Error("checkpoint " + path + " is damaged: it holds step " +
+                         std::to_string(checkpoint->step()));
   }
   return Status::Ok();
 }

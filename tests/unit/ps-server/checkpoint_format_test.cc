@@ -125,6 +125,34 @@ TEST_F(CheckpointFormatTest, AFileCutAnywhereIsDamaged) {
   EXPECT_FALSE(store_->Read(100, &read).ok()) << "bytes after the checksum";
 }
 
+// An empty file parsed as a message of the format before: a checkpoint of
+// step 0 with no parts, loaded over the shard's state.
+TEST_F(CheckpointFormatTest, AnEmptyFileIsDamaged) {
+  Overwrite(FileOf(dir_, 0), "");
+  v1::ShardCheckpoint read;
+  Status s = store_->Read(0, &read);
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("is damaged"));
+}
+
+// A file a newer kubeps wrote (a server rolled back to an older image) is an
+// error that says so, and is not set aside as damaged.
+TEST_F(CheckpointFormatTest, AFileOfANewerFormatIsAnErrorNotDamage) {
+  ASSERT_TRUE(store_->Write(Full(100)).ok());
+  std::string bytes = Contents(FileOf(dir_, 100));
+  bytes[8] = 3;  // the format version, after the 8 bytes of magic
+  Overwrite(FileOf(dir_, 100), bytes);
+  v1::ShardCheckpoint loaded;
+  bool found = true;
+  std::string skipped;
+  Status s = store_->ReadLatest(&loaded, &found, &skipped);
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("is of format 3, which this kubeps (format 2) cannot read"));
+  EXPECT_FALSE(found);
+  EXPECT_TRUE(skipped.empty()) << skipped;
+  EXPECT_TRUE(std::filesystem::exists(FileOf(dir_, 100)));
+}
+
 // One message cannot be serialized past 2 GiB: every write of a shard that
 // big failed, and after 10 the job did. Some 30 s on a small virtual
 // machine, most of it the kernel handing out 6 GiB of fresh pages.
