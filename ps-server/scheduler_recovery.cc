@@ -1,0 +1,129 @@
+// The scheduler (ps-server/scheduler.h) and the job's checkpoints: the
+// steps every shard holds, a first start over existing checkpoints, a
+// start after the scheduler and servers restarted together, and a recovery
+// after a server restarted.
+#include "ps-server/scheduler.h"
+
+#include <algorithm>
+
+#include "common/logging.h"
+
+namespace kubeps {
+namespace {
+
+std::string JoinSteps(const std::vector<uint64_t>& steps) {
+  if (steps.empty()) return "none";
+  std::string out;
+  for (uint64_t step : steps) out += (out.empty() ? "" : ",") + std::to_string(step);
+  return out;
+}
+
+}  // namespace
+
+int64_t NewestCommonStep(const std::vector<std::vector<uint64_t>>& steps) {
+  if (steps.empty()) return -1;
+  // Newest first through the first list; the first step every other list
+  // holds too wins.
+  std::vector<uint64_t> candidates = steps[0];
+  std::sort(candidates.rbegin(), candidates.rend());
+  for (uint64_t step : candidates) {
+    bool everywhere = true;
+    for (size_t i = 1; i < steps.size() && everywhere; ++i) {
+      everywhere = std::find(steps[i].begin(), steps[i].end(), step) != steps[i].end();
+    }
+    if (everywhere) return static_cast<int64_t>(step);
+  }
+  return -1;
+}
+
+std::vector<std::vector<uint64_t>> Scheduler::ServerSteps() const {
+  std::vector<std::vector<uint64_t>> steps;
+  for (const auto& id : server_ids_) {
+    auto it = checkpoint_steps_.find(id);
+    steps.push_back(it == checkpoint_steps_.end() ? std::vector<uint64_t>{} : it->second);
+  }
+  return steps;
+}
+
+std::string Scheduler::DescribeSteps() const {
+  std::string out;
+  for (const auto& id : server_ids_) {
+    auto it = checkpoint_steps_.find(id);
+    out += (out.empty() ? "" : "; ") + id + " holds steps " +
+           JoinSteps(it == checkpoint_steps_.end() ? std::vector<uint64_t>{} : it->second);
+    if (!options_.checkpoint_dir.empty()) out += " in " + options_.checkpoint_dir + "/" + id;
+  }
+  return out;
+}
+
+void Scheduler::FirstStart() {
+  bool any = false;
+  for (const auto& steps : ServerSteps()) any = any || !steps.empty();
+  if (!any) return;  // a new job: nothing to resume, generation 0 as always
+  const int64_t common = NewestCommonStep(ServerSteps());
+  if (common < 0) {
+    failure_ = "the job cannot resume: its shards hold no checkpoint step in common (" +
+               DescribeSteps() +
+               "); delete those folders or set spec.checkpoint.resume: false to start fresh";
+    KLOG_ERROR << failure_;
+    return;
+  }
+  generation_ = 1;
+  restore_step_ = static_cast<uint64_t>(common);
+  common_step_ = common;
+  restored_.clear();
+  KLOG_INFO << "first start over existing checkpoints: the job resumes from step " << common
+            << ", the newest every shard holds (" << DescribeSteps() << ")";
+}
+
+void Scheduler::ServersRestartedWithTheScheduler() {
+  for (const std::string& id : server_ids_) {
+    Member& member = members_[id];
+    const v1::NodeInfo& server = member.info;
+    if (!options_.sync) {
+      // Its process is new: it goes on from what it loaded.
+      member.keeps_state = !server.registered_before();
+      continue;
+    }
+    // A drain stops the scheduler and servers together: a server's new
+    // process restored a checkpoint and waits for the rollback its restart
+    // calls for, as if this scheduler had seen it come back. So does one
+    // whose recovery the scheduler before opened and died with, unheard by
+    // it (by others perhaps: a generation is never ready while a shard
+    // waits, so a new one costs only the restore).
+    if (!server.registered_before() || server.awaits_recovery()) {
+      StartRecovery(server);
+      return;
+    }
+  }
+}
+
+void Scheduler::StartRecovery(const v1::NodeInfo& server) {
+  if (!failure_.empty()) return;
+  uint64_t step = 0;
+  // A shard that restarted with no checkpoint at all (killed before its
+  // first one) rolls the job back to its start, as it always did.
+  if (server.checkpoint_steps_size() > 0 || server.checkpoint_step() >= 0) {
+    const int64_t common = NewestCommonStep(ServerSteps());
+    if (common < 0) {
+      failure_ = "recovery after the restart of " + server.node_id() +
+                 " is impossible: the shards hold no checkpoint step in common (" +
+                 DescribeSteps() + ")";
+      KLOG_ERROR << failure_;
+      return;
+    }
+    step = static_cast<uint64_t>(common);
+  }
+  ++generation_;
+  restore_step_ = step;
+  restored_.clear();
+  KLOG_INFO << "recovery: generation " << generation_
+            << " rolls every shard and worker back to step " << restore_step_
+            << ", the newest checkpoint every shard holds (" << server.node_id() << " restarted)";
+  // Workers scaled away since cannot redo their steps: the others do.
+  if (std::string line = elastic_.Rollback(step, GoneWorkers()); !line.empty()) {
+    KLOG_INFO << line;
+  }
+}
+
+}  // namespace kubeps
