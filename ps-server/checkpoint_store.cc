@@ -181,10 +181,7 @@ Status CheckpointStore::ClaimForRun(const std::string& run_id, bool resume, size
   if (Status s = ReadRunFile(dir_ + "/" + kRunFile, &recorded); !s.ok()) return s;
   if (recorded == run_id) return Status::Ok();
   if (!resume) {
-    std::vector<uint64_t> steps;
-    if (Status s = Steps(&steps); !s.ok()) return s;
-    if (Status s = RemoveAll(); !s.ok()) return s;
-    *removed = steps.size();
+    if (Status s = RemoveFrom(0, removed); !s.ok()) return s;
   }
   const std::string line = run_id + "\n";
   return ReplaceDurably(dir_, dir_ + "/" + kRunFile,
@@ -195,11 +192,18 @@ Status CheckpointStore::ClaimForRun(const std::string& run_id, bool resume, size
                         });
 }
 
-Status CheckpointStore::RemoveAll() { return RemoveFrom(0); }
+Status CheckpointStore::RemoveAll() {
+  size_t removed;
+  return RemoveFrom(0, &removed);
+}
 
-Status CheckpointStore::RemoveAfter(uint64_t step) { return RemoveFrom(step + 1); }
+Status CheckpointStore::RemoveAfter(uint64_t step) {
+  size_t removed;
+  return RemoveFrom(step + 1, &removed);
+}
 
-Status CheckpointStore::RemoveFrom(uint64_t first) {
+Status CheckpointStore::RemoveFrom(uint64_t first, size_t* removed) {
+  *removed = 0;
   std::vector<uint64_t> steps;
   if (Status s = Steps(&steps); !s.ok()) return s;
   for (uint64_t step : steps) {
@@ -207,6 +211,7 @@ Status CheckpointStore::RemoveFrom(uint64_t first) {
     if (::unlink(PathOf(step).c_str()) != 0 && errno != ENOENT) {
       return Status::Error("cannot delete " + PathOf(step) + ": " + std::strerror(errno));
     }
+    ++*removed;
   }
   return Status::Ok();
 }

@@ -82,7 +82,8 @@ class CheckpointStore {
   // Read, and *damaged = true where the file's bytes are at fault.
   Status ReadFile(uint64_t step, v1::ShardCheckpoint* checkpoint, bool* damaged) const;
   void SetAside(uint64_t step, std::string* skipped) const;
-  Status RemoveFrom(uint64_t first);  // the checkpoints of `first` and after
+  // Deletes the checkpoints of `first` and after; *removed: how many.
+  Status RemoveFrom(uint64_t first, size_t* removed);
 
   std::string dir_;
   std::atomic<int64_t> keep_step_{-1};  // set by the heartbeat thread

@@ -109,11 +109,16 @@ def check_sent_gradients_unchanged(bindings):
         grad = binding.param.grad
         if sent is None or grad is None or (grad is sent[0] and grad._version == sent[1]):
             continue
-        for later in bindings:
-            later.sent = None
+        forget_sent(bindings)
         raise FailedPrecondition(
             "the gradient of %r changed after backward computed it (clipped? unscaled by a "
             "GradScaler?), but kubeps had sent it to the servers as backward went, so the change "
             "would be lost. To change the gradients, run the job with the servers' optimizer "
             "'none' (spec.optimizer.name), call optimizer.synchronize() after backward, change "
             "the averaged gradients it leaves in .grad, then call optimizer.step()" % binding.name)
+
+
+def forget_sent(bindings):
+    """What the hooks sent is checked no more (an error about the step was raised)."""
+    for binding in bindings:
+        binding.sent = None

@@ -61,7 +61,7 @@ import torch
 
 import kubeps
 from kubeps._torch_params import (Binding, check_sent_gradients_unchanged, copy_gradient,
-                                  register_gradient_hook, trainable_params)
+                                  forget_sent, register_gradient_hook, trainable_params)
 from kubeps.errors import FailedPrecondition, InvalidArgument, RolledBack
 from kubeps.shared_tensors import describe_names
 
@@ -286,8 +286,7 @@ class _DistributedOptimizer:
         with self._kubeps_lock:
             passes = self._kubeps_passes.get(binding.name, 0) + 1
             if passes > self._kubeps_passes_per_step:
-                for b in self._kubeps_bindings:  # accumulated since it was sent: said here
-                    b.sent = None
+                forget_sent(self._kubeps_bindings)  # accumulated since it was sent: said here
                 raise FailedPrecondition(
                     "the gradient of %r was computed %d times before optimizer.step(); pass "
                     "backward_passes_per_step=%d to kubeps.torch.DistributedOptimizer to "

@@ -83,17 +83,26 @@ class UserErrors(TorchTestCase):
                                     r"parameter \(declared: 0.weight, 0.bias"):
             kps.broadcast_parameters(other.state_dict())
 
-    def test_a_gradient_clipped_after_backward_sent_it(self):
-        # With the servers' optimizer each gradient goes to the servers as backward
-        # computes it: clipped afterwards, the clipping changed nothing, silently.
-        self.connect()
+    def first_backward(self):
+        """A model, its DistributedOptimizer and a loss of step 0 whose backward ran; loss()
+        computes it again."""
         model = three_layers()
         optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                              named_parameters=model.named_parameters())
         kps.broadcast_parameters(model.state_dict(), root_rank=0)
         x, y = batch_for(0)
         next(iter(kps.steps(1)))
-        torch.nn.CrossEntropyLoss()(model(x), y).backward()
+
+        def loss():
+            return torch.nn.CrossEntropyLoss()(model(x), y)
+        loss().backward()
+        return model, optimizer, loss
+
+    def test_a_gradient_clipped_after_backward_sent_it(self):
+        # With the servers' optimizer each gradient goes to the servers as backward
+        # computes it: clipped afterwards, the clipping changed nothing, silently.
+        self.connect()
+        model, optimizer, loss = self.first_backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1e-3)
         with self.assertRaisesRegex(kubeps.FailedPrecondition,
                                     r"the gradient of '0.weight' changed after backward computed "
@@ -105,19 +114,12 @@ class UserErrors(TorchTestCase):
         # synchronize() ended the step's exchange: a second backward pass of the same
         # step would send its gradients again, and the next step() would not wait for them.
         self.connect(optimizer="none")
-        model = three_layers()
-        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                             named_parameters=model.named_parameters())
-        kps.broadcast_parameters(model.state_dict(), root_rank=0)
-        x, y = batch_for(0)
-        next(iter(kps.steps(1)))
-        loss_fn = torch.nn.CrossEntropyLoss()
-        loss_fn(model(x), y).backward()
+        model, optimizer, loss = self.first_backward()
         self.assertTrue(optimizer.synchronize())
         with self.assertRaisesRegex(kubeps.FailedPrecondition,
                                     r"backward ran after optimizer.synchronize\(\) ended step 0's "
                                     r"exchange: call optimizer.step\(\) first"):
-            loss_fn(model(x), y).backward()
+            loss().backward()
 
     def test_a_learning_rate_schedule_with_the_servers_optimizer(self):
         # The servers apply the job's learning rate: a torch scheduler changed the
