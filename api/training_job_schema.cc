@@ -176,7 +176,9 @@ std::vector<FieldSpec> BuildSpecFields() {
       Enum("nonFinite", At(&S::non_finite), {"Fail", "SkipStep"})
           .Doc("a NaN or Inf gradient at a parameter server: Fail refuses it and fails the job "
                "(a rerun would diverge again); SkipStep skips that step's update and counts it "
-               "(kubeps_server_updates_skipped_total)"),
+               "(kubeps_server_updates_skipped_total); with optimizer none the servers hand the "
+               "mean on as it is and the program's optimizer skips the step (a mixed-precision "
+               "loss scaler: python/README.md)"),
       Object("compression",
              {
                  Enum("type", At(&S::compression), {"none", "fp16", "bf16", "2bit"})

@@ -358,6 +358,14 @@ void ReadTrainingProgram(const YAML::Node& spec_node, TrainingJobSpec* spec,
     // mlp: a manifest with only a data set still trains it.
     if (!has_model) spec->model = "mlp";
     if (!has_dataset) errors->push_back({"spec.dataset.path", "required"});
+    if (spec->optimizer.name == "none") {
+      errors->push_back({"spec.optimizer.name",
+                         "none: the servers only average the gradients, for a training program "
+                         "that runs its own optimizer, but the built-in model \"" +
+                             spec->model +
+                             "\" has none of its own: use sgd, momentum or adam, or bring your "
+                             "own program"});
+    }
     if (main_index >= 0 && pod_template["spec"]["containers"][main_index].is_object() &&
         pod_template["spec"]["containers"][main_index].contains("command") &&
         !pod_template["spec"]["containers"][main_index]["command"].is_null()) {

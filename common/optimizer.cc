@@ -136,6 +136,7 @@ class AverageOnly : public Optimizer {
                    OptimizerState*) const override {
     std::copy(g + begin, g + end, to + begin);
   }
+  bool OnlyAverages() const override { return true; }
 };
 
 }  // namespace

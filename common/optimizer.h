@@ -61,6 +61,10 @@ class Optimizer {
   void ApplyInRanges(const float* from, float* to, const float* grad, size_t n,
                      OptimizerState* state, const RangeRunner& run) const;
 
+  // `none`: the value is the mean itself, and the workers' own optimizer
+  // applies it, so what to do with a non-finite one is theirs to decide.
+  virtual bool OnlyAverages() const { return false; }
+
  protected:
   // Sizes the state for n elements and counts the step: once an update.
   virtual void BeginStep(size_t n, OptimizerState* state) const { ++state->steps; }

@@ -446,7 +446,12 @@ grpc::Status Shard::ApplyOnce(const v1::PushRequest& request, PushData& data,
             "SkipStep to skip such steps"));
       }
     }
-    Apply(request, claims, non_finite >= 0, async_gradient, &updates);
+    // SkipStep with optimizer none: the mean goes on, NaN and Inf included,
+    // so that the workers' own optimizer skips the step (a GradScaler's
+    // overflow), every worker alike; the values of the step before would be
+    // a gradient applied twice.
+    const bool skip = non_finite >= 0 && !optimizer_->OnlyAverages();
+    Apply(request, claims, skip, async_gradient, &updates);
     key_set_fixed_ = true;
     ++applied_pushes_;
     if (!options_.sync) {

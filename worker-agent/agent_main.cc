@@ -407,6 +407,7 @@ sidecar::SidecarOptions ServingOptions(const api::NodeConfig& config, const api:
   options.replica = config.node_id;
   options.sync = job.spec.mode == api::SyncMode::kSync;
   options.optimizer = job.spec.optimizer.name;
+  options.non_finite = job.spec.non_finite;
   options.metrics = metrics;
   options.progress_interval_ms = job.spec.progress_interval_ms;
   return options;
@@ -432,6 +433,12 @@ Status NameTheBuiltInModel(const BuiltInProgram& program, const api::NodeConfig&
     return Status::InvalidArgument(
         "kubeps-agent --connect: --model and --dataset are required when the job names no "
         "spec.model and spec.dataset");
+  }
+  if (job->spec.optimizer.name == "none") {
+    return Status::InvalidArgument(
+        "kubeps-agent --connect: the built-in model \"" + job->spec.model +
+        "\" runs no optimizer of its own, so it needs the servers' (spec.optimizer.name is "
+        "none: use sgd, momentum or adam)");
   }
   return Status::Ok();
 }

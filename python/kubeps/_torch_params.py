@@ -115,7 +115,14 @@ def check_sent_gradients_unchanged(bindings):
             "GradScaler?), but kubeps had sent it to the servers as backward went, so the change "
             "would be lost. To change the gradients, run the job with the servers' optimizer "
             "'none' (spec.optimizer.name), call optimizer.synchronize() after backward, change "
-            "the averaged gradients it leaves in .grad, then call optimizer.step()" % binding.name)
+            "the averaged gradients it leaves in .grad, then call optimizer.step() (with a "
+            "GradScaler: synchronize() before scaler.unscale_() or scaler.step(), and "
+            "spec.nonFinite: SkipStep)" % binding.name)
+
+
+def all_finite(bindings):
+    """Whether every pulled value (with the servers' optimizer 'none': the mean) is finite."""
+    return all(bool(torch.isfinite(b.values).all()) for b in bindings)
 
 
 def forget_sent(bindings):

@@ -58,6 +58,8 @@ class Session:
         self.rank = int(hello["rank"])
         self.size = int(hello["size"])
         self.num_servers = int(hello.get("num_servers", 0))
+        # spec.nonFinite: what a step whose mean holds NaN or Inf does (Fail, SkipStep).
+        self.non_finite = hello.get("non_finite", "Fail")
         self.mode = hello.get("mode", "sync")
         self.server_optimizer = hello.get("optimizer", "")
         self.tensors = None  # SharedTensors after declare

@@ -47,6 +47,15 @@ The loop of `steps()` brings every parameter up to date when it ends, and
 forward pass).  A parameter used in a forward pass outside its own module
 (tied weights) is caught at its gradient, with an error that says so.
 
+Mixed precision (a GradScaler) needs the servers' optimizer `none` and
+`spec.nonFinite: SkipStep`: the scaled gradients go to the servers as backward
+computes them, and the servers hand their mean on, NaN and Inf included, so
+that every worker's scaler sees the same overflow and skips the same step.
+Call `optimizer.synchronize()` before `scaler.step(optimizer)` (which then
+unscales the averaged gradients, and calls `step()` only when they are
+finite).  Without a scaler, `step()` itself skips a step whose mean is not
+finite under SkipStep (`optimizer.kubeps_skipped_steps` counts them).
+
 A rollback (a parameter server restarted from its checkpoint) surfaces as
 `RolledBack(resume_step)` from the agent; `step()` handles it: the values of
 `resume_step` are already in the mapping, they are copied into the
@@ -60,8 +69,9 @@ import warnings
 import torch
 
 import kubeps
-from kubeps._torch_params import (Binding, check_sent_gradients_unchanged, copy_gradient,
-                                  forget_sent, register_gradient_hook, trainable_params)
+from kubeps._torch_params import (Binding, all_finite, check_sent_gradients_unchanged,
+                                  copy_gradient, forget_sent, register_gradient_hook,
+                                  trainable_params)
 from kubeps.errors import FailedPrecondition, InvalidArgument, RolledBack
 from kubeps.shared_tensors import describe_names
 
@@ -145,6 +155,10 @@ class _DistributedOptimizer:
         self._kubeps_forward_hooks = []
         self._kubeps_new_backward()
         self._kubeps_synchronized = False
+        # The synchronized mean holds NaN or Inf (spec.nonFinite: SkipStep with the servers'
+        # optimizer 'none'): its update is skipped, by a loss scaler or by step().
+        self._kubeps_overflowed = False
+        self.kubeps_skipped_steps = 0
         self._kubeps_closed = False
         self._kubeps_warned_rollback = False
         params = trainable_params(self, named_parameters)
@@ -269,7 +283,7 @@ class _DistributedOptimizer:
         """Runs in backward as soon as `binding`'s gradient is accumulated: copy and push."""
         if self._kubeps_discard:
             return  # the forward pass found a rollback: this iteration's gradients are dropped
-        if self._kubeps_synchronized:
+        if self._kubeps_synchronized and not self._kubeps_end_skipped_step():
             raise FailedPrecondition(
                 "backward ran after optimizer.synchronize() ended step %d's exchange: call "
                 "optimizer.step() first (the step's gradients have reached the servers, so it "
@@ -290,8 +304,9 @@ class _DistributedOptimizer:
                 raise FailedPrecondition(
                     "the gradient of %r was computed %d times before optimizer.step(); pass "
                     "backward_passes_per_step=%d to kubeps.torch.DistributedOptimizer to "
-                    "accumulate that many backward passes per step"
-                    % (binding.name, passes, passes))
+                    "accumulate that many backward passes per step (with a GradScaler, which "
+                    "skips step() when a gradient overflowed: call optimizer.synchronize() "
+                    "before scaler.step())" % (binding.name, passes, passes))
             self._kubeps_passes[binding.name] = passes
             if passes < self._kubeps_passes_per_step:
                 return
@@ -359,8 +374,29 @@ class _DistributedOptimizer:
                         binding.param.grad = binding.values.to(binding.param.device, copy=True)
                     else:
                         binding.param.grad.copy_(binding.values)
+                # Under Fail the servers refused a NaN; under SkipStep they hand it on.
+                self._kubeps_overflowed = (self._kubeps_session.non_finite == "SkipStep" and
+                                           not all_finite(self._kubeps_bindings))
         self._kubeps_synchronized = True
         return True
+
+    def _kubeps_end_skipped_step(self):
+        """A synchronized step left without step() (a loss scaler found its mean not finite
+        and skipped it, or a steps() body moved on): the next step begins.  False when the
+        step's mean was finite, outside steps(): step() was forgotten."""
+        with self._kubeps_lock:
+            if not self._kubeps_synchronized:
+                return True  # another hook of this backward pass ended it
+            if not self._kubeps_overflowed:
+                return False
+            self._kubeps_note_skipped()
+        _counter.advance()
+        return True
+
+    def _kubeps_note_skipped(self):
+        self._kubeps_synchronized = False
+        self._kubeps_overflowed = False
+        self.kubeps_skipped_steps += 1
 
     def step(self, closure=None):
         """Synchronizes (see synchronize()), then applies the update and moves to the next
@@ -388,7 +424,14 @@ class _DistributedOptimizer:
             return loss
         if not self.synchronize():
             return loss  # rolled back: steps() goes on from the resume step
-        if not self._kubeps_servers_optimize():
+        if self._kubeps_overflowed:
+            self._kubeps_note_skipped()
+            if self.kubeps_skipped_steps == 1:
+                warnings.warn(
+                    "kubeps: step %d's averaged gradient holds NaN or Inf: its update is skipped, "
+                    "as spec.nonFinite: SkipStep says (optimizer.kubeps_skipped_steps counts "
+                    "them; said once)" % _counter.step, stacklevel=2)
+        elif not self._kubeps_servers_optimize():
             super().step()
         self._kubeps_synchronized = False
         _counter.advance()
@@ -430,6 +473,12 @@ class _DistributedOptimizer:
         with self._kubeps_lock:
             self._kubeps_pending.update(exchanges)
 
+    def _kubeps_left_without_step(self):
+        """steps(): the body did not call step(); a synchronized step ends skipped."""
+        with self._kubeps_lock:
+            if self._kubeps_synchronized:
+                self._kubeps_note_skipped()
+
     def _kubeps_roll_back(self, resume_step):
         if self._kubeps_servers_optimize():
             with torch.no_grad():
@@ -445,6 +494,7 @@ class _DistributedOptimizer:
             self._kubeps_exchanges = {}
             self._kubeps_new_backward()
         self._kubeps_synchronized = False
+        self._kubeps_overflowed = False
         _counter.roll_back(resume_step)
 
     def _kubeps_close(self):
@@ -607,7 +657,9 @@ def steps(total_steps):
             step, moves = _counter.step, _counter.moves
             yield step
             if _counter.moves == moves:
-                _counter.advance()  # a body without optimizer.step() still moves on
+                # A body without optimizer.step() still moves on (a loss scaler skipped it).
+                optimizer._kubeps_left_without_step()
+                _counter.advance()
         # model=: the last step's values are still in flight; a rollback found
         # here goes on from the resume step.
         if optimizer._kubeps_resolve_all():

@@ -7,7 +7,8 @@ are repaired by the run policy, the worker keeps its rank and the job ends at
 the same accuracy; a SIGKILL of a parameter server rolls the job back to its
 checkpoint and it ends with the same parameters, bit for bit, as without it
 (and so under injected faults: test_user_code_faults); a manifest with
-neither a model nor a program fails `kubeps validate`, saying so.
+neither a model nor a program fails `kubeps validate`, saying so, and the
+built-in trainer as the program refuses the servers' optimizer none.
 """
 import os
 import re
@@ -17,7 +18,7 @@ import tempfile
 import time
 import unittest
 
-from jobtools import KUBEPS, replica_pids, write_manifest
+from jobtools import BIN_DIR, DATASET, KUBEPS, replica_pids, run_job, write_manifest
 from user_code_job import (EXAMPLE, KILL_AFTER_STEP, MIN_ACCURACY, RANK, STEPS, UserCodeJobCase,
                            accuracy_of, differing_parameters, example_manifest, worker_process)
 
@@ -170,6 +171,26 @@ class UserCodeValidationTest(unittest.TestCase):
                              "program: name a built-in model (softmax, mlp or cnn) with "
                              "spec.dataset.path, or give the worker's pod template a container "
                              "that runs your program", result.stderr)
+
+    def test_the_built_in_trainer_as_the_program_needs_the_servers_optimizer(self):
+        # Valid as a manifest (the program could run its own optimizer), but
+        # `kubeps-agent --connect` trains a built-in model, which has none.
+        directory = tempfile.mkdtemp(prefix="kubeps-user-code-")
+        trainer = ('{name: trainer, image: kubeps/agent:0.1.0, command: [%s, --connect, '
+                   '--model=mlp, "--dataset=%s"]}' % (os.path.join(BIN_DIR, "kubeps-agent"),
+                                                     DATASET))
+        path = write_manifest(directory, "apiVersion: kubeps.io/v1alpha1\nkind: TrainingJob\n"
+                              "metadata: {name: connected}\nspec:\n  optimizer: {name: none}\n"
+                              "  runPolicy: {restartPolicy: OnFailure, backoffLimit: 3}\n"
+                              "  replicaSpecs:\n    ps: {replicas: 1}\n    worker:\n"
+                              "      replicas: 1\n      template: {spec: {containers: [%s]}}\n"
+                              % trainer)
+        code, job = run_job(path, timeout=120)
+        out = job.output()
+        self.assertNotEqual(code, 0, out)
+        self.assertIn("kubeps-agent --connect: the built-in model \"mlp\" runs no optimizer of "
+                      "its own, so it needs the servers' (spec.optimizer.name is none", out)
+        self.assertRegex(out, r"job connected failed .*InvalidConfig: kubeps-agent --connect")
 
     def test_the_example_is_valid(self):
         result = subprocess.run([KUBEPS, "validate", EXAMPLE], capture_output=True, text=True)

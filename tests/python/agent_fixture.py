@@ -5,7 +5,8 @@ from FakeAgent directly, so the same tests run against the real
 `kubeps-agent --serve` once it exists: set KUBEPS_TEST_AGENT_CMD to a shell
 command that starts an agent serving in $KUBEPS_SOCKET_DIR for a one-worker
 job (one server, the servers' optimizer $KUBEPS_TEST_OPTIMIZER with learning
-rate $KUBEPS_TEST_LEARNING_RATE, mode $KUBEPS_TEST_MODE) and keeps running
+rate $KUBEPS_TEST_LEARNING_RATE, mode $KUBEPS_TEST_MODE, spec.nonFinite
+$KUBEPS_TEST_NON_FINITE) and keeps running
 until the session finishes or it is sent SIGTERM (real_agent.py is such a
 command: a one-worker job on loopback).  Tests that need what only
 the fake can do (read its request log, arm a rollback, hold a barrier, start
@@ -33,7 +34,7 @@ from fake_agent import FakeAgent  # noqa: E402
 
 AGENT_CMD_ENV = "KUBEPS_TEST_AGENT_CMD"
 # The options both kinds of agent take; the rest are the fake's alone.
-SHARED_OPTIONS = {"optimizer": "sgd", "learning_rate": 0.5, "mode": "sync"}
+SHARED_OPTIONS = {"optimizer": "sgd", "learning_rate": 0.5, "mode": "sync", "non_finite": "Fail"}
 
 
 def using_fake():
@@ -87,7 +88,8 @@ def start_agent(test, **options):
         env = dict(os.environ, KUBEPS_SOCKET_DIR=socket_dir,
                    KUBEPS_TEST_OPTIMIZER=settings["optimizer"],
                    KUBEPS_TEST_LEARNING_RATE=str(settings["learning_rate"]),
-                   KUBEPS_TEST_MODE=settings["mode"])
+                   KUBEPS_TEST_MODE=settings["mode"],
+                   KUBEPS_TEST_NON_FINITE=settings["non_finite"])
         process = subprocess.Popen(os.environ[AGENT_CMD_ENV], shell=True, env=env,
                                    start_new_session=True)
         agent = AgentUnderTest(socket_dir, process=process)

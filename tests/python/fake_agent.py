@@ -7,7 +7,8 @@ a time on `agent.sock` in a directory, writes `agent.json` atomically, keeps
 the declared tensors in a shared-memory file, and plays the parameter servers
 itself: one value per key with a version, sync or async, the servers'
 optimizer `sgd` (value -= learning_rate * gradient) or `none` (the value is
-the averaged gradient), and every version's values kept so a rollback can go
+the averaged gradient), spec.nonFinite `Fail` (a NaN or Inf gradient refused)
+or `SkipStep` (no update; with `none` the gradient is handed on as it is), and every version's values kept so a rollback can go
 back exactly.  Gradients of the other workers are taken equal to this
 worker's, so the average is the pushed gradient.
 
@@ -23,6 +24,7 @@ Run alone (a subprocess, as the real agent is): python3 fake_agent.py DIR [optio
 import argparse
 import array
 import json
+import math
 import mmap
 import os
 import secrets
@@ -70,10 +72,11 @@ def receive_exactly(sock, count):
 class Servers:
     """The job's parameter servers as the fake plays them; they outlive sessions."""
 
-    def __init__(self, mode, optimizer, learning_rate):
+    def __init__(self, mode, optimizer, learning_rate, non_finite):
         self.mode = mode
         self.optimizer = optimizer
         self.learning_rate = learning_rate
+        self.non_finite = non_finite
         self.cond = threading.Condition()
         self.history = {}  # name -> {version: bytes}
         self.version = {}  # name -> current version
@@ -93,7 +96,8 @@ class Servers:
         return self.history[name][self.version[name]]
 
     def apply_push(self, name, gradient, step):
-        """Returns a violation message, or None."""
+        """Returns a violation message, or None; raises RequestError for a NaN or Inf
+        gradient under nonFinite Fail, as the shards refuse it."""
         with self.cond:
             version = self.version[name]
             if self.mode == "sync":
@@ -103,8 +107,15 @@ class Servers:
                     return "push of %r for step %d while the servers are at version %d" % (
                         name, step, version)
             grad = array.array("f", gradient)
+            finite = all(math.isfinite(g) for g in grad)
+            if not finite and self.non_finite == "Fail":
+                raise RequestError("InvalidArgument", "the gradient of %r for step %d is not "
+                                   "finite (NaN or Inf): the model diverged" % (name, step),
+                                   reason="NonFiniteGradient")
             if self.optimizer == "none":
-                new = grad
+                new = grad  # SkipStep too: the program's optimizer decides
+            elif not finite:
+                new = array.array("f", self.current(name))  # SkipStep: no update
             else:
                 new = array.array("f", self.current(name))
                 for i, g in enumerate(grad):
@@ -145,7 +156,7 @@ class Transfer:
 
 class FakeAgent:
     def __init__(self, socket_dir, rank=0, size=1, num_servers=1, mode="sync", optimizer="sgd",
-                 learning_rate=0.5, server_values=None, start_step=0, push_delay_s=0.0,
+                 learning_rate=0.5, non_finite="Fail", server_values=None, start_step=0, push_delay_s=0.0,
                  json_delay_s=0.0, write_json=True, nonce=None):
         self.socket_dir = socket_dir
         self.rank, self.size, self.num_servers = rank, size, num_servers
@@ -153,7 +164,7 @@ class FakeAgent:
         self.json_delay_s = json_delay_s
         self.write_json = write_json
         self.nonce = nonce or secrets.token_hex(16)
-        self.servers = Servers(mode, optimizer, learning_rate)
+        self.servers = Servers(mode, optimizer, learning_rate, non_finite)
         for name, values in (server_values or {}).items():
             self.servers.store_initial(name, array.array("f", values).tobytes(), start_step)
         self.events = []
@@ -387,7 +398,7 @@ class Session:
         self.client_pid = request.get("pid")
         return {"rank": self.agent.rank, "size": self.agent.size,
                 "num_servers": self.agent.num_servers, "mode": self.servers.mode,
-                "optimizer": self.servers.optimizer}
+                "optimizer": self.servers.optimizer, "non_finite": self.servers.non_finite}
 
     def op_declare(self, request):
         if self.tensors is not None:
@@ -508,7 +519,11 @@ class Session:
                         self.agent.violations.append(
                             "the grads region of %r was written while its push of step %d was "
                             "in flight" % (name, step))
-                    violation = self.servers.apply_push(name, data, step)
+                    try:
+                        violation = self.servers.apply_push(name, data, step)
+                    except RequestError as refused:
+                        transfer.error = refused
+                        break
                     if violation:
                         self.agent.violations.append(violation)
             transfer.done.set()
@@ -521,6 +536,9 @@ class Session:
         def move():
             if after is not None:
                 after.done.wait()
+                if after.error is not None:  # the push failed: nothing to pull
+                    transfer.done.set()
+                    return
             deadline = time.monotonic() + PULL_GIVE_UP_S
             with self.servers.cond:
                 while (transfer.generation == self.servers.generation and

@@ -3,8 +3,8 @@
 A one-worker job on loopback: the scheduler, one parameter server and the
 agent, as `kubeps run` would start them, the agent serving in
 $KUBEPS_SOCKET_DIR.  The job's optimizer, learning rate and mode come from
-$KUBEPS_TEST_OPTIMIZER, $KUBEPS_TEST_LEARNING_RATE and $KUBEPS_TEST_MODE (set
-by agent_fixture.py); the binaries from $KUBEPS_BIN_DIR (default build/bin).
+$KUBEPS_TEST_OPTIMIZER, $KUBEPS_TEST_LEARNING_RATE, $KUBEPS_TEST_MODE and
+$KUBEPS_TEST_NON_FINITE (set by agent_fixture.py); the binaries from $KUBEPS_BIN_DIR (default build/bin).
 
     KUBEPS_TEST_AGENT_CMD="python3 tests/python/real_agent.py" \\
         /usr/bin/python3 -m unittest test_client test_torch   # in tests/python
@@ -55,12 +55,14 @@ def main():
         "metadata": {"name": "pyclient-test"},
         "spec": {
             "mode": os.environ.get("KUBEPS_TEST_MODE", "sync"),
-            "model": "mlp",
-            "dataset": {"path": "/usr/share/datasets/fashion-mnist"},
             "optimizer": {"name": os.environ.get("KUBEPS_TEST_OPTIMIZER", "sgd"),
                           "learningRate": float(os.environ.get("KUBEPS_TEST_LEARNING_RATE",
                                                                "0.5"))},
-            "replicaSpecs": {"ps": {"replicas": 1}, "worker": {"replicas": 1}},
+            "nonFinite": os.environ.get("KUBEPS_TEST_NON_FINITE", "Fail"),
+            # The job's own program (the client under test), not a built-in model.
+            "replicaSpecs": {"ps": {"replicas": 1}, "worker": {"replicas": 1, "template": {
+                "spec": {"containers": [{"name": "worker", "image": "the-tests",
+                                         "command": ["python3", "-m", "unittest"]}]}}}},
         },
     }
     env = dict(os.environ, KUBEPS_JOB=json.dumps(job), KUBEPS_JOB_NAME="pyclient-test",

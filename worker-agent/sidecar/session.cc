@@ -186,7 +186,8 @@ Session::Outcome Session::Hello(const json& request) {
                {"size", context_.kv->size()},
                {"num_servers", context_.kv->num_servers()},
                {"mode", context_.sync ? "sync" : "async"},
-               {"optimizer", context_.optimizer}};
+               {"optimizer", context_.optimizer},
+               {"non_finite", context_.non_finite}};
   return ok;
 }
 

@@ -38,12 +38,13 @@ inline constexpr int kProtocolVersion = 1;
 // What a session needs from the agent that serves it.
 struct SessionContext {
   KVWorker* kv = nullptr;
-  TaskPool* pool = nullptr;        // runs the requests that block
-  StepMetrics* metrics = nullptr;  // may be null
-  std::string socket_dir;          // where the shared-memory file goes
-  std::string nonce;               // agent.json's: the client read our directory
-  bool sync = true;                // the job's mode
-  std::string optimizer = "sgd";   // the servers' (none: they only average)
+  TaskPool* pool = nullptr;         // runs the requests that block
+  StepMetrics* metrics = nullptr;   // may be null
+  std::string socket_dir;           // where the shared-memory file goes
+  std::string nonce;                // agent.json's: the client read our directory
+  bool sync = true;                 // the job's mode
+  std::string optimizer = "sgd";    // the servers' (none: they only average)
+  std::string non_finite = "Fail";  // spec.nonFinite: Fail or SkipStep
   // Element counts this worker declared to the servers in an earlier session
   // (empty before the first init); a session's init sets them. A restarted
   // training process must declare the same tensors.

@@ -272,6 +272,7 @@ void SidecarServer::RunSession(int fd, int peer_pid) {
   context.nonce = nonce_;
   context.sync = options_.sync;
   context.optimizer = options_.optimizer;
+  context.non_finite = options_.non_finite;
   context.known_numels = &known_numels_;
   context.kv_segment = options_.kv_segment;
   context.on_job_failure = [this](const std::string& reason, const std::string& message) {

@@ -47,6 +47,7 @@ struct SidecarOptions {
   std::string replica;               // this pod's replica, e.g. worker-0
   bool sync = true;                  // the job's mode
   std::string optimizer = "sgd";     // the servers'; `none` when they only average
+  std::string non_finite = "Fail";   // spec.nonFinite: Fail or SkipStep
   MetricsServer* metrics = nullptr;  // null: nothing exported
   int progress_interval_ms = 2000;
   int pool_threads = 8;  // requests that block (wait, barrier, init, finish) at once

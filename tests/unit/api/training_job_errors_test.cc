@@ -121,6 +121,15 @@ TEST(ApiTrainingJobErrorsTest, UnknownOptimizer) {
               "(did you mean \"adam\"?)");
 }
 
+// none leaves the update to the program's own optimizer: a built-in model
+// would take the averaged gradients for its parameters and train nothing.
+TEST(ApiTrainingJobErrorsTest, ABuiltInModelNeedsTheServersToUpdate) {
+  ExpectError(With("name: sgd", "name: none"), "spec.optimizer.name",
+              "none: the servers only average the gradients, for a training program that "
+              "runs its own optimizer, but the built-in model \"mlp\" has none of its own: "
+              "use sgd, momentum or adam, or bring your own program");
+}
+
 TEST(ApiTrainingJobErrorsTest, UnknownModel) {
   ExpectError(With("model: mlp", "model: resnet50"), "spec.model",
               "must be one of \"softmax\", \"mlp\" or \"cnn\", got \"resnet50\"");

@@ -3,7 +3,8 @@
 // tensor key, and leaves no trace (not applied, not recorded as applied,
 // nothing half-gathered); SkipStep accepts it once, skips the update it
 // belongs to (sync: the step still completes, so no worker waits forever)
-// and counts it.
+// and counts it; with optimizer none it hands the mean on as it is, for the
+// workers' own optimizer to skip.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -26,9 +27,11 @@ using ::testing::HasSubstr;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-std::unique_ptr<Shard> MakeShard(bool sync, int num_workers, bool skip = false) {
+std::unique_ptr<Shard> MakeShard(bool sync, int num_workers, bool skip = false,
+                                 const std::string& optimizer = "sgd") {
   ShardOptions options = shard_testing::PlainShardOptions(sync, num_workers);
   if (skip) options.non_finite = NonFinitePolicy::kSkipStep;
+  options.optimizer.name = optimizer;
   return shard_testing::MakeShard(options);
 }
 
@@ -140,6 +143,43 @@ TEST(NonFiniteTest, SkipStepDropsAnAsyncPush) {
   EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{1, 2, 3}));
   ASSERT_TRUE(Push(*shard, 0, 1, 0, {0}, {1, 1, 1}).ok());
   EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{0, 1, 2}));
+}
+
+// With optimizer none the workers' own optimizer applies the mean, so the
+// choice to skip is theirs (a GradScaler's overflow): the shard hands the
+// mean on, NaN and Inf included, and every worker reads the same one. The
+// values of the step before would be a gradient applied twice.
+TEST(NonFiniteTest, SkipStepWithOptimizerNoneHandsTheMeanOnNotTheStepBefore) {
+  auto shard = MakeShard(true, 2, true, "none");
+  Init(*shard, {0});
+  ASSERT_TRUE(Push(*shard, 0, 0, 0, {0}, {2, 4, 6}).ok());
+  ASSERT_TRUE(Push(*shard, 1, 0, 0, {0}, {4, 4, 4}).ok());
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{3, 4, 5}));
+  ASSERT_TRUE(Push(*shard, 0, 1, 1, {0}, {1, 1, 1}).ok());
+  ASSERT_TRUE(Push(*shard, 1, 1, 1, {0}, {kInf, 1, 3}).ok());
+  EXPECT_EQ(shard->PartVersion(0, 0), 2u);
+  const std::vector<float> mean = shard->PartValue(0, 0);
+  ASSERT_EQ(mean.size(), 3u);
+  EXPECT_TRUE(std::isinf(mean[0])) << "the overflow was hidden from the workers: " << mean[0];
+  EXPECT_EQ(mean[1], 1);
+  EXPECT_EQ(mean[2], 2);
+}
+
+TEST(NonFiniteTest, SkipStepWithOptimizerNoneHandsAnAsyncPushOn) {
+  auto shard = MakeShard(false, 1, true, "none");
+  Init(*shard, {0});
+  ASSERT_TRUE(Push(*shard, 0, 0, 0, {0}, {1, kNaN, 1}).ok());
+  const std::vector<float> value = shard->PartValue(0, 0);
+  ASSERT_EQ(value.size(), 3u);
+  EXPECT_TRUE(std::isnan(value[1])) << "the last push was not handed on";
+}
+
+// Fail still refuses: a job that does not skip fails at the first NaN.
+TEST(NonFiniteTest, FailWithOptimizerNoneStillRefuses) {
+  auto shard = MakeShard(true, 1, false, "none");
+  Init(*shard, {0});
+  EXPECT_EQ(Push(*shard, 0, 0, 0, {0}, {1, kNaN, 1}).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST(NonFiniteTest, FiniteExtremesAreAccepted) {
