@@ -87,6 +87,38 @@ def trainable_params(optimizer, named_parameters):
     return params
 
 
+def frozen_params(optimizer, named_parameters):
+    """[(name or None, param)] of the optimizer's parameters not trainable now (never declared)."""
+    names = {id(p): name for name, p in (named_parameters or [])}
+    return [(names.get(id(p)), p) for group in optimizer.param_groups for p in group["params"]
+            if not p.requires_grad]
+
+
+def param_count(optimizer):
+    return sum(len(group["params"]) for group in optimizer.param_groups)
+
+
+def check_declared_unchanged(optimizer, frozen, declared_count):
+    """A parameter kubeps never declared that has a gradient now (made trainable after
+    wrapping, or added with add_param_group) is said: the servers never see it, so it would
+    never change with their optimizer, and with 'none' each worker would step its own copy
+    on its own gradient, the copies drifting apart."""
+    if param_count(optimizer) != declared_count:
+        raise FailedPrecondition(
+            "the optimizer holds %d parameters, but %d were there when the DistributedOptimizer "
+            "was made (add_param_group?): kubeps declares the parameters once; put every "
+            "parameter in the optimizer before wrapping it" % (param_count(optimizer),
+                                                               declared_count))
+    for name, p in frozen:
+        if p.grad is not None:
+            raise FailedPrecondition(
+                "%s has a gradient, but it was not trainable when the DistributedOptimizer was "
+                "made (requires_grad set since?), so kubeps never declared it and the workers "
+                "would not share it: set requires_grad before wrapping the optimizer (to keep a "
+                "parameter fixed for a while, leave it trainable and zero its gradient)"
+                % (repr(name) if name else "a parameter of shape %s" % list(p.shape)))
+
+
 def register_gradient_hook(param, hook):
     """Calls hook() each time backward has accumulated param.grad; returns what must be kept."""
     if hasattr(param, "register_post_accumulate_grad_hook"):  # torch >= 2.1

@@ -62,16 +62,18 @@ A rollback (a parameter server restarted from its checkpoint) surfaces as
 parameters, and `steps()` yields `resume_step` next.
 """
 
-import os
 import threading
 import warnings
 
 import torch
 
 import kubeps
-from kubeps._torch_params import (Binding, all_finite, check_sent_gradients_unchanged,
-                                  copy_gradient, forget_sent, register_gradient_hook,
+from kubeps._torch_params import (Binding, all_finite, check_declared_unchanged,
+                                  check_sent_gradients_unchanged, copy_gradient, forget_sent,
+                                  frozen_params, param_count, register_gradient_hook,
                                   trainable_params)
+from kubeps._torch_settings import (bucket_bytes, group_settings, settings_changed,
+                                    warn_if_groups_differ)
 from kubeps.errors import FailedPrecondition, InvalidArgument, RolledBack
 from kubeps.shared_tensors import describe_names
 
@@ -142,12 +144,12 @@ class _DistributedOptimizer:
         # one, per group, are noted to say so when they differ or change.
         self._kubeps_settings = None
         if self._kubeps_servers_optimize():
-            self._kubeps_settings = _group_settings(self)
-            _warn_if_groups_differ(self._kubeps_settings)
+            self._kubeps_settings = group_settings(self)
+            warn_if_groups_differ(self._kubeps_settings)
         self._kubeps_passes_per_step = int(backward_passes_per_step)
         self._kubeps_lock = threading.Lock()
         self._kubeps_exchanges = {}  # name -> Handle of this step's push_pull
-        self._kubeps_bucket_bytes = _bucket_bytes()
+        self._kubeps_bucket_bytes = bucket_bytes()
         # With model=: name -> Handle of the last step's exchange, waited for
         # by the parameter's module before its forward.
         self._kubeps_pending = {}
@@ -161,7 +163,11 @@ class _DistributedOptimizer:
         self.kubeps_skipped_steps = 0
         self._kubeps_closed = False
         self._kubeps_warned_rollback = False
+        if named_parameters is not None:
+            named_parameters = list(named_parameters)
         params = trainable_params(self, named_parameters)
+        self._kubeps_frozen = frozen_params(self, named_parameters)
+        self._kubeps_param_count = param_count(self)
         tensors = session.declare([(name, tuple(p.shape)) for name, p in params])
         self._kubeps_bindings = [Binding(name, p, tensors.slot(name), tensors.buffer)
                                  for name, p in params]
@@ -353,7 +359,7 @@ class _DistributedOptimizer:
         step = _current_step("optimizer.step()")
         session = self._kubeps_session
         exchanges = self._kubeps_end_backward()
-        check_sent_gradients_unchanged(self._kubeps_bindings)
+        self._kubeps_check_gradients()
         missing = [b.name for b in self._kubeps_bindings if b.name not in exchanges]
         for name in missing:
             copy_gradient(self._kubeps_by_name[name])
@@ -370,15 +376,28 @@ class _DistributedOptimizer:
                     binding.param.copy_(binding.values)
             else:
                 for binding in self._kubeps_bindings:
-                    if binding.param.grad is None:
+                    grad = binding.param.grad
+                    if grad is None:
                         binding.param.grad = binding.values.to(binding.param.device, copy=True)
+                    elif grad.is_sparse:
+                        # As sparse as it went (an embedding's rows), for optimizers that
+                        # take nothing else (SparseAdam); a row whose mean is all zeros
+                        # counts as untouched.
+                        binding.param.grad = binding.values.to(
+                            binding.param.device, copy=True).to_sparse(grad.sparse_dim())
                     else:
-                        binding.param.grad.copy_(binding.values)
+                        grad.copy_(binding.values)
                 # Under Fail the servers refused a NaN; under SkipStep they hand it on.
                 self._kubeps_overflowed = (self._kubeps_session.non_finite == "SkipStep" and
                                            not all_finite(self._kubeps_bindings))
         self._kubeps_synchronized = True
         return True
+
+    def _kubeps_check_gradients(self):
+        """What step() sends is what the servers must see: nothing changed since the hooks
+        sent it, and no parameter left out of the declaration."""
+        check_sent_gradients_unchanged(self._kubeps_bindings)
+        check_declared_unchanged(self, self._kubeps_frozen, self._kubeps_param_count)
 
     def _kubeps_end_skipped_step(self):
         """A synchronized step left without step() (a loss scaler found its mean not finite
@@ -401,7 +420,8 @@ class _DistributedOptimizer:
     def step(self, closure=None):
         """Synchronizes (see synchronize()), then applies the update and moves to the next
         step.  A closure is called once, before the communication."""
-        self._kubeps_check_settings_unchanged()
+        if self._kubeps_settings is not None and settings_changed(self._kubeps_settings, self):
+            self._kubeps_settings = None  # said once
         counted = self.__dict__.get("_kubeps_steps_counted_on")
         if counted is not None:  # what torch 1.x's schedulers count, and 2.x's check
             counted._step_count = getattr(counted, "_step_count", 0) + 1
@@ -437,29 +457,12 @@ class _DistributedOptimizer:
         _counter.advance()
         return loss
 
-    def _kubeps_check_settings_unchanged(self):
-        """Says once that a group's setting changed (a learning-rate scheduler), which the
-        servers' optimizer never sees."""
-        if self._kubeps_settings is None:
-            return
-        for i, (before, now) in enumerate(zip(self._kubeps_settings, _group_settings(self))):
-            for key, value in before.items():
-                if not _same(value, now.get(key)):
-                    self._kubeps_settings = None
-                    warnings.warn(
-                        "kubeps: param_groups[%d][%r] changed from %s to %s (a learning-rate "
-                        "scheduler?), but the servers' optimizer applies the job's "
-                        "spec.optimizer, which stays as it is: to schedule it in this process, "
-                        "run the job with the servers' optimizer 'none'"
-                        % (i, key, value, now.get(key)), stacklevel=3)
-                    return
-
     def _kubeps_exchange_rest(self):
         """model=: sends what backward did not (zeros for parameters without a gradient)
         and leaves every exchange of the step for the next forward pass to wait for."""
         step = _current_step("optimizer.step()")
         exchanges = self._kubeps_end_backward()
-        check_sent_gradients_unchanged(self._kubeps_bindings)
+        self._kubeps_check_gradients()
         missing = [b for b in self._kubeps_bindings if b.name not in exchanges]
         # A parameter left out of this forward pass still has its last exchange pending:
         # it must end before the same regions are used again.
@@ -501,46 +504,6 @@ class _DistributedOptimizer:
         self._kubeps_closed = True
         for hook in self._kubeps_forward_hooks:
             hook.remove()
-
-
-DEFAULT_BUCKET_BYTES = 1 << 20  # DistributedDataParallel's first bucket, and the agent's
-
-
-def _bucket_bytes():
-    """KUBEPS_BUCKET_BYTES, the least a request of the backward pass holds (0: one request
-    per parameter), as the built-in trainer reads it."""
-    text = os.environ.get("KUBEPS_BUCKET_BYTES")
-    if text is None:
-        return DEFAULT_BUCKET_BYTES
-    if not text.isdigit():
-        raise InvalidArgument("KUBEPS_BUCKET_BYTES=%r: not a number of bytes" % text)
-    return int(text)
-
-
-def _group_settings(optimizer):
-    """Each param group's settings (lr, momentum, ...), its parameters left out."""
-    return [{k: v for k, v in group.items() if k != "params"}
-            for group in optimizer.param_groups]
-
-
-def _same(a, b):
-    try:
-        return bool(a == b)
-    except (RuntimeError, TypeError, ValueError):  # tensors of several values
-        return a is b
-
-
-def _warn_if_groups_differ(settings):
-    first = settings[0]
-    for i, group in enumerate(settings[1:], 1):
-        for key in sorted(set(first) | set(group)):
-            if not _same(first.get(key), group.get(key)):
-                warnings.warn(
-                    "kubeps: param_groups[0] and [%d] differ in %r (%s, %s), but the servers' "
-                    "optimizer applies the job's spec.optimizer to every parameter alike: to "
-                    "keep per-group settings, run the job with the servers' optimizer 'none'"
-                    % (i, key, first.get(key), group.get(key)), stacklevel=4)
-                return
 
 
 def _unwaited(handles):

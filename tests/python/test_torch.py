@@ -254,6 +254,24 @@ class Updates(TorchTestCase):
         train(model, optimizer, 2)  # would hang in sync mode if a key were never pushed
         self.assertTrue(torch.equal(unused.weight, before))
 
+    def test_sparse_gradients_come_back_sparse_with_servers_that_only_average(self):
+        # An embedding's sparse gradient goes dense (the regions are) and comes back as
+        # sparse as it went, so that SparseAdam, which takes nothing else, steps it.
+        self.connect(optimizer="none")
+        torch.manual_seed(1)
+        model, reference = (torch.nn.EmbeddingBag(10, 3, sparse=True) for _ in range(2))
+        reference.load_state_dict(model.state_dict())
+        optimizer = kps.DistributedOptimizer(torch.optim.SparseAdam(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        local = torch.optim.SparseAdam(reference.parameters(), lr=0.1)
+        for step in kps.steps(3):
+            for net, opt in [(model, optimizer), (reference, local)]:
+                opt.zero_grad()
+                net(torch.tensor([[1, 2], [3, step]])).sum().backward()
+                opt.step()
+        self.assertTrue(model.weight.grad.is_sparse)
+        self.assertParametersEqual(model, reference)
+
     @requires_fake
     def test_the_last_bucket_leaves_with_backward_when_a_parameter_gets_no_gradient(self):
         # The first step cannot tell an unused parameter from a late one: its

@@ -180,6 +180,25 @@ class UserErrors(TorchTestCase):
                          "shape [4, 3], but 'weight' was declared to kubeps with shape [2, 3] "
                          "(did the parameter change shape after DistributedOptimizer was made?)")
 
+    def test_a_parameter_made_trainable_after_wrapping(self):
+        # With 'none' the wrapped optimizer would step it on this worker's own
+        # gradient alone: the workers' copies would drift apart, silently.
+        self.connect(optimizer="none")
+        model = three_layers()
+        model[0].weight.requires_grad_(False)
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        kps.broadcast_parameters(model.state_dict())
+        before = model[0].weight.detach().clone()
+        model[0].weight.requires_grad_(True)
+        x, y = batch_for(0)
+        torch.nn.CrossEntropyLoss()(model(x), y).backward()
+        with self.assertRaisesRegex(kubeps.FailedPrecondition,
+                                    r"'0.weight' has a gradient, but it was not trainable when "
+                                    r"the DistributedOptimizer was made"):
+            optimizer.step()
+        self.assertTrue(torch.equal(model[0].weight, before))
+
     def test_two_backward_passes_in_one_step(self):
         self.connect()
         model = torch.nn.Linear(3, 2)
