@@ -99,8 +99,8 @@ def param_count(optimizer):
 
 
 def check_declared_unchanged(optimizer, frozen, declared_count):
-    """A parameter kubeps never declared that has a gradient now (made trainable after
-    wrapping, or added with add_param_group) is said: the servers never see it, so it would
+    """A parameter kubeps never declared that is trainable now (made so after wrapping, or
+    added with add_param_group) is said: the servers never see it, so it would
     never change with their optimizer, and with 'none' each worker would step its own copy
     on its own gradient, the copies drifting apart."""
     if param_count(optimizer) != declared_count:
@@ -110,12 +110,11 @@ def check_declared_unchanged(optimizer, frozen, declared_count):
             "parameter in the optimizer before wrapping it" % (param_count(optimizer),
                                                                declared_count))
     for name, p in frozen:
-        if p.grad is not None:
+        if p.requires_grad:
             raise FailedPrecondition(
-                "%s has a gradient, but it was not trainable when the DistributedOptimizer was "
-                "made (requires_grad set since?), so kubeps never declared it and the workers "
-                "would not share it: set requires_grad before wrapping the optimizer (to keep a "
-                "parameter fixed for a while, leave it trainable and zero its gradient)"
+                "%s is trainable, but it was not when the DistributedOptimizer was made, so "
+                "kubeps never declared it and the workers would not share it: set "
+                "requires_grad before wrapping the optimizer"
                 % (repr(name) if name else "a parameter of shape %s" % list(p.shape)))
 
 

@@ -53,8 +53,10 @@ computes them, and the servers hand their mean on, NaN and Inf included, so
 that every worker's scaler sees the same overflow and skips the same step.
 Call `optimizer.synchronize()` before `scaler.step(optimizer)` (which then
 unscales the averaged gradients, and calls `step()` only when they are
-finite).  Without a scaler, `step()` itself skips a step whose mean is not
-finite under SkipStep (`optimizer.kubeps_skipped_steps` counts them).
+finite), and leave the iteration when it returns False (a rollback).
+Without a scaler, `step()` itself skips a step whose mean is not finite
+under SkipStep (`optimizer.kubeps_skipped_steps` counts the steps left
+without an update).
 
 A rollback (a parameter server restarted from its checkpoint) surfaces as
 `RolledBack(resume_step)` from the agent; `step()` handles it: the values of
@@ -160,6 +162,7 @@ class _DistributedOptimizer:
         # The synchronized mean holds NaN or Inf (spec.nonFinite: SkipStep with the servers'
         # optimizer 'none'): its update is skipped, by a loss scaler or by step().
         self._kubeps_overflowed = False
+        self._kubeps_resumed = False  # synchronize() rolled back; this iteration is over
         self.kubeps_skipped_steps = 0
         self._kubeps_closed = False
         self._kubeps_warned_rollback = False
@@ -289,6 +292,7 @@ class _DistributedOptimizer:
         """Runs in backward as soon as `binding`'s gradient is accumulated: copy and push."""
         if self._kubeps_discard:
             return  # the forward pass found a rollback: this iteration's gradients are dropped
+        self._kubeps_resumed = False  # a new iteration's backward pass
         if self._kubeps_synchronized and not self._kubeps_end_skipped_step():
             raise FailedPrecondition(
                 "backward ran after optimizer.synchronize() ended step %d's exchange: call "
@@ -369,6 +373,9 @@ class _DistributedOptimizer:
             session.wait(_unwaited(exchanges.values()))
         except RolledBack as rollback:
             self._kubeps_roll_back(rollback.resume_step)
+            # A step() of this iteration must not exchange its stale gradient again as the
+            # resume step's (a loss scaler calls it); the next backward pass ends this.
+            self._kubeps_resumed = True
             return False
         with torch.no_grad():
             if self._kubeps_servers_optimize():
@@ -408,8 +415,10 @@ class _DistributedOptimizer:
                 return True  # another hook of this backward pass ended it
             if not self._kubeps_overflowed:
                 return False
+            # The step moves on before the flag clears: a hook on another thread that
+            # reads the flag cleared reads the new step.
+            _counter.advance()
             self._kubeps_note_skipped()
-        _counter.advance()
         return True
 
     def _kubeps_note_skipped(self):
@@ -417,9 +426,21 @@ class _DistributedOptimizer:
         self._kubeps_overflowed = False
         self.kubeps_skipped_steps += 1
 
-    def step(self, closure=None):
+    def step(self, closure=None, **kwargs):
         """Synchronizes (see synchronize()), then applies the update and moves to the next
-        step.  A closure is called once, before the communication."""
+        step.  A closure is called once, before the communication.  Keyword arguments go to
+        the wrapped optimizer's step() (torch 1.13's GradScaler passes grad_scaler= to an
+        optimizer that unscales and skips by itself: a fused Adam)."""
+        # A scaler that hands the unscaling to the optimizer (torch 1.13: grad_scaler=;
+        # 2.x: the grad_scale attribute) leaves it the decision to skip, too.
+        scaler_steps = "grad_scaler" in kwargs or hasattr(self, "grad_scale")
+        if scaler_steps and self._kubeps_servers_optimize():
+            raise FailedPrecondition(
+                "a GradScaler needs the servers' optimizer 'none' (spec.optimizer.name): the "
+                "servers' own optimizer would apply the scaled gradients backward sent")
+        if self._kubeps_resumed:
+            self._kubeps_resumed = False
+            return None  # synchronize() found a rollback: steps() goes on from the resume step
         if self._kubeps_settings is not None and settings_changed(self._kubeps_settings, self):
             self._kubeps_settings = None  # said once
         counted = self.__dict__.get("_kubeps_steps_counted_on")
@@ -443,8 +464,9 @@ class _DistributedOptimizer:
             _counter.advance()
             return loss
         if not self.synchronize():
+            self._kubeps_resumed = False
             return loss  # rolled back: steps() goes on from the resume step
-        if self._kubeps_overflowed:
+        if self._kubeps_overflowed and not scaler_steps:
             self._kubeps_note_skipped()
             if self.kubeps_skipped_steps == 1:
                 warnings.warn(
@@ -452,8 +474,9 @@ class _DistributedOptimizer:
                     "as spec.nonFinite: SkipStep says (optimizer.kubeps_skipped_steps counts "
                     "them; said once)" % _counter.step, stacklevel=2)
         elif not self._kubeps_servers_optimize():
-            super().step()
+            super().step(**kwargs)
         self._kubeps_synchronized = False
+        self._kubeps_overflowed = False
         _counter.advance()
         return loss
 

@@ -7,9 +7,10 @@ a time on `agent.sock` in a directory, writes `agent.json` atomically, keeps
 the declared tensors in a shared-memory file, and plays the parameter servers
 itself: one value per key with a version, sync or async, the servers'
 optimizer `sgd` (value -= learning_rate * gradient) or `none` (the value is
-the averaged gradient), spec.nonFinite `Fail` (a NaN or Inf gradient refused)
-or `SkipStep` (no update; with `none` the gradient is handed on as it is), and every version's values kept so a rollback can go
-back exactly.  Gradients of the other workers are taken equal to this
+the averaged gradient), spec.nonFinite `Fail` (a push holding NaN or Inf
+refused whole) or `SkipStep` (a push's update skipped whole; with `none` the
+gradient is handed on as it is), and every version's values kept so a
+rollback can go back exactly.  Gradients of the other workers are taken equal to this
 worker's, so the average is the pushed gradient.
 
 What tests can do besides talking the protocol: read `events` (every request,
@@ -43,6 +44,10 @@ CODES = ("InvalidArgument", "FailedPrecondition", "NotFound", "AlreadyExists", "
 LENGTH = struct.Struct("<I")
 # A pull that no push can satisfy would hang a test forever; fail it instead.
 PULL_GIVE_UP_S = 30.0
+
+
+def finite(data):
+    return all(math.isfinite(g) for g in array.array("f", data))
 
 
 class RequestError(Exception):
@@ -95,9 +100,19 @@ class Servers:
     def current(self, name):
         return self.history[name][self.version[name]]
 
-    def apply_push(self, name, gradient, step):
-        """Returns a violation message, or None; raises RequestError for a NaN or Inf
-        gradient under nonFinite Fail, as the shards refuse it."""
+    def refuse_non_finite(self, gradients, step):
+        """A push ({name: bytes}) holding NaN or Inf under nonFinite Fail: a RequestError,
+        as the shards refuse it whole; None otherwise."""
+        bad = [name for name, data in gradients.items() if not finite(data)]
+        if not bad or self.non_finite != "Fail":
+            return None
+        return RequestError("InvalidArgument", "the gradient of %r for step %d is not finite "
+                            "(NaN or Inf): the model diverged" % (bad[0], step),
+                            reason="NonFiniteGradient")
+
+    def apply_push(self, name, gradient, step, skip=False):
+        """Returns a violation message, or None.  `skip`: the push held NaN or Inf under
+        SkipStep, so no update (with `none` the gradient is handed on as it is)."""
         with self.cond:
             version = self.version[name]
             if self.mode == "sync":
@@ -107,15 +122,10 @@ class Servers:
                     return "push of %r for step %d while the servers are at version %d" % (
                         name, step, version)
             grad = array.array("f", gradient)
-            finite = all(math.isfinite(g) for g in grad)
-            if not finite and self.non_finite == "Fail":
-                raise RequestError("InvalidArgument", "the gradient of %r for step %d is not "
-                                   "finite (NaN or Inf): the model diverged" % (name, step),
-                                   reason="NonFiniteGradient")
             if self.optimizer == "none":
                 new = grad  # SkipStep too: the program's optimizer decides
-            elif not finite:
-                new = array.array("f", self.current(name))  # SkipStep: no update
+            elif skip:
+                new = array.array("f", self.current(name))
             else:
                 new = array.array("f", self.current(name))
                 for i, g in enumerate(grad):
@@ -156,7 +166,8 @@ class Transfer:
 
 class FakeAgent:
     def __init__(self, socket_dir, rank=0, size=1, num_servers=1, mode="sync", optimizer="sgd",
-                 learning_rate=0.5, non_finite="Fail", server_values=None, start_step=0, push_delay_s=0.0,
+                 learning_rate=0.5, non_finite="Fail", server_values=None, start_step=0,
+                 push_delay_s=0.0,
                  json_delay_s=0.0, write_json=True, nonce=None):
         self.socket_dir = socket_dir
         self.rank, self.size, self.num_servers = rank, size, num_servers
@@ -513,17 +524,20 @@ class Session:
             if transfer.generation != self.servers.generation:
                 transfer.error = self.aborted()
             else:
+                gradients = {}
                 for name in names:
                     data = bytes(self.mapping[slice(*self.region(self.tensors[name], "grads"))])
                     if data != snapshot[name]:
                         self.agent.violations.append(
                             "the grads region of %r was written while its push of step %d was "
                             "in flight" % (name, step))
-                    try:
-                        violation = self.servers.apply_push(name, data, step)
-                    except RequestError as refused:
-                        transfer.error = refused
+                    gradients[name] = data
+                transfer.error = self.servers.refuse_non_finite(gradients, step)
+                skip = not all(finite(data) for data in gradients.values())
+                for name, data in gradients.items():
+                    if transfer.error is not None:
                         break
+                    violation = self.servers.apply_push(name, data, step, skip)
                     if violation:
                         self.agent.violations.append(violation)
             transfer.done.set()

@@ -4,7 +4,8 @@ A one-worker job on loopback: the scheduler, one parameter server and the
 agent, as `kubeps run` would start them, the agent serving in
 $KUBEPS_SOCKET_DIR.  The job's optimizer, learning rate and mode come from
 $KUBEPS_TEST_OPTIMIZER, $KUBEPS_TEST_LEARNING_RATE, $KUBEPS_TEST_MODE and
-$KUBEPS_TEST_NON_FINITE (set by agent_fixture.py); the binaries from $KUBEPS_BIN_DIR (default build/bin).
+$KUBEPS_TEST_NON_FINITE (set by agent_fixture.py); the binaries from
+$KUBEPS_BIN_DIR (default build/bin).
 
     KUBEPS_TEST_AGENT_CMD="python3 tests/python/real_agent.py" \\
         /usr/bin/python3 -m unittest test_client test_torch   # in tests/python

@@ -194,10 +194,41 @@ class UserErrors(TorchTestCase):
         x, y = batch_for(0)
         torch.nn.CrossEntropyLoss()(model(x), y).backward()
         with self.assertRaisesRegex(kubeps.FailedPrecondition,
-                                    r"'0.weight' has a gradient, but it was not trainable when "
-                                    r"the DistributedOptimizer was made"):
+                                    r"'0.weight' is trainable, but it was not when the "
+                                    r"DistributedOptimizer was made"):
             optimizer.step()
         self.assertTrue(torch.equal(model[0].weight, before))
+
+    def test_a_frozen_parameter_with_an_old_gradient_is_no_error(self):
+        # zero_grad() of torch 1.x leaves zeros, not None, in a gradient it had.
+        self.connect()
+        model = three_layers()
+        first = torch.nn.CrossEntropyLoss()(model(batch_for(0)[0]), batch_for(0)[1])
+        first.backward()
+        model[0].weight.requires_grad_(False)
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        kps.broadcast_parameters(model.state_dict())
+        for step in kps.steps(2):
+            optimizer.zero_grad()
+            x, y = batch_for(step)
+            torch.nn.CrossEntropyLoss()(model(x), y).backward()
+            optimizer.step()
+        self.assertIsNotNone(model[0].weight.grad)
+
+    def test_a_param_group_added_after_wrapping(self):
+        self.connect()
+        model, extra = three_layers(), torch.nn.Linear(2, 2)
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        kps.broadcast_parameters(model.state_dict())
+        optimizer.add_param_group({"params": extra.parameters()})
+        x, y = batch_for(0)
+        torch.nn.CrossEntropyLoss()(model(x), y).backward()
+        with self.assertRaisesRegex(kubeps.FailedPrecondition,
+                                    r"the optimizer holds 8 parameters, but 6 were there when "
+                                    r"the DistributedOptimizer was made \(add_param_group\?\)"):
+            optimizer.step()
 
     def test_two_backward_passes_in_one_step(self):
         self.connect()

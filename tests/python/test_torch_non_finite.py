@@ -3,9 +3,14 @@ spec.nonFinite with the servers' optimizer 'none' (the workers' optimizer applie
 the decision to skip a step is theirs).  Skips, saying why, where torch is not installed.
 """
 
+import os
+import threading
+import time
 import unittest
 import warnings
+from unittest import mock
 
+from agent_fixture import requires_fake
 from test_torch import TorchTestCase, batch_for, needs_torch, three_layers, torch
 
 if torch is not None:
@@ -13,6 +18,11 @@ if torch is not None:
 import kubeps
 
 OVERFLOW_STEP = 1
+
+
+def pushed_steps(agent):
+    """The step of each push_pull the fake agent received, in order."""
+    return [request["step"] for _, op, request in agent.fake.events if op == "push_pull"]
 
 
 def overflowing_loss(net, step):
@@ -133,6 +143,96 @@ class NonFiniteGradients(TorchTestCase):
                 optimizer.step()
         self.assertEqual(caught.exception.reason, "NonFiniteGradient")
         self.assertIn("not finite", str(caught.exception))
+
+
+@needs_torch
+class TheScalersCalls(TorchTestCase):
+    @requires_fake
+    def test_a_rollback_found_by_synchronize_is_not_exchanged_again_by_step(self):
+        # The recipe: synchronize(), the scaler's step (which calls step()). A rollback
+        # found by synchronize() resumes the loop; step() must not push the stale
+        # gradient as the resume step's.
+        agent = self.connect(optimizer="none", non_finite="SkipStep")
+        model = three_layers()
+        optimizer = self.distributed_adam(model)
+        agent.fake.arm_rollback(at_step=2, resume_step=1)
+        seen = []
+        for step in kps.steps(4):
+            seen.append(step)
+            optimizer.zero_grad()
+            overflowing_loss(model, step + 10).backward()  # never overflows
+            optimizer.synchronize()
+            optimizer.step()
+        self.assertEqual(seen, [0, 1, 2, 1, 2, 3])
+        pushed = pushed_steps(agent)
+        self.assertEqual(sorted(set(pushed)), [0, 1, 2, 3])
+        self.assertEqual(pushed.count(1), 2 * pushed.count(0), pushed)
+
+    distributed_adam = NonFiniteGradients.distributed_adam
+
+    def test_a_fused_optimizers_scaler_argument_reaches_it_overflow_or_not(self):
+        # torch 1.13's GradScaler calls step(grad_scaler=self) on an optimizer that
+        # unscales and skips by itself (_step_supports_amp_scaling: Adam(fused=True) on
+        # a GPU); it must get the call, to record its inf checks, even on an overflow.
+        class ScalingSgd(torch.optim.SGD):
+            _step_supports_amp_scaling = True
+            calls = []
+
+            def step(self, closure=None, grad_scaler=None):
+                self.calls.append(grad_scaler)
+                return super().step(closure)
+
+        self.connect(optimizer="none", non_finite="SkipStep")
+        model = three_layers()
+        optimizer = kps.DistributedOptimizer(ScalingSgd(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        kps.broadcast_parameters(model.state_dict())
+        scaler = object()
+        for step in kps.steps(3):
+            optimizer.zero_grad()
+            overflowing_loss(model, step).backward()
+            optimizer.step(grad_scaler=scaler)
+        self.assertEqual(ScalingSgd.calls, [scaler] * 3)
+
+    def test_a_scaler_with_the_servers_optimizer_is_refused(self):
+        self.connect()
+        model = three_layers()
+        optimizer = self.distributed_adam(model)
+        overflowing_loss(model, 0).backward()
+        with self.assertRaisesRegex(kubeps.FailedPrecondition,
+                                    "a GradScaler needs the servers' optimizer 'none'"):
+            optimizer.step(grad_scaler=object())
+
+    @requires_fake
+    def test_hooks_on_two_threads_push_the_step_after_a_skipped_one(self):
+        # Hooks run on autograd's device threads: a backward pass after a skipped step
+        # must push every key for the next step, whichever hook moves the step on.
+        agent = self.connect(optimizer="none", non_finite="SkipStep")
+        model = three_layers()
+        with mock.patch.dict(os.environ, {"KUBEPS_BUCKET_BYTES": "0"}):  # a push per hook
+            optimizer = self.distributed_adam(model)
+        next(iter(kps.steps(1)))
+        overflowing_loss(model, OVERFLOW_STEP).backward()
+        self.assertTrue(optimizer.synchronize())  # overflowed: the scaler skips step()
+        bindings = optimizer._kubeps_bindings
+        for b in bindings:
+            b.param.grad = torch.ones_like(b.param)
+        threads = [threading.Thread(target=optimizer._kubeps_push_gradient, args=(b,))
+                   for b in bindings]
+        before = len(pushed_steps(agent))
+        advance = type(kps._counter).advance
+
+        def slow_advance(counter):  # widens the window between the hooks
+            time.sleep(0.05)
+            advance(counter)
+        with mock.patch.object(type(kps._counter), "advance", slow_advance):
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        optimizer.step()
+        self.assertEqual(set(pushed_steps(agent)[before:]), {1},
+                         "a key was pushed for the skipped step again")
 
 
 def cuda_missing():
