@@ -80,6 +80,15 @@ inline bool IsNonFiniteGradientRefusal(const Status& status) {
          status.message().find(kNonFiniteGradientRefusal) != std::string::npos;
 }
 
+// The workers declared other tensors under the same keys (another model, or
+// a program changed since the job started): a shard's refusal of an Init
+// says so in these words, and a rerun fails the same way.
+inline constexpr const char* kReasonModelMismatch = "ModelMismatch";
+inline constexpr const char* kModelMismatchRefusal = "the workers run different models";
+inline bool IsModelMismatchRefusal(const Status& status) {
+  return !status.ok() && status.message().find(kModelMismatchRefusal) != std::string::npos;
+}
+
 // Where a replica's last words go: $KUBEPS_TERMINATION_LOG where it is set
 // (the local runner names a file per replica); else `pod_default` where this
 // process runs in a pod (the kubelet sets KUBERNETES_SERVICE_HOST in every

@@ -8,6 +8,7 @@
 #include "common/copy_bytes.h"
 #include "common/logging.h"
 #include "common/long_poll.h"
+#include "common/termination_message.h"
 #include "ps-server/shard_messages.h"
 
 namespace kubeps {
@@ -124,8 +125,22 @@ grpc::Status Shard::CheckParts(const google::protobuf::RepeatedPtrField<v1::Part
 
 grpc::Status Shard::Init(const v1::InitRequest& request, v1::InitResponse* response) {
   std::unique_lock<std::mutex> lock(mutex_);
-  grpc::Status valid = CheckParts(request.parts(), request.data().size(), false);
+  grpc::Status valid =
+      CheckParts(request.parts(), request.check_only() ? SIZE_MAX : request.data().size(), false);
   if (!valid.ok()) return valid;
+  if (grpc::Status same = CheckDeclaredAsStored(request); !same.ok()) return same;
+  // A part stored without a name (before names were kept) takes the first
+  // one it is told.
+  auto adopt_names = [&] {
+    for (int i = 0; i < request.names_size(); ++i) {
+      auto it = parts_.find({request.parts(i).key(), request.parts(i).offset()});
+      if (it != parts_.end() && it->second.name.empty()) it->second.name = request.names(i);
+    }
+  };
+  if (request.check_only()) {
+    adopt_names();
+    return grpc::Status::OK;
+  }
   if (key_set_fixed_) {
     for (const auto& ref : request.parts()) {
       if (!parts_.count({ref.key(), ref.offset()})) {
@@ -149,9 +164,47 @@ grpc::Status Shard::Init(const v1::InitRequest& request, v1::InitResponse* respo
     }
     data += ref.length();
   }
+  adopt_names();
   response->set_already_initialized(kept);
   lock.unlock();
   advanced_.notify_all();
+  return grpc::Status::OK;
+}
+
+grpc::Status Shard::CheckDeclaredAsStored(const v1::InitRequest& request) const {
+  const bool named = !request.names().empty();
+  if (named && request.names_size() != request.parts_size()) {
+    return Invalid(std::to_string(request.names_size()) + " names for " +
+                   std::to_string(request.parts_size()) + " parts: want one per part, or none");
+  }
+  const std::string& node = request.id().node_id();
+  auto refuse = [&](const std::string& why) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        why + ": " + kModelMismatchRefusal +
+                            ", or the program changed since the job started (keys are given in "
+                            "the order a program declares its tensors)");
+  };
+  for (int i = 0; i < request.parts_size(); ++i) {
+    const v1::PartRef& ref = request.parts(i);
+    const std::string name = named ? "\"" + request.names(i) + "\"" : "a tensor";
+    auto it = parts_.find({ref.key(), ref.offset()});
+    if (it == parts_.end()) {
+      if (!request.check_only()) continue;  // rank 0 declares it now
+      return refuse(node + " declares " + name + " as " + Describe(ref) +
+                    ", which was not declared by the worker that initialised this server's "
+                    "parameters (rank 0)");
+    }
+    const Part& part = it->second;
+    if (part.value->size() != ref.length()) {
+      return refuse(node + " declares " + name + " as " + Describe(ref) +
+                    ", but this server holds " + std::to_string(part.value->size()) +
+                    " elements there");
+    }
+    if (named && !part.name.empty() && !request.names(i).empty() && part.name != request.names(i)) {
+      return refuse(node + " declares " + name + " as " + Describe(ref) +
+                    ", but this server holds \"" + part.name + "\" there");
+    }
+  }
   return grpc::Status::OK;
 }
 

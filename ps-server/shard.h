@@ -158,6 +158,7 @@ class Shard {
  private:
   using Values = std::shared_ptr<ValueBuffer>;  // written only before it is published
   struct Part {
+    std::string name;  // its tensor's, as first initialised ("" unnamed)
     Values value;
     OptimizerState state;
     uint64_t version = 0;
@@ -299,6 +300,9 @@ class Shard {
   bool CheckpointDue(uint64_t* step) const;
   // Requires mutex_: the state as a checkpoint of `step`, in the message
   // the writer wrote last (CheckpointWriter::Blank).
+  // An Init's parts against those stored: the same lengths and names (a
+  // check_only Init: every part stored). Requires mutex_.
+  grpc::Status CheckDeclaredAsStored(const v1::InitRequest& request) const;
   std::unique_ptr<v1::ShardCheckpoint> TakeCheckpoint(uint64_t step);
   void Install(const v1::ShardCheckpoint& checkpoint);  // requires mutex_
   Status WriteCheckpoint(const v1::ShardCheckpoint& checkpoint);

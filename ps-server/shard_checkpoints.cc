@@ -46,6 +46,7 @@ std::unique_ptr<v1::ShardCheckpoint> Shard::TakeCheckpoint(uint64_t step) {
     fill(saved->mutable_slot1(), part.state.slot1);
     fill(saved->mutable_slot2(), part.state.slot2);
     saved->set_optimizer_steps(part.state.steps);
+    saved->set_name(part.name);
   }
   dedup_.Save(checkpoint.get());
   last_checkpoint_ = static_cast<int64_t>(step);
@@ -66,6 +67,7 @@ void Shard::Install(const v1::ShardCheckpoint& checkpoint) {
     part.state.slot2 = floats(saved.slot2());
     part.state.steps = saved.optimizer_steps();
     part.version = saved.version();
+    part.name = saved.name();
     ResetContributions(part);
   }
   dedup_.Restore(checkpoint);

@@ -340,7 +340,8 @@ int TrainBuiltInModel(const api::NodeConfig& config, const api::TrainingJob& job
   Session session;
   if (Status s = JoinJob(config, job, path, metrics.get(), &session); !s.ok())
     return Fail(kReasonJoinFailed, s);
-  if (Status s = session.store->Init(*model); !s.ok()) return Fail(kReasonTrainingFailed, s);
+  if (Status s = session.store->Init(*model); !s.ok())
+    return Fail(IsModelMismatchRefusal(s) ? kReasonModelMismatch : kReasonTrainingFailed, s);
   ComputeAsOrdinaryWork();
   LoopResult result;
   if (Status s =

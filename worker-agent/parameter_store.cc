@@ -65,6 +65,7 @@ Status RemoteStore::Init(trainer::Model& model) {
   // over earlier checkpoints resumes in generation 1, and rank 0's Init must
   // reach shards that have restored them.
   if (Status s = kv_->Recover(&start_step_); !s.ok()) return s;
+  kv_->NameTensors(names_);
   if (Status s = kv_->InitTensors(initial, sizes); !s.ok()) return s;
   PlaceInSharedMemory(model);
   // Behind the sidecar (the agent places the parts), the step the agent

@@ -10,7 +10,8 @@ namespace kubeps::controller {
 bool IsPermanentReason(const std::string& reason) {
   return reason == kReasonNonFiniteLoss || reason == kReasonNonFiniteGradient ||
          reason == kReasonCheckpointWriteFailed || reason == kReasonShardStateLost ||
-         reason == kReasonDatasetNotFound || reason == kReasonDatasetUnreadable;
+         reason == kReasonDatasetNotFound || reason == kReasonDatasetUnreadable ||
+         reason == kReasonModelMismatch;
 }
 
 namespace {

@@ -299,24 +299,49 @@ Status KVWorkerImpl::InitTensors(const std::vector<const float*>& values,
     residuals_.clear();
     for (uint64_t size : sizes) residuals_.emplace_back(size, 0.0f);
   }
-  if (rank_ == 0) {
-    auto batches = Batches(values);
-    for (const auto& batch : batches) {
-      if (batch.empty()) continue;
-      v1::InitRequest request;
-      *request.mutable_id() = NextRequestId();
-      PackParts(batch, values, request.mutable_parts(), request.mutable_data());
-      v1::InitResponse response;
-      const int server = batch.front()->server;
-      const auto link = Link(server);
-      Status s = caller_.Call(ServerName(server), "Init", [&](grpc::ClientContext& c) {
-        return link->stub->Init(&c, request, &response);
-      });
-      Acknowledge(request.id().seq());
-      if (!s.ok()) return s;
-    }
+  if (!names_.empty() && names_.size() != sizes.size()) {
+    return Status::InvalidArgument("InitTensors: " + std::to_string(names_.size()) + " names for " +
+                                   std::to_string(sizes.size()) + " tensors");
   }
-  return Barrier("init");
+  // Rank 0's values are stored, with the names; once they are, every other
+  // worker's names are checked against them.
+  if (rank_ == 0) {
+    if (Status s = SendInits(values, false); !s.ok()) return s;
+  }
+  if (Status s = Barrier("init"); !s.ok()) return s;
+  if (rank_ != 0 && !names_.empty()) {
+    // Every key, whatever pointers this rank passed (its values are not sent).
+    static const float kNone = 0;
+    return SendInits(std::vector<const float*>(sizes.size(), &kNone), true);
+  }
+  return Status::Ok();
+}
+
+Status KVWorkerImpl::SendInits(const std::vector<const float*>& values, bool check_only) {
+  for (const auto& batch : Batches(values)) {
+    if (batch.empty()) continue;
+    v1::InitRequest request;
+    *request.mutable_id() = NextRequestId();
+    if (check_only) {
+      uint64_t elements = 0;
+      AddPartRefs(batch, request.mutable_parts(), &elements);
+      request.set_check_only(true);
+    } else {
+      PackParts(batch, values, request.mutable_parts(), request.mutable_data());
+    }
+    if (!names_.empty()) {
+      for (const Part* part : batch) request.add_names(names_[part->key]);
+    }
+    v1::InitResponse response;
+    const int server = batch.front()->server;
+    const auto link = Link(server);
+    Status s = caller_.Call(ServerName(server), "Init", [&](grpc::ClientContext& c) {
+      return link->stub->Init(&c, request, &response);
+    });
+    Acknowledge(request.id().seq());
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
 }
 
 template <typename Ptr>

@@ -47,6 +47,7 @@ class KVWorkerImpl final : public KVWorker {
   int num_servers() const override { return num_servers_; }
   Status InitTensors(const std::vector<const float*>& values,
                      const std::vector<uint64_t>& sizes) override;
+  void NameTensors(std::vector<std::string> names) override { names_ = std::move(names); }
   Ticket Push(const std::vector<const float*>& grads, uint64_t step) override;
   Ticket Pull(const std::vector<float*>& values, uint64_t min_version) override;
   Ticket PushPull(const std::vector<const float*>& grads, const std::vector<float*>& values,
@@ -90,6 +91,9 @@ class KVWorkerImpl final : public KVWorker {
   void Complete(const std::shared_ptr<Pending>& pending, const Status& status);
   v1::RequestId NextRequestId();
   void Acknowledge(uint64_t seq);
+  // Rank 0's Init of `values` (check_only: another worker's check of the
+  // names and lengths, nothing stored), a request per batch.
+  Status SendInits(const std::vector<const float*>& values, bool check_only);
   Status PushBatch(const std::vector<const Part*>& batch, const std::vector<const float*>& grads,
                    uint64_t step);
   Status PullBatch(const std::vector<const Part*>& batch, const std::vector<float*>& values,
@@ -164,6 +168,7 @@ class KVWorkerImpl final : public KVWorker {
   int num_workers_ = 0;
   int num_servers_ = 0;  // fixed for the job's life
   std::vector<Part> parts_;
+  std::vector<std::string> names_;  // by key (NameTensors), or none
 
   std::mutex mutex_;
   uint64_t next_seq_ = 0;

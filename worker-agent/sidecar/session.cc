@@ -336,6 +336,7 @@ Session::Outcome Session::Initialize() {
   // Rank 0's values are stored (the first value wins, so a restarted
   // process does not overwrite training); then every worker takes what the
   // servers hold, at the step they are at.
+  context_.kv->NameTensors(names_);
   Status s = context_.kv->InitTensors(initial, sizes);
   uint64_t step = 0;
   if (s.ok()) s = PullAll(0, &step);
@@ -343,6 +344,11 @@ Session::Outcome Session::Initialize() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!s.ok()) {
     init_ = InitState::kNotYet;
+    if (IsModelMismatchRefusal(s)) {
+      // Not this process's to retry: every rerun declares the same tensors.
+      if (context_.on_job_failure) context_.on_job_failure(kReasonModelMismatch, s.message());
+      return {kFailedPrecondition, "init: " + s.message()};
+    }
     return {CodeOf(s), "init: " + s.message()};
   }
   init_ = InitState::kDone;
