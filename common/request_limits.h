@@ -12,6 +12,7 @@ namespace kubeps {
 
 constexpr size_t kMaxPartsPerRequest = 65536;
 constexpr uint64_t kMaxRequestBytes = 256ull << 20;
+constexpr size_t kMaxTensorNameBytes = 1024;  // InitRequest.names: kept in every checkpoint
 
 }  // namespace kubeps
 

@@ -144,9 +144,13 @@ grpc::Status Shard::Init(const v1::InitRequest& request, v1::InitResponse* respo
   if (key_set_fixed_) {
     for (const auto& ref : request.parts()) {
       if (!parts_.count({ref.key(), ref.offset()})) {
-        return Invalid(Describe(ref) +
-                       ": not stored on this server, and the key set is fixed since the first "
-                       "push (every part is initialised before any worker pushes)");
+        // A restarted rank 0 whose program declares a tensor more.
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            Describe(ref) +
+                                ": not stored on this server, and the key set is fixed since the "
+                                "first push (every part is initialised before any worker "
+                                "pushes): " +
+                                kModelMismatchRefusal + ", or the program changed since");
       }
     }
   }
@@ -177,23 +181,27 @@ grpc::Status Shard::CheckDeclaredAsStored(const v1::InitRequest& request) const 
     return Invalid(std::to_string(request.names_size()) + " names for " +
                    std::to_string(request.parts_size()) + " parts: want one per part, or none");
   }
+  for (const std::string& name : request.names()) {
+    if (name.size() > kMaxTensorNameBytes) {  // they go into every checkpoint
+      return Invalid("a tensor name of " + std::to_string(name.size()) + " bytes: at most " +
+                     std::to_string(kMaxTensorNameBytes));
+    }
+  }
   const std::string& node = request.id().node_id();
   auto refuse = [&](const std::string& why) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         why + ": " + kModelMismatchRefusal +
-                            ", or the program changed since the job started (keys are given in "
-                            "the order a program declares its tensors)");
+                            ", the program changed since the job started, or the checkpoints "
+                            "resumed from are another model's (keys are given in the order a "
+                            "program declares its tensors)");
   };
   for (int i = 0; i < request.parts_size(); ++i) {
     const v1::PartRef& ref = request.parts(i);
     const std::string name = named ? "\"" + request.names(i) + "\"" : "a tensor";
+    // Not held: rank 0 declares it now, or (a check) this shard restarted
+    // empty and rank 0's next Init fills it. Not a verdict on the model.
     auto it = parts_.find({ref.key(), ref.offset()});
-    if (it == parts_.end()) {
-      if (!request.check_only()) continue;  // rank 0 declares it now
-      return refuse(node + " declares " + name + " as " + Describe(ref) +
-                    ", which was not declared by the worker that initialised this server's "
-                    "parameters (rank 0)");
-    }
+    if (it == parts_.end()) continue;
     const Part& part = it->second;
     if (part.value->size() != ref.length()) {
       return refuse(node + " declares " + name + " as " + Describe(ref) +

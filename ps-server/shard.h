@@ -295,14 +295,14 @@ class Shard {
     return sharing_ == Sharing::kYes && n * sizeof(float) >= kMinMappedBytes;
   }
   grpc::Status CheckGeneration(uint64_t generation) const;  // requires mutex_
+  // An Init's parts against those the shard holds: the same lengths and
+  // names. Parts it does not hold are not judged. Requires mutex_.
+  grpc::Status CheckDeclaredAsStored(const v1::InitRequest& request) const;
   // Takes a checkpoint when one is due (requires mutex_); the caller
   // writes it once the lock is released.
   bool CheckpointDue(uint64_t* step) const;
   // Requires mutex_: the state as a checkpoint of `step`, in the message
   // the writer wrote last (CheckpointWriter::Blank).
-  // An Init's parts against those stored: the same lengths and names (a
-  // check_only Init: every part stored). Requires mutex_.
-  grpc::Status CheckDeclaredAsStored(const v1::InitRequest& request) const;
   std::unique_ptr<v1::ShardCheckpoint> TakeCheckpoint(uint64_t step);
   void Install(const v1::ShardCheckpoint& checkpoint);  // requires mutex_
   Status WriteCheckpoint(const v1::ShardCheckpoint& checkpoint);

@@ -9,6 +9,7 @@
 #include "common/copy_bytes.h"
 #include "common/logging.h"
 #include "common/membership.h"
+#include "common/termination_message.h"
 
 namespace kubeps {
 namespace {
@@ -339,6 +340,14 @@ Status KVWorkerImpl::SendInits(const std::vector<const float*>& values, bool che
       return link->stub->Init(&c, request, &response);
     });
     Acknowledge(request.id().seq());
+    if (check_only && !s.ok() && !IsModelMismatchRefusal(s)) {
+      // Only a verdict on the model ends the check's worker: a server of a
+      // kubeps before the check reads it as an Init without data and refuses
+      // it, and one that cannot answer now fails this worker's pulls anyway.
+      KLOG_INFO << "could not check the tensors' names with " << ServerName(server) << ": "
+                << s.message();
+      continue;
+    }
     if (!s.ok()) return s;
   }
   return Status::Ok();

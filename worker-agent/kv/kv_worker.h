@@ -151,10 +151,6 @@ class KUBEPS_EXPORT KVWorker {
   // size >= 1; no ticket open.
   virtual Status InitTensors(const std::vector<const float*>& values,
                              const std::vector<uint64_t>& sizes) = 0;
-  // The tensors' names (one per key), before InitTensors: the servers keep
-  // them with the parts and refuse a worker that declares another tensor
-  // under a key (keys are positional). Without names nothing is compared.
-  virtual void NameTensors(std::vector<std::string> names) { (void)names; }
 
   // Gradients computed on parameters of version `step` (sync mode). The
   // ticket owns no copy of `grads`: REQUIRES: the buffers stay valid and
@@ -230,6 +226,13 @@ class KUBEPS_EXPORT KVWorker {
   // declared, and where there is no such region.
   virtual float* SharedValues(uint32_t key) { return nullptr; }
   virtual float* SharedGrads(uint32_t key) { return nullptr; }
+
+  // The tensors' names (one per key), before InitTensors: the servers keep
+  // them with the parts and refuse a worker that declares another tensor
+  // under a key (keys are positional). Without names nothing is compared.
+  // (Last, so that the methods before it keep their places for programs
+  // built against an earlier libkubeps.)
+  virtual void NameTensors(std::vector<std::string> names) { (void)names; }
 };
 
 }  // namespace kubeps

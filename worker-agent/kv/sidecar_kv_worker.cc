@@ -134,8 +134,9 @@ Status SidecarKVWorker::InitTensors(const std::vector<const float*>& values,
   } else {
     json tensors = json::array();
     for (size_t key = 0; key < sizes.size(); ++key) {
+      const std::string name = key < names_.size() ? names_[key] : TensorName(key);
       tensors.push_back(
-          {{"name", TensorName(key)}, {"shape", json::array({sizes[key]})}, {"dtype", "float32"}});
+          {{"name", name}, {"shape", json::array({sizes[key]})}, {"dtype", "float32"}});
     }
     json declared_reply;
     if (Status s = connection_->Call({{"op", "declare"}, {"tensors", tensors}}, &declared_reply);

@@ -53,6 +53,8 @@ class SidecarKVWorker final : public KVWorker {
   int num_servers() const override { return num_servers_; }
   Status InitTensors(const std::vector<const float*>& values,
                      const std::vector<uint64_t>& sizes) override;
+  // Declared under these names (else tensor-<key>), which the servers compare.
+  void NameTensors(std::vector<std::string> names) override { names_ = std::move(names); }
   Ticket Push(const std::vector<const float*>& grads, uint64_t step) override;
   Ticket Pull(const std::vector<float*>& values, uint64_t min_version) override;
   Ticket PushPull(const std::vector<const float*>& grads, const std::vector<float*>& values,
@@ -90,6 +92,7 @@ class SidecarKVWorker final : public KVWorker {
   };
 
   SidecarKVWorker(std::unique_ptr<SidecarConnection> connection, std::string socket_dir);
+  std::vector<std::string> names_;  // NameTensors'
   Status MapFile(const nlohmann::json& declared, const std::vector<uint64_t>& sizes);
   // Push, Pull and PushPull: the keys with a pointer, their regions taken,
   // the gradients copied in, the requests sent.

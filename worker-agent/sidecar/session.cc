@@ -347,7 +347,9 @@ Session::Outcome Session::Initialize() {
     if (IsModelMismatchRefusal(s)) {
       // Not this process's to retry: every rerun declares the same tensors.
       if (context_.on_job_failure) context_.on_job_failure(kReasonModelMismatch, s.message());
-      return {kFailedPrecondition, "init: " + s.message()};
+      Outcome refused{kFailedPrecondition, "init: " + s.message()};
+      refused.fields = {{"reason", kReasonModelMismatch}};
+      return refused;
     }
     return {CodeOf(s), "init: " + s.message()};
   }

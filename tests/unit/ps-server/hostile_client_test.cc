@@ -154,7 +154,7 @@ TEST(HostileClientTest, InitOfANewKeyAfterTheFirstPushIsRefused) {
   ASSERT_TRUE(Init(*shard, 0, {1, 2, 3}).ok());
   ASSERT_TRUE(Push(*shard, PushOf(0, {1, 1, 1})).ok());
   grpc::Status s = Init(*shard, 9, {5});
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(s.error_message(), HasSubstr("part (key 9, offset 0, length 1)"));
   EXPECT_THAT(s.error_message(), HasSubstr("the key set is fixed since the first push"));
   EXPECT_TRUE(shard->PartValue(9, 0).empty());
