@@ -125,9 +125,12 @@ grpc::Status Shard::CheckParts(const google::protobuf::RepeatedPtrField<v1::Part
 
 grpc::Status Shard::Init(const v1::InitRequest& request, v1::InitResponse* response) {
   std::unique_lock<std::mutex> lock(mutex_);
-  grpc::Status valid =
-      CheckParts(request.parts(), request.check_only() ? SIZE_MAX : request.data().size(), false);
-  if (!valid.ok()) return valid;
+  // A check may name no part: the worker places none on this server.
+  if (!request.check_only() || request.parts_size() > 0) {
+    grpc::Status valid =
+        CheckParts(request.parts(), request.check_only() ? SIZE_MAX : request.data().size(), false);
+    if (!valid.ok()) return valid;
+  }
   if (grpc::Status same = CheckDeclaredAsStored(request); !same.ok()) return same;
   // A part stored without a name (before names were kept) takes the first
   // one it is told.
@@ -195,6 +198,11 @@ grpc::Status Shard::CheckDeclaredAsStored(const v1::InitRequest& request) const 
                             "resumed from are another model's (keys are given in the order a "
                             "program declares its tensors)");
   };
+  if (request.check_only() && parts_.size() > request.parts_on_server()) {
+    const uint32_t n = request.parts_on_server();
+    return refuse(node + " places " + std::to_string(n) + (n == 1 ? " part" : " parts") +
+                  " on this server, which holds " + std::to_string(parts_.size()) + " (rank 0's)");
+  }
   for (int i = 0; i < request.parts_size(); ++i) {
     const v1::PartRef& ref = request.parts(i);
     const std::string name = named ? "\"" + request.names(i) + "\"" : "a tensor";

@@ -183,6 +183,8 @@ int main(int argc, char** argv) {
   // Key 0 is W, key 1 is b. Zeros are a fine start for a convex model; rank
   // 0's values are the ones stored (a restarted process keeps the servers').
   std::vector<float> w(sizes[0], 0.0f), b(sizes[1], 0.0f), gw(sizes[0]), gb(sizes[1]);
+  // Named, the servers refuse a worker whose program declares other tensors.
+  kv->NameTensors({"softmax.weight", "softmax.bias"});
   if (kubeps::Status s = kv->InitTensors({w.data(), b.data()}, sizes); !s.ok()) {
     return Fail("InitTensors", s);
   }

@@ -319,22 +319,38 @@ Status KVWorkerImpl::InitTensors(const std::vector<const float*>& values,
 }
 
 Status KVWorkerImpl::SendInits(const std::vector<const float*>& values, bool check_only) {
+  // A request per batch, each with the server it goes to; a check goes to
+  // every server, with no part where this worker places none (a worker of
+  // fewer tensors than rank 0 may place none where rank 0 placed some).
+  std::vector<std::pair<int, v1::InitRequest>> requests;
+  std::vector<uint32_t> on_server(num_servers_, 0);
+  for (const Part& part : parts_) ++on_server[part.server];
   for (const auto& batch : Batches(values)) {
     if (batch.empty()) continue;
-    v1::InitRequest request;
-    *request.mutable_id() = NextRequestId();
+    v1::InitRequest& request =
+        requests.emplace_back(batch.front()->server, v1::InitRequest{}).second;
     if (check_only) {
       uint64_t elements = 0;
       AddPartRefs(batch, request.mutable_parts(), &elements);
-      request.set_check_only(true);
     } else {
       PackParts(batch, values, request.mutable_parts(), request.mutable_data());
     }
     if (!names_.empty()) {
       for (const Part* part : batch) request.add_names(names_[part->key]);
     }
+  }
+  if (check_only) {
+    for (int server = 0; server < num_servers_; ++server) {
+      if (on_server[server] == 0) requests.emplace_back(server, v1::InitRequest{});
+    }
+  }
+  for (auto& [server, request] : requests) {
+    *request.mutable_id() = NextRequestId();
+    if (check_only) {
+      request.set_check_only(true);
+      request.set_parts_on_server(on_server[server]);
+    }
     v1::InitResponse response;
-    const int server = batch.front()->server;
     const auto link = Link(server);
     Status s = caller_.Call(ServerName(server), "Init", [&](grpc::ClientContext& c) {
       return link->stub->Init(&c, request, &response);

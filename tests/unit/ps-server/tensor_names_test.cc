@@ -25,11 +25,13 @@ struct Tensor {
   std::string name;
 };
 
-// Rank 0's Init (values, then the names) or another worker's check.
+// Rank 0's Init (values, then the names) or another worker's check, which
+// says how many parts the worker places on this server in all.
 grpc::Status Declare(Shard& shard, const std::vector<Tensor>& tensors, bool check_only,
                      const std::string& node = "worker-0") {
   v1::InitRequest request;
   request.mutable_id()->set_node_id(node);
+  request.set_parts_on_server(static_cast<uint32_t>(tensors.size()));
   std::vector<float> values;
   for (const Tensor& t : tensors) {
     v1::PartRef* part = request.add_parts();
@@ -75,9 +77,32 @@ TEST(TensorNamesTest, AnotherNameUnderAKeyIsRefusedNamingBoth) {
   EXPECT_THAT(s.error_message(), HasSubstr("\"fc2.bias\" as part (key 1,"));
 }
 
+// In sync mode the keys it leaves out would never complete a step: the job
+// would wait on them, not fail.
+TEST(TensorNamesTest, AWorkerDeclaringFewerTensorsIsRefused) {
+  auto shard = Initialised(shard_testing::PlainShardOptions(true, 2));
+  grpc::Status s = Declare(*shard, {kModel[0]}, true, "worker-1");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("worker-1 places 1 part on this server, which holds 2"));
+  EXPECT_THAT(s.error_message(), HasSubstr("the workers run different models"));
+}
+
+TEST(TensorNamesTest, AWorkerPlacingNoPartWhereRankZeroPlacedSomeIsRefused) {
+  auto shard = Initialised(shard_testing::PlainShardOptions(true, 2));
+  v1::InitRequest request;  // a check naming no part
+  request.mutable_id()->set_node_id("worker-1");
+  request.set_check_only(true);
+  v1::InitResponse response;
+  grpc::Status s = shard->Init(request, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("worker-1 places 0 parts on this server"));
+  auto empty = shard_testing::MakeShard(shard_testing::PlainShardOptions(true, 2));
+  EXPECT_TRUE(empty->Init(request, &response).ok());
+}
+
 TEST(TensorNamesTest, AnotherLengthIsRefused) {
   auto shard = Initialised(shard_testing::PlainShardOptions(true, 2));
-  grpc::Status s = Declare(*shard, {{0, 5, "fc1.weight"}}, true, "worker-1");
+  grpc::Status s = Declare(*shard, {{0, 5, "fc1.weight"}, kModel[1]}, true, "worker-1");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(s.error_message(), HasSubstr("length 5), but this server holds 6 elements"));
 }
