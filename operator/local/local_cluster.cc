@@ -129,8 +129,10 @@ Status LocalCluster::Create(const controller::ReplicaLaunch& launch) {
   pod.agent_restarts = 0;
   pod.agent_start_at_ms = pod.agent_term_at_ms = pod.agent_kill_at_ms = -1;
 
-  ReadPorts(launch.name, pod);  // learn the old port before it is forgotten
-  pod.metrics_port = 0;         // a new process picks a new one
+  // Learn the old port before it is forgotten; at a first start, a ports
+  // file there is an earlier run's in the same folder.
+  if (restart || rejoins) ReadPorts(launch.name, pod);
+  pod.metrics_port = 0;  // a new process picks a new one
   // A re-created replica binds the port its peers already know.
   if (pod.grpc_port > 0) pod.launch.env[api::env::kPort] = std::to_string(pod.grpc_port);
   ::unlink((run_dir_ + "/" + launch.name.ToString() + ".ports").c_str());

@@ -135,6 +135,20 @@ TEST_F(LocalClusterTest, ARestartKeepsThePublishedGrpcPort) {
   EXPECT_EQ(cluster_->MetricsPort(kScheduler), 0) << "the new process picks a new metrics port";
 }
 
+// `kubeps run` of a job again in the folder of its earlier run: the earlier
+// run's ports file is not this run's, and its port may be another
+// process's by now (the replica could not listen, and the job failed).
+TEST_F(LocalClusterTest, AFirstStartInTheFolderOfAnEarlierRunBindsAPortOfItsOwn) {
+  {
+    std::ofstream stale(run_dir_ + "/scheduler-0.ports");
+    stale << "grpc 41234\nmetrics 9999\n";
+  }
+  ASSERT_TRUE(Run(kScheduler, "echo \"port=$KUBEPS_PORT\" > \"$RUN_DIR/port\"").ok());
+  ASSERT_TRUE(Eventually([&] { return Ended(kScheduler); }));
+  EXPECT_EQ(ReadFile(run_dir_ + "/port"), "port=\n");
+  EXPECT_EQ(StatusOf(kScheduler).restarts, 0);
+}
+
 // A worker that left a scaled-down job and is wanted again joins anew: its
 // new process is not a restart, which backoffLimit would count.
 TEST_F(LocalClusterTest, AWorkerScaledAwayAndStartedAgainIsNotARestart) {
