@@ -7,7 +7,7 @@ import textwrap
 import unittest
 
 from jobtools import write_manifest
-from user_code_job import UserCodeJobCase
+from user_code_job import UserCodeJobCase, program_manifest
 
 # Rank 0's model; rank 1's is RANK_1_LAYERS.
 PROGRAM = textwrap.dedent("""
@@ -28,31 +28,15 @@ PROGRAM = textwrap.dedent("""
         optimizer.step()
     kps.finish()
 """)
-MANIFEST = """apiVersion: kubeps.io/v1alpha1
-kind: TrainingJob
-metadata:
-  name: two-models
-spec:
-  runPolicy: {restartPolicy: OnFailure, backoffLimit: 3}
-  replicaSpecs:
-    ps: {replicas: 2}
-    worker:
-      replicas: 2
-      template:
-        spec:
-          containers:
-            - name: trainer
-              image: kubeps/tests:0
-              command: [python3, program.py]
-              workingDir: %s
-"""
 
 
 class DeclarationsTest(UserCodeJobCase):
     def run_two_models(self, rank_1_layers):
         with open(os.path.join(self.dir, "program.py"), "w") as f:
             f.write(PROGRAM % rank_1_layers)
-        job = self.start("two-models", write_manifest(self.dir, MANIFEST % self.dir))
+        manifest = program_manifest("two-models", "program.py", self.dir,
+                                    "  runPolicy: {restartPolicy: OnFailure, backoffLimit: 3}\n")
+        job = self.start("two-models", write_manifest(self.dir, manifest))
         code = job.wait(180)
         out = job.output()
         self.assertNotEqual(code, 0, out)

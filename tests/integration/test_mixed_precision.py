@@ -5,38 +5,19 @@ import os
 import re
 import unittest
 
-from jobtools import SOURCE_DIR, write_manifest
-from user_code_job import UserCodeJobCase
+from jobtools import write_manifest
+from user_code_job import UserCodeJobCase, program_manifest
 
 PROGRAM_DIR = os.path.dirname(os.path.abspath(__file__))
-MANIFEST = """apiVersion: kubeps.io/v1alpha1
-kind: TrainingJob
-metadata:
-  name: loss-scaled
-spec:
-  mode: sync
-  optimizer: {name: none}
-  nonFinite: %s
-  replicaSpecs:
-    ps: {replicas: 2}
-    worker:
-      replicas: 2
-      template:
-        spec:
-          containers:
-            - name: trainer
-              image: kubeps/tests:0
-              command: [python3, loss_scaled_program.py]
-              workingDir: %s
-"""
 RESULT = re.compile(r"^\[worker-\d/trainer\] rank (\d) skipped \[([\d, ]*)\] scale (\S+) "
                     r"finite (\w+) parameters ([0-9a-f]{64})$")
 
 
 class MixedPrecisionTest(UserCodeJobCase):
     def run_job(self, non_finite):
-        path = write_manifest(self.dir, MANIFEST % (non_finite, PROGRAM_DIR),
-                              non_finite + ".yaml")
+        spec = "  mode: sync\n  optimizer: {name: none}\n  nonFinite: %s\n" % non_finite
+        manifest = program_manifest("loss-scaled", "loss_scaled_program.py", PROGRAM_DIR, spec)
+        path = write_manifest(self.dir, manifest, non_finite + ".yaml")
         job = self.start(non_finite, path)
         return job, job.wait(180)
 

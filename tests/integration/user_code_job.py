@@ -79,6 +79,28 @@ def example_manifest(directory, name, steps=STEPS, save=None, spec=None):
     return write_manifest(directory, text, name + ".yaml")
 
 
+def program_manifest(name, program, working_dir, spec=""):
+    """A 2 ps x 2 workers job whose workers run `python3 program` in `working_dir`, the
+    YAML lines in `spec` added to its spec (indented by two spaces)."""
+    return """apiVersion: kubeps.io/v1alpha1
+kind: TrainingJob
+metadata:
+  name: %s
+spec:
+%s  replicaSpecs:
+    ps: {replicas: 2}
+    worker:
+      replicas: 2
+      template:
+        spec:
+          containers:
+            - name: trainer
+              image: kubeps/tests:0
+              command: [python3, %s]
+              workingDir: %s
+""" % (name, spec, program, working_dir)
+
+
 def differing_parameters(first, second):
     """The names of the tensors whose bytes differ between two saved state_dicts."""
     script = ("import sys, torch\n"
