@@ -79,9 +79,9 @@ def example_manifest(directory, name, steps=STEPS, save=None, spec=None):
     return write_manifest(directory, text, name + ".yaml")
 
 
-def program_manifest(name, program, working_dir, spec=""):
-    """A 2 ps x 2 workers job whose workers run `python3 program` in `working_dir`, the
-    YAML lines in `spec` added to its spec (indented by two spaces)."""
+def program_manifest(name, program, working_dir, spec="", args=()):
+    """A 2 ps x 2 workers job whose workers run `python3 program args...` in `working_dir`,
+    the YAML lines in `spec` added to its spec (indented by two spaces)."""
     return """apiVersion: kubeps.io/v1alpha1
 kind: TrainingJob
 metadata:
@@ -96,9 +96,9 @@ spec:
           containers:
             - name: trainer
               image: kubeps/tests:0
-              command: [python3, %s]
+              command: %s
               workingDir: %s
-""" % (name, spec, program, working_dir)
+""" % (name, spec, json.dumps(["python3", program] + list(args)), working_dir)
 
 
 def differing_parameters(first, second):

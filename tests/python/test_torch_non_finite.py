@@ -241,6 +241,13 @@ def cuda_missing():
     return None if torch.cuda.is_available() else "no CUDA device (torch.cuda.is_available())"
 
 
+def cuda_grad_scaler(**options):
+    """torch.amp.GradScaler("cuda") where torch has it (2.3 on), torch.cuda.amp's before."""
+    if hasattr(torch, "amp") and hasattr(torch.amp, "GradScaler"):
+        return torch.amp.GradScaler("cuda", **options)
+    return torch.cuda.amp.GradScaler(**options)
+
+
 @unittest.skipIf(cuda_missing(), "torch.cuda.amp.GradScaler needs a GPU: %s" % cuda_missing())
 class WithTorchsGradScaler(TorchTestCase):
     def test_its_skipped_step_moves_the_job_on_as_locally(self):
@@ -253,7 +260,7 @@ class WithTorchsGradScaler(TorchTestCase):
                 optimizer = kps.DistributedOptimizer(optimizer,
                                                      named_parameters=model.named_parameters())
                 kps.broadcast_parameters(model.state_dict(), root_rank=0)
-            scaler = torch.cuda.amp.GradScaler(growth_interval=2)
+            scaler = cuda_grad_scaler(growth_interval=2)
             for step in (kps.steps(5) if distributed else range(5)):
                 optimizer.zero_grad()
                 x, y = batch_for(step)
