@@ -22,7 +22,7 @@ import time
 from kubeps.errors import Internal, InvalidArgument, Unavailable, error_from_reply
 
 PROTOCOL_VERSION = 1
-MAX_MESSAGE_BYTES = 1 << 20
+MAX_MESSAGE_BYTES = 64 << 20  # a declaration of tens of thousands of tensors is several MiB
 AGENT_JSON = "agent.json"
 AGENT_SOCKET = "agent.sock"
 
@@ -32,12 +32,12 @@ _RENDEZVOUS_POLL_S = 0.05
 
 
 def encode_message(message):
-    """The frame of one JSON object; raises InvalidArgument past the protocol's 1 MiB."""
+    """The frame of one JSON object; raises InvalidArgument past the protocol's 64 MiB."""
     body = json.dumps(message, separators=(",", ":")).encode("utf-8")
     if len(body) > MAX_MESSAGE_BYTES:
         raise InvalidArgument(
             "%s: the request is %d bytes, over the sidecar protocol's limit of %d bytes "
-            "(1 MiB)" % (message.get("op", "message"), len(body), MAX_MESSAGE_BYTES))
+            "(64 MiB)" % (message.get("op", "message"), len(body), MAX_MESSAGE_BYTES))
     return _LENGTH.pack(len(body)) + body
 
 
@@ -63,7 +63,7 @@ def read_message(sock):
         return None
     (length,) = _LENGTH.unpack(header)
     if length > MAX_MESSAGE_BYTES:
-        raise Internal("the kubeps agent sent a message of %d bytes, over the protocol's 1 MiB"
+        raise Internal("the kubeps agent sent a message of %d bytes, over the protocol's 64 MiB"
                        % length)
     body = _receive_exactly(sock, length) if length else b""
     if body is None:

@@ -37,7 +37,7 @@ import threading
 import time
 
 PROTOCOL = 1
-MAX_MESSAGE = 1 << 20
+MAX_MESSAGE = 64 << 20
 ALIGN = 64
 CODES = ("InvalidArgument", "FailedPrecondition", "NotFound", "AlreadyExists", "Aborted",
          "Unavailable", "Internal")
@@ -312,7 +312,7 @@ class Session:
                 (length,) = LENGTH.unpack(header)
                 if length > MAX_MESSAGE:
                     self.reply_error(None, RequestError(
-                        "InvalidArgument", "message of %d bytes, over the 1 MiB limit" % length))
+                        "InvalidArgument", "message of %d bytes, over the 64 MiB limit" % length))
                     break
                 body = receive_exactly(self.conn, length)
                 if body is None:

@@ -45,18 +45,19 @@ class Framing(unittest.TestCase):
         self.assertEqual(client.read_message(left), {"id": 3, "ok": True, "text": "é" * 1000})
         self.assertIsNone(client.read_message(left), "a clean end of stream is None")
 
-    def test_a_request_over_one_mebibyte_is_refused_before_sending(self):
+    def test_a_request_over_64_mebibytes_is_refused_before_sending(self):
         with self.assertRaises(kubeps.InvalidArgument) as caught:
-            client.encode_message({"op": "declare", "id": 1, "blob": "x" * (1 << 20)})
+            client.encode_message({"op": "declare", "id": 1, "blob": "x" * (64 << 20)})
         self.assertIn("declare: the request is", str(caught.exception))
-        self.assertIn("over the sidecar protocol's limit of 1048576 bytes", str(caught.exception))
+        self.assertIn("over the sidecar protocol's limit of 67108864 bytes (64 MiB)",
+                      str(caught.exception))
 
-    def test_an_incoming_message_over_one_mebibyte_is_an_error(self):
+    def test_an_incoming_message_over_64_mebibytes_is_an_error(self):
         left, right = socket.socketpair()
         self.addCleanup(left.close)
         self.addCleanup(right.close)
-        right.sendall(struct.pack("<I", (1 << 20) + 1))
-        with self.assertRaisesRegex(kubeps.Internal, "message of 1048577 bytes, over"):
+        right.sendall(struct.pack("<I", (64 << 20) + 1))
+        with self.assertRaisesRegex(kubeps.Internal, "message of 67108865 bytes, over"):
             client.read_message(left)
 
 
@@ -228,6 +229,20 @@ class Requests(unittest.TestCase):
         with self.assertRaisesRegex(kubeps.FailedPrecondition, "no longer mapped: their session "
                                                                 "with the kubeps agent ended"):
             tensors.values("w")
+
+    def test_a_model_of_many_tensors_is_declared_and_trained(self):
+        # A mixture of experts has tens of thousands of tensors: the declaration and its reply
+        # are several MiB of JSON.
+        names = ["model.layers.%d.mlp.experts.%d.down_proj.weight" % (i // 64, i % 64)
+                 for i in range(20000)]
+        tensors = kubeps.declare([(name, (2,)) for name in names])
+        last = tensors.values(names[-1])
+        last[:] = array.array("f", [1, 2])
+        self.assertEqual(kubeps.init_tensors(), 0)
+        for name in names:
+            tensors.grads(name)[:] = array.array("f", [2, 2])
+        kubeps.wait(kubeps.push_pull(names, 0))
+        self.assertEqual(list(last), [0, 1], "sgd with learning rate 0.5: value - 0.5 * 2")
 
     def test_a_scalar_is_a_tensor_of_one_element(self):
         tensors = kubeps.declare([("scale", ())])

@@ -178,7 +178,7 @@ SidecarConnection::RequestId SidecarConnection::Send(json request) {
     std::lock_guard<std::mutex> lock(mutex_);
     slots_[id] = {true,
                   Status::InvalidArgument(op + ": the request is " + std::to_string(body.size()) +
-                                          " bytes, over the sidecar protocol's limit of 1 MiB"),
+                                          " bytes, over the sidecar protocol's limit of 64 MiB"),
                   json()};
     return id;
   }
@@ -230,7 +230,7 @@ void SidecarConnection::ReadReplies() {
         header[0] | (header[1] << 8) | (header[2] << 16) | (static_cast<uint32_t>(header[3]) << 24);
     if (size > kSidecarMaxMessageBytes) {
       FailAll(Status::Internal("the kubeps agent at " + socket_path_ + " sent a message of " +
-                               std::to_string(size) + " bytes, over the protocol's 1 MiB"));
+                               std::to_string(size) + " bytes, over the protocol's 64 MiB"));
       return;
     }
     body.resize(size);

@@ -31,8 +31,9 @@
 namespace kubeps {
 
 inline constexpr int kSidecarProtocolVersion = 1;
-// The protocol's limit on one message, both ways.
-inline constexpr size_t kSidecarMaxMessageBytes = 1 << 20;
+// The protocol's limit on one message, both ways: 64 MiB (a declaration of
+// tens of thousands of tensors is several MiB).
+inline constexpr size_t kSidecarMaxMessageBytes = 64 << 20;
 
 class SidecarConnection {
  public:
@@ -52,7 +53,7 @@ class SidecarConnection {
 
   // Sends `request` (its "op" and fields; the id is added here) and returns
   // at once; Await collects the reply. A request that cannot be sent (the
-  // connection is gone, the message is over 1 MiB) is failed for Await.
+  // connection is gone, the message is over 64 MiB) is failed for Await.
   RequestId Send(nlohmann::json request);
   // The reply to `id`: OK, or the failure it carries (the agent's code and
   // message), with *reply the whole reply either way (a failure may carry

@@ -44,7 +44,7 @@ FrameRead ReadFrame(int fd, nlohmann::json* message, std::string* error) {
                           uint32_t{prefix[2]} << 16 | uint32_t{prefix[3]} << 24;
   if (length > kMaxMessageBytes) {
     *error = "a message of " + std::to_string(length) + " bytes is over the limit of " +
-             std::to_string(kMaxMessageBytes) + " bytes (1 MiB)";
+             std::to_string(kMaxMessageBytes) + " bytes (64 MiB)";
     return FrameRead::kTooLarge;
   }
   std::string body(length, '\0');

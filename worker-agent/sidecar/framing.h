@@ -20,7 +20,11 @@
 
 namespace kubeps::sidecar {
 
-inline constexpr size_t kMaxMessageBytes = 1 << 20;
+// 64 MiB: a declaration lists every tensor of the model by name, and a
+// mixture of experts has tens of thousands (about 100 bytes of JSON each, and
+// as much again in the reply). The bound is what a broken peer can make the
+// other side allocate for one message.
+inline constexpr size_t kMaxMessageBytes = 64 << 20;
 
 enum class FrameRead {
   kMessage,   // *message holds one JSON object

@@ -1,5 +1,5 @@
 // The protocol's framing over a socket pair: a 4-byte little-endian length,
-// then one JSON object; the 1 MiB limit; what a reader makes of a closed or
+// then one JSON object; the 64 MiB limit; what a reader makes of a closed or
 // broken stream.
 #include "worker-agent/sidecar/framing.h"
 
@@ -58,18 +58,18 @@ TEST_F(FramingTest, AMessageGoesThroughWithALittleEndianLength) {
   EXPECT_EQ(message, sent);
 }
 
-TEST_F(FramingTest, AMessageOverOneMebibyteIsRefusedUnread) {
-  WriteRaw(Prefix((1 << 20) + 1));
+TEST_F(FramingTest, AMessageOver64MebibytesIsRefusedUnread) {
+  WriteRaw(Prefix((64 << 20) + 1));
   json message;
   std::string error;
   EXPECT_EQ(Read(&message, &error), FrameRead::kTooLarge);
-  EXPECT_THAT(error, HasSubstr("1048577 bytes"));
-  EXPECT_THAT(error, HasSubstr("1 MiB"));
+  EXPECT_THAT(error, HasSubstr("67108865 bytes"));
+  EXPECT_THAT(error, HasSubstr("64 MiB"));
 }
 
-TEST_F(FramingTest, ExactlyOneMebibyteIsAllowed) {
-  std::string body = "{\"pad\":\"" + std::string((1 << 20) - 10, 'x') + "\"}";
-  ASSERT_EQ(body.size(), 1u << 20);
+TEST_F(FramingTest, Exactly64MebibytesAreAllowed) {
+  std::string body = "{\"pad\":\"" + std::string((64 << 20) - 10, 'x') + "\"}";
+  ASSERT_EQ(body.size(), 64u << 20);
   std::thread writer([&] { WriteRaw(Prefix(body.size()) + body); });
   json message;
   std::string error;
