@@ -118,6 +118,16 @@ def check_declared_unchanged(optimizer, frozen, declared_count):
                 % (repr(name) if name else "a parameter of shape %s" % list(p.shape)))
 
 
+def outside_compiled_graphs(hook):
+    """`hook`, which torch.compile'd code calls as it is instead of tracing it into a graph
+    (torch 2.x): it waits on the agent and writes parameters in place, which a graph cannot
+    hold.  Unchanged where torch has no compiler."""
+    compiler = getattr(torch, "compiler", None)  # torch >= 2.1; torch._dynamo in 2.0
+    disable = getattr(compiler, "disable", None) or getattr(getattr(torch, "_dynamo", None),
+                                                            "disable", None)
+    return disable(hook) if disable is not None else hook
+
+
 def register_gradient_hook(param, hook):
     """Calls hook() each time backward has accumulated param.grad; returns what must be kept."""
     if hasattr(param, "register_post_accumulate_grad_hook"):  # torch >= 2.1

@@ -72,8 +72,8 @@ import torch
 import kubeps
 from kubeps._torch_params import (Binding, all_finite, check_declared_unchanged,
                                   check_sent_gradients_unchanged, copy_gradient, forget_sent,
-                                  frozen_params, param_count, register_gradient_hook,
-                                  trainable_params)
+                                  frozen_params, outside_compiled_graphs, param_count,
+                                  register_gradient_hook, trainable_params)
 from kubeps._torch_settings import (bucket_bytes, group_settings, settings_changed,
                                     warn_if_groups_differ)
 from kubeps.errors import FailedPrecondition, InvalidArgument, RolledBack
@@ -229,7 +229,7 @@ class _DistributedOptimizer:
         def before_forward(*unused):
             if not self._kubeps_closed:
                 self._kubeps_resolve(bindings)
-        return before_forward
+        return outside_compiled_graphs(before_forward)
 
     def _kubeps_defers(self):
         """Whether step() leaves the waiting to the next forward pass."""
@@ -286,7 +286,7 @@ class _DistributedOptimizer:
         def on_gradient_ready(*unused):
             if not self._kubeps_closed:
                 self._kubeps_push_gradient(binding)
-        return on_gradient_ready
+        return outside_compiled_graphs(on_gradient_ready)
 
     def _kubeps_push_gradient(self, binding):
         """Runs in backward as soon as `binding`'s gradient is accumulated: copy and push."""
@@ -303,10 +303,11 @@ class _DistributedOptimizer:
             stale = binding.name in self._kubeps_pending
         if stale:
             raise FailedPrecondition(
-                "%r was used in the forward pass before its own module ran (a tied weight?), so "
-                "with the value of the step before: its module waits for its new value. Pass "
-                "the DistributedOptimizer no model= (step() then waits for every parameter)"
-                % binding.name)
+                "%r was used in the forward pass before its own module ran, so with the value of "
+                "the step before: its module waits for its new value. A tied weight? Pass the "
+                "DistributedOptimizer no model= (step() then waits for every parameter). A model "
+                "run by torch.compile before model= hooked it? Its compiled code does not run "
+                "hooks added later: wrap the optimizer first" % binding.name)
         with self._kubeps_lock:
             passes = self._kubeps_passes.get(binding.name, 0) + 1
             if passes > self._kubeps_passes_per_step:

@@ -554,6 +554,42 @@ class OnAGpu(TorchTestCase):
                 self.assertParametersEqual(model, reference, exact=False)
 
 
+def compile_missing():
+    if torch is None or not hasattr(torch, "compile"):
+        return "torch.compile needs torch 2.0 or later: %s" % (torch and torch.__version__)
+    return None
+
+
+@needs_torch
+@unittest.skipIf(compile_missing(), compile_missing())
+class UnderTorchCompile(TorchTestCase):
+    """A compiled model: its backward pass is one compiled graph, but the parameters' gradient
+    accumulators are still autograd's, so their hooks push as in eager mode, and the per-module
+    hooks of model= run where the compiled forward breaks its graph for them."""
+
+    def test_each_update_mode_ends_where_the_eager_model_ends(self):
+        reference = three_layers()
+        train_locally(reference, torch.optim.SGD(reference.parameters(), lr=LEARNING_RATE), 3)
+        backends = [("aot_eager", "cpu")] + ([("inductor", "cuda")] if not cuda_missing() else [])
+        for (backend, device), per_module in [(b, m) for b in backends for m in (False, True)]:
+            with self.subTest(backend=backend, device=device, per_module=per_module):
+                # Compiled code outlives its model and does not check the hooks it was
+                # traced with: without a reset, the next model would run the last one's.
+                torch._dynamo.reset()
+                self.connect()
+                try:
+                    model = three_layers().to(device)
+                    optimizer = kps.DistributedOptimizer(
+                        torch.optim.SGD(model.parameters(), lr=100.0),
+                        named_parameters=model.named_parameters(),
+                        model=model if per_module else None)
+                    kps.broadcast_parameters(model.state_dict(), root_rank=0)
+                    train(torch.compile(model, backend=backend), optimizer, 3, device=device)
+                finally:
+                    reset_kubeps()
+                self.assertParametersEqual(model.cpu(), reference, exact=False)
+
+
 @needs_torch
 class AsAUserRunsIt(unittest.TestCase):
     def test_the_three_lines_in_a_training_process_beside_an_agent_process(self):

@@ -200,7 +200,7 @@ class UserErrors(TorchTestCase):
         self.assertTrue(torch.equal(model[0].weight, before))
 
     def test_a_frozen_parameter_with_an_old_gradient_is_no_error(self):
-        # zero_grad() of torch 1.x leaves zeros, not None, in a gradient it had.
+        # zero_grad(set_to_none=False), torch 1.x's default, leaves zeros in a gradient it had.
         self.connect()
         model = three_layers()
         first = torch.nn.CrossEntropyLoss()(model(batch_for(0)[0]), batch_for(0)[1])
@@ -210,7 +210,7 @@ class UserErrors(TorchTestCase):
                                              named_parameters=model.named_parameters())
         kps.broadcast_parameters(model.state_dict())
         for step in kps.steps(2):
-            optimizer.zero_grad()
+            optimizer.zero_grad(set_to_none=False)
             x, y = batch_for(step)
             torch.nn.CrossEntropyLoss()(model(x), y).backward()
             optimizer.step()
