@@ -10,6 +10,12 @@ import torch
 from kubeps.errors import FailedPrecondition, InvalidArgument
 
 
+# The parameter types kubeps carries. The servers keep and update float32 values: a float16 or
+# bfloat16 parameter is their rounding (the servers hold mixed precision's master weights), and
+# its gradient goes up as float32.
+CARRIED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
 class Binding:
     """One declared parameter: the torch parameter and its two regions as torch views."""
 
@@ -77,10 +83,11 @@ def trainable_params(optimizer, named_parameters):
                 "DistributedOptimizer: a parameter of the optimizer (shape %s) is not in "
                 "named_parameters; every trainable parameter needs its name, the key all "
                 "workers agree on" % list(p.shape))
-        if p.dtype != torch.float32:
+        if p.dtype not in CARRIED_DTYPES:
             raise InvalidArgument(
-                "DistributedOptimizer: parameter %r is %s; kubeps carries float32 only "
-                "(model.float() converts a model)" % (name, str(p.dtype).replace("torch.", "")))
+                "DistributedOptimizer: parameter %r is %s; kubeps carries float32, bfloat16 and "
+                "float16 (model.float() converts a model)"
+                % (name, str(p.dtype).replace("torch.", "")))
         params.append((name, p))
     if not params:
         raise InvalidArgument("DistributedOptimizer: the optimizer has no trainable parameter")

@@ -9,7 +9,7 @@
     kps.finish()
 
 How a step goes.  `DistributedOptimizer` declares every trainable parameter
-(float32, by name) and hooks each one's gradient accumulator: as soon as
+(by name, as float32) and hooks each one's gradient accumulator: as soon as
 backward has the gradient of a parameter, the hook copies it into the
 parameter's `grads` region of the shared-memory file, and once the gradients
 copied so far hold KUBEPS_BUCKET_BYTES (1 MiB, DistributedDataParallel's
@@ -70,7 +70,7 @@ import warnings
 import torch
 
 import kubeps
-from kubeps._torch_params import (Binding, all_finite, check_declared_unchanged,
+from kubeps._torch_params import (CARRIED_DTYPES, Binding, all_finite, check_declared_unchanged,
                                   check_sent_gradients_unchanged, copy_gradient, forget_sent,
                                   frozen_params, outside_compiled_graphs, param_count,
                                   register_gradient_hook, trainable_params)
@@ -386,13 +386,15 @@ class _DistributedOptimizer:
                 for binding in self._kubeps_bindings:
                     grad = binding.param.grad
                     if grad is None:
-                        binding.param.grad = binding.values.to(binding.param.device, copy=True)
+                        binding.param.grad = binding.values.to(
+                            binding.param.device, binding.param.dtype, copy=True)
                     elif grad.is_sparse:
                         # As sparse as it went (an embedding's rows), for optimizers that
                         # take nothing else (SparseAdam); a row whose mean is all zeros
                         # counts as untouched.
                         binding.param.grad = binding.values.to(
-                            binding.param.device, copy=True).to_sparse(grad.sparse_dim())
+                            binding.param.device, binding.param.dtype,
+                            copy=True).to_sparse(grad.sparse_dim())
                     else:
                         grad.copy_(binding.values)
                 # Under Fail the servers refused a NaN; under SkipStep they hand it on.
@@ -541,8 +543,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_s
 
     Declares every trainable parameter of `optimizer` to the agent, by its name in
     `named_parameters` (model.named_parameters(); without it, names by position),
-    and pushes each gradient from backward as soon as it is ready.  Parameters must
-    be float32; frozen ones (requires_grad False) stay out.  One per process.
+    and pushes each gradient from backward as soon as it is ready.  Parameters are
+    float32, bfloat16 or float16 (the servers keep float32 values); frozen ones
+    (requires_grad False) stay out.  One per process.
 
     With `model` (the module that holds the parameters) and the servers' optimizer,
     step() returns without waiting and each module waits for its own parameters just
@@ -578,7 +581,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_s
 def broadcast_parameters(params, root_rank=0):
     """Starts every worker from the same parameters: rank 0's, or the servers' on a restart.
 
-    `params` is a state_dict or (name, tensor) pairs.  Only float32 tensors that the
+    `params` is a state_dict or (name, tensor) pairs.  Only the tensors that the
     DistributedOptimizer declared (its trainable parameters, by name) go through
     kubeps; the others (buffers such as BatchNorm's running statistics, integer or
     float64 tensors, frozen parameters) are left alone: each worker keeps its own.
@@ -594,7 +597,7 @@ def broadcast_parameters(params, root_rank=0):
     given = {}
     for name, tensor in items:
         binding = optimizer._kubeps_by_name.get(name)
-        if binding is None or not torch.is_tensor(tensor) or tensor.dtype != torch.float32:
+        if binding is None or not torch.is_tensor(tensor) or tensor.dtype not in CARRIED_DTYPES:
             continue
         if tuple(tensor.shape) != binding.shape:
             raise InvalidArgument("broadcast_parameters: %r has shape %s; it was declared with "

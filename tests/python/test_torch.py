@@ -554,6 +554,58 @@ class OnAGpu(TorchTestCase):
                 self.assertParametersEqual(model, reference, exact=False)
 
 
+@needs_torch
+class HalfPrecisionParameters(TorchTestCase):
+    """A bfloat16 model: the servers keep float32 values (mixed precision's master weights),
+    each worker's parameters are their rounding, and the gradients go up as float32."""
+
+    def test_a_bfloat16_model_trains_on_float32_values_the_servers_keep(self):
+        self.connect()
+        model, reference = three_layers().bfloat16(), three_layers().bfloat16()
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        kps.broadcast_parameters(model.state_dict(), root_rank=0)
+        master = [p.detach().float() for p in reference.parameters()]
+        loss_fn = torch.nn.CrossEntropyLoss()
+        for step in kps.steps(3):
+            x, y = batch_for(step)
+            optimizer.zero_grad()
+            loss_fn(model(x.bfloat16()), y).backward()
+            optimizer.step()
+            # The same step by hand: the bfloat16 copy of float32 values computes the gradient.
+            with torch.no_grad():
+                for p, m in zip(reference.parameters(), master):
+                    p.copy_(m)
+            reference.zero_grad()
+            loss_fn(reference(x.bfloat16()), y).backward()
+            for p, m in zip(reference.parameters(), master):
+                m.sub_(LEARNING_RATE * p.grad.float())
+        for binding, m in zip(optimizer._kubeps_bindings, master):
+            self.assertEqual(binding.param.dtype, torch.bfloat16, binding.name)
+            self.assertTrue(torch.allclose(binding.values, m, rtol=1e-6, atol=1e-7), binding.name)
+            self.assertTrue(torch.equal(binding.param, binding.values.bfloat16()), binding.name)
+        kept = torch.cat([b.values.flatten() for b in optimizer._kubeps_bindings])
+        self.assertFalse(torch.equal(kept, kept.bfloat16().float()),
+                         "the servers' values were rounded to bfloat16")
+
+    def test_with_optimizer_none_the_mean_comes_back_as_a_bfloat16_gradient(self):
+        self.connect(optimizer="none")
+        model, reference = three_layers().bfloat16(), three_layers().bfloat16()
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        kps.broadcast_parameters(model.state_dict(), root_rank=0)
+        local = torch.optim.SGD(reference.parameters(), lr=0.1)
+        for step in kps.steps(2):
+            x, y = batch_for(step)
+            for net, opt in ((model, optimizer), (reference, local)):
+                opt.zero_grad()
+                torch.nn.CrossEntropyLoss()(net(x.bfloat16()), y).backward()
+                opt.step()
+        for name, p in model.named_parameters():
+            self.assertEqual(p.grad.dtype, torch.bfloat16, name)
+        self.assertParametersEqual(model, reference)
+
+
 def compile_missing():
     if torch is None or not hasattr(torch, "compile"):
         return "torch.compile needs torch 2.0 or later: %s" % (torch and torch.__version__)

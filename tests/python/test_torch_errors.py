@@ -58,7 +58,8 @@ class UserErrors(TorchTestCase):
         self.connect()
         model = three_layers().double()
         with self.assertRaisesRegex(kubeps.InvalidArgument, "parameter '0.weight' is float64; "
-                                                            "kubeps carries float32 only"):
+                                                            "kubeps carries float32, bfloat16 "
+                                                            "and float16"):
             kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                      named_parameters=model.named_parameters())
 
