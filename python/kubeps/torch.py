@@ -249,7 +249,10 @@ class _DistributedOptimizer:
         except RolledBack as rollback:
             self._kubeps_drop_pending()
             self._kubeps_roll_back(rollback.resume_step)
-            self._kubeps_discard = True
+            # The backward pass of a forward that found it would send gradients computed
+            # partly from the values before: they are dropped.  A forward without autograd
+            # (an evaluation) has none, and the next iteration's must go.
+            self._kubeps_discard = torch.is_grad_enabled()
             return False
         with torch.no_grad():
             for binding in bindings:

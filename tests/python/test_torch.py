@@ -490,6 +490,28 @@ class ForwardOverlap(TorchTestCase):
         train(clean, self.distributed(clean), 6)
         self.assertParametersEqual(model, clean)
 
+    @requires_fake
+    def test_a_rollback_found_by_an_evaluation_drops_no_step(self):
+        agent = self.connect()
+        model, clean = three_layers(), three_layers()
+        optimizer = self.distributed(model)
+        agent.fake.arm_rollback(at_step=4, resume_step=2)
+        seen = []
+        for step in kps.steps(6):
+            seen.append(step)
+            x, y = batch_for(step)
+            optimizer.zero_grad()
+            torch.nn.CrossEntropyLoss()(model(x), y).backward()
+            optimizer.step()
+            with torch.no_grad():
+                model(x)  # an evaluation: its modules wait for the new values
+        # Step 4's exchanges fail in the evaluation after it: no step's gradients are lost.
+        self.assertEqual(seen, [0, 1, 2, 3, 4, 2, 3, 4, 5])
+        reset_kubeps()
+        self.connect()
+        train(clean, self.distributed(clean), 6)
+        self.assertParametersEqual(model, clean)
+
     def test_a_parameter_whose_module_never_runs_is_refused_saying_why(self):
         self.connect()
 
