@@ -135,6 +135,38 @@ def outside_compiled_graphs(hook):
     return disable(hook) if disable is not None else hook
 
 
+def modules_and_their_parameters(model):
+    """(module, the parameters its forward reads) for each module of `model`: its own, and
+    those its parametrizations compute its tensors from (torch.nn.utils.parametrize keeps
+    them in modules whose forward never runs: the parametrized module's reads them).  An
+    nn.DataParallel copies every parameter below it to its devices before any of those
+    modules runs: it reads them all."""
+    parametrized = {id(m) for m in model.modules()
+                    if isinstance(getattr(m, "parametrizations", None), torch.nn.ModuleDict)}
+    claimed = {id(p) for m in model.modules() if id(m) in parametrized
+               for p in m.parametrizations.parameters()}
+    replicated = set()  # the modules below an nn.DataParallel
+    for module in model.modules():  # parents first
+        if id(module) in replicated:
+            continue
+        if isinstance(module, torch.nn.DataParallel):
+            replicated.update(id(m) for m in module.modules())
+            yield module, list(module.parameters())
+            continue
+        params = [p for p in module.parameters(recurse=False) if id(p) not in claimed]
+        if id(module) in parametrized:
+            params += list(module.parametrizations.parameters())
+        yield module, params
+
+
+def first_forward_pre_hook(module, hook):
+    """Registers `hook` to run before the module's other forward pre-hooks (weight_norm's
+    makes the weight from weight_g and weight_v: from the new values, not the old)."""
+    handle = module.register_forward_pre_hook(hook)
+    module._forward_pre_hooks.move_to_end(handle.id, last=False)
+    return handle
+
+
 def register_gradient_hook(param, hook):
     """Calls hook() each time backward has accumulated param.grad; returns what must be kept."""
     if hasattr(param, "register_post_accumulate_grad_hook"):  # torch >= 2.1

@@ -72,8 +72,9 @@ import torch
 import kubeps
 from kubeps._torch_params import (CARRIED_DTYPES, Binding, all_finite, check_declared_unchanged,
                                   check_sent_gradients_unchanged, copy_gradient, forget_sent,
-                                  frozen_params, outside_compiled_graphs, param_count,
-                                  register_gradient_hook, trainable_params)
+                                  first_forward_pre_hook, frozen_params,
+                                  modules_and_their_parameters, outside_compiled_graphs,
+                                  param_count, register_gradient_hook, trainable_params)
 from kubeps._torch_settings import (bucket_bytes, group_settings, settings_changed,
                                     warn_if_groups_differ)
 from kubeps.errors import FailedPrecondition, InvalidArgument, RolledBack
@@ -212,12 +213,12 @@ class _DistributedOptimizer:
                                   % type(model).__name__)
         by_param = {id(b.param): b for b in self._kubeps_bindings}
         covered = set()
-        for module in model.modules():
-            own = [by_param[id(p)] for p in module.parameters(recurse=False) if id(p) in by_param]
+        for module, params in modules_and_their_parameters(model):
+            own = [by_param[id(p)] for p in params if id(p) in by_param]
             if own:
                 covered.update(b.name for b in own)
-                self._kubeps_forward_hooks.append(
-                    module.register_forward_pre_hook(self._kubeps_make_forward_hook(own)))
+                self._kubeps_forward_hooks.append(first_forward_pre_hook(
+                    module, self._kubeps_make_forward_hook(own)))
         outside = [b.name for b in self._kubeps_bindings if b.name not in covered]
         if outside:
             raise InvalidArgument(
