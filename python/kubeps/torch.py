@@ -70,11 +70,11 @@ import warnings
 import torch
 
 import kubeps
+from kubeps._torch_forward import ForwardWaits, unwaited
 from kubeps._torch_params import (CARRIED_DTYPES, Binding, all_finite, check_declared_unchanged,
                                   check_sent_gradients_unchanged, copy_gradient, forget_sent,
-                                  first_forward_pre_hook, frozen_params,
-                                  modules_and_their_parameters, outside_compiled_graphs,
-                                  param_count, register_gradient_hook, trainable_params)
+                                  frozen_params, outside_compiled_graphs, param_count,
+                                  register_gradient_hook, trainable_params)
 from kubeps._torch_settings import (bucket_bytes, group_settings, settings_changed,
                                     warn_if_groups_differ)
 from kubeps.errors import FailedPrecondition, InvalidArgument, RolledBack
@@ -128,7 +128,7 @@ def size():
     return kubeps.size()
 
 
-class _DistributedOptimizer:
+class _DistributedOptimizer(ForwardWaits):
     """The methods a DistributedOptimizer adds to the user's optimizer class.
 
     `DistributedOptimizer()` makes a subclass of the user's optimizer's class
@@ -204,79 +204,6 @@ class _DistributedOptimizer:
         # holds bucket_bytes, or every parameter's gradient is in.
         self._kubeps_bucket = []
         self._kubeps_bucket_held = 0
-
-    def _kubeps_hook_forward(self, model):
-        """Each module of `model` that holds declared parameters waits for them before its
-        forward (a forward pre-hook)."""
-        if not isinstance(model, torch.nn.Module):
-            raise InvalidArgument("DistributedOptimizer: model= expects a torch.nn.Module, got %s"
-                                  % type(model).__name__)
-        by_param = {id(b.param): b for b in self._kubeps_bindings}
-        covered = set()
-        for module, params in modules_and_their_parameters(model):
-            own = [by_param[id(p)] for p in params if id(p) in by_param]
-            if own:
-                covered.update(b.name for b in own)
-                self._kubeps_forward_hooks.append(first_forward_pre_hook(
-                    module, self._kubeps_make_forward_hook(own)))
-        outside = [b.name for b in self._kubeps_bindings if b.name not in covered]
-        if outside:
-            raise InvalidArgument(
-                "DistributedOptimizer: %s are not parameters of model=%s's modules; pass the model "
-                "that holds every parameter of the optimizer" % (describe_names(outside),
-                                                                  type(model).__name__))
-
-    def _kubeps_make_forward_hook(self, bindings):
-        def before_forward(*unused):
-            if not self._kubeps_closed:
-                self._kubeps_resolve(bindings)
-        return outside_compiled_graphs(before_forward)
-
-    def _kubeps_defers(self):
-        """Whether step() leaves the waiting to the next forward pass."""
-        return bool(self._kubeps_forward_hooks) and self._kubeps_servers_optimize()
-
-    def _kubeps_resolve(self, bindings):
-        """Waits for the last step's exchanges of `bindings` and copies their new values
-        into the parameters.  False when the job rolled back instead (every parameter then
-        holds the values of the step to resume from, and this iteration is dropped)."""
-        with self._kubeps_lock:
-            handles = {b.name: self._kubeps_pending.pop(b.name) for b in bindings
-                       if b.name in self._kubeps_pending}
-        if not handles:
-            return True
-        try:
-            self._kubeps_session.wait(_unwaited(handles.values()))
-        except RolledBack as rollback:
-            self._kubeps_drop_pending()
-            self._kubeps_roll_back(rollback.resume_step)
-            # The backward pass of a forward that found it would send gradients computed
-            # partly from the values before: they are dropped.  A forward without autograd
-            # (an evaluation) has none, and the next iteration's must go.
-            self._kubeps_discard = torch.is_grad_enabled()
-            return False
-        with torch.no_grad():
-            for binding in bindings:
-                if binding.name in handles:
-                    binding.param.copy_(binding.values)
-        return True
-
-    def _kubeps_drop_pending(self):
-        """After a rollback: waits out what is still in flight (its outcome no longer
-        matters), so that no request of the old step holds a region."""
-        with self._kubeps_lock:
-            pending, self._kubeps_pending = self._kubeps_pending, {}
-        try:
-            self._kubeps_session.wait(_unwaited(pending.values()))
-        except RolledBack:
-            pass
-
-    def _kubeps_resolve_all(self):
-        """Brings every parameter up to date; False when the job rolled back instead."""
-        if not self._kubeps_resolve(self._kubeps_bindings):
-            self._kubeps_discard = False  # no iteration in flight to drop
-            return False
-        return True
 
     @property
     def kubeps_parameter_names(self):
@@ -375,7 +302,7 @@ class _DistributedOptimizer:
         try:
             if missing:
                 exchanges[None] = session.push_pull(missing, step)
-            session.wait(_unwaited(exchanges.values()))
+            session.wait(unwaited(exchanges.values()))
         except RolledBack as rollback:
             self._kubeps_roll_back(rollback.resume_step)
             # A step() of this iteration must not exchange its stale gradient again as the
@@ -534,11 +461,6 @@ class _DistributedOptimizer:
         self._kubeps_closed = True
         for hook in self._kubeps_forward_hooks:
             hook.remove()
-
-
-def _unwaited(handles):
-    """Each handle once (one push_pull may cover several parameters), those not yet waited for."""
-    return list({id(h): h for h in handles if not h.waited}.values())
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_step=1,
