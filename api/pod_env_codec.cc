@@ -120,13 +120,17 @@ Status DecodeJob(const std::string& job_json, TrainingJob* job) {
 }
 
 OptimizerConfig ToOptimizerConfig(const OptimizerSpec& o) {
-  return OptimizerConfig{o.name,
-                         static_cast<float>(o.learning_rate),
-                         static_cast<float>(o.momentum),
-                         static_cast<float>(o.beta1),
-                         static_cast<float>(o.beta2),
-                         static_cast<float>(o.epsilon),
-                         static_cast<float>(o.weight_decay)};
+  const LearningRateScheduleSpec& s = o.schedule;
+  return OptimizerConfig{
+      o.name,
+      static_cast<float>(o.learning_rate),
+      static_cast<float>(o.momentum),
+      static_cast<float>(o.beta1),
+      static_cast<float>(o.beta2),
+      static_cast<float>(o.epsilon),
+      static_cast<float>(o.weight_decay),
+      {static_cast<uint64_t>(s.warmup_steps), s.decay, static_cast<uint64_t>(s.decay_steps),
+       static_cast<float>(s.min_learning_rate)}};
 }
 
 void PublishPorts(const NodeConfig& config, int grpc_port, int metrics_port) {

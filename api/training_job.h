@@ -24,6 +24,16 @@ inline constexpr const char* kKind = "TrainingJob";
 enum class SyncMode { kSync, kAsync };
 enum class RestartPolicy { kOnFailure, kNever, kExitCode };
 
+// The learning rate over the updates (common/optimizer.h,
+// LearningRateSchedule): a warmup, then a decay to a floor.
+struct LearningRateScheduleSpec {
+  int64_t warmup_steps = 0;
+  std::string decay = "none";  // none | cosine | linear
+  int64_t decay_steps = 0;
+  double min_learning_rate = 0.0;
+  bool enabled() const { return warmup_steps > 0 || decay != "none"; }
+};
+
 struct OptimizerSpec {
   std::string name = "sgd";  // sgd | momentum | adam | none (servers only average)
   double learning_rate = 0.1;
@@ -32,6 +42,7 @@ struct OptimizerSpec {
   double beta2 = 0.999;   // adam only
   double epsilon = 1e-8;  // adam only
   double weight_decay = 0.0;
+  LearningRateScheduleSpec schedule;
 };
 
 // One environment variable of a container, as Kubernetes spells it.

@@ -141,6 +141,29 @@ void CheckElasticPolicy(const TrainingJobSpec& spec, std::vector<FieldError>* er
   }
 }
 
+// A schedule says how it decays and stays below the peak; the servers'
+// optimizer none has no rate to schedule.
+void CheckSchedule(const OptimizerSpec& optimizer, std::vector<FieldError>* errors) {
+  const std::string field = "spec.optimizer.schedule";
+  const LearningRateScheduleSpec& schedule = optimizer.schedule;
+  if (!schedule.enabled()) return;
+  for (const FieldError& error : *errors) {
+    if (error.field.rfind(field, 0) == 0) return;  // a bad value, already said
+  }
+  if (optimizer.name == "none") {
+    errors->push_back({field,
+                       "optimizer none has no learning rate to schedule (the program's "
+                       "optimizer steps: schedule it there)"});
+  } else if (schedule.decay != "none" && schedule.decay_steps == 0) {
+    errors->push_back({field + ".decaySteps", "required with decay " + Quote(schedule.decay)});
+  } else if (schedule.decay != "none" && schedule.min_learning_rate >= optimizer.learning_rate) {
+    std::ostringstream message;
+    message << schedule.min_learning_rate << " is not below spec.optimizer.learningRate ("
+            << optimizer.learning_rate << "): nothing to decay";
+    errors->push_back({field + ".minLearningRate", message.str()});
+  }
+}
+
 void ReadTrainingJob(const YAML::Node& root, TrainingJob* job, std::vector<FieldError>* errors) {
   MapReader top(root, "", errors);
   ReadConstant(top, "apiVersion", kApiVersion);
@@ -151,6 +174,7 @@ void ReadTrainingJob(const YAML::Node& root, TrainingJob* job, std::vector<Field
     ReadTrainingProgram(top.Get("spec"), &job->spec, errors);
     CheckPodGroupApi(job->spec.scheduling_policy, errors);
     CheckElasticPolicy(job->spec, errors);
+    CheckSchedule(job->spec.optimizer, errors);
   } else {
     top.AddError("spec", "required");
   }

@@ -66,6 +66,32 @@ FieldSpec ElasticPolicyField() {
           "and maxReplicas; jobs of a built-in model");
 }
 
+FieldSpec ScheduleField() {
+  using L = LearningRateScheduleSpec;
+  auto at = [](auto L::*member) {
+    return At(&TrainingJobSpec::optimizer, &OptimizerSpec::schedule, member);
+  };
+  return Object("schedule",
+                {
+                    Integer("warmupSteps", at(&L::warmup_steps))
+                        .AtLeast(0)
+                        .Doc("updates over which the rate rises linearly to learningRate"),
+                    Enum("decay", at(&L::decay), {"none", "cosine", "linear"})
+                        .Doc("after the warmup, over decaySteps updates, to minLearningRate"),
+                    Integer("decaySteps", at(&L::decay_steps))
+                        .AtLeast(0)
+                        .Doc("updates of the decay; required with a decay"),
+                    Number("minLearningRate", at(&L::min_learning_rate))
+                        .AtLeast(0)
+                        .Doc("the rate after the decay; below learningRate"),
+                })
+      .NoDefaultInCrd()
+      .WrittenWhen([](const TrainingJobSpec& spec) { return spec.optimizer.schedule.enabled(); })
+      .Doc(
+          "the learning rate by each parameter's update count, checkpointed with it (a resumed "
+          "job goes on with the rates a run without the fault used)");
+}
+
 std::vector<FieldSpec> OptimizerFields() {
   using O = OptimizerSpec;
   auto at = [](double O::*member) { return At(&TrainingJobSpec::optimizer, member); };
@@ -80,6 +106,7 @@ std::vector<FieldSpec> OptimizerFields() {
       Number("weightDecay", at(&O::weight_decay))
           .AtLeast(0)
           .Doc("L2 penalty: weightDecay times the parameter is added to its gradient"),
+      ScheduleField(),
   };
 }
 

@@ -72,8 +72,9 @@ class Sgd : public Optimizer {
  public:
   explicit Sgd(const OptimizerConfig& c) : c_(c) {}
   void UpdateRange(const float* from, float* to, const float* g, size_t begin, size_t end,
-                   OptimizerState*) const override {
-    SgdLoop(from + begin, to + begin, g + begin, end - begin, c_.learning_rate, c_.weight_decay);
+                   OptimizerState* state) const override {
+    SgdLoop(from + begin, to + begin, g + begin, end - begin, LearningRateAt(c_, state->steps),
+            c_.weight_decay);
   }
 
  private:
@@ -91,7 +92,7 @@ class Momentum : public Optimizer {
   void UpdateRange(const float* from, float* to, const float* g, size_t begin, size_t end,
                    OptimizerState* state) const override {
     MomentumLoop(from + begin, to + begin, g + begin, state->slot1.data() + begin, end - begin,
-                 c_.learning_rate, c_.weight_decay, c_.momentum);
+                 LearningRateAt(c_, state->steps), c_.weight_decay, c_.momentum);
   }
 
  private:
@@ -112,7 +113,7 @@ class Adam : public Optimizer {
     const float t = static_cast<float>(state->steps);
     const AdamStep step{c_.beta1,
                         c_.beta2,
-                        c_.learning_rate,
+                        LearningRateAt(c_, state->steps),
                         c_.weight_decay,
                         c_.epsilon,
                         1.0f - std::pow(c_.beta1, t),
@@ -140,6 +141,26 @@ class AverageOnly : public Optimizer {
 };
 
 }  // namespace
+
+namespace {
+constexpr double kPi = 3.14159265358979323846;
+}  // namespace
+
+float LearningRateAt(const OptimizerConfig& config, uint64_t update) {
+  const LearningRateSchedule& s = config.schedule;
+  if (update <= s.warmup_steps) {
+    if (update == s.warmup_steps) return config.learning_rate;  // no warmup, or its last update
+    return static_cast<float>(double{config.learning_rate} * static_cast<double>(update) /
+                              static_cast<double>(s.warmup_steps));
+  }
+  if (s.decay == "none" || s.decay_steps == 0) return config.learning_rate;
+  const uint64_t into = update - s.warmup_steps;  // 1 for the first update after warmup
+  if (into >= s.decay_steps) return s.min_learning_rate;
+  const double done = static_cast<double>(into) / static_cast<double>(s.decay_steps);
+  const double left = s.decay == "cosine" ? 0.5 * (1.0 + std::cos(kPi * done)) : 1.0 - done;
+  return static_cast<float>(s.min_learning_rate +
+                            (double{config.learning_rate} - s.min_learning_rate) * left);
+}
 
 void Optimizer::Apply(const float* from, float* to, const float* grad, size_t n,
                       OptimizerState* state) const {

@@ -18,15 +18,33 @@
 
 namespace kubeps {
 
+// The learning rate as a function of the update: a linear warmup over
+// warmup_steps (update u of them at learning_rate * u / warmup_steps), then,
+// over decay_steps, a cosine or linear decay to min_learning_rate, which stays.
+// A function of the part's update count alone (checkpointed with it), so a
+// job resumed or rolled back goes on with the rates a run without the fault
+// used.
+struct LearningRateSchedule {
+  uint64_t warmup_steps = 0;
+  std::string decay = "none";  // none | cosine | linear
+  uint64_t decay_steps = 0;
+  float min_learning_rate = 0.0f;
+};
+
 struct OptimizerConfig {
-  std::string name = "sgd";  // sgd | momentum | adam | none (average only)
-  float learning_rate = 0.1f;
+  std::string name = "sgd";    // sgd | momentum | adam | none (average only)
+  float learning_rate = 0.1f;  // the peak of the schedule
   float momentum = 0.9f;
   float beta1 = 0.9f;
   float beta2 = 0.999f;
   float epsilon = 1e-8f;
   float weight_decay = 0.0f;
+  LearningRateSchedule schedule;
 };
+
+// The learning rate of the update-th update of a part (1 for the first).
+// Without a schedule it is learning_rate itself, bit for bit.
+float LearningRateAt(const OptimizerConfig& config, uint64_t update);
 
 // Per-part optimizer state: momentum buffer or Adam's moments.
 struct OptimizerState {

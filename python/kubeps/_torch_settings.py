@@ -56,8 +56,9 @@ def settings_changed(before, optimizer):
                 warnings.warn(
                     "kubeps: param_groups[%d][%r] changed from %s to %s (a learning-rate "
                     "scheduler?), but the servers' optimizer applies the job's "
-                    "spec.optimizer, which stays as it is: to schedule it in this process, "
-                    "run the job with the servers' optimizer 'none'"
+                    "spec.optimizer: give the job spec.optimizer.schedule (a warmup, a cosine "
+                    "or linear decay), or run it with the servers' optimizer 'none' to "
+                    "schedule it in this process"
                     % (i, key, value, now.get(key)), stacklevel=3)
                 return True
     return False

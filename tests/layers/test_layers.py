@@ -1,4 +1,4 @@
-"""The layers of the README's drawing, checked against the code: which
+"""The layers of docs/layout.md's drawing, checked against the code: which
 folder may include which, no global include directory, no cycle among the
 libraries' link edges, and a KV client header that does not expose gRPC.
 
@@ -70,7 +70,7 @@ class LayersTest(unittest.TestCase):
                         continue  # a header of the same folder, or a system one in quotes
                     if top != folder and top not in allowed:
                         bad.append("%s includes %s" % (os.path.relpath(path, SOURCE_DIR), included))
-        self.assertEqual(bad, [], "includes against the layers (README, Layers):\n" + "\n".join(bad))
+        self.assertEqual(bad, [], "includes against the layers (docs/layout.md, Layers):\n" + "\n".join(bad))
 
     def test_servers_and_agent_never_include_the_operator(self):
         # The rule DESIGN.md states first, checked on its own so that its

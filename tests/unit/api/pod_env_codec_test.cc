@@ -67,7 +67,10 @@ spec:
   resendTimeoutMs: 250
   maxResends: 4
   checkpoint: {path: /ckpt}
-  optimizer: {name: adam, learningRate: 0.001}
+  optimizer:
+    name: adam
+    learningRate: 0.001
+    schedule: {warmupSteps: 50, decay: linear, decaySteps: 450, minLearningRate: 0.0001}
   replicaSpecs: {ps: {replicas: 3}, worker: {replicas: 5}}
 )");
     EXPECT_TRUE(parsed.ok()) << parsed.ErrorReport("job");
@@ -102,6 +105,10 @@ TEST_F(PodEnvCodecTest, WhatIsEncodedDecodesToTheSameValues) {
   const OptimizerConfig optimizer = ToOptimizerConfig(decoded.spec.optimizer);
   EXPECT_EQ(optimizer.name, "adam");
   EXPECT_FLOAT_EQ(optimizer.learning_rate, 0.001f);
+  EXPECT_EQ(optimizer.schedule.warmup_steps, 50u);
+  EXPECT_EQ(optimizer.schedule.decay, "linear");
+  EXPECT_EQ(optimizer.schedule.decay_steps, 450u);
+  EXPECT_FLOAT_EQ(optimizer.schedule.min_learning_rate, 0.0001f);
 }
 
 TEST_F(PodEnvCodecTest, AFlagWinsOverItsVariable) {

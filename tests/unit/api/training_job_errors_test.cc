@@ -121,6 +121,44 @@ TEST(ApiTrainingJobErrorsTest, UnknownOptimizer) {
               "(did you mean \"adam\"?)");
 }
 
+// kValid with a learning rate schedule of these lines under the optimizer.
+std::string Scheduled(const std::string& lines) {
+  return With("    learningRate: 0.1\n", "    learningRate: 0.1\n    schedule:\n" + lines);
+}
+
+TEST(ApiTrainingJobErrorsTest, AScheduleIsReadWithTheOptimizer) {
+  ParseResult result = ParseTrainingJob(
+      Scheduled("      warmupSteps: 100\n      decay: cosine\n      decaySteps: 900\n"
+                "      minLearningRate: 0.001\n"));
+  ASSERT_TRUE(result.ok()) << ::testing::PrintToString(Strings(result));
+  const LearningRateScheduleSpec& schedule = result.job->spec.optimizer.schedule;
+  EXPECT_EQ(schedule.warmup_steps, 100);
+  EXPECT_EQ(schedule.decay, "cosine");
+  EXPECT_EQ(schedule.decay_steps, 900);
+  EXPECT_DOUBLE_EQ(schedule.min_learning_rate, 0.001);
+}
+
+TEST(ApiTrainingJobErrorsTest, AScheduleSaysHowItDecaysAndToWhat) {
+  ExpectError(Scheduled("      decay: cosine\n"), "spec.optimizer.schedule.decaySteps",
+              "required with decay \"cosine\"");
+  ExpectError(Scheduled("      decay: linear\n      decaySteps: 10\n      minLearningRate: 0.1\n"),
+              "spec.optimizer.schedule.minLearningRate",
+              "0.1 is not below spec.optimizer.learningRate (0.1): nothing to decay");
+  ExpectError(Scheduled("      decay: cosin\n      decaySteps: 10\n"),
+              "spec.optimizer.schedule.decay",
+              "must be one of \"none\", \"cosine\" or \"linear\", got \"cosin\" (did you mean "
+              "\"cosine\"?)");
+}
+
+TEST(ApiTrainingJobErrorsTest, OptimizerNoneHasNoRateToSchedule) {
+  std::string text = Scheduled("      warmupSteps: 10\n");
+  text.replace(text.find("name: sgd"), 9, "name: none");
+  ParseResult result = ParseTrainingJob(text);
+  EXPECT_THAT(Strings(result),
+              ::testing::Contains(HasSubstr(
+                  "spec.optimizer.schedule: optimizer none has no learning rate to schedule")));
+}
+
 // none leaves the update to the program's own optimizer: a built-in model
 // would take the averaged gradients for its parameters and train nothing.
 TEST(ApiTrainingJobErrorsTest, ABuiltInModelNeedsTheServersToUpdate) {

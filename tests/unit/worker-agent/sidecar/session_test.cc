@@ -186,14 +186,14 @@ TEST_F(SessionTest, MalformedRequestsAreAnsweredAndTheSessionGoesOn) {
   EXPECT_TRUE(client->Hello(nonce()).value("ok", false));
 }
 
-TEST_F(SessionTest, AMessageOverOneMebibyteIsAnErrorAndTheEndOfTheSession) {
+TEST_F(SessionTest, AMessageOver64MebibytesIsAnErrorAndTheEndOfTheSession) {
   auto client = Connect();
   ASSERT_TRUE(client->Hello(nonce()).value("ok", false));
   ASSERT_TRUE(client->Declare(kTensors, dir_).value("ok", false));
-  const std::string prefix("\x00\x00\x20\x00", 4);  // 2 MiB
+  const std::string prefix("\x00\x00\x00\x08", 4);  // 128 MiB
   ASSERT_EQ(::write(client->fd(), prefix.data(), 4), 4);
   EXPECT_THAT(ExpectError(client->ReceiveAny(), "InvalidArgument"),
-              AllOf(HasSubstr("2097152 bytes is over the limit"), HasSubstr("closing")));
+              AllOf(HasSubstr("134217728 bytes is over the limit"), HasSubstr("closing")));
   EXPECT_TRUE(client->ReceiveAny().contains("closed")) << "the session is still open";
   EXPECT_TRUE(Eventually([&] { return FilesIn(dir_, "tensors-").empty(); }))
       << "the session's file outlived it";
