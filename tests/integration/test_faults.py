@@ -33,10 +33,13 @@ def job_env(**more):
 
 def sync_job(name, max_resends=20):
     """2 servers, 2 workers, sync MLP with plain SGD; short per-attempt
-    deadlines so that dropped messages are resent quickly."""
+    deadlines so that dropped messages are resent quickly. The learning rate
+    warms up and decays by each part's update count: an update applied twice
+    would shift every rate after it."""
     return manifest_with(name, {"resendTimeoutMs": 150, "maxResends": max_resends,
                                 "runPolicy": {"restartPolicy": "Never"}},
-                         optimizer={"name": "sgd", "learningRate": 0.1})
+                         optimizer={"name": "sgd", "learningRate": 0.1, "schedule": {
+                             "warmupSteps": 50, "decay": "linear", "decaySteps": 400}})
 
 
 class FaultsTest(unittest.TestCase):

@@ -13,7 +13,11 @@ from jobtools import (OVERLAPPED, PACED_FOR_KILLS, RunningJob, manifest, process
 
 
 def job_text(name):
-    return manifest(name, optimizer={"name": "adam", "learningRate": 0.001}).replace(
+    # The learning rate goes by each part's update count, which the checkpoints
+    # keep: a restored shard that lost it would step with other rates.
+    schedule = {"warmupSteps": 100, "decay": "cosine", "decaySteps": 400, "minLearningRate": 1e-5}
+    return manifest(name, optimizer={"name": "adam", "learningRate": 0.001,
+                                     "schedule": schedule}).replace(
         '"epochs": 1', '"epochs": 1, "checkpoint": {"intervalSteps": 50}').replace(
         '"progressIntervalMs": 500', '"progressIntervalMs": 100')
 
