@@ -146,11 +146,16 @@ void CheckElasticPolicy(const TrainingJobSpec& spec, std::vector<FieldError>* er
 void CheckSchedule(const OptimizerSpec& optimizer, std::vector<FieldError>* errors) {
   const std::string field = "spec.optimizer.schedule";
   const LearningRateScheduleSpec& schedule = optimizer.schedule;
-  if (!schedule.enabled()) return;
   for (const FieldError& error : *errors) {
     if (error.field.rfind(field, 0) == 0) return;  // a bad value, already said
   }
-  if (optimizer.name == "none") {
+  if (schedule.decay == "none" && (schedule.decay_steps > 0 || schedule.min_learning_rate > 0)) {
+    errors->push_back({field + ".decay",
+                       "none, but decaySteps or minLearningRate is given: say "
+                       "how to decay (cosine or linear)"});
+  } else if (!schedule.enabled()) {
+    return;
+  } else if (optimizer.name == "none") {
     errors->push_back({field,
                        "optimizer none has no learning rate to schedule (the program's "
                        "optimizer steps: schedule it there)"});

@@ -88,9 +88,9 @@ FieldSpec ScheduleField() {
       .NoDefaultInCrd()
       .WrittenWhen([](const TrainingJobSpec& spec) { return spec.optimizer.schedule.enabled(); })
       .Doc(
-          "the learning rate by each parameter's update count (a sync step is one update, a "
-          "skipped step none; in async mode each push is one), checkpointed with it: a resumed "
-          "job goes on with the rates a run without the fault used");
+          "the learning rate by the update count of each tensor part a server holds (a sync step "
+          "is one update, a skipped step none; in async mode each push is one), checkpointed "
+          "with it: a resumed job goes on with the rates a run without the fault used");
 }
 
 std::vector<FieldSpec> OptimizerFields() {

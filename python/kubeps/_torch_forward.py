@@ -6,7 +6,7 @@ import torch
 
 from kubeps._torch_params import (first_forward_pre_hook, modules_and_their_parameters,
                                   outside_compiled_graphs)
-from kubeps.errors import InvalidArgument, RolledBack
+from kubeps.errors import FailedPrecondition, InvalidArgument, RolledBack
 from kubeps.shared_tensors import describe_names
 
 
@@ -24,6 +24,7 @@ class ForwardWaits:
         if not isinstance(model, torch.nn.Module):
             raise InvalidArgument("DistributedOptimizer: model= expects a torch.nn.Module, got %s"
                                   % type(model).__name__)
+        self._kubeps_model = model
         by_param = {id(b.param): b for b in self._kubeps_bindings}
         covered = set()
         for module, params in modules_and_their_parameters(model):
@@ -40,7 +41,14 @@ class ForwardWaits:
                                                                   type(model).__name__))
 
     def _kubeps_make_forward_hook(self, bindings):
-        def before_forward(*unused):
+        def before_forward(module, *unused):
+            if getattr(module, "_is_replica", False):
+                # nn.DataParallel's copy, made before this wait: it would train on the values
+                # of the step before.
+                raise FailedPrecondition(
+                    "model=%s runs inside an nn.DataParallel, which copies its parameters to "
+                    "the GPUs before the modules wait for their new values: pass the "
+                    "DataParallel as model=" % type(self._kubeps_model).__name__)
             if not self._kubeps_closed:
                 self._kubeps_resolve(bindings)
         return outside_compiled_graphs(before_forward)
@@ -63,10 +71,10 @@ class ForwardWaits:
         except RolledBack as rollback:
             self._kubeps_drop_pending()
             self._kubeps_roll_back(rollback.resume_step)
-            # The backward pass of a forward that found it would send gradients computed
-            # partly from the values before: they are dropped.  A forward without autograd
-            # (an evaluation) has none, and the next iteration's must go.
-            self._kubeps_discard = torch.is_grad_enabled()
+            # This iteration's gradients would come partly from the values before: they are
+            # dropped.  steps() ends the discarding when it yields the resume step, so a
+            # pass after step() (an evaluation) costs no step.
+            self._kubeps_discard = True
             return False
         with torch.no_grad():
             for binding in bindings:

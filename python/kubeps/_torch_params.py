@@ -3,6 +3,7 @@ which of the optimizer's parameters are declared and by what name, and its gradi
 hook that tells when backward has it, its copy into the file, and the check that what was
 sent is still what .grad holds at step()."""
 
+import importlib
 import warnings
 
 import torch
@@ -49,7 +50,8 @@ def copy_gradient(binding):
             "the gradient of %r has shape %s, but %r was declared to kubeps with shape %s "
             "(did the parameter change shape after DistributedOptimizer was made?)"
             % (binding.name, list(grad.shape), binding.name, list(binding.shape)))
-    binding.grads.copy_(grad.to_dense() if grad.is_sparse else grad)
+    # A sparse gradient's repeated rows are summed in float32, not in a half type.
+    binding.grads.copy_(grad.float().to_dense() if grad.is_sparse else grad)
 
 
 def trainable_params(optimizer, named_parameters):
@@ -129,10 +131,13 @@ def outside_compiled_graphs(hook):
     """`hook`, which torch.compile'd code calls as it is instead of tracing it into a graph
     (torch 2.x): it waits on the agent and writes parameters in place, which a graph cannot
     hold.  Unchanged where torch has no compiler."""
-    compiler = getattr(torch, "compiler", None)  # torch >= 2.1; torch._dynamo in 2.0
-    disable = getattr(compiler, "disable", None) or getattr(getattr(torch, "_dynamo", None),
-                                                            "disable", None)
-    return disable(hook) if disable is not None else hook
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)  # torch >= 2.1
+    if disable is None:
+        try:  # torch 2.0, which does not import it with torch
+            disable = importlib.import_module("torch._dynamo").disable
+        except (ImportError, AttributeError):  # torch 1.x: nothing compiles
+            return hook
+    return disable(hook)
 
 
 def modules_and_their_parameters(model):
@@ -162,9 +167,12 @@ def modules_and_their_parameters(model):
 def first_forward_pre_hook(module, hook):
     """Registers `hook` to run before the module's other forward pre-hooks (weight_norm's
     makes the weight from weight_g and weight_v: from the new values, not the old)."""
-    handle = module.register_forward_pre_hook(hook)
-    module._forward_pre_hooks.move_to_end(handle.id, last=False)
-    return handle
+    try:
+        return module.register_forward_pre_hook(hook, prepend=True)  # torch >= 2.0
+    except TypeError:
+        handle = module.register_forward_pre_hook(hook)
+        module._forward_pre_hooks.move_to_end(handle.id, last=False)
+        return handle
 
 
 def register_gradient_hook(param, hook):

@@ -571,6 +571,7 @@ def steps(total_steps):
     while True:
         while _counter.step < total_steps:
             step, moves = _counter.step, _counter.moves
+            optimizer._kubeps_discard = False  # a new iteration: nothing of it to drop
             yield step
             if _counter.moves == moves:
                 # A body without optimizer.step() still moves on (a loss scaler skipped it).

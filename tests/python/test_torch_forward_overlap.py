@@ -70,26 +70,37 @@ class ForwardOverlap(TorchTestCase):
         self.assertParametersEqual(model, clean)
 
     @requires_fake
-    def test_a_rollback_found_by_an_evaluation_drops_no_step(self):
-        agent = self.connect()
-        model, clean = three_layers(), three_layers()
-        optimizer = self.distributed(model)
-        agent.fake.arm_rollback(at_step=4, resume_step=2)
-        seen = []
-        for step in kps.steps(6):
-            seen.append(step)
-            x, y = batch_for(step)
-            optimizer.zero_grad()
-            torch.nn.CrossEntropyLoss()(model(x), y).backward()
-            optimizer.step()
-            with torch.no_grad():
-                model(x)  # an evaluation: its modules wait for the new values
-        # Step 4's exchanges fail in the evaluation after it: no step's gradients are lost.
-        self.assertEqual(seen, [0, 1, 2, 3, 4, 2, 3, 4, 5])
-        reset_kubeps()
-        self.connect()
-        train(clean, self.distributed(clean), 6)
-        self.assertParametersEqual(model, clean)
+    def test_a_rollback_found_outside_the_training_pass_drops_no_step(self):
+        # Step 4's exchanges fail in another forward pass: an evaluation after step(), with
+        # autograd or without, or a pass before the training one (a teacher's).
+        for where, grad in [("after", False), ("after", True), ("before", False)]:
+            with self.subTest(where=where, grad=grad):
+                agent = self.connect()
+                self.addCleanup(reset_kubeps)
+                model, clean = three_layers(), three_layers()
+                optimizer = self.distributed(model)
+                agent.fake.arm_rollback(at_step=4, resume_step=2)
+                seen = []
+                for step in kps.steps(6):
+                    seen.append(step)
+                    x, y = batch_for(step)
+                    if where == "before":
+                        with torch.set_grad_enabled(grad):
+                            model(x)
+                    optimizer.zero_grad()
+                    torch.nn.CrossEntropyLoss()(model(x), y).backward()
+                    optimizer.step()
+                    if where == "after":
+                        with torch.set_grad_enabled(grad):
+                            model(x)
+                expected = [0, 1, 2, 3, 4, 2, 3, 4, 5] if where == "after" else \
+                    [0, 1, 2, 3, 4, 5, 2, 3, 4, 5]
+                self.assertEqual(seen, expected)
+                reset_kubeps()
+                self.connect()
+                train(clean, self.distributed(clean), 6)
+                reset_kubeps()
+                self.assertParametersEqual(model, clean)
 
     def test_weight_norm_and_a_parametrization_compute_from_the_new_values(self):
         # weight_norm makes the weight from weight_g and weight_v in a pre-hook of its own; a
@@ -130,6 +141,20 @@ class ForwardOverlap(TorchTestCase):
         reference = three_layers()
         train(reference, self.distributed(reference), 3)
         self.assertParametersEqual(model.module, reference)
+
+    def test_the_module_inside_a_data_parallel_is_refused_at_its_replicas(self):
+        # On GPUs nn.DataParallel runs replicas that share the module's hooks; replicate()
+        # marks them _is_replica, as here (this machine may have no GPU to replicate on).
+        self.connect()
+        model = three_layers()
+        self.distributed(model)
+        replica = three_layers()
+        replica._forward_pre_hooks = model._forward_pre_hooks
+        replica[0]._forward_pre_hooks = model[0]._forward_pre_hooks
+        replica[0]._is_replica = True
+        with self.assertRaisesRegex(kubeps.FailedPrecondition, "model=Sequential runs inside an "
+                                    "nn.DataParallel.*pass the DataParallel as model="):
+            replica(batch_for(0)[0])
 
     def test_a_parameter_whose_module_never_runs_is_refused_saying_why(self):
         self.connect()

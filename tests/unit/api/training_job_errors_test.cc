@@ -148,6 +148,9 @@ TEST(ApiTrainingJobErrorsTest, AScheduleSaysHowItDecaysAndToWhat) {
               "spec.optimizer.schedule.decay",
               "must be one of \"none\", \"cosine\" or \"linear\", got \"cosin\" (did you mean "
               "\"cosine\"?)");
+  ExpectError(Scheduled("      decaySteps: 10\n"), "spec.optimizer.schedule.decay",
+              "none, but decaySteps or minLearningRate is given: say how to decay (cosine or "
+              "linear)");
 }
 
 TEST(ApiTrainingJobErrorsTest, OptimizerNoneHasNoRateToSchedule) {
