@@ -100,15 +100,17 @@ class Servers:
     def current(self, name):
         return self.history[name][self.version[name]]
 
-    def refuse_non_finite(self, gradients, step):
-        """A push ({name: bytes}) holding NaN or Inf under nonFinite Fail: a RequestError,
-        as the shards refuse it whole; None otherwise."""
+    def judge_non_finite(self, gradients, step):
+        """What the shards make of a push ({name: bytes}) holding NaN or Inf: (a RequestError
+        under nonFinite Fail, as they refuse it whole, or None; whether SkipStep skips it)."""
         bad = [name for name, data in gradients.items() if not finite(data)]
-        if not bad or self.non_finite != "Fail":
-            return None
+        if not bad:
+            return None, False
+        if self.non_finite != "Fail":
+            return None, True
         return RequestError("InvalidArgument", "the gradient of %r for step %d is not finite "
                             "(NaN or Inf): the model diverged" % (bad[0], step),
-                            reason="NonFiniteGradient")
+                            reason="NonFiniteGradient"), False
 
     def apply_push(self, name, gradient, step, skip=False):
         """Returns a violation message, or None.  `skip`: the push held NaN or Inf under
@@ -532,8 +534,7 @@ class Session:
                             "the grads region of %r was written while its push of step %d was "
                             "in flight" % (name, step))
                     gradients[name] = data
-                transfer.error = self.servers.refuse_non_finite(gradients, step)
-                skip = not all(finite(data) for data in gradients.values())
+                transfer.error, skip = self.servers.judge_non_finite(gradients, step)
                 for name, data in gradients.items():
                     if transfer.error is not None:
                         break
