@@ -519,6 +519,26 @@ class HalfPrecisionParameters(TorchTestCase):
             self.assertEqual(p.grad.dtype, torch.bfloat16, name)
         self.assertParametersEqual(model, reference)
 
+    def test_a_float16_parameter_is_the_rounding_of_the_servers_value(self):
+        # float16 layers do not run on torch 1.13's CPU: an elementwise model does.
+        self.connect()
+        weight = torch.nn.Parameter(torch.tensor([1.0, -2.0, 60000.0], dtype=torch.float16))
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD([weight], lr=0.1),
+                                             named_parameters=[("weight", weight)])
+        kps.broadcast_parameters({"weight": weight})
+        x = torch.tensor([0.1, 0.2, -20000.0], dtype=torch.float16)
+        for _ in kps.steps(2):
+            optimizer.zero_grad()
+            (weight * x).float().sum().backward()
+            optimizer.step()
+        (binding,) = optimizer._kubeps_bindings
+        # sgd with learning rate 0.5, twice: value - 0.5 * x in float32 on the servers.
+        kept = torch.tensor([1.0, -2.0, 60000.0]) - 2 * LEARNING_RATE * x.float()
+        self.assertTrue(torch.allclose(binding.values, kept, rtol=1e-6), binding.values)
+        self.assertEqual(weight.dtype, torch.float16)
+        self.assertTrue(torch.equal(weight[:2], binding.values[:2].half()), weight)
+        self.assertEqual(weight[2].item(), float("inf"), "past float16's 65504")
+
 
 def compile_missing():
     if torch is None or not hasattr(torch, "compile"):
