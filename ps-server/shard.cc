@@ -37,7 +37,10 @@ Shard::Shard(const ShardOptions& options, std::unique_ptr<Optimizer> optimizer,
           "kubeps_server_updates_skipped_total",
           "Updates of a parameter part skipped for a non-finite gradient (nonFinite: SkipStep)")),
       checkpoint_failures_(metrics->Counter("kubeps_server_checkpoint_failures_total",
-                                            "Checkpoint writes that failed")) {
+                                            "Checkpoint writes that failed")),
+      learning_rate_(metrics->Gauge("kubeps_server_learning_rate",
+                                    "The learning rate of the last update this shard applied "
+                                    "(spec.optimizer.schedule)")) {
   if (!options_.checkpoint_dir.empty()) {
     Status s = CheckpointStore::Open(options_.checkpoint_dir, &checkpoints_);
     if (!s.ok()) KLOG_ERROR << s.message() << "; this shard will not checkpoint";

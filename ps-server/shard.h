@@ -358,6 +358,7 @@ class Shard {
   prometheus::Counter& nonfinite_pushes_;
   prometheus::Counter& updates_skipped_;
   prometheus::Counter& checkpoint_failures_;
+  prometheus::Gauge& learning_rate_;  // of the last update, as the schedule gives it
   // Last: its thread writes through the members above until it ends.
   std::unique_ptr<CheckpointWriter> writer_;  // where checkpoints_ is
 };

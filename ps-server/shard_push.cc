@@ -298,6 +298,8 @@ void Shard::RunUpdate(const Update& update) {
 void Shard::ApplyOptimizer(const float* from, float* to, const float* gradient, size_t n,
                            OptimizerState* state) {
   optimizer_->ApplyInRanges(from, to, gradient, n, state, update_threads_.Runner());
+  if (!optimizer_->OnlyAverages())
+    learning_rate_.Set(LearningRateAt(options_.optimizer, state->steps));
 }
 
 void Shard::PublishUpdate(Update& update) {
