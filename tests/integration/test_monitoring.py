@@ -229,7 +229,8 @@ class MonitoringFilesTest(unittest.TestCase):
                        "kubeps_server_duplicates_suppressed_total", "kubeps_server_checkpoints_total",
                        "kubeps_worker_rollbacks_total", "kubeps_faults_injected_total",
                        "sum by (phase) (kubeps_operator_jobs)",
-                       "rate(kubeps_worker_exchange_wait_seconds_sum{job=~\"$job\"}"]:
+                       "rate(kubeps_worker_exchange_wait_seconds_sum{job=~\"$job\"}",
+                       "kubeps_server_learning_rate{job=~\"$job\"}"]:
             self.assertIn(needed, exprs)
         for histogram in ["kubeps_worker_push_latency_seconds", "kubeps_worker_pull_latency_seconds"]:
             for q in ["0.5", "0.9", "0.99"]:
