@@ -67,6 +67,8 @@ KUBEPS_VECTOR_CLONES void AdamLoop(const float* from, float* to, const float* __
   }
 }
 
+constexpr double kPi = 3.14159265358979323846;
+
 // Plain SGD with L2 weight decay: w -= lr * (g + wd * w).
 class Sgd : public Optimizer {
  public:
@@ -140,10 +142,6 @@ class AverageOnly : public Optimizer {
   bool OnlyAverages() const override { return true; }
 };
 
-}  // namespace
-
-namespace {
-constexpr double kPi = 3.14159265358979323846;
 }  // namespace
 
 float LearningRateAt(const OptimizerConfig& config, uint64_t update) {
