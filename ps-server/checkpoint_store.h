@@ -26,6 +26,7 @@
 
 #include "common/status.h"
 #include "kubeps.pb.h"
+#include "ps-server/checkpoint_folder_lock.h"
 
 namespace kubeps {
 
@@ -55,6 +56,12 @@ class CheckpointStore {
   // Steps that have a checkpoint, oldest first; an error where the folder
   // cannot be listed, never an empty list.
   Status Steps(std::vector<uint64_t>* steps) const;
+  // Holds the folder for this process's life (checkpoint_folder_lock.h):
+  // before anything in it is read or changed.
+  Status Hold(const FolderHolder& me, StopToken* stop,
+              std::chrono::milliseconds poll = std::chrono::milliseconds(500)) {
+    return CheckpointFolderLock::Take(dir_, me, stop, poll, &lock_);
+  }
   // Records that the checkpoints belong to run `run_id` (on Kubernetes the
   // TrainingJob's UID, a new one for every `kubeps run`). Without `resume`
   // (spec.checkpoint.resume false), checkpoints of another run (another id,
@@ -86,7 +93,8 @@ class CheckpointStore {
   Status RemoveFrom(uint64_t first, size_t* removed);
 
   std::string dir_;
-  std::atomic<int64_t> keep_step_{-1};  // set by the heartbeat thread
+  std::unique_ptr<CheckpointFolderLock> lock_;  // from Hold on
+  std::atomic<int64_t> keep_step_{-1};          // set by the heartbeat thread
 };
 
 }  // namespace kubeps

@@ -294,8 +294,13 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   options.shared_values_owner = config.node_id;
   KLOG_INFO << "updating big parts on " << Describe(given);
   Shard shard(options, std::move(optimizer), metrics);
-  if (Status s = shard.ClaimCheckpointsForRun(config.run_id, job.spec.checkpoint_resume); !s.ok())
-    return Fail(kReasonCheckpointWriteFailed, s, 1);
+  const FolderHolder me = FolderHolder::ThisProcess(config.run_id, config.job_name, config.node_id);
+  if (Status s = shard.ClaimCheckpoints(me, job.spec.checkpoint_resume, &g_stop); !s.ok()) {
+    if (s.IsAborted()) return StoppedBySignal("server");
+    return Fail(s.code() == Status::Code::kFailedPrecondition ? kReasonCheckpointFolderInUse
+                                                              : kReasonCheckpointWriteFailed,
+                s, 1);
+  }
   int64_t checkpoint_step = -1;
   if (Status s = shard.LoadLatestCheckpoint(&checkpoint_step); !s.ok())
     return Fail(kReasonCheckpointReadFailed, s, 1);

@@ -116,9 +116,12 @@ class Shard {
   std::vector<uint64_t> CheckpointSteps() const;
   // Returns once every checkpoint taken so far is written, or failed to be.
   void DrainCheckpoints();
-  // Before LoadLatestCheckpoint: the checkpoints are run `run_id`'s, and
-  // without `resume` another run's are deleted (CheckpointStore::ClaimForRun).
-  Status ClaimCheckpointsForRun(const std::string& run_id, bool resume);
+  // Before LoadLatestCheckpoint: holds the folder for `me` (waiting for an
+  // earlier process of this replica to let go, until `stop`; another run's
+  // process there is a kFailedPrecondition error, CheckpointFolderLock),
+  // then the checkpoints are run `me.run_id`'s, and without `resume` another
+  // run's are deleted (CheckpointStore::ClaimForRun).
+  Status ClaimCheckpoints(const FolderHolder& me, bool resume, StopToken* stop);
   // A checkpoint was loaded at start and no generation has brought the
   // shard in since: its restart calls for a recovery.
   bool awaiting_recovery() const;

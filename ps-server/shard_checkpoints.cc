@@ -155,10 +155,12 @@ void Shard::KeepCheckpoint(int64_t step) {
   if (checkpoints_) checkpoints_->KeepStep(step);
 }
 
-Status Shard::ClaimCheckpointsForRun(const std::string& run_id, bool resume) {
+Status Shard::ClaimCheckpoints(const FolderHolder& me, bool resume, StopToken* stop) {
   if (!checkpoints_) return Status::Ok();
+  const std::string& run_id = me.run_id;
   size_t removed = 0;
   std::lock_guard<std::mutex> lock(write_mutex_);
+  if (Status s = checkpoints_->Hold(me, stop); !s.ok()) return s;
   if (Status s = checkpoints_->ClaimForRun(run_id, resume, &removed); !s.ok()) return s;
   if (removed > 0) {
     KLOG_INFO << "discarded an earlier run's checkpoints in " << checkpoints_->dir() << " ("

@@ -11,7 +11,7 @@ bool IsPermanentReason(const std::string& reason) {
   return reason == kReasonNonFiniteLoss || reason == kReasonNonFiniteGradient ||
          reason == kReasonCheckpointWriteFailed || reason == kReasonShardStateLost ||
          reason == kReasonDatasetNotFound || reason == kReasonDatasetUnreadable ||
-         reason == kReasonModelMismatch;
+         reason == kReasonModelMismatch || reason == kReasonCheckpointFolderInUse;
 }
 
 namespace {

@@ -15,8 +15,8 @@ import tempfile
 import time
 import unittest
 
-from jobtools import (BIN_DIR, DATASET, KUBEPS, SLIGHTLY_SLOW_NETWORK, RunningJob, manifest,
-                      processes_with_env, write_manifest)
+from jobtools import (BIN_DIR, DATASET, KUBEPS, PACED_FOR_KILLS, SLIGHTLY_SLOW_NETWORK, RunningJob,
+                      manifest, processes_with_env, write_manifest)
 
 TIMEOUT = 300  # generous: four engineers' builds and tests share two cores
 
@@ -31,8 +31,17 @@ def job_text(name, resume=None, interval=50):
 
 
 def steps_of(run_dir, server):
+    return steps_of_folder(os.path.join(run_dir, "checkpoints", server))
+
+
+def read_text(path):
+    with open(path) as f:
+        return f.read()
+
+
+def steps_of_folder(folder):
     return sorted(int(os.path.basename(p)[5:-5])
-                  for p in glob.glob(os.path.join(run_dir, "checkpoints", server, "step-*.ckpt")))
+                  for p in glob.glob(os.path.join(folder, "step-*.ckpt")))
 
 
 class RunTwiceTest(unittest.TestCase):
@@ -224,6 +233,52 @@ class ReadOnlyFolderTest(unittest.TestCase):
         self.assertEqual(processes_with_env("KUBEPS_RUN_DIR", run_dir), [])
         print("\ncheckpoints folder read-only mid-job: the job failed %.1f s later" %
               (time.time() - start))
+
+
+class SharedFolderTest(unittest.TestCase):
+    """Two jobs given the same spec.checkpoint.path run at once (a manifest
+    copied under a new name). Each shard's folder has one live process: the
+    second job's servers find the first job's there and the job fails at once,
+    naming the folder and who holds it, while the first job trains on with its
+    checkpoints its own. Before, the second job took the first one's newest
+    checkpoint for its own start, and both wrote into the same files."""
+
+    def test_the_second_job_fails_and_the_first_goes_on(self):
+        tmp = tempfile.mkdtemp(prefix="kubeps-ckpt-shared-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        folder = os.path.join(tmp, "checkpoints")
+
+        def text(name):
+            job = json.loads(job_text(name, interval=20))
+            job["spec"]["checkpoint"]["path"] = folder
+            return json.dumps(job)
+
+        first = RunningJob(write_manifest(tmp, text("first"), "first.yaml"),
+                           env=dict(PACED_FOR_KILLS, KUBEPS_MAX_STEPS="900"))
+        self.addCleanup(first.close)
+        # Training means both servers registered, so each holds its folder.
+        first.wait_for_line(r"^\[worker 0\] epoch", TIMEOUT)
+        marks = {server: read_text(os.path.join(folder, server, "run"))
+                 for server in ("server-0", "server-1")}
+        second = RunningJob(write_manifest(tmp, text("second"), "second.yaml"),
+                            env={"KUBEPS_MAX_STEPS": "900"})
+        self.addCleanup(second.close)
+        code = second.wait(TIMEOUT)
+        output = second.output()
+        self.assertIsNone(first.process.poll(), "the first job ended before the second did; "
+                          "nothing was shared:\n" + first.output())
+        self.assertNotEqual(code, 0, output)
+        self.assertRegex(output, r"server-\d failed and is not restarted \(a rerun would fail the "
+                         r"same way\): checkpoint folder %s/server-\d is in use by server-\d of "
+                         r"job first \(run [^)]+\) on [^ ]+, pid \d+" % re.escape(folder))
+        self.assertIn("CheckpointFolderInUse", output)
+        self.assertNotIn("resuming at step", output)
+        self.assertEqual(first.wait(TIMEOUT), 0, first.output())
+        for server, mark in marks.items():
+            self.assertEqual(read_text(os.path.join(folder, server, "run")), mark, server)
+            self.assertIn(900, steps_of_folder(os.path.join(folder, server)))
+        print("\na second job over the same checkpoint folder failed %.1f s after its start"
+              % second.lines[-1][0])
 
 
 class RunFolderTest(unittest.TestCase):

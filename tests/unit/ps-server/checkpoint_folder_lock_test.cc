@@ -1,0 +1,161 @@
+// One live process per checkpoint folder (ps-server/checkpoint_folder_lock.h):
+// another run's holder is an error that names the folder and the holder; an
+// earlier process of this run is waited for until it lets go, or until a
+// stop; a holder that has not said who it is yet is waited for too; and the
+// kernel lets go of a killed holder's lock.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "ps-server/checkpoint_folder_lock.h"
+
+namespace kubeps {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+
+constexpr milliseconds kPoll{10};
+
+std::string TempDir() {
+  std::string pattern = std::filesystem::temp_directory_path() / "kubeps-folder-lock-XXXXXX";
+  return ::mkdtemp(pattern.data());
+}
+
+FolderHolder Holder(const std::string& run, const std::string& host) {
+  FolderHolder holder = FolderHolder::ThisProcess(run, "job-" + run, "server-0");
+  holder.host = host;
+  return holder;
+}
+
+std::string OwnerFile(const std::string& dir) {
+  std::ifstream in(dir + "/owner");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+class CheckpointFolderLockTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = TempDir(); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string dir_;
+  StopToken stop_;
+};
+
+TEST_F(CheckpointFolderLockTest, AnotherRunsHolderIsAnErrorNamingTheFolderAndTheHolder) {
+  std::unique_ptr<CheckpointFolderLock> first, second;
+  ASSERT_TRUE(
+      CheckpointFolderLock::Take(dir_, Holder("run-a", "node-1"), &stop_, kPoll, &first).ok());
+  EXPECT_TRUE(first->fenced());
+  Status s = CheckpointFolderLock::Take(dir_, Holder("run-b", "node-2"), &stop_, kPoll, &second);
+  EXPECT_EQ(s.code(), Status::Code::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("checkpoint folder " + dir_ +
+                                     " is in use by server-0 of job job-run-a (run run-a) on "
+                                     "node-1, pid " +
+                                     std::to_string(::getpid())));
+  EXPECT_THAT(s.message(), HasSubstr("two jobs must not share a spec.checkpoint.path"));
+  EXPECT_EQ(second, nullptr);
+  // The holder's word stays as it wrote it.
+  EXPECT_EQ(FolderHolder::Parse(OwnerFile(dir_)).host, "node-1");
+}
+
+TEST_F(CheckpointFolderLockTest, AnEarlierProcessOfThisRunIsWaitedFor) {
+  std::unique_ptr<CheckpointFolderLock> first, second;
+  ASSERT_TRUE(
+      CheckpointFolderLock::Take(dir_, Holder("run-a", "old-node"), &stop_, kPoll, &first).ok());
+  const auto start = std::chrono::steady_clock::now();
+  std::thread release([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    first.reset();
+  });
+  Status s = CheckpointFolderLock::Take(dir_, Holder("run-a", "new-node"), &stop_, kPoll, &second);
+  release.join();
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(300));
+  EXPECT_TRUE(second->fenced());
+  const FolderHolder now = FolderHolder::Parse(OwnerFile(dir_));
+  EXPECT_EQ(now.host, "new-node");
+  EXPECT_EQ(now.run_id, "run-a");
+  EXPECT_EQ(now.job, "job-run-a");
+  EXPECT_EQ(now.replica, "server-0");
+  EXPECT_EQ(now.pid, static_cast<long>(::getpid()));
+  EXPECT_FALSE(now.since.empty());
+}
+
+TEST_F(CheckpointFolderLockTest, AStopEndsTheWait) {
+  std::unique_ptr<CheckpointFolderLock> first, second;
+  ASSERT_TRUE(
+      CheckpointFolderLock::Take(dir_, Holder("run-a", "old-node"), &stop_, kPoll, &first).ok());
+  StopToken stop;
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    stop.RequestStop();
+  });
+  Status s = CheckpointFolderLock::Take(dir_, Holder("run-a", "new-node"), &stop, kPoll, &second);
+  stopper.join();
+  EXPECT_TRUE(s.IsAborted()) << s.message();
+  EXPECT_THAT(s.message(), HasSubstr(dir_));
+  EXPECT_EQ(second, nullptr);
+}
+
+TEST_F(CheckpointFolderLockTest, AHolderThatHasNotSaidWhoItIsIsWaitedFor) {
+  // Locked, the file still empty: a process between its lock and its write.
+  const int fd = ::open((dir_ + "/owner").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  std::thread release([&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    ::close(fd);
+  });
+  std::unique_ptr<CheckpointFolderLock> lock;
+  Status s = CheckpointFolderLock::Take(dir_, Holder("run-b", "node-2"), &stop_, kPoll, &lock);
+  release.join();
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(FolderHolder::Parse(OwnerFile(dir_)).run_id, "run-b");
+}
+
+TEST_F(CheckpointFolderLockTest, AKilledHoldersLockIsFree) {
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    StopToken stop;
+    std::unique_ptr<CheckpointFolderLock> lock;
+    const bool took =
+        CheckpointFolderLock::Take(dir_, Holder("run-a", "node-1"), &stop, kPoll, &lock).ok();
+    const char byte = took ? '1' : '0';
+    (void)::write(ready[1], &byte, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  ::close(ready[0]);
+  ASSERT_EQ(byte, '1');
+  std::unique_ptr<CheckpointFolderLock> lock;
+  Status held = CheckpointFolderLock::Take(dir_, Holder("run-b", "node-2"), &stop_, kPoll, &lock);
+  EXPECT_EQ(held.code(), Status::Code::kFailedPrecondition) << held.message();
+  EXPECT_THAT(held.message(), HasSubstr("pid " + std::to_string(child)));
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  Status s = CheckpointFolderLock::Take(dir_, Holder("run-b", "node-2"), &stop_, kPoll, &lock);
+  EXPECT_TRUE(s.ok()) << s.message();
+}
+
+}  // namespace
+}  // namespace kubeps
