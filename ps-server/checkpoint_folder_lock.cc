@@ -137,7 +137,7 @@ Status CheckpointFolderLock::Take(const std::string& folder, const FolderHolder&
       return Status::Ok();
     }
     const FolderHolder holder = FolderHolder::Parse(ReadAll(fd));
-    if (!holder.run_id.empty() && holder.run_id != me.run_id) {
+    if (!holder.job.empty() && holder.job != me.job) {
       ::close(fd);
       return Status::FailedPrecondition(
           "checkpoint folder " + folder + " is in use by " + holder.Describe() +
@@ -148,7 +148,10 @@ Status CheckpointFolderLock::Take(const std::string& folder, const FolderHolder&
       reported = now;
       KLOG_INFO << "waiting for " << holder.Describe() << " to let go of checkpoint folder "
                 << folder
-                << (holder.run_id.empty() ? "" : " (an earlier process of this replica still runs)")
+                << (holder.job.empty() ? ""
+                    : holder.run_id == me.run_id
+                        ? " (an earlier process of this replica still runs)"
+                        : " (an earlier run of this job still runs)")
                 << ", for "
                 << std::chrono::duration_cast<std::chrono::seconds>(now - waited_since).count()
                 << " s so far";

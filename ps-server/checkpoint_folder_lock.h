@@ -11,13 +11,13 @@
 // process dies, however it dies; on NFS (v4, or v3 with lockd) the server's
 // lease does when the holder's node stops renewing it. A process that finds
 // the lock held reads who holds it:
-// - another run (another job, or the same job name deleted and created
-//   again while its old pods still run): an error naming the folder and the
+// - another job (namespace and name): an error naming the folder and the
 //   holder, at once; waiting would only let this job resume later from the
 //   other's checkpoints;
-// - this run (an earlier process of this replica), or a holder not yet
-//   known: it waits for the lock, saying so every kWaitReport, until it is
-//   free or `stop` is requested.
+// - this job: an earlier process of this replica, or of an earlier run of
+//   the job (deleted and created again while its old pods still run), or a
+//   holder not yet known: it waits for the lock, saying so every
+//   kWaitReport, until it is free or `stop` is requested.
 // A file system without locks (ENOLCK: NFSv3 without lockd) is used
 // unfenced, with a warning.
 //
@@ -36,8 +36,8 @@ namespace kubeps {
 
 // Who holds a folder, as its "owner" file says.
 struct FolderHolder {
-  std::string run_id;  // the TrainingJob's UID; a new one for every `kubeps run`
-  std::string job;
+  std::string run_id;   // the TrainingJob's UID; a new one for every `kubeps run`
+  std::string job;      // namespace/name
   std::string replica;  // server-0
   std::string host;
   long pid = 0;
@@ -45,7 +45,7 @@ struct FolderHolder {
 
   // This process, for `run_id`, `job` and `replica`.
   static FolderHolder ThisProcess(std::string run_id, std::string job, std::string replica);
-  // "server-0 of job first (run 8e1c...) on node-3, pid 12, since ...".
+  // "server-0 of job default/first (run 8e1c...) on node-3, pid 12, since ...".
   std::string Describe() const;
   std::string Serialize() const;
   static FolderHolder Parse(const std::string& text);  // fields it lacks stay empty
@@ -56,7 +56,7 @@ class CheckpointFolderLock {
   static constexpr std::chrono::seconds kWaitReport{10};
 
   // Takes the lock on `folder` (which exists) for `me`. kFailedPrecondition
-  // when another run holds it; kAborted when `stop` came while waiting;
+  // when another job holds it; kAborted when `stop` came while waiting;
   // another error when the lock file cannot be made. `poll` is how often a
   // held lock is tried again.
   static Status Take(const std::string& folder, const FolderHolder& me, StopToken* stop,

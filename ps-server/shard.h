@@ -117,7 +117,7 @@ class Shard {
   // Returns once every checkpoint taken so far is written, or failed to be.
   void DrainCheckpoints();
   // Before LoadLatestCheckpoint: holds the folder for `me` (waiting for an
-  // earlier process of this replica to let go, until `stop`; another run's
+  // earlier process of this job to let go, until `stop`; another job's
   // process there is a kFailedPrecondition error, CheckpointFolderLock),
   // then the checkpoints are run `me.run_id`'s, and without `resume` another
   // run's are deleted (CheckpointStore::ClaimForRun).

@@ -270,7 +270,7 @@ class SharedFolderTest(unittest.TestCase):
         self.assertNotEqual(code, 0, output)
         self.assertRegex(output, r"server-\d failed and is not restarted \(a rerun would fail the "
                          r"same way\): checkpoint folder %s/server-\d is in use by server-\d of "
-                         r"job first \(run [^)]+\) on [^ ]+, pid \d+" % re.escape(folder))
+                         r"job default/first \(run [^)]+\) on [^ ]+, pid \d+" % re.escape(folder))
         self.assertIn("CheckpointFolderInUse", output)
         self.assertNotIn("resuming at step", output)
         self.assertEqual(first.wait(TIMEOUT), 0, first.output())

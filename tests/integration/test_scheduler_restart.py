@@ -19,10 +19,18 @@ STEPS = 468
 JOB_ENV = dict(OVERLAPPED, **PACED_FOR_KILLS, KUBEPS_MAX_STEPS=str(STEPS))
 
 
+# With a learning-rate schedule: the rate goes by each part's update count,
+# which a restarted server, a rollback or a SIGTERM must neither lose nor
+# count twice for the parameters to end bit-identical.
+SCHEDULED_ADAM = {"name": "adam", "learningRate": 0.001,
+                  "schedule": {"warmupSteps": 100, "decay": "cosine", "decaySteps": STEPS,
+                               "minLearningRate": 0.0001}}
+
+
 def job_text(name):
     return manifest_with(name, {"progressIntervalMs": 100,
                                 "runPolicy": {"restartPolicy": "OnFailure", "backoffLimit": 3}},
-                         optimizer={"name": "adam", "learningRate": 0.001}).replace(
+                         optimizer=SCHEDULED_ADAM).replace(
         '"epochs": 1', '"epochs": 1, "checkpoint": {"intervalSteps": 50}')
 
 

@@ -1,8 +1,8 @@
 // One live process per checkpoint folder (ps-server/checkpoint_folder_lock.h):
-// another run's holder is an error that names the folder and the holder; an
-// earlier process of this run is waited for until it lets go, or until a
-// stop; a holder that has not said who it is yet is waited for too; and the
-// kernel lets go of a killed holder's lock.
+// another job's holder is an error that names the folder and the holder; an
+// earlier process of this job (this run's or an earlier run's) is waited for
+// until it lets go, or until a stop; a holder that has not said who it is yet is waited for too;
+// and the kernel lets go of a killed holder's lock.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -33,8 +33,8 @@ std::string TempDir() {
   return ::mkdtemp(pattern.data());
 }
 
-FolderHolder Holder(const std::string& run, const std::string& host) {
-  FolderHolder holder = FolderHolder::ThisProcess(run, "job-" + run, "server-0");
+FolderHolder Holder(const std::string& job, const std::string& run, const std::string& host) {
+  FolderHolder holder = FolderHolder::ThisProcess(run, "default/" + job, "server-0");
   holder.host = host;
   return holder;
 }
@@ -55,15 +55,17 @@ class CheckpointFolderLockTest : public ::testing::Test {
   StopToken stop_;
 };
 
-TEST_F(CheckpointFolderLockTest, AnotherRunsHolderIsAnErrorNamingTheFolderAndTheHolder) {
+TEST_F(CheckpointFolderLockTest, AnotherJobsHolderIsAnErrorNamingTheFolderAndTheHolder) {
   std::unique_ptr<CheckpointFolderLock> first, second;
   ASSERT_TRUE(
-      CheckpointFolderLock::Take(dir_, Holder("run-a", "node-1"), &stop_, kPoll, &first).ok());
+      CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "node-1"), &stop_, kPoll, &first)
+          .ok());
   EXPECT_TRUE(first->fenced());
-  Status s = CheckpointFolderLock::Take(dir_, Holder("run-b", "node-2"), &stop_, kPoll, &second);
+  Status s =
+      CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kPoll, &second);
   EXPECT_EQ(s.code(), Status::Code::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("checkpoint folder " + dir_ +
-                                     " is in use by server-0 of job job-run-a (run run-a) on "
+                                     " is in use by server-0 of job default/first (run run-a) on "
                                      "node-1, pid " +
                                      std::to_string(::getpid())));
   EXPECT_THAT(s.message(), HasSubstr("two jobs must not share a spec.checkpoint.path"));
@@ -75,13 +77,15 @@ TEST_F(CheckpointFolderLockTest, AnotherRunsHolderIsAnErrorNamingTheFolderAndThe
 TEST_F(CheckpointFolderLockTest, AnEarlierProcessOfThisRunIsWaitedFor) {
   std::unique_ptr<CheckpointFolderLock> first, second;
   ASSERT_TRUE(
-      CheckpointFolderLock::Take(dir_, Holder("run-a", "old-node"), &stop_, kPoll, &first).ok());
+      CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "old-node"), &stop_, kPoll, &first)
+          .ok());
   const auto start = std::chrono::steady_clock::now();
   std::thread release([&] {
     std::this_thread::sleep_for(milliseconds(300));
     first.reset();
   });
-  Status s = CheckpointFolderLock::Take(dir_, Holder("run-a", "new-node"), &stop_, kPoll, &second);
+  Status s = CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "new-node"), &stop_, kPoll,
+                                        &second);
   release.join();
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(300));
@@ -89,22 +93,42 @@ TEST_F(CheckpointFolderLockTest, AnEarlierProcessOfThisRunIsWaitedFor) {
   const FolderHolder now = FolderHolder::Parse(OwnerFile(dir_));
   EXPECT_EQ(now.host, "new-node");
   EXPECT_EQ(now.run_id, "run-a");
-  EXPECT_EQ(now.job, "job-run-a");
+  EXPECT_EQ(now.job, "default/first");
   EXPECT_EQ(now.replica, "server-0");
   EXPECT_EQ(now.pid, static_cast<long>(::getpid()));
   EXPECT_FALSE(now.since.empty());
 }
 
+TEST_F(CheckpointFolderLockTest, AnEarlierRunOfThisJobIsWaitedFor) {
+  // The job deleted and created again (a new UID) while its old server, on a
+  // node cut off from the API server, still runs.
+  std::unique_ptr<CheckpointFolderLock> first, second;
+  ASSERT_TRUE(
+      CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "old-node"), &stop_, kPoll, &first)
+          .ok());
+  std::thread release([&] {
+    std::this_thread::sleep_for(milliseconds(200));
+    first.reset();
+  });
+  Status s = CheckpointFolderLock::Take(dir_, Holder("first", "run-b", "new-node"), &stop_, kPoll,
+                                        &second);
+  release.join();
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(FolderHolder::Parse(OwnerFile(dir_)).run_id, "run-b");
+}
+
 TEST_F(CheckpointFolderLockTest, AStopEndsTheWait) {
   std::unique_ptr<CheckpointFolderLock> first, second;
   ASSERT_TRUE(
-      CheckpointFolderLock::Take(dir_, Holder("run-a", "old-node"), &stop_, kPoll, &first).ok());
+      CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "old-node"), &stop_, kPoll, &first)
+          .ok());
   StopToken stop;
   std::thread stopper([&] {
     std::this_thread::sleep_for(milliseconds(100));
     stop.RequestStop();
   });
-  Status s = CheckpointFolderLock::Take(dir_, Holder("run-a", "new-node"), &stop, kPoll, &second);
+  Status s =
+      CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "new-node"), &stop, kPoll, &second);
   stopper.join();
   EXPECT_TRUE(s.IsAborted()) << s.message();
   EXPECT_THAT(s.message(), HasSubstr(dir_));
@@ -121,7 +145,8 @@ TEST_F(CheckpointFolderLockTest, AHolderThatHasNotSaidWhoItIsIsWaitedFor) {
     ::close(fd);
   });
   std::unique_ptr<CheckpointFolderLock> lock;
-  Status s = CheckpointFolderLock::Take(dir_, Holder("run-b", "node-2"), &stop_, kPoll, &lock);
+  Status s =
+      CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kPoll, &lock);
   release.join();
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(FolderHolder::Parse(OwnerFile(dir_)).run_id, "run-b");
@@ -136,7 +161,8 @@ TEST_F(CheckpointFolderLockTest, AKilledHoldersLockIsFree) {
     StopToken stop;
     std::unique_ptr<CheckpointFolderLock> lock;
     const bool took =
-        CheckpointFolderLock::Take(dir_, Holder("run-a", "node-1"), &stop, kPoll, &lock).ok();
+        CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "node-1"), &stop, kPoll, &lock)
+            .ok();
     const char byte = took ? '1' : '0';
     (void)::write(ready[1], &byte, 1);
     ::pause();
@@ -148,12 +174,14 @@ TEST_F(CheckpointFolderLockTest, AKilledHoldersLockIsFree) {
   ::close(ready[0]);
   ASSERT_EQ(byte, '1');
   std::unique_ptr<CheckpointFolderLock> lock;
-  Status held = CheckpointFolderLock::Take(dir_, Holder("run-b", "node-2"), &stop_, kPoll, &lock);
+  Status held =
+      CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kPoll, &lock);
   EXPECT_EQ(held.code(), Status::Code::kFailedPrecondition) << held.message();
   EXPECT_THAT(held.message(), HasSubstr("pid " + std::to_string(child)));
   ASSERT_EQ(::kill(child, SIGKILL), 0);
   ASSERT_EQ(::waitpid(child, nullptr, 0), child);
-  Status s = CheckpointFolderLock::Take(dir_, Holder("run-b", "node-2"), &stop_, kPoll, &lock);
+  Status s =
+      CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kPoll, &lock);
   EXPECT_TRUE(s.ok()) << s.message();
 }
 
