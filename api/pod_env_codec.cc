@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <fstream>
@@ -23,7 +24,7 @@ std::string FlagName(const char* variable) {
 std::map<std::string, std::string> EncodePodEnv(const TrainingJob& job, const std::string& role,
                                                 const std::string& node_id,
                                                 const std::string& scheduler_address) {
-  return {
+  std::map<std::string, std::string> env = {
       {env::kRole, role},
       {env::kJobName, job.name},
       {env::kJob, ToJson(job).dump()},
@@ -36,6 +37,20 @@ std::map<std::string, std::string> EncodePodEnv(const TrainingJob& job, const st
       {env::kCheckpointDir, job.spec.checkpoint_path},
       {env::kRunId, job.uid},
   };
+  if (role == "server") {
+    // A deleted job's server pod stops within its grace period (Kubernetes'
+    // default 30 s, or what the ps template sets), then lets go of its
+    // folder.
+    const nlohmann::json& tmpl = job.spec.ps.template_override;
+    long grace = 30;
+    if (tmpl.is_object() && tmpl.contains("spec") && tmpl["spec"].is_object() &&
+        tmpl["spec"].contains("terminationGracePeriodSeconds") &&
+        tmpl["spec"]["terminationGracePeriodSeconds"].is_number_integer()) {
+      grace = tmpl["spec"]["terminationGracePeriodSeconds"].get<long>();
+    }
+    env[env::kHolderGraceSeconds] = std::to_string(std::max(0L, grace) + 10);
+  }
+  return env;
 }
 
 void AddNodeFlags(CLI::App* app, NodeConfig* c) {
@@ -86,6 +101,9 @@ void AddNodeFlags(CLI::App* app, NodeConfig* c) {
          "(0: none), which a built-in model computes on and a server splits a big part's "
          "update over, or one thread where it is 0");
   text(env::kCheckpointDir, &c->checkpoint_dir, "servers: checkpoints go to <dir>/<node id>/");
+  number(env::kHolderGraceSeconds, &c->holder_grace_seconds, 0,
+         "servers: how long another job's process may hold this server's checkpoint folder "
+         "before the server fails (it may be a deleted job's pod, stopping)");
   text(env::kRunId, &c->run_id,
        "this run of the job (the TrainingJob's UID): with spec.checkpoint.resume false, servers "
        "delete checkpoints another run left (empty: they keep every checkpoint)");

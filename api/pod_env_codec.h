@@ -59,6 +59,12 @@ inline constexpr const char* kCheckpointDir = "KUBEPS_CHECKPOINT_DIR";  // serve
 // every `kubeps run`. With spec.checkpoint.resume false a server deletes the
 // checkpoints another run left, and keeps its own run's when it restarts.
 inline constexpr const char* kRunId = "KUBEPS_RUN_ID";
+// Servers: how long another job's process may hold a starting server's
+// checkpoint folder before the server fails (a pod of a deleted job that
+// shares the path may still be stopping): the server pods' grace period and
+// 10 s on Kubernetes; a few seconds for `kubeps run`, which stops its
+// processes within half a second.
+inline constexpr const char* kHolderGraceSeconds = "KUBEPS_HOLDER_GRACE_SECONDS";
 // Workers serving a training process (kubeps-agent --serve): the directory
 // both containers mount (docs/sidecar-protocol.md).
 // A file where a replica writes why it ended, one line "Reason: message"
@@ -97,6 +103,7 @@ struct NodeConfig {
   int cpu_request = -1;  // -1: not given (a local run)
   std::string checkpoint_dir;
   std::string run_id;
+  int holder_grace_seconds = 40;
   std::string socket_dir;
   std::string desired_workers_file;
 };

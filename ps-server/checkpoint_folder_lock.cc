@@ -5,8 +5,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <optional>
+#include <random>
 #include <sstream>
 
 #include "common/logging.h"
@@ -15,7 +18,13 @@ namespace kubeps {
 
 namespace {
 
-constexpr char kOwnerFile[] = "/owner";
+// The lock is on a file never rewritten; the record beside it is replaced
+// whole (a rename), so a reader never sees half of one. Neither name ends
+// in ".tmp", which a store removes as a killed write's leftover.
+constexpr char kLockFile[] = "/owner.lock";
+constexpr char kRecordFile[] = "/owner";
+constexpr char kRecordDraft[] = "/owner.new";
+constexpr char kEndMark[] = "end";
 
 std::string UtcNow() {
   const std::time_t now = std::time(nullptr);
@@ -26,41 +35,54 @@ std::string UtcNow() {
   return text;
 }
 
-std::string ReadAll(int fd) {
+// Read through a descriptor of its own each time: NFS shows a file as its
+// last close left it to the next open, not to a descriptor kept open.
+FolderHolder ReadRecord(const std::string& folder) {
+  const int fd = ::open((folder + kRecordFile).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return FolderHolder{};
   std::string text;
   char buffer[512];
   ssize_t n;
-  off_t at = 0;
-  while ((n = ::pread(fd, buffer, sizeof buffer, at)) > 0) {
-    text.append(buffer, static_cast<size_t>(n));
-    at += n;
-  }
-  return text;
+  while ((n = ::read(fd, buffer, sizeof buffer)) > 0) text.append(buffer, static_cast<size_t>(n));
+  ::close(fd);
+  return FolderHolder::Parse(text);
 }
 
-// Says who holds the folder now, in the file the lock is on, through a
-// descriptor of its own: the lock's is read-only where it can be, so that a
-// server's life holds no file open for writing (which would keep its volume
-// from being remounted read-only).
-Status WriteHolder(const std::string& path, const FolderHolder& me) {
+Status WriteRecord(const std::string& folder, const FolderHolder& me) {
+  const std::string draft = folder + kRecordDraft, record = folder + kRecordFile;
   const std::string text = me.Serialize();
-  const int fd = ::open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
-  bool written =
-      fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int fd = ::open(draft.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Error("cannot write " + draft + ": " + std::strerror(errno));
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+                       ::fsync(fd) == 0;  // a reader on another node reads what is on disk
   const int error = errno;
-  if (fd >= 0) {
-    (void)::fsync(fd);  // for a reader on another node; the lock holds without it
-    ::close(fd);
-  }
-  if (!written) return Status::Error("cannot write " + path + ": " + std::strerror(error));
+  ::close(fd);
+  if (!written || std::rename(draft.c_str(), record.c_str()) != 0)
+    return Status::Error("cannot write " + record + ": " + std::strerror(written ? errno : error));
   return Status::Ok();
 }
 
-// The lock file, opened read-only; NFS takes an exclusive lock only on a
-// file open for writing (flock there is a byte-range lock), so Take opens
-// it again read-write where the lock says EBADF.
+// The lock file, opened read-only, so that a server's life holds no file
+// of the volume open for writing (which would keep it from being remounted
+// read-only). NFS takes an exclusive lock only on a file open for writing
+// (its flock is a byte-range lock), and says EBADF; other file systems may
+// say EACCES, EPERM or EINVAL: then the file is opened again read-write.
 int OpenLockFile(const std::string& path, int flags) {
   return ::open(path.c_str(), flags | O_CREAT | O_CLOEXEC, 0600);
+}
+
+bool MayNeedWriting(int error) {
+  return error == EBADF || error == EACCES || error == EPERM || error == EINVAL;
+}
+
+// The file system has no locks (NFSv3 without lockd, some FUSE file systems).
+bool LocksUnsupported(int error) {
+  return error == ENOLCK || error == EOPNOTSUPP || error == ENOSYS || error == EINVAL;
+}
+
+uint64_t RandomNonce() {
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) ^ device();
 }
 
 }  // namespace
@@ -74,99 +96,131 @@ FolderHolder FolderHolder::ThisProcess(std::string run_id, std::string job, std:
   if (::gethostname(host, sizeof host - 1) == 0) me.host = host;
   me.pid = static_cast<long>(::getpid());
   me.since = UtcNow();
+  me.nonce = RandomNonce();
+  me.complete = true;
   return me;
 }
 
 std::string FolderHolder::Describe() const {
-  if (run_id.empty() && job.empty() && pid == 0) return "a process that has not said who it is";
-  std::string text = (replica.empty() ? "a server" : replica) + " of job " +
-                     (job.empty() ? "(unnamed)" : job) + " (run " +
-                     (run_id.empty() ? "unnamed" : run_id) + ") on " +
-                     (host.empty() ? "an unnamed host" : host) + ", pid " + std::to_string(pid);
+  if (!complete) return "a process that has not said who it is";
+  std::string text = replica + " of job " + job + " (run " + (run_id.empty() ? "unnamed" : run_id) +
+                     ") on " + host + ", pid " + std::to_string(pid);
   if (!since.empty()) text += ", since " + since;
   return text;
 }
 
 std::string FolderHolder::Serialize() const {
   return "run " + run_id + "\njob " + job + "\nreplica " + replica + "\nhost " + host + "\npid " +
-         std::to_string(pid) + "\nsince " + since + "\n";
+         std::to_string(pid) + "\nsince " + since + "\nnonce " + std::to_string(nonce) + "\n" +
+         kEndMark + "\n";
 }
 
 FolderHolder FolderHolder::Parse(const std::string& text) {
   FolderHolder holder;
   std::istringstream lines(text);
   std::string line;
+  int fields = 0;
   while (std::getline(lines, line)) {
+    if (line == kEndMark) {
+      holder.complete = fields == 7 && !lines.eof();  // the mark's own newline came too
+      break;
+    }
     const size_t space = line.find(' ');
-    if (space == std::string::npos) continue;
-    const std::string key = line.substr(0, space), value = line.substr(space + 1);
-    if (key == "run") holder.run_id = value;
-    if (key == "job") holder.job = value;
-    if (key == "replica") holder.replica = value;
-    if (key == "host") holder.host = value;
-    if (key == "since") holder.since = value;
-    if (key == "pid") holder.pid = std::strtol(value.c_str(), nullptr, 10);
+    const std::string key = line.substr(0, space);
+    const std::string value = space == std::string::npos ? "" : line.substr(space + 1);
+    ++fields;
+    if (key == "run")
+      holder.run_id = value;
+    else if (key == "job")
+      holder.job = value;
+    else if (key == "replica")
+      holder.replica = value;
+    else if (key == "host")
+      holder.host = value;
+    else if (key == "since")
+      holder.since = value;
+    else if (key == "pid")
+      holder.pid = std::strtol(value.c_str(), nullptr, 10);
+    else if (key == "nonce")
+      holder.nonce = std::strtoull(value.c_str(), nullptr, 10);
+    else
+      --fields;
   }
   return holder;
 }
 
 Status CheckpointFolderLock::Take(const std::string& folder, const FolderHolder& me,
-                                  StopToken* stop, std::chrono::milliseconds poll,
+                                  StopToken* stop, const FolderLockTiming& timing,
                                   std::unique_ptr<CheckpointFolderLock>* out) {
-  const std::string path = folder + kOwnerFile;
+  using Clock = std::chrono::steady_clock;
+  const std::string path = folder + kLockFile;
   bool writable = false;
   int fd = OpenLockFile(path, O_RDONLY);
   if (fd < 0) return Status::Error("cannot open " + path + ": " + std::strerror(errno));
-  auto waited_since = std::chrono::steady_clock::now();
-  auto reported = waited_since - kWaitReport;
+  const auto start = Clock::now();
+  auto reported = start - kWaitReport;
+  std::optional<Clock::time_point> other_job_since;
   while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    if (errno == EINTR) continue;
-    if (errno == EBADF && !writable) {
+    const int error = errno;
+    if (error == EINTR) continue;
+    if (MayNeedWriting(error) && !writable) {
       writable = true;
       ::close(fd);
       fd = OpenLockFile(path, O_RDWR);
       if (fd < 0) return Status::Error("cannot open " + path + ": " + std::strerror(errno));
       continue;
     }
-    if (errno != EWOULDBLOCK) {
-      KLOG_ERROR << "cannot lock " << path << " (" << std::strerror(errno)
-                 << "): nothing keeps another process from writing checkpoints into " << folder
-                 << " while this one does";
-      out->reset(new CheckpointFolderLock(-1));
+    if (LocksUnsupported(error)) {
+      KLOG_ERROR << "cannot lock " << path << " (" << std::strerror(error)
+                 << "): this file system has no locks; only the record in " << folder << kRecordFile
+                 << " keeps a second process from writing checkpoints here";
       ::close(fd);
-      return Status::Ok();
+      fd = -1;
+      break;
     }
-    const FolderHolder holder = FolderHolder::Parse(ReadAll(fd));
-    if (!holder.job.empty() && holder.job != me.job) {
+    if (error != EWOULDBLOCK) {
+      ::close(fd);
+      return Status::Error("cannot lock " + path + ": " + std::strerror(error));
+    }
+    const FolderHolder holder = ReadRecord(folder);
+    const auto now = Clock::now();
+    const bool other_job = holder.complete && holder.job != me.job;
+    if (other_job && !other_job_since) other_job_since = now;
+    if (other_job && now - *other_job_since >= timing.other_job_grace) {
       ::close(fd);
       return Status::FailedPrecondition(
           "checkpoint folder " + folder + " is in use by " + holder.Describe() +
           ": two jobs must not share a spec.checkpoint.path; give this one its own");
     }
-    const auto now = std::chrono::steady_clock::now();
     if (now - reported >= kWaitReport) {
       reported = now;
-      KLOG_INFO << "waiting for " << holder.Describe() << " to let go of checkpoint folder "
-                << folder
-                << (holder.job.empty() ? ""
-                    : holder.run_id == me.run_id
-                        ? " (an earlier process of this replica still runs)"
-                        : " (an earlier run of this job still runs)")
-                << ", for "
-                << std::chrono::duration_cast<std::chrono::seconds>(now - waited_since).count()
+      const char* why = !holder.complete             ? ""
+                        : other_job                  ? " (another job's; it may be stopping)"
+                        : holder.run_id == me.run_id ? " (an earlier process of this replica)"
+                                                     : " (an earlier run of this job)";
+      KLOG_INFO << "waiting for " << holder.Describe() << why << " to let go of checkpoint folder "
+                << folder << ", for "
+                << std::chrono::duration_cast<std::chrono::seconds>(now - start).count()
                 << " s so far";
     }
-    if (!stop->SleepFor(poll)) {
+    if (!stop->SleepFor(timing.poll)) {
       ::close(fd);
       return Status::Aborted("stopped while waiting for checkpoint folder " + folder);
     }
   }
-  if (Status s = WriteHolder(path, me); !s.ok()) {
-    ::close(fd);
+  if (Status s = WriteRecord(folder, me); !s.ok()) {
+    if (fd >= 0) ::close(fd);
     return s;
   }
-  out->reset(new CheckpointFolderLock(fd));
+  out->reset(new CheckpointFolderLock(folder, fd, me.nonce));
   return Status::Ok();
+}
+
+Status CheckpointFolderLock::CheckStillOurs() const {
+  const FolderHolder holder = ReadRecord(folder_);
+  if (!holder.complete || holder.nonce == nonce_) return Status::Ok();
+  return Status::FailedPrecondition("checkpoint folder " + folder_ + " was taken over by " +
+                                    holder.Describe() + "; this process stops without changing it");
 }
 
 CheckpointFolderLock::~CheckpointFolderLock() {

@@ -7,25 +7,31 @@
 // has not stopped it yet).
 //
 // So a server holds an exclusive lock (flock) on "<folder>/owner" for its
-// whole life and writes there who it is. The kernel drops the lock when the
-// process dies, however it dies; on NFS (v4, or v3 with lockd) the server's
-// lease does when the holder's node stops renewing it. A process that finds
-// the lock held reads who holds it:
-// - another job (namespace and name): an error naming the folder and the
-//   holder, at once; waiting would only let this job resume later from the
-//   other's checkpoints;
-// - this job: an earlier process of this replica, or of an earlier run of
-//   the job (deleted and created again while its old pods still run), or a
-//   holder not yet known: it waits for the lock, saying so every
-//   kWaitReport, until it is free or `stop` is requested.
-// A file system without locks (ENOLCK: NFSv3 without lockd) is used
-// unfenced, with a warning.
+// whole life and writes there who it is, with a nonce of its own. The kernel
+// drops the lock when the process dies, however it dies; on NFSv4 the
+// server's lease does when the holder's node stops renewing it. A process
+// that finds the lock held reads who holds it:
+// - this job (namespace and name): an earlier process of this replica, or
+//   of an earlier run of the job (deleted and created again while its old
+//   pods still run), or a holder whose record is not complete: it waits,
+//   saying so every kWaitReport, until the lock is free or `stop` comes;
+// - another job: it waits up to `other_job_grace` (the time a pod of a
+//   deleted job may take to stop), then fails naming the folder and the
+//   holder; waiting longer would only have this job resume later from the
+//   other job's checkpoints.
+//
+// Where the lock does not exclude (a file system without locks, NFS mounted
+// with local_lock or nolock, FUSE volumes, which lock on one node only; a
+// lease that lapsed while the holder was cut off), the record still fences:
+// CheckStillOurs, called before every change to the folder, finds another
+// holder's nonce there once a successor has taken the folder over.
 //
 // Not thread-safe: one per folder, taken once at start.
 #ifndef KUBEPS_PS_SERVER_CHECKPOINT_FOLDER_LOCK_H_
 #define KUBEPS_PS_SERVER_CHECKPOINT_FOLDER_LOCK_H_
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -41,14 +47,21 @@ struct FolderHolder {
   std::string replica;  // server-0
   std::string host;
   long pid = 0;
-  std::string since;  // UTC, ISO 8601
+  std::string since;      // UTC, ISO 8601
+  uint64_t nonce = 0;     // this process's, random
+  bool complete = false;  // parsed: every field and the end mark were there
 
   // This process, for `run_id`, `job` and `replica`.
   static FolderHolder ThisProcess(std::string run_id, std::string job, std::string replica);
   // "server-0 of job default/first (run 8e1c...) on node-3, pid 12, since ...".
   std::string Describe() const;
   std::string Serialize() const;
-  static FolderHolder Parse(const std::string& text);  // fields it lacks stay empty
+  static FolderHolder Parse(const std::string& text);
+};
+
+struct FolderLockTiming {
+  std::chrono::milliseconds poll{500};  // how often a held lock is tried again
+  std::chrono::seconds other_job_grace{40};
 };
 
 class CheckpointFolderLock {
@@ -56,21 +69,28 @@ class CheckpointFolderLock {
   static constexpr std::chrono::seconds kWaitReport{10};
 
   // Takes the lock on `folder` (which exists) for `me`. kFailedPrecondition
-  // when another job holds it; kAborted when `stop` came while waiting;
-  // another error when the lock file cannot be made. `poll` is how often a
-  // held lock is tried again.
+  // when another job holds it past the grace; kAborted when `stop` came
+  // while waiting; another error where the lock cannot be tried (the file
+  // cannot be made, an I/O error).
   static Status Take(const std::string& folder, const FolderHolder& me, StopToken* stop,
-                     std::chrono::milliseconds poll, std::unique_ptr<CheckpointFolderLock>* out);
+                     const FolderLockTiming& timing, std::unique_ptr<CheckpointFolderLock>* out);
   ~CheckpointFolderLock();  // lets go of the lock
   CheckpointFolderLock(const CheckpointFolderLock&) = delete;
   CheckpointFolderLock& operator=(const CheckpointFolderLock&) = delete;
 
-  // False where the file system has no locks and the folder is unfenced.
-  bool fenced() const { return fd_ >= 0; }
+  // kFailedPrecondition, naming the new holder, where the record says
+  // another process took the folder over; OK where it is still this one's,
+  // or cannot be read now (the change it guards fails on its own then).
+  Status CheckStillOurs() const;
+  // False where the file system refused the lock and only the record fences.
+  bool locked() const { return fd_ >= 0; }
 
  private:
-  explicit CheckpointFolderLock(int fd) : fd_(fd) {}
-  const int fd_;  // holds the lock; -1: unfenced
+  CheckpointFolderLock(std::string folder, int fd, uint64_t nonce)
+      : folder_(std::move(folder)), fd_(fd), nonce_(nonce) {}
+  const std::string folder_;
+  const int fd_;  // holds the lock; -1: unfenced by the kernel
+  const uint64_t nonce_;
 };
 
 }  // namespace kubeps

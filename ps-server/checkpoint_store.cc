@@ -123,6 +123,13 @@ Status CheckpointStore::Open(const std::string& dir, std::unique_ptr<CheckpointS
   std::error_code error;
   fs::create_directories(dir, error);
   if (error) return Status::Error("checkpoint folder " + dir + ": " + error.message());
+  out->reset(new CheckpointStore(dir));
+  return Status::Ok();
+}
+
+Status CheckpointStore::Hold(const FolderHolder& me, StopToken* stop,
+                             const FolderLockTiming& timing) {
+  if (Status s = CheckpointFolderLock::Take(dir_, me, stop, timing, &lock_); !s.ok()) return s;
   // Temporary files of writes a killed process left (each as big as its
   // state), which no one else would ever remove.
   auto remove_if_temporary = [](const fs::directory_entry& entry) {
@@ -131,9 +138,11 @@ Status CheckpointStore::Open(const std::string& dir, std::unique_ptr<CheckpointS
     if (name.size() > suffix && name.compare(name.size() - suffix, suffix, kTemporarySuffix) == 0)
       ::unlink(entry.path().c_str());
   };
-  if (Status s = ForEachEntry(dir, remove_if_temporary); !s.ok()) return s;
-  out->reset(new CheckpointStore(dir));
-  return Status::Ok();
+  return ForEachEntry(dir_, remove_if_temporary);
+}
+
+Status CheckpointStore::CheckStillOurs() const {
+  return lock_ ? lock_->CheckStillOurs() : Status::Ok();
 }
 
 std::string CheckpointStore::PathOf(uint64_t step) const {
@@ -157,6 +166,7 @@ Status CheckpointStore::Steps(std::vector<uint64_t>* steps) const {
 }
 
 Status CheckpointStore::Write(const v1::ShardCheckpoint& checkpoint) {
+  if (Status s = CheckStillOurs(); !s.ok()) return s;
   if (Status s = ReplaceDurably(dir_, PathOf(checkpoint.step()),
                                 [&](google::protobuf::io::ZeroCopyOutputStream* out) {
                                   return WriteCheckpointFile(checkpoint, out);
@@ -204,6 +214,7 @@ Status CheckpointStore::RemoveAfter(uint64_t step) {
 
 Status CheckpointStore::RemoveFrom(uint64_t first, size_t* removed) {
   *removed = 0;
+  if (Status s = CheckStillOurs(); !s.ok()) return s;
   std::vector<uint64_t> steps;
   if (Status s = Steps(&steps); !s.ok()) return s;
   for (uint64_t step : steps) {

@@ -37,9 +37,12 @@ class CheckpointStore {
   // that lags more has given up: Shard::kMaxCheckpointFailuresInARow).
   static constexpr int kMaxKept = 16;
 
-  // Creates `dir` (and its parents) if needed.
+  // Creates `dir` (and its parents) if needed. Changes nothing in it:
+  // another process may hold it (Hold).
   static Status Open(const std::string& dir, std::unique_ptr<CheckpointStore>* out);
 
+  // Write and the removals fail with kFailedPrecondition, changing nothing,
+  // where another process took the folder over (CheckStillOurs).
   Status Write(const v1::ShardCheckpoint& checkpoint);
   // NotFound where there is no checkpoint of `step`.
   Status Read(uint64_t step, v1::ShardCheckpoint* checkpoint) const;
@@ -56,12 +59,12 @@ class CheckpointStore {
   // Steps that have a checkpoint, oldest first; an error where the folder
   // cannot be listed, never an empty list.
   Status Steps(std::vector<uint64_t>* steps) const;
-  // Holds the folder for this process's life (checkpoint_folder_lock.h):
-  // before anything in it is read or changed.
-  Status Hold(const FolderHolder& me, StopToken* stop,
-              std::chrono::milliseconds poll = std::chrono::milliseconds(500)) {
-    return CheckpointFolderLock::Take(dir_, me, stop, poll, &lock_);
-  }
+  // Holds the folder for this process's life (checkpoint_folder_lock.h),
+  // then removes the temporary files of writes a killed process left: before
+  // anything in it is read or changed, by this process or by one waiting
+  // for it (a holder's write in progress is not a leftover). From then on,
+  // every change first checks that no successor took the folder over.
+  Status Hold(const FolderHolder& me, StopToken* stop, const FolderLockTiming& timing);
   // Records that the checkpoints belong to run `run_id` (on Kubernetes the
   // TrainingJob's UID, a new one for every `kubeps run`). Without `resume`
   // (spec.checkpoint.resume false), checkpoints of another run (another id,
@@ -86,6 +89,7 @@ class CheckpointStore {
  private:
   explicit CheckpointStore(std::string dir) : dir_(std::move(dir)) {}
   std::string PathOf(uint64_t step) const;
+  Status CheckStillOurs() const;  // OK before Hold
   // Read, and *damaged = true where the file's bytes are at fault.
   Status ReadFile(uint64_t step, v1::ShardCheckpoint* checkpoint, bool* damaged) const;
   void SetAside(uint64_t step, std::string* skipped) const;

@@ -230,6 +230,10 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
           "a newer process of this server registered with the scheduler; this "
           "one stops without touching its checkpoints");
     }
+    if (std::string taken = shard->TakenOver(); !taken.empty()) {
+      *reason = kReasonReplaced;
+      return Status::Error(taken);
+    }
     if (std::string failure = shard->CheckpointFailure(); !failure.empty()) {
       *reason = kReasonCheckpointWriteFailed;
       return Status::Error(failure);
@@ -296,10 +300,12 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   Shard shard(options, std::move(optimizer), metrics);
   const FolderHolder me =
       FolderHolder::ThisProcess(config.run_id, job.namespace_ + "/" + job.name, config.node_id);
-  if (Status s = shard.ClaimCheckpoints(me, job.spec.checkpoint_resume, &g_stop); !s.ok()) {
+  FolderLockTiming timing;
+  timing.other_job_grace = std::chrono::seconds(config.holder_grace_seconds);
+  if (Status s = shard.ClaimCheckpoints(me, job.spec.checkpoint_resume, &g_stop, timing); !s.ok()) {
     if (s.IsAborted()) return StoppedBySignal("server");
     return Fail(s.code() == Status::Code::kFailedPrecondition ? kReasonCheckpointFolderInUse
-                                                              : kReasonCheckpointWriteFailed,
+                                                              : kReasonCheckpointReadFailed,
                 s, 1);
   }
   int64_t checkpoint_step = -1;
@@ -318,6 +324,7 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
                    (g_stop.stop_requested() ? kStopShutdownGrace : kEndShutdownGrace));
   if (s.IsAborted() && g_stop.stop_requested()) return StoppedBySignal("server");
   if (!s.ok()) {
+    if (!shard.TakenOver().empty()) return Fail(kReasonReplaced, s, 1);
     return Fail(shard.CheckpointFailure().empty() ? reason : kReasonCheckpointWriteFailed, s, 1);
   }
   WriteTerminationMessage(kReasonJobOver, "the scheduler said every worker finished");

@@ -121,7 +121,8 @@ class Shard {
   // process there is a kFailedPrecondition error, CheckpointFolderLock),
   // then the checkpoints are run `me.run_id`'s, and without `resume` another
   // run's are deleted (CheckpointStore::ClaimForRun).
-  Status ClaimCheckpoints(const FolderHolder& me, bool resume, StopToken* stop);
+  Status ClaimCheckpoints(const FolderHolder& me, bool resume, StopToken* stop,
+                          const FolderLockTiming& timing);
   // A checkpoint was loaded at start and no generation has brought the
   // shard in since: its restart calls for a recovery.
   bool awaiting_recovery() const;
@@ -138,6 +139,10 @@ class Shard {
   static constexpr int kMaxCheckpointFailuresInARow = 10;
   // Non-empty, naming the folder and the last error, once the shard gave up.
   std::string CheckpointFailure() const;
+  // Non-empty, naming the new holder, once a change to the checkpoint folder
+  // found that another process took it over (CheckpointFolderLock): this
+  // one was taken for lost and must stop without touching it again.
+  std::string TakenOver() const;
   // Rollback (sync mode): replaces the state with the checkpoint of `step`
   // and enters `generation`; requests of older generations are ABORTED.
   // Step 0 on a shard that holds nothing and has no checkpoint of it (a
@@ -340,9 +345,10 @@ class Shard {
   int quiescing_ = 0;       // callers of AwaitPushesOutsideLock waiting: pushes claim nothing
   uint64_t claims_made_ = 0;
   std::unique_ptr<CheckpointStore> checkpoints_;
-  mutable std::mutex write_mutex_;  // one checkpoint write at a time; guards the three below
+  mutable std::mutex write_mutex_;  // one checkpoint write at a time; guards the four below
   int failures_in_a_row_ = 0;
   std::string last_failure_;
+  std::string taken_over_;
   // A checkpoint of an older generation, taken before a rollback and queued
   // since, is not written: its step is of the timeline the rollback left.
   uint64_t oldest_writable_generation_ = 0;

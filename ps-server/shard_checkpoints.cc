@@ -84,6 +84,11 @@ Status Shard::WriteCheckpoint(const v1::ShardCheckpoint& checkpoint) {
     return Status::Ok();
   }
   Status s = checkpoints_->Write(checkpoint);
+  if (s.code() == Status::Code::kFailedPrecondition) {
+    taken_over_ = s.message();
+    KLOG_ERROR << taken_over_;
+    return s;
+  }
   if (!s.ok()) {
     // Loud: a shard whose checkpoints stop can make a later recovery
     // impossible (the scheduler needs a step every shard holds).
@@ -98,6 +103,11 @@ Status Shard::WriteCheckpoint(const v1::ShardCheckpoint& checkpoint) {
   failures_in_a_row_ = 0;
   checkpoints_written_.Increment();
   return s;
+}
+
+std::string Shard::TakenOver() const {
+  std::lock_guard<std::mutex> lock(write_mutex_);
+  return taken_over_;
 }
 
 std::string Shard::CheckpointFailure() const {
@@ -155,12 +165,13 @@ void Shard::KeepCheckpoint(int64_t step) {
   if (checkpoints_) checkpoints_->KeepStep(step);
 }
 
-Status Shard::ClaimCheckpoints(const FolderHolder& me, bool resume, StopToken* stop) {
+Status Shard::ClaimCheckpoints(const FolderHolder& me, bool resume, StopToken* stop,
+                               const FolderLockTiming& timing) {
   if (!checkpoints_) return Status::Ok();
   const std::string& run_id = me.run_id;
   size_t removed = 0;
   std::lock_guard<std::mutex> lock(write_mutex_);
-  if (Status s = checkpoints_->Hold(me, stop); !s.ok()) return s;
+  if (Status s = checkpoints_->Hold(me, stop, timing); !s.ok()) return s;
   if (Status s = checkpoints_->ClaimForRun(run_id, resume, &removed); !s.ok()) return s;
   if (removed > 0) {
     KLOG_INFO << "discarded an earlier run's checkpoints in " << checkpoints_->dir() << " ("
@@ -241,8 +252,10 @@ Status Shard::RestoreCheckpoint(uint64_t step, uint64_t generation) {
     if (read.ok()) {
       // The steps after this one are of the timeline the job left; a later
       // recovery must not find them (the redo may differ: a worker fewer).
-      if (Status removed = checkpoints_->RemoveAfter(step); !removed.ok())
+      if (Status removed = checkpoints_->RemoveAfter(step); !removed.ok()) {
         KLOG_ERROR << removed.message();
+        if (removed.code() == Status::Code::kFailedPrecondition) taken_over_ = removed.message();
+      }
       // The shard is back on a step it holds: what it trains from here on
       // is what a later write would protect.
       failures_in_a_row_ = 0;

@@ -272,6 +272,9 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
         const auto compute_hints = ComputeHints(cores, workers, job.spec.ps.replicas);
         launch.env[api::env::kRunDir] = run_dir;
         launch.env[api::env::kRunId] = run_id;
+        // Another `kubeps run` stopped (Ctrl-C) has its processes gone
+        // within half a second.
+        if (name.role == ReplicaRole::kServer) launch.env[api::env::kHolderGraceSeconds] = "2";
         launch.user_process =
             controller::UserProcessOf(job, name, compute_hints,
                                       // kubeps' own variables: who the worker is (the socket folder

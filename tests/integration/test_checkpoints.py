@@ -240,8 +240,10 @@ class SharedFolderTest(unittest.TestCase):
     copied under a new name). Each shard's folder has one live process: the
     second job's servers find the first job's there and the job fails at once,
     naming the folder and who holds it, while the first job trains on with its
-    checkpoints its own. Before, the second job took the first one's newest
-    checkpoint for its own start, and both wrote into the same files."""
+    checkpoints its own. (Another job's process is given a grace first, as a
+    deleted job's pod may be stopping: 2 s for `kubeps run`.) Before, the
+    second job took the first one's newest checkpoint for its own start, and
+    both wrote into the same files."""
 
     def test_the_second_job_fails_and_the_first_goes_on(self):
         tmp = tempfile.mkdtemp(prefix="kubeps-ckpt-shared-")
@@ -251,17 +253,18 @@ class SharedFolderTest(unittest.TestCase):
         def text(name):
             job = json.loads(job_text(name, interval=20))
             job["spec"]["checkpoint"]["path"] = folder
+            job["spec"]["epochs"] = 2  # still training when the second job gives up, under load
             return json.dumps(job)
 
         first = RunningJob(write_manifest(tmp, text("first"), "first.yaml"),
-                           env=dict(PACED_FOR_KILLS, KUBEPS_MAX_STEPS="900"))
+                           env=dict(PACED_FOR_KILLS, KUBEPS_MAX_STEPS="1800"))
         self.addCleanup(first.close)
         # Training means both servers registered, so each holds its folder.
         first.wait_for_line(r"^\[worker 0\] epoch", TIMEOUT)
         marks = {server: read_text(os.path.join(folder, server, "run"))
                  for server in ("server-0", "server-1")}
         second = RunningJob(write_manifest(tmp, text("second"), "second.yaml"),
-                            env={"KUBEPS_MAX_STEPS": "900"})
+                            env={"KUBEPS_MAX_STEPS": "1800"})
         self.addCleanup(second.close)
         code = second.wait(TIMEOUT)
         output = second.output()
@@ -276,7 +279,7 @@ class SharedFolderTest(unittest.TestCase):
         self.assertEqual(first.wait(TIMEOUT), 0, first.output())
         for server, mark in marks.items():
             self.assertEqual(read_text(os.path.join(folder, server, "run")), mark, server)
-            self.assertIn(900, steps_of_folder(os.path.join(folder, server)))
+            self.assertIn(1800, steps_of_folder(os.path.join(folder, server)))
         print("\na second job over the same checkpoint folder failed %.1f s after its start"
               % second.lines[-1][0])
 

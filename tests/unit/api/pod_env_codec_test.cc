@@ -33,8 +33,8 @@ class PodEnvCodecTest : public ::testing::Test {
     for (const char* name :
          {env::kRole, env::kJobName, env::kJob, env::kNodeId, env::kSchedulerAddr, env::kPodIp,
           env::kPort, env::kMetricsPort, env::kNumServers, env::kNumWorkers, env::kResendTimeoutMs,
-          env::kMaxResends, env::kTokenFile, env::kRunDir, env::kBlasThreads,
-          env::kCheckpointDir}) {
+          env::kMaxResends, env::kTokenFile, env::kRunDir, env::kBlasThreads, env::kCheckpointDir,
+          env::kHolderGraceSeconds}) {
       ::unsetenv(name);
     }
   }
@@ -109,6 +109,22 @@ TEST_F(PodEnvCodecTest, WhatIsEncodedDecodesToTheSameValues) {
   EXPECT_EQ(optimizer.schedule.decay, "linear");
   EXPECT_EQ(optimizer.schedule.decay_steps, 450u);
   EXPECT_FLOAT_EQ(optimizer.schedule.min_learning_rate, 0.0001f);
+}
+
+// How long a server waits for another job's process to let go of its
+// checkpoint folder: the server pods' grace period (Kubernetes' 30 s unless
+// the ps template sets one) and 10 s.
+TEST_F(PodEnvCodecTest, AServerWaitsForAnotherJobsHolderItsPodsGracePeriodAndTenSeconds) {
+  TrainingJob job = Job();
+  NodeConfig config;
+  Export(EncodePodEnv(job, "server", "server-0", "mnist-scheduler.team-a.svc:7000"));
+  ASSERT_EQ(Decode({}, &config), "");
+  EXPECT_EQ(config.holder_grace_seconds, 40);
+  job.spec.ps.template_override = {{"spec", {{"terminationGracePeriodSeconds", 120}}}};
+  Export(EncodePodEnv(job, "server", "server-0", "mnist-scheduler.team-a.svc:7000"));
+  ASSERT_EQ(Decode({}, &config), "");
+  EXPECT_EQ(config.holder_grace_seconds, 130);
+  EXPECT_EQ(EncodePodEnv(job, "worker", "worker-0", "s:1").count(env::kHolderGraceSeconds), 0u);
 }
 
 TEST_F(PodEnvCodecTest, AFlagWinsOverItsVariable) {

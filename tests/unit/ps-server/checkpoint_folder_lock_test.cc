@@ -27,6 +27,8 @@ using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 
 constexpr milliseconds kPoll{10};
+// Another job's holder fails a starting server at once in most tests.
+const FolderLockTiming kTiming{kPoll, std::chrono::seconds(0)};
 
 std::string TempDir() {
   std::string pattern = std::filesystem::temp_directory_path() / "kubeps-folder-lock-XXXXXX";
@@ -58,11 +60,11 @@ class CheckpointFolderLockTest : public ::testing::Test {
 TEST_F(CheckpointFolderLockTest, AnotherJobsHolderIsAnErrorNamingTheFolderAndTheHolder) {
   std::unique_ptr<CheckpointFolderLock> first, second;
   ASSERT_TRUE(
-      CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "node-1"), &stop_, kPoll, &first)
+      CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "node-1"), &stop_, kTiming, &first)
           .ok());
-  EXPECT_TRUE(first->fenced());
-  Status s =
-      CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kPoll, &second);
+  EXPECT_TRUE(first->locked());
+  Status s = CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kTiming,
+                                        &second);
   EXPECT_EQ(s.code(), Status::Code::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("checkpoint folder " + dir_ +
                                      " is in use by server-0 of job default/first (run run-a) on "
@@ -76,20 +78,20 @@ TEST_F(CheckpointFolderLockTest, AnotherJobsHolderIsAnErrorNamingTheFolderAndThe
 
 TEST_F(CheckpointFolderLockTest, AnEarlierProcessOfThisRunIsWaitedFor) {
   std::unique_ptr<CheckpointFolderLock> first, second;
-  ASSERT_TRUE(
-      CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "old-node"), &stop_, kPoll, &first)
-          .ok());
+  ASSERT_TRUE(CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "old-node"), &stop_,
+                                         kTiming, &first)
+                  .ok());
   const auto start = std::chrono::steady_clock::now();
   std::thread release([&] {
     std::this_thread::sleep_for(milliseconds(300));
     first.reset();
   });
-  Status s = CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "new-node"), &stop_, kPoll,
+  Status s = CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "new-node"), &stop_, kTiming,
                                         &second);
   release.join();
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(300));
-  EXPECT_TRUE(second->fenced());
+  EXPECT_TRUE(second->locked());
   const FolderHolder now = FolderHolder::Parse(OwnerFile(dir_));
   EXPECT_EQ(now.host, "new-node");
   EXPECT_EQ(now.run_id, "run-a");
@@ -103,14 +105,14 @@ TEST_F(CheckpointFolderLockTest, AnEarlierRunOfThisJobIsWaitedFor) {
   // The job deleted and created again (a new UID) while its old server, on a
   // node cut off from the API server, still runs.
   std::unique_ptr<CheckpointFolderLock> first, second;
-  ASSERT_TRUE(
-      CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "old-node"), &stop_, kPoll, &first)
-          .ok());
+  ASSERT_TRUE(CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "old-node"), &stop_,
+                                         kTiming, &first)
+                  .ok());
   std::thread release([&] {
     std::this_thread::sleep_for(milliseconds(200));
     first.reset();
   });
-  Status s = CheckpointFolderLock::Take(dir_, Holder("first", "run-b", "new-node"), &stop_, kPoll,
+  Status s = CheckpointFolderLock::Take(dir_, Holder("first", "run-b", "new-node"), &stop_, kTiming,
                                         &second);
   release.join();
   ASSERT_TRUE(s.ok()) << s.message();
@@ -119,37 +121,92 @@ TEST_F(CheckpointFolderLockTest, AnEarlierRunOfThisJobIsWaitedFor) {
 
 TEST_F(CheckpointFolderLockTest, AStopEndsTheWait) {
   std::unique_ptr<CheckpointFolderLock> first, second;
-  ASSERT_TRUE(
-      CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "old-node"), &stop_, kPoll, &first)
-          .ok());
+  ASSERT_TRUE(CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "old-node"), &stop_,
+                                         kTiming, &first)
+                  .ok());
   StopToken stop;
   std::thread stopper([&] {
     std::this_thread::sleep_for(milliseconds(100));
     stop.RequestStop();
   });
-  Status s =
-      CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "new-node"), &stop, kPoll, &second);
+  Status s = CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "new-node"), &stop, kTiming,
+                                        &second);
   stopper.join();
   EXPECT_TRUE(s.IsAborted()) << s.message();
   EXPECT_THAT(s.message(), HasSubstr(dir_));
   EXPECT_EQ(second, nullptr);
 }
 
-TEST_F(CheckpointFolderLockTest, AHolderThatHasNotSaidWhoItIsIsWaitedFor) {
-  // Locked, the file still empty: a process between its lock and its write.
-  const int fd = ::open((dir_ + "/owner").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+// A holder whose record is not all there (none yet, or cut short: no end
+// mark) is waited for, even with no grace for another job's.
+TEST_F(CheckpointFolderLockTest, AHolderWhoseRecordIsNotCompleteIsWaitedFor) {
+  const int fd = ::open((dir_ + "/owner.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  std::string cut = Holder("other", "run-x", "node-9").Serialize();
+  cut.resize(cut.size() - 2);  // "...\nen"
+  std::ofstream(dir_ + "/owner") << cut;
   std::thread release([&] {
     std::this_thread::sleep_for(milliseconds(200));
     ::close(fd);
   });
   std::unique_ptr<CheckpointFolderLock> lock;
   Status s =
-      CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kPoll, &lock);
+      CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kTiming, &lock);
   release.join();
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(FolderHolder::Parse(OwnerFile(dir_)).run_id, "run-b");
+}
+
+TEST_F(CheckpointFolderLockTest, ARecordIsCompleteOnlyWithEveryFieldAndItsEndMark) {
+  const std::string whole = Holder("first", "run-a", "node-1").Serialize();
+  const FolderHolder parsed = FolderHolder::Parse(whole);
+  EXPECT_TRUE(parsed.complete);
+  EXPECT_EQ(parsed.job, "default/first");
+  EXPECT_NE(parsed.nonce, 0u);
+  EXPECT_FALSE(FolderHolder::Parse(whole.substr(0, whole.size() - 1)).complete);   // "end"
+  EXPECT_FALSE(FolderHolder::Parse(whole.substr(whole.find('\n') + 1)).complete);  // no run
+  EXPECT_FALSE(FolderHolder::Parse("").complete);
+}
+
+// A deleted job's pod may still be stopping: another job's holder is given
+// the grace before the error.
+TEST_F(CheckpointFolderLockTest, AnotherJobsHolderIsGivenTheGraceFirst) {
+  const FolderLockTiming grace{kPoll, std::chrono::seconds(1)};
+  std::unique_ptr<CheckpointFolderLock> first, second;
+  ASSERT_TRUE(
+      CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "node-1"), &stop_, grace, &first)
+          .ok());
+  auto start = std::chrono::steady_clock::now();
+  Status s =
+      CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, grace, &second);
+  EXPECT_EQ(s.code(), Status::Code::kFailedPrecondition) << s.message();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  // Stopped within the grace: the folder is the new job's.
+  std::thread release([&] {
+    std::this_thread::sleep_for(milliseconds(300));
+    first.reset();
+  });
+  s = CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, grace, &second);
+  release.join();
+  EXPECT_TRUE(s.ok()) << s.message();
+}
+
+// Where the lock did not exclude (a lease that lapsed while the holder was
+// cut off; a file system that locks on one node only), a successor's record
+// tells the old holder it was taken over.
+TEST_F(CheckpointFolderLockTest, ASuccessorsRecordSaysTheFolderWasTakenOver) {
+  std::unique_ptr<CheckpointFolderLock> old_holder;
+  ASSERT_TRUE(CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "old-node"), &stop_,
+                                         kTiming, &old_holder)
+                  .ok());
+  EXPECT_TRUE(old_holder->CheckStillOurs().ok());
+  std::ofstream(dir_ + "/owner") << Holder("first", "run-a", "new-node").Serialize();
+  Status s = old_holder->CheckStillOurs();
+  EXPECT_EQ(s.code(), Status::Code::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("checkpoint folder " + dir_ +
+                                     " was taken over by server-0 of job default/first (run "
+                                     "run-a) on new-node"));
 }
 
 TEST_F(CheckpointFolderLockTest, AKilledHoldersLockIsFree) {
@@ -161,7 +218,7 @@ TEST_F(CheckpointFolderLockTest, AKilledHoldersLockIsFree) {
     StopToken stop;
     std::unique_ptr<CheckpointFolderLock> lock;
     const bool took =
-        CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "node-1"), &stop, kPoll, &lock)
+        CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "node-1"), &stop, kTiming, &lock)
             .ok();
     const char byte = took ? '1' : '0';
     (void)::write(ready[1], &byte, 1);
@@ -175,13 +232,13 @@ TEST_F(CheckpointFolderLockTest, AKilledHoldersLockIsFree) {
   ASSERT_EQ(byte, '1');
   std::unique_ptr<CheckpointFolderLock> lock;
   Status held =
-      CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kPoll, &lock);
+      CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kTiming, &lock);
   EXPECT_EQ(held.code(), Status::Code::kFailedPrecondition) << held.message();
   EXPECT_THAT(held.message(), HasSubstr("pid " + std::to_string(child)));
   ASSERT_EQ(::kill(child, SIGKILL), 0);
   ASSERT_EQ(::waitpid(child, nullptr, 0), child);
   Status s =
-      CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kPoll, &lock);
+      CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kTiming, &lock);
   EXPECT_TRUE(s.ok()) << s.message();
 }
 

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -148,6 +149,7 @@ std::vector<std::string> TemporaryFiles(const std::string& dir) {
     const std::string name = entry.path().filename().string();
     if (name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0) names.push_back(name);
   }
+  std::sort(names.begin(), names.end());
   return names;
 }
 
@@ -169,7 +171,9 @@ TEST(CheckpointStoreTest, AWriteThatFailsLeavesNoTemporaryFile) {
 
 // A server killed while it wrote a checkpoint (evicted, out of memory) left
 // a temporary file that no later process removed.
-TEST(CheckpointStoreTest, TemporaryFilesOfAKilledWriteAreRemovedWhenTheStoreOpens) {
+// Removed once the folder is held, not when it is opened: a server waiting
+// for the folder would otherwise remove the holder's write in progress.
+TEST(CheckpointStoreTest, TemporaryFilesOfAKilledWriteAreRemovedOnceTheFolderIsHeld) {
   const std::string dir = TempDir();
   {
     std::unique_ptr<CheckpointStore> store;
@@ -180,7 +184,30 @@ TEST(CheckpointStoreTest, TemporaryFilesOfAKilledWriteAreRemovedWhenTheStoreOpen
   std::ofstream(dir + "/run.tmp") << "run-";
   std::unique_ptr<CheckpointStore> store;
   ASSERT_TRUE(CheckpointStore::Open(dir, &store).ok());
+  EXPECT_THAT(TemporaryFiles(dir), ElementsAre("run.tmp", "step-00000000000000000005.ckpt.tmp"));
+  StopToken stop;
+  ASSERT_TRUE(
+      store->Hold(FolderHolder::ThisProcess("run-a", "default/job", "server-0"), &stop, {}).ok());
   EXPECT_THAT(TemporaryFiles(dir), IsEmpty());
+  EXPECT_THAT(StepsOf(*store), ElementsAre(4));
+}
+
+// A process taken for lost (its successor holds the folder now) changes
+// nothing in it: no checkpoint written, none removed.
+TEST(CheckpointStoreTest, AFolderTakenOverIsNotChanged) {
+  const std::string dir = TempDir();
+  std::unique_ptr<CheckpointStore> store;
+  ASSERT_TRUE(CheckpointStore::Open(dir, &store).ok());
+  StopToken stop;
+  ASSERT_TRUE(
+      store->Hold(FolderHolder::ThisProcess("run-a", "default/job", "server-0"), &stop, {}).ok());
+  ASSERT_TRUE(store->Write(Step(4)).ok());
+  std::ofstream(dir + "/owner")
+      << FolderHolder::ThisProcess("run-a", "default/job", "server-0").Serialize();
+  Status s = store->Write(Step(5));
+  EXPECT_EQ(s.code(), Status::Code::kFailedPrecondition) << s.message();
+  EXPECT_THAT(s.message(), HasSubstr("was taken over by server-0 of job default/job"));
+  EXPECT_EQ(store->RemoveAll().code(), Status::Code::kFailedPrecondition);
   EXPECT_THAT(StepsOf(*store), ElementsAre(4));
 }
 
