@@ -6,6 +6,7 @@ nodes find it again through the scheduler's Service name.
 
     KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_role_restarts   (from tests/k8s)
 """
+import copy
 import os
 import sys
 import unittest
@@ -13,7 +14,8 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from operator_harness import (apply, checkpoints_on_host, condition, job_pods,  # noqa: E402
-                              live_pod, replace_pod, replica_key, training_job)
+                              live_pod, phase_of, replace_pod, replica_key, slowed_down,
+                              training_job)
 from operator_test_case import SharedClusterTestCase  # noqa: E402
 
 # Long enough (10 to 30 s) that the stop lands mid-job on a loaded machine, short enough
@@ -97,6 +99,39 @@ class RoleRestartTest(SharedClusterTestCase):
         self.assertEqual(failed["reason"], "ShardStateLost", job["status"])
         self.assertIn("spec.checkpoint.path is empty", failed["message"])
         self.delete_job(name)
+
+    def test_a_second_job_over_the_same_checkpoints_fails_naming_the_job_that_holds_them(self):
+        # Before: the second job resumed from the first one's newest
+        # checkpoint, rolled the shared folders back and deleted the first
+        # job's newer checkpoints, both jobs writing into the same files.
+        first = training_job("ckptfirst", epochs=20, max_steps=MAX_STEPS,
+                             restart_policy="OnFailure", backoff_limit=3)
+        folder = checkpoints_on_host(self, first)
+        apply(self.c, slowed_down(first))  # still training when the second job gives up
+        self.wait_phase("ckptfirst", "Running", timeout=90)
+        self.c.wait_for(lambda: "step " in self.c.kubectl("logs", "ckptfirst-worker-0",
+                                                          check=False).stdout,
+                        timeout=60, what="ckptfirst training")
+        second = training_job("ckptsecond", epochs=20, max_steps=MAX_STEPS,
+                              restart_policy="OnFailure", backoff_limit=3)
+        second["spec"]["checkpoint"] = first["spec"]["checkpoint"]
+        second["spec"]["replicaSpecs"]["ps"]["template"] = copy.deepcopy(
+            first["spec"]["replicaSpecs"]["ps"]["template"])
+        # The first job's server is given the pods' grace period and 10 s to stop.
+        second["spec"]["replicaSpecs"]["ps"]["template"]["spec"][
+            "terminationGracePeriodSeconds"] = 1
+        apply(self.c, second)
+        job = self.wait_phase("ckptsecond", "Failed", timeout=120)
+        failed = condition(job, "Failed")
+        self.assertEqual(failed["reason"], "CheckpointFolderInUse", job["status"])
+        self.assertRegex(failed["message"], r"checkpoint folder %s/server-\d is in use by "
+                         r"server-\d of job default/ckptfirst \(run [-0-9a-f]+\) on " %
+                         folder)
+        self.assertEqual(job["status"]["replicaStatuses"]["ps"].get("restarts", 0), 0,
+                         job["status"])
+        self.assertEqual(phase_of(self.c, "ckptfirst"), "Running", self.diag("ckptfirst"))
+        self.delete_job("ckptsecond")
+        self.delete_job("ckptfirst")
 
 
 if __name__ == "__main__":
