@@ -48,7 +48,7 @@ std::map<std::string, std::string> EncodePodEnv(const TrainingJob& job, const st
         tmpl["spec"]["terminationGracePeriodSeconds"].is_number_integer()) {
       grace = tmpl["spec"]["terminationGracePeriodSeconds"].get<long>();
     }
-    env[env::kHolderGraceSeconds] = std::to_string(std::max(0L, grace) + 10);
+    env[env::kHolderGraceSeconds] = std::to_string(std::clamp(grace, 0L, 86400L) + 10);
   }
   return env;
 }

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -51,14 +52,30 @@ FolderHolder ReadRecord(const std::string& folder) {
 Status WriteRecord(const std::string& folder, const FolderHolder& me) {
   const std::string draft = folder + kRecordDraft, record = folder + kRecordFile;
   const std::string text = me.Serialize();
+  auto failed = [&](const std::string& path) {
+    return Status::Error("cannot write " + path + ": " + std::strerror(errno));
+  };
   const int fd = ::open(draft.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::Error("cannot write " + draft + ": " + std::strerror(errno));
-  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-                       ::fsync(fd) == 0;  // a reader on another node reads what is on disk
-  const int error = errno;
+  if (fd < 0) return failed(draft);
+  if (::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+    if (errno == 0) errno = ENOSPC;  // a short write sets none
+    const Status s = failed(draft);
+    ::close(fd);
+    return s;
+  }
+  // What a reader on another node reads is what is on disk.
+  if (::fsync(fd) != 0) {
+    const Status s = failed(draft);
+    ::close(fd);
+    return s;
+  }
   ::close(fd);
-  if (!written || std::rename(draft.c_str(), record.c_str()) != 0)
-    return Status::Error("cannot write " + record + ": " + std::strerror(written ? errno : error));
+  if (std::rename(draft.c_str(), record.c_str()) != 0) return failed(record);
+  const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    (void)::fsync(dir);
+    ::close(dir);
+  }
   return Status::Ok();
 }
 
@@ -119,32 +136,28 @@ FolderHolder FolderHolder::Parse(const std::string& text) {
   FolderHolder holder;
   std::istringstream lines(text);
   std::string line;
-  int fields = 0;
+  const char* const keys[] = {"run", "job", "replica", "host", "pid", "since", "nonce"};
+  unsigned seen = 0;  // a bit per key: each once
   while (std::getline(lines, line)) {
     if (line == kEndMark) {
-      holder.complete = fields == 7 && !lines.eof();  // the mark's own newline came too
+      holder.complete = seen == (1u << std::size(keys)) - 1 && !lines.eof();  // and its newline
       break;
     }
     const size_t space = line.find(' ');
     const std::string key = line.substr(0, space);
     const std::string value = space == std::string::npos ? "" : line.substr(space + 1);
-    ++fields;
-    if (key == "run")
-      holder.run_id = value;
-    else if (key == "job")
-      holder.job = value;
-    else if (key == "replica")
-      holder.replica = value;
-    else if (key == "host")
-      holder.host = value;
-    else if (key == "since")
-      holder.since = value;
-    else if (key == "pid")
-      holder.pid = std::strtol(value.c_str(), nullptr, 10);
-    else if (key == "nonce")
-      holder.nonce = std::strtoull(value.c_str(), nullptr, 10);
-    else
-      --fields;
+    for (unsigned k = 0; k < std::size(keys); ++k) {
+      if (key != keys[k]) continue;
+      if (seen & (1u << k)) return FolderHolder{};  // twice: not a record this code wrote
+      seen |= 1u << k;
+    }
+    if (key == "run") holder.run_id = value;
+    if (key == "job") holder.job = value;
+    if (key == "replica") holder.replica = value;
+    if (key == "host") holder.host = value;
+    if (key == "since") holder.since = value;
+    if (key == "pid") holder.pid = std::strtol(value.c_str(), nullptr, 10);
+    if (key == "nonce") holder.nonce = std::strtoull(value.c_str(), nullptr, 10);
   }
   return holder;
 }
@@ -159,7 +172,7 @@ Status CheckpointFolderLock::Take(const std::string& folder, const FolderHolder&
   if (fd < 0) return Status::Error("cannot open " + path + ": " + std::strerror(errno));
   const auto start = Clock::now();
   auto reported = start - kWaitReport;
-  std::optional<Clock::time_point> other_job_since;
+  std::optional<Clock::time_point> other_run_since;
   while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int error = errno;
     if (error == EINTR) continue;
@@ -180,24 +193,28 @@ Status CheckpointFolderLock::Take(const std::string& folder, const FolderHolder&
     }
     if (error != EWOULDBLOCK) {
       ::close(fd);
-      return Status::Error("cannot lock " + path + ": " + std::strerror(error));
+      // An I/O error, a stale mount: it may pass.
+      return Status::Unavailable("cannot lock " + path + ": " + std::strerror(error));
     }
     const FolderHolder holder = ReadRecord(folder);
     const auto now = Clock::now();
-    const bool other_job = holder.complete && holder.job != me.job;
-    if (other_job && !other_job_since) other_job_since = now;
-    if (other_job && now - *other_job_since >= timing.other_job_grace) {
+    const bool other_run = holder.complete && holder.run_id != me.run_id;
+    if (other_run && !other_run_since) other_run_since = now;
+    if (other_run && now - *other_run_since >= timing.other_run_grace) {
       ::close(fd);
-      return Status::FailedPrecondition(
+      return Status::AlreadyExists(
           "checkpoint folder " + folder + " is in use by " + holder.Describe() +
-          ": two jobs must not share a spec.checkpoint.path; give this one its own");
+          (holder.job == me.job
+               ? ", an earlier run of this job (a deleted job's pod may still be stopping; run "
+                 "this job again once it is gone)"
+               : ": two jobs must not share a spec.checkpoint.path; give this one its own"));
     }
     if (now - reported >= kWaitReport) {
       reported = now;
-      const char* why = !holder.complete             ? ""
-                        : other_job                  ? " (another job's; it may be stopping)"
-                        : holder.run_id == me.run_id ? " (an earlier process of this replica)"
-                                                     : " (an earlier run of this job)";
+      const char* why = !holder.complete       ? ""
+                        : !other_run           ? " (an earlier process of this replica)"
+                        : holder.job == me.job ? " (an earlier run of this job; it may be stopping)"
+                                               : " (another job's; it may be stopping)";
       KLOG_INFO << "waiting for " << holder.Describe() << why << " to let go of checkpoint folder "
                 << folder << ", for "
                 << std::chrono::duration_cast<std::chrono::seconds>(now - start).count()

@@ -6,19 +6,19 @@
 // pod force-deleted from a node cut off from the API server, whose kubelet
 // has not stopped it yet).
 //
-// So a server holds an exclusive lock (flock) on "<folder>/owner" for its
-// whole life and writes there who it is, with a nonce of its own. The kernel
-// drops the lock when the process dies, however it dies; on NFSv4 the
-// server's lease does when the holder's node stops renewing it. A process
-// that finds the lock held reads who holds it:
-// - this job (namespace and name): an earlier process of this replica, or
-//   of an earlier run of the job (deleted and created again while its old
-//   pods still run), or a holder whose record is not complete: it waits,
-//   saying so every kWaitReport, until the lock is free or `stop` comes;
-// - another job: it waits up to `other_job_grace` (the time a pod of a
-//   deleted job may take to stop), then fails naming the folder and the
-//   holder; waiting longer would only have this job resume later from the
-//   other job's checkpoints.
+// So a server holds an exclusive lock (flock) on "<folder>/owner.lock" for
+// its whole life, and "<folder>/owner" says who it is, with a nonce of its
+// own. The kernel drops the lock when the process dies, however it dies; on
+// NFSv4 the server's lease does when the holder's node stops renewing it. A
+// process that finds the lock held reads who holds it:
+// - an earlier process of this run (this replica's), or a holder whose
+//   record is not complete: it waits, saying so every kWaitReport, until the
+//   lock is free or `stop` comes;
+// - another run (another job sharing the path, or an earlier run of this
+//   job, deleted and created again): it waits up to `other_run_grace` (the
+//   time a deleted job's pod may take to stop), then fails naming the folder
+//   and the holder; waiting longer would only have this run resume later
+//   from the other's checkpoints.
 //
 // Where the lock does not exclude (a file system without locks, NFS mounted
 // with local_lock or nolock, FUSE volumes, which lock on one node only; a
@@ -61,17 +61,17 @@ struct FolderHolder {
 
 struct FolderLockTiming {
   std::chrono::milliseconds poll{500};  // how often a held lock is tried again
-  std::chrono::seconds other_job_grace{40};
+  std::chrono::seconds other_run_grace{40};
 };
 
 class CheckpointFolderLock {
  public:
   static constexpr std::chrono::seconds kWaitReport{10};
 
-  // Takes the lock on `folder` (which exists) for `me`. kFailedPrecondition
-  // when another job holds it past the grace; kAborted when `stop` came
-  // while waiting; another error where the lock cannot be tried (the file
-  // cannot be made, an I/O error).
+  // Takes the lock on `folder` (which exists) for `me`. kAlreadyExists when
+  // another run holds it past the grace; kAborted when `stop` came while
+  // waiting; kUnavailable where locking failed in a way that may pass (an
+  // I/O error); another error where the files cannot be made or written.
   static Status Take(const std::string& folder, const FolderHolder& me, StopToken* stop,
                      const FolderLockTiming& timing, std::unique_ptr<CheckpointFolderLock>* out);
   ~CheckpointFolderLock();  // lets go of the lock

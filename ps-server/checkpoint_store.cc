@@ -39,7 +39,8 @@ constexpr char kTemporarySuffix[] = ".tmp";
 // the next checkpoint's is another file.
 Status ReplaceDurably(
     const std::string& dir, const std::string& path,
-    const std::function<bool(google::protobuf::io::ZeroCopyOutputStream*)>& write) {
+    const std::function<bool(google::protobuf::io::ZeroCopyOutputStream*)>& write,
+    const std::function<Status()>& before_rename = [] { return Status::Ok(); }) {
   const std::string tmp = path + kTemporarySuffix;
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return Status::Error("cannot create " + tmp + ": " + std::strerror(errno));
@@ -62,6 +63,10 @@ Status ReplaceDurably(
   error = ::fsync(fd) == 0 ? 0 : errno;
   if (::close(fd) != 0 && error == 0) error = errno;  // closed either way: no descriptor leaks
   if (error != 0) return fail("flush", error);
+  if (Status s = before_rename(); !s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) return fail("rename", errno);
   SyncFolder(dir);
   return Status::Ok();
@@ -129,6 +134,9 @@ Status CheckpointStore::Open(const std::string& dir, std::unique_ptr<CheckpointS
 
 Status CheckpointStore::Hold(const FolderHolder& me, StopToken* stop,
                              const FolderLockTiming& timing) {
+  // A second lock of this process on NFS would be the same lock, which
+  // closing the first descriptor lets go of.
+  if (lock_) return Status::Internal("checkpoint folder " + dir_ + " is held already");
   if (Status s = CheckpointFolderLock::Take(dir_, me, stop, timing, &lock_); !s.ok()) return s;
   // Temporary files of writes a killed process left (each as big as its
   // state), which no one else would ever remove.
@@ -167,14 +175,19 @@ Status CheckpointStore::Steps(std::vector<uint64_t>* steps) const {
 
 Status CheckpointStore::Write(const v1::ShardCheckpoint& checkpoint) {
   if (Status s = CheckStillOurs(); !s.ok()) return s;
-  if (Status s = ReplaceDurably(dir_, PathOf(checkpoint.step()),
-                                [&](google::protobuf::io::ZeroCopyOutputStream* out) {
-                                  return WriteCheckpointFile(checkpoint, out);
-                                });
+  if (Status s = ReplaceDurably(
+          dir_, PathOf(checkpoint.step()),
+          [&](google::protobuf::io::ZeroCopyOutputStream* out) {
+            return WriteCheckpointFile(checkpoint, out);
+          },
+          // A write may take a while on NFS: a successor
+          // may have taken over meanwhile.
+          [this] { return CheckStillOurs(); });
       !s.ok())
     return s;
   std::vector<uint64_t> steps;
-  if (!Steps(&steps).ok()) return Status::Ok();  // written; pruned after a later write
+  if (!Steps(&steps).ok()) return Status::Ok();     // written; pruned after a later write
+  if (!CheckStillOurs().ok()) return Status::Ok();  // written; the successor prunes
   const int64_t kept = keep_step_;
   for (size_t i = 0; i + kKeep < steps.size(); ++i) {
     const auto step = static_cast<int64_t>(steps[i]);

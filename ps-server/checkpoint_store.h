@@ -65,6 +65,9 @@ class CheckpointStore {
   // for it (a holder's write in progress is not a leftover). From then on,
   // every change first checks that no successor took the folder over.
   Status Hold(const FolderHolder& me, StopToken* stop, const FolderLockTiming& timing);
+  // kFailedPrecondition, naming the successor, where another process took
+  // the folder over (CheckpointFolderLock::CheckStillOurs); OK before Hold.
+  Status CheckStillOurs() const;
   // Records that the checkpoints belong to run `run_id` (on Kubernetes the
   // TrainingJob's UID, a new one for every `kubeps run`). Without `resume`
   // (spec.checkpoint.resume false), checkpoints of another run (another id,
@@ -89,7 +92,6 @@ class CheckpointStore {
  private:
   explicit CheckpointStore(std::string dir) : dir_(std::move(dir)) {}
   std::string PathOf(uint64_t step) const;
-  Status CheckStillOurs() const;  // OK before Hold
   // Read, and *damaged = true where the file's bytes are at fault.
   Status ReadFile(uint64_t step, v1::ShardCheckpoint* checkpoint, bool* damaged) const;
   void SetAside(uint64_t step, std::string* skipped) const;

@@ -276,6 +276,20 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
   return Status::Aborted("stopped by a signal");
 }
 
+// Why a server could not claim its checkpoint folder (Shard::ClaimCheckpoints).
+const char* FolderClaimReason(const Status& s) {
+  switch (s.code()) {
+    case Status::Code::kAlreadyExists:  // another run's server holds it
+      return kReasonCheckpointFolderInUse;
+    case Status::Code::kFailedPrecondition:  // a successor took it over meanwhile
+      return kReasonReplaced;
+    case Status::Code::kUnavailable:  // locking failed in a way that may pass
+      return kReasonCheckpointReadFailed;
+    default:  // a folder this server cannot write
+      return kReasonCheckpointWriteFailed;
+  }
+}
+
 int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, MetricsServer* metrics,
               FaultInjector* faults) {
   ShardOptions options;
@@ -301,12 +315,10 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   const FolderHolder me =
       FolderHolder::ThisProcess(config.run_id, job.namespace_ + "/" + job.name, config.node_id);
   FolderLockTiming timing;
-  timing.other_job_grace = std::chrono::seconds(config.holder_grace_seconds);
+  timing.other_run_grace = std::chrono::seconds(config.holder_grace_seconds);
   if (Status s = shard.ClaimCheckpoints(me, job.spec.checkpoint_resume, &g_stop, timing); !s.ok()) {
     if (s.IsAborted()) return StoppedBySignal("server");
-    return Fail(s.code() == Status::Code::kFailedPrecondition ? kReasonCheckpointFolderInUse
-                                                              : kReasonCheckpointReadFailed,
-                s, 1);
+    return Fail(FolderClaimReason(s), s, 1);
   }
   int64_t checkpoint_step = -1;
   if (Status s = shard.LoadLatestCheckpoint(&checkpoint_step); !s.ok())

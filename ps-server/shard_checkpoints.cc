@@ -229,6 +229,11 @@ Status Shard::RestoreCheckpoint(uint64_t step, uint64_t generation) {
   // The checkpoints taken before the rollback are on disk (or failed) before
   // the folder is read.
   DrainCheckpoints();
+  if (Status ours = checkpoints_->CheckStillOurs(); !ours.ok()) {
+    std::lock_guard<std::mutex> writing(write_mutex_);
+    taken_over_ = ours.message();
+    return ours;
+  }
   v1::ShardCheckpoint checkpoint;
   Status read = checkpoints_->Read(step, &checkpoint);
   {

@@ -1,7 +1,8 @@
 // One live process per checkpoint folder (ps-server/checkpoint_folder_lock.h):
-// another job's holder is an error that names the folder and the holder; an
-// earlier process of this job (this run's or an earlier run's) is waited for
-// until it lets go, or until a stop; a holder that has not said who it is yet is waited for too;
+// another run's holder (another job's, or an earlier run of this job's) is
+// given a grace, then is an error that names the folder and the holder; an
+// earlier process of this run is waited for until it lets go, or until a
+// stop; a holder that has not said who it is yet is waited for too;
 // and the kernel lets go of a killed holder's lock.
 #include <fcntl.h>
 #include <signal.h>
@@ -27,7 +28,7 @@ using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 
 constexpr milliseconds kPoll{10};
-// Another job's holder fails a starting server at once in most tests.
+// Another run's holder fails a starting server at once in most tests.
 const FolderLockTiming kTiming{kPoll, std::chrono::seconds(0)};
 
 std::string TempDir() {
@@ -65,7 +66,7 @@ TEST_F(CheckpointFolderLockTest, AnotherJobsHolderIsAnErrorNamingTheFolderAndThe
   EXPECT_TRUE(first->locked());
   Status s = CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kTiming,
                                         &second);
-  EXPECT_EQ(s.code(), Status::Code::kFailedPrecondition);
+  EXPECT_EQ(s.code(), Status::Code::kAlreadyExists);
   EXPECT_THAT(s.message(), HasSubstr("checkpoint folder " + dir_ +
                                      " is in use by server-0 of job default/first (run run-a) on "
                                      "node-1, pid " +
@@ -101,19 +102,26 @@ TEST_F(CheckpointFolderLockTest, AnEarlierProcessOfThisRunIsWaitedFor) {
   EXPECT_FALSE(now.since.empty());
 }
 
-TEST_F(CheckpointFolderLockTest, AnEarlierRunOfThisJobIsWaitedFor) {
-  // The job deleted and created again (a new UID) while its old server, on a
-  // node cut off from the API server, still runs.
+// The job deleted and created again (a new UID) while its old server still
+// stops: given the grace, as another job's would be; past it, the error says
+// whose run it is.
+TEST_F(CheckpointFolderLockTest, AnEarlierRunOfThisJobIsGivenTheGrace) {
+  const FolderLockTiming grace{kPoll, std::chrono::seconds(5)};
   std::unique_ptr<CheckpointFolderLock> first, second;
-  ASSERT_TRUE(CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "old-node"), &stop_,
-                                         kTiming, &first)
-                  .ok());
+  ASSERT_TRUE(
+      CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "old-node"), &stop_, grace, &first)
+          .ok());
+  Status s = CheckpointFolderLock::Take(dir_, Holder("first", "run-b", "new-node"), &stop_, kTiming,
+                                        &second);
+  EXPECT_EQ(s.code(), Status::Code::kAlreadyExists);
+  EXPECT_THAT(s.message(), HasSubstr("an earlier run of this job (a deleted job's pod may still be "
+                                     "stopping; run this job again once it is gone)"));
   std::thread release([&] {
     std::this_thread::sleep_for(milliseconds(200));
     first.reset();
   });
-  Status s = CheckpointFolderLock::Take(dir_, Holder("first", "run-b", "new-node"), &stop_, kTiming,
-                                        &second);
+  s = CheckpointFolderLock::Take(dir_, Holder("first", "run-b", "new-node"), &stop_, grace,
+                                 &second);
   release.join();
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(FolderHolder::Parse(OwnerFile(dir_)).run_id, "run-b");
@@ -167,6 +175,9 @@ TEST_F(CheckpointFolderLockTest, ARecordIsCompleteOnlyWithEveryFieldAndItsEndMar
   EXPECT_FALSE(FolderHolder::Parse(whole.substr(0, whole.size() - 1)).complete);   // "end"
   EXPECT_FALSE(FolderHolder::Parse(whole.substr(whole.find('\n') + 1)).complete);  // no run
   EXPECT_FALSE(FolderHolder::Parse("").complete);
+  std::string twice = whole;  // run twice, nonce never: not a record this code wrote
+  twice.replace(twice.find("nonce"), 5, "run");
+  EXPECT_FALSE(FolderHolder::Parse(twice).complete);
 }
 
 // A deleted job's pod may still be stopping: another job's holder is given
@@ -180,7 +191,7 @@ TEST_F(CheckpointFolderLockTest, AnotherJobsHolderIsGivenTheGraceFirst) {
   auto start = std::chrono::steady_clock::now();
   Status s =
       CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, grace, &second);
-  EXPECT_EQ(s.code(), Status::Code::kFailedPrecondition) << s.message();
+  EXPECT_EQ(s.code(), Status::Code::kAlreadyExists) << s.message();
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
   // Stopped within the grace: the folder is the new job's.
   std::thread release([&] {
@@ -233,7 +244,7 @@ TEST_F(CheckpointFolderLockTest, AKilledHoldersLockIsFree) {
   std::unique_ptr<CheckpointFolderLock> lock;
   Status held =
       CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kTiming, &lock);
-  EXPECT_EQ(held.code(), Status::Code::kFailedPrecondition) << held.message();
+  EXPECT_EQ(held.code(), Status::Code::kAlreadyExists) << held.message();
   EXPECT_THAT(held.message(), HasSubstr("pid " + std::to_string(child)));
   ASSERT_EQ(::kill(child, SIGKILL), 0);
   ASSERT_EQ(::waitpid(child, nullptr, 0), child);
