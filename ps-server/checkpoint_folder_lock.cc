@@ -51,26 +51,20 @@ FolderHolder ReadRecord(const std::string& folder) {
 
 Status WriteRecord(const std::string& folder, const FolderHolder& me) {
   const std::string draft = folder + kRecordDraft, record = folder + kRecordFile;
-  const std::string text = me.Serialize();
-  auto failed = [&](const std::string& path) {
-    return Status::Error("cannot write " + path + ": " + std::strerror(errno));
+  auto failed = [](const std::string& path, int error) {
+    return Status::Error("cannot write " + path + ": " + std::strerror(error));
   };
   const int fd = ::open(draft.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return failed(draft);
-  if (::write(fd, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-    if (errno == 0) errno = ENOSPC;  // a short write sets none
-    const Status s = failed(draft);
-    ::close(fd);
-    return s;
-  }
+  if (fd < 0) return failed(draft, errno);
+  const std::string text = me.Serialize();
+  const ssize_t n = ::write(fd, text.data(), text.size());
+  if (n >= 0 && static_cast<size_t>(n) != text.size()) errno = ENOSPC;  // a short write sets none
   // What a reader on another node reads is what is on disk.
-  if (::fsync(fd) != 0) {
-    const Status s = failed(draft);
-    ::close(fd);
-    return s;
-  }
+  const bool written = static_cast<size_t>(n) == text.size() && ::fsync(fd) == 0;
+  const int error = errno;
   ::close(fd);
-  if (std::rename(draft.c_str(), record.c_str()) != 0) return failed(record);
+  if (!written) return failed(draft, error);
+  if (std::rename(draft.c_str(), record.c_str()) != 0) return failed(record, errno);
   const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir >= 0) {
     (void)::fsync(dir);
