@@ -41,9 +41,9 @@ inline constexpr const char* kReasonCheckpointWriteFailed = "CheckpointWriteFail
 // it (not a damaged file: those are set aside). It may pass (no free
 // descriptor, a network mount that comes back): the server is restarted.
 inline constexpr const char* kReasonCheckpointReadFailed = "CheckpointReadFailed";
-// Another job's live server holds a starting server's checkpoint folder (two
-// jobs given one spec.checkpoint.path): a rerun would find it there again,
-// or, once that job ended, resume from its checkpoints.
+// Another run's live server holds a starting server's checkpoint folder (two
+// jobs given one spec.checkpoint.path) past its grace: a rerun would find it
+// there again, or, once that job ended, resume from its checkpoints.
 inline constexpr const char* kReasonCheckpointFolderInUse = "CheckpointFolderInUse";
 // A server had to roll back but the job keeps no checkpoints
 // (spec.checkpoint.path empty): a lost shard's parameters are gone for good.

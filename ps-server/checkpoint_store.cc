@@ -180,8 +180,7 @@ Status CheckpointStore::Write(const v1::ShardCheckpoint& checkpoint) {
           [&](google::protobuf::io::ZeroCopyOutputStream* out) {
             return WriteCheckpointFile(checkpoint, out);
           },
-          // A write may take a while on NFS: a successor
-          // may have taken over meanwhile.
+          // A write may take a while on NFS: a successor may have taken over meanwhile.
           [this] { return CheckStillOurs(); });
       !s.ok())
     return s;
