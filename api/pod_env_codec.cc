@@ -104,6 +104,9 @@ void AddNodeFlags(CLI::App* app, NodeConfig* c) {
   number(env::kHolderGraceSeconds, &c->holder_grace_seconds, 0,
          "servers: how long another job's process may hold this server's checkpoint folder "
          "before the server fails (it may be a deleted job's pod, stopping)");
+  text(env::kNodeName, &c->node_name,
+       "the Kubernetes node this pod runs on (spec.nodeName), which a server's checkpoint "
+       "folder record names");
   text(env::kRunId, &c->run_id,
        "this run of the job (the TrainingJob's UID): with spec.checkpoint.resume false, servers "
        "delete checkpoints another run left (empty: they keep every checkpoint)");

@@ -65,6 +65,10 @@ inline constexpr const char* kRunId = "KUBEPS_RUN_ID";
 // 10 s on Kubernetes; a few seconds for `kubeps run`, which stops its
 // processes within half a second.
 inline constexpr const char* kHolderGraceSeconds = "KUBEPS_HOLDER_GRACE_SECONDS";
+// The Kubernetes node a pod runs on (the downward API's spec.nodeName): a
+// server's checkpoint folder record names it, for whoever finds the folder
+// held by a process on a node cut off from the cluster. Unset locally.
+inline constexpr const char* kNodeName = "KUBEPS_NODE_NAME";
 // Workers serving a training process (kubeps-agent --serve): the directory
 // both containers mount (docs/sidecar-protocol.md).
 // A file where a replica writes why it ended, one line "Reason: message"
@@ -104,6 +108,7 @@ struct NodeConfig {
   std::string checkpoint_dir;
   std::string run_id;
   int holder_grace_seconds = 40;
+  std::string node_name;
   std::string socket_dir;
   std::string desired_workers_file;
 };

@@ -98,8 +98,10 @@ uint64_t RandomNonce() {
 
 }  // namespace
 
-FolderHolder FolderHolder::ThisProcess(std::string run_id, std::string job, std::string replica) {
+FolderHolder FolderHolder::ThisProcess(std::string run_id, std::string job, std::string replica,
+                                       std::string node) {
   FolderHolder me;
+  me.node = std::move(node);
   me.run_id = std::move(run_id);
   me.job = std::move(job);
   me.replica = std::move(replica);
@@ -115,22 +117,23 @@ FolderHolder FolderHolder::ThisProcess(std::string run_id, std::string job, std:
 std::string FolderHolder::Describe() const {
   if (!complete) return "a process that has not said who it is";
   std::string text = replica + " of job " + job + " (run " + (run_id.empty() ? "unnamed" : run_id) +
-                     ") on " + host + ", pid " + std::to_string(pid);
+                     ") on " + host + (node.empty() ? "" : " (node " + node + ")") + ", pid " +
+                     std::to_string(pid);
   if (!since.empty()) text += ", since " + since;
   return text;
 }
 
 std::string FolderHolder::Serialize() const {
-  return "run " + run_id + "\njob " + job + "\nreplica " + replica + "\nhost " + host + "\npid " +
-         std::to_string(pid) + "\nsince " + since + "\nnonce " + std::to_string(nonce) + "\n" +
-         kEndMark + "\n";
+  return "run " + run_id + "\njob " + job + "\nreplica " + replica + "\nhost " + host + "\nnode " +
+         node + "\npid " + std::to_string(pid) + "\nsince " + since + "\nnonce " +
+         std::to_string(nonce) + "\n" + kEndMark + "\n";
 }
 
 FolderHolder FolderHolder::Parse(const std::string& text) {
   FolderHolder holder;
   std::istringstream lines(text);
   std::string line;
-  const char* const keys[] = {"run", "job", "replica", "host", "pid", "since", "nonce"};
+  const char* const keys[] = {"run", "job", "replica", "host", "node", "pid", "since", "nonce"};
   unsigned seen = 0;  // a bit per key: each once
   while (std::getline(lines, line)) {
     if (line == kEndMark) {
@@ -149,6 +152,7 @@ FolderHolder FolderHolder::Parse(const std::string& text) {
     if (key == "job") holder.job = value;
     if (key == "replica") holder.replica = value;
     if (key == "host") holder.host = value;
+    if (key == "node") holder.node = value;
     if (key == "since") holder.since = value;
     if (key == "pid") holder.pid = std::strtol(value.c_str(), nullptr, 10);
     if (key == "nonce") holder.nonce = std::strtoull(value.c_str(), nullptr, 10);

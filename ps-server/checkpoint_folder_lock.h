@@ -46,14 +46,18 @@ struct FolderHolder {
   std::string job;      // namespace/name
   std::string replica;  // server-0
   std::string host;
+  std::string node;  // the Kubernetes node; empty outside a cluster
   long pid = 0;
   std::string since;      // UTC, ISO 8601
   uint64_t nonce = 0;     // this process's, random
   bool complete = false;  // parsed: every field and the end mark were there
 
-  // This process, for `run_id`, `job` and `replica`.
-  static FolderHolder ThisProcess(std::string run_id, std::string job, std::string replica);
-  // "server-0 of job default/first (run 8e1c...) on node-3, pid 12, since ...".
+  // This process, for `run_id`, `job` and `replica`, on Kubernetes node
+  // `node` (may be empty).
+  static FolderHolder ThisProcess(std::string run_id, std::string job, std::string replica,
+                                  std::string node = "");
+  // "server-0 of job default/first (run 8e1c...) on first-server-0 (node
+  // node-3), pid 12, since ...".
   std::string Describe() const;
   std::string Serialize() const;
   static FolderHolder Parse(const std::string& text);

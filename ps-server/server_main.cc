@@ -312,8 +312,8 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   options.shared_values_owner = config.node_id;
   KLOG_INFO << "updating big parts on " << Describe(given);
   Shard shard(options, std::move(optimizer), metrics);
-  const FolderHolder me =
-      FolderHolder::ThisProcess(config.run_id, job.namespace_ + "/" + job.name, config.node_id);
+  const FolderHolder me = FolderHolder::ThisProcess(config.run_id, job.namespace_ + "/" + job.name,
+                                                    config.node_id, config.node_name);
   FolderLockTiming timing;
   timing.other_run_grace = std::chrono::seconds(config.holder_grace_seconds);
   if (Status s = shard.ClaimCheckpoints(me, job.spec.checkpoint_resume, &g_stop, timing); !s.ok()) {

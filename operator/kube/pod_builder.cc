@@ -64,6 +64,8 @@ void SetKubepsProcess(json& container, const controller::ReplicaLaunch& launch, 
   for (const auto& [key, value] : launch.env) env.push_back({{"name", key}, {"value", value}});
   env.push_back(
       {{"name", api::env::kPodIp}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}});
+  env.push_back({{"name", api::env::kNodeName},
+                 {"valueFrom", {{"fieldRef", {{"fieldPath", "spec.nodeName"}}}}}});
   env.push_back({{"name", api::env::kPort}, {"value", std::to_string(kGrpcPort)}});
   env.push_back({{"name", api::env::kMetricsPort}, {"value", std::to_string(kMetricsPort)}});
   env.push_back(

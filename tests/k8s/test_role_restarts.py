@@ -125,7 +125,8 @@ class RoleRestartTest(SharedClusterTestCase):
         failed = condition(job, "Failed")
         self.assertEqual(failed["reason"], "CheckpointFolderInUse", job["status"])
         self.assertRegex(failed["message"], r"checkpoint folder %s/server-\d is in use by "
-                         r"server-\d of job default/ckptfirst \(run [-0-9a-f]+\) on " %
+                         r"server-\d of job default/ckptfirst \(run [-0-9a-f]+\) on ckptfirst-server-\d "
+                         r"\(node kubeps-node\), pid \d+" %
                          folder)
         self.assertEqual(job["status"]["replicaStatuses"]["ps"].get("restarts", 0), 0,
                          job["status"])

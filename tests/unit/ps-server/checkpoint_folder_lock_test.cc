@@ -171,6 +171,12 @@ TEST_F(CheckpointFolderLockTest, ARecordIsCompleteOnlyWithEveryFieldAndItsEndMar
   const FolderHolder parsed = FolderHolder::Parse(whole);
   EXPECT_TRUE(parsed.complete);
   EXPECT_EQ(parsed.job, "default/first");
+  EXPECT_EQ(parsed.node, "");
+  const FolderHolder on_a_node = FolderHolder::Parse(
+      FolderHolder::ThisProcess("r", "default/first", "server-0", "node-3").Serialize());
+  EXPECT_TRUE(on_a_node.complete);
+  EXPECT_EQ(on_a_node.node, "node-3");
+  EXPECT_THAT(on_a_node.Describe(), HasSubstr(" (node node-3), pid "));
   EXPECT_NE(parsed.nonce, 0u);
   EXPECT_FALSE(FolderHolder::Parse(whole.substr(0, whole.size() - 1)).complete);   // "end"
   EXPECT_FALSE(FolderHolder::Parse(whole.substr(whole.find('\n') + 1)).complete);  // no run

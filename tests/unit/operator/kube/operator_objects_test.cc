@@ -91,6 +91,7 @@ TEST(PodBuilderTest, WorkerPodMergesTheTemplateAndOwnsNothingElse) {
   EXPECT_EQ(EnvValue(c, "KUBEPS_NODE_ID"), "worker-1");
   EXPECT_EQ(EnvValue(c, "KUBEPS_SCHEDULER_ADDR"), "mnist-scheduler.team-a.svc:7000");
   EXPECT_EQ(EnvValue(c, "KUBEPS_POD_IP")["fieldRef"]["fieldPath"], "status.podIP");
+  EXPECT_EQ(EnvValue(c, "KUBEPS_NODE_NAME")["fieldRef"]["fieldPath"], "spec.nodeName");
   EXPECT_EQ(EnvValue(c, "KUBEPS_TOKEN_FILE"), "/var/run/secrets/kubeps/token");
   EXPECT_EQ(spec["volumes"].back()["secret"]["secretName"], "mnist-token");
 }
