@@ -14,17 +14,16 @@
 #include <sstream>
 
 #include "common/logging.h"
+#include "ps-server/durable_file.h"
 
 namespace kubeps {
 
 namespace {
 
 // The lock is on a file never rewritten; the record beside it is replaced
-// whole (a rename), so a reader never sees half of one. Neither name ends
-// in ".tmp", which a store removes as a killed write's leftover.
+// whole (a rename), so a reader never sees half of one.
 constexpr char kLockFile[] = "/owner.lock";
 constexpr char kRecordFile[] = "/owner";
-constexpr char kRecordDraft[] = "/owner.new";
 constexpr char kEndMark[] = "end";
 
 std::string UtcNow() {
@@ -39,38 +38,9 @@ std::string UtcNow() {
 // Read through a descriptor of its own each time: NFS shows a file as its
 // last close left it to the next open, not to a descriptor kept open.
 FolderHolder ReadRecord(const std::string& folder) {
-  const int fd = ::open((folder + kRecordFile).c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return FolderHolder{};
   std::string text;
-  char buffer[512];
-  ssize_t n;
-  while ((n = ::read(fd, buffer, sizeof buffer)) > 0) text.append(buffer, static_cast<size_t>(n));
-  ::close(fd);
+  if (!ReadWholeFile(folder + kRecordFile, &text).ok()) return FolderHolder{};
   return FolderHolder::Parse(text);
-}
-
-Status WriteRecord(const std::string& folder, const FolderHolder& me) {
-  const std::string draft = folder + kRecordDraft, record = folder + kRecordFile;
-  auto failed = [](const std::string& path, int error) {
-    return Status::Error("cannot write " + path + ": " + std::strerror(error));
-  };
-  const int fd = ::open(draft.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return failed(draft, errno);
-  const std::string text = me.Serialize();
-  const ssize_t n = ::write(fd, text.data(), text.size());
-  if (n >= 0 && static_cast<size_t>(n) != text.size()) errno = ENOSPC;  // a short write sets none
-  // What a reader on another node reads is what is on disk.
-  const bool written = static_cast<size_t>(n) == text.size() && ::fsync(fd) == 0;
-  const int error = errno;
-  ::close(fd);
-  if (!written) return failed(draft, error);
-  if (std::rename(draft.c_str(), record.c_str()) != 0) return failed(record, errno);
-  const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    (void)::fsync(dir);
-    ::close(dir);
-  }
-  return Status::Ok();
 }
 
 // The lock file, opened read-only, so that a server's life holds no file
@@ -223,7 +193,7 @@ Status CheckpointFolderLock::Take(const std::string& folder, const FolderHolder&
       return Status::Aborted("stopped while waiting for checkpoint folder " + folder);
     }
   }
-  if (Status s = WriteRecord(folder, me); !s.ok()) {
+  if (Status s = ReplaceDurably(folder, folder + kRecordFile, me.Serialize()); !s.ok()) {
     if (fd >= 0) ::close(fd);
     return s;
   }

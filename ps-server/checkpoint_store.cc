@@ -12,65 +12,13 @@
 #include <functional>
 #include <memory>
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl.h>
-
 #include "ps-server/checkpoint_format.h"
+#include "ps-server/durable_file.h"
 
 namespace kubeps {
 namespace fs = std::filesystem;
 
 namespace {
-
-void SyncFolder(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
-constexpr char kTemporarySuffix[] = ".tmp";
-
-// Replaces `path` in `dir` whole or not at all: `write` fills "<path>.tmp",
-// which is flushed and renamed over `path`, then the folder is flushed. A
-// crash leaves the file before or the file after, never a torn one (and a
-// temporary file, which the next Open removes). A write that fails removes
-// its temporary file: on a full volume it holds what space there was, and
-// the next checkpoint's is another file.
-Status ReplaceDurably(
-    const std::string& dir, const std::string& path,
-    const std::function<bool(google::protobuf::io::ZeroCopyOutputStream*)>& write,
-    const std::function<Status()>& before_rename = [] { return Status::Ok(); }) {
-  const std::string tmp = path + kTemporarySuffix;
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return Status::Error("cannot create " + tmp + ": " + std::strerror(errno));
-  auto fail = [&](const std::string& what, int error) {
-    ::unlink(tmp.c_str());
-    return Status::Error("cannot " + what + " " + tmp + ": " +
-                         (error != 0 ? std::strerror(error) : "the contents do not serialize"));
-  };
-  bool written;
-  int error;
-  {  // the stream is gone before the file is closed: it would flush into a closed descriptor
-    google::protobuf::io::FileOutputStream out(fd, kCheckpointFileBlock);
-    written = write(&out) && out.Flush();
-    error = out.GetErrno();
-  }
-  if (!written) {
-    ::close(fd);
-    return fail("write", error);
-  }
-  error = ::fsync(fd) == 0 ? 0 : errno;
-  if (::close(fd) != 0 && error == 0) error = errno;  // closed either way: no descriptor leaks
-  if (error != 0) return fail("flush", error);
-  if (Status s = before_rename(); !s.ok()) {
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) return fail("rename", errno);
-  SyncFolder(dir);
-  return Status::Ok();
-}
 
 // What a store writes, the one name of each step's file:
 // "step-" and the step in 20 digits, then ".ckpt".
@@ -93,20 +41,10 @@ bool ParseCheckpointName(const std::string& name, uint64_t* step) {
 // The run's id as "<dir>/run" records it; empty where none is recorded. A
 // file that is there but cannot be read is an error, never "none".
 Status ReadRunFile(const std::string& path, std::string* recorded) {
-  recorded->clear();
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return Status::Ok();
-    return Status::Error("cannot open " + path + ": " + std::strerror(errno));
-  }
-  char buffer[512];
-  ssize_t n;
-  while ((n = ::read(fd, buffer, sizeof buffer)) > 0) recorded->append(buffer, n);
-  const int error = errno;
-  ::close(fd);
-  if (n < 0) return Status::Error("cannot read " + path + ": " + std::strerror(error));
+  Status read = ReadWholeFile(path, recorded);
+  if (read.IsNotFound()) return Status::Ok();
   recorded->erase(std::min(recorded->find('\n'), recorded->size()));
-  return Status::Ok();
+  return read;
 }
 
 constexpr char kRunFile[] = "run";
@@ -185,8 +123,7 @@ Status CheckpointStore::Write(const v1::ShardCheckpoint& checkpoint) {
       !s.ok())
     return s;
   std::vector<uint64_t> steps;
-  if (!Steps(&steps).ok()) return Status::Ok();     // written; pruned after a later write
-  if (!CheckStillOurs().ok()) return Status::Ok();  // written; the successor prunes
+  if (!Steps(&steps).ok()) return Status::Ok();  // written; pruned after a later write
   const int64_t kept = keep_step_;
   for (size_t i = 0; i + kKeep < steps.size(); ++i) {
     const auto step = static_cast<int64_t>(steps[i]);
@@ -206,12 +143,7 @@ Status CheckpointStore::ClaimForRun(const std::string& run_id, bool resume, size
     if (Status s = RemoveFrom(0, removed); !s.ok()) return s;
   }
   const std::string line = run_id + "\n";
-  return ReplaceDurably(dir_, dir_ + "/" + kRunFile,
-                        [&](google::protobuf::io::ZeroCopyOutputStream* out) {
-                          google::protobuf::io::CodedOutputStream coded(out);
-                          coded.WriteString(line);
-                          return !coded.HadError();
-                        });
+  return ReplaceDurably(dir_, dir_ + "/" + kRunFile, line);
 }
 
 Status CheckpointStore::RemoveAll() {

@@ -49,6 +49,14 @@ std::string OwnerFile(const std::string& dir) {
   return text.str();
 }
 
+// A holder that lets go `after` from now, as a process that exits would.
+std::thread LetGoAfter(milliseconds after, std::unique_ptr<CheckpointFolderLock>* lock) {
+  return std::thread([after, lock] {
+    std::this_thread::sleep_for(after);
+    lock->reset();
+  });
+}
+
 class CheckpointFolderLockTest : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = TempDir(); }
@@ -83,10 +91,7 @@ TEST_F(CheckpointFolderLockTest, AnEarlierProcessOfThisRunIsWaitedFor) {
                                          kTiming, &first)
                   .ok());
   const auto start = std::chrono::steady_clock::now();
-  std::thread release([&] {
-    std::this_thread::sleep_for(milliseconds(300));
-    first.reset();
-  });
+  std::thread release = LetGoAfter(milliseconds(300), &first);
   Status s = CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "new-node"), &stop_, kTiming,
                                         &second);
   release.join();
@@ -116,10 +121,7 @@ TEST_F(CheckpointFolderLockTest, AnEarlierRunOfThisJobIsGivenTheGrace) {
   EXPECT_EQ(s.code(), Status::Code::kAlreadyExists);
   EXPECT_THAT(s.message(), HasSubstr("an earlier run of this job (a deleted job's pod may still be "
                                      "stopping; run this job again once it is gone)"));
-  std::thread release([&] {
-    std::this_thread::sleep_for(milliseconds(200));
-    first.reset();
-  });
+  std::thread release = LetGoAfter(milliseconds(200), &first);
   s = CheckpointFolderLock::Take(dir_, Holder("first", "run-b", "new-node"), &stop_, grace,
                                  &second);
   release.join();
@@ -200,10 +202,7 @@ TEST_F(CheckpointFolderLockTest, AnotherJobsHolderIsGivenTheGraceFirst) {
   EXPECT_EQ(s.code(), Status::Code::kAlreadyExists) << s.message();
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
   // Stopped within the grace: the folder is the new job's.
-  std::thread release([&] {
-    std::this_thread::sleep_for(milliseconds(300));
-    first.reset();
-  });
+  std::thread release = LetGoAfter(milliseconds(300), &first);
   s = CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, grace, &second);
   release.join();
   EXPECT_TRUE(s.ok()) << s.message();

@@ -1,0 +1,86 @@
+#include "ps-server/durable_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+
+#include "ps-server/checkpoint_format.h"
+
+namespace kubeps {
+
+namespace {
+
+void SyncFolder(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+Status ReplaceDurably(const std::string& dir, const std::string& path,
+                      const std::function<bool(google::protobuf::io::ZeroCopyOutputStream*)>& write,
+                      const std::function<Status()>& before_rename) {
+  const std::string tmp = path + kTemporarySuffix;
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::Error("cannot create " + tmp + ": " + std::strerror(errno));
+  auto fail = [&](const std::string& what, int error) {
+    ::unlink(tmp.c_str());
+    return Status::Error("cannot " + what + " " + tmp + ": " +
+                         (error != 0 ? std::strerror(error) : "the contents do not serialize"));
+  };
+  bool written;
+  int error;
+  {  // the stream is gone before the file is closed: it would flush into a closed descriptor
+    google::protobuf::io::FileOutputStream out(fd, kCheckpointFileBlock);
+    written = write(&out) && out.Flush();
+    error = out.GetErrno();
+  }
+  if (!written) {
+    ::close(fd);
+    return fail("write", error);
+  }
+  error = ::fsync(fd) == 0 ? 0 : errno;
+  if (::close(fd) != 0 && error == 0) error = errno;  // closed either way: no descriptor leaks
+  if (error != 0) return fail("flush", error);
+  if (Status s = before_rename(); !s.ok()) {
+    ::unlink(tmp.c_str());
+    return s;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) return fail("rename", errno);
+  SyncFolder(dir);
+  return Status::Ok();
+}
+
+Status ReplaceDurably(const std::string& dir, const std::string& path, const std::string& text) {
+  return ReplaceDurably(dir, path, [&](google::protobuf::io::ZeroCopyOutputStream* out) {
+    google::protobuf::io::CodedOutputStream coded(out);
+    coded.WriteString(text);
+    return !coded.HadError();
+  });
+}
+
+Status ReadWholeFile(const std::string& path, std::string* contents) {
+  contents->clear();
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status::NotFound("no file " + path);
+    return Status::Error("cannot open " + path + ": " + std::strerror(errno));
+  }
+  char buffer[512];
+  ssize_t n;
+  while ((n = ::read(fd, buffer, sizeof buffer)) > 0) contents->append(buffer, n);
+  const int error = errno;
+  ::close(fd);
+  if (n < 0) return Status::Error("cannot read " + path + ": " + std::strerror(error));
+  return Status::Ok();
+}
+
+}  // namespace kubeps

@@ -1,0 +1,38 @@
+// Files of a server's checkpoint folder replaced whole or not at all, and
+// read whole: the checkpoints and the run mark (checkpoint_store.h), and the
+// folder's owner record (checkpoint_folder_lock.h).
+#ifndef KUBEPS_PS_SERVER_DURABLE_FILE_H_
+#define KUBEPS_PS_SERVER_DURABLE_FILE_H_
+
+#include <functional>
+#include <string>
+
+#include <google/protobuf/io/zero_copy_stream.h>
+
+#include "common/status.h"
+
+namespace kubeps {
+
+// What a replacement's temporary file ends with: "<path>.tmp".
+inline constexpr char kTemporarySuffix[] = ".tmp";
+
+// Replaces `path` in `dir` whole or not at all: `write` fills "<path>.tmp",
+// which is flushed and renamed over `path` (unless `before_rename` says
+// otherwise), then the folder is flushed. A crash leaves the file before or
+// the file after, never a torn one (and a temporary file, which the folder's
+// next holder removes). A write that fails removes its temporary file: on a
+// full volume it holds what space there was.
+Status ReplaceDurably(
+    const std::string& dir, const std::string& path,
+    const std::function<bool(google::protobuf::io::ZeroCopyOutputStream*)>& write,
+    const std::function<Status()>& before_rename = [] { return Status::Ok(); });
+// The same with `text` as the contents.
+Status ReplaceDurably(const std::string& dir, const std::string& path, const std::string& text);
+
+// The whole of `path` into *contents: NotFound where there is no such file;
+// another error where it cannot be read now.
+Status ReadWholeFile(const std::string& path, std::string* contents);
+
+}  // namespace kubeps
+
+#endif  // KUBEPS_PS_SERVER_DURABLE_FILE_H_
