@@ -17,6 +17,17 @@ from kubeps.errors import FailedPrecondition, InvalidArgument
 CARRIED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
+# The submodule torch.compile wraps a module in (its OptimizedModule's): invisible in a name, so
+# that the servers' tensors and checkpoints are the same for a model compiled or not, as a job
+# that turns the compiler on or off between runs resumes.
+COMPILE_WRAPPER = "_orig_mod"
+
+
+def parameter_name(name):
+    """The name the workers and servers agree on: `name` without torch.compile's wrappers."""
+    return ".".join(part for part in name.split(".") if part != COMPILE_WRAPPER)
+
+
 class Binding:
     """One declared parameter: the torch parameter and its two regions as torch views."""
 
@@ -70,6 +81,7 @@ def trainable_params(optimizer, named_parameters):
         names = {}
         seen = set()
         for name, p in named_parameters:
+            name = parameter_name(name)
             if name in seen:
                 raise InvalidArgument("DistributedOptimizer: the name %r appears twice in "
                                       "named_parameters" % name)
@@ -98,7 +110,7 @@ def trainable_params(optimizer, named_parameters):
 
 def frozen_params(optimizer, named_parameters):
     """[(name or None, param)] of the optimizer's parameters not trainable now (never declared)."""
-    names = {id(p): name for name, p in (named_parameters or [])}
+    names = {id(p): parameter_name(name) for name, p in (named_parameters or [])}
     return [(names.get(id(p)), p) for group in optimizer.param_groups for p in group["params"]
             if not p.requires_grad]
 

@@ -381,6 +381,24 @@ class StartAndRecovery(TorchTestCase):
         self.assertEqual(seen, [5, 6, 7])
 
     @requires_fake
+    def test_a_job_resumes_with_its_model_compiled_now_and_not_before(self):
+        # torch.compile wraps the model (and any submodule compiled alone) in a
+        # module whose parameters are named "_orig_mod.<name>".
+        model = torch.nn.Sequential(torch.nn.Linear(2, 1))
+        model[0] = compiled(model[0])
+        model = compiled(model)
+        self.assertEqual([name for name, _ in model.named_parameters()],
+                         ["_orig_mod.0._orig_mod.weight", "_orig_mod.0._orig_mod.bias"])
+        self.connect(server_values={"0.weight": [0.5, -0.5], "0.bias": [2.0]}, start_step=5)
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        self.assertEqual(optimizer.kubeps_parameter_names, ["0.weight", "0.bias"])
+        kps.broadcast_parameters(model.state_dict())
+        self.assertEqual(model._orig_mod[0]._orig_mod.weight.tolist(), [[0.5, -0.5]])
+        self.assertEqual(model._orig_mod[0]._orig_mod.bias.tolist(), [2.0])
+        self.assertEqual(list(kps.steps(6)), [5])
+
+    @requires_fake
     def test_a_restart_with_servers_that_only_average_keeps_local_parameters(self):
         model = torch.nn.Linear(2, 1)
         self.connect(optimizer="none", server_values={"weight": [9.0, 9.0], "bias": [9.0]},
@@ -431,6 +449,23 @@ class StartAndRecovery(TorchTestCase):
         self.assertEqual(len(caught), 1)
         self.assertIn("rolled back to step 1", str(caught[0].message))
         self.assertIn("only the step goes back", str(caught[0].message))
+
+
+def compiled(module):
+    """torch.compile(module) where torch has it; before torch 2.0, a module that names its
+    parameters as torch.compile's wrapper does."""
+    if hasattr(torch, "compile"):
+        return torch.compile(module)
+
+    class OptimizedModule(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self._orig_mod = module
+
+        def forward(self, *args):
+            return self._orig_mod(*args)
+
+    return OptimizedModule()
 
 
 def cuda_missing():
