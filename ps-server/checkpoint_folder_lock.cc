@@ -131,7 +131,7 @@ FolderHolder FolderHolder::Parse(const std::string& text) {
 }
 
 Status CheckpointFolderLock::Take(const std::string& folder, const FolderHolder& me,
-                                  StopToken* stop, const FolderLockTiming& timing,
+                                  StopToken* stop, const FolderLockWait& waiting,
                                   std::unique_ptr<CheckpointFolderLock>* out) {
   using Clock = std::chrono::steady_clock;
   const std::string path = folder + kLockFile;
@@ -168,7 +168,7 @@ Status CheckpointFolderLock::Take(const std::string& folder, const FolderHolder&
     const auto now = Clock::now();
     const bool other_run = holder.complete && holder.run_id != me.run_id;
     if (other_run && !other_run_since) other_run_since = now;
-    if (other_run && now - *other_run_since >= timing.other_run_grace) {
+    if (other_run && now - *other_run_since >= waiting.other_run_grace) {
       ::close(fd);
       return Status::AlreadyExists(
           "checkpoint folder " + folder + " is in use by " + holder.Describe() +
@@ -177,6 +177,8 @@ Status CheckpointFolderLock::Take(const std::string& folder, const FolderHolder&
                  "this job again once it is gone)"
                : ": two jobs must not share a spec.checkpoint.path; give this one its own"));
     }
+    if (waiting.on_wait)
+      waiting.on_wait(std::chrono::duration_cast<std::chrono::milliseconds>(now - start));
     if (now - reported >= kWaitReport) {
       reported = now;
       const char* why = !holder.complete       ? ""
@@ -188,7 +190,7 @@ Status CheckpointFolderLock::Take(const std::string& folder, const FolderHolder&
                 << std::chrono::duration_cast<std::chrono::seconds>(now - start).count()
                 << " s so far";
     }
-    if (!stop->SleepFor(timing.poll)) {
+    if (!stop->SleepFor(waiting.poll)) {
       ::close(fd);
       return Status::Aborted("stopped while waiting for checkpoint folder " + folder);
     }

@@ -32,6 +32,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -63,9 +64,14 @@ struct FolderHolder {
   static FolderHolder Parse(const std::string& text);
 };
 
-struct FolderLockTiming {
+// How a process waits for a held folder.
+struct FolderLockWait {
   std::chrono::milliseconds poll{500};  // how often a held lock is tried again
   std::chrono::seconds other_run_grace{40};
+  // Told, at every try while another process holds the folder, how long this
+  // one has waited so far (the server's metric: a log line alone is not seen
+  // by a dashboard or an alert).
+  std::function<void(std::chrono::milliseconds waited)> on_wait;
 };
 
 class CheckpointFolderLock {
@@ -77,7 +83,7 @@ class CheckpointFolderLock {
   // waiting; kUnavailable where locking failed in a way that may pass (an
   // I/O error); another error where the files cannot be made or written.
   static Status Take(const std::string& folder, const FolderHolder& me, StopToken* stop,
-                     const FolderLockTiming& timing, std::unique_ptr<CheckpointFolderLock>* out);
+                     const FolderLockWait& waiting, std::unique_ptr<CheckpointFolderLock>* out);
   ~CheckpointFolderLock();  // lets go of the lock
   CheckpointFolderLock(const CheckpointFolderLock&) = delete;
   CheckpointFolderLock& operator=(const CheckpointFolderLock&) = delete;

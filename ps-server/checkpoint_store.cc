@@ -71,11 +71,11 @@ Status CheckpointStore::Open(const std::string& dir, std::unique_ptr<CheckpointS
 }
 
 Status CheckpointStore::Hold(const FolderHolder& me, StopToken* stop,
-                             const FolderLockTiming& timing) {
+                             const FolderLockWait& waiting) {
   // A second lock of this process on NFS would be the same lock, which
   // closing the first descriptor lets go of.
   if (lock_) return Status::Internal("checkpoint folder " + dir_ + " is held already");
-  if (Status s = CheckpointFolderLock::Take(dir_, me, stop, timing, &lock_); !s.ok()) return s;
+  if (Status s = CheckpointFolderLock::Take(dir_, me, stop, waiting, &lock_); !s.ok()) return s;
   // Temporary files of writes a killed process left (each as big as its
   // state), which no one else would ever remove.
   auto remove_if_temporary = [](const fs::directory_entry& entry) {

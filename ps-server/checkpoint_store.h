@@ -64,7 +64,7 @@ class CheckpointStore {
   // anything in it is read or changed, by this process or by one waiting
   // for it (a holder's write in progress is not a leftover). From then on,
   // every change first checks that no successor took the folder over.
-  Status Hold(const FolderHolder& me, StopToken* stop, const FolderLockTiming& timing);
+  Status Hold(const FolderHolder& me, StopToken* stop, const FolderLockWait& waiting);
   // kFailedPrecondition, naming the successor, where another process took
   // the folder over (CheckpointFolderLock::CheckStillOurs); OK before Hold.
   Status CheckStillOurs() const;

@@ -314,11 +314,20 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   Shard shard(options, std::move(optimizer), metrics);
   const FolderHolder me = FolderHolder::ThisProcess(config.run_id, job.namespace_ + "/" + job.name,
                                                     config.node_id, config.node_name);
-  FolderLockTiming timing;
-  timing.other_run_grace = std::chrono::seconds(config.holder_grace_seconds);
-  if (Status s = shard.ClaimCheckpoints(me, job.spec.checkpoint_resume, &g_stop, timing); !s.ok()) {
-    if (s.IsAborted()) return StoppedBySignal("server");
-    return Fail(FolderClaimReason(s), s, 1);
+  prometheus::Gauge& folder_wait = metrics->Gauge(
+      "kubeps_server_checkpoint_folder_wait_seconds",
+      "How long this server has waited for another process to let go of its checkpoint folder "
+      "(0 once it holds it)");
+  FolderLockWait waiting;
+  waiting.other_run_grace = std::chrono::seconds(config.holder_grace_seconds);
+  waiting.on_wait = [&folder_wait](std::chrono::milliseconds waited) {
+    folder_wait.Set(waited.count() / 1000.0);
+  };
+  Status claimed = shard.ClaimCheckpoints(me, job.spec.checkpoint_resume, &g_stop, waiting);
+  folder_wait.Set(0);
+  if (!claimed.ok()) {
+    if (claimed.IsAborted()) return StoppedBySignal("server");
+    return Fail(FolderClaimReason(claimed), claimed, 1);
   }
   int64_t checkpoint_step = -1;
   if (Status s = shard.LoadLatestCheckpoint(&checkpoint_step); !s.ok())

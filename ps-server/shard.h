@@ -122,7 +122,7 @@ class Shard {
   // then the checkpoints are run `me.run_id`'s, and without `resume` another
   // run's are deleted (CheckpointStore::ClaimForRun).
   Status ClaimCheckpoints(const FolderHolder& me, bool resume, StopToken* stop,
-                          const FolderLockTiming& timing);
+                          const FolderLockWait& waiting);
   // A checkpoint was loaded at start and no generation has brought the
   // shard in since: its restart calls for a recovery.
   bool awaiting_recovery() const;

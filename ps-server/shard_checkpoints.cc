@@ -166,12 +166,12 @@ void Shard::KeepCheckpoint(int64_t step) {
 }
 
 Status Shard::ClaimCheckpoints(const FolderHolder& me, bool resume, StopToken* stop,
-                               const FolderLockTiming& timing) {
+                               const FolderLockWait& waiting) {
   if (!checkpoints_) return Status::Ok();
   const std::string& run_id = me.run_id;
   size_t removed = 0;
   std::lock_guard<std::mutex> lock(write_mutex_);
-  if (Status s = checkpoints_->Hold(me, stop, timing); !s.ok()) return s;
+  if (Status s = checkpoints_->Hold(me, stop, waiting); !s.ok()) return s;
   if (Status s = checkpoints_->ClaimForRun(run_id, resume, &removed); !s.ok()) return s;
   if (removed > 0) {
     KLOG_INFO << "discarded an earlier run's checkpoints in " << checkpoints_->dir() << " ("

@@ -245,7 +245,7 @@ class MonitoringFilesTest(unittest.TestCase):
         rules = parse_rules(rules_spec())
         by_name = {r["alert"]: r for r in rules}
         self.assertEqual(set(by_name), {"KubepsJobStalled", "KubepsHighResendRate", "KubepsWorkerRestarts",
-                                        "KubepsCheckpointWriteFailures"})
+                                        "KubepsCheckpointWriteFailures", "KubepsCheckpointFolderHeld"})
         for rule in rules:
             self.assertIn(rule["labels"].get("severity"), ("critical", "warning", "info"), rule)
             self.assertTrue(rule["annotations"].get("summary"), rule)
@@ -255,6 +255,8 @@ class MonitoringFilesTest(unittest.TestCase):
         self.assertIn("kubeps_operator_replica_restarts_total", by_name["KubepsWorkerRestarts"]["expr"])
         self.assertIn("kubeps_server_checkpoint_failures_total",
                       by_name["KubepsCheckpointWriteFailures"]["expr"])
+        self.assertIn("kubeps_server_checkpoint_folder_wait_seconds",
+                      by_name["KubepsCheckpointFolderHeld"]["expr"])
         self.assertNotIn("process_start_time_seconds", text)
 
     def test_file_sd_generator(self):
@@ -289,7 +291,7 @@ class PromtoolTest(unittest.TestCase):
     def test_check_rules(self):
         result = self.promtool("check", "rules", self.rules)
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
-        self.assertIn("SUCCESS: 4 rules found", result.stdout + result.stderr)
+        self.assertIn("SUCCESS: 5 rules found", result.stdout + result.stderr)
 
     def test_check_local_config(self):
         # A copy beside the extracted rules, so the rule_files glob matches.
@@ -313,9 +315,11 @@ class PromtoolTest(unittest.TestCase):
         healthy one."""
         rules = {r["alert"]: r for r in parse_rules(rules_spec())}
 
-        def expected(alert, job):
-            annotations = {k: v.replace("{{ $labels.job }}", job) for k, v in rules[alert]["annotations"].items()}
-            return [{"exp_labels": dict(rules[alert]["labels"], job=job), "exp_annotations": annotations}]
+        def expected(alert, job, node=None):
+            labels = dict(rules[alert]["labels"], job=job, **({"node": node} if node else {}))
+            annotations = {k: v.replace("{{ $labels.job }}", job).replace("{{ $labels.node }}", str(node))
+                           for k, v in rules[alert]["annotations"].items()}
+            return [{"exp_labels": labels, "exp_annotations": annotations}]
 
         def worker(metric, job, values, rank="0"):
             return {"series": '%s{job="%s",role="worker",node="worker-%s",rank="%s"}' % (metric, job, rank, rank),
@@ -348,6 +352,10 @@ class PromtoolTest(unittest.TestCase):
                     # The operator restarted "crashy" once a minute, "healthy" once.
                     {"series": 'kubeps_operator_replica_restarts_total{job="crashy"}', "values": "0+1x30"},
                     {"series": 'kubeps_operator_replica_restarts_total{job="healthy"}', "values": "0 1+0x30"},
+                    # A server of "held" waits for its checkpoint folder from the start;
+                    # one of "healthy" waited 40 s for a stopping predecessor, then held it.
+                    server("kubeps_server_checkpoint_folder_wait_seconds", "held", "0+60x30"),
+                    server("kubeps_server_checkpoint_folder_wait_seconds", "healthy", "0 40 0x28"),
                 ],
                 "alert_rule_test": [
                     {"eval_time": "4m", "alertname": "KubepsJobStalled", "exp_alerts": []},
@@ -358,6 +366,9 @@ class PromtoolTest(unittest.TestCase):
                      "exp_alerts": expected("KubepsHighResendRate", "flaky")},
                     {"eval_time": "20m", "alertname": "KubepsWorkerRestarts",
                      "exp_alerts": expected("KubepsWorkerRestarts", "crashy")},
+                    {"eval_time": "2m", "alertname": "KubepsCheckpointFolderHeld", "exp_alerts": []},
+                    {"eval_time": "3m", "alertname": "KubepsCheckpointFolderHeld",
+                     "exp_alerts": expected("KubepsCheckpointFolderHeld", "held", "server-0")},
                 ],
             }],
         }

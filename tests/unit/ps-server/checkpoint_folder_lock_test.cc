@@ -10,11 +10,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -29,7 +31,7 @@ using ::testing::HasSubstr;
 
 constexpr milliseconds kPoll{10};
 // Another run's holder fails a starting server at once in most tests.
-const FolderLockTiming kTiming{kPoll, std::chrono::seconds(0)};
+const FolderLockWait kNoGrace{kPoll, std::chrono::seconds(0)};
 
 std::string TempDir() {
   std::string pattern = std::filesystem::temp_directory_path() / "kubeps-folder-lock-XXXXXX";
@@ -69,10 +71,10 @@ class CheckpointFolderLockTest : public ::testing::Test {
 TEST_F(CheckpointFolderLockTest, AnotherJobsHolderIsAnErrorNamingTheFolderAndTheHolder) {
   std::unique_ptr<CheckpointFolderLock> first, second;
   ASSERT_TRUE(
-      CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "node-1"), &stop_, kTiming, &first)
+      CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "node-1"), &stop_, kNoGrace, &first)
           .ok());
   EXPECT_TRUE(first->locked());
-  Status s = CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kTiming,
+  Status s = CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kNoGrace,
                                         &second);
   EXPECT_EQ(s.code(), Status::Code::kAlreadyExists);
   EXPECT_THAT(s.message(), HasSubstr("checkpoint folder " + dir_ +
@@ -88,12 +90,12 @@ TEST_F(CheckpointFolderLockTest, AnotherJobsHolderIsAnErrorNamingTheFolderAndThe
 TEST_F(CheckpointFolderLockTest, AnEarlierProcessOfThisRunIsWaitedFor) {
   std::unique_ptr<CheckpointFolderLock> first, second;
   ASSERT_TRUE(CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "old-node"), &stop_,
-                                         kTiming, &first)
+                                         kNoGrace, &first)
                   .ok());
   const auto start = std::chrono::steady_clock::now();
   std::thread release = LetGoAfter(milliseconds(300), &first);
-  Status s = CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "new-node"), &stop_, kTiming,
-                                        &second);
+  Status s = CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "new-node"), &stop_,
+                                        kNoGrace, &second);
   release.join();
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(300));
@@ -107,17 +109,43 @@ TEST_F(CheckpointFolderLockTest, AnEarlierProcessOfThisRunIsWaitedFor) {
   EXPECT_FALSE(now.since.empty());
 }
 
+TEST_F(CheckpointFolderLockTest, TheWaitIsReportedAtEveryTryAsItGrows) {
+  std::unique_ptr<CheckpointFolderLock> first, second;
+  ASSERT_TRUE(CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "old-node"), &stop_,
+                                         kNoGrace, &first)
+                  .ok());
+  std::vector<milliseconds> reported;
+  FolderLockWait waiting = kNoGrace;
+  waiting.on_wait = [&reported](milliseconds waited) { reported.push_back(waited); };
+  std::thread release = LetGoAfter(milliseconds(300), &first);
+  Status s = CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "new-node"), &stop_, waiting,
+                                        &second);
+  release.join();
+  ASSERT_TRUE(s.ok()) << s.message();
+  ASSERT_GE(reported.size(), 3u);  // every 10 ms for 300
+  EXPECT_TRUE(std::is_sorted(reported.begin(), reported.end()));
+  EXPECT_GE(reported.back(), milliseconds(200));
+  EXPECT_LE(reported.back(), milliseconds(300) + milliseconds(5000));  // a slow machine's
+  // A free folder is taken without a word.
+  reported.clear();
+  second.reset();
+  ASSERT_TRUE(
+      CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "node"), &stop_, waiting, &first)
+          .ok());
+  EXPECT_TRUE(reported.empty());
+}
+
 // The job deleted and created again (a new UID) while its old server still
 // stops: given the grace, as another job's would be; past it, the error says
 // whose run it is.
 TEST_F(CheckpointFolderLockTest, AnEarlierRunOfThisJobIsGivenTheGrace) {
-  const FolderLockTiming grace{kPoll, std::chrono::seconds(5)};
+  const FolderLockWait grace{kPoll, std::chrono::seconds(5)};
   std::unique_ptr<CheckpointFolderLock> first, second;
   ASSERT_TRUE(
       CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "old-node"), &stop_, grace, &first)
           .ok());
-  Status s = CheckpointFolderLock::Take(dir_, Holder("first", "run-b", "new-node"), &stop_, kTiming,
-                                        &second);
+  Status s = CheckpointFolderLock::Take(dir_, Holder("first", "run-b", "new-node"), &stop_,
+                                        kNoGrace, &second);
   EXPECT_EQ(s.code(), Status::Code::kAlreadyExists);
   EXPECT_THAT(s.message(), HasSubstr("an earlier run of this job (a deleted job's pod may still be "
                                      "stopping; run this job again once it is gone)"));
@@ -132,14 +160,14 @@ TEST_F(CheckpointFolderLockTest, AnEarlierRunOfThisJobIsGivenTheGrace) {
 TEST_F(CheckpointFolderLockTest, AStopEndsTheWait) {
   std::unique_ptr<CheckpointFolderLock> first, second;
   ASSERT_TRUE(CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "old-node"), &stop_,
-                                         kTiming, &first)
+                                         kNoGrace, &first)
                   .ok());
   StopToken stop;
   std::thread stopper([&] {
     std::this_thread::sleep_for(milliseconds(100));
     stop.RequestStop();
   });
-  Status s = CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "new-node"), &stop, kTiming,
+  Status s = CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "new-node"), &stop, kNoGrace,
                                         &second);
   stopper.join();
   EXPECT_TRUE(s.IsAborted()) << s.message();
@@ -161,8 +189,8 @@ TEST_F(CheckpointFolderLockTest, AHolderWhoseRecordIsNotCompleteIsWaitedFor) {
     ::close(fd);
   });
   std::unique_ptr<CheckpointFolderLock> lock;
-  Status s =
-      CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kTiming, &lock);
+  Status s = CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kNoGrace,
+                                        &lock);
   release.join();
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(FolderHolder::Parse(OwnerFile(dir_)).run_id, "run-b");
@@ -191,7 +219,7 @@ TEST_F(CheckpointFolderLockTest, ARecordIsCompleteOnlyWithEveryFieldAndItsEndMar
 // A deleted job's pod may still be stopping: another job's holder is given
 // the grace before the error.
 TEST_F(CheckpointFolderLockTest, AnotherJobsHolderIsGivenTheGraceFirst) {
-  const FolderLockTiming grace{kPoll, std::chrono::seconds(1)};
+  const FolderLockWait grace{kPoll, std::chrono::seconds(1)};
   std::unique_ptr<CheckpointFolderLock> first, second;
   ASSERT_TRUE(
       CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "node-1"), &stop_, grace, &first)
@@ -214,7 +242,7 @@ TEST_F(CheckpointFolderLockTest, AnotherJobsHolderIsGivenTheGraceFirst) {
 TEST_F(CheckpointFolderLockTest, ASuccessorsRecordSaysTheFolderWasTakenOver) {
   std::unique_ptr<CheckpointFolderLock> old_holder;
   ASSERT_TRUE(CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "old-node"), &stop_,
-                                         kTiming, &old_holder)
+                                         kNoGrace, &old_holder)
                   .ok());
   EXPECT_TRUE(old_holder->CheckStillOurs().ok());
   std::ofstream(dir_ + "/owner") << Holder("first", "run-a", "new-node").Serialize();
@@ -234,7 +262,7 @@ TEST_F(CheckpointFolderLockTest, AKilledHoldersLockIsFree) {
     StopToken stop;
     std::unique_ptr<CheckpointFolderLock> lock;
     const bool took =
-        CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "node-1"), &stop, kTiming, &lock)
+        CheckpointFolderLock::Take(dir_, Holder("first", "run-a", "node-1"), &stop, kNoGrace, &lock)
             .ok();
     const char byte = took ? '1' : '0';
     (void)::write(ready[1], &byte, 1);
@@ -247,14 +275,14 @@ TEST_F(CheckpointFolderLockTest, AKilledHoldersLockIsFree) {
   ::close(ready[0]);
   ASSERT_EQ(byte, '1');
   std::unique_ptr<CheckpointFolderLock> lock;
-  Status held =
-      CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kTiming, &lock);
+  Status held = CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_,
+                                           kNoGrace, &lock);
   EXPECT_EQ(held.code(), Status::Code::kAlreadyExists) << held.message();
   EXPECT_THAT(held.message(), HasSubstr("pid " + std::to_string(child)));
   ASSERT_EQ(::kill(child, SIGKILL), 0);
   ASSERT_EQ(::waitpid(child, nullptr, 0), child);
-  Status s =
-      CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kTiming, &lock);
+  Status s = CheckpointFolderLock::Take(dir_, Holder("second", "run-b", "node-2"), &stop_, kNoGrace,
+                                        &lock);
   EXPECT_TRUE(s.ok()) << s.message();
 }
 
