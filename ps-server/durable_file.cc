@@ -16,11 +16,15 @@ namespace kubeps {
 
 namespace {
 
-void SyncFolder(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
+// Flushes the folder's entries (a rename) to the disk: 0, or the error. A
+// file system that cannot flush a folder (EINVAL: some FUSE volumes) keeps
+// its entries as it keeps them, and that is no error.
+int SyncFolder(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  int error = ::fsync(fd) == 0 ? 0 : errno;
   ::close(fd);
+  return error == EINVAL ? 0 : error;
 }
 
 }  // namespace
@@ -55,7 +59,12 @@ Status ReplaceDurably(const std::string& dir, const std::string& path,
     return s;
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) return fail("rename", errno);
-  SyncFolder(dir);
+  // The new file is in place, but an I/O error here may lose its entry in a
+  // crash of this node: not written, as far as the caller can count on.
+  if (const int folder_error = SyncFolder(dir); folder_error != 0) {
+    return Status::Error("replaced " + path + " but cannot flush folder " + dir + ": " +
+                         std::strerror(folder_error) + " (it may not survive a crash)");
+  }
   return Status::Ok();
 }
 

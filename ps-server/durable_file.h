@@ -21,7 +21,9 @@ inline constexpr char kTemporarySuffix[] = ".tmp";
 // otherwise), then the folder is flushed. A crash leaves the file before or
 // the file after, never a torn one (and a temporary file, which the folder's
 // next holder removes). A write that fails removes its temporary file: on a
-// full volume it holds what space there was.
+// full volume it holds what space there was. A folder that cannot be flushed
+// after the rename is an error too: the file is in place, but its entry may
+// not survive a crash.
 Status ReplaceDurably(
     const std::string& dir, const std::string& path,
     const std::function<bool(google::protobuf::io::ZeroCopyOutputStream*)>& write,
