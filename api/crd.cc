@@ -201,6 +201,11 @@ Json StatusSchema() {
          field(count, "worker pods pending or running: the scale subresource's status.replicas")},
         {"workerSelector",
          field(string, "the label selector of the job's worker pods, for the scale subresource")},
+        {"fixedWorkers",
+         field(count,
+               "a job without elasticPolicy: the workers it started with, kept until it ends or "
+               "is suspended (a scale of its replicas meanwhile is refused in a ScaleRefused "
+               "Event)")},
         {"step", field(int64, kStepDescription)},
         {"totalSteps",
          field(int64,

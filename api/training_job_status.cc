@@ -83,12 +83,12 @@ bool TrainingJobStatus::SameExceptTimes(const TrainingJobStatus& o) const {
     return conditions;
   };
   return std::tie(phase, message, observed_generation, replica_statuses, workers, worker_replicas,
-                  worker_selector, start_time, completion_time, step, total_steps, steps_per_second,
-                  progress, eta, loss, test_accuracy, replica_restarts) ==
+                  worker_selector, fixed_workers, start_time, completion_time, step, total_steps,
+                  steps_per_second, progress, eta, loss, test_accuracy, replica_restarts) ==
              std::tie(o.phase, o.message, o.observed_generation, o.replica_statuses, o.workers,
-                      o.worker_replicas, o.worker_selector, o.start_time, o.completion_time, o.step,
-                      o.total_steps, o.steps_per_second, o.progress, o.eta, o.loss, o.test_accuracy,
-                      o.replica_restarts) &&
+                      o.worker_replicas, o.worker_selector, o.fixed_workers, o.start_time,
+                      o.completion_time, o.step, o.total_steps, o.steps_per_second, o.progress,
+                      o.eta, o.loss, o.test_accuracy, o.replica_restarts) &&
          without_times(conditions) == without_times(o.conditions);
 }
 
@@ -115,6 +115,8 @@ TrainingJobStatus StatusFromJson(const json& status) {
   if (status.contains("workerReplicas") && status["workerReplicas"].is_number_integer())
     s.worker_replicas = status["workerReplicas"].get<int>();
   s.worker_selector = status.value("workerSelector", "");
+  if (status.contains("fixedWorkers") && status["fixedWorkers"].is_number_integer())
+    s.fixed_workers = status["fixedWorkers"].get<int>();
   s.start_time = status.value("startTime", "");
   s.completion_time = status.value("completionTime", "");
   auto count = [&status](const char* key) -> std::optional<int64_t> {
@@ -165,6 +167,7 @@ json ToJson(const TrainingJobStatus& s) {
   if (!s.workers.empty()) out["workers"] = s.workers;
   if (s.worker_replicas) out["workerReplicas"] = *s.worker_replicas;
   if (!s.worker_selector.empty()) out["workerSelector"] = s.worker_selector;
+  if (s.fixed_workers) out["fixedWorkers"] = *s.fixed_workers;
   if (!s.start_time.empty()) out["startTime"] = s.start_time;
   if (!s.completion_time.empty()) out["completionTime"] = s.completion_time;
   if (s.step) out["step"] = *s.step;

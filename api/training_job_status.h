@@ -72,6 +72,10 @@ struct TrainingJobStatus {
   // pods pending or running, and the label selector of the job's workers.
   std::optional<int> worker_replicas;
   std::string worker_selector;
+  // A job without elasticPolicy: the workers it started with, which it
+  // keeps until it ends or is suspended (its scheduler knows that number:
+  // a worker more would be refused). None while held or before the start.
+  std::optional<int> fixed_workers;
   std::string start_time;  // RFC 3339; "" = not yet
   std::string completion_time;
   // Training progress (api/training_progress.h), worker 0's: while it

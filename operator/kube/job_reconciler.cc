@@ -94,7 +94,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   }
 
   json checked = job;
-  const std::string clamped = ClampScaledWorkers(&checked);
+  const ScaleRefusal refusal = SettleScaledWorkers(status, &checked);
   api::ParseResult parsed = api::ParseTrainingJob(checked.dump());
   if (!parsed.ok()) return FailJob(job, "InvalidSpec", parsed.ErrorReport(id.name), result);
   api::TrainingJob spec = *parsed.job;
@@ -103,9 +103,9 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   spec.uid = id.uid;
   JobState& state = jobs_[id.uid];
   if (state.terminal) return Write(job, *state.terminal, result);
-  if (clamped != state.clamp_reported) {
-    if (!clamped.empty()) RecordEvent(job, "Warning", "ScaleOutOfBounds", clamped);
-    state.clamp_reported = clamped;
+  if (refusal.message != state.scale_reported) {
+    if (!refusal.reason.empty()) RecordEvent(job, "Warning", refusal.reason, refusal.message);
+    state.scale_reported = refusal.message;
   }
   if (Status s = ResolveTls(id, &spec, &state); !s.ok()) return s;
   auto launch = [&spec](const controller::ReplicaName& name, const std::string& scheduler) {
@@ -380,6 +380,8 @@ api::TrainingJobStatus JobReconciler::BuildStatus(const json& job,
   next.workers = std::to_string(observed.workers.active + observed.workers.succeeded) + "/" +
                  std::to_string(spec.spec.worker.replicas);
   next.worker_replicas = observed.workers.active;
+  if (!spec.spec.elastic.enabled() && !next.fixed_workers)
+    next.fixed_workers = spec.spec.worker.replicas;
   next.worker_selector = std::string(kJobNameLabel) + "=" + job["metadata"].value("name", "") +
                          "," + kReplicaTypeLabel + "=worker";
   if (next.start_time.empty()) next.start_time = now;
@@ -436,6 +438,8 @@ Status JobReconciler::Hold(const json& job, const api::TrainingJobStatus& status
   // startTime is reset on resume: time spent held (queued by Kueue, or
   // suspended) is not the job's.
   next.start_time.clear();
+  // Its pods are gone: it starts again with as many workers as it asks for then.
+  next.fixed_workers.reset();
   api::SetPhaseCondition(&next.conditions, api::JobPhase::kSuspended, reason, message,
                          Rfc3339(Clock::now()));
   if (next.SameExceptTimes(status)) return Status::Ok();

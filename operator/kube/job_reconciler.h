@@ -84,7 +84,7 @@ class JobReconciler {
     // looked yet), and since when each worker past them has been there.
     int desired_workers = -1;
     bool told_desired_failure = false;  // its Warning Event was recorded
-    std::string clamp_reported;         // the ScaleOutOfBounds Event last recorded
+    std::string scale_reported;         // the ScaleOutOfBounds or ScaleRefused Event last recorded
     std::map<controller::ReplicaName, int64_t> surplus_since_ms;
   };
   // A pod being deleted with the condition DisruptionTarget (an eviction:
@@ -100,11 +100,18 @@ class JobReconciler {
   void ProbeWorker(const std::vector<nlohmann::json>& pods, JobState* state,
                    api::TrainingJobStatus* status);
 
-  // A running elastic job scaled outside [minReplicas, maxReplicas] (kubectl
-  // scale, an autoscaler: nothing refuses it at the API server) trains with
-  // the nearest bound instead of failing: `job`'s replicas are set to it.
-  // Returns what to say in a Warning Event, or "".
-  static std::string ClampScaledWorkers(nlohmann::json* job);
+  // A running job whose worker replicas were changed where it cannot follow
+  // (kubectl scale, an autoscaler: nothing refuses it at the API server)
+  // trains on instead of failing: an elastic job outside [minReplicas,
+  // maxReplicas] with the nearest bound, a job without elasticPolicy with
+  // the workers it started with (`status`'s fixedWorkers). `job`'s replicas
+  // are set to that; returns the Warning Event to record, or no reason.
+  struct ScaleRefusal {
+    std::string reason;  // ScaleOutOfBounds, ScaleRefused; "": none
+    std::string message;
+  };
+  static ScaleRefusal SettleScaledWorkers(const api::TrainingJobStatus& status,
+                                          nlohmann::json* job);
   // Elastic jobs (job_reconciler_elastic.cc): the scheduler pod's
   // annotation follows the spec's worker replicas; each change is an Event.
   Status TellDesiredWorkers(const nlohmann::json& job, const JobIdentity& id,

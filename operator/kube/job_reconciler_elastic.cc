@@ -15,20 +15,30 @@ namespace kubeps::kube {
 
 using nlohmann::json;
 
-std::string JobReconciler::ClampScaledWorkers(json* job) {
-  if (!job->contains("status") || !(*job)["status"].contains("phase")) return "";  // not started
+JobReconciler::ScaleRefusal JobReconciler::SettleScaledWorkers(const api::TrainingJobStatus& status,
+                                                               json* job) {
+  if (!job->contains("status") || !(*job)["status"].contains("phase")) return {};  // not started
   json& worker = (*job)["spec"]["replicaSpecs"]["worker"];
-  if (!worker.is_object() || !worker.contains("elasticPolicy") || !worker["replicas"].is_number())
-    return "";
-  const json& policy = worker["elasticPolicy"];
+  if (!worker.is_object() || !worker["replicas"].is_number()) return {};
   const int replicas = worker["replicas"].get<int>();
+  const std::string asked = "spec.replicaSpecs.worker.replicas " + std::to_string(replicas);
+  if (!worker.contains("elasticPolicy")) {
+    if (!status.fixed_workers || *status.fixed_workers == replicas) return {};
+    worker["replicas"] = *status.fixed_workers;
+    return {"ScaleRefused",
+            asked + ": this job has no elasticPolicy; it trains on with its " +
+                std::to_string(*status.fixed_workers) +
+                " workers (its scheduler knows that number). Suspend it (spec.runPolicy.suspend) "
+                "to start it again with another, or give a new job an elasticPolicy"};
+  }
+  const json& policy = worker["elasticPolicy"];
   const int low = policy.value("minReplicas", 0), high = policy.value("maxReplicas", 0);
-  if (low < 1 || high < low || (replicas >= low && replicas <= high)) return "";
+  if (low < 1 || high < low || (replicas >= low && replicas <= high)) return {};
   const int nearest = std::clamp(replicas, low, high);
   worker["replicas"] = nearest;
-  return "spec.replicaSpecs.worker.replicas " + std::to_string(replicas) +
-         " is outside elasticPolicy's [" + std::to_string(low) + ", " + std::to_string(high) +
-         "]: the job trains with " + std::to_string(nearest) + " workers";
+  return {"ScaleOutOfBounds", asked + " is outside elasticPolicy's [" + std::to_string(low) + ", " +
+                                  std::to_string(high) + "]: the job trains with " +
+                                  std::to_string(nearest) + " workers"};
 }
 
 Status JobReconciler::TellDesiredWorkers(const json& job, const JobIdentity& id,

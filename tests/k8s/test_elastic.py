@@ -128,6 +128,35 @@ class ElasticJobTest(SharedClusterTestCase):
                    what="worker-1 taken in again")
         self.wait_phase("lost", "Succeeded", timeout=240)
 
+    def test_a_fixed_job_scaled_keeps_its_workers_and_says_why(self):
+        # Every TrainingJob has the scale subresource, so `kubectl scale` (or an
+        # autoscaler pointed at the wrong job) reaches one without an
+        # elasticPolicy too. Its scheduler knows a fixed number of workers and
+        # would refuse a third: the job must go on with its two.
+        c = self.c
+        job = slowed_down(training_job("fixed", epochs=40, max_steps=500))
+        job["spec"]["progressIntervalMs"] = 200
+        apply(c, job)
+        self.wait_phase("fixed", "Running", timeout=90)
+        c.wait_for(lambda: " step " in self.logs("fixed-worker-0"), timeout=60,
+                   what="worker-0 training")
+        # Nothing at the API server refuses it (the CRD has no validation rule
+        # for it): the operator must.
+        out = c.kubectl("scale", "trainingjob/fixed", "--replicas=3").stdout
+        self.assertIn("trainingjob.kubeps.io/fixed scaled", out)
+        c.wait_for(lambda: any(e["reason"] == "ScaleRefused" for e in events_of(c, "fixed")),
+                   timeout=30, what="the ScaleRefused Event")
+        time.sleep(3)  # time for a wrong worker pod to appear
+        self.assertEqual(worker_pods(c, "fixed"), ["fixed-worker-0", "fixed-worker-1"])
+        refusal = [e["message"] for e in events_of(c, "fixed") if e["reason"] == "ScaleRefused"]
+        self.assertIn("spec.replicaSpecs.worker.replicas 3: this job has no elasticPolicy; it "
+                      "trains on with its 2 workers", refusal[0])
+        status = c.client.get("/apis/kubeps.io/v1alpha1/namespaces/default/trainingjobs/fixed")
+        self.assertEqual(status["status"]["fixedWorkers"], 2)
+        done = self.wait_phase("fixed", "Succeeded", timeout=240)
+        self.assertEqual(done["status"].get("restarts", 0), 0)
+        self.assertEqual(done["status"]["workers"].split("/")[1], "2")
+
 
 if __name__ == "__main__":
     unittest.main()

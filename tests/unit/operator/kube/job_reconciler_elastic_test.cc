@@ -2,7 +2,8 @@
 // scheduler pod reads the desired number of workers from its annotation
 // through a downwardAPI volume; scaling the spec (kubectl scale) updates
 // the annotation, records an Event, and creates and deletes exactly the
-// worker pods the change needs.
+// worker pods the change needs. A job without elasticPolicy scaled keeps
+// the workers it started with.
 #include <algorithm>
 
 #include <gmock/gmock.h>
@@ -147,6 +148,34 @@ TEST_F(ElasticReconcilerTest, AJobWithFixedWorkersHasNoDesiredWorkersAnnotation)
   EXPECT_FALSE(
       Pod("mnist-scheduler-0")["metadata"]["annotations"].contains(kDesiredWorkersAnnotation));
   EXPECT_THAT(EventReasons(), Not(Contains("Scaled")));
+}
+
+// Every TrainingJob has the scale subresource, so kubectl scale (or an
+// autoscaler aimed at the wrong job) reaches a job without elasticPolicy
+// too. Its scheduler knows a fixed number of workers: a third worker's pod
+// was refused by it, restarted until backoffLimit, and failed the job.
+TEST_F(ElasticReconcilerTest, AJobWithFixedWorkersScaledKeepsItsWorkersAndSaysSo) {
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Running");
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(StatusOfJob()["fixedWorkers"], 2);
+  ScaleTo(3);
+  ASSERT_TRUE(Reconcile().ok());
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_THAT(WorkerPods(), ElementsAre("mnist-worker-0", "mnist-worker-1"));
+  EXPECT_EQ(StatusOfJob()["phase"], "Running") << StatusOfJob().dump(2);
+  EXPECT_EQ(StatusOfJob()["workers"], "2/2");
+  const std::vector<std::string> reasons = EventReasons();
+  EXPECT_EQ(std::count(reasons.begin(), reasons.end(), "ScaleRefused"), 1);
+  // Suspended, its pods gone, it starts again with the number it asks for.
+  fake_.Modify(kJob, {{"spec", {{"runPolicy", {{"suspend", true}}}}}});
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_FALSE(StatusOfJob().contains("fixedWorkers")) << StatusOfJob().dump(2);
+  fake_.Modify(kJob, {{"spec", {{"runPolicy", {{"suspend", false}}}}}});
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_THAT(WorkerPods(), ElementsAre("mnist-worker-0", "mnist-worker-1", "mnist-worker-2"));
+  EXPECT_EQ(StatusOfJob()["fixedWorkers"], 3);
 }
 
 }  // namespace
