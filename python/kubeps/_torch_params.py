@@ -17,15 +17,32 @@ from kubeps.errors import FailedPrecondition, InvalidArgument
 CARRIED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-# The submodule torch.compile wraps a module in (its OptimizedModule's): invisible in a name, so
-# that the servers' tensors and checkpoints are the same for a model compiled or not, as a job
-# that turns the compiler on or off between runs resumes.
+# Wrappers invisible in the names the workers and servers agree on, so that the servers' tensors
+# and checkpoints are the same with or without them, and a job resumes when a run adds or drops
+# one: torch.compile's (its OptimizedModule's submodule, at any depth), and nn.DataParallel's or
+# DistributedDataParallel's (a prefix every name of the wrapped model has).
 COMPILE_WRAPPER = "_orig_mod"
+PARALLEL_WRAPPER = "module."
 
 
-def parameter_name(name):
-    """The name the workers and servers agree on: `name` without torch.compile's wrappers."""
+def _without_compile(name):
     return ".".join(part for part in name.split(".") if part != COMPILE_WRAPPER)
+
+
+def parameter_names(names):
+    """The names the workers and servers agree on, for all of a model's names in order."""
+    names = [_without_compile(name) for name in names]
+    if names and all(name.startswith(PARALLEL_WRAPPER) for name in names):
+        names = [name[len(PARALLEL_WRAPPER):] for name in names]
+    return names
+
+
+def declared_name(name, declared):
+    """`name` (a state_dict's key) as `declared` spells it, or None where it is not there."""
+    name = _without_compile(name)
+    if name not in declared and name.startswith(PARALLEL_WRAPPER):
+        name = name[len(PARALLEL_WRAPPER):]
+    return name if name in declared else None
 
 
 class Binding:
@@ -80,8 +97,8 @@ def trainable_params(optimizer, named_parameters):
                                   "parameter) pairs, as model.named_parameters() gives")
         names = {}
         seen = set()
-        for name, p in named_parameters:
-            name = parameter_name(name)
+        agreed = parameter_names(name for name, _ in named_parameters)
+        for name, (_, p) in zip(agreed, named_parameters):
             if name in seen:
                 raise InvalidArgument("DistributedOptimizer: the name %r appears twice in "
                                       "named_parameters" % name)
@@ -110,7 +127,9 @@ def trainable_params(optimizer, named_parameters):
 
 def frozen_params(optimizer, named_parameters):
     """[(name or None, param)] of the optimizer's parameters not trainable now (never declared)."""
-    names = {id(p): parameter_name(name) for name, p in (named_parameters or [])}
+    named_parameters = list(named_parameters or [])
+    agreed = parameter_names(name for name, _ in named_parameters)
+    names = {id(p): name for name, (_, p) in zip(agreed, named_parameters)}
     return [(names.get(id(p)), p) for group in optimizer.param_groups for p in group["params"]
             if not p.requires_grad]
 

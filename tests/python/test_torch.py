@@ -399,6 +399,21 @@ class StartAndRecovery(TorchTestCase):
         self.assertEqual(list(kps.steps(6)), [5])
 
     @requires_fake
+    def test_a_job_resumes_with_its_model_in_data_parallel_now_and_not_before(self):
+        # More GPUs in the pod than in the run before: nn.DataParallel's names
+        # all start with "module.", as DistributedDataParallel's do.
+        model = torch.nn.DataParallel(compiled(torch.nn.Linear(2, 1)))
+        self.assertEqual([name for name, _ in model.named_parameters()],
+                         ["module._orig_mod.weight", "module._orig_mod.bias"])
+        self.connect(server_values={"weight": [0.5, -0.5], "bias": [2.0]}, start_step=5)
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        self.assertEqual(optimizer.kubeps_parameter_names, ["weight", "bias"])
+        kps.broadcast_parameters(model.state_dict())
+        self.assertEqual(model.module._orig_mod.weight.tolist(), [[0.5, -0.5]])
+        self.assertEqual(model.module._orig_mod.bias.tolist(), [2.0])
+
+    @requires_fake
     def test_a_restart_with_servers_that_only_average_keeps_local_parameters(self):
         model = torch.nn.Linear(2, 1)
         self.connect(optimizer="none", server_values={"weight": [9.0, 9.0], "bias": [9.0]},
