@@ -10,21 +10,28 @@
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl.h>
 
+#include "common/logging.h"
 #include "ps-server/checkpoint_format.h"
 
 namespace kubeps {
 
 namespace {
 
-// Flushes the folder's entries (a rename) to the disk: 0, or the error. A
-// file system that cannot flush a folder (EINVAL: some FUSE volumes) keeps
-// its entries as it keeps them, and that is no error.
+// A folder this process may not open to read, and a file system with no
+// fsync for folders (EINVAL, EROFS; EOPNOTSUPP from some FUSE daemons): it
+// keeps its entries as it keeps them, and that is no failure to report.
+bool CannotSyncFolders(int error) {
+  return error == EACCES || error == EISDIR || error == EBADF || error == EINVAL ||
+         error == EROFS || error == EOPNOTSUPP || error == ENOSYS;
+}
+
+// Flushes the folder's entries (a rename) to the disk: 0, or the error.
 int SyncFolder(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return errno;
-  int error = ::fsync(fd) == 0 ? 0 : errno;
+  if (fd < 0) return CannotSyncFolders(errno) ? 0 : errno;
+  const int error = ::fsync(fd) == 0 ? 0 : errno;
   ::close(fd);
-  return error == EINVAL ? 0 : error;
+  return CannotSyncFolders(error) ? 0 : error;
 }
 
 }  // namespace
@@ -59,11 +66,15 @@ Status ReplaceDurably(const std::string& dir, const std::string& path,
     return s;
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) return fail("rename", errno);
-  // The new file is in place, but an I/O error here may lose its entry in a
-  // crash of this node: not written, as far as the caller can count on.
+  // The new file is in place and whole, and stays so while this node runs;
+  // an I/O error here may lose its entry in a crash of the node. Said
+  // loudly, not failed: the caller's next step (pruning older checkpoints,
+  // going on with the job) is right either way, and a failure would only
+  // stop a job whose disk still holds what it wrote.
   if (const int folder_error = SyncFolder(dir); folder_error != 0) {
-    return Status::Error("replaced " + path + " but cannot flush folder " + dir + ": " +
-                         std::strerror(folder_error) + " (it may not survive a crash)");
+    KLOG_ERROR << "replaced " << path << " but cannot flush folder " << dir << ": "
+               << std::strerror(folder_error)
+               << "; the new file may not survive a crash of this node (a failing disk?)";
   }
   return Status::Ok();
 }

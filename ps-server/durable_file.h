@@ -22,8 +22,8 @@ inline constexpr char kTemporarySuffix[] = ".tmp";
 // the file after, never a torn one (and a temporary file, which the folder's
 // next holder removes). A write that fails removes its temporary file: on a
 // full volume it holds what space there was. A folder that cannot be flushed
-// after the rename is an error too: the file is in place, but its entry may
-// not survive a crash.
+// after the rename is logged as an error, not returned: the file is in place
+// and whole, but its entry may not survive a crash of the node.
 Status ReplaceDurably(
     const std::string& dir, const std::string& path,
     const std::function<bool(google::protobuf::io::ZeroCopyOutputStream*)>& write,
