@@ -93,15 +93,18 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     return Status::Ok();
   }
 
+  JobState& state = jobs_[id.uid];
+  const auto now = std::chrono::steady_clock::now();
+  const std::vector<json> known_pods = state.created_pods.Apply(pods, now);
   json checked = job;
-  const ScaleRefusal refusal = SettleScaledWorkers(status, &checked);
+  const ScaleRefusal refusal =
+      SettleScaledWorkers(status, SchedulerWorkers(known_pods, id), &checked);
   api::ParseResult parsed = api::ParseTrainingJob(checked.dump());
   if (!parsed.ok()) return FailJob(job, "InvalidSpec", parsed.ErrorReport(id.name), result);
   api::TrainingJob spec = *parsed.job;
   spec.name = id.name;
   spec.namespace_ = id.namespace_;
   spec.uid = id.uid;
-  JobState& state = jobs_[id.uid];
   if (state.terminal) return Write(job, *state.terminal, result);
   if (refusal.message != state.scale_reported) {
     if (!refusal.reason.empty()) RecordEvent(job, "Warning", refusal.reason, refusal.message);
@@ -118,8 +121,6 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   if (!queue.empty() && !spec.spec.run_policy.suspend) {
     if (Status s = GateOnKueue(job, id, queue, &spec, &kueue); !s.ok()) return s;
   }
-  const auto now = std::chrono::steady_clock::now();
-  const std::vector<json> known_pods = state.created_pods.Apply(pods, now);
   KubeCluster cluster(client_, id, spec, options_.images, known_pods, status.replica_restarts);
   cluster.set_mount_failures(state.mount_failures.Refresh(client_, pods, Clock::now()));
 
@@ -198,6 +199,8 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   controller.set_workers_done_ms(state.workers_done_ms);
   controller.set_surplus_since_ms(state.surplus_since_ms);
   controller::JobStatus observed = controller.Reconcile(now_ms);
+  // What was refused stays in the status, not only in an Event that expires.
+  if (!refusal.reason.empty() && !observed.finished()) observed.message += "; " + refusal.message;
   state.workers_done_ms = controller.workers_done_ms();
   state.surplus_since_ms = controller.surplus_since_ms();
 
@@ -380,8 +383,7 @@ api::TrainingJobStatus JobReconciler::BuildStatus(const json& job,
   next.workers = std::to_string(observed.workers.active + observed.workers.succeeded) + "/" +
                  std::to_string(spec.spec.worker.replicas);
   next.worker_replicas = observed.workers.active;
-  if (!spec.spec.elastic.enabled() && !next.fixed_workers)
-    next.fixed_workers = spec.spec.worker.replicas;
+  if (!spec.spec.elastic.enabled()) next.fixed_workers = spec.spec.worker.replicas;
   next.worker_selector = std::string(kJobNameLabel) + "=" + job["metadata"].value("name", "") +
                          "," + kReplicaTypeLabel + "=worker";
   if (next.start_time.empty()) next.start_time = now;
@@ -438,8 +440,9 @@ Status JobReconciler::Hold(const json& job, const api::TrainingJobStatus& status
   // startTime is reset on resume: time spent held (queued by Kueue, or
   // suspended) is not the job's.
   next.start_time.clear();
-  // Its pods are gone: it starts again with as many workers as it asks for then.
-  next.fixed_workers.reset();
+  // Suspended, its pods gone, it starts again with as many workers as it
+  // asks for then. Held by Kueue, it keeps them: its Workload's pod counts.
+  if (spec.spec.run_policy.suspend) next.fixed_workers.reset();
   api::SetPhaseCondition(&next.conditions, api::JobPhase::kSuspended, reason, message,
                          Rfc3339(Clock::now()));
   if (next.SameExceptTimes(status)) return Status::Ok();

@@ -5,7 +5,9 @@
 // workers in or out at a step boundary (ps-server/elastic_workers.h), and
 // the job logic creates and deletes the worker pods the change needs.
 #include <algorithm>
+#include <cstdlib>
 
+#include "api/pod_env_codec.h"
 #include "common/logging.h"
 #include "operator/kube/job_reconciler.h"
 #include "operator/kube/kube_cluster.h"
@@ -15,24 +17,53 @@ namespace kubeps::kube {
 
 using nlohmann::json;
 
+std::optional<int> JobReconciler::SchedulerWorkers(const std::vector<json>& pods,
+                                                   const JobIdentity& id) {
+  for (const json& pod : pods) {
+    controller::ReplicaName name{controller::ReplicaRole::kWorker, 0};
+    if (!OwnedBy(pod, id) || pod["metadata"].contains("deletionTimestamp") ||
+        !KubeCluster::ReplicaOf(pod, &name) || name.role != controller::ReplicaRole::kScheduler) {
+      continue;
+    }
+    for (const json& container : pod["spec"].value("containers", json::array())) {
+      for (const json& env : container.value("env", json::array())) {
+        if (env.value("name", "") != api::env::kNumWorkers) continue;
+        const std::string value = env.value("value", "");
+        char* end = nullptr;
+        const long workers = std::strtol(value.c_str(), &end, 10);
+        if (!value.empty() && *end == '\0' && workers > 0) return static_cast<int>(workers);
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 JobReconciler::ScaleRefusal JobReconciler::SettleScaledWorkers(const api::TrainingJobStatus& status,
+                                                               std::optional<int> started,
                                                                json* job) {
   if (!job->contains("status") || !(*job)["status"].contains("phase")) return {};  // not started
   json& worker = (*job)["spec"]["replicaSpecs"]["worker"];
   if (!worker.is_object() || !worker["replicas"].is_number()) return {};
   const int replicas = worker["replicas"].get<int>();
   const std::string asked = "spec.replicaSpecs.worker.replicas " + std::to_string(replicas);
-  if (!worker.contains("elasticPolicy")) {
-    if (!status.fixed_workers || *status.fixed_workers == replicas) return {};
-    worker["replicas"] = *status.fixed_workers;
+  // Read as the parser reads it; a value of the wrong type is its to report.
+  auto bound = [&worker](const char* key) {
+    const json& policy = worker.contains("elasticPolicy") ? worker["elasticPolicy"] : json();
+    return policy.is_object() && policy.contains(key) && policy[key].is_number_integer()
+               ? policy[key].get<int>()
+               : 0;
+  };
+  const int low = bound("minReplicas"), high = bound("maxReplicas");
+  if (low == 0 && high == 0) {  // no policy, or an empty one: as api::ElasticPolicy::enabled
+    if (!started) started = status.fixed_workers;
+    if (!started || *started == replicas) return {};
+    worker["replicas"] = *started;
     return {"ScaleRefused",
             asked + ": this job has no elasticPolicy; it trains on with its " +
-                std::to_string(*status.fixed_workers) +
-                " workers (its scheduler knows that number). Suspend it (spec.runPolicy.suspend) "
-                "to start it again with another, or give a new job an elasticPolicy"};
+                std::to_string(*started) +
+                " workers (its scheduler knows that number). The spec's number takes effect "
+                "when the job starts again after a suspend (spec.runPolicy.suspend)"};
   }
-  const json& policy = worker["elasticPolicy"];
-  const int low = policy.value("minReplicas", 0), high = policy.value("maxReplicas", 0);
   if (low < 1 || high < low || (replicas >= low && replicas <= high)) return {};
   const int nearest = std::clamp(replicas, low, high);
   worker["replicas"] = nearest;

@@ -16,6 +16,7 @@ namespace {
 
 using ::testing::Contains;
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::Not;
 
 json ElasticManifest() {
@@ -166,6 +167,9 @@ TEST_F(ElasticReconcilerTest, AJobWithFixedWorkersScaledKeepsItsWorkersAndSaysSo
   EXPECT_THAT(WorkerPods(), ElementsAre("mnist-worker-0", "mnist-worker-1"));
   EXPECT_EQ(StatusOfJob()["phase"], "Running") << StatusOfJob().dump(2);
   EXPECT_EQ(StatusOfJob()["workers"], "2/2");
+  EXPECT_THAT(StatusOfJob()["message"].get<std::string>(),
+              HasSubstr("spec.replicaSpecs.worker.replicas 3: this job has no elasticPolicy; it "
+                        "trains on with its 2 workers"));
   const std::vector<std::string> reasons = EventReasons();
   EXPECT_EQ(std::count(reasons.begin(), reasons.end(), "ScaleRefused"), 1);
   // Suspended, its pods gone, it starts again with the number it asks for.
@@ -176,6 +180,37 @@ TEST_F(ElasticReconcilerTest, AJobWithFixedWorkersScaledKeepsItsWorkersAndSaysSo
   ASSERT_TRUE(Reconcile().ok());
   EXPECT_THAT(WorkerPods(), ElementsAre("mnist-worker-0", "mnist-worker-1", "mnist-worker-2"));
   EXPECT_EQ(StatusOfJob()["fixedWorkers"], 3);
+}
+
+// The number comes from the scheduler pod, which was made for it: a status
+// write that did not land (a conflict with the scale itself), a job from an
+// operator before the record, or a CRD whose schema drops the field.
+TEST_F(ElasticReconcilerTest, AScaledFixedJobWithoutItsRecordKeepsItsSchedulerPodsWorkers) {
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Running");
+  json job = fake_.Object(kJob);
+  job["status"].erase("fixedWorkers");
+  job["spec"]["replicaSpecs"]["worker"]["replicas"] = 3;
+  Response response;
+  ASSERT_TRUE(fake_.Put(kJob, job, &response).ok());
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_THAT(WorkerPods(), ElementsAre("mnist-worker-0", "mnist-worker-1"));
+  EXPECT_EQ(StatusOfJob()["fixedWorkers"], 2);
+}
+
+// An empty elasticPolicy is no policy (api::ElasticPolicy::enabled): the
+// job's scheduler knows a fixed number all the same.
+TEST_F(ElasticReconcilerTest, AJobWithAnEmptyElasticPolicyScaledKeepsItsWorkers) {
+  json manifest = JobManifest();
+  manifest["spec"]["replicaSpecs"]["worker"]["elasticPolicy"] = json::object();
+  CreateJob(manifest);
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Running");
+  ScaleTo(3);
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_THAT(WorkerPods(), ElementsAre("mnist-worker-0", "mnist-worker-1"));
+  EXPECT_THAT(EventReasons(), Contains("ScaleRefused"));
 }
 
 }  // namespace
