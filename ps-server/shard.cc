@@ -4,6 +4,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <string>
+#include <string_view>
 
 #include "common/copy_bytes.h"
 #include "common/logging.h"
@@ -15,6 +17,31 @@ namespace kubeps {
 
 using shard_messages::Describe;
 using shard_messages::Invalid;
+
+namespace {
+
+// kubeps.torch leaves out of a parameter's name the wrappers a run may add
+// or drop: torch.compile's "_orig_mod." anywhere, and the leading "module."
+// of nn.DataParallel and DistributedDataParallel. Releases before kept them,
+// and checkpoints they wrote hold such names: the same tensor.
+std::string WithoutWrappers(const std::string& name) {
+  std::string out;
+  size_t start = 0;
+  while (start <= name.size()) {
+    const size_t dot = std::min(name.find('.', start), name.size());
+    const std::string_view segment(name.data() + start, dot - start);
+    if (segment != "_orig_mod") {
+      if (!out.empty()) out += '.';
+      out += segment;
+    }
+    start = dot + 1;
+  }
+  constexpr std::string_view kParallelWrapper = "module.";
+  if (out.rfind(kParallelWrapper, 0) == 0) out.erase(0, kParallelWrapper.size());
+  return out;
+}
+
+}  // namespace
 
 Shard::Shard(const ShardOptions& options, std::unique_ptr<Optimizer> optimizer,
              MetricsServer* metrics)
@@ -219,7 +246,8 @@ grpc::Status Shard::CheckDeclaredAsStored(const v1::InitRequest& request) const 
                     ", but this server holds " + std::to_string(part.value->size()) +
                     " elements there");
     }
-    if (named && !part.name.empty() && !request.names(i).empty() && part.name != request.names(i)) {
+    if (named && !part.name.empty() && !request.names(i).empty() &&
+        WithoutWrappers(part.name) != WithoutWrappers(request.names(i))) {
       return refuse(node + " declares " + name + " as " + Describe(ref) +
                     ", but this server holds \"" + part.name + "\" there");
     }

@@ -77,6 +77,21 @@ TEST(TensorNamesTest, AnotherNameUnderAKeyIsRefusedNamingBoth) {
   EXPECT_THAT(s.error_message(), HasSubstr("\"fc2.bias\" as part (key 1,"));
 }
 
+// kubeps.torch before it left out torch.compile's and DataParallel's
+// wrappers: a job resumed from checkpoints it wrote declares the same
+// tensors without them.
+TEST(TensorNamesTest, NamesHeldWithTheWrappersOfEarlierReleasesAreTheSameTensors) {
+  auto shard = shard_testing::MakeShard(shard_testing::PlainShardOptions(true, 2));
+  ASSERT_TRUE(
+      Declare(*shard, {{0, 6, "module._orig_mod.fc1.weight"}, {1, 2, "_orig_mod.fc1.bias"}}, false)
+          .ok());
+  grpc::Status s = Declare(*shard, kModel, true, "worker-1");
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  // Only the wrappers: another layer is still another tensor.
+  s = Declare(*shard, {{0, 6, "fc1.weight"}, {1, 2, "orig_mod.fc1.bias"}}, true, "worker-1");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+}
+
 // In sync mode the keys it leaves out would never complete a step: the job
 // would wait on them, not fail.
 TEST(TensorNamesTest, AWorkerDeclaringFewerTensorsIsRefused) {
