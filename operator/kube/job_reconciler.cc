@@ -98,7 +98,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   const std::vector<json> known_pods = state.created_pods.Apply(pods, now);
   json checked = job;
   const ScaleRefusal refusal =
-      SettleScaledWorkers(status, SchedulerWorkers(known_pods, id), &checked);
+      SettleScaledWorkers(status, StartedWorkers(known_pods, id), &checked);
   api::ParseResult parsed = api::ParseTrainingJob(checked.dump());
   if (!parsed.ok()) return FailJob(job, "InvalidSpec", parsed.ErrorReport(id.name), result);
   api::TrainingJob spec = *parsed.job;

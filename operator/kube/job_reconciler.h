@@ -104,8 +104,8 @@ class JobReconciler {
   // (kubectl scale, an autoscaler: nothing refuses it at the API server)
   // trains on instead of failing: an elastic job outside [minReplicas,
   // maxReplicas] with the nearest bound, a job without elasticPolicy with
-  // the workers it started with: `started`, its scheduler pod's number, or
-  // else `status`'s fixedWorkers (a scheduler pod being made again). `job`'s
+  // the workers it started with: `started` (StartedWorkers), or else
+  // `status`'s fixedWorkers (no pod of it left). `job`'s
   // replicas are set to that; returns the Warning Event to record, or no
   // reason.
   struct ScaleRefusal {
@@ -114,9 +114,10 @@ class JobReconciler {
   };
   static ScaleRefusal SettleScaledWorkers(const api::TrainingJobStatus& status,
                                           std::optional<int> started, nlohmann::json* job);
-  // The workers the job's scheduler pod, not being deleted, was made for.
-  static std::optional<int> SchedulerWorkers(const std::vector<nlohmann::json>& pods,
-                                             const JobIdentity& id);
+  // The workers the job's pods, those not being deleted, were made for: its
+  // scheduler's number, or while that is made again another pod's.
+  static std::optional<int> StartedWorkers(const std::vector<nlohmann::json>& pods,
+                                           const JobIdentity& id);
   // Elastic jobs (job_reconciler_elastic.cc): the scheduler pod's
   // annotation follows the spec's worker replicas; each change is an Event.
   Status TellDesiredWorkers(const nlohmann::json& job, const JobIdentity& id,

@@ -5,6 +5,8 @@
 // workers in or out at a step boundary (ps-server/elastic_workers.h), and
 // the job logic creates and deletes the worker pods the change needs.
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstdlib>
 
 #include "api/pod_env_codec.h"
@@ -17,56 +19,87 @@ namespace kubeps::kube {
 
 using nlohmann::json;
 
-std::optional<int> JobReconciler::SchedulerWorkers(const std::vector<json>& pods,
-                                                   const JobIdentity& id) {
+namespace {
+
+std::optional<int> PositiveNumber(const std::string& text) {
+  char* end = nullptr;
+  const long n = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || n <= 0 || n > INT32_MAX) return std::nullopt;
+  return static_cast<int>(n);
+}
+
+std::string EnvValue(const json& pod, const char* variable) {
+  for (const json& container : pod["spec"].value("containers", json::array())) {
+    for (const json& env : container.value("env", json::array())) {
+      if (env.value("name", "") == variable) return env.value("value", "");
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+std::optional<int> JobReconciler::StartedWorkers(const std::vector<json>& pods,
+                                                 const JobIdentity& id) {
+  std::optional<int> of_another_role;
   for (const json& pod : pods) {
     controller::ReplicaName name{controller::ReplicaRole::kWorker, 0};
     if (!OwnedBy(pod, id) || pod["metadata"].contains("deletionTimestamp") ||
-        !KubeCluster::ReplicaOf(pod, &name) || name.role != controller::ReplicaRole::kScheduler) {
+        !KubeCluster::ReplicaOf(pod, &name)) {
       continue;
     }
-    for (const json& container : pod["spec"].value("containers", json::array())) {
-      for (const json& env : container.value("env", json::array())) {
-        if (env.value("name", "") != api::env::kNumWorkers) continue;
-        const std::string value = env.value("value", "");
-        char* end = nullptr;
-        const long workers = std::strtol(value.c_str(), &end, 10);
-        if (!value.empty() && *end == '\0' && workers > 0) return static_cast<int>(workers);
-      }
-    }
+    // An elastic scheduler's number is its annotation (a job whose policy
+    // was taken away since); every pod's is the number it was made for.
+    const json annotations = pod["metadata"].value("annotations", json::object());
+    std::optional<int> workers = PositiveNumber(annotations.value(kDesiredWorkersAnnotation, ""));
+    if (!workers) workers = PositiveNumber(EnvValue(pod, api::env::kNumWorkers));
+    if (!workers) continue;
+    if (name.role == controller::ReplicaRole::kScheduler) return workers;
+    if (!of_another_role) of_another_role = workers;
   }
-  return std::nullopt;
+  return of_another_role;
 }
 
 JobReconciler::ScaleRefusal JobReconciler::SettleScaledWorkers(const api::TrainingJobStatus& status,
                                                                std::optional<int> started,
                                                                json* job) {
-  if (!job->contains("status") || !(*job)["status"].contains("phase")) return {};  // not started
-  json& worker = (*job)["spec"]["replicaSpecs"]["worker"];
-  if (!worker.is_object() || !worker["replicas"].is_number()) return {};
+  // Looked at through a const view: operator[] of a missing key would add
+  // a null the parser then reports as a wrong value.
+  const json& read = *job;
+  auto object_at = [](const json& parent, const char* key) -> const json& {
+    static const json kNone;
+    return parent.is_object() && parent.contains(key) ? parent[key] : kNone;
+  };
+  const json& spec = object_at(read, "spec");
+  if (object_at(object_at(spec, "runPolicy"), "suspend") == true)
+    return {};  // its pods go; it starts again with the spec's number
+  const json& worker = object_at(object_at(spec, "replicaSpecs"), "worker");
+  if (!object_at(worker, "replicas").is_number_integer()) return {};  // the parser's to report
   const int replicas = worker["replicas"].get<int>();
+  auto set_replicas = [job](int n) { (*job)["spec"]["replicaSpecs"]["worker"]["replicas"] = n; };
   const std::string asked = "spec.replicaSpecs.worker.replicas " + std::to_string(replicas);
   // Read as the parser reads it; a value of the wrong type is its to report.
-  auto bound = [&worker](const char* key) {
-    const json& policy = worker.contains("elasticPolicy") ? worker["elasticPolicy"] : json();
-    return policy.is_object() && policy.contains(key) && policy[key].is_number_integer()
-               ? policy[key].get<int>()
-               : 0;
+  auto bound = [&](const char* key) {
+    const json& n = object_at(object_at(worker, "elasticPolicy"), key);
+    return n.is_number_integer() ? n.get<int>() : 0;
   };
   const int low = bound("minReplicas"), high = bound("maxReplicas");
   if (low == 0 && high == 0) {  // no policy, or an empty one: as api::ElasticPolicy::enabled
+    // Started once it has pods, though its status may not say so yet (a
+    // write lost to a conflict with the scale itself).
     if (!started) started = status.fixed_workers;
     if (!started || *started == replicas) return {};
-    worker["replicas"] = *started;
+    set_replicas(*started);
     return {"ScaleRefused",
             asked + ": this job has no elasticPolicy; it trains on with its " +
                 std::to_string(*started) +
-                " workers (its scheduler knows that number). The spec's number takes effect "
+                " workers (its pods are made for that number). The spec's number takes effect "
                 "when the job starts again after a suspend (spec.runPolicy.suspend)"};
   }
+  if (!job->contains("status") || !(*job)["status"].contains("phase")) return {};  // not started
   if (low < 1 || high < low || (replicas >= low && replicas <= high)) return {};
   const int nearest = std::clamp(replicas, low, high);
-  worker["replicas"] = nearest;
+  set_replicas(nearest);
   return {"ScaleOutOfBounds", asked + " is outside elasticPolicy's [" + std::to_string(low) + ", " +
                                   std::to_string(high) + "]: the job trains with " +
                                   std::to_string(nearest) + " workers"};

@@ -199,6 +199,25 @@ TEST_F(ElasticReconcilerTest, AScaledFixedJobWithoutItsRecordKeepsItsSchedulerPo
   EXPECT_EQ(StatusOfJob()["fixedWorkers"], 2);
 }
 
+// Its scheduler pod on its way out (deleted from outside, its node lost)
+// while the record is missing too (a CRD whose schema drops it): the other
+// pods were made for the number all the same.
+TEST_F(ElasticReconcilerTest, AScaledFixedJobTakesTheNumberFromItsOtherPodsWhileItsSchedulerGoes) {
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Running");
+  fake_.Modify(kPodsPath + "/mnist-scheduler-0",
+               {{"metadata", {{"deletionTimestamp", "2026-12-04T20:00:00Z"}}}});
+  json job = fake_.Object(kJob);
+  job["status"].erase("fixedWorkers");
+  job["spec"]["replicaSpecs"]["worker"]["replicas"] = 3;
+  Response response;
+  ASSERT_TRUE(fake_.Put(kJob, job, &response).ok());
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_THAT(WorkerPods(), ElementsAre("mnist-worker-0", "mnist-worker-1"));
+  EXPECT_EQ(StatusOfJob()["fixedWorkers"], 2);
+}
+
 // An empty elasticPolicy is no policy (api::ElasticPolicy::enabled): the
 // job's scheduler knows a fixed number all the same.
 TEST_F(ElasticReconcilerTest, AJobWithAnEmptyElasticPolicyScaledKeepsItsWorkers) {
