@@ -23,7 +23,9 @@ namespace {
 // kubeps.torch leaves out of a parameter's name the wrappers a run may add
 // or drop: torch.compile's "_orig_mod." anywhere, and the leading "module."
 // of nn.DataParallel and DistributedDataParallel. Releases before kept them,
-// and checkpoints they wrote hold such names: the same tensor.
+// and checkpoints they wrote hold such names: the same tensor as the name
+// without them declared now (not the other way round: a name declared with
+// them now is a submodule of that name).
 std::string WithoutWrappers(const std::string& name) {
   std::string out;
   size_t start = 0;
@@ -246,8 +248,8 @@ grpc::Status Shard::CheckDeclaredAsStored(const v1::InitRequest& request) const 
                     ", but this server holds " + std::to_string(part.value->size()) +
                     " elements there");
     }
-    if (named && !part.name.empty() && !request.names(i).empty() &&
-        WithoutWrappers(part.name) != WithoutWrappers(request.names(i))) {
+    if (named && !part.name.empty() && !request.names(i).empty() && part.name != request.names(i) &&
+        WithoutWrappers(part.name) != request.names(i)) {
       return refuse(node + " declares " + name + " as " + Describe(ref) +
                     ", but this server holds \"" + part.name + "\" there");
     }
