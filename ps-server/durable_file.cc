@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +17,8 @@
 namespace kubeps {
 
 namespace {
+
+std::atomic<uint64_t> g_folders_not_flushed{0};
 
 // A folder this process may not open to read, and a file system with no
 // fsync for folders (EINVAL, EROFS; EOPNOTSUPP from some FUSE daemons): it
@@ -72,6 +75,7 @@ Status ReplaceDurably(const std::string& dir, const std::string& path,
   // going on with the job) is right either way, and a failure would only
   // stop a job whose disk still holds what it wrote.
   if (const int folder_error = SyncFolder(dir); folder_error != 0) {
+    g_folders_not_flushed.fetch_add(1, std::memory_order_relaxed);
     KLOG_ERROR << "replaced " << path << " but cannot flush folder " << dir << ": "
                << std::strerror(folder_error)
                << "; the new file may not survive a crash of this node (a failing disk?)";
@@ -86,6 +90,8 @@ Status ReplaceDurably(const std::string& dir, const std::string& path, const std
     return !coded.HadError();
   });
 }
+
+uint64_t FoldersNotFlushed() { return g_folders_not_flushed.load(std::memory_order_relaxed); }
 
 Status ReadWholeFile(const std::string& path, std::string* contents) {
   contents->clear();

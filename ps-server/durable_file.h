@@ -4,6 +4,7 @@
 #ifndef KUBEPS_PS_SERVER_DURABLE_FILE_H_
 #define KUBEPS_PS_SERVER_DURABLE_FILE_H_
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -30,6 +31,10 @@ Status ReplaceDurably(
     const std::function<Status()>& before_rename = [] { return Status::Ok(); });
 // The same with `text` as the contents.
 Status ReplaceDurably(const std::string& dir, const std::string& path, const std::string& text);
+
+// How many times, in this process, a folder could not be flushed after a
+// replacement's rename (each is logged too): a disk that fails.
+uint64_t FoldersNotFlushed();
 
 // The whole of `path` into *contents: NotFound where there is no such file;
 // another error where it cannot be read now.

@@ -67,6 +67,10 @@ Shard::Shard(const ShardOptions& options, std::unique_ptr<Optimizer> optimizer,
           "Updates of a parameter part skipped for a non-finite gradient (nonFinite: SkipStep)")),
       checkpoint_failures_(metrics->Counter("kubeps_server_checkpoint_failures_total",
                                             "Checkpoint writes that failed")),
+      folders_not_flushed_(metrics->Counter(
+          "kubeps_server_checkpoint_folder_flush_failures_total",
+          "Files renamed into the checkpoint folder whose entry could not be flushed to the disk "
+          "(a failing disk: the file may not survive a crash of the node)")),
       learning_rate_(metrics->Gauge("kubeps_server_learning_rate",
                                     "The learning rate of the last update this shard applied "
                                     "(spec.optimizer.schedule)")) {

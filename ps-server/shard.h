@@ -367,6 +367,10 @@ class Shard {
   prometheus::Counter& nonfinite_pushes_;
   prometheus::Counter& updates_skipped_;
   prometheus::Counter& checkpoint_failures_;
+  // FoldersNotFlushed (durable_file.h) as the last write saw it: the
+  // counter takes what came since. Under write_mutex_.
+  prometheus::Counter& folders_not_flushed_;
+  uint64_t folders_not_flushed_seen_ = 0;
   prometheus::Gauge& learning_rate_;  // of the last update, as the schedule gives it
   // Last: its thread writes through the members above until it ends.
   std::unique_ptr<CheckpointWriter> writer_;  // where checkpoints_ is

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "common/logging.h"
+#include "ps-server/durable_file.h"
 
 namespace kubeps {
 
@@ -84,6 +85,10 @@ Status Shard::WriteCheckpoint(const v1::ShardCheckpoint& checkpoint) {
     return Status::Ok();
   }
   Status s = checkpoints_->Write(checkpoint);
+  if (const uint64_t seen = FoldersNotFlushed(); seen > folders_not_flushed_seen_) {
+    folders_not_flushed_.Increment(static_cast<double>(seen - folders_not_flushed_seen_));
+    folders_not_flushed_seen_ = seen;
+  }
   if (s.code() == Status::Code::kFailedPrecondition) {
     taken_over_ = s.message();
     KLOG_ERROR << taken_over_;

@@ -74,6 +74,7 @@ TEST_F(DurableFileTest, AFileIsReplacedWholeAndNoTemporaryFileStays) {
 
 TEST_F(DurableFileTest, AFolderThatCannotBeFlushedAfterTheRenameIsLoggedNamingIt) {
   g_folder_fsync_error = EIO;
+  const uint64_t before = FoldersNotFlushed();
   ::testing::internal::CaptureStderr();
   Status s = ReplaceDurably(dir_, path_, "new\n");
   const std::string said = ::testing::internal::GetCapturedStderr();
@@ -85,9 +86,11 @@ TEST_F(DurableFileTest, AFolderThatCannotBeFlushedAfterTheRenameIsLoggedNamingIt
   EXPECT_THAT(said, HasSubstr("replaced " + path_ + " but cannot flush folder " + dir_ + ": " +
                               std::strerror(EIO)));
   EXPECT_THAT(said, HasSubstr("may not survive a crash of this node"));
+  EXPECT_EQ(FoldersNotFlushed(), before + 1);  // the server's counter
 }
 
 TEST_F(DurableFileTest, FileSystemsThatCannotFlushFoldersAtAllAreNotReported) {
+  const uint64_t before = FoldersNotFlushed();
   for (const int error : {EINVAL, EROFS, EOPNOTSUPP}) {
     g_folder_fsync_error = error;
     ::testing::internal::CaptureStderr();
@@ -96,6 +99,7 @@ TEST_F(DurableFileTest, FileSystemsThatCannotFlushFoldersAtAllAreNotReported) {
     EXPECT_TRUE(s.ok()) << s.message();
     EXPECT_EQ(said.find("cannot flush folder"), std::string::npos) << std::strerror(error);
   }
+  EXPECT_EQ(FoldersNotFlushed(), before);
 }
 
 }  // namespace
