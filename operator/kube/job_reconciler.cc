@@ -383,7 +383,8 @@ api::TrainingJobStatus JobReconciler::BuildStatus(const json& job,
   next.workers = std::to_string(observed.workers.active + observed.workers.succeeded) + "/" +
                  std::to_string(spec.spec.worker.replicas);
   next.worker_replicas = observed.workers.active;
-  if (!spec.spec.elastic.enabled()) next.fixed_workers = spec.spec.worker.replicas;
+  next.fixed_workers =
+      spec.spec.elastic.enabled() ? std::nullopt : std::optional<int>(spec.spec.worker.replicas);
   next.worker_selector = std::string(kJobNameLabel) + "=" + job["metadata"].value("name", "") +
                          "," + kReplicaTypeLabel + "=worker";
   if (next.start_time.empty()) next.start_time = now;

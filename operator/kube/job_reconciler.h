@@ -105,9 +105,8 @@ class JobReconciler {
   // trains on instead of failing: an elastic job outside [minReplicas,
   // maxReplicas] with the nearest bound, a job without elasticPolicy with
   // the workers it started with: `started` (StartedWorkers), or else
-  // `status`'s fixedWorkers (no pod of it left). `job`'s
-  // replicas are set to that; returns the Warning Event to record, or no
-  // reason.
+  // `status`'s fixedWorkers (no pod of it left). `job`'s replicas are set
+  // to that; returns the Warning Event to record, or no reason.
   struct ScaleRefusal {
     std::string reason;  // ScaleOutOfBounds, ScaleRefused; "": none
     std::string message;

@@ -1,9 +1,11 @@
-// The elastic half of JobReconciler (job_reconciler.h): the number of
+// The scaling half of JobReconciler (job_reconciler.h): the number of
 // workers the spec asks for (kubectl scale sets it through the scale
-// subresource) reaches the job's scheduler as its pod's annotation, which
-// the pod reads through a downwardAPI volume; the scheduler then takes
+// subresource) reaches an elastic job's scheduler as its pod's annotation,
+// which the pod reads through a downwardAPI volume; the scheduler then takes
 // workers in or out at a step boundary (ps-server/elastic_workers.h), and
-// the job logic creates and deletes the worker pods the change needs.
+// the job logic creates and deletes the worker pods the change needs. A
+// scale the job cannot follow (past its bounds; a job without a policy) is
+// settled before the spec is parsed, and said.
 #include <algorithm>
 #include <climits>
 #include <cstdint>
