@@ -360,7 +360,7 @@ class HelmChartTest(unittest.TestCase):
             self.assertEqual(by["PodMonitor"]["spec"]["namespaceSelector"], {"matchNames": ["team-a"]})
             alerts = [r["alert"] for g in by["PrometheusRule"]["spec"]["groups"] for r in g["rules"]]
             self.assertEqual(alerts, ["KubepsJobStalled", "KubepsHighResendRate", "KubepsWorkerRestarts",
-                                  "KubepsCheckpointWriteFailures"])
+                                  "KubepsCheckpointWriteFailures", "KubepsCheckpointFolderHeld"])
             self.assertIn("{{ $labels.job }}", json.dumps(by["PrometheusRule"]))
             cm = by["ConfigMap"]
             self.assertEqual((cm["metadata"]["namespace"], cm["metadata"]["labels"]["grafana_dashboard"]),
