@@ -39,6 +39,12 @@ std::string EnvValue(const json& pod, const char* variable) {
   return "";
 }
 
+// A pod of job `id` that is not being deleted, and which of its replicas.
+bool LiveReplica(const json& pod, const JobIdentity& id, controller::ReplicaName* name) {
+  return OwnedBy(pod, id) && !pod["metadata"].contains("deletionTimestamp") &&
+         KubeCluster::ReplicaOf(pod, name);
+}
+
 }  // namespace
 
 std::optional<int> JobReconciler::StartedWorkers(const std::vector<json>& pods,
@@ -46,10 +52,7 @@ std::optional<int> JobReconciler::StartedWorkers(const std::vector<json>& pods,
   std::optional<int> of_another_role;
   for (const json& pod : pods) {
     controller::ReplicaName name{controller::ReplicaRole::kWorker, 0};
-    if (!OwnedBy(pod, id) || pod["metadata"].contains("deletionTimestamp") ||
-        !KubeCluster::ReplicaOf(pod, &name)) {
-      continue;
-    }
+    if (!LiveReplica(pod, id, &name)) continue;
     // An elastic scheduler's number is its annotation (a job whose policy
     // was taken away since); every pod's is the number it was made for.
     const json annotations = pod["metadata"].value("annotations", json::object());
@@ -125,10 +128,7 @@ Status JobReconciler::TellDesiredWorkers(const json& job, const JobIdentity& id,
   for (const json& pod : pods) {
     const json& meta = pod["metadata"];
     controller::ReplicaName name{controller::ReplicaRole::kWorker, 0};
-    if (!OwnedBy(pod, id) || meta.contains("deletionTimestamp") ||
-        !KubeCluster::ReplicaOf(pod, &name) || name.role != controller::ReplicaRole::kScheduler) {
-      continue;
-    }
+    if (!LiveReplica(pod, id, &name) || name.role != controller::ReplicaRole::kScheduler) continue;
     const json annotations = meta.value("annotations", json::object());
     if (annotations.value(kDesiredWorkersAnnotation, "") == wanted) continue;
     // A scheduler pod made again under the same name meanwhile got the

@@ -35,6 +35,14 @@ class ElasticJobTest(SharedClusterTestCase):
         done = self.c.kubectl("logs", pod, check=False)
         return done.stdout if done.returncode == 0 else ""
 
+    def start_training(self, job):
+        """Applies `job` and waits until its worker 0 trains."""
+        name = job["metadata"]["name"]
+        apply(self.c, job)
+        self.wait_phase(name, "Running", timeout=90)
+        self.c.wait_for(lambda: " step " in self.logs(name + "-worker-0"), timeout=60,
+                        what="worker-0 training")
+
     def test_kubectl_scale_up_and_down_changes_the_workers_of_the_running_job(self):
         c = self.c
         # Both scales take some 7 s from the start, about 200 steps slowed
@@ -47,10 +55,7 @@ class ElasticJobTest(SharedClusterTestCase):
         # Mutual TLS, as the Helm chart's operator gives every job: the
         # joiner's pod mounts a certificate issued before the scale.
         job["spec"]["security"] = {"tls": "Enabled"}
-        apply(c, job)
-        self.wait_phase("elastic", "Running", timeout=90)
-        c.wait_for(lambda: " step " in self.logs("elastic-worker-0"), timeout=60,
-                   what="worker-0 training")
+        self.start_training(job)
 
         out = c.kubectl("scale", "trainingjob/elastic", "--replicas=3").stdout
         self.assertIn("trainingjob.kubeps.io/elastic scaled", out)
@@ -95,10 +100,7 @@ class ElasticJobTest(SharedClusterTestCase):
         job["spec"]["replicaSpecs"]["worker"]["elasticPolicy"] = {
             "minReplicas": 1, "maxReplicas": 2, "replaceTimeoutSeconds": 3}
         checkpoints_on_host(self, job)
-        apply(c, job)
-        self.wait_phase("lost", "Running", timeout=90)
-        c.wait_for(lambda: " step " in self.logs("lost-worker-0"), timeout=60,
-                   what="worker-0 training")
+        self.start_training(job)
         # No node for its replacement: the only one is cordoned.
         self.addCleanup(c.kubectl, "uncordon", NODE)
         c.kubectl("cordon", NODE)
@@ -136,10 +138,7 @@ class ElasticJobTest(SharedClusterTestCase):
         c = self.c
         job = slowed_down(training_job("fixed", epochs=40, max_steps=500))
         job["spec"]["progressIntervalMs"] = 200
-        apply(c, job)
-        self.wait_phase("fixed", "Running", timeout=90)
-        c.wait_for(lambda: " step " in self.logs("fixed-worker-0"), timeout=60,
-                   what="worker-0 training")
+        self.start_training(job)
         # Nothing at the API server refuses it (the CRD has no validation rule
         # for it): the operator must.
         out = c.kubectl("scale", "trainingjob/fixed", "--replicas=3").stdout

@@ -380,6 +380,18 @@ class StartAndRecovery(TorchTestCase):
             optimizer.step()
         self.assertEqual(seen, [5, 6, 7])
 
+    def assertResumesUnder(self, model, linear, prefix=""):
+        """`model`, whose Linear(2, 1) `linear` sits inside wrappers, declares it as
+        `prefix`weight and `prefix`bias and resumes at step 5 with the servers' values."""
+        names = [prefix + "weight", prefix + "bias"]
+        self.connect(server_values=dict(zip(names, [[0.5, -0.5], [2.0]])), start_step=5)
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        self.assertEqual(optimizer.kubeps_parameter_names, names)
+        kps.broadcast_parameters(model.state_dict())
+        self.assertEqual(linear.weight.tolist(), [[0.5, -0.5]])
+        self.assertEqual(linear.bias.tolist(), [2.0])
+
     @requires_fake
     def test_a_job_resumes_with_its_model_compiled_now_and_not_before(self):
         # torch.compile wraps the model (and any submodule compiled alone) in a
@@ -389,13 +401,7 @@ class StartAndRecovery(TorchTestCase):
         model = compiled(model)
         self.assertEqual([name for name, _ in model.named_parameters()],
                          ["_orig_mod.0._orig_mod.weight", "_orig_mod.0._orig_mod.bias"])
-        self.connect(server_values={"0.weight": [0.5, -0.5], "0.bias": [2.0]}, start_step=5)
-        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                             named_parameters=model.named_parameters())
-        self.assertEqual(optimizer.kubeps_parameter_names, ["0.weight", "0.bias"])
-        kps.broadcast_parameters(model.state_dict())
-        self.assertEqual(model._orig_mod[0]._orig_mod.weight.tolist(), [[0.5, -0.5]])
-        self.assertEqual(model._orig_mod[0]._orig_mod.bias.tolist(), [2.0])
+        self.assertResumesUnder(model, model._orig_mod[0]._orig_mod, prefix="0.")
         self.assertEqual(list(kps.steps(6)), [5])
 
     @requires_fake
@@ -405,13 +411,7 @@ class StartAndRecovery(TorchTestCase):
         model = torch.nn.DataParallel(compiled(torch.nn.Linear(2, 1)))
         self.assertEqual([name for name, _ in model.named_parameters()],
                          ["module._orig_mod.weight", "module._orig_mod.bias"])
-        self.connect(server_values={"weight": [0.5, -0.5], "bias": [2.0]}, start_step=5)
-        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                             named_parameters=model.named_parameters())
-        self.assertEqual(optimizer.kubeps_parameter_names, ["weight", "bias"])
-        kps.broadcast_parameters(model.state_dict())
-        self.assertEqual(model.module._orig_mod.weight.tolist(), [[0.5, -0.5]])
-        self.assertEqual(model.module._orig_mod.bias.tolist(), [2.0])
+        self.assertResumesUnder(model, model.module._orig_mod)
 
     @requires_fake
     def test_a_restart_with_servers_that_only_average_keeps_local_parameters(self):
