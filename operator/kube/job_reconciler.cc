@@ -125,8 +125,18 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   cluster.set_mount_failures(state.mount_failures.Refresh(client_, pods, Clock::now()));
 
   if (spec.spec.run_policy.suspend) {
-    return Hold(job, status, spec, &cluster, launch, "JobSuspended",
-                "the job is suspended (spec.runPolicy.suspend); its pods are deleted", result);
+    // A queued job gives its quota back: resumed, it queues again, with
+    // the pod counts it asks for then.
+    Status held = Hold(job, status, spec, &cluster, launch, "JobSuspended",
+                       queue.empty() ? "the job is suspended (spec.runPolicy.suspend); its pods "
+                                       "are deleted"
+                                     : "the job is suspended (spec.runPolicy.suspend); its pods "
+                                       "are deleted, then its Kueue Workload, giving its quota "
+                                       "back: resumed, it queues again",
+                       result);
+    if (held.ok() && !queue.empty() && known_pods.empty())
+      DeleteWorkload(job, id, nullptr, "the job is suspended; its quota goes back to the queue");
+    return held;
   }
   if (!queue.empty() && !kueue.admitted) {
     Status held = Hold(job, status, spec, &cluster, launch, kueue.reason, kueue.message, result);
@@ -134,7 +144,11 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     // included (servers write a last checkpoint on SIGTERM), as Kueue's own
     // job integrations do: before, another job could be admitted onto
     // capacity that these pods still hold.
-    if (held.ok() && kueue.give_back_quota && known_pods.empty()) GiveBackQuota(id, kueue);
+    if (held.ok() && !kueue.remake_because.empty() && known_pods.empty()) {
+      DeleteWorkload(job, id, kueue.workload, kueue.remake_because);
+    } else if (held.ok() && kueue.give_back_quota && known_pods.empty()) {
+      GiveBackQuota(id, kueue);
+    }
     result->requeue_after = kueue.recheck;  // no watch on Workloads: look again
     return held;
   }

@@ -135,6 +135,10 @@ class JobReconciler {
     // deleted, the operator gives the reservation back (as Kueue's
     // jobframework does), and Kueue queues the Workload again.
     bool give_back_quota = false;
+    // What changed in the job since its Workload was made (its pod counts
+    // or requests), if anything: once its pods are deleted the Workload is
+    // too, and the next reconcile makes it again.
+    std::string remake_because;
     nlohmann::json workload;
   };
   Status GateOnKueue(const nlohmann::json& job, const JobIdentity& id, const std::string& queue,
@@ -149,6 +153,11 @@ class JobReconciler {
   // The evicted job's pods are gone: its Workload's quota reservation is
   // cleared, so that Kueue queues it again.
   void GiveBackQuota(const JobIdentity& id, const KueueGate& gate);
+  // Deletes the job's Workload (`workload` as read, or null: read it first)
+  // if it is the one read, and says `why` in an Event. Kueue releases its
+  // quota.
+  void DeleteWorkload(const nlohmann::json& job, const JobIdentity& id, nlohmann::json workload,
+                      const std::string& why);
   // No pods, and phase Suspended with `reason` and `message`: a suspended
   // job, and a queued one that Kueue has not admitted (or evicted).
   Status Hold(const nlohmann::json& job, const api::TrainingJobStatus& status,

@@ -1,6 +1,8 @@
 // The Kueue half of JobReconciler (job_reconciler.h): a queued job's
 // Workload is made, read for its admission, given its quota back after an
 // eviction and marked Finished when the job ends.
+#include <cstdlib>
+
 #include "common/logging.h"
 #include "operator/kube/job_reconciler.h"
 #include "operator/kube/kueue_workload.h"
@@ -16,17 +18,21 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
                                   api::TrainingJob* spec, KueueGate* gate) {
   const std::string name = WorkloadName(id);
   const std::string workloads = CollectionPath(kWorkloads, id.namespace_);
+  // The job's generation the Workload was made for: a Workload is made
+  // again only for a job changed since, never twice for the same spec, nor
+  // from a read older than the one it was made from (another operator's).
+  const int64_t generation = job["metadata"].value("generation", int64_t{0});
   Response got;
   if (Status s = client_->Get(workloads + "/" + name, &got); !s.ok()) return s;
   if (got.code == 404) {
     std::optional<int32_t> priority;
     if (!spec->spec.scheduling_policy.priority_class.empty())
       priority = PriorityValue(spec->spec.scheduling_policy.priority_class);
+    json workload = BuildWorkload(id, *spec, queue, options_.images, priority);
+    workload["metadata"]["annotations"] = {
+        {kWorkloadJobGenerationAnnotation, std::to_string(generation)}};
     Response created;
-    if (Status s = client_->Post(
-            workloads, BuildWorkload(id, *spec, queue, options_.images, priority), &created);
-        !s.ok())
-      return s;
+    if (Status s = client_->Post(workloads, workload, &created); !s.ok()) return s;
     if (created.code == 404) {
       // No Workload kind: Kueue is not installed. Waiting is right (it may
       // be installed later), but slowly, and saying why.
@@ -51,6 +57,30 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
     got = created;
   } else if (!got.ok()) {
     return Status::Error("reading Workload " + name + ": " + got.Describe());
+  }
+  if (BeingDeleted(got.body)) {  // until Kueue's finalizer has released its quota
+    gate->reason = "WaitingForAdmission";
+    gate->message = "the job's earlier Kueue Workload " + name +
+                    " is being deleted (Kueue releases its quota first); a new one is made once "
+                    "it is gone";
+    return Status::Ok();
+  }
+  const json annotations = got.body["metadata"].value("annotations", json::object());
+  const std::string made_for = annotations.value(kWorkloadJobGenerationAnnotation, "");
+  if (made_for.empty() || generation > std::atoll(made_for.c_str())) {
+    const std::string change =
+        PodSetChange(got.body, BuildWorkload(id, *spec, queue, options_.images, std::nullopt));
+    if (!change.empty()) {
+      // As Kueue's jobframework does: the quota admitted no longer fits the
+      // job, so the job stops, and a new Workload asks for what it needs.
+      gate->reason = "WorkloadChanged";
+      gate->message = "the job no longer fits its Kueue Workload " + name + " (" + change +
+                      "): its pods are deleted, then the Workload, and a new one asks Kueue "
+                      "for the job as it is now";
+      gate->remake_because = "the job changed since it was made (" + change + ")";
+      gate->workload = got.body;
+      return Status::Ok();
+    }
   }
   const WorkloadAdmission admission = ReadAdmission(got.body);
   if (admission.evicted) {
@@ -145,6 +175,33 @@ void JobReconciler::GiveBackQuota(const JobIdentity& id, const KueueGate& gate) 
     KLOG_INFO << "giving back the quota of " << WorkloadName(id) << ": "
               << (s.ok() ? response.Describe() : s.message()) << "; trying again";
   }
+}
+
+void JobReconciler::DeleteWorkload(const json& job, const JobIdentity& id, json workload,
+                                   const std::string& why) {
+  const std::string path = ObjectPath(kWorkloads, id.namespace_, WorkloadName(id));
+  if (workload.is_null()) {
+    Response got;
+    if (Status s = client_->Get(path, &got); !s.ok() || !got.ok()) return;  // none, or next time
+    workload = got.body;
+  }
+  if (BeingDeleted(workload)) return;
+  // Only the Workload read, as read: one Kueue has changed since (admitted
+  // meanwhile) is looked at again first.
+  const json& meta = workload["metadata"];
+  const json options = {
+      {"apiVersion", "v1"},
+      {"kind", "DeleteOptions"},
+      {"preconditions",
+       {{"uid", meta.value("uid", "")}, {"resourceVersion", meta.value("resourceVersion", "")}}}};
+  Response deleted;
+  if (Status s = client_->DeleteWithOptions(path, options, &deleted); !s.ok() || !deleted.ok()) {
+    KLOG_INFO << "deleting Workload " << WorkloadName(id) << ": "
+              << (s.ok() ? deleted.Describe() : s.message()) << "; trying again";
+    return;
+  }
+  RecordEvent(job, "Normal", "DeletedWorkload",
+              "Deleted Kueue Workload " + id.namespace_ + "/" + WorkloadName(id) + ": " + why);
 }
 
 }  // namespace kubeps::kube

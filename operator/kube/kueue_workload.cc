@@ -1,6 +1,10 @@
 #include "operator/kube/kueue_workload.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <exception>
+#include <string>
 #include <vector>
 
 #include "operator/controller/replica_env.h"
@@ -48,6 +52,90 @@ json PodSet(const JobIdentity& job, const api::TrainingJob& spec, controller::Re
           {"template", {{"metadata", metadata}, {"spec", pod["spec"]}}}};
 }
 
+// A resource quantity ("500m", "1Gi", "2", 1.5e3) as a number, as
+// resource.Quantity reads it; nullopt for anything else.
+std::optional<long double> QuantityValue(const json& quantity) {
+  if (quantity.is_number()) return quantity.get<long double>();
+  if (!quantity.is_string()) return std::nullopt;
+  const std::string text = quantity.get<std::string>();
+  size_t end = 0;
+  long double number;
+  try {
+    number = std::stold(text, &end);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  static const std::map<std::string, long double> kSuffixes = {{"", 1},
+                                                               {"n", 1e-9L},
+                                                               {"u", 1e-6L},
+                                                               {"m", 1e-3L},
+                                                               {"k", 1e3L},
+                                                               {"M", 1e6L},
+                                                               {"G", 1e9L},
+                                                               {"T", 1e12L},
+                                                               {"P", 1e15L},
+                                                               {"E", 1e18L},
+                                                               {"Ki", 1024.0L},
+                                                               {"Mi", 1048576.0L},
+                                                               {"Gi", 1073741824.0L},
+                                                               {"Ti", 1099511627776.0L},
+                                                               {"Pi", 1125899906842624.0L},
+                                                               {"Ei", 1152921504606846976.0L}};
+  auto suffix = kSuffixes.find(text.substr(end));
+  if (suffix == kSuffixes.end()) return std::nullopt;
+  return number * suffix->second;
+}
+
+// Quotas as Kueue counts them: a resource with a limit and no request
+// requests its limit (Kueue's Workload webhook writes it so).
+json EffectiveRequests(const json& resources) {
+  json requests = resources.value("requests", json::object());
+  const json limits = resources.value("limits", json::object());
+  for (const auto& [name, limit] : limits.items()) {
+    if (!requests.contains(name)) requests[name] = limit;
+  }
+  return requests;
+}
+
+// Equal as quantities: Kueue's webhook writes them back canonical ("0.5"
+// becomes "500m"), which must not read as a change.
+bool SameRequests(const json& a, const json& b) {
+  if (a.size() != b.size()) return false;
+  for (const auto& [container, requests] : a.items()) {
+    if (!b.contains(container) || b[container].size() != requests.size()) return false;
+    for (const auto& [name, quantity] : requests.items()) {
+      if (!b[container].contains(name)) return false;
+      const json& other = b[container][name];
+      const auto x = QuantityValue(quantity), y = QuantityValue(other);
+      if (x && y ? std::fabs(*x - *y) > 1e-12L * std::max(std::fabs(*x), 1.0L) : quantity != other)
+        return false;
+    }
+  }
+  return true;
+}
+
+struct PodSetQuota {
+  json count;
+  json requests;  // container name -> its effective requests
+};
+
+std::map<std::string, PodSetQuota> PodSetQuotas(const json& workload) {
+  std::map<std::string, PodSetQuota> sets;
+  const json spec = workload.value("spec", json::object());
+  for (const json& pod_set : spec.value("podSets", json::array())) {
+    PodSetQuota quota{pod_set.value("count", json()), json::object()};
+    const json pod = pod_set.value("template", json::object()).value("spec", json::object());
+    for (const char* list : {"initContainers", "containers"}) {
+      for (const json& container : pod.value(list, json::array())) {
+        quota.requests[container.value("name", "")] =
+            EffectiveRequests(container.value("resources", json::object()));
+      }
+    }
+    sets[pod_set.value("name", "")] = quota;
+  }
+  return sets;
+}
+
 }  // namespace
 
 std::string QueueName(const json& job) {
@@ -91,6 +179,30 @@ json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec, const s
     workload["spec"]["priorityClassSource"] = "scheduling.k8s.io/priorityclass";
   }
   return workload;
+}
+
+std::string PodSetChange(const json& workload, const json& wanted) {
+  const auto had = PodSetQuotas(workload), now = PodSetQuotas(wanted);
+  std::string change;
+  auto add = [&change](const std::string& what) { change += (change.empty() ? "" : ", ") + what; };
+  for (const auto& [name, quota] : now) {
+    auto old = had.find(name);
+    if (old == had.end()) {
+      add(name + ": a new pod set");
+    } else if (old->second.count != quota.count) {
+      add(name + ": " + quota.count.dump() + " pods, was " + old->second.count.dump());
+    } else if (!SameRequests(old->second.requests, quota.requests)) {
+      add(name + ": requests " + quota.requests.dump() + ", were " + old->second.requests.dump());
+    }
+  }
+  for (const auto& [name, quota] : had) {
+    if (!now.count(name)) add(name + ": no longer a pod set");
+  }
+  return change;
+}
+
+bool BeingDeleted(const json& workload) {
+  return workload.contains("metadata") && workload["metadata"].contains("deletionTimestamp");
 }
 
 WorkloadAdmission ReadAdmission(const json& workload) {

@@ -25,6 +25,8 @@ namespace kubeps::kube {
 
 inline const Resource kWorkloads{"kueue.x-k8s.io", "v1beta1", "workloads"};
 inline constexpr const char* kQueueNameLabel = "kueue.x-k8s.io/queue-name";
+// The job's metadata.generation a Workload was made for.
+inline constexpr const char* kWorkloadJobGenerationAnnotation = "kubeps.io/job-generation";
 
 // The LocalQueue a job is submitted to (its kueue.x-k8s.io/queue-name
 // label); "" for a job Kueue does not manage.
@@ -46,6 +48,19 @@ std::string WorkloadName(const JobIdentity& job);
 nlohmann::json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec,
                              const std::string& queue, const ImageSet& images,
                              std::optional<int32_t> priority);
+
+// How the pod sets of `wanted` (BuildWorkload of the job as it is now)
+// differ from those of `workload`, the one Kueue has: "" when every pod set
+// has the same count and its containers the same resources; else what
+// changed, for the user ("worker: 3 pods, was 2"). Kueue's jobframework
+// makes a Workload again on such a change, as its quota no longer fits the
+// job; the rest of the template (env, images) does not count, so that an
+// operator upgrade does not re-queue every job.
+std::string PodSetChange(const nlohmann::json& workload, const nlohmann::json& wanted);
+
+// The Workload is being deleted: Kueue's finalizer holds it until the
+// quota is released; its name is taken until then.
+bool BeingDeleted(const nlohmann::json& workload);
 
 // What Kueue decided, from a Workload's status. Read as Kueue's own
 // jobframework does: eviction first (Evicted=True stops the job whatever

@@ -4,11 +4,13 @@ with the real kubectl. A TrainingJob labelled kueue.x-k8s.io/queue-name
 gets a Workload with one pod set per role and no pods until Kueue admits
 it; it runs once admitted; an eviction deletes its pods and holds it
 (not Failed) until Kueue admits it again; when it succeeds its Workload is
-Finished, so Kueue releases the quota. On a cluster without Kueue the job
-says so and waits.
+Finished, so Kueue releases the quota. A job suspended by its user gives
+its Workload back, and resumed with other counts queues again with a new
+one. On a cluster without Kueue the job says so and waits.
 
     KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_kueue   (from tests/k8s)
 """
+import json
 import os
 import sys
 import time
@@ -25,6 +27,7 @@ CRD = os.path.join(HERE, "crds", "kueue.x-k8s.io_workloads.yaml")
 WORKLOADS = "/apis/kueue.x-k8s.io/v1beta1/namespaces/default/workloads"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 T0 = "2025-01-01T00:00:00Z"
+IN_USE = "kueue.x-k8s.io/resource-in-use"
 
 
 def queued(job, queue="team-queue"):
@@ -149,6 +152,63 @@ class KueueTest(OwnClusterTestCase):
         finished = c.wait_for(lambda: wl_condition(self.workload_of(uid), "Finished"),
                               timeout=30, what="the Workload Finished")
         self.assertEqual((finished["status"], finished["reason"]), ("True", "Succeeded"))
+
+    def test_a_job_suspended_gives_its_quota_back_and_queues_again_with_new_counts(self):
+        """A user's suspend frees the job's quota: once its pods are gone its
+        Workload is deleted (Kueue lifts its finalizer after releasing the
+        quota). Resumed with 3 workers instead of 2, it queues again with a
+        Workload that asks for 3, and runs 3 once admitted; before, the old
+        Workload's admission for 2 started 3 worker pods."""
+        c, name = self.c, "resized"
+        c.kubectl("create", "-f", CRD)
+        c.kubectl("wait", "--for=condition=Established", "crd/workloads.kueue.x-k8s.io")
+        apply(c, queued(with_requests(training_job(name, epochs=10, max_steps=3000))))
+        uid = get_job(c, name)["metadata"]["uid"]
+        first = c.wait_for(lambda: self.workload_of(uid), timeout=30,
+                           what="the Workload of %s" % name)
+        first = self.hold_in_use(first)
+        self.admit(first)
+        self.wait_phase(name, "Running", timeout=90)
+        c.wait_for(lambda: len(job_pods(c, name)) == 5, timeout=30, what="5 pods")
+
+        c.kubectl("patch", "tj", name, "--type=merge", "-p", json.dumps(
+            {"spec": {"runPolicy": {"suspend": True}, "replicaSpecs": {"worker": {"replicas": 3}}}}))
+        c.wait_for(lambda: not job_pods(c, name), timeout=60, what="the pods deleted")
+        deleted = c.wait_for(lambda: (lambda w: w and "deletionTimestamp" in w["metadata"] and w)(
+            self.workload_of(uid)), timeout=30, what="the Workload of the suspended job deleted")
+        self.assertEqual(deleted["metadata"]["uid"], first["metadata"]["uid"])
+        self.release_in_use(deleted)
+        c.wait_for(lambda: self.workload_of(uid) is None, timeout=30, what="the Workload gone")
+        job = get_job(c, name)
+        self.assertEqual(condition(job, "Suspended")["reason"], "JobSuspended")
+        self.assertIn("quota", job["status"]["message"])
+
+        c.kubectl("patch", "tj", name, "--type=merge", "-p",
+                  json.dumps({"spec": {"runPolicy": {"suspend": False}}}))
+        second = c.wait_for(lambda: self.workload_of(uid), timeout=30, what="a new Workload")
+        self.assertNotEqual(second["metadata"]["uid"], first["metadata"]["uid"])
+        self.assertEqual({p["name"]: p["count"] for p in second["spec"]["podSets"]},
+                         {"scheduler": 1, "server": 2, "worker": 3})
+        job = c.wait_for(lambda: (lambda j: (condition(j, "Suspended") or {}).get("reason") ==
+                                  "WaitingForAdmission" and j)(get_job(c, name)),
+                         timeout=30, what="%s to wait for its new admission" % name)
+        time.sleep(1.5)  # nothing starts before the admission
+        self.assertEqual(job_pods(c, name), [], self.diag(name))
+
+        self.admit(second)
+        c.wait_for(lambda: len(job_pods(c, name)) == 6, timeout=60, what="6 pods")
+        job = self.wait_phase(name, "Succeeded", timeout=240)
+        self.assertEqual(job["status"]["replicaStatuses"]["worker"]["succeeded"], 3)
+
+    def hold_in_use(self, workload):
+        """Kueue's finalizer, which it lifts once a deleted Workload's quota
+        is released."""
+        path = WORKLOADS + "/" + workload["metadata"]["name"]
+        return self.c.client.patch(path, {"metadata": {"finalizers": [IN_USE]}})
+
+    def release_in_use(self, workload):
+        path = WORKLOADS + "/" + workload["metadata"]["name"]
+        self.c.client.patch(path, {"metadata": {"finalizers": None}})
 
     def test_without_kueue_a_queued_job_says_so_and_waits(self):
         c, name = self.c, "no-kueue"

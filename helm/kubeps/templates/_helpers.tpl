@@ -132,11 +132,12 @@ secrets and events. deploy/rbac/rbac.yaml is rendered from these
   resources: ["podgroups"]
   verbs: ["get", "create", "delete"]
 # Kueue: a queued job's Workload (the garbage collector deletes it with
-# the job); its status, where Kueue admits it and the operator gives the
-# quota back (eviction) and marks it Finished.
+# the job; the operator deletes it when the job is suspended or changed,
+# to make it again); its status, where Kueue admits it and the operator
+# gives the quota back (eviction) and marks it Finished.
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
-  verbs: ["get", "create"]
+  verbs: ["get", "create", "delete"]
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads/status"]
   verbs: ["get", "update", "patch"]

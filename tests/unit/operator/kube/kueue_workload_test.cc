@@ -144,6 +144,34 @@ TEST(ReadAdmissionTest, PendingAdmittedEvictedFinished) {
   EXPECT_TRUE(ReadAdmission(workload).finished);
 }
 
+json& WorkerResources(json& workload) {
+  return workload["spec"]["podSets"][2]["template"]["spec"]["containers"][0]["resources"];
+}
+
+TEST(PodSetChangeTest, CountsAndRequestsAsKueueReadsThem) {
+  const json made = BuildWorkload(kId, Parsed(), "q", ImageSet{}, std::nullopt);
+  EXPECT_EQ(PodSetChange(made, made), "");
+  // Kueue's webhook writes quantities canonical, and a limit without a
+  // request as the request: the same quota, no change.
+  json written = made;
+  WorkerResources(written)["requests"] = {{"cpu", 2}, {"memory", "1024Mi"}};
+  EXPECT_EQ(PodSetChange(written, made), "");
+  json limits_only = made;
+  WorkerResources(limits_only) = {{"limits", {{"cpu", "2000m"}, {"memory", "1Gi"}}}};
+  EXPECT_EQ(PodSetChange(written, limits_only), "");
+
+  json manifest = Manifest();
+  manifest["spec"]["replicaSpecs"]["worker"]["replicas"] = 3;
+  EXPECT_EQ(PodSetChange(made, BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, 1)),
+            "worker: 3 pods, was 2");
+  json more = made;
+  WorkerResources(more)["requests"]["cpu"] = "2.5";
+  EXPECT_THAT(PodSetChange(made, more), HasSubstr("worker: requests"));
+  json gpu = made;
+  WorkerResources(gpu)["limits"] = {{"nvidia.com/gpu", 1}};
+  EXPECT_THAT(PodSetChange(made, gpu), HasSubstr("nvidia.com/gpu"));
+}
+
 TEST(WithConditionTest, KeepsTheTransitionTimeWhileTheStatusStays) {
   json workload = WithCondition({{"metadata", json::object()}}, "Finished", false, "A", "a", "t0");
   workload = WithCondition(workload, "Finished", false, "B", "b", "t1");
@@ -266,6 +294,69 @@ TEST_F(QueuedJobTest, AFinishedJobMarksItsWorkloadFinished) {
   fake_.ClearRequests();
   Reconcile();
   EXPECT_THAT(fake_.RequestsTo("GET", workload_), IsEmpty()) << "once";
+}
+
+TEST_F(QueuedJobTest, AJobChangedWhileQueuedGetsItsWorkloadMadeAgain) {
+  Reconcile();
+  const std::string first_uid = fake_.Object(workload_)["metadata"]["uid"];
+  fake_.Modify(kJob, {{"spec", {{"replicaSpecs", {{"worker", {{"replicas", 3}}}}}}}});
+  Reconcile();
+  EXPECT_TRUE(fake_.Object(workload_).is_null()) << "no pods to wait for: deleted at once";
+  EXPECT_THAT(EventReasons(), Contains("DeletedWorkload"));
+  EXPECT_THAT(Job()["status"]["message"], HasSubstr("worker: 3 pods, was 2"));
+  Reconcile();
+  const json remade = fake_.Object(workload_);
+  ASSERT_FALSE(remade.is_null());
+  EXPECT_NE(remade["metadata"]["uid"], first_uid);
+  EXPECT_EQ(remade["spec"]["podSets"][2]["count"], 3);
+  EXPECT_THAT(Pods(), IsEmpty()) << "not admitted yet";
+}
+
+TEST_F(QueuedJobTest, AnAdmittedJobScaledStopsItsPodsBeforeItsWorkloadIsMadeAgain) {
+  fake_.Modify(kJob,
+               {{"spec",
+                 {{"replicaSpecs",
+                   {{"worker", {{"elasticPolicy", {{"minReplicas", 1}, {"maxReplicas", 4}}}}}}}}}});
+  Reconcile();
+  fake_.SetStatus(workload_, Admitted("default"));
+  Reconcile();
+  ASSERT_THAT(Pods(), SizeIs(4));
+  fake_.Modify(kJob, {{"spec", {{"replicaSpecs", {{"worker", {{"replicas", 3}}}}}}}});
+  Reconcile();
+  EXPECT_THAT(Pods(), IsEmpty());
+  EXPECT_EQ(Job()["status"]["phase"], "Suspended");
+  EXPECT_FALSE(fake_.Object(workload_).is_null())
+      << "the quota stays reserved while the pods terminate";
+  Reconcile();  // the cache shows no pod now
+  EXPECT_TRUE(fake_.Object(workload_).is_null());
+  Reconcile();
+  EXPECT_EQ(fake_.Object(workload_)["spec"]["podSets"][2]["count"], 3);
+  EXPECT_THAT(Pods(), IsEmpty()) << "waits for Kueue to admit the new Workload";
+}
+
+TEST_F(QueuedJobTest, AWorkloadMadeForTheJobAsItIsIsNeverMadeAgain) {
+  Reconcile();
+  // However Kueue (a webhook, a newer version) writes the pod sets back,
+  // the Workload made for this generation of the job stays: no loop.
+  fake_.Modify(workload_, {{"spec", {{"podSets", {{{"name", "main"}, {"count", 1}}}}}}});
+  Reconcile();
+  Reconcile();
+  // Nor from a read of the job older than the one it was made from.
+  json older = Job();
+  older["metadata"]["generation"] = 0;
+  older["spec"]["replicaSpecs"]["worker"]["replicas"] = 1;
+  ReconcileResult result;
+  ASSERT_TRUE(reconciler_->Reconcile(older, Pods(), &result).ok());
+  EXPECT_THAT(fake_.RequestsTo("DELETE", workload_), IsEmpty());
+}
+
+TEST_F(QueuedJobTest, AWorkloadBeingDeletedAdmitsNothing) {
+  Reconcile();
+  fake_.SetStatus(workload_, Admitted("default"));
+  fake_.Modify(workload_, {{"metadata", {{"deletionTimestamp", "2025-01-01T00:00:00Z"}}}});
+  Reconcile();
+  EXPECT_THAT(Pods(), IsEmpty());
+  EXPECT_THAT(Job()["status"]["message"], HasSubstr("is being deleted"));
 }
 
 }  // namespace
