@@ -37,12 +37,18 @@ def parameter_names(names):
     return names
 
 
-def declared_name(name, declared):
-    """`name` (a state_dict's key) as `declared` spells it, or None where it is not there."""
-    name = _without_compile(name)
-    if name not in declared and name.startswith(PARALLEL_WRAPPER):
-        name = name[len(PARALLEL_WRAPPER):]
-    return name if name in declared else None
+def declared_names(keys, declared):
+    """Each of `keys` (a state_dict's, in order) as `declared` spells it, or None where it is
+    not there. The parallel wrapper's prefix comes off every key, as parameter_names takes it
+    off every name, not key by key: a model may have a submodule named "module" of its own.
+    A key alone with the prefix (a buffer outside the wrapped model) loses it only where the
+    name with it is not declared."""
+    out = []
+    for name in parameter_names(keys):
+        if name not in declared and name.startswith(PARALLEL_WRAPPER):
+            name = name[len(PARALLEL_WRAPPER):]
+        out.append(name if name in declared else None)
+    return out
 
 
 class Binding:

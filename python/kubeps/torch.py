@@ -74,7 +74,7 @@ from kubeps._torch_forward import ForwardWaits, unwaited
 from kubeps._torch_params import (CARRIED_DTYPES, Binding, all_finite, check_declared_unchanged,
                                   check_sent_gradients_unchanged, copy_gradient, forget_sent,
                                   frozen_params, outside_compiled_graphs, param_count,
-                                  declared_name, register_gradient_hook, trainable_params)
+                                  declared_names, register_gradient_hook, trainable_params)
 from kubeps._torch_settings import (bucket_bytes, group_settings, settings_changed,
                                     warn_if_groups_differ)
 from kubeps.errors import FailedPrecondition, InvalidArgument, RolledBack
@@ -521,8 +521,8 @@ def broadcast_parameters(params, root_rank=0):
     optimizer = _require_optimizer("kubeps.torch.broadcast_parameters()")
     items = list(params.items()) if hasattr(params, "items") else list(params)
     given = {}
-    for key, tensor in items:
-        name = declared_name(key, optimizer._kubeps_by_name)
+    names = declared_names((key for key, _ in items), optimizer._kubeps_by_name)
+    for name, (_, tensor) in zip(names, items):
         if name is None or not torch.is_tensor(tensor) or tensor.dtype not in CARRIED_DTYPES:
             continue
         binding = optimizer._kubeps_by_name[name]

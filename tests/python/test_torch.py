@@ -414,6 +414,25 @@ class StartAndRecovery(TorchTestCase):
         self.assertResumesUnder(model, model.module._orig_mod)
 
     @requires_fake
+    def test_a_wrapped_state_dict_maps_each_key_to_its_own_tensor(self):
+        # A submodule named "module" beside a parameter of the same last name:
+        # the wrapper's prefix comes off every key of the state_dict or none.
+        inner = torch.nn.Module()
+        inner.x = torch.nn.Parameter(torch.zeros(2))
+        inner.module = torch.nn.Module()
+        inner.module.x = torch.nn.Parameter(torch.zeros(3))
+        model = torch.nn.DataParallel(inner)
+        self.connect(server_values={"x": [1.0, 2.0], "module.x": [3.0, 4.0, 5.0]}, start_step=5)
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        self.assertEqual(optimizer.kubeps_parameter_names, ["x", "module.x"])
+        state = model.state_dict()
+        kps.broadcast_parameters(state)
+        self.assertEqual(inner.x.tolist(), [1.0, 2.0])
+        self.assertEqual(inner.module.x.tolist(), [3.0, 4.0, 5.0])
+        self.assertEqual(state["module.module.x"].tolist(), [3.0, 4.0, 5.0])
+
+    @requires_fake
     def test_a_restart_with_servers_that_only_average_keeps_local_parameters(self):
         model = torch.nn.Linear(2, 1)
         self.connect(optimizer="none", server_values={"weight": [9.0, 9.0], "bias": [9.0]},
