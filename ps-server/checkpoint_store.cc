@@ -98,6 +98,15 @@ std::string CheckpointStore::PathOf(uint64_t step) const {
 }
 
 Status CheckpointStore::Steps(std::vector<uint64_t>* steps) const {
+  if (Status s = ListSteps(steps); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(abandoned_mutex_);
+  steps->erase(std::remove_if(steps->begin(), steps->end(),
+                              [this](uint64_t step) { return abandoned_.count(step) != 0; }),
+               steps->end());
+  return Status::Ok();
+}
+
+Status CheckpointStore::ListSteps(std::vector<uint64_t>* steps) const {
   steps->clear();
   Status listed = ForEachEntry(dir_, [&](const fs::directory_entry& entry) {
     uint64_t step;
@@ -122,6 +131,11 @@ Status CheckpointStore::Write(const v1::ShardCheckpoint& checkpoint) {
           [this] { return CheckStillOurs(); });
       !s.ok())
     return s;
+  {
+    std::lock_guard<std::mutex> lock(abandoned_mutex_);
+    abandoned_.erase(checkpoint.step());  // the file is the new timeline's now
+  }
+  RetryAbandoned();
   std::vector<uint64_t> steps;
   if (!Steps(&steps).ok()) return Status::Ok();  // written; pruned after a later write
   const int64_t kept = keep_step_;
@@ -153,22 +167,41 @@ Status CheckpointStore::RemoveAll() {
 
 Status CheckpointStore::RemoveAfter(uint64_t step) {
   size_t removed;
-  return RemoveFrom(step + 1, &removed);
+  return RemoveFrom(step + 1, &removed, /*abandon=*/true);
 }
 
-Status CheckpointStore::RemoveFrom(uint64_t first, size_t* removed) {
+Status CheckpointStore::RemoveFrom(uint64_t first, size_t* removed, bool abandon) {
   *removed = 0;
   if (Status s = CheckStillOurs(); !s.ok()) return s;
   std::vector<uint64_t> steps;
-  if (Status s = Steps(&steps); !s.ok()) return s;
+  if (Status s = ListSteps(&steps); !s.ok()) return s;
+  std::string failed;
   for (uint64_t step : steps) {
     if (step < first) continue;
     if (::unlink(PathOf(step).c_str()) != 0 && errno != ENOENT) {
-      return Status::Error("cannot delete " + PathOf(step) + ": " + std::strerror(errno));
+      const std::string error = "cannot delete " + PathOf(step) + ": " + std::strerror(errno);
+      if (!abandon) return Status::Error(error);
+      failed += (failed.empty() ? "" : "; ") + error;
+      std::lock_guard<std::mutex> lock(abandoned_mutex_);
+      abandoned_.insert(step);
+      continue;
     }
+    std::lock_guard<std::mutex> lock(abandoned_mutex_);
+    abandoned_.erase(step);
     ++*removed;
   }
-  return Status::Ok();
+  if (failed.empty()) return Status::Ok();
+  return Status::Error(failed +
+                       " (of a timeline the job left: never restored, and deleted at a later "
+                       "checkpoint write)");
+}
+
+void CheckpointStore::RetryAbandoned() {
+  std::lock_guard<std::mutex> lock(abandoned_mutex_);
+  for (auto it = abandoned_.begin(); it != abandoned_.end();) {
+    const bool gone = ::unlink(PathOf(*it).c_str()) == 0 || errno == ENOENT;
+    it = gone ? abandoned_.erase(it) : std::next(it);
+  }
 }
 
 void CheckpointStore::SetAside(uint64_t step, std::string* skipped) const {

@@ -14,13 +14,16 @@
 // ("<name>.damaged") and never loaded; one that cannot be read now is an
 // error. "<dir>/run" names the run the checkpoints belong to (ClaimForRun).
 //
-// Not synchronised: the shard calls it under its own lock.
+// Not synchronised but for the steps a rollback abandoned: the shard calls
+// it under its own lock, and lists the steps from its heartbeat thread.
 #ifndef KUBEPS_PS_SERVER_CHECKPOINT_STORE_H_
 #define KUBEPS_PS_SERVER_CHECKPOINT_STORE_H_
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -82,7 +85,12 @@ class CheckpointStore {
   // Deletes every checkpoint.
   Status RemoveAll();
   // Deletes the checkpoints of the steps after `step` (a rollback to it
-  // abandoned them).
+  // abandoned them). One that cannot be deleted now is named in the error
+  // and abandoned all the same: of a timeline the job left, it is no longer
+  // among Steps() (a recovery must not go back to it), a write of its step
+  // replaces it, and every later Write tries to delete it again. (A process
+  // that restarts meanwhile finds it as a step: the folder is where it would
+  // have to say otherwise, and what failed to change.)
   Status RemoveAfter(uint64_t step);
   // Never prune this step (-1: none).
   void KeepStep(int64_t step) { keep_step_ = step; }
@@ -95,10 +103,20 @@ class CheckpointStore {
   // Read, and *damaged = true where the file's bytes are at fault.
   Status ReadFile(uint64_t step, v1::ShardCheckpoint* checkpoint, bool* damaged) const;
   void SetAside(uint64_t step, std::string* skipped) const;
-  // Deletes the checkpoints of `first` and after; *removed: how many.
-  Status RemoveFrom(uint64_t first, size_t* removed);
+  // Every step with a file, abandoned ones included.
+  Status ListSteps(std::vector<uint64_t>* steps) const;
+  // Deletes the checkpoints of `first` and after; *removed: how many. The
+  // first that cannot be deleted stops it, or, with `abandon`, is
+  // abandoned and the rest deleted all the same.
+  Status RemoveFrom(uint64_t first, size_t* removed, bool abandon = false);
+  // Deletes the abandoned checkpoints that can be deleted now.
+  void RetryAbandoned();
 
   std::string dir_;
+  // Steps a rollback left whose files could not be deleted. Guarded: the
+  // heartbeat thread lists the steps while a rollback changes it.
+  mutable std::mutex abandoned_mutex_;
+  std::set<uint64_t> abandoned_;
   std::unique_ptr<CheckpointFolderLock> lock_;  // from Hold on
   std::atomic<int64_t> keep_step_{-1};          // set by the heartbeat thread
 };
