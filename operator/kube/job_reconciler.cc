@@ -135,7 +135,8 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
                                        "back: resumed, it queues again",
                        result);
     if (held.ok() && !queue.empty() && known_pods.empty())
-      DeleteWorkload(job, id, nullptr, "the job is suspended; its quota goes back to the queue");
+      DeleteWorkload(job, id, nullptr, "the job is suspended; its quota goes back to the queue",
+                     &state);
     return held;
   }
   if (!queue.empty() && !kueue.admitted) {
@@ -145,7 +146,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     // job integrations do: before, another job could be admitted onto
     // capacity that these pods still hold.
     if (held.ok() && !kueue.remake_because.empty() && known_pods.empty()) {
-      DeleteWorkload(job, id, kueue.workload, kueue.remake_because);
+      DeleteWorkload(job, id, kueue.workload, kueue.remake_because, &state);
     } else if (held.ok() && kueue.give_back_quota && known_pods.empty()) {
       GiveBackQuota(id, kueue);
     }

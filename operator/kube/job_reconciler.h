@@ -84,6 +84,7 @@ class JobReconciler {
     // looked yet), and since when each worker past them has been there.
     int desired_workers = -1;
     bool told_desired_failure = false;  // its Warning Event was recorded
+    std::string workload_not_deleted;   // the WorkloadNotDeleted Event last recorded
     std::string scale_reported;         // the ScaleOutOfBounds or ScaleRefused Event last recorded
     std::map<controller::ReplicaName, int64_t> surplus_since_ms;
   };
@@ -153,11 +154,14 @@ class JobReconciler {
   // The evicted job's pods are gone: its Workload's quota reservation is
   // cleared, so that Kueue queues it again.
   void GiveBackQuota(const JobIdentity& id, const KueueGate& gate);
-  // Deletes the job's Workload (`workload` as read, or null: read it first)
-  // if it is the one read, and says `why` in an Event. Kueue releases its
+  // Deletes the job's Workload (`workload` as read, or null: read it first),
+  // unless it was made from a newer read of the job, and says `why` in an
+  // Event; a deletion refused is a Warning Event, once. Kueue releases the
   // quota.
   void DeleteWorkload(const nlohmann::json& job, const JobIdentity& id, nlohmann::json workload,
-                      const std::string& why);
+                      const std::string& why, JobState* state);
+  // Takes Kueue's resource-in-use finalizer off `workload`, if it has it.
+  void LiftInUseFinalizer(const JobIdentity& id, const nlohmann::json& workload);
   // No pods, and phase Suspended with `reason` and `message`: a suspended
   // job, and a queued one that Kueue has not admitted (or evicted).
   Status Hold(const nlohmann::json& job, const api::TrainingJobStatus& status,

@@ -58,21 +58,32 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
   } else if (!got.ok()) {
     return Status::Error("reading Workload " + name + ": " + got.Describe());
   }
-  if (BeingDeleted(got.body)) {  // until Kueue's finalizer has released its quota
-    gate->reason = "WaitingForAdmission";
+  if (BeingDeleted(got.body)) {
+    // Kueue's own finalizer, where a version puts one on: lifted, as its
+    // jobframework lifts it from the Workloads of the jobs it deletes.
+    LiftInUseFinalizer(id, got.body);
+    gate->reason = "WorkloadDeleting";
     gate->message = "the job's earlier Kueue Workload " + name +
-                    " is being deleted (Kueue releases its quota first); a new one is made once "
-                    "it is gone";
+                    " is being deleted; a new one is made once it is gone";
     return Status::Ok();
   }
   const json annotations = got.body["metadata"].value("annotations", json::object());
   const std::string made_for = annotations.value(kWorkloadJobGenerationAnnotation, "");
-  if (made_for.empty() || generation > std::atoll(made_for.c_str())) {
+  const bool quota_reserved = ReadAdmission(got.body).quota_reserved;
+  // One made by an operator before this annotation: compared only while it
+  // waits, so that an upgrade that changes the pods' requests a little (the
+  // agent's) restarts no running job.
+  const bool changed_since =
+      made_for.empty() ? !quota_reserved : generation > std::atoll(made_for.c_str());
+  if (changed_since) {
+    // Fewer pods than admitted still fit the quota: an elastic job scaled
+    // down (or back up within it) trains on.
     const std::string change =
-        PodSetChange(got.body, BuildWorkload(id, *spec, queue, options_.images, std::nullopt));
+        PodSetChange(got.body, BuildWorkload(id, *spec, queue, options_.images, std::nullopt),
+                     /*fewer_fit=*/quota_reserved);
     if (!change.empty()) {
-      // As Kueue's jobframework does: the quota admitted no longer fits the
-      // job, so the job stops, and a new Workload asks for what it needs.
+      // The quota asked for no longer fits the job: the job stops, and a
+      // new Workload asks for what it needs.
       gate->reason = "WorkloadChanged";
       gate->message = "the job no longer fits its Kueue Workload " + name + " (" + change +
                       "): its pods are deleted, then the Workload, and a new one asks Kueue "
@@ -178,30 +189,70 @@ void JobReconciler::GiveBackQuota(const JobIdentity& id, const KueueGate& gate) 
 }
 
 void JobReconciler::DeleteWorkload(const json& job, const JobIdentity& id, json workload,
-                                   const std::string& why) {
-  const std::string path = ObjectPath(kWorkloads, id.namespace_, WorkloadName(id));
+                                   const std::string& why, JobState* state) {
+  const std::string name = WorkloadName(id);
+  const std::string path = ObjectPath(kWorkloads, id.namespace_, name);
   if (workload.is_null()) {
     Response got;
     if (Status s = client_->Get(path, &got); !s.ok() || !got.ok()) return;  // none, or next time
     workload = got.body;
   }
   if (BeingDeleted(workload)) return;
-  // Only the Workload read, as read: one Kueue has changed since (admitted
-  // meanwhile) is looked at again first.
+  // Never one made from a newer read of the job than this one (another
+  // operator's, while leadership moved).
   const json& meta = workload["metadata"];
-  const json options = {
-      {"apiVersion", "v1"},
-      {"kind", "DeleteOptions"},
-      {"preconditions",
-       {{"uid", meta.value("uid", "")}, {"resourceVersion", meta.value("resourceVersion", "")}}}};
+  const std::string made_for =
+      meta.value("annotations", json::object()).value(kWorkloadJobGenerationAnnotation, "");
+  if (!made_for.empty() &&
+      std::atoll(made_for.c_str()) > job["metadata"].value("generation", int64_t{0}))
+    return;
+  LiftInUseFinalizer(id, workload);
+  // This Workload, not one made again under its name meanwhile.
+  const json options = {{"apiVersion", "v1"},
+                        {"kind", "DeleteOptions"},
+                        {"preconditions", {{"uid", meta.value("uid", "")}}}};
   Response deleted;
-  if (Status s = client_->DeleteWithOptions(path, options, &deleted); !s.ok() || !deleted.ok()) {
-    KLOG_INFO << "deleting Workload " << WorkloadName(id) << ": "
-              << (s.ok() ? deleted.Describe() : s.message()) << "; trying again";
+  Status s = client_->DeleteWithOptions(path, options, &deleted);
+  if (s.ok() && (deleted.ok() || deleted.code == 404 || deleted.code == 409)) {
+    state->workload_not_deleted.clear();
+    if (deleted.ok())
+      RecordEvent(job, "Normal", "DeletedWorkload",
+                  "Deleted Kueue Workload " + id.namespace_ + "/" + name + ": " + why);
     return;
   }
-  RecordEvent(job, "Normal", "DeletedWorkload",
-              "Deleted Kueue Workload " + id.namespace_ + "/" + WorkloadName(id) + ": " + why);
+  // RBAC without `delete` on workloads (an operator upgraded, its role not):
+  // the job would wait, or keep its quota, with no word of why.
+  const std::string message = "deleting Kueue Workload " + id.namespace_ + "/" + name + " (" + why +
+                              "): " + (s.ok() ? deleted.Describe() : s.message()) + "; tried again";
+  KLOG_ERROR << message;
+  if (message != state->workload_not_deleted)
+    RecordEvent(job, "Warning", "WorkloadNotDeleted", message);
+  state->workload_not_deleted = message;
+}
+
+void JobReconciler::LiftInUseFinalizer(const JobIdentity& id, const json& workload) {
+  const json& meta = workload["metadata"];
+  json finalizers = json::array();
+  bool held = false;
+  for (const json& finalizer : meta.value("finalizers", json::array())) {
+    if (finalizer == kWorkloadInUseFinalizer) {
+      held = true;
+    } else {
+      finalizers.push_back(finalizer);
+    }
+  }
+  if (!held) return;
+  // Conditional on what was read: another writer's finalizers stay.
+  const json patch = {
+      {"metadata",
+       {{"finalizers", finalizers}, {"resourceVersion", meta.value("resourceVersion", "")}}}};
+  Response patched;
+  Status s =
+      client_->Patch(ObjectPath(kWorkloads, id.namespace_, WorkloadName(id)), patch, &patched);
+  if (!s.ok() || (!patched.ok() && patched.code != 404)) {
+    KLOG_INFO << "lifting " << kWorkloadInUseFinalizer << " from Workload " << WorkloadName(id)
+              << ": " << (s.ok() ? patched.Describe() : s.message()) << "; trying again";
+  }
 }
 
 }  // namespace kubeps::kube

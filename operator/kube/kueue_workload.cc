@@ -86,8 +86,8 @@ std::optional<long double> QuantityValue(const json& quantity) {
   return number * suffix->second;
 }
 
-// Quotas as Kueue counts them: a resource with a limit and no request
-// requests its limit (Kueue's Workload webhook writes it so).
+// Requests as Kueue counts them (workload.AdjustResources): a resource
+// with a limit and no request requests its limit.
 json EffectiveRequests(const json& resources) {
   json requests = resources.value("requests", json::object());
   const json limits = resources.value("limits", json::object());
@@ -97,8 +97,8 @@ json EffectiveRequests(const json& resources) {
   return requests;
 }
 
-// Equal as quantities: Kueue's webhook writes them back canonical ("0.5"
-// becomes "500m"), which must not read as a change.
+// Equal as quantities: a Workload written back through Kueue's webhook has
+// them canonical ("0.5" becomes "500m"), which must not read as a change.
 bool SameRequests(const json& a, const json& b) {
   if (a.size() != b.size()) return false;
   for (const auto& [container, requests] : a.items()) {
@@ -181,7 +181,7 @@ json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec, const s
   return workload;
 }
 
-std::string PodSetChange(const json& workload, const json& wanted) {
+std::string PodSetChange(const json& workload, const json& wanted, bool fewer_fit) {
   const auto had = PodSetQuotas(workload), now = PodSetQuotas(wanted);
   std::string change;
   auto add = [&change](const std::string& what) { change += (change.empty() ? "" : ", ") + what; };
@@ -189,7 +189,10 @@ std::string PodSetChange(const json& workload, const json& wanted) {
     auto old = had.find(name);
     if (old == had.end()) {
       add(name + ": a new pod set");
-    } else if (old->second.count != quota.count) {
+    } else if (old->second.count != quota.count &&
+               !(fewer_fit && quota.count.is_number_integer() &&
+                 old->second.count.is_number_integer() &&
+                 quota.count.get<int64_t>() < old->second.count.get<int64_t>())) {
       add(name + ": " + quota.count.dump() + " pods, was " + old->second.count.dump());
     } else if (!SameRequests(old->second.requests, quota.requests)) {
       add(name + ": requests " + quota.requests.dump() + ", were " + old->second.requests.dump());

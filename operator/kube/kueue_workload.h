@@ -25,6 +25,10 @@ namespace kubeps::kube {
 
 inline const Resource kWorkloads{"kueue.x-k8s.io", "v1beta1", "workloads"};
 inline constexpr const char* kQueueNameLabel = "kueue.x-k8s.io/queue-name";
+// The finalizer Kueue's jobframework puts on the Workloads it makes and
+// lifts when it deletes one; the operator lifts it too, where a Kueue
+// version puts it on a kubeps Workload.
+inline constexpr const char* kWorkloadInUseFinalizer = "kueue.x-k8s.io/resource-in-use";
 // The job's metadata.generation a Workload was made for.
 inline constexpr const char* kWorkloadJobGenerationAnnotation = "kubeps.io/job-generation";
 
@@ -50,16 +54,16 @@ nlohmann::json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spe
                              std::optional<int32_t> priority);
 
 // How the pod sets of `wanted` (BuildWorkload of the job as it is now)
-// differ from those of `workload`, the one Kueue has: "" when every pod set
-// has the same count and its containers the same resources; else what
-// changed, for the user ("worker: 3 pods, was 2"). Kueue's jobframework
-// makes a Workload again on such a change, as its quota no longer fits the
-// job; the rest of the template (env, images) does not count, so that an
-// operator upgrade does not re-queue every job.
-std::string PodSetChange(const nlohmann::json& workload, const nlohmann::json& wanted);
+// differ from those of `workload`, the one Kueue has, in what Kueue counts
+// quota by: "" when every pod set has the same count (or, with
+// `fewer_fit`, no more) and its containers the same requests; else what
+// changed, for the user ("worker: 3 pods, was 2"). The rest of the template
+// (env, images, tolerations) does not count, so that an operator upgrade
+// does not re-queue every job.
+std::string PodSetChange(const nlohmann::json& workload, const nlohmann::json& wanted,
+                         bool fewer_fit = false);
 
-// The Workload is being deleted: Kueue's finalizer holds it until the
-// quota is released; its name is taken until then.
+// The Workload is being deleted (a finalizer holds it): its name is taken.
 bool BeingDeleted(const nlohmann::json& workload);
 
 // What Kueue decided, from a Workload's status. Read as Kueue's own

@@ -133,11 +133,12 @@ secrets and events. deploy/rbac/rbac.yaml is rendered from these
   verbs: ["get", "create", "delete"]
 # Kueue: a queued job's Workload (the garbage collector deletes it with
 # the job; the operator deletes it when the job is suspended or changed,
-# to make it again); its status, where Kueue admits it and the operator
-# gives the quota back (eviction) and marks it Finished.
+# to make it again, and lifts Kueue's finalizer from it then); its status,
+# where Kueue admits it and the operator gives the quota back (eviction)
+# and marks it Finished.
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
-  verbs: ["get", "create", "delete"]
+  verbs: ["get", "create", "delete", "patch"]
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads/status"]
   verbs: ["get", "update", "patch"]

@@ -5,6 +5,8 @@
 // deleted and quota given back on eviction, the Workload Finished at the end.
 #include "operator/kube/kueue_workload.h"
 
+#include <algorithm>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -334,6 +336,51 @@ TEST_F(QueuedJobTest, AnAdmittedJobScaledStopsItsPodsBeforeItsWorkloadIsMadeAgai
   EXPECT_THAT(Pods(), IsEmpty()) << "waits for Kueue to admit the new Workload";
 }
 
+TEST_F(QueuedJobTest, AnAdmittedJobScaledDownWithinItsQuotaTrainsOn) {
+  fake_.Modify(kJob,
+               {{"spec",
+                 {{"replicaSpecs",
+                   {{"worker", {{"elasticPolicy", {{"minReplicas", 1}, {"maxReplicas", 4}}}}}}}}}});
+  Reconcile();
+  fake_.SetStatus(workload_, Admitted("default"));
+  Reconcile();
+  ASSERT_THAT(Pods(), SizeIs(4));
+  fake_.Modify(kJob, {{"spec", {{"replicaSpecs", {{"worker", {{"replicas", 1}}}}}}}});
+  Reconcile();
+  Reconcile();
+  EXPECT_NE(Job()["status"]["phase"], "Suspended");
+  EXPECT_THAT(fake_.RequestsTo("DELETE", workload_), IsEmpty());
+  EXPECT_THAT(Pods(), SizeIs(::testing::Ge(3))) << "the scheduler and server train on";
+}
+
+TEST_F(QueuedJobTest, ADeletionRefusedIsSaidOnceAndTriedAgain) {
+  Reconcile();
+  fake_.Modify(kJob, {{"spec", {{"replicaSpecs", {{"worker", {{"replicas", 3}}}}}}}});
+  fake_.FailNext("DELETE", workload_, 2, 403);
+  Reconcile();
+  Reconcile();
+  EXPECT_FALSE(fake_.Object(workload_).is_null());
+  const std::vector<std::string> reasons = EventReasons();
+  EXPECT_EQ(std::count(reasons.begin(), reasons.end(), "WorkloadNotDeleted"), 1) << "said once";
+  Reconcile();
+  Reconcile();
+  EXPECT_EQ(fake_.Object(workload_)["spec"]["podSets"][2]["count"], 3);
+}
+
+TEST_F(QueuedJobTest, KueuesFinalizerIsLiftedFromAWorkloadTheOperatorDeletes) {
+  Reconcile();
+  fake_.Modify(
+      workload_,
+      {{"metadata", {{"finalizers", {"kueue.x-k8s.io/resource-in-use", "example.com/keep"}}}}});
+  fake_.Modify(kJob, {{"spec", {{"runPolicy", {{"suspend", true}}}}}});
+  Reconcile();
+  const auto patches = fake_.RequestsTo("PATCH", workload_);
+  ASSERT_THAT(patches, SizeIs(1));
+  EXPECT_EQ(patches[0].body["metadata"]["finalizers"], json::array({"example.com/keep"}))
+      << "another's finalizer stays";
+  EXPECT_FALSE(patches[0].body["metadata"]["resourceVersion"].get<std::string>().empty());
+}
+
 TEST_F(QueuedJobTest, AWorkloadMadeForTheJobAsItIsIsNeverMadeAgain) {
   Reconcile();
   // However Kueue (a webhook, a newer version) writes the pod sets back,
@@ -357,6 +404,7 @@ TEST_F(QueuedJobTest, AWorkloadBeingDeletedAdmitsNothing) {
   Reconcile();
   EXPECT_THAT(Pods(), IsEmpty());
   EXPECT_THAT(Job()["status"]["message"], HasSubstr("is being deleted"));
+  EXPECT_EQ(Condition(Job(), "Suspended")["reason"], "WorkloadDeleting");
 }
 
 }  // namespace
