@@ -125,18 +125,16 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   cluster.set_mount_failures(state.mount_failures.Refresh(client_, pods, Clock::now()));
 
   if (spec.spec.run_policy.suspend) {
-    // A queued job gives its quota back: resumed, it queues again, with
-    // the pod counts it asks for then.
+    // A queued job gives its quota back: its Workload is deactivated, as
+    // Kueue stops a job, and active again when the job resumes.
     Status held = Hold(job, status, spec, &cluster, launch, "JobSuspended",
                        queue.empty() ? "the job is suspended (spec.runPolicy.suspend); its pods "
                                        "are deleted"
                                      : "the job is suspended (spec.runPolicy.suspend); its pods "
-                                       "are deleted, then its Kueue Workload, giving its quota "
-                                       "back: resumed, it queues again",
+                                       "are deleted and its Kueue Workload deactivated, giving its "
+                                       "quota back: resumed, it queues again",
                        result);
-    if (held.ok() && !queue.empty() && known_pods.empty())
-      DeleteWorkload(job, id, nullptr, "the job is suspended; its quota goes back to the queue",
-                     &state);
+    if (held.ok() && !queue.empty() && known_pods.empty()) DeactivateWorkload(job, id);
     return held;
   }
   if (!queue.empty() && !kueue.admitted) {

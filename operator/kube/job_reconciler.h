@@ -160,6 +160,11 @@ class JobReconciler {
   // quota.
   void DeleteWorkload(const nlohmann::json& job, const JobIdentity& id, nlohmann::json workload,
                       const std::string& why, JobState* state);
+  // The job is suspended and its pods are gone: its Workload gets
+  // spec.active false (Kueue's way to stop a job, which keeps its place in
+  // the queue) and its quota reservation is cleared. Not one made from a
+  // newer read of the job.
+  void DeactivateWorkload(const nlohmann::json& job, const JobIdentity& id);
   // Takes Kueue's resource-in-use finalizer off `workload`, if it has it.
   void LiftInUseFinalizer(const JobIdentity& id, const nlohmann::json& workload);
   // No pods, and phase Suspended with `reason` and `message`: a suspended

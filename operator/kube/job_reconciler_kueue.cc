@@ -67,6 +67,17 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
                     " is being deleted; a new one is made once it is gone";
     return Status::Ok();
   }
+  if (!IsActive(got.body)) {  // deactivated while the job was suspended: it resumed
+    Response patched;
+    if (Status s = client_->Patch(workloads + "/" + name, {{"spec", {{"active", true}}}}, &patched);
+        !s.ok())
+      return s;
+    if (!patched.ok())
+      return Status::Error("activating Workload " + name + ": " + patched.Describe());
+    RecordEvent(job, "Normal", "ActivatedWorkload",
+                "Kueue Workload " + id.namespace_ + "/" + name + " is active again: queued");
+    got = patched;
+  }
   const json annotations = got.body["metadata"].value("annotations", json::object());
   const std::string made_for = annotations.value(kWorkloadJobGenerationAnnotation, "");
   const bool quota_reserved = ReadAdmission(got.body).quota_reserved;
@@ -94,7 +105,10 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
     }
   }
   const WorkloadAdmission admission = ReadAdmission(got.body);
-  if (admission.evicted) {
+  // Kueue evicts a deactivated Workload; active again (the job resumed), it
+  // merely waits for its admission, which clears the eviction.
+  const bool evicted_while_inactive = admission.reason == "InactiveWorkload" && IsActive(got.body);
+  if (admission.evicted && !evicted_while_inactive) {
     gate->reason = "Evicted";
     gate->message = "Kueue evicted the job's Workload " + name + " (" + admission.reason +
                     (admission.message.empty() ? "" : ": " + admission.message) +
@@ -228,6 +242,41 @@ void JobReconciler::DeleteWorkload(const json& job, const JobIdentity& id, json 
   if (message != state->workload_not_deleted)
     RecordEvent(job, "Warning", "WorkloadNotDeleted", message);
   state->workload_not_deleted = message;
+}
+
+void JobReconciler::DeactivateWorkload(const json& job, const JobIdentity& id) {
+  const std::string name = WorkloadName(id);
+  const std::string path = ObjectPath(kWorkloads, id.namespace_, name);
+  Response got;
+  if (Status s = client_->Get(path, &got); !s.ok() || !got.ok()) return;  // none, or next time
+  const json& meta = got.body["metadata"];
+  const std::string made_for =
+      meta.value("annotations", json::object()).value(kWorkloadJobGenerationAnnotation, "");
+  if (BeingDeleted(got.body) ||
+      (!made_for.empty() &&
+       std::atoll(made_for.c_str()) > job["metadata"].value("generation", int64_t{0})))
+    return;
+  json workload = got.body;
+  if (IsActive(workload)) {
+    Response patched;
+    Status s = client_->Patch(path, {{"spec", {{"active", false}}}}, &patched);
+    if (!s.ok() || !patched.ok()) {
+      KLOG_INFO << "deactivating Workload " << name << ": "
+                << (s.ok() ? patched.Describe() : s.message()) << "; trying again";
+      return;
+    }
+    RecordEvent(job, "Normal", "DeactivatedWorkload",
+                "Deactivated Kueue Workload " + id.namespace_ + "/" + name +
+                    ": the job is suspended; its quota goes back to the queue");
+    workload = patched.body;
+  }
+  // The job is stopped: the reservation goes, as after an eviction.
+  if (ReadAdmission(workload).quota_reserved) {
+    KueueGate stopped;
+    stopped.message = "the job is suspended (spec.runPolicy.suspend)";
+    stopped.workload = workload;
+    GiveBackQuota(id, stopped);
+  }
 }
 
 void JobReconciler::LiftInUseFinalizer(const JobIdentity& id, const json& workload) {

@@ -204,6 +204,11 @@ std::string PodSetChange(const json& workload, const json& wanted, bool fewer_fi
   return change;
 }
 
+bool IsActive(const json& workload) {
+  const json spec = workload.value("spec", json::object());
+  return !(spec.contains("active") && spec["active"] == false);
+}
+
 bool BeingDeleted(const json& workload) {
   return workload.contains("metadata") && workload["metadata"].contains("deletionTimestamp");
 }

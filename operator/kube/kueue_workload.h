@@ -66,6 +66,10 @@ std::string PodSetChange(const nlohmann::json& workload, const nlohmann::json& w
 // The Workload is being deleted (a finalizer holds it): its name is taken.
 bool BeingDeleted(const nlohmann::json& workload);
 
+// spec.active, true where unset (the CRD's default): false, Kueue neither
+// queues nor admits it.
+bool IsActive(const nlohmann::json& workload);
+
 // What Kueue decided, from a Workload's status. Read as Kueue's own
 // jobframework does: eviction first (Evicted=True stops the job whatever
 // else is set), then admission (Admitted=True with status.admission).

@@ -4,9 +4,9 @@ with the real kubectl. A TrainingJob labelled kueue.x-k8s.io/queue-name
 gets a Workload with one pod set per role and no pods until Kueue admits
 it; it runs once admitted; an eviction deletes its pods and holds it
 (not Failed) until Kueue admits it again; when it succeeds its Workload is
-Finished, so Kueue releases the quota. A job suspended by its user gives
-its Workload back, and resumed with other counts queues again with a new
-one. On a cluster without Kueue the job says so and waits.
+Finished, so Kueue releases the quota. A job suspended by its user has
+its Workload deactivated, and resumed with other counts queues again with
+a new one. On a cluster without Kueue the job says so and waits.
 
     KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_kueue   (from tests/k8s)
 """
@@ -155,8 +155,10 @@ class KueueTest(OwnClusterTestCase):
 
     def test_a_job_suspended_gives_its_quota_back_and_queues_again_with_new_counts(self):
         """A user's suspend frees the job's quota: once its pods are gone its
-        Workload is deleted, Kueue's finalizer lifted. Resumed with 3 workers instead of 2, it queues again with a
-        Workload that asks for 3, and runs 3 once admitted; before, the old
+        Workload is deactivated (Kueue's way to stop a job) and its
+        reservation cleared. Resumed with 3 workers instead of 2, the
+        Workload no longer fits: it is deleted, Kueue's finalizer lifted,
+        and a new one asks for 3, which run once admitted. Before, the old
         Workload's admission for 2 started 3 worker pods."""
         c, name = self.c, "resized"
         c.kubectl("create", "-f", CRD)
@@ -173,21 +175,22 @@ class KueueTest(OwnClusterTestCase):
         c.kubectl("patch", "tj", name, "--type=merge", "-p", json.dumps(
             {"spec": {"runPolicy": {"suspend": True}, "replicaSpecs": {"worker": {"replicas": 3}}}}))
         c.wait_for(lambda: not job_pods(c, name), timeout=60, what="the pods deleted")
-        # The operator lifts the finalizer, as Kueue's jobframework does for
-        # the Workloads of its own job kinds.
-        c.wait_for(lambda: self.workload_of(uid) is None, timeout=30,
-                   what="the Workload of the suspended job deleted")
-        self.assertIn("suspended", self.event(name, "DeletedWorkload")["message"])
+        inactive = c.wait_for(lambda: (lambda w: w and w["spec"]["active"] is False and
+                                       "admission" not in w["status"] and w)(
+            self.workload_of(uid)), timeout=30, what="the Workload deactivated, its quota back")
+        self.assertEqual(inactive["metadata"]["uid"], first["metadata"]["uid"])
+        self.assertIn("suspended", self.event(name, "DeactivatedWorkload")["message"])
         job = get_job(c, name)
         self.assertEqual(condition(job, "Suspended")["reason"], "JobSuspended")
         self.assertIn("quota", job["status"]["message"])
 
         c.kubectl("patch", "tj", name, "--type=merge", "-p",
                   json.dumps({"spec": {"runPolicy": {"suspend": False}}}))
-        second = c.wait_for(lambda: self.workload_of(uid), timeout=30, what="a new Workload")
-        self.assertNotEqual(second["metadata"]["uid"], first["metadata"]["uid"])
+        second = c.wait_for(lambda: (lambda w: w and w["metadata"]["uid"] != first["metadata"][
+            "uid"] and w)(self.workload_of(uid)), timeout=30, what="a new Workload")
         self.assertEqual({p["name"]: p["count"] for p in second["spec"]["podSets"]},
                          {"scheduler": 1, "server": 2, "worker": 3})
+        self.assertIn("worker: 3 pods, was 2", self.event(name, "DeletedWorkload")["message"])
         job = c.wait_for(lambda: (lambda j: (condition(j, "Suspended") or {}).get("reason") ==
                                   "WaitingForAdmission" and j)(get_job(c, name)),
                          timeout=30, what="%s to wait for its new admission" % name)

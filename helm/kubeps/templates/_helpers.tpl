@@ -132,8 +132,9 @@ secrets and events. deploy/rbac/rbac.yaml is rendered from these
   resources: ["podgroups"]
   verbs: ["get", "create", "delete"]
 # Kueue: a queued job's Workload (the garbage collector deletes it with
-# the job; the operator deletes it when the job is suspended or changed,
-# to make it again, and lifts Kueue's finalizer from it then); its status,
+# the job; the operator deactivates it while the job is suspended, and
+# deletes it when the job changed, to make it again, lifting Kueue's
+# finalizer); its status,
 # where Kueue admits it and the operator gives the quota back (eviction)
 # and marks it Finished.
 - apiGroups: ["kueue.x-k8s.io"]

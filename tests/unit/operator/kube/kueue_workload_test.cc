@@ -367,12 +367,46 @@ TEST_F(QueuedJobTest, ADeletionRefusedIsSaidOnceAndTriedAgain) {
   EXPECT_EQ(fake_.Object(workload_)["spec"]["podSets"][2]["count"], 3);
 }
 
+TEST_F(QueuedJobTest, ASuspendedJobsWorkloadIsDeactivatedAndActiveAgainOnResume) {
+  Reconcile();
+  fake_.SetStatus(workload_, Admitted("default"));
+  Reconcile();
+  ASSERT_THAT(Pods(), SizeIs(4));
+  const json admitted = fake_.Object(workload_);
+  fake_.Modify(kJob, {{"spec", {{"runPolicy", {{"suspend", true}}}}}});
+  Reconcile();
+  EXPECT_THAT(Pods(), IsEmpty());
+  EXPECT_TRUE(IsActive(fake_.Object(workload_))) << "the quota is held while the pods terminate";
+  Reconcile();  // the cache shows no pod now
+  json workload = fake_.Object(workload_);
+  EXPECT_FALSE(IsActive(workload));
+  EXPECT_FALSE(workload["status"].contains("admission")) << "the quota is given back";
+  EXPECT_EQ(workload["metadata"]["uid"], admitted["metadata"]["uid"]) << "its place kept";
+  EXPECT_THAT(EventReasons(), Contains("DeactivatedWorkload"));
+  EXPECT_THAT(Job()["status"]["message"], HasSubstr("deactivated"));
+  // What Kueue writes of a deactivated Workload.
+  json evicted = WithCondition(workload, "Evicted", true, "InactiveWorkload",
+                               "The workload is deactivated", "t1");
+  fake_.SetStatus(workload_, evicted["status"]);
+
+  fake_.Modify(kJob, {{"spec", {{"runPolicy", {{"suspend", false}}}}}});
+  Reconcile();
+  workload = fake_.Object(workload_);
+  EXPECT_TRUE(IsActive(workload));
+  EXPECT_EQ(workload["metadata"]["uid"], admitted["metadata"]["uid"]) << "the same counts";
+  EXPECT_THAT(Pods(), IsEmpty()) << "waits for Kueue to admit it again";
+  EXPECT_EQ(Condition(Job(), "Suspended")["reason"], "WaitingForAdmission");
+  fake_.SetStatus(workload_, Admitted("default"));
+  Reconcile();
+  EXPECT_THAT(Pods(), SizeIs(4));
+}
+
 TEST_F(QueuedJobTest, KueuesFinalizerIsLiftedFromAWorkloadTheOperatorDeletes) {
   Reconcile();
   fake_.Modify(
       workload_,
       {{"metadata", {{"finalizers", {"kueue.x-k8s.io/resource-in-use", "example.com/keep"}}}}});
-  fake_.Modify(kJob, {{"spec", {{"runPolicy", {{"suspend", true}}}}}});
+  fake_.Modify(kJob, {{"spec", {{"replicaSpecs", {{"worker", {{"replicas", 3}}}}}}}});
   Reconcile();
   const auto patches = fake_.RequestsTo("PATCH", workload_);
   ASSERT_THAT(patches, SizeIs(1));
