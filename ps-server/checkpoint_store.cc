@@ -197,10 +197,17 @@ Status CheckpointStore::RemoveFrom(uint64_t first, size_t* removed, bool abandon
 }
 
 void CheckpointStore::RetryAbandoned() {
-  std::lock_guard<std::mutex> lock(abandoned_mutex_);
-  for (auto it = abandoned_.begin(); it != abandoned_.end();) {
-    const bool gone = ::unlink(PathOf(*it).c_str()) == 0 || errno == ENOENT;
-    it = gone ? abandoned_.erase(it) : std::next(it);
+  std::set<uint64_t> abandoned;
+  {
+    // Not held while unlinking: on a stale mount that may block, and the
+    // heartbeat lists the steps under it.
+    std::lock_guard<std::mutex> lock(abandoned_mutex_);
+    abandoned = abandoned_;
+  }
+  for (uint64_t step : abandoned) {
+    if (::unlink(PathOf(step).c_str()) != 0 && errno != ENOENT) continue;
+    std::lock_guard<std::mutex> lock(abandoned_mutex_);
+    abandoned_.erase(step);
   }
 }
 
@@ -230,6 +237,12 @@ Status CheckpointStore::SetAsideDamaged(std::string* skipped) const {
 }
 
 Status CheckpointStore::Read(uint64_t step, v1::ShardCheckpoint* checkpoint) const {
+  {
+    std::lock_guard<std::mutex> lock(abandoned_mutex_);
+    if (abandoned_.count(step) != 0)  // named from a listing older than the rollback
+      return Status::NotFound("the checkpoint of step " + std::to_string(step) + " in " + dir_ +
+                              " is of a timeline a rollback left");
+  }
   bool damaged = false;
   return ReadFile(step, checkpoint, &damaged);
 }

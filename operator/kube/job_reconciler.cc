@@ -134,7 +134,8 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
                                        "are deleted and its Kueue Workload deactivated, giving its "
                                        "quota back: resumed, it queues again",
                        result);
-    if (held.ok() && !queue.empty() && known_pods.empty()) DeactivateWorkload(job, id);
+    if (held.ok() && !queue.empty() && known_pods.empty() && !DeactivateWorkload(job, id))
+      result->requeue_after = kueue.recheck;  // no watch on Workloads: look again
     return held;
   }
   if (!queue.empty() && !kueue.admitted) {

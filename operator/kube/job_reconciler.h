@@ -153,7 +153,7 @@ class JobReconciler {
   void FinishWorkload(const JobIdentity& id, const api::TrainingJobStatus& status);
   // The evicted job's pods are gone: its Workload's quota reservation is
   // cleared, so that Kueue queues it again.
-  void GiveBackQuota(const JobIdentity& id, const KueueGate& gate);
+  bool GiveBackQuota(const JobIdentity& id, const KueueGate& gate);  // false: try again
   // Deletes the job's Workload (`workload` as read, or null: read it first),
   // unless it was made from a newer read of the job, and says `why` in an
   // Event; a deletion refused is a Warning Event, once. Kueue releases the
@@ -162,9 +162,10 @@ class JobReconciler {
                       const std::string& why, JobState* state);
   // The job is suspended and its pods are gone: its Workload gets
   // spec.active false (Kueue's way to stop a job, which keeps its place in
-  // the queue) and its quota reservation is cleared. Not one made from a
-  // newer read of the job.
-  void DeactivateWorkload(const nlohmann::json& job, const JobIdentity& id);
+  // the queue), marked as the operator's doing, and its quota reservation
+  // is cleared. Not one made from a newer read of the job. False where
+  // something is left to do: look again soon.
+  bool DeactivateWorkload(const nlohmann::json& job, const JobIdentity& id);
   // Takes Kueue's resource-in-use finalizer off `workload`, if it has it.
   void LiftInUseFinalizer(const JobIdentity& id, const nlohmann::json& workload);
   // No pods, and phase Suspended with `reason` and `message`: a suspended

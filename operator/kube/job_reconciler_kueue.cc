@@ -67,17 +67,6 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
                     " is being deleted; a new one is made once it is gone";
     return Status::Ok();
   }
-  if (!IsActive(got.body)) {  // deactivated while the job was suspended: it resumed
-    Response patched;
-    if (Status s = client_->Patch(workloads + "/" + name, {{"spec", {{"active", true}}}}, &patched);
-        !s.ok())
-      return s;
-    if (!patched.ok())
-      return Status::Error("activating Workload " + name + ": " + patched.Describe());
-    RecordEvent(job, "Normal", "ActivatedWorkload",
-                "Kueue Workload " + id.namespace_ + "/" + name + " is active again: queued");
-    got = patched;
-  }
   const json annotations = got.body["metadata"].value("annotations", json::object());
   const std::string made_for = annotations.value(kWorkloadJobGenerationAnnotation, "");
   const bool quota_reserved = ReadAdmission(got.body).quota_reserved;
@@ -104,11 +93,27 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
       return Status::Ok();
     }
   }
+  // Deactivated by this operator while the job was suspended, and the job
+  // resumed. One Kueue deactivated (its requeuing limit, an execution time
+  // limit, a rejected admission check) or an admin did stays off.
+  if (!IsActive(got.body) && annotations.contains(kWorkloadSuspendedAnnotation)) {
+    const json patch = {{"metadata", {{"annotations", {{kWorkloadSuspendedAnnotation, nullptr}}}}},
+                        {"spec", {{"active", true}}}};
+    Response patched;
+    if (Status s = client_->Patch(workloads + "/" + name, patch, &patched); !s.ok()) return s;
+    if (!patched.ok())
+      return Status::Error("activating Workload " + name + ": " + patched.Describe());
+    RecordEvent(job, "Normal", "ActivatedWorkload",
+                "Kueue Workload " + id.namespace_ + "/" + name + " is active again: queued");
+    got = patched;
+  }
   const WorkloadAdmission admission = ReadAdmission(got.body);
-  // Kueue evicts a deactivated Workload; active again (the job resumed), it
-  // merely waits for its admission, which clears the eviction.
-  const bool evicted_while_inactive = admission.reason == "InactiveWorkload" && IsActive(got.body);
-  if (admission.evicted && !evicted_while_inactive) {
+  // Kueue evicts a deactivated Workload; active again (the job resumed) and
+  // its reservation given back, it merely waits for its admission, which
+  // clears the eviction. Still reserved, the reservation goes back first.
+  const bool waits_after_deactivation =
+      IsDeactivation(admission.reason) && IsActive(got.body) && !admission.quota_reserved;
+  if (admission.evicted && !waits_after_deactivation) {
     gate->reason = "Evicted";
     gate->message = "Kueue evicted the job's Workload " + name + " (" + admission.reason +
                     (admission.message.empty() ? "" : ": " + admission.message) +
@@ -191,7 +196,7 @@ void JobReconciler::FinishWorkload(const JobIdentity& id, const api::TrainingJob
   }
 }
 
-void JobReconciler::GiveBackQuota(const JobIdentity& id, const KueueGate& gate) {
+bool JobReconciler::GiveBackQuota(const JobIdentity& id, const KueueGate& gate) {
   json released = WithoutQuotaReservation(gate.workload, gate.message, Rfc3339(Clock::now()));
   Response response;
   if (Status s = client_->Put(ObjectPath(kWorkloads, id.namespace_, WorkloadName(id), "status"),
@@ -199,7 +204,9 @@ void JobReconciler::GiveBackQuota(const JobIdentity& id, const KueueGate& gate) 
       !s.ok() || !response.ok()) {
     KLOG_INFO << "giving back the quota of " << WorkloadName(id) << ": "
               << (s.ok() ? response.Describe() : s.message()) << "; trying again";
+    return false;
   }
+  return true;
 }
 
 void JobReconciler::DeleteWorkload(const json& job, const JobIdentity& id, json workload,
@@ -244,26 +251,32 @@ void JobReconciler::DeleteWorkload(const json& job, const JobIdentity& id, json 
   state->workload_not_deleted = message;
 }
 
-void JobReconciler::DeactivateWorkload(const json& job, const JobIdentity& id) {
+bool JobReconciler::DeactivateWorkload(const json& job, const JobIdentity& id) {
   const std::string name = WorkloadName(id);
   const std::string path = ObjectPath(kWorkloads, id.namespace_, name);
   Response got;
-  if (Status s = client_->Get(path, &got); !s.ok() || !got.ok()) return;  // none, or next time
+  if (Status s = client_->Get(path, &got); !s.ok()) return false;
+  if (got.code == 404) return true;  // none: nothing holds quota
+  if (!got.ok()) return false;
   const json& meta = got.body["metadata"];
   const std::string made_for =
       meta.value("annotations", json::object()).value(kWorkloadJobGenerationAnnotation, "");
   if (BeingDeleted(got.body) ||
       (!made_for.empty() &&
        std::atoll(made_for.c_str()) > job["metadata"].value("generation", int64_t{0})))
-    return;
+    return true;
   json workload = got.body;
   if (IsActive(workload)) {
+    // Marked as this operator's, so that only this deactivation is undone
+    // when the job resumes.
+    const json patch = {{"metadata", {{"annotations", {{kWorkloadSuspendedAnnotation, "true"}}}}},
+                        {"spec", {{"active", false}}}};
     Response patched;
-    Status s = client_->Patch(path, {{"spec", {{"active", false}}}}, &patched);
+    Status s = client_->Patch(path, patch, &patched);
     if (!s.ok() || !patched.ok()) {
       KLOG_INFO << "deactivating Workload " << name << ": "
                 << (s.ok() ? patched.Describe() : s.message()) << "; trying again";
-      return;
+      return false;
     }
     RecordEvent(job, "Normal", "DeactivatedWorkload",
                 "Deactivated Kueue Workload " + id.namespace_ + "/" + name +
@@ -271,12 +284,11 @@ void JobReconciler::DeactivateWorkload(const json& job, const JobIdentity& id) {
     workload = patched.body;
   }
   // The job is stopped: the reservation goes, as after an eviction.
-  if (ReadAdmission(workload).quota_reserved) {
-    KueueGate stopped;
-    stopped.message = "the job is suspended (spec.runPolicy.suspend)";
-    stopped.workload = workload;
-    GiveBackQuota(id, stopped);
-  }
+  if (!ReadAdmission(workload).quota_reserved) return true;
+  KueueGate stopped;
+  stopped.message = "the job is suspended (spec.runPolicy.suspend)";
+  stopped.workload = workload;
+  return GiveBackQuota(id, stopped);
 }
 
 void JobReconciler::LiftInUseFinalizer(const JobIdentity& id, const json& workload) {

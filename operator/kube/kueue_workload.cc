@@ -209,6 +209,10 @@ bool IsActive(const json& workload) {
   return !(spec.contains("active") && spec["active"] == false);
 }
 
+bool IsDeactivation(const std::string& eviction_reason) {
+  return eviction_reason == "InactiveWorkload" || eviction_reason.rfind("Deactivated", 0) == 0;
+}
+
 bool BeingDeleted(const json& workload) {
   return workload.contains("metadata") && workload["metadata"].contains("deletionTimestamp");
 }

@@ -29,6 +29,9 @@ inline constexpr const char* kQueueNameLabel = "kueue.x-k8s.io/queue-name";
 // lifts when it deletes one; the operator lifts it too, where a Kueue
 // version puts it on a kubeps Workload.
 inline constexpr const char* kWorkloadInUseFinalizer = "kueue.x-k8s.io/resource-in-use";
+// Set on a Workload the operator deactivated for its job's suspend: only
+// that deactivation is undone when the job resumes.
+inline constexpr const char* kWorkloadSuspendedAnnotation = "kubeps.io/deactivated-for-suspend";
 // The job's metadata.generation a Workload was made for.
 inline constexpr const char* kWorkloadJobGenerationAnnotation = "kubeps.io/job-generation";
 
@@ -69,6 +72,11 @@ bool BeingDeleted(const nlohmann::json& workload);
 // spec.active, true where unset (the CRD's default): false, Kueue neither
 // queues nor admits it.
 bool IsActive(const nlohmann::json& workload);
+
+// An Evicted condition's reason for a deactivated Workload: Kueue's
+// "InactiveWorkload" before 0.10, "Deactivated" and "DeactivatedDueTo..."
+// since.
+bool IsDeactivation(const std::string& eviction_reason);
 
 // What Kueue decided, from a Workload's status. Read as Kueue's own
 // jobframework does: eviction first (Evicted=True stops the job whatever

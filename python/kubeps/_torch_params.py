@@ -39,16 +39,17 @@ def parameter_names(names):
 
 def declared_names(keys, declared):
     """Each of `keys` (a state_dict's, in order) as `declared` spells it, or None where it is
-    not there. The parallel wrapper's prefix comes off every key, as parameter_names takes it
-    off every name, not key by key: a model may have a submodule named "module" of its own.
-    A key alone with the prefix (a buffer outside the wrapped model) loses it only where the
-    name with it is not declared."""
-    out = []
-    for name in parameter_names(keys):
-        if name not in declared and name.startswith(PARALLEL_WRAPPER):
-            name = name[len(PARALLEL_WRAPPER):]
-        out.append(name if name in declared else None)
-    return out
+    not there. The keys are read as they are, or all without the parallel wrapper's prefix:
+    whichever finds more of them declared (the state_dict of the wrapper, or of the model in
+    it, against names declared either way). Never key by key: a model may have a submodule
+    named "module" of its own."""
+    keys = [_without_compile(key) for key in keys]
+    as_given = [key if key in declared else None for key in keys]
+    unwrapped = [key[len(PARALLEL_WRAPPER):] if key.startswith(PARALLEL_WRAPPER) else None
+                 for key in keys]
+    unwrapped = [key if key in declared else None for key in unwrapped]
+    found = sum(key is not None for key in unwrapped) > sum(key is not None for key in as_given)
+    return unwrapped if found else as_given
 
 
 class Binding:

@@ -433,6 +433,23 @@ class StartAndRecovery(TorchTestCase):
         self.assertEqual(state["module.module.x"].tolist(), [3.0, 4.0, 5.0])
 
     @requires_fake
+    def test_a_wrapped_state_dict_against_names_declared_with_the_wrapper(self):
+        # The wrapped model's names and another module's, declared together:
+        # "module." stays in the names, and the wrapped state_dict's keys match.
+        model = torch.nn.DataParallel(torch.nn.Linear(2, 1))
+        extra = torch.nn.Linear(1, 1, bias=False)
+        self.connect(server_values={"module.weight": [0.5, -0.5], "module.bias": [2.0],
+                                    "weight": [3.0]}, start_step=5)
+        named = list(model.named_parameters()) + list(extra.named_parameters())
+        optimizer = kps.DistributedOptimizer(
+            torch.optim.SGD([p for _, p in named], lr=0.1), named_parameters=named)
+        self.assertEqual(optimizer.kubeps_parameter_names, ["module.weight", "module.bias",
+                                                            "weight"])
+        kps.broadcast_parameters(model.state_dict())
+        self.assertEqual(model.module.weight.tolist(), [[0.5, -0.5]])
+        self.assertEqual(extra.weight.tolist(), [[3.0]])
+
+    @requires_fake
     def test_a_restart_with_servers_that_only_average_keeps_local_parameters(self):
         model = torch.nn.Linear(2, 1)
         self.connect(optimizer="none", server_values={"weight": [9.0, 9.0], "bias": [9.0]},

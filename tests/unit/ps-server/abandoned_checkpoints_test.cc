@@ -96,6 +96,9 @@ TEST_F(AbandonedCheckpointsTest, AreNeverListedAndGoAtALaterWrite) {
   EXPECT_FALSE(fs::exists(PathOf(20))) << "the others are deleted all the same";
   EXPECT_TRUE(fs::exists(PathOf(30)));
   EXPECT_THAT(Steps(), ElementsAre(10)) << "a recovery must not go back to the left timeline";
+  v1::ShardCheckpoint read;
+  EXPECT_EQ(store_->Read(30, &read).code(), Status::Code::kNotFound)
+      << "not even when named from a listing older than the rollback";
 
   Write(20, 2.5f);  // the new timeline's step 20; 30 still cannot go
   EXPECT_THAT(Steps(), ElementsAre(10, 20));

@@ -384,9 +384,10 @@ TEST_F(QueuedJobTest, ASuspendedJobsWorkloadIsDeactivatedAndActiveAgainOnResume)
   EXPECT_EQ(workload["metadata"]["uid"], admitted["metadata"]["uid"]) << "its place kept";
   EXPECT_THAT(EventReasons(), Contains("DeactivatedWorkload"));
   EXPECT_THAT(Job()["status"]["message"], HasSubstr("deactivated"));
-  // What Kueue writes of a deactivated Workload.
-  json evicted = WithCondition(workload, "Evicted", true, "InactiveWorkload",
-                               "The workload is deactivated", "t1");
+  EXPECT_TRUE(workload["metadata"]["annotations"].contains(kWorkloadSuspendedAnnotation));
+  // What Kueue writes of a deactivated Workload (0.10 on; "InactiveWorkload" before).
+  json evicted =
+      WithCondition(workload, "Evicted", true, "Deactivated", "The workload is deactivated", "t1");
   fake_.SetStatus(workload_, evicted["status"]);
 
   fake_.Modify(kJob, {{"spec", {{"runPolicy", {{"suspend", false}}}}}});
@@ -399,6 +400,46 @@ TEST_F(QueuedJobTest, ASuspendedJobsWorkloadIsDeactivatedAndActiveAgainOnResume)
   fake_.SetStatus(workload_, Admitted("default"));
   Reconcile();
   EXPECT_THAT(Pods(), SizeIs(4));
+}
+
+TEST_F(QueuedJobTest, AReservationAFailedWriteLeftGoesBackBeforeTheResumedJobWaits) {
+  Reconcile();
+  fake_.SetStatus(workload_, Admitted("default"));
+  Reconcile();
+  fake_.Modify(kJob, {{"spec", {{"runPolicy", {{"suspend", true}}}}}});
+  Reconcile();
+  fake_.FailNext("PUT", workload_ + "/status", 1, 409);  // Kueue wrote its eviction meanwhile
+  Reconcile();
+  EXPECT_GT(requeue_.count(), 0) << "looked at again soon: there is no watch on Workloads";
+  json workload = fake_.Object(workload_);
+  ASSERT_TRUE(workload["status"].contains("admission"));
+  fake_.SetStatus(workload_, WithCondition(workload, "Evicted", true, "InactiveWorkload",
+                                           "The workload is deactivated", "t1")["status"]);
+  fake_.Modify(kJob, {{"spec", {{"runPolicy", {{"suspend", false}}}}}});  // resumed at once
+  Reconcile();
+  Reconcile();
+  workload = fake_.Object(workload_);
+  EXPECT_TRUE(IsActive(workload));
+  EXPECT_FALSE(workload["status"].contains("admission")) << "not left reserved, never admitted";
+  EXPECT_EQ(Condition(Job(), "Suspended")["reason"], "WaitingForAdmission");
+}
+
+TEST_F(QueuedJobTest, AWorkloadKueueDeactivatedStaysOff) {
+  Reconcile();
+  fake_.SetStatus(workload_, Admitted("default"));
+  Reconcile();
+  ASSERT_THAT(Pods(), SizeIs(4));
+  // Kueue's requeuing limit, an admin, an admission check rejected.
+  fake_.Modify(workload_, {{"spec", {{"active", false}}}});
+  fake_.SetStatus(workload_, WithCondition(fake_.Object(workload_), "Evicted", true,
+                                           "DeactivatedDueToRequeuingLimitExceeded",
+                                           "exceeded the requeuing limit", "t1")["status"]);
+  Reconcile();
+  Reconcile();
+  EXPECT_THAT(Pods(), IsEmpty());
+  EXPECT_FALSE(IsActive(fake_.Object(workload_))) << "the operator does not undo it";
+  EXPECT_EQ(Condition(Job(), "Suspended")["reason"], "Evicted");
+  EXPECT_THAT(Job()["status"]["message"], HasSubstr("DeactivatedDueToRequeuingLimitExceeded"));
 }
 
 TEST_F(QueuedJobTest, KueuesFinalizerIsLiftedFromAWorkloadTheOperatorDeletes) {
