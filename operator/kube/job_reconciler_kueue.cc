@@ -1,8 +1,6 @@
 // The Kueue half of JobReconciler (job_reconciler.h): a queued job's
 // Workload is made, read for its admission, given its quota back after an
 // eviction and marked Finished when the job ends.
-#include <cstdlib>
-
 #include "common/logging.h"
 #include "operator/kube/job_reconciler.h"
 #include "operator/kube/kueue_workload.h"
@@ -13,6 +11,17 @@ namespace kubeps::kube {
 
 using nlohmann::json;
 using Clock = std::chrono::system_clock;
+
+namespace {
+
+// Made from a newer read of the job than `job` (another operator's, while
+// leadership moved): never deactivated nor deleted from this one.
+bool MadeForANewerJob(const json& workload, const json& job) {
+  const std::optional<int64_t> made_for = MadeForGeneration(workload);
+  return made_for && *made_for > job["metadata"].value("generation", int64_t{0});
+}
+
+}  // namespace
 
 Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const std::string& queue,
                                   api::TrainingJob* spec, KueueGate* gate) {
@@ -68,13 +77,12 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
     return Status::Ok();
   }
   const json annotations = got.body["metadata"].value("annotations", json::object());
-  const std::string made_for = annotations.value(kWorkloadJobGenerationAnnotation, "");
+  const std::optional<int64_t> made_for = MadeForGeneration(got.body);
   const bool quota_reserved = ReadAdmission(got.body).quota_reserved;
   // One made by an operator before this annotation: compared only while it
   // waits, so that an upgrade that changes the pods' requests a little (the
   // agent's) restarts no running job.
-  const bool changed_since =
-      made_for.empty() ? !quota_reserved : generation > std::atoll(made_for.c_str());
+  const bool changed_since = made_for ? generation > *made_for : !quota_reserved;
   if (changed_since) {
     // Fewer pods than admitted still fit the quota: an elastic job scaled
     // down (or back up within it) trains on.
@@ -219,14 +227,8 @@ void JobReconciler::DeleteWorkload(const json& job, const JobIdentity& id, json 
     workload = got.body;
   }
   if (BeingDeleted(workload)) return;
-  // Never one made from a newer read of the job than this one (another
-  // operator's, while leadership moved).
+  if (MadeForANewerJob(workload, job)) return;
   const json& meta = workload["metadata"];
-  const std::string made_for =
-      meta.value("annotations", json::object()).value(kWorkloadJobGenerationAnnotation, "");
-  if (!made_for.empty() &&
-      std::atoll(made_for.c_str()) > job["metadata"].value("generation", int64_t{0}))
-    return;
   LiftInUseFinalizer(id, workload);
   // This Workload, not one made again under its name meanwhile.
   const json options = {{"apiVersion", "v1"},
@@ -258,13 +260,7 @@ bool JobReconciler::DeactivateWorkload(const json& job, const JobIdentity& id) {
   if (Status s = client_->Get(path, &got); !s.ok()) return false;
   if (got.code == 404) return true;  // none: nothing holds quota
   if (!got.ok()) return false;
-  const json& meta = got.body["metadata"];
-  const std::string made_for =
-      meta.value("annotations", json::object()).value(kWorkloadJobGenerationAnnotation, "");
-  if (BeingDeleted(got.body) ||
-      (!made_for.empty() &&
-       std::atoll(made_for.c_str()) > job["metadata"].value("generation", int64_t{0})))
-    return true;
+  if (BeingDeleted(got.body) || MadeForANewerJob(got.body, job)) return true;
   json workload = got.body;
   if (IsActive(workload)) {
     // Marked as this operator's, so that only this deactivation is undone

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <vector>
@@ -202,6 +203,18 @@ std::string PodSetChange(const json& workload, const json& wanted, bool fewer_fi
     if (!now.count(name)) add(name + ": no longer a pod set");
   }
   return change;
+}
+
+std::optional<int64_t> MadeForGeneration(const json& workload) {
+  const json meta = workload.value("metadata", json::object());
+  const json annotations = meta.value("annotations", json::object());
+  const json made_for = annotations.value(kWorkloadJobGenerationAnnotation, json());
+  if (!made_for.is_string()) return std::nullopt;
+  const std::string text = made_for.get<std::string>();
+  char* end = nullptr;
+  const long long generation = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0') return std::nullopt;
+  return generation;
 }
 
 bool IsActive(const json& workload) {

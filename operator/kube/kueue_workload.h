@@ -34,6 +34,9 @@ inline constexpr const char* kWorkloadInUseFinalizer = "kueue.x-k8s.io/resource-
 inline constexpr const char* kWorkloadSuspendedAnnotation = "kubeps.io/deactivated-for-suspend";
 // The job's metadata.generation a Workload was made for.
 inline constexpr const char* kWorkloadJobGenerationAnnotation = "kubeps.io/job-generation";
+// That generation; none where the annotation is missing (a Workload made by
+// an operator from before it) or not a number.
+std::optional<int64_t> MadeForGeneration(const nlohmann::json& workload);
 
 // The LocalQueue a job is submitted to (its kueue.x-k8s.io/queue-name
 // label); "" for a job Kueue does not manage.
