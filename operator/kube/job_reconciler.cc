@@ -147,7 +147,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     if (held.ok() && !kueue.remake_because.empty() && known_pods.empty()) {
       DeleteWorkload(job, id, kueue.workload, kueue.remake_because, &state);
     } else if (held.ok() && kueue.give_back_quota && known_pods.empty()) {
-      GiveBackQuota(id, kueue);
+      GiveBackQuota(id, kueue.workload, kueue.message);
     }
     result->requeue_after = kueue.recheck;  // no watch on Workloads: look again
     return held;

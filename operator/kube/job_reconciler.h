@@ -151,9 +151,10 @@ class JobReconciler {
   std::optional<int32_t> PriorityValue(const std::string& priority_class);
   // A finished queued job: its Workload gets Finished=True, once.
   void FinishWorkload(const JobIdentity& id, const api::TrainingJobStatus& status);
-  // The evicted job's pods are gone: its Workload's quota reservation is
-  // cleared, so that Kueue queues it again.
-  bool GiveBackQuota(const JobIdentity& id, const KueueGate& gate);  // false: try again
+  // The evicted or suspended job's pods are gone: the reservation of its
+  // Workload (`workload` as read) is cleared, `why` in its QuotaReserved
+  // condition. False: look again.
+  bool GiveBackQuota(const JobIdentity& id, const nlohmann::json& workload, const std::string& why);
   // Deletes the job's Workload (`workload` as read, or null: read it first),
   // unless it was made from a newer read of the job, and says `why` in an
   // Event; a deletion refused is a Warning Event, once. Kueue releases the

@@ -204,8 +204,9 @@ void JobReconciler::FinishWorkload(const JobIdentity& id, const api::TrainingJob
   }
 }
 
-bool JobReconciler::GiveBackQuota(const JobIdentity& id, const KueueGate& gate) {
-  json released = WithoutQuotaReservation(gate.workload, gate.message, Rfc3339(Clock::now()));
+bool JobReconciler::GiveBackQuota(const JobIdentity& id, const json& workload,
+                                  const std::string& why) {
+  json released = WithoutQuotaReservation(workload, why, Rfc3339(Clock::now()));
   Response response;
   if (Status s = client_->Put(ObjectPath(kWorkloads, id.namespace_, WorkloadName(id), "status"),
                               released, &response);
@@ -281,10 +282,7 @@ bool JobReconciler::DeactivateWorkload(const json& job, const JobIdentity& id) {
   }
   // The job is stopped: the reservation goes, as after an eviction.
   if (!ReadAdmission(workload).quota_reserved) return true;
-  KueueGate stopped;
-  stopped.message = "the job is suspended (spec.runPolicy.suspend)";
-  stopped.workload = workload;
-  return GiveBackQuota(id, stopped);
+  return GiveBackQuota(id, workload, "the job is suspended (spec.runPolicy.suspend)");
 }
 
 void JobReconciler::LiftInUseFinalizer(const JobIdentity& id, const json& workload) {

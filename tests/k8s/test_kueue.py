@@ -87,17 +87,22 @@ class KueueTest(OwnClusterTestCase):
             "admission": {"clusterQueue": "cluster-queue", "podSetAssignments": assignments},
             "conditions": conditions})
 
-    def test_a_queued_job_runs_only_while_kueue_admits_it(self):
-        c, name = self.c, "queued"
+    def submit(self, name):
+        """Kueue's Workload kind installed, a queued job `name` applied: its
+        uid and the Workload the operator made for it."""
+        c = self.c
         c.kubectl("create", "-f", CRD)
         c.kubectl("wait", "--for=condition=Established", "crd/workloads.kueue.x-k8s.io")
-        # Long enough to be evicted mid-run, even with late watch events (the
-        # cluster's own cap is 100 steps: a job done before its eviction).
+        # Long enough to be evicted or suspended mid-run, even with late
+        # watch events (the cluster's own cap is 100 steps).
         apply(c, queued(with_requests(training_job(name, epochs=10, max_steps=3000))))
         uid = get_job(c, name)["metadata"]["uid"]
+        return uid, c.wait_for(lambda: self.workload_of(uid), timeout=30,
+                               what="the Workload of %s" % name)
 
-        workload = c.wait_for(lambda: self.workload_of(uid), timeout=30,
-                              what="the Workload of %s" % name)
+    def test_a_queued_job_runs_only_while_kueue_admits_it(self):
+        c, name = self.c, "queued"
+        uid, workload = self.submit(name)
         self.assertRegex(workload["metadata"]["name"], r"^trainingjob-queued-[0-9a-f]{5}$")
         owner = workload["metadata"]["ownerReferences"][0]
         self.assertEqual((owner["kind"], owner["controller"], owner["blockOwnerDeletion"]),
@@ -161,12 +166,7 @@ class KueueTest(OwnClusterTestCase):
         and a new one asks for 3, which run once admitted. Before, the old
         Workload's admission for 2 started 3 worker pods."""
         c, name = self.c, "resized"
-        c.kubectl("create", "-f", CRD)
-        c.kubectl("wait", "--for=condition=Established", "crd/workloads.kueue.x-k8s.io")
-        apply(c, queued(with_requests(training_job(name, epochs=10, max_steps=3000))))
-        uid = get_job(c, name)["metadata"]["uid"]
-        first = c.wait_for(lambda: self.workload_of(uid), timeout=30,
-                           what="the Workload of %s" % name)
+        uid, first = self.submit(name)
         first = self.hold_in_use(first)
         self.admit(first)
         self.wait_phase(name, "Running", timeout=90)

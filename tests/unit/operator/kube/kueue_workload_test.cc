@@ -216,6 +216,25 @@ class QueuedJobTest : public ::testing::Test {
     requeue_ = result.requeue_after;
   }
   json Job() { return fake_.Object(kJob); }
+  // The Workload made, Kueue admits it, and the job's 4 pods are made.
+  void RunAdmitted() {
+    Reconcile();
+    fake_.SetStatus(workload_, Admitted("default"));
+    Reconcile();
+    ASSERT_THAT(Pods(), SizeIs(4));
+  }
+  void MakeElastic() {
+    fake_.Modify(
+        kJob, {{"spec",
+                {{"replicaSpecs",
+                  {{"worker", {{"elasticPolicy", {{"minReplicas", 1}, {"maxReplicas", 4}}}}}}}}}});
+  }
+  void ScaleWorkers(int replicas) {
+    fake_.Modify(kJob, {{"spec", {{"replicaSpecs", {{"worker", {{"replicas", replicas}}}}}}}});
+  }
+  void Suspend(bool suspend) {
+    fake_.Modify(kJob, {{"spec", {{"runPolicy", {{"suspend", suspend}}}}}});
+  }
   std::vector<json> Pods() { return fake_.List(kPods_); }
   std::vector<std::string> EventReasons() {
     std::vector<std::string> reasons;
@@ -301,7 +320,7 @@ TEST_F(QueuedJobTest, AFinishedJobMarksItsWorkloadFinished) {
 TEST_F(QueuedJobTest, AJobChangedWhileQueuedGetsItsWorkloadMadeAgain) {
   Reconcile();
   const std::string first_uid = fake_.Object(workload_)["metadata"]["uid"];
-  fake_.Modify(kJob, {{"spec", {{"replicaSpecs", {{"worker", {{"replicas", 3}}}}}}}});
+  ScaleWorkers(3);
   Reconcile();
   EXPECT_TRUE(fake_.Object(workload_).is_null()) << "no pods to wait for: deleted at once";
   EXPECT_THAT(EventReasons(), Contains("DeletedWorkload"));
@@ -315,15 +334,9 @@ TEST_F(QueuedJobTest, AJobChangedWhileQueuedGetsItsWorkloadMadeAgain) {
 }
 
 TEST_F(QueuedJobTest, AnAdmittedJobScaledStopsItsPodsBeforeItsWorkloadIsMadeAgain) {
-  fake_.Modify(kJob,
-               {{"spec",
-                 {{"replicaSpecs",
-                   {{"worker", {{"elasticPolicy", {{"minReplicas", 1}, {"maxReplicas", 4}}}}}}}}}});
-  Reconcile();
-  fake_.SetStatus(workload_, Admitted("default"));
-  Reconcile();
-  ASSERT_THAT(Pods(), SizeIs(4));
-  fake_.Modify(kJob, {{"spec", {{"replicaSpecs", {{"worker", {{"replicas", 3}}}}}}}});
+  MakeElastic();
+  ASSERT_NO_FATAL_FAILURE(RunAdmitted());
+  ScaleWorkers(3);
   Reconcile();
   EXPECT_THAT(Pods(), IsEmpty());
   EXPECT_EQ(Job()["status"]["phase"], "Suspended");
@@ -337,15 +350,9 @@ TEST_F(QueuedJobTest, AnAdmittedJobScaledStopsItsPodsBeforeItsWorkloadIsMadeAgai
 }
 
 TEST_F(QueuedJobTest, AnAdmittedJobScaledDownWithinItsQuotaTrainsOn) {
-  fake_.Modify(kJob,
-               {{"spec",
-                 {{"replicaSpecs",
-                   {{"worker", {{"elasticPolicy", {{"minReplicas", 1}, {"maxReplicas", 4}}}}}}}}}});
-  Reconcile();
-  fake_.SetStatus(workload_, Admitted("default"));
-  Reconcile();
-  ASSERT_THAT(Pods(), SizeIs(4));
-  fake_.Modify(kJob, {{"spec", {{"replicaSpecs", {{"worker", {{"replicas", 1}}}}}}}});
+  MakeElastic();
+  ASSERT_NO_FATAL_FAILURE(RunAdmitted());
+  ScaleWorkers(1);
   Reconcile();
   Reconcile();
   EXPECT_NE(Job()["status"]["phase"], "Suspended");
@@ -355,7 +362,7 @@ TEST_F(QueuedJobTest, AnAdmittedJobScaledDownWithinItsQuotaTrainsOn) {
 
 TEST_F(QueuedJobTest, ADeletionRefusedIsSaidOnceAndTriedAgain) {
   Reconcile();
-  fake_.Modify(kJob, {{"spec", {{"replicaSpecs", {{"worker", {{"replicas", 3}}}}}}}});
+  ScaleWorkers(3);
   fake_.FailNext("DELETE", workload_, 2, 403);
   Reconcile();
   Reconcile();
@@ -368,12 +375,9 @@ TEST_F(QueuedJobTest, ADeletionRefusedIsSaidOnceAndTriedAgain) {
 }
 
 TEST_F(QueuedJobTest, ASuspendedJobsWorkloadIsDeactivatedAndActiveAgainOnResume) {
-  Reconcile();
-  fake_.SetStatus(workload_, Admitted("default"));
-  Reconcile();
-  ASSERT_THAT(Pods(), SizeIs(4));
+  ASSERT_NO_FATAL_FAILURE(RunAdmitted());
   const json admitted = fake_.Object(workload_);
-  fake_.Modify(kJob, {{"spec", {{"runPolicy", {{"suspend", true}}}}}});
+  Suspend(true);
   Reconcile();
   EXPECT_THAT(Pods(), IsEmpty());
   EXPECT_TRUE(IsActive(fake_.Object(workload_))) << "the quota is held while the pods terminate";
@@ -390,7 +394,7 @@ TEST_F(QueuedJobTest, ASuspendedJobsWorkloadIsDeactivatedAndActiveAgainOnResume)
       WithCondition(workload, "Evicted", true, "Deactivated", "The workload is deactivated", "t1");
   fake_.SetStatus(workload_, evicted["status"]);
 
-  fake_.Modify(kJob, {{"spec", {{"runPolicy", {{"suspend", false}}}}}});
+  Suspend(false);
   Reconcile();
   workload = fake_.Object(workload_);
   EXPECT_TRUE(IsActive(workload));
@@ -406,7 +410,7 @@ TEST_F(QueuedJobTest, AReservationAFailedWriteLeftGoesBackBeforeTheResumedJobWai
   Reconcile();
   fake_.SetStatus(workload_, Admitted("default"));
   Reconcile();
-  fake_.Modify(kJob, {{"spec", {{"runPolicy", {{"suspend", true}}}}}});
+  Suspend(true);
   Reconcile();
   fake_.FailNext("PUT", workload_ + "/status", 1, 409);  // Kueue wrote its eviction meanwhile
   Reconcile();
@@ -415,7 +419,7 @@ TEST_F(QueuedJobTest, AReservationAFailedWriteLeftGoesBackBeforeTheResumedJobWai
   ASSERT_TRUE(workload["status"].contains("admission"));
   fake_.SetStatus(workload_, WithCondition(workload, "Evicted", true, "InactiveWorkload",
                                            "The workload is deactivated", "t1")["status"]);
-  fake_.Modify(kJob, {{"spec", {{"runPolicy", {{"suspend", false}}}}}});  // resumed at once
+  Suspend(false);  // resumed at once
   Reconcile();
   Reconcile();
   workload = fake_.Object(workload_);
@@ -425,10 +429,7 @@ TEST_F(QueuedJobTest, AReservationAFailedWriteLeftGoesBackBeforeTheResumedJobWai
 }
 
 TEST_F(QueuedJobTest, AWorkloadKueueDeactivatedStaysOff) {
-  Reconcile();
-  fake_.SetStatus(workload_, Admitted("default"));
-  Reconcile();
-  ASSERT_THAT(Pods(), SizeIs(4));
+  ASSERT_NO_FATAL_FAILURE(RunAdmitted());
   // Kueue's requeuing limit, an admin, an admission check rejected.
   fake_.Modify(workload_, {{"spec", {{"active", false}}}});
   fake_.SetStatus(workload_, WithCondition(fake_.Object(workload_), "Evicted", true,
@@ -447,7 +448,7 @@ TEST_F(QueuedJobTest, KueuesFinalizerIsLiftedFromAWorkloadTheOperatorDeletes) {
   fake_.Modify(
       workload_,
       {{"metadata", {{"finalizers", {"kueue.x-k8s.io/resource-in-use", "example.com/keep"}}}}});
-  fake_.Modify(kJob, {{"spec", {{"replicaSpecs", {{"worker", {{"replicas", 3}}}}}}}});
+  ScaleWorkers(3);
   Reconcile();
   const auto patches = fake_.RequestsTo("PATCH", workload_);
   ASSERT_THAT(patches, SizeIs(1));
