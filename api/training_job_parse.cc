@@ -125,10 +125,16 @@ void CheckElasticPolicy(const TrainingJobSpec& spec, std::vector<FieldError>* er
                        "perWorker is not supported yet: use global (the global batch stays and "
                        "is cut over each step's workers)"});
   }
-  if (spec.brings_own_program()) {
-    errors->push_back({field,
-                       "is for the built-in models so far: a job's own program cannot yet learn "
-                       "its share of each step from the agent"});
+  if (spec.brings_own_program() && spec.optimizer.name == "none") {
+    // A worker taken in later pulls the servers' parameters; with `none`
+    // they hold only the mean gradient, and the parameters and optimizer
+    // state live in each program, which a newcomer has not got.
+    errors->push_back({"spec.optimizer.name",
+                       "none cannot be elastic: a worker taken in while the job trains starts "
+                       "from the servers' parameters, and with none the servers hold only the "
+                       "averaged gradients (the parameters and optimizer state are each "
+                       "program's): use the servers' optimizer (sgd, momentum or adam), or "
+                       "leave out elasticPolicy"});
   }
   // The global batch is batchSize x the replicas at the start, at least
   // this: checked so, the spec of a job scaled since stays valid.

@@ -63,7 +63,8 @@ FieldSpec ElasticPolicyField() {
       .WrittenWhen([](const TrainingJobSpec& spec) { return spec.elastic.enabled(); })
       .Doc(
           "scale the workers of a running job (kubectl scale, kubeps scale) between minReplicas "
-          "and maxReplicas; jobs of a built-in model");
+          "and maxReplicas; a job's own program follows the changes through the agent "
+          "(kubeps.torch.steps)");
 }
 
 FieldSpec ScheduleField() {

@@ -409,6 +409,8 @@ sidecar::SidecarOptions ServingOptions(const api::NodeConfig& config, const api:
   options.sync = job.spec.mode == api::SyncMode::kSync;
   options.optimizer = job.spec.optimizer.name;
   options.non_finite = job.spec.non_finite;
+  options.elastic = job.spec.elastic.enabled();
+  options.batch_size = static_cast<uint64_t>(job.spec.batch_size);
   options.metrics = metrics;
   options.progress_interval_ms = job.spec.progress_interval_ms;
   return options;
@@ -488,6 +490,13 @@ int ServeTrainingProcess(const api::NodeConfig& config, const api::TrainingJob& 
   // words say why, when a rerun would fail the same way.
   if (auto [reason, message] = server->JobFailure(); !reason.empty()) {
     WriteTerminationMessage(reason, message);
+  } else if (std::optional<uint64_t> left = server->ScaledAwayAt()) {
+    // As the built-in trainer says it: the operator deletes the pod, and a
+    // worker wanted again later gets a new one, not a restart.
+    const std::string message =
+        "left the job at step " + std::to_string(*left) + ": it was scaled away";
+    PrintLine(message);
+    WriteTerminationMessage(kReasonScaledAway, message);
   }
   if (const int signal = g_stop_signal) {
     PrintLine(std::string(SignalName(signal)) + ": stopped serving after " + steps);

@@ -46,9 +46,16 @@ class StepSampler:
     """The examples worker `rank` of `size` trains on at global step `step`.
 
     Each epoch's order comes from a generator seeded with (seed, epoch), and
-    worker r takes the r-th slice of the step's global batch; the examples
-    left over at an epoch's end (fewer than a global batch) are not used.
+    worker r takes the r-th slice of the step's global batch (indices), or
+    the run of it that kubeps gives it (run, with kubeps.torch.examples(),
+    whose cut follows an elastic job's workers); the examples left over at an
+    epoch's end (fewer than a global batch) are not used.
     """
+
+    @classmethod
+    def of_global_batch(cls, num_examples, global_batch, seed):
+        """A sampler whose steps are cut into runs by the job (run)."""
+        return cls(num_examples, global_batch, 0, 1, seed)
 
     def __init__(self, num_examples, batch_size, rank, size, seed):
         self.num_examples, self.batch_size = num_examples, batch_size
@@ -60,12 +67,16 @@ class StepSampler:
         self._epoch, self._order = None, None
 
     def indices(self, step):
+        return self.run(step, self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
+
+    def run(self, step, first, end):
+        """The examples [first, end) of the global batch of `step`."""
         epoch, within = divmod(step, self.steps_per_epoch)
         if epoch != self._epoch:
             generator = torch.Generator().manual_seed(self.seed * 1000003 + epoch)
             self._epoch, self._order = epoch, torch.randperm(self.num_examples, generator=generator)
-        start = (within * self.size + self.rank) * self.batch_size
-        return self._order[start:start + self.batch_size]
+        start = within * self.size * self.batch_size
+        return self._order[start + first:start + end]
 
 
 def evaluate(model, images, labels, batch_size=64):

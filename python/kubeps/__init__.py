@@ -13,6 +13,8 @@ Framework-free API (standard library only; `kubeps.torch` builds on it):
     tensors.values("w")[:] = ...                   # initial values, float32
     step = kubeps.init_tensors()                   # rank 0's values win; all get them
     while step < total:
+        share = kubeps.membership(step)            # elastic jobs: see Membership
+        ... the examples [share.first_example, share.end_example) of the step's batch:
         ... write gradients into tensors.grads(name) ...
         kubeps.wait(kubeps.push_pull(["w", "b"], step))   # values regions: version step+1
         step += 1
@@ -27,13 +29,13 @@ import threading
 
 from kubeps.errors import (Aborted, AlreadyExists, FailedPrecondition, Internal, InvalidArgument,
                            KubepsError, NotFound, RolledBack, Unavailable)
-from kubeps.session import Handle, Session
+from kubeps.session import Handle, Membership, Session
 from kubeps.shared_tensors import SharedTensors, TensorSlot
 
 __all__ = [
     "init", "is_initialized", "rank", "size", "num_servers", "mode", "server_optimizer",
-    "declare", "init_tensors", "push", "pull", "push_pull", "wait", "barrier", "finish",
-    "shutdown", "session", "Handle", "Session", "SharedTensors", "TensorSlot", "KubepsError",
+    "declare", "init_tensors", "push", "pull", "push_pull", "wait", "barrier", "membership",
+    "is_elastic", "finish", "shutdown", "session", "Handle", "Membership", "Session", "SharedTensors", "TensorSlot", "KubepsError",
     "InvalidArgument", "FailedPrecondition", "NotFound", "AlreadyExists", "Aborted",
     "RolledBack", "Unavailable", "Internal",
 ]
@@ -132,6 +134,11 @@ def server_optimizer():
     return session("kubeps.server_optimizer()").server_optimizer
 
 
+def is_elastic():
+    """Whether the job's workers may change while it trains (an elasticPolicy)."""
+    return session("kubeps.is_elastic()").elastic
+
+
 def declare(tensors):
     """Declares [(name, shape), ...] (float32, in key order) once; returns SharedTensors."""
     return session("kubeps.declare()").declare(tensors)
@@ -160,6 +167,13 @@ def wait(handles):
 
 def barrier(name):
     return session("kubeps.barrier()").barrier(name)
+
+
+def membership(step):
+    """What this worker does at `step` (a Membership: whether it computes it, and its examples
+    of the step's global batch).  An elastic job's program asks before each step, and pushes
+    only a step it is a member of; a fixed job's worker is a member of every step."""
+    return session("kubeps.membership()").membership(step)
 
 
 def finish():

@@ -4,6 +4,7 @@
 this class is the whole of it, usable on its own (tests make several).
 """
 
+import collections
 import os
 import threading
 
@@ -38,6 +39,28 @@ class Handle:
         return "Handle(%s %s, step %s)" % (self.op, describe_names(self.names, limit=3), self.step)
 
 
+class Membership(collections.namedtuple("Membership", [
+        "member", "position", "count", "first_example", "end_example", "global_batch",
+        "next_member_step", "scaled_away"])):
+    """What this worker does at one step (the agent's answer to `membership`).
+
+    member: it computes the step, on the examples [first_example, end_example)
+    of the step's global batch of global_batch (its run `position` of `count`
+    in rank order).  Not a member: it is taken in from next_member_step (pull
+    that step's parameters and start there); with none, scaled_away says it
+    computed steps before and has left the job (finish), else it waits to be
+    taken in.  A fixed job's worker is a member of every step.
+    """
+
+    @classmethod
+    def from_reply(cls, reply):
+        later = reply.get("next_member_step")
+        return cls(bool(reply["member"]), int(reply["position"]), int(reply["count"]),
+                   int(reply["first_example"]), int(reply["end_example"]),
+                   int(reply["global_batch"]), None if later is None else int(later),
+                   bool(reply.get("scaled_away", False)))
+
+
 class Session:
     """A connection to the agent after `hello`, with what the agent told about the worker.
 
@@ -62,6 +85,9 @@ class Session:
         self.non_finite = hello.get("non_finite", "Fail")
         self.mode = hello.get("mode", "sync")
         self.server_optimizer = hello.get("optimizer", "")
+        # The job's workers may change (elasticPolicy): ask `membership` before each step.
+        self.elastic = bool(hello.get("elastic", False))
+        self.batch_size = int(hello.get("batch_size", 0))  # spec.batchSize, per worker
         self.tensors = None  # SharedTensors after declare
         self.start_step = None  # the step init_tensors returned
         self._lock = threading.Lock()
@@ -149,6 +175,11 @@ class Session:
             self._connection.call("wait", handles=numbers)
         if refused is not None:
             raise refused
+
+    def membership(self, step):
+        """What this worker does at `step` (a Membership); blocks until the job's
+        scheduler has fixed who computes it."""
+        return Membership.from_reply(self._connection.call("membership", step=int(step)))
 
     def barrier(self, name):
         """Blocks until every worker of the job reached the barrier `name`."""

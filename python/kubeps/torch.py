@@ -62,6 +62,13 @@ A rollback (a parameter server restarted from its checkpoint) surfaces as
 `RolledBack(resume_step)` from the agent; `step()` handles it: the values of
 `resume_step` are already in the mapping, they are copied into the
 parameters, and `steps()` yields `resume_step` next.
+
+Each step's examples: `examples()` is this worker's run [first, end) of the
+step's global batch (`global_batch()`, spec.batchSize x the workers), so that
+the batch is a pure function of the step whoever computes it.  In a job with
+an elasticPolicy the workers change while it trains: `steps()` yields only
+the steps this worker computes, takes it in at a later step with the
+servers' parameters, and ends when it is scaled away (_torch_elastic.py).
 """
 
 import threading
@@ -70,6 +77,7 @@ import warnings
 import torch
 
 import kubeps
+from kubeps._torch_elastic import batch_run, next_member_step
 from kubeps._torch_forward import ForwardWaits, unwaited
 from kubeps._torch_params import (CARRIED_DTYPES, Binding, all_finite, check_declared_unchanged,
                                   check_sent_gradients_unchanged, copy_gradient, forget_sent,
@@ -81,7 +89,7 @@ from kubeps.errors import FailedPrecondition, InvalidArgument, RolledBack
 from kubeps.shared_tensors import describe_names
 
 __all__ = ["init", "rank", "size", "DistributedOptimizer", "broadcast_parameters", "steps",
-           "finish", "shutdown"]
+           "examples", "global_batch", "finish", "shutdown"]
 
 SERVERS_AVERAGE_ONLY = "none"
 
@@ -97,6 +105,8 @@ class _StepCounter:
     def __init__(self):
         self.step = None
         self.moves = 0
+        self.share = None  # elastic: the Membership of the step steps() yielded last
+        self.left = False  # elastic: this worker was scaled away
 
     def start(self, step):
         self.step = step
@@ -569,8 +579,15 @@ def steps(total_steps):
     optimizer = _require_optimizer("kubeps.torch.steps()")
     if _counter.step is None:
         _broadcast(optimizer, {})
+    elastic = optimizer._kubeps_session.elastic
     while True:
         while _counter.step < total_steps:
+            if elastic:
+                _counter.share = next_member_step(optimizer, _counter, total_steps)
+                if _counter.left:
+                    return
+                if _counter.share is None:
+                    continue  # taken in at the last step: nothing left to compute
             step, moves = _counter.step, _counter.moves
             optimizer._kubeps_discard = False  # a new iteration: nothing of it to drop
             yield step
@@ -582,6 +599,35 @@ def steps(total_steps):
         # here goes on from the resume step.
         if optimizer._kubeps_resolve_all():
             return
+
+
+def examples():
+    """This worker's examples of the step steps() yielded last: (first, end), a run of
+    that step's global batch (global_batch()), in rank order among the step's workers.
+
+    Take them from the step's order of the data set, as examples/pytorch/fashion_mnist.py
+    does, and every example of an epoch is used once whoever computes each step.  In a
+    fixed job each worker's run is spec.batchSize examples, by rank; in an elastic job the
+    runs change with the workers.
+    """
+    session = kubeps.session("kubeps.torch.examples()")
+    if session.elastic:
+        if _counter.share is None:
+            raise FailedPrecondition("kubeps.torch.examples() in an elastic job is the step's "
+                                     "that kubeps.torch.steps() yielded: iterate steps() first")
+        return _counter.share.first_example, _counter.share.end_example
+    return batch_run(session.batch_size * session.size, session.rank, session.size)
+
+
+def global_batch():
+    """The examples of one step over all its workers: spec.batchSize x the workers (an
+    elastic job's: x the workers it started with, whoever computes each step)."""
+    session = kubeps.session("kubeps.torch.global_batch()")
+    if not session.elastic:
+        return session.batch_size * session.size
+    if _counter.share is not None:
+        return _counter.share.global_batch
+    return session.membership(_counter.step or 0).global_batch
 
 
 def finish():

@@ -51,7 +51,7 @@ class UserCodeTest(UserCodeJobCase):
         # The agents beside the programs compute nothing, so say no thread count.
         self.assertNotIn("computing on", output)
         self.assertRegex(output, r"running job pytorch-mlp: 1 scheduler, 2 servers, 2 workers "
-                                 r"\(sync, container trainer: python3 train.py --steps 500 ")
+                                 r"\(sync, container trainer: python3 train.py --steps 500\b")
         accuracy = accuracy_of(job)
         seconds = float(re.search(r"succeeded in ([\d.]+) s", output).group(1))
         print("\nexamples/pytorch/mlp through kubeps run: test accuracy %.4f after %d steps, "

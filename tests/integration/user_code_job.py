@@ -19,7 +19,7 @@ from jobtools import SOURCE_DIR, RunningJob, processes_with_env, write_manifest
 
 EXAMPLE_DIR = os.path.join(SOURCE_DIR, "examples", "pytorch", "mlp")
 EXAMPLE = os.path.join(EXAMPLE_DIR, "trainingjob.yaml")
-EXAMPLE_ARGS = '["--steps", "500", "--batch-size", "64"]'
+EXAMPLE_ARGS = '["--steps", "500"]'
 TORCH_PYTHON = os.environ.get("KUBEPS_TORCH_PYTHON", "/usr/bin/python3")
 STEPS = 500
 KILL_AFTER_STEP = 100

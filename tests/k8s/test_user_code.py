@@ -1,8 +1,10 @@
 """A TrainingJob that brings its own program, end to end on the emulated
 cluster: the PyTorch example (examples/pytorch/mlp) applied with the real
 kubectl, the real operator putting kubeps-agent beside the user's container
-as a native sidecar, and the job succeeding; and a program whose model
-diverges failing the job with the reason its agent gives.
+as a native sidecar, and the job succeeding; the same program as an elastic
+job scaled with `kubectl scale` while it trains, its workers taken in and
+let go without a restart; and a program whose model diverges failing the job
+with the reason its agent gives.
 
     KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_user_code   (from tests/k8s)
 
@@ -24,7 +26,8 @@ import yaml
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from emulator.cluster import SOURCE_DIR  # noqa: E402
-from operator_harness import DATASET, apply, get_job, job_pods  # noqa: E402
+from operator_harness import (DATASET, apply, events_of, get_job, job_pods, live_pod,  # noqa: E402
+                              replica_key)
 from operator_test_case import SharedClusterTestCase  # noqa: E402
 
 EXAMPLE = os.path.join(SOURCE_DIR, "examples", "pytorch", "mlp")
@@ -44,15 +47,15 @@ def torch_missing():
     return None
 
 
-def example_job(steps):
-    """examples/pytorch/mlp/trainingjob.yaml as the emulator can run it: the
+def example_job(steps, manifest="trainingjob.yaml"):
+    """examples/pytorch/mlp/`manifest` as the emulator can run it: the
     image's working directory and installed kubeps package are this
     repository's folders; fewer steps."""
-    with open(os.path.join(EXAMPLE, "trainingjob.yaml")) as f:
+    with open(os.path.join(EXAMPLE, manifest)) as f:
         job = yaml.safe_load(f)
     container = job["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["containers"][0]
     container["command"] = [PYTHON, "train.py"]
-    container["args"] = ["--steps", str(steps), "--batch-size", "64", "--log-every", "10"]
+    container["args"] = ["--steps", str(steps), "--log-every", "10"]
     container["workingDir"] = EXAMPLE
     container["env"] = [{"name": "DATA_DIR", "value": DATASET},
                         {"name": "PYTHONPATH", "value": os.path.join(SOURCE_DIR, "python")},
@@ -124,6 +127,49 @@ class UserCodeTest(SharedClusterTestCase):
         log = c.kubectl("logs", rank0, "-c", "trainer").stdout
         self.assertIn("test accuracy", log)
 
+
+    def test_the_elastic_example_scaled_with_kubectl_takes_workers_in_and_lets_them_go(self):
+        # 2500 steps: some 40 s on 2 cores; both scales are done within the first 600,
+        c = self.c
+        # and a busy machine slows the job as much as the pods' start.
+        job = example_job(steps=2500, manifest="trainingjob-elastic.yaml")
+        name = job["metadata"]["name"]
+        apply(c, job)
+
+        def trainer_log(pod):
+            done = c.kubectl("logs", pod, "-c", "trainer", check=False)
+            return done.stdout if done.returncode == 0 else ""
+
+        def workers():
+            return sorted(p["metadata"]["name"] for p in job_pods(c, name)
+                          if replica_key(p)[0] == "worker")
+        c.wait_for(lambda: "step 50/" in trainer_log(name + "-worker-0"), timeout=180,
+                   what="worker-0's program training")
+        c.kubectl("scale", "trainingjob/" + name, "--replicas=3")
+        joiner = c.wait_for(lambda: live_pod(c, name, "worker", 2), timeout=60,
+                            what="worker-2's pod")["metadata"]["name"]
+        # Taken in at a step past the change, with the servers' parameters.
+        c.wait_for(lambda: " loss " in trainer_log(joiner), timeout=120,
+                   what="worker-2's program training")
+        c.kubectl("scale", "trainingjob/" + name, "--replicas=1")
+        c.wait_for(lambda: workers() == [name + "-worker-0"], timeout=120,
+                   what="only worker-0's pod left")
+        said = c.kubectl("logs", name + "-scheduler-0").stdout
+        for rank in (1, 2):
+            self.assertIn("worker %d (worker-%d) left the job: it was scaled away" % (rank, rank),
+                          said, self.diag(name))
+        status = {}
+        deadline = time.time() + 300
+        while time.time() < deadline and status.get("phase") not in ("Succeeded", "Failed"):
+            time.sleep(0.5)
+            status = get_job(c, name).get("status", {})
+        self.assertEqual(status.get("phase"), "Succeeded", self.diag(name))
+        self.assertEqual(status["replicaStatuses"]["worker"]["restarts"], 0, self.diag(name))
+        created = sorted(e["message"] for e in events_of(c, name)
+                         if e["reason"] == "CreatedPod" and "worker" in e["message"])
+        self.assertEqual(created, ["Created pod %s-worker-%d" % (name, r) for r in range(3)],
+                         "exactly the pods the changes needed, none restarted")
+        self.assertIn("test accuracy", trainer_log(name + "-worker-0"))
 
     def test_a_diverging_program_fails_the_job_with_the_reason_its_agent_gives(self):
         # SGD at learning rate 1e10 on the servers: the program soon pushes

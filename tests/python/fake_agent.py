@@ -5,13 +5,15 @@ follows the document, not the client, so a client that drifts from the
 protocol fails here as it would against the agent.  It serves one session at
 a time on `agent.sock` in a directory, writes `agent.json` atomically, keeps
 the declared tensors in a shared-memory file, and plays the parameter servers
-itself: one value per key with a version, sync or async, the servers'
+itself (fake_servers.py): one value per key with a version, sync or async, the servers'
 optimizer `sgd` (value -= learning_rate * gradient) or `none` (the value is
 the averaged gradient), spec.nonFinite `Fail` (a push holding NaN or Inf
 refused whole) or `SkipStep` (a push's update skipped whole; with `none` the
 gradient is handed on as it is), and every version's values kept so a
 rollback can go back exactly.  Gradients of the other workers are taken equal to this
-worker's, so the average is the pushed gradient.
+worker's, so the average is the pushed gradient.  An elastic job's schedule is a function
+of the step (`schedule`); while this worker waits to be taken in, the others compute up to
+its first step, each step's mean gradient all ones.
 
 What tests can do besides talking the protocol: read `events` (every request,
 with its CLOCK_MONOTONIC arrival time in ns, comparable across processes),
@@ -25,7 +27,6 @@ Run alone (a subprocess, as the real agent is): python3 fake_agent.py DIR [optio
 import argparse
 import array
 import json
-import math
 import mmap
 import os
 import secrets
@@ -36,26 +37,14 @@ import sys
 import threading
 import time
 
+from fake_servers import RequestError, Servers
+
 PROTOCOL = 1
 MAX_MESSAGE = 64 << 20
 ALIGN = 64
-CODES = ("InvalidArgument", "FailedPrecondition", "NotFound", "AlreadyExists", "Aborted",
-         "Unavailable", "Internal")
 LENGTH = struct.Struct("<I")
 # A pull that no push can satisfy would hang a test forever; fail it instead.
 PULL_GIVE_UP_S = 30.0
-
-
-def finite(data):
-    return all(math.isfinite(g) for g in array.array("f", data))
-
-
-class RequestError(Exception):
-    def __init__(self, code, message, **fields):
-        assert code in CODES, code
-        super().__init__(message)
-        self.code = code
-        self.fields = fields
 
 
 def send_message(sock, lock, message):
@@ -74,86 +63,6 @@ def receive_exactly(sock, count):
     return data
 
 
-class Servers:
-    """The job's parameter servers as the fake plays them; they outlive sessions."""
-
-    def __init__(self, mode, optimizer, learning_rate, non_finite):
-        self.mode = mode
-        self.optimizer = optimizer
-        self.learning_rate = learning_rate
-        self.non_finite = non_finite
-        self.cond = threading.Condition()
-        self.history = {}  # name -> {version: bytes}
-        self.version = {}  # name -> current version
-        self.generation = 0
-        self.resume_step = None  # of the latest rollback
-
-    def initialized(self):
-        return bool(self.version)
-
-    def store_initial(self, name, data, step):
-        with self.cond:
-            if name not in self.version:  # the first values win
-                self.history[name] = {step: data}
-                self.version[name] = step
-
-    def current(self, name):
-        return self.history[name][self.version[name]]
-
-    def judge_non_finite(self, gradients, step):
-        """What the shards make of a push ({name: bytes}) holding NaN or Inf: (a RequestError
-        under nonFinite Fail, as they refuse it whole, or None; whether SkipStep skips it)."""
-        bad = [name for name, data in gradients.items() if not finite(data)]
-        if not bad:
-            return None, False
-        if self.non_finite != "Fail":
-            return None, True
-        return RequestError("InvalidArgument", "the gradient of %r for step %d is not finite "
-                            "(NaN or Inf): the model diverged" % (bad[0], step),
-                            reason="NonFiniteGradient"), False
-
-    def apply_push(self, name, gradient, step, skip=False):
-        """Returns a violation message, or None.  `skip`: the push held NaN or Inf under
-        SkipStep, so no update (with `none` the gradient is handed on as it is)."""
-        with self.cond:
-            version = self.version[name]
-            if self.mode == "sync":
-                if step < version:
-                    return None  # a step already applied: ignored, as the shards do
-                if step > version:
-                    return "push of %r for step %d while the servers are at version %d" % (
-                        name, step, version)
-            grad = array.array("f", gradient)
-            if self.optimizer == "none":
-                new = grad  # SkipStep too: the program's optimizer decides
-            elif skip:
-                new = array.array("f", self.current(name))
-            else:
-                new = array.array("f", self.current(name))
-                for i, g in enumerate(grad):
-                    new[i] -= self.learning_rate * g
-            self.version[name] = version + 1
-            self.history[name][version + 1] = new.tobytes()
-            self.cond.notify_all()
-        return None
-
-    def values_for_pull(self, name, min_version):
-        history = self.history[name]
-        if self.mode == "sync" and min_version in history:
-            return history[min_version]  # as it was at that version
-        return self.current(name)
-
-    def roll_back(self, resume_step):
-        with self.cond:
-            for name, history in self.history.items():
-                for version in [v for v in history if v > resume_step]:
-                    del history[version]
-                self.version[name] = max(history)
-            self.generation += 1
-            self.resume_step = resume_step
-            self.cond.notify_all()
-
-
 class Transfer:
     """One push or pull moving in the background; `error` is a RequestError or None."""
 
@@ -170,10 +79,14 @@ class FakeAgent:
     def __init__(self, socket_dir, rank=0, size=1, num_servers=1, mode="sync", optimizer="sgd",
                  learning_rate=0.5, non_finite="Fail", server_values=None, start_step=0,
                  push_delay_s=0.0,
-                 json_delay_s=0.0, write_json=True, nonce=None):
+                 json_delay_s=0.0, write_json=True, nonce=None, schedule=None, batch_size=64):
         self.socket_dir = socket_dir
         self.rank, self.size, self.num_servers = rank, size, num_servers
         self.push_delay_s = push_delay_s
+        # Elastic: step -> (member, position, count, first, end, global_batch, next_member_step).
+        self.schedule = schedule
+        self.batch_size = batch_size
+        self.computed = False  # a push was made: not a member any more is scaled away
         self.json_delay_s = json_delay_s
         self.write_json = write_json
         self.nonce = nonce or secrets.token_hex(16)
@@ -296,6 +209,7 @@ class Session:
         self.mapping = None
         self.file = None
         self.initialized = False
+        self.member_steps = set()  # the steps membership said this worker computes
         self.finished = False
         self.transfers = {}  # handle -> list of Transfer
         self.waited = set()
@@ -411,7 +325,8 @@ class Session:
         self.client_pid = request.get("pid")
         return {"rank": self.agent.rank, "size": self.agent.size,
                 "num_servers": self.agent.num_servers, "mode": self.servers.mode,
-                "optimizer": self.servers.optimizer, "non_finite": self.servers.non_finite}
+                "optimizer": self.servers.optimizer, "non_finite": self.servers.non_finite,
+                "elastic": self.agent.schedule is not None, "batch_size": self.agent.batch_size}
 
     def op_declare(self, request):
         if self.tensors is not None:
@@ -497,8 +412,38 @@ class Session:
         self.transfers[handle] = transfers
         return {"handle": handle}
 
+    def op_membership(self, request):
+        if not self.initialized:
+            raise RequestError("FailedPrecondition", "membership before init")
+        step = int(request["step"])
+        if self.agent.schedule is None:
+            size, rank = self.agent.size, self.agent.rank
+            batch = self.agent.batch_size * size
+            share = (True, rank, size, batch * rank // size, batch * (rank + 1) // size, batch,
+                     None)
+        else:
+            share = self.agent.schedule(step)
+        member, position, count, first, end, global_batch, later = share
+        if member:
+            self.member_steps.add(step)
+        elif later is not None:
+            self.servers.others_compute_to(later)
+        answer = {"member": member, "position": position, "count": count,
+                  "first_example": first, "end_example": end, "global_batch": global_batch,
+                  "scaled_away": not member and later is None and self.agent.computed}
+        if later is not None:
+            answer["next_member_step"] = later
+        return answer
+
+    def check_member(self, step):
+        if self.agent.schedule is not None and step not in self.member_steps:
+            self.agent.violations.append("push of step %d, which membership did not say this "
+                                         "worker computes" % step)
+        self.agent.computed = True
+
     def op_push(self, request):
         names = self.check_keys(request, with_numel=True)
+        self.check_member(int(request.get("step", -1)))
         return self.new_handle([self.start_push(names, int(request.get("step", -1)))])
 
     def op_pull(self, request):
@@ -508,6 +453,7 @@ class Session:
     def op_push_pull(self, request):
         names = self.check_keys(request, with_numel=True)
         step = int(request.get("step", -1))
+        self.check_member(step)
         push = self.start_push(names, step)
         return self.new_handle([push, self.start_pull(names, step + 1, after=push)])
 

@@ -187,7 +187,8 @@ class KUBEPS_EXPORT KVWorker {
   // step's examples are its own. Blocks until the job's scheduler has fixed
   // the step's workers (at most about a round trip: it keeps the schedule
   // a fifth of a second of steps ahead). A job whose workers are fixed: every worker,
-  // each its rank's share, and global_batch 0 (the caller knows it).
+  // each its rank's share, and global_batch 0 (the caller knows it); behind
+  // the sidecar the agent fills in the examples of spec.batchSize per worker.
   virtual Status Membership(uint64_t step, StepMembership* out) {
     out->member = true;
     out->position = rank();

@@ -411,6 +411,22 @@ Status SidecarKVWorker::Finish() {
   return connection_->Call({{"op", "finish"}}, &reply);
 }
 
+Status SidecarKVWorker::Membership(uint64_t step, StepMembership* out) {
+  json reply;
+  if (Status s = connection_->Call({{"op", "membership"}, {"step", step}}, &reply); !s.ok())
+    return s;
+  *out = StepMembership{};
+  out->member = reply.value("member", false);
+  out->position = reply.value("position", 0);
+  out->count = reply.value("count", 0);
+  out->first_example = reply.value("first_example", uint64_t{0});
+  out->end_example = reply.value("end_example", uint64_t{0});
+  out->global_batch = reply.value("global_batch", uint64_t{0});
+  if (reply.contains("next_member_step"))
+    out->next_member_step = reply["next_member_step"].get<uint64_t>();
+  return Status::Ok();
+}
+
 Status SidecarKVWorker::Recover(uint64_t* resume_step) {
   std::lock_guard<std::mutex> lock(mutex_);
   *resume_step = rolled_back_ ? resume_step_ : start_step_;

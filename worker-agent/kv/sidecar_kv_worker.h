@@ -63,6 +63,9 @@ class SidecarKVWorker final : public KVWorker {
   Status WaitWithVersion(Ticket ticket, uint64_t* version) override;
   Status Barrier(const std::string& name) override;
   Status Finish() override;
+  // The agent's answer (op membership): an elastic job's schedule, a fixed
+  // job's rank run of spec.batchSize per worker.
+  Status Membership(uint64_t step, StepMembership* out) override;
   Status Recover(uint64_t* resume_step) override;
   const std::vector<Part>& parts() const override { return no_parts_; }
   float* SharedValues(uint32_t key) override;

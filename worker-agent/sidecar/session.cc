@@ -8,90 +8,16 @@
 
 #include "common/logging.h"
 #include "common/termination_message.h"
+#include "worker-agent/sidecar/request_fields.h"
 
 namespace kubeps::sidecar {
 namespace {
 
 using json = nlohmann::json;
 
-// The protocol's error codes.
-constexpr const char* kInvalidArgument = "InvalidArgument";
-constexpr const char* kFailedPrecondition = "FailedPrecondition";
-constexpr const char* kNotFound = "NotFound";
-constexpr const char* kAborted = "Aborted";
-constexpr const char* kUnavailable = "Unavailable";
-constexpr const char* kInternal = "Internal";
-
 // Tensors are float32; a tensor over this many elements is surely a mistake
 // (2^40 bytes), and it keeps the byte arithmetic far from overflowing.
 constexpr uint64_t kMaxNumel = uint64_t{1} << 38;
-
-std::string Quote(const std::string& s) { return json(s).dump(); }
-
-// Reads a request's fields; the first problem becomes `error`, naming the
-// op and the field.
-class Fields {
- public:
-  Fields(const json& request, const char* op) : request_(request), op_(op) {}
-
-  bool Has(const char* name) const { return request_.contains(name); }
-
-  bool Unsigned(const char* name, uint64_t* out, bool required) {
-    if (!Has(name)) return !required || Missing(name);
-    const json& value = request_[name];
-    if (!value.is_number_unsigned()) {
-      return Bad(std::string(op_) + ": \"" + name + "\" must be an unsigned integer, got " +
-                 value.dump());
-    }
-    *out = value.get<uint64_t>();
-    return true;
-  }
-
-  bool String(const char* name, std::string* out, bool required) {
-    if (!Has(name)) return !required || Missing(name);
-    const json& value = request_[name];
-    if (!value.is_string()) {
-      return Bad(std::string(op_) + ": \"" + name + "\" must be a string, got " + value.dump());
-    }
-    *out = value.get<std::string>();
-    return true;
-  }
-
-  bool UnsignedList(const char* name, std::vector<uint64_t>* out, bool required) {
-    if (!Has(name)) return !required || Missing(name);
-    const json& value = request_[name];
-    bool ok = value.is_array();
-    for (size_t i = 0; ok && i < value.size(); ++i) ok = value[i].is_number_unsigned();
-    if (!ok) {
-      return Bad(std::string(op_) + ": \"" + name + "\" must be a list of unsigned integers, got " +
-                 value.dump());
-    }
-    out->clear();
-    for (const json& v : value) out->push_back(v.get<uint64_t>());
-    return true;
-  }
-
-  bool Bad(std::string message) {
-    if (error.empty()) error = std::move(message);
-    return false;
-  }
-
-  std::string error;
-
- private:
-  bool Missing(const char* name) {
-    return Bad(std::string(op_) + ": the field \"" + name + "\" is required");
-  }
-
-  const json& request_;
-  const char* op_;
-};
-
-// The protocol's code for a failure of the KV client (Aborted is handled
-// apart: it comes with a resume step).
-const char* CodeOf(const Status& status) {
-  return status.code() == Status::Code::kUnavailable ? kUnavailable : kInternal;
-}
 
 }  // namespace
 
@@ -131,13 +57,15 @@ Session::Next Session::Handle(const json& request) {
     now = StartWait(id, request);
   } else if (op == "barrier") {
     now = StartBarrier(id, request);
+  } else if (op == "membership") {
+    now = StartMembership(id, request);
   } else if (op == "finish") {
     now = StartFinish(id);
   } else {
     now = Outcome{kInvalidArgument,
                   "unknown op " + (op_field.is_null() ? std::string("(none)") : op_field.dump()) +
                       ": want hello, declare, init, push, pull, push_pull, wait, barrier, "
-                      "finish or bye"};
+                      "membership, finish or bye"};
   }
   if (now) send_(ToReply(id, *now));
   return Next::kRead;
@@ -187,7 +115,9 @@ Session::Outcome Session::Hello(const json& request) {
                {"num_servers", context_.kv->num_servers()},
                {"mode", context_.sync ? "sync" : "async"},
                {"optimizer", context_.optimizer},
-               {"non_finite", context_.non_finite}};
+               {"non_finite", context_.non_finite},
+               {"elastic", context_.elastic},
+               {"batch_size", context_.batch_size}};
   return ok;
 }
 
@@ -401,6 +331,10 @@ Session::Outcome Session::StartTransfer(Kind kind, const char* op, const json& r
     for (uint64_t key = 0; key < declared; ++key) keys.push_back(key);
   }
   if (keys.empty()) return {kInvalidArgument, std::string(op) + ": \"keys\" is empty"};
+  if (push) {
+    if (std::string why = NotAMemberOf(op, step); !why.empty()) return {kFailedPrecondition, why};
+    if (context_.computed) context_.computed->store(true);
+  }
   if (fields.Has("numel") && numels.size() != keys.size()) {
     return {kInvalidArgument, std::string(op) + ": " + std::to_string(keys.size()) + " keys but " +
                                   std::to_string(numels.size()) +
@@ -596,6 +530,13 @@ std::optional<Session::Outcome> Session::StartFinish(const json& id) {
     finished_ = true;
   }
   RunLater(id, [this]() -> Outcome {
+    // Scaled away: the scheduler reads this worker's finish as its leaving.
+    std::optional<uint64_t> left;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      left = scaled_away_at_;
+    }
+    if (left && context_.on_scaled_away) context_.on_scaled_away(*left);
     // As the built-in trainer: when the last worker's answer is lost, the
     // scheduler may have ended the job and gone before our resend. The
     // training is over either way.

@@ -1,6 +1,6 @@
 // One training process's session with its agent (docs/sidecar-protocol.md,
 // "Session" and "Requests"): the state machine hello -> declare -> init ->
-// push / pull / push_pull / wait / barrier -> finish -> bye, with every error
+// push / pull / push_pull / wait / barrier / membership -> finish -> bye, with every error
 // of the protocol's table; the client's handles mapped to KV client tickets
 // on the session's shared-memory file; and a sync job's rollback (a wait
 // that fails Aborted recovers, pulls the resume step's parameters into every
@@ -8,7 +8,7 @@
 //
 // Thread-safe as the server uses it: Handle is called by one reader thread,
 // in the order requests arrive. Requests that block (init, wait, barrier,
-// finish) run on the server's pool and reply from there, so replies may come
+// membership, finish) run on the server's pool and reply from there, so replies may come
 // out of order; Close, called after the last Handle, waits for them.
 #ifndef KUBEPS_WORKER_AGENT_SIDECAR_SESSION_H_
 #define KUBEPS_WORKER_AGENT_SIDECAR_SESSION_H_
@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,21 @@ struct SessionContext {
   bool sync = true;                 // the job's mode
   std::string optimizer = "sgd";    // the servers' (none: they only average)
   std::string non_finite = "Fail";  // spec.nonFinite: Fail or SkipStep
+  // spec.replicaSpecs.worker.elasticPolicy is set: the job's workers may
+  // change, so the program asks which steps it computes (membership) and
+  // pushes only those.
+  bool elastic = false;
+  // spec.batchSize: a fixed job's global batch is this x its workers, cut
+  // by rank (an elastic job's comes from the scheduler's schedule).
+  uint64_t batch_size = 0;
+  // Set by every session's first push: this worker has computed steps, so
+  // a step it no longer computes, with none later, means it was scaled away
+  // (not that it waits to be taken in). May be null.
+  std::atomic<bool>* computed = nullptr;
+  // Told, at the program's finish, the step from which its worker was
+  // scaled away, when membership said so: the agent's last words. May be
+  // empty.
+  std::function<void(uint64_t step)> on_scaled_away;
   // Element counts this worker declared to the servers in an earlier session
   // (empty before the first init); a session's init sets them. A restarted
   // training process must declare the same tensors.
@@ -114,6 +130,13 @@ class Session {
   std::optional<Outcome> StartWait(const nlohmann::json& id, const nlohmann::json& request);
   std::optional<Outcome> StartBarrier(const nlohmann::json& id, const nlohmann::json& request);
   std::optional<Outcome> StartFinish(const nlohmann::json& id);
+  // session_membership.cc: who computes a step, and the check that an
+  // elastic job's program pushes only the steps it computes.
+  std::optional<Outcome> StartMembership(const nlohmann::json& id, const nlohmann::json& request);
+  Outcome AnswerMembership(uint64_t step);
+  // Why a push of `step` may not be made in an elastic job (empty when it
+  // may); mutex_ held.
+  std::string NotAMemberOf(const char* op, uint64_t step) const;
 
   // Runs `work` on the pool; what it returns is the reply to `id`.
   void RunLater(const nlohmann::json& id, std::function<Outcome()> work);
@@ -150,6 +173,10 @@ class Session {
   // each layer apart (overlapping its backward pass) completes one step
   // with several push_pulls, counted once.
   uint64_t counted_step_ = 0;
+  // Elastic: the steps membership said this worker computes (pushes of
+  // others are refused), and the step it was scaled away from.
+  std::set<uint64_t> member_steps_;
+  std::optional<uint64_t> scaled_away_at_;
 
   std::mutex recovery_mutex_;  // one recovery at a time
   std::atomic<uint64_t> recoveries_{0};

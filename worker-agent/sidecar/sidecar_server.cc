@@ -260,6 +260,11 @@ std::pair<std::string, std::string> SidecarServer::JobFailure() const {
   return job_failure_;
 }
 
+std::optional<uint64_t> SidecarServer::ScaledAwayAt() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return scaled_away_at_;
+}
+
 void SidecarServer::RunSession(int fd, int peer_pid) {
   const std::string client = peer_pid > 0 ? "pid " + std::to_string(peer_pid) : "a client";
   KLOG_INFO << "session of " << client << " started";
@@ -273,6 +278,13 @@ void SidecarServer::RunSession(int fd, int peer_pid) {
   context.sync = options_.sync;
   context.optimizer = options_.optimizer;
   context.non_finite = options_.non_finite;
+  context.elastic = options_.elastic;
+  context.batch_size = options_.batch_size;
+  context.computed = &computed_;
+  context.on_scaled_away = [this](uint64_t step) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    scaled_away_at_ = step;
+  };
   context.known_numels = &known_numels_;
   context.kv_segment = options_.kv_segment;
   context.on_job_failure = [this](const std::string& reason, const std::string& message) {

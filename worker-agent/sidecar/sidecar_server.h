@@ -48,9 +48,11 @@ struct SidecarOptions {
   bool sync = true;                  // the job's mode
   std::string optimizer = "sgd";     // the servers'; `none` when they only average
   std::string non_finite = "Fail";   // spec.nonFinite: Fail or SkipStep
+  bool elastic = false;              // the worker role has an elasticPolicy
+  uint64_t batch_size = 0;           // spec.batchSize, per worker
   MetricsServer* metrics = nullptr;  // null: nothing exported
   int progress_interval_ms = 2000;
-  int pool_threads = 8;  // requests that block (wait, barrier, init, finish) at once
+  int pool_threads = 8;  // requests that block (wait, barrier, init, membership, finish) at once
   // SessionContext::kv_segment: where the KV client can hold the program's
   // tensors in its own shared segment. Empty: never.
   std::function<std::optional<SegmentFile>(const std::vector<uint64_t>& numels)> kv_segment;
@@ -88,6 +90,9 @@ class SidecarServer {
   // session saw a failure no restart cures (SessionContext::on_job_failure);
   // empty reason otherwise.
   std::pair<std::string, std::string> JobFailure() const;
+  // The step from which this worker was scaled away, once the session that
+  // learned it said finish (SessionContext::on_scaled_away).
+  std::optional<uint64_t> ScaledAwayAt() const;
 
  private:
   enum class Slot { kFree, kActive, kEnding };
@@ -120,6 +125,8 @@ class SidecarServer {
   const Session* session_ = nullptr;  // the open session, on its reader's stack
   bool finished_ = false;             // a session that said finish has ended
   std::pair<std::string, std::string> job_failure_;  // the first one a session saw
+  std::atomic<bool> computed_{false};                // a session pushed a step
+  std::optional<uint64_t> scaled_away_at_;
   std::thread reader_;
 };
 

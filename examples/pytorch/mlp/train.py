@@ -8,17 +8,21 @@ distributed, in the manner of Horovod and BytePS:
     optimizer = kps.DistributedOptimizer(optimizer, named_parameters=..., model=model)
     kps.broadcast_parameters(model.state_dict(), root_rank=0)
 
-and `for step in kps.steps(total)` walks the global steps: from 0 on a new job,
-from the servers' step when this process was restarted, from the resume step
-after a rollback.
+and `for step in kps.steps(total)` walks the global steps this worker
+computes: from 0 on a new job, from the servers' step when this process was
+restarted, from the resume step after a rollback; in an elastic job
+(elasticPolicy: trainingjob-elastic.yaml) from the step it is taken in at, up
+to the step it is scaled away at.
 
 The data set is Fashion-MNIST's four IDX files (Debian's dataset-fashion-mnist
 puts them in /usr/share/datasets/fashion-mnist; $DATA_DIR or --data-dir names
-another folder), read by ../fashion_mnist.py with gzip and struct. The batch of a step is a pure
-function of (seed, step, rank): each epoch's order comes from a generator
-seeded with (seed, epoch), and worker r takes the r-th slice of the step's
-global batch. So a worker that is killed and restarted, or rolled back,
-computes exactly the batches it would have computed anyway.
+another folder), read by ../fashion_mnist.py with gzip and struct. A step's
+global batch is the manifest's spec.batchSize x its workers, and its examples
+a pure function of (seed, step): each epoch's order comes from a generator
+seeded with (seed, epoch), and each worker takes its run kps.examples() of the
+step's global batch. So a worker that is killed and restarted, or rolled back,
+computes exactly the batches it would have computed anyway, and an elastic
+job's steps use the same examples whoever computes them.
 
 Rank 0 reports the test accuracy at the end: "test accuracy 0.8455 ...".
 """
@@ -40,7 +44,6 @@ from fashion_mnist import DEFAULT_DATA_DIR, StepSampler, evaluate, load  # noqa:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=300, help="global steps of the job")
-    parser.add_argument("--batch-size", type=int, default=64, help="examples per worker and step")
     parser.add_argument("--seed", type=int, default=1, help="initial parameters and data order")
     parser.add_argument("--data-dir", default=os.environ.get("DATA_DIR", DEFAULT_DATA_DIR))
     parser.add_argument("--log-every", type=int, default=50, help="steps between progress lines")
@@ -69,12 +72,13 @@ def main():
     kps.broadcast_parameters(model.state_dict(), root_rank=0)
 
     rank, size = kps.rank(), kps.size()
-    sampler = StepSampler(len(train_images), args.batch_size, rank, size, args.seed)
-    print("rank %d of %d, %d steps of %d x %d examples" % (rank, size, args.steps, size,
-                                                           args.batch_size), flush=True)
+    global_batch = kps.global_batch()  # spec.batchSize x the workers
+    sampler = StepSampler.of_global_batch(len(train_images), global_batch, args.seed)
+    print("rank %d of %d, %d steps of %d examples" % (rank, size, args.steps, global_batch),
+          flush=True)
     start = time.time()
     for step in kps.steps(args.steps):
-        batch = sampler.indices(step)
+        batch = sampler.run(step, *kps.examples())  # this worker's examples of the step
         optimizer.zero_grad()
         loss = F.cross_entropy(model(train_images[batch]), train_labels[batch])
         loss.backward()
@@ -83,7 +87,7 @@ def main():
             print("step %d/%d loss %.4f" % (step + 1, args.steps, loss.item()), flush=True)
     seconds = time.time() - start
 
-    if rank == 0:
+    if rank == 0:  # an elastic job's rank 0 is never scaled away
         test_images, test_labels = load(args.data_dir, "t10k")
         accuracy, test_loss = evaluate(model, test_images, test_labels)
         print("test accuracy %.4f (test loss %.4f) after %d steps, %.1f s in this process"

@@ -515,9 +515,14 @@ TEST(ApiTrainingJobErrorsTest, WhatElasticJobsCannotDoYetIsRefusedNotIgnored) {
   own.replace(own.find("  model: mlp\n"), 13, "");
   const std::string dataset = "  dataset:\n    path: /usr/share/datasets/fashion-mnist\n";
   own.replace(own.find(dataset), dataset.size(), "");
-  ExpectError(own, field,
-              "is for the built-in models so far: a job's own program cannot yet learn its share "
-              "of each step from the agent");
+  EXPECT_TRUE(ParseTrainingJob(own).ok()) << "a job's own program is elastic too";
+  // Not with servers that only average: a newcomer would have no parameters.
+  own.replace(own.find("name: sgd"), 9, "name: none");
+  ExpectError(own, "spec.optimizer.name",
+              "none cannot be elastic: a worker taken in while the job trains starts from the "
+              "servers' parameters, and with none the servers hold only the averaged gradients "
+              "(the parameters and optimizer state are each program's): use the servers' "
+              "optimizer (sgd, momentum or adam), or leave out elasticPolicy");
 }
 
 }  // namespace

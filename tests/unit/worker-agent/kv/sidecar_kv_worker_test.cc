@@ -321,6 +321,26 @@ TEST_F(SidecarKVWorkerTest, BarrierAndFinishReachTheKVClient) {
   EXPECT_EQ(serving_.wait_for(10s), std::future_status::ready);
 }
 
+TEST_F(SidecarKVWorkerTest, MembershipIsTheAgentsAnswer) {
+  StopServer();
+  StartServer("sgd", true, /*elastic=*/true);
+  kv_.SetSchedule(sidecar::TakenInAt(30, 2, 3));
+  std::unique_ptr<KVWorker> kv = Initialized();
+  ASSERT_TRUE(kv);
+  StepMembership share;
+  ASSERT_TRUE(kv->Membership(10, &share).ok());
+  EXPECT_FALSE(share.member);
+  EXPECT_EQ(share.next_member_step, std::optional<uint64_t>(30));
+  ASSERT_TRUE(kv->Membership(30, &share).ok());
+  EXPECT_TRUE(share.member);
+  EXPECT_EQ(share.position, 2);
+  EXPECT_EQ(share.count, 3);
+  EXPECT_EQ(share.first_example, 85u);
+  EXPECT_EQ(share.end_example, 128u);
+  EXPECT_EQ(share.global_batch, 128u);
+  EXPECT_FALSE(share.next_member_step);
+}
+
 TEST_F(SidecarKVWorkerTest, AGoneAgentIsUnavailable) {
   std::unique_ptr<KVWorker> kv = Initialized();
   ASSERT_TRUE(kv);

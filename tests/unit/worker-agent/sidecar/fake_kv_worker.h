@@ -104,6 +104,21 @@ class FakeKVWorker : public KVWorker {
     return Status::Ok();
   }
   const std::vector<Part>& parts() const override { return parts_; }
+  // An elastic job's schedule, as SetSchedule says; a fixed job's otherwise.
+  Status Membership(uint64_t step, StepMembership* out) override {
+    std::function<StepMembership(uint64_t)> schedule;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      schedule = schedule_;
+    }
+    if (!schedule) return KVWorker::Membership(step, out);
+    *out = schedule(step);
+    return Status::Ok();
+  }
+  void SetSchedule(std::function<StepMembership(uint64_t)> schedule) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    schedule_ = std::move(schedule);
+  }
 
   // --- what a test does to it
 
@@ -211,6 +226,7 @@ class FakeKVWorker : public KVWorker {
   std::vector<PushRecord> pushes_;
   std::vector<uint64_t> pull_versions_;
   std::vector<std::string> barriers_;
+  std::function<StepMembership(uint64_t)> schedule_;
   int init_calls_ = 0, finish_calls_ = 0, recover_calls_ = 0;
 };
 

@@ -22,17 +22,7 @@ std::string ExpectError(const json& reply, const std::string& code) {
   return reply.value("error", "");
 }
 
-class SessionTest : public SidecarTest {
- protected:
-  // A session past init, with kTensors declared.
-  std::unique_ptr<TestClient> Ready() {
-    auto client = Connect();
-    EXPECT_TRUE(client->connected());
-    json init = client->Start(nonce(), dir_, kTensors);
-    EXPECT_TRUE(init.value("ok", false)) << init.dump();
-    return client;
-  }
-};
+using SessionTest = SidecarTest;
 
 TEST_F(SessionTest, APushOfTheWrongSizeNamesTheTensorAndBothSizes) {
   auto client = Ready();

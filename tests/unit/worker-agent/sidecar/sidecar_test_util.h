@@ -19,6 +19,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -28,6 +29,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/step_membership.h"
 #include "tests/unit/worker-agent/sidecar/fake_kv_worker.h"
 #include "worker-agent/sidecar/framing.h"
 #include "worker-agent/sidecar/sidecar_server.h"
@@ -185,7 +187,7 @@ class SidecarTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
-  void StartServer(const std::string& optimizer = "sgd", bool sync = true) {
+  void StartServer(const std::string& optimizer = "sgd", bool sync = true, bool elastic = false) {
     if (dir_.empty()) {
       char pattern[] = "/tmp/kubeps-sidecar-XXXXXX";
       ASSERT_NE(::mkdtemp(pattern), nullptr);
@@ -198,6 +200,8 @@ class SidecarTest : public ::testing::Test {
     options.replica = "worker-0";
     options.sync = sync;
     options.optimizer = optimizer;
+    options.elastic = elastic;
+    options.batch_size = 64;
     options.metrics = metrics_.get();
     options.progress_interval_ms = 100000;
     Status started = SidecarServer::Start(options, &kv_, &server_);
@@ -212,6 +216,8 @@ class SidecarTest : public ::testing::Test {
   }
 
   std::unique_ptr<TestClient> Connect() { return std::make_unique<TestClient>(ConnectTo(dir_)); }
+  // A session past init, with kTensors declared.
+  std::unique_ptr<TestClient> Ready();
   std::string nonce() const { return server_->nonce(); }
   // Until `condition` holds, at most `limit`.
   static bool Eventually(const std::function<bool()>& condition,
@@ -259,6 +265,33 @@ class SidecarTest : public ::testing::Test {
 // Two tensors, as a test declares them: "w" of 2x3 and "b" of 5.
 inline const std::vector<std::pair<std::string, std::vector<int>>> kTensors = {{"w", {2, 3}},
                                                                                {"b", {5}}};
+
+inline std::unique_ptr<TestClient> SidecarTest::Ready() {
+  auto client = Connect();
+  EXPECT_TRUE(client->connected());
+  json init = client->Start(nonce(), dir_, kTensors);
+  EXPECT_TRUE(init.value("ok", false)) << init.dump();
+  return client;
+}
+
+// An elastic job's schedule for a worker taken in at `first_step` as run
+// `position` of `count` of a global batch of 128 (FakeKVWorker::SetSchedule).
+inline std::function<StepMembership(uint64_t)> TakenInAt(uint64_t first_step, int position,
+                                                         int count) {
+  return [=](uint64_t step) {
+    StepMembership out;
+    out.global_batch = 128;
+    if (step < first_step) {
+      out.next_member_step = first_step;
+      return out;
+    }
+    out.member = true;
+    out.position = position;
+    out.count = count;
+    BatchRun(out.global_batch, position, count, &out.first_example, &out.end_example);
+    return out;
+  };
+}
 
 }  // namespace kubeps::sidecar
 
