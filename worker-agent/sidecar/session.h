@@ -16,12 +16,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -173,9 +173,10 @@ class Session {
   // each layer apart (overlapping its backward pass) completes one step
   // with several push_pulls, counted once.
   uint64_t counted_step_ = 0;
-  // Elastic: the steps membership said this worker computes (pushes of
-  // others are refused), and the step it was scaled away from.
-  std::set<uint64_t> member_steps_;
+  // Elastic: the steps membership said this worker computes, the latest
+  // answers (pushes of others are refused: a rollback's resume step, asked
+  // again, is below those before it), and the step it was scaled away from.
+  std::deque<uint64_t> member_steps_;
   std::optional<uint64_t> scaled_away_at_;
 
   std::mutex recovery_mutex_;  // one recovery at a time

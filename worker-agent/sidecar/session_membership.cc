@@ -3,6 +3,8 @@
 // are its own, from the scheduler's schedule; and the check that an elastic
 // job's program pushes only the steps it computes, since the servers count
 // every push of a step toward that step's members.
+#include <algorithm>
+
 #include "common/step_membership.h"
 #include "worker-agent/sidecar/request_fields.h"
 #include "worker-agent/sidecar/session.h"
@@ -12,9 +14,10 @@ namespace {
 
 using json = nlohmann::json;
 
-// The steps a session remembers being told it computes: a program pushes the
-// step it asked about last (its overlapped buckets), or, after a rollback,
-// the resume step it asks about again; a few are plenty.
+// The steps a session remembers being told it computes, the latest answers:
+// a program pushes the step it asked about last (its overlapped buckets; a
+// step's last exchange may be sent after the next step was asked about), or,
+// after a rollback, the resume step it asks about again; a few are plenty.
 constexpr size_t kRememberedMemberSteps = 8;
 
 }  // namespace
@@ -58,16 +61,17 @@ Session::Outcome Session::AnswerMembership(uint64_t step) {
   if (share.next_member_step) ok.fields["next_member_step"] = *share.next_member_step;
   std::lock_guard<std::mutex> lock(mutex_);
   if (share.member) {
-    member_steps_.insert(step);
-    while (member_steps_.size() > kRememberedMemberSteps)
-      member_steps_.erase(member_steps_.begin());
+    member_steps_.push_back(step);
+    if (member_steps_.size() > kRememberedMemberSteps) member_steps_.pop_front();
   }
   if (scaled_away && !scaled_away_at_) scaled_away_at_ = step;
   return ok;
 }
 
 std::string Session::NotAMemberOf(const char* op, uint64_t step) const {
-  if (!context_.elastic || member_steps_.count(step)) return "";
+  if (!context_.elastic ||
+      std::find(member_steps_.begin(), member_steps_.end(), step) != member_steps_.end())
+    return "";
   return std::string(op) + " of step " + std::to_string(step) +
          ": this job's workers change (elasticPolicy), and membership has not said that worker " +
          std::to_string(context_.kv->rank()) +
