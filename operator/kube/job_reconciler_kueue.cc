@@ -88,7 +88,7 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
     // down (or back up within it) trains on.
     const std::string change =
         PodSetChange(got.body, BuildWorkload(id, *spec, queue, options_.images, std::nullopt),
-                     /*fewer_fit=*/quota_reserved);
+                     /*reserved=*/quota_reserved);
     if (!change.empty()) {
       // The quota asked for no longer fits the job: the job stops, and a
       // new Workload asks for what it needs.

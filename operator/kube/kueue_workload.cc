@@ -118,14 +118,16 @@ bool SameRequests(const json& a, const json& b) {
 struct PodSetQuota {
   json count;
   json requests;  // container name -> its effective requests
+  json tolerations;
 };
 
 std::map<std::string, PodSetQuota> PodSetQuotas(const json& workload) {
   std::map<std::string, PodSetQuota> sets;
   const json spec = workload.value("spec", json::object());
   for (const json& pod_set : spec.value("podSets", json::array())) {
-    PodSetQuota quota{pod_set.value("count", json()), json::object()};
     const json pod = pod_set.value("template", json::object()).value("spec", json::object());
+    PodSetQuota quota{pod_set.value("count", json()), json::object(),
+                      pod.value("tolerations", json::array())};
     for (const char* list : {"initContainers", "containers"}) {
       for (const json& container : pod.value(list, json::array())) {
         quota.requests[container.value("name", "")] =
@@ -182,7 +184,7 @@ json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec, const s
   return workload;
 }
 
-std::string PodSetChange(const json& workload, const json& wanted, bool fewer_fit) {
+std::string PodSetChange(const json& workload, const json& wanted, bool reserved) {
   const auto had = PodSetQuotas(workload), now = PodSetQuotas(wanted);
   std::string change;
   auto add = [&change](const std::string& what) { change += (change.empty() ? "" : ", ") + what; };
@@ -191,12 +193,15 @@ std::string PodSetChange(const json& workload, const json& wanted, bool fewer_fi
     if (old == had.end()) {
       add(name + ": a new pod set");
     } else if (old->second.count != quota.count &&
-               !(fewer_fit && quota.count.is_number_integer() &&
+               !(reserved && quota.count.is_number_integer() &&
                  old->second.count.is_number_integer() &&
                  quota.count.get<int64_t>() < old->second.count.get<int64_t>())) {
       add(name + ": " + quota.count.dump() + " pods, was " + old->second.count.dump());
     } else if (!SameRequests(old->second.requests, quota.requests)) {
       add(name + ": requests " + quota.requests.dump() + ", were " + old->second.requests.dump());
+    } else if (!reserved && old->second.tolerations != quota.tolerations) {
+      add(name + ": tolerations " + quota.tolerations.dump() + ", were " +
+          old->second.tolerations.dump());
     }
   }
   for (const auto& [name, quota] : had) {

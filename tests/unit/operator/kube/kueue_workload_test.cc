@@ -18,6 +18,7 @@ namespace kubeps::kube {
 namespace {
 
 using nlohmann::json;
+using ::testing::AllOf;
 using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -172,6 +173,20 @@ TEST(PodSetChangeTest, CountsAndRequestsAsKueueReadsThem) {
   json gpu = made;
   WorkerResources(gpu)["limits"] = {{"nvidia.com/gpu", 1}};
   EXPECT_THAT(PodSetChange(made, gpu), HasSubstr("nvidia.com/gpu"));
+}
+
+TEST(PodSetChangeTest, TolerationsCountWhileTheWorkloadWaits) {
+  // A job that could not fit a tainted flavor, given the toleration while it
+  // waits: Kueue assigns flavors by the Workload's, which must follow.
+  const json made = BuildWorkload(kId, Parsed(), "q", ImageSet{}, std::nullopt);
+  json manifest = Manifest();
+  manifest["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["tolerations"] = {
+      {{"key", "nvidia.com/gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}};
+  const json tolerant = BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt);
+  EXPECT_THAT(PodSetChange(made, tolerant),
+              AllOf(HasSubstr("worker: tolerations"), HasSubstr("nvidia.com/gpu")));
+  // Admitted, Kueue added the flavor's own: the job runs on.
+  EXPECT_EQ(PodSetChange(made, tolerant, /*reserved=*/true), "");
 }
 
 TEST(WithConditionTest, KeepsTheTransitionTimeWhileTheStatusStays) {
