@@ -25,6 +25,10 @@ struct StepMembership {
   // any. None: a worker that computed steps before has been scaled away and
   // leaves the job; one that has not yet waits to be taken in.
   std::optional<uint64_t> next_member_step;
+  // Behind the sidecar: not a member, none later, and this worker computed
+  // steps before (in any process of its pod): it was scaled away. The
+  // in-process client leaves this to its caller, which knows what it computed.
+  bool scaled_away = false;
 
   uint64_t examples() const { return end_example - first_example; }
 };

@@ -109,8 +109,9 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
         global_step.Set(static_cast<double>(step));
         continue;
       }
-      if (trained) {
-        // Scaled away: this worker's last step is pushed once Flush returns.
+      if (trained || share.scaled_away) {
+        // Scaled away (behind the sidecar, its agent remembers it across the
+        // program's restarts): this worker's last step is pushed once Flush returns.
         // A rollback meanwhile may need it for the steps redone: it resumes.
         Status flushed = store.Flush();
         if (flushed.IsAborted()) {

@@ -61,14 +61,16 @@ without an update).
 A rollback (a parameter server restarted from its checkpoint) surfaces as
 `RolledBack(resume_step)` from the agent; `step()` handles it: the values of
 `resume_step` are already in the mapping, they are copied into the
-parameters, and `steps()` yields `resume_step` next.
+parameters, and `steps()` yields `resume_step` next (in an elastic job the
+first step from there that this worker computes).
 
 Each step's examples: `examples()` is this worker's run [first, end) of the
 step's global batch (`global_batch()`, spec.batchSize x the workers), so that
 the batch is a pure function of the step whoever computes it.  In a job with
 an elasticPolicy the workers change while it trains: `steps()` yields only
 the steps this worker computes, takes it in at a later step with the
-servers' parameters, and ends when it is scaled away (_torch_elastic.py).
+servers' parameters, and ends when it is scaled away (`scaled_away()`
+then says so; _torch_elastic.py).
 """
 
 import threading
@@ -89,7 +91,7 @@ from kubeps.errors import FailedPrecondition, InvalidArgument, RolledBack
 from kubeps.shared_tensors import describe_names
 
 __all__ = ["init", "rank", "size", "DistributedOptimizer", "broadcast_parameters", "steps",
-           "examples", "global_batch", "finish", "shutdown"]
+           "examples", "global_batch", "scaled_away", "finish", "shutdown"]
 
 SERVERS_AVERAGE_ONLY = "none"
 
@@ -404,9 +406,9 @@ class _DistributedOptimizer(ForwardWaits):
                 self._kubeps_new_backward()
             return loss
         if self._kubeps_defers():
-            self._kubeps_exchange_rest()
-            _counter.advance()
-            return loss
+            if self._kubeps_exchange_rest():
+                _counter.advance()
+            return loss  # else rolled back: steps() goes on from the resume step
         if not self.synchronize():
             self._kubeps_resumed = False
             return loss  # rolled back: steps() goes on from the resume step
@@ -426,7 +428,8 @@ class _DistributedOptimizer(ForwardWaits):
 
     def _kubeps_exchange_rest(self):
         """model=: sends what backward did not (zeros for parameters without a gradient)
-        and leaves every exchange of the step for the next forward pass to wait for."""
+        and leaves every exchange of the step for the next forward pass to wait for.
+        False when the job rolled back instead (the counter is at the resume step)."""
         step = _current_step("optimizer.step()")
         exchanges = self._kubeps_end_backward()
         self._kubeps_check_gradients()
@@ -434,7 +437,12 @@ class _DistributedOptimizer(ForwardWaits):
         # A parameter left out of this forward pass still has its last exchange pending:
         # it must end before the same regions are used again.
         if missing and not self._kubeps_resolve(missing):
-            return
+            # This step's exchanges so far belong to the timeline rolled back: waited out
+            # (nothing may hold a region), and dropped.
+            with self._kubeps_lock:
+                self._kubeps_pending.update(exchanges)
+            self._kubeps_drop_pending()
+            return False
         for binding in missing:
             copy_gradient(binding)
         if missing:
@@ -442,6 +450,7 @@ class _DistributedOptimizer(ForwardWaits):
             exchanges.update((b.name, handle) for b in missing)
         with self._kubeps_lock:
             self._kubeps_pending.update(exchanges)
+        return True
 
     def _kubeps_left_without_step(self):
         """steps(): the body did not call step(); a synchronized step ends skipped."""
@@ -627,7 +636,19 @@ def global_batch():
         return session.batch_size * session.size
     if _counter.share is not None:
         return _counter.share.global_batch
-    return session.membership(_counter.step or 0).global_batch
+    if _counter.step is None:
+        raise FailedPrecondition(
+            "kubeps.torch.global_batch() in an elastic job is the job's scheduler's, which the "
+            "agent asks once the parameters are initialized: call "
+            "kubeps.torch.broadcast_parameters(model.state_dict()) first")
+    return session.membership(_counter.step).global_batch
+
+
+def scaled_away():
+    """Whether steps() ended because this worker left the job before its last step: scaled
+    away, or dropped as lost while the job went on.  Its parameters are then of that step,
+    not the job's result: evaluate and save on a worker that has not left."""
+    return _counter.left
 
 
 def finish():

@@ -99,6 +99,7 @@ class FakeAgent:
         self.holding_barriers = set()  # names whose barrier waits for release_barrier()
         self._released = set()
         self._rollback = None  # (at_step, resume_step)
+        self._rollback_on_wait = None  # (name, resume_step)
         self._lock = threading.Lock()
         self._session = None
         self._listener = None
@@ -130,6 +131,12 @@ class FakeAgent:
     def arm_rollback(self, at_step, resume_step):
         """The first push of a step >= at_step finds a server restarted: the job rolls back."""
         self._rollback = (at_step, resume_step)
+
+    def arm_rollback_on_wait(self, name, resume_step):
+        """The next wait for an exchange of tensor `name` finds its server restarted while the
+        exchange travelled: the job rolls back, and the exchanges of other tensors, waited
+        for apart, are not touched."""
+        self._rollback_on_wait = (name, resume_step)
 
     def release_barrier(self, name):
         with self.servers.cond:
@@ -544,6 +551,12 @@ class Session:
         def finish_wait():
             for transfer in transfers:
                 transfer.done.wait()
+            armed = self.agent._rollback_on_wait
+            if armed and any(armed[0] in t.names for t in transfers):
+                self.agent._rollback_on_wait = None
+                self.servers.roll_back(armed[1])
+                for transfer in transfers:
+                    transfer.error = self.aborted()
             errors = [t.error for t in transfers if t.error is not None]
             if any(e.code == "Aborted" for e in errors):
                 self.recover()

@@ -59,6 +59,7 @@ class ElasticSteps(TorchTestCase):
         self.assertTrue(kubeps.is_elastic())
         self.assertEqual(self.train(10), [0, 1, 2])
         self.assertEqual(self.pushed_steps(), [0, 1, 2])
+        self.assertTrue(kps.scaled_away())
         kps.finish()
 
     @requires_fake
@@ -75,6 +76,18 @@ class ElasticSteps(TorchTestCase):
         self.assertEqual(self.train(7, on_step), [4, 5, 6])
         self.assertEqual(seen[4], ([[-1.0, 1.0]], [3.0], (64, 128), GLOBAL_BATCH))
         self.assertEqual(self.pushed_steps(), [4, 5, 6])
+        self.assertFalse(kps.scaled_away())
+
+    @requires_fake
+    def test_the_global_batch_is_the_schedulers_once_the_parameters_are_broadcast(self):
+        self.connect(schedule=lambda step: member(0, 2))
+        model = torch.nn.Linear(2, 1)
+        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters())
+        with self.assertRaisesRegex(kubeps.FailedPrecondition, "broadcast_parameters"):
+            kps.global_batch()
+        kps.broadcast_parameters(model.state_dict())
+        self.assertEqual(kps.global_batch(), GLOBAL_BATCH)
 
     @requires_fake
     def test_a_worker_taken_in_at_the_last_step_computes_nothing(self):

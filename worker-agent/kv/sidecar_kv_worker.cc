@@ -422,6 +422,7 @@ Status SidecarKVWorker::Membership(uint64_t step, StepMembership* out) {
   out->first_example = reply.value("first_example", uint64_t{0});
   out->end_example = reply.value("end_example", uint64_t{0});
   out->global_batch = reply.value("global_batch", uint64_t{0});
+  out->scaled_away = reply.value("scaled_away", false);
   if (reply.contains("next_member_step"))
     out->next_member_step = reply["next_member_step"].get<uint64_t>();
   return Status::Ok();

@@ -333,7 +333,6 @@ Session::Outcome Session::StartTransfer(Kind kind, const char* op, const json& r
   if (keys.empty()) return {kInvalidArgument, std::string(op) + ": \"keys\" is empty"};
   if (push) {
     if (std::string why = NotAMemberOf(op, step); !why.empty()) return {kFailedPrecondition, why};
-    if (context_.computed) context_.computed->store(true);
   }
   if (fields.Has("numel") && numels.size() != keys.size()) {
     return {kInvalidArgument, std::string(op) + ": " + std::to_string(keys.size()) + " keys but " +
@@ -367,6 +366,7 @@ Session::Outcome Session::StartTransfer(Kind kind, const char* op, const json& r
     if (push) grads[key] = tensors_->grads(key);
     if (pull) values[key] = tensors_->values(key);
   }
+  if (push && context_.computed) context_.computed->store(true);
   KVWorker& kv = *context_.kv;
   Transfer transfer;
   transfer.kind = kind;

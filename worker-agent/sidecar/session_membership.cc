@@ -64,7 +64,11 @@ Session::Outcome Session::AnswerMembership(uint64_t step) {
     member_steps_.push_back(step);
     if (member_steps_.size() > kRememberedMemberSteps) member_steps_.pop_front();
   }
-  if (scaled_away && !scaled_away_at_) scaled_away_at_ = step;
+  if (scaled_away) {
+    if (!scaled_away_at_) scaled_away_at_ = step;
+  } else {
+    scaled_away_at_.reset();  // taken back in (or a rollback redoes its steps)
+  }
   return ok;
 }
 

@@ -87,7 +87,7 @@ def main():
             print("step %d/%d loss %.4f" % (step + 1, args.steps, loss.item()), flush=True)
     seconds = time.time() - start
 
-    if rank == 0:  # an elastic job's rank 0 is never scaled away
+    if rank == 0 and not kps.scaled_away():  # an elastic job's last step's parameters
         test_images, test_labels = load(args.data_dir, "t10k")
         accuracy, test_loss = evaluate(model, test_images, test_labels)
         print("test accuracy %.4f (test loss %.4f) after %d steps, %.1f s in this process"

@@ -132,6 +132,21 @@ TEST_F(SessionMembershipTest, AWorkerThatComputedAndIsNoMemberAnyMoreWasScaledAw
   EXPECT_EQ(kv_.finish_calls(), 1) << "the scheduler hears the finish: the worker's leaving";
 }
 
+TEST_F(SessionMembershipTest, AWorkerScaledAwayAndTakenBackInDoesNotSayItLeft) {
+  StartElastic();
+  auto client = Ready();
+  ASSERT_EQ(Membership(*client, 19)["member"], true);
+  json pushed = Push(*client, 19);
+  ASSERT_TRUE(client->Call({{"op", "wait"}, {"handles", {pushed["handle"]}}}).value("ok", false));
+  ASSERT_EQ(Membership(*client, 20)["scaled_away"], true);
+  // Wanted again before it left (a scheduler that restarted forgot it was
+  // leaving): it trains on, and its finish is the job's end, not a leaving.
+  kv_.SetSchedule(TakenInAt(40, 0, 1));
+  EXPECT_EQ(Membership(*client, 20)["next_member_step"], 40);
+  ASSERT_TRUE(client->Call({{"op", "finish"}}).value("ok", false));
+  EXPECT_FALSE(server_->ScaledAwayAt());
+}
+
 TEST_F(SessionMembershipTest, AWorkerTakenInLaterIsToldFromWhichStep) {
   StartElastic();
   kv_.SetSchedule(TakenInAt(40, 1, 2));
