@@ -116,7 +116,8 @@ def rank():
 
 
 def size():
-    """The number of workers of the job."""
+    """The number of workers of the job; in an elastic job, those it started with (each step's
+    own count is membership(step).count)."""
     return session("kubeps.size()").size
 
 
