@@ -116,12 +116,7 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
     got = patched;
   }
   const WorkloadAdmission admission = ReadAdmission(got.body);
-  // Kueue evicts a deactivated Workload; active again (the job resumed) and
-  // its reservation given back, it merely waits for its admission, which
-  // clears the eviction. Still reserved, the reservation goes back first.
-  const bool waits_after_deactivation =
-      IsDeactivation(admission.reason) && IsActive(got.body) && !admission.quota_reserved;
-  if (admission.evicted && !waits_after_deactivation) {
+  if (admission.evicted) {
     gate->reason = "Evicted";
     gate->message = "Kueue evicted the job's Workload " + name + " (" + admission.reason +
                     (admission.message.empty() ? "" : ": " + admission.message) +

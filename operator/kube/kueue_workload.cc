@@ -242,10 +242,16 @@ WorkloadAdmission ReadAdmission(const json& workload) {
   out.quota_reserved = admission.is_object();
   out.finished = IsTrue(FindCondition(workload, kFinished));
   if (const json* evicted = FindCondition(workload, kEvicted); IsTrue(evicted)) {
-    out.evicted = true;
     out.reason = evicted->value("reason", "");
     out.message = evicted->value("message", "");
-    return out;
+    // Kueue evicts a deactivated Workload; active again (the job resumed)
+    // with its reservation given back, it merely waits for its admission,
+    // which clears the eviction. Still reserved, the reservation goes back
+    // first: that is an eviction still.
+    out.evicted = !(IsDeactivation(out.reason) && IsActive(workload) && !out.quota_reserved);
+    if (out.evicted) return out;
+    out.reason.clear();
+    out.message.clear();
   }
   out.admitted = out.quota_reserved && IsTrue(FindCondition(workload, kAdmitted));
   if (out.admitted) {

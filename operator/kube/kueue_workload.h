@@ -89,6 +89,8 @@ bool IsDeactivation(const std::string& eviction_reason);
 // else is set), then admission (Admitted=True with status.admission).
 struct WorkloadAdmission {
   bool admitted = false;
+  // Evicted and not merely waiting: a deactivation's eviction (IsDeactivation)
+  // of a Workload active again and holding no reservation only waits.
   bool evicted = false;
   bool finished = false;
   bool quota_reserved = false;  // status.admission is set (Kueue holds quota for it)

@@ -147,6 +147,22 @@ TEST(ReadAdmissionTest, PendingAdmittedEvictedFinished) {
   EXPECT_TRUE(ReadAdmission(workload).finished);
 }
 
+TEST(ReadAdmissionTest, ADeactivationsEvictionOfAWorkloadActiveAgainOnlyWaits) {
+  json workload = BuildWorkload(kId, Parsed(), "q", ImageSet{}, std::nullopt);
+  workload = WithCondition(workload, "Evicted", true, "Deactivated", "deactivated", "t0");
+  workload["spec"]["active"] = false;
+  EXPECT_TRUE(ReadAdmission(workload).evicted) << "still off: an eviction";
+  workload["spec"]["active"] = true;
+  const WorkloadAdmission waits = ReadAdmission(workload);
+  EXPECT_FALSE(waits.evicted) << "active again, nothing reserved: it waits";
+  EXPECT_EQ(waits.reason, "");
+  workload["status"]["admission"] = Admitted("on-demand")["admission"];
+  EXPECT_TRUE(ReadAdmission(workload).evicted) << "its reservation must go back first";
+  workload = WithCondition(workload, "Evicted", true, "Preempted", "preempted", "t1");
+  workload["status"].erase("admission");
+  EXPECT_TRUE(ReadAdmission(workload).evicted) << "another eviction stands";
+}
+
 json& WorkerResources(json& workload) {
   return workload["spec"]["podSets"][2]["template"]["spec"]["containers"][0]["resources"];
 }
