@@ -411,6 +411,7 @@ sidecar::SidecarOptions ServingOptions(const api::NodeConfig& config, const api:
   options.non_finite = job.spec.non_finite;
   options.elastic = job.spec.elastic.enabled();
   options.batch_size = static_cast<uint64_t>(job.spec.batch_size);
+  options.checkpoint_interval = static_cast<uint64_t>(job.spec.checkpoint_interval_steps);
   options.metrics = metrics;
   options.progress_interval_ms = job.spec.progress_interval_ms;
   return options;

@@ -88,6 +88,8 @@ class Session:
         # The job's workers may change (elasticPolicy): ask `membership` before each step.
         self.elastic = bool(hello.get("elastic", False))
         self.batch_size = int(hello.get("batch_size", 0))  # spec.batchSize, per worker
+        # spec.checkpoint.intervalSteps: the steps a rollback may go back to are its multiples.
+        self.checkpoint_interval = int(hello.get("checkpoint_interval", 0))
         self.tensors = None  # SharedTensors after declare
         self.start_step = None  # the step init_tensors returned
         self._lock = threading.Lock()

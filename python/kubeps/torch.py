@@ -62,7 +62,11 @@ A rollback (a parameter server restarted from its checkpoint) surfaces as
 `RolledBack(resume_step)` from the agent; `step()` handles it: the values of
 `resume_step` are already in the mapping, they are copied into the
 parameters, and `steps()` yields `resume_step` next (in an elastic job the
-first step from there that this worker computes).
+first step from there that this worker computes).  What lives in the program
+goes back too, from copies steps() keeps at each checkpoint step: with the
+servers' optimizer `none` the parameters and the optimizer's state, the
+model's buffers (model=), torch's generators, and the objects given to
+`restore_on_rollback` (a GradScaler, an LR scheduler; _torch_rollback.py).
 
 Each step's examples: `examples()` is this worker's run [first, end) of the
 step's global batch (`global_batch()`, spec.batchSize x the workers), so that
@@ -79,51 +83,27 @@ import warnings
 import torch
 
 import kubeps
+from kubeps._torch_counter import StepCounter
 from kubeps._torch_elastic import batch_run, next_member_step
 from kubeps._torch_forward import ForwardWaits, unwaited
 from kubeps._torch_params import (CARRIED_DTYPES, Binding, all_finite, check_declared_unchanged,
                                   check_sent_gradients_unchanged, copy_gradient, forget_sent,
                                   frozen_params, outside_compiled_graphs, param_count,
                                   declared_names, register_gradient_hook, trainable_params)
+from kubeps._torch_rollback import Snapshots, not_restored
 from kubeps._torch_settings import (bucket_bytes, group_settings, settings_changed,
                                     warn_if_groups_differ)
 from kubeps.errors import FailedPrecondition, InvalidArgument, RolledBack
 from kubeps.shared_tensors import describe_names
 
 __all__ = ["init", "rank", "size", "DistributedOptimizer", "broadcast_parameters", "steps",
-           "examples", "global_batch", "scaled_away", "finish", "shutdown"]
+           "examples", "global_batch", "scaled_away", "restore_on_rollback", "finish",
+           "shutdown"]
 
 SERVERS_AVERAGE_ONLY = "none"
 
 
-class _StepCounter:
-    """The global step this process computes, shared by steps() and the optimizer.
-
-    `step` is None until `init` told where to start.  `moves` counts every
-    change (an optimizer step or a rollback), so steps() can tell a loop body
-    that moved the step from one that did not.
-    """
-
-    def __init__(self):
-        self.step = None
-        self.moves = 0
-        self.share = None  # elastic: the Membership of the step steps() yielded last
-        self.left = False  # elastic: this worker was scaled away
-
-    def start(self, step):
-        self.step = step
-        self.moves += 1
-
-    def advance(self):
-        self.step += 1
-        self.moves += 1
-
-    def roll_back(self, resume_step):
-        self.step = resume_step
-        self.moves += 1
-
-
-_counter = _StepCounter()
+_counter = StepCounter()
 _optimizer = None  # the process's one DistributedOptimizer, which holds the declaration
 
 
@@ -179,6 +159,7 @@ class _DistributedOptimizer(ForwardWaits):
         self.kubeps_skipped_steps = 0
         self._kubeps_closed = False
         self._kubeps_warned_rollback = False
+        self._kubeps_snapshots = Snapshots(session.checkpoint_interval)
         if named_parameters is not None:
             named_parameters = list(named_parameters)
         params = trainable_params(self, named_parameters)
@@ -459,16 +440,17 @@ class _DistributedOptimizer(ForwardWaits):
                 self._kubeps_note_skipped()
 
     def _kubeps_roll_back(self, resume_step):
-        if self._kubeps_servers_optimize():
+        restored = self._kubeps_snapshots.roll_back(resume_step)
+        servers_optimize = self._kubeps_servers_optimize()
+        if servers_optimize:
             with torch.no_grad():
                 for binding in self._kubeps_bindings:
                     binding.param.copy_(binding.values)
-        elif not self._kubeps_warned_rollback:
-            self._kubeps_warned_rollback = True
-            warnings.warn(
-                "kubeps: the job rolled back to step %d. With the servers' optimizer 'none' "
-                "the parameters and optimizer state live in this process, not on the servers, "
-                "so they keep their values; only the step goes back" % resume_step)
+        if not restored and not self._kubeps_warned_rollback:
+            warning = not_restored(resume_step, self._kubeps_snapshots, servers_optimize)
+            self._kubeps_warned_rollback = warning is not None
+            if warning:
+                warnings.warn(warning)
         with self._kubeps_lock:
             self._kubeps_exchanges = {}
             self._kubeps_new_backward()
@@ -599,6 +581,7 @@ def steps(total_steps):
                     continue  # taken in at the last step: nothing left to compute
             step, moves = _counter.step, _counter.moves
             optimizer._kubeps_discard = False  # a new iteration: nothing of it to drop
+            optimizer._kubeps_snapshots.at_step(step, optimizer)
             yield step
             if _counter.moves == moves:
                 # A body without optimizer.step() still moves on (a loss scaler skipped it).
@@ -651,6 +634,14 @@ def scaled_away():
     return _counter.left
 
 
+def restore_on_rollback(*objects):
+    """Registers objects of the program (a GradScaler, an LR scheduler: anything with
+    state_dict() and load_state_dict()) whose state a rollback takes back to the resume
+    step, with the parameters, the optimizer's state and torch's generators
+    (_torch_rollback.py)."""
+    _require_optimizer("kubeps.torch.restore_on_rollback()")._kubeps_snapshots.register(objects)
+
+
 def finish():
     """Tells the job this worker is done and ends the session (see kubeps.finish)."""
     if _optimizer is not None:
@@ -670,7 +661,7 @@ def _forget():
     if _optimizer is not None:
         _optimizer._kubeps_close()
     _optimizer = None
-    _counter = _StepCounter()
+    _counter = StepCounter()
 
 
 def _current_step(caller):

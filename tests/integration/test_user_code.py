@@ -6,7 +6,8 @@ SIGKILL of a worker's program, and later in the same job one of its agent,
 are repaired by the run policy, the worker keeps its rank and the job ends at
 the same accuracy; a SIGKILL of a parameter server rolls the job back to its
 checkpoint and it ends with the same parameters, bit for bit, as without it
-(and so under injected faults: test_user_code_faults); a manifest with
+(and so under injected faults: test_user_code_faults), with the servers'
+Adam or with the program's own (optimizer none); a manifest with
 neither a model nor a program fails `kubeps validate`, saying so, and the
 built-in trainer as the program refuses the servers' optimizer none.
 """
@@ -28,6 +29,9 @@ PROGRESS = re.compile(r"^\[worker-0/trainer\] step (\d+)/")
 # killed server rolls back to the newest.
 CHECKPOINTS = {"checkpoint": {"intervalSteps": 50}}
 SECOND_KILL_AFTER_STEP = 300
+# The example's spec.optimizer, the servers' Adam.
+ADAM_ON_THE_SERVERS = "    name: adam\n    learningRate: 0.001\n"
+OWN_OPTIMIZER_STEPS = 200
 
 
 class UserCodeTest(UserCodeJobCase):
@@ -134,6 +138,33 @@ class UserCodeTest(UserCodeJobCase):
         self.assertEqual(differing_parameters(clean_saved, saved), [], output)
         self.assertEqual(accuracy_of(job), accuracy_of(clean))
 
+    def test_a_killed_parameter_server_costs_no_bit_with_the_programs_own_optimizer(self):
+        # spec.optimizer none: the servers only average, and each program's Adam steps its
+        # own parameters; a rollback takes those and Adam's moments back with the servers'
+        # step (kubeps/_torch_rollback.py). Before, they kept their values and the redone
+        # steps were applied twice.
+        saved = {}
+        for name in ("own-optimizer-clean", "own-optimizer-kill"):
+            saved[name] = os.path.join(self.dir, name + ".pt")
+            path = example_manifest(self.dir, name, OWN_OPTIMIZER_STEPS, saved[name],
+                                    CHECKPOINTS)
+            with open(path) as f:
+                text = f.read()
+            with open(path, "w") as f:
+                f.write(text.replace(ADAM_ON_THE_SERVERS, "    name: none\n"))
+            job = self.start(name, path)
+            if name.endswith("kill"):
+                job.wait_for_line(r"^\[worker-0/trainer\] step 100/", timeout=120)
+                victims = replica_pids(job.run_dir, "server-1")
+                self.assertEqual(len(victims), 1, job.output())
+                os.kill(victims[0], signal.SIGKILL)
+            self.assert_succeeded(job, job.wait(180))
+        output = job.output()
+        self.assertIn("server-1 exited with code 137; restarting it", output)
+        self.assertIn("loaded checkpoint of step", output)
+        self.assertNotIn("no copy of its state", output)
+        self.assertEqual(differing_parameters(*saved.values()), [], output)
+
     def test_a_program_whose_model_diverges_fails_the_job_saying_why(self):
         # SGD with learning rate 1e10 on the servers: within a few steps the
         # program pushes NaN gradients, which the shards refuse. The program
@@ -142,10 +173,9 @@ class UserCodeTest(UserCodeJobCase):
         path = example_manifest(self.dir, "diverge", 200)
         with open(path) as f:
             text = f.read()
-        adam = "    name: adam\n    learningRate: 0.001\n"
-        self.assertIn(adam, text)
+        self.assertIn(ADAM_ON_THE_SERVERS, text)
         with open(path, "w") as f:
-            f.write(text.replace(adam, "    name: sgd\n    learningRate: 1e10\n"))
+            f.write(text.replace(ADAM_ON_THE_SERVERS, "    name: sgd\n    learningRate: 1e10\n"))
         job = self.start("diverge", path)
         code = job.wait(180)
         out = job.output()

@@ -79,13 +79,15 @@ class FakeAgent:
     def __init__(self, socket_dir, rank=0, size=1, num_servers=1, mode="sync", optimizer="sgd",
                  learning_rate=0.5, non_finite="Fail", server_values=None, start_step=0,
                  push_delay_s=0.0,
-                 json_delay_s=0.0, write_json=True, nonce=None, schedule=None, batch_size=64):
+                 json_delay_s=0.0, write_json=True, nonce=None, schedule=None, batch_size=64,
+                 checkpoint_interval=0):
         self.socket_dir = socket_dir
         self.rank, self.size, self.num_servers = rank, size, num_servers
         self.push_delay_s = push_delay_s
         # Elastic: step -> (member, position, count, first, end, global_batch, next_member_step).
         self.schedule = schedule
         self.batch_size = batch_size
+        self.checkpoint_interval = checkpoint_interval  # 0: not said, as an older agent
         self.computed = False  # a push was made: not a member any more is scaled away
         self.json_delay_s = json_delay_s
         self.write_json = write_json
@@ -333,7 +335,8 @@ class Session:
         return {"rank": self.agent.rank, "size": self.agent.size,
                 "num_servers": self.agent.num_servers, "mode": self.servers.mode,
                 "optimizer": self.servers.optimizer, "non_finite": self.servers.non_finite,
-                "elastic": self.agent.schedule is not None, "batch_size": self.agent.batch_size}
+                "elastic": self.agent.schedule is not None, "batch_size": self.agent.batch_size,
+                "checkpoint_interval": self.agent.checkpoint_interval}
 
     def op_declare(self, request):
         if self.tensors is not None:

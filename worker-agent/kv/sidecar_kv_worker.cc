@@ -81,6 +81,7 @@ Status SidecarKVWorker::Connect(const SidecarOptions& options,
   worker->num_servers_ = static_cast<int>(UnsignedField(reply, "num_servers", 0));
   worker->mode_ = StringField(reply, "mode");
   worker->optimizer_ = StringField(reply, "optimizer");
+  worker->checkpoint_interval_ = UnsignedField(reply, "checkpoint_interval", 0);
   *out = std::move(worker);
   return Status::Ok();
 }

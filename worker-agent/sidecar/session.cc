@@ -117,7 +117,8 @@ Session::Outcome Session::Hello(const json& request) {
                {"optimizer", context_.optimizer},
                {"non_finite", context_.non_finite},
                {"elastic", context_.elastic},
-               {"batch_size", context_.batch_size}};
+               {"batch_size", context_.batch_size},
+               {"checkpoint_interval", context_.checkpoint_interval}};
   return ok;
 }
 

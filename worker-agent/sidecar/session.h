@@ -53,6 +53,9 @@ struct SessionContext {
   // spec.batchSize: a fixed job's global batch is this x its workers, cut
   // by rank (an elastic job's comes from the scheduler's schedule).
   uint64_t batch_size = 0;
+  // spec.checkpoint.intervalSteps: a sync rollback goes back to one of its
+  // multiples, so the program keeps its own state at those steps.
+  uint64_t checkpoint_interval = 0;
   // Set by every session's first push: this worker has computed steps, so
   // a step it no longer computes, with none later, means it was scaled away
   // (not that it waits to be taken in). May be null.

@@ -280,6 +280,7 @@ void SidecarServer::RunSession(int fd, int peer_pid) {
   context.non_finite = options_.non_finite;
   context.elastic = options_.elastic;
   context.batch_size = options_.batch_size;
+  context.checkpoint_interval = options_.checkpoint_interval;
   context.computed = &computed_;
   context.on_scaled_away = [this](uint64_t step) {
     std::lock_guard<std::mutex> lock(mutex_);

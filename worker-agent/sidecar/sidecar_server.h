@@ -50,6 +50,7 @@ struct SidecarOptions {
   std::string non_finite = "Fail";   // spec.nonFinite: Fail or SkipStep
   bool elastic = false;              // the worker role has an elasticPolicy
   uint64_t batch_size = 0;           // spec.batchSize, per worker
+  uint64_t checkpoint_interval = 0;  // spec.checkpoint.intervalSteps
   MetricsServer* metrics = nullptr;  // null: nothing exported
   int progress_interval_ms = 2000;
   int pool_threads = 8;  // requests that block (wait, barrier, init, membership, finish) at once

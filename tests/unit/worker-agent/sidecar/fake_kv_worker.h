@@ -73,6 +73,10 @@ class FakeKVWorker : public KVWorker {
       return Status::Error("Wait: unknown ticket " + std::to_string(ticket));
     Pending pending = std::move(it->second);
     tickets_.erase(it);
+    if (pending.held && release_count_ == pending.held_at) {
+      ++blocked_waits_;
+      released_.notify_all();
+    }
     released_.wait(lock, [&] { return !pending.held || release_count_ > pending.held_at; });
     if (pending.generation < announced_generation_) {
       return Status::Aborted("ticket " + std::to_string(ticket) + ": the job rolled back");
@@ -139,6 +143,12 @@ class FakeKVWorker : public KVWorker {
   void Hold() {
     std::lock_guard<std::mutex> lock(mutex_);
     holding_ = true;
+  }
+  // Returns once a Wait blocks on a held ticket: a test times the wait from
+  // here, not from sending it, which reaches the KV client a little later.
+  void AwaitBlockedWait() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    released_.wait(lock, [&] { return blocked_waits_ > 0; });
   }
   void Release() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -220,6 +230,7 @@ class FakeKVWorker : public KVWorker {
   Ticket next_ticket_ = 1;
   bool holding_ = false;
   int release_count_ = 0;
+  int blocked_waits_ = 0;
   uint64_t generation_ = 0, announced_generation_ = 0;
   uint64_t rollback_step_ = 0;
   std::vector<std::vector<float>> rollback_values_;

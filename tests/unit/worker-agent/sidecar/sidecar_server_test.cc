@@ -130,6 +130,7 @@ TEST_F(SidecarServerTest, ASessionFromHelloToByeMovesTensorsThroughTheMappedFile
   EXPECT_EQ(hello["num_servers"], 2);
   EXPECT_EQ(hello["mode"], "sync");
   EXPECT_EQ(hello["optimizer"], "sgd");
+  EXPECT_EQ(hello["checkpoint_interval"], 50);  // the steps a rollback may go back to
 
   json declared = client->Declare(kTensors, dir_);
   ASSERT_TRUE(declared.value("ok", false)) << declared.dump();
@@ -230,6 +231,9 @@ TEST_F(SidecarServerTest, TheTimeTheProgramsWaitBlocksIsItsStepsExchangeWait) {
   ASSERT_TRUE(started.value("ok", false)) << started.dump();
   const auto sent = std::chrono::steady_clock::now();
   const uint64_t wait_id = client->Send({{"op", "wait"}, {"handles", {started["handle"]}}});
+  // From the moment the agent's wait blocks: the message takes a moment to
+  // arrive, more on a loaded machine, and the agent's clock starts on arrival.
+  kv_.AwaitBlockedWait();
   std::this_thread::sleep_for(300ms);
   kv_.Release();
   ASSERT_TRUE(client->Receive(wait_id).value("ok", false));

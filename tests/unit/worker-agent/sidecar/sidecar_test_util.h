@@ -202,6 +202,7 @@ class SidecarTest : public ::testing::Test {
     options.optimizer = optimizer;
     options.elastic = elastic;
     options.batch_size = 64;
+    options.checkpoint_interval = 50;
     options.metrics = metrics_.get();
     options.progress_interval_ms = 100000;
     Status started = SidecarServer::Start(options, &kv_, &server_);

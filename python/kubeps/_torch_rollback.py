@@ -1,0 +1,193 @@
+"""What a rollback takes back in the program itself (kubeps.torch's part of a rollback).
+
+A rollback (a parameter server restarted from its checkpoint) sends every worker back to the
+step of the newest checkpoint all servers hold, a multiple of spec.checkpoint.intervalSteps,
+and the steps from there are computed again.  The servers' state goes back with their
+checkpoints; the program's must go back with it, or the redone steps apply their updates a
+second time:
+
+- with the servers' optimizer `none`, the parameters and the torch optimizer's state (Adam's
+  moments, the learning rate a scheduler set in its param_groups) live in this process;
+- the model's buffers (BatchNorm's running statistics, with model=), which every forward
+  pass of a redone step would move again;
+- torch's random generators (dropout), so a redone step draws what it drew the first time;
+- what the program registers with `restore_on_rollback` (a GradScaler, an LR scheduler: any
+  object with state_dict() and load_state_dict()).
+
+So steps() keeps a copy of these, in host memory, at each step that a checkpoint may be taken
+at (the first step it yields at or past each multiple of the interval), the newest 3 of
+them (KUBEPS_ROLLBACK_COPIES), and a rollback to such a step puts them back in place before steps() yields it again:
+the job then ends on the same bytes as without the rollback, as a job of the built-in trainer
+does.  The copies are made in
+place on restore (the optimizer's state dicts and param_groups are the same objects after), so
+that a scheduler or a scaler holding the optimizer still sees the one it holds.
+"""
+
+import copy
+import os
+
+import torch
+
+from kubeps.errors import InvalidArgument
+
+# The servers keep their newest 3 checkpoints (and older ones a peer still lacks): a rollback
+# goes to the newest all hold, almost always one of the newest two.  Each copy costs host
+# memory (with `none`: the parameters and the optimizer's state), so KUBEPS_ROLLBACK_COPIES
+# may keep fewer; 0 keeps none.
+DEFAULT_KEPT = 3
+
+
+def copies_to_keep():
+    text = os.environ.get("KUBEPS_ROLLBACK_COPIES", str(DEFAULT_KEPT))
+    try:
+        kept = int(text)
+    except ValueError:
+        kept = -1
+    if kept < 0:
+        raise InvalidArgument("KUBEPS_ROLLBACK_COPIES=%r: expected the number of copies of the "
+                              "program's state kept for a rollback (0 or more; default %d)"
+                              % (text, DEFAULT_KEPT))
+    return kept
+
+
+def _to_host(value):
+    """A deep copy of a state_dict's value with every tensor copied to host memory."""
+    if torch.is_tensor(value):
+        return value.detach().to("cpu", copy=True)
+    if isinstance(value, dict):
+        return type(value)((k, _to_host(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_host(v) for v in value)
+    return copy.deepcopy(value)
+
+
+def _put_back(tensor, saved):
+    """`saved` into `tensor` in place where it fits, else a copy of it on tensor's device."""
+    if torch.is_tensor(tensor) and tensor.shape == saved.shape and tensor.dtype == saved.dtype:
+        tensor.copy_(saved)
+        return tensor
+    device = tensor.device if torch.is_tensor(tensor) else saved.device
+    return saved.to(device, copy=True)
+
+
+class Snapshot:
+    """The program's state at one step (see the module docstring)."""
+
+    def __init__(self, step, optimizer, params_too, model, objects):
+        self.step = step
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        self.params = None
+        self.state = None
+        if params_too:  # the servers hold averaged gradients only
+            with torch.no_grad():
+                self.params = [p.detach().to("cpu", copy=True) for p in params]
+            self.state = [_to_host(dict(optimizer.state[p])) if p in optimizer.state else None
+                          for p in params]
+        self.groups = [_to_host({k: v for k, v in group.items() if k != "params"})
+                       for group in optimizer.param_groups]
+        self.buffers = None
+        if model is not None:
+            self.buffers = [b.detach().to("cpu", copy=True) for b in model.buffers()]
+        self.rng = torch.get_rng_state()
+        self.cuda_rng = (torch.cuda.get_rng_state_all() if torch.cuda.is_initialized()
+                         else None)
+        self.objects = [_to_host(o.state_dict()) for o in objects]
+
+    def restore(self, optimizer, model, objects):
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        with torch.no_grad():
+            if self.params is not None:
+                for p, saved in zip(params, self.params):
+                    p.copy_(saved)
+                for p, saved in zip(params, self.state):
+                    if saved is None:
+                        optimizer.state.pop(p, None)
+                        continue
+                    state = optimizer.state[p]
+                    for key in [k for k in state if k not in saved]:
+                        del state[key]
+                    for key, value in saved.items():
+                        state[key] = (_put_back(state.get(key), value) if torch.is_tensor(value)
+                                      else copy.deepcopy(value))
+            for group, saved in zip(optimizer.param_groups, self.groups):
+                group.update(copy.deepcopy(saved))
+            if self.buffers is not None:
+                for buffer, saved in zip(model.buffers(), self.buffers):
+                    buffer.copy_(saved)
+        torch.set_rng_state(self.rng)
+        if self.cuda_rng is not None:
+            torch.cuda.set_rng_state_all(self.cuda_rng)
+        for o, saved in zip(objects, self.objects):
+            o.load_state_dict(copy.deepcopy(saved))
+
+
+class Snapshots:
+    """The newest snapshots of the program, by step, every `interval` steps."""
+
+    def __init__(self, interval):
+        self.interval = interval  # spec.checkpoint.intervalSteps; 0: the agent did not say
+        self.kept = copies_to_keep()
+        self.objects = []  # registered with restore_on_rollback
+        self._by_step = {}
+        self._pending = None  # the Snapshot a rollback goes back to, until steps() yields
+        self.kept_before_rollback = []
+
+    def register(self, objects):
+        for o in objects:
+            if not (callable(getattr(o, "state_dict", None)) and
+                    callable(getattr(o, "load_state_dict", None))):
+                raise InvalidArgument(
+                    "restore_on_rollback: %s has no state_dict() and load_state_dict(); pass "
+                    "objects that do (a GradScaler, an LR scheduler), or wrap yours in one"
+                    % type(o).__name__)
+            if not any(o is known for known in self.objects):
+                self.objects.append(o)
+
+    def roll_back(self, step):
+        """A rollback to `step`: its snapshot goes back in place when steps() next yields (the
+        rest of the iteration that found the rollback still runs, on the state it had), and
+        the later ones, of the timeline left, are forgotten.  False where none is kept."""
+        self.kept_before_rollback = sorted(self._by_step)  # for the warning
+        for later in [s for s in self._by_step if s > step]:
+            del self._by_step[later]
+        self._pending = self._by_step.get(step)
+        return self._pending is not None
+
+    def at_step(self, step, optimizer):
+        """Before steps() yields `step`: the pending rollback's snapshot put back, then a
+        snapshot of the checkpoint step at or before `step` taken if none is kept (an elastic
+        worker may not compute that step itself)."""
+        model = getattr(optimizer, "_kubeps_model", None)
+        if self._pending is not None:
+            self._pending.restore(optimizer, model, self.objects)
+            self._pending = None
+        if self.interval <= 0 or self.kept == 0:
+            return
+        due = step - step % self.interval
+        if due in self._by_step:
+            return
+        self._by_step[due] = Snapshot(due, optimizer, not optimizer._kubeps_servers_optimize(),
+                                      model, self.objects)
+        for old in sorted(self._by_step)[:-self.kept]:
+            del self._by_step[old]
+
+
+def not_restored(resume_step, snapshots, servers_optimize):
+    """The warning of a rollback that found no copy of the program's own state, or None
+    where nothing of it needed one (the servers' optimizer, nothing registered)."""
+    if servers_optimize and not snapshots.objects:
+        return None
+    if snapshots.interval <= 0:
+        why = "the agent did not say spec.checkpoint.intervalSteps (an older kubeps-agent?)"
+    elif snapshots.kept == 0:
+        why = "KUBEPS_ROLLBACK_COPIES=0 keeps none"
+    else:
+        why = ("steps() keeps copies at steps %s only (a loop not driven by steps() keeps none)"
+               % (snapshots.kept_before_rollback or "none yet"))
+    kept = "the objects given to restore_on_rollback"
+    if not servers_optimize:
+        kept = ("the parameters and optimizer state (with the servers' optimizer 'none' they "
+                "live in this process) and " + kept)
+    return ("kubeps: the job rolled back to step %d, and this process has no copy of its state "
+            "there: %s. So %s keep their values; only the step goes back"
+            % (resume_step, why, kept))

@@ -1,0 +1,156 @@
+"""kubeps.torch's rollback of the program's own state (_torch_rollback.py): with the servers'
+optimizer `none` the parameters and the optimizer's state go back to the resume step, and in
+every mode the model's buffers, torch's generator and the objects registered with
+restore_on_rollback, so that a job rolled back ends as a clean run.  Against the fake agent,
+which rolls back at a push it is armed for.  Skips, saying why, where torch is not installed.
+"""
+
+import os
+import types
+import unittest
+import warnings
+from unittest import mock
+
+from agent_fixture import requires_fake, reset_kubeps
+from test_torch import TorchTestCase, batch_for, needs_torch, torch
+
+if torch is not None:
+    import kubeps.torch as kps
+    from kubeps.errors import InvalidArgument
+
+INTERVAL = 2  # spec.checkpoint.intervalSteps the fake agent says
+
+
+def model_with_state(seed=1):
+    """Dropout (torch's generator) and BatchNorm (buffers) as well as parameters."""
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.BatchNorm1d(5), torch.nn.ReLU(),
+                               torch.nn.Dropout(0.3), torch.nn.Linear(5, 3))
+
+
+class Schedule:
+    """A program's own object with state, as a user registers one (a scaler, say)."""
+
+    def __init__(self):
+        self.scale = 1.0
+
+    def state_dict(self):
+        return {"scale": self.scale}
+
+    def load_state_dict(self, state):
+        self.scale = state["scale"]
+
+
+@needs_torch
+class RollbackTest(TorchTestCase):
+    def run_job(self, optimizer_name, rollback=None, model_given=True, interval=INTERVAL):
+        """Six steps of Adam with a decaying learning rate (on the servers, or here with
+        'none'): the model, optimizer, scheduler, schedule, steps seen and generator after."""
+        reset_kubeps()
+        agent = self.connect(optimizer=optimizer_name, checkpoint_interval=interval)
+        model = model_with_state()
+        optimizer = kps.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters(),
+                                             model=model if model_given else None)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.8)
+        schedule = Schedule()
+        kps.restore_on_rollback(scheduler, schedule)
+        if rollback is not None:
+            agent.fake.arm_rollback(at_step=rollback[0], resume_step=rollback[1])
+        torch.manual_seed(7)  # dropout's draws
+        seen = []
+        for step in kps.steps(6):
+            seen.append(step)
+            x, y = batch_for(step)
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x), y) * schedule.scale
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            schedule.scale *= 1.5
+        return types.SimpleNamespace(model=model, optimizer=optimizer, scheduler=scheduler,
+                                     schedule=schedule, seen=seen, rng=torch.get_rng_state())
+
+    def assert_same_state(self, run, clean):
+        for (name, a), b in zip(run.model.state_dict().items(),
+                                clean.model.state_dict().values()):
+            self.assertTrue(torch.equal(a, b), name)
+        for p, p0 in zip(run.model.parameters(), clean.model.parameters()):
+            state, state0 = run.optimizer.state.get(p, {}), clean.optimizer.state.get(p0, {})
+            self.assertEqual(sorted(state), sorted(state0))
+            for key in state:
+                self.assertTrue(torch.equal(torch.as_tensor(state[key]),
+                                            torch.as_tensor(state0[key])), key)
+        self.assertEqual(run.optimizer.param_groups[0]["lr"],
+                         clean.optimizer.param_groups[0]["lr"])
+        self.assertEqual(run.scheduler.last_epoch, clean.scheduler.last_epoch)
+        self.assertEqual(run.schedule.scale, clean.schedule.scale)
+        self.assertTrue(torch.equal(run.rng, clean.rng))
+
+    @requires_fake
+    def test_servers_that_only_average_roll_the_programs_state_back_with_them(self):
+        clean = self.run_job("none")
+        run = self.run_job("none", rollback=(5, 4))
+        self.assertEqual(run.seen, [0, 1, 2, 3, 4, 5, 4, 5])
+        self.assert_same_state(run, clean)
+
+    @requires_fake
+    def test_a_rollback_past_the_newest_copy_goes_back_to_an_older_one(self):
+        clean = self.run_job("none")
+        run = self.run_job("none", rollback=(5, 2))
+        self.assertEqual(run.seen, [0, 1, 2, 3, 4, 5, 2, 3, 4, 5])
+        self.assert_same_state(run, clean)
+
+    @requires_fake
+    def test_the_servers_optimizer_takes_back_buffers_generator_and_registered_objects(self):
+        clean = self.run_job("sgd")
+        run = self.run_job("sgd", rollback=(5, 4))
+        self.assertEqual(run.seen, [0, 1, 2, 3, 4, 5, 4, 5])
+        self.assert_same_state(run, clean)
+
+    @requires_fake
+    def test_without_the_interval_the_state_stays_and_a_warning_says_why(self):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run = self.run_job("none", rollback=(5, 4), interval=0)
+        self.assertEqual(run.seen, [0, 1, 2, 3, 4, 5, 4, 5])
+        messages = [str(w.message) for w in caught if "rolled back" in str(w.message)]
+        self.assertEqual(len(messages), 1, messages)
+        self.assertIn("no copy of its state there: the agent did not say "
+                      "spec.checkpoint.intervalSteps", messages[0])
+        self.assertEqual(run.schedule.scale, 1.5 ** 8)  # 8 iterations, none taken back
+
+    @requires_fake
+    def test_fewer_copies_kept_cost_a_rollback_past_them_its_state(self):
+        with mock.patch.dict(os.environ, {"KUBEPS_ROLLBACK_COPIES": "1"}), \
+                warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self.run_job("none", rollback=(5, 2))
+        messages = [str(w.message) for w in caught if "rolled back" in str(w.message)]
+        self.assertEqual(len(messages), 1, messages)
+        self.assertIn("rolled back to step 2, and this process has no copy of its state there: "
+                      "steps() keeps copies at steps [4] only", messages[0])
+
+    @requires_fake
+    def test_a_wrong_number_of_copies_is_refused_naming_the_variable(self):
+        self.connect(optimizer="none")
+        model = model_with_state()
+        with mock.patch.dict(os.environ, {"KUBEPS_ROLLBACK_COPIES": "three"}), \
+                self.assertRaisesRegex(InvalidArgument, r"KUBEPS_ROLLBACK_COPIES='three': "
+                                                        r"expected the number of copies"):
+            kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                     named_parameters=model.named_parameters())
+
+    @requires_fake
+    def test_an_object_without_state_dict_is_refused_by_name(self):
+        self.connect(optimizer="none")
+        model = model_with_state()
+        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters())
+        with self.assertRaisesRegex(InvalidArgument, r"restore_on_rollback: int has no "
+                                                     r"state_dict\(\) and load_state_dict\(\)"):
+            kps.restore_on_rollback(3)
+
+
+if __name__ == "__main__":
+    unittest.main()
