@@ -1,8 +1,8 @@
 """What a rollback takes back in the program itself (kubeps.torch's part of a rollback).
 
 A rollback (a parameter server restarted from its checkpoint) sends every worker back to the
-step of the newest checkpoint all servers hold, a multiple of spec.checkpoint.intervalSteps,
-and the steps from there are computed again.  The servers' state goes back with their
+step of the newest checkpoint all servers hold (a multiple of spec.checkpoint.intervalSteps,
+or the step the job resumed at), and the steps from there are computed again.  The servers' state goes back with their
 checkpoints; the program's must go back with it, or the redone steps apply their updates a
 second time:
 
@@ -14,13 +14,12 @@ second time:
 - what the program registers with `restore_on_rollback` (a GradScaler, an LR scheduler: any
   object with state_dict() and load_state_dict()).
 
-So steps() keeps a copy of these, in host memory, at each step that a checkpoint may be taken
-at (the first step it yields at or past each multiple of the interval), the newest 3 of
-them (KUBEPS_ROLLBACK_COPIES), and a rollback to such a step puts them back in place before steps() yields it again:
-the job then ends on the same bytes as without the rollback, as a job of the built-in trainer
-does.  The copies are made in
-place on restore (the optimizer's state dicts and param_groups are the same objects after), so
-that a scheduler or a scaler holding the optimizer still sees the one it holds.
+So steps() keeps a copy of these, in host memory, at each step a checkpoint may be taken at
+(Snapshots says which), the newest 3 (KUBEPS_ROLLBACK_COPIES), and a rollback to such a step
+puts them back before steps() yields it again: the job then ends on the same bytes as without
+the rollback, as a job of the built-in trainer does.  They are put back in place (the
+optimizer's state dicts and param_groups stay the same objects), so that a scheduler or a
+scaler holding the optimizer still sees the one it holds.
 """
 
 import copy
@@ -73,8 +72,8 @@ def _put_back(tensor, saved):
 class Snapshot:
     """The program's state at one step (see the module docstring)."""
 
-    def __init__(self, step, optimizer, params_too, model, objects):
-        self.step = step
+    def __init__(self, optimizer, params_too, model, objects):
+        self.first = self.last = None  # the steps it is the state at (Snapshots)
         params = [p for group in optimizer.param_groups for p in group["params"]]
         self.params = None
         self.state = None
@@ -122,14 +121,22 @@ class Snapshot:
 
 
 class Snapshots:
-    """The newest snapshots of the program, by step, every `interval` steps."""
+    """The newest snapshots of the program, each of the steps it is the state at.
+
+    The state steps() finds before it yields step s is the program's at every step from the
+    one after the last step it yielded (nothing ran between: an elastic worker's steps that
+    others compute change nothing here) up to s; at the first step of a process or a
+    rollback, from that step.  A snapshot is taken where that run of steps holds a multiple
+    of the interval, or starts the process (a resumed job's first step need not be one).
+    """
 
     def __init__(self, interval):
         self.interval = interval  # spec.checkpoint.intervalSteps; 0: the agent did not say
         self.kept = copies_to_keep()
         self.objects = []  # registered with restore_on_rollback
-        self._by_step = {}
+        self._snapshots = []  # oldest first
         self._pending = None  # the Snapshot a rollback goes back to, until steps() yields
+        self._state_from = None  # the first step the program's state is the state at
         self.kept_before_rollback = []
 
     def register(self, objects):
@@ -147,29 +154,33 @@ class Snapshots:
         """A rollback to `step`: its snapshot goes back in place when steps() next yields (the
         rest of the iteration that found the rollback still runs, on the state it had), and
         the later ones, of the timeline left, are forgotten.  False where none is kept."""
-        self.kept_before_rollback = sorted(self._by_step)  # for the warning
-        for later in [s for s in self._by_step if s > step]:
-            del self._by_step[later]
-        self._pending = self._by_step.get(step)
+        self.kept_before_rollback = [(s.first, s.last) for s in self._snapshots]
+        self._snapshots = [s for s in self._snapshots if s.first <= step]
+        self._pending = next((s for s in self._snapshots if s.last >= step), None)
+        self._state_from = step
         return self._pending is not None
 
     def at_step(self, step, optimizer):
         """Before steps() yields `step`: the pending rollback's snapshot put back, then a
-        snapshot of the checkpoint step at or before `step` taken if none is kept (an elastic
-        worker may not compute that step itself)."""
+        snapshot taken if one is due (the class docstring)."""
         model = getattr(optimizer, "_kubeps_model", None)
         if self._pending is not None:
             self._pending.restore(optimizer, model, self.objects)
             self._pending = None
+        first, starting = self._state_from, self._state_from is None
+        if starting:
+            first = step
+        self._state_from = step + 1  # the body of `step` changes it
         if self.interval <= 0 or self.kept == 0:
             return
-        due = step - step % self.interval
-        if due in self._by_step:
+        due = starting or step - step % self.interval >= first
+        if not due or any(s.first <= first and step <= s.last for s in self._snapshots):
             return
-        self._by_step[due] = Snapshot(due, optimizer, not optimizer._kubeps_servers_optimize(),
-                                      model, self.objects)
-        for old in sorted(self._by_step)[:-self.kept]:
-            del self._by_step[old]
+        snapshot = Snapshot(optimizer, not optimizer._kubeps_servers_optimize(), model,
+                            self.objects)
+        snapshot.first, snapshot.last = first, step
+        self._snapshots = self._snapshots[-(self.kept - 1):] if self.kept > 1 else []
+        self._snapshots.append(snapshot)
 
 
 def not_restored(resume_step, snapshots, servers_optimize):
@@ -182,8 +193,9 @@ def not_restored(resume_step, snapshots, servers_optimize):
     elif snapshots.kept == 0:
         why = "KUBEPS_ROLLBACK_COPIES=0 keeps none"
     else:
-        why = ("steps() keeps copies at steps %s only (a loop not driven by steps() keeps none)"
-               % (snapshots.kept_before_rollback or "none yet"))
+        why = ("steps() keeps copies of steps %s only (a loop not driven by steps() keeps none)"
+               % (", ".join("%d" % first if first == last else "%d-%d" % (first, last)
+                            for first, last in snapshots.kept_before_rollback) or "none yet"))
     kept = "the objects given to restore_on_rollback"
     if not servers_optimize:
         kept = ("the parameters and optimizer state (with the servers' optimizer 'none' they "

@@ -43,11 +43,17 @@ class Schedule:
 
 @needs_torch
 class RollbackTest(TorchTestCase):
-    def run_job(self, optimizer_name, rollback=None, model_given=True, interval=INTERVAL):
+    def run_job(self, optimizer_name, rollback=None, model_given=True, interval=INTERVAL,
+                start_step=0):
         """Six steps of Adam with a decaying learning rate (on the servers, or here with
-        'none'): the model, optimizer, scheduler, schedule, steps seen and generator after."""
+        'none'), from `start_step` (the servers' parameters then the initial ones): the model,
+        optimizer, scheduler, schedule, steps seen and generator after."""
         reset_kubeps()
-        agent = self.connect(optimizer=optimizer_name, checkpoint_interval=interval)
+        initial = {name: p.detach().flatten().tolist()
+                   for name, p in model_with_state().named_parameters()}
+        agent = self.connect(optimizer=optimizer_name, checkpoint_interval=interval,
+                             server_values=initial if start_step else None,
+                             start_step=start_step)
         model = model_with_state()
         optimizer = kps.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.1),
                                              named_parameters=model.named_parameters(),
@@ -59,7 +65,7 @@ class RollbackTest(TorchTestCase):
             agent.fake.arm_rollback(at_step=rollback[0], resume_step=rollback[1])
         torch.manual_seed(7)  # dropout's draws
         seen = []
-        for step in kps.steps(6):
+        for step in kps.steps(start_step + 6):
             seen.append(step)
             x, y = batch_for(step)
             optimizer.zero_grad()
@@ -109,6 +115,15 @@ class RollbackTest(TorchTestCase):
         self.assert_same_state(run, clean)
 
     @requires_fake
+    def test_a_process_started_between_checkpoint_steps_keeps_a_copy_of_its_first(self):
+        # Resumed from a checkpoint an earlier run wrote with another interval: step 3 is
+        # one the servers hold, though not a multiple of this run's 2.
+        clean = self.run_job("sgd", start_step=3)
+        run = self.run_job("sgd", rollback=(6, 3), start_step=3)
+        self.assertEqual(run.seen, [3, 4, 5, 6, 7, 3, 4, 5, 6, 7, 8])
+        self.assert_same_state(run, clean)
+
+    @requires_fake
     def test_without_the_interval_the_state_stays_and_a_warning_says_why(self):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -129,7 +144,7 @@ class RollbackTest(TorchTestCase):
         messages = [str(w.message) for w in caught if "rolled back" in str(w.message)]
         self.assertEqual(len(messages), 1, messages)
         self.assertIn("rolled back to step 2, and this process has no copy of its state there: "
-                      "steps() keeps copies at steps [4] only", messages[0])
+                      "steps() keeps copies of steps 4 only", messages[0])
 
     @requires_fake
     def test_a_wrong_number_of_copies_is_refused_naming_the_variable(self):
