@@ -78,7 +78,8 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
   }
   const json annotations = got.body["metadata"].value("annotations", json::object());
   const std::optional<int64_t> made_for = MadeForGeneration(got.body);
-  const bool quota_reserved = ReadAdmission(got.body).quota_reserved;
+  const WorkloadAdmission found = ReadAdmission(got.body);
+  const bool quota_reserved = found.quota_reserved;
   // One made by an operator before this annotation: compared only while it
   // waits, so that an upgrade that changes the pods' requests a little (the
   // agent's) restarts no running job.
@@ -88,7 +89,7 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
     // down (or back up within it) trains on.
     const std::string change =
         PodSetChange(got.body, BuildWorkload(id, *spec, queue, options_.images, std::nullopt),
-                     /*reserved=*/quota_reserved);
+                     /*reserved=*/quota_reserved, found.admitted);
     if (!change.empty()) {
       // The quota asked for no longer fits the job: the job stops, and a
       // new Workload asks for what it needs.

@@ -184,7 +184,8 @@ json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec, const s
   return workload;
 }
 
-std::string PodSetChange(const json& workload, const json& wanted, bool reserved) {
+std::string PodSetChange(const json& workload, const json& wanted, bool reserved,
+                         bool admitted) {
   const auto had = PodSetQuotas(workload), now = PodSetQuotas(wanted);
   std::string change;
   auto add = [&change](const std::string& what) { change += (change.empty() ? "" : ", ") + what; };
@@ -199,7 +200,7 @@ std::string PodSetChange(const json& workload, const json& wanted, bool reserved
       add(name + ": " + quota.count.dump() + " pods, was " + old->second.count.dump());
     } else if (!SameRequests(old->second.requests, quota.requests)) {
       add(name + ": requests " + quota.requests.dump() + ", were " + old->second.requests.dump());
-    } else if (!reserved && old->second.tolerations != quota.tolerations) {
+    } else if (!admitted && old->second.tolerations != quota.tolerations) {
       add(name + ": tolerations " + quota.tolerations.dump() + ", were " +
           old->second.tolerations.dump());
     }

@@ -24,6 +24,7 @@ scaler holding the optimizer still sees the one it holds.
 
 import copy
 import os
+import weakref
 
 import torch
 
@@ -49,24 +50,57 @@ def copies_to_keep():
     return kept
 
 
+def _is_code(value):
+    """Functions, bound methods and weak references to them (a CyclicLR's or a OneCycleLR's
+    scale function in its state_dict): kept as they are, since a copy of a bound method
+    copies what it is bound to (the scheduler, its optimizer and the model)."""
+    return callable(value) or isinstance(value, weakref.ref)
+
+
+def _rebuilt(container, items):
+    """A list or tuple (a named one too) of `container`'s type holding `items`."""
+    if isinstance(container, tuple) and hasattr(container, "_fields"):
+        return type(container)(*items)
+    return type(container)(items)
+
+
 def _to_host(value):
     """A deep copy of a state_dict's value with every tensor copied to host memory."""
     if torch.is_tensor(value):
         return value.detach().to("cpu", copy=True)
     if isinstance(value, dict):
-        return type(value)((k, _to_host(v)) for k, v in value.items())
+        copied = copy.copy(value)  # a dict's own type (a defaultdict keeps its factory)
+        for key, item in value.items():
+            copied[key] = _to_host(item)
+        return copied
     if isinstance(value, (list, tuple)):
-        return type(value)(_to_host(v) for v in value)
-    return copy.deepcopy(value)
+        return _rebuilt(value, [_to_host(item) for item in value])
+    return value if _is_code(value) else copy.deepcopy(value)
 
 
-def _put_back(tensor, saved):
-    """`saved` into `tensor` in place where it fits, else a copy of it on tensor's device."""
-    if torch.is_tensor(tensor) and tensor.shape == saved.shape and tensor.dtype == saved.dtype:
-        tensor.copy_(saved)
-        return tensor
-    device = tensor.device if torch.is_tensor(tensor) else saved.device
-    return saved.to(device, copy=True)
+def _put_back(current, saved, device=None, in_place=True):
+    """A copy of `saved` to be the program's value where it now holds `current`: a tensor on
+    current's device (copied into it where it fits, with in_place), else on `device`, else on
+    the host; containers item by item (an LBFGS's history of tensors), so each tensor finds
+    its own device."""
+    if torch.is_tensor(saved):
+        if not torch.is_tensor(current):
+            return saved.to(device or saved.device, copy=True)
+        if in_place and current.shape == saved.shape and current.dtype == saved.dtype:
+            return current.copy_(saved)
+        return saved.to(current.device, copy=True)
+    if isinstance(saved, dict):
+        restored = copy.copy(saved)
+        for key, item in saved.items():
+            here = current.get(key) if isinstance(current, dict) else None
+            restored[key] = _put_back(here, item, device, in_place)
+        return restored
+    if isinstance(saved, (list, tuple)):
+        here = (list(current) if isinstance(current, (list, tuple)) and
+                len(current) == len(saved) else [None] * len(saved))
+        return _rebuilt(saved, [_put_back(c, item, device, in_place)
+                                for c, item in zip(here, saved)])
+    return saved if _is_code(saved) else copy.deepcopy(saved)
 
 
 class Snapshot:
@@ -91,6 +125,8 @@ class Snapshot:
         self.cuda_rng = (torch.cuda.get_rng_state_all() if torch.cuda.is_initialized()
                          else None)
         self.objects = [_to_host(o.state_dict()) for o in objects]
+        # Steps a redone step skips again are not counted twice.
+        self.skipped_steps = optimizer.kubeps_skipped_steps
 
     def restore(self, optimizer, model, objects):
         params = [p for group in optimizer.param_groups for p in group["params"]]
@@ -106,10 +142,12 @@ class Snapshot:
                     for key in [k for k in state if k not in saved]:
                         del state[key]
                     for key, value in saved.items():
-                        state[key] = (_put_back(state.get(key), value) if torch.is_tensor(value)
-                                      else copy.deepcopy(value))
+                        # A new entry's tensors go where torch's load_state_dict puts them:
+                        # on the parameter's device, Adam's step count on the host.
+                        state[key] = _put_back(state.get(key), value,
+                                               None if key == "step" else p.device)
             for group, saved in zip(optimizer.param_groups, self.groups):
-                group.update(copy.deepcopy(saved))
+                group.update(_put_back(group, saved))
             if self.buffers is not None:
                 for buffer, saved in zip(model.buffers(), self.buffers):
                     buffer.copy_(saved)
@@ -117,7 +155,8 @@ class Snapshot:
         if self.cuda_rng is not None:
             torch.cuda.set_rng_state_all(self.cuda_rng)
         for o, saved in zip(objects, self.objects):
-            o.load_state_dict(copy.deepcopy(saved))
+            o.load_state_dict(_put_back(o.state_dict(), saved, in_place=False))
+        optimizer.kubeps_skipped_steps = self.skipped_steps
 
 
 class Snapshots:
@@ -126,12 +165,19 @@ class Snapshots:
     The state steps() finds before it yields step s is the program's at every step from the
     one after the last step it yielded (nothing ran between: an elastic worker's steps that
     others compute change nothing here) up to s; at the first step of a process or a
-    rollback, from that step.  A snapshot is taken where that run of steps holds a multiple
-    of the interval, or starts the process (a resumed job's first step need not be one).
+    rollback, from that step, except an elastic worker's first: it did not compute the steps
+    before it was taken in, so its state then is its state at each of them, from step 0.  A
+    snapshot is taken where that run of steps holds a multiple of the interval, or starts
+    the process (a resumed job's first step need not be one).
+
+    An async job keeps none: its workers do not compute the same steps again after a
+    rollback (each pushes against the newest values, whichever step they are of).
     """
 
-    def __init__(self, interval):
+    def __init__(self, interval, mode="sync", elastic=False):
         self.interval = interval  # spec.checkpoint.intervalSteps; 0: the agent did not say
+        self.mode = mode
+        self.elastic = elastic
         self.kept = copies_to_keep()
         self.objects = []  # registered with restore_on_rollback
         self._snapshots = []  # oldest first
@@ -147,6 +193,13 @@ class Snapshots:
                     "restore_on_rollback: %s has no state_dict() and load_state_dict(); pass "
                     "objects that do (a GradScaler, an LR scheduler), or wrap yours in one"
                     % type(o).__name__)
+            try:  # found here, not at a step: a state_dict that cannot be copied
+                _to_host(o.state_dict())
+            except Exception as e:
+                raise InvalidArgument(
+                    "restore_on_rollback: the state_dict() of %s cannot be copied (%s: %s); "
+                    "pass objects whose state_dict holds tensors, numbers, containers and code"
+                    % (type(o).__name__, type(e).__name__, e)) from e
             if not any(o is known for known in self.objects):
                 self.objects.append(o)
 
@@ -157,6 +210,8 @@ class Snapshots:
         self.kept_before_rollback = [(s.first, s.last) for s in self._snapshots]
         self._snapshots = [s for s in self._snapshots if s.first <= step]
         self._pending = next((s for s in self._snapshots if s.last >= step), None)
+        for s in self._snapshots:  # the steps after `step` are another timeline's now
+            s.last = min(s.last, step)
         self._state_from = step
         return self._pending is not None
 
@@ -169,9 +224,9 @@ class Snapshots:
             self._pending = None
         first, starting = self._state_from, self._state_from is None
         if starting:
-            first = step
+            first = 0 if self.elastic else step
         self._state_from = step + 1  # the body of `step` changes it
-        if self.interval <= 0 or self.kept == 0:
+        if self.interval <= 0 or self.kept == 0 or self.mode != "sync":
             return
         due = starting or step - step % self.interval >= first
         if not due or any(s.first <= first and step <= s.last for s in self._snapshots):
@@ -183,12 +238,14 @@ class Snapshots:
         self._snapshots.append(snapshot)
 
 
-def not_restored(resume_step, snapshots, servers_optimize):
+def not_restored(resume_step, snapshots, servers_optimize, model_given):
     """The warning of a rollback that found no copy of the program's own state, or None
-    where nothing of it needed one (the servers' optimizer, nothing registered)."""
-    if servers_optimize and not snapshots.objects:
+    where nothing of it needed one (the servers' optimizer, no model=, nothing registered)."""
+    if servers_optimize and not snapshots.objects and not model_given:
         return None
-    if snapshots.interval <= 0:
+    if snapshots.mode != "sync":
+        why = "an async job keeps none (its workers do not redo the same steps)"
+    elif snapshots.interval <= 0:
         why = "the agent did not say spec.checkpoint.intervalSteps (an older kubeps-agent?)"
     elif snapshots.kept == 0:
         why = "KUBEPS_ROLLBACK_COPIES=0 keeps none"
@@ -196,10 +253,12 @@ def not_restored(resume_step, snapshots, servers_optimize):
         why = ("steps() keeps copies of steps %s only (a loop not driven by steps() keeps none)"
                % (", ".join("%d" % first if first == last else "%d-%d" % (first, last)
                             for first, last in snapshots.kept_before_rollback) or "none yet"))
-    kept = "the objects given to restore_on_rollback"
-    if not servers_optimize:
-        kept = ("the parameters and optimizer state (with the servers' optimizer 'none' they "
-                "live in this process) and " + kept)
+    kept = ["the parameters and optimizer state (with the servers' optimizer 'none' they "
+            "live in this process)"] if not servers_optimize else []
+    if model_given:
+        kept.append("the model's buffers")
+    kept.append("the objects given to restore_on_rollback")
+    kept = ", ".join(kept[:-1]) + " and " + kept[-1] if len(kept) > 1 else kept[0]
     return ("kubeps: the job rolled back to step %d, and this process has no copy of its state "
             "there: %s. So %s keep their values; only the step goes back"
             % (resume_step, why, kept))

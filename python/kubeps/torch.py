@@ -159,7 +159,8 @@ class _DistributedOptimizer(ForwardWaits):
         self.kubeps_skipped_steps = 0
         self._kubeps_closed = False
         self._kubeps_warned_rollback = False
-        self._kubeps_snapshots = Snapshots(session.checkpoint_interval)
+        self._kubeps_snapshots = Snapshots(session.checkpoint_interval, session.mode,
+                                           session.elastic)
         if named_parameters is not None:
             named_parameters = list(named_parameters)
         params = trainable_params(self, named_parameters)
@@ -447,7 +448,8 @@ class _DistributedOptimizer(ForwardWaits):
                 for binding in self._kubeps_bindings:
                     binding.param.copy_(binding.values)
         if not restored and not self._kubeps_warned_rollback:
-            warning = not_restored(resume_step, self._kubeps_snapshots, servers_optimize)
+            warning = not_restored(resume_step, self._kubeps_snapshots, servers_optimize,
+                                   getattr(self, "_kubeps_model", None) is not None)
             self._kubeps_warned_rollback = warning is not None
             if warning:
                 warnings.warn(warning)
@@ -608,7 +610,15 @@ def examples():
             raise FailedPrecondition("kubeps.torch.examples() in an elastic job is the step's "
                                      "that kubeps.torch.steps() yielded: iterate steps() first")
         return _counter.share.first_example, _counter.share.end_example
-    return batch_run(session.batch_size * session.size, session.rank, session.size)
+    return batch_run(_fixed_global_batch(session, "examples"), session.rank, session.size)
+
+
+def _fixed_global_batch(session, caller):
+    if session.batch_size <= 0:
+        raise FailedPrecondition(
+            "kubeps.torch.%s(): the agent did not say spec.batchSize (a kubeps-agent older "
+            "than this client?); run the job with an agent of this release" % caller)
+    return session.batch_size * session.size
 
 
 def global_batch():
@@ -616,7 +626,7 @@ def global_batch():
     elastic job's: x the workers it started with, whoever computes each step)."""
     session = kubeps.session("kubeps.torch.global_batch()")
     if not session.elastic:
-        return session.batch_size * session.size
+        return _fixed_global_batch(session, "global_batch")
     if _counter.share is not None:
         return _counter.share.global_batch
     if _counter.step is None:

@@ -26,6 +26,7 @@ Run alone (a subprocess, as the real agent is): python3 fake_agent.py DIR [optio
 
 import argparse
 import array
+import collections
 import json
 import mmap
 import os
@@ -218,7 +219,8 @@ class Session:
         self.mapping = None
         self.file = None
         self.initialized = False
-        self.member_steps = set()  # the steps membership said this worker computes
+        # The steps membership said this worker computes: the agent keeps its last 8 answers.
+        self.member_steps = collections.deque(maxlen=8)
         self.finished = False
         self.transfers = {}  # handle -> list of Transfer
         self.waited = set()
@@ -332,11 +334,14 @@ class Session:
                                                           self.agent.socket_dir))
         self.said_hello = True
         self.client_pid = request.get("pid")
-        return {"rank": self.agent.rank, "size": self.agent.size,
-                "num_servers": self.agent.num_servers, "mode": self.servers.mode,
-                "optimizer": self.servers.optimizer, "non_finite": self.servers.non_finite,
-                "elastic": self.agent.schedule is not None, "batch_size": self.agent.batch_size,
-                "checkpoint_interval": self.agent.checkpoint_interval}
+        answer = {"rank": self.agent.rank, "size": self.agent.size,
+                  "num_servers": self.agent.num_servers, "mode": self.servers.mode,
+                  "optimizer": self.servers.optimizer, "non_finite": self.servers.non_finite,
+                  "elastic": self.agent.schedule is not None,
+                  "checkpoint_interval": self.agent.checkpoint_interval}
+        if self.agent.batch_size is not None:  # None: not said, as an older agent
+            answer["batch_size"] = self.agent.batch_size
+        return answer
 
     def op_declare(self, request):
         if self.tensors is not None:
@@ -435,7 +440,7 @@ class Session:
             share = self.agent.schedule(step)
         member, position, count, first, end, global_batch, later = share
         if member:
-            self.member_steps.add(step)
+            self.member_steps.append(step)
         elif later is not None:
             self.servers.others_compute_to(later)
         answer = {"member": member, "position": position, "count": count,

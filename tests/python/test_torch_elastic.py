@@ -14,6 +14,7 @@ from test_torch import TorchTestCase, needs_torch, torch
 if torch is not None:
     import kubeps
     import kubeps.torch as kps
+    from kubeps.errors import FailedPrecondition
 
 GLOBAL_BATCH = 128
 
@@ -121,6 +122,14 @@ class ElasticSteps(TorchTestCase):
         seen = []
         self.train(2, lambda step, model: seen.append((kps.examples(), kps.global_batch())))
         self.assertEqual(seen, [((32, 64), 64)] * 2)
+
+    @requires_fake
+    def test_examples_from_an_agent_that_does_not_say_the_batch_is_a_clear_error(self):
+        self.connect(batch_size=None)
+        for call in (kps.examples, kps.global_batch):
+            with self.assertRaisesRegex(FailedPrecondition, r"the agent did not say "
+                                                            r"spec.batchSize"):
+                call()
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ which rolls back at a push it is armed for.  Skips, saying why, where torch is n
 """
 
 import os
+import threading
 import types
 import unittest
 import warnings
@@ -13,9 +14,11 @@ from unittest import mock
 
 from agent_fixture import requires_fake, reset_kubeps
 from test_torch import TorchTestCase, batch_for, needs_torch, torch
+from test_torch_elastic import member, not_member
 
 if torch is not None:
     import kubeps.torch as kps
+    from kubeps._torch_rollback import _put_back, _to_host
     from kubeps.errors import InvalidArgument
 
 INTERVAL = 2  # spec.checkpoint.intervalSteps the fake agent says
@@ -44,21 +47,23 @@ class Schedule:
 @needs_torch
 class RollbackTest(TorchTestCase):
     def run_job(self, optimizer_name, rollback=None, model_given=True, interval=INTERVAL,
-                start_step=0):
+                start_step=0, make_scheduler=None, skip_at=None, **agent_options):
         """Six steps of Adam with a decaying learning rate (on the servers, or here with
         'none'), from `start_step` (the servers' parameters then the initial ones): the model,
-        optimizer, scheduler, schedule, steps seen and generator after."""
+        optimizer, scheduler, schedule, steps seen and generator after.  The body of step
+        `skip_at` synchronizes and leaves without step(), as a loss scaler's overflow."""
         reset_kubeps()
         initial = {name: p.detach().flatten().tolist()
                    for name, p in model_with_state().named_parameters()}
         agent = self.connect(optimizer=optimizer_name, checkpoint_interval=interval,
                              server_values=initial if start_step else None,
-                             start_step=start_step)
+                             start_step=start_step, **agent_options)
         model = model_with_state()
         optimizer = kps.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.1),
                                              named_parameters=model.named_parameters(),
                                              model=model if model_given else None)
-        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.8)
+        scheduler = (make_scheduler or (lambda o: torch.optim.lr_scheduler.StepLR(
+            o, step_size=1, gamma=0.8)))(optimizer)
         schedule = Schedule()
         kps.restore_on_rollback(scheduler, schedule)
         if rollback is not None:
@@ -71,6 +76,9 @@ class RollbackTest(TorchTestCase):
             optimizer.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(x), y) * schedule.scale
             loss.backward()
+            if step == skip_at:
+                optimizer.synchronize()
+                continue
             optimizer.step()
             scheduler.step()
             schedule.scale *= 1.5
@@ -89,6 +97,7 @@ class RollbackTest(TorchTestCase):
                                             torch.as_tensor(state0[key])), key)
         self.assertEqual(run.optimizer.param_groups[0]["lr"],
                          clean.optimizer.param_groups[0]["lr"])
+        self.assertEqual(run.optimizer.kubeps_skipped_steps, clean.optimizer.kubeps_skipped_steps)
         self.assertEqual(run.scheduler.last_epoch, clean.scheduler.last_epoch)
         self.assertEqual(run.schedule.scale, clean.schedule.scale)
         self.assertTrue(torch.equal(run.rng, clean.rng))
@@ -122,6 +131,51 @@ class RollbackTest(TorchTestCase):
         run = self.run_job("sgd", rollback=(6, 3), start_step=3)
         self.assertEqual(run.seen, [3, 4, 5, 6, 7, 3, 4, 5, 6, 7, 8])
         self.assert_same_state(run, clean)
+
+    @requires_fake
+    def test_schedulers_whose_state_holds_their_own_methods_go_back_too(self):
+        # CyclicLR keeps a weak reference to its scale method, OneCycleLR its annealing
+        # method: neither can be deep-copied, and a copy of a bound method would copy the
+        # scheduler with its optimizer and model.
+        for make in (lambda o: torch.optim.lr_scheduler.CyclicLR(
+                         o, base_lr=0.01, max_lr=0.1, step_size_up=2, cycle_momentum=False),
+                     lambda o: torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.1,
+                                                                   total_steps=20)):
+            clean = self.run_job("none", make_scheduler=make)
+            run = self.run_job("none", rollback=(5, 2), make_scheduler=make)
+            self.assertEqual(run.seen, [0, 1, 2, 3, 4, 5, 2, 3, 4, 5])
+            self.assert_same_state(run, clean)
+
+    @requires_fake
+    def test_an_elastic_worker_rolled_back_to_before_it_was_taken_in_starts_as_it_did(self):
+        # Taken in at step 4 (the others computed the steps before); a rollback to step 2
+        # takes it back to the state it was taken in with, not the one its steps left.
+        def schedule(step):
+            return member(0, 1) if step >= 4 else not_member(4)
+        clean = self.run_job("sgd", schedule=schedule)
+        run = self.run_job("sgd", rollback=(5, 2), schedule=schedule)
+        self.assertEqual(clean.seen, [4, 5])
+        self.assertEqual(run.seen, [4, 5, 4, 5])
+        self.assert_same_state(run, clean)
+
+    @requires_fake
+    def test_a_step_skipped_again_after_a_rollback_is_counted_once(self):
+        clean = self.run_job("none", skip_at=3)
+        run = self.run_job("none", rollback=(5, 2), skip_at=3)
+        self.assertEqual(run.seen, [0, 1, 2, 3, 4, 5, 2, 3, 4, 5])
+        self.assertEqual(clean.optimizer.kubeps_skipped_steps, 1)
+        self.assert_same_state(run, clean)
+
+    @requires_fake
+    def test_an_async_job_keeps_no_copies_and_says_so(self):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self.run_job("sgd", rollback=(5, 4), mode="async")
+        messages = [str(w.message) for w in caught if "rolled back" in str(w.message)]
+        self.assertEqual(len(messages), 1, messages)
+        self.assertIn("an async job keeps none", messages[0])
+        self.assertIn("So the model's buffers and the objects given to restore_on_rollback "
+                      "keep their values", messages[0])
 
     @requires_fake
     def test_without_the_interval_the_state_stays_and_a_warning_says_why(self):
@@ -165,6 +219,42 @@ class RollbackTest(TorchTestCase):
         with self.assertRaisesRegex(InvalidArgument, r"restore_on_rollback: int has no "
                                                      r"state_dict\(\) and load_state_dict\(\)"):
             kps.restore_on_rollback(3)
+
+    @requires_fake
+    def test_an_object_whose_state_cannot_be_copied_is_refused_when_registered(self):
+        self.connect(optimizer="none")
+        model = model_with_state()
+        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters())
+        locked = Schedule()
+        locked.state_dict = lambda: {"lock": threading.Lock()}
+        with self.assertRaisesRegex(InvalidArgument, r"restore_on_rollback: the state_dict\(\) "
+                                                     r"of Schedule cannot be copied \(TypeError"):
+            kps.restore_on_rollback(locked)
+
+
+@needs_torch
+class PutBackTest(unittest.TestCase):
+    def test_nested_tensors_go_back_into_the_programs_own_in_place(self):
+        # An LBFGS keeps lists of tensors in its state.
+        history = [torch.zeros(3), torch.ones(2)]
+        current = {"old_dirs": history, "n_iter": 4, "d": torch.zeros(3)}
+        saved = _to_host({"old_dirs": [torch.arange(3.0), torch.full((2,), 7.0)],
+                          "n_iter": 2, "d": torch.ones(3)})
+        restored = _put_back(current, saved)
+        self.assertIs(restored["old_dirs"][0], history[0])
+        self.assertIs(restored["old_dirs"][1], history[1])
+        self.assertEqual(history[0].tolist(), [0.0, 1.0, 2.0])
+        self.assertEqual(history[1].tolist(), [7.0, 7.0])
+        self.assertEqual(restored["n_iter"], 2)
+        self.assertIs(restored["d"], current["d"])
+
+    def test_a_tensor_that_no_longer_fits_is_a_new_one_where_the_old_one_was(self):
+        current = {"d": torch.zeros(2, dtype=torch.float64)}
+        restored = _put_back(current, {"d": torch.ones(3)})
+        self.assertIsNot(restored["d"], current["d"])
+        self.assertEqual(restored["d"].tolist(), [1.0, 1.0, 1.0])
+        self.assertEqual(current["d"].tolist(), [0.0, 0.0])
 
 
 if __name__ == "__main__":

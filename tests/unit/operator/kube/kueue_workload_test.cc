@@ -201,8 +201,12 @@ TEST(PodSetChangeTest, TolerationsCountWhileTheWorkloadWaits) {
   const json tolerant = BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt);
   EXPECT_THAT(PodSetChange(made, tolerant),
               AllOf(HasSubstr("worker: tolerations"), HasSubstr("nvidia.com/gpu")));
+  // Quota reserved while an admission check runs: still compared, as Kueue's
+  // own job integration does until the Workload is admitted.
+  EXPECT_THAT(PodSetChange(made, tolerant, /*reserved=*/true, /*admitted=*/false),
+              HasSubstr("worker: tolerations"));
   // Admitted, Kueue added the flavor's own: the job runs on.
-  EXPECT_EQ(PodSetChange(made, tolerant, /*reserved=*/true), "");
+  EXPECT_EQ(PodSetChange(made, tolerant, /*reserved=*/true, /*admitted=*/true), "");
 }
 
 TEST(WithConditionTest, KeepsTheTransitionTimeWhileTheStatusStays) {
@@ -362,6 +366,23 @@ TEST_F(QueuedJobTest, AJobChangedWhileQueuedGetsItsWorkloadMadeAgain) {
   EXPECT_NE(remade["metadata"]["uid"], first_uid);
   EXPECT_EQ(remade["spec"]["podSets"][2]["count"], 3);
   EXPECT_THAT(Pods(), IsEmpty()) << "not admitted yet";
+}
+
+TEST_F(QueuedJobTest, TolerationsChangedWhileAdmissionChecksRunRemakeTheWorkload) {
+  Reconcile();
+  json reserved = Admitted("default");  // quota reserved, its admission checks not done
+  reserved["conditions"].erase(1);
+  fake_.SetStatus(workload_, reserved);
+  fake_.Modify(kJob, {{"spec",
+                       {{"replicaSpecs",
+                         {{"worker",
+                           {{"template",
+                             {{"spec",
+                               {{"tolerations",
+                                 {{{"key", "nvidia.com/gpu"}, {"operator", "Exists"}}}}}}}}}}}}}}});
+  Reconcile();
+  EXPECT_THAT(Job()["status"]["message"], HasSubstr("worker: tolerations"));
+  EXPECT_THAT(EventReasons(), Contains("DeletedWorkload"));
 }
 
 TEST_F(QueuedJobTest, AnAdmittedJobScaledStopsItsPodsBeforeItsWorkloadIsMadeAgain) {
