@@ -10,7 +10,8 @@ second time:
   moments, the learning rate a scheduler set in its param_groups) live in this process;
 - the model's buffers (BatchNorm's running statistics, with model=), which every forward
   pass of a redone step would move again;
-- torch's random generators (dropout), so a redone step draws what it drew the first time;
+- torch's random generators (dropout), and Python's and NumPy's global ones (a program's
+  augmentation), so a redone step draws what it drew the first time;
 - what the program registers with `restore_on_rollback` (a GradScaler, an LR scheduler: any
   object with state_dict() and load_state_dict()).
 
@@ -24,6 +25,8 @@ scaler holding the optimizer still sees the one it holds.
 
 import copy
 import os
+import random
+import sys
 import weakref
 
 import torch
@@ -124,6 +127,9 @@ class Snapshot:
         self.rng = torch.get_rng_state()
         self.cuda_rng = (torch.cuda.get_rng_state_all() if torch.cuda.is_initialized()
                          else None)
+        self.python_rng = random.getstate()
+        numpy = sys.modules.get("numpy")  # a program that uses NumPy imported it
+        self.numpy_rng = numpy.random.get_state() if numpy is not None else None
         self.objects = [_to_host(o.state_dict()) for o in objects]
         # Steps a redone step skips again are not counted twice.
         self.skipped_steps = optimizer.kubeps_skipped_steps
@@ -154,6 +160,9 @@ class Snapshot:
         torch.set_rng_state(self.rng)
         if self.cuda_rng is not None:
             torch.cuda.set_rng_state_all(self.cuda_rng)
+        random.setstate(self.python_rng)
+        if self.numpy_rng is not None:
+            sys.modules["numpy"].random.set_state(self.numpy_rng)
         for o, saved in zip(objects, self.objects):
             o.load_state_dict(_put_back(o.state_dict(), saved, in_place=False))
         optimizer.kubeps_skipped_steps = self.skipped_steps

@@ -6,6 +6,7 @@ which rolls back at a push it is armed for.  Skips, saying why, where torch is n
 """
 
 import os
+import random
 import threading
 import types
 import unittest
@@ -18,6 +19,7 @@ from test_torch_elastic import member, not_member
 
 if torch is not None:
     import kubeps.torch as kps
+    import numpy
     from kubeps._torch_rollback import _put_back, _to_host
     from kubeps.errors import InvalidArgument
 
@@ -69,10 +71,13 @@ class RollbackTest(TorchTestCase):
         if rollback is not None:
             agent.fake.arm_rollback(at_step=rollback[0], resume_step=rollback[1])
         torch.manual_seed(7)  # dropout's draws
+        random.seed(8)  # the program's own draws: an augmentation
+        numpy.random.seed(9)
         seen = []
         for step in kps.steps(start_step + 6):
             seen.append(step)
             x, y = batch_for(step)
+            x = x * random.uniform(0.5, 1.5) + float(numpy.random.normal())
             optimizer.zero_grad()
             loss = torch.nn.functional.cross_entropy(model(x), y) * schedule.scale
             loss.backward()
@@ -83,7 +88,9 @@ class RollbackTest(TorchTestCase):
             scheduler.step()
             schedule.scale *= 1.5
         return types.SimpleNamespace(model=model, optimizer=optimizer, scheduler=scheduler,
-                                     schedule=schedule, seen=seen, rng=torch.get_rng_state())
+                                     schedule=schedule, seen=seen, rng=torch.get_rng_state(),
+                                     python_rng=random.getstate(),
+                                     numpy_rng=numpy.random.get_state()[1].tolist())
 
     def assert_same_state(self, run, clean):
         for (name, a), b in zip(run.model.state_dict().items(),
@@ -101,6 +108,8 @@ class RollbackTest(TorchTestCase):
         self.assertEqual(run.scheduler.last_epoch, clean.scheduler.last_epoch)
         self.assertEqual(run.schedule.scale, clean.schedule.scale)
         self.assertTrue(torch.equal(run.rng, clean.rng))
+        self.assertEqual(run.python_rng, clean.python_rng)
+        self.assertEqual(run.numpy_rng, clean.numpy_rng)
 
     @requires_fake
     def test_servers_that_only_average_roll_the_programs_state_back_with_them(self):
