@@ -27,6 +27,8 @@ import copy
 import os
 import random
 import sys
+import types
+import warnings
 import weakref
 
 import torch
@@ -54,10 +56,12 @@ def copies_to_keep():
 
 
 def _is_code(value):
-    """Functions, bound methods and weak references to them (a CyclicLR's or a OneCycleLR's
+    """Functions, methods, classes and weak references to them (a CyclicLR's or a OneCycleLR's
     scale function in its state_dict): kept as they are, since a copy of a bound method
-    copies what it is bound to (the scheduler, its optimizer and the model)."""
-    return callable(value) or isinstance(value, weakref.ref)
+    copies what it is bound to (the scheduler, its optimizer and the model).  Other callable
+    objects may hold state of their own, and are copied."""
+    return isinstance(value, (types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+                              type, weakref.ref))
 
 
 def _rebuilt(container, items):
@@ -67,10 +71,21 @@ def _rebuilt(container, items):
     return type(container)(items)
 
 
+class _HostCopy:
+    """A tensor copied to host memory, and the device it goes back to where the program no
+    longer holds a tensor in its place (a capturable Adam's step count lives on the GPU)."""
+
+    __slots__ = ("tensor", "device")
+
+    def __init__(self, tensor):
+        self.tensor = tensor.detach().to("cpu", copy=True)
+        self.device = tensor.device
+
+
 def _to_host(value):
     """A deep copy of a state_dict's value with every tensor copied to host memory."""
     if torch.is_tensor(value):
-        return value.detach().to("cpu", copy=True)
+        return _HostCopy(value)
     if isinstance(value, dict):
         copied = copy.copy(value)  # a dict's own type (a defaultdict keeps its factory)
         for key, item in value.items():
@@ -81,28 +96,40 @@ def _to_host(value):
     return value if _is_code(value) else copy.deepcopy(value)
 
 
-def _put_back(current, saved, device=None, in_place=True):
-    """A copy of `saved` to be the program's value where it now holds `current`: a tensor on
-    current's device (copied into it where it fits, with in_place), else on `device`, else on
-    the host; containers item by item (an LBFGS's history of tensors), so each tensor finds
-    its own device."""
-    if torch.is_tensor(saved):
+def _check_copyable(value):
+    """Raises what _to_host would on `value`, copying no tensor."""
+    if isinstance(value, dict):
+        for item in value.values():
+            _check_copyable(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _check_copyable(item)
+    elif not (torch.is_tensor(value) or _is_code(value)):
+        copy.deepcopy(value)
+
+
+def _put_back(current, saved, in_place=True):
+    """A copy of `saved` (from _to_host) to be the program's value where it now holds
+    `current`: a tensor on current's device (copied into it where it fits, with in_place),
+    else on the device it was copied from; containers item by item (an LBFGS's history of
+    tensors), so each tensor finds its own device."""
+    if isinstance(saved, _HostCopy):
         if not torch.is_tensor(current):
-            return saved.to(device or saved.device, copy=True)
-        if in_place and current.shape == saved.shape and current.dtype == saved.dtype:
-            return current.copy_(saved)
-        return saved.to(current.device, copy=True)
+            return saved.tensor.to(saved.device, copy=True)
+        if in_place and current.shape == saved.tensor.shape and \
+                current.dtype == saved.tensor.dtype:
+            return current.copy_(saved.tensor)
+        return saved.tensor.to(current.device, copy=True)
     if isinstance(saved, dict):
         restored = copy.copy(saved)
         for key, item in saved.items():
             here = current.get(key) if isinstance(current, dict) else None
-            restored[key] = _put_back(here, item, device, in_place)
+            restored[key] = _put_back(here, item, in_place)
         return restored
     if isinstance(saved, (list, tuple)):
         here = (list(current) if isinstance(current, (list, tuple)) and
                 len(current) == len(saved) else [None] * len(saved))
-        return _rebuilt(saved, [_put_back(c, item, device, in_place)
-                                for c, item in zip(here, saved)])
+        return _rebuilt(saved, [_put_back(c, item, in_place) for c, item in zip(here, saved)])
     return saved if _is_code(saved) else copy.deepcopy(saved)
 
 
@@ -130,11 +157,13 @@ class Snapshot:
         self.python_rng = random.getstate()
         numpy = sys.modules.get("numpy")  # a program that uses NumPy imported it
         self.numpy_rng = numpy.random.get_state() if numpy is not None else None
-        self.objects = [_to_host(o.state_dict()) for o in objects]
+        self.objects = [(o, _to_host(o.state_dict())) for o in objects]
         # Steps a redone step skips again are not counted twice.
         self.skipped_steps = optimizer.kubeps_skipped_steps
 
     def restore(self, optimizer, model, objects):
+        """Puts the state back; returns the objects of `objects` it holds no copy of (those
+        registered after it was taken)."""
         params = [p for group in optimizer.param_groups for p in group["params"]]
         with torch.no_grad():
             if self.params is not None:
@@ -148,10 +177,7 @@ class Snapshot:
                     for key in [k for k in state if k not in saved]:
                         del state[key]
                     for key, value in saved.items():
-                        # A new entry's tensors go where torch's load_state_dict puts them:
-                        # on the parameter's device, Adam's step count on the host.
-                        state[key] = _put_back(state.get(key), value,
-                                               None if key == "step" else p.device)
+                        state[key] = _put_back(state.get(key), value)
             for group, saved in zip(optimizer.param_groups, self.groups):
                 group.update(_put_back(group, saved))
             if self.buffers is not None:
@@ -163,9 +189,10 @@ class Snapshot:
         random.setstate(self.python_rng)
         if self.numpy_rng is not None:
             sys.modules["numpy"].random.set_state(self.numpy_rng)
-        for o, saved in zip(objects, self.objects):
+        for o, saved in self.objects:
             o.load_state_dict(_put_back(o.state_dict(), saved, in_place=False))
         optimizer.kubeps_skipped_steps = self.skipped_steps
+        return [o for o in objects if not any(o is copied for copied, _ in self.objects)]
 
 
 class Snapshots:
@@ -203,7 +230,7 @@ class Snapshots:
                     "objects that do (a GradScaler, an LR scheduler), or wrap yours in one"
                     % type(o).__name__)
             try:  # found here, not at a step: a state_dict that cannot be copied
-                _to_host(o.state_dict())
+                _check_copyable(o.state_dict())
             except Exception as e:
                 raise InvalidArgument(
                     "restore_on_rollback: the state_dict() of %s cannot be copied (%s: %s); "
@@ -229,8 +256,14 @@ class Snapshots:
         snapshot taken if one is due (the class docstring)."""
         model = getattr(optimizer, "_kubeps_model", None)
         if self._pending is not None:
-            self._pending.restore(optimizer, model, self.objects)
+            uncopied = self._pending.restore(optimizer, model, self.objects)
             self._pending = None
+            if uncopied:
+                warnings.warn(
+                    "kubeps: the job rolled back to step %d, and %s, registered with "
+                    "restore_on_rollback after this process's copy of that step was taken, "
+                    "keep their values: register objects before the training loop"
+                    % (step, ", ".join(type(o).__name__ for o in uncopied)))
         first, starting = self._state_from, self._state_from is None
         if starting:
             first = 0 if self.elastic else step
@@ -248,12 +281,10 @@ class Snapshots:
 
 
 def not_restored(resume_step, snapshots, servers_optimize, model_given):
-    """The warning of a rollback that found no copy of the program's own state, or None
-    where nothing of it needed one (the servers' optimizer, no model=, nothing registered)."""
-    if servers_optimize and not snapshots.objects and not model_given:
-        return None
+    """The warning of a rollback that found no copy of the program's own state: what of it
+    keeps its values."""
     if snapshots.mode != "sync":
-        why = "an async job keeps none (its workers do not redo the same steps)"
+        why = "an async job keeps none (it never rolls back: a restarted shard goes on)"
     elif snapshots.interval <= 0:
         why = "the agent did not say spec.checkpoint.intervalSteps (an older kubeps-agent?)"
     elif snapshots.kept == 0:
@@ -266,7 +297,9 @@ def not_restored(resume_step, snapshots, servers_optimize, model_given):
             "live in this process)"] if not servers_optimize else []
     if model_given:
         kept.append("the model's buffers")
-    kept.append("the objects given to restore_on_rollback")
+    kept.append("torch's, Python's and NumPy's random generators")
+    if snapshots.objects:
+        kept.append("the objects given to restore_on_rollback")
     kept = ", ".join(kept[:-1]) + " and " + kept[-1] if len(kept) > 1 else kept[0]
     return ("kubeps: the job rolled back to step %d, and this process has no copy of its state "
             "there: %s. So %s keep their values; only the step goes back"

@@ -448,11 +448,9 @@ class _DistributedOptimizer(ForwardWaits):
                 for binding in self._kubeps_bindings:
                     binding.param.copy_(binding.values)
         if not restored and not self._kubeps_warned_rollback:
-            warning = not_restored(resume_step, self._kubeps_snapshots, servers_optimize,
-                                   getattr(self, "_kubeps_model", None) is not None)
-            self._kubeps_warned_rollback = warning is not None
-            if warning:
-                warnings.warn(warning)
+            self._kubeps_warned_rollback = True
+            warnings.warn(not_restored(resume_step, self._kubeps_snapshots, servers_optimize,
+                                       getattr(self, "_kubeps_model", None) is not None))
         with self._kubeps_lock:
             self._kubeps_exchanges = {}
             self._kubeps_new_backward()
