@@ -184,8 +184,7 @@ json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec, const s
   return workload;
 }
 
-std::string PodSetChange(const json& workload, const json& wanted, bool reserved,
-                         bool admitted) {
+std::string PodSetChange(const json& workload, const json& wanted, bool reserved, bool admitted) {
   const auto had = PodSetQuotas(workload), now = PodSetQuotas(wanted);
   std::string change;
   auto add = [&change](const std::string& what) { change += (change.empty() ? "" : ", ") + what; };

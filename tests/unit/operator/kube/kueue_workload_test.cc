@@ -373,13 +373,14 @@ TEST_F(QueuedJobTest, TolerationsChangedWhileAdmissionChecksRunRemakeTheWorkload
   json reserved = Admitted("default");  // quota reserved, its admission checks not done
   reserved["conditions"].erase(1);
   fake_.SetStatus(workload_, reserved);
-  fake_.Modify(kJob, {{"spec",
-                       {{"replicaSpecs",
-                         {{"worker",
-                           {{"template",
-                             {{"spec",
-                               {{"tolerations",
-                                 {{{"key", "nvidia.com/gpu"}, {"operator", "Exists"}}}}}}}}}}}}}}});
+  fake_.Modify(
+      kJob,
+      {{"spec",
+        {{"replicaSpecs",
+          {{"worker",
+            {{"template",
+              {{"spec",
+                {{"tolerations", {{{"key", "nvidia.com/gpu"}, {"operator", "Exists"}}}}}}}}}}}}}}});
   Reconcile();
   EXPECT_THAT(Job()["status"]["message"], HasSubstr("worker: tolerations"));
   EXPECT_THAT(EventReasons(), Contains("DeletedWorkload"));
