@@ -16,7 +16,9 @@ second time:
   object with state_dict() and load_state_dict()).
 
 So steps() keeps a copy of these, in host memory, at each step a checkpoint may be taken at
-(Snapshots says which), the newest 3 (KUBEPS_ROLLBACK_COPIES), and a rollback to such a step
+(Snapshots says which), from the newest step every server has checkpointed on (the agent's
+`checkpoints`: a rollback goes back no further; at most 3, KUBEPS_ROLLBACK_COPIES), and a
+rollback to such a step
 puts them back before steps() yields it again: the job then ends on the same bytes as without
 the rollback, as a job of the built-in trainer does.  They are put back in place (the
 optimizer's state dicts and param_groups stay the same objects), so that a scheduler or a
@@ -35,10 +37,11 @@ import torch
 
 from kubeps.errors import InvalidArgument
 
-# The servers keep their newest 3 checkpoints (and older ones a peer still lacks): a rollback
-# goes to the newest all hold, almost always one of the newest two.  Each copy costs host
-# memory (with `none`: the parameters and the optimizer's state), so KUBEPS_ROLLBACK_COPIES
-# may keep fewer; 0 keeps none.
+# A rollback goes to the newest step all servers hold a checkpoint of: the copy of that step
+# and those of later steps are kept (two as a rule: the newest step's, whose checkpoint is
+# being written, and the one before).  An agent that does not say which step that is leaves
+# the newest 3.  Each copy costs host memory (with `none`: the parameters and the optimizer's
+# state), so KUBEPS_ROLLBACK_COPIES may keep fewer; 0 keeps none.
 DEFAULT_KEPT = 3
 
 
@@ -210,10 +213,13 @@ class Snapshots:
     rollback (each pushes against the newest values, whichever step they are of).
     """
 
-    def __init__(self, interval, mode="sync", elastic=False):
+    def __init__(self, interval, mode="sync", elastic=False, newest_common=lambda: None):
         self.interval = interval  # spec.checkpoint.intervalSteps; 0: the agent did not say
         self.mode = mode
         self.elastic = elastic
+        # The newest step every server checkpointed (None: not known): no rollback goes back
+        # further, so no copy of an earlier step is needed.
+        self._newest_common = newest_common
         self.kept = copies_to_keep()
         self.objects = []  # registered with restore_on_rollback
         self._snapshots = []  # oldest first
@@ -273,10 +279,13 @@ class Snapshots:
         due = starting or step - step % self.interval >= first
         if not due or any(s.first <= first and step <= s.last for s in self._snapshots):
             return
+        floor = self._newest_common() if self._snapshots else None
+        if floor is not None:
+            self._snapshots = [s for s in self._snapshots if s.last >= floor]
+        self._snapshots = self._snapshots[-(self.kept - 1):] if self.kept > 1 else []
         snapshot = Snapshot(optimizer, not optimizer._kubeps_servers_optimize(), model,
                             self.objects)
         snapshot.first, snapshot.last = first, step
-        self._snapshots = self._snapshots[-(self.kept - 1):] if self.kept > 1 else []
         self._snapshots.append(snapshot)
 
 

@@ -90,6 +90,7 @@ class Session:
         self.batch_size = int(hello.get("batch_size", 0))  # spec.batchSize, per worker
         # spec.checkpoint.intervalSteps: the steps a rollback may go back to are its multiples.
         self.checkpoint_interval = int(hello.get("checkpoint_interval", 0))
+        self._answers_checkpoints = True  # until an older agent says "unknown op"
         self.tensors = None  # SharedTensors after declare
         self.start_step = None  # the step init_tensors returned
         self._lock = threading.Lock()
@@ -182,6 +183,19 @@ class Session:
         """What this worker does at `step` (a Membership); blocks until the job's
         scheduler has fixed who computes it."""
         return Membership.from_reply(self._connection.call("membership", step=int(step)))
+
+    def newest_common_checkpoint(self):
+        """The newest step every server holds a checkpoint of, as the job's scheduler last
+        said: a sync rollback goes back to the newest such step when it happens, so never
+        further (save a damaged checkpoint a server sets aside).  None where none is known
+        yet, or the agent is older than the `checkpoints` request."""
+        if self._answers_checkpoints:
+            try:
+                step = int(self._connection.call("checkpoints")["newest_common_step"])
+                return step if step >= 0 else None
+            except InvalidArgument:  # "unknown op": an agent older than this client
+                self._answers_checkpoints = False
+        return None
 
     def barrier(self, name):
         """Blocks until every worker of the job reached the barrier `name`."""

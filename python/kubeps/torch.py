@@ -160,7 +160,7 @@ class _DistributedOptimizer(ForwardWaits):
         self._kubeps_closed = False
         self._kubeps_warned_rollback = False
         self._kubeps_snapshots = Snapshots(session.checkpoint_interval, session.mode,
-                                           session.elastic)
+                                           session.elastic, session.newest_common_checkpoint)
         if named_parameters is not None:
             named_parameters = list(named_parameters)
         params = trainable_params(self, named_parameters)

@@ -81,7 +81,7 @@ class FakeAgent:
                  learning_rate=0.5, non_finite="Fail", server_values=None, start_step=0,
                  push_delay_s=0.0,
                  json_delay_s=0.0, write_json=True, nonce=None, schedule=None, batch_size=64,
-                 checkpoint_interval=0):
+                 checkpoint_interval=0, answers_checkpoints=True):
         self.socket_dir = socket_dir
         self.rank, self.size, self.num_servers = rank, size, num_servers
         self.push_delay_s = push_delay_s
@@ -89,6 +89,11 @@ class FakeAgent:
         self.schedule = schedule
         self.batch_size = batch_size
         self.checkpoint_interval = checkpoint_interval  # 0: not said, as an older agent
+        # `checkpoints`: the servers write each multiple of the interval as they reach it,
+        # but those after an armed rollback's resume step; False: "unknown op", as an older
+        # agent.
+        self.answers_checkpoints = answers_checkpoints
+        self.asked_checkpoints = 0
         self.computed = False  # a push was made: not a member any more is scaled away
         self.json_delay_s = json_delay_s
         self.write_json = write_json
@@ -449,6 +454,23 @@ class Session:
         if later is not None:
             answer["next_member_step"] = later
         return answer
+
+    def op_checkpoints(self, request):
+        if not self.agent.answers_checkpoints:
+            raise RequestError("InvalidArgument", "unknown op 'checkpoints'")
+        if not self.initialized:
+            raise RequestError("FailedPrecondition", "checkpoints before init")
+        self.agent.asked_checkpoints += 1
+        interval = self.agent.checkpoint_interval
+        if not interval:
+            return {"newest_common_step": -1}
+        with self.servers.cond:
+            reached = min(self.servers.version.values(), default=0)
+        common = reached - reached % interval
+        armed = self.agent._rollback
+        if armed is not None:  # the checkpoints after its resume step are not all written
+            common = min(common, armed[1])
+        return {"newest_common_step": common}
 
     def check_member(self, step):
         if self.agent.schedule is not None and step not in self.member_steps:

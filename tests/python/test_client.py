@@ -316,6 +316,13 @@ class Requests(unittest.TestCase):
                                                                "was already waited for"):
             kubeps.wait(handle)
 
+    def test_checkpoints_says_none_before_the_servers_wrote_one(self):
+        kubeps.declare([("w", (2,))])
+        kubeps.init_tensors()
+        session = kubeps.session("test")
+        self.assertIsNone(session.newest_common_checkpoint())
+        self.assertTrue(session._answers_checkpoints, "the agent knows the request")
+
     def test_finish_ends_the_session(self):
         kubeps.declare([("w", (2,))])
         kubeps.init_tensors()

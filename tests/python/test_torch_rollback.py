@@ -78,9 +78,10 @@ class RollbackTest(TorchTestCase):
         random.seed(8)  # the program's own draws: an augmentation
         if numpy is not None:
             numpy.random.seed(9)
-        seen = []
+        seen, copies = [], []
         for step in kps.steps(start_step + 6):
             seen.append(step)
+            copies.append(len(optimizer._kubeps_snapshots._snapshots))
             x, y = batch_for(step)
             x = x * random.uniform(0.5, 1.5)
             if numpy is not None:
@@ -95,7 +96,8 @@ class RollbackTest(TorchTestCase):
             scheduler.step()
             schedule.scale *= 1.5
         return types.SimpleNamespace(model=model, optimizer=optimizer, scheduler=scheduler,
-                                     schedule=schedule, seen=seen, rng=torch.get_rng_state(),
+                                     schedule=schedule, seen=seen, copies=copies,
+                                     rng=torch.get_rng_state(),
                                      python_rng=random.getstate(),
                                      numpy_rng=(numpy.random.get_state()[1].tolist()
                                                 if numpy is not None else None))
@@ -182,6 +184,17 @@ class RollbackTest(TorchTestCase):
         self.assertEqual(run.seen, [0, 1, 2, 3, 4, 5, 2, 3, 4, 5])
         self.assertEqual(clean.optimizer.kubeps_skipped_steps, 1)
         self.assert_same_state(run, clean)
+
+    @requires_fake
+    def test_no_copy_is_kept_of_a_step_before_the_newest_every_server_checkpointed(self):
+        # The fake's servers write each checkpoint as they reach its step: a rollback goes
+        # back to the newest step, so that copy alone is kept.  An older agent, which does
+        # not say, keeps the newest 3.
+        run = self.run_job("none")
+        self.assertEqual(run.copies, [1, 1, 1, 1, 1, 1])
+        self.assertEqual(self.agent.fake.asked_checkpoints, 2)  # before the copies of 2 and 4
+        self.assertEqual(self.run_job("none", answers_checkpoints=False).copies,
+                         [1, 1, 2, 2, 3, 3])
 
     @requires_fake
     def test_an_async_job_which_never_rolls_back_keeps_no_copies(self):

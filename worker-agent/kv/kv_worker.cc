@@ -150,6 +150,7 @@ Status KVWorkerImpl::PollHeartbeat() {
   }
   announced_step_ = answer.restore_step;
   announced_ready_ = answer.generation_ready;
+  announced_common_checkpoint_ = answer.common_checkpoint_step;
   announced_generation_ = answer.generation;
   if (!answer.failure.empty()) {
     std::lock_guard<std::mutex> lock(failure_mutex_);

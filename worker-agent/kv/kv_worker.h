@@ -208,6 +208,13 @@ class KUBEPS_EXPORT KVWorker {
   // InitTensors has returned; 0 before).
   virtual Status Recover(uint64_t* resume_step) = 0;
 
+  // Sync mode: the newest step every shard holds a checkpoint of, as the
+  // scheduler last said (-1 where none is known). A rollback goes back to
+  // the newest such step when it happens, so never before this one (save a
+  // damaged file a shard sets aside): a program that keeps copies of its
+  // own state for rollbacks needs none older.
+  virtual int64_t NewestCommonCheckpoint() const { return -1; }
+
   // Where each part of each tensor lives (after InitTensors). Behind the
   // sidecar the agent places the parts, and this list is empty.
   virtual const std::vector<Part>& parts() const = 0;

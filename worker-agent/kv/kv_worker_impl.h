@@ -58,6 +58,7 @@ class KVWorkerImpl final : public KVWorker {
   Status Finish() override;
   Status Recover(uint64_t* resume_step) override;
   Status Membership(uint64_t step, StepMembership* out) override;
+  int64_t NewestCommonCheckpoint() const override { return announced_common_checkpoint_; }
   const std::vector<Part>& parts() const override { return parts_; }
   // PrepareSegment (segment_file.h): places the tensors and makes the
   // segment now; InitTensors with the same sizes keeps both, and so does a
@@ -179,6 +180,7 @@ class KVWorkerImpl final : public KVWorker {
   // Recovery generations, as the scheduler's heartbeats announce them.
   std::atomic<uint64_t> generation_{0};  // the one requests carry
   std::atomic<uint64_t> announced_generation_{0};
+  std::atomic<int64_t> announced_common_checkpoint_{-1};
   std::atomic<uint64_t> announced_step_{0};
   std::atomic<bool> announced_ready_{true};
   std::mutex failure_mutex_;

@@ -429,6 +429,12 @@ Status SidecarKVWorker::Membership(uint64_t step, StepMembership* out) {
   return Status::Ok();
 }
 
+int64_t SidecarKVWorker::NewestCommonCheckpoint() const {
+  json reply;
+  if (!connection_->Call({{"op", "checkpoints"}}, &reply).ok()) return -1;
+  return reply.value("newest_common_step", int64_t{-1});
+}
+
 Status SidecarKVWorker::Recover(uint64_t* resume_step) {
   std::lock_guard<std::mutex> lock(mutex_);
   *resume_step = rolled_back_ ? resume_step_ : start_step_;

@@ -67,6 +67,8 @@ class SidecarKVWorker final : public KVWorker {
   // job's rank run of spec.batchSize per worker.
   Status Membership(uint64_t step, StepMembership* out) override;
   Status Recover(uint64_t* resume_step) override;
+  // The agent's answer (op checkpoints); -1 from an agent that does not say.
+  int64_t NewestCommonCheckpoint() const override;
   const std::vector<Part>& parts() const override { return no_parts_; }
   float* SharedValues(uint32_t key) override;
   float* SharedGrads(uint32_t key) override;

@@ -59,13 +59,15 @@ Session::Next Session::Handle(const json& request) {
     now = StartBarrier(id, request);
   } else if (op == "membership") {
     now = StartMembership(id, request);
+  } else if (op == "checkpoints") {
+    now = Checkpoints();
   } else if (op == "finish") {
     now = StartFinish(id);
   } else {
     now = Outcome{kInvalidArgument,
                   "unknown op " + (op_field.is_null() ? std::string("(none)") : op_field.dump()) +
                       ": want hello, declare, init, push, pull, push_pull, wait, barrier, "
-                      "membership, finish or bye"};
+                      "membership, checkpoints, finish or bye"};
   }
   if (now) send_(ToReply(id, *now));
   return Next::kRead;

@@ -137,6 +137,7 @@ class Session {
   // elastic job's program pushes only the steps it computes.
   std::optional<Outcome> StartMembership(const nlohmann::json& id, const nlohmann::json& request);
   Outcome AnswerMembership(uint64_t step);
+  Outcome Checkpoints();
   // Why a push of `step` may not be made in an elastic job (empty when it
   // may); mutex_ held.
   std::string NotAMemberOf(const char* op, uint64_t step) const;

@@ -1,8 +1,9 @@
-// The session's `membership` request (docs/sidecar-protocol.md, "Elastic
-// jobs"): which steps this worker computes and which of each step's examples
-// are its own, from the scheduler's schedule; and the check that an elastic
-// job's program pushes only the steps it computes, since the servers count
-// every push of a step toward that step's members.
+// The session's requests about the job's schedule (docs/sidecar-protocol.md):
+// `membership` ("Elastic jobs"), which steps this worker computes and which
+// of each step's examples are its own, from the scheduler's schedule, and the
+// check that an elastic job's program pushes only the steps it computes,
+// since the servers count every push of a step toward that step's members;
+// `checkpoints` ("Recovery"), how far back a rollback can still go.
 #include <algorithm>
 
 #include "common/step_membership.h"
@@ -21,6 +22,15 @@ using json = nlohmann::json;
 constexpr size_t kRememberedMemberSteps = 8;
 
 }  // namespace
+
+Session::Outcome Session::Checkpoints() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (std::string why = NotReadyForData("checkpoints"); !why.empty())
+    return Outcome{kFailedPrecondition, why};
+  Outcome ok;
+  ok.fields = {{"newest_common_step", context_.kv->NewestCommonCheckpoint()}};
+  return ok;
+}
 
 std::optional<Session::Outcome> Session::StartMembership(const json& id, const json& request) {
   uint64_t step = 0;

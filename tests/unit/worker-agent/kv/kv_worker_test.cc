@@ -328,6 +328,48 @@ TEST(KVWorkerBatchTest, AServerHoldingMorePartsThanOneRequestMayNameIsServed) {
   ExpectWorkersSucceed(&workers, 60s);
 }
 
+// The newest step both shards hold a checkpoint of reaches the workers with
+// the scheduler's heartbeats: a program keeps no copy of its state older.
+TEST(KVWorkerCheckpointsTest, TheNewestCommonCheckpointComesWithTheHeartbeats) {
+  Job job;
+  ASSERT_TRUE(job.ok()) << job.error();
+  std::vector<std::future<std::unique_ptr<KVWorker>>> starting;
+  for (int w = 0; w < kWorkers; ++w) {
+    KVOptions options = job.WorkerOptions(w);
+    starting.push_back(std::async(std::launch::async, [options] {
+      std::unique_ptr<KVWorker> kv;
+      EXPECT_TRUE(KVWorker::Start(options, &kv).ok());
+      return kv;
+    }));
+  }
+  std::vector<std::unique_ptr<KVWorker>> workers;
+  for (auto& f : starting) {
+    ASSERT_EQ(f.wait_for(30s), std::future_status::ready) << "a worker hung";
+    workers.push_back(f.get());
+    ASSERT_NE(workers.back(), nullptr);
+    EXPECT_EQ(workers.back()->NewestCommonCheckpoint(), -1) << "none written yet";
+  }
+  for (const auto& [server, steps] : std::vector<std::pair<std::string, std::vector<uint64_t>>>{
+           {"server-0", {100, 200, 300}}, {"server-1", {100, 200}}}) {
+    v1::HeartbeatRequest beat;
+    beat.set_node_id(server);
+    beat.set_incarnation(1);
+    for (uint64_t step : steps) beat.add_checkpoint_steps(step);
+    v1::HeartbeatResponse answer;
+    ASSERT_TRUE(job.scheduler().scheduler().Heartbeat(&beat, &answer).ok());
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  for (const auto& kv : workers) {
+    while (kv->NewestCommonCheckpoint() != 200 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(20ms);
+    EXPECT_EQ(kv->NewestCommonCheckpoint(), 200);
+  }
+  std::vector<std::future<std::string>> ending;
+  for (auto& kv : workers)
+    ending.push_back(std::async(std::launch::async, [&kv] { return EndWorker(kv.get()); }));
+  ExpectWorkersSucceed(&ending, 30s);
+}
+
 // A port on which nothing listens: bound once, then closed.
 int DeadPort() {
   int fd = socket(AF_INET, SOCK_STREAM, 0);

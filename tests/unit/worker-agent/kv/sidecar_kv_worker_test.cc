@@ -133,6 +133,14 @@ TEST_F(SidecarKVWorkerTest, InitTensorsStoresTheInitialValuesAndPullBringsThemBa
   EXPECT_EQ(static_cast<SidecarKVWorker*>(kv.get())->start_step(), 0u);
 }
 
+TEST_F(SidecarKVWorkerTest, TheNewestCommonCheckpointIsTheAgents) {
+  std::unique_ptr<KVWorker> kv = Initialized();
+  ASSERT_TRUE(kv);
+  EXPECT_EQ(kv->NewestCommonCheckpoint(), -1);
+  kv_.SetNewestCommonCheckpoint(150);
+  EXPECT_EQ(kv->NewestCommonCheckpoint(), 150);
+}
+
 TEST_F(SidecarKVWorkerTest, PushPullCopiesTheGradientsInAndTheNewValuesOut) {
   std::unique_ptr<KVWorker> kv = Initialized();
   ASSERT_TRUE(kv);

@@ -10,6 +10,7 @@
 #ifndef KUBEPS_TESTS_UNIT_WORKER_AGENT_SIDECAR_FAKE_KV_WORKER_H_
 #define KUBEPS_TESTS_UNIT_WORKER_AGENT_SIDECAR_FAKE_KV_WORKER_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -123,6 +124,8 @@ class FakeKVWorker : public KVWorker {
     std::lock_guard<std::mutex> lock(mutex_);
     schedule_ = std::move(schedule);
   }
+  int64_t NewestCommonCheckpoint() const override { return newest_common_checkpoint_; }
+  void SetNewestCommonCheckpoint(int64_t step) { newest_common_checkpoint_ = step; }
 
   // --- what a test does to it
 
@@ -238,6 +241,7 @@ class FakeKVWorker : public KVWorker {
   std::vector<uint64_t> pull_versions_;
   std::vector<std::string> barriers_;
   std::function<StepMembership(uint64_t)> schedule_;
+  std::atomic<int64_t> newest_common_checkpoint_{-1};
   int init_calls_ = 0, finish_calls_ = 0, recover_calls_ = 0;
 };
 

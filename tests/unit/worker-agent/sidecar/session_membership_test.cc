@@ -1,7 +1,8 @@
 // The sidecar's `membership` request (docs/sidecar-protocol.md, "Elastic
 // jobs") through a real server and socket: a fixed job's answer cut from
 // spec.batchSize, an elastic job's from the scheduler's schedule, the pushes
-// an elastic job refuses, and the worker scaled away said at finish.
+// an elastic job refuses, and the worker scaled away said at finish; and
+// `checkpoints`, how far back a rollback can go.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -158,6 +159,19 @@ TEST_F(SessionMembershipTest, AWorkerTakenInLaterIsToldFromWhichStep) {
   json taken_in = Membership(*client, 40);
   EXPECT_EQ(taken_in["first_example"], 64);
   EXPECT_EQ(taken_in["end_example"], 128);
+}
+
+TEST_F(SessionMembershipTest, CheckpointsSaysHowFarBackARollbackCanGo) {
+  auto client = Connect();
+  client->Hello(nonce());
+  json early = client->Call({{"op", "checkpoints"}});
+  EXPECT_EQ(early["code"], "FailedPrecondition") << early.dump();
+  EXPECT_THAT(early.value("error", ""), HasSubstr("checkpoints before init"));
+  client->Declare(kTensors, dir_);
+  ASSERT_TRUE(client->Call({{"op", "init"}}).value("ok", false));
+  EXPECT_EQ(client->Call({{"op", "checkpoints"}})["newest_common_step"], -1) << "none known";
+  kv_.SetNewestCommonCheckpoint(200);
+  EXPECT_EQ(client->Call({{"op", "checkpoints"}})["newest_common_step"], 200);
 }
 
 }  // namespace
