@@ -18,9 +18,8 @@ second time:
 So steps() keeps a copy of these, in host memory, at each step a checkpoint may be taken at
 (Snapshots says which), from the newest step every server has checkpointed on (the agent's
 `checkpoints`: a rollback goes back no further; at most 3, KUBEPS_ROLLBACK_COPIES), and a
-rollback to such a step
-puts them back before steps() yields it again: the job then ends on the same bytes as without
-the rollback, as a job of the built-in trainer does.  They are put back in place (the
+rollback to such a step puts them back before steps() yields it again: the job then ends on
+the same bytes as without the rollback, as a job of the built-in trainer does.  They are put back in place (the
 optimizer's state dicts and param_groups stay the same objects), so that a scheduler or a
 scaler holding the optimizer still sees the one it holds.
 """
@@ -209,8 +208,9 @@ class Snapshots:
     snapshot is taken where that run of steps holds a multiple of the interval, or starts
     the process (a resumed job's first step need not be one).
 
-    An async job keeps none: its workers do not compute the same steps again after a
-    rollback (each pushes against the newest values, whichever step they are of).
+    An async job keeps none: it never rolls back (a restarted server goes on from its own
+    checkpoint).  Before a snapshot, those of steps before the newest every server has
+    checkpointed go: no rollback goes back further.
     """
 
     def __init__(self, interval, mode="sync", elastic=False, newest_common=lambda: None):
