@@ -73,28 +73,40 @@ def _rebuilt(container, items):
     return type(container)(items)
 
 
+def _host_copy(tensor, spare=None):
+    """`tensor` copied to host memory: into `spare` (a host tensor no copy holds any more)
+    where it fits, since fresh memory costs a page fault a page, more than the copy."""
+    tensor = tensor.detach()
+    if spare is not None and spare.shape == tensor.shape and spare.dtype == tensor.dtype:
+        return spare.copy_(tensor)
+    return tensor.to("cpu", copy=True)
+
+
 class _HostCopy:
     """A tensor copied to host memory, and the device it goes back to where the program no
     longer holds a tensor in its place (a capturable Adam's step count lives on the GPU)."""
 
     __slots__ = ("tensor", "device")
 
-    def __init__(self, tensor):
-        self.tensor = tensor.detach().to("cpu", copy=True)
+    def __init__(self, tensor, spare=None):
+        self.tensor = _host_copy(tensor, spare.tensor if isinstance(spare, _HostCopy) else None)
         self.device = tensor.device
 
 
-def _to_host(value):
-    """A deep copy of a state_dict's value with every tensor copied to host memory."""
+def _to_host(value, spare=None):
+    """A deep copy of a state_dict's value with every tensor copied to host memory (into the
+    tensors of `spare`, an earlier copy of the same value no snapshot holds, where they fit)."""
     if torch.is_tensor(value):
-        return _HostCopy(value)
+        return _HostCopy(value, spare)
     if isinstance(value, dict):
         copied = copy.copy(value)  # a dict's own type (a defaultdict keeps its factory)
         for key, item in value.items():
-            copied[key] = _to_host(item)
+            copied[key] = _to_host(item, spare.get(key) if isinstance(spare, dict) else None)
         return copied
     if isinstance(value, (list, tuple)):
-        return _rebuilt(value, [_to_host(item) for item in value])
+        spares = (spare if isinstance(spare, (list, tuple)) and len(spare) == len(value)
+                  else [None] * len(value))
+        return _rebuilt(value, [_to_host(item, s) for item, s in zip(value, spares)])
     return value if _is_code(value) else copy.deepcopy(value)
 
 
@@ -135,31 +147,41 @@ def _put_back(current, saved, in_place=True):
     return saved if _is_code(saved) else copy.deepcopy(saved)
 
 
-class Snapshot:
-    """The program's state at one step (see the module docstring)."""
+def _spares(spare_list, count):
+    """An earlier snapshot's list of copies to copy into, where it has one for each."""
+    return spare_list if spare_list is not None and len(spare_list) == count else [None] * count
 
-    def __init__(self, optimizer, params_too, model, objects):
+
+class Snapshot:
+    """The program's state at one step (see the module docstring).  `spare`: a snapshot no
+    longer kept, whose host memory this one reuses."""
+
+    def __init__(self, optimizer, params_too, model, objects, spare=None):
         self.first = self.last = None  # the steps it is the state at (Snapshots)
         params = [p for group in optimizer.param_groups for p in group["params"]]
         self.params = None
         self.state = None
         if params_too:  # the servers hold averaged gradients only
             with torch.no_grad():
-                self.params = [p.detach().to("cpu", copy=True) for p in params]
-            self.state = [_to_host(dict(optimizer.state[p])) if p in optimizer.state else None
-                          for p in params]
+                self.params = [_host_copy(p, s) for p, s in
+                               zip(params, _spares(spare and spare.params, len(params)))]
+            self.state = [_to_host(dict(optimizer.state[p]), s) if p in optimizer.state else None
+                          for p, s in zip(params, _spares(spare and spare.state, len(params)))]
         self.groups = [_to_host({k: v for k, v in group.items() if k != "params"})
                        for group in optimizer.param_groups]
         self.buffers = None
         if model is not None:
-            self.buffers = [b.detach().to("cpu", copy=True) for b in model.buffers()]
+            buffers = list(model.buffers())
+            self.buffers = [_host_copy(b, s) for b, s in
+                            zip(buffers, _spares(spare and spare.buffers, len(buffers)))]
         self.rng = torch.get_rng_state()
         self.cuda_rng = (torch.cuda.get_rng_state_all() if torch.cuda.is_initialized()
                          else None)
         self.python_rng = random.getstate()
         numpy = sys.modules.get("numpy")  # a program that uses NumPy imported it
         self.numpy_rng = numpy.random.get_state() if numpy is not None else None
-        self.objects = [(o, _to_host(o.state_dict())) for o in objects]
+        earlier = dict((id(o), saved) for o, saved in spare.objects) if spare else {}
+        self.objects = [(o, _to_host(o.state_dict(), earlier.get(id(o)))) for o in objects]
         # Steps a redone step skips again are not counted twice.
         self.skipped_steps = optimizer.kubeps_skipped_steps
 
@@ -280,11 +302,12 @@ class Snapshots:
         if not due or any(s.first <= first and step <= s.last for s in self._snapshots):
             return
         floor = self._newest_common() if self._snapshots else None
-        if floor is not None:
-            self._snapshots = [s for s in self._snapshots if s.last >= floor]
-        self._snapshots = self._snapshots[-(self.kept - 1):] if self.kept > 1 else []
+        kept = [s for s in self._snapshots if floor is None or s.last >= floor]
+        kept = kept[-(self.kept - 1):] if self.kept > 1 else []
+        dropped = [s for s in self._snapshots if not any(s is k for k in kept)]
+        self._snapshots = kept
         snapshot = Snapshot(optimizer, not optimizer._kubeps_servers_optimize(), model,
-                            self.objects)
+                            self.objects, spare=dropped[-1] if dropped else None)
         snapshot.first, snapshot.last = first, step
         self._snapshots.append(snapshot)
 

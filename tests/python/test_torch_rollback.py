@@ -78,10 +78,12 @@ class RollbackTest(TorchTestCase):
         random.seed(8)  # the program's own draws: an augmentation
         if numpy is not None:
             numpy.random.seed(9)
-        seen, copies = [], []
+        seen, copies, memory = [], [], set()
         for step in kps.steps(start_step + 6):
             seen.append(step)
-            copies.append(len(optimizer._kubeps_snapshots._snapshots))
+            kept = optimizer._kubeps_snapshots._snapshots
+            copies.append(len(kept))
+            memory.update(s.params[0].data_ptr() for s in kept if s.params is not None)
             x, y = batch_for(step)
             x = x * random.uniform(0.5, 1.5)
             if numpy is not None:
@@ -97,6 +99,7 @@ class RollbackTest(TorchTestCase):
             schedule.scale *= 1.5
         return types.SimpleNamespace(model=model, optimizer=optimizer, scheduler=scheduler,
                                      schedule=schedule, seen=seen, copies=copies,
+                                     memory=memory,
                                      rng=torch.get_rng_state(),
                                      python_rng=random.getstate(),
                                      numpy_rng=(numpy.random.get_state()[1].tolist()
@@ -193,8 +196,12 @@ class RollbackTest(TorchTestCase):
         run = self.run_job("none")
         self.assertEqual(run.copies, [1, 1, 1, 1, 1, 1])
         self.assertEqual(self.agent.fake.asked_checkpoints, 2)  # before the copies of 2 and 4
-        self.assertEqual(self.run_job("none", answers_checkpoints=False).copies,
-                         [1, 1, 2, 2, 3, 3])
+        # Each copy is taken into the memory of the one it replaces: fresh memory costs a
+        # page fault a page, more than the copy.
+        self.assertEqual(len(run.memory), 1)
+        older = self.run_job("none", answers_checkpoints=False)
+        self.assertEqual(older.copies, [1, 1, 2, 2, 3, 3])
+        self.assertEqual(len(older.memory), 3)
 
     @requires_fake
     def test_an_async_job_which_never_rolls_back_keeps_no_copies(self):
