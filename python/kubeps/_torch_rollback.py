@@ -1,15 +1,15 @@
 """What a rollback takes back in the program itself (kubeps.torch's part of a rollback).
 
 A rollback (a parameter server restarted from its checkpoint) sends every worker back to the
-step of the newest checkpoint all servers hold (a multiple of spec.checkpoint.intervalSteps,
-or the step the job resumed at), and the steps from there are computed again.  The servers' state goes back with their
-checkpoints; the program's must go back with it, or the redone steps apply their updates a
-second time:
+step of the newest checkpoint all servers hold (a multiple of spec.checkpoint.intervalSteps, or
+the step the job resumed at), and the steps from there are computed again.  The servers' state
+goes back with their checkpoints; the program's must go back with it, or the redone steps apply
+their updates a second time:
 
 - with the servers' optimizer `none`, the parameters and the torch optimizer's state (Adam's
   moments, the learning rate a scheduler set in its param_groups) live in this process;
-- the model's buffers (BatchNorm's running statistics, with model=), which every forward
-  pass of a redone step would move again;
+- the model's buffers (BatchNorm's running statistics, with model=), which every forward pass
+  of a redone step would move again;
 - torch's random generators (dropout), and Python's and NumPy's global ones (a program's
   augmentation), so a redone step draws what it drew the first time;
 - what the program registers with `restore_on_rollback` (a GradScaler, an LR scheduler: any
@@ -18,10 +18,10 @@ second time:
 So steps() keeps a copy of these, in host memory, at each step a checkpoint may be taken at
 (Snapshots says which), from the newest step every server has checkpointed on (the agent's
 `checkpoints`: a rollback goes back no further; at most 3, KUBEPS_ROLLBACK_COPIES), and a
-rollback to such a step puts them back before steps() yields it again: the job then ends on
-the same bytes as without the rollback, as a job of the built-in trainer does.  They are put back in place (the
-optimizer's state dicts and param_groups stay the same objects), so that a scheduler or a
-scaler holding the optimizer still sees the one it holds.
+rollback to such a step puts them back before steps() yields it again: the job then ends on the
+same bytes as without the rollback, as a job of the built-in trainer does.  They are put back
+in place (the optimizer's state dicts and param_groups stay the same objects), so that a
+scheduler or a scaler holding the optimizer still sees the one it holds.
 """
 
 import copy
