@@ -227,6 +227,10 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
   return grpc::Status::OK;
 }
 
+bool Scheduler::GenerationReady() const {
+  return generation_ == 0 || static_cast<int>(restored_.size()) == options_.num_servers;
+}
+
 bool Scheduler::ViewReady() const {
   if (Registered(server_ids_) != options_.num_servers) return false;
   if (elastic_.elastic() && (started_ || restarted_)) {
@@ -361,7 +365,10 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
   if (current) {
     checkpoint_steps_[request->node_id()].assign(request->checkpoint_steps().begin(),
                                                  request->checkpoint_steps().end());
-    if (ViewReady()) common_step_ = NewestCommonStep(ServerSteps());
+    // During a recovery a shard may still list steps past the one restored
+    // (a write that ended after the recovery began), which it deletes once
+    // it restored: the step in common is said from the restored lists only.
+    if (ViewReady() && GenerationReady()) common_step_ = NewestCommonStep(ServerSteps());
   }
   // Until every node has registered again, a restarted scheduler does not
   // know what its servers' restarts call for (a new server process may come
@@ -369,9 +376,7 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
   response->set_generation(current && !started_ ? request->restored_generation() : generation_);
   response->set_restore_step(restore_step_);
   response->set_keep_state(current && it->second.keeps_state);
-  response->set_generation_ready(
-      failure_.empty() &&
-      (generation_ == 0 || static_cast<int>(restored_.size()) == options_.num_servers));
+  response->set_generation_ready(failure_.empty() && GenerationReady());
   response->set_common_checkpoint_step(common_step_);
   response->set_failure(failure_);
   for (auto& id : DeadNodes()) response->add_dead_nodes(id);
@@ -426,8 +431,7 @@ grpc::Status Scheduler::Finish(const v1::FinishRequest* request, v1::FinishRespo
       // steps redone without it are planned again, in a generation of their own.
       if (request->generation() < generation_ && options_.sync) {
         if (std::string line = elastic_.Rollback(restore_step_, {request->rank()}); !line.empty()) {
-          ++generation_;
-          restored_.clear();
+          OpenGeneration(restore_step_);
           KLOG_INFO << "recovery: generation " << generation_ << " redoes the steps from "
                     << restore_step_ << " without it; " << line;
         }
@@ -555,9 +559,7 @@ void Scheduler::DropLostWorkers() {
   // The steps the lost worker's contributions are missing from are computed
   // again by the others, from the newest step every shard holds.
   const uint64_t step = static_cast<uint64_t>(common);
-  ++generation_;
-  restore_step_ = step;
-  restored_.clear();
+  OpenGeneration(step);
   KLOG_INFO << "worker " << names << " has been gone for " << silent
             << " (elasticPolicy.replaceTimeoutSeconds): dropped; generation " << generation_
             << " rolls the job back to step " << step << " without it";

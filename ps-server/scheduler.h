@@ -121,11 +121,16 @@ class Scheduler {
     // keeps what it loaded (HeartbeatResponse.keep_state).
     bool keeps_state = false;
   };
-  bool ViewReady() const;                                                 // requires mutex_
+  bool ViewReady() const;  // requires mutex_
+  // Every shard has restored the current generation (generation 0 has none).
+  bool GenerationReady() const;                                           // requires mutex_
   grpc::Status LongPollOutcome(const char* call, LongPollEnd end) const;  // requires mutex_
   void StartRecovery(const v1::NodeInfo& server);                         // requires mutex_
-  void FirstStart();                                                      // requires mutex_
-  void ServersRestartedWithTheScheduler();                                // requires mutex_
+  // A new recovery generation: every shard restores `step`, every worker
+  // resumes there.
+  void OpenGeneration(uint64_t step);       // requires mutex_
+  void FirstStart();                        // requires mutex_
+  void ServersRestartedWithTheScheduler();  // requires mutex_
   // Every server's checkpoint steps, by rank (requires mutex_).
   std::vector<std::vector<uint64_t>> ServerSteps() const;
   std::string DescribeSteps() const;           // requires mutex_

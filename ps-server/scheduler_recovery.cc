@@ -98,6 +98,15 @@ void Scheduler::ServersRestartedWithTheScheduler() {
   }
 }
 
+void Scheduler::OpenGeneration(uint64_t step) {
+  ++generation_;
+  restore_step_ = step;
+  restored_.clear();
+  // What the shards held beyond `step` is the timeline left: never said to
+  // be in common (Heartbeat says it again once every shard restored `step`).
+  common_step_ = std::min(common_step_, static_cast<int64_t>(step));
+}
+
 void Scheduler::StartRecovery(const v1::NodeInfo& server) {
   if (!failure_.empty()) return;
   uint64_t step = 0;
@@ -114,9 +123,7 @@ void Scheduler::StartRecovery(const v1::NodeInfo& server) {
     }
     step = static_cast<uint64_t>(common);
   }
-  ++generation_;
-  restore_step_ = step;
-  restored_.clear();
+  OpenGeneration(step);
   KLOG_INFO << "recovery: generation " << generation_
             << " rolls every shard and worker back to step " << restore_step_
             << ", the newest checkpoint every shard holds (" << server.node_id() << " restarted)";

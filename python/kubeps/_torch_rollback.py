@@ -16,9 +16,8 @@ their updates a second time:
   object with state_dict() and load_state_dict()).
 
 So steps() keeps a copy of these, in host memory, at each step a checkpoint may be taken at
-(Snapshots says which), from the newest step every server has checkpointed on (the agent's
-`checkpoints`: a rollback goes back no further; at most 3, KUBEPS_ROLLBACK_COPIES), and a
-rollback to such a step puts them back before steps() yields it again: the job then ends on the
+(Snapshots says which), the 3 a rollback is likeliest to go back to (KUBEPS_ROLLBACK_COPIES),
+and a rollback to such a step puts them back before steps() yields it again: the job then ends on the
 same bytes as without the rollback, as a job of the built-in trainer does.  They are put back
 in place (the optimizer's state dicts and param_groups stay the same objects), so that a
 scheduler or a scaler holding the optimizer still sees the one it holds.
@@ -36,11 +35,11 @@ import torch
 
 from kubeps.errors import InvalidArgument
 
-# A rollback goes to the newest step all servers hold a checkpoint of: the copy of that step
-# and those of later steps are kept (two as a rule: the newest step's, whose checkpoint is
-# being written, and the one before).  An agent that does not say which step that is leaves
-# the newest 3.  Each copy costs host memory (with `none`: the parameters and the optimizer's
-# state), so KUBEPS_ROLLBACK_COPIES may keep fewer; 0 keeps none.
+# A rollback goes to the newest step all servers hold a checkpoint of (the agent's
+# `checkpoints` says which), or one before where a server finds that checkpoint damaged: the
+# copy of that step, the newer ones and the one before are kept (Snapshots._worth_keeping); an
+# agent that does not say keeps the newest.  Each copy costs host memory (with `none`: the
+# parameters and the optimizer's state), so KUBEPS_ROLLBACK_COPIES may keep fewer; 0 keeps none.
 DEFAULT_KEPT = 3
 
 
@@ -231,8 +230,8 @@ class Snapshots:
     the process (a resumed job's first step need not be one).
 
     An async job keeps none: it never rolls back (a restarted server goes on from its own
-    checkpoint).  Before a snapshot, those of steps before the newest every server has
-    checkpointed go: no rollback goes back further.
+    checkpoint).  Before a snapshot, those no rollback is likely to go back to go
+    (_worth_keeping), and the new one reuses the memory of one of them.
     """
 
     def __init__(self, interval, mode="sync", elastic=False, newest_common=lambda: None):
@@ -279,6 +278,22 @@ class Snapshots:
         self._state_from = step
         return self._pending is not None
 
+    def _worth_keeping(self, floor):
+        """The copies to keep beside a new one, at most kept - 1, the likeliest rollback's
+        first.  A rollback goes to the newest step every server has checkpointed, `floor`
+        as far as the agent has heard (None: not known), or a later one once its checkpoint
+        is written; older only where a server finds that checkpoint damaged or lost and the
+        job falls back to the one before.  So: the copy of the floor, the newer ones (newest
+        first), then the newest older one."""
+        if self.kept <= 1:
+            return []
+        if floor is None:
+            return self._snapshots[-(self.kept - 1):]
+        at = [s for s in self._snapshots if s.first <= floor <= s.last]
+        newer = [s for s in reversed(self._snapshots) if s.first > floor]
+        older = [s for s in reversed(self._snapshots) if s.last < floor][:1]
+        return (at + newer + older)[:self.kept - 1]
+
     def at_step(self, step, optimizer):
         """Before steps() yields `step`: the pending rollback's snapshot put back, then a
         snapshot taken if one is due (the class docstring)."""
@@ -301,11 +316,9 @@ class Snapshots:
         due = starting or step - step % self.interval >= first
         if not due or any(s.first <= first and step <= s.last for s in self._snapshots):
             return
-        floor = self._newest_common() if self._snapshots else None
-        kept = [s for s in self._snapshots if floor is None or s.last >= floor]
-        kept = kept[-(self.kept - 1):] if self.kept > 1 else []
+        kept = self._worth_keeping(self._newest_common() if self._snapshots else None)
         dropped = [s for s in self._snapshots if not any(s is k for k in kept)]
-        self._snapshots = kept
+        self._snapshots = sorted(kept, key=lambda s: s.last)
         snapshot = Snapshot(optimizer, not optimizer._kubeps_servers_optimize(), model,
                             self.objects, spare=dropped[-1] if dropped else None)
         snapshot.first, snapshot.last = first, step

@@ -186,9 +186,9 @@ class Session:
 
     def newest_common_checkpoint(self):
         """The newest step every server holds a checkpoint of, as the job's scheduler last
-        said: a sync rollback goes back to the newest such step when it happens, so never
-        further (save a damaged checkpoint a server sets aside).  None where none is known
-        yet, or the agent is older than the `checkpoints` request."""
+        said: a sync rollback goes back to the newest such step when it happens (or to one
+        before, where a server finds that checkpoint damaged or lost).  None where none is
+        known yet, or the agent is older than the `checkpoints` request."""
         if self._answers_checkpoints:
             try:
                 step = int(self._connection.call("checkpoints")["newest_common_step"])

@@ -81,7 +81,7 @@ class FakeAgent:
                  learning_rate=0.5, non_finite="Fail", server_values=None, start_step=0,
                  push_delay_s=0.0,
                  json_delay_s=0.0, write_json=True, nonce=None, schedule=None, batch_size=64,
-                 checkpoint_interval=0, answers_checkpoints=True):
+                 checkpoint_interval=0, answers_checkpoints=True, damaged_checkpoint=False):
         self.socket_dir = socket_dir
         self.rank, self.size, self.num_servers = rank, size, num_servers
         self.push_delay_s = push_delay_s
@@ -91,8 +91,10 @@ class FakeAgent:
         self.checkpoint_interval = checkpoint_interval  # 0: not said, as an older agent
         # `checkpoints`: the servers write each multiple of the interval as they reach it,
         # but those after an armed rollback's resume step; False: "unknown op", as an older
-        # agent.
+        # agent.  damaged_checkpoint: those too, and a server finds the newest damaged when
+        # the armed rollback comes, which goes back further than the step said.
         self.answers_checkpoints = answers_checkpoints
+        self.damaged_checkpoint = damaged_checkpoint
         self.asked_checkpoints = 0
         self.computed = False  # a push was made: not a member any more is scaled away
         self.json_delay_s = json_delay_s
@@ -458,8 +460,8 @@ class Session:
     def op_checkpoints(self, request):
         if not self.agent.answers_checkpoints:
             raise RequestError("InvalidArgument", "unknown op 'checkpoints'")
-        if not self.initialized:
-            raise RequestError("FailedPrecondition", "checkpoints before init")
+        if not self.initialized or self.finished:
+            raise RequestError("FailedPrecondition", "checkpoints before init or after finish")
         self.agent.asked_checkpoints += 1
         interval = self.agent.checkpoint_interval
         if not interval:
@@ -467,9 +469,9 @@ class Session:
         with self.servers.cond:
             reached = min(self.servers.version.values(), default=0)
         common = reached - reached % interval
-        armed = self.agent._rollback
-        if armed is not None:  # the checkpoints after its resume step are not all written
-            common = min(common, armed[1])
+        for armed in (self.agent._rollback, self.agent._rollback_on_wait):
+            if armed is not None and not self.agent.damaged_checkpoint:
+                common = min(common, armed[1])  # the checkpoints after it are not all written
         return {"newest_common_step": common}
 
     def check_member(self, step):

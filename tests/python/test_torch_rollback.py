@@ -189,19 +189,41 @@ class RollbackTest(TorchTestCase):
         self.assert_same_state(run, clean)
 
     @requires_fake
-    def test_no_copy_is_kept_of_a_step_before_the_newest_every_server_checkpointed(self):
+    def test_no_copy_older_than_the_one_before_the_newest_checkpoint_is_kept(self):
         # The fake's servers write each checkpoint as they reach its step: a rollback goes
         # back to the newest step, so that copy alone is kept.  An older agent, which does
         # not say, keeps the newest 3.
+        # The fake's servers write each checkpoint as they reach its step: the copy of that
+        # step is kept, and the one before it (a server may find the newest damaged), not
+        # older ones, though KUBEPS_ROLLBACK_COPIES allows 3.
         run = self.run_job("none")
-        self.assertEqual(run.copies, [1, 1, 1, 1, 1, 1])
+        self.assertEqual(run.copies, [1, 1, 2, 2, 2, 2])
         self.assertEqual(self.agent.fake.asked_checkpoints, 2)  # before the copies of 2 and 4
-        # Each copy is taken into the memory of the one it replaces: fresh memory costs a
-        # page fault a page, more than the copy.
-        self.assertEqual(len(run.memory), 1)
-        older = self.run_job("none", answers_checkpoints=False)
+        # The copy of 4 is taken into the memory of the copy of 0 it replaces: fresh memory
+        # costs a page fault a page, more than the copy.
+        self.assertEqual(len(run.memory), 2)
+        older = self.run_job("none", answers_checkpoints=False)  # it keeps the newest 3
         self.assertEqual(older.copies, [1, 1, 2, 2, 3, 3])
         self.assertEqual(len(older.memory), 3)
+
+    @requires_fake
+    def test_a_checkpoint_found_damaged_goes_back_to_the_copy_before_it(self):
+        # Step 4 was every server's newest checkpoint, but a server finds its copy damaged
+        # when it restarts, and the job falls back to step 2.
+        clean = self.run_job("none")
+        run = self.run_job("none", rollback=(5, 2), damaged_checkpoint=True)
+        self.assertEqual(run.seen, [0, 1, 2, 3, 4, 5, 2, 3, 4, 5])
+        self.assert_same_state(run, clean)
+
+    @requires_fake
+    def test_the_copy_of_the_newest_checkpoint_outlives_newer_ones(self):
+        # The servers' writes lag: every server holds step 2 only.  With room for 2 copies
+        # that one and the newest stay, not the newest two.
+        with mock.patch.dict(os.environ, {"KUBEPS_ROLLBACK_COPIES": "2"}):
+            run = self.run_job("none", rollback=(5, 2), interval=1)
+        self.assertEqual(run.seen, [0, 1, 2, 3, 4, 5, 2, 3, 4, 5])
+        clean = self.run_job("none", interval=1)
+        self.assert_same_state(run, clean)
 
     @requires_fake
     def test_an_async_job_which_never_rolls_back_keeps_no_copies(self):

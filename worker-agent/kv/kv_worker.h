@@ -208,13 +208,6 @@ class KUBEPS_EXPORT KVWorker {
   // InitTensors has returned; 0 before).
   virtual Status Recover(uint64_t* resume_step) = 0;
 
-  // Sync mode: the newest step every shard holds a checkpoint of, as the
-  // scheduler last said (-1 where none is known). A rollback goes back to
-  // the newest such step when it happens, so never before this one (save a
-  // damaged file a shard sets aside): a program that keeps copies of its
-  // own state for rollbacks needs none older.
-  virtual int64_t NewestCommonCheckpoint() const { return -1; }
-
   // Where each part of each tensor lives (after InitTensors). Behind the
   // sidecar the agent places the parts, and this list is empty.
   virtual const std::vector<Part>& parts() const = 0;
@@ -238,9 +231,16 @@ class KUBEPS_EXPORT KVWorker {
   // The tensors' names (one per key), before InitTensors: the servers keep
   // them with the parts and refuse a worker that declares another tensor
   // under a key (keys are positional). Without names nothing is compared.
-  // (Last, so that the methods before it keep their places for programs
-  // built against an earlier libkubeps.)
+  // (Methods added since the first release come last, so that those before
+  // them keep their places for programs built against an earlier libkubeps.)
   virtual void NameTensors(std::vector<std::string> names) { (void)names; }
+
+  // Sync mode: the newest step every shard holds a checkpoint of, as the
+  // scheduler last said (-1 where none is known). A rollback goes back to
+  // the newest such step when it happens, so not before this one, but where
+  // a shard finds that checkpoint damaged or lost: a program that keeps
+  // copies of its own state for rollbacks keeps this step's first.
+  virtual int64_t NewestCommonCheckpoint() const { return -1; }
 };
 
 }  // namespace kubeps

@@ -263,6 +263,42 @@ TEST(RecoveryStepTest, RollsBackToTheNewestStepEveryShardHolds) {
   EXPECT_EQ(beat.restore_step(), 200u);
 }
 
+TEST(RecoveryStepTest, TheStepSaidInCommonFallsWithADamagedCheckpointAtOnce) {
+  auto s = MakeScheduler();
+  RegisterServer(*s, "server-0", {});
+  RegisterServer(*s, "server-1", {});
+  RegisterWorker(*s);
+  Beat(*s, "server-0", 0, {100, 200});
+  Beat(*s, "server-1", 0, {100, 200});
+  EXPECT_EQ(Beat(*s, "worker-0", 0, {}).common_checkpoint_step(), 200);
+  // server-0 restarts and sets its damaged 200 aside: the job goes to 100,
+  // and so does the step said in common, before any shard beats again.
+  RegisterServer(*s, "server-0", {100}, 2);
+  v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {});
+  EXPECT_EQ(beat.restore_step(), 100u);
+  EXPECT_EQ(beat.common_checkpoint_step(), 100);
+}
+
+TEST(RecoveryStepTest, AWriteEndedDuringARecoveryIsNotSaidInCommon) {
+  auto s = MakeScheduler();
+  RegisterServer(*s, "server-0", {});
+  RegisterServer(*s, "server-1", {});
+  RegisterWorker(*s);
+  Beat(*s, "server-0", 0, {100, 200, 300});
+  Beat(*s, "server-1", 0, {100, 200});  // its write of 300 is slow
+  // server-0 restarts having loaded 300: the job goes to 200.
+  RegisterServer(*s, "server-0", {100, 200, 300}, 2);
+  EXPECT_EQ(Beat(*s, "worker-0", 0, {}).restore_step(), 200u);
+  // server-1's write of 300 ends: the timeline left, deleted once restored.
+  Beat(*s, "server-1", 0, {100, 200, 300});
+  EXPECT_EQ(Beat(*s, "worker-0", 0, {}).common_checkpoint_step(), 200);
+  Beat(*s, "server-0", 1, {100, 200}, 2);
+  Beat(*s, "server-1", 1, {100, 200});
+  v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {});
+  EXPECT_TRUE(beat.generation_ready());
+  EXPECT_EQ(beat.common_checkpoint_step(), 200);
+}
+
 TEST(RecoveryStepTest, NoCommonStepAtRecoveryFailsTheJob) {
   auto s = MakeScheduler("/c");
   RegisterServer(*s, "server-0", {});
