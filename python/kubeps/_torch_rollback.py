@@ -17,9 +17,9 @@ their updates a second time:
 
 So steps() keeps a copy of these, in host memory, at each step a checkpoint may be taken at
 (Snapshots says which), the 3 a rollback is likeliest to go back to (KUBEPS_ROLLBACK_COPIES),
-and a rollback to such a step puts them back before steps() yields it again: the job then ends on the
-same bytes as without the rollback, as a job of the built-in trainer does.  They are put back
-in place (the optimizer's state dicts and param_groups stay the same objects), so that a
+and a rollback to such a step puts them back before steps() yields it again: the job then ends
+on the same bytes as without the rollback, as a job of the built-in trainer does.  They are put
+back in place (the optimizer's state dicts and param_groups stay the same objects), so that a
 scheduler or a scaler holding the optimizer still sees the one it holds.
 """
 
