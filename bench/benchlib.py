@@ -110,6 +110,14 @@ def torch_train(model, optimizer, images, labels, sampler, progress, total_steps
         progress.step_done(step, loss.item())
 
 
+def in_turns(sides, rounds):
+    """(round, side) for `rounds` rounds of every side, each other round in the reverse
+    order, so that the machine's drift falls on every side alike."""
+    for round_ in range(rounds):
+        for side in (list(sides) if round_ % 2 == 0 else list(reversed(sides))):
+            yield round_, side
+
+
 def median(values):
     return statistics.median(values) if values else float("nan")
 

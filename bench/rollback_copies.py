@@ -150,14 +150,12 @@ def main():
           "every %d, %d round(s); %s" % (args.steps, args.interval, args.rounds, sys.executable),
           flush=True)
     speeds = {"copies": [], "none kept": []}
-    for round_ in range(args.rounds):
-        order = ("copies", "none kept") if round_ % 2 == 0 else ("none kept", "copies")
-        for side in order:
-            manifest = job_manifest(folder, args, "rollback-copies-%d-%s" % (
-                round_, "kept" if side == "copies" else "none"))
-            speed = run_job(manifest, args, None if side == "copies" else 0)
-            speeds[side].append(speed)
-            print("  round %d, %s: %.1f steps/sec" % (round_ + 1, side, speed), flush=True)
+    for round_, side in benchlib.in_turns(speeds, args.rounds):
+        manifest = job_manifest(folder, args, "rollback-copies-%d-%s" % (
+            round_, "kept" if side == "copies" else "none"))
+        speed = run_job(manifest, args, None if side == "copies" else 0)
+        speeds[side].append(speed)
+        print("  round %d, %s: %.1f steps/sec" % (round_ + 1, side, speed), flush=True)
     kept, none = benchlib.median(speeds["copies"]), benchlib.median(speeds["none kept"])
     print("median steps/sec: copies kept %.1f, none kept %.1f; ratio %.3f" % (kept, none,
                                                                              kept / none))

@@ -177,22 +177,21 @@ def measure(model, args, folder):
     print("\n%s: %d steps after %d warm-up, windows of %d ms, %d round(s); manifest %s"
           % (model, args.steps, args.warmup, args.window_ms, args.rounds, manifest), flush=True)
     figures = {side: [] for side in args.sides}
-    for round_ in range(args.rounds):
-        for side in args.sides if round_ % 2 == 0 else tuple(reversed(args.sides)):
-            print("%s round %d, %s:" % (model, round_ + 1, side), flush=True)
-            start = time.time()
-            lines, tag = run_side(side, model, manifest, args)
-            windows = benchlib.window_speeds(lines, tag, args.warmup)
-            if not windows:
-                sys.exit("%s %s: no progress window after the warm-up (raise --steps or lower "
-                         "--window-ms):\n%s" % (model, side, "\n".join(lines)))
-            figures[side].append(benchlib.median(windows))
-            print("    windows: %s\n    run figure %.2f steps/sec (median of %d windows; "
-                  "run %.1f s)" % (" ".join("%.2f" % w for w in windows), figures[side][-1],
-                                   len(windows), time.time() - start), flush=True)
-            waited = [m.group(1) for m in map(WAITED.search, lines) if m]
-            if waited:  # kubeps' worker 0, over its whole run (warm-up included)
-                print("    worker 0 waited for the exchange %s%% of its training" % waited[-1])
+    for round_, side in benchlib.in_turns(args.sides, args.rounds):
+        print("%s round %d, %s:" % (model, round_ + 1, side), flush=True)
+        start = time.time()
+        lines, tag = run_side(side, model, manifest, args)
+        windows = benchlib.window_speeds(lines, tag, args.warmup)
+        if not windows:
+            sys.exit("%s %s: no progress window after the warm-up (raise --steps or lower "
+                     "--window-ms):\n%s" % (model, side, "\n".join(lines)))
+        figures[side].append(benchlib.median(windows))
+        print("    windows: %s\n    run figure %.2f steps/sec (median of %d windows; "
+              "run %.1f s)" % (" ".join("%.2f" % w for w in windows), figures[side][-1],
+                               len(windows), time.time() - start), flush=True)
+        waited = [m.group(1) for m in map(WAITED.search, lines) if m]
+        if waited:  # kubeps' worker 0, over its whole run (warm-up included)
+            print("    worker 0 waited for the exchange %s%% of its training" % waited[-1])
     return figures
 
 

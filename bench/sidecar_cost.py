@@ -101,11 +101,8 @@ def main():
              "sidecar": manifest(folder, "cnn-sidecar", args.window_ms,
                                  os.environ["KUBEPS_BIN_DIR"], through_sidecar=True)}
     env = {"KUBEPS_MAX_STEPS": str(args.warmup + args.steps)}
-    order = []
-    for round_ in range(args.rounds):
-        order += ["in-process", "sidecar"] if round_ % 2 == 0 else ["sidecar", "in-process"]
     speeds = {side: [] for side in sides}
-    for side in order:
+    for _, side in benchlib.in_turns(["in-process", "sidecar"], args.rounds):
         print("%s:" % side, flush=True)
         windows = benchlib.window_speeds(run(sides[side], env), "worker 0", args.warmup)
         if not windows:

@@ -158,19 +158,17 @@ def main():
           "windows of %d steps, %d round(s); %s" % (BATCH, args.steps, args.warmup, args.window,
                                                    args.rounds, sys.executable), flush=True)
     speeds = {"kubeps": [], "waits": [], "DDP": []}
-    for round_ in range(args.rounds):
-        order = ("kubeps", "waits", "DDP") if round_ % 2 == 0 else ("DDP", "waits", "kubeps")
-        for side in order:
-            print("round %d, %s:" % (round_ + 1, side), flush=True)
-            start = time.time()
-            lines = run_ddp(args) if side == "DDP" else run_kubeps(manifests[side], args)
-            found = window_speeds(lines, side, args.warmup)
-            if len(found) != args.steps // args.window:
-                sys.exit("%s: %d timing windows, expected %d:\n%s" % (
-                    side, len(found), args.steps // args.window, "\n".join(lines)))
-            speeds[side] += found
-            print("  steps/sec of each window: %s (run %.1f s)"
-                  % (" ".join("%.2f" % s for s in found), time.time() - start), flush=True)
+    for round_, side in benchlib.in_turns(speeds, args.rounds):
+        print("round %d, %s:" % (round_ + 1, side), flush=True)
+        start = time.time()
+        lines = run_ddp(args) if side == "DDP" else run_kubeps(manifests[side], args)
+        found = window_speeds(lines, side, args.warmup)
+        if len(found) != args.steps // args.window:
+            sys.exit("%s: %d timing windows, expected %d:\n%s" % (
+                side, len(found), args.steps // args.window, "\n".join(lines)))
+        speeds[side] += found
+        print("  steps/sec of each window: %s (run %.1f s)"
+              % (" ".join("%.2f" % s for s in found), time.time() - start), flush=True)
 
     median = {side: benchlib.median(found) for side, found in speeds.items()}
     print("median steps/sec over %d windows each: kubeps %.2f, waits %.2f, DDP %.2f; "
