@@ -328,9 +328,7 @@ class Snapshots:
 def not_restored(resume_step, snapshots, servers_optimize, model_given):
     """The warning of a rollback that found no copy of the program's own state: what of it
     keeps its values."""
-    if snapshots.mode != "sync":
-        why = "an async job keeps none (it never rolls back: a restarted shard goes on)"
-    elif snapshots.interval <= 0:
+    if snapshots.interval <= 0:
         why = "the agent did not say spec.checkpoint.intervalSteps (an older kubeps-agent?)"
     elif snapshots.kept == 0:
         why = "KUBEPS_ROLLBACK_COPIES=0 keeps none"

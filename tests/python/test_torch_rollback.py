@@ -105,6 +105,13 @@ class RollbackTest(TorchTestCase):
                                      numpy_rng=(numpy.random.get_state()[1].tolist()
                                                 if numpy is not None else None))
 
+    def sgd_over_none(self, **agent_options):
+        """The fake agent with the servers' optimizer none, and a model's SGD through it."""
+        self.connect(optimizer="none", **agent_options)
+        model = model_with_state()
+        return model, kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                               named_parameters=model.named_parameters())
+
     def assert_same_state(self, run, clean):
         for (name, a), b in zip(run.model.state_dict().items(),
                                 clean.model.state_dict().values()):
@@ -233,10 +240,7 @@ class RollbackTest(TorchTestCase):
 
     @requires_fake
     def test_an_object_registered_after_the_copy_is_named_when_it_stays(self):
-        self.connect(optimizer="none", checkpoint_interval=INTERVAL)
-        model = model_with_state()
-        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                             named_parameters=model.named_parameters())
+        model, optimizer = self.sgd_over_none(checkpoint_interval=INTERVAL)
         self.agent.fake.arm_rollback(at_step=5, resume_step=4)
         late = Schedule()
         with warnings.catch_warnings(record=True) as caught:
@@ -292,20 +296,14 @@ class RollbackTest(TorchTestCase):
 
     @requires_fake
     def test_an_object_without_state_dict_is_refused_by_name(self):
-        self.connect(optimizer="none")
-        model = model_with_state()
-        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                 named_parameters=model.named_parameters())
+        self.sgd_over_none()
         with self.assertRaisesRegex(InvalidArgument, r"restore_on_rollback: int has no "
                                                      r"state_dict\(\) and load_state_dict\(\)"):
             kps.restore_on_rollback(3)
 
     @requires_fake
     def test_an_object_whose_state_cannot_be_copied_is_refused_when_registered(self):
-        self.connect(optimizer="none")
-        model = model_with_state()
-        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                 named_parameters=model.named_parameters())
+        self.sgd_over_none()
         locked = Schedule()
         locked.state_dict = lambda: {"lock": threading.Lock()}
         with self.assertRaisesRegex(InvalidArgument, r"restore_on_rollback: the state_dict\(\) "

@@ -67,6 +67,16 @@ void RegisterWorker(Scheduler& s) {
   ASSERT_TRUE(s.Register(&request, &response).ok());
 }
 
+// A new job's scheduler, both shards (no checkpoint yet) and the worker
+// registered.
+std::unique_ptr<Scheduler> NewJob() {
+  auto s = MakeScheduler();
+  RegisterServer(*s, "server-0", {});
+  RegisterServer(*s, "server-1", {});
+  RegisterWorker(*s);
+  return s;
+}
+
 // A node registering with a restarted scheduler: it ran before, in
 // `generation`; a server that `awaits_recovery` loaded its checkpoint at
 // process start and has been brought into no generation since.
@@ -101,10 +111,7 @@ v1::HeartbeatResponse Beat(Scheduler& s, const std::string& id, uint64_t restore
 }
 
 TEST(FirstStartTest, NewJobStaysInGenerationZero) {
-  auto s = MakeScheduler();
-  RegisterServer(*s, "server-0", {});
-  RegisterServer(*s, "server-1", {});
-  RegisterWorker(*s);
+  auto s = NewJob();
   v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {});
   EXPECT_EQ(beat.generation(), 0u);
   EXPECT_TRUE(beat.generation_ready());
@@ -249,10 +256,7 @@ TEST(FirstStartTest, NoCommonStepFailsNamingTheFolders) {
 }
 
 TEST(RecoveryStepTest, RollsBackToTheNewestStepEveryShardHolds) {
-  auto s = MakeScheduler();
-  RegisterServer(*s, "server-0", {});
-  RegisterServer(*s, "server-1", {});
-  RegisterWorker(*s);
+  auto s = NewJob();
   Beat(*s, "server-0", 0, {0, 100, 200, 300});
   Beat(*s, "server-1", 0, {0, 100, 200});  // its write of 300 failed
   EXPECT_EQ(Beat(*s, "worker-0", 0, {}).common_checkpoint_step(), 200);
@@ -264,10 +268,7 @@ TEST(RecoveryStepTest, RollsBackToTheNewestStepEveryShardHolds) {
 }
 
 TEST(RecoveryStepTest, TheStepSaidInCommonFallsWithADamagedCheckpointAtOnce) {
-  auto s = MakeScheduler();
-  RegisterServer(*s, "server-0", {});
-  RegisterServer(*s, "server-1", {});
-  RegisterWorker(*s);
+  auto s = NewJob();
   Beat(*s, "server-0", 0, {100, 200});
   Beat(*s, "server-1", 0, {100, 200});
   EXPECT_EQ(Beat(*s, "worker-0", 0, {}).common_checkpoint_step(), 200);
@@ -280,10 +281,7 @@ TEST(RecoveryStepTest, TheStepSaidInCommonFallsWithADamagedCheckpointAtOnce) {
 }
 
 TEST(RecoveryStepTest, AWriteEndedDuringARecoveryIsNotSaidInCommon) {
-  auto s = MakeScheduler();
-  RegisterServer(*s, "server-0", {});
-  RegisterServer(*s, "server-1", {});
-  RegisterWorker(*s);
+  auto s = NewJob();
   Beat(*s, "server-0", 0, {100, 200, 300});
   Beat(*s, "server-1", 0, {100, 200});  // its write of 300 is slow
   // server-0 restarts having loaded 300: the job goes to 200.
@@ -316,10 +314,7 @@ TEST(RecoveryStepTest, NoCommonStepAtRecoveryFailsTheJob) {
 // checkpoints its successor wrote since, and the next recovery found no step
 // in common. It is told it was replaced, and nothing else.
 TEST(RecoveryStepTest, AnOldProcessOfAReplacedServerIsToldSoAndNotTheGeneration) {
-  auto s = MakeScheduler();
-  RegisterServer(*s, "server-0", {});
-  RegisterServer(*s, "server-1", {});
-  RegisterWorker(*s);
+  auto s = NewJob();
   Beat(*s, "server-0", 0, {0, 100});
   Beat(*s, "server-1", 0, {0, 100});
   RegisterServer(*s, "server-0", {0, 100}, 2);
