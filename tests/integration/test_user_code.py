@@ -143,8 +143,14 @@ class UserCodeTest(UserCodeJobCase):
         # own parameters; a rollback takes those and Adam's moments back with the servers'
         # step (kubeps/_torch_rollback.py). Before, they kept their values and the redone
         # steps were applied twice.
-        saved = {}
-        for name in ("own-optimizer-clean", "own-optimizer-kill"):
+        # Then the same with the scheduler stopped first (SIGTERM, as an eviction): the
+        # restarted one knows no common checkpoint until the servers say theirs.
+        faults = {"own-optimizer-clean": [],
+                  "own-optimizer-kill": [(100, "server-1", signal.SIGKILL)],
+                  "own-optimizer-scheduler-then-kill": [(50, "scheduler-0", signal.SIGTERM),
+                                                        (150, "server-1", signal.SIGKILL)]}
+        saved, outputs = {}, {}
+        for name, steps_and_victims in faults.items():
             saved[name] = os.path.join(self.dir, name + ".pt")
             path = example_manifest(self.dir, name, OWN_OPTIMIZER_STEPS, saved[name],
                                     CHECKPOINTS)
@@ -153,17 +159,21 @@ class UserCodeTest(UserCodeJobCase):
             with open(path, "w") as f:
                 f.write(text.replace(ADAM_ON_THE_SERVERS, "    name: none\n"))
             job = self.start(name, path)
-            if name.endswith("kill"):
-                job.wait_for_line(r"^\[worker-0/trainer\] step 100/", timeout=120)
-                victims = replica_pids(job.run_dir, "server-1")
+            for step, replica, sig in steps_and_victims:
+                job.wait_for_line(r"^\[worker-0/trainer\] step %d/" % step, timeout=120)
+                victims = replica_pids(job.run_dir, replica)
                 self.assertEqual(len(victims), 1, job.output())
-                os.kill(victims[0], signal.SIGKILL)
+                os.kill(victims[0], sig)
             self.assert_succeeded(job, job.wait(180))
-        output = job.output()
-        self.assertIn("server-1 exited with code 137; restarting it", output)
-        self.assertIn("loaded checkpoint of step", output)
-        self.assertNotIn("no copy of its state", output)
-        self.assertEqual(differing_parameters(*saved.values()), [], output)
+            outputs[name] = job.output()
+        clean = saved.pop("own-optimizer-clean")
+        for name, output in ((n, outputs[n]) for n in saved):
+            self.assertIn("server-1 exited with code 137; restarting it", output)
+            self.assertIn("loaded checkpoint of step", output)
+            self.assertNotIn("no copy of its state", output)
+            self.assertEqual(differing_parameters(clean, saved[name]), [], output)
+        self.assertIn("scheduler-0 exited with code 143; restarting it",
+                      outputs["own-optimizer-scheduler-then-kill"])
 
     def test_a_program_whose_model_diverges_fails_the_job_saying_why(self):
         # SGD with learning rate 1e10 on the servers: within a few steps the
