@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
@@ -16,6 +18,7 @@
 #include "api/pod_env_codec.h"
 #include "common/host_port.h"
 #include "common/logging.h"
+#include "common/sidecar_folder.h"
 #include "common/termination_message.h"
 #include "operator/local/local_process.h"
 
@@ -85,11 +88,35 @@ Status FindProgramOf(const controller::UserProcess& process, std::string* path) 
   return Status::Ok();
 }
 
+// The longest replica name with a shared folder ("worker-" and a rank).
+constexpr std::size_t kLongestWorkerName = 16;
+
+// `run_dir`, or where it is too deep for <run_dir>/worker-N/agent.sock to
+// be bound (a Unix socket's path has at most 107 bytes), a new folder of
+// /tmp of the runner's alone: a pod's emptyDir has a short path whatever
+// the job is called. An agent that cannot bind fails; restarted, it fails
+// again, without end.
+std::string SocketRoot(const std::string& run_dir) {
+  const std::size_t longest =
+      run_dir.size() + 1 + kLongestWorkerName + 1 + std::strlen(kAgentSocketName);
+  if (longest <= kMaxSocketPathBytes) return run_dir;
+  std::string short_dir = "/tmp/kubeps-XXXXXX";
+  if (::mkdtemp(short_dir.data()) == nullptr) {
+    KLOG_ERROR << "cannot make a folder in /tmp for the agents' sockets (" << std::strerror(errno)
+               << "); the agents try " << run_dir;
+    return run_dir;
+  }
+  KLOG_INFO << "the run folder " << run_dir << " is too deep for a Unix socket's path; "
+            << "the workers share their folders with their agents in " << short_dir;
+  return short_dir;
+}
+
 }  // namespace
 
 LocalCluster::LocalCluster(std::string bin_dir, std::string run_dir, int grace_ms, std::string host)
     : bin_dir_(std::move(bin_dir)),
       run_dir_(std::move(run_dir)),
+      socket_root_(SocketRoot(run_dir_)),
       grace_ms_(grace_ms),
       host_(std::move(host)) {}
 
@@ -98,10 +125,14 @@ LocalCluster::~LocalCluster() {
     if (pod.program_pid > 0) KillAndReap(pod.program_pid, /*whole_group=*/true);
     if (pod.pid > 0) KillAndReap(pod.pid, /*whole_group=*/false);
   }
+  if (socket_root_ != run_dir_) {
+    std::error_code ignored;
+    std::filesystem::remove_all(socket_root_, ignored);
+  }
 }
 
 std::string LocalCluster::SocketDir(const ReplicaName& name) const {
-  return run_dir_ + "/" + name.ToString();
+  return socket_root_ + "/" + name.ToString();
 }
 
 Status LocalCluster::Create(const controller::ReplicaLaunch& launch) {

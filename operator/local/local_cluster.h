@@ -8,7 +8,9 @@
 //   * the agent (the launch's binary, kubeps-agent --serve) starts first,
 //     the user's program beside it; both get KUBEPS_SOCKET_DIR, a folder
 //     of the run folder named after the replica and emptied for each new
-//     pod (an emptyDir);
+//     pod (an emptyDir); where the run folder is too deep for a Unix
+//     socket's path, these folders are in a short one of /tmp instead,
+//     removed with the cluster;
 //   * the pod's outcome is the program's: it stays Running until the
 //     program has ended and the agent is gone; the agent is stopped
 //     (SIGTERM, then SIGKILL after the grace period) once the program has
@@ -91,6 +93,9 @@ class LocalCluster : public controller::Cluster {
 
   const std::string bin_dir_;
   const std::string run_dir_;
+  // Where the pods' shared folders are: run_dir_, or a short folder of
+  // /tmp made for them (and removed) where run_dir_ is too deep.
+  std::string socket_root_;
   const int grace_ms_;
   const std::string host_;
   std::map<controller::ReplicaName, Pod> pods_;

@@ -11,14 +11,14 @@
 #include <fstream>
 #include <vector>
 
+#include "common/sidecar_folder.h"
+
 namespace kubeps {
 namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-constexpr const char* kAgentFileName = "agent.json";
-constexpr const char* kSocketName = "agent.sock";
 // How often the rendezvous looks again for agent.json and the socket.
 constexpr auto kRendezvousPoll = std::chrono::milliseconds(50);
 
@@ -110,7 +110,7 @@ Status SidecarConnection::Open(const std::string& dir, int timeout_ms,
                                std::unique_ptr<SidecarConnection>* out, json* agent_file) {
   const auto deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   const std::string file_path = dir + "/" + kAgentFileName;
-  const std::string socket_path = dir + "/" + kSocketName;
+  const std::string socket_path = dir + "/" + kAgentSocketName;
   std::string last_error;
   for (;;) {
     json file = ReadAgentFile(file_path);

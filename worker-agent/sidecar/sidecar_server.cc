@@ -56,7 +56,7 @@ Status PrepareSocketDirectory(const std::string& dir) {
   if (error)
     return Status::Error("cannot create the socket directory " + dir + ": " + error.message());
   for (const std::string& name : {std::string(kAgentFileName), std::string(kAgentFileName) + ".tmp",
-                                  std::string(kSocketName)}) {
+                                  std::string(kAgentSocketName)}) {
     ::unlink((dir + "/" + name).c_str());
   }
   if (int removed = SharedTensors::RemoveLeftovers(dir); removed > 0) {
@@ -93,16 +93,18 @@ SidecarServer::~SidecarServer() {
   }
 }
 
-std::string SidecarServer::socket_path() const { return options_.socket_dir + "/" + kSocketName; }
+std::string SidecarServer::socket_path() const {
+  return options_.socket_dir + "/" + kAgentSocketName;
+}
 
 Status SidecarServer::Listen() {
   const std::string path = socket_path();
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
-  if (path.size() >= sizeof address.sun_path) {
+  if (path.size() > kMaxSocketPathBytes) {
     return Status::InvalidArgument("the socket path " + path + " is too long (" +
                                    std::to_string(path.size()) + " bytes, at most " +
-                                   std::to_string(sizeof address.sun_path - 1) + ")");
+                                   std::to_string(kMaxSocketPathBytes) + ")");
   }
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
   listen_fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/metrics.h"
+#include "common/sidecar_folder.h"
 #include "common/status.h"
 #include "worker-agent/kv/kv_worker.h"
 #include "worker-agent/kv/task_pool.h"
@@ -37,9 +38,6 @@
 namespace kubeps::sidecar {
 
 class Session;
-
-inline constexpr const char* kSocketName = "agent.sock";
-inline constexpr const char* kAgentFileName = "agent.json";
 
 struct SidecarOptions {
   std::string socket_dir;  // shared with the training process's container

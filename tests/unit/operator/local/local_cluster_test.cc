@@ -378,6 +378,31 @@ TEST_F(SidecarPodTest, TheProgramRunsInItsWorkingDirectory) {
   EXPECT_EQ(ReadFile(run_dir_ + "/pwd"), run_dir_ + "/app\n");
 }
 
+// A Unix socket's path holds at most 107 bytes: a job run from a deep folder
+// still gets a socket its agent can bind (the CI's test folders were deep
+// enough that every agent failed to bind, and was restarted without end).
+TEST_F(SidecarPodTest, ARunFolderTooDeepForTheSocketSharesAShortFolderInstead) {
+  const std::string deep_run_dir = run_dir_ + "/" + std::string(100, 'd');
+  std::filesystem::create_directories(deep_run_dir);
+  cluster_ = std::make_unique<LocalCluster>("/bin", deep_run_dir, /*grace_ms=*/5000);
+  const std::string socket_dir = cluster_->SocketDir(kWorker);
+  EXPECT_EQ(socket_dir.rfind("/tmp/", 0), 0u) << socket_dir;
+  ASSERT_TRUE(RunPod("exec python3 -c 'import os, socket, time\n"
+                     "d = os.environ[\"KUBEPS_SOCKET_DIR\"]\n"
+                     "socket.socket(socket.AF_UNIX).bind(d + \"/agent.sock\")\n"
+                     "open(d + \"/bound\", \"w\").close()\n"
+                     "time.sleep(60)'",
+                     "while [ ! -e \"$KUBEPS_SOCKET_DIR/bound\" ]; do sleep 0.01; done; "
+                     "echo \"$KUBEPS_SOCKET_DIR\" > \"$RUN_DIR/program-saw\"")
+                  .ok());
+  ASSERT_TRUE(Eventually([&] { return Ended(kWorker); }));
+  EXPECT_EQ(StatusOf(kWorker).phase, ReplicaPhase::kSucceeded);
+  EXPECT_EQ(ReadFile(run_dir_ + "/program-saw"), socket_dir + "\n");
+  EXPECT_EQ(cluster_->AgentRestarts(kWorker), 0) << "the agent bound its socket at once";
+  cluster_.reset();
+  EXPECT_FALSE(std::filesystem::exists(socket_dir)) << "the short folder goes with the cluster";
+}
+
 TEST_F(SidecarPodTest, NeitherProcessOutlivesTheCluster) {
   ASSERT_TRUE(RunPod("exec sleep 60", "exec sleep 60").ok());
   const pid_t program = cluster_->Pid(kWorker);

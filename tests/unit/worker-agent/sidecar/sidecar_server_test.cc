@@ -61,7 +61,7 @@ pid_t ForkHolder(const std::string& dir, const std::string& nonce, bool declare)
   const std::string declare_frame = Frame({{"op", "declare"}, {"id", 2}, {"tensors", tensors}});
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
-  std::snprintf(address.sun_path, sizeof address.sun_path, "%s/%s", dir.c_str(), kSocketName);
+  std::snprintf(address.sun_path, sizeof address.sun_path, "%s/%s", dir.c_str(), kAgentSocketName);
   char file_path[512];
   std::snprintf(file_path, sizeof file_path, "%s/", dir.c_str());
   const size_t dir_length = std::strlen(file_path);

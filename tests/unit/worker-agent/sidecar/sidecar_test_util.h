@@ -43,7 +43,7 @@ using namespace std::chrono_literals;
 inline int ConnectTo(const std::string& dir) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
-  const std::string path = dir + "/" + kSocketName;
+  const std::string path = dir + "/" + kAgentSocketName;
   std::snprintf(address.sun_path, sizeof address.sun_path, "%s", path.c_str());
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
