@@ -93,6 +93,13 @@ inline bool IsModelMismatchRefusal(const Status& status) {
   return !status.ok() && status.message().find(kModelMismatchRefusal) != std::string::npos;
 }
 
+// A job whose servers only average (optimizer none) started a program past
+// step 0 (the job resumed over its checkpoints, or the worker restarted)
+// that did not say it puts its own state of that step back: the servers
+// hold no parameters, and trained on from fresh values the job would end
+// "Succeeded" with a model that never learned. A rerun starts the same way.
+inline constexpr const char* kReasonProgramStateMissing = "ProgramStateMissing";
+
 // Where a replica's last words go: $KUBEPS_TERMINATION_LOG where it is set
 // (the local runner names a file per replica); else `pod_default` where this
 // process runs in a pod (the kubelet sets KUBERNETES_SERVICE_HOST in every

@@ -11,7 +11,8 @@ bool IsPermanentReason(const std::string& reason) {
   return reason == kReasonNonFiniteLoss || reason == kReasonNonFiniteGradient ||
          reason == kReasonCheckpointWriteFailed || reason == kReasonShardStateLost ||
          reason == kReasonDatasetNotFound || reason == kReasonDatasetUnreadable ||
-         reason == kReasonModelMismatch || reason == kReasonCheckpointFolderInUse;
+         reason == kReasonModelMismatch || reason == kReasonCheckpointFolderInUse ||
+         reason == kReasonProgramStateMissing;
 }
 
 namespace {

@@ -145,9 +145,11 @@ def declare(tensors):
     return session("kubeps.declare()").declare(tensors)
 
 
-def init_tensors():
-    """Broadcasts initial values (rank 0's win); returns the step to start from."""
-    return session("kubeps.init_tensors()").init_tensors()
+def init_tensors(restores_own_state=False):
+    """Broadcasts initial values (rank 0's win); returns the step to start from.  With the
+    servers' optimizer `none`, a start past step 0 needs restores_own_state=True: the program
+    puts back its own parameters of that step (the servers hold none)."""
+    return session("kubeps.init_tensors()").init_tensors(restores_own_state)
 
 
 def push(names, step):

@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from kubeps.errors import RolledBack
+from kubeps.errors import FailedPrecondition, RolledBack
 
 # How often a worker waiting to be taken in asks again (the built-in trainer's pace).
 WAIT_TO_BE_TAKEN_IN_S = 0.05
@@ -69,3 +69,12 @@ def batch_run(global_batch, position, count):
     """Run `position` of `count` of a global batch: [p*G/count, (p+1)*G/count), as the
     agent cuts an elastic job's steps."""
     return global_batch * position // count, global_batch * (position + 1) // count
+
+
+def fixed_global_batch(session, caller):
+    """A fixed job's global batch: spec.batchSize x the workers."""
+    if session.batch_size <= 0:
+        raise FailedPrecondition(
+            "kubeps.torch.%s(): the agent did not say spec.batchSize (a kubeps-agent older "
+            "than this client?); run the job with an agent of this release" % caller)
+    return session.batch_size * session.size

@@ -108,11 +108,14 @@ class Session:
             self.tensors = SharedTensors.from_declare_reply(self.socket_dir, requested, reply)
         return self.tensors
 
-    def init_tensors(self):
+    def init_tensors(self, restores_own_state=False):
         """Sends `init`: the values regions hold this worker's initial values before it, the
-        servers' values (rank 0's on a new job) after it.  Returns the step to start from."""
+        servers' values (rank 0's on a new job) after it.  Returns the step to start from.
+        restores_own_state: the program puts back its own state of that step, which the
+        agent requires past step 0 when the servers' optimizer is `none`."""
         self._require_declared("init")
-        reply = self._connection.call("init")
+        reply = (self._connection.call("init", restores_own_state=True) if restores_own_state
+                 else self._connection.call("init"))
         self.start_step = int(reply["step"])
         return self.start_step
 

@@ -35,8 +35,8 @@ then, by the servers' optimizer (`hello` says which):
 - `none`: the servers only average; the pulled values are the averaged
   gradients, copied into `p.grad`, and the wrapped optimizer's `step()` runs.
 
-Views over the mapping are made once per parameter (`torch.frombuffer`) and
-data moves with one `copy_` each way; no bytes cross the socket.
+Views over the mapping are made once per parameter (`torch.frombuffer`): one
+`copy_` each way, and no bytes cross the socket.
 
 With `DistributedOptimizer(..., model=model)` (and the servers' optimizer),
 `step()` does not wait for the exchanges either: each module of `model` waits,
@@ -66,7 +66,9 @@ first step from there that this worker computes).  What lives in the program
 goes back too, from copies steps() keeps at each checkpoint step: with the
 servers' optimizer `none` the parameters and the optimizer's state, the
 model's buffers (model=), torch's generators, and the objects given to
-`restore_on_rollback` (a GradScaler, an LR scheduler; _torch_rollback.py).
+`restore_on_rollback` (a GradScaler, an LR scheduler; _torch_rollback.py).  A
+start past step 0 with `none` needs the program's own state: `resume_with`
+(_torch_start.py).
 
 Each step's examples: `examples()` is this worker's run [first, end) of the
 step's global batch (`global_batch()`, spec.batchSize x the workers), so that
@@ -84,21 +86,22 @@ import torch
 
 import kubeps
 from kubeps._torch_counter import StepCounter
-from kubeps._torch_elastic import batch_run, next_member_step
+from kubeps._torch_elastic import batch_run, fixed_global_batch, next_member_step
 from kubeps._torch_forward import ForwardWaits, unwaited
 from kubeps._torch_params import (CARRIED_DTYPES, Binding, all_finite, check_declared_unchanged,
                                   check_sent_gradients_unchanged, copy_gradient, forget_sent,
                                   frozen_params, outside_compiled_graphs, param_count,
                                   declared_names, register_gradient_hook, trainable_params)
 from kubeps._torch_rollback import Snapshots, not_restored
+from kubeps._torch_start import begin
 from kubeps._torch_settings import (bucket_bytes, group_settings, settings_changed,
                                     warn_if_groups_differ)
 from kubeps.errors import FailedPrecondition, InvalidArgument, RolledBack
 from kubeps.shared_tensors import describe_names
 
 __all__ = ["init", "rank", "size", "DistributedOptimizer", "broadcast_parameters", "steps",
-           "examples", "global_batch", "scaled_away", "restore_on_rollback", "finish",
-           "shutdown"]
+           "examples", "global_batch", "scaled_away", "restore_on_rollback", "resume_with",
+           "checkpoint_interval", "finish", "shutdown"]
 
 SERVERS_AVERAGE_ONLY = "none"
 
@@ -159,6 +162,7 @@ class _DistributedOptimizer(ForwardWaits):
         self.kubeps_skipped_steps = 0
         self._kubeps_closed = False
         self._kubeps_warned_rollback = False
+        self._kubeps_resume = None  # resume_with's load(step)
         self._kubeps_snapshots = Snapshots(session.checkpoint_interval, session.mode,
                                            session.elastic, session.newest_common_checkpoint)
         if named_parameters is not None:
@@ -541,25 +545,10 @@ def broadcast_parameters(params, root_rank=0):
 
 
 def _broadcast(optimizer, given):
-    session = optimizer._kubeps_session
     if _counter.step is not None:
         raise FailedPrecondition("broadcast_parameters: the initial values were already "
                                  "broadcast in this session (by broadcast_parameters or steps())")
-    with torch.no_grad():
-        for binding in optimizer._kubeps_bindings:
-            binding.values.copy_(given.get(binding.name, binding.param))
-        start = session.init_tensors()
-        if start > 0 and not optimizer._kubeps_servers_optimize():
-            warnings.warn(
-                "kubeps: this process resumes the job at step %d, but the servers' optimizer is "
-                "'none': the servers hold averaged gradients, not parameters, so the parameters "
-                "stay as this process made them (restore them from your own checkpoint)" % start)
-        else:
-            for binding in optimizer._kubeps_bindings:
-                binding.param.copy_(binding.values)
-                if binding.name in given and given[binding.name] is not binding.param:
-                    given[binding.name].copy_(binding.values)
-    _counter.start(start)
+    _counter.start(begin(optimizer, given))
 
 
 def steps(total_steps):
@@ -608,15 +597,7 @@ def examples():
             raise FailedPrecondition("kubeps.torch.examples() in an elastic job is the step's "
                                      "that kubeps.torch.steps() yielded: iterate steps() first")
         return _counter.share.first_example, _counter.share.end_example
-    return batch_run(_fixed_global_batch(session, "examples"), session.rank, session.size)
-
-
-def _fixed_global_batch(session, caller):
-    if session.batch_size <= 0:
-        raise FailedPrecondition(
-            "kubeps.torch.%s(): the agent did not say spec.batchSize (a kubeps-agent older "
-            "than this client?); run the job with an agent of this release" % caller)
-    return session.batch_size * session.size
+    return batch_run(fixed_global_batch(session, "examples"), session.rank, session.size)
 
 
 def global_batch():
@@ -624,7 +605,7 @@ def global_batch():
     elastic job's: x the workers it started with, whoever computes each step)."""
     session = kubeps.session("kubeps.torch.global_batch()")
     if not session.elastic:
-        return _fixed_global_batch(session, "global_batch")
+        return fixed_global_batch(session, "global_batch")
     if _counter.share is not None:
         return _counter.share.global_batch
     if _counter.step is None:
@@ -648,6 +629,31 @@ def restore_on_rollback(*objects):
     step, with the parameters, the optimizer's state and torch's generators
     (_torch_rollback.py)."""
     _require_optimizer("kubeps.torch.restore_on_rollback()")._kubeps_snapshots.register(objects)
+
+
+def resume_with(load):
+    """Registers `load(step)`, which puts back the program's own state of `step` (the
+    parameters and the optimizer's state it saved itself, at that step) when this process
+    starts past step 0: broadcast_parameters() or steps() calls it once, with the step the
+    servers are at.  Needed with the servers' optimizer `none`, where the servers hold no
+    parameters: without it such a start is refused (_torch_start.py).  In every mode it
+    also brings back what only the program keeps (buffers, a scaler, a scheduler); the
+    servers' parameters then replace the ones it loaded."""
+    optimizer = _require_optimizer("kubeps.torch.resume_with()")
+    if not callable(load):
+        raise InvalidArgument("resume_with: expected a function of the step, got %r" % (load,))
+    if _counter.step is not None:
+        raise FailedPrecondition("resume_with: this process started already (at step %d); "
+                                 "register before broadcast_parameters() or steps()"
+                                 % _counter.step)
+    optimizer._kubeps_resume = load
+
+
+def checkpoint_interval():
+    """spec.checkpoint.intervalSteps (0: not said): the servers checkpoint its multiples,
+    so a job resumes at one of them (or at its last step); a program with state of its own
+    saves it at those steps for resume_with."""
+    return kubeps.session("kubeps.torch.checkpoint_interval()").checkpoint_interval
 
 
 def finish():

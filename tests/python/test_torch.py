@@ -14,6 +14,7 @@ from unittest import mock
 
 from agent_fixture import (HERE, client_environment, make_socket_dir, requires_fake,
                            reset_kubeps, start_agent)
+from kubeps.errors import FailedPrecondition
 
 try:
     import torch
@@ -381,21 +382,63 @@ class StartAndRecovery(TorchTestCase):
         self.assertEqual(seen, [5, 6, 7])
 
     @requires_fake
-    def test_a_restart_with_servers_that_only_average_keeps_local_parameters(self):
+    def test_a_start_past_step_0_with_servers_that_only_average_needs_the_programs_state(self):
+        # The servers hold averaged gradients, not parameters: a program resumed at step 3
+        # from fresh values would end with a model that never learned.
         model = torch.nn.Linear(2, 1)
         self.connect(optimizer="none", server_values={"weight": [9.0, 9.0], "bias": [9.0]},
                      start_step=3)
         kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                  named_parameters=model.named_parameters())
-        before = model.weight.detach().clone()
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+        with self.assertRaises(FailedPrecondition) as caught:
             kps.broadcast_parameters(model.state_dict())
-        self.assertTrue(torch.equal(model.weight, before), "averaged gradients are not weights")
-        self.assertEqual(len(caught), 1)
-        self.assertIn("resumes the job at step 3, but the servers' optimizer is 'none'",
-                      str(caught[0].message))
+        self.assertEqual(caught.exception.reason, "ProgramStateMissing")
+        self.assertIn("starts at step 3, but the servers' optimizer is none",
+                      str(caught.exception))
+
+    @requires_fake
+    def test_resume_with_puts_the_programs_own_state_of_the_start_step_back(self):
+        model = torch.nn.Linear(2, 1)
+        self.connect(optimizer="none", server_values={"weight": [9.0, 9.0], "bias": [9.0]},
+                     start_step=3)
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        loaded = []
+
+        def load(step):
+            loaded.append(step)
+            model.load_state_dict({"weight": torch.tensor([[1.5, -1.5]]),
+                                   "bias": torch.tensor([0.25])})
+
+        kps.resume_with(load)
+        kps.broadcast_parameters(model.state_dict())
+        self.assertEqual(loaded, [3])
+        self.assertEqual(model.weight.tolist(), [[1.5, -1.5]], "not the servers' gradients")
+        self.assertEqual(model.bias.tolist(), [0.25])
         self.assertEqual(list(kps.steps(4)), [3])
+        with self.assertRaises(FailedPrecondition):
+            kps.resume_with(load)  # the process has started
+
+    @requires_fake
+    def test_resume_with_runs_before_the_servers_parameters_replace_the_loaded_ones(self):
+        model = torch.nn.Linear(2, 1)
+        self.connect(server_values={"weight": [0.5, -0.5], "bias": [2.0]}, start_step=5)
+        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters())
+        loaded = []
+        kps.resume_with(lambda step: (loaded.append(step), model.bias.data.fill_(7.0)))
+        kps.broadcast_parameters(model.state_dict())
+        self.assertEqual(loaded, [5])
+        self.assertEqual(model.bias.tolist(), [2.0], "the servers hold the parameters")
+
+    @requires_fake
+    def test_a_new_job_calls_no_resume(self):
+        model = torch.nn.Linear(2, 1)
+        self.connect(optimizer="none")
+        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters())
+        kps.resume_with(lambda step: self.fail("resumed at step %d" % step))
+        self.assertEqual(list(kps.steps(1)), [0])
 
     @requires_fake
     def test_a_rollback_resumes_the_loop_and_ends_as_a_clean_run(self):

@@ -102,6 +102,12 @@ struct SidecarOptions {
   // How long Connect waits for the agent to appear (it may still be
   // registering with the job's scheduler) and to accept the session.
   int connect_timeout_ms = 120000;
+  // The program puts back its own state (its parameters and optimizer
+  // state, from its own checkpoint) of the step InitTensors starts it at.
+  // With the servers' optimizer none they hold no parameters, so the agent
+  // refuses a start past step 0 without it (FailedPrecondition, and the job
+  // fails with reason ProgramStateMissing).
+  bool restores_own_state = false;
 };
 
 class KUBEPS_EXPORT KVWorker {

@@ -62,7 +62,8 @@ Status SidecarKVWorker::Connect(const SidecarOptions& options,
       !s.ok()) {
     return s;
   }
-  std::unique_ptr<SidecarKVWorker> worker(new SidecarKVWorker(std::move(connection), dir));
+  std::unique_ptr<SidecarKVWorker> worker(
+      new SidecarKVWorker(std::move(connection), dir, options.restores_own_state));
   // The agent answers hello once an earlier session of the pod has ended.
   json reply;
   Status s = worker->connection_->Await(
@@ -87,8 +88,10 @@ Status SidecarKVWorker::Connect(const SidecarOptions& options,
 }
 
 SidecarKVWorker::SidecarKVWorker(std::unique_ptr<SidecarConnection> connection,
-                                 std::string socket_dir)
-    : connection_(std::move(connection)), socket_dir_(std::move(socket_dir)) {}
+                                 std::string socket_dir, bool restores_own_state)
+    : connection_(std::move(connection)),
+      socket_dir_(std::move(socket_dir)),
+      restores_own_state_(restores_own_state) {}
 
 SidecarKVWorker::~SidecarKVWorker() {
   json reply;
@@ -154,7 +157,9 @@ Status SidecarKVWorker::InitTensors(const std::vector<const float*>& values,
     }
   }
   json reply;
-  if (Status s = connection_->Call({{"op", "init"}}, &reply); !s.ok()) return s;
+  json init = {{"op", "init"}};
+  if (restores_own_state_) init["restores_own_state"] = true;
+  if (Status s = connection_->Call(init, &reply); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mutex_);
   initialized_ = true;
   start_step_ = UnsignedField(reply, "step", 0);

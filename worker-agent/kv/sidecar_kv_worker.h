@@ -101,7 +101,8 @@ class SidecarKVWorker final : public KVWorker {
     uint64_t expected_version = 0;                   // when the agent does not say
   };
 
-  SidecarKVWorker(std::unique_ptr<SidecarConnection> connection, std::string socket_dir);
+  SidecarKVWorker(std::unique_ptr<SidecarConnection> connection, std::string socket_dir,
+                  bool restores_own_state);
   std::vector<std::string> names_;  // NameTensors'
   Status MapFile(const nlohmann::json& declared, const std::vector<uint64_t>& sizes);
   // Push, Pull and PushPull: the keys with a pointer, their regions taken,
@@ -120,6 +121,7 @@ class SidecarKVWorker final : public KVWorker {
 
   const std::unique_ptr<SidecarConnection> connection_;
   const std::string socket_dir_;
+  const bool restores_own_state_;  // SidecarOptions', said at init
   int rank_ = 0, size_ = 0, num_servers_ = 0;
   std::string mode_, optimizer_;
   uint64_t checkpoint_interval_ = 0;

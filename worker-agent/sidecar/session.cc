@@ -46,7 +46,7 @@ Session::Next Session::Handle(const json& request) {
   } else if (op == "declare") {
     now = Declare(request);
   } else if (op == "init") {
-    now = StartInit(id);
+    now = StartInit(id, request);
   } else if (op == "push") {
     now = StartTransfer(Kind::kPush, "push", request);
   } else if (op == "pull") {
@@ -242,7 +242,12 @@ Status Session::LinkKVSegment(const std::vector<uint64_t>& numels,
   return SharedTensors::Link(context_.socket_dir, *segment, std::move(regions), out);
 }
 
-std::optional<Session::Outcome> Session::StartInit(const json& id) {
+std::optional<Session::Outcome> Session::StartInit(const json& id, const json& request) {
+  const auto said = request.find("restores_own_state");
+  if (said != request.end() && !said->is_boolean()) {
+    return Outcome{kInvalidArgument, "init: restores_own_state: expected true or false"};
+  }
+  const bool restores_own_state = said != request.end() && said->get<bool>();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!tensors_) return Outcome{kFailedPrecondition, "init before declare"};
@@ -254,11 +259,11 @@ std::optional<Session::Outcome> Session::StartInit(const json& id) {
     }
     init_ = InitState::kRunning;
   }
-  RunLater(id, [this] { return Initialize(); });
+  RunLater(id, [this, restores_own_state] { return Initialize(restores_own_state); });
   return std::nullopt;
 }
 
-Session::Outcome Session::Initialize() {
+Session::Outcome Session::Initialize(bool restores_own_state) {
   const uint64_t recoveries = recoveries_;
   std::vector<const float*> initial;
   std::vector<uint64_t> sizes;
@@ -285,6 +290,23 @@ Session::Outcome Session::Initialize() {
       return refused;
     }
     return {CodeOf(s), "init: " + s.message()};
+  }
+  if (step > 0 && context_.optimizer == "none" && !restores_own_state) {
+    init_ = InitState::kNotYet;
+    const std::string why =
+        "this process starts at step " + std::to_string(step) +
+        ", but the servers' optimizer is none: they hold averaged gradients, not parameters, "
+        "and the program did not say it puts its own state of that step back (register "
+        "kubeps.torch.resume_with(load), which loads its parameters and optimizer state of "
+        "that step from its own checkpoint; the C++ SDK's SidecarOptions::restores_own_state). "
+        "Trained on from fresh values, the job would end with a model that never learned. "
+        "The job resumed over the checkpoints of an earlier run in spec.checkpoint.path (give "
+        "a new run a new path, or spec.checkpoint.resume: false), or this worker restarted "
+        "mid-job";
+    if (context_.on_job_failure) context_.on_job_failure(kReasonProgramStateMissing, why);
+    Outcome refused{kFailedPrecondition, "init: " + why};
+    refused.fields = {{"reason", kReasonProgramStateMissing}};
+    return refused;
   }
   init_ = InitState::kDone;
   if (context_.known_numels) {

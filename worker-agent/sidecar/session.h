@@ -128,7 +128,7 @@ class Session {
   // The program's regions in the KV client's own segment, where it has one
   // for these tensors (SessionContext::kv_segment); *out stays null where not.
   Status LinkKVSegment(const std::vector<uint64_t>& numels, std::unique_ptr<SharedTensors>* out);
-  std::optional<Outcome> StartInit(const nlohmann::json& id);
+  std::optional<Outcome> StartInit(const nlohmann::json& id, const nlohmann::json& request);
   Outcome StartTransfer(Kind kind, const char* op, const nlohmann::json& request);
   std::optional<Outcome> StartWait(const nlohmann::json& id, const nlohmann::json& request);
   std::optional<Outcome> StartBarrier(const nlohmann::json& id, const nlohmann::json& request);
@@ -144,7 +144,7 @@ class Session {
 
   // Runs `work` on the pool; what it returns is the reply to `id`.
   void RunLater(const nlohmann::json& id, std::function<Outcome()> work);
-  Outcome Initialize();
+  Outcome Initialize(bool restores_own_state);
   Outcome WaitFor(const std::vector<Transfer>& transfers);
   void CountSteps(const std::vector<Transfer>& transfers);
   // Pulls every tensor into its values region; *version: their step.

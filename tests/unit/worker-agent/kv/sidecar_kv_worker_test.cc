@@ -315,6 +315,26 @@ TEST_F(SidecarKVWorkerTest, ARestartedProcessKeepsTheServersValues) {
   EXPECT_EQ(static_cast<SidecarKVWorker*>(kv.get())->start_step(), 1u);
 }
 
+// With the servers' optimizer none, a C++ program resumed past step 0 says
+// that it puts its own state of that step back, or is refused.
+TEST_F(SidecarKVWorkerTest, AResumeWithServersThatOnlyAverageNeedsTheProgramsOwnState) {
+  StopServer();
+  StartServer("none");
+  kv_.SetVersion(40);
+  std::unique_ptr<KVWorker> kv = Connected();
+  ASSERT_TRUE(kv);
+  Status s = kv->InitTensors({kW.data(), kB.data()}, kSizes);
+  EXPECT_EQ(s.code(), Status::Code::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("starts at step 40, but the servers' optimizer is none"));
+  kv.reset();
+
+  SidecarOptions options = Options();
+  options.restores_own_state = true;
+  ASSERT_TRUE(Eventually([&] { return KVWorker::Connect(options, &kv).ok(); }));
+  ASSERT_TRUE(kv->InitTensors({kW.data(), kB.data()}, kSizes).ok());
+  EXPECT_EQ(static_cast<SidecarKVWorker*>(kv.get())->start_step(), 40u);
+}
+
 TEST_F(SidecarKVWorkerTest, BarrierAndFinishReachTheKVClient) {
   std::unique_ptr<KVWorker> kv = Initialized();
   ASSERT_TRUE(kv);

@@ -189,6 +189,43 @@ TEST_F(SessionTest, AMessageOver64MebibytesIsAnErrorAndTheEndOfTheSession) {
       << "the session's file outlived it";
 }
 
+// With the servers' optimizer none they hold averaged gradients, not
+// parameters: a program starting past step 0 (the job resumed over an
+// earlier run's checkpoints, or the worker restarted) must put back its own
+// state of that step. Before, it trained on from fresh values and the job
+// ended "Succeeded" with a model that never learned.
+TEST_F(SessionTest, AStartPastStepZeroWithServersThatOnlyAverageNeedsTheProgramsOwnState) {
+  StopServer();
+  StartServer("none");
+  kv_.SetVersion(100);
+  auto client = Connect();
+  ASSERT_TRUE(client->Hello(nonce()).value("ok", false));
+  ASSERT_TRUE(client->Declare(kTensors, dir_).value("ok", false));
+  const json refused = client->Call({{"op", "init"}});
+  EXPECT_THAT(
+      ExpectError(refused, "FailedPrecondition"),
+      AllOf(HasSubstr("starts at step 100, but the servers' optimizer is none"),
+            HasSubstr("kubeps.torch.resume_with(load)"), HasSubstr("spec.checkpoint.path")));
+  EXPECT_EQ(refused.value("reason", ""), "ProgramStateMissing");
+  EXPECT_EQ(server_->JobFailure().first, "ProgramStateMissing") << "no restart cures it";
+  ExpectError(client->Call({{"op", "init"}, {"restores_own_state", "yes"}}), "InvalidArgument");
+  const json resumed = client->Call({{"op", "init"}, {"restores_own_state", true}});
+  ASSERT_TRUE(resumed.value("ok", false)) << resumed.dump();
+  EXPECT_EQ(resumed["step"], 100);
+}
+
+TEST_F(SessionTest, ANewJobWithServersThatOnlyAverageStartsWithoutTheProgramsState) {
+  StopServer();
+  StartServer("none");
+  auto client = Connect();
+  ASSERT_TRUE(client->Hello(nonce()).value("ok", false));
+  ASSERT_TRUE(client->Declare(kTensors, dir_).value("ok", false));
+  const json init = client->Call({{"op", "init"}});
+  ASSERT_TRUE(init.value("ok", false)) << init.dump();
+  EXPECT_EQ(init["step"], 0);
+  EXPECT_EQ(server_->JobFailure().first, "");
+}
+
 TEST_F(SessionTest, BarrierNamesAreTheClientsOwn) {
   auto client = Connect();
   ASSERT_TRUE(client->Hello(nonce()).value("ok", false));

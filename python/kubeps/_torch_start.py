@@ -1,0 +1,37 @@
+"""Where a process's training starts (kubeps.torch.broadcast_parameters and steps()).
+
+Rank 0's initial values go to the servers (the first values they get win), and every
+worker starts at the step the servers are at: 0 on a new job, later when the job resumed
+over its checkpoints or this process was restarted.
+
+A start past 0 takes the servers' parameters where they hold them (their optimizer steps).
+With the servers' optimizer `none` they hold averaged gradients only: the parameters and
+the optimizer's state are the program's, and only the program can put back those of the
+start step, from a checkpoint of its own, through `kubeps.torch.resume_with(load)`. The
+agent refuses such a start without it (FailedPrecondition, reason ProgramStateMissing):
+trained on from fresh values, the job would end "Succeeded" with a model that never
+learned. In every mode `load` runs first, so that what only the program keeps (the model's
+buffers, a loss scaler, an LR scheduler) comes back too.
+"""
+import torch
+
+
+def begin(optimizer, given):
+    """Broadcasts `given` (name -> tensor; the parameters themselves where missing) and
+    returns the step this process starts at, with the parameters of that step in place
+    (and in `given`'s tensors)."""
+    load = optimizer._kubeps_resume
+    with torch.no_grad():
+        for binding in optimizer._kubeps_bindings:
+            binding.values.copy_(given.get(binding.name, binding.param))
+        start = optimizer._kubeps_session.init_tensors(restores_own_state=load is not None)
+    if start > 0 and load is not None:
+        load(start)
+    if start > 0 and not optimizer._kubeps_servers_optimize():
+        return start  # the parameters are the ones load() put back
+    with torch.no_grad():
+        for binding in optimizer._kubeps_bindings:
+            binding.param.copy_(binding.values)
+            if binding.name in given and given[binding.name] is not binding.param:
+                given[binding.name].copy_(binding.values)
+    return start
