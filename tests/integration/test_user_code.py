@@ -138,6 +138,54 @@ class UserCodeTest(UserCodeJobCase):
         self.assertEqual(differing_parameters(clean_saved, saved), [], output)
         self.assertEqual(accuracy_of(job), accuracy_of(clean))
 
+    def own_optimizer_manifest(self, name, steps, save=None, spec=CHECKPOINTS, args=()):
+        """The example with spec.optimizer none: the servers only average, and each
+        program's Adam steps its own parameters."""
+        path = example_manifest(self.dir, name, steps, save, spec, args)
+        with open(path) as f:
+            text = f.read()
+        self.assertIn(ADAM_ON_THE_SERVERS, text)
+        with open(path, "w") as f:
+            f.write(text.replace(ADAM_ON_THE_SERVERS, "    name: none\n"))
+        return path
+
+    def test_a_rerun_over_the_checkpoints_of_the_programs_own_optimizer_needs_its_state(self):
+        # With optimizer none the servers' checkpoints hold averaged gradients, not
+        # parameters. Before, a second run over the first's spec.checkpoint.path resumed at
+        # its last step from fresh values and ended "Succeeded" with a model that never
+        # learned (test accuracy 0.06).
+        spec = {"checkpoint": {"intervalSteps": 50, "path": os.path.join(self.dir, "ckpt")}}
+        path = self.own_optimizer_manifest("rerun", 100, spec=spec)
+        first = self.start("rerun-first", path)
+        self.assert_succeeded(first, first.wait(180))
+        again = self.start("rerun-again", path)
+        code = again.wait(180)
+        out = again.output()
+        self.assertNotEqual(code, 0, out)
+        self.assertRegex(out, r"job pytorch-mlp failed.*ProgramStateMissing", out)
+        self.assertIn("starts at step 100, but the servers' optimizer is none", out)
+        self.assertNotIn("restarting it", out, "a rerun would be refused the same way")
+        self.assertNotIn("test accuracy", out)
+
+        # The example keeping its own state (--state-dir, kps.resume_with): a job run to
+        # step 100, then again to 150 over the same checkpoints, resumes from its state
+        # of step 100 and ends on the bytes of a 150-step run that never stopped.
+        spec = {"checkpoint": {"intervalSteps": 50,
+                               "path": os.path.join(self.dir, "ckpt-own-state")}}
+        own_state = ["--state-dir", os.path.join(self.dir, "own-state")]
+        saved = {name: os.path.join(self.dir, name + ".pt") for name in ("clean", "resumed")}
+        runs = [("to-100", self.own_optimizer_manifest("to-100", 100, None, spec, own_state)),
+                ("resumed", self.own_optimizer_manifest("resumed", 150, saved["resumed"], spec,
+                                                        own_state)),
+                ("clean", self.own_optimizer_manifest("clean", 150, saved["clean"]))]
+        for name, manifest in runs:
+            job = self.start("own-state-" + name, manifest)
+            self.assert_succeeded(job, job.wait(180))
+            if name == "resumed":
+                self.assertRegex(job.output(), r"\[worker-\d/trainer\] resumed at step 100 "
+                                               r"from .*step-00000100\.pt")
+        self.assertEqual(differing_parameters(saved["clean"], saved["resumed"]), [])
+
     def test_a_killed_parameter_server_costs_no_bit_with_the_programs_own_optimizer(self):
         # spec.optimizer none: the servers only average, and each program's Adam steps its
         # own parameters; a rollback takes those and Adam's moments back with the servers'
@@ -152,13 +200,8 @@ class UserCodeTest(UserCodeJobCase):
         saved, outputs = {}, {}
         for name, steps_and_victims in faults.items():
             saved[name] = os.path.join(self.dir, name + ".pt")
-            path = example_manifest(self.dir, name, OWN_OPTIMIZER_STEPS, saved[name],
-                                    CHECKPOINTS)
-            with open(path) as f:
-                text = f.read()
-            with open(path, "w") as f:
-                f.write(text.replace(ADAM_ON_THE_SERVERS, "    name: none\n"))
-            job = self.start(name, path)
+            job = self.start(name, self.own_optimizer_manifest(name, OWN_OPTIMIZER_STEPS,
+                                                               saved[name]))
             for step, replica, sig in steps_and_victims:
                 job.wait_for_line(r"^\[worker-0/trainer\] step %d/" % step, timeout=120)
                 victims = replica_pids(job.run_dir, replica)

@@ -58,18 +58,19 @@ def program_env(directory):
             "PYTHONPATH": os.path.join(SOURCE_DIR, "python")}
 
 
-def example_manifest(directory, name, steps=STEPS, save=None, spec=None):
+def example_manifest(directory, name, steps=STEPS, save=None, spec=None, args=()):
     """The example's manifest, written to `directory`, with `steps` steps,
     rank 0 saving its final parameters to `save`, the top-level spec fields
-    in `spec` added, and its folder as the container's workingDir."""
+    in `spec` and the program's arguments `args` added, and its folder as the
+    container's workingDir."""
     with open(EXAMPLE) as f:
         text = f.read()
-    args = json.loads(EXAMPLE_ARGS)
-    args[1] = str(steps)
+    program_args = json.loads(EXAMPLE_ARGS)
+    program_args[1] = str(steps)
     if save:
-        args += ["--save", save]
+        program_args += ["--save", save]
     for old, new in [
-            (EXAMPLE_ARGS, json.dumps(args)),
+            (EXAMPLE_ARGS, json.dumps(program_args + list(args))),
             ("command: [python3, train.py]\n",
              "command: [python3, train.py]\n              workingDir: %s\n" % EXAMPLE_DIR),
             ("  mode: sync\n", "  mode: sync\n" + "".join(

@@ -24,6 +24,13 @@ step's global batch. So a worker that is killed and restarted, or rolled back,
 computes exactly the batches it would have computed anyway, and an elastic
 job's steps use the same examples whoever computes them.
 
+With `spec.optimizer: {name: none}` the servers only average and this
+program's Adam steps; the parameters and Adam's moments are then this
+process's alone, and a job resumed over its checkpoints needs them back:
+`--state-dir DIR` keeps them in DIR at each checkpoint step, and
+kps.resume_with loads those of the step the job resumes at (without it, such
+a start is refused).
+
 Rank 0 reports the test accuracy at the end: "test accuracy 0.8455 ...".
 """
 import argparse
@@ -41,6 +48,42 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from fashion_mnist import DEFAULT_DATA_DIR, StepSampler, evaluate, load  # noqa: E402
 
 
+class OwnState:
+    """This worker's parameters and optimizer state, kept in a folder of its own at each step
+    the servers checkpoint (the steps a job resumes at), the newest KEEP of them."""
+    KEEP = 3
+
+    def __init__(self, directory, rank, model, optimizer):
+        self.directory = os.path.join(directory, "worker-%d" % rank)
+        self.model, self.optimizer = model, optimizer
+        os.makedirs(self.directory, exist_ok=True)
+
+    def path(self, step):
+        return os.path.join(self.directory, "step-%08d.pt" % step)
+
+    def save_at_checkpoint(self, step):
+        interval = kps.checkpoint_interval()
+        if interval and step % interval == 0:
+            self.save(step)
+
+    def save(self, step):
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        torch.save(state, self.path(step) + ".tmp")
+        os.replace(self.path(step) + ".tmp", self.path(step))  # whole or not there
+        for old in sorted(os.listdir(self.directory))[:-self.KEEP]:
+            os.remove(os.path.join(self.directory, old))
+
+    def load(self, step):
+        if not os.path.exists(self.path(step)):
+            raise FileNotFoundError(
+                "the job resumes at step %d, and %s holds no state of that step (it holds %s)"
+                % (step, self.directory, sorted(os.listdir(self.directory)) or "none"))
+        state = torch.load(self.path(step))
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        print("resumed at step %d from %s" % (step, self.path(step)), flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=300, help="global steps of the job")
@@ -48,6 +91,9 @@ def main():
     parser.add_argument("--data-dir", default=os.environ.get("DATA_DIR", DEFAULT_DATA_DIR))
     parser.add_argument("--log-every", type=int, default=50, help="steps between progress lines")
     parser.add_argument("--save", metavar="PATH", help="rank 0 saves the final state_dict there")
+    parser.add_argument("--state-dir", metavar="DIR",
+                        help="with the servers' optimizer none: keep this worker's parameters "
+                             "and Adam's state there at each checkpoint step, and resume from it")
     args = parser.parse_args()
 
     # The same seed gives the same parameters, bit for bit, however the
@@ -69,15 +115,20 @@ def main():
     kps.init()
     optimizer = kps.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                          model=model)
+    rank, size = kps.rank(), kps.size()
+    own_state = OwnState(args.state_dir, rank, model, optimizer) if args.state_dir else None
+    if own_state:  # before the broadcast, which learns the step the job starts at
+        kps.resume_with(own_state.load)
     kps.broadcast_parameters(model.state_dict(), root_rank=0)
 
-    rank, size = kps.rank(), kps.size()
     global_batch = kps.global_batch()  # spec.batchSize x the workers
     sampler = StepSampler.of_global_batch(len(train_images), global_batch, args.seed)
     print("rank %d of %d, %d steps of %d examples" % (rank, size, args.steps, global_batch),
           flush=True)
     start = time.time()
     for step in kps.steps(args.steps):
+        if own_state:
+            own_state.save_at_checkpoint(step)
         batch = sampler.run(step, *kps.examples())  # this worker's examples of the step
         optimizer.zero_grad()
         loss = F.cross_entropy(model(train_images[batch]), train_labels[batch])
@@ -86,6 +137,8 @@ def main():
         if (step + 1) % args.log_every == 0:
             print("step %d/%d loss %.4f" % (step + 1, args.steps, loss.item()), flush=True)
     seconds = time.time() - start
+    if own_state and not kps.scaled_away():
+        own_state.save(args.steps)  # the servers' last checkpoint is of this step
 
     if rank == 0 and not kps.scaled_away():  # an elastic job's last step's parameters
         test_images, test_labels = load(args.data_dir, "t10k")
