@@ -95,7 +95,7 @@ class LocalCluster : public controller::Cluster {
   const std::string run_dir_;
   // Where the pods' shared folders are: run_dir_, or a short folder of
   // /tmp made for them (and removed) where run_dir_ is too deep.
-  std::string socket_root_;
+  const std::string socket_root_;
   const int grace_ms_;
   const std::string host_;
   std::map<controller::ReplicaName, Pod> pods_;

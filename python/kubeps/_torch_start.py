@@ -7,12 +7,17 @@ over its checkpoints or this process was restarted.
 A start past 0 takes the servers' parameters where they hold them (their optimizer steps).
 With the servers' optimizer `none` they hold averaged gradients only: the parameters and
 the optimizer's state are the program's, and only the program can put back those of the
-start step, from a checkpoint of its own, through `kubeps.torch.resume_with(load)`. The
-agent refuses such a start without it (FailedPrecondition, reason ProgramStateMissing):
-trained on from fresh values, the job would end "Succeeded" with a model that never
-learned. In every mode `load` runs first, so that what only the program keeps (the model's
-buffers, a loss scaler, an LR scheduler) comes back too.
+start step, from a checkpoint of its own, through `kubeps.torch.resume_with(load)`. In a
+sync job the agent refuses such a start without it (FailedPrecondition, reason
+ProgramStateMissing): trained on from fresh values, the job would end "Succeeded" with a
+model that never learned. `load` runs first in every mode, so that what only the program
+keeps (the model's buffers, a loss scaler, an LR scheduler) comes back too.
+
+In an async job the start step says nothing of a resume (the other workers may have pushed
+already): `load` is not called, and a start past 0 with `none` is only warned of.
 """
+import warnings
+
 import torch
 
 
@@ -20,18 +25,25 @@ def begin(optimizer, given):
     """Broadcasts `given` (name -> tensor; the parameters themselves where missing) and
     returns the step this process starts at, with the parameters of that step in place
     (and in `given`'s tensors)."""
-    load = optimizer._kubeps_resume
+    session = optimizer._kubeps_session
+    load = optimizer._kubeps_resume_loader
     with torch.no_grad():
         for binding in optimizer._kubeps_bindings:
             binding.values.copy_(given.get(binding.name, binding.param))
-        start = optimizer._kubeps_session.init_tensors(restores_own_state=load is not None)
-    if start > 0 and load is not None:
-        load(start)
-    if start > 0 and not optimizer._kubeps_servers_optimize():
-        return start  # the parameters are the ones load() put back
-    with torch.no_grad():
+        start = session.init_tensors(restores_own_state=load is not None)
+        resumes = start > 0 and session.mode == "sync"
+        if resumes and load is not None:
+            load(start)
+        # Where the servers hold no parameters, this process's own are the step's.
+        own = start > 0 and not optimizer._kubeps_servers_optimize()
+        if own and not resumes:
+            warnings.warn(
+                "kubeps: this process starts the async job at step %d, but the servers' "
+                "optimizer is 'none': they hold averaged gradients, not parameters, so the "
+                "parameters stay as this process made them" % start)
         for binding in optimizer._kubeps_bindings:
-            binding.param.copy_(binding.values)
+            if not own:
+                binding.param.copy_(binding.values)
             if binding.name in given and given[binding.name] is not binding.param:
-                given[binding.name].copy_(binding.values)
+                given[binding.name].copy_(binding.param)
     return start

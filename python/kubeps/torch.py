@@ -162,7 +162,7 @@ class _DistributedOptimizer(ForwardWaits):
         self.kubeps_skipped_steps = 0
         self._kubeps_closed = False
         self._kubeps_warned_rollback = False
-        self._kubeps_resume = None  # resume_with's load(step)
+        self._kubeps_resume_loader = None  # resume_with's load(step)
         self._kubeps_snapshots = Snapshots(session.checkpoint_interval, session.mode,
                                            session.elastic, session.newest_common_checkpoint)
         if named_parameters is not None:
@@ -634,11 +634,12 @@ def restore_on_rollback(*objects):
 def resume_with(load):
     """Registers `load(step)`, which puts back the program's own state of `step` (the
     parameters and the optimizer's state it saved itself, at that step) when this process
-    starts past step 0: broadcast_parameters() or steps() calls it once, with the step the
-    servers are at.  Needed with the servers' optimizer `none`, where the servers hold no
-    parameters: without it such a start is refused (_torch_start.py).  In every mode it
-    also brings back what only the program keeps (buffers, a scaler, a scheduler); the
-    servers' parameters then replace the ones it loaded."""
+    starts a sync job past step 0: broadcast_parameters() or steps() calls it once, under
+    torch.no_grad(), with the step the servers are at.  Needed with the servers' optimizer
+    `none`, where the servers hold no parameters: without it such a start is refused
+    (_torch_start.py).  In every mode it also brings back what only the program keeps
+    (buffers, a scaler, a scheduler); the servers' parameters then replace the ones it
+    loaded."""
     optimizer = _require_optimizer("kubeps.torch.resume_with()")
     if not callable(load):
         raise InvalidArgument("resume_with: expected a function of the step, got %r" % (load,))
@@ -646,7 +647,7 @@ def resume_with(load):
         raise FailedPrecondition("resume_with: this process started already (at step %d); "
                                  "register before broadcast_parameters() or steps()"
                                  % _counter.step)
-    optimizer._kubeps_resume = load
+    optimizer._kubeps_resume_loader = load
 
 
 def checkpoint_interval():

@@ -166,6 +166,8 @@ class UserCodeTest(UserCodeJobCase):
         self.assertIn("starts at step 100, but the servers' optimizer is none", out)
         self.assertNotIn("restarting it", out, "a rerun would be refused the same way")
         self.assertNotIn("test accuracy", out)
+        print("\nthe none job run again over its checkpoints: " +
+              [line for _, line in again.lines if line.startswith("[kubeps] job ")][-1])
 
         # The example keeping its own state (--state-dir, kps.resume_with): a job run to
         # step 100, then again to 150 over the same checkpoints, resumes from its state

@@ -403,8 +403,8 @@ class Session:
             start, end = self.region(tensor, "values")
             self.mapping[start:end] = self.servers.current(name)
         start = min(self.servers.version[name] for name in self.tensors)
-        if start > 0 and self.servers.optimizer == "none" and not request.get(
-                "restores_own_state"):
+        if (start > 0 and self.servers.mode == "sync" and self.servers.optimizer == "none"
+                and not request.get("restores_own_state")):
             # As the agent: the servers hold averaged gradients, not parameters.
             raise RequestError("FailedPrecondition", "init: this process starts at step %d, "
                                "but the servers' optimizer is none" % start,

@@ -432,6 +432,24 @@ class StartAndRecovery(TorchTestCase):
         self.assertEqual(model.bias.tolist(), [2.0], "the servers hold the parameters")
 
     @requires_fake
+    def test_an_async_start_past_step_0_loads_nothing_and_warns_with_servers_that_average(self):
+        # The other workers may have pushed already: step 3 says nothing of a resume.
+        model = torch.nn.Linear(2, 1)
+        self.connect(mode="async", optimizer="none",
+                     server_values={"weight": [9.0, 9.0], "bias": [9.0]}, start_step=3)
+        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters())
+        kps.resume_with(lambda step: self.fail("loaded step %d" % step))
+        before = model.weight.detach().clone()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            kps.broadcast_parameters(model.state_dict())
+        self.assertTrue(torch.equal(model.weight, before), "averaged gradients are not weights")
+        self.assertEqual(len(caught), 1)
+        self.assertIn("starts the async job at step 3, but the servers' optimizer is 'none'",
+                      str(caught[0].message))
+
+    @requires_fake
     def test_a_new_job_calls_no_resume(self):
         model = torch.nn.Linear(2, 1)
         self.connect(optimizer="none")

@@ -53,11 +53,13 @@ class Schedule:
 @needs_torch
 class RollbackTest(TorchTestCase):
     def run_job(self, optimizer_name, rollback=None, model_given=True, interval=INTERVAL,
-                start_step=0, make_scheduler=None, skip_at=None, **agent_options):
+                start_step=0, make_scheduler=None, skip_at=None, resume=False,
+                **agent_options):
         """Six steps of Adam with a decaying learning rate (on the servers, or here with
         'none'), from `start_step` (the servers' parameters then the initial ones): the model,
         optimizer, scheduler, schedule, steps seen and generator after.  The body of step
-        `skip_at` synchronizes and leaves without step(), as a loss scaler's overflow."""
+        `skip_at` synchronizes and leaves without step(), as a loss scaler's overflow.
+        resume: resume_with puts back a state of the program's own (the parameters doubled)."""
         reset_kubeps()
         initial = {name: p.detach().flatten().tolist()
                    for name, p in model_with_state().named_parameters()}
@@ -72,6 +74,10 @@ class RollbackTest(TorchTestCase):
             o, step_size=1, gamma=0.8)))(optimizer)
         schedule = Schedule()
         kps.restore_on_rollback(scheduler, schedule)
+        loaded = []
+        if resume:  # in place, as a loader may (it runs under no_grad)
+            kps.resume_with(lambda step: loaded.append(step) or [p.mul_(2) for p in
+                                                                 model.parameters()])
         if rollback is not None:
             agent.fake.arm_rollback(at_step=rollback[0], resume_step=rollback[1])
         torch.manual_seed(7)  # dropout's draws
@@ -99,7 +105,7 @@ class RollbackTest(TorchTestCase):
             schedule.scale *= 1.5
         return types.SimpleNamespace(model=model, optimizer=optimizer, scheduler=scheduler,
                                      schedule=schedule, seen=seen, copies=copies,
-                                     memory=memory,
+                                     memory=memory, loaded=loaded,
                                      rng=torch.get_rng_state(),
                                      python_rng=random.getstate(),
                                      numpy_rng=(numpy.random.get_state()[1].tolist()
@@ -159,6 +165,14 @@ class RollbackTest(TorchTestCase):
         clean = self.run_job("sgd", start_step=3)
         run = self.run_job("sgd", rollback=(6, 3), start_step=3)
         self.assertEqual(run.seen, [3, 4, 5, 6, 7, 3, 4, 5, 6, 7, 8])
+        self.assert_same_state(run, clean)
+
+    @requires_fake
+    def test_a_rollback_to_the_step_a_program_resumed_at_goes_back_to_the_state_it_loaded(self):
+        clean = self.run_job("none", start_step=3, resume=True)
+        run = self.run_job("none", rollback=(6, 3), start_step=3, resume=True)
+        self.assertEqual(run.seen, [3, 4, 5, 6, 3, 4, 5, 6, 7, 8])
+        self.assertEqual(run.loaded, [3], "loaded once, at the start; the copy after")
         self.assert_same_state(run, clean)
 
     @requires_fake

@@ -291,7 +291,10 @@ Session::Outcome Session::Initialize(bool restores_own_state) {
     }
     return {CodeOf(s), "init: " + s.message()};
   }
-  if (step > 0 && context_.optimizer == "none" && !restores_own_state) {
+  // In sync mode a start past step 0 is a resumed job or a restarted
+  // process: no step completes before every worker's first push, which
+  // comes after its init. (In async mode the others may be ahead already.)
+  if (context_.sync && step > 0 && context_.optimizer == "none" && !restores_own_state) {
     init_ = InitState::kNotYet;
     const std::string why =
         "this process starts at step " + std::to_string(step) +
@@ -309,6 +312,7 @@ Session::Outcome Session::Initialize(bool restores_own_state) {
     return refused;
   }
   init_ = InitState::kDone;
+  if (context_.on_job_failure_cured) context_.on_job_failure_cured(kReasonProgramStateMissing);
   if (context_.known_numels) {
     context_.known_numels->clear();
     for (const TensorRegion& region : tensors_->regions())

@@ -73,6 +73,10 @@ struct SessionContext {
   // termination reason; the agent writes it as its last words, since the
   // client's own exit code says only that it failed. May be empty.
   std::function<void(const std::string& reason, const std::string& message)> on_job_failure;
+  // Told when a later request of the session cured a failure said with
+  // `reason` (an init retried with restores_own_state), which is then
+  // forgotten: the worker's next failure is an ordinary one. May be empty.
+  std::function<void(const std::string& reason)> on_job_failure_cured;
   // Where the KV client can hold tensors of these sizes in its own shared
   // segment (a server on this host maps it: kubeps run), that segment; the
   // program's regions are then the KV client's own (SharedValues,

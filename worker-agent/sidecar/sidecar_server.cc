@@ -294,6 +294,10 @@ void SidecarServer::RunSession(int fd, int peer_pid) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (job_failure_.first.empty()) job_failure_ = {reason, message};
   };
+  context.on_job_failure_cured = [this](const std::string& reason) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (job_failure_.first == reason) job_failure_ = {};
+  };
   Session session(context, [&writer](const json& reply) {
     // A client that is gone cannot read its replies; the session ends at
     // the reader's next read.

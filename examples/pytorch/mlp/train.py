@@ -35,6 +35,7 @@ Rank 0 reports the test accuracy at the end: "test accuracy 0.8455 ...".
 """
 import argparse
 import os
+import re
 import sys
 import time
 
@@ -52,6 +53,7 @@ class OwnState:
     """This worker's parameters and optimizer state, kept in a folder of its own at each step
     the servers checkpoint (the steps a job resumes at), the newest KEEP of them."""
     KEEP = 3
+    STATE = re.compile(r"step-\d{8}\.pt")
 
     def __init__(self, directory, rank, model, optimizer):
         self.directory = os.path.join(directory, "worker-%d" % rank)
@@ -70,14 +72,22 @@ class OwnState:
         state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
         torch.save(state, self.path(step) + ".tmp")
         os.replace(self.path(step) + ".tmp", self.path(step))  # whole or not there
-        for old in sorted(os.listdir(self.directory))[:-self.KEEP]:
-            os.remove(os.path.join(self.directory, old))
+        # Later steps are of a timeline left (a rollback, or another job's run); a .tmp, of
+        # a save cut short.
+        kept = [s for s in self.steps() if s <= step][-self.KEEP:]
+        for name in os.listdir(self.directory):
+            if not (self.STATE.fullmatch(name) and int(name[5:13]) in kept):
+                os.remove(os.path.join(self.directory, name))
+
+    def steps(self):
+        return sorted(int(name[5:13]) for name in os.listdir(self.directory)
+                      if self.STATE.fullmatch(name))
 
     def load(self, step):
         if not os.path.exists(self.path(step)):
             raise FileNotFoundError(
-                "the job resumes at step %d, and %s holds no state of that step (it holds %s)"
-                % (step, self.directory, sorted(os.listdir(self.directory)) or "none"))
+                "the job resumes at step %d, and %s holds no state of that step (it holds "
+                "steps %s)" % (step, self.directory, self.steps() or "none"))
         state = torch.load(self.path(step))
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])

@@ -212,6 +212,20 @@ TEST_F(SessionTest, AStartPastStepZeroWithServersThatOnlyAverageNeedsThePrograms
   const json resumed = client->Call({{"op", "init"}, {"restores_own_state", true}});
   ASSERT_TRUE(resumed.value("ok", false)) << resumed.dump();
   EXPECT_EQ(resumed["step"], 100);
+  EXPECT_EQ(server_->JobFailure().first, "") << "cured: the next failure is an ordinary one";
+}
+
+TEST_F(SessionTest, AnAsyncJobWithServersThatOnlyAverageStartsPastStepZeroAsItIs) {
+  // The other workers may have pushed already: step 3 says nothing of a resume.
+  StopServer();
+  StartServer("none", /*sync=*/false);
+  kv_.SetVersion(3);
+  auto client = Connect();
+  ASSERT_TRUE(client->Hello(nonce()).value("ok", false));
+  ASSERT_TRUE(client->Declare(kTensors, dir_).value("ok", false));
+  const json init = client->Call({{"op", "init"}});
+  ASSERT_TRUE(init.value("ok", false)) << init.dump();
+  EXPECT_EQ(init["step"], 3);
 }
 
 TEST_F(SessionTest, ANewJobWithServersThatOnlyAverageStartsWithoutTheProgramsState) {
