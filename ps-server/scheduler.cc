@@ -164,6 +164,10 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
         elastic_.Departed(rank);
       }
       if (node.role() == v1::SERVER && options_.sync && started_) StartRecovery(node);
+      if (node.role() == v1::WORKER && options_.sync && options_.workers_keep_parameters &&
+          started_) {
+        RollBackForRestartedWorker(node);
+      }
     }
   } else {
     if (Registered(*ids) >= expected) {

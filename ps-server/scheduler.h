@@ -67,7 +67,12 @@ struct SchedulerOptions {
   // beat every 500 ms, servers every 250 ms): a live node is never replaced
   // by a second process claiming its name.
   int replace_silent_after_ms = 1500;
-  bool sync = true;                 // sync jobs roll back every node when a shard restarts
+  bool sync = true;  // sync jobs roll back every node when a shard restarts
+  // The servers' optimizer is none: they only average, and each worker's
+  // program keeps the parameters and its optimizer's state. A sync job then
+  // rolls back every node when a worker restarts as well, to a step its
+  // program kept its state of (a checkpoint step).
+  bool workers_keep_parameters = false;
   std::string checkpoint_dir;       // for messages: where the shards' checkpoint folders are
   std::shared_ptr<JobToken> token;  // checked by SchedulerService; null: no token
   FaultInjector* faults = nullptr;  // KUBEPS_FAULTS, injected by SchedulerService; null = none
@@ -126,6 +131,9 @@ class Scheduler {
   bool GenerationReady() const;                                           // requires mutex_
   grpc::Status LongPollOutcome(const char* call, LongPollEnd end) const;  // requires mutex_
   void StartRecovery(const v1::NodeInfo& server);                         // requires mutex_
+  // A worker restarted in a job whose workers keep the parameters: the job
+  // goes back to the newest step every shard holds (requires mutex_).
+  void RollBackForRestartedWorker(const v1::NodeInfo& worker);
   // A new recovery generation: every shard restores `step`, every worker
   // resumes there.
   void OpenGeneration(uint64_t step);       // requires mutex_

@@ -133,4 +133,32 @@ void Scheduler::StartRecovery(const v1::NodeInfo& server) {
   }
 }
 
+// The servers hold averaged gradients, not parameters: the restarted
+// worker's program can put back its own state only of a step it saved,
+// which is a checkpoint step (kubeps.torch.resume_with), not the step the
+// others are at. So everyone goes back there, the others to the copies of
+// their state they keep at those steps: the job ends as if nothing happened.
+void Scheduler::RollBackForRestartedWorker(const v1::NodeInfo& worker) {
+  if (!failure_.empty()) return;
+  if (!finished_workers_.empty()) {
+    // Their programs have ended and cannot redo a step; the job's last
+    // step is done, and the restarted program's state of it is its own.
+    KLOG_INFO << worker.node_id() << " restarted after other workers finished: nothing is "
+              << "rolled back";
+    return;
+  }
+  const int64_t common = NewestCommonStep(ServerSteps());
+  if (common < 0) {
+    KLOG_INFO << worker.node_id() << " restarted, and the shards hold no checkpoint step in "
+              << "common to roll the job back to: its program starts at the servers' step";
+    return;
+  }
+  OpenGeneration(static_cast<uint64_t>(common));
+  KLOG_INFO << "recovery: generation " << generation_
+            << " rolls every shard and worker back to step " << restore_step_
+            << ", the newest checkpoint every shard holds (" << worker.node_id()
+            << " restarted; with the servers' optimizer none its program keeps the parameters, "
+            << "of a checkpoint step)";
+}
+
 }  // namespace kubeps

@@ -95,6 +95,7 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
   SchedulerOptions options;
   options.faults = faults;
   options.sync = job.spec.mode == api::SyncMode::kSync;
+  options.workers_keep_parameters = job.spec.optimizer.name == "none";
   options.checkpoint_dir = config.checkpoint_dir;
   options.num_servers = config.num_servers;
   options.num_workers = config.num_workers;

@@ -7,7 +7,10 @@ are repaired by the run policy, the worker keeps its rank and the job ends at
 the same accuracy; a SIGKILL of a parameter server rolls the job back to its
 checkpoint and it ends with the same parameters, bit for bit, as without it
 (and so under injected faults: test_user_code_faults), with the servers'
-Adam or with the program's own (optimizer none); a manifest with
+Adam or with the program's own (optimizer none), where a killed worker's
+program rolls the job back to the checkpoint step its own state is of too; a
+job with optimizer none run again over its checkpoints needs the program's
+own state of the step it resumes at, and fails saying so without it; a manifest with
 neither a model nor a program fails `kubeps validate`, saying so, and the
 built-in trainer as the program refuses the servers' optimizer none.
 """
@@ -188,37 +191,51 @@ class UserCodeTest(UserCodeJobCase):
                                                r"from .*step-00000100\.pt")
         self.assertEqual(differing_parameters(saved["clean"], saved["resumed"]), [])
 
-    def test_a_killed_parameter_server_costs_no_bit_with_the_programs_own_optimizer(self):
+    def test_a_killed_server_or_worker_costs_no_bit_with_the_programs_own_optimizer(self):
         # spec.optimizer none: the servers only average, and each program's Adam steps its
         # own parameters; a rollback takes those and Adam's moments back with the servers'
         # step (kubeps/_torch_rollback.py). Before, they kept their values and the redone
         # steps were applied twice.
         # Then the same with the scheduler stopped first (SIGTERM, as an eviction): the
         # restarted one knows no common checkpoint until the servers say theirs.
+        # And a worker's program killed: the job goes back to the newest checkpoint step,
+        # which the restarted program's own state (--state-dir) is of. Before, it went on
+        # from fresh values beside the others.
+        program = "worker-0's program"
         faults = {"own-optimizer-clean": [],
                   "own-optimizer-kill": [(100, "server-1", signal.SIGKILL)],
                   "own-optimizer-scheduler-then-kill": [(50, "scheduler-0", signal.SIGTERM),
-                                                        (150, "server-1", signal.SIGKILL)]}
+                                                        (150, "server-1", signal.SIGKILL)],
+                  "own-optimizer-kill-worker": [(110, program, signal.SIGKILL)]}
         saved, outputs = {}, {}
         for name, steps_and_victims in faults.items():
             saved[name] = os.path.join(self.dir, name + ".pt")
+            # Progress every 10 steps; the program's state kept at every checkpoint step.
+            args = ["--log-every", "10", "--state-dir", os.path.join(self.dir, name + "-state")]
             job = self.start(name, self.own_optimizer_manifest(name, OWN_OPTIMIZER_STEPS,
-                                                               saved[name]))
+                                                               saved[name], args=args))
             for step, replica, sig in steps_and_victims:
                 job.wait_for_line(r"^\[worker-0/trainer\] step %d/" % step, timeout=120)
-                victims = replica_pids(job.run_dir, replica)
+                victims = ([worker_process(job, "program")] if replica == program
+                           else replica_pids(job.run_dir, replica))
                 self.assertEqual(len(victims), 1, job.output())
                 os.kill(victims[0], sig)
             self.assert_succeeded(job, job.wait(180))
             outputs[name] = job.output()
         clean = saved.pop("own-optimizer-clean")
         for name, output in ((n, outputs[n]) for n in saved):
-            self.assertIn("server-1 exited with code 137; restarting it", output)
-            self.assertIn("loaded checkpoint of step", output)
             self.assertNotIn("no copy of its state", output)
             self.assertEqual(differing_parameters(clean, saved[name]), [], output)
+        for name in ("own-optimizer-kill", "own-optimizer-scheduler-then-kill"):
+            self.assertIn("server-1 exited with code 137; restarting it", outputs[name])
+            self.assertIn("loaded checkpoint of step", outputs[name])
         self.assertIn("scheduler-0 exited with code 143; restarting it",
                       outputs["own-optimizer-scheduler-then-kill"])
+        killed_worker = outputs["own-optimizer-kill-worker"]
+        self.assertIn("worker-0's program (container trainer) exited with code 137", killed_worker)
+        self.assertRegex(killed_worker, r"recovery: generation 1 rolls every shard and worker "
+                                        r"back to step 100, .*\(worker-0 restarted")
+        self.assertRegex(killed_worker, r"\[worker-0/trainer\] resumed at step 100 from")
 
     def test_a_program_whose_model_diverges_fails_the_job_saying_why(self):
         # SGD with learning rate 1e10 on the servers: within a few steps the

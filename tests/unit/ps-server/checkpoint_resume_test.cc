@@ -33,9 +33,11 @@ TEST(NewestCommonStepTest, NoneInCommonIsMinusOne) {
   EXPECT_EQ(NewestCommonStep({}), -1);
 }
 
-std::unique_ptr<Scheduler> MakeScheduler(const std::string& dir = "/ckpt", bool sync = true) {
+std::unique_ptr<Scheduler> MakeScheduler(const std::string& dir = "/ckpt", bool sync = true,
+                                         bool workers_keep_parameters = false) {
   SchedulerOptions options;
   options.sync = sync;
+  options.workers_keep_parameters = workers_keep_parameters;
   options.num_servers = 2;
   options.num_workers = 1;
   options.checkpoint_dir = dir;
@@ -58,19 +60,19 @@ v1::RegisterResponse RegisterServer(Scheduler& s, const std::string& id,
   return response;
 }
 
-void RegisterWorker(Scheduler& s) {
+void RegisterWorker(Scheduler& s, uint64_t incarnation = 1) {
   v1::RegisterRequest request;
   request.mutable_node()->set_node_id("worker-0");
   request.mutable_node()->set_role(v1::WORKER);
-  request.mutable_node()->set_incarnation(1);
+  request.mutable_node()->set_incarnation(incarnation);
   v1::RegisterResponse response;
   ASSERT_TRUE(s.Register(&request, &response).ok());
 }
 
 // A new job's scheduler, both shards (no checkpoint yet) and the worker
 // registered.
-std::unique_ptr<Scheduler> NewJob() {
-  auto s = MakeScheduler();
+std::unique_ptr<Scheduler> NewJob(bool workers_keep_parameters = false) {
+  auto s = MakeScheduler("/ckpt", /*sync=*/true, workers_keep_parameters);
   RegisterServer(*s, "server-0", {});
   RegisterServer(*s, "server-1", {});
   RegisterWorker(*s);
@@ -295,6 +297,63 @@ TEST(RecoveryStepTest, AWriteEndedDuringARecoveryIsNotSaidInCommon) {
   v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {});
   EXPECT_TRUE(beat.generation_ready());
   EXPECT_EQ(beat.common_checkpoint_step(), 200);
+}
+
+// With the servers' optimizer none a worker's program keeps the parameters,
+// and a restarted one can put back only the state it saved at a checkpoint
+// step: the job goes back there with it. Before, the restarted program went
+// on from fresh values beside the others.
+TEST(RecoveryStepTest, ARestartedWorkerRollsTheJobBackWhereTheWorkersKeepTheParameters) {
+  for (bool workers_keep_parameters : {false, true}) {
+    SCOPED_TRACE(workers_keep_parameters ? "optimizer none" : "the servers' optimizer");
+    auto s = NewJob(workers_keep_parameters);
+    Beat(*s, "server-0", 0, {100, 200});
+    Beat(*s, "server-1", 0, {100});
+    RegisterWorker(*s, /*incarnation=*/2);
+    v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {}, 2);
+    EXPECT_EQ(beat.generation(), workers_keep_parameters ? 1u : 0u);
+    if (workers_keep_parameters) EXPECT_EQ(beat.restore_step(), 100u);
+  }
+}
+
+TEST(RecoveryStepTest, ARestartedWorkerWithNoCheckpointInCommonRollsNothingBack) {
+  auto s = NewJob(/*workers_keep_parameters=*/true);
+  Beat(*s, "server-0", 0, {100});
+  Beat(*s, "server-1", 0, {});
+  RegisterWorker(*s, /*incarnation=*/2);
+  v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {}, 2);
+  EXPECT_EQ(beat.generation(), 0u);
+  EXPECT_TRUE(beat.failure().empty()) << beat.failure();
+}
+
+TEST(RecoveryStepTest, AWorkerRestartedAfterAnotherFinishedRollsNothingBack) {
+  SchedulerOptions options;
+  options.num_servers = 1;
+  options.num_workers = 2;
+  options.workers_keep_parameters = true;
+  options.replace_silent_after_ms = 0;
+  Scheduler s(options, &NullMetrics());
+  RegisterServer(s, "server-0", {});
+  std::string key;  // worker-1's, which its Finish presents
+  for (const char* id : {"worker-0", "worker-1"}) {
+    v1::RegisterRequest request;
+    request.mutable_node()->set_node_id(id);
+    request.mutable_node()->set_role(v1::WORKER);
+    request.mutable_node()->set_incarnation(1);
+    v1::RegisterResponse response;
+    ASSERT_TRUE(s.Register(&request, &response).ok());
+    key = response.registration_key();
+  }
+  Beat(s, "server-0", 0, {100, 200});
+  v1::FinishRequest finish;
+  finish.set_node_id("worker-1");
+  finish.set_rank(1);
+  finish.set_registration_key(key);
+  v1::FinishResponse finished;
+  ASSERT_TRUE(s.Finish(&finish, &finished).ok());
+  RegisterWorker(s, /*incarnation=*/2);  // worker-0, its program restarted at the end
+  EXPECT_EQ(Beat(s, "worker-0", 0, {}, 2).generation(), 0u)
+      << "worker-1's program has ended: it could not redo the steps";
 }
 
 TEST(RecoveryStepTest, NoCommonStepAtRecoveryFailsTheJob) {
