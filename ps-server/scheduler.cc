@@ -166,7 +166,15 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
       if (node.role() == v1::SERVER && options_.sync && started_) StartRecovery(node);
       if (node.role() == v1::WORKER && options_.sync && options_.workers_keep_parameters &&
           started_) {
-        RollBackForRestartedWorker(node);
+        if (GenerationReady()) {
+          RollBackForRestartedWorker(node);
+        } else {
+          // A rollback is being restored (another restart): this worker
+          // joins it, at a checkpoint step too. A new one could pick a step
+          // a shard has deleted since, as it restored, before its beat says.
+          KLOG_INFO << node.node_id() << " restarted during the rollback to step " << restore_step_
+                    << " (generation " << generation_ << "): it joins it";
+        }
       }
     }
   } else {
@@ -443,6 +451,19 @@ grpc::Status Scheduler::Finish(const v1::FinishRequest* request, v1::FinishRespo
     }
   } else {
     finished_workers_.insert(request->rank());
+    // Its program has ended, and the job went back to before its last step
+    // (another worker restarted while it evaluated): nobody can redo its
+    // steps, and the others would wait for them until their limits.
+    if (options_.sync && options_.workers_keep_parameters && request->generation() < generation_ &&
+        failure_.empty()) {
+      failure_ = "worker " + std::to_string(request->rank()) + " (" + request->node_id() +
+                 ") finished in generation " + std::to_string(request->generation()) +
+                 ", before the rollback to step " + std::to_string(restore_step_) +
+                 " (generation " + std::to_string(generation_) +
+                 ") that another worker's restart called for: its program has ended and cannot "
+                 "redo those steps";
+      KLOG_ERROR << failure_;
+    }
   }
   changed_.notify_all();
   return grpc::Status::OK;

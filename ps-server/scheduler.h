@@ -18,6 +18,12 @@
 //    The step is the newest one every shard holds a checkpoint of (shards
 //    report their steps in their heartbeats), not the restarted shard's own
 //    newest: one shard's checkpoints may lag. None in common fails the job.
+//    Where the workers keep the parameters (the servers' optimizer none), a
+//    worker's new process opens one too, at the newest common step, whose
+//    state its program saved (kubeps.torch.resume_with): unless a rollback
+//    is being restored (it joins that one), another worker has finished
+//    (nobody could redo its steps), or no step is in common. A worker that
+//    finishes in a generation before the current one fails the job.
 //  - First start over old checkpoints (a job run again with the same
 //    checkpoint folder): once every node has registered for the first time,
 //    the scheduler opens generation 1 at the newest step every shard holds,
@@ -31,7 +37,8 @@
 //    for once every node has registered, whatever their order, and brings
 //    no server into a generation before: a recovery where a server's process
 //    is new, or still awaits the recovery its restart called for, which the
-//    scheduler before may have died with (NodeInfo.awaits_recovery); in an
+//    scheduler before may have died with (NodeInfo.awaits_recovery), or a
+//    worker's process is new where the workers keep the parameters; in an
 //    async job, that a new server process keep what it loaded.
 //  - Elastic jobs: which workers compute which step (elastic_workers.h).
 //    Heartbeats carry the schedule to the workers; the desired number comes

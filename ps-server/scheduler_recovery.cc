@@ -96,6 +96,14 @@ void Scheduler::ServersRestartedWithTheScheduler() {
       return;
     }
   }
+  // So does a worker's new process where the workers keep the parameters.
+  if (!options_.sync || !options_.workers_keep_parameters) return;
+  for (const std::string& id : worker_ids_) {
+    if (!id.empty() && !members_[id].info.registered_before()) {
+      RollBackForRestartedWorker(members_[id].info);
+      return;
+    }
+  }
 }
 
 void Scheduler::OpenGeneration(uint64_t step) {

@@ -326,34 +326,91 @@ TEST(RecoveryStepTest, ARestartedWorkerWithNoCheckpointInCommonRollsNothingBack)
   EXPECT_TRUE(beat.failure().empty()) << beat.failure();
 }
 
-TEST(RecoveryStepTest, AWorkerRestartedAfterAnotherFinishedRollsNothingBack) {
+TEST(RecoveryStepTest, AWorkerRestartedDuringARollbackJoinsIt) {
+  auto s = NewJob(/*workers_keep_parameters=*/true);
+  Beat(*s, "server-0", 0, {100, 200});
+  Beat(*s, "server-1", 0, {100, 200});
+  RegisterServer(*s, "server-0", {100, 200}, 2);  // the job goes back to 200
+  // server-1 restored 200 and deleted later steps; server-0's write of 300,
+  // slow, ended meanwhile: a new generation must not pick a step gone.
+  Beat(*s, "server-0", 0, {100, 200, 300}, 2);
+  RegisterWorker(*s, /*incarnation=*/2);
+  v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {}, 2);
+  EXPECT_EQ(beat.generation(), 1u);
+  EXPECT_EQ(beat.restore_step(), 200u);
+}
+
+TEST(RecoveryStepTest, AWorkerRestartedWithTheSchedulerRollsTheJobBack) {
+  // A drain: the scheduler and a worker's pod restarted together; the
+  // worker's new process registers as new, the others as before.
+  // The job had rolled back once before, to 50: the restarted scheduler
+  // learns generation 1 from its nodes, whose shards have not beaten yet.
+  auto s = MakeScheduler("/ckpt", /*sync=*/true, /*workers_keep_parameters=*/true);
+  RegisterAgain(*s, v1::SERVER, "server-0", {100, 200}, 1);
+  RegisterAgain(*s, v1::SERVER, "server-1", {100}, 1);
+  RegisterWorker(*s, /*incarnation=*/2);
+  v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {}, 2);
+  EXPECT_EQ(beat.generation(), 2u);
+  EXPECT_EQ(beat.restore_step(), 100u);
+}
+
+// A job of one shard and two workers whose programs keep the parameters
+// (the servers' optimizer none), every node registered; *worker1_key is
+// worker-1's registration key, which its Finish presents.
+std::unique_ptr<Scheduler> TwoWorkersKeepingTheParameters(std::string* worker1_key) {
   SchedulerOptions options;
   options.num_servers = 1;
   options.num_workers = 2;
   options.workers_keep_parameters = true;
   options.replace_silent_after_ms = 0;
-  Scheduler s(options, &NullMetrics());
-  RegisterServer(s, "server-0", {});
-  std::string key;  // worker-1's, which its Finish presents
+  auto s = std::make_unique<Scheduler>(options, &NullMetrics());
+  RegisterServer(*s, "server-0", {});
   for (const char* id : {"worker-0", "worker-1"}) {
     v1::RegisterRequest request;
     request.mutable_node()->set_node_id(id);
     request.mutable_node()->set_role(v1::WORKER);
     request.mutable_node()->set_incarnation(1);
     v1::RegisterResponse response;
-    ASSERT_TRUE(s.Register(&request, &response).ok());
-    key = response.registration_key();
+    EXPECT_TRUE(s->Register(&request, &response).ok()) << id;
+    *worker1_key = response.registration_key();
   }
-  Beat(s, "server-0", 0, {100, 200});
+  return s;
+}
+
+void FinishWorker1(Scheduler& s, const std::string& key, uint64_t generation) {
   v1::FinishRequest finish;
   finish.set_node_id("worker-1");
   finish.set_rank(1);
   finish.set_registration_key(key);
+  finish.set_generation(generation);
   v1::FinishResponse finished;
   ASSERT_TRUE(s.Finish(&finish, &finished).ok());
+}
+
+TEST(RecoveryStepTest, AWorkerRestartedAfterAnotherFinishedRollsNothingBack) {
+  std::string key;
+  auto job = TwoWorkersKeepingTheParameters(&key);
+  Scheduler& s = *job;
+  Beat(s, "server-0", 0, {100, 200});
+  FinishWorker1(s, key, /*generation=*/0);
   RegisterWorker(s, /*incarnation=*/2);  // worker-0, its program restarted at the end
   EXPECT_EQ(Beat(s, "worker-0", 0, {}, 2).generation(), 0u)
       << "worker-1's program has ended: it could not redo the steps";
+}
+
+TEST(RecoveryStepTest, AWorkerThatFinishedBeforeARollbackItCannotRedoFailsTheJob) {
+  // worker-1 evaluates after its last step while worker-0 restarts: the job
+  // goes back to 100, then worker-1 finishes in the generation before.
+  std::string key;
+  auto job = TwoWorkersKeepingTheParameters(&key);
+  Scheduler& s = *job;
+  Beat(s, "server-0", 0, {100});
+  RegisterWorker(s, /*incarnation=*/2);
+  ASSERT_EQ(Beat(s, "worker-0", 0, {}, 2).generation(), 1u);
+  FinishWorker1(s, key, /*generation=*/0);
+  EXPECT_THAT(Beat(s, "worker-0", 0, {}, 2).failure(),
+              ::testing::HasSubstr("worker 1 (worker-1) finished in generation 0, before the "
+                                   "rollback to step 100 (generation 1)"));
 }
 
 TEST(RecoveryStepTest, NoCommonStepAtRecoveryFailsTheJob) {
