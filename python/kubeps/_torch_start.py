@@ -10,8 +10,8 @@ the optimizer's state are the program's, and only the program can put back those
 start step, from a checkpoint of its own, through `kubeps.torch.resume_with(load)`. In a
 sync job the agent refuses such a start without it (FailedPrecondition, reason
 ProgramStateMissing): trained on from fresh values, the job would end "Succeeded" with a
-model that never learned. `load` runs first in every mode, so that what only the program
-keeps (the model's buffers, a loss scaler, an LR scheduler) comes back too.
+model that never learned. `load` runs first whatever the servers' optimizer, so that what
+only the program keeps (the model's buffers, a loss scaler, an LR scheduler) comes back too.
 
 In an async job the start step says nothing of a resume (the other workers may have pushed
 already): `load` is not called, and a start past 0 with `none` is only warned of.
