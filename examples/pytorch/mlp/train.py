@@ -74,13 +74,14 @@ class OwnState:
         os.replace(self.path(step) + ".tmp", self.path(step))  # whole or not there
         # Later steps are of a timeline left (a rollback, or another job's run); a .tmp, of
         # a save cut short.
-        kept = [s for s in self.steps() if s <= step][-self.KEEP:]
-        for name in os.listdir(self.directory):
+        names = os.listdir(self.directory)
+        kept = [s for s in self.steps(names) if s <= step][-self.KEEP:]
+        for name in names:
             if not (self.STATE.fullmatch(name) and int(name[5:13]) in kept):
                 os.remove(os.path.join(self.directory, name))
 
-    def steps(self):
-        return sorted(int(name[5:13]) for name in os.listdir(self.directory)
+    def steps(self, names=None):
+        return sorted(int(name[5:13]) for name in names or os.listdir(self.directory)
                       if self.STATE.fullmatch(name))
 
     def load(self, step):

@@ -189,18 +189,28 @@ TEST_F(SessionTest, AMessageOver64MebibytesIsAnErrorAndTheEndOfTheSession) {
       << "the session's file outlived it";
 }
 
+// A session past declare, of a job whose servers only average (optimizer
+// none) and are at `servers_step`.
+class OwnStateTest : public SidecarTest {
+ protected:
+  std::unique_ptr<TestClient> Declared(bool sync, uint64_t servers_step) {
+    StopServer();
+    StartServer("none", sync);
+    kv_.SetVersion(servers_step);
+    auto client = Connect();
+    EXPECT_TRUE(client->Hello(nonce()).value("ok", false));
+    EXPECT_TRUE(client->Declare(kTensors, dir_).value("ok", false));
+    return client;
+  }
+};
+
 // With the servers' optimizer none they hold averaged gradients, not
 // parameters: a program starting past step 0 (the job resumed over an
 // earlier run's checkpoints, or the worker restarted) must put back its own
 // state of that step. Before, it trained on from fresh values and the job
 // ended "Succeeded" with a model that never learned.
-TEST_F(SessionTest, AStartPastStepZeroWithServersThatOnlyAverageNeedsTheProgramsOwnState) {
-  StopServer();
-  StartServer("none");
-  kv_.SetVersion(100);
-  auto client = Connect();
-  ASSERT_TRUE(client->Hello(nonce()).value("ok", false));
-  ASSERT_TRUE(client->Declare(kTensors, dir_).value("ok", false));
+TEST_F(OwnStateTest, AStartPastStepZeroWithServersThatOnlyAverageNeedsTheProgramsOwnState) {
+  auto client = Declared(/*sync=*/true, /*servers_step=*/100);
   const json refused = client->Call({{"op", "init"}});
   EXPECT_THAT(
       ExpectError(refused, "FailedPrecondition"),
@@ -215,25 +225,16 @@ TEST_F(SessionTest, AStartPastStepZeroWithServersThatOnlyAverageNeedsThePrograms
   EXPECT_EQ(server_->JobFailure().first, "") << "cured: the next failure is an ordinary one";
 }
 
-TEST_F(SessionTest, AnAsyncJobWithServersThatOnlyAverageStartsPastStepZeroAsItIs) {
+TEST_F(OwnStateTest, AnAsyncJobWithServersThatOnlyAverageStartsPastStepZeroAsItIs) {
   // The other workers may have pushed already: step 3 says nothing of a resume.
-  StopServer();
-  StartServer("none", /*sync=*/false);
-  kv_.SetVersion(3);
-  auto client = Connect();
-  ASSERT_TRUE(client->Hello(nonce()).value("ok", false));
-  ASSERT_TRUE(client->Declare(kTensors, dir_).value("ok", false));
+  auto client = Declared(/*sync=*/false, /*servers_step=*/3);
   const json init = client->Call({{"op", "init"}});
   ASSERT_TRUE(init.value("ok", false)) << init.dump();
   EXPECT_EQ(init["step"], 3);
 }
 
-TEST_F(SessionTest, ANewJobWithServersThatOnlyAverageStartsWithoutTheProgramsState) {
-  StopServer();
-  StartServer("none");
-  auto client = Connect();
-  ASSERT_TRUE(client->Hello(nonce()).value("ok", false));
-  ASSERT_TRUE(client->Declare(kTensors, dir_).value("ok", false));
+TEST_F(OwnStateTest, ANewJobWithServersThatOnlyAverageStartsWithoutTheProgramsState) {
+  auto client = Declared(/*sync=*/true, /*servers_step=*/0);
   const json init = client->Call({{"op", "init"}});
   ASSERT_TRUE(init.value("ok", false)) << init.dump();
   EXPECT_EQ(init["step"], 0);
