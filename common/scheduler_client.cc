@@ -163,8 +163,9 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   request.set_step(step_);
   request.set_heard_job_over(heard_job_over_);
   {
-    std::lock_guard<std::mutex> lock(passed_mutex_);
+    std::lock_guard<std::mutex> lock(beat_mutex_);
     for (const auto& name : passed_barriers_) request.add_passed_barriers(name);
+    if (program_state_missing_) *request.mutable_program_state_missing() = *program_state_missing_;
   }
   const uint64_t registrations_seen = Registrations();
   v1::HeartbeatResponse response;
@@ -201,6 +202,11 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   return Status::Ok();
 }
 
+void SchedulerClient::SayProgramStateMissing(std::optional<v1::ProgramStateMissing> missing) {
+  std::lock_guard<std::mutex> lock(beat_mutex_);
+  program_state_missing_ = std::move(missing);
+}
+
 Status SchedulerClient::Barrier(const std::string& name, int rank) {
   const auto start = Clock::now();
   v1::BarrierRequest request;
@@ -215,7 +221,7 @@ Status SchedulerClient::Barrier(const std::string& name, int rank) {
         options_.long_poll_ms);
     if (!s.ok()) return s;
     if (response.released()) {
-      std::lock_guard<std::mutex> lock(passed_mutex_);
+      std::lock_guard<std::mutex> lock(beat_mutex_);
       if (std::find(passed_barriers_.begin(), passed_barriers_.end(), name) ==
           passed_barriers_.end()) {
         passed_barriers_.push_back(name);

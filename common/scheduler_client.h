@@ -21,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,10 @@ class SchedulerClient {
   // Servers: a heartbeat answered that the job is over; every beat from now
   // on says this server heard it (the scheduler waits for that word).
   void SayJobOverHeard() { heard_job_over_ = true; }
+  // Workers: every beat from now on says that their program cannot start
+  // where the job is (HeartbeatRequest.program_state_missing); nullopt
+  // stops saying it.
+  void SayProgramStateMissing(std::optional<v1::ProgramStateMissing> missing);
 
  private:
   struct Stub;
@@ -133,8 +138,9 @@ class SchedulerClient {
   std::atomic<bool> heard_job_over_{false};
   std::mutex membership_mutex_;
   v1::Membership membership_;  // the newest heard of, told to a restarted scheduler
-  std::mutex passed_mutex_;
-  std::vector<std::string> passed_barriers_;  // sent in every heartbeat
+  std::mutex beat_mutex_;      // what every heartbeat says:
+  std::vector<std::string> passed_barriers_;
+  std::optional<v1::ProgramStateMissing> program_state_missing_;
   const uint64_t incarnation_;
   const std::string peer_;
   MetricsServer* metrics_;

@@ -366,6 +366,8 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
   if (it != members_.end() && it->second.info.incarnation() == request->incarnation()) {
     it->second.last_seen = Clock::now();
     if (it->second.info.role() == v1::WORKER) elastic_.ReportStep(request->step(), Clock::now());
+    if (it->second.info.role() == v1::WORKER && request->has_program_state_missing())
+      RollBackToHeldState(it->first, request->program_state_missing());
   }
   ReviseMembership();
   it = members_.find(request->node_id());  // a worker dropped just now is gone

@@ -141,6 +141,10 @@ class Scheduler {
   // A worker restarted in a job whose workers keep the parameters: the job
   // goes back to the newest step every shard holds (requires mutex_).
   void RollBackForRestartedWorker(const v1::NodeInfo& worker);
+  // A worker's program cannot start where the job is (it holds no state of
+  // that step): the job goes back to the newest step every shard and the
+  // program hold, or fails saying why (requires mutex_).
+  void RollBackToHeldState(const std::string& worker, const v1::ProgramStateMissing& missing);
   // A new recovery generation: every shard restores `step`, every worker
   // resumes there.
   void OpenGeneration(uint64_t step);       // requires mutex_

@@ -169,4 +169,44 @@ void Scheduler::RollBackForRestartedWorker(const v1::NodeInfo& worker) {
             << "of a checkpoint step)";
 }
 
+// A restart rolled the job back to the shards' newest common checkpoint,
+// but the program's own save of that step may not have been written (it
+// died after the servers' checkpoint of the step, before its own): it can
+// start only at a step it holds, and every other worker goes back there too.
+void Scheduler::RollBackToHeldState(const std::string& worker,
+                                    const v1::ProgramStateMissing& missing) {
+  // Said again in every beat until the answer announces a newer generation;
+  // one said in an older generation is answered already.
+  if (!failure_.empty() || missing.generation() != generation_ || !ViewReady() ||
+      !GenerationReady() || !options_.sync || !options_.workers_keep_parameters) {
+    return;
+  }
+  std::vector<uint64_t> held;
+  for (uint64_t step : missing.held_steps()) {
+    if (step <= missing.start_step()) held.push_back(step);
+  }
+  if (std::find(held.begin(), held.end(), missing.start_step()) != held.end()) return;
+  const std::string program = worker + "'s program holds its own state of steps " +
+                              JoinSteps(held) + ", not of step " +
+                              std::to_string(missing.start_step()) + " where the job is";
+  if (!finished_workers_.empty()) {
+    failure_ = program + ", and other workers have finished: their programs cannot go back";
+    KLOG_ERROR << failure_;
+    return;
+  }
+  std::vector<std::vector<uint64_t>> steps = ServerSteps();
+  steps.push_back(held);
+  const int64_t common = NewestCommonStep(steps);
+  if (common < 0) {
+    failure_ = program + "; no step of those is one every shard holds a checkpoint of (" +
+               DescribeSteps() + "), so the job cannot go back to one";
+    KLOG_ERROR << failure_;
+    return;
+  }
+  OpenGeneration(static_cast<uint64_t>(common));
+  KLOG_INFO << "recovery: generation " << generation_
+            << " rolls every shard and worker back to step " << restore_step_ << ": " << program
+            << ", and " << restore_step_ << " is the newest of those every shard holds";
+}
+
 }  // namespace kubeps

@@ -145,11 +145,12 @@ def declare(tensors):
     return session("kubeps.declare()").declare(tensors)
 
 
-def init_tensors(restores_own_state=False):
+def init_tensors(restores_own_state=False, own_state_steps=None):
     """Broadcasts initial values (rank 0's win); returns the step to start from.  With the
     servers' optimizer `none`, a start past step 0 needs restores_own_state=True: the program
-    puts back its own parameters of that step (the servers hold none)."""
-    return session("kubeps.init_tensors()").init_tensors(restores_own_state)
+    puts back its own parameters of that step (the servers hold none); own_state_steps, the
+    steps it holds them of, lets the job go back to one of them."""
+    return session("kubeps.init_tensors()").init_tensors(restores_own_state, own_state_steps)
 
 
 def push(names, step):

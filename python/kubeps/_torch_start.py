@@ -10,7 +10,10 @@ the optimizer's state are the program's, and only the program can put back those
 start step, from a checkpoint of its own, through `kubeps.torch.resume_with(load)`. In a
 sync job the agent refuses such a start without it (FailedPrecondition, reason
 ProgramStateMissing): trained on from fresh values, the job would end "Succeeded" with a
-model that never learned. `load` runs first whatever the servers' optimizer, so that what
+model that never learned. The program may not hold the step the job is at: killed after the
+servers' checkpoint of a step and before its own save of it was written, it restarts at that
+step. With `resume_with(load, held)` it says which steps it holds, and the job goes back to
+the newest of them every shard holds too (or fails, saying so, where there is none). `load` runs first whatever the servers' optimizer, so that what
 only the program keeps (the model's buffers, a loss scaler, an LR scheduler) comes back too.
 
 In an async job the start step says nothing of a resume (the other workers may have pushed
@@ -26,11 +29,12 @@ def begin(optimizer, given):
     returns the step this process starts at, with the parameters of that step in place
     (and in `given`'s tensors)."""
     session = optimizer._kubeps_session
-    load = optimizer._kubeps_resume_loader
+    load, held = optimizer._kubeps_resume_loader, optimizer._kubeps_held_steps
     with torch.no_grad():
         for binding in optimizer._kubeps_bindings:
             binding.values.copy_(given.get(binding.name, binding.param))
-        start = session.init_tensors(restores_own_state=load is not None)
+        start = session.init_tensors(restores_own_state=load is not None,
+                                     own_state_steps=None if held is None else list(held()))
         resumes = start > 0 and session.mode == "sync"
         if resumes and load is not None:
             load(start)

@@ -108,14 +108,19 @@ class Session:
             self.tensors = SharedTensors.from_declare_reply(self.socket_dir, requested, reply)
         return self.tensors
 
-    def init_tensors(self, restores_own_state=False):
+    def init_tensors(self, restores_own_state=False, own_state_steps=None):
         """Sends `init`: the values regions hold this worker's initial values before it, the
         servers' values (rank 0's on a new job) after it.  Returns the step to start from.
         restores_own_state: the program puts back its own state of that step, which the
-        agent requires past step 0 when the servers' optimizer is `none`."""
+        agent requires past step 0 when the servers' optimizer is `none`; own_state_steps
+        (a list), where given: the only steps it can, so that the job goes back to one."""
         self._require_declared("init")
-        reply = (self._connection.call("init", restores_own_state=True) if restores_own_state
-                 else self._connection.call("init"))
+        fields = {}
+        if restores_own_state:
+            fields["restores_own_state"] = True
+        if own_state_steps is not None:
+            fields["own_state_steps"] = [int(step) for step in own_state_steps]
+        reply = self._connection.call("init", **fields)
         self.start_step = int(reply["step"])
         return self.start_step
 

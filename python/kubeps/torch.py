@@ -162,7 +162,7 @@ class _DistributedOptimizer(ForwardWaits):
         self.kubeps_skipped_steps = 0
         self._kubeps_closed = False
         self._kubeps_warned_rollback = False
-        self._kubeps_resume_loader = None  # resume_with's load(step)
+        self._kubeps_resume_loader = self._kubeps_held_steps = None  # resume_with's
         self._kubeps_snapshots = Snapshots(session.checkpoint_interval, session.mode,
                                            session.elastic, session.newest_common_checkpoint)
         if named_parameters is not None:
@@ -631,7 +631,7 @@ def restore_on_rollback(*objects):
     _require_optimizer("kubeps.torch.restore_on_rollback()")._kubeps_snapshots.register(objects)
 
 
-def resume_with(load):
+def resume_with(load, held=None):
     """Registers `load(step)`, which puts back the program's own state of `step` (the
     parameters and the optimizer's state it saved itself, at that step) when this process
     starts a sync job past step 0: broadcast_parameters() or steps() calls it once, under
@@ -639,15 +639,16 @@ def resume_with(load):
     `none`, where the servers hold no parameters: without it such a start is refused
     (_torch_start.py).  In every mode it also brings back what only the program keeps
     (buffers, a scaler, a scheduler); the servers' parameters then replace the ones it
-    loaded."""
+    loaded.  `held()`, where given, lists the steps it can load: with `none`, a start at
+    another (a save cut short by the process's death) takes the job back to one of them."""
     optimizer = _require_optimizer("kubeps.torch.resume_with()")
-    if not callable(load):
-        raise InvalidArgument("resume_with: expected a function of the step, got %r" % (load,))
+    if not callable(load) or not (held is None or callable(held)):
+        raise InvalidArgument("resume_with: expected functions, got %r and %r" % (load, held))
     if _counter.step is not None:
         raise FailedPrecondition("resume_with: this process started already (at step %d); "
                                  "register before broadcast_parameters() or steps()"
                                  % _counter.step)
-    optimizer._kubeps_resume_loader = load
+    optimizer._kubeps_resume_loader, optimizer._kubeps_held_steps = load, held
 
 
 def checkpoint_interval():

@@ -14,6 +14,7 @@ own state of the step it resumes at, and fails saying so without it; a manifest 
 neither a model nor a program fails `kubeps validate`, saying so, and the
 built-in trainer as the program refuses the servers' optimizer none.
 """
+import glob
 import os
 import re
 import signal
@@ -35,6 +36,9 @@ SECOND_KILL_AFTER_STEP = 300
 # The example's spec.optimizer, the servers' Adam.
 ADAM_ON_THE_SERVERS = "    name: adam\n    learningRate: 0.001\n"
 OWN_OPTIMIZER_STEPS = 200
+# Runs the example with its first life stalled in one save (stall_in_save.py).
+STALL_IN_SAVE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stall_in_save.py")
+STALLED = "worker-0's program, stalled in its save"
 
 
 class UserCodeTest(UserCodeJobCase):
@@ -201,22 +205,36 @@ class UserCodeTest(UserCodeJobCase):
         # And a worker's program killed: the job goes back to the newest checkpoint step,
         # which the restarted program's own state (--state-dir) is of. Before, it went on
         # from fresh values beside the others.
+        # And a worker's program killed after the servers checkpointed a step and before
+        # its own save of that step was written: the job goes back to the step before,
+        # the newest its own state holds. Before, it went back to the servers' newest, and
+        # the restarted program, holding no state of it, failed until the job did.
         program = "worker-0's program"
         faults = {"own-optimizer-clean": [],
                   "own-optimizer-kill": [(100, "server-1", signal.SIGKILL)],
                   "own-optimizer-scheduler-then-kill": [(50, "scheduler-0", signal.SIGTERM),
                                                         (150, "server-1", signal.SIGKILL)],
-                  "own-optimizer-kill-worker": [(110, program, signal.SIGKILL)]}
+                  "own-optimizer-kill-worker": [(110, program, signal.SIGKILL)],
+                  "own-optimizer-kill-worker-in-its-save": [(100, STALLED, signal.SIGKILL)]}
         saved, outputs = {}, {}
         for name, steps_and_victims in faults.items():
             saved[name] = os.path.join(self.dir, name + ".pt")
             # Progress every 10 steps; the program's state kept at every checkpoint step.
             args = ["--log-every", "10", "--state-dir", os.path.join(self.dir, name + "-state")]
-            job = self.start(name, self.own_optimizer_manifest(name, OWN_OPTIMIZER_STEPS,
-                                                               saved[name], args=args))
+            manifest = self.own_optimizer_manifest(name, OWN_OPTIMIZER_STEPS, saved[name],
+                                                   args=args)
+            stalls = [step for step, replica, _ in steps_and_victims if replica == STALLED]
+            if stalls:
+                self.stall_in_save(manifest, stalls[0], os.path.join(self.dir, name + "-stalled"))
+            job = self.start(name, manifest)
             for step, replica, sig in steps_and_victims:
-                job.wait_for_line(r"^\[worker-0/trainer\] step %d/" % step, timeout=120)
-                victims = ([worker_process(job, "program")] if replica == program
+                if replica == STALLED:
+                    job.wait_for_line(r"^\[worker-0/trainer\] stalled in the save of step %d$"
+                                      % step, timeout=120)
+                    self.wait_for_the_servers_checkpoint(job, step)
+                else:
+                    job.wait_for_line(r"^\[worker-0/trainer\] step %d/" % step, timeout=120)
+                victims = ([worker_process(job, "program")] if replica in (program, STALLED)
                            else replica_pids(job.run_dir, replica))
                 self.assertEqual(len(victims), 1, job.output())
                 os.kill(victims[0], sig)
@@ -236,6 +254,36 @@ class UserCodeTest(UserCodeJobCase):
         self.assertRegex(killed_worker, r"recovery: generation 1 rolls every shard and worker "
                                         r"back to step 100, .*\(worker-0 restarted")
         self.assertRegex(killed_worker, r"\[worker-0/trainer\] resumed at step 100 from")
+        killed_in_save = outputs["own-optimizer-kill-worker-in-its-save"]
+        self.assertRegex(killed_in_save, r"recovery: generation \d rolls every shard and worker "
+                                         r"back to step 50: worker-0's program holds")
+        self.assertRegex(killed_in_save, r"\[worker-0/trainer\] resumed at step 50 from")
+        print("\nworker-0's program SIGKILLed in its save of step 100:\n" + "\n".join(
+            line for line in killed_in_save.splitlines() if "recovery: generation" in line))
+
+    def stall_in_save(self, manifest, step, marker):
+        """Makes worker-0's program's first life stall in its save of `step`
+        (stall_in_save.py)."""
+        with open(manifest) as f:
+            text = f.read()
+        for old, new in [("command: [python3, train.py]",
+                          "command: [python3, %s]" % STALL_IN_SAVE),
+                         ('args: ["', 'args: ["%d", "%s", "train.py", "' % (step, marker))]:
+            self.assertIn(old, text)
+            text = text.replace(old, new)
+        with open(manifest, "w") as f:
+            f.write(text)
+
+    def wait_for_the_servers_checkpoint(self, job, step, timeout=60):
+        """Until every server's checkpoint of `step` is written, and then for the
+        scheduler to have heard of it (the servers say their steps every 0.5 s)."""
+        pattern = os.path.join(job.run_dir, "checkpoints", "server-*", "step-%020d.ckpt" % step)
+        deadline = time.time() + timeout
+        while len(glob.glob(pattern)) < 2:
+            self.assertLess(time.time(), deadline, "no checkpoint of step %d; output:\n%s"
+                            % (step, job.output()))
+            time.sleep(0.05)
+        time.sleep(2)
 
     def test_a_program_whose_model_diverges_fails_the_job_saying_why(self):
         # SGD with learning rate 1e10 on the servers: within a few steps the

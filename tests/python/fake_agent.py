@@ -105,6 +105,7 @@ class FakeAgent:
             self.servers.store_initial(name, array.array("f", values).tobytes(), start_step)
         self.events = []
         self.violations = []
+        self.held_state_requests = []  # (start, own_state_steps) of each init that went back
         self.exit_code = None  # 0 once a finished session ended: the agent would exit
         self.holding_barriers = set()  # names whose barrier waits for release_barrier()
         self._released = set()
@@ -403,8 +404,21 @@ class Session:
             start, end = self.region(tensor, "values")
             self.mapping[start:end] = self.servers.current(name)
         start = min(self.servers.version[name] for name in self.tensors)
-        if (start > 0 and self.servers.mode == "sync" and self.servers.optimizer == "none"
-                and not request.get("restores_own_state")):
+        needs_own_state = (start > 0 and self.servers.mode == "sync" and
+                           self.servers.optimizer == "none")
+        held = request.get("own_state_steps")
+        if needs_own_state and held is not None and start not in held:
+            # As the agent, with servers holding every step: the job goes back to the
+            # newest step the program holds.
+            self.agent.held_state_requests.append((start, list(held)))
+            back = [step for step in held if step <= start]
+            if not back:
+                raise RequestError("FailedPrecondition", "init: the program holds its own "
+                                   "state of steps %s, not of step %d" % (held, start),
+                                   reason="ProgramStateMissing")
+            start = max(back)
+            self.servers.go_back_to(start)
+        if needs_own_state and not request.get("restores_own_state"):
             # As the agent: the servers hold averaged gradients, not parameters.
             raise RequestError("FailedPrecondition", "init: this process starts at step %d, "
                                "but the servers' optimizer is none" % start,

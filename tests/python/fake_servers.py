@@ -104,6 +104,17 @@ class Servers:
                 self.version[name] = max(version, step)
             self.cond.notify_all()
 
+    def go_back_to(self, step):
+        """Every tensor at `step` with its current values, the versions after it gone (the
+        parameters of a job whose program keeps them are the program's)."""
+        with self.cond:
+            for name, history in self.history.items():
+                history[step] = history[self.version[name]]
+                for version in [v for v in history if v > step]:
+                    del history[version]
+                self.version[name] = step
+            self.cond.notify_all()
+
     def roll_back(self, resume_step):
         with self.cond:
             for name, history in self.history.items():

@@ -14,7 +14,7 @@ from unittest import mock
 
 from agent_fixture import (HERE, client_environment, make_socket_dir, requires_fake,
                            reset_kubeps, start_agent)
-from kubeps.errors import FailedPrecondition
+from kubeps.errors import FailedPrecondition, InvalidArgument
 
 try:
     import torch
@@ -418,6 +418,23 @@ class StartAndRecovery(TorchTestCase):
         self.assertEqual(list(kps.steps(4)), [3])
         with self.assertRaises(FailedPrecondition):
             kps.resume_with(load)  # the process has started
+
+    @requires_fake
+    def test_a_program_that_holds_no_state_of_the_start_step_starts_at_one_it_holds(self):
+        # Killed after the servers' checkpoint of step 100, before its own save of it.
+        model = torch.nn.Linear(2, 1)
+        self.connect(optimizer="none", server_values={"weight": [9.0, 9.0], "bias": [9.0]},
+                     start_step=100)
+        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters())
+        with self.assertRaises(InvalidArgument):
+            kps.resume_with(print, held=[0, 50])
+        loaded = []
+        kps.resume_with(loaded.append, held=lambda: (step for step in (0, 50)))
+        kps.broadcast_parameters(model.state_dict())
+        self.assertEqual(loaded, [50])
+        self.assertEqual(self.agent.fake.held_state_requests, [(100, [0, 50])])
+        self.assertEqual(list(kps.steps(52)), [50, 51])
 
     @requires_fake
     def test_resume_with_runs_before_the_servers_parameters_replace_the_loaded_ones(self):

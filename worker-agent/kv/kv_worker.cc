@@ -201,6 +201,42 @@ Status KVWorkerImpl::Recover(uint64_t* resume_step) {
   }
 }
 
+Status KVWorkerImpl::RollBackToHeldState(uint64_t start, const std::vector<uint64_t>& held,
+                                         uint64_t* resume_step) {
+  const uint64_t asked_in = generation_;
+  v1::ProgramStateMissing missing;
+  missing.set_generation(asked_in);
+  missing.set_start_step(start);
+  for (uint64_t step : held) missing.add_held_steps(step);
+  // Said in every beat until the rollback is announced: a lost beat loses
+  // nothing, and the scheduler acts once (a generation later, it is stale).
+  scheduler_.SayProgramStateMissing(std::move(missing));
+  const auto start_time = Clock::now();
+  Status outcome = Status::Ok();
+  for (;;) {
+    [[maybe_unused]] Status beat = PollHeartbeat();
+    {
+      std::lock_guard<std::mutex> lock(failure_mutex_);
+      if (!failure_.empty()) {
+        outcome = Status::Error("the scheduler stopped the job: " + failure_);
+        break;
+      }
+    }
+    if (announced_generation_ > asked_in) break;
+    if (SecondsSince(start_time) * 1000 > options_.peer_wait_limit_ms) {
+      outcome = Status::Error(
+          "the scheduler did not roll the job back to a step the program "
+          "holds within " +
+          std::to_string(options_.peer_wait_limit_ms) + " ms");
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  scheduler_.SayProgramStateMissing(std::nullopt);
+  if (!outcome.ok()) return outcome;
+  return Recover(resume_step);
+}
+
 Status KVWorkerImpl::Membership(uint64_t step, StepMembership* out) {
   scheduler_.ReportStep(step);
   const auto start = Clock::now();

@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,11 @@ struct SidecarOptions {
   // refuses a start past step 0 without it (FailedPrecondition, and the job
   // fails with reason ProgramStateMissing).
   bool restores_own_state = false;
+  // Where given, the only steps it can put back (those it saved): where the
+  // job is at another (killed after the servers' checkpoint of a step, before
+  // its own save of it), the job goes back to the newest of them every shard
+  // holds, or fails with reason ProgramStateMissing where there is none.
+  std::optional<std::vector<uint64_t>> own_state_steps;
 };
 
 class KUBEPS_EXPORT KVWorker {
@@ -247,6 +253,18 @@ class KUBEPS_EXPORT KVWorker {
   // a shard finds that checkpoint damaged or lost: a program that keeps
   // copies of its own state for rollbacks keeps this step's first.
   virtual int64_t NewestCommonCheckpoint() const { return -1; }
+
+  // Sync mode, the servers' optimizer none: the program keeps its own state
+  // and holds it only of the steps in `held`, none of them `start`, where
+  // the job has it start. Asks the scheduler to roll the job back to the
+  // newest step at or before `start` that every shard and the program hold,
+  // and waits for every shard to have restored it (as Recover): that step in
+  // *resume_step. An error, naming why, where there is no such step.
+  virtual Status RollBackToHeldState(uint64_t start, const std::vector<uint64_t>& held,
+                                     uint64_t* resume_step) {
+    (void)start, (void)held, (void)resume_step;
+    return Status::Error("this client cannot roll the job back");
+  }
 };
 
 }  // namespace kubeps

@@ -59,6 +59,8 @@ class KVWorkerImpl final : public KVWorker {
   Status Recover(uint64_t* resume_step) override;
   Status Membership(uint64_t step, StepMembership* out) override;
   int64_t NewestCommonCheckpoint() const override { return announced_common_checkpoint_; }
+  Status RollBackToHeldState(uint64_t start, const std::vector<uint64_t>& held,
+                             uint64_t* resume_step) override;
   const std::vector<Part>& parts() const override { return parts_; }
   // PrepareSegment (segment_file.h): places the tensors and makes the
   // segment now; InitTensors with the same sizes keeps both, and so does a

@@ -62,8 +62,7 @@ Status SidecarKVWorker::Connect(const SidecarOptions& options,
       !s.ok()) {
     return s;
   }
-  std::unique_ptr<SidecarKVWorker> worker(
-      new SidecarKVWorker(std::move(connection), dir, options.restores_own_state));
+  std::unique_ptr<SidecarKVWorker> worker(new SidecarKVWorker(std::move(connection), dir, options));
   // The agent answers hello once an earlier session of the pod has ended.
   json reply;
   Status s = worker->connection_->Await(
@@ -88,10 +87,11 @@ Status SidecarKVWorker::Connect(const SidecarOptions& options,
 }
 
 SidecarKVWorker::SidecarKVWorker(std::unique_ptr<SidecarConnection> connection,
-                                 std::string socket_dir, bool restores_own_state)
+                                 std::string socket_dir, const SidecarOptions& options)
     : connection_(std::move(connection)),
       socket_dir_(std::move(socket_dir)),
-      restores_own_state_(restores_own_state) {}
+      restores_own_state_(options.restores_own_state),
+      own_state_steps_(options.own_state_steps) {}
 
 SidecarKVWorker::~SidecarKVWorker() {
   json reply;
@@ -159,6 +159,7 @@ Status SidecarKVWorker::InitTensors(const std::vector<const float*>& values,
   json reply;
   json init = {{"op", "init"}};
   if (restores_own_state_) init["restores_own_state"] = true;
+  if (own_state_steps_) init["own_state_steps"] = *own_state_steps_;
   if (Status s = connection_->Call(init, &reply); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mutex_);
   initialized_ = true;

@@ -102,7 +102,7 @@ class SidecarKVWorker final : public KVWorker {
   };
 
   SidecarKVWorker(std::unique_ptr<SidecarConnection> connection, std::string socket_dir,
-                  bool restores_own_state);
+                  const SidecarOptions& options);
   std::vector<std::string> names_;  // NameTensors'
   Status MapFile(const nlohmann::json& declared, const std::vector<uint64_t>& sizes);
   // Push, Pull and PushPull: the keys with a pointer, their regions taken,
@@ -121,7 +121,9 @@ class SidecarKVWorker final : public KVWorker {
 
   const std::unique_ptr<SidecarConnection> connection_;
   const std::string socket_dir_;
-  const bool restores_own_state_;  // SidecarOptions', said at init
+  // SidecarOptions', said at init.
+  const bool restores_own_state_;
+  const std::optional<std::vector<uint64_t>> own_state_steps_;
   int rank_ = 0, size_ = 0, num_servers_ = 0;
   std::string mode_, optimizer_;
   uint64_t checkpoint_interval_ = 0;

@@ -248,6 +248,13 @@ std::optional<Session::Outcome> Session::StartInit(const json& id, const json& r
     return Outcome{kInvalidArgument, "init: restores_own_state: expected true or false"};
   }
   const bool restores_own_state = said != request.end() && said->get<bool>();
+  Fields fields(request, "init");
+  std::optional<std::vector<uint64_t>> held;
+  if (fields.Has("own_state_steps")) {
+    held.emplace();
+    if (!fields.UnsignedList("own_state_steps", &*held, true))
+      return Outcome{kInvalidArgument, fields.error};
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!tensors_) return Outcome{kFailedPrecondition, "init before declare"};
@@ -259,11 +266,12 @@ std::optional<Session::Outcome> Session::StartInit(const json& id, const json& r
     }
     init_ = InitState::kRunning;
   }
-  RunLater(id, [this, restores_own_state] { return Initialize(restores_own_state); });
+  RunLater(id, [this, restores_own_state, held] { return Initialize(restores_own_state, held); });
   return std::nullopt;
 }
 
-Session::Outcome Session::Initialize(bool restores_own_state) {
+Session::Outcome Session::Initialize(bool restores_own_state,
+                                     const std::optional<std::vector<uint64_t>>& held) {
   const uint64_t recoveries = recoveries_;
   std::vector<const float*> initial;
   std::vector<uint64_t> sizes;
@@ -279,9 +287,29 @@ Session::Outcome Session::Initialize(bool restores_own_state) {
   uint64_t step = 0;
   if (s.ok()) s = PullAll(0, &step);
   if (s.IsAborted()) s = Recover(recoveries, &step);
+  // In sync mode a start past step 0 is a resumed job or a restarted
+  // process: no step completes before every worker's first push, which
+  // comes after its init. (In async mode the others may be ahead already.)
+  const bool needs_own_state = context_.sync && step > 0 && context_.optimizer == "none";
+  bool own_state_missing = false;
+  if (s.ok() && needs_own_state && held &&
+      std::find(held->begin(), held->end(), step) == held->end()) {
+    // The program can start only at a step it saved: the job goes back to
+    // one, or fails saying why.
+    s = context_.kv->RollBackToHeldState(step, *held, &step);
+    own_state_missing = !s.ok();
+    if (s.ok()) s = PullAll(step, &step);
+    if (s.IsAborted()) s = Recover(recoveries, &step);
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   if (!s.ok()) {
     init_ = InitState::kNotYet;
+    if (own_state_missing) {
+      if (context_.on_job_failure) context_.on_job_failure(kReasonProgramStateMissing, s.message());
+      Outcome refused{kFailedPrecondition, "init: " + s.message()};
+      refused.fields = {{"reason", kReasonProgramStateMissing}};
+      return refused;
+    }
     if (IsModelMismatchRefusal(s)) {
       // Not this process's to retry: every rerun declares the same tensors.
       if (context_.on_job_failure) context_.on_job_failure(kReasonModelMismatch, s.message());
@@ -291,10 +319,7 @@ Session::Outcome Session::Initialize(bool restores_own_state) {
     }
     return {CodeOf(s), "init: " + s.message()};
   }
-  // In sync mode a start past step 0 is a resumed job or a restarted
-  // process: no step completes before every worker's first push, which
-  // comes after its init. (In async mode the others may be ahead already.)
-  if (context_.sync && step > 0 && context_.optimizer == "none" && !restores_own_state) {
+  if (needs_own_state && !restores_own_state) {
     init_ = InitState::kNotYet;
     const std::string why =
         "this process starts at step " + std::to_string(step) +

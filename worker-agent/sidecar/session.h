@@ -148,7 +148,8 @@ class Session {
 
   // Runs `work` on the pool; what it returns is the reply to `id`.
   void RunLater(const nlohmann::json& id, std::function<Outcome()> work);
-  Outcome Initialize(bool restores_own_state);
+  // `held`: the steps the program holds its own state of, where it said.
+  Outcome Initialize(bool restores_own_state, const std::optional<std::vector<uint64_t>>& held);
   Outcome WaitFor(const std::vector<Transfer>& transfers);
   void CountSteps(const std::vector<Transfer>& transfers);
   // Pulls every tensor into its values region; *version: their step.

@@ -29,7 +29,9 @@ program's Adam steps; the parameters and Adam's moments are then this
 process's alone, and a job resumed over its checkpoints needs them back:
 `--state-dir DIR` keeps them in DIR at each checkpoint step, and
 kps.resume_with loads those of the step the job resumes at (without it, such
-a start is refused).
+a start is refused). It also says which steps DIR holds: a worker killed after
+the servers' checkpoint of a step and before its own save of it takes the job
+back to the step before.
 
 Rank 0 reports the test accuracy at the end: "test accuracy 0.8455 ...".
 """
@@ -129,7 +131,7 @@ def main():
     rank, size = kps.rank(), kps.size()
     own_state = OwnState(args.state_dir, rank, model, optimizer) if args.state_dir else None
     if own_state:  # before the broadcast, which learns the step the job starts at
-        kps.resume_with(own_state.load)
+        kps.resume_with(own_state.load, held=own_state.steps)
     kps.broadcast_parameters(model.state_dict(), root_rank=0)
 
     global_batch = kps.global_batch()  # spec.batchSize x the workers

@@ -1,8 +1,9 @@
 // Which checkpoint step a job resumes or recovers from (ps-server/scheduler.h):
 // the newest step every shard holds, at the scheduler's first start (a job
 // run again over its checkpoints) and at a recovery; none in common fails
-// the job with a message naming the checkpoint folders. The store's side:
-// checkpoint_store_test.cc.
+// the job with a message naming the checkpoint folders. Where the workers'
+// programs keep the parameters, a step the restarted program holds its own
+// state of. The store's side: checkpoint_store_test.cc.
 #include <memory>
 #include <string>
 #include <vector>
@@ -411,6 +412,98 @@ TEST(RecoveryStepTest, AWorkerThatFinishedBeforeARollbackItCannotRedoFailsTheJob
   EXPECT_THAT(Beat(s, "worker-0", 0, {}, 2).failure(),
               ::testing::HasSubstr("worker 1 (worker-1) finished in generation 0, before the "
                                    "rollback to step 100 (generation 1)"));
+}
+
+// worker-0's beat saying its program cannot start at `start` where it is
+// in `generation`: it holds its own state of `held` only.
+v1::HeartbeatResponse BeatMissingState(Scheduler& s, uint64_t generation, uint64_t start,
+                                       const std::vector<uint64_t>& held,
+                                       uint64_t incarnation = 2) {
+  v1::HeartbeatRequest request;
+  request.set_node_id("worker-0");
+  request.set_incarnation(incarnation);
+  v1::ProgramStateMissing* missing = request.mutable_program_state_missing();
+  missing->set_generation(generation);
+  missing->set_start_step(start);
+  for (uint64_t step : held) missing->add_held_steps(step);
+  v1::HeartbeatResponse response;
+  EXPECT_TRUE(s.Heartbeat(&request, &response).ok());
+  return response;
+}
+
+// worker-0 restarted in a job whose programs keep the parameters, and the
+// job rolled back to 100, which both shards restored (generation 1).
+std::unique_ptr<Scheduler> RolledBackTo100ForARestartedWorker() {
+  auto s = NewJob(/*workers_keep_parameters=*/true);
+  Beat(*s, "server-0", 0, {50, 100});
+  Beat(*s, "server-1", 0, {50, 100});
+  RegisterWorker(*s, /*incarnation=*/2);
+  EXPECT_EQ(Beat(*s, "worker-0", 0, {}, 2).restore_step(), 100u);
+  Beat(*s, "server-0", 1, {50, 100});
+  Beat(*s, "server-1", 1, {50, 100});
+  return s;
+}
+
+// The worker was killed after the servers' checkpoint of 100 and before its
+// program's own save of it was written. Before, the job went on rolling back
+// to 100, where the restarted program could not start, until it failed.
+TEST(HeldStateRollbackTest, AProgramThatHoldsNoStateOfTheRestoreStepTakesTheJobFurtherBack) {
+  auto s = RolledBackTo100ForARestartedWorker();
+  v1::HeartbeatResponse beat = BeatMissingState(*s, 1, 100, {0, 50});
+  EXPECT_EQ(beat.generation(), 2u);
+  EXPECT_EQ(beat.restore_step(), 50u);
+  EXPECT_FALSE(beat.generation_ready()) << "until both shards restored 50";
+  EXPECT_EQ(beat.common_checkpoint_step(), 50) << "100 is of the timeline left";
+  // The same beat again (a lost answer) opens nothing more: it is stale.
+  EXPECT_EQ(BeatMissingState(*s, 1, 100, {0, 50}).generation(), 2u);
+  Beat(*s, "server-0", 2, {50});
+  Beat(*s, "server-1", 2, {50});
+  beat = BeatMissingState(*s, 2, 50, {0, 50});
+  EXPECT_EQ(beat.generation(), 2u) << "the program holds the step it starts at now";
+  EXPECT_TRUE(beat.generation_ready());
+  EXPECT_TRUE(beat.failure().empty()) << beat.failure();
+}
+
+TEST(HeldStateRollbackTest, StepsPastTheStartAndStepsOneShardLacksAreNoPlaceToGoBackTo) {
+  auto s = NewJob(/*workers_keep_parameters=*/true);
+  Beat(*s, "server-0", 0, {50, 100, 150});
+  Beat(*s, "server-1", 0, {100, 150});
+  // Held: 150 of a timeline left, 50 that server-1 no longer holds.
+  v1::HeartbeatResponse beat = BeatMissingState(*s, 0, 120, {50, 100, 150}, 1);
+  EXPECT_EQ(beat.generation(), 1u);
+  EXPECT_EQ(beat.restore_step(), 100u);
+}
+
+TEST(HeldStateRollbackTest, NoStepTheProgramAndEveryShardHoldFailsTheJobNamingBoth) {
+  auto s = RolledBackTo100ForARestartedWorker();
+  EXPECT_THAT(BeatMissingState(*s, 1, 100, {0, 30}).failure(),
+              ::testing::AllOf(HasSubstr("worker-0's program holds its own state of steps 0,30, "
+                                         "not of step 100 where the job is"),
+                               HasSubstr("server-0 holds steps 50,100 in /ckpt/server-0")));
+}
+
+TEST(HeldStateRollbackTest, NothingGoesBackWhileARollbackIsRestoredOrWhereTheServersStep) {
+  auto s = NewJob(/*workers_keep_parameters=*/true);
+  Beat(*s, "server-0", 0, {50, 100});
+  Beat(*s, "server-1", 0, {50, 100});
+  RegisterWorker(*s, /*incarnation=*/2);  // the job goes back to 100
+  EXPECT_EQ(BeatMissingState(*s, 1, 100, {50}).generation(), 1u)
+      << "the shards have not restored 100 yet: the worker has not started";
+  auto servers_optimize = NewJob(/*workers_keep_parameters=*/false);
+  Beat(*servers_optimize, "server-0", 0, {50, 100});
+  Beat(*servers_optimize, "server-1", 0, {50, 100});
+  EXPECT_EQ(BeatMissingState(*servers_optimize, 0, 120, {50}, 1).generation(), 0u)
+      << "the servers hold the parameters: a program needs no state of its own";
+}
+
+TEST(HeldStateRollbackTest, AProgramThatCannotStartAfterAnotherWorkerFinishedFailsTheJob) {
+  std::string key;
+  auto job = TwoWorkersKeepingTheParameters(&key);
+  Scheduler& s = *job;
+  Beat(s, "server-0", 0, {50, 100});
+  FinishWorker1(s, key, /*generation=*/0);
+  EXPECT_THAT(BeatMissingState(s, 0, 100, {50}, 1).failure(),
+              HasSubstr("other workers have finished: their programs cannot go back"));
 }
 
 TEST(RecoveryStepTest, NoCommonStepAtRecoveryFailsTheJob) {

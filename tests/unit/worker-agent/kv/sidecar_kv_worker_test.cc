@@ -333,6 +333,15 @@ TEST_F(SidecarKVWorkerTest, AResumeWithServersThatOnlyAverageNeedsTheProgramsOwn
   ASSERT_TRUE(Eventually([&] { return KVWorker::Connect(options, &kv).ok(); }));
   ASSERT_TRUE(kv->InitTensors({kW.data(), kB.data()}, kSizes).ok());
   EXPECT_EQ(static_cast<SidecarKVWorker*>(kv.get())->start_step(), 40u);
+  kv.reset();
+
+  // It holds its own state of steps 0 and 20 only: the job goes back to 20.
+  options.own_state_steps = std::vector<uint64_t>{0, 20};
+  ASSERT_TRUE(Eventually([&] { return KVWorker::Connect(options, &kv).ok(); }));
+  ASSERT_TRUE(kv->InitTensors({kW.data(), kB.data()}, kSizes).ok());
+  EXPECT_EQ(static_cast<SidecarKVWorker*>(kv.get())->start_step(), 20u);
+  ASSERT_EQ(kv_.held_state_requests().size(), 1u);
+  EXPECT_EQ(kv_.held_state_requests()[0].first, 40u);
 }
 
 TEST_F(SidecarKVWorkerTest, BarrierAndFinishReachTheKVClient) {

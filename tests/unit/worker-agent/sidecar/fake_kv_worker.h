@@ -10,12 +10,14 @@
 #ifndef KUBEPS_TESTS_UNIT_WORKER_AGENT_SIDECAR_FAKE_KV_WORKER_H_
 #define KUBEPS_TESTS_UNIT_WORKER_AGENT_SIDECAR_FAKE_KV_WORKER_H_
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "worker-agent/kv/kv_worker.h"
@@ -126,6 +128,30 @@ class FakeKVWorker : public KVWorker {
   }
   int64_t NewestCommonCheckpoint() const override { return newest_common_checkpoint_; }
   void SetNewestCommonCheckpoint(int64_t step) { newest_common_checkpoint_ = step; }
+  // As a scheduler whose shards hold every step: the job goes back to the
+  // newest held step at or before `start`; with RefuseHeldState, an error.
+  Status RollBackToHeldState(uint64_t start, const std::vector<uint64_t>& held,
+                             uint64_t* resume_step) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    held_state_requests_.push_back({start, held});
+    if (!held_state_refusal_.empty()) return Status::Error(held_state_refusal_);
+    int64_t newest = -1;
+    for (uint64_t step : held) {
+      if (step <= start) newest = std::max(newest, static_cast<int64_t>(step));
+    }
+    if (newest < 0) return Status::Error("no held step at or before the start");
+    version_ = *resume_step = static_cast<uint64_t>(newest);
+    return Status::Ok();
+  }
+  void RefuseHeldState(std::string why) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    held_state_refusal_ = std::move(why);
+  }
+  // (start, held) of every RollBackToHeldState.
+  std::vector<std::pair<uint64_t, std::vector<uint64_t>>> held_state_requests() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return held_state_requests_;
+  }
 
   // --- what a test does to it
 
@@ -242,6 +268,8 @@ class FakeKVWorker : public KVWorker {
   std::vector<std::string> barriers_;
   std::function<StepMembership(uint64_t)> schedule_;
   std::atomic<int64_t> newest_common_checkpoint_{-1};
+  std::vector<std::pair<uint64_t, std::vector<uint64_t>>> held_state_requests_;
+  std::string held_state_refusal_;
   int init_calls_ = 0, finish_calls_ = 0, recover_calls_ = 0;
 };
 

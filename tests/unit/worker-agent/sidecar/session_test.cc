@@ -241,6 +241,46 @@ TEST_F(OwnStateTest, ANewJobWithServersThatOnlyAverageStartsWithoutTheProgramsSt
   EXPECT_EQ(server_->JobFailure().first, "");
 }
 
+// A worker killed after the servers' checkpoint of a step and before its
+// program's own save of it: the program holds the steps before only, and
+// says so. Before, it was started at the step it did not hold.
+TEST_F(OwnStateTest, AProgramThatHoldsNoStateOfTheStartStepTakesTheJobBackToOneItHolds) {
+  auto client = Declared(/*sync=*/true, /*servers_step=*/100);
+  EXPECT_THAT(ExpectError(client->Call({{"op", "init"}, {"own_state_steps", {0, "50"}}}),
+                          "InvalidArgument"),
+              HasSubstr("\"own_state_steps\" must be a list of unsigned integers"));
+  const json init =
+      client->Call({{"op", "init"}, {"restores_own_state", true}, {"own_state_steps", {0, 50}}});
+  ASSERT_TRUE(init.value("ok", false)) << init.dump();
+  EXPECT_EQ(init["step"], 50);
+  ASSERT_EQ(kv_.held_state_requests().size(), 1u);
+  EXPECT_EQ(kv_.held_state_requests()[0].first, 100u);
+  EXPECT_THAT(kv_.held_state_requests()[0].second, ::testing::ElementsAre(0, 50));
+  EXPECT_EQ(server_->JobFailure().first, "");
+}
+
+TEST_F(OwnStateTest, AProgramThatHoldsTheStartStepTakesNothingBack) {
+  auto client = Declared(/*sync=*/true, /*servers_step=*/100);
+  const json init =
+      client->Call({{"op", "init"}, {"restores_own_state", true}, {"own_state_steps", {50, 100}}});
+  ASSERT_TRUE(init.value("ok", false)) << init.dump();
+  EXPECT_EQ(init["step"], 100);
+  EXPECT_TRUE(kv_.held_state_requests().empty());
+}
+
+TEST_F(OwnStateTest, NoStepToGoBackToFailsTheJobSayingWhy) {
+  auto client = Declared(/*sync=*/true, /*servers_step=*/100);
+  kv_.RefuseHeldState(
+      "the scheduler stopped the job: worker-0's program holds its own state "
+      "of steps 30, not of step 100");
+  const json refused =
+      client->Call({{"op", "init"}, {"restores_own_state", true}, {"own_state_steps", {30}}});
+  EXPECT_THAT(ExpectError(refused, "FailedPrecondition"),
+              HasSubstr("holds its own state of steps 30, not of step 100"));
+  EXPECT_EQ(refused.value("reason", ""), "ProgramStateMissing");
+  EXPECT_EQ(server_->JobFailure().first, "ProgramStateMissing");
+}
+
 TEST_F(SessionTest, BarrierNamesAreTheClientsOwn) {
   auto client = Connect();
   ASSERT_TRUE(client->Hello(nonce()).value("ok", false));
