@@ -76,6 +76,7 @@ struct HeartbeatAnswer {
   bool shutdown = false;                // every worker finished: the job is over
   int64_t common_checkpoint_step = -1;  // the newest step every shard holds, -1 = none known
   std::string failure;                  // non-empty: the job cannot go on, and why
+  std::string failure_reason;           // the termination reason it calls for, if any
   // A newer process of this node registered: this one stops, touching nothing.
   bool replaced = false;
   // Servers: every registered worker's current incarnation, by node id.

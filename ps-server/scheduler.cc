@@ -393,6 +393,7 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
   response->set_generation_ready(failure_.empty() && GenerationReady());
   response->set_common_checkpoint_step(common_step_);
   response->set_failure(failure_);
+  response->set_failure_reason(failure_reason_);
   for (auto& id : DeadNodes()) response->add_dead_nodes(id);
   const bool shutdown = MembersFinished();
   response->set_shutdown(shutdown);

@@ -188,6 +188,7 @@ class Scheduler {
   std::map<std::string, std::vector<uint64_t>> checkpoint_steps_;  // servers', newest report
   int64_t common_step_ = -1;
   std::string failure_;
+  std::string failure_reason_;  // where failure_ calls for one (HeartbeatResponse)
   uint64_t epoch_ = 0;
   prometheus::Gauge& registered_;
   prometheus::Gauge& workers_;  // kubeps_job_workers: the newest membership's

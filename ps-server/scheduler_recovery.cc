@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "common/logging.h"
+#include "common/termination_message.h"
 
 namespace kubeps {
 namespace {
@@ -191,6 +192,7 @@ void Scheduler::RollBackToHeldState(const std::string& worker,
                               std::to_string(missing.start_step()) + " where the job is";
   if (!finished_workers_.empty()) {
     failure_ = program + ", and other workers have finished: their programs cannot go back";
+    failure_reason_ = kReasonProgramStateMissing;
     KLOG_ERROR << failure_;
     return;
   }
@@ -200,6 +202,7 @@ void Scheduler::RollBackToHeldState(const std::string& worker,
   if (common < 0) {
     failure_ = program + "; no step of those is one every shard holds a checkpoint of (" +
                DescribeSteps() + "), so the job cannot go back to one";
+    failure_reason_ = kReasonProgramStateMissing;
     KLOG_ERROR << failure_;
     return;
   }

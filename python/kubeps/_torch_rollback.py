@@ -245,6 +245,7 @@ class Snapshots:
         self.objects = []  # registered with restore_on_rollback
         self._snapshots = []  # oldest first
         self._pending = None  # the Snapshot a rollback goes back to, until steps() yields
+        self._pending_load = None  # or resume_with's load, where none was of the step
         self._state_from = None  # the first step the program's state is the state at
         self.kept_before_rollback = []
 
@@ -266,17 +267,19 @@ class Snapshots:
             if not any(o is known for known in self.objects):
                 self.objects.append(o)
 
-    def roll_back(self, step):
+    def roll_back(self, step, load=None):
         """A rollback to `step`: its snapshot goes back in place when steps() next yields (the
         rest of the iteration that found the rollback still runs, on the state it had), and
-        the later ones, of the timeline left, are forgotten.  False where none is kept."""
+        the later ones, of the timeline left, are forgotten.  Where none is of `step`,
+        `load(step)` (resume_with's) runs then instead, if given.  False where neither."""
         self.kept_before_rollback = [(s.first, s.last) for s in self._snapshots]
         self._snapshots = [s for s in self._snapshots if s.first <= step]
         self._pending = next((s for s in self._snapshots if s.last >= step), None)
+        self._pending_load = load if self._pending is None and self.mode == "sync" else None
         for s in self._snapshots:  # the steps after `step` are another timeline's now
             s.last = min(s.last, step)
         self._state_from = step
-        return self._pending is not None
+        return self._pending is not None or self._pending_load is not None
 
     def _worth_keeping(self, floor):
         """The copies to keep beside a new one, at most kept - 1, the likeliest rollback's
@@ -298,6 +301,10 @@ class Snapshots:
         """Before steps() yields `step`: the pending rollback's snapshot put back, then a
         snapshot taken if one is due (the class docstring)."""
         model = getattr(optimizer, "_kubeps_model", None)
+        if self._pending_load is not None:
+            load, self._pending_load = self._pending_load, None
+            with torch.no_grad():
+                load(step)
         if self._pending is not None:
             uncopied = self._pending.restore(optimizer, model, self.objects)
             self._pending = None

@@ -445,8 +445,10 @@ class _DistributedOptimizer(ForwardWaits):
                 self._kubeps_note_skipped()
 
     def _kubeps_roll_back(self, resume_step):
-        restored = self._kubeps_snapshots.roll_back(resume_step)
         servers_optimize = self._kubeps_servers_optimize()
+        # Where no copy is of that step (this process started after it), its own load is.
+        restored = self._kubeps_snapshots.roll_back(
+            resume_step, None if servers_optimize else self._kubeps_resume_loader)
         if servers_optimize:
             with torch.no_grad():
                 for binding in self._kubeps_bindings:

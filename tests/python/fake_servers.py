@@ -118,6 +118,8 @@ class Servers:
     def roll_back(self, resume_step):
         with self.cond:
             for name, history in self.history.items():
+                if min(history) > resume_step:  # to before this process's start
+                    history[resume_step] = history[min(history)]
                 for version in [v for v in history if v > resume_step]:
                     del history[version]
                 self.version[name] = max(history)

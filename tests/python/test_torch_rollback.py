@@ -176,6 +176,17 @@ class RollbackTest(TorchTestCase):
         self.assert_same_state(run, clean)
 
     @requires_fake
+    def test_a_rollback_to_before_the_process_started_loads_the_programs_own_state(self):
+        # Restarted at step 4, then the job went back to 2 (another worker's program held
+        # no state of 4): no copy is of 2, and resume_with's load is.
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run = self.run_job("none", rollback=(8, 2), start_step=4, resume=True)
+        self.assertEqual(run.seen, [4, 5, 6, 7, 8, 2, 3, 4, 5, 6, 7, 8, 9])
+        self.assertEqual(run.loaded, [4, 2])
+        self.assertEqual([str(w.message) for w in caught if "rolled back" in str(w.message)], [])
+
+    @requires_fake
     def test_schedulers_whose_state_holds_their_own_methods_go_back_too(self):
         # CyclicLR keeps a weak reference to its scale method, OneCycleLR its annealing
         # method: neither can be deep-copied, and a copy of a bound method would copy the

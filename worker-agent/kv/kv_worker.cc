@@ -155,6 +155,7 @@ Status KVWorkerImpl::PollHeartbeat() {
   if (!answer.failure.empty()) {
     std::lock_guard<std::mutex> lock(failure_mutex_);
     failure_ = answer.failure;
+    failure_reason_ = answer.failure_reason;
   }
   return Status::Ok();
 }
@@ -170,6 +171,10 @@ void KVWorkerImpl::HeartbeatLoop() {
 }
 
 Status KVWorkerImpl::Recover(uint64_t* resume_step) {
+  return RecoverFrom(generation_, resume_step);
+}
+
+Status KVWorkerImpl::RecoverFrom(uint64_t generation, uint64_t* resume_step) {
   const auto start = Clock::now();
   for (;;) {
     if (Status s = PollHeartbeat();
@@ -180,7 +185,7 @@ Status KVWorkerImpl::Recover(uint64_t* resume_step) {
       std::lock_guard<std::mutex> lock(failure_mutex_);
       if (!failure_.empty()) return Status::Error("the scheduler stopped the job: " + failure_);
     }
-    if (announced_ready_ && announced_generation_ >= generation_) {
+    if (announced_ready_ && announced_generation_ >= generation) {
       *resume_step = announced_step_;
       // The server whose restart opened the recovery may have come back
       // elsewhere (on Kubernetes, a new pod with a new IP).
@@ -218,15 +223,19 @@ Status KVWorkerImpl::RollBackToHeldState(uint64_t start, const std::vector<uint6
     {
       std::lock_guard<std::mutex> lock(failure_mutex_);
       if (!failure_.empty()) {
-        outcome = Status::Error("the scheduler stopped the job: " + failure_);
+        // Its verdict on this request is the program's to hear as such
+        // (FailedPrecondition); any other stop is the job's.
+        outcome = failure_reason_ == kReasonProgramStateMissing
+                      ? Status::FailedPrecondition(failure_)
+                      : Status::Error("the scheduler stopped the job: " + failure_);
         break;
       }
     }
     if (announced_generation_ > asked_in) break;
     if (SecondsSince(start_time) * 1000 > options_.peer_wait_limit_ms) {
-      outcome = Status::Error(
-          "the scheduler did not roll the job back to a step the program "
-          "holds within " +
+      outcome = Status::Unavailable(
+          "the scheduler did not roll the job back to a step the "
+          "program holds within " +
           std::to_string(options_.peer_wait_limit_ms) + " ms");
       break;
     }
@@ -234,7 +243,7 @@ Status KVWorkerImpl::RollBackToHeldState(uint64_t start, const std::vector<uint6
   }
   scheduler_.SayProgramStateMissing(std::nullopt);
   if (!outcome.ok()) return outcome;
-  return Recover(resume_step);
+  return RecoverFrom(asked_in + 1, resume_step);
 }
 
 Status KVWorkerImpl::Membership(uint64_t step, StepMembership* out) {

@@ -57,6 +57,8 @@ class KVWorkerImpl final : public KVWorker {
   Status Barrier(const std::string& name) override;
   Status Finish() override;
   Status Recover(uint64_t* resume_step) override;
+  // Recover, once a generation of at least `generation` is ready.
+  Status RecoverFrom(uint64_t generation, uint64_t* resume_step);
   Status Membership(uint64_t step, StepMembership* out) override;
   int64_t NewestCommonCheckpoint() const override { return announced_common_checkpoint_; }
   Status RollBackToHeldState(uint64_t start, const std::vector<uint64_t>& held,
@@ -186,7 +188,8 @@ class KVWorkerImpl final : public KVWorker {
   std::atomic<uint64_t> announced_step_{0};
   std::atomic<bool> announced_ready_{true};
   std::mutex failure_mutex_;
-  std::string failure_;  // the scheduler's reason to stop the job, if any
+  std::string failure_;         // the scheduler's reason to stop the job, if any
+  std::string failure_reason_;  // and the termination reason it calls for
   // Who computes which step (common/membership.h), as the heartbeats bring
   // it; a fixed job's until then, or for ever.
   mutable std::mutex membership_mutex_;

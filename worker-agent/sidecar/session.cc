@@ -290,16 +290,22 @@ Session::Outcome Session::Initialize(bool restores_own_state,
   // In sync mode a start past step 0 is a resumed job or a restarted
   // process: no step completes before every worker's first push, which
   // comes after its init. (In async mode the others may be ahead already.)
-  const bool needs_own_state = context_.sync && step > 0 && context_.optimizer == "none";
+  auto needs_own_state = [this](uint64_t at) {
+    return context_.sync && at > 0 && context_.optimizer == "none";
+  };
+  auto not_held = [&held](uint64_t at) {
+    return held && std::find(held->begin(), held->end(), at) == held->end();
+  };
+  // The program can start only at a step it saved: the job goes back to one
+  // (unless another recovery comes first, to a step it may not hold either),
+  // or the scheduler finds none and says so.
   bool own_state_missing = false;
-  if (s.ok() && needs_own_state && held &&
-      std::find(held->begin(), held->end(), step) == held->end()) {
-    // The program can start only at a step it saved: the job goes back to
-    // one, or fails saying why.
+  while (s.ok() && restores_own_state && needs_own_state(step) && not_held(step)) {
+    const uint64_t recovered = recoveries_;
     s = context_.kv->RollBackToHeldState(step, *held, &step);
-    own_state_missing = !s.ok();
+    own_state_missing = s.code() == Status::Code::kFailedPrecondition;
     if (s.ok()) s = PullAll(step, &step);
-    if (s.IsAborted()) s = Recover(recoveries, &step);
+    if (s.IsAborted()) s = Recover(recovered, &step);
   }
   std::lock_guard<std::mutex> lock(mutex_);
   if (!s.ok()) {
@@ -319,7 +325,7 @@ Session::Outcome Session::Initialize(bool restores_own_state,
     }
     return {CodeOf(s), "init: " + s.message()};
   }
-  if (needs_own_state && !restores_own_state) {
+  if (needs_own_state(step) && !restores_own_state) {
     init_ = InitState::kNotYet;
     const std::string why =
         "this process starts at step " + std::to_string(step) +

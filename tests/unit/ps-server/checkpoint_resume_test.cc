@@ -476,7 +476,8 @@ TEST(HeldStateRollbackTest, StepsPastTheStartAndStepsOneShardLacksAreNoPlaceToGo
 
 TEST(HeldStateRollbackTest, NoStepTheProgramAndEveryShardHoldFailsTheJobNamingBoth) {
   auto s = RolledBackTo100ForARestartedWorker();
-  EXPECT_THAT(BeatMissingState(*s, 1, 100, {0, 30}).failure(),
+  EXPECT_EQ(BeatMissingState(*s, 1, 100, {0, 30}).failure_reason(), "ProgramStateMissing");
+  EXPECT_THAT(Beat(*s, "server-0", 1, {50, 100}).failure(),
               ::testing::AllOf(HasSubstr("worker-0's program holds its own state of steps 0,30, "
                                          "not of step 100 where the job is"),
                                HasSubstr("server-0 holds steps 50,100 in /ckpt/server-0")));

@@ -129,23 +129,33 @@ class FakeKVWorker : public KVWorker {
   int64_t NewestCommonCheckpoint() const override { return newest_common_checkpoint_; }
   void SetNewestCommonCheckpoint(int64_t step) { newest_common_checkpoint_ = step; }
   // As a scheduler whose shards hold every step: the job goes back to the
-  // newest held step at or before `start`; with RefuseHeldState, an error.
+  // newest held step at or before `start` (FailedPrecondition where none
+  // is); first to the steps RecoverToFirst gave, as other recoveries; with
+  // FailHeldState, `failure`.
   Status RollBackToHeldState(uint64_t start, const std::vector<uint64_t>& held,
                              uint64_t* resume_step) override {
     std::lock_guard<std::mutex> lock(mutex_);
     held_state_requests_.push_back({start, held});
-    if (!held_state_refusal_.empty()) return Status::Error(held_state_refusal_);
+    if (!held_state_failure_.ok()) return held_state_failure_;
     int64_t newest = -1;
     for (uint64_t step : held) {
       if (step <= start) newest = std::max(newest, static_cast<int64_t>(step));
     }
-    if (newest < 0) return Status::Error("no held step at or before the start");
+    if (!other_recoveries_.empty()) {
+      newest = static_cast<int64_t>(other_recoveries_.front());
+      other_recoveries_.erase(other_recoveries_.begin());
+    }
+    if (newest < 0) return Status::FailedPrecondition("no held step at or before the start");
     version_ = *resume_step = static_cast<uint64_t>(newest);
     return Status::Ok();
   }
-  void RefuseHeldState(std::string why) {
+  void FailHeldState(Status failure) {
     std::lock_guard<std::mutex> lock(mutex_);
-    held_state_refusal_ = std::move(why);
+    held_state_failure_ = std::move(failure);
+  }
+  void RecoverToFirst(std::vector<uint64_t> steps) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    other_recoveries_ = std::move(steps);
   }
   // (start, held) of every RollBackToHeldState.
   std::vector<std::pair<uint64_t, std::vector<uint64_t>>> held_state_requests() const {
@@ -269,7 +279,8 @@ class FakeKVWorker : public KVWorker {
   std::function<StepMembership(uint64_t)> schedule_;
   std::atomic<int64_t> newest_common_checkpoint_{-1};
   std::vector<std::pair<uint64_t, std::vector<uint64_t>>> held_state_requests_;
-  std::string held_state_refusal_;
+  Status held_state_failure_ = Status::Ok();
+  std::vector<uint64_t> other_recoveries_;
   int init_calls_ = 0, finish_calls_ = 0, recover_calls_ = 0;
 };
 

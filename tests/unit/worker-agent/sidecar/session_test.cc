@@ -268,11 +268,39 @@ TEST_F(OwnStateTest, AProgramThatHoldsTheStartStepTakesNothingBack) {
   EXPECT_TRUE(kv_.held_state_requests().empty());
 }
 
+TEST_F(OwnStateTest, ARecoveryToAnotherStepTheProgramDoesNotHoldIsGoneBackFromToo) {
+  // A server restarted meanwhile, and its recovery went back to 100 again.
+  auto client = Declared(/*sync=*/true, /*servers_step=*/100);
+  kv_.RecoverToFirst({100});
+  const json init =
+      client->Call({{"op", "init"}, {"restores_own_state", true}, {"own_state_steps", {0, 50}}});
+  ASSERT_TRUE(init.value("ok", false)) << init.dump();
+  EXPECT_EQ(init["step"], 50);
+  EXPECT_EQ(kv_.held_state_requests().size(), 2u);
+}
+
+TEST_F(OwnStateTest, StepsSaidWithoutRestoringTheStateTakeNothingBack) {
+  auto client = Declared(/*sync=*/true, /*servers_step=*/100);
+  const json refused = client->Call({{"op", "init"}, {"own_state_steps", {0, 50}}});
+  EXPECT_THAT(ExpectError(refused, "FailedPrecondition"),
+              HasSubstr("did not say it puts its own state of that step back"));
+  EXPECT_TRUE(kv_.held_state_requests().empty()) << "the job went back for nothing";
+}
+
+TEST_F(OwnStateTest, AJobStoppedWhileItWouldGoBackIsNoFailureOfTheProgram) {
+  auto client = Declared(/*sync=*/true, /*servers_step=*/100);
+  kv_.FailHeldState(Status::Unavailable("the scheduler did not roll the job back within 1 ms"));
+  const json failed =
+      client->Call({{"op", "init"}, {"restores_own_state", true}, {"own_state_steps", {50}}});
+  EXPECT_THAT(ExpectError(failed, "Unavailable"), HasSubstr("did not roll the job back"));
+  EXPECT_EQ(failed.value("reason", ""), "");
+  EXPECT_EQ(server_->JobFailure().first, "") << "a restart may cure it";
+}
+
 TEST_F(OwnStateTest, NoStepToGoBackToFailsTheJobSayingWhy) {
   auto client = Declared(/*sync=*/true, /*servers_step=*/100);
-  kv_.RefuseHeldState(
-      "the scheduler stopped the job: worker-0's program holds its own state "
-      "of steps 30, not of step 100");
+  kv_.FailHeldState(Status::FailedPrecondition(
+      "worker-0's program holds its own state of steps 30, not of step 100"));
   const json refused =
       client->Call({{"op", "init"}, {"restores_own_state", true}, {"own_state_steps", {30}}});
   EXPECT_THAT(ExpectError(refused, "FailedPrecondition"),
