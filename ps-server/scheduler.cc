@@ -87,7 +87,12 @@ Scheduler::Scheduler(const SchedulerOptions& options, MetricsServer* metrics)
                                  "Nodes (servers and workers) registered with the scheduler")),
       workers_(metrics->Gauge("kubeps_job_workers",
                               "Workers that compute the job's steps (an elastic job's change "
-                              "with the membership)")) {
+                              "with the membership)")),
+      common_checkpoint_(metrics->Gauge(
+          "kubeps_scheduler_common_checkpoint_step",
+          "The newest step every shard holds a checkpoint of (-1: none known): the step a "
+          "recovery goes back to")) {
+  common_checkpoint_.Set(-1);
   workers_.Set(static_cast<double>(elastic_.Members().size()));
 }
 
@@ -392,6 +397,7 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
   response->set_keep_state(current && it->second.keeps_state);
   response->set_generation_ready(failure_.empty() && GenerationReady());
   response->set_common_checkpoint_step(common_step_);
+  common_checkpoint_.Set(static_cast<double>(common_step_));
   response->set_failure(failure_);
   response->set_failure_reason(failure_reason_);
   for (auto& id : DeadNodes()) response->add_dead_nodes(id);

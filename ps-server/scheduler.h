@@ -191,7 +191,8 @@ class Scheduler {
   std::string failure_reason_;  // where failure_ calls for one (HeartbeatResponse)
   uint64_t epoch_ = 0;
   prometheus::Gauge& registered_;
-  prometheus::Gauge& workers_;  // kubeps_job_workers: the newest membership's
+  prometheus::Gauge& workers_;            // kubeps_job_workers: the newest membership's
+  prometheus::Gauge& common_checkpoint_;  // common_step_ as the last heartbeat answered it
 };
 
 }  // namespace kubeps

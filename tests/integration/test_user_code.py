@@ -14,7 +14,6 @@ own state of the step it resumes at, and fails saying so without it; a manifest 
 neither a model nor a program fails `kubeps validate`, saying so, and the
 built-in trainer as the program refuses the servers' optimizer none.
 """
-import glob
 import os
 import re
 import signal
@@ -23,7 +22,8 @@ import tempfile
 import time
 import unittest
 
-from jobtools import BIN_DIR, DATASET, KUBEPS, replica_pids, run_job, write_manifest
+from jobtools import (BIN_DIR, DATASET, KUBEPS, metric, read_ports, replica_pids, run_job,
+                      scrape, write_manifest)
 from user_code_job import (EXAMPLE, KILL_AFTER_STEP, MIN_ACCURACY, RANK, STEPS, UserCodeJobCase,
                            accuracy_of, differing_parameters, example_manifest, worker_process)
 
@@ -275,15 +275,17 @@ class UserCodeTest(UserCodeJobCase):
             f.write(text)
 
     def wait_for_the_servers_checkpoint(self, job, step, timeout=60):
-        """Until every server's checkpoint of `step` is written, and then for the
-        scheduler to have heard of it (the servers say their steps every 0.5 s)."""
-        pattern = os.path.join(job.run_dir, "checkpoints", "server-*", "step-%020d.ckpt" % step)
+        """Until the scheduler says that every server holds a checkpoint of `step`
+        (kubeps_scheduler_common_checkpoint_step)."""
         deadline = time.time() + timeout
-        while len(glob.glob(pattern)) < 2:
-            self.assertLess(time.time(), deadline, "no checkpoint of step %d; output:\n%s"
-                            % (step, job.output()))
+        while True:
+            ports = read_ports(job.run_dir, "scheduler-0")
+            common = metric(scrape(ports[1]), "kubeps_scheduler_common_checkpoint_step")
+            if common == step:
+                return
+            self.assertLess(time.time(), deadline, "the scheduler's newest common checkpoint "
+                            "is %s, not %d; output:\n%s" % (common, step, job.output()))
             time.sleep(0.05)
-        time.sleep(2)
 
     def test_a_program_whose_model_diverges_fails_the_job_saying_why(self):
         # SGD with learning rate 1e10 on the servers: within a few steps the
