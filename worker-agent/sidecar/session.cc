@@ -310,19 +310,9 @@ Session::Outcome Session::Initialize(bool restores_own_state,
   std::lock_guard<std::mutex> lock(mutex_);
   if (!s.ok()) {
     init_ = InitState::kNotYet;
-    if (own_state_missing) {
-      if (context_.on_job_failure) context_.on_job_failure(kReasonProgramStateMissing, s.message());
-      Outcome refused{kFailedPrecondition, "init: " + s.message()};
-      refused.fields = {{"reason", kReasonProgramStateMissing}};
-      return refused;
-    }
-    if (IsModelMismatchRefusal(s)) {
-      // Not this process's to retry: every rerun declares the same tensors.
-      if (context_.on_job_failure) context_.on_job_failure(kReasonModelMismatch, s.message());
-      Outcome refused{kFailedPrecondition, "init: " + s.message()};
-      refused.fields = {{"reason", kReasonModelMismatch}};
-      return refused;
-    }
+    if (own_state_missing) return RefuseInit(kReasonProgramStateMissing, s.message());
+    // Not this process's to retry: every rerun declares the same tensors.
+    if (IsModelMismatchRefusal(s)) return RefuseInit(kReasonModelMismatch, s.message());
     return {CodeOf(s), "init: " + s.message()};
   }
   if (needs_own_state(step) && !restores_own_state) {
@@ -337,10 +327,7 @@ Session::Outcome Session::Initialize(bool restores_own_state,
         "The job resumed over the checkpoints of an earlier run in spec.checkpoint.path (give "
         "a new run a new path, or spec.checkpoint.resume: false), or this worker restarted "
         "mid-job";
-    if (context_.on_job_failure) context_.on_job_failure(kReasonProgramStateMissing, why);
-    Outcome refused{kFailedPrecondition, "init: " + why};
-    refused.fields = {{"reason", kReasonProgramStateMissing}};
-    return refused;
+    return RefuseInit(kReasonProgramStateMissing, why);
   }
   init_ = InitState::kDone;
   if (context_.on_job_failure_cured) context_.on_job_failure_cured(kReasonProgramStateMissing);
@@ -352,6 +339,13 @@ Session::Outcome Session::Initialize(bool restores_own_state,
   Outcome ok;
   ok.fields = {{"step", step}};
   return ok;
+}
+
+Session::Outcome Session::RefuseInit(const char* reason, const std::string& why) {
+  if (context_.on_job_failure) context_.on_job_failure(reason, why);
+  Outcome refused{kFailedPrecondition, "init: " + why};
+  refused.fields = {{"reason", reason}};
+  return refused;
 }
 
 Status Session::PullAll(uint64_t min_version, uint64_t* version) {

@@ -150,6 +150,8 @@ class Session {
   void RunLater(const nlohmann::json& id, std::function<Outcome()> work);
   // `held`: the steps the program holds its own state of, where it said.
   Outcome Initialize(bool restores_own_state, const std::optional<std::vector<uint64_t>>& held);
+  // An init no rerun of the program cures: the job fails with `reason`.
+  Outcome RefuseInit(const char* reason, const std::string& why);
   Outcome WaitFor(const std::vector<Transfer>& transfers);
   void CountSteps(const std::vector<Transfer>& transfers);
   // Pulls every tensor into its values region; *version: their step.
