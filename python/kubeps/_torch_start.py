@@ -13,8 +13,9 @@ ProgramStateMissing): trained on from fresh values, the job would end "Succeeded
 model that never learned. The program may not hold the step the job is at: killed after the
 servers' checkpoint of a step and before its own save of it was written, it restarts at that
 step. With `resume_with(load, held)` it says which steps it holds, and the job goes back to
-the newest of them every shard holds too (or fails, saying so, where there is none). `load` runs first whatever the servers' optimizer, so that what
-only the program keeps (the model's buffers, a loss scaler, an LR scheduler) comes back too.
+the newest of them every shard holds too (or fails, saying so, where there is none).
+`load` runs first whatever the servers' optimizer, so that what only the program keeps
+(the model's buffers, a loss scaler, an LR scheduler) comes back too.
 
 In an async job the start step says nothing of a resume (the other workers may have pushed
 already): `load` is not called, and a start past 0 with `none` is only warned of.
