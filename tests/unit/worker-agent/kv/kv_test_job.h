@@ -50,6 +50,8 @@ struct JobOptions {
   // The address shard `i` registers, given the one it listens on: another
   // in front of it (a proxy). Unset: its own.
   std::function<std::string(int i, const std::string& listening)> front;
+  // The servers' optimizer none: the workers' programs keep the parameters.
+  bool workers_keep_parameters = false;
 };
 
 // A job's server side: the scheduler and kServers shards, running.
@@ -60,6 +62,7 @@ class Job {
     options.num_servers = kServers;
     options.num_workers = kWorkers;
     options.token = JobToken::Fixed(kToken);
+    options.workers_keep_parameters = job_options.workers_keep_parameters;
     scheduler_ = std::make_unique<SchedulerService>(options, &NullMetrics());
     scheduler_server_ = Serve(scheduler_.get(), &scheduler_port_);
 

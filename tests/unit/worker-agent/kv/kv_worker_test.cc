@@ -328,11 +328,8 @@ TEST(KVWorkerBatchTest, AServerHoldingMorePartsThanOneRequestMayNameIsServed) {
   ExpectWorkersSucceed(&workers, 60s);
 }
 
-// The newest step both shards hold a checkpoint of reaches the workers with
-// the scheduler's heartbeats: a program keeps no copy of its state older.
-TEST(KVWorkerCheckpointsTest, TheNewestCommonCheckpointComesWithTheHeartbeats) {
-  Job job;
-  ASSERT_TRUE(job.ok()) << job.error();
+// Workers started against `job`, or none where one failed to.
+std::vector<std::unique_ptr<KVWorker>> StartWorkers(Job& job) {
   std::vector<std::future<std::unique_ptr<KVWorker>>> starting;
   for (int w = 0; w < kWorkers; ++w) {
     KVOptions options = job.WorkerOptions(w);
@@ -344,11 +341,21 @@ TEST(KVWorkerCheckpointsTest, TheNewestCommonCheckpointComesWithTheHeartbeats) {
   }
   std::vector<std::unique_ptr<KVWorker>> workers;
   for (auto& f : starting) {
-    ASSERT_EQ(f.wait_for(30s), std::future_status::ready) << "a worker hung";
+    if (f.wait_for(30s) != std::future_status::ready) return {};
     workers.push_back(f.get());
-    ASSERT_NE(workers.back(), nullptr);
-    EXPECT_EQ(workers.back()->NewestCommonCheckpoint(), -1) << "none written yet";
+    if (!workers.back()) return {};
   }
+  return workers;
+}
+
+// The newest step both shards hold a checkpoint of reaches the workers with
+// the scheduler's heartbeats: a program keeps no copy of its state older.
+TEST(KVWorkerCheckpointsTest, TheNewestCommonCheckpointComesWithTheHeartbeats) {
+  Job job;
+  ASSERT_TRUE(job.ok()) << job.error();
+  std::vector<std::unique_ptr<KVWorker>> workers = StartWorkers(job);
+  ASSERT_EQ(workers.size(), static_cast<size_t>(kWorkers)) << "a worker did not start";
+  for (const auto& kv : workers) EXPECT_EQ(kv->NewestCommonCheckpoint(), -1) << "none written yet";
   for (const auto& [server, steps] : std::vector<std::pair<std::string, std::vector<uint64_t>>>{
            {"server-0", {100, 200, 300}}, {"server-1", {100, 200}}}) {
     v1::HeartbeatRequest beat;
@@ -368,6 +375,58 @@ TEST(KVWorkerCheckpointsTest, TheNewestCommonCheckpointComesWithTheHeartbeats) {
   for (auto& kv : workers)
     ending.push_back(std::async(std::launch::async, [&kv] { return EndWorker(kv.get()); }));
   ExpectWorkersSucceed(&ending, 30s);
+}
+
+// Both shards say they hold `steps`, and that they restored every
+// generation the scheduler opens, until `done`.
+std::thread ShardsThatRestoreAtOnce(Job& job, std::vector<uint64_t> steps,
+                                    std::atomic<bool>* done) {
+  return std::thread([&job, steps, done] {
+    uint64_t generation = 0;
+    while (!*done) {
+      for (const char* server : {"server-0", "server-1"}) {
+        v1::HeartbeatRequest beat;
+        beat.set_node_id(server);
+        beat.set_incarnation(1);
+        beat.set_restored_generation(generation);
+        for (uint64_t step : steps) beat.add_checkpoint_steps(step);
+        v1::HeartbeatResponse answer;
+        if (job.scheduler().scheduler().Heartbeat(&beat, &answer).ok())
+          generation = std::max(generation, answer.generation());
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+  });
+}
+
+// With the servers' optimizer none a restarted program can start only at a
+// step it saved: one killed before its save of the servers' newest
+// checkpoint step asks, through its agent's heartbeats, for the job to go
+// back to the newest step it and every shard hold.
+TEST(KVWorkerHeldStateTest, TheJobGoesBackToTheNewestStepTheProgramAndEveryShardHold) {
+  JobOptions options;
+  options.workers_keep_parameters = true;
+  Job job(options);
+  ASSERT_TRUE(job.ok()) << job.error();
+  std::vector<std::unique_ptr<KVWorker>> workers = StartWorkers(job);
+  ASSERT_EQ(workers.size(), static_cast<size_t>(kWorkers)) << "a worker did not start";
+  std::atomic<bool> done{false};
+  std::thread shards = ShardsThatRestoreAtOnce(job, {50, 100}, &done);
+  uint64_t resume = 0;
+  Status s = workers[0]->RollBackToHeldState(100, {0, 50}, &resume);
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(resume, 50u);
+  uint64_t other = 0;
+  ASSERT_TRUE(workers[1]->Recover(&other).ok());
+  EXPECT_EQ(other, 50u) << "every worker goes back there";
+
+  // Now it holds only a step no shard holds: the scheduler's verdict.
+  s = workers[0]->RollBackToHeldState(50, {30}, &resume);
+  EXPECT_EQ(s.code(), Status::Code::kFailedPrecondition) << s.message();
+  EXPECT_THAT(s.message(), HasSubstr("worker-0's program holds its own state of steps 30, not "
+                                     "of step 50 where the job is"));
+  done = true;
+  shards.join();
 }
 
 // A port on which nothing listens: bound once, then closed.
