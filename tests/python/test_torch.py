@@ -68,6 +68,16 @@ class TorchTestCase(unittest.TestCase):
         kps.init(socket_dir=self.agent.socket_dir, timeout=10)
         return self.agent
 
+    def linear_over_none(self, start_step, **options):
+        """A Linear(2, 1) with SGD over servers that only average (optimizer none), which
+        hold 9.0 everywhere and are at `start_step`."""
+        model = torch.nn.Linear(2, 1)
+        self.connect(optimizer="none", server_values={"weight": [9.0, 9.0], "bias": [9.0]},
+                     start_step=start_step, **options)
+        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                 named_parameters=model.named_parameters())
+        return model
+
     def tearDown(self):
         reset_kubeps()
         if getattr(self, "agent", None) is not None and self.agent.fake is not None:
@@ -385,11 +395,7 @@ class StartAndRecovery(TorchTestCase):
     def test_a_start_past_step_0_with_servers_that_only_average_needs_the_programs_state(self):
         # The servers hold averaged gradients, not parameters: a program resumed at step 3
         # from fresh values would end with a model that never learned.
-        model = torch.nn.Linear(2, 1)
-        self.connect(optimizer="none", server_values={"weight": [9.0, 9.0], "bias": [9.0]},
-                     start_step=3)
-        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                 named_parameters=model.named_parameters())
+        model = self.linear_over_none(start_step=3)
         with self.assertRaises(FailedPrecondition) as caught:
             kps.broadcast_parameters(model.state_dict())
         self.assertEqual(caught.exception.reason, "ProgramStateMissing")
@@ -398,11 +404,7 @@ class StartAndRecovery(TorchTestCase):
 
     @requires_fake
     def test_resume_with_puts_the_programs_own_state_of_the_start_step_back(self):
-        model = torch.nn.Linear(2, 1)
-        self.connect(optimizer="none", server_values={"weight": [9.0, 9.0], "bias": [9.0]},
-                     start_step=3)
-        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                             named_parameters=model.named_parameters())
+        model = self.linear_over_none(start_step=3)
         loaded = []
 
         def load(step):
@@ -422,11 +424,7 @@ class StartAndRecovery(TorchTestCase):
     @requires_fake
     def test_a_program_that_holds_no_state_of_the_start_step_starts_at_one_it_holds(self):
         # Killed after the servers' checkpoint of step 100, before its own save of it.
-        model = torch.nn.Linear(2, 1)
-        self.connect(optimizer="none", server_values={"weight": [9.0, 9.0], "bias": [9.0]},
-                     start_step=100)
-        kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                 named_parameters=model.named_parameters())
+        model = self.linear_over_none(start_step=100)
         with self.assertRaises(InvalidArgument):
             kps.resume_with(print, held=[0, 50])
         loaded = []

@@ -213,37 +213,17 @@ Status KVWorkerImpl::RollBackToHeldState(uint64_t start, const std::vector<uint6
   missing.set_generation(asked_in);
   missing.set_start_step(start);
   for (uint64_t step : held) missing.add_held_steps(step);
-  // Said in every beat until the rollback is announced: a lost beat loses
+  // Said in every beat until the rollback is ready: a lost beat loses
   // nothing, and the scheduler acts once (a generation later, it is stale).
   scheduler_.SayProgramStateMissing(std::move(missing));
-  const auto start_time = Clock::now();
-  Status outcome = Status::Ok();
-  for (;;) {
-    [[maybe_unused]] Status beat = PollHeartbeat();
-    {
-      std::lock_guard<std::mutex> lock(failure_mutex_);
-      if (!failure_.empty()) {
-        // Its verdict on this request is the program's to hear as such
-        // (FailedPrecondition); any other stop is the job's.
-        outcome = failure_reason_ == kReasonProgramStateMissing
-                      ? Status::FailedPrecondition(failure_)
-                      : Status::Error("the scheduler stopped the job: " + failure_);
-        break;
-      }
-    }
-    if (announced_generation_ > asked_in) break;
-    if (SecondsSince(start_time) * 1000 > options_.peer_wait_limit_ms) {
-      outcome = Status::Unavailable(
-          "the scheduler did not roll the job back to a step the "
-          "program holds within " +
-          std::to_string(options_.peer_wait_limit_ms) + " ms");
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  Status recovered = RecoverFrom(asked_in + 1, resume_step);
   scheduler_.SayProgramStateMissing(std::nullopt);
-  if (!outcome.ok()) return outcome;
-  return RecoverFrom(asked_in + 1, resume_step);
+  // The scheduler's verdict on this request is the program's to hear as
+  // such (FailedPrecondition); any other stop is the job's.
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  if (!recovered.ok() && failure_reason_ == kReasonProgramStateMissing)
+    return Status::FailedPrecondition(failure_);
+  return recovered;
 }
 
 Status KVWorkerImpl::Membership(uint64_t step, StepMembership* out) {

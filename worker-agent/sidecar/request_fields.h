@@ -45,6 +45,17 @@ class Fields {
     return true;
   }
 
+  bool Bool(const char* name, bool* out, bool required) {
+    if (!Has(name)) return !required || Missing(name);
+    const nlohmann::json& value = request_[name];
+    if (!value.is_boolean()) {
+      return Bad(std::string(op_) + ": \"" + name + "\" must be true or false, got " +
+                 value.dump());
+    }
+    *out = value.get<bool>();
+    return true;
+  }
+
   bool String(const char* name, std::string* out, bool required) {
     if (!Has(name)) return !required || Missing(name);
     const nlohmann::json& value = request_[name];

@@ -243,17 +243,13 @@ Status Session::LinkKVSegment(const std::vector<uint64_t>& numels,
 }
 
 std::optional<Session::Outcome> Session::StartInit(const json& id, const json& request) {
-  const auto said = request.find("restores_own_state");
-  if (said != request.end() && !said->is_boolean()) {
-    return Outcome{kInvalidArgument, "init: restores_own_state: expected true or false"};
-  }
-  const bool restores_own_state = said != request.end() && said->get<bool>();
   Fields fields(request, "init");
+  bool restores_own_state = false;
   std::optional<std::vector<uint64_t>> held;
-  if (fields.Has("own_state_steps")) {
-    held.emplace();
-    if (!fields.UnsignedList("own_state_steps", &*held, true))
-      return Outcome{kInvalidArgument, fields.error};
+  if (fields.Has("own_state_steps")) held.emplace();
+  if (!fields.Bool("restores_own_state", &restores_own_state, false) ||
+      (held && !fields.UnsignedList("own_state_steps", &*held, true))) {
+    return Outcome{kInvalidArgument, fields.error};
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -388,12 +388,18 @@ void FinishWorker1(Scheduler& s, const std::string& key, uint64_t generation) {
   ASSERT_TRUE(s.Finish(&finish, &finished).ok());
 }
 
-TEST(RecoveryStepTest, AWorkerRestartedAfterAnotherFinishedRollsNothingBack) {
+// The same, the shard holding `steps`, once worker-1 has finished.
+std::unique_ptr<Scheduler> Worker1FinishedOver(const std::vector<uint64_t>& steps) {
   std::string key;
   auto job = TwoWorkersKeepingTheParameters(&key);
+  Beat(*job, "server-0", 0, steps);
+  FinishWorker1(*job, key, /*generation=*/0);
+  return job;
+}
+
+TEST(RecoveryStepTest, AWorkerRestartedAfterAnotherFinishedRollsNothingBack) {
+  auto job = Worker1FinishedOver({100, 200});
   Scheduler& s = *job;
-  Beat(s, "server-0", 0, {100, 200});
-  FinishWorker1(s, key, /*generation=*/0);
   RegisterWorker(s, /*incarnation=*/2);  // worker-0, its program restarted at the end
   EXPECT_EQ(Beat(s, "worker-0", 0, {}, 2).generation(), 0u)
       << "worker-1's program has ended: it could not redo the steps";
@@ -498,12 +504,8 @@ TEST(HeldStateRollbackTest, NothingGoesBackWhileARollbackIsRestoredOrWhereTheSer
 }
 
 TEST(HeldStateRollbackTest, AProgramThatCannotStartAfterAnotherWorkerFinishedFailsTheJob) {
-  std::string key;
-  auto job = TwoWorkersKeepingTheParameters(&key);
-  Scheduler& s = *job;
-  Beat(s, "server-0", 0, {50, 100});
-  FinishWorker1(s, key, /*generation=*/0);
-  EXPECT_THAT(BeatMissingState(s, 0, 100, {50}, 1).failure(),
+  auto job = Worker1FinishedOver({50, 100});
+  EXPECT_THAT(BeatMissingState(*job, 0, 100, {50}, 1).failure(),
               HasSubstr("other workers have finished: their programs cannot go back"));
 }
 
