@@ -74,7 +74,22 @@ Status RemoteStore::Init(trainer::Model& model) {
     if (Status s = kv_->Recover(&start_step_); !s.ok()) return s;
   }
   // Every worker, rank 0 included, starts from what the servers hold.
-  return PullAll(start_step_);
+  if (!sync_) return PullAll(start_step_);
+  // Sync: at the servers' step, which is past the last recovery's for a
+  // worker restarted mid-job. Started at the recovery's, it would compute
+  // every step since (each gradient dropped as one of a step applied) while
+  // the other workers wait. A worker killed between its pushes to two parts
+  // left them a step apart: asked again for the smaller version, the part
+  // ahead is answered as it was then, so the model holds one step's values.
+  uint64_t servers_step = 0;
+  Status pulled = Wait(kv_->Pull(values_, start_step_), &servers_step);
+  if (pulled.ok() && servers_step > start_step_) {
+    start_step_ = servers_step;
+    joins_running_job_ = true;
+    pulled = Wait(kv_->Pull(values_, start_step_));
+  }
+  FollowValues(0, values_.size());
+  return pulled;
 }
 
 Status RemoteStore::PullAll(uint64_t version) {
@@ -83,9 +98,9 @@ Status RemoteStore::PullAll(uint64_t version) {
   return pulled;
 }
 
-Status RemoteStore::Wait(KVWorker::Ticket ticket) {
+Status RemoteStore::Wait(KVWorker::Ticket ticket, uint64_t* version) {
   const auto start = std::chrono::steady_clock::now();
-  Status status = kv_->Wait(ticket);
+  Status status = version != nullptr ? kv_->WaitWithVersion(ticket, version) : kv_->Wait(ticket);
   waited_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return status;

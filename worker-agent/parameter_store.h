@@ -29,6 +29,9 @@ class ParameterStore {
   // The step training starts from: 0, or, for a job run again over its
   // checkpoints (or a worker restarted mid-job), the step the job resumes at.
   uint64_t start_step() const { return start_step_; }
+  // Whether that step is the running job's, past its last recovery's: this
+  // process joins workers that trained on (restarted, or taken in).
+  bool joins_running_job() const { return joins_running_job_; }
   // Applies the gradients computed on the parameters of `step` and leaves
   // the next parameters in the model. A RolledBack status means the job
   // went back to an earlier step: call Resume().
@@ -66,6 +69,7 @@ class ParameterStore {
 
  protected:
   uint64_t start_step_ = 0;
+  bool joins_running_job_ = false;
   double waited_seconds_ = 0;  // TakeWaitedSeconds
 };
 
@@ -141,8 +145,9 @@ class RemoteStore : public ParameterStore, private trainer::StepObserver {
   void FollowValues(size_t first, size_t end);
   // Pulls every tensor's values of `version` and waits for them.
   Status PullAll(uint64_t version);
-  // KVWorker::Wait, its time counted as waited.
-  Status Wait(KVWorker::Ticket ticket);
+  // KVWorker::Wait, its time counted as waited; *version, where given,
+  // receives the smallest version a pull answered.
+  Status Wait(KVWorker::Ticket ticket, uint64_t* version = nullptr);
   void ParametersNeeded(size_t first, size_t end) override;
   void GradientsReady(size_t first, size_t end) override;
   void LossComputed(float loss) override;

@@ -85,9 +85,14 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
   const uint64_t first_step = step;
   bool trained = false;  // this process computed a step: not a member any more means scaled away
   global_step.Set(static_cast<double>(step));
-  if (step > 0)
+  if (store.joins_running_job() && share.global_batch > 0 && share.member) {
+    // An elastic job takes a worker in at a step (below, where it is not
+    // one of this step's): this one is.
+    PrintLine("joined the job at step " + std::to_string(step));
+  } else if (step > 0) {
     PrintLine("resuming at step " + std::to_string(step) + " of " + std::to_string(total_steps) +
-              " from the shards' checkpoints");
+              " from the servers' parameters of that step");
+  }
   while (step < total_steps) {
     const int epoch = static_cast<int>(step / steps_per_epoch);
     const int64_t s = static_cast<int64_t>(step % steps_per_epoch);

@@ -3,6 +3,7 @@ fail on their own) and the job ends as its restart policy says, with the
 reason on the runner's last line and no process left behind."""
 import json
 import os
+import re
 import signal
 import tempfile
 import time
@@ -112,9 +113,20 @@ class RestartTest(unittest.TestCase):
                  "bit-identical" if same else "differ"))
         self.assertLess(recovery, 10.0, job.output())
         self.assertLess(abs(killed_accuracy - clean_accuracy), 0.01)
-        # Sync mode, and a shard takes one gradient per worker and step: the
-        # restarted worker's replayed steps change nothing, so the job ends
-        # with exactly the parameters of the run without the kill.
+        # The restarted worker starts where the servers are, not at step 0:
+        # before, it computed every step again (each gradient dropped as one
+        # of a step applied) while worker 1 waited, 6 s for the CNN killed at
+        # step 185, hours for a long job.
+        resumed = re.findall(r"^\[worker 0\] resuming at step (\d+) of %d" % STEPS,
+                             job.output(), re.MULTILINE)
+        self.assertEqual(len(resumed), 1, job.output())
+        self.assertGreaterEqual(int(resumed[0]), before, job.output())
+        redone = [p for p in job.progress(rank=0) if p["time"] > killed_at and p["total_steps"] < before]
+        self.assertEqual(redone, [], "the restarted worker computed steps the job had done")
+        # Sync mode, and a shard takes one gradient per worker and step: a
+        # step the killed worker had pushed part of changes nothing when it
+        # is computed again, so the job ends with exactly the parameters of
+        # the run without the kill.
         self.assertTrue(same, "parameters after the kill differ from the clean run's")
         # Both workers ran every step of the job.
         for rank in (0, 1):

@@ -242,5 +242,40 @@ TEST(RemoteStoreTest, ANonFiniteLossSendsNothingWhenTheJobFailsOnIt) {
   }
 }
 
+// A worker restarted mid-job starts at the servers' step. Before, it started
+// at the step of the job's last recovery (0 where there was none) and
+// computed every step since, each gradient dropped as one of a step already
+// applied, while the other workers waited: 6 s for the CNN killed at step
+// 185, hours for a long job.
+TEST(RemoteStoreTest, ARestartedWorkerStartsAtTheServersStepNotTheLastRecoverys) {
+  FakeKVWorker kv;
+  kv.SetVersion(40);  // the other workers trained on; no recovery since the start
+  auto model = trainer::MakeModel("mlp");
+  model->Initialize(7);
+  RemoteStore store(&kv, /*sync=*/true, PerLayer(false));
+  ASSERT_TRUE(store.Init(*model).ok());
+  EXPECT_EQ(store.start_step(), 40u);
+  EXPECT_TRUE(store.joins_running_job());
+  // Asked again for that step: a part one step ahead (the worker killed
+  // between its pushes) is answered as it was then.
+  ASSERT_FALSE(kv.pull_versions().empty());
+  EXPECT_EQ(kv.pull_versions().back(), 40u);
+  for (size_t k = 0; k < kv.store().size(); ++k)
+    EXPECT_EQ(model->parameters()[k].value, kv.store()[k]);
+}
+
+// In an async job a step counts this worker's updates: it starts where the
+// job's last recovery left it, whatever the servers applied since.
+TEST(RemoteStoreTest, AnAsyncWorkerStartsAtTheLastRecoverysStep) {
+  FakeKVWorker kv;
+  kv.SetVersion(40);
+  auto model = trainer::MakeModel("mlp");
+  model->Initialize(7);
+  RemoteStore store(&kv, /*sync=*/false, PerLayer(false));
+  ASSERT_TRUE(store.Init(*model).ok());
+  EXPECT_EQ(store.start_step(), 0u);
+  EXPECT_FALSE(store.joins_running_job());
+}
+
 }  // namespace
 }  // namespace kubeps

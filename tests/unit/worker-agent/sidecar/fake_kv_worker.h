@@ -104,9 +104,13 @@ class FakeKVWorker : public KVWorker {
   Status Recover(uint64_t* resume_step) override {
     std::lock_guard<std::mutex> lock(mutex_);
     ++recover_calls_;
+    // The servers go back only where a rollback was announced; the step said
+    // is the job's last recovery's, as the scheduler's (0 before any).
+    if (generation_ < announced_generation_) {
+      store_ = rollback_values_;
+      version_ = rollback_step_;
+    }
     generation_ = announced_generation_;
-    store_ = rollback_values_;
-    version_ = rollback_step_;
     *resume_step = rollback_step_;
     return Status::Ok();
   }
