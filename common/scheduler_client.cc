@@ -112,6 +112,7 @@ Status SchedulerClient::Register(int* rank) {
   });
   if (!s.ok()) return s;
   *rank = response.rank();
+  if (response.resume_step() > step_) step_ = response.resume_step();
   {
     std::lock_guard<std::mutex> lock(key_mutex_);
     registration_key_ = response.registration_key();

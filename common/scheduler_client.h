@@ -112,6 +112,10 @@ class SchedulerClient {
   // Workers: the step they are about to compute, sent with every beat (an
   // elastic job's scheduler extends its membership lease from it).
   void ReportStep(uint64_t step) { step_ = step; }
+  // The step said last: ReportStep's, or before it, where this process
+  // replaced another of its node in an async job, the step that one said
+  // last (RegisterResponse.resume_step).
+  uint64_t reported_step() const { return step_; }
   // Servers: a heartbeat answered that the job is over; every beat from now
   // on says this server heard it (the scheduler waits for that word).
   void SayJobOverHeard() { heard_job_over_ = true; }

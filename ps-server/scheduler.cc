@@ -156,6 +156,8 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
       }
     }
     rank = existing->second.info.rank();
+    if (node.role() == v1::WORKER && !options_.sync)
+      response->set_resume_step(existing->second.reported_step);
     if (node.role() == v1::SERVER) {
       checkpoint_steps_[node.node_id()].assign(node.checkpoint_steps().begin(),
                                                node.checkpoint_steps().end());
@@ -370,7 +372,10 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
   }
   if (it != members_.end() && it->second.info.incarnation() == request->incarnation()) {
     it->second.last_seen = Clock::now();
-    if (it->second.info.role() == v1::WORKER) elastic_.ReportStep(request->step(), Clock::now());
+    if (it->second.info.role() == v1::WORKER) {
+      elastic_.ReportStep(request->step(), Clock::now());
+      it->second.reported_step = std::max(it->second.reported_step, request->step());
+    }
     if (it->second.info.role() == v1::WORKER && request->has_program_state_missing())
       RollBackToHeldState(it->first, request->program_state_missing());
   }

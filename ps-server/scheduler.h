@@ -132,6 +132,9 @@ class Scheduler {
     // An async job's server whose process started after the job did: it
     // keeps what it loaded (HeartbeatResponse.keep_state).
     bool keeps_state = false;
+    // Async workers: the largest step this node's processes said in their
+    // beats (RegisterResponse.resume_step).
+    uint64_t reported_step = 0;
   };
   bool ViewReady() const;  // requires mutex_
   // Every shard has restored the current generation (generation 0 has none).

@@ -95,6 +95,7 @@ Status ConnectToJob(const api::NodeConfig& config, const api::TrainingJob& job,
   options.placement.big_array_bound = static_cast<uint64_t>(job.spec.big_array_bound);
   options.compression = job.spec.compression;
   options.elastic = job.spec.elastic.enabled();
+  options.async = job.spec.mode != api::SyncMode::kSync;
   options.compression_threshold = static_cast<float>(job.spec.compression_threshold);
   // KUBEPS_SHARED_MEMORY=0: every tensor over TCP, even to a server on this host.
   const char* shared_memory = std::getenv("KUBEPS_SHARED_MEMORY");

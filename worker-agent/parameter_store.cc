@@ -74,7 +74,9 @@ Status RemoteStore::Init(trainer::Model& model) {
     if (Status s = kv_->Recover(&start_step_); !s.ok()) return s;
   }
   // Every worker, rank 0 included, starts from what the servers hold.
-  if (!sync_) return PullAll(start_step_);
+  // Async: the newest values. The start step is this worker's own (Recover),
+  // which the servers' versions, every worker's updates, say nothing of.
+  if (!sync_) return PullAll(0);
   // Sync: at the servers' step, which is past the last recovery's for a
   // worker restarted mid-job. Started at the recovery's, it would compute
   // every step since (each gradient dropped as one of a step applied) while

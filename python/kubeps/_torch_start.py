@@ -17,8 +17,9 @@ the newest of them every shard holds too (or fails, saying so, where there is no
 `load` runs first whatever the servers' optimizer, so that what only the program keeps
 (the model's buffers, a loss scaler, an LR scheduler) comes back too.
 
-In an async job the start step says nothing of a resume (the other workers may have pushed
-already): `load` is not called, and a start past 0 with `none` is only warned of.
+In an async job each worker's steps are its own: a restarted process starts at the step it
+pushed last, with the servers' newest values; `load` is not called, and a start past 0 with
+`none` is only warned of.
 """
 import warnings
 

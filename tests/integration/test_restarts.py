@@ -20,8 +20,8 @@ STEPS = 468
 KILL_AT_STEP = 150
 
 
-def restart_job(name, policy, backoff_limit=3, dataset=DATASET):
-    text = manifest_with(name, {"progressIntervalMs": 100,
+def restart_job(name, policy, backoff_limit=3, dataset=DATASET, mode="sync"):
+    text = manifest_with(name, {"mode": mode, "progressIntervalMs": 100,
                                 "runPolicy": {"restartPolicy": policy, "backoffLimit": backoff_limit}})
     return text.replace(DATASET, dataset)
 
@@ -35,8 +35,9 @@ class RestartTest(unittest.TestCase):
     def setUp(self):
         self.dir = tempfile.mkdtemp(prefix="kubeps-restart-")
 
-    def start(self, name, policy, backoff_limit=3, env=None, dataset=DATASET):
-        path = write_manifest(self.dir, restart_job(name, policy, backoff_limit, dataset), name + ".yaml")
+    def start(self, name, policy, backoff_limit=3, env=None, dataset=DATASET, mode="sync"):
+        path = write_manifest(self.dir, restart_job(name, policy, backoff_limit, dataset, mode),
+                              name + ".yaml")
         full_env = dict(OVERLAPPED, **PACED_FOR_KILLS, KUBEPS_MAX_STEPS=str(STEPS))
         full_env.update(env or {})
         job = RunningJob(path, run_dir=os.path.join(self.dir, "run-" + name), env=full_env)
@@ -129,6 +130,25 @@ class RestartTest(unittest.TestCase):
         # the run without the kill.
         self.assertTrue(same, "parameters after the kill differ from the clean run's")
         # Both workers ran every step of the job.
+        for rank in (0, 1):
+            self.assertEqual(job.progress(rank=rank)[-1]["total_steps"], STEPS, job.output())
+
+    def test_a_worker_restarted_in_an_async_job_goes_on_from_its_own_step(self):
+        # An async worker's steps are its own (the servers' versions count
+        # every worker's updates). Before, the restarted worker started at 0
+        # and computed all of them again.
+        job = self.start("async-kill", "OnFailure", mode="async")
+        wait_for_steps(job, 0, KILL_AT_STEP)
+        _, killed_at, _ = self.kill_worker(job, signal.SIGKILL)
+        self.assert_succeeded(job, self.run_to_end(job))
+        self.assertIn("Restarting: worker-0 exited with code 137", job.output())
+        resumed = re.findall(r"^\[worker 0\] resuming at step (\d+) of %d" % STEPS,
+                             job.output(), re.MULTILINE)
+        self.assertEqual(len(resumed), 1, job.output())
+        # From the step its heartbeats said last: at most a beat's (500 ms) before the kill.
+        before = max(p["total_steps"] for p in job.progress(rank=0) if p["time"] < killed_at)
+        print("\nasync: worker-0 killed after step %d, resumed at step %s" % (before, resumed[0]))
+        self.assertGreater(int(resumed[0]), 0, job.output())
         for rank in (0, 1):
             self.assertEqual(job.progress(rank=rank)[-1]["total_steps"], STEPS, job.output())
 

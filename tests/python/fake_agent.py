@@ -81,8 +81,12 @@ class FakeAgent:
                  learning_rate=0.5, non_finite="Fail", server_values=None, start_step=0,
                  push_delay_s=0.0,
                  json_delay_s=0.0, write_json=True, nonce=None, schedule=None, batch_size=64,
-                 checkpoint_interval=0, answers_checkpoints=True, damaged_checkpoint=False):
+                 checkpoint_interval=0, answers_checkpoints=True, damaged_checkpoint=False,
+                 step_said_last=0):
         self.socket_dir = socket_dir
+        # Async: the step this worker's program pushed last, or its agent's predecessor said
+        # (a restarted worker's): where an async program starts, its steps its own.
+        self.step_said_last = step_said_last
         self.rank, self.size, self.num_servers = rank, size, num_servers
         self.push_delay_s = push_delay_s
         # Elastic: step -> (member, position, count, first, end, global_batch, next_member_step).
@@ -404,6 +408,8 @@ class Session:
             start, end = self.region(tensor, "values")
             self.mapping[start:end] = self.servers.current(name)
         start = min(self.servers.version[name] for name in self.tensors)
+        if self.servers.mode == "async":
+            start = self.agent.step_said_last  # the versions count every worker's updates
         needs_own_state = (start > 0 and self.servers.mode == "sync" and
                            self.servers.optimizer == "none")
         held = request.get("own_state_steps")
@@ -522,6 +528,8 @@ class Session:
         if rollback is not None and step >= rollback[0]:
             self.agent._rollback = None
             self.servers.roll_back(rollback[1])  # a server restarted from its checkpoint
+        if self.servers.mode == "async":
+            self.agent.step_said_last = step
         transfer = Transfer("push", names, step, self.generation)
         snapshot = {name: bytes(self.mapping[slice(*self.region(self.tensors[name], "grads"))])
                     for name in names}

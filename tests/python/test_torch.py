@@ -447,11 +447,37 @@ class StartAndRecovery(TorchTestCase):
         self.assertEqual(model.bias.tolist(), [2.0], "the servers hold the parameters")
 
     @requires_fake
+    def test_an_async_program_starts_at_its_own_step_not_at_the_servers_version(self):
+        # The servers' versions count every worker's updates (3: the others pushed already).
+        # Before, a program started there, skipping as many of its own steps.
+        def program(last):
+            model = torch.nn.Linear(2, 1)
+            optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                                 named_parameters=model.named_parameters())
+            done = []
+            for step in kps.steps(10):
+                model(torch.ones(1, 2)).sum().backward()
+                optimizer.step()
+                done.append(step)
+                if step == last:
+                    break
+            return done
+
+        agent = self.connect(mode="async", server_values={"weight": [9.0, 9.0], "bias": [9.0]},
+                             start_step=3)
+        self.assertEqual(program(last=1), [0, 1])
+        # Restarted beside the same agent: from the step it pushed last.
+        kps.shutdown()
+        kps.init(socket_dir=agent.socket_dir, timeout=10)
+        self.assertEqual(program(last=2), [1, 2])
+
+    @requires_fake
     def test_an_async_start_past_step_0_loads_nothing_and_warns_with_servers_that_average(self):
-        # The other workers may have pushed already: step 3 says nothing of a resume.
+        # A restarted worker's program, at the step it pushed last: nothing of its own is loaded.
         model = torch.nn.Linear(2, 1)
         self.connect(mode="async", optimizer="none",
-                     server_values={"weight": [9.0, 9.0], "bias": [9.0]}, start_step=3)
+                     server_values={"weight": [9.0, 9.0], "bias": [9.0]}, start_step=3,
+                     step_said_last=3)
         kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                  named_parameters=model.named_parameters())
         kps.resume_with(lambda step: self.fail("loaded step %d" % step))

@@ -171,7 +171,10 @@ void KVWorkerImpl::HeartbeatLoop() {
 }
 
 Status KVWorkerImpl::Recover(uint64_t* resume_step) {
-  return RecoverFrom(generation_, resume_step);
+  Status recovered = RecoverFrom(generation_, resume_step);
+  if (recovered.ok() && options_.async)
+    *resume_step = std::max(*resume_step, scheduler_.reported_step());
+  return recovered;
 }
 
 Status KVWorkerImpl::RecoverFrom(uint64_t generation, uint64_t* resume_step) {
@@ -476,6 +479,7 @@ int64_t KVWorkerImpl::Priority(const std::vector<const Part*>& batch) {
 }
 
 KVWorker::Ticket KVWorkerImpl::Push(const std::vector<const float*>& grads, uint64_t step) {
+  if (options_.async) scheduler_.ReportStep(step);  // a program's pushes: its steps (Recover)
   auto batches = Batches(grads);
   std::shared_ptr<Pending> pending;
   Ticket ticket = NewTicket(static_cast<int>(batches.size()), &pending);
@@ -513,6 +517,7 @@ KVWorker::Ticket KVWorkerImpl::Pull(const std::vector<float*>& given, uint64_t m
 
 KVWorker::Ticket KVWorkerImpl::PushPull(const std::vector<const float*>& grads,
                                         const std::vector<float*>& given, uint64_t step) {
+  if (options_.async) scheduler_.ReportStep(step);
   const std::vector<float*> values = Destinations(given, step + 1);
   auto push_batches = Batches(grads);
   auto pull_batches = Batches(values);

@@ -92,6 +92,11 @@ struct KVOptions {
   // The job's workers may change (elasticPolicy): Membership waits for the
   // scheduler's schedule instead of taking the fixed one.
   bool elastic = false;
+  // An async job: each worker's steps are its own, and the servers'
+  // versions count every worker's updates. Pushes say their step in the
+  // heartbeats, and a restarted process, or a program restarted beside the
+  // same agent, starts at the step said last (Recover).
+  bool async = false;
 };
 
 // Where to find the pod's kubeps-agent sidecar (KVWorker::Connect).
@@ -217,7 +222,9 @@ class KUBEPS_EXPORT KVWorker {
   // the agent has recovered before the aborted Wait returned, and before
   // the session began: Recover returns the step of the last aborted Wait,
   // or where none was, the step the session starts from (known once
-  // InitTensors has returned; 0 before).
+  // InitTensors has returned; 0 before). In an async job (KVOptions::async)
+  // a worker's steps are its own: Recover returns the step it last pushed
+  // or said, or the process it replaced did, where that is later.
   virtual Status Recover(uint64_t* resume_step) = 0;
 
   // Where each part of each tensor lives (after InitTensors). Behind the

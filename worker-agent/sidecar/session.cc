@@ -283,6 +283,10 @@ Session::Outcome Session::Initialize(bool restores_own_state,
   uint64_t step = 0;
   if (s.ok()) s = PullAll(0, &step);
   if (s.IsAborted()) s = Recover(recoveries, &step);
+  // Async: the servers' versions count every worker's updates; this
+  // worker's steps go on from the one its program (or its agent's
+  // predecessor) pushed last, 0 for a new one.
+  if (s.ok() && !context_.sync) s = context_.kv->Recover(&step);
   // In sync mode a start past step 0 is a resumed job or a restarted
   // process: no step completes before every worker's first push, which
   // comes after its init. (In async mode the others may be ahead already.)

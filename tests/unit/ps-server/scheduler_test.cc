@@ -141,6 +141,45 @@ TEST(SchedulerTest, ReRegistrationKeepsTheRank) {
   EXPECT_EQ(RankOf(*s, "b", v1::WORKER), 2);
 }
 
+// An async worker's steps are its own (the servers' versions count every
+// worker's updates): its restarted process goes on from the step its
+// predecessor said last. Before, it computed every step again from 0.
+TEST(SchedulerTest, ARestartedAsyncWorkerIsToldTheStepItsPredecessorSaidLast) {
+  for (bool sync : {false, true}) {
+    SchedulerOptions options;
+    options.num_servers = 1;
+    options.num_workers = 2;
+    options.sync = sync;
+    options.replace_silent_after_ms = 0;
+    Scheduler s(options, &NullMetrics());
+    auto registered = [&](const std::string& node_id, uint64_t incarnation) {
+      v1::RegisterRequest request;
+      request.mutable_node()->set_node_id(node_id);
+      request.mutable_node()->set_role(v1::WORKER);
+      request.mutable_node()->set_incarnation(incarnation);
+      v1::RegisterResponse response;
+      EXPECT_TRUE(s.Register(&request, &response).ok());
+      return response;
+    };
+    EXPECT_EQ(registered("worker-0", 1).resume_step(), 0u) << "a first life starts at 0";
+    registered("worker-1", 1);
+    v1::HeartbeatRequest beat;
+    beat.set_node_id("worker-0");
+    beat.set_incarnation(1);
+    beat.set_step(730);
+    v1::HeartbeatResponse answer;
+    ASSERT_TRUE(s.Heartbeat(&beat, &answer).ok());
+    // Sync: the servers' step is where every worker is; the scheduler says nothing.
+    EXPECT_EQ(registered("worker-0", 2).resume_step(), sync ? 0u : 730u) << "sync " << sync;
+    EXPECT_EQ(registered("worker-1", 2).resume_step(), 0u) << "it said no step";
+    // A life that died before it said a step of its own loses none.
+    beat.set_incarnation(2);
+    beat.set_step(0);
+    ASSERT_TRUE(s.Heartbeat(&beat, &answer).ok());
+    EXPECT_EQ(registered("worker-0", 3).resume_step(), sync ? 0u : 730u) << "sync " << sync;
+  }
+}
+
 TEST(SchedulerTest, OneNodeTooManyIsFailedPreconditionNamingIt) {
   auto s = MakeScheduler(1, 2);
   ASSERT_EQ(RankOf(*s, "worker-0", v1::WORKER), 0);

@@ -264,17 +264,22 @@ TEST(RemoteStoreTest, ARestartedWorkerStartsAtTheServersStepNotTheLastRecoverys)
     EXPECT_EQ(model->parameters()[k].value, kv.store()[k]);
 }
 
-// In an async job a step counts this worker's updates: it starts where the
-// job's last recovery left it, whatever the servers applied since.
-TEST(RemoteStoreTest, AnAsyncWorkerStartsAtTheLastRecoverysStep) {
-  FakeKVWorker kv;
-  kv.SetVersion(40);
-  auto model = trainer::MakeModel("mlp");
-  model->Initialize(7);
-  RemoteStore store(&kv, /*sync=*/false, PerLayer(false));
-  ASSERT_TRUE(store.Init(*model).ok());
-  EXPECT_EQ(store.start_step(), 0u);
-  EXPECT_FALSE(store.joins_running_job());
+// In an async job a worker's steps are its own, and the servers' versions
+// count every worker's updates: a worker starts at the step it (or the
+// process it replaced) said last, and takes the newest values.
+TEST(RemoteStoreTest, AnAsyncWorkerStartsAtItsOwnStepWithTheNewestValues) {
+  for (uint64_t said_last : {0, 12}) {
+    FakeKVWorker kv;
+    kv.SetVersion(40);
+    kv.SetStepSaidLast(said_last);
+    auto model = trainer::MakeModel("mlp");
+    model->Initialize(7);
+    RemoteStore store(&kv, /*sync=*/false, PerLayer(false));
+    ASSERT_TRUE(store.Init(*model).ok());
+    EXPECT_EQ(store.start_step(), said_last);
+    EXPECT_FALSE(store.joins_running_job());
+    EXPECT_EQ(kv.pull_versions(), std::vector<uint64_t>{0});
+  }
 }
 
 }  // namespace

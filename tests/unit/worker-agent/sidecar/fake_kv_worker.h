@@ -111,7 +111,7 @@ class FakeKVWorker : public KVWorker {
       version_ = rollback_step_;
     }
     generation_ = announced_generation_;
-    *resume_step = rollback_step_;
+    *resume_step = std::max(rollback_step_, step_said_last_);
     return Status::Ok();
   }
   const std::vector<Part>& parts() const override { return parts_; }
@@ -176,6 +176,11 @@ class FakeKVWorker : public KVWorker {
     ++announced_generation_;
     rollback_step_ = step;
     rollback_values_ = std::move(values);
+  }
+  // An async worker's step said last (KVOptions::async): Recover's, where later.
+  void SetStepSaidLast(uint64_t step) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    step_said_last_ = step;
   }
   // The servers are at `version` (a restarted process joins a running job).
   void SetVersion(uint64_t version) {
@@ -269,6 +274,7 @@ class FakeKVWorker : public KVWorker {
   std::condition_variable released_;
   std::vector<std::vector<float>> store_;
   uint64_t version_ = 0;
+  uint64_t step_said_last_ = 0;
   std::map<Ticket, Pending> tickets_;
   Ticket next_ticket_ = 1;
   bool holding_ = false;

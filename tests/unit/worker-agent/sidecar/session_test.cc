@@ -225,12 +225,20 @@ TEST_F(OwnStateTest, AStartPastStepZeroWithServersThatOnlyAverageNeedsTheProgram
   EXPECT_EQ(server_->JobFailure().first, "") << "cured: the next failure is an ordinary one";
 }
 
-TEST_F(OwnStateTest, AnAsyncJobWithServersThatOnlyAverageStartsPastStepZeroAsItIs) {
-  // The other workers may have pushed already: step 3 says nothing of a resume.
+// An async worker's steps are its own: the servers' version counts every
+// worker's updates. Before, a program started at that version, skipping as
+// many of its own steps (all of them, once the others had pushed as many).
+TEST_F(OwnStateTest, AnAsyncProgramStartsAtItsOwnStepNotAtTheServersVersion) {
   auto client = Declared(/*sync=*/false, /*servers_step=*/3);
-  const json init = client->Call({{"op", "init"}});
+  json init = client->Call({{"op", "init"}});
   ASSERT_TRUE(init.value("ok", false)) << init.dump();
-  EXPECT_EQ(init["step"], 3);
+  EXPECT_EQ(init["step"], 0) << "a new worker";
+  // Restarted: its agent (or the agent its own replaced) says step 2 last.
+  kv_.SetStepSaidLast(2);
+  client = Declared(/*sync=*/false, /*servers_step=*/3);
+  init = client->Call({{"op", "init"}});
+  ASSERT_TRUE(init.value("ok", false)) << init.dump();
+  EXPECT_EQ(init["step"], 2);
 }
 
 TEST_F(OwnStateTest, ANewJobWithServersThatOnlyAverageStartsWithoutTheProgramsState) {
