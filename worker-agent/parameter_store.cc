@@ -83,15 +83,22 @@ Status RemoteStore::Init(trainer::Model& model) {
   // the other workers wait. A worker killed between its pushes to two parts
   // left them a step apart: asked again for the smaller version, the part
   // ahead is answered as it was then, so the model holds one step's values.
-  uint64_t servers_step = 0;
-  Status pulled = Wait(kv_->Pull(values_, start_step_), &servers_step);
-  if (pulled.ok() && servers_step > start_step_) {
-    start_step_ = servers_step;
-    joins_running_job_ = true;
-    pulled = Wait(kv_->Pull(values_, start_step_));
+  for (;;) {
+    uint64_t servers_step = 0;
+    Status pulled = Wait(kv_->Pull(values_, start_step_), &servers_step);
+    joins_running_job_ = pulled.ok() && servers_step > start_step_;
+    if (joins_running_job_) {
+      start_step_ = servers_step;
+      pulled = Wait(kv_->Pull(values_, start_step_));
+    }
+    if (!pulled.IsAborted()) {
+      FollowValues(0, values_.size());
+      return pulled;
+    }
+    // A recovery opened meanwhile (a server restarted): every worker,
+    // this one too, starts at its step.
+    if (Status s = kv_->Recover(&start_step_); !s.ok()) return s;
   }
-  FollowValues(0, values_.size());
-  return pulled;
 }
 
 Status RemoteStore::PullAll(uint64_t version) {
@@ -250,8 +257,8 @@ Status RemoteStore::Resume(trainer::Model& model, uint64_t* step) {
   failure_ = Status::Ok();
   for (;;) {
     if (Status s = kv_->Recover(step); !s.ok()) return s;
-    Status pulled = PullAll(*step);
-    if (!pulled.IsAborted()) return pulled;  // else: rolled back again meanwhile
+    Status pulled = PullAll(sync_ ? *step : 0);  // async: a worker's step is no version
+    if (!pulled.IsAborted()) return pulled;      // else: rolled back again meanwhile
   }
 }
 

@@ -90,8 +90,7 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
     // one of this step's): this one is.
     PrintLine("joined the job at step " + std::to_string(step));
   } else if (step > 0) {
-    PrintLine("resuming at step " + std::to_string(step) + " of " + std::to_string(total_steps) +
-              " from the servers' parameters of that step");
+    PrintLine("resuming at step " + std::to_string(step) + " of " + std::to_string(total_steps));
   }
   while (step < total_steps) {
     const int epoch = static_cast<int>(step / steps_per_epoch);

@@ -84,8 +84,9 @@ class FakeAgent:
                  checkpoint_interval=0, answers_checkpoints=True, damaged_checkpoint=False,
                  step_said_last=0):
         self.socket_dir = socket_dir
-        # Async: the step this worker's program pushed last, or its agent's predecessor said
-        # (a restarted worker's): where an async program starts, its steps its own.
+        # Async: the step after the one this worker's program pushed last with success (the
+        # one in flight where its push was not waited for), or its agent's predecessor said:
+        # where an async program starts, its steps its own.
         self.step_said_last = step_said_last
         self.rank, self.size, self.num_servers = rank, size, num_servers
         self.push_delay_s = push_delay_s
@@ -203,6 +204,15 @@ class FakeAgent:
             "error": "this kubeps agent already serves a training process (pid %s); a worker "
                      "pod runs one" % holder})
         conn.close()
+
+    def await_session_end(self, timeout=5.0):
+        """Returns once the agent has seen its program's connection close (a restarted
+        program's hello is refused until then, as the real agent's)."""
+        deadline = time.monotonic() + timeout
+        while self._session is not None:
+            if time.monotonic() > deadline:
+                raise AssertionError("the agent still serves a session after %.0f s" % timeout)
+            time.sleep(0.01)
 
     def _session_ended(self, session):
         with self._lock:
@@ -529,7 +539,7 @@ class Session:
             self.agent._rollback = None
             self.servers.roll_back(rollback[1])  # a server restarted from its checkpoint
         if self.servers.mode == "async":
-            self.agent.step_said_last = step
+            self.agent.step_said_last = max(self.agent.step_said_last, step)  # in flight
         transfer = Transfer("push", names, step, self.generation)
         snapshot = {name: bytes(self.mapping[slice(*self.region(self.tensors[name], "grads"))])
                     for name in names}
@@ -624,6 +634,11 @@ class Session:
                 raise self.aborted()
             if errors:
                 raise errors[0]
+            if self.servers.mode == "async":
+                for transfer in transfers:  # a push waited for: its step is done
+                    if transfer.op == "push":
+                        self.agent.step_said_last = max(self.agent.step_said_last,
+                                                        transfer.step + 1)
         return finish_wait
 
     def recover(self):

@@ -466,10 +466,11 @@ class StartAndRecovery(TorchTestCase):
         agent = self.connect(mode="async", server_values={"weight": [9.0, 9.0], "bias": [9.0]},
                              start_step=3)
         self.assertEqual(program(last=1), [0, 1])
-        # Restarted beside the same agent: from the step it pushed last.
+        # Restarted beside the same agent: after the step it pushed last.
         kps.shutdown()
+        agent.fake.await_session_end()
         kps.init(socket_dir=agent.socket_dir, timeout=10)
-        self.assertEqual(program(last=2), [1, 2])
+        self.assertEqual(program(last=3), [2, 3])
 
     @requires_fake
     def test_an_async_start_past_step_0_loads_nothing_and_warns_with_servers_that_average(self):

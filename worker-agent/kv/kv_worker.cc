@@ -478,11 +478,17 @@ int64_t KVWorkerImpl::Priority(const std::vector<const Part*>& batch) {
   return lowest;
 }
 
+void KVWorkerImpl::StepPushed(Pending& pending, uint64_t step) {
+  if (!options_.async) return;
+  scheduler_.ReportStep(step);
+  pending.step_done = step + 1;  // before any request of the ticket runs
+}
+
 KVWorker::Ticket KVWorkerImpl::Push(const std::vector<const float*>& grads, uint64_t step) {
-  if (options_.async) scheduler_.ReportStep(step);  // a program's pushes: its steps (Recover)
   auto batches = Batches(grads);
   std::shared_ptr<Pending> pending;
   Ticket ticket = NewTicket(static_cast<int>(batches.size()), &pending);
+  StepPushed(*pending, step);
   for (auto& batch : batches) {
     push_pool_->Run(
         [this, batch, grads, step, pending] { Complete(pending, PushBatch(batch, grads, step)); },
@@ -517,7 +523,6 @@ KVWorker::Ticket KVWorkerImpl::Pull(const std::vector<float*>& given, uint64_t m
 
 KVWorker::Ticket KVWorkerImpl::PushPull(const std::vector<const float*>& grads,
                                         const std::vector<float*>& given, uint64_t step) {
-  if (options_.async) scheduler_.ReportStep(step);
   const std::vector<float*> values = Destinations(given, step + 1);
   auto push_batches = Batches(grads);
   auto pull_batches = Batches(values);
@@ -530,6 +535,7 @@ KVWorker::Ticket KVWorkerImpl::PushPull(const std::vector<const float*>& grads,
     // ready within the call's long-poll slice goes on in the pull pool,
     // giving the push thread back.
     Ticket ticket = NewTicket(static_cast<int>(push_batches.size()), &pending);
+    StepPushed(*pending, step);
     for (auto& batch : push_batches) {
       push_pool_->Run(
           [this, batch, grads, values, step, pending] {
@@ -547,6 +553,7 @@ KVWorker::Ticket KVWorkerImpl::PushPull(const std::vector<const float*>& grads,
     return ticket;
   }
   Ticket ticket = NewTicket(static_cast<int>(push_batches.size()), &pending);
+  StepPushed(*pending, step);
   auto start_pulls = [this, pending, pull_batches, values, step] {
     for (auto& batch : pull_batches) {
       pull_pool_->Run([this, batch, values, step,
@@ -587,6 +594,8 @@ Status KVWorkerImpl::WaitWithVersion(Ticket ticket, uint64_t* version) {
   std::unique_lock<std::mutex> lock(pending->mutex);
   pending->done.wait(lock, [&] { return pending->remaining <= 0; });
   *version = pending->version == UINT64_MAX ? 0 : pending->version;
+  if (pending->status.ok() && pending->step_done > scheduler_.reported_step())
+    scheduler_.ReportStep(pending->step_done);
   return pending->status;
 }
 

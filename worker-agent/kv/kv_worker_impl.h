@@ -93,6 +93,11 @@ class KVWorkerImpl final : public KVWorker {
   template <typename Ptr>
   std::vector<std::vector<const Part*>> Batches(const std::vector<Ptr>& selected) const;
   Ticket NewTicket(int requests, std::shared_ptr<Pending>* pending);
+  // Async: a push of `step` says it in the heartbeats, and once waited for
+  // with success the step after it, where a restarted program goes on
+  // (Recover): a push cut short by the process's death is done again, one
+  // that succeeded is not.
+  void StepPushed(Pending& pending, uint64_t step);
   void Complete(const std::shared_ptr<Pending>& pending, const Status& status);
   v1::RequestId NextRequestId();
   void Acknowledge(uint64_t seq);
@@ -236,6 +241,9 @@ struct KVWorkerImpl::Pending {
   // succeeded; it brings then_requests more requests.
   std::function<void()> then;
   int then_requests = 0;
+  // Async: the step after the one pushed, said once the push succeeded
+  // (KVWorkerImpl::StepPushed); 0: none.
+  uint64_t step_done = 0;
 
   bool failed() {
     std::lock_guard<std::mutex> lock(mutex);

@@ -544,7 +544,8 @@ Status Session::Recover(uint64_t recoveries, uint64_t* resume_step) {
   for (;;) {
     if (Status s = context_.kv->Recover(resume_step); !s.ok()) return s;
     uint64_t version = 0;
-    Status pulled = PullAll(*resume_step, &version);
+    // Async: a worker's step is its own, no version of the servers.
+    Status pulled = PullAll(context_.sync ? *resume_step : 0, &version);
     if (pulled.IsAborted()) continue;  // rolled back again meanwhile
     if (!pulled.ok()) return pulled;
     break;

@@ -264,6 +264,28 @@ TEST(RemoteStoreTest, ARestartedWorkerStartsAtTheServersStepNotTheLastRecoverys)
     EXPECT_EQ(model->parameters()[k].value, kv.store()[k]);
 }
 
+// A recovery opened while a restarted worker's first pull waits (a server
+// died with it, and came back later): the pull ends Aborted, and the worker
+// starts at the recovery's step. Before, it failed, and exited.
+TEST(RemoteStoreTest, ARecoveryOpenedDuringTheFirstPullIsJoinedNotFailed) {
+  FakeKVWorker kv;
+  kv.SetVersion(40);
+  kv.Hold();
+  auto model = trainer::MakeModel("mlp");
+  model->Initialize(7);
+  RemoteStore store(&kv, /*sync=*/true, PerLayer(false));
+  std::thread server_restart([&] {
+    kv.AwaitBlockedWait();
+    kv.RollBack(30, kv.store());
+    kv.Release();
+  });
+  const Status init = store.Init(*model);
+  server_restart.join();
+  ASSERT_TRUE(init.ok()) << init.message();
+  EXPECT_EQ(store.start_step(), 30u);
+  EXPECT_FALSE(store.joins_running_job()) << "the recovery's step is every worker's";
+}
+
 // In an async job a worker's steps are its own, and the servers' versions
 // count every worker's updates: a worker starts at the step it (or the
 // process it replaced) said last, and takes the newest values.

@@ -52,6 +52,9 @@ struct JobOptions {
   std::function<std::string(int i, const std::string& listening)> front;
   // The servers' optimizer none: the workers' programs keep the parameters.
   bool workers_keep_parameters = false;
+  bool async = false;
+  // SchedulerOptions::replace_silent_after_ms: a restarted worker's wait.
+  int replace_silent_after_ms = 1500;
 };
 
 // A job's server side: the scheduler and kServers shards, running.
@@ -63,6 +66,8 @@ class Job {
     options.num_workers = kWorkers;
     options.token = JobToken::Fixed(kToken);
     options.workers_keep_parameters = job_options.workers_keep_parameters;
+    options.sync = !job_options.async;
+    options.replace_silent_after_ms = job_options.replace_silent_after_ms;
     scheduler_ = std::make_unique<SchedulerService>(options, &NullMetrics());
     scheduler_server_ = Serve(scheduler_.get(), &scheduler_port_);
 
@@ -71,7 +76,7 @@ class Job {
       return;
     }
     ShardOptions shard_options;
-    shard_options.sync = true;
+    shard_options.sync = !job_options.async;
     shard_options.num_workers = kWorkers;
     shard_options.optimizer.name = "sgd";
     shard_options.optimizer.learning_rate = 1.0f;

@@ -329,10 +329,11 @@ TEST(KVWorkerBatchTest, AServerHoldingMorePartsThanOneRequestMayNameIsServed) {
 }
 
 // Workers started against `job`, or none where one failed to.
-std::vector<std::unique_ptr<KVWorker>> StartWorkers(Job& job) {
+std::vector<std::unique_ptr<KVWorker>> StartWorkers(Job& job, bool async = false) {
   std::vector<std::future<std::unique_ptr<KVWorker>>> starting;
   for (int w = 0; w < kWorkers; ++w) {
     KVOptions options = job.WorkerOptions(w);
+    options.async = async;
     starting.push_back(std::async(std::launch::async, [options] {
       std::unique_ptr<KVWorker> kv;
       EXPECT_TRUE(KVWorker::Start(options, &kv).ok());
@@ -436,6 +437,46 @@ TEST(KVWorkerHeldStateTest, TheJobGoesBackToTheNewestStepTheProgramAndEveryShard
                                      "of step 50 where the job is"));
   done = true;
   shards.join();
+}
+
+// An async worker's steps are its own (the servers' versions count every
+// worker's updates): a restarted process goes on after the step its
+// predecessor pushed last with success, as its heartbeats said. Before, it
+// started at 0 and computed every step again.
+TEST(KVWorkerAsyncTest, ARestartedWorkerGoesOnAfterTheStepItsPredecessorPushedLast) {
+  JobOptions options;
+  options.async = true;
+  options.replace_silent_after_ms = 200;
+  Job job(options);
+  ASSERT_TRUE(job.ok()) << job.error();
+  std::vector<std::unique_ptr<KVWorker>> workers = StartWorkers(job, /*async=*/true);
+  ASSERT_EQ(workers.size(), static_cast<size_t>(kWorkers)) << "a worker did not start";
+  std::vector<std::unique_ptr<WorkerTensors>> tensors;
+  std::vector<std::future<Status>> declared;
+  for (int w = 0; w < kWorkers; ++w) {
+    tensors.push_back(std::make_unique<WorkerTensors>(w));
+    declared.push_back(std::async(std::launch::async, [&, w] {
+      return workers[w]->InitTensors(tensors[w]->init_ptrs, kSizes);
+    }));
+  }
+  for (auto& d : declared) ASSERT_TRUE(d.get().ok());
+  uint64_t step = 99;
+  ASSERT_TRUE(workers[0]->Recover(&step).ok());
+  EXPECT_EQ(step, 0u) << "a new worker";
+  for (int s = 0; s < 5; ++s) {
+    tensors[0]->SetGrads(0, s);
+    ASSERT_TRUE(workers[0]->Wait(workers[0]->Push(tensors[0]->grad_ptrs, s)).ok());
+  }
+  ASSERT_TRUE(workers[0]->Recover(&step).ok());
+  EXPECT_EQ(step, 5u) << "a program restarted beside the same agent goes on after step 4";
+  std::this_thread::sleep_for(300ms);  // a beat says it
+  workers[0].reset();                  // the process dies
+  KVOptions again = job.WorkerOptions(0);
+  again.async = true;
+  std::unique_ptr<KVWorker> restarted;
+  ASSERT_TRUE(KVWorker::Start(again, &restarted).ok());
+  ASSERT_TRUE(restarted->Recover(&step).ok());
+  EXPECT_EQ(step, 5u);
 }
 
 // A port on which nothing listens: bound once, then closed.
