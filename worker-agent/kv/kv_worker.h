@@ -223,8 +223,9 @@ class KUBEPS_EXPORT KVWorker {
   // the session began: Recover returns the step of the last aborted Wait,
   // or where none was, the step the session starts from (known once
   // InitTensors has returned; 0 before). In an async job (KVOptions::async)
-  // a worker's steps are its own: Recover returns the step it last pushed
-  // or said, or the process it replaced did, where that is later.
+  // a worker's steps are its own: Recover returns, where it is later, the
+  // step after its last push waited for with success (of one in flight, the
+  // step itself), or the step the process it replaced said last.
   virtual Status Recover(uint64_t* resume_step) = 0;
 
   // Where each part of each tensor lives (after InitTensors). Behind the
