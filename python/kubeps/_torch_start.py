@@ -17,8 +17,8 @@ the newest of them every shard holds too (or fails, saying so, where there is no
 `load` runs first whatever the servers' optimizer, so that what only the program keeps
 (the model's buffers, a loss scaler, an LR scheduler) comes back too.
 
-In an async job each worker's steps are its own: a restarted process starts at the step it
-pushed last, with the servers' newest values; `load` is not called, and a start past 0 with
+In an async job each worker's steps are its own: a restarted process starts after the last step
+it pushed and waited for, with the servers' newest values; `load` is not called, and a start past 0 with
 `none` is only warned of.
 """
 import warnings
