@@ -28,6 +28,12 @@ uint64_t NewIncarnation() {
   return value;
 }
 
+void Describe(const ShardReport& shard, v1::NodeInfo* node) {
+  node->clear_checkpoint_steps();
+  for (uint64_t step : shard.checkpoint_steps) node->add_checkpoint_steps(step);
+  if (shard.async_worker_steps) *node->mutable_async_worker_steps() = *shard.async_worker_steps;
+}
+
 }  // namespace
 
 struct SchedulerClient::Stub {
@@ -54,7 +60,7 @@ v1::NodeInfo SchedulerClient::Node() const {
   node.set_incarnation(incarnation_);
   node.set_metrics_address(options_.metrics_address);
   node.set_checkpoint_step(options_.checkpoint_step);
-  for (uint64_t step : options_.checkpoint_steps) node.add_checkpoint_steps(step);
+  Describe(options_.shard_at_start, &node);
   return node;
 }
 
@@ -63,16 +69,12 @@ uint64_t SchedulerClient::Registrations() {
   return registrations_;
 }
 
-Status SchedulerClient::RegisterAgain(uint64_t seen,
-                                      const std::vector<uint64_t>* checkpoint_steps) {
+Status SchedulerClient::RegisterAgain(uint64_t seen, const ShardReport* shard) {
   std::lock_guard<std::mutex> once(register_again_mutex_);
   if (registrations_ != seen) return Status::Ok();
   v1::RegisterRequest request;
   *request.mutable_node() = Node();
-  if (checkpoint_steps) {
-    request.mutable_node()->clear_checkpoint_steps();
-    for (uint64_t step : *checkpoint_steps) request.mutable_node()->add_checkpoint_steps(step);
-  }
+  if (shard) Describe(*shard, request.mutable_node());
   request.mutable_node()->set_generation(generation_.load());
   request.mutable_node()->set_restore_step(restore_step_.load());
   request.mutable_node()->set_registered_before(true);
@@ -153,10 +155,12 @@ Status SchedulerClient::AwaitClusterView(ClusterInfo* cluster) {
 }
 
 Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer* answer,
-                                  const std::vector<uint64_t>* checkpoint_steps) {
+                                  const ShardReport* shard) {
   v1::HeartbeatRequest request;
-  if (checkpoint_steps) {
-    for (uint64_t step : *checkpoint_steps) request.add_checkpoint_steps(step);
+  if (shard) {
+    for (uint64_t step : shard->checkpoint_steps) request.add_checkpoint_steps(step);
+    if (shard->async_worker_steps)
+      *request.mutable_async_worker_steps() = *shard->async_worker_steps;
   }
   request.set_node_id(options_.node_id);
   request.set_incarnation(incarnation_);
@@ -178,7 +182,7 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   if (response.register_again()) {
     // The scheduler restarted. This beat tells nothing; the next one, after
     // the registration, does.
-    if (Status r = RegisterAgain(registrations_seen, checkpoint_steps); !r.ok()) return r;
+    if (Status r = RegisterAgain(registrations_seen, shard); !r.ok()) return r;
     return Status::Unavailable(peer_ + " restarted; registered with it again");
   }
   answer->replaced = response.replaced();
@@ -197,6 +201,8 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   for (const auto& [node_id, incarnation] : response.worker_incarnations())
     answer->worker_incarnations[node_id] = incarnation;
   answer->membership = response.membership();
+  answer->own_step =
+      response.has_own_step() ? std::optional<uint64_t>(response.own_step()) : std::nullopt;
   if (response.membership().changes_size() > 0) {
     std::lock_guard<std::mutex> lock(membership_mutex_);
     if (NewerMembership(response.membership(), membership_)) membership_ = response.membership();

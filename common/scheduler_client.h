@@ -39,6 +39,14 @@ class StopToken;
 
 enum class NodeRole { kServer, kWorker };
 
+// What a server tells the scheduler of itself when it registers and with
+// every beat.
+struct ShardReport {
+  std::vector<uint64_t> checkpoint_steps;  // every step it holds a checkpoint of
+  // Async: each worker's step as far as the shard knows it (NodeInfo.async_worker_steps).
+  std::optional<v1::AsyncWorkerSteps> async_worker_steps;
+};
+
 struct SchedulerClientOptions {
   std::string scheduler_address;
   std::string node_id;  // stable identity: a restart keeps the rank
@@ -47,8 +55,8 @@ struct SchedulerClientOptions {
   std::shared_ptr<const TransportSecurity> security;  // null: plain TCP
   std::string address;  // servers: host:port where workers reach the shard
   std::string metrics_address;
-  int64_t checkpoint_step = -1;            // servers: the checkpoint loaded at start, -1 = none
-  std::vector<uint64_t> checkpoint_steps;  // servers: every step they hold at start
+  int64_t checkpoint_step = -1;  // servers: the checkpoint loaded at start, -1 = none
+  ShardReport shard_at_start;    // servers: as they start
   // Servers: whether the shard still waits for the recovery its restart
   // calls for (NodeInfo.awaits_recovery), asked when registering again.
   std::function<bool()> awaits_recovery;
@@ -84,6 +92,9 @@ struct HeartbeatAnswer {
   // Workers of an elastic job: who computes which step (common/membership.h);
   // no changes for a job whose workers are fixed.
   v1::Membership membership;
+  // Async workers: the step this one goes on from (HeartbeatResponse.own_step);
+  // unset while some shard cannot tell.
+  std::optional<uint64_t> own_step;
 };
 
 class SchedulerClient {
@@ -104,9 +115,9 @@ class SchedulerClient {
   Status Register(int* rank);
   Status AwaitClusterView(ClusterInfo* cluster);
   // One beat, one attempt. Servers report the generation they restored and
-  // the steps they hold checkpoints of.
+  // what ShardReport holds.
   Status Heartbeat(uint64_t restored_generation, HeartbeatAnswer* answer,
-                   const std::vector<uint64_t>* checkpoint_steps = nullptr);
+                   const ShardReport* shard = nullptr);
   Status Barrier(const std::string& name, int rank);
   Status Finish(int rank);
   // Workers: the step they are about to compute, sent with every beat (an
@@ -132,7 +143,7 @@ class SchedulerClient {
   // `seen` is registrations_ before the call that found the scheduler
   // restarted: when another thread of this node (a worker beats from two)
   // registered since, this one does not again.
-  Status RegisterAgain(uint64_t seen, const std::vector<uint64_t>* checkpoint_steps);
+  Status RegisterAgain(uint64_t seen, const ShardReport* shard);
   uint64_t Registrations();
   v1::NodeInfo Node() const;
 

@@ -389,6 +389,12 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
   if (current) {
     checkpoint_steps_[request->node_id()].assign(request->checkpoint_steps().begin(),
                                                  request->checkpoint_steps().end());
+    // The shard's word on each async worker's step, as it is now (OwnStep).
+    if (request->has_async_worker_steps()) {
+      *it->second.info.mutable_async_worker_steps() = request->async_worker_steps();
+    } else {
+      it->second.info.clear_async_worker_steps();
+    }
     // During a recovery a shard may still list steps past the one restored
     // (a write that ended after the recovery began), which it deletes once
     // it restored: the step in common is said from the restored lists only.
@@ -410,6 +416,9 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
   response->set_shutdown(shutdown);
   if (elastic_.elastic() && it != members_.end() && it->second.info.role() == v1::WORKER) {
     *response->mutable_membership() = elastic_.schedule();
+  }
+  if (!options_.sync && it != members_.end() && it->second.info.role() == v1::WORKER) {
+    if (std::optional<uint64_t> own = OwnStep(it->second)) response->set_own_step(*own);
   }
   response->set_epoch(epoch_);
   if (current) {

@@ -51,6 +51,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -136,6 +137,9 @@ class Scheduler {
     // beats (RegisterResponse.resume_step).
     uint64_t reported_step = 0;
   };
+  // Async: the step `worker` goes on from (HeartbeatResponse.own_step), or
+  // nullopt while some shard cannot tell or has not registered (requires mutex_).
+  std::optional<uint64_t> OwnStep(const Member& worker) const;
   bool ViewReady() const;  // requires mutex_
   // Every shard has restored the current generation (generation 0 has none).
   bool GenerationReady() const;                                           // requires mutex_

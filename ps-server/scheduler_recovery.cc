@@ -1,7 +1,7 @@
 // The scheduler (ps-server/scheduler.h) and the job's checkpoints: the
 // steps every shard holds, a first start over existing checkpoints, a
-// start after the scheduler and servers restarted together, and a recovery
-// after a server restarted.
+// start after the scheduler and servers restarted together, a recovery
+// after a server restarted, and where an async worker goes on from.
 #include "ps-server/scheduler.h"
 
 #include <algorithm>
@@ -35,6 +35,24 @@ int64_t NewestCommonStep(const std::vector<std::vector<uint64_t>>& steps) {
     if (everywhere) return static_cast<int64_t>(step);
   }
   return -1;
+}
+
+std::optional<uint64_t> Scheduler::OwnStep(const Member& worker) const {
+  // The shards' word outlives every process of the worker, and this
+  // scheduler: it is in their checkpoints, and they say it again when they
+  // register. Where a worker died between its pushes to two shards, the
+  // larger wins: its step is applied on one and lost on the other, never
+  // applied twice.
+  uint64_t own = worker.reported_step;
+  for (const std::string& id : server_ids_) {
+    if (id.empty()) return std::nullopt;
+    const v1::NodeInfo& server = members_.at(id).info;
+    if (!server.has_async_worker_steps()) return std::nullopt;
+    const auto& next = server.async_worker_steps().next_step();
+    if (auto said = next.find(worker.info.rank()); said != next.end())
+      own = std::max(own, said->second);
+  }
+  return own;
 }
 
 std::vector<std::vector<uint64_t>> Scheduler::ServerSteps() const {

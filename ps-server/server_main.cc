@@ -168,14 +168,18 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
   return 0;
 }
 
+ShardReport Report(const Shard& shard) {
+  return ShardReport{shard.CheckpointSteps(), shard.AsyncWorkerSteps()};
+}
+
 // Beats, saying it heard the job is over, until the scheduler answers (a
 // beat is not resent) or a bound passes: the job is over either way.
 void SayTheEndWasHeard(SchedulerClient& scheduler, Shard& shard) {
   scheduler.SayJobOverHeard();
   const auto until = std::chrono::steady_clock::now() + kSayTheEndWasHeardWithin;
   HeartbeatAnswer answer;
-  const std::vector<uint64_t> steps = shard.CheckpointSteps();
-  while (!scheduler.Heartbeat(shard.generation(), &answer, &steps).ok() &&
+  const ShardReport report = Report(shard);
+  while (!scheduler.Heartbeat(shard.generation(), &answer, &report).ok() &&
          std::chrono::steady_clock::now() < until && g_stop.SleepFor(kStopCheckInterval)) {
   }
 }
@@ -196,7 +200,7 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
   options.address = address;
   options.metrics_address = JoinHostPort(config.pod_ip, metrics->port());
   options.checkpoint_step = checkpoint_step;
-  options.checkpoint_steps = shard->CheckpointSteps();
+  options.shard_at_start = Report(*shard);
   options.awaits_recovery = [shard] { return shard->awaiting_recovery(); };
   options.resend = ResendPolicy{config.resend_timeout_ms, config.max_resends};
   options.metrics = metrics;
@@ -211,8 +215,8 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
   auto last_answer = std::chrono::steady_clock::now();
   while (g_stop.SleepFor(kHeartbeatInterval)) {
     HeartbeatAnswer answer;
-    const std::vector<uint64_t> steps = shard->CheckpointSteps();
-    if (Status s = scheduler.Heartbeat(shard->generation(), &answer, &steps); !s.ok()) {
+    const ShardReport report = Report(*shard);
+    if (Status s = scheduler.Heartbeat(shard->generation(), &answer, &report); !s.ok()) {
       if (g_stop.stop_requested()) break;
       // A missed heartbeat is not fatal; a scheduler gone for long is: the
       // job was deleted or lost, and nobody will ever tell us to stop.

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include <grpcpp/support/status.h>
@@ -152,6 +153,11 @@ class Shard {
   // goes on from the checkpoint it loaded; the job rolls nothing back).
   void EnterGeneration(uint64_t generation);
   uint64_t generation() const;
+  // Async: each worker's step as far as this shard knows it (NodeInfo.
+  // async_worker_steps): the step after the newest of its steps whose push
+  // was applied, by rank. Unset in a sync job, and where the checkpoint the
+  // shard resumed from was written before these were kept.
+  std::optional<v1::AsyncWorkerSteps> AsyncWorkerSteps() const;
 
   // Current value of a part, for tests and checkpoints; empty if unknown.
   std::vector<float> PartValue(uint32_t key, uint64_t offset) const;
@@ -339,6 +345,9 @@ class Shard {
   bool key_set_fixed_ = false;
   int64_t last_checkpoint_ = -1;  // step (sync) or push count (async) of the last one
   uint64_t applied_pushes_ = 0;
+  // Async: AsyncWorkerSteps, and whether the shard can tell them.
+  v1::AsyncWorkerSteps async_worker_steps_;
+  bool async_worker_steps_known_ = true;
   // Pushes holding claims or computing updates: parts_ stays as it is until they are done.
   int pushes_outside_lock_ = 0;
   int parts_updating_ = 0;  // sync: parts whose Part::updating is set

@@ -50,6 +50,8 @@ std::unique_ptr<v1::ShardCheckpoint> Shard::TakeCheckpoint(uint64_t step) {
     saved->set_name(part.name);
   }
   dedup_.Save(checkpoint.get());
+  if (!options_.sync && async_worker_steps_known_)
+    *checkpoint->mutable_async_worker_steps() = async_worker_steps_;
   last_checkpoint_ = static_cast<int64_t>(step);
   return checkpoint;
 }
@@ -75,6 +77,16 @@ void Shard::Install(const v1::ShardCheckpoint& checkpoint) {
   key_set_fixed_ = true;  // a checkpoint is taken after the first push
   last_checkpoint_ = static_cast<int64_t>(checkpoint.step());
   applied_pushes_ = options_.sync ? 0 : checkpoint.step();
+  async_worker_steps_ = checkpoint.async_worker_steps();
+  // Written before shards kept them: the workers' steps are lost, unless
+  // no push came before it.
+  async_worker_steps_known_ = checkpoint.has_async_worker_steps() || applied_pushes_ == 0;
+}
+
+std::optional<v1::AsyncWorkerSteps> Shard::AsyncWorkerSteps() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (options_.sync || !async_worker_steps_known_) return std::nullopt;
+  return async_worker_steps_;
 }
 
 Status Shard::WriteCheckpoint(const v1::ShardCheckpoint& checkpoint) {

@@ -458,8 +458,11 @@ grpc::Status Shard::ApplyOnce(const v1::PushRequest& request, PushData& data,
     ++applied_pushes_;
     if (!options_.sync) {
       // Applied whole, under this lock: settled here, so that a checkpoint
-      // holding its update (this push's, or a later one's) holds its id.
+      // holding its update (this push's, or a later one's) holds its id,
+      // and its worker's step.
       dedup_.Done(request.id());
+      uint64_t& next = (*async_worker_steps_.mutable_next_step())[request.worker_rank()];
+      next = std::max(next, request.step() + 1);
       uint64_t checkpoint_step = 0;
       if (CheckpointDue(&checkpoint_step)) *due = TakeCheckpoint(checkpoint_step);
     }

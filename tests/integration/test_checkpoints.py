@@ -21,11 +21,11 @@ from jobtools import (BIN_DIR, DATASET, KUBEPS, PACED_FOR_KILLS, SLIGHTLY_SLOW_N
 TIMEOUT = 300  # generous: four engineers' builds and tests share two cores
 
 
-def job_text(name, resume=None, interval=50):
+def job_text(name, resume=None, interval=50, mode="sync"):
     checkpoint = {"intervalSteps": interval}
     if resume is not None:
         checkpoint["resume"] = resume
-    text = manifest(name, batch=32).replace(
+    text = manifest(name, batch=32, mode=mode).replace(
         '"epochs": 1', '"epochs": 1, "checkpoint": ' + json.dumps(checkpoint))
     return text.replace('"progressIntervalMs": 500', '"progressIntervalMs": 200')
 
@@ -85,6 +85,21 @@ class RunTwiceTest(unittest.TestCase):
         self.assertRegex(third.output(), r"\[worker 0\] test accuracy [\d.]+ \(test loss [\d.]+\) after 200 "
                          r"steps in [\d.]+ s \(0\.00 steps/sec\)")
         print("finished job run again: exit %d in %.1f s" % (code, time.time() - start))
+
+    def test_an_async_job_run_again_resumes_each_worker_at_its_own_step(self):
+        # An async shard's checkpoint step counts the pushes it applied, from
+        # every worker: 2 workers x 120 steps are step 240. Each worker's own
+        # step is what the shards applied of its pushes. Before, both workers
+        # of the second run started at the shards' count, 240 of 200, and
+        # trained nothing.
+        code, first = self.run_job(job_text("async-twice", mode="async"), 120)
+        self.assertEqual(code, 0, first.output())
+        self.assertIn(240, steps_of(self.run_dir, "server-0"))
+        code, second = self.run_job(job_text("async-twice", mode="async"), 200)
+        self.assertEqual(code, 0, second.output())
+        for rank in (0, 1):
+            self.assertIn("[worker %d] resuming at step 120 of 200" % rank, second.output())
+            self.assertEqual(second.progress(rank=rank)[-1]["total_steps"], 200, second.output())
 
     def test_the_built_in_trainer_behind_the_agent_resumes_too(self):
         # `kubeps-agent --connect`: the built-in trainer as the job's own

@@ -149,6 +149,7 @@ Status KVWorkerImpl::PollHeartbeat() {
     }
   }
   announced_step_ = answer.restore_step;
+  announced_own_step_ = answer.own_step ? static_cast<int64_t>(*answer.own_step) : -1;
   announced_ready_ = answer.generation_ready;
   announced_common_checkpoint_ = answer.common_checkpoint_step;
   announced_generation_ = answer.generation;
@@ -172,8 +173,14 @@ void KVWorkerImpl::HeartbeatLoop() {
 
 Status KVWorkerImpl::Recover(uint64_t* resume_step) {
   Status recovered = RecoverFrom(generation_, resume_step);
-  if (recovered.ok() && options_.async)
-    *resume_step = std::max(*resume_step, scheduler_.reported_step());
+  if (recovered.ok() && options_.async) {
+    // An async worker's steps are its own; the restore step of a job run
+    // again over its checkpoints counts every worker's pushes. It stands
+    // only where the shards cannot tell (a checkpoint of an older build).
+    const int64_t own = announced_own_step_;
+    *resume_step =
+        std::max(own >= 0 ? static_cast<uint64_t>(own) : *resume_step, scheduler_.reported_step());
+  }
   return recovered;
 }
 

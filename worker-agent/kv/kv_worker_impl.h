@@ -191,6 +191,7 @@ class KVWorkerImpl final : public KVWorker {
   std::atomic<uint64_t> announced_generation_{0};
   std::atomic<int64_t> announced_common_checkpoint_{-1};
   std::atomic<uint64_t> announced_step_{0};
+  std::atomic<int64_t> announced_own_step_{-1};  // async: HeartbeatAnswer::own_step, -1 = unset
   std::atomic<bool> announced_ready_{true};
   std::mutex failure_mutex_;
   std::string failure_;         // the scheduler's reason to stop the job, if any

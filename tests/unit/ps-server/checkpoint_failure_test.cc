@@ -9,8 +9,8 @@
 // Also: each checkpoint read back is the shard's state at its step, though
 // the shard takes it into the message of the checkpoint before; an async
 // shard's checkpoint counts the pushes it holds as applied, and a restarted
-// one enters the job's generation with what it loaded; a rollback deletes
-// the checkpoints of the steps it abandons.
+// one enters the job's generation with what it loaded, and each worker's
+// own step; a rollback deletes the checkpoints of the steps it abandons.
 #include <unistd.h>
 
 #include <filesystem>
@@ -22,6 +22,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "ps-server/checkpoint_store.h"
 #include "ps-server/shard.h"
 #include "tests/unit/ps-server/test_shard.h"
 
@@ -233,6 +234,49 @@ TEST_F(CheckpointFailureTest, AnAsyncShardEntersAGenerationKeepingWhatItLoaded) 
   EXPECT_EQ(restarted->PartValue(0, 0), (std::vector<float>{0, 1, 2}));
   EXPECT_TRUE(PushTo(*restarted).ok());  // the next push, of generation 1
   EXPECT_EQ(restarted->PartValue(0, 0), (std::vector<float>{-0.5f, 0.5f, 1.5f}));
+}
+
+// An async shard's checkpoint step counts the pushes of every worker; each
+// worker's own step is kept beside it (the one after its newest applied),
+// and a shard restarted from it says them again: a job run again starts
+// each worker there, not at the count.
+TEST_F(CheckpointFailureTest, AnAsyncCheckpointKeepsEachWorkersOwnStep) {
+  Start(1, /*sync=*/false);
+  step_ = 40;  // the worker went on from its step 40
+  Step();
+  Step();  // checkpoint 2, the worker's steps 40 and 41 in it
+  ASSERT_TRUE(shard_->AsyncWorkerSteps().has_value());
+  EXPECT_EQ(shard_->AsyncWorkerSteps()->next_step().at(0), 42u);
+  auto restarted = shard_testing::MakeShard(options_);
+  ASSERT_EQ(LoadedStep(*restarted), 2);
+  ASSERT_TRUE(restarted->AsyncWorkerSteps().has_value());
+  EXPECT_EQ(restarted->AsyncWorkerSteps()->next_step().at(0), 42u);
+  // A sync shard's steps are the job's: it says none.
+  shard_.reset();
+  fs::remove_all(dir_);
+  step_ = 0;
+  Start(1);
+  Step();
+  EXPECT_FALSE(shard_->AsyncWorkerSteps().has_value());
+}
+
+// A checkpoint written before shards kept the workers' steps: the shard
+// cannot tell them, and says so (the job then starts every worker at the
+// restore step, as before).
+TEST_F(CheckpointFailureTest, AnAsyncCheckpointOfAnOlderBuildCannotTellTheWorkersSteps) {
+  Start(1, /*sync=*/false);
+  Step();
+  shard_->DrainCheckpoints();
+  std::unique_ptr<CheckpointStore> store;
+  ASSERT_TRUE(CheckpointStore::Open(dir_, &store).ok());
+  v1::ShardCheckpoint older;
+  ASSERT_TRUE(store->Read(1, &older).ok());
+  older.clear_async_worker_steps();
+  older.set_step(2);
+  ASSERT_TRUE(store->Write(older).ok());
+  auto restarted = shard_testing::MakeShard(options_);
+  ASSERT_EQ(LoadedStep(*restarted), 2);
+  EXPECT_FALSE(restarted->AsyncWorkerSteps().has_value());
 }
 
 // A rollback to step S abandons the steps after it: a checkpoint of one of

@@ -5,6 +5,7 @@
 // programs keep the parameters, a step the restarted program holds its own
 // state of. The store's side: checkpoint_store_test.cc.
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,13 +102,22 @@ void RegisterAgain(Scheduler& s, v1::Role role, const std::string& id,
   EXPECT_TRUE(status.ok()) << status.error_message();
 }
 
+// An async shard's word on each worker's step: worker-0's, rank 0.
+v1::AsyncWorkerSteps WorkerZeroAt(uint64_t next_step) {
+  v1::AsyncWorkerSteps said;
+  (*said.mutable_next_step())[0] = next_step;
+  return said;
+}
+
 v1::HeartbeatResponse Beat(Scheduler& s, const std::string& id, uint64_t restored,
-                           const std::vector<uint64_t>& steps, uint64_t incarnation = 1) {
+                           const std::vector<uint64_t>& steps, uint64_t incarnation = 1,
+                           std::optional<v1::AsyncWorkerSteps> worker_steps = std::nullopt) {
   v1::HeartbeatRequest request;
   request.set_node_id(id);
   request.set_incarnation(incarnation);
   request.set_restored_generation(restored);
   for (uint64_t step : steps) request.add_checkpoint_steps(step);
+  if (worker_steps) *request.mutable_async_worker_steps() = *worker_steps;
   v1::HeartbeatResponse response;
   EXPECT_TRUE(s.Heartbeat(&request, &response).ok());
   return response;
@@ -243,6 +253,61 @@ TEST(FirstStartTest,
   v1::HeartbeatResponse beat = Beat(*s, "server-0", 0, {10, 500}, 2);
   EXPECT_EQ(beat.generation(), 1u);
   EXPECT_TRUE(beat.keep_state()) << "it would restore step " << beat.restore_step();
+}
+
+// An async shard's checkpoint step counts every worker's pushes (2
+// workers x 120 steps: 240); each worker goes on from its own step, which
+// the shards say. Before, a job run again started every worker at 240.
+TEST(FirstStartTest, AnAsyncJobRunAgainTellsEachWorkerItsOwnStep) {
+  auto s = MakeScheduler("/ckpt", /*sync=*/false);
+  RegisterServer(*s, "server-0", {200, 240});
+  RegisterServer(*s, "server-1", {200, 240});
+  RegisterWorker(*s);
+  v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {});
+  EXPECT_EQ(beat.restore_step(), 240u);
+  EXPECT_FALSE(beat.has_own_step()) << "the shards have not said it yet";
+  // Each restored the checkpoint of 240; worker-0's pushes of its step 119
+  // reached one of them only: the step after it is its own.
+  Beat(*s, "server-0", 1, {200, 240}, 1, WorkerZeroAt(120));
+  Beat(*s, "server-1", 1, {200, 240}, 1, WorkerZeroAt(119));
+  beat = Beat(*s, "worker-0", 0, {});
+  ASSERT_TRUE(beat.generation_ready());
+  ASSERT_TRUE(beat.has_own_step());
+  EXPECT_EQ(beat.own_step(), 120u);
+  // A step its beats said is further on: that one.
+  v1::HeartbeatRequest further;
+  further.set_node_id("worker-0");
+  further.set_incarnation(1);
+  further.set_step(125);
+  ASSERT_TRUE(s->Heartbeat(&further, &beat).ok());
+  EXPECT_EQ(beat.own_step(), 125u);
+  // A shard that cannot tell (it loaded a checkpoint of an older build):
+  // the restore step stands.
+  Beat(*s, "server-1", 1, {200, 240});
+  EXPECT_FALSE(Beat(*s, "worker-0", 0, {}).has_own_step());
+}
+
+// The shards outlive the scheduler: a restarted one learns each worker's
+// step from them when they register again, and tells it to a worker whose
+// process died before its first beat to the new scheduler.
+TEST(FirstStartTest, ARestartedSchedulerLearnsAnAsyncWorkersStepFromTheShards) {
+  auto s = MakeScheduler("/ckpt", /*sync=*/false);
+  for (const char* id : {"server-0", "server-1"}) {
+    v1::RegisterRequest request;
+    v1::NodeInfo* node = request.mutable_node();
+    node->set_node_id(id);
+    node->set_role(v1::SERVER);
+    node->set_address(std::string(id) + ":1");
+    node->set_incarnation(1);
+    node->set_registered_before(true);
+    *node->mutable_async_worker_steps() = WorkerZeroAt(300);
+    v1::RegisterResponse response;
+    ASSERT_TRUE(s->Register(&request, &response).ok());
+  }
+  RegisterWorker(*s, /*incarnation=*/7);  // a new process, never heard from
+  v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {}, 7);
+  ASSERT_TRUE(beat.has_own_step());
+  EXPECT_EQ(beat.own_step(), 300u);
 }
 
 TEST(FirstStartTest, NoCommonStepFailsNamingTheFolders) {
