@@ -361,6 +361,27 @@ TEST(ElasticSchedulerTest, AnAsyncJobDropsALostWorkerWithoutRollingBack) {
   EXPECT_THAT(MembersAt(beat.membership(), lease), ElementsAre(0));
 }
 
+// The scheduler forgets a dropped worker; the shard does not: taken back,
+// the worker goes on from its own step, not from 0.
+TEST(ElasticSchedulerTest, AnAsyncWorkerDroppedAndTakenBackGoesOnFromItsOwnStep) {
+  auto s = ElasticScheduler(2, 1, 2, /*replace_timeout_ms=*/200, &NullMetrics(), /*sync=*/false);
+  Register(*s, "server-0", v1::SERVER);
+  Register(*s, "worker-0", v1::WORKER);
+  Register(*s, "worker-1", v1::WORKER);
+  Beat(*s, "worker-1", 40);
+  v1::HeartbeatRequest shard_beat;
+  shard_beat.set_node_id("server-0");
+  shard_beat.set_incarnation(1);
+  (*shard_beat.mutable_async_worker_steps()->mutable_next_step())[1] = 42;
+  v1::HeartbeatResponse answer;
+  ASSERT_TRUE(s->Heartbeat(&shard_beat, &answer).ok());
+  std::this_thread::sleep_for(300ms);
+  Beat(*s, "worker-0", 6);  // worker-1 is dropped
+  ASSERT_THAT(MembersAt(Beat(*s, "worker-0", 7).membership(), 1000), ElementsAre(0));
+  Register(*s, "worker-1", v1::WORKER);
+  EXPECT_EQ(Beat(*s, "worker-1", 0).own_step(), 42u);
+}
+
 TEST(ElasticSchedulerTest, ALostWorkerAtMinReplicasFailsTheJobSayingWhy) {
   auto s = ElasticScheduler(2, 2, 3, /*replace_timeout_ms=*/200);
   Register(*s, "server-0", v1::SERVER);
