@@ -80,17 +80,12 @@ Status RemoteStore::Init(trainer::Model& model) {
   // Sync: at the servers' step, which is past the last recovery's for a
   // worker restarted mid-job. Started at the recovery's, it would compute
   // every step since (each gradient dropped as one of a step applied) while
-  // the other workers wait. A worker killed between its pushes to two parts
-  // left them a step apart: asked again for the smaller version, the part
-  // ahead is answered as it was then, so the model holds one step's values.
+  // the other workers wait.
   for (;;) {
     uint64_t servers_step = 0;
-    Status pulled = Wait(kv_->Pull(values_, start_step_), &servers_step);
+    Status pulled = kv_->PullAtOneStep(values_, start_step_, &servers_step);
     joins_running_job_ = pulled.ok() && servers_step > start_step_;
-    if (joins_running_job_) {
-      start_step_ = servers_step;
-      pulled = Wait(kv_->Pull(values_, start_step_));
-    }
+    if (joins_running_job_) start_step_ = servers_step;
     if (!pulled.IsAborted()) {
       FollowValues(0, values_.size());
       return pulled;
@@ -107,9 +102,9 @@ Status RemoteStore::PullAll(uint64_t version) {
   return pulled;
 }
 
-Status RemoteStore::Wait(KVWorker::Ticket ticket, uint64_t* version) {
+Status RemoteStore::Wait(KVWorker::Ticket ticket) {
   const auto start = std::chrono::steady_clock::now();
-  Status status = version != nullptr ? kv_->WaitWithVersion(ticket, version) : kv_->Wait(ticket);
+  Status status = kv_->Wait(ticket);
   waited_seconds_ +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return status;

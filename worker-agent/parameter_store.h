@@ -145,9 +145,8 @@ class RemoteStore : public ParameterStore, private trainer::StepObserver {
   void FollowValues(size_t first, size_t end);
   // Pulls every tensor's values of `version` and waits for them.
   Status PullAll(uint64_t version);
-  // KVWorker::Wait, its time counted as waited; *version, where given,
-  // receives the smallest version a pull answered.
-  Status Wait(KVWorker::Ticket ticket, uint64_t* version = nullptr);
+  // KVWorker::Wait, its time counted as waited.
+  Status Wait(KVWorker::Ticket ticket);
   void ParametersNeeded(size_t first, size_t end) override;
   void GradientsReady(size_t first, size_t end) override;
   void LossComputed(float loss) override;

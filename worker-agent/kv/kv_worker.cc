@@ -79,6 +79,13 @@ Status KVWorker::Start(const KVOptions& options, std::unique_ptr<KVWorker>* out)
   return Status::Ok();
 }
 
+Status KVWorker::PullAtOneStep(const std::vector<float*>& values, uint64_t min_version,
+                               uint64_t* version) {
+  Status pulled = WaitWithVersion(Pull(values, min_version), version);
+  if (pulled.ok() && *version > min_version) pulled = Wait(Pull(values, *version));
+  return pulled;
+}
+
 Status KVWorkerImpl::Start() {
   // Checked before the worker takes a rank in the job.
   if (auto encoding = ParseGradientEncoding(options_.compression)) {

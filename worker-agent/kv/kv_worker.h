@@ -190,6 +190,12 @@ class KUBEPS_EXPORT KVWorker {
   // the parameters are of, which a restarted process resumes from; 0 when
   // the ticket pulled nothing.
   virtual Status WaitWithVersion(Ticket ticket, uint64_t* version) = 0;
+  // Sync mode: Pull and wait for the parameters of one step, `min_version`
+  // or past it, and *version that step: where a restarted process starts. A
+  // worker killed between its pushes to two parts leaves them a step apart;
+  // asked again for the smaller version, the part ahead answers as it was
+  // then, so `values` never mix two steps.
+  Status PullAtOneStep(const std::vector<float*>& values, uint64_t min_version, uint64_t* version);
 
   // Blocks until every worker has reached the barrier `name`. A name is
   // released once per job: pass a new one each time (e.g. with the epoch).

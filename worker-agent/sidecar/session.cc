@@ -352,14 +352,8 @@ Status Session::PullAll(uint64_t min_version, uint64_t* version) {
   std::vector<float*> values;
   for (size_t key = 0; key < tensors_->regions().size(); ++key)
     values.push_back(tensors_->values(key));
-  Status s = context_.kv->WaitWithVersion(context_.kv->Pull(values, min_version), version);
-  // Sync: a worker killed between its pushes to two parts leaves them a step
-  // apart. Asking again for the smaller version answers the part ahead as it
-  // was at that version, so every region holds parameters of one step.
-  if (s.ok() && context_.sync && *version > min_version) {
-    s = context_.kv->Wait(context_.kv->Pull(values, *version));
-  }
-  return s;
+  if (context_.sync) return context_.kv->PullAtOneStep(values, min_version, version);
+  return context_.kv->WaitWithVersion(context_.kv->Pull(values, min_version), version);
 }
 
 std::string Session::NotReadyForData(const char* op) const {

@@ -45,7 +45,8 @@ std::map<std::string, std::string>& Keys() {
 }
 
 grpc::Status Register(Scheduler& s, const std::string& node_id, v1::Role role, int* rank = nullptr,
-                      uint64_t incarnation = 1, const std::string& address = "") {
+                      uint64_t incarnation = 1, const std::string& address = "",
+                      v1::RegisterResponse* answer = nullptr) {
   v1::RegisterRequest request;
   request.mutable_node()->set_node_id(node_id);
   request.mutable_node()->set_role(role);
@@ -56,6 +57,7 @@ grpc::Status Register(Scheduler& s, const std::string& node_id, v1::Role role, i
   grpc::Status status = s.Register(&request, &response);
   if (rank) *rank = status.ok() ? response.rank() : -1;
   if (status.ok()) Keys()[node_id] = response.registration_key();
+  if (answer) *answer = response;
   return status;
 }
 
@@ -153,12 +155,8 @@ TEST(SchedulerTest, ARestartedAsyncWorkerIsToldTheStepItsPredecessorSaidLast) {
     options.replace_silent_after_ms = 0;
     Scheduler s(options, &NullMetrics());
     auto registered = [&](const std::string& node_id, uint64_t incarnation) {
-      v1::RegisterRequest request;
-      request.mutable_node()->set_node_id(node_id);
-      request.mutable_node()->set_role(v1::WORKER);
-      request.mutable_node()->set_incarnation(incarnation);
       v1::RegisterResponse response;
-      EXPECT_TRUE(s.Register(&request, &response).ok());
+      EXPECT_TRUE(Register(s, node_id, v1::WORKER, nullptr, incarnation, "", &response).ok());
       return response;
     };
     EXPECT_EQ(registered("worker-0", 1).resume_step(), 0u) << "a first life starts at 0";
