@@ -199,18 +199,11 @@ int main(int argc, char** argv) {
       grads[key] = kv->SharedGrads(key);
     }
   }
-  // The servers' parameters and their step: 0 for a new job, the step this
-  // rank computes next for a restarted process.
+  // The servers' parameters and their step, all of one step: 0 for a new
+  // job, the step this rank computes next for a restarted process.
   uint64_t step = 0;
-  if (kubeps::Status s = kv->WaitWithVersion(kv->Pull({params[0], params[1]}, 0), &step); !s.ok()) {
+  if (kubeps::Status s = kv->PullAtOneStep({params[0], params[1]}, 0, &step); !s.ok()) {
     return Fail("pull the initial parameters", s);
-  }
-  // Parts a step apart (an agent killed between its pushes to two servers)
-  // answer a pull of that step as they were then: all of one step.
-  if (step > 0) {
-    if (kubeps::Status s = kv->Wait(kv->Pull({params[0], params[1]}, step)); !s.ok()) {
-      return Fail("pull the parameters of step " + std::to_string(step), s);
-    }
   }
   const int steps_per_epoch = train.count / (flags.batch_size * workers);
   const uint64_t total_steps = static_cast<uint64_t>(flags.epochs) * steps_per_epoch;
