@@ -31,7 +31,11 @@ uint64_t NewIncarnation() {
 void Describe(const ShardReport& shard, v1::NodeInfo* node) {
   node->clear_checkpoint_steps();
   for (uint64_t step : shard.checkpoint_steps) node->add_checkpoint_steps(step);
-  if (shard.async_worker_steps) *node->mutable_async_worker_steps() = *shard.async_worker_steps;
+  if (shard.async_worker_steps) {
+    *node->mutable_async_worker_steps() = *shard.async_worker_steps;
+  } else {
+    node->clear_async_worker_steps();
+  }
 }
 
 }  // namespace

@@ -417,7 +417,10 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
   if (elastic_.elastic() && it != members_.end() && it->second.info.role() == v1::WORKER) {
     *response->mutable_membership() = elastic_.schedule();
   }
-  if (!options_.sync && it != members_.end() && it->second.info.role() == v1::WORKER) {
+  // Only with the generation ready: until every shard restored it, some
+  // may still say the steps of a newer checkpoint than the one restored.
+  if (!options_.sync && it != members_.end() && it->second.info.role() == v1::WORKER &&
+      response->generation_ready()) {
     if (std::optional<uint64_t> own = OwnStep(it->second)) response->set_own_step(*own);
   }
   response->set_epoch(epoch_);

@@ -139,8 +139,9 @@ Status KVWorkerImpl::Start() {
   return Status::Ok();
 }
 
-Status KVWorkerImpl::PollHeartbeat() {
-  HeartbeatAnswer answer;
+Status KVWorkerImpl::PollHeartbeat(HeartbeatAnswer* out) {
+  HeartbeatAnswer own;
+  HeartbeatAnswer& answer = out ? *out : own;
   if (Status s = scheduler_.Heartbeat(0, &answer); !s.ok()) return s;
   if (answer.replaced) {
     std::lock_guard<std::mutex> lock(failure_mutex_);
@@ -156,7 +157,6 @@ Status KVWorkerImpl::PollHeartbeat() {
     }
   }
   announced_step_ = answer.restore_step;
-  announced_own_step_ = answer.own_step ? static_cast<int64_t>(*answer.own_step) : -1;
   announced_ready_ = answer.generation_ready;
   announced_common_checkpoint_ = answer.common_checkpoint_step;
   announced_generation_ = answer.generation;
@@ -179,30 +179,33 @@ void KVWorkerImpl::HeartbeatLoop() {
 }
 
 Status KVWorkerImpl::Recover(uint64_t* resume_step) {
-  Status recovered = RecoverFrom(generation_, resume_step);
+  std::optional<uint64_t> own;
+  Status recovered = RecoverFrom(generation_, resume_step, options_.async ? &own : nullptr);
   if (recovered.ok() && options_.async) {
     // An async worker's steps are its own; the restore step of a job run
     // again over its checkpoints counts every worker's pushes. It stands
     // only where the shards cannot tell (a checkpoint of an older build).
-    const int64_t own = announced_own_step_;
-    *resume_step =
-        std::max(own >= 0 ? static_cast<uint64_t>(own) : *resume_step, scheduler_.reported_step());
+    *resume_step = std::max(own.value_or(*resume_step), scheduler_.reported_step());
   }
   return recovered;
 }
 
-Status KVWorkerImpl::RecoverFrom(uint64_t generation, uint64_t* resume_step) {
+Status KVWorkerImpl::RecoverFrom(uint64_t generation, uint64_t* resume_step,
+                                 std::optional<uint64_t>* own_step) {
   const auto start = Clock::now();
   for (;;) {
-    if (Status s = PollHeartbeat();
-        !s.ok() && SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) {
-      return s;
-    }
+    HeartbeatAnswer answer;
+    const Status beat = PollHeartbeat(&answer);
+    if (!beat.ok() && SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) return beat;
     {
       std::lock_guard<std::mutex> lock(failure_mutex_);
       if (!failure_.empty()) return Status::Error("the scheduler stopped the job: " + failure_);
     }
-    if (announced_ready_ && announced_generation_ >= generation) {
+    const bool ready = own_step
+                           ? beat.ok() && answer.generation_ready && answer.generation >= generation
+                           : announced_ready_ && announced_generation_ >= generation;
+    if (ready) {
+      if (own_step) *own_step = answer.own_step;
       *resume_step = announced_step_;
       // The server whose restart opened the recovery may have come back
       // elsewhere (on Kubernetes, a new pod with a new IP).

@@ -57,8 +57,12 @@ class KVWorkerImpl final : public KVWorker {
   Status Barrier(const std::string& name) override;
   Status Finish() override;
   Status Recover(uint64_t* resume_step) override;
-  // Recover, once a generation of at least `generation` is ready.
-  Status RecoverFrom(uint64_t generation, uint64_t* resume_step);
+  // Recover, once a generation of at least `generation` is ready. With
+  // `own_step` (async), that readiness is read off this call's own beat,
+  // whose answer's own_step it stores: another thread's beat may have been
+  // answered before every shard restored, when the shards' word was older.
+  Status RecoverFrom(uint64_t generation, uint64_t* resume_step,
+                     std::optional<uint64_t>* own_step = nullptr);
   Status Membership(uint64_t step, StepMembership* out) override;
   int64_t NewestCommonCheckpoint() const override { return announced_common_checkpoint_; }
   Status RollBackToHeldState(uint64_t start, const std::vector<uint64_t>& held,
@@ -191,7 +195,6 @@ class KVWorkerImpl final : public KVWorker {
   std::atomic<uint64_t> announced_generation_{0};
   std::atomic<int64_t> announced_common_checkpoint_{-1};
   std::atomic<uint64_t> announced_step_{0};
-  std::atomic<int64_t> announced_own_step_{-1};  // async: HeartbeatAnswer::own_step, -1 = unset
   std::atomic<bool> announced_ready_{true};
   std::mutex failure_mutex_;
   std::string failure_;         // the scheduler's reason to stop the job, if any
@@ -201,7 +204,8 @@ class KVWorkerImpl final : public KVWorker {
   mutable std::mutex membership_mutex_;
   v1::Membership membership_;
   bool elastic_ = false;  // a heartbeat brought a schedule: pushes say their step's workers
-  Status PollHeartbeat();
+  // One beat; its answer goes to the announced_ fields and, where given, to *answer.
+  Status PollHeartbeat(HeartbeatAnswer* answer = nullptr);
   bool RollbackAnnounced() const;
 
   std::atomic<bool> stopping_{false};

@@ -47,8 +47,16 @@ std::unique_ptr<Scheduler> MakeScheduler(const std::string& dir = "/ckpt", bool 
   return std::make_unique<Scheduler>(options, &NullMetrics());
 }
 
-v1::RegisterResponse RegisterServer(Scheduler& s, const std::string& id,
-                                    const std::vector<uint64_t>& steps, uint64_t incarnation = 1) {
+// An async shard's word on each worker's step: worker-0's, rank 0.
+v1::AsyncWorkerSteps WorkerZeroAt(uint64_t next_step) {
+  v1::AsyncWorkerSteps said;
+  (*said.mutable_next_step())[0] = next_step;
+  return said;
+}
+
+v1::RegisterResponse RegisterServer(
+    Scheduler& s, const std::string& id, const std::vector<uint64_t>& steps,
+    uint64_t incarnation = 1, std::optional<v1::AsyncWorkerSteps> worker_steps = std::nullopt) {
   v1::RegisterRequest request;
   request.mutable_node()->set_node_id(id);
   request.mutable_node()->set_role(v1::SERVER);
@@ -56,6 +64,7 @@ v1::RegisterResponse RegisterServer(Scheduler& s, const std::string& id,
   request.mutable_node()->set_incarnation(incarnation);
   request.mutable_node()->set_checkpoint_step(steps.empty() ? -1 : int64_t(steps.back()));
   for (uint64_t step : steps) request.mutable_node()->add_checkpoint_steps(step);
+  if (worker_steps) *request.mutable_node()->mutable_async_worker_steps() = *worker_steps;
   v1::RegisterResponse response;
   grpc::Status status = s.Register(&request, &response);
   EXPECT_TRUE(status.ok()) << status.error_message();
@@ -100,13 +109,6 @@ void RegisterAgain(Scheduler& s, v1::Role role, const std::string& id,
   v1::RegisterResponse response;
   grpc::Status status = s.Register(&request, &response);
   EXPECT_TRUE(status.ok()) << status.error_message();
-}
-
-// An async shard's word on each worker's step: worker-0's, rank 0.
-v1::AsyncWorkerSteps WorkerZeroAt(uint64_t next_step) {
-  v1::AsyncWorkerSteps said;
-  (*said.mutable_next_step())[0] = next_step;
-  return said;
 }
 
 v1::HeartbeatResponse Beat(Scheduler& s, const std::string& id, uint64_t restored,
@@ -260,15 +262,19 @@ TEST(FirstStartTest,
 // the shards say. Before, a job run again started every worker at 240.
 TEST(FirstStartTest, AnAsyncJobRunAgainTellsEachWorkerItsOwnStep) {
   auto s = MakeScheduler("/ckpt", /*sync=*/false);
-  RegisterServer(*s, "server-0", {200, 240});
-  RegisterServer(*s, "server-1", {200, 240});
+  // server-1 loaded its newest checkpoint, 280, which server-0 lacks: the
+  // job resumes from 240, and until server-1 restored it, what it says of
+  // worker-0's step is of 280.
+  RegisterServer(*s, "server-0", {200, 240}, 1, WorkerZeroAt(120));
+  RegisterServer(*s, "server-1", {200, 240, 280}, 1, WorkerZeroAt(140));
   RegisterWorker(*s);
   v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {});
   EXPECT_EQ(beat.restore_step(), 240u);
-  EXPECT_FALSE(beat.has_own_step()) << "the shards have not said it yet";
+  EXPECT_FALSE(beat.has_own_step()) << "said before every shard restored the step";
   // Each restored the checkpoint of 240; worker-0's pushes of its step 119
   // reached one of them only: the step after it is its own.
   Beat(*s, "server-0", 1, {200, 240}, 1, WorkerZeroAt(120));
+  EXPECT_FALSE(Beat(*s, "worker-0", 0, {}).has_own_step()) << "server-1 has not restored yet";
   Beat(*s, "server-1", 1, {200, 240}, 1, WorkerZeroAt(119));
   beat = Beat(*s, "worker-0", 0, {});
   ASSERT_TRUE(beat.generation_ready());
