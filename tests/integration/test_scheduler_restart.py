@@ -2,7 +2,8 @@
 again, every node registers with it again (rank, incarnation, recovery
 generation), and the job ends as fast as without the kill, with no error
 logged and exactly the same parameters. Faults after the restart (a shard
-or a worker killed) recover as if the scheduler had never restarted."""
+or a worker killed) recover as if the scheduler had never restarted, and an
+async worker killed with the scheduler goes on from its own step."""
 import json
 import os
 import re
@@ -142,6 +143,28 @@ class SchedulerRestartTest(unittest.TestCase):
         self.assertEqual(read_floats(dump), clean_params, "parameters differ from the clean run's")
         for rank in (0, 1):
             self.assertEqual(job.progress(rank=rank)[-1]["total_steps"], STEPS, job.output())
+
+    def test_an_async_worker_killed_with_the_scheduler_goes_on_from_its_own_step(self):
+        """Worker-0 killed right after the scheduler, before it could say its
+        step to the new one. An async worker's steps are its own; before,
+        the new scheduler knew none of it and the worker started at 0. The
+        shards' word on it came back with their registrations."""
+        text = job_text("asyncboth").replace('"mode": "sync"', '"mode": "async"')
+        self.assertIn('"mode": "async"', text)
+        job = RunningJob(write_manifest(self.dir, text, "asyncboth.yaml"), env=JOB_ENV)
+        self.addCleanup(lambda: job.process.poll() is None and (job.process.kill(), job.process.wait()))
+        wait_for_steps(job, 0, 100)
+        worker = wait_for_replica_pid(job, "worker-0")
+        os.kill(scheduler_pid(job), signal.SIGKILL)
+        os.kill(worker, signal.SIGKILL)
+        before = max(p["total_steps"] for p in job.progress(rank=0))
+        self.assertEqual(job.wait(300), 0, job.output())
+        self.assertIn("worker-0 exited with code 137; restarting it", job.output())
+        resumed = re.findall(r"^\[worker 0\] resuming at step (\d+) of %d" % STEPS, job.output(),
+                             re.MULTILINE)
+        self.assertEqual(len(resumed), 1, job.output())
+        self.assertGreaterEqual(int(resumed[0]), before, job.output())
+        self.assertEqual(job.progress(rank=0)[-1]["total_steps"], STEPS, job.output())
 
     def test_a_recovery_the_scheduler_died_with_unheard_is_opened_again(self):
         """A shard killed, and the scheduler killed as soon as it says it
