@@ -28,13 +28,16 @@ uint64_t NewIncarnation() {
   return value;
 }
 
-void Describe(const ShardReport& shard, v1::NodeInfo* node) {
-  node->clear_checkpoint_steps();
-  for (uint64_t step : shard.checkpoint_steps) node->add_checkpoint_steps(step);
+// Into a registration's NodeInfo or a HeartbeatRequest, which name these
+// fields alike.
+template <typename Message>
+void Describe(const ShardReport& shard, Message* message) {
+  message->clear_checkpoint_steps();
+  for (uint64_t step : shard.checkpoint_steps) message->add_checkpoint_steps(step);
   if (shard.async_worker_steps) {
-    *node->mutable_async_worker_steps() = *shard.async_worker_steps;
+    *message->mutable_async_worker_steps() = *shard.async_worker_steps;
   } else {
-    node->clear_async_worker_steps();
+    message->clear_async_worker_steps();
   }
 }
 
@@ -161,11 +164,7 @@ Status SchedulerClient::AwaitClusterView(ClusterInfo* cluster) {
 Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer* answer,
                                   const ShardReport* shard) {
   v1::HeartbeatRequest request;
-  if (shard) {
-    for (uint64_t step : shard->checkpoint_steps) request.add_checkpoint_steps(step);
-    if (shard->async_worker_steps)
-      *request.mutable_async_worker_steps() = *shard->async_worker_steps;
-  }
+  if (shard) Describe(*shard, &request);
   request.set_node_id(options_.node_id);
   request.set_incarnation(incarnation_);
   request.set_restored_generation(restored_generation);

@@ -148,7 +148,7 @@ Status KVWorkerImpl::PollHeartbeat(HeartbeatAnswer* out) {
     failure_ = "a newer process of this worker registered with it; this one stops";
     return Status::Ok();
   }
-  // Order matters for readers: step and readiness before the generation.
+  // Order matters for readers: the membership before the generation.
   if (answer.membership.changes_size() > 0) {
     std::lock_guard<std::mutex> lock(membership_mutex_);
     if (!elastic_ || NewerMembership(answer.membership, membership_)) {
@@ -156,8 +156,6 @@ Status KVWorkerImpl::PollHeartbeat(HeartbeatAnswer* out) {
       elastic_ = true;
     }
   }
-  announced_step_ = answer.restore_step;
-  announced_ready_ = answer.generation_ready;
   announced_common_checkpoint_ = answer.common_checkpoint_step;
   announced_generation_ = answer.generation;
   if (!answer.failure.empty()) {
@@ -201,18 +199,18 @@ Status KVWorkerImpl::RecoverFrom(uint64_t generation, uint64_t* resume_step,
       std::lock_guard<std::mutex> lock(failure_mutex_);
       if (!failure_.empty()) return Status::Error("the scheduler stopped the job: " + failure_);
     }
-    const bool ready = own_step
-                           ? beat.ok() && answer.generation_ready && answer.generation >= generation
-                           : announced_ready_ && announced_generation_ >= generation;
-    if (ready) {
+    // Readiness, the restore step and the worker's own step, all off this
+    // call's own beat: the heartbeat thread's may have been answered before
+    // every shard restored, and be read after this one.
+    if (beat.ok() && answer.generation_ready && answer.generation >= generation) {
+      *resume_step = answer.restore_step;
       if (own_step) *own_step = answer.own_step;
-      *resume_step = announced_step_;
       // The server whose restart opened the recovery may have come back
       // elsewhere (on Kubernetes, a new pod with a new IP).
-      if (announced_generation_ > generation_) {
+      if (answer.generation > generation_) {
         if (Status s = RefreshServerLinks(); !s.ok()) return s;
       }
-      generation_ = announced_generation_.load();
+      generation_ = answer.generation;
       if (generation_ > 0) {
         KLOG_INFO << "resuming from step " << *resume_step << " (generation " << generation_ << ")";
       }

@@ -57,10 +57,8 @@ class KVWorkerImpl final : public KVWorker {
   Status Barrier(const std::string& name) override;
   Status Finish() override;
   Status Recover(uint64_t* resume_step) override;
-  // Recover, once a generation of at least `generation` is ready. With
-  // `own_step` (async), that readiness is read off this call's own beat,
-  // whose answer's own_step it stores: another thread's beat may have been
-  // answered before every shard restored, when the shards' word was older.
+  // Recover, once a generation of at least `generation` is ready; where
+  // given, *own_step receives the answer's (async: HeartbeatAnswer::own_step).
   Status RecoverFrom(uint64_t generation, uint64_t* resume_step,
                      std::optional<uint64_t>* own_step = nullptr);
   Status Membership(uint64_t step, StepMembership* out) override;
@@ -194,8 +192,6 @@ class KVWorkerImpl final : public KVWorker {
   std::atomic<uint64_t> generation_{0};  // the one requests carry
   std::atomic<uint64_t> announced_generation_{0};
   std::atomic<int64_t> announced_common_checkpoint_{-1};
-  std::atomic<uint64_t> announced_step_{0};
-  std::atomic<bool> announced_ready_{true};
   std::mutex failure_mutex_;
   std::string failure_;         // the scheduler's reason to stop the job, if any
   std::string failure_reason_;  // and the termination reason it calls for
