@@ -117,11 +117,16 @@ class RestartTest(unittest.TestCase):
         # The restarted worker starts where the servers are, not at step 0:
         # before, it computed every step again (each gradient dropped as one
         # of a step applied) while worker 1 waited, 6 s for the CNN killed at
-        # step 185, hours for a long job.
+        # step 185, hours for a long job. With overlap a progress line of step
+        # N is printed once step N-1 is pushed, and that push may not have
+        # reached every server when the kill lands: the servers are then at
+        # N-1, and the restarted worker rightly computes step N-1 again (its
+        # push is new to the server that lacked it). They are never further
+        # behind: no push of a step leaves before the step before is done.
         resumed = re.findall(r"^\[worker 0\] resuming at step (\d+) of %d" % STEPS,
                              job.output(), re.MULTILINE)
         self.assertEqual(len(resumed), 1, job.output())
-        self.assertGreaterEqual(int(resumed[0]), before, job.output())
+        self.assertGreaterEqual(int(resumed[0]), before - 1, job.output())
         redone = [p for p in job.progress(rank=0) if p["time"] > killed_at and p["total_steps"] < before]
         self.assertEqual(redone, [], "the restarted worker computed steps the job had done")
         # Sync mode, and a shard takes one gradient per worker and step: a
