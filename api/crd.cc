@@ -9,6 +9,7 @@
 #include <string>
 
 #include "api/block_yaml.h"
+#include "api/spec_rules.h"
 #include "api/training_job.h"
 #include "api/training_job_schema.h"
 #include "api/training_job_status.h"
@@ -125,6 +126,7 @@ Json SpecSchema() {
                   "alike"}};
   if (!required.empty()) schema["required"] = required;
   schema["properties"] = properties;
+  schema["x-kubernetes-validations"] = TrainingJobSpecRules();
   return schema;
 }
 

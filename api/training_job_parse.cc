@@ -12,6 +12,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "api/manifest_reader.h"
+#include "api/spec_rules.h"
 #include "api/training_job.h"
 #include "api/training_job_schema.h"
 #include "api/user_container.h"
@@ -107,9 +108,9 @@ void CheckElasticPolicy(const TrainingJobSpec& spec, std::vector<FieldError>* er
   }
   const int replicas = spec.worker.replicas;
   if (policy.min_replicas == 0) {
-    errors->push_back({field + ".minReplicas", "required with maxReplicas"});
+    errors->push_back({field + ".minReplicas", kRequiredWithMaxReplicas});
   } else if (policy.max_replicas == 0) {
-    errors->push_back({field + ".maxReplicas", "required with minReplicas"});
+    errors->push_back({field + ".maxReplicas", kRequiredWithMinReplicas});
   } else if (policy.min_replicas > policy.max_replicas) {
     errors->push_back({field, "minReplicas (" + std::to_string(policy.min_replicas) +
                                   ") is above maxReplicas (" + std::to_string(policy.max_replicas) +
@@ -121,9 +122,7 @@ void CheckElasticPolicy(const TrainingJobSpec& spec, std::vector<FieldError>* er
                            std::to_string(policy.max_replicas) + "]"});
   }
   if (policy.batch == "perWorker") {
-    errors->push_back({field + ".batch",
-                       "perWorker is not supported yet: use global (the global batch stays and "
-                       "is cut over each step's workers)"});
+    errors->push_back({field + ".batch", kPerWorkerUnsupported});
   }
   if (spec.brings_own_program() && spec.optimizer.name == "none") {
     // A worker taken in later pulls the servers' parameters; with `none`
@@ -156,15 +155,11 @@ void CheckSchedule(const OptimizerSpec& optimizer, std::vector<FieldError>* erro
     if (error.field.rfind(field, 0) == 0) return;  // a bad value, already said
   }
   if (schedule.decay == "none" && (schedule.decay_steps > 0 || schedule.min_learning_rate > 0)) {
-    errors->push_back({field + ".decay",
-                       "none, but decaySteps or minLearningRate is given: say "
-                       "how to decay (cosine or linear)"});
+    errors->push_back({field + ".decay", kDecayNoneButGiven});
   } else if (!schedule.enabled()) {
     return;
   } else if (optimizer.name == "none") {
-    errors->push_back({field,
-                       "optimizer none has no learning rate to schedule (the program's "
-                       "optimizer steps: schedule it there)"});
+    errors->push_back({field, kNoRateToSchedule});
   } else if (schedule.decay != "none" && schedule.decay_steps == 0) {
     errors->push_back({field + ".decaySteps", "required with decay " + Quote(schedule.decay)});
   } else if (schedule.decay != "none" && schedule.min_learning_rate >= optimizer.learning_rate) {

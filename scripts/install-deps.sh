@@ -34,17 +34,29 @@ PACKAGES=(
   nftables
 )
 
+# The Kubernetes stand-in's API server runs CRDs' CEL rules with Buf's CEL for
+# ECMAScript (tests/k8s/cel/), on the machine's Node.js (20.19 or later), or
+# Debian's where there is none.
+if ! command -v node > /dev/null; then PACKAGES+=(nodejs npm); fi
+
 missing=()
 for package in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
 if ((${#missing[@]} == 0)); then
-  echo "install-deps: everything is installed"
-  exit 0
+  echo "install-deps: every Debian package is installed"
+else
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-echo "install-deps: installing ${missing[*]}"
-SUDO=""
-if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# What package-lock.json names, unless it is there already.
+cel=tests/k8s/cel
+if ! npm ls --prefix "$cel" --all > /dev/null 2>&1; then
+  echo "install-deps: installing $cel's npm packages"
+  npm ci --prefix "$cel" --no-audit --no-fund --loglevel=error
+fi

@@ -7,6 +7,7 @@ the workers as ready/requested.
 
     KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_elastic   (from tests/k8s)
 """
+import json
 import os
 import sys
 import time
@@ -14,7 +15,7 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from operator_harness import (apply, checkpoints_on_host, events_of, job_pods,  # noqa: E402
+from operator_harness import (DEPLOY, apply, checkpoints_on_host, events_of, job_pods,  # noqa: E402
                               live, live_pod, replica_key, slowed_down, training_job)
 from operator_test_case import SharedClusterTestCase  # noqa: E402
 
@@ -139,8 +140,16 @@ class ElasticJobTest(SharedClusterTestCase):
         job = slowed_down(training_job("fixed", epochs=40, max_steps=500))
         job["spec"]["progressIntervalMs"] = 200
         self.start_training(job)
-        # Nothing at the API server refuses it (the CRD has no validation rule
-        # for it): the operator must.
+        # The CRD's rule refuses it at the API server.
+        refused = c.kubectl("scale", "trainingjob/fixed", "--replicas=3", check=False)
+        self.assertIn("cannot change from 2 to 3 while the job runs", refused.stderr)
+        # A CRD without the rule (Helm leaves the one it installed first in
+        # place on an upgrade): the operator must refuse it.
+        crd = c.kubectl("get", "crd", "trainingjobs.kubeps.io", "-o", "json", json_output=True)
+        self.addCleanup(c.kubectl, "apply", "-f", os.path.join(DEPLOY, "crd") + "/")
+        del crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+            "x-kubernetes-validations"]
+        c.kubectl("replace", "-f", "-", input=json.dumps(crd))
         out = c.kubectl("scale", "trainingjob/fixed", "--replicas=3").stdout
         self.assertIn("trainingjob.kubeps.io/fixed scaled", out)
         c.wait_for(lambda: any(e["reason"] == "ScaleRefused" for e in events_of(c, "fixed")),

@@ -51,10 +51,13 @@ def crd(plural, kind, subresources, spec_properties):
 
 
 def job(name, workers):
+    """An elastic job: the CRD's rules refuse a scale of a fixed one
+    (test_emulator_cel)."""
     return {"apiVersion": "kubeps.io/v1alpha1", "kind": "TrainingJob",
             "metadata": {"name": name},
             "spec": {"dataset": {"path": "/data"},
-                     "replicaSpecs": {"worker": {"replicas": workers}}}}
+                     "replicaSpecs": {"worker": {"replicas": workers, "elasticPolicy": {
+                         "minReplicas": 1, "maxReplicas": 16}}}}}
 
 
 class ScaleSubresourceTest(unittest.TestCase):
@@ -176,12 +179,15 @@ class ScaleSubresourceTest(unittest.TestCase):
         self.assertIn("Expected resource version to be %s, was %s" % (stale, current), r.stderr)
         c.kubectl("scale", "tj", "elastic", "--replicas=2", "--resource-version=" + current)
         c.kubectl("scale", "tj", "elastic", "--replicas=1")
-        # the CR's schema validates the replicas (minimum: 1), with its field path
+        # the CR's schema validates the replicas (minimum: 1), with its field
+        # path; a bound is no type error, so the CEL rules run as well
         r = c.kubectl("scale", "tj", "elastic", "--replicas=0", check=False)
         self.assertNotEqual(r.returncode, 0)
-        self.assertIn('The TrainingJob "elastic" is invalid: spec.replicaSpecs.worker.replicas: '
-                      "Invalid value: 0: spec.replicaSpecs.worker.replicas in body should be "
-                      "greater than or equal to 1", r.stderr)
+        self.assertIn('The TrainingJob "elastic" is invalid: \n'
+                      "* spec.replicaSpecs.worker.replicas: Invalid value: 0: "
+                      "spec.replicaSpecs.worker.replicas in body should be greater than or "
+                      "equal to 1\n* spec.replicaSpecs.worker.replicas: Invalid value: "
+                      "\"object\": 0 is outside elasticPolicy's [1, 16]", r.stderr)
         self.assertEqual(c.client.get(TJ + "/elastic/scale")["spec"]["replicas"], 1)
 
     def test_put_and_patch_of_the_scale(self):
@@ -230,9 +236,10 @@ class ScaleSubresourceTest(unittest.TestCase):
         e = self.expect_error(lambda: c.client.patch(TJ + "/rest/scale", {
             "spec": {"replicas": 0}}), 422)
         self.assertEqual(e.status["message"], 'TrainingJob.kubeps.io "rest" is invalid: '
-                         "spec.replicaSpecs.worker.replicas: Invalid value: 0: "
+                         "[spec.replicaSpecs.worker.replicas: Invalid value: 0: "
                          "spec.replicaSpecs.worker.replicas in body should be greater than or "
-                         "equal to 1")
+                         "equal to 1, spec.replicaSpecs.worker.replicas: Invalid value: "
+                         "\"object\": 0 is outside elasticPolicy's [1, 16]]")
         self.assertEqual(e.status["details"]["causes"][0]["field"],
                          "spec.replicaSpecs.worker.replicas")
         # the same replicas: nothing written; dryRun: nothing written

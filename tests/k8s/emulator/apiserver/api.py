@@ -296,7 +296,8 @@ class Api(Admission, CustomResources, Evictions, GarbageCollector, NodeLifecycle
                     self._check_crd(new)
             new["apiVersion"], new["kind"] = rtype.gv, rtype.kind
             if rtype.crd is not None:
-                self.validate_custom(rtype, new, self._field_validation(query), warnings, name)
+                self.validate_custom(rtype, new, self._field_validation(query), warnings, name,
+                                     old=old)
             validation.validate(rtype, new)
             if _strip_for_compare(new) == _strip_for_compare(old):
                 return old, False

@@ -126,14 +126,14 @@ def validate_schema(value, schema, path, errors):
             return
         typ = schema.get("type")
         if typ:
-            errors.append((path, "FieldValueInvalid",
+            errors.append((path, "FieldValueTypeInvalid",
                            'Invalid value: "null": %s in body must be of type %s: "null"'
                            % (path, typ)))
         return
     typ = schema.get("type")
     if typ and not _type_ok(value, typ):
         if not (schema.get("x-kubernetes-int-or-string") and isinstance(value, (int, str))):
-            errors.append((path, "FieldValueInvalid",
+            errors.append((path, "FieldValueTypeInvalid",
                            'Invalid value: "%s": %s in body must be of type %s: "%s"'
                            % (_type_name(value), path, typ, _type_name(value))))
             return

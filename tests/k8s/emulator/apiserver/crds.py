@@ -8,6 +8,7 @@ A mixin of Api (api.py): it uses its store and its table of served types.
 import copy
 
 from ..clock import now_iso
+from .cel_rules import CelEvaluator, CelUnavailable, compile_errors, object_rule_errors
 from .crd_schema import check_structural, go_value, prune_and_default, validate_schema
 from .errors import ApiError, invalid
 from .resources import ResourceType
@@ -45,8 +46,11 @@ def check_scale_paths(scale, prefix, errors):
 
 
 class CustomResources:
-    def validate_custom(self, rtype, obj, field_validation, warnings, name):
-        """Prunes, defaults and validates a custom resource in place."""
+    def validate_custom(self, rtype, obj, field_validation, warnings, name, old=None):
+        """Prunes, defaults and validates a custom resource in place: its
+        schema, then its CEL rules unless the schema found a value of the
+        wrong type or one missing (`old`: the object the write replaces, for
+        transition rules and ratcheting)."""
         schema = rtype.schema
         if schema is None:
             return obj
@@ -70,11 +74,34 @@ class CustomResources:
         root["properties"] = {k: v for k, v in (schema.get("properties") or {}).items()
                               if k not in ("apiVersion", "kind", "metadata")}
         validate_schema(body, root, "", errors)
+        self._rule_errors(rtype, pruned, old, errors, warnings)
         if errors:
             raise invalid(rtype, name, errors)
         obj.clear()
         obj.update(pruned)
         return obj
+
+    def _cel(self):
+        if getattr(self, "_cel_evaluator", None) is None:
+            self._cel_evaluator = CelEvaluator()
+        return self._cel_evaluator
+
+    @staticmethod
+    def _rule_view(obj):
+        """What a rule at the root sees: of metadata, only the name."""
+        view = {k: v for k, v in obj.items() if k != "metadata"}
+        md = obj.get("metadata") or {}
+        view["metadata"] = {k: md[k] for k in ("name", "generateName") if k in md}
+        return view
+
+    def _rule_errors(self, rtype, obj, old, errors, warnings):
+        try:
+            object_rule_errors(self._cel(), rtype.schema, self._rule_view(obj),
+                               self._rule_view(old) if old is not None else None, errors,
+                               warnings)
+        except CelUnavailable as e:
+            raise ApiError(500, "InternalError", "the stand-in cannot check %s's validation "
+                           "rules: %s" % (rtype.kind, e))
 
     def _check_crd(self, obj):
         spec = obj.get("spec") or {}
@@ -111,6 +138,11 @@ class CustomResources:
                                "Required value: schemas are required"))
                 continue
             check_structural(schema, path, errors)
+            try:
+                compile_errors(self._cel(), schema, path, errors)
+            except CelUnavailable as e:
+                raise ApiError(500, "InternalError", "the stand-in cannot compile %s's "
+                               "validation rules: %s" % (name, e))
             check_scale_paths((v.get("subresources") or {}).get("scale"),
                               "spec.versions[%d].subresources" % i, errors)
             if schema.get("type") != "object":
