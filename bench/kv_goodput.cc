@@ -5,6 +5,8 @@
 //   build/bin/kv_goodput            (7 repetitions per row, medians)
 //   build/bin/kv_goodput --quick    (3 short repetitions: a smoke run)
 //   build/bin/kv_goodput --reps 11 --sizes 1M,10M,100K
+//   build/bin/kv_goodput --sizes 10M --setups 2x2 --ops push+pull --grpc-only
+//                                    (one row alone: what a profiler should see)
 //
 // One process holds the job's scheduler and shards (SchedulerService, and
 // Shard behind ParameterServerService), each on its own gRPC server on
@@ -493,6 +495,17 @@ int main(int argc, char** argv) {
   app.add_option("--sizes", size_names, "tensor sizes in float32 elements, e.g. 1M,10M,500K")
       ->delimiter(',');
   app.add_flag("--quick", quick, "3 short repetitions (unless --reps): a smoke run");
+  std::vector<std::string> setup_names = {"1x1", "2x2"};
+  app.add_option("--setups", setup_names, "servers x workers, of 1x1,2x2")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"1x1", "2x2"}));
+  std::vector<std::string> op_names = {"push", "pull", "push+pull"};
+  app.add_option("--ops", op_names, "of push,pull,push+pull")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"push", "pull", "push+pull"}));
+  bool grpc_only = false;
+  app.add_flag("--grpc-only", grpc_only,
+               "only the jobs over gRPC and raw TCP: no shared memory, no TLS");
   if (auto exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
   std::vector<uint64_t> sizes;
   for (const std::string& name : size_names) {
@@ -510,25 +523,33 @@ int main(int argc, char** argv) {
               "op", "GB/s", "ms/op", "/TCP", "goal", "GB/s", "ms/op", "/TCP", "goal", "GB/s",
               "ms/op");
   double resends = 0, shared_share = 1;
-  for (const auto& [servers, workers] : {std::pair{1, 1}, std::pair{2, 2}}) {
+  std::vector<std::pair<int, int>> setups;  // (servers, workers)
+  for (const std::string& name : setup_names) setups.emplace_back(name[0] - '0', name[2] - '0');
+  std::vector<Op> ops;
+  for (Op op : {Op::kPush, Op::kPull, Op::kPushPull}) {
+    if (std::count(op_names.begin(), op_names.end(), OpName(op)) > 0) ops.push_back(op);
+  }
+  for (const auto& [servers, workers] : setups) {
     const std::string setup = std::to_string(servers) + "x" + std::to_string(workers);
     Job over_grpc, shared;
     if (Status s = over_grpc.Start(servers, workers, sizes); !s.ok())
       return Fail("starting " + setup, s);
-    if (Status s = shared.Start(servers, workers, sizes, nullptr, true); !s.ok())
-      return Fail("starting " + setup + " with shared memory", s);
+    std::vector<Job*> jobs = {&over_grpc};
+    if (!grpc_only) {
+      if (Status s = shared.Start(servers, workers, sizes, nullptr, true); !s.ok())
+        return Fail("starting " + setup + " with shared memory", s);
+      jobs.push_back(&shared);
+    }
     TcpBaseline tcp;
     const uint64_t largest = *std::max_element(sizes.begin(), sizes.end());
     if (Status s = tcp.Open(workers, largest * sizeof(float)); !s.ok()) return Fail("TCP", s);
     for (uint32_t key = 0; key < sizes.size(); ++key) {
       const size_t bytes = sizes[key] * sizeof(float);
       const int iterations = std::max(2, static_cast<int>(bytes_per_rep / bytes + 0.5));
-      for (Op op : {Op::kPush, Op::kPull, Op::kPushPull}) {
+      for (Op op : ops) {
         std::vector<double> k;
         double t = 0;
-        if (Status s =
-                MeasureRow({&over_grpc, &shared}, tcp, op, key, bytes, iterations, reps, &k, &t);
-            !s.ok())
+        if (Status s = MeasureRow(jobs, tcp, op, key, bytes, iterations, reps, &k, &t); !s.ok())
           return Fail(setup + " " + OpName(op) + " of " + size_names[key], s);
         const double payload =
             static_cast<double>(bytes) * workers * iterations * (op == Op::kPushPull ? 2 : 1);
@@ -538,27 +559,33 @@ int main(int argc, char** argv) {
           std::printf(" | %6.2f %7.2f %5.2f %-10s", goodput, 1e3 * seconds / iterations, ratio,
                       Goal(op, sizes[key], goodput, ratio).c_str());
         }
+        if (grpc_only) std::printf(" | %-31s", "  (not run: --grpc-only)");
         std::printf(" | %9.2f %9.2f\n", payload / t / 1e9, 1e3 * t / iterations);
         std::fflush(stdout);
       }
     }
-    resends += over_grpc.Resends() + shared.Resends();
-    shared_share = std::min(shared_share, shared.SharedShare());
+    resends += over_grpc.Resends();
+    if (!grpc_only) {
+      resends += shared.Resends();
+      shared_share = std::min(shared_share, shared.SharedShare());
+    }
   }
   std::printf("goals (issue 12), push+pull: 10M at least 50%% of raw TCP, 1M at least 1.0 GB/s\n");
-  std::printf(
-      "share of the shared-memory jobs' tensor bytes that went through shared memory: "
-      "%.1f%%\n",
-      100 * shared_share);
-  TlsFolders tls;
-  if (Status s = tls.Create(); !s.ok()) return Fail("the TLS certificates", s);
-  std::printf("\nmutual TLS: push+pull, GB/s, medians of %d repetitions taken in turns\n", reps);
-  std::printf("%-5s %5s %11s %11s %9s\n", "setup", "size", "without", "with TLS", "TLS/without");
-  for (const auto& [servers, workers] : {std::pair{1, 1}, std::pair{2, 2}}) {
-    if (Status s =
-            MeasureTls(servers, workers, sizes, size_names, bytes_per_rep, reps, tls, &resends);
-        !s.ok())
-      return Fail("TLS " + std::to_string(servers) + "x" + std::to_string(workers), s);
+  if (!grpc_only) {
+    std::printf(
+        "share of the shared-memory jobs' tensor bytes that went through shared memory: "
+        "%.1f%%\n",
+        100 * shared_share);
+    TlsFolders tls;
+    if (Status s = tls.Create(); !s.ok()) return Fail("the TLS certificates", s);
+    std::printf("\nmutual TLS: push+pull, GB/s, medians of %d repetitions taken in turns\n", reps);
+    std::printf("%-5s %5s %11s %11s %9s\n", "setup", "size", "without", "with TLS", "TLS/without");
+    for (const auto& [servers, workers] : setups) {
+      if (Status s =
+              MeasureTls(servers, workers, sizes, size_names, bytes_per_rep, reps, tls, &resends);
+          !s.ok())
+        return Fail("TLS " + std::to_string(servers) + "x" + std::to_string(workers), s);
+    }
   }
   std::printf("requests resent after a timeout: %.0f%s\n", resends,
               resends > 0 ? " (the figures include their waits)" : "");
