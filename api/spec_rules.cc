@@ -95,6 +95,14 @@ Json TrainingJobSpecRules() {
       Rule("!" + Has(schedule) + " || !" + decays + " || " + given("decaySteps", "0"),
            ".optimizer.schedule.decaySteps", "required with a decay",
            "'required with decay \"' + " + schedule + ".decay + '\"'", "FieldValueRequired"),
+      // learningRate has a default, so it is there; minLearningRate, unsaid, is 0.
+      Rule("!" + Has(schedule) + " || !" + decays + " || self.optimizer.name == 'none' || !" +
+               given("decaySteps", "0") + " || !" + Has(schedule + ".minLearningRate") + " || " +
+               schedule + ".minLearningRate < self.optimizer.learningRate",
+           ".optimizer.schedule.minLearningRate", "not below spec.optimizer.learningRate",
+           "string(" + schedule +
+               ".minLearningRate) + ' is not below spec.optimizer.learningRate (' "
+               "+ string(self.optimizer.learningRate) + '): nothing to decay'"),
   });
 }
 

@@ -150,6 +150,10 @@ class CelRulesTest(unittest.TestCase):
             "no-rate": (2, None, {"optimizer": {"name": "none", "schedule": {"warmupSteps": 10}},
                                   "template": program}),
             "no-decay-steps": (2, None, {"optimizer": {"schedule": {"decay": "linear"}}}),
+            "floor-at-peak": (2, None, {"optimizer": {"learningRate": 0.01, "schedule": {
+                "decay": "cosine", "decaySteps": 100, "minLearningRate": 0.01}}}),
+            "floor-above-default": (2, None, {"optimizer": {"schedule": {
+                "decay": "linear", "decaySteps": 100, "minLearningRate": 0.5}}}),
         }
         for name, (workers, policy, spec) in cases.items():
             manifest = job(name, workers)
