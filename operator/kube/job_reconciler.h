@@ -31,6 +31,7 @@
 #include "common/metrics.h"
 #include "operator/controller/job_controller.h"
 #include "operator/kube/kube_cluster.h"
+#include "operator/kube/kueue_workload.h"
 #include "operator/kube/mount_failures.h"
 #include "operator/kube/pod_builder.h"
 #include "operator/kube/pod_expectations.h"
@@ -144,9 +145,9 @@ class JobReconciler {
   };
   Status GateOnKueue(const nlohmann::json& job, const JobIdentity& id, const std::string& queue,
                      api::TrainingJob* spec, KueueGate* gate);
-  // The node labels of the flavors of an admission, by pod set; a flavor
-  // that cannot be read adds none.
-  std::map<std::string, std::map<std::string, std::string>> FlavorNodeLabels(
+  // The placement of the flavors of an admission, by pod set; a flavor that
+  // cannot be read adds none.
+  std::map<std::string, FlavorPlacement> FlavorPlacements(
       const std::map<std::string, std::map<std::string, std::string>>& flavors);
   std::optional<int32_t> PriorityValue(const std::string& priority_class);
   // A finished queued job: its Workload gets Finished=True, once.

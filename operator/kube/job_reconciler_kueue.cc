@@ -133,31 +133,38 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
     return Status::Ok();
   }
   gate->admitted = true;
-  ApplyFlavorNodeLabels(FlavorNodeLabels(admission.flavors), spec);
+  ApplyFlavorPlacement(FlavorPlacements(admission.flavors), spec);
   return Status::Ok();
 }
 
-std::map<std::string, std::map<std::string, std::string>> JobReconciler::FlavorNodeLabels(
+std::map<std::string, FlavorPlacement> JobReconciler::FlavorPlacements(
     const std::map<std::string, std::map<std::string, std::string>>& flavors) {
   static const Resource kResourceFlavors{"kueue.x-k8s.io", "v1beta1", "resourceflavors"};
-  std::map<std::string, std::map<std::string, std::string>> labels;
-  std::map<std::string, json> read;  // flavor -> its nodeLabels, each read once
+  std::map<std::string, FlavorPlacement> placements;
+  std::map<std::string, json> read;  // flavor -> its spec, each read once
   for (const auto& [pod_set, by_resource] : flavors) {
+    FlavorPlacement& placement = placements[pod_set];
+    std::set<std::string> seen;  // a flavor of several resources counts once
     for (const auto& [resource, flavor] : by_resource) {
+      if (!seen.insert(flavor).second) continue;
       if (!read.count(flavor)) {
         Response response;
         Status s = client_->Get(GroupVersionPath(kResourceFlavors) + "/resourceflavors/" + flavor,
                                 &response);
-        read[flavor] = s.ok() && response.ok()
-                           ? response.body["spec"].value("nodeLabels", json::object())
-                           : json::object();
+        read[flavor] =
+            s.ok() && response.ok() ? response.body.value("spec", json::object()) : json::object();
       }
-      for (const auto& [key, value] : read[flavor].items()) {
-        if (value.is_string()) labels[pod_set][key] = value.get<std::string>();
+      const json& spec = read[flavor];
+      const json labels = spec.value("nodeLabels", json::object());
+      for (const auto& [key, value] : labels.items()) {
+        if (value.is_string()) placement.node_labels.emplace(key, value.get<std::string>());
+      }
+      for (const json& toleration : spec.value("tolerations", json::array())) {
+        if (toleration.is_object()) placement.tolerations.push_back(toleration);
       }
     }
   }
-  return labels;
+  return placements;
 }
 
 std::optional<int32_t> JobReconciler::PriorityValue(const std::string& priority_class) {

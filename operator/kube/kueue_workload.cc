@@ -298,21 +298,34 @@ json WithoutQuotaReservation(json workload, const std::string& message, const st
   return workload;
 }
 
-void ApplyFlavorNodeLabels(const std::map<std::string, std::map<std::string, std::string>>& labels,
-                           api::TrainingJob* spec) {
+void ApplyFlavorPlacement(const std::map<std::string, FlavorPlacement>& placement,
+                          api::TrainingJob* spec) {
   const std::vector<std::pair<const char*, api::ReplicaSpec*>> roles = {
       {"scheduler", &spec->spec.scheduler},
       {"server", &spec->spec.ps},
       {"worker", &spec->spec.worker}};
   for (const auto& [pod_set, replica] : roles) {
-    auto found = labels.find(pod_set);
-    if (found == labels.end() || found->second.empty()) continue;
+    auto found = placement.find(pod_set);
+    if (found == placement.end()) continue;
+    const FlavorPlacement& flavor = found->second;
+    if (flavor.node_labels.empty() && flavor.tolerations.empty()) continue;
     json& pod_template = replica->template_override;
     if (pod_template.is_null()) pod_template = json::object();
-    json& selector = pod_template["spec"]["nodeSelector"];
-    if (!selector.is_object()) selector = json::object();
-    for (const auto& [key, value] : found->second) {
-      if (!selector.contains(key)) selector[key] = value;
+    json& pod_spec = pod_template["spec"];
+    if (!flavor.node_labels.empty()) {
+      json& selector = pod_spec["nodeSelector"];
+      if (!selector.is_object()) selector = json::object();
+      for (const auto& [key, value] : flavor.node_labels) {
+        if (!selector.contains(key)) selector[key] = value;
+      }
+    }
+    if (!flavor.tolerations.empty()) {
+      json& tolerations = pod_spec["tolerations"];
+      if (!tolerations.is_array()) tolerations = json::array();
+      for (const json& toleration : flavor.tolerations) {
+        if (std::find(tolerations.begin(), tolerations.end(), toleration) == tolerations.end())
+          tolerations.push_back(toleration);
+      }
     }
   }
 }

@@ -116,11 +116,19 @@ nlohmann::json WithCondition(nlohmann::json workload, const std::string& type, b
 nlohmann::json WithoutQuotaReservation(nlohmann::json workload, const std::string& message,
                                        const std::string& now);
 
-// `spec` with the node labels of the admitted flavors in the pod templates'
-// nodeSelectors (role pod set name -> labels), as Kueue injects them into
-// the pods of the kinds it integrates; a label the template sets wins.
-void ApplyFlavorNodeLabels(const std::map<std::string, std::map<std::string, std::string>>& labels,
-                           api::TrainingJob* spec);
+// Where the flavors of an admission put a pod set's pods: their ResourceFlavors'
+// nodeLabels and tolerations (of tainted nodes, such as GPU nodes often are).
+struct FlavorPlacement {
+  std::map<std::string, std::string> node_labels;
+  nlohmann::json tolerations = nlohmann::json::array();
+};
+
+// `spec` with the placement of the admitted flavors in the pod templates
+// (role pod set name -> placement), as Kueue injects it into the pods of the
+// kinds it integrates: each label the template does not set into its
+// nodeSelector, each toleration it does not have added to its tolerations.
+void ApplyFlavorPlacement(const std::map<std::string, FlavorPlacement>& placement,
+                          api::TrainingJob* spec);
 
 }  // namespace kubeps::kube
 

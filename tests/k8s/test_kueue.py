@@ -4,7 +4,9 @@ with the real kubectl. A TrainingJob labelled kueue.x-k8s.io/queue-name
 gets a Workload with one pod set per role and no pods until Kueue admits
 it; it runs once admitted; an eviction deletes its pods and holds it
 (not Failed) until Kueue admits it again; when it succeeds its Workload is
-Finished, so Kueue releases the quota. A job suspended by its user has
+Finished, so Kueue releases the quota. Admitted to a ResourceFlavor of
+tainted nodes, its pods carry the flavor's tolerations and run there. A
+job suspended by its user has
 its Workload deactivated, and resumed with other counts queues again with
 a new one. On a cluster without Kueue the job says so and waits.
 
@@ -24,6 +26,7 @@ from own_cluster import OwnClusterTestCase  # noqa: E402
 from test_quota import with_requests  # noqa: E402
 
 CRD = os.path.join(HERE, "crds", "kueue.x-k8s.io_workloads.yaml")
+FLAVOR_CRD = os.path.join(HERE, "crds", "kueue.x-k8s.io_resourceflavors.yaml")
 WORKLOADS = "/apis/kueue.x-k8s.io/v1beta1/namespaces/default/workloads"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 T0 = "2025-01-01T00:00:00Z"
@@ -69,12 +72,12 @@ class KueueTest(OwnClusterTestCase):
         path = WORKLOADS + "/" + workload["metadata"]["name"] + "/status"
         return self.c.client.put(path, workload)
 
-    def admit(self, workload):
+    def admit(self, workload, flavor="default-flavor"):
         """What Kueue's scheduler writes when the ClusterQueue has the quota:
         the admission, QuotaReserved and Admitted; an Evicted of an earlier
         round goes False."""
         assignments = [{"name": p["name"], "count": p["count"],
-                        "flavors": {"cpu": "default-flavor", "memory": "default-flavor"}}
+                        "flavors": {"cpu": flavor, "memory": flavor}}
                        for p in workload["spec"]["podSets"]]
         conditions = [kueue_condition("QuotaReserved", "True", "QuotaReserved",
                                       "Quota reserved in ClusterQueue cluster-queue"),
@@ -157,6 +160,34 @@ class KueueTest(OwnClusterTestCase):
         finished = c.wait_for(lambda: wl_condition(self.workload_of(uid), "Finished"),
                               timeout=30, what="the Workload Finished")
         self.assertEqual((finished["status"], finished["reason"]), ("True", "Succeeded"))
+
+    def test_an_admitted_job_runs_on_its_flavors_tainted_nodes(self):
+        """GPU nodes are often tainted so that only pods that ask for them
+        land there. A ResourceFlavor of such nodes carries their labels and
+        the tolerations of their taints, and Kueue has the controller of an
+        admitted job put both into its pods: without the tolerations they
+        wait forever for a node."""
+        c, name = self.c, "tainted"
+        c.kubectl("create", "-f", FLAVOR_CRD)
+        c.kubectl("wait", "--for=condition=Established", "crd/resourceflavors.kueue.x-k8s.io")
+        taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+        toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        c.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
+            "metadata": {"name": "gpu"},
+            "spec": {"nodeLabels": {"pool": "gpu"}, "nodeTaints": [taint],
+                     "tolerations": [toleration]}}))
+        c.kubectl("label", "node", "kubeps-node", "pool=gpu")
+        c.kubectl("taint", "node", "kubeps-node", "nvidia.com/gpu=present:NoSchedule")
+        uid, workload = self.submit(name)
+        self.admit(workload, flavor="gpu")
+        self.wait_phase(name, "Running", timeout=90)
+        pods = c.wait_for(lambda: len(job_pods(c, name)) == 5 and job_pods(c, name),
+                          timeout=30, what="5 pods")
+        for pod in pods:
+            self.assertEqual(pod["spec"]["nodeSelector"].get("pool"), "gpu", pod["metadata"])
+            self.assertIn(toleration, pod["spec"]["tolerations"], pod["metadata"]["name"])
+            self.assertEqual(pod["spec"].get("nodeName"), "kubeps-node")
 
     def test_a_job_suspended_gives_its_quota_back_and_queues_again_with_new_counts(self):
         """A user's suspend frees the job's quota: once its pods are gone its

@@ -219,19 +219,32 @@ TEST(WithConditionTest, KeepsTheTransitionTimeWhileTheStatusStays) {
   EXPECT_THAT(workload["status"]["conditions"], SizeIs(1));
 }
 
-TEST(ApplyFlavorNodeLabelsTest, AddsTheFlavorsLabelsTheTemplateDoesNotSet) {
+TEST(ApplyFlavorPlacementTest, AddsTheFlavorsLabelsTheTemplateDoesNotSet) {
   json manifest = Manifest();
   manifest["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["nodeSelector"] = {
       {"zone", "mine"}};
   api::TrainingJob spec = Parsed(manifest);
-  ApplyFlavorNodeLabels(
-      {{"worker", {{"zone", "theirs"}, {"pool", "spot"}}}, {"server", {{"pool", "on-demand"}}}},
-      &spec);
+  ApplyFlavorPlacement({{"worker", {{{"zone", "theirs"}, {"pool", "spot"}}, json::array()}},
+                        {"server", {{{"pool", "on-demand"}}, json::array()}}},
+                       &spec);
   const json& worker = spec.spec.worker.template_override["spec"]["nodeSelector"];
   EXPECT_EQ(worker["zone"], "mine");
   EXPECT_EQ(worker["pool"], "spot");
   EXPECT_EQ(spec.spec.ps.template_override["spec"]["nodeSelector"]["pool"], "on-demand");
   EXPECT_TRUE(spec.spec.scheduler.template_override.is_null());
+}
+
+TEST(ApplyFlavorPlacementTest, AddsTheFlavorsTolerationsTheTemplateDoesNotHave) {
+  const json gpu = {{"key", "nvidia.com/gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}};
+  const json spot = {{"key", "spot"}, {"operator", "Equal"}, {"value", "true"}};
+  json manifest = Manifest();
+  manifest["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["tolerations"] = {gpu};
+  api::TrainingJob spec = Parsed(manifest);
+  ApplyFlavorPlacement({{"worker", {{}, {gpu, spot}}}, {"scheduler", {{}, {spot}}}}, &spec);
+  EXPECT_EQ(spec.spec.worker.template_override["spec"]["tolerations"], json({gpu, spot}))
+      << "each once, the template's first (Kueue's merge)";
+  EXPECT_EQ(spec.spec.scheduler.template_override["spec"]["tolerations"], json({spot}));
+  EXPECT_TRUE(spec.spec.ps.template_override.is_null());
 }
 
 // --- The reconcile of a queued job. ---
@@ -306,12 +319,21 @@ TEST_F(QueuedJobTest, WaitsWithoutPodsUntilKueueAdmitsItsWorkload) {
 
 TEST_F(QueuedJobTest, RunsOnTheAdmittedFlavorsNodesAndStopsWhenEvicted) {
   Reconcile();
+  const json tolerate_spot = {{"key", "spot"}, {"operator", "Exists"}, {"effect", "NoSchedule"}};
   fake_.Create("/apis/kueue.x-k8s.io/v1beta1/resourceflavors",
-               {{"metadata", {{"name", "spot"}}}, {"spec", {{"nodeLabels", {{"pool", "spot"}}}}}});
+               {{"metadata", {{"name", "spot"}}},
+                {"spec",
+                 {{"nodeLabels", {{"pool", "spot"}}},
+                  {"nodeTaints", {{{"key", "spot"}, {"value", "true"}, {"effect", "NoSchedule"}}}},
+                  {"tolerations", {tolerate_spot}}}}});
   fake_.SetStatus(workload_, Admitted("spot"));
   Reconcile();
   ASSERT_THAT(Pods(), SizeIs(4));
-  for (const json& pod : Pods()) EXPECT_EQ(pod["spec"]["nodeSelector"]["pool"], "spot");
+  for (const json& pod : Pods()) {
+    EXPECT_EQ(pod["spec"]["nodeSelector"]["pool"], "spot");
+    EXPECT_EQ(pod["spec"]["tolerations"], json::array({tolerate_spot}))
+        << "the flavor's tainted nodes take the pods";
+  }
   EXPECT_NE(Job()["status"]["phase"], "Suspended");
 
   json evicted = WithCondition(fake_.Object(workload_), "Evicted", true, "Preempted",
