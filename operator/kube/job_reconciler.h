@@ -145,10 +145,10 @@ class JobReconciler {
   };
   Status GateOnKueue(const nlohmann::json& job, const JobIdentity& id, const std::string& queue,
                      api::TrainingJob* spec, KueueGate* gate);
-  // The placement of the flavors of an admission, by pod set; a flavor that
-  // cannot be read adds none.
-  std::map<std::string, FlavorPlacement> FlavorPlacements(
-      const std::map<std::string, std::map<std::string, std::string>>& flavors);
+  // Where an admission puts each pod set (kueue_workload.h): its flavors'
+  // node labels and tolerations, then its admission checks' updates. A
+  // flavor that cannot be read adds nothing.
+  std::map<std::string, PodSetPlacement> AdmittedPlacement(const WorkloadAdmission& admission);
   std::optional<int32_t> PriorityValue(const std::string& priority_class);
   // A finished queued job: its Workload gets Finished=True, once.
   void FinishWorkload(const JobIdentity& id, const api::TrainingJobStatus& status);

@@ -133,17 +133,17 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
     return Status::Ok();
   }
   gate->admitted = true;
-  ApplyFlavorPlacement(FlavorPlacements(admission.flavors), spec);
+  ApplyPodSetPlacement(AdmittedPlacement(admission), spec);
   return Status::Ok();
 }
 
-std::map<std::string, FlavorPlacement> JobReconciler::FlavorPlacements(
-    const std::map<std::string, std::map<std::string, std::string>>& flavors) {
+std::map<std::string, PodSetPlacement> JobReconciler::AdmittedPlacement(
+    const WorkloadAdmission& admission) {
   static const Resource kResourceFlavors{"kueue.x-k8s.io", "v1beta1", "resourceflavors"};
-  std::map<std::string, FlavorPlacement> placements;
-  std::map<std::string, json> read;  // flavor -> its spec, each read once
-  for (const auto& [pod_set, by_resource] : flavors) {
-    FlavorPlacement& placement = placements[pod_set];
+  std::map<std::string, PodSetPlacement> placements;
+  std::map<std::string, PodSetPlacement> read;  // flavor -> its placement, each read once
+  for (const auto& [pod_set, by_resource] : admission.flavors) {
+    PodSetPlacement& placement = placements[pod_set];
     std::set<std::string> seen;  // a flavor of several resources counts once
     for (const auto& [resource, flavor] : by_resource) {
       if (!seen.insert(flavor).second) continue;
@@ -151,18 +151,19 @@ std::map<std::string, FlavorPlacement> JobReconciler::FlavorPlacements(
         Response response;
         Status s = client_->Get(GroupVersionPath(kResourceFlavors) + "/resourceflavors/" + flavor,
                                 &response);
-        read[flavor] =
+        const json spec =
             s.ok() && response.ok() ? response.body.value("spec", json::object()) : json::object();
+        // A flavor's nodeLabels and tolerations place pods as an update's
+        // nodeSelector and tolerations do.
+        read[flavor] =
+            PlacementOfUpdate({{"nodeSelector", spec.value("nodeLabels", json::object())},
+                               {"tolerations", spec.value("tolerations", json::array())}});
       }
-      const json& spec = read[flavor];
-      const json labels = spec.value("nodeLabels", json::object());
-      for (const auto& [key, value] : labels.items()) {
-        if (value.is_string()) placement.node_labels.emplace(key, value.get<std::string>());
-      }
-      for (const json& toleration : spec.value("tolerations", json::array())) {
-        if (toleration.is_object()) placement.tolerations.push_back(toleration);
-      }
+      placement.Add(read[flavor]);
     }
+  }
+  for (const auto& [pod_set, updates] : admission.pod_set_updates) {
+    for (const json& update : updates) placements[pod_set].Add(PlacementOfUpdate(update));
   }
   return placements;
 }

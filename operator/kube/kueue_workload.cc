@@ -259,6 +259,11 @@ WorkloadAdmission ReadAdmission(const json& workload) {
       out.flavors[assignment.value("name", "main")] =
           assignment.value("flavors", std::map<std::string, std::string>{});
     }
+    for (const json& check : status.value("admissionChecks", json::array())) {
+      for (const json& update : check.value("podSetUpdates", json::array())) {
+        out.pod_set_updates[update.value("name", "main")].push_back(update);
+      }
+    }
   } else if (const json* reserved = FindCondition(workload, kQuotaReserved); reserved != nullptr) {
     out.reason = reserved->value("reason", "");
     out.message = reserved->value("message", "");
@@ -298,7 +303,56 @@ json WithoutQuotaReservation(json workload, const std::string& message, const st
   return workload;
 }
 
-void ApplyFlavorPlacement(const std::map<std::string, FlavorPlacement>& placement,
+namespace {
+
+// Kueue's MergeKeepFirst: each key of `more` that `into` lacks.
+void AddMissingKeys(const json& more, json* into) {
+  if (!into->is_object()) *into = json::object();
+  for (const auto& [key, value] : more.items()) {
+    if (!into->contains(key)) (*into)[key] = value;
+  }
+}
+
+// Each toleration of `more` that `into` lacks, in order.
+void AddMissingTolerations(const json& more, json* into) {
+  if (!into->is_array()) *into = json::array();
+  for (const json& toleration : more) {
+    if (std::find(into->begin(), into->end(), toleration) == into->end())
+      into->push_back(toleration);
+  }
+}
+
+// The members of `object` whose values are strings (a label map as written).
+json StringsOf(const json& object) {
+  json out = json::object();
+  if (!object.is_object()) return out;
+  for (const auto& [key, value] : object.items()) {
+    if (value.is_string()) out[key] = value;
+  }
+  return out;
+}
+
+}  // namespace
+
+void PodSetPlacement::Add(const PodSetPlacement& more) {
+  AddMissingKeys(more.node_selector, &node_selector);
+  AddMissingTolerations(more.tolerations, &tolerations);
+  AddMissingKeys(more.labels, &labels);
+  AddMissingKeys(more.annotations, &annotations);
+}
+
+PodSetPlacement PlacementOfUpdate(const json& update) {
+  PodSetPlacement placement;
+  placement.node_selector = StringsOf(update.value("nodeSelector", json::object()));
+  placement.labels = StringsOf(update.value("labels", json::object()));
+  placement.annotations = StringsOf(update.value("annotations", json::object()));
+  for (const json& toleration : update.value("tolerations", json::array())) {
+    if (toleration.is_object()) placement.tolerations.push_back(toleration);
+  }
+  return placement;
+}
+
+void ApplyPodSetPlacement(const std::map<std::string, PodSetPlacement>& placement,
                           api::TrainingJob* spec) {
   const std::vector<std::pair<const char*, api::ReplicaSpec*>> roles = {
       {"scheduler", &spec->spec.scheduler},
@@ -307,26 +361,17 @@ void ApplyFlavorPlacement(const std::map<std::string, FlavorPlacement>& placemen
   for (const auto& [pod_set, replica] : roles) {
     auto found = placement.find(pod_set);
     if (found == placement.end()) continue;
-    const FlavorPlacement& flavor = found->second;
-    if (flavor.node_labels.empty() && flavor.tolerations.empty()) continue;
+    const PodSetPlacement& more = found->second;
     json& pod_template = replica->template_override;
-    if (pod_template.is_null()) pod_template = json::object();
-    json& pod_spec = pod_template["spec"];
-    if (!flavor.node_labels.empty()) {
-      json& selector = pod_spec["nodeSelector"];
-      if (!selector.is_object()) selector = json::object();
-      for (const auto& [key, value] : flavor.node_labels) {
-        if (!selector.contains(key)) selector[key] = value;
-      }
-    }
-    if (!flavor.tolerations.empty()) {
-      json& tolerations = pod_spec["tolerations"];
-      if (!tolerations.is_array()) tolerations = json::array();
-      for (const json& toleration : flavor.tolerations) {
-        if (std::find(tolerations.begin(), tolerations.end(), toleration) == tolerations.end())
-          tolerations.push_back(toleration);
-      }
-    }
+    // Only what the placement has: a template gets no empty map or list.
+    auto add = [&pod_template](const json& values, const char* part, const char* field,
+                               auto merge) {
+      if (!values.empty()) merge(values, &pod_template[part][field]);
+    };
+    add(more.node_selector, "spec", "nodeSelector", AddMissingKeys);
+    add(more.tolerations, "spec", "tolerations", AddMissingTolerations);
+    add(more.labels, "metadata", "labels", AddMissingKeys);
+    add(more.annotations, "metadata", "annotations", AddMissingKeys);
   }
 }
 

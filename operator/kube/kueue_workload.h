@@ -14,6 +14,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -101,6 +102,8 @@ struct WorkloadAdmission {
   std::string message;
   // Each pod set's assigned ResourceFlavors (resource name -> flavor).
   std::map<std::string, std::map<std::string, std::string>> flavors;
+  // Each pod set's podSetUpdates from the admission checks, in their order.
+  std::map<std::string, std::vector<nlohmann::json>> pod_set_updates;
 };
 WorkloadAdmission ReadAdmission(const nlohmann::json& workload);
 
@@ -116,18 +119,32 @@ nlohmann::json WithCondition(nlohmann::json workload, const std::string& type, b
 nlohmann::json WithoutQuotaReservation(nlohmann::json workload, const std::string& message,
                                        const std::string& now);
 
-// Where the flavors of an admission put a pod set's pods: their ResourceFlavors'
-// nodeLabels and tolerations (of tainted nodes, such as GPU nodes often are).
-struct FlavorPlacement {
-  std::map<std::string, std::string> node_labels;
+// Where an admission puts a pod set's pods, and what it marks them with:
+// the nodeLabels and tolerations of its ResourceFlavors (a flavor of
+// tainted nodes, as GPU nodes often are, needs both), then the podSetUpdates
+// of its admission checks (a ProvisioningRequest's annotations, which send
+// the pods to the nodes provisioned for them). Objects of strings, and an
+// array of tolerations, as in a PodSpec.
+struct PodSetPlacement {
+  nlohmann::json node_selector = nlohmann::json::object();
   nlohmann::json tolerations = nlohmann::json::array();
+  nlohmann::json labels = nlohmann::json::object();
+  nlohmann::json annotations = nlohmann::json::object();
+
+  // Merges `more` in as Kueue merges pod set infos: a key already set keeps
+  // its value, a toleration already there is not added again.
+  void Add(const PodSetPlacement& more);
 };
 
-// `spec` with the placement of the admitted flavors in the pod templates
-// (role pod set name -> placement), as Kueue injects it into the pods of the
-// kinds it integrates: each label the template does not set into its
-// nodeSelector, each toleration it does not have added to its tolerations.
-void ApplyFlavorPlacement(const std::map<std::string, FlavorPlacement>& placement,
+// An admission check's podSetUpdates entry (labels, annotations,
+// nodeSelector, tolerations) as a placement.
+PodSetPlacement PlacementOfUpdate(const nlohmann::json& update);
+
+// `spec` with each role's placement (pod set name -> placement) merged into
+// its pod template as Kueue merges it into the pods of the kinds it
+// integrates, the template's own values first: a key the template sets
+// wins, a toleration it has is not added twice.
+void ApplyPodSetPlacement(const std::map<std::string, PodSetPlacement>& placement,
                           api::TrainingJob* spec);
 
 }  // namespace kubeps::kube

@@ -5,8 +5,8 @@ gets a Workload with one pod set per role and no pods until Kueue admits
 it; it runs once admitted; an eviction deletes its pods and holds it
 (not Failed) until Kueue admits it again; when it succeeds its Workload is
 Finished, so Kueue releases the quota. Admitted to a ResourceFlavor of
-tainted nodes, its pods carry the flavor's tolerations and run there. A
-job suspended by its user has
+tainted nodes, its pods carry the flavor's tolerations and run there, and
+the updates of its admission checks. A job suspended by its user has
 its Workload deactivated, and resumed with other counts queues again with
 a new one. On a cluster without Kueue the job says so and waits.
 
@@ -72,10 +72,11 @@ class KueueTest(OwnClusterTestCase):
         path = WORKLOADS + "/" + workload["metadata"]["name"] + "/status"
         return self.c.client.put(path, workload)
 
-    def admit(self, workload, flavor="default-flavor"):
+    def admit(self, workload, flavor="default-flavor", checks=()):
         """What Kueue's scheduler writes when the ClusterQueue has the quota:
-        the admission, QuotaReserved and Admitted; an Evicted of an earlier
-        round goes False."""
+        the admission, QuotaReserved and Admitted (with `checks`, the states
+        of the admission checks that passed); an Evicted of an earlier round
+        goes False."""
         assignments = [{"name": p["name"], "count": p["count"],
                         "flavors": {"cpu": flavor, "memory": flavor}}
                        for p in workload["spec"]["podSets"]]
@@ -86,9 +87,12 @@ class KueueTest(OwnClusterTestCase):
         if wl_condition(workload, "Evicted"):
             conditions.append(kueue_condition("Evicted", "False", "QuotaReserved",
                                               "Previously: preempted"))
-        return self.write_status(workload, {
-            "admission": {"clusterQueue": "cluster-queue", "podSetAssignments": assignments},
-            "conditions": conditions})
+        status = {"admission": {"clusterQueue": "cluster-queue",
+                                "podSetAssignments": assignments},
+                  "conditions": conditions}
+        if checks:
+            status["admissionChecks"] = list(checks)
+        return self.write_status(workload, status)
 
     def submit(self, name):
         """Kueue's Workload kind installed, a queued job `name` applied: its
@@ -180,7 +184,13 @@ class KueueTest(OwnClusterTestCase):
         c.kubectl("label", "node", "kubeps-node", "pool=gpu")
         c.kubectl("taint", "node", "kubeps-node", "nvidia.com/gpu=present:NoSchedule")
         uid, workload = self.submit(name)
-        self.admit(workload, flavor="gpu")
+        # A ProvisioningRequest check passed: its update says which request
+        # the workers' nodes were provisioned for.
+        consume = "cluster-autoscaler.kubernetes.io/consume-provisioning-request"
+        self.admit(workload, flavor="gpu", checks=[{
+            "name": "dws-prov", "state": "Ready", "message": "Provisioned",
+            "lastTransitionTime": T0,
+            "podSetUpdates": [{"name": "worker", "annotations": {consume: "tainted-1"}}]}])
         self.wait_phase(name, "Running", timeout=90)
         pods = c.wait_for(lambda: len(job_pods(c, name)) == 5 and job_pods(c, name),
                           timeout=30, what="5 pods")
@@ -188,6 +198,9 @@ class KueueTest(OwnClusterTestCase):
             self.assertEqual(pod["spec"]["nodeSelector"].get("pool"), "gpu", pod["metadata"])
             self.assertIn(toleration, pod["spec"]["tolerations"], pod["metadata"]["name"])
             self.assertEqual(pod["spec"].get("nodeName"), "kubeps-node")
+            worker = pod["metadata"]["labels"]["kubeps.io/replica-type"] == "worker"
+            self.assertEqual(pod["metadata"]["annotations"].get(consume),
+                             "tainted-1" if worker else None, pod["metadata"]["name"])
 
     def test_a_job_suspended_gives_its_quota_back_and_queues_again_with_new_counts(self):
         """A user's suspend frees the job's quota: once its pods are gone its

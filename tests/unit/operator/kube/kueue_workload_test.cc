@@ -129,6 +129,17 @@ TEST(ReadAdmissionTest, PendingAdmittedEvictedFinished) {
   EXPECT_TRUE(admitted.admitted);
   EXPECT_TRUE(admitted.quota_reserved);
   EXPECT_EQ(admitted.flavors["worker"]["cpu"], "on-demand");
+  EXPECT_TRUE(admitted.pod_set_updates.empty());
+  workload["status"]["admissionChecks"] = {
+      {{"name", "a"}, {"state", "Ready"}, {"podSetUpdates", {{{"name", "worker"}}}}},
+      {{"name", "b"},
+       {"state", "Ready"},
+       {"podSetUpdates", {{{"name", "worker"}, {"labels", {{"x", "y"}}}}, {{"name", "server"}}}}}};
+  admitted = ReadAdmission(workload);
+  EXPECT_THAT(admitted.pod_set_updates["worker"], SizeIs(2)) << "each check's, in order";
+  EXPECT_EQ(admitted.pod_set_updates["worker"][1]["labels"]["x"], "y");
+  EXPECT_THAT(admitted.pod_set_updates["server"], SizeIs(1));
+  workload["status"].erase("admissionChecks");
 
   workload =
       WithCondition(workload, "Evicted", true, "Preempted", "preempted by a higher one", "t1");
@@ -219,13 +230,19 @@ TEST(WithConditionTest, KeepsTheTransitionTimeWhileTheStatusStays) {
   EXPECT_THAT(workload["status"]["conditions"], SizeIs(1));
 }
 
-TEST(ApplyFlavorPlacementTest, AddsTheFlavorsLabelsTheTemplateDoesNotSet) {
+PodSetPlacement Placement(json node_selector, json tolerations = json::array(),
+                          json labels = json::object(), json annotations = json::object()) {
+  return {std::move(node_selector), std::move(tolerations), std::move(labels),
+          std::move(annotations)};
+}
+
+TEST(ApplyPodSetPlacementTest, AddsTheNodeLabelsTheTemplateDoesNotSet) {
   json manifest = Manifest();
   manifest["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["nodeSelector"] = {
       {"zone", "mine"}};
   api::TrainingJob spec = Parsed(manifest);
-  ApplyFlavorPlacement({{"worker", {{{"zone", "theirs"}, {"pool", "spot"}}, json::array()}},
-                        {"server", {{{"pool", "on-demand"}}, json::array()}}},
+  ApplyPodSetPlacement({{"worker", Placement({{"zone", "theirs"}, {"pool", "spot"}})},
+                        {"server", Placement({{"pool", "on-demand"}})}},
                        &spec);
   const json& worker = spec.spec.worker.template_override["spec"]["nodeSelector"];
   EXPECT_EQ(worker["zone"], "mine");
@@ -234,17 +251,46 @@ TEST(ApplyFlavorPlacementTest, AddsTheFlavorsLabelsTheTemplateDoesNotSet) {
   EXPECT_TRUE(spec.spec.scheduler.template_override.is_null());
 }
 
-TEST(ApplyFlavorPlacementTest, AddsTheFlavorsTolerationsTheTemplateDoesNotHave) {
+TEST(ApplyPodSetPlacementTest, AddsTheTolerationsTheTemplateDoesNotHave) {
   const json gpu = {{"key", "nvidia.com/gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}};
   const json spot = {{"key", "spot"}, {"operator", "Equal"}, {"value", "true"}};
   json manifest = Manifest();
   manifest["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["tolerations"] = {gpu};
   api::TrainingJob spec = Parsed(manifest);
-  ApplyFlavorPlacement({{"worker", {{}, {gpu, spot}}}, {"scheduler", {{}, {spot}}}}, &spec);
+  ApplyPodSetPlacement({{"worker", Placement(json::object(), {gpu, spot})},
+                        {"scheduler", Placement(json::object(), {spot})}},
+                       &spec);
   EXPECT_EQ(spec.spec.worker.template_override["spec"]["tolerations"], json({gpu, spot}))
       << "each once, the template's first (Kueue's merge)";
   EXPECT_EQ(spec.spec.scheduler.template_override["spec"]["tolerations"], json({spot}));
+  EXPECT_FALSE(spec.spec.scheduler.template_override["spec"].contains("nodeSelector"))
+      << "no empty map written in";
   EXPECT_TRUE(spec.spec.ps.template_override.is_null());
+}
+
+TEST(ApplyPodSetPlacementTest, AddsLabelsAndAnnotationsToThePodsMetadata) {
+  json manifest = Manifest();
+  manifest["spec"]["replicaSpecs"]["worker"]["template"]["metadata"] = {
+      {"annotations", {{"team", "mine"}}}};
+  api::TrainingJob spec = Parsed(manifest);
+  ApplyPodSetPlacement({{"worker", Placement(json::object(), json::array(), {{"tier", "gpu"}},
+                                             {{"team", "theirs"}, {"provisioning", "req-1"}})}},
+                       &spec);
+  const json& metadata = spec.spec.worker.template_override["metadata"];
+  EXPECT_EQ(metadata["labels"], json({{"tier", "gpu"}}));
+  EXPECT_EQ(metadata["annotations"], json({{"team", "mine"}, {"provisioning", "req-1"}}));
+}
+
+TEST(PodSetPlacementTest, AnEarlierValueStaysAndAnUpdateReadsOnlyStrings) {
+  PodSetPlacement placement = Placement({{"pool", "spot"}});
+  placement.Add(PlacementOfUpdate({{"name", "worker"},
+                                   {"nodeSelector", {{"pool", "gpu"}, {"zone", "a"}}},
+                                   {"labels", {{"n", 1}, {"tier", "gpu"}}},
+                                   {"tolerations", {{{"key", "k"}, {"operator", "Exists"}}}}}));
+  EXPECT_EQ(placement.node_selector, json({{"pool", "spot"}, {"zone", "a"}}));
+  EXPECT_EQ(placement.labels, json({{"tier", "gpu"}}));
+  EXPECT_THAT(placement.tolerations, SizeIs(1));
+  EXPECT_TRUE(placement.annotations.empty());
 }
 
 // --- The reconcile of a queued job. ---
@@ -354,6 +400,41 @@ TEST_F(QueuedJobTest, RunsOnTheAdmittedFlavorsNodesAndStopsWhenEvicted) {
   fake_.SetStatus(workload_, Admitted("spot"));  // admitted again: Kueue clears Evicted
   Reconcile();
   EXPECT_THAT(Pods(), SizeIs(4));
+}
+
+TEST_F(QueuedJobTest, AnAdmissionChecksPodSetUpdatesGoIntoThePods) {
+  // As a ProvisioningRequest check writes them once the cluster autoscaler
+  // has made the nodes: the pods must say they consume that request.
+  Reconcile();
+  json status = Admitted("default");
+  status["admissionChecks"] = {
+      {{"name", "dws-prov"},
+       {"state", "Ready"},
+       {"message", "Provisioned"},
+       {"lastTransitionTime", "2025-01-01T00:00:00Z"},
+       {"podSetUpdates",
+        {{{"name", "worker"},
+          {"annotations",
+           {{"cluster-autoscaler.kubernetes.io/consume-provisioning-request", "req-1"},
+            {"cluster-autoscaler.kubernetes.io/provisioning-class-name",
+             "queued-provisioning.gke.io"}}},
+          {"nodeSelector", {{"cloud.google.com/gke-nodepool", "gpu-pool"}}}}}}}};
+  fake_.SetStatus(workload_, status);
+  Reconcile();
+  ASSERT_THAT(Pods(), SizeIs(4));
+  int workers = 0;
+  for (const json& pod : Pods()) {
+    const bool worker = pod["metadata"]["labels"][kReplicaTypeLabel] == "worker";
+    workers += worker;
+    const json annotations = pod["metadata"].value("annotations", json::object());
+    EXPECT_EQ(annotations.contains("cluster-autoscaler.kubernetes.io/consume-provisioning-request"),
+              worker);
+    EXPECT_EQ(pod["spec"]
+                  .value("nodeSelector", json::object())
+                  .value("cloud.google.com/gke-nodepool", ""),
+              worker ? "gpu-pool" : "");
+  }
+  EXPECT_EQ(workers, 2);
 }
 
 TEST_F(QueuedJobTest, AFinishedJobMarksItsWorkloadFinished) {
