@@ -135,7 +135,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
                                        "quota back: resumed, it queues again",
                        result);
     if (held.ok() && !queue.empty() && known_pods.empty() && !DeactivateWorkload(job, id))
-      result->requeue_after = kueue.recheck;  // no watch on Workloads: look again
+      result->requeue_after = kueue.recheck;  // without a watch on Workloads: look again
     return held;
   }
   if (!queue.empty() && !kueue.admitted) {
@@ -144,12 +144,18 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     // included (servers write a last checkpoint on SIGTERM), as Kueue's own
     // job integrations do: before, another job could be admitted onto
     // capacity that these pods still hold.
+    bool wrote = false;  // to the Workload: looked at again until the write shows
     if (held.ok() && !kueue.remake_because.empty() && known_pods.empty()) {
       DeleteWorkload(job, id, kueue.workload, kueue.remake_because, &state);
+      wrote = true;
     } else if (held.ok() && kueue.give_back_quota && known_pods.empty()) {
       GiveBackQuota(id, kueue.workload, kueue.message);
+      wrote = true;
     }
-    result->requeue_after = kueue.recheck;  // no watch on Workloads: look again
+    // Without a watch on Workloads: look again. With one, its events say
+    // when, but a write refused (RBAC, a conflict) changes nothing to see.
+    result->requeue_after =
+        wrote && kueue.recheck.count() == 0 ? KueueGate{}.recheck : kueue.recheck;
     return held;
   }
 
@@ -261,8 +267,9 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   // Running jobs are looked at again now and then: the linger after the
   // workers finish and activeDeadlineSeconds are measured in time.
   if (!observed.finished()) result->requeue_after = std::chrono::seconds(5);
-  // ...and a queued one sooner, to see an eviction (no watch on Workloads).
-  if (!observed.finished() && !queue.empty())
+  // ...and a queued one sooner, to see an eviction, where no watch on
+  // Workloads tells of it.
+  if (!observed.finished() && !queue.empty() && kueue.recheck.count() > 0)
     result->requeue_after =
         std::min<std::chrono::milliseconds>(result->requeue_after, kueue.recheck);
   // ...and when a pod that cannot start runs out of podStartTimeoutSeconds.

@@ -18,6 +18,7 @@
 #define KUBEPS_OPERATOR_KUBE_JOB_RECONCILER_H_
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -55,6 +56,12 @@ class JobReconciler {
 
   // The job is gone: forget its in-memory state.
   void Forget(const std::string& uid);
+
+  // Whether a watch on Workloads is current (manager.cc): then a queued job
+  // is reconciled when its Workload changes, not looked at every 2 s.
+  void WatchWorkloadsWith(std::function<bool()> watching) {
+    workloads_watched_ = std::move(watching);
+  }
 
  private:
   struct JobState {
@@ -132,6 +139,8 @@ class JobReconciler {
     bool admitted = false;
     std::string reason;   // of the hold, for the job's Suspended condition
     std::string message;  // why it waits, for the user
+    // When to look at the job again for Kueue's sake; 0: when its Workload
+    // changes (a watch on Workloads is current).
     std::chrono::milliseconds recheck{2000};
     // Evicted while Kueue still reserves quota for it: once its pods are
     // deleted, the operator gives the reservation back (as Kueue's
@@ -261,6 +270,7 @@ class JobReconciler {
   // a reconcile of such a job does nothing. Terminal is terminal.
   std::set<std::string> finished_;
   std::set<std::string> workloads_finished_;  // uids of jobs whose Workload is marked Finished
+  std::function<bool()> workloads_watched_;
 };
 
 }  // namespace kubeps::kube

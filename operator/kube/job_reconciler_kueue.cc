@@ -27,6 +27,7 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
                                   api::TrainingJob* spec, KueueGate* gate) {
   const std::string name = WorkloadName(id);
   const std::string workloads = CollectionPath(kWorkloads, id.namespace_);
+  if (workloads_watched_ && workloads_watched_()) gate->recheck = std::chrono::milliseconds(0);
   // The job's generation the Workload was made for: a Workload is made
   // again only for a job changed since, never twice for the same spec, nor
   // from a read older than the one it was made from (another operator's).

@@ -5,14 +5,16 @@
 
 #include "api/training_job_status.h"
 #include "common/logging.h"
+#include "operator/kube/kueue_workload.h"
 #include "operator/kubeclient/api_path.h"
 
 namespace kubeps::kube {
 namespace {
 
-// Every job's reconcile key is "namespace/name"; a pod maps to its job's.
-std::string JobKeyOfPod(const nlohmann::json& pod) {
-  const auto& meta = pod["metadata"];
+// Every job's reconcile key is "namespace/name"; a pod or a Workload maps to
+// its job's by the job-name label the operator gives both.
+std::string JobKeyOf(const nlohmann::json& owned) {
+  const auto& meta = owned["metadata"];
   const auto labels = meta.value("labels", nlohmann::json::object());
   return meta.value("namespace", "") + "/" + labels.value(kJobNameLabel, "");
 }
@@ -26,17 +28,23 @@ Manager::Manager(KubeClient* client, ManagerOptions options, MetricsServer* metr
       jobs_(client, CollectionPath(kTrainingJobs, options_.namespace_), "",
             [this](const nlohmann::json& job) { queue_.Add(ObjectKey(job)); }),
       pods_(client, CollectionPath(kPods, options_.namespace_), kJobNameLabel,
-            [this](const nlohmann::json& pod) { queue_.Add(JobKeyOfPod(pod)); }),
+            [this](const nlohmann::json& pod) { queue_.Add(JobKeyOf(pod)); }),
+      workloads_(client, CollectionPath(kWorkloads, options_.namespace_), kJobNameLabel,
+                 [this](const nlohmann::json& workload) { queue_.Add(JobKeyOf(workload)); }),
       reconciles_(
           metrics->Counter("kubeps_operator_reconciles_total", "Reconciles of TrainingJobs")),
       errors_(metrics->Counter("kubeps_operator_reconcile_errors_total",
                                "Reconciles that failed and will be retried")),
       depth_(
-          metrics->Gauge("kubeps_operator_queue_depth", "TrainingJobs waiting to be reconciled")) {}
+          metrics->Gauge("kubeps_operator_queue_depth", "TrainingJobs waiting to be reconciled")) {
+  workloads_.MayBeMissing();  // Kueue may be installed later, or never
+  reconciler_.WatchWorkloadsWith([this] { return workloads_.synced(); });
+}
 
 void Manager::Run(const std::atomic<bool>& stop) {
   std::thread job_watch([&] { jobs_.Run(stop); });
   std::thread pod_watch([&] { pods_.Run(stop); });
+  std::thread workload_watch([&] { workloads_.Run(stop); });
   std::thread resync([&] { Resync(stop); });
   while (!stop && !ready()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   KLOG_INFO << "caches synced; reconciling";
@@ -47,6 +55,7 @@ void Manager::Run(const std::atomic<bool>& stop) {
   resync.join();
   job_watch.join();
   pod_watch.join();
+  workload_watch.join();
 }
 
 void Manager::Work() {
@@ -70,7 +79,7 @@ void Manager::ReconcileKey(const std::string& key) {
   }
   if (job.is_null()) return;
   uid_of_key_[key] = uid;
-  auto pods = pods_.Select([&](const nlohmann::json& pod) { return JobKeyOfPod(pod) == key; });
+  auto pods = pods_.Select([&](const nlohmann::json& pod) { return JobKeyOf(pod) == key; });
   reconciles_.Increment();
   ReconcileResult result;
   if (Status s = reconciler_.Reconcile(job, pods, &result); !s.ok()) {

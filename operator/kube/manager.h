@@ -1,6 +1,7 @@
 // The operator's manager, in controller-runtime's sense: it watches
-// TrainingJobs and the pods they own (two informers), queues a job whenever
-// one of them changes, reconciles it (job_reconciler.h) with the same job
+// TrainingJobs, the pods they own and their Kueue Workloads (three
+// informers; the last only while the cluster serves the kind), queues a job
+// whenever one of them changes, reconciles it (job_reconciler.h) with the same job
 // logic `kubeps run` uses, resyncs every job every 30 s so that a missed
 // event cannot stall one, and exports the operator's metrics.
 //
@@ -55,7 +56,7 @@ class Manager {
   WorkQueue queue_;
   JobReconciler reconciler_;
   std::map<std::string, std::string> uid_of_key_;  // the reconcile worker's own
-  Informer jobs_, pods_;
+  Informer jobs_, pods_, workloads_;
   prometheus::Counter& reconciles_;
   prometheus::Counter& errors_;
   prometheus::Gauge& depth_;

@@ -18,6 +18,8 @@ namespace {
 // A reflector's pauses after a failed watch (client-go: 800 ms to 30 s).
 constexpr std::chrono::milliseconds kWatchRetryFirst{800};
 constexpr std::chrono::milliseconds kWatchRetryMax{30000};
+// How often a kind that may be missing (MayBeMissing) is looked for.
+constexpr std::chrono::milliseconds kMissingKindRetry{30000};
 
 void SleepUnlessStopped(const std::atomic<bool>& stop, std::chrono::milliseconds total) {
   for (auto waited = std::chrono::milliseconds(0); waited < total && !stop;
@@ -50,6 +52,12 @@ std::string Informer::Query(bool watch) const {
 Status Informer::List(std::string* resource_version) {
   Response response;
   if (Status s = client_->Get(Query(false), &response); !s.ok()) return s;
+  if (response.code == 404 && may_be_missing_) {
+    synced_ = false;
+    std::lock_guard<std::mutex> lock(mutex_);
+    cache_.clear();  // a kind no longer served has no objects
+    return Status::NotFound("list " + collection_ + ": the kind is not served (not installed?)");
+  }
   if (!response.ok()) return Status::Error("list " + collection_ + ": " + response.Describe());
   ++lists_;
   std::map<std::string, json> fresh;
@@ -119,14 +127,21 @@ void Informer::Run(const std::atomic<bool>& stop) {
   auto list_backoff = std::chrono::milliseconds(200);
   auto watch_backoff = kWatchRetryFirst;
   std::minstd_rand jitter(std::random_device{}());
+  bool said_missing = false;
   while (!stop) {
-    if (Status s = List(&resource_version); !s.ok()) {
+    if (Status s = List(&resource_version); s.code() == Status::Code::kNotFound) {
+      if (!said_missing) KLOG_INFO << s.message() << "; looking again every 30 s";
+      said_missing = true;
+      SleepUnlessStopped(stop, kMissingKindRetry);
+      continue;
+    } else if (!s.ok()) {
       KLOG_ERROR << s.message() << "; retrying";
       SleepUnlessStopped(stop, list_backoff);
       list_backoff = std::min(list_backoff * 2, std::chrono::milliseconds(10000));
       continue;
     }
     list_backoff = std::chrono::milliseconds(200);
+    said_missing = false;
     // A stream that simply ends is watched again from where it stopped.
     WatchEnd end = WatchEnd::kEnded;
     for (;;) {

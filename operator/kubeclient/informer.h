@@ -36,6 +36,12 @@ class Informer {
   // Lists and watches until `stop`; returns then.
   void Run(const std::atomic<bool>& stop);
 
+  // For a kind the cluster may not serve (a CRD not installed yet): a list
+  // answered 404 is said once, at info level, not as an error, and tried
+  // again every 30 s; synced() is false until the kind is served, and false
+  // again once it is no longer.
+  void MayBeMissing() { may_be_missing_ = true; }
+
   bool synced() const { return synced_; }
   // Copies of the cached objects that `keep` accepts.
   std::vector<nlohmann::json> Select(const std::function<bool(const nlohmann::json&)>& keep) const;
@@ -67,6 +73,7 @@ class Informer {
   mutable std::mutex mutex_;
   std::map<std::string, nlohmann::json> cache_;  // by namespace/name
   std::atomic<bool> synced_{false};
+  bool may_be_missing_ = false;
   std::atomic<int> lists_{0}, watches_{0};
 };
 

@@ -20,8 +20,8 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from operator_harness import (apply, condition, events_of, get_job, job_pods,  # noqa: E402
-                              phase_history, training_job)
+from operator_harness import (OPERATOR_USER, apply, condition, events_of, get_job,  # noqa: E402
+                              job_pods, phase_history, training_job)
 from own_cluster import OwnClusterTestCase  # noqa: E402
 from test_quota import with_requests  # noqa: E402
 
@@ -51,6 +51,16 @@ def wl_condition(workload, ctype):
 
 
 class KueueTest(OwnClusterTestCase):
+    def prepare_cluster(self):
+        """Kueue's kinds are served before the operator starts, as where Kueue
+        was installed first, so that the operator watches Workloads from its
+        start; not for the test of a cluster without Kueue."""
+        if self._testMethodName == "test_without_kueue_a_queued_job_says_so_and_waits":
+            return
+        for crd, name in ((CRD, "workloads"), (FLAVOR_CRD, "resourceflavors")):
+            self.c.kubectl("create", "-f", crd)
+            self.c.kubectl("wait", "--for=condition=Established", "crd/%s.kueue.x-k8s.io" % name)
+
     def workloads(self):
         return self.c.client.get(WORKLOADS)["items"]
 
@@ -95,11 +105,9 @@ class KueueTest(OwnClusterTestCase):
         return self.write_status(workload, status)
 
     def submit(self, name):
-        """Kueue's Workload kind installed, a queued job `name` applied: its
-        uid and the Workload the operator made for it."""
+        """A queued job `name` applied: its uid and the Workload the operator
+        made for it."""
         c = self.c
-        c.kubectl("create", "-f", CRD)
-        c.kubectl("wait", "--for=condition=Established", "crd/workloads.kueue.x-k8s.io")
         # Long enough to be evicted or suspended mid-run, even with late
         # watch events (the cluster's own cap is 100 steps).
         apply(c, queued(with_requests(training_job(name, epochs=10, max_steps=3000))))
@@ -127,8 +135,17 @@ class KueueTest(OwnClusterTestCase):
                          what="%s to wait for admission" % name)
         self.assertEqual(condition(job, "Suspended")["reason"], "WaitingForAdmission")
         self.assertIn("waits for Kueue", job["status"]["message"])
-        time.sleep(1.5)  # nothing starts before the admission
+        path = WORKLOADS + "/" + workload["metadata"]["name"]
+        since = max([r["seq"] for r in c.requests()] or [0])
+        time.sleep(5)  # nothing starts before the admission...
         self.assertEqual(job_pods(c, name), [], self.diag(name))
+        # ...and, the Workload unchanged, it is not read again: the operator
+        # watches Workloads. Looking every 2 s, a thousand queued jobs would
+        # cost the API server 500 reads a second. (One read may come of the
+        # resync of every job.)
+        reads = [r for r in c.requests() if r["seq"] > since and r["verb"] == "GET" and
+                 r["path"] == path and r["user"] == OPERATOR_USER]
+        self.assertLessEqual(len(reads), 1, reads)
         self.event(name, "CreatedWorkload")
 
         self.admit(workload)
@@ -172,8 +189,6 @@ class KueueTest(OwnClusterTestCase):
         admitted job put both into its pods: without the tolerations they
         wait forever for a node."""
         c, name = self.c, "tainted"
-        c.kubectl("create", "-f", FLAVOR_CRD)
-        c.kubectl("wait", "--for=condition=Established", "crd/resourceflavors.kueue.x-k8s.io")
         taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
         toleration = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
         c.kubectl("apply", "-f", "-", input=json.dumps({

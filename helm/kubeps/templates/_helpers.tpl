@@ -131,7 +131,8 @@ secrets and events. deploy/rbac/rbac.yaml is rendered from these
 - apiGroups: ["scheduling.volcano.sh", "scheduling.x-k8s.io"]
   resources: ["podgroups"]
   verbs: ["get", "create", "delete"]
-# Kueue: a queued job's Workload (the garbage collector deletes it with
+# Kueue: a queued job's Workload (watched, so that an admission or an
+# eviction is acted on at once; the garbage collector deletes it with
 # the job; the operator deactivates it while the job is suspended, and
 # deletes it when the job changed, to make it again, lifting Kueue's
 # finalizer); its status,
@@ -139,7 +140,7 @@ secrets and events. deploy/rbac/rbac.yaml is rendered from these
 # and marks it Finished.
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
-  verbs: ["get", "create", "delete", "patch"]
+  verbs: ["get", "list", "watch", "create", "delete", "patch"]
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads/status"]
   verbs: ["get", "update", "patch"]

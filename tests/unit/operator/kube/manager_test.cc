@@ -1,6 +1,6 @@
 // The operator's manager (operator/kube/manager.h) against the fake API
-// server: it watches TrainingJobs and pods, reconciles a job when either
-// changes, retries a failed reconcile, resyncs, is ready once its caches are,
+// server: it watches TrainingJobs, pods and Kueue Workloads, reconciles a job
+// when one of them changes, retries a failed reconcile, resyncs, is ready once its caches are,
 // and stops cleanly.
 #include "operator/kube/manager.h"
 
@@ -154,6 +154,36 @@ TEST_F(ManagerTest, ADeletedJobsPodsAreNotMadeAgain) {
   }
   ASSERT_TRUE(Eventually([&] { return Phase("after") == "Running"; }));
   EXPECT_TRUE(PodsOf("gone").empty());
+}
+
+// A queued job waits for Kueue without reading its Workload again and
+// again: Kueue's admission, a change to the Workload, starts it at once.
+TEST_F(ManagerTest, AWorkloadsChangeReconcilesItsQueuedJob) {
+  ManagerOptions options;
+  options.resync_period = 1h;  // no resync to stand in for a missed change
+  Start(options);
+  json job = JobManifest("queued");
+  job["metadata"]["labels"] = {{"kueue.x-k8s.io/queue-name", "team-queue"}};
+  fake_.Create(kJobsPath, job);
+  const std::string workloads = CollectionPath(kWorkloads, "team-a");
+  ASSERT_TRUE(Eventually([&] { return fake_.List(workloads).size() == 1; }));
+  ASSERT_TRUE(Eventually([&] { return Phase("queued") == "Suspended"; }));
+  const std::string workload =
+      workloads + "/" + fake_.List(workloads)[0]["metadata"]["name"].get<std::string>();
+  const size_t reads = fake_.RequestsTo("GET", workload).size();
+  std::this_thread::sleep_for(5s);
+  EXPECT_LE(fake_.RequestsTo("GET", workload).size(), reads + 1) << "looked at every 2 s";
+
+  json assignments = json::array();
+  for (const char* pod_set : {"scheduler", "server", "worker"})
+    assignments.push_back({{"name", pod_set}, {"flavors", {{"cpu", "default"}}}});
+  const json admitted = {
+      {"admission", {{"clusterQueue", "cq"}, {"podSetAssignments", assignments}}},
+      {"conditions",
+       {{{"type", "QuotaReserved"}, {"status", "True"}, {"reason", "QuotaReserved"}},
+        {{"type", "Admitted"}, {"status", "True"}, {"reason", "Admitted"}}}}};
+  fake_.SetStatus(workload, admitted);
+  EXPECT_TRUE(Eventually([&] { return PodsOf("queued").size() == 3; }));
 }
 
 TEST_F(ManagerTest, AFailedReconcileIsRetried) {

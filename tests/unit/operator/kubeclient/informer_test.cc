@@ -282,5 +282,20 @@ TEST_F(InformerTest, NotSyncedBeforeTheFirstList) {
   Stop();  // stops while retrying
 }
 
+TEST_F(InformerTest, AKindNotServedIsLookedForAgainSlowlyNotSynced) {
+  // A CRD not installed (Kueue's Workloads on a cluster without Kueue): the
+  // list is answered 404 again and again; an error and a retry within
+  // seconds, each time, would only load the API server and fill the log.
+  fake_.FailNext("GET", kPods, 1000, 404);
+  informer_ = std::make_unique<Informer>(&fake_, kPods, "", [](const json&) {});
+  informer_->MayBeMissing();
+  thread_ = std::thread([this] { informer_->Run(stop_); });
+  ASSERT_TRUE(Eventually([&] { return fake_.RequestsTo("GET", kPods).size() >= 1; }));
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_EQ(fake_.RequestsTo("GET", kPods).size(), 1u) << "looked for again in 30 s, not at once";
+  EXPECT_FALSE(informer_->synced());
+  Stop();  // stops while waiting
+}
+
 }  // namespace
 }  // namespace kubeps::kube
