@@ -154,8 +154,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     }
     // Without a watch on Workloads: look again. With one, its events say
     // when, but a write refused (RBAC, a conflict) changes nothing to see.
-    result->requeue_after =
-        wrote && kueue.recheck.count() == 0 ? KueueGate{}.recheck : kueue.recheck;
+    result->requeue_after = wrote && kueue.recheck.count() == 0 ? KueueGate::kPoll : kueue.recheck;
     return held;
   }
 

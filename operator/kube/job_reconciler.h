@@ -139,9 +139,11 @@ class JobReconciler {
     bool admitted = false;
     std::string reason;   // of the hold, for the job's Suspended condition
     std::string message;  // why it waits, for the user
+    // Without a watch on Workloads, a queued job's is read this often.
+    static constexpr std::chrono::milliseconds kPoll{2000};
     // When to look at the job again for Kueue's sake; 0: when its Workload
     // changes (a watch on Workloads is current).
-    std::chrono::milliseconds recheck{2000};
+    std::chrono::milliseconds recheck = kPoll;
     // Evicted while Kueue still reserves quota for it: once its pods are
     // deleted, the operator gives the reservation back (as Kueue's
     // jobframework does), and Kueue queues the Workload again.

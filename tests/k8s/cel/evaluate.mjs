@@ -6,8 +6,9 @@
 // One JSON request per line on stdin, one JSON answer per line on stdout:
 //   {"op": "compile", "expression": E}
 //       -> {"ok": true} | {"error": "..."}
-//   {"op": "eval", "expression": E, "schema": S, "self": V, "oldSelf": O}
-//       -> {"value": <the result as JSON>} | {"error": "..."}
+//   {"op": "eval", "expressions": [E...], "schema": S, "self": V, "oldSelf": O}
+//       -> {"results": [{"value": <the result as JSON>} | {"error": "..."}, ...]}
+// (every rule of one value in one request: the value is sent and typed once)
 // `oldSelf` is left out where the object has no old value (a create).
 // Values are typed by their schema as the API server types them: an
 // `integer` is a CEL int, a `number` a double.
@@ -56,18 +57,32 @@ function asJson(value) {
   return JSON.parse(JSON.stringify(value, (_, v) => (typeof v === "bigint" ? Number(v) : v)));
 }
 
-function answer(request) {
+function failure(error) {
+  return { error: String(error && error.message ? error.message : error) };
+}
+
+function evaluated(expression, bindings) {
   try {
-    const program = compiled(request.expression);
-    if (request.op === "compile") return { ok: true };
-    const bindings = { self: typed(request.self, request.schema) };
-    if ("oldSelf" in request) bindings.oldSelf = typed(request.oldSelf, request.schema);
-    const result = program(bindings);
+    const result = compiled(expression)(bindings);
     if (isCelError(result)) return { error: result.message };
     return { value: asJson(result) };
   } catch (error) {
-    return { error: String(error && error.message ? error.message : error) };
+    return failure(error);
   }
+}
+
+function answer(request) {
+  if (request.op === "compile") {
+    try {
+      compiled(request.expression);
+      return { ok: true };
+    } catch (error) {
+      return failure(error);
+    }
+  }
+  const bindings = { self: typed(request.self, request.schema) };
+  if ("oldSelf" in request) bindings.oldSelf = typed(request.oldSelf, request.schema);
+  return { results: request.expressions.map((expression) => evaluated(expression, bindings)) };
 }
 
 const lines = createInterface({ input: process.stdin });

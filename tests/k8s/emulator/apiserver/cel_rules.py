@@ -103,21 +103,25 @@ class CelEvaluator:
     def compile_error(self, expression):
         return self._ask({"op": "compile", "expression": expression}).get("error")
 
-    def evaluate(self, expression, schema, value, old=None, has_old=False):
-        request = {"op": "eval", "expression": expression, "schema": self._typing_of(schema),
+    def evaluate(self, expressions, schema, value, old=None, has_old=False):
+        """(result, error) of each expression on one value, in one request."""
+        request = {"op": "eval", "expressions": expressions, "schema": self._typing_of(schema),
                    "self": value}
         if has_old:
             request["oldSelf"] = old
-        answer = self._ask(request)
-        if "error" in answer:
+        out = []
+        for expression, answer in zip(expressions, self._ask(request)["results"]):
+            if "error" not in answer:
+                out.append((answer["value"], None))
+                continue
             error = answer["error"]
             if error.startswith("unbound function"):
                 raise CelUnavailable("%s: a Kubernetes CEL library function the stand-in does not "
                                      "have (rule: %s)" % (error, expression))
             for buf, cel_go in _CEL_GO_WORDS:
                 error = buf.sub(cel_go, error)
-            return None, error
-        return answer["value"], None
+            out.append((None, error))
+        return out
 
 
 def _typing(schema):
@@ -282,7 +286,8 @@ def _failure(path, schema, detail, reason):
 
 def _message(evaluator, rule, schema, value, old, has_old):
     if rule.get("messageExpression"):
-        message, _ = evaluator.evaluate(rule["messageExpression"], schema, value, old, has_old)
+        [(message, _)] = evaluator.evaluate([rule["messageExpression"]], schema, value, old,
+                                            has_old)
         if isinstance(message, str) and message.strip() and "\n" not in message.strip() \
                 and len(message.strip()) <= 5 * 1024:
             return message.strip()
@@ -292,12 +297,14 @@ def _message(evaluator, rule, schema, value, old, has_old):
 def _check_rules(evaluator, node, schema, path, errors, warnings):
     value, old, paired, unchanged = node
     field = path or "<nil>"
-    for rule in schema.get("x-kubernetes-validations") or []:
-        expression = rule.get("rule") or ""
+    rules = [rule for rule in schema.get("x-kubernetes-validations") or []
+             if rule.get("rule") and (paired or not uses_old_self(rule["rule"]))]
+    if not rules:
+        return
+    results = evaluator.evaluate([rule["rule"] for rule in rules], schema, value, old, paired)
+    for rule, (result, error) in zip(rules, results):
+        expression = rule["rule"]
         transition = uses_old_self(expression)
-        if not expression or (transition and not paired):
-            continue
-        result, error = evaluator.evaluate(expression, schema, value, old, paired)
         if error is not None:
             named = (rule.get("message") or "").strip() or expression.strip()
             errors.append((field, "FieldValueInvalid", "Invalid value: %s: %s evaluating rule: %s"
