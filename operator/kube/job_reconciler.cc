@@ -121,6 +121,10 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   if (!queue.empty() && !spec.spec.run_policy.suspend) {
     if (Status s = GateOnKueue(job, id, queue, &spec, &kueue); !s.ok()) return s;
   }
+  // Checked as Kueue's integrations check it, when the job starts: a running
+  // job's pods made again keep their template's values.
+  if (kueue.admitted && !kueue.conflict.empty() && known_pods.empty())
+    return FailJob(job, "FailedToStart", kueue.conflict, result);
   KubeCluster cluster(client_, id, spec, options_.images, known_pods, status.replica_restarts);
   cluster.set_mount_failures(state.mount_failures.Refresh(client_, pods, Clock::now()));
 

@@ -153,13 +153,22 @@ class JobReconciler {
     // too, and the next reconcile makes it again.
     std::string remake_because;
     nlohmann::json workload;
+    // Admitted, but the admission conflicts with the job's pod templates or
+    // within itself: Kueue's own integrations fail such a job at its start.
+    std::string conflict;
   };
   Status GateOnKueue(const nlohmann::json& job, const JobIdentity& id, const std::string& queue,
                      api::TrainingJob* spec, KueueGate* gate);
   // Where an admission puts each pod set (kueue_workload.h): its flavors'
   // node labels and tolerations, then its admission checks' updates. A
-  // flavor that cannot be read adds nothing.
-  std::map<std::string, PodSetPlacement> AdmittedPlacement(const WorkloadAdmission& admission);
+  // flavor the operator may not read (a namespaced Role) or that is gone
+  // adds nothing; one that cannot be read now is an error, as in Kueue:
+  // no pod starts without it. `conflict`: the first update that sets a key
+  // the flavors or an earlier update set to another value ("server:
+  // admission check prov: nodeSelector ...").
+  Status AdmittedPlacement(const WorkloadAdmission& admission,
+                           std::map<std::string, PodSetPlacement>* placements,
+                           std::string* conflict);
   std::optional<int32_t> PriorityValue(const std::string& priority_class);
   // A finished queued job: its Workload gets Finished=True, once.
   void FinishWorkload(const JobIdentity& id, const api::TrainingJobStatus& status);

@@ -134,17 +134,27 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
     return Status::Ok();
   }
   gate->admitted = true;
-  ApplyPodSetPlacement(AdmittedPlacement(admission), spec);
+  std::map<std::string, PodSetPlacement> placements;
+  if (Status s = AdmittedPlacement(admission, &placements, &gate->conflict); !s.ok()) return s;
+  const std::string with_template = ApplyPodSetPlacement(placements, spec);
+  if (gate->conflict.empty()) gate->conflict = with_template;
+  if (!gate->conflict.empty()) {
+    gate->conflict = "Kueue admitted the job's Workload " + name +
+                     ", but the admission conflicts with the job (" + gate->conflict +
+                     "); Kueue's own job integrations do not start a job so, and neither does "
+                     "the operator: its Workload is marked Finished (FailedToStart), giving its "
+                     "quota back";
+  }
   return Status::Ok();
 }
 
-std::map<std::string, PodSetPlacement> JobReconciler::AdmittedPlacement(
-    const WorkloadAdmission& admission) {
+Status JobReconciler::AdmittedPlacement(const WorkloadAdmission& admission,
+                                        std::map<std::string, PodSetPlacement>* placements,
+                                        std::string* conflict) {
   static const Resource kResourceFlavors{"kueue.x-k8s.io", "v1beta1", "resourceflavors"};
-  std::map<std::string, PodSetPlacement> placements;
   std::map<std::string, PodSetPlacement> read;  // flavor -> its placement, each read once
   for (const auto& [pod_set, by_resource] : admission.flavors) {
-    PodSetPlacement& placement = placements[pod_set];
+    PodSetPlacement& placement = (*placements)[pod_set];
     std::set<std::string> seen;  // a flavor of several resources counts once
     for (const auto& [resource, flavor] : by_resource) {
       if (!seen.insert(flavor).second) continue;
@@ -152,21 +162,32 @@ std::map<std::string, PodSetPlacement> JobReconciler::AdmittedPlacement(
         Response response;
         Status s = client_->Get(GroupVersionPath(kResourceFlavors) + "/resourceflavors/" + flavor,
                                 &response);
+        if (!s.ok() || (!response.ok() && response.code != 403 && response.code != 404)) {
+          return Status::Unavailable("reading ResourceFlavor " + flavor + " of the admission: " +
+                                     (s.ok() ? response.Describe() : s.message()));
+        }
         const json spec =
-            s.ok() && response.ok() ? response.body.value("spec", json::object()) : json::object();
+            response.ok() ? response.body.value("spec", json::object()) : json::object();
         // A flavor's nodeLabels and tolerations place pods as an update's
         // nodeSelector and tolerations do.
         read[flavor] =
             PlacementOfUpdate({{"nodeSelector", spec.value("nodeLabels", json::object())},
                                {"tolerations", spec.value("tolerations", json::array())}});
       }
-      placement.Add(read[flavor]);
+      placement.Add(read[flavor]);  // a later flavor's key set already: the first value stays
     }
   }
   for (const auto& [pod_set, updates] : admission.pod_set_updates) {
-    for (const json& update : updates) placements[pod_set].Add(PlacementOfUpdate(update));
+    PodSetPlacement& placement = (*placements)[pod_set];
+    for (const auto& [check, update] : updates) {
+      const PodSetPlacement more = PlacementOfUpdate(update);
+      const std::string clash = Conflict(placement, more);
+      if (!clash.empty() && conflict->empty())
+        *conflict = pod_set + ": admission check " + check + ": " + clash;
+      placement.Add(more);
+    }
   }
-  return placements;
+  return Status::Ok();
 }
 
 std::optional<int32_t> JobReconciler::PriorityValue(const std::string& priority_class) {
@@ -196,8 +217,13 @@ void JobReconciler::FinishWorkload(const JobIdentity& id, const api::TrainingJob
     workloads_finished_.insert(id.uid);
     return;
   }
-  const bool succeeded = status.phase == api::JobPhase::kSucceeded;
-  json finished = WithCondition(got.body, "Finished", true, succeeded ? "Succeeded" : "Failed",
+  // Kueue's reasons: a job that never started because its admission
+  // conflicts with it is FailedToStart, as Kueue's jobframework says.
+  const api::Condition* failed = api::FindCondition(status.conditions, "Failed");
+  const std::string reason = status.phase == api::JobPhase::kSucceeded     ? "Succeeded"
+                             : failed && failed->reason == "FailedToStart" ? "FailedToStart"
+                                                                           : "Failed";
+  json finished = WithCondition(got.body, "Finished", true, reason,
                                 status.message.empty() ? "the job finished" : status.message,
                                 Rfc3339(Clock::now()));
   Response put;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -261,7 +262,8 @@ WorkloadAdmission ReadAdmission(const json& workload) {
     }
     for (const json& check : status.value("admissionChecks", json::array())) {
       for (const json& update : check.value("podSetUpdates", json::array())) {
-        out.pod_set_updates[update.value("name", "main")].push_back(update);
+        out.pod_set_updates[update.value("name", "main")].push_back(
+            {check.value("name", ""), update});
       }
     }
   } else if (const json* reserved = FindCondition(workload, kQuotaReserved); reserved != nullptr) {
@@ -332,6 +334,45 @@ json StringsOf(const json& object) {
   return out;
 }
 
+// A key two placements set to different values.
+struct KeyConflict {
+  const char* what;  // "nodeSelector", "label", "annotation"
+  std::string key;
+  json first, second;
+};
+
+std::optional<KeyConflict> FindConflict(const PodSetPlacement& first,
+                                        const PodSetPlacement& second) {
+  const std::pair<const char*, const json PodSetPlacement::*> maps[] = {
+      {"nodeSelector", &PodSetPlacement::node_selector},
+      {"label", &PodSetPlacement::labels},
+      {"annotation", &PodSetPlacement::annotations}};
+  for (const auto& [what, member] : maps) {
+    const json& mine = first.*member;
+    for (const auto& [key, value] : (second.*member).items()) {
+      auto found = mine.find(key);
+      if (found != mine.end() && *found != value) return KeyConflict{what, key, *found, value};
+    }
+  }
+  return std::nullopt;
+}
+
+// `nodeSelector "pool": "spot" against "gpu"`, `where_first` after the first value.
+std::string Describe(const KeyConflict& conflict, const std::string& where_first = "") {
+  return std::string(conflict.what) + " \"" + conflict.key + "\": " + conflict.first.dump() +
+         where_first + " against " + conflict.second.dump();
+}
+
+// What a pod template already sets of what a placement adds.
+PodSetPlacement TemplatePlacement(const json& pod_template) {
+  if (!pod_template.is_object()) return {};
+  const json spec = pod_template.value("spec", json::object());
+  const json metadata = pod_template.value("metadata", json::object());
+  return PlacementOfUpdate({{"nodeSelector", spec.value("nodeSelector", json::object())},
+                            {"labels", metadata.value("labels", json::object())},
+                            {"annotations", metadata.value("annotations", json::object())}});
+}
+
 }  // namespace
 
 void PodSetPlacement::Add(const PodSetPlacement& more) {
@@ -352,17 +393,28 @@ PodSetPlacement PlacementOfUpdate(const json& update) {
   return placement;
 }
 
-void ApplyPodSetPlacement(const std::map<std::string, PodSetPlacement>& placement,
-                          api::TrainingJob* spec) {
+std::string Conflict(const PodSetPlacement& first, const PodSetPlacement& second) {
+  const std::optional<KeyConflict> conflict = FindConflict(first, second);
+  return conflict ? Describe(*conflict) : "";
+}
+
+std::string ApplyPodSetPlacement(const std::map<std::string, PodSetPlacement>& placement,
+                                 api::TrainingJob* spec) {
   const std::vector<std::pair<const char*, api::ReplicaSpec*>> roles = {
       {"scheduler", &spec->spec.scheduler},
       {"server", &spec->spec.ps},
       {"worker", &spec->spec.worker}};
+  std::string first_conflict;
   for (const auto& [pod_set, replica] : roles) {
     auto found = placement.find(pod_set);
     if (found == placement.end()) continue;
     const PodSetPlacement& more = found->second;
     json& pod_template = replica->template_override;
+    if (first_conflict.empty()) {
+      const PodSetPlacement own = TemplatePlacement(pod_template);
+      if (const std::optional<KeyConflict> conflict = FindConflict(own, more))
+        first_conflict = pod_set + std::string(": ") + Describe(*conflict, " in its pod template");
+    }
     // Only what the placement has: a template gets no empty map or list.
     auto add = [&pod_template](const json& values, const char* part, const char* field,
                                auto merge) {
@@ -373,6 +425,7 @@ void ApplyPodSetPlacement(const std::map<std::string, PodSetPlacement>& placemen
     add(more.labels, "metadata", "labels", AddMissingKeys);
     add(more.annotations, "metadata", "annotations", AddMissingKeys);
   }
+  return first_conflict;
 }
 
 }  // namespace kubeps::kube

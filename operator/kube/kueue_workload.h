@@ -103,7 +103,11 @@ struct WorkloadAdmission {
   // Each pod set's assigned ResourceFlavors (resource name -> flavor).
   std::map<std::string, std::map<std::string, std::string>> flavors;
   // Each pod set's podSetUpdates from the admission checks, in their order.
-  std::map<std::string, std::vector<nlohmann::json>> pod_set_updates;
+  struct PodSetUpdate {
+    std::string check;  // the admission check's name
+    nlohmann::json update;
+  };
+  std::map<std::string, std::vector<PodSetUpdate>> pod_set_updates;
 };
 WorkloadAdmission ReadAdmission(const nlohmann::json& workload);
 
@@ -140,12 +144,22 @@ struct PodSetPlacement {
 // nodeSelector, tolerations) as a placement.
 PodSetPlacement PlacementOfUpdate(const nlohmann::json& update);
 
+// The first key that `first` and `second` both set, to different values,
+// among the node selector, the labels and the annotations (Kueue compares
+// those three; tolerations only add up), as `nodeSelector "pool": "spot"
+// against "gpu"`; "" where there is none. Kueue's own integrations do not
+// start a job whose admission checks' updates conflict so with its flavors
+// or its pod template.
+std::string Conflict(const PodSetPlacement& first, const PodSetPlacement& second);
+
 // `spec` with each role's placement (pod set name -> placement) merged into
 // its pod template as Kueue merges it into the pods of the kinds it
 // integrates, the template's own values first: a key the template sets
-// wins, a toleration it has is not added twice.
-void ApplyPodSetPlacement(const std::map<std::string, PodSetPlacement>& placement,
-                          api::TrainingJob* spec);
+// keeps its value, a toleration it has is not added twice. Returns the
+// first conflict with a template (`worker: nodeSelector "gpu": "a100" in
+// its pod template against "h100"`), "" where there is none.
+std::string ApplyPodSetPlacement(const std::map<std::string, PodSetPlacement>& placement,
+                                 api::TrainingJob* spec);
 
 }  // namespace kubeps::kube
 

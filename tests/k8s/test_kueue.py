@@ -217,6 +217,24 @@ class KueueTest(OwnClusterTestCase):
             self.assertEqual(pod["metadata"]["annotations"].get(consume),
                              "tainted-1" if worker else None, pod["metadata"]["name"])
 
+        # A check's update that sends the workers to another pool than their
+        # flavor's: Kueue's own integrations do not start such a job, and
+        # mark its Workload Finished, giving the quota back.
+        other = "conflicted"
+        other_uid, other_workload = self.submit(other)
+        self.admit(other_workload, flavor="gpu", checks=[{
+            "name": "dws-prov", "state": "Ready", "message": "Provisioned",
+            "lastTransitionTime": T0,
+            "podSetUpdates": [{"name": "worker", "nodeSelector": {"pool": "spare"}}]}])
+        failed = self.wait_phase(other, "Failed", timeout=30)
+        self.assertIn('worker: admission check dws-prov: nodeSelector "pool": "gpu" against '
+                      '"spare"', failed["status"]["message"])
+        finished = c.wait_for(
+            lambda: wl_condition(self.workload_of(other_uid), "Finished"), timeout=30,
+            what="the conflicted job's Workload Finished")
+        self.assertEqual((finished["status"], finished["reason"]), ("True", "FailedToStart"))
+        self.assertEqual(job_pods(c, other), [], "no pod of it was made")
+
     def test_a_job_suspended_gives_its_quota_back_and_queues_again_with_new_counts(self):
         """A user's suspend frees the job's quota: once its pods are gone its
         Workload is deactivated (Kueue's way to stop a job) and its

@@ -1,8 +1,9 @@
 // A queued TrainingJob's Kueue Workload (operator/kube/kueue_workload.h):
 // its name, its pod sets, how Kueue's admission and eviction are read; and
 // the reconcile of a queued job against the fake API server: no pods until
-// Kueue admits the Workload, pods on the admitted flavors' nodes, pods
-// deleted and quota given back on eviction, the Workload Finished at the end.
+// Kueue admits the Workload, pods deleted and quota given back on eviction,
+// the Workload made again when the job changes, Finished at the end. Where
+// an admission puts the pods: kueue_placement_test.cc.
 #include "operator/kube/kueue_workload.h"
 
 #include <algorithm>
@@ -10,61 +11,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "operator/kube/job_reconciler.h"
-#include "operator/kubeclient/api_path.h"
-#include "tests/unit/fakes/fake_kube_client.h"
+#include "tests/unit/operator/kube/queued_job_fixture.h"
 
-namespace kubeps::kube {
+namespace kubeps::kube::queued_job_test {
 namespace {
 
-using nlohmann::json;
 using ::testing::AllOf;
 using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
-
-const std::string kNamespace = "team-a";
-const JobIdentity kId{"mnist", kNamespace, "uid-1"};
-
-json Manifest() {
-  return json::parse(R"({
-    "apiVersion": "kubeps.io/v1alpha1", "kind": "TrainingJob",
-    "metadata": {"name": "mnist", "namespace": "team-a",
-                 "labels": {"kueue.x-k8s.io/queue-name": "team-queue"}},
-    "spec": {"dataset": {"path": "/data"},
-             "replicaSpecs": {"ps": {"replicas": 1},
-                              "worker": {"replicas": 2, "template": {"spec": {"containers": [
-                                {"name": "worker",
-                                 "resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}]}}}}}
-  })");
-}
-
-api::TrainingJob Parsed(const json& manifest = Manifest()) {
-  auto parsed = api::ParseTrainingJob(manifest.dump());
-  EXPECT_TRUE(parsed.ok()) << parsed.ErrorReport("job");
-  return *parsed.job;
-}
-
-json Condition(const json& workload, const std::string& type) {
-  for (const json& c : workload["status"].value("conditions", json::array()))
-    if (c["type"] == type) return c;
-  return nullptr;
-}
-
-// The status Kueue writes when it admits a Workload of three pod sets.
-json Admitted(const std::string& flavor) {
-  json assignments = json::array();
-  for (const char* pod_set : {"scheduler", "server", "worker"}) {
-    assignments.push_back({{"name", pod_set}, {"flavors", {{"cpu", flavor}, {"memory", flavor}}}});
-  }
-  const json ok = {{"status", "True"}, {"lastTransitionTime", "2025-01-01T00:00:00Z"}};
-  json reserved = ok, admitted = ok;
-  reserved.update({{"type", "QuotaReserved"}, {"reason", "QuotaReserved"}, {"message", "ok"}});
-  admitted.update({{"type", "Admitted"}, {"reason", "Admitted"}, {"message", "ok"}});
-  return {{"admission", {{"clusterQueue", "cq"}, {"podSetAssignments", assignments}}},
-          {"conditions", {reserved, admitted}}};
-}
 
 TEST(WorkloadNameTest, IsKueueStyleAndFitsALabel) {
   const std::string name = WorkloadName(kId);
@@ -137,7 +93,8 @@ TEST(ReadAdmissionTest, PendingAdmittedEvictedFinished) {
        {"podSetUpdates", {{{"name", "worker"}, {"labels", {{"x", "y"}}}}, {{"name", "server"}}}}}};
   admitted = ReadAdmission(workload);
   EXPECT_THAT(admitted.pod_set_updates["worker"], SizeIs(2)) << "each check's, in order";
-  EXPECT_EQ(admitted.pod_set_updates["worker"][1]["labels"]["x"], "y");
+  EXPECT_EQ(admitted.pod_set_updates["worker"][1].check, "b");
+  EXPECT_EQ(admitted.pod_set_updates["worker"][1].update["labels"]["x"], "y");
   EXPECT_THAT(admitted.pod_set_updates["server"], SizeIs(1));
   workload["status"].erase("admissionChecks");
 
@@ -230,122 +187,7 @@ TEST(WithConditionTest, KeepsTheTransitionTimeWhileTheStatusStays) {
   EXPECT_THAT(workload["status"]["conditions"], SizeIs(1));
 }
 
-PodSetPlacement Placement(json node_selector, json tolerations = json::array(),
-                          json labels = json::object(), json annotations = json::object()) {
-  return {std::move(node_selector), std::move(tolerations), std::move(labels),
-          std::move(annotations)};
-}
-
-TEST(ApplyPodSetPlacementTest, AddsTheNodeLabelsTheTemplateDoesNotSet) {
-  json manifest = Manifest();
-  manifest["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["nodeSelector"] = {
-      {"zone", "mine"}};
-  api::TrainingJob spec = Parsed(manifest);
-  ApplyPodSetPlacement({{"worker", Placement({{"zone", "theirs"}, {"pool", "spot"}})},
-                        {"server", Placement({{"pool", "on-demand"}})}},
-                       &spec);
-  const json& worker = spec.spec.worker.template_override["spec"]["nodeSelector"];
-  EXPECT_EQ(worker["zone"], "mine");
-  EXPECT_EQ(worker["pool"], "spot");
-  EXPECT_EQ(spec.spec.ps.template_override["spec"]["nodeSelector"]["pool"], "on-demand");
-  EXPECT_TRUE(spec.spec.scheduler.template_override.is_null());
-}
-
-TEST(ApplyPodSetPlacementTest, AddsTheTolerationsTheTemplateDoesNotHave) {
-  const json gpu = {{"key", "nvidia.com/gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}};
-  const json spot = {{"key", "spot"}, {"operator", "Equal"}, {"value", "true"}};
-  json manifest = Manifest();
-  manifest["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["tolerations"] = {gpu};
-  api::TrainingJob spec = Parsed(manifest);
-  ApplyPodSetPlacement({{"worker", Placement(json::object(), {gpu, spot})},
-                        {"scheduler", Placement(json::object(), {spot})}},
-                       &spec);
-  EXPECT_EQ(spec.spec.worker.template_override["spec"]["tolerations"], json({gpu, spot}))
-      << "each once, the template's first (Kueue's merge)";
-  EXPECT_EQ(spec.spec.scheduler.template_override["spec"]["tolerations"], json({spot}));
-  EXPECT_FALSE(spec.spec.scheduler.template_override["spec"].contains("nodeSelector"))
-      << "no empty map written in";
-  EXPECT_TRUE(spec.spec.ps.template_override.is_null());
-}
-
-TEST(ApplyPodSetPlacementTest, AddsLabelsAndAnnotationsToThePodsMetadata) {
-  json manifest = Manifest();
-  manifest["spec"]["replicaSpecs"]["worker"]["template"]["metadata"] = {
-      {"annotations", {{"team", "mine"}}}};
-  api::TrainingJob spec = Parsed(manifest);
-  ApplyPodSetPlacement({{"worker", Placement(json::object(), json::array(), {{"tier", "gpu"}},
-                                             {{"team", "theirs"}, {"provisioning", "req-1"}})}},
-                       &spec);
-  const json& metadata = spec.spec.worker.template_override["metadata"];
-  EXPECT_EQ(metadata["labels"], json({{"tier", "gpu"}}));
-  EXPECT_EQ(metadata["annotations"], json({{"team", "mine"}, {"provisioning", "req-1"}}));
-}
-
-TEST(PodSetPlacementTest, AnEarlierValueStaysAndAnUpdateReadsOnlyStrings) {
-  PodSetPlacement placement = Placement({{"pool", "spot"}});
-  placement.Add(PlacementOfUpdate({{"name", "worker"},
-                                   {"nodeSelector", {{"pool", "gpu"}, {"zone", "a"}}},
-                                   {"labels", {{"n", 1}, {"tier", "gpu"}}},
-                                   {"tolerations", {{{"key", "k"}, {"operator", "Exists"}}}}}));
-  EXPECT_EQ(placement.node_selector, json({{"pool", "spot"}, {"zone", "a"}}));
-  EXPECT_EQ(placement.labels, json({{"tier", "gpu"}}));
-  EXPECT_THAT(placement.tolerations, SizeIs(1));
-  EXPECT_TRUE(placement.annotations.empty());
-}
-
 // --- The reconcile of a queued job. ---
-
-class QueuedJobTest : public ::testing::Test {
- protected:
-  QueuedJobTest() {
-    EXPECT_TRUE(MetricsServer::Start("", -1, {}, &metrics_).ok());
-    reconciler_ = std::make_unique<JobReconciler>(&fake_, JobObjectOptions{}, metrics_.get());
-    json job = fake_.Create(kJobs, Manifest());
-    workload_ = CollectionPath(kWorkloads, kNamespace) + "/" +
-                WorkloadName({"mnist", kNamespace, job["metadata"]["uid"]});
-  }
-  void Reconcile() {
-    ReconcileResult result;
-    ASSERT_TRUE(reconciler_->Reconcile(fake_.Object(kJob), fake_.List(kPods_), &result).ok());
-    requeue_ = result.requeue_after;
-  }
-  json Job() { return fake_.Object(kJob); }
-  // The Workload made, Kueue admits it, and the job's 4 pods are made.
-  void RunAdmitted() {
-    Reconcile();
-    fake_.SetStatus(workload_, Admitted("default"));
-    Reconcile();
-    ASSERT_THAT(Pods(), SizeIs(4));
-  }
-  void MakeElastic() {
-    fake_.Modify(
-        kJob, {{"spec",
-                {{"replicaSpecs",
-                  {{"worker", {{"elasticPolicy", {{"minReplicas", 1}, {"maxReplicas", 4}}}}}}}}}});
-  }
-  void ScaleWorkers(int replicas) {
-    fake_.Modify(kJob, {{"spec", {{"replicaSpecs", {{"worker", {{"replicas", replicas}}}}}}}});
-  }
-  void Suspend(bool suspend) {
-    fake_.Modify(kJob, {{"spec", {{"runPolicy", {{"suspend", suspend}}}}}});
-  }
-  std::vector<json> Pods() { return fake_.List(kPods_); }
-  std::vector<std::string> EventReasons() {
-    std::vector<std::string> reasons;
-    for (const json& e : fake_.List(CollectionPath(kEvents, kNamespace)))
-      reasons.push_back(e["reason"]);
-    return reasons;
-  }
-
-  const std::string kJobs = CollectionPath(kTrainingJobs, kNamespace);
-  const std::string kJob = kJobs + "/mnist";
-  const std::string kPods_ = CollectionPath(kPods, kNamespace);
-  fake::FakeKubeClient fake_;
-  std::unique_ptr<MetricsServer> metrics_;
-  std::unique_ptr<JobReconciler> reconciler_;
-  std::string workload_;
-  std::chrono::milliseconds requeue_{0};
-};
 
 TEST_F(QueuedJobTest, WaitsWithoutPodsUntilKueueAdmitsItsWorkload) {
   Reconcile();
@@ -361,80 +203,6 @@ TEST_F(QueuedJobTest, WaitsWithoutPodsUntilKueueAdmitsItsWorkload) {
   Reconcile();
   EXPECT_THAT(Pods(), IsEmpty()) << "still not admitted";
   EXPECT_THAT(fake_.RequestsTo("POST", CollectionPath(kWorkloads, kNamespace)), SizeIs(1));
-}
-
-TEST_F(QueuedJobTest, RunsOnTheAdmittedFlavorsNodesAndStopsWhenEvicted) {
-  Reconcile();
-  const json tolerate_spot = {{"key", "spot"}, {"operator", "Exists"}, {"effect", "NoSchedule"}};
-  fake_.Create("/apis/kueue.x-k8s.io/v1beta1/resourceflavors",
-               {{"metadata", {{"name", "spot"}}},
-                {"spec",
-                 {{"nodeLabels", {{"pool", "spot"}}},
-                  {"nodeTaints", {{{"key", "spot"}, {"value", "true"}, {"effect", "NoSchedule"}}}},
-                  {"tolerations", {tolerate_spot}}}}});
-  fake_.SetStatus(workload_, Admitted("spot"));
-  Reconcile();
-  ASSERT_THAT(Pods(), SizeIs(4));
-  for (const json& pod : Pods()) {
-    EXPECT_EQ(pod["spec"]["nodeSelector"]["pool"], "spot");
-    EXPECT_EQ(pod["spec"]["tolerations"], json::array({tolerate_spot}))
-        << "the flavor's tainted nodes take the pods";
-  }
-  EXPECT_NE(Job()["status"]["phase"], "Suspended");
-
-  json evicted = WithCondition(fake_.Object(workload_), "Evicted", true, "Preempted",
-                               "Preempted to accommodate a higher priority Workload", "t1");
-  fake_.SetStatus(workload_, evicted["status"]);
-  Reconcile();
-  EXPECT_THAT(Pods(), IsEmpty());
-  EXPECT_EQ(Job()["status"]["phase"], "Suspended");
-  EXPECT_THAT(Job()["status"]["message"], HasSubstr("Preempted"));
-  EXPECT_THAT(EventReasons(), Contains("Evicted"));
-  EXPECT_TRUE(fake_.Object(workload_)["status"].contains("admission"))
-      << "the quota is given back only once the job's pods are gone, not while they terminate";
-  Reconcile();  // the cache shows no pod now
-  const json released = fake_.Object(workload_);
-  EXPECT_FALSE(released["status"].contains("admission")) << "the quota is given back";
-  EXPECT_EQ(Condition(released, "QuotaReserved")["status"], "False");
-
-  fake_.SetStatus(workload_, Admitted("spot"));  // admitted again: Kueue clears Evicted
-  Reconcile();
-  EXPECT_THAT(Pods(), SizeIs(4));
-}
-
-TEST_F(QueuedJobTest, AnAdmissionChecksPodSetUpdatesGoIntoThePods) {
-  // As a ProvisioningRequest check writes them once the cluster autoscaler
-  // has made the nodes: the pods must say they consume that request.
-  Reconcile();
-  json status = Admitted("default");
-  status["admissionChecks"] = {
-      {{"name", "dws-prov"},
-       {"state", "Ready"},
-       {"message", "Provisioned"},
-       {"lastTransitionTime", "2025-01-01T00:00:00Z"},
-       {"podSetUpdates",
-        {{{"name", "worker"},
-          {"annotations",
-           {{"cluster-autoscaler.kubernetes.io/consume-provisioning-request", "req-1"},
-            {"cluster-autoscaler.kubernetes.io/provisioning-class-name",
-             "queued-provisioning.gke.io"}}},
-          {"nodeSelector", {{"cloud.google.com/gke-nodepool", "gpu-pool"}}}}}}}};
-  fake_.SetStatus(workload_, status);
-  Reconcile();
-  ASSERT_THAT(Pods(), SizeIs(4));
-  int workers = 0;
-  for (const json& pod : Pods()) {
-    const bool worker = pod["metadata"]["labels"][kReplicaTypeLabel] == "worker";
-    workers += worker;
-    const json annotations = pod["metadata"].value("annotations", json::object());
-    EXPECT_EQ(annotations.contains("cluster-autoscaler.kubernetes.io/consume-provisioning-request"),
-              worker);
-    EXPECT_EQ(pod["spec"]
-                  .value("nodeSelector", json::object())
-                  .value("cloud.google.com/gke-nodepool", ""),
-              worker ? "gpu-pool" : "");
-  }
-  EXPECT_EQ(workers, 2);
 }
 
 TEST_F(QueuedJobTest, AFinishedJobMarksItsWorkloadFinished) {
@@ -640,4 +408,4 @@ TEST_F(QueuedJobTest, AWorkloadBeingDeletedAdmitsNothing) {
 }
 
 }  // namespace
-}  // namespace kubeps::kube
+}  // namespace kubeps::kube::queued_job_test
