@@ -125,6 +125,11 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   // job's pods made again keep their template's values.
   if (kueue.admitted && !kueue.conflict.empty() && known_pods.empty())
     return FailJob(job, "FailedToStart", kueue.conflict, result);
+  if (kueue.partial_admission != state.partial_admission_reported) {
+    if (!kueue.partial_admission.empty())
+      RecordEvent(job, "Normal", "PartiallyAdmitted", kueue.partial_admission);
+    state.partial_admission_reported = kueue.partial_admission;
+  }
   KubeCluster cluster(client_, id, spec, options_.images, known_pods, status.replica_restarts);
   cluster.set_mount_failures(state.mount_failures.Refresh(client_, pods, Clock::now()));
 

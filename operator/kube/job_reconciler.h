@@ -94,6 +94,7 @@ class JobReconciler {
     bool told_desired_failure = false;  // its Warning Event was recorded
     std::string workload_not_deleted;   // the WorkloadNotDeleted Event last recorded
     std::string scale_reported;         // the ScaleOutOfBounds or ScaleRefused Event last recorded
+    std::string partial_admission_reported;  // the PartiallyAdmitted Event last recorded
     std::map<controller::ReplicaName, int64_t> surplus_since_ms;
   };
   // A pod being deleted with the condition DisruptionTarget (an eviction:
@@ -156,6 +157,8 @@ class JobReconciler {
     // Admitted, but the admission conflicts with the job's pod templates or
     // within itself: Kueue's own integrations fail such a job at its start.
     std::string conflict;
+    // Admitted with fewer workers than the job asks for: what it runs with.
+    std::string partial_admission;
   };
   Status GateOnKueue(const nlohmann::json& job, const JobIdentity& id, const std::string& queue,
                      api::TrainingJob* spec, KueueGate* gate);

@@ -134,6 +134,19 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
     return Status::Ok();
   }
   gate->admitted = true;
+  // Partly admitted (an elastic job's Workload has minCount): the job
+  // trains with the workers Kueue admitted, its global batch batchSize x
+  // those, as for any elastic job that starts with them.
+  const auto workers = admission.counts.find("worker");
+  if (spec->spec.elastic.enabled() && workers != admission.counts.end() &&
+      workers->second < spec->spec.worker.replicas) {
+    gate->partial_admission = "Kueue admitted " + std::to_string(workers->second) + " of the " +
+                              std::to_string(spec->spec.worker.replicas) +
+                              " workers the job asks for (partial admission, down to "
+                              "elasticPolicy.minReplicas): it trains with " +
+                              std::to_string(workers->second);
+    spec->spec.worker.replicas = workers->second;
+  }
   std::map<std::string, PodSetPlacement> placements;
   if (Status s = AdmittedPlacement(admission, &placements, &gate->conflict); !s.ok()) return s;
   const std::string with_template = ApplyPodSetPlacement(placements, spec);

@@ -118,7 +118,8 @@ bool SameRequests(const json& a, const json& b) {
 
 struct PodSetQuota {
   json count;
-  json requests;  // container name -> its effective requests
+  json min_count;  // null where the pod set has none
+  json requests;   // container name -> its effective requests
   json tolerations;
 };
 
@@ -127,8 +128,8 @@ std::map<std::string, PodSetQuota> PodSetQuotas(const json& workload) {
   const json spec = workload.value("spec", json::object());
   for (const json& pod_set : spec.value("podSets", json::array())) {
     const json pod = pod_set.value("template", json::object()).value("spec", json::object());
-    PodSetQuota quota{pod_set.value("count", json()), json::object(),
-                      pod.value("tolerations", json::array())};
+    PodSetQuota quota{pod_set.value("count", json()), pod_set.value("minCount", json()),
+                      json::object(), pod.value("tolerations", json::array())};
     for (const char* list : {"initContainers", "containers"}) {
       for (const json& container : pod.value(list, json::array())) {
         quota.requests[container.value("name", "")] =
@@ -166,6 +167,11 @@ json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec, const s
       json::array({PodSet(job, spec, ReplicaRole::kScheduler, 1, images),
                    PodSet(job, spec, ReplicaRole::kServer, spec.spec.ps.replicas, images),
                    PodSet(job, spec, ReplicaRole::kWorker, spec.spec.worker.replicas, images)});
+  // An elastic job trains with as few as minReplicas workers: Kueue may
+  // admit it with fewer than it asks for, where only those fit (partial
+  // admission). The others need all their pods.
+  if (spec.spec.elastic.enabled())
+    pod_sets[2]["minCount"] = std::min(spec.spec.elastic.min_replicas, spec.spec.worker.replicas);
   json owner = OwnerReference(job);
   owner["blockOwnerDeletion"] = true;
   json workload = {{"apiVersion", "kueue.x-k8s.io/v1beta1"},
@@ -198,6 +204,9 @@ std::string PodSetChange(const json& workload, const json& wanted, bool reserved
                  old->second.count.is_number_integer() &&
                  quota.count.get<int64_t>() < old->second.count.get<int64_t>())) {
       add(name + ": " + quota.count.dump() + " pods, was " + old->second.count.dump());
+    } else if (!reserved && old->second.min_count != quota.min_count) {
+      add(name + ": at least " + quota.min_count.dump() + " pods, was " +
+          old->second.min_count.dump());
     } else if (!SameRequests(old->second.requests, quota.requests)) {
       add(name + ": requests " + quota.requests.dump() + ", were " + old->second.requests.dump());
     } else if (!admitted && old->second.tolerations != quota.tolerations) {
@@ -257,8 +266,10 @@ WorkloadAdmission ReadAdmission(const json& workload) {
   out.admitted = out.quota_reserved && IsTrue(FindCondition(workload, kAdmitted));
   if (out.admitted) {
     for (const json& assignment : admission.value("podSetAssignments", json::array())) {
-      out.flavors[assignment.value("name", "main")] =
-          assignment.value("flavors", std::map<std::string, std::string>{});
+      const std::string pod_set = assignment.value("name", "main");
+      out.flavors[pod_set] = assignment.value("flavors", std::map<std::string, std::string>{});
+      if (assignment.contains("count") && assignment["count"].is_number_integer())
+        out.counts[pod_set] = assignment["count"].get<int>();
     }
     for (const json& check : status.value("admissionChecks", json::array())) {
       for (const json& update : check.value("podSetUpdates", json::array())) {

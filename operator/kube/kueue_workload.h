@@ -53,7 +53,8 @@ std::string WorkloadName(const JobIdentity& job);
 // one pod set per role ("scheduler", "server", "worker") with count =
 // replicas and template = the pod the operator would create for replica 0
 // of the role (its requests, the agent sidecar's included, are what Kueue
-// reserves quota for). `priority` is the value of
+// reserves quota for); an elastic job's workers with minCount =
+// minReplicas, so that Kueue may admit it partly. `priority` is the value of
 // spec.schedulingPolicy.priorityClass's PriorityClass; Kueue requires it
 // with priorityClassName, so without it neither is written.
 nlohmann::json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec,
@@ -63,7 +64,8 @@ nlohmann::json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spe
 // How the pod sets of `wanted` (BuildWorkload of the job as it is now)
 // differ from those of `workload`, the one Kueue has, in what Kueue admits
 // by: "" when every pod set has the same count and its containers the same
-// requests, and, until the Workload is admitted, the same tolerations
+// requests, and, until the Workload holds quota, the same minCount; until
+// it is admitted, the same tolerations
 // (Kueue assigns flavors by them; its own job integration compares them
 // too, and leaves them alone once admitted, when the flavor's are added:
 // a reservation whose admission checks still run is not that yet); else
@@ -102,6 +104,9 @@ struct WorkloadAdmission {
   std::string message;
   // Each pod set's assigned ResourceFlavors (resource name -> flavor).
   std::map<std::string, std::map<std::string, std::string>> flavors;
+  // Each pod set's admitted count, where Kueue says it: fewer than asked
+  // for where it admitted a pod set with minCount partly.
+  std::map<std::string, int> counts;
   // Each pod set's podSetUpdates from the admission checks, in their order.
   struct PodSetUpdate {
     std::string check;  // the admission check's name

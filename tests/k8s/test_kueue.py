@@ -82,12 +82,13 @@ class KueueTest(OwnClusterTestCase):
         path = WORKLOADS + "/" + workload["metadata"]["name"] + "/status"
         return self.c.client.put(path, workload)
 
-    def admit(self, workload, flavor="default-flavor", checks=()):
+    def admit(self, workload, flavor="default-flavor", checks=(), counts=None):
         """What Kueue's scheduler writes when the ClusterQueue has the quota:
         the admission, QuotaReserved and Admitted (with `checks`, the states
-        of the admission checks that passed); an Evicted of an earlier round
-        goes False."""
-        assignments = [{"name": p["name"], "count": p["count"],
+        of the admission checks that passed; with `counts`, pod set name ->
+        the pods it admitted, fewer than asked for where the pod set has
+        minCount); an Evicted of an earlier round goes False."""
+        assignments = [{"name": p["name"], "count": (counts or {}).get(p["name"], p["count"]),
                         "flavors": {"cpu": flavor, "memory": flavor}}
                        for p in workload["spec"]["podSets"]]
         conditions = [kueue_condition("QuotaReserved", "True", "QuotaReserved",
@@ -234,6 +235,32 @@ class KueueTest(OwnClusterTestCase):
             what="the conflicted job's Workload Finished")
         self.assertEqual((finished["status"], finished["reason"]), ("True", "FailedToStart"))
         self.assertEqual(job_pods(c, other), [], "no pod of it was made")
+
+    def test_an_elastic_job_partly_admitted_trains_with_the_workers_admitted(self):
+        """Where the queue has quota for fewer workers than an elastic job
+        asks for, Kueue admits it with as many as fit, down to its
+        minReplicas (partial admission), rather than keep it waiting for
+        all: the job trains with those."""
+        c, name = self.c, "partial"
+        job = queued(with_requests(training_job(name, max_steps=40, servers=1)))
+        job["spec"]["replicaSpecs"]["worker"]["elasticPolicy"] = {"minReplicas": 1,
+                                                                   "maxReplicas": 2}
+        apply(c, job)
+        uid = get_job(c, name)["metadata"]["uid"]
+        workload = c.wait_for(lambda: self.workload_of(uid), timeout=30,
+                              what="the Workload of %s" % name)
+        workers = next(p for p in workload["spec"]["podSets"] if p["name"] == "worker")
+        self.assertEqual((workers["count"], workers["minCount"]), (2, 1))
+        self.admit(workload, counts={"worker": 1})
+        self.wait_phase(name, "Succeeded", timeout=90)
+        started = [p for p in job_pods(c, name)
+                   if p["metadata"]["labels"]["kubeps.io/replica-type"] == "worker"]
+        self.assertEqual([p["metadata"]["name"] for p in started], ["partial-worker-0"])
+        self.assertIn("Kueue admitted 1 of the 2 workers",
+                      self.event(name, "PartiallyAdmitted")["message"])
+        finished = c.wait_for(lambda: wl_condition(self.workload_of(uid), "Finished"),
+                              timeout=30, what="the Workload Finished")
+        self.assertEqual(finished["reason"], "Succeeded")
 
     def test_a_job_suspended_gives_its_quota_back_and_queues_again_with_new_counts(self):
         """A user's suspend frees the job's quota: once its pods are gone its

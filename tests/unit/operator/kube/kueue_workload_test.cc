@@ -177,6 +177,28 @@ TEST(PodSetChangeTest, TolerationsCountWhileTheWorkloadWaits) {
   EXPECT_EQ(PodSetChange(made, tolerant, /*reserved=*/true, /*admitted=*/true), "");
 }
 
+// Kueue's partial admission: an elastic job's Workload says how few workers
+// it can start with (minCount), and Kueue may admit fewer than its count.
+TEST(BuildWorkloadTest, AnElasticJobsWorkersMayBeAdmittedDownToItsMinimum) {
+  json manifest = Manifest();
+  manifest["spec"]["replicaSpecs"]["worker"]["replicas"] = 3;
+  manifest["spec"]["replicaSpecs"]["worker"]["elasticPolicy"] = {{"minReplicas", 1},
+                                                                 {"maxReplicas", 4}};
+  const json elastic = BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt);
+  EXPECT_EQ(elastic["spec"]["podSets"][2]["count"], 3);
+  EXPECT_EQ(elastic["spec"]["podSets"][2]["minCount"], 1);
+  EXPECT_FALSE(elastic["spec"]["podSets"][1].contains("minCount")) << "the servers: all of them";
+  const json fixed = BuildWorkload(kId, Parsed(), "q", ImageSet{}, std::nullopt);
+  EXPECT_FALSE(fixed["spec"]["podSets"][2].contains("minCount"))
+      << "a job without elasticPolicy needs all its workers";
+  // Changed while the Workload waits, Kueue must see the new minimum; once
+  // admitted, Kueue has chosen.
+  manifest["spec"]["replicaSpecs"]["worker"]["elasticPolicy"]["minReplicas"] = 2;
+  const json raised = BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt);
+  EXPECT_THAT(PodSetChange(elastic, raised), HasSubstr("worker: at least 2 pods, was 1"));
+  EXPECT_EQ(PodSetChange(elastic, raised, /*reserved=*/true, /*admitted=*/true), "");
+}
+
 TEST(WithConditionTest, KeepsTheTransitionTimeWhileTheStatusStays) {
   json workload = WithCondition({{"metadata", json::object()}}, "Finished", false, "A", "a", "t0");
   workload = WithCondition(workload, "Finished", false, "B", "b", "t1");
@@ -203,6 +225,33 @@ TEST_F(QueuedJobTest, WaitsWithoutPodsUntilKueueAdmitsItsWorkload) {
   Reconcile();
   EXPECT_THAT(Pods(), IsEmpty()) << "still not admitted";
   EXPECT_THAT(fake_.RequestsTo("POST", CollectionPath(kWorkloads, kNamespace)), SizeIs(1));
+}
+
+// Kueue admits an elastic job with fewer workers than it asks for where
+// only those fit (partial admission, down to elasticPolicy.minReplicas): it
+// trains with them, rather than waiting for the quota of all.
+TEST_F(QueuedJobTest, AnElasticJobPartiallyAdmittedTrainsWithTheWorkersKueueAdmitted) {
+  MakeElastic();  // 2 workers, at least 1
+  Reconcile();
+  ASSERT_EQ(fake_.Object(workload_)["spec"]["podSets"][2]["minCount"], 1);
+  json status = Admitted("default");
+  status["admission"]["podSetAssignments"][2]["count"] = 1;  // the workers
+  fake_.SetStatus(workload_, status);
+  Reconcile();
+  ASSERT_THAT(Pods(), SizeIs(3)) << "the scheduler, the server and 1 worker";
+  for (const json& pod : Pods()) {
+    for (const json& env : pod["spec"]["containers"][0]["env"]) {
+      if (env["name"] == "KUBEPS_NUM_WORKERS") {
+        EXPECT_EQ(env["value"], "1");
+      }
+    }
+  }
+  EXPECT_THAT(EventReasons(), Contains("PartiallyAdmitted"));
+  Reconcile();
+  EXPECT_THAT(Pods(), SizeIs(3));
+  EXPECT_THAT(fake_.RequestsTo("DELETE", workload_), IsEmpty()) << "the Workload fits the job";
+  const std::vector<std::string> reasons = EventReasons();
+  EXPECT_EQ(std::count(reasons.begin(), reasons.end(), "PartiallyAdmitted"), 1) << "said once";
 }
 
 TEST_F(QueuedJobTest, AFinishedJobMarksItsWorkloadFinished) {
