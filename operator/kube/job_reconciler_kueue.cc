@@ -190,6 +190,17 @@ Status JobReconciler::AdmittedPlacement(const WorkloadAdmission& admission,
       placement.Add(read[flavor]);  // a later flavor's key set already: the first value stays
     }
   }
+  // As Kueue marks the pods of its own integrations, before the updates.
+  for (auto& [pod_set, placement] : *placements) {
+    PodSetPlacement marks;
+    marks.labels[kPodSetLabel] = pod_set;
+    marks.annotations[kWorkloadAnnotation] = admission.workload;
+    if (admission.topology_assigned.count(pod_set)) {
+      marks.labels[kTopologyAssignedLabel] = "true";
+      marks.scheduling_gates.push_back({{"name", kTopologySchedulingGate}});
+    }
+    placement.Add(marks);
+  }
   for (const auto& [pod_set, updates] : admission.pod_set_updates) {
     PodSetPlacement& placement = (*placements)[pod_set];
     for (const auto& [check, update] : updates) {

@@ -49,9 +49,26 @@ json PodSet(const JobIdentity& job, const api::TrainingJob& spec, controller::Re
   json pod = BuildPod(job, spec, launch, 0, images);
   json metadata = {{"labels", pod["metadata"].value("labels", json::object())},
                    {"annotations", pod["metadata"].value("annotations", json::object())}};
-  return {{"name", controller::ToString(role)},
-          {"count", count},
-          {"template", {{"metadata", metadata}, {"spec", pod["spec"]}}}};
+  json pod_set = {{"name", controller::ToString(role)},
+                  {"count", count},
+                  {"template", {{"metadata", metadata}, {"spec", pod["spec"]}}}};
+  // As Kueue's own integrations read the template's annotations: the first
+  // of required, preferred, unconstrained.
+  const json& annotations = metadata["annotations"];
+  json topology;
+  if (annotations.contains(kRequiredTopologyAnnotation)) {
+    topology = {{"required", annotations[kRequiredTopologyAnnotation]}};
+  } else if (annotations.contains(kPreferredTopologyAnnotation)) {
+    topology = {{"preferred", annotations[kPreferredTopologyAnnotation]}};
+  } else if (annotations.contains(kUnconstrainedTopologyAnnotation)) {
+    topology = {{"unconstrained", annotations[kUnconstrainedTopologyAnnotation] == "true"}};
+  }
+  if (!topology.is_null()) {
+    // Ranks next to each other land next to each other.
+    topology["podIndexLabel"] = kReplicaIndexLabel;
+    pod_set["topologyRequest"] = topology;
+  }
+  return pod_set;
 }
 
 // A resource quantity ("500m", "1Gi", "2", 1.5e3) as a number, as
@@ -247,6 +264,7 @@ bool BeingDeleted(const json& workload) {
 
 WorkloadAdmission ReadAdmission(const json& workload) {
   WorkloadAdmission out;
+  out.workload = workload.value("metadata", json::object()).value("name", "");
   const json status = workload.value("status", json::object());
   const json admission = status.value("admission", json());
   out.quota_reserved = admission.is_object();
@@ -270,6 +288,7 @@ WorkloadAdmission ReadAdmission(const json& workload) {
       out.flavors[pod_set] = assignment.value("flavors", std::map<std::string, std::string>{});
       if (assignment.contains("count") && assignment["count"].is_number_integer())
         out.counts[pod_set] = assignment["count"].get<int>();
+      if (assignment.contains("topologyAssignment")) out.topology_assigned.insert(pod_set);
     }
     for (const json& check : status.value("admissionChecks", json::array())) {
       for (const json& update : check.value("podSetUpdates", json::array())) {
@@ -326,8 +345,9 @@ void AddMissingKeys(const json& more, json* into) {
   }
 }
 
-// Each toleration of `more` that `into` lacks, in order.
-void AddMissingTolerations(const json& more, json* into) {
+// Each entry (a toleration, a scheduling gate) of `more` that `into` lacks,
+// in order.
+void AddMissingEntries(const json& more, json* into) {
   if (!into->is_array()) *into = json::array();
   for (const json& toleration : more) {
     if (std::find(into->begin(), into->end(), toleration) == into->end())
@@ -388,7 +408,8 @@ PodSetPlacement TemplatePlacement(const json& pod_template) {
 
 void PodSetPlacement::Add(const PodSetPlacement& more) {
   AddMissingKeys(more.node_selector, &node_selector);
-  AddMissingTolerations(more.tolerations, &tolerations);
+  AddMissingEntries(more.tolerations, &tolerations);
+  AddMissingEntries(more.scheduling_gates, &scheduling_gates);
   AddMissingKeys(more.labels, &labels);
   AddMissingKeys(more.annotations, &annotations);
 }
@@ -432,7 +453,8 @@ std::string ApplyPodSetPlacement(const std::map<std::string, PodSetPlacement>& p
       if (!values.empty()) merge(values, &pod_template[part][field]);
     };
     add(more.node_selector, "spec", "nodeSelector", AddMissingKeys);
-    add(more.tolerations, "spec", "tolerations", AddMissingTolerations);
+    add(more.tolerations, "spec", "tolerations", AddMissingEntries);
+    add(more.scheduling_gates, "spec", "schedulingGates", AddMissingEntries);
     add(more.labels, "metadata", "labels", AddMissingKeys);
     add(more.annotations, "metadata", "annotations", AddMissingKeys);
   }

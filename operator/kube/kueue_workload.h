@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,22 @@ inline constexpr const char* kWorkloadInUseFinalizer = "kueue.x-k8s.io/resource-
 // Set on a Workload the operator deactivated for its job's suspend: only
 // that deactivation is undone when the job resumes.
 inline constexpr const char* kWorkloadSuspendedAnnotation = "kubeps.io/deactivated-for-suspend";
+// Kueue's Topology Aware Scheduling. A role's pod template annotated with
+// one of these asks Kueue to place its pods within a domain of that
+// topology level (its value: a node label, a rack or a block); an admission
+// that assigns the role domains holds its pods behind the scheduling gate
+// until Kueue's ungater gives each its domain's node labels. Kueue finds
+// an admitted job's pods by the pod set label and the Workload annotation.
+inline constexpr const char* kRequiredTopologyAnnotation =
+    "kueue.x-k8s.io/podset-required-topology";
+inline constexpr const char* kPreferredTopologyAnnotation =
+    "kueue.x-k8s.io/podset-preferred-topology";
+inline constexpr const char* kUnconstrainedTopologyAnnotation =
+    "kueue.x-k8s.io/podset-unconstrained-topology";
+inline constexpr const char* kTopologySchedulingGate = "kueue.x-k8s.io/topology";
+inline constexpr const char* kTopologyAssignedLabel = "kueue.x-k8s.io/tas";
+inline constexpr const char* kPodSetLabel = "kueue.x-k8s.io/podset";
+inline constexpr const char* kWorkloadAnnotation = "kueue.x-k8s.io/workload";
 // The job's metadata.generation a Workload was made for.
 inline constexpr const char* kWorkloadJobGenerationAnnotation = "kubeps.io/job-generation";
 // That generation; none where the annotation is missing (a Workload made by
@@ -54,7 +71,9 @@ std::string WorkloadName(const JobIdentity& job);
 // replicas and template = the pod the operator would create for replica 0
 // of the role (its requests, the agent sidecar's included, are what Kueue
 // reserves quota for); an elastic job's workers with minCount =
-// minReplicas, so that Kueue may admit it partly. `priority` is the value of
+// minReplicas, so that Kueue may admit it partly; a role whose template
+// carries a topology annotation with a topologyRequest, its pods ordered by
+// their replica index. `priority` is the value of
 // spec.schedulingPolicy.priorityClass's PriorityClass; Kueue requires it
 // with priorityClassName, so without it neither is written.
 nlohmann::json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec,
@@ -92,6 +111,7 @@ bool IsDeactivation(const std::string& eviction_reason);
 // jobframework does: eviction first (Evicted=True stops the job whatever
 // else is set), then admission (Admitted=True with status.admission).
 struct WorkloadAdmission {
+  std::string workload;  // its name
   bool admitted = false;
   // Evicted and not merely waiting: a deactivation's eviction (IsDeactivation)
   // of a Workload active again and holding no reservation only waits.
@@ -107,6 +127,8 @@ struct WorkloadAdmission {
   // Each pod set's admitted count, where Kueue says it: fewer than asked
   // for where it admitted a pod set with minCount partly.
   std::map<std::string, int> counts;
+  // The pod sets Kueue assigned topology domains (Topology Aware Scheduling).
+  std::set<std::string> topology_assigned;
   // Each pod set's podSetUpdates from the admission checks, in their order.
   struct PodSetUpdate {
     std::string check;  // the admission check's name
@@ -130,18 +152,21 @@ nlohmann::json WithoutQuotaReservation(nlohmann::json workload, const std::strin
 
 // Where an admission puts a pod set's pods, and what it marks them with:
 // the nodeLabels and tolerations of its ResourceFlavors (a flavor of
-// tainted nodes, as GPU nodes often are, needs both), then the podSetUpdates
-// of its admission checks (a ProvisioningRequest's annotations, which send
-// the pods to the nodes provisioned for them). Objects of strings, and an
-// array of tolerations, as in a PodSpec.
+// tainted nodes, as GPU nodes often are, needs both), the pod set label and
+// Workload annotation (and, with a topology assignment, Kueue's scheduling
+// gate), then the podSetUpdates of its admission checks (a
+// ProvisioningRequest's annotations, which send the pods to the nodes
+// provisioned for them). Objects of strings, and arrays of tolerations and
+// of gates, as in a PodSpec.
 struct PodSetPlacement {
   nlohmann::json node_selector = nlohmann::json::object();
   nlohmann::json tolerations = nlohmann::json::array();
   nlohmann::json labels = nlohmann::json::object();
   nlohmann::json annotations = nlohmann::json::object();
+  nlohmann::json scheduling_gates = nlohmann::json::array();
 
   // Merges `more` in as Kueue merges pod set infos: a key already set keeps
-  // its value, a toleration already there is not added again.
+  // its value, a toleration or a gate already there is not added again.
   void Add(const PodSetPlacement& more);
 };
 

@@ -20,8 +20,8 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from operator_harness import (OPERATOR_USER, apply, condition, events_of, get_job,  # noqa: E402
-                              job_pods, phase_history, training_job)
+from operator_harness import (OPERATOR_USER, PODS, apply, condition, events_of,  # noqa: E402
+                              get_job, job_pods, phase_history, training_job)
 from own_cluster import OwnClusterTestCase  # noqa: E402
 from test_quota import with_requests  # noqa: E402
 
@@ -82,15 +82,19 @@ class KueueTest(OwnClusterTestCase):
         path = WORKLOADS + "/" + workload["metadata"]["name"] + "/status"
         return self.c.client.put(path, workload)
 
-    def admit(self, workload, flavor="default-flavor", checks=(), counts=None):
+    def admit(self, workload, flavor="default-flavor", checks=(), counts=None, topology=None):
         """What Kueue's scheduler writes when the ClusterQueue has the quota:
         the admission, QuotaReserved and Admitted (with `checks`, the states
         of the admission checks that passed; with `counts`, pod set name ->
         the pods it admitted, fewer than asked for where the pod set has
-        minCount); an Evicted of an earlier round goes False."""
+        minCount; with `topology`, pod set name -> its topologyAssignment);
+        an Evicted of an earlier round goes False."""
         assignments = [{"name": p["name"], "count": (counts or {}).get(p["name"], p["count"]),
                         "flavors": {"cpu": flavor, "memory": flavor}}
                        for p in workload["spec"]["podSets"]]
+        for assignment in assignments:
+            if assignment["name"] in (topology or {}):
+                assignment["topologyAssignment"] = topology[assignment["name"]]
         conditions = [kueue_condition("QuotaReserved", "True", "QuotaReserved",
                                       "Quota reserved in ClusterQueue cluster-queue"),
                       kueue_condition("Admitted", "True", "Admitted",
@@ -261,6 +265,55 @@ class KueueTest(OwnClusterTestCase):
         finished = c.wait_for(lambda: wl_condition(self.workload_of(uid), "Finished"),
                               timeout=30, what="the Workload Finished")
         self.assertEqual(finished["reason"], "Succeeded")
+
+    def test_workers_assigned_a_topology_wait_for_kueue_to_place_each(self):
+        """Topology Aware Scheduling: a worker template annotated with a
+        topology level asks Kueue for one domain of it (a block of nodes with
+        short links between them). Kueue's admission assigns domains; the
+        workers wait behind its scheduling gate until its ungater gives each
+        the node labels of its domain, by replica index."""
+        c, name = self.c, "placed"
+        block = "cloud.google.com/gce-topology-block"
+        c.kubectl("label", "node", "kubeps-node", block + "=block-a")
+        job = queued(with_requests(training_job(name, max_steps=40, servers=1)))
+        job["spec"]["replicaSpecs"]["worker"]["template"]["metadata"] = {
+            "annotations": {"kueue.x-k8s.io/podset-required-topology": block}}
+        apply(c, job)
+        uid = get_job(c, name)["metadata"]["uid"]
+        workload = c.wait_for(lambda: self.workload_of(uid), timeout=30,
+                              what="the Workload of %s" % name)
+        workers = next(p for p in workload["spec"]["podSets"] if p["name"] == "worker")
+        self.assertEqual(workers["topologyRequest"],
+                         {"required": block, "podIndexLabel": "kubeps.io/replica-index"})
+        self.admit(workload, topology={"worker": {
+            "levels": [block], "domains": [{"values": ["block-a"], "count": 2}]}})
+
+        def gated():
+            pods = [p for p in job_pods(c, name)
+                    if p["metadata"]["labels"]["kubeps.io/replica-type"] == "worker"]
+            return len(pods) == 2 and pods
+        pods = c.wait_for(gated, timeout=30, what="the gated workers")
+        time.sleep(2)  # the node fits them: only the gate holds them
+        for pod in pods:
+            pod = c.client.get(PODS + "/" + pod["metadata"]["name"])
+            self.assertEqual(pod["spec"]["schedulingGates"], [{"name": "kueue.x-k8s.io/topology"}])
+            self.assertEqual(pod["metadata"]["labels"]["kueue.x-k8s.io/tas"], "true")
+            self.assertEqual(pod["metadata"]["labels"]["kueue.x-k8s.io/podset"], "worker")
+            self.assertEqual(pod["metadata"]["annotations"]["kueue.x-k8s.io/workload"],
+                             workload["metadata"]["name"])
+            self.assertIsNone(pod["spec"].get("nodeName"))
+            self.assertEqual(condition(pod, "PodScheduled")["reason"], "SchedulingGated")
+        # Kueue's ungater: the domain's node labels in, the gate out.
+        for pod in pods:
+            c.kubectl("patch", "pod", pod["metadata"]["name"], "--type", "merge", "-p",
+                      json.dumps({"spec": {"schedulingGates": [],
+                                           "nodeSelector": {block: "block-a"}}}))
+        self.wait_phase(name, "Succeeded", timeout=90)
+        for pod in pods:
+            placed = c.client.get(PODS + "/" + pod["metadata"]["name"])
+            self.assertEqual(placed["metadata"]["uid"], pod["metadata"]["uid"],
+                             "the operator keeps the pod Kueue placed")
+            self.assertEqual(placed["spec"]["nodeSelector"][block], "block-a")
 
     def test_a_job_suspended_gives_its_quota_back_and_queues_again_with_new_counts(self):
         """A user's suspend frees the job's quota: once its pods are gone its

@@ -101,6 +101,12 @@ class Admission:
                for c in spec.get("containers", [])):
             qos = "Burstable"
         obj["status"] = {"phase": "Pending", "qosClass": qos}
+        if spec.get("schedulingGates"):
+            # As the API server's pod strategy says of a gated pod at its creation.
+            obj["status"]["conditions"] = [{
+                "type": "PodScheduled", "status": "False", "reason": "SchedulingGated",
+                "message": "Scheduling is blocked due to non-empty scheduling gates",
+                "lastProbeTime": None, "lastTransitionTime": now_iso()}]
 
     @staticmethod
     def _check_restart_policies(rtype, obj):
@@ -165,6 +171,21 @@ class Admission:
     def _check_pod_update(self, rtype, old, new):
         ospec, nspec = copy.deepcopy(old.get("spec", {})), copy.deepcopy(new.get("spec", {}))
         self._default_pod({"spec": nspec})
+        # Scheduling gates may only be removed (Kubernetes 1.30); while the
+        # pod was gated, its nodeSelector may gain keys: how Kueue's
+        # topology ungater places a pod.
+        ogates, ngates = ospec.pop("schedulingGates", None) or [], \
+            nspec.pop("schedulingGates", None) or []
+        added = [g.get("name") for g in ngates if g not in ogates]
+        if added:
+            raise invalid(rtype, new["metadata"]["name"], [(
+                "spec.schedulingGates", "FieldValueForbidden",
+                "Forbidden: only deletion is allowed, but found new scheduling gate '%s'"
+                % added[0])])
+        oselector, nselector = ospec.get("nodeSelector") or {}, nspec.get("nodeSelector") or {}
+        if ogates and all(nselector.get(k) == v for k, v in oselector.items()):
+            ospec.pop("nodeSelector", None)
+            nspec.pop("nodeSelector", None)
         for s in (ospec, nspec):
             for c in s.get("containers", []) + s.get("initContainers", []):
                 c.pop("image", None)

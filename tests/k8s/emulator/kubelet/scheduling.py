@@ -9,7 +9,8 @@ nodeSelector is the node's, and its requests (per resource: the
 containers' and the native sidecars' together, or an init container's own
 when larger; a request left out is its limit) are within the node's
 allocatable (cpu, memory, pods, and no nvidia.com/gpu or other extended
-resource at all). Other pods' requests are not counted, nor is affinity.
+resource at all). Other pods' requests are not counted, nor is affinity. A
+pod with scheduling gates is not looked at until they are all removed.
 Pods left unschedulable are looked at again every few seconds, as the
 scheduler retries them (a label added to the node with kubectl, a claim
 created, an uncordon make them fit).
@@ -122,6 +123,8 @@ class Scheduler:
     def schedule(self, pod):
         """Binds `pod` to this node, or says why it cannot be (once per message)."""
         md = pod["metadata"]
+        if pod.get("spec", {}).get("schedulingGates"):
+            return  # not a candidate until its gates are removed (the API server said so)
         path = self.pod_path(md["namespace"], md["name"])
         try:
             node = self.client.get("/api/v1/nodes/%s" % self.node_name)

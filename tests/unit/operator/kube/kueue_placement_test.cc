@@ -186,6 +186,34 @@ TEST_F(QueuedJobTest, AnAdmissionChecksPodSetUpdatesGoIntoThePods) {
   EXPECT_EQ(workers, 2);
 }
 
+// Admitted with a topology assignment, a role's pods wait behind Kueue's
+// scheduling gate until Kueue's ungater gives each its domain's node
+// labels; Kueue finds them by their pod set label and Workload annotation,
+// which every admitted pod carries, as the pods of Kueue's own integrations.
+TEST_F(QueuedJobTest, APodSetAssignedATopologyWaitsForKueueToPlaceEachPod) {
+  Reconcile();
+  json status = Admitted("default");
+  status["admission"]["podSetAssignments"][2]["topologyAssignment"] = {
+      {"levels", {"cloud.google.com/gce-topology-block"}},
+      {"domains", {{{"values", {"block-a"}}, {"count", 2}}}}};
+  fake_.SetStatus(workload_, status);
+  Reconcile();
+  ASSERT_THAT(Pods(), SizeIs(4));
+  const std::string workload_name = fake_.Object(workload_)["metadata"]["name"];
+  for (const json& pod : Pods()) {
+    const std::string role = pod["metadata"]["labels"][kReplicaTypeLabel];
+    EXPECT_EQ(pod["metadata"]["labels"]["kueue.x-k8s.io/podset"], role) << "the pod set's name";
+    EXPECT_EQ(pod["metadata"]["annotations"]["kueue.x-k8s.io/workload"], workload_name);
+    const bool placed_by_kueue = role == "worker";
+    EXPECT_EQ(
+        pod["spec"].value("schedulingGates", json::array()),
+        placed_by_kueue ? json::array({{{"name", "kueue.x-k8s.io/topology"}}}) : json::array())
+        << pod["metadata"]["name"];
+    EXPECT_EQ(pod["metadata"]["labels"].value("kueue.x-k8s.io/tas", ""),
+              placed_by_kueue ? "true" : "");
+  }
+}
+
 // An admission check's update that sets a node label the template sets to
 // another value: Kueue's own integrations do not start such a job (the
 // Workload Finished, reason FailedToStart, its quota released), and neither

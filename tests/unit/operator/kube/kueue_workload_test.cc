@@ -199,6 +199,30 @@ TEST(BuildWorkloadTest, AnElasticJobsWorkersMayBeAdmittedDownToItsMinimum) {
   EXPECT_EQ(PodSetChange(elastic, raised, /*reserved=*/true, /*admitted=*/true), "");
 }
 
+// Kueue's Topology Aware Scheduling: a role's pod template annotated with a
+// topology level asks Kueue to place its pods within one domain of that
+// level (a rack, a block), the pods in the order of their replica index.
+TEST(BuildWorkloadTest, ATopologyAnnotationAsksKueueToPlaceTheRolesPodsByIndex) {
+  json manifest = Manifest();
+  json& worker = manifest["spec"]["replicaSpecs"]["worker"]["template"];
+  worker["metadata"]["annotations"] = {
+      {"kueue.x-k8s.io/podset-required-topology", "cloud.google.com/gce-topology-block"}};
+  manifest["spec"]["replicaSpecs"]["ps"]["template"] = {
+      {"metadata", {{"annotations", {{"kueue.x-k8s.io/podset-preferred-topology", "rack"}}}}}};
+  const json pod_sets =
+      BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt)["spec"]["podSets"];
+  EXPECT_FALSE(pod_sets[0].contains("topologyRequest")) << "the scheduler asks for nothing";
+  EXPECT_EQ(pod_sets[1]["topologyRequest"],
+            json({{"preferred", "rack"}, {"podIndexLabel", "kubeps.io/replica-index"}}));
+  EXPECT_EQ(pod_sets[2]["topologyRequest"],
+            json({{"required", "cloud.google.com/gce-topology-block"},
+                  {"podIndexLabel", "kubeps.io/replica-index"}}));
+  worker["metadata"]["annotations"] = {{"kueue.x-k8s.io/podset-unconstrained-topology", "true"}};
+  EXPECT_EQ(BuildWorkload(kId, Parsed(manifest), "q", ImageSet{},
+                          std::nullopt)["spec"]["podSets"][2]["topologyRequest"],
+            json({{"unconstrained", true}, {"podIndexLabel", "kubeps.io/replica-index"}}));
+}
+
 TEST(WithConditionTest, KeepsTheTransitionTimeWhileTheStatusStays) {
   json workload = WithCondition({{"metadata", json::object()}}, "Finished", false, "A", "a", "t0");
   workload = WithCondition(workload, "Finished", false, "B", "b", "t1");
