@@ -119,7 +119,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   const std::string queue = QueueName(job);
   KueueGate kueue;
   if (!queue.empty() && !spec.spec.run_policy.suspend) {
-    if (Status s = GateOnKueue(job, id, queue, &spec, &kueue); !s.ok()) return s;
+    if (Status s = GateOnKueue(job, id, queue, &spec, &state, &kueue); !s.ok()) return s;
   }
   // Checked as Kueue's integrations check it, when the job starts: a running
   // job's pods made again keep their template's values.

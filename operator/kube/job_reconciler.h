@@ -95,6 +95,14 @@ class JobReconciler {
     std::string workload_not_deleted;   // the WorkloadNotDeleted Event last recorded
     std::string scale_reported;         // the ScaleOutOfBounds or ScaleRefused Event last recorded
     std::string partial_admission_reported;  // the PartiallyAdmitted Event last recorded
+    // Where the job's admission puts its pods, worked out once for each
+    // admission (`placed_admission`: the Workload's uid, its admission and
+    // its checks' updates), as Kueue reads the flavors once, when it starts
+    // a job: a running job's reconciles read no flavor, and one that cannot
+    // be read for a while holds back only the job's start.
+    std::string placed_admission;
+    std::map<std::string, PodSetPlacement> placements;
+    std::string placement_conflict;
     std::map<controller::ReplicaName, int64_t> surplus_since_ms;
   };
   // A pod being deleted with the condition DisruptionTarget (an eviction:
@@ -161,12 +169,12 @@ class JobReconciler {
     std::string partial_admission;
   };
   Status GateOnKueue(const nlohmann::json& job, const JobIdentity& id, const std::string& queue,
-                     api::TrainingJob* spec, KueueGate* gate);
+                     api::TrainingJob* spec, JobState* state, KueueGate* gate);
   // Where an admission puts each pod set (kueue_workload.h): its flavors'
   // node labels and tolerations, then its admission checks' updates. A
   // flavor the operator may not read (a namespaced Role) or that is gone
-  // adds nothing; one that cannot be read now is an error, as in Kueue:
-  // no pod starts without it. `conflict`: the first update that sets a key
+  // adds nothing (Kueue would wait for it); one that cannot be read now is
+  // an error, as in Kueue: no pod starts without it. `conflict`: the first update that sets a key
   // the flavors or an earlier update set to another value ("server:
   // admission check prov: nodeSelector ...").
   Status AdmittedPlacement(const WorkloadAdmission& admission,

@@ -24,7 +24,7 @@ bool MadeForANewerJob(const json& workload, const json& job) {
 }  // namespace
 
 Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const std::string& queue,
-                                  api::TrainingJob* spec, KueueGate* gate) {
+                                  api::TrainingJob* spec, JobState* state, KueueGate* gate) {
   const std::string name = WorkloadName(id);
   const std::string workloads = CollectionPath(kWorkloads, id.namespace_);
   if (workloads_watched_ && workloads_watched_()) gate->recheck = std::chrono::milliseconds(0);
@@ -147,9 +147,21 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
                               std::to_string(workers->second);
     spec->spec.worker.replicas = workers->second;
   }
-  std::map<std::string, PodSetPlacement> placements;
-  if (Status s = AdmittedPlacement(admission, &placements, &gate->conflict); !s.ok()) return s;
-  const std::string with_template = ApplyPodSetPlacement(placements, spec);
+  std::string placed =
+      got.body["metadata"].value("uid", "") + got.body["status"]["admission"].dump();
+  for (const auto& [pod_set, updates] : admission.pod_set_updates) {
+    for (const auto& [check, update] : updates) placed += check + update.dump();
+  }
+  if (state->placed_admission != placed) {
+    std::map<std::string, PodSetPlacement> placements;
+    std::string conflict;
+    if (Status s = AdmittedPlacement(admission, &placements, &conflict); !s.ok()) return s;
+    state->placements = std::move(placements);
+    state->placement_conflict = std::move(conflict);
+    state->placed_admission = placed;
+  }
+  gate->conflict = state->placement_conflict;
+  const std::string with_template = ApplyPodSetPlacement(state->placements, spec);
   if (gate->conflict.empty()) gate->conflict = with_template;
   if (!gate->conflict.empty()) {
     gate->conflict = "Kueue admitted the job's Workload " + name +

@@ -187,8 +187,7 @@ json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec, const s
   // An elastic job trains with as few as minReplicas workers: Kueue may
   // admit it with fewer than it asks for, where only those fit (partial
   // admission). The others need all their pods.
-  if (spec.spec.elastic.enabled())
-    pod_sets[2]["minCount"] = std::min(spec.spec.elastic.min_replicas, spec.spec.worker.replicas);
+  if (spec.spec.elastic.enabled()) pod_sets[2]["minCount"] = spec.spec.elastic.min_replicas;
   json owner = OwnerReference(job);
   owner["blockOwnerDeletion"] = true;
   json workload = {{"apiVersion", "kueue.x-k8s.io/v1beta1"},
@@ -221,7 +220,7 @@ std::string PodSetChange(const json& workload, const json& wanted, bool reserved
                  old->second.count.is_number_integer() &&
                  quota.count.get<int64_t>() < old->second.count.get<int64_t>())) {
       add(name + ": " + quota.count.dump() + " pods, was " + old->second.count.dump());
-    } else if (!reserved && old->second.min_count != quota.min_count) {
+    } else if (!admitted && old->second.min_count != quota.min_count) {
       add(name + ": at least " + quota.min_count.dump() + " pods, was " +
           old->second.min_count.dump());
     } else if (!SameRequests(old->second.requests, quota.requests)) {
@@ -291,9 +290,11 @@ WorkloadAdmission ReadAdmission(const json& workload) {
       if (assignment.contains("topologyAssignment")) out.topology_assigned.insert(pod_set);
     }
     for (const json& check : status.value("admissionChecks", json::array())) {
+      std::set<std::string> read;  // as Kueue reads them: a check's first update of a pod set
       for (const json& update : check.value("podSetUpdates", json::array())) {
-        out.pod_set_updates[update.value("name", "main")].push_back(
-            {check.value("name", ""), update});
+        const std::string pod_set = update.value("name", "main");
+        if (read.insert(pod_set).second)
+          out.pod_set_updates[pod_set].push_back({check.value("name", ""), update});
       }
     }
   } else if (const json* reserved = FindCondition(workload, kQuotaReserved); reserved != nullptr) {

@@ -83,11 +83,11 @@ nlohmann::json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spe
 // How the pod sets of `wanted` (BuildWorkload of the job as it is now)
 // differ from those of `workload`, the one Kueue has, in what Kueue admits
 // by: "" when every pod set has the same count and its containers the same
-// requests, and, until the Workload holds quota, the same minCount; until
-// it is admitted, the same tolerations
-// (Kueue assigns flavors by them; its own job integration compares them
-// too, and leaves them alone once admitted, when the flavor's are added:
-// a reservation whose admission checks still run is not that yet); else
+// requests, and, until the Workload is admitted, the same minCount and
+// tolerations (Kueue admits by them; its own job integration compares the
+// tolerations too, and leaves them alone once admitted, when the flavor's
+// are added: a reservation whose admission checks still run is not that
+// yet); else
 // what changed, for the user ("worker: 3 pods, was 2"). `reserved`: the
 // Workload holds its quota, so fewer pods still fit. The rest of the
 // template (env, images) does not count, so that an operator upgrade does

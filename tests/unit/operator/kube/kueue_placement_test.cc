@@ -269,7 +269,9 @@ TEST_F(QueuedJobTest, AnUpdateThatConflictsWithTheFlavorsFailsToStart) {
 // A flavor read that fails for now (the API server overloaded) must not
 // start pods without the flavor's node labels and tolerations: they would
 // land on nodes the quota is not for, or wait for ever off a tainted pool.
-TEST_F(QueuedJobTest, AFlavorThatCannotBeReadNowHoldsThePodsBack) {
+// Read once for the admission, as Kueue reads it when it starts a job, it
+// holds up nothing of the running job.
+TEST_F(QueuedJobTest, AFlavorIsReadOnceForItsAdmissionAndHoldsOnlyTheStartBack) {
   Reconcile();
   const std::string flavor = "/apis/kueue.x-k8s.io/v1beta1/resourceflavors/spot";
   fake_.Create("/apis/kueue.x-k8s.io/v1beta1/resourceflavors",
@@ -282,6 +284,11 @@ TEST_F(QueuedJobTest, AFlavorThatCannotBeReadNowHoldsThePodsBack) {
   Reconcile();
   ASSERT_THAT(Pods(), SizeIs(4));
   for (const json& pod : Pods()) EXPECT_EQ(pod["spec"]["nodeSelector"]["pool"], "spot");
+  fake_.ClearRequests();
+  fake_.FailNext("GET", flavor, 5, 503);
+  Reconcile();
+  EXPECT_THAT(fake_.RequestsTo("GET", flavor), IsEmpty()) << "a running job reads no flavor";
+  fake_.ClearFailures();
 }
 
 }  // namespace

@@ -90,9 +90,13 @@ TEST(ReadAdmissionTest, PendingAdmittedEvictedFinished) {
       {{"name", "a"}, {"state", "Ready"}, {"podSetUpdates", {{{"name", "worker"}}}}},
       {{"name", "b"},
        {"state", "Ready"},
-       {"podSetUpdates", {{{"name", "worker"}, {"labels", {{"x", "y"}}}}, {{"name", "server"}}}}}};
+       {"podSetUpdates",
+        {{{"name", "worker"}, {"labels", {{"x", "y"}}}},
+         {{"name", "server"}},
+         {{"name", "worker"}, {"labels", {{"x", "z"}}}}}}}};
   admitted = ReadAdmission(workload);
-  EXPECT_THAT(admitted.pod_set_updates["worker"], SizeIs(2)) << "each check's, in order";
+  EXPECT_THAT(admitted.pod_set_updates["worker"], SizeIs(2))
+      << "each check's, in order; of one check, its first for the pod set, as Kueue reads them";
   EXPECT_EQ(admitted.pod_set_updates["worker"][1].check, "b");
   EXPECT_EQ(admitted.pod_set_updates["worker"][1].update["labels"]["x"], "y");
   EXPECT_THAT(admitted.pod_set_updates["server"], SizeIs(1));
@@ -196,6 +200,9 @@ TEST(BuildWorkloadTest, AnElasticJobsWorkersMayBeAdmittedDownToItsMinimum) {
   manifest["spec"]["replicaSpecs"]["worker"]["elasticPolicy"]["minReplicas"] = 2;
   const json raised = BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt);
   EXPECT_THAT(PodSetChange(elastic, raised), HasSubstr("worker: at least 2 pods, was 1"));
+  EXPECT_THAT(PodSetChange(elastic, raised, /*reserved=*/true, /*admitted=*/false),
+              HasSubstr("at least 2"))
+      << "admission checks still run";
   EXPECT_EQ(PodSetChange(elastic, raised, /*reserved=*/true, /*admitted=*/true), "");
 }
 
