@@ -120,6 +120,8 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   KueueGate kueue;
   if (!queue.empty() && !spec.spec.run_policy.suspend) {
     if (Status s = GateOnKueue(job, id, queue, &spec, &state, &kueue); !s.ok()) return s;
+    if (!kueue.workload.is_null() && kueue.remake_because.empty())
+      ReportPodsReady(id, kueue.admitted, known_pods, spec, &kueue.workload);
   }
   // Checked as Kueue's integrations check it, when the job starts: a running
   // job's pods made again keep their template's values.

@@ -161,7 +161,7 @@ class JobReconciler {
     // or requests), if anything: once its pods are deleted the Workload is
     // too, and the next reconcile makes it again.
     std::string remake_because;
-    nlohmann::json workload;
+    nlohmann::json workload;  // as read, once it is there and not being deleted
     // Admitted, but the admission conflicts with the job's pod templates or
     // within itself: Kueue's own integrations fail such a job at its start.
     std::string conflict;
@@ -181,6 +181,12 @@ class JobReconciler {
                            std::map<std::string, PodSetPlacement>* placements,
                            std::string* conflict);
   std::optional<int32_t> PriorityValue(const std::string& priority_class);
+  // Kueue's PodsReady condition of the job's Workload (`workload` as read,
+  // then as written), from its pods: every replica the job runs with ready
+  // or succeeded, while it is admitted. Written when it changes.
+  void ReportPodsReady(const JobIdentity& id, bool admitted,
+                       const std::vector<nlohmann::json>& pods, const api::TrainingJob& spec,
+                       nlohmann::json* workload);
   // A finished queued job: its Workload gets Finished=True, once.
   void FinishWorkload(const JobIdentity& id, const api::TrainingJobStatus& status);
   // The evicted or suspended job's pods are gone: the reservation of its

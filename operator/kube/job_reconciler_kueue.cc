@@ -118,13 +118,13 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
     got = patched;
   }
   const WorkloadAdmission admission = ReadAdmission(got.body);
+  gate->workload = got.body;
   if (admission.evicted) {
     gate->reason = "Evicted";
     gate->message = "Kueue evicted the job's Workload " + name + " (" + admission.reason +
                     (admission.message.empty() ? "" : ": " + admission.message) +
                     "); its pods are deleted and it waits to be admitted again";
     gate->give_back_quota = admission.quota_reserved;
-    gate->workload = got.body;
     return Status::Ok();
   }
   if (!admission.admitted) {
@@ -237,6 +237,48 @@ std::optional<int32_t> JobReconciler::PriorityValue(const std::string& priority_
     return std::nullopt;
   }
   return response.body.value("value", int32_t{0});
+}
+
+void JobReconciler::ReportPodsReady(const JobIdentity& id, bool admitted,
+                                    const std::vector<json>& pods, const api::TrainingJob& spec,
+                                    json* workload) {
+  using controller::ReplicaRole;
+  std::map<ReplicaRole, std::set<int>> ready;  // the replicas whose pod is ready or done
+  for (const json& pod : pods) {
+    controller::ReplicaName name{ReplicaRole::kWorker, 0};
+    if (!OwnedBy(pod, id) || pod["metadata"].contains("deletionTimestamp") ||
+        !KubeCluster::ReplicaOf(pod, &name))
+      continue;
+    const json status = pod.value("status", json::object());
+    bool done_or_ready = status.value("phase", "") == "Succeeded";
+    for (const json& condition : status.value("conditions", json::array())) {
+      done_or_ready = done_or_ready || (condition.value("type", "") == "Ready" &&
+                                        condition.value("status", "") == "True");
+    }
+    if (done_or_ready) ready[name.role].insert(name.index);
+  }
+  auto all_of = [&ready](ReplicaRole role, int replicas) {
+    for (int index = 0; index < replicas; ++index) {
+      if (!ready[role].count(index)) return false;
+    }
+    return true;
+  };
+  const PodsReadyCondition next = NextPodsReady(
+      *workload, admitted,
+      all_of(ReplicaRole::kScheduler, 1) && all_of(ReplicaRole::kServer, spec.spec.ps.replicas) &&
+          all_of(ReplicaRole::kWorker, spec.spec.worker.replicas));
+  if (!next.changed) return;
+  const json updated = WithCondition(*workload, "PodsReady", next.ready, next.reason, next.message,
+                                     Rfc3339(Clock::now()));
+  Response put;
+  Status s = client_->Put(ObjectPath(kWorkloads, id.namespace_, WorkloadName(id), "status"),
+                          updated, &put);
+  if (s.ok() && put.ok()) {
+    *workload = put.body;  // a later write of this reconcile builds on it
+  } else {                 // a later read writes it again
+    KLOG_INFO << "PodsReady of Workload " << WorkloadName(id) << ": "
+              << (s.ok() ? put.Describe() : s.message());
+  }
 }
 
 void JobReconciler::FinishWorkload(const JobIdentity& id, const api::TrainingJobStatus& status) {

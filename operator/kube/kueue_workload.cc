@@ -336,6 +336,28 @@ json WithoutQuotaReservation(json workload, const std::string& message, const st
   return workload;
 }
 
+PodsReadyCondition NextPodsReady(const json& workload, bool admitted, bool pods_ready) {
+  const json* now = FindCondition(workload, "PodsReady");
+  const std::string reason = now ? now->value("reason", "") : "";
+  PodsReadyCondition next;
+  next.ready = admitted && pods_ready;
+  if (!admitted) {
+    next.reason = "WaitForStart";
+    next.message = "Not all pods are ready or succeeded";
+  } else if (pods_ready) {
+    next.reason = reason == "WaitForRecovery" || reason == "Recovered" ? "Recovered" : "Started";
+    next.message = "All pods reached readiness and the workload is running";
+  } else if (IsTrue(now) || reason == "WaitForRecovery") {
+    next.reason = "WaitForRecovery";
+    next.message = "At least one pod has failed, waiting for recovery";
+  } else {
+    next.reason = "WaitForStart";
+    next.message = "Not all pods are ready or succeeded";
+  }
+  next.changed = now == nullptr || IsTrue(now) != next.ready || reason != next.reason;
+  return next;
+}
+
 namespace {
 
 // Kueue's MergeKeepFirst: each key of `more` that `into` lacks.

@@ -144,6 +144,21 @@ nlohmann::json WithCondition(nlohmann::json workload, const std::string& type, b
                              const std::string& reason, const std::string& message,
                              const std::string& now);
 
+// Kueue's PodsReady condition for a Workload whose job's pods are all ready
+// (or done) or not, following the one it has, as Kueue's own job
+// integrations write it for its waitForPodsReady (which evicts a job whose
+// pods are not ready in time, and counts its recovery time after a pod
+// failed): Started, then WaitForRecovery and Recovered; WaitForStart
+// before the start and while it is not admitted (evicted, requeued).
+// `changed`: it is not the Workload's yet.
+struct PodsReadyCondition {
+  bool ready = false;
+  std::string reason;
+  std::string message;
+  bool changed = false;
+};
+PodsReadyCondition NextPodsReady(const nlohmann::json& workload, bool admitted, bool pods_ready);
+
 // `workload` with its quota reservation given back after an eviction, as
 // Kueue's jobframework does once the job is stopped: admission cleared,
 // QuotaReserved=False (Pending) and Admitted=False, so Kueue queues it again.

@@ -22,6 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from operator_harness import (OPERATOR_USER, PODS, apply, condition, events_of,  # noqa: E402
                               get_job, job_pods, phase_history, training_job)
+from emulator.client import ApiError  # noqa: E402
 from own_cluster import OwnClusterTestCase  # noqa: E402
 from test_quota import with_requests  # noqa: E402
 
@@ -77,10 +78,23 @@ class KueueTest(OwnClusterTestCase):
             timeout=10, what="a %s Event of %s" % (reason, name))
 
     def write_status(self, workload, status):
-        """Kueue writes a Workload's status through its status subresource."""
-        workload = dict(workload, status=status)
-        path = WORKLOADS + "/" + workload["metadata"]["name"] + "/status"
-        return self.c.client.put(path, workload)
+        """Kueue writes a Workload's status through its status subresource,
+        by server-side apply: its conditions go in by type beside those
+        others wrote (the operator's PodsReady), the rest of `status` as
+        given; where the Workload changed meanwhile, on the newest."""
+        path = WORKLOADS + "/" + workload["metadata"]["name"]
+        for _ in range(10):
+            current = self.c.client.get(path)
+            ours = {c["type"] for c in status.get("conditions", [])}
+            others = [c for c in (current.get("status") or {}).get("conditions") or []
+                      if c["type"] not in ours]
+            merged = dict(status, conditions=others + list(status.get("conditions", [])))
+            try:
+                return self.c.client.put(path + "/status", dict(current, status=merged))
+            except ApiError as e:
+                if e.code != 409:
+                    raise
+        self.fail("the Workload's status kept changing under the test's writes")
 
     def admit(self, workload, flavor="default-flavor", checks=(), counts=None, topology=None):
         """What Kueue's scheduler writes when the ClusterQueue has the quota:
@@ -159,6 +173,12 @@ class KueueTest(OwnClusterTestCase):
         columns = c.kubectl("get", "workloads").stdout.splitlines()
         self.assertEqual(columns[1].split()[1:4], ["team-queue", "cluster-queue", "True"],
                          columns)
+        # Kueue's waitForPodsReady evicts a job whose pods are not all ready
+        # in time, as its job integrations say on the Workload.
+        ready = c.wait_for(lambda: (lambda r: r and r["status"] == "True" and r)(
+            wl_condition(self.workload_of(uid), "PodsReady")), timeout=60,
+            what="PodsReady on the Workload")
+        self.assertEqual(ready["reason"], "Started")
 
         # Kueue preempts it: Evicted, the admission still there until the
         # job's controller has stopped the job and given the quota back.
@@ -178,6 +198,8 @@ class KueueTest(OwnClusterTestCase):
             self.workload_of(uid)), timeout=30, what="the quota given back")
         self.assertEqual(wl_condition(workload, "QuotaReserved")["status"], "False")
         self.assertEqual(wl_condition(workload, "Admitted")["status"], "False")
+        c.wait_for(lambda: wl_condition(self.workload_of(uid), "PodsReady")["reason"] ==
+                   "WaitForStart", timeout=30, what="PodsReady back to WaitForStart")
 
         self.admit(workload)
         job = self.wait_phase(name, "Succeeded", timeout=240)

@@ -230,6 +230,29 @@ TEST(BuildWorkloadTest, ATopologyAnnotationAsksKueueToPlaceTheRolesPodsByIndex) 
             json({{"unconstrained", true}, {"podIndexLabel", "kubeps.io/replica-index"}}));
 }
 
+// Kueue's waitForPodsReady evicts a Workload whose job's pods are not all
+// ready in time, as its job integrations report them: the PodsReady
+// condition, Started once they are, then WaitForRecovery and Recovered.
+TEST(NextPodsReadyTest, StartedThenWaitingForRecoveryThenRecovered) {
+  json workload = {{"metadata", {{"name", "w"}}}};
+  auto step = [&workload](bool ready, bool admitted = true) {
+    const PodsReadyCondition next = NextPodsReady(workload, admitted, ready);
+    workload = WithCondition(workload, "PodsReady", next.ready, next.reason, next.message, "t");
+    return std::string(next.ready ? "True " : "False ") + next.reason;
+  };
+  EXPECT_EQ(step(false), "False WaitForStart");
+  EXPECT_EQ(step(false), "False WaitForStart");
+  EXPECT_EQ(step(true), "True Started");
+  EXPECT_EQ(step(true), "True Started");
+  EXPECT_EQ(step(false), "False WaitForRecovery") << "a pod failed after the start";
+  EXPECT_EQ(step(false), "False WaitForRecovery");
+  EXPECT_EQ(step(true), "True Recovered");
+  EXPECT_EQ(step(true), "True Recovered");
+  EXPECT_EQ(step(false), "False WaitForRecovery");
+  EXPECT_EQ(step(false, /*admitted=*/false), "False WaitForStart") << "evicted, requeued";
+  EXPECT_EQ(step(true), "True Started") << "admitted again: a start, not a recovery";
+}
+
 TEST(WithConditionTest, KeepsTheTransitionTimeWhileTheStatusStays) {
   json workload = WithCondition({{"metadata", json::object()}}, "Finished", false, "A", "a", "t0");
   workload = WithCondition(workload, "Finished", false, "B", "b", "t1");
@@ -283,6 +306,33 @@ TEST_F(QueuedJobTest, AnElasticJobPartiallyAdmittedTrainsWithTheWorkersKueueAdmi
   EXPECT_THAT(fake_.RequestsTo("DELETE", workload_), IsEmpty()) << "the Workload fits the job";
   const std::vector<std::string> reasons = EventReasons();
   EXPECT_EQ(std::count(reasons.begin(), reasons.end(), "PartiallyAdmitted"), 1) << "said once";
+}
+
+TEST_F(QueuedJobTest, ThePodsReadinessIsReportedToKueue) {
+  RunAdmitted();
+  EXPECT_EQ(Condition(fake_.Object(workload_), "PodsReady")["reason"], "WaitForStart");
+  auto set_ready = [this](const json& pod, bool ready) {
+    fake_.SetStatus(kPods_ + "/" + pod["metadata"]["name"].get<std::string>(),
+                    {{"phase", "Running"},
+                     {"conditions", {{{"type", "Ready"}, {"status", ready ? "True" : "False"}}}}});
+  };
+  const std::vector<json> pods = Pods();
+  for (const json& pod : pods) set_ready(pod, true);
+  Reconcile();
+  json ready = Condition(fake_.Object(workload_), "PodsReady");
+  EXPECT_EQ(ready["status"], "True");
+  EXPECT_EQ(ready["reason"], "Started");
+  fake_.ClearRequests();
+  Reconcile();
+  EXPECT_THAT(fake_.RequestsTo("PUT", workload_), IsEmpty()) << "written only when it changes";
+  set_ready(pods[3], false);
+  Reconcile();
+  EXPECT_EQ(Condition(fake_.Object(workload_), "PodsReady")["reason"], "WaitForRecovery");
+  set_ready(pods[3], true);
+  Reconcile();
+  ready = Condition(fake_.Object(workload_), "PodsReady");
+  EXPECT_EQ(ready["status"], "True");
+  EXPECT_EQ(ready["reason"], "Recovered");
 }
 
 TEST_F(QueuedJobTest, AFinishedJobMarksItsWorkloadFinished) {

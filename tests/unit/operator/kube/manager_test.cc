@@ -80,7 +80,7 @@ class ManagerTest : public ::testing::Test {
 
 TEST_F(ManagerTest, ReconcilesAJobAddedAfterItStarted) {
   Start();
-  ASSERT_TRUE(fake_.AwaitOpenWatches(2, 30s)) << "one watch for jobs, one for pods";
+  ASSERT_TRUE(fake_.AwaitOpenWatches(3, 30s)) << "one watch each for jobs, pods and Workloads";
   EXPECT_TRUE(manager_->ready());
   fake_.Create(kJobsPath, JobManifest("mnist"));
   ASSERT_TRUE(Eventually([&] { return PodsOf("mnist").size() == 3; }));
