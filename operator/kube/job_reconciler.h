@@ -180,7 +180,11 @@ class JobReconciler {
   Status AdmittedPlacement(const WorkloadAdmission& admission,
                            std::map<std::string, PodSetPlacement>* placements,
                            std::string* conflict);
-  std::optional<int32_t> PriorityValue(const std::string& priority_class);
+  // The job's priority in Kueue (kueue_workload.h); none where its class
+  // cannot be read (the Workload then goes without one, as Kueue requires
+  // a class with its value).
+  std::optional<WorkloadPriority> PriorityOf(const nlohmann::json& job,
+                                             const api::TrainingJob& spec);
   // Kueue's PodsReady condition of the job's Workload (`workload` as read,
   // then as written), from its pods: every replica the job runs with ready
   // or succeeded, while it is admitted. Written when it changes.

@@ -35,12 +35,11 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
   Response got;
   if (Status s = client_->Get(workloads + "/" + name, &got); !s.ok()) return s;
   if (got.code == 404) {
-    std::optional<int32_t> priority;
-    if (!spec->spec.scheduling_policy.priority_class.empty())
-      priority = PriorityValue(spec->spec.scheduling_policy.priority_class);
-    json workload = BuildWorkload(id, *spec, queue, options_.images, priority);
+    json workload = BuildWorkload(id, *spec, queue, options_.images, PriorityOf(job, *spec));
     workload["metadata"]["annotations"] = {
         {kWorkloadJobGenerationAnnotation, std::to_string(generation)}};
+    if (const std::optional<int32_t> seconds = MaximumExecutionSeconds(job))
+      workload["spec"]["maximumExecutionTimeSeconds"] = *seconds;
     Response created;
     if (Status s = client_->Post(workloads, workload, &created); !s.ok()) return s;
     if (created.code == 404) {
@@ -226,17 +225,31 @@ Status JobReconciler::AdmittedPlacement(const WorkloadAdmission& admission,
   return Status::Ok();
 }
 
-std::optional<int32_t> JobReconciler::PriorityValue(const std::string& priority_class) {
+std::optional<WorkloadPriority> JobReconciler::PriorityOf(const json& job,
+                                                          const api::TrainingJob& spec) {
+  const std::string kueue_class =
+      job["metadata"].value("labels", json::object()).value(kWorkloadPriorityClassLabel, "");
+  WorkloadPriority priority;
+  std::string path;
+  if (!kueue_class.empty()) {
+    priority = {kueue_class, kWorkloadPriorityClassSource};
+    path = "/apis/kueue.x-k8s.io/v1beta1/workloadpriorityclasses/" + kueue_class;
+  } else if (!spec.spec.scheduling_policy.priority_class.empty()) {
+    priority = {spec.spec.scheduling_policy.priority_class, kPriorityClassSource};
+    path = "/apis/scheduling.k8s.io/v1/priorityclasses/" + priority.class_name;
+  } else {
+    return std::nullopt;
+  }
   Response response;
-  Status s =
-      client_->Get("/apis/scheduling.k8s.io/v1/priorityclasses/" + priority_class, &response);
+  Status s = client_->Get(path, &response);
   if (!s.ok() || !response.ok()) {
-    KLOG_INFO << "PriorityClass " << priority_class << " not read ("
+    KLOG_INFO << priority.source << " " << priority.class_name << " not read ("
               << (s.ok() ? response.Describe() : s.message())
               << "): the Workload goes without a priority";
     return std::nullopt;
   }
-  return response.body.value("value", int32_t{0});
+  priority.value = response.body.value("value", int32_t{0});
+  return priority;
 }
 
 void JobReconciler::ReportPodsReady(const JobIdentity& id, bool admitted,

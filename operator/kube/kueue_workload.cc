@@ -1,6 +1,7 @@
 #include "operator/kube/kueue_workload.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -178,7 +179,7 @@ std::string WorkloadName(const JobIdentity& job) {
 }
 
 json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec, const std::string& queue,
-                   const ImageSet& images, std::optional<int32_t> priority) {
+                   const ImageSet& images, const std::optional<WorkloadPriority>& priority) {
   using controller::ReplicaRole;
   json pod_sets =
       json::array({PodSet(job, spec, ReplicaRole::kScheduler, 1, images),
@@ -198,13 +199,22 @@ json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec, const s
                      {"labels", {{kJobNameLabel, job.name}, {kQueueNameLabel, queue}}},
                      {"ownerReferences", json::array({owner})}}},
                    {"spec", {{"queueName", queue}, {"podSets", pod_sets}}}};
-  const std::string& priority_class = spec.spec.scheduling_policy.priority_class;
-  if (!priority_class.empty() && priority) {
-    workload["spec"]["priorityClassName"] = priority_class;
-    workload["spec"]["priority"] = *priority;
-    workload["spec"]["priorityClassSource"] = "scheduling.k8s.io/priorityclass";
+  if (priority) {
+    workload["spec"]["priorityClassName"] = priority->class_name;
+    workload["spec"]["priority"] = priority->value;
+    workload["spec"]["priorityClassSource"] = priority->source;
   }
   return workload;
+}
+
+std::optional<int32_t> MaximumExecutionSeconds(const json& job) {
+  const json labels = job.value("metadata", json::object()).value("labels", json::object());
+  const std::string text = labels.value(kMaxExecutionTimeLabel, "");
+  if (text.empty() || text.size() > 10 || text.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
+  const int64_t seconds = std::stoll(text);
+  if (seconds < 1 || seconds > INT32_MAX) return std::nullopt;
+  return static_cast<int32_t>(seconds);
 }
 
 std::string PodSetChange(const json& workload, const json& wanted, bool reserved, bool admitted) {

@@ -66,6 +66,26 @@ std::string QueueName(const nlohmann::json& job);
 // applied again gets a new Workload, not its predecessor's.
 std::string WorkloadName(const JobIdentity& job);
 
+// A job's priority in Kueue, as Kueue's own integrations take it: the
+// WorkloadPriorityClass its kueue.x-k8s.io/priority-class label names
+// (Kueue's own classes, which order its queues without touching the
+// pods), else the PriorityClass of its pods (spec.schedulingPolicy
+// .priorityClass); with the class's value, which Kueue requires with it.
+inline constexpr const char* kWorkloadPriorityClassLabel = "kueue.x-k8s.io/priority-class";
+inline constexpr const char* kWorkloadPriorityClassSource = "kueue.x-k8s.io/workloadpriorityclass";
+inline constexpr const char* kPriorityClassSource = "scheduling.k8s.io/priorityclass";
+struct WorkloadPriority {
+  std::string class_name;
+  std::string source;  // kWorkloadPriorityClassSource or kPriorityClassSource
+  int32_t value = 0;
+};
+
+// The job's kueue.x-k8s.io/max-exec-time-seconds label, Kueue's limit on
+// the time it runs admitted (Kueue deactivates it past that): a positive
+// whole number of seconds, else none.
+inline constexpr const char* kMaxExecutionTimeLabel = "kueue.x-k8s.io/max-exec-time-seconds";
+std::optional<int32_t> MaximumExecutionSeconds(const nlohmann::json& job);
+
 // The Workload of a queued job, owned by it (deleting the job deletes it):
 // one pod set per role ("scheduler", "server", "worker") with count =
 // replicas and template = the pod the operator would create for replica 0
@@ -73,12 +93,10 @@ std::string WorkloadName(const JobIdentity& job);
 // reserves quota for); an elastic job's workers with minCount =
 // minReplicas, so that Kueue may admit it partly; a role whose template
 // carries a topology annotation with a topologyRequest, its pods ordered by
-// their replica index. `priority` is the value of
-// spec.schedulingPolicy.priorityClass's PriorityClass; Kueue requires it
-// with priorityClassName, so without it neither is written.
+// their replica index; with `priority`, its class, source and value.
 nlohmann::json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec,
                              const std::string& queue, const ImageSet& images,
-                             std::optional<int32_t> priority);
+                             const std::optional<WorkloadPriority>& priority);
 
 // How the pod sets of `wanted` (BuildWorkload of the job as it is now)
 // differ from those of `workload`, the one Kueue has, in what Kueue admits

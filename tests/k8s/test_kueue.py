@@ -28,6 +28,7 @@ from test_quota import with_requests  # noqa: E402
 
 CRD = os.path.join(HERE, "crds", "kueue.x-k8s.io_workloads.yaml")
 FLAVOR_CRD = os.path.join(HERE, "crds", "kueue.x-k8s.io_resourceflavors.yaml")
+PRIORITY_CRD = os.path.join(HERE, "crds", "kueue.x-k8s.io_workloadpriorityclasses.yaml")
 WORKLOADS = "/apis/kueue.x-k8s.io/v1beta1/namespaces/default/workloads"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 T0 = "2025-01-01T00:00:00Z"
@@ -58,7 +59,8 @@ class KueueTest(OwnClusterTestCase):
         start; not for the test of a cluster without Kueue."""
         if self._testMethodName == "test_without_kueue_a_queued_job_says_so_and_waits":
             return
-        for crd, name in ((CRD, "workloads"), (FLAVOR_CRD, "resourceflavors")):
+        for crd, name in ((CRD, "workloads"), (FLAVOR_CRD, "resourceflavors"),
+                          (PRIORITY_CRD, "workloadpriorityclasses")):
             self.c.kubectl("create", "-f", crd)
             self.c.kubectl("wait", "--for=condition=Established", "crd/%s.kueue.x-k8s.io" % name)
 
@@ -271,12 +273,23 @@ class KueueTest(OwnClusterTestCase):
         job = queued(with_requests(training_job(name, max_steps=40, servers=1)))
         job["spec"]["replicaSpecs"]["worker"]["elasticPolicy"] = {"minReplicas": 1,
                                                                    "maxReplicas": 2}
+        # And the labels by which Kueue's own integrations take a job's
+        # Kueue priority and its time limit.
+        c.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "WorkloadPriorityClass",
+            "metadata": {"name": "research"}, "value": 500}))
+        job["metadata"]["labels"].update({"kueue.x-k8s.io/priority-class": "research",
+                                          "kueue.x-k8s.io/max-exec-time-seconds": "3600"})
         apply(c, job)
         uid = get_job(c, name)["metadata"]["uid"]
         workload = c.wait_for(lambda: self.workload_of(uid), timeout=30,
                               what="the Workload of %s" % name)
         workers = next(p for p in workload["spec"]["podSets"] if p["name"] == "worker")
         self.assertEqual((workers["count"], workers["minCount"]), (2, 1))
+        self.assertEqual({k: workload["spec"].get(k) for k in (
+            "priorityClassName", "priority", "priorityClassSource", "maximumExecutionTimeSeconds")},
+            {"priorityClassName": "research", "priority": 500, "maximumExecutionTimeSeconds": 3600,
+             "priorityClassSource": "kueue.x-k8s.io/workloadpriorityclass"})
         self.admit(workload, counts={"worker": 1})
         self.wait_phase(name, "Succeeded", timeout=90)
         started = [p for p in job_pods(c, name)

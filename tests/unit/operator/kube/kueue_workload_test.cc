@@ -61,7 +61,8 @@ TEST(BuildWorkloadTest, OnePodSetPerRoleWithTheRequestsOfItsPods) {
 TEST(BuildWorkloadTest, ThePriorityClassComesWithItsValue) {
   json manifest = Manifest();
   manifest["spec"]["schedulingPolicy"] = {{"priorityClass", "high"}};
-  json workload = BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, 1000);
+  json workload = BuildWorkload(kId, Parsed(manifest), "q", ImageSet{},
+                                WorkloadPriority{"high", kPriorityClassSource, 1000});
   EXPECT_EQ(workload["spec"]["priorityClassName"], "high");
   EXPECT_EQ(workload["spec"]["priority"], 1000);
   EXPECT_EQ(workload["spec"]["priorityClassSource"], "scheduling.k8s.io/priorityclass");
@@ -153,7 +154,7 @@ TEST(PodSetChangeTest, CountsAndRequestsAsKueueReadsThem) {
 
   json manifest = Manifest();
   manifest["spec"]["replicaSpecs"]["worker"]["replicas"] = 3;
-  EXPECT_EQ(PodSetChange(made, BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, 1)),
+  EXPECT_EQ(PodSetChange(made, BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt)),
             "worker: 3 pods, was 2");
   json more = made;
   WorkerResources(more)["requests"]["cpu"] = "2.5";
@@ -333,6 +334,38 @@ TEST_F(QueuedJobTest, ThePodsReadinessIsReportedToKueue) {
   ready = Condition(fake_.Object(workload_), "PodsReady");
   EXPECT_EQ(ready["status"], "True");
   EXPECT_EQ(ready["reason"], "Recovered");
+}
+
+// The labels by which Kueue's own integrations take a job's Kueue priority
+// (a WorkloadPriorityClass, before the pods' PriorityClass) and its
+// execution time limit.
+TEST_F(QueuedJobTest, KueuesPriorityClassAndTimeLimitLabelsGoIntoTheWorkload) {
+  fake_.Create("/apis/kueue.x-k8s.io/v1beta1/workloadpriorityclasses",
+               {{"metadata", {{"name", "urgent"}}}, {"value", 5000}});
+  fake_.Modify(kJob, {{"metadata",
+                       {{"labels",
+                         {{"kueue.x-k8s.io/priority-class", "urgent"},
+                          {"kueue.x-k8s.io/max-exec-time-seconds", "3600"}}}}},
+                      {"spec", {{"schedulingPolicy", {{"priorityClass", "high"}}}}}});
+  Reconcile();
+  const json spec = fake_.Object(workload_)["spec"];
+  EXPECT_EQ(spec["priorityClassName"], "urgent");
+  EXPECT_EQ(spec["priority"], 5000);
+  EXPECT_EQ(spec["priorityClassSource"], "kueue.x-k8s.io/workloadpriorityclass");
+  EXPECT_EQ(spec["maximumExecutionTimeSeconds"], 3600);
+}
+
+TEST(MaximumExecutionSecondsTest, APositiveWholeNumberOfSecondsOnly) {
+  auto of = [](const std::string& value) {
+    return MaximumExecutionSeconds(
+        {{"metadata", {{"labels", {{"kueue.x-k8s.io/max-exec-time-seconds", value}}}}}});
+  };
+  EXPECT_EQ(of("60"), 60);
+  EXPECT_EQ(of("0"), std::nullopt);
+  EXPECT_EQ(of("-5"), std::nullopt);
+  EXPECT_EQ(of("1h"), std::nullopt);
+  EXPECT_EQ(of("99999999999"), std::nullopt) << "past an int32";
+  EXPECT_EQ(MaximumExecutionSeconds({{"metadata", json::object()}}), std::nullopt);
 }
 
 TEST_F(QueuedJobTest, AFinishedJobMarksItsWorkloadFinished) {
