@@ -171,12 +171,12 @@ class JobReconciler {
   Status GateOnKueue(const nlohmann::json& job, const JobIdentity& id, const std::string& queue,
                      api::TrainingJob* spec, JobState* state, KueueGate* gate);
   // Where an admission puts each pod set (kueue_workload.h): its flavors'
-  // node labels and tolerations, then its admission checks' updates. A
-  // flavor the operator may not read (a namespaced Role) or that is gone
-  // adds nothing (Kueue would wait for it); one that cannot be read now is
-  // an error, as in Kueue: no pod starts without it. `conflict`: the first update that sets a key
-  // the flavors or an earlier update set to another value ("server:
-  // admission check prov: nodeSelector ...").
+  // node labels and tolerations, Kueue's marks, then its admission checks'
+  // updates. A flavor the operator may not read (a namespaced Role) or that
+  // is gone adds nothing (Kueue would wait for it); one that cannot be read
+  // now is an error, as in Kueue: no pod starts without it. `conflict`: the
+  // first update that sets a key the flavors or an earlier update set to
+  // another value ("server: admission check prov: nodeSelector ...").
   Status AdmittedPlacement(const WorkloadAdmission& admission,
                            std::map<std::string, PodSetPlacement>* placements,
                            std::string* conflict);

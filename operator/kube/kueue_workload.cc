@@ -382,9 +382,8 @@ void AddMissingKeys(const json& more, json* into) {
 // in order.
 void AddMissingEntries(const json& more, json* into) {
   if (!into->is_array()) *into = json::array();
-  for (const json& toleration : more) {
-    if (std::find(into->begin(), into->end(), toleration) == into->end())
-      into->push_back(toleration);
+  for (const json& entry : more) {
+    if (std::find(into->begin(), into->end(), entry) == into->end()) into->push_back(entry);
   }
 }
 
