@@ -180,11 +180,14 @@ class JobReconciler {
   Status AdmittedPlacement(const WorkloadAdmission& admission,
                            std::map<std::string, PodSetPlacement>* placements,
                            std::string* conflict);
-  // The job's priority in Kueue (kueue_workload.h); none where its class
-  // cannot be read (the Workload then goes without one, as Kueue requires
-  // a class with its value).
-  std::optional<WorkloadPriority> PriorityOf(const nlohmann::json& job,
-                                             const api::TrainingJob& spec);
+  // The job's priority in Kueue (kueue_workload.h), none where it names no
+  // class, or where the operator may not read classes (a namespaced Role:
+  // the Workload then goes without one, as Kueue requires a class with its
+  // value). A class that cannot be read otherwise (not there yet, the API
+  // server unavailable) is an error, as in Kueue: no Workload is made
+  // without the priority the job asks for.
+  Status PriorityOf(const nlohmann::json& job, const api::TrainingJob& spec,
+                    std::optional<WorkloadPriority>* priority);
   // Kueue's PodsReady condition of the job's Workload (`workload` as read,
   // then as written), from its pods: every replica the job runs with ready
   // or succeeded, while it is admitted. Written when it changes.

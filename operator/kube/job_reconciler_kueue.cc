@@ -35,11 +35,25 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
   Response got;
   if (Status s = client_->Get(workloads + "/" + name, &got); !s.ok()) return s;
   if (got.code == 404) {
-    json workload = BuildWorkload(id, *spec, queue, options_.images, PriorityOf(job, *spec));
+    std::optional<WorkloadPriority> priority;
+    if (Status s = PriorityOf(job, *spec, &priority); !s.ok()) {
+      gate->reason = "PriorityClassNotRead";
+      gate->message = s.message() + "; its Kueue Workload is made once it can be read";
+      gate->recheck = std::chrono::seconds(30);
+      return Status::Ok();
+    }
+    json workload = BuildWorkload(id, *spec, queue, options_.images, priority);
     workload["metadata"]["annotations"] = {
         {kWorkloadJobGenerationAnnotation, std::to_string(generation)}};
-    if (const std::optional<int32_t> seconds = MaximumExecutionSeconds(job))
-      workload["spec"]["maximumExecutionTimeSeconds"] = *seconds;
+    const std::optional<int32_t> seconds = MaximumExecutionSeconds(job);
+    if (seconds) workload["spec"]["maximumExecutionTimeSeconds"] = *seconds;
+    const json labels = job["metadata"].value("labels", json::object());
+    if (!seconds && labels.contains(kMaxExecutionTimeLabel)) {
+      RecordEvent(job, "Warning", "InvalidLabel",
+                  std::string(kMaxExecutionTimeLabel) + "=" +
+                      labels[kMaxExecutionTimeLabel].dump() +
+                      " is not a positive whole number of seconds: the Workload has no time limit");
+    }
     Response created;
     if (Status s = client_->Post(workloads, workload, &created); !s.ok()) return s;
     if (created.code == 404) {
@@ -225,31 +239,37 @@ Status JobReconciler::AdmittedPlacement(const WorkloadAdmission& admission,
   return Status::Ok();
 }
 
-std::optional<WorkloadPriority> JobReconciler::PriorityOf(const json& job,
-                                                          const api::TrainingJob& spec) {
+Status JobReconciler::PriorityOf(const json& job, const api::TrainingJob& spec,
+                                 std::optional<WorkloadPriority>* priority) {
   const std::string kueue_class =
       job["metadata"].value("labels", json::object()).value(kWorkloadPriorityClassLabel, "");
-  WorkloadPriority priority;
-  std::string path;
+  WorkloadPriority named;
+  std::string path, kind;
   if (!kueue_class.empty()) {
-    priority = {kueue_class, kWorkloadPriorityClassSource};
+    named = {kueue_class, kWorkloadPriorityClassSource};
     path = "/apis/kueue.x-k8s.io/v1beta1/workloadpriorityclasses/" + kueue_class;
+    kind = "WorkloadPriorityClass";
   } else if (!spec.spec.scheduling_policy.priority_class.empty()) {
-    priority = {spec.spec.scheduling_policy.priority_class, kPriorityClassSource};
-    path = "/apis/scheduling.k8s.io/v1/priorityclasses/" + priority.class_name;
+    named = {spec.spec.scheduling_policy.priority_class, kPriorityClassSource};
+    path = "/apis/scheduling.k8s.io/v1/priorityclasses/" + named.class_name;
+    kind = "PriorityClass";
   } else {
-    return std::nullopt;
+    return Status::Ok();
   }
   Response response;
   Status s = client_->Get(path, &response);
-  if (!s.ok() || !response.ok()) {
-    KLOG_INFO << priority.source << " " << priority.class_name << " not read ("
-              << (s.ok() ? response.Describe() : s.message())
+  if (s.ok() && response.code == 403) {
+    KLOG_INFO << kind << " " << named.class_name << " may not be read (" << response.Describe()
               << "): the Workload goes without a priority";
-    return std::nullopt;
+    return Status::Ok();
   }
-  priority.value = response.body.value("value", int32_t{0});
-  return priority;
+  if (!s.ok() || !response.ok()) {
+    return Status::Unavailable("the job's " + kind + " " + named.class_name + " cannot be read (" +
+                               (s.ok() ? response.Describe() : s.message()) + ")");
+  }
+  named.value = response.body.value("value", int32_t{0});
+  *priority = named;
+  return Status::Ok();
 }
 
 void JobReconciler::ReportPodsReady(const JobIdentity& id, bool admitted,

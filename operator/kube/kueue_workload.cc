@@ -62,7 +62,10 @@ json PodSet(const JobIdentity& job, const api::TrainingJob& spec, controller::Re
   } else if (annotations.contains(kPreferredTopologyAnnotation)) {
     topology = {{"preferred", annotations[kPreferredTopologyAnnotation]}};
   } else if (annotations.contains(kUnconstrainedTopologyAnnotation)) {
-    topology = {{"unconstrained", annotations[kUnconstrainedTopologyAnnotation] == "true"}};
+    // Read as Go's strconv.ParseBool reads it.
+    static const std::set<std::string> kTrue = {"1", "t", "T", "TRUE", "true", "True"};
+    topology = {{"unconstrained",
+                 kTrue.count(annotations.value(kUnconstrainedTopologyAnnotation, "")) != 0}};
   }
   if (!topology.is_null()) {
     // Ranks next to each other land next to each other.

@@ -338,6 +338,13 @@ class KueueTest(OwnClusterTestCase):
                              workload["metadata"]["name"])
             self.assertIsNone(pod["spec"].get("nodeName"))
             self.assertEqual(condition(pod, "PodScheduled")["reason"], "SchedulingGated")
+        # A gate may only be taken away (Kubernetes 1.30's pod update rule).
+        with self.assertRaises(ApiError) as refused:
+            c.client.patch(PODS + "/" + pods[0]["metadata"]["name"], {"spec": {"schedulingGates": [
+                {"name": "kueue.x-k8s.io/topology"}, {"name": "example.com/more"}]}},
+                kind="merge")
+        self.assertIn("only deletion is allowed, but found new scheduling gate 'example.com/more'",
+                      str(refused.exception))
         # Kueue's ungater: the domain's node labels in, the gate out.
         for pod in pods:
             c.kubectl("patch", "pod", pod["metadata"]["name"], "--type", "merge", "-p",

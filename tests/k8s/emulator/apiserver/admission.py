@@ -9,6 +9,7 @@ A mixin of Api (api.py): it uses its store, served types and service IPs.
 """
 import base64
 import copy
+import json
 import uuid
 
 from ..clock import now_iso
@@ -176,14 +177,20 @@ class Admission:
         # topology ungater places a pod.
         ogates, ngates = ospec.pop("schedulingGates", None) or [], \
             nspec.pop("schedulingGates", None) or []
-        added = [g.get("name") for g in ngates if g not in ogates]
-        if added:
-            raise invalid(rtype, new["metadata"]["name"], [(
-                "spec.schedulingGates", "FieldValueForbidden",
-                "Forbidden: only deletion is allowed, but found new scheduling gate '%s'"
-                % added[0])])
+        old_names = {g.get("name") for g in ogates}
+        for i, gate in enumerate(ngates):
+            if gate.get("name") not in old_names:
+                raise invalid(rtype, new["metadata"]["name"], [(
+                    "spec.schedulingGates[%d].name" % i, "FieldValueForbidden",
+                    "Forbidden: only deletion is allowed, but found new scheduling gate '%s'"
+                    % gate.get("name"))])
         oselector, nselector = ospec.get("nodeSelector") or {}, nspec.get("nodeSelector") or {}
-        if ogates and all(nselector.get(k) == v for k, v in oselector.items()):
+        if ogates and oselector != nselector:
+            if any(nselector.get(k) != v for k, v in oselector.items()):
+                raise invalid(rtype, new["metadata"]["name"], [(
+                    "spec.nodeSelector", "FieldValueInvalid",
+                    "Invalid value: %s: only additions to spec.nodeSelector are allowed (no "
+                    "mutations or deletions)" % json.dumps(nselector, sort_keys=True))])
             ospec.pop("nodeSelector", None)
             nspec.pop("nodeSelector", None)
         for s in (ospec, nspec):

@@ -340,13 +340,18 @@ TEST_F(QueuedJobTest, ThePodsReadinessIsReportedToKueue) {
 // (a WorkloadPriorityClass, before the pods' PriorityClass) and its
 // execution time limit.
 TEST_F(QueuedJobTest, KueuesPriorityClassAndTimeLimitLabelsGoIntoTheWorkload) {
-  fake_.Create("/apis/kueue.x-k8s.io/v1beta1/workloadpriorityclasses",
-               {{"metadata", {{"name", "urgent"}}}, {"value", 5000}});
   fake_.Modify(kJob, {{"metadata",
                        {{"labels",
                          {{"kueue.x-k8s.io/priority-class", "urgent"},
                           {"kueue.x-k8s.io/max-exec-time-seconds", "3600"}}}}},
                       {"spec", {{"schedulingPolicy", {{"priorityClass", "high"}}}}}});
+  // As in Kueue, no Workload without the priority the job asks for: made
+  // without it, it would queue behind jobs it should pass.
+  Reconcile();
+  EXPECT_TRUE(fake_.Object(workload_).is_null());
+  EXPECT_EQ(Condition(Job(), "Suspended")["reason"], "PriorityClassNotRead");
+  fake_.Create("/apis/kueue.x-k8s.io/v1beta1/workloadpriorityclasses",
+               {{"metadata", {{"name", "urgent"}}}, {"value", 5000}});
   Reconcile();
   const json spec = fake_.Object(workload_)["spec"];
   EXPECT_EQ(spec["priorityClassName"], "urgent");
