@@ -7,7 +7,6 @@
 // scale the job cannot follow (past its bounds; a job without a policy) is
 // settled before the spec is parsed, and said.
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 #include <cstdlib>
 
@@ -22,13 +21,6 @@ namespace kubeps::kube {
 using nlohmann::json;
 
 namespace {
-
-std::optional<int> PositiveNumber(const std::string& text) {
-  char* end = nullptr;
-  const long n = std::strtol(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || n <= 0 || n > INT32_MAX) return std::nullopt;
-  return static_cast<int>(n);
-}
 
 std::string EnvValue(const json& pod, const char* variable) {
   for (const json& container : pod["spec"].value("containers", json::array())) {

@@ -1,7 +1,6 @@
 #include "operator/kube/kueue_workload.h"
 
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -212,12 +211,7 @@ json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec, const s
 
 std::optional<int32_t> MaximumExecutionSeconds(const json& job) {
   const json labels = job.value("metadata", json::object()).value("labels", json::object());
-  const std::string text = labels.value(kMaxExecutionTimeLabel, "");
-  if (text.empty() || text.size() > 10 || text.find_first_not_of("0123456789") != std::string::npos)
-    return std::nullopt;
-  const int64_t seconds = std::stoll(text);
-  if (seconds < 1 || seconds > INT32_MAX) return std::nullopt;
-  return static_cast<int32_t>(seconds);
+  return PositiveNumber(labels.value(kMaxExecutionTimeLabel, ""));
 }
 
 std::string PodSetChange(const json& workload, const json& wanted, bool reserved, bool admitted) {

@@ -1,7 +1,9 @@
 #include "operator/kube/pod_builder.h"
 
+#include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -200,6 +202,13 @@ std::string ReplicaHostname(const JobIdentity& job, const controller::ReplicaNam
 std::string PodName(const JobIdentity& job, const controller::ReplicaName& name, int generation) {
   std::string pod = ReplicaHostname(job, name);
   return generation > 0 ? pod + "-r" + std::to_string(generation) : pod;
+}
+
+std::optional<int> PositiveNumber(const std::string& text) {
+  char* end = nullptr;
+  const long n = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || n <= 0 || n > INT32_MAX) return std::nullopt;
+  return static_cast<int>(n);
 }
 
 bool OwnedBy(const json& object, const JobIdentity& job) {

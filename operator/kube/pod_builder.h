@@ -19,6 +19,7 @@
 #define KUBEPS_OPERATOR_KUBE_POD_BUILDER_H_
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -132,6 +133,10 @@ nlohmann::json OwnedMetadata(const JobIdentity& job, const std::string& name);
 // deleted and applied again, its predecessor's objects (same names, same
 // labels) live on until the garbage collector gets to them.
 bool OwnedBy(const nlohmann::json& object, const JobIdentity& job);
+
+// A label's, annotation's or variable's value as a positive int32 ("3"),
+// none for anything else ("", "0", "1h").
+std::optional<int> PositiveNumber(const std::string& text);
 
 // The pod for `launch` (binary and KUBEPS_* environment from the job
 // logic), merged into the role's pod template override: the template's
