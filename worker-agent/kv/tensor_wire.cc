@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "common/copy_bytes.h"
 #include "kubeps.grpc.pb.h"
 
 namespace kubeps {
@@ -111,6 +112,21 @@ grpc::Status CallPush(grpc::Channel* channel, grpc::ClientContext* context,
   return CallRaw(channel, path, context, request, &response);
 }
 
+bool ReadBytes(google::protobuf::io::CodedInputStream& in, void* to, size_t bytes) {
+  char* out = static_cast<char*>(to);
+  while (bytes > 0) {
+    const void* data = nullptr;
+    int size = 0;
+    if (!in.GetDirectBufferPointer(&data, &size)) return false;
+    const int take = static_cast<int>(std::min<size_t>(bytes, static_cast<size_t>(size)));
+    CopyBytes(out, data, take);
+    in.Skip(take);
+    out += take;
+    bytes -= take;
+  }
+  return true;
+}
+
 namespace {
 
 // A PullResponse in `response` for the parts of `batch`, its data written
@@ -156,8 +172,7 @@ grpc::Status ReadPullAnswer(grpc::ByteBuffer& response, const v1::PullRequest& r
       }
       if (before_writing) before_writing();
       for (const Part* part : batch) {
-        if (!in.ReadRaw(values[part->key] + part->offset,
-                        static_cast<int>(part->length * sizeof(float)))) {
+        if (!ReadBytes(in, values[part->key] + part->offset, part->length * sizeof(float))) {
           return Malformed("data");
         }
       }

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include <google/protobuf/io/coded_stream.h>
 #include <grpcpp/grpcpp.h>
 
 #include "common/gradient_codec.h"
@@ -69,6 +70,13 @@ grpc::Status CallPull(grpc::Channel* channel, grpc::ClientContext* context,
                       const v1::PullRequest& request, const std::vector<const Part*>& batch,
                       const std::vector<float*>& values, PullAnswer* answer,
                       const std::function<void()>& before_writing = {});
+
+// `bytes` from `in` into `to`, as ReadRaw reads them, but copied by
+// CopyBytes straight from the stream's buffers (an answer's gRPC slices):
+// every pulled byte over TCP passes here, and glibc's memcpy is the slower
+// copy where this was measured (bench/pull_answer_bench.cc). False where
+// the stream ends first.
+bool ReadBytes(google::protobuf::io::CodedInputStream& in, void* to, size_t bytes);
 
 // ParameterServer.PushPull: `request` is a push made by one of the above
 // whose header carries then_pull (`pull`, of the parts of `batch`); its
