@@ -200,7 +200,10 @@ Status JobReconciler::AdmittedPlacement(const WorkloadAdmission& admission,
         Response response;
         Status s = client_->Get(GroupVersionPath(kResourceFlavors) + "/resourceflavors/" + flavor,
                                 &response);
-        if (!s.ok() || (!response.ok() && response.code != 403 && response.code != 404)) {
+        // Not there (deleted since it was assigned) or not readable for
+        // now: the start waits, as Kueue's integrations wait for it. Only
+        // a flavor the operator may not read (a namespaced Role) adds nothing.
+        if (!s.ok() || (!response.ok() && response.code != 403)) {
           return Status::Unavailable("reading ResourceFlavor " + flavor + " of the admission: " +
                                      (s.ok() ? response.Describe() : s.message()));
         }

@@ -63,6 +63,11 @@ class KueueTest(OwnClusterTestCase):
                           (PRIORITY_CRD, "workloadpriorityclasses")):
             self.c.kubectl("create", "-f", crd)
             self.c.kubectl("wait", "--for=condition=Established", "crd/%s.kueue.x-k8s.io" % name)
+        # The flavor admit() assigns unless told another: nodes without
+        # labels or taints, as most ClusterQueues start with.
+        self.c.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
+            "metadata": {"name": "default-flavor"}}))
 
     def workloads(self):
         return self.c.client.get(WORKLOADS)["items"]

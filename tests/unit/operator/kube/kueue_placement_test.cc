@@ -291,5 +291,23 @@ TEST_F(QueuedJobTest, AFlavorIsReadOnceForItsAdmissionAndHoldsOnlyTheStartBack) 
   fake_.ClearFailures();
 }
 
+// A flavor deleted after it was assigned (its ClusterQueue goes inactive,
+// but this admission stands): Kueue's integrations start nothing without
+// it, trying again until it is there, and so does the operator.
+TEST_F(QueuedJobTest, AFlavorNotThereHoldsTheStartBackUntilItIs) {
+  Reconcile();
+  fake_.SetStatus(workload_, Admitted("spot"));
+  ReconcileResult result;
+  const Status status = reconciler_->Reconcile(Job(), Pods(), &result);
+  EXPECT_FALSE(status.ok()) << "tried again later";
+  EXPECT_THAT(status.message(), HasSubstr("ResourceFlavor spot"));
+  EXPECT_THAT(Pods(), IsEmpty());
+  fake_.Create("/apis/kueue.x-k8s.io/v1beta1/resourceflavors",
+               {{"metadata", {{"name", "spot"}}}, {"spec", {{"nodeLabels", {{"pool", "spot"}}}}}});
+  Reconcile();
+  ASSERT_THAT(Pods(), SizeIs(4));
+  for (const json& pod : Pods()) EXPECT_EQ(pod["spec"]["nodeSelector"]["pool"], "spot");
+}
+
 }  // namespace
 }  // namespace kubeps::kube::queued_job_test

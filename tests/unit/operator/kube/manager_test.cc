@@ -174,6 +174,8 @@ TEST_F(ManagerTest, AWorkloadsChangeReconcilesItsQueuedJob) {
   std::this_thread::sleep_for(5s);
   EXPECT_LE(fake_.RequestsTo("GET", workload).size(), reads + 1) << "looked at every 2 s";
 
+  fake_.Create("/apis/kueue.x-k8s.io/v1beta1/resourceflavors",
+               {{"metadata", {{"name", "default"}}}, {"spec", json::object()}});
   json assignments = json::array();
   for (const char* pod_set : {"scheduler", "server", "worker"})
     assignments.push_back({{"name", pod_set}, {"flavors", {{"cpu", "default"}}}});

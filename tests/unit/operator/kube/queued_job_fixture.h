@@ -69,6 +69,9 @@ class QueuedJobTest : public ::testing::Test {
   QueuedJobTest() {
     EXPECT_TRUE(MetricsServer::Start("", -1, {}, &metrics_).ok());
     reconciler_ = std::make_unique<JobReconciler>(&fake_, JobObjectOptions{}, metrics_.get());
+    // The flavor of nodes without labels or taints most ClusterQueues start with.
+    fake_.Create("/apis/kueue.x-k8s.io/v1beta1/resourceflavors",
+                 {{"metadata", {{"name", "default"}}}, {"spec", json::object()}});
     json job = fake_.Create(kJobs, Manifest());
     workload_ = CollectionPath(kWorkloads, kNamespace) + "/" +
                 WorkloadName({"mnist", kNamespace, job["metadata"]["uid"]});
