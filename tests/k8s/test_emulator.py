@@ -209,6 +209,28 @@ class EmulatorTest(unittest.TestCase):
         self.assertEqual(line[:4], ["exit3", "0/1", "Error", "0"])
         c.kubectl("delete", "pod", "exit3")
 
+    def test_a_pods_tolerations_may_only_be_added_to(self):
+        """Kubernetes' pod update rule: a toleration may be added, but one
+        there stays as it is (tolerationSeconds aside)."""
+        c = self.c
+        gpu = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        spot = {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "tolerant"}, "spec": {
+            "restartPolicy": "Never", "tolerations": [gpu],
+            "containers": [{"name": "main", "image": "busybox:1.36",
+                            "command": ["/bin/sh", "-c", "sleep 30"]}]}}
+        c.kubectl("apply", "-f", "-", input=yaml_of(pod))
+        c.kubectl("patch", "pod", "tolerant", "--type", "merge", "-p",
+                  json.dumps({"spec": {"tolerations": [gpu, spot]}}))
+        self.assertEqual(c.pod("tolerant")["spec"]["tolerations"][-1], spot)
+        for changed in ([spot], [dict(gpu, effect="NoExecute"), spot]):
+            with self.assertRaises(KubectlError) as refused:
+                c.kubectl("patch", "pod", "tolerant", "--type", "merge", "-p",
+                          json.dumps({"spec": {"tolerations": changed}}))
+            self.assertIn("spec.tolerations: Forbidden: existing toleration can not be modified "
+                          "except its tolerationSeconds", str(refused.exception))
+        c.kubectl("delete", "pod", "tolerant", "--grace-period=0")
+
     def test_restart_policy_and_graceful_delete(self):
         c = self.c
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "crash"}, "spec": {

@@ -193,6 +193,15 @@ class Admission:
                     "mutations or deletions)" % json.dumps(nselector, sort_keys=True))])
             ospec.pop("nodeSelector", None)
             nspec.pop("nodeSelector", None)
+        # Tolerations may be added; one there stays, tolerationSeconds aside.
+        def without_seconds(t):
+            return {k: v for k, v in t.items() if k != "tolerationSeconds"}
+        kept = [without_seconds(t) for t in nspec.get("tolerations") or []]
+        if any(without_seconds(t) not in kept for t in ospec.get("tolerations") or []):
+            raise invalid(rtype, new["metadata"]["name"], [(
+                "spec.tolerations", "FieldValueForbidden",
+                "Forbidden: existing toleration can not be modified except its "
+                "tolerationSeconds")])
         for s in (ospec, nspec):
             for c in s.get("containers", []) + s.get("initContainers", []):
                 c.pop("image", None)
