@@ -172,22 +172,25 @@ class JobReconciler {
                      api::TrainingJob* spec, JobState* state, KueueGate* gate);
   // Where an admission puts each pod set (kueue_workload.h): its flavors'
   // node labels and tolerations, Kueue's marks, then its admission checks'
-  // updates. A flavor the operator may not read (a namespaced Role) or that
-  // is gone adds nothing (Kueue would wait for it); one that cannot be read
-  // now is an error, as in Kueue: no pod starts without it. `conflict`: the
+  // updates. A flavor the operator may not read (a namespaced Role) adds
+  // nothing; one that is not there or cannot be read now is an error, as in
+  // Kueue: no pod starts without it. `conflict`: the
   // first update that sets a key the flavors or an earlier update set to
   // another value ("server: admission check prov: nodeSelector ...").
   Status AdmittedPlacement(const WorkloadAdmission& admission,
                            std::map<std::string, PodSetPlacement>* placements,
                            std::string* conflict);
-  // The job's priority in Kueue (kueue_workload.h), none where it names no
-  // class, or where the operator may not read classes (a namespaced Role:
-  // the Workload then goes without one, as Kueue requires a class with its
-  // value). A class that cannot be read otherwise (not there yet, the API
-  // server unavailable) is an error, as in Kueue: no Workload is made
-  // without the priority the job asks for.
+  // The job's priority in Kueue (kueue_workload.h): of the class it names,
+  // else the cluster's default (DefaultPriority); none where the operator
+  // may not read classes (a namespaced Role: the Workload then goes without
+  // one, as Kueue requires a class with its value). A class that cannot be
+  // read otherwise (not there yet, the API server unavailable) is an error,
+  // as in Kueue: no Workload is made without the priority the job asks for.
   Status PriorityOf(const nlohmann::json& job, const api::TrainingJob& spec,
                     std::optional<WorkloadPriority>* priority);
+  // Where a job names no class, Kueue's: the cluster's globalDefault
+  // PriorityClass, the one the API server gives the pods too; none without.
+  Status DefaultPriority(std::optional<WorkloadPriority>* priority);
   // Kueue's PodsReady condition of the job's Workload (`workload` as read,
   // then as written), from its pods: every replica the job runs with ready
   // or succeeded, while it is admitted. Written when it changes.

@@ -257,7 +257,7 @@ Status JobReconciler::PriorityOf(const json& job, const api::TrainingJob& spec,
     path = "/apis/scheduling.k8s.io/v1/priorityclasses/" + named.class_name;
     kind = "PriorityClass";
   } else {
-    return Status::Ok();
+    return DefaultPriority(priority);
   }
   Response response;
   Status s = client_->Get(path, &response);
@@ -272,6 +272,30 @@ Status JobReconciler::PriorityOf(const json& job, const api::TrainingJob& spec,
   }
   named.value = response.body.value("value", int32_t{0});
   *priority = named;
+  return Status::Ok();
+}
+
+Status JobReconciler::DefaultPriority(std::optional<WorkloadPriority>* priority) {
+  Response response;
+  Status s = client_->Get("/apis/scheduling.k8s.io/v1/priorityclasses", &response);
+  if (s.ok() && response.code == 403) {
+    KLOG_INFO << "PriorityClasses may not be listed (" << response.Describe()
+              << "): a Workload of a job naming no class goes without the cluster's default";
+    return Status::Ok();
+  }
+  if (!s.ok() || !response.ok()) {
+    return Status::Unavailable(
+        "the cluster's PriorityClasses, for its default, cannot be listed (" +
+        (s.ok() ? response.Describe() : s.message()) + ")");
+  }
+  for (const json& pc : response.body.value("items", json::array())) {
+    if (!pc.value("globalDefault", false)) continue;
+    const int32_t value = pc.value("value", int32_t{0});
+    // Two defaults (a race between their writers): the lower, as Kueue picks.
+    if (!*priority || value < (*priority)->value) {
+      *priority = WorkloadPriority{pc["metadata"].value("name", ""), kPriorityClassSource, value};
+    }
+  }
   return Status::Ok();
 }
 

@@ -141,6 +141,27 @@ class KueueTest(OwnClusterTestCase):
         return uid, c.wait_for(lambda: self.workload_of(uid), timeout=30,
                                what="the Workload of %s" % name)
 
+    def test_a_job_naming_no_priority_class_queues_at_the_clusters_default(self):
+        """The cluster's globalDefault PriorityClass is that of every pod that
+        names none (the API server's Priority admission), and Kueue gives
+        such a job's Workload its value too: at 0, the job would queue
+        behind jobs it is level with, and could be preempted for them."""
+        c, name = self.c, "defaulted"
+        c.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": "cluster-default"}, "value": 1000, "globalDefault": True}))
+        uid, workload = self.submit(name)
+        spec = workload["spec"]
+        self.assertEqual((spec.get("priorityClassName"), spec.get("priority"),
+                          spec.get("priorityClassSource")),
+                         ("cluster-default", 1000, "scheduling.k8s.io/priorityclass"))
+        self.admit(workload)
+        pods = c.wait_for(lambda: len(job_pods(c, name)) >= 3 and job_pods(c, name),
+                          timeout=30, what="the pods of %s" % name)
+        for pod in pods:
+            self.assertEqual((pod["spec"].get("priorityClassName"), pod["spec"].get("priority")),
+                             ("cluster-default", 1000))
+
     def test_a_queued_job_runs_only_while_kueue_admits_it(self):
         c, name = self.c, "queued"
         uid, workload = self.submit(name)

@@ -160,8 +160,15 @@ class Admission:
         ns_obj = self.store.get(self.served[("", "v1", "namespaces")], "", namespace)
         pod_security.admit(ns_obj, obj)
         pc = obj.get("spec", {}).get("priorityClassName")
+        t = self.served[("scheduling.k8s.io", "v1", "priorityclasses")]
+        if not pc:
+            # The Priority admission plugin: the globalDefault class, the
+            # lower of two (a race between their writers).
+            defaults = [c for c in self.store.list(t) if c.get("globalDefault")]
+            if defaults:
+                lowest = min(defaults, key=lambda c: c.get("value", 0))
+                pc = obj["spec"]["priorityClassName"] = lowest["metadata"]["name"]
         if pc and pc not in ("system-cluster-critical", "system-node-critical"):
-            t = self.served[("scheduling.k8s.io", "v1", "priorityclasses")]
             if self.store.get(t, "", pc) is None:
                 raise ApiError(403, "Forbidden", 'pods "%s" is forbidden: no PriorityClass with '
                                'name %s was found' % (obj["metadata"]["name"], pc))

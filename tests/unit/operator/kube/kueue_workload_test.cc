@@ -360,6 +360,38 @@ TEST_F(QueuedJobTest, KueuesPriorityClassAndTimeLimitLabelsGoIntoTheWorkload) {
   EXPECT_EQ(spec["maximumExecutionTimeSeconds"], 3600);
 }
 
+// No class named: Kueue gives the Workload the cluster's globalDefault
+// PriorityClass (of two, the lower, as it breaks a race), as the API server
+// gives it to the pods; none without one.
+TEST_F(QueuedJobTest, AJobNamingNoClassTakesTheClustersDefaultPriority) {
+  const std::string classes = "/apis/scheduling.k8s.io/v1/priorityclasses";
+  fake_.Create(classes, {{"metadata", {{"name", "batch"}}}, {"value", 900}});
+  fake_.Create(
+      classes,
+      {{"metadata", {{"name", "cluster-default"}}}, {"value", 100}, {"globalDefault", true}});
+  fake_.Create(
+      classes,
+      {{"metadata", {{"name", "raced-default"}}}, {"value", 200}, {"globalDefault", true}});
+  fake_.FailNext("GET", classes, 1, 503);
+  Reconcile();
+  EXPECT_TRUE(fake_.Object(workload_).is_null()) << "not without the priority it is due";
+  EXPECT_EQ(Condition(Job(), "Suspended")["reason"], "PriorityClassNotRead");
+  Reconcile();
+  const json spec = fake_.Object(workload_)["spec"];
+  EXPECT_EQ(spec["priorityClassName"], "cluster-default");
+  EXPECT_EQ(spec["priority"], 100);
+  EXPECT_EQ(spec["priorityClassSource"], "scheduling.k8s.io/priorityclass");
+}
+
+TEST_F(QueuedJobTest, WithoutADefaultClassTheWorkloadHasNoPriority) {
+  fake_.Create("/apis/scheduling.k8s.io/v1/priorityclasses",
+               {{"metadata", {{"name", "batch"}}}, {"value", 900}});
+  Reconcile();
+  const json spec = fake_.Object(workload_)["spec"];
+  EXPECT_FALSE(spec.contains("priorityClassName"));
+  EXPECT_FALSE(spec.contains("priority"));
+}
+
 TEST(MaximumExecutionSecondsTest, APositiveWholeNumberOfSecondsOnly) {
   auto of = [](const std::string& value) {
     return MaximumExecutionSeconds(
