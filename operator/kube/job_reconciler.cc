@@ -134,6 +134,12 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   }
   KubeCluster cluster(client_, id, spec, options_.images, known_pods, status.replica_restarts);
   cluster.set_mount_failures(state.mount_failures.Refresh(client_, pods, Clock::now()));
+  // Before a hold too: a held job waits for its pods to be gone (a queued
+  // one to give its quota back), and one on a lost node never goes alone.
+  for (const auto& action : state.stranded_pods.Release(client_, id, pods, Clock::now())) {
+    KLOG_INFO << id.namespace_ << "/" << id.name << ": " << action.message;
+    RecordEvent(job, "Warning", action.reason, action.message);
+  }
 
   if (spec.spec.run_policy.suspend) {
     // A queued job gives its quota back: its Workload is deactivated, as
@@ -200,10 +206,6 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     state.told_desired_failure = true;
   } else {
     state.told_desired_failure = false;
-  }
-  for (const auto& action : state.stranded_pods.Release(client_, id, pods, Clock::now())) {
-    KLOG_INFO << id.namespace_ << "/" << id.name << ": " << action.message;
-    RecordEvent(job, "Warning", action.reason, action.message);
   }
   // Before the job logic, which may delete them: a pod that cannot start
   // is said once per pod and reason, where `kubectl describe tj` shows it.

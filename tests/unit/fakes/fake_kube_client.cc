@@ -271,11 +271,28 @@ Response FakeKubeClient::DoUpdate(const std::string& path, const json& body, boo
   return Success(200, next);
 }
 
-Response FakeKubeClient::DoDelete(const std::string& path) {
+Response FakeKubeClient::DoDelete(const std::string& path, const json& options) {
   ApiPath p;
   if (!ParsePath(path, &p)) return Error(404, "NotFound", "the server could not find " + path);
   auto it = objects_.find(p.ObjectPath());
   if (p.name.empty() || it == objects_.end()) return NotFound(p);
+  const json& meta = it->second["metadata"];
+  const json uid = options.is_object()
+                       ? options.value("preconditions", json::object()).value("uid", json())
+                       : json();
+  if (uid.is_string() && uid != meta.value("uid", "")) {
+    return Error(409, "Conflict",
+                 "Operation cannot be fulfilled on " + p.Resource() + " \"" + p.name +
+                     "\": Precondition failed: UID in precondition: " + uid.get<std::string>() +
+                     ", UID in object meta: " + meta.value("uid", ""));
+  }
+  // Deleted already, with a grace period: a pod stays Terminating until its
+  // kubelet ends it, which a test does with Remove, or a delete with
+  // gracePeriodSeconds 0 does at once.
+  const bool forced = options.is_object() && options.value("gracePeriodSeconds", -1) == 0;
+  if (p.plural == "pods" && meta.contains("deletionTimestamp") && !forced) {
+    return Success(200, it->second);
+  }
   json object = std::move(it->second);
   objects_.erase(it);
   object["metadata"]["resourceVersion"] = std::to_string(++resource_version_);
@@ -338,7 +355,11 @@ Status FakeKubeClient::Patch(const std::string& path, const json& body, Response
   return Serve("PATCH", path, body, response, [&] { return DoUpdate(path, body, true); });
 }
 Status FakeKubeClient::Delete(const std::string& path, Response* response) {
-  return Serve("DELETE", path, nullptr, response, [&] { return DoDelete(path); });
+  return Serve("DELETE", path, nullptr, response, [&] { return DoDelete(path, nullptr); });
+}
+Status FakeKubeClient::DeleteWithOptions(const std::string& path, const json& options,
+                                         Response* response) {
+  return Serve("DELETE", path, options, response, [&] { return DoDelete(path, options); });
 }
 
 Status FakeKubeClient::Watch(const std::string& path, const std::string& resource_version,
@@ -462,7 +483,7 @@ int FakeKubeClient::CollectGarbage() {
       bool orphan = !owners.empty();
       for (const auto& owner : owners) orphan = orphan && !uids.count(owner.value("uid", ""));
       if (!orphan) continue;
-      DoDelete(key);
+      DoDelete(key, {{"gracePeriodSeconds", 0}});
       ++collected;
       again = true;
       break;  // objects_ changed under the loop

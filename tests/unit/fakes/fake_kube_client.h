@@ -69,6 +69,9 @@ class FakeKubeClient : public KubeClient {
   Status Put(const std::string& path, const nlohmann::json& body, Response* response) override;
   Status Patch(const std::string& path, const nlohmann::json& body, Response* response) override;
   Status Delete(const std::string& path, Response* response) override;
+  // Honours preconditions.uid (409 on another uid) and gracePeriodSeconds 0.
+  Status DeleteWithOptions(const std::string& path, const nlohmann::json& options,
+                           Response* response) override;
   Status Watch(const std::string& path, const std::string& resource_version,
                const std::function<bool(const WatchEvent&)>& on_event,
                const std::atomic<bool>& stop, Response* response) override;
@@ -87,7 +90,7 @@ class FakeKubeClient : public KubeClient {
     Locked([&] { discovery_[group_version_path] = document; });
   }
   void Remove(const std::string& path) {
-    Locked([&] { DoDelete(path); });
+    Locked([&] { DoDelete(path, {{"gracePeriodSeconds", 0}}); });
   }
   // The stored object, or null.
   nlohmann::json Object(const std::string& path) const;
@@ -165,7 +168,7 @@ class FakeKubeClient : public KubeClient {
   Response DoCreate(const std::string& path, nlohmann::json object);
   Response DoUpdate(const std::string& path, const nlohmann::json& body, bool merge_patch,
                     bool by_test = false);
-  Response DoDelete(const std::string& path);
+  Response DoDelete(const std::string& path, const nlohmann::json& options);
   void Record(const std::string& type, const std::string& path, const nlohmann::json& object);
   void Trim();  // drops history beyond history_limit_
 
