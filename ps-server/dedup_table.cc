@@ -6,12 +6,18 @@ DedupTable::Verdict DedupTable::Begin(const v1::RequestId& id) {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     Sender& sender = senders_[id.node_id()];
+    auto current = current_.find(id.node_id());
+    const bool confirmed = current != current_.end() && current->second == id.incarnation();
+    // A life the scheduler called current once and has replaced since, even
+    // while its successor has not been heard from here (the sender's record
+    // still the old life's): a late request of it is never applied.
+    const auto& known = known_[id.node_id()];
+    if (!confirmed && current != current_.end() && known.count(id.incarnation())) {
+      return Verdict::kStale;
+    }
     if (id.incarnation() != sender.incarnation) {
-      auto current = current_.find(id.node_id());
       const bool first_contact = sender.incarnation == 0;
-      const bool confirmed = current != current_.end() && current->second == id.incarnation();
       if (!first_contact && !confirmed) {
-        const auto& known = known_[id.node_id()];
         return known.count(id.incarnation()) ? Verdict::kStale : Verdict::kNotYetKnown;
       }
       // A restarted process numbers its requests from scratch; what its

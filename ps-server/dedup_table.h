@@ -12,7 +12,8 @@
 // scheduler's word, learnt through the shard's heartbeats
 // (SetCurrentIncarnations): a request of the current incarnation replaces
 // the sender's record, one of an incarnation the scheduler has since
-// replaced is refused (kStale), and one the scheduler has not confirmed yet
+// replaced is refused (kStale), even before its successor's first request
+// reaches this shard, and one the scheduler has not confirmed yet
 // waits for the next heartbeat (kNotYetKnown, resent by the client).
 //
 // Thread-safe: the shard's RPC threads check and record under one lock.

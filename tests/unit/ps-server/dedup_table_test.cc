@@ -134,6 +134,29 @@ TEST(DedupTableTest, ACurrentIncarnationResetsAndAReplacedOneIsRefused) {
   table.Done(next);
 }
 
+// The scheduler named a new life before that life's first request reached
+// this shard: a late request of the replaced one, still the sender's record
+// here, is refused all the same. Before, it was applied: an async step
+// pushed late by a worker thought dead, and again by its replacement,
+// which resumed at that step, was applied twice.
+TEST(DedupTableTest, AReplacedLifeIsRefusedBeforeItsSuccessorIsHeardFrom) {
+  DedupTable table;
+  table.SetCurrentIncarnations({{"worker-0", 100}});
+  const auto first = Id("worker-0", 100, 0);
+  ASSERT_EQ(table.Begin(first), Verdict::kApply);
+  table.Done(first);
+  table.SetCurrentIncarnations({{"worker-0", 200}});
+  EXPECT_EQ(table.Begin(Id("worker-0", 100, 1)), Verdict::kStale);
+  EXPECT_EQ(table.Begin(first), Verdict::kStale) << "replaced: not answered as applied either";
+
+  // Nor is a replaced life's first request to this shard applied.
+  DedupTable fresh;
+  fresh.SetCurrentIncarnations({{"worker-0", 100}});
+  fresh.SetCurrentIncarnations({{"worker-0", 200}});
+  EXPECT_EQ(fresh.Begin(Id("worker-0", 100, 0)), Verdict::kStale);
+  EXPECT_EQ(fresh.Begin(Id("worker-0", 200, 0)), Verdict::kApply);
+}
+
 // Before, the larger number won: a worker restarted with its clock behind
 // (rescheduled to another node, an NTP step) had every push dropped as a
 // "late duplicate" of its dead predecessor.

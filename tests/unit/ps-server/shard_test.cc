@@ -393,6 +393,23 @@ TEST(ShardTest, TheSchedulersViewNotTheNumbersOrderSaysWhichLifeOfAWorkerIsCurre
   EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{8, 8, 8}));
 }
 
+// The scheduler replaced a worker whose push was still on its way, and its
+// successor, resuming at that push's step, has not pushed here yet. Before,
+// the late push was applied, and the successor's push of the same step
+// after it: an async step applied twice.
+TEST(ShardTest, ALatePushOfAReplacedLifeIsRefusedBeforeItsSuccessorPushes) {
+  auto shard = MakeShard(false, 1);
+  ASSERT_TRUE(Init(*shard, kPart, {10, 10, 10}).ok());
+  shard->SetCurrentIncarnations({{"worker-0", 900}});
+  ASSERT_TRUE(Push(*shard, 0, 0, 0, kPart, {1, 1, 1}, /*incarnation=*/900).ok());
+  shard->SetCurrentIncarnations({{"worker-0", 5}});
+  grpc::Status late = Push(*shard, 0, 1, 1, kPart, {1, 1, 1}, /*incarnation=*/900);
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{9, 9, 9}));
+  ASSERT_TRUE(Push(*shard, 0, 0, 1, kPart, {1, 1, 1}, /*incarnation=*/5).ok());
+  EXPECT_EQ(shard->PartValue(0, 0), (std::vector<float>{8, 8, 8}));
+}
+
 TEST(ShardTest, AsyncAppliesEveryPushAtOnce) {
   auto shard = MakeShard(false, 2);
   ASSERT_TRUE(Init(*shard, kPart, {10, 10, 10}).ok());
