@@ -410,10 +410,11 @@ grpc::Status Shard::ApplyOnce(const v1::PushRequest& request, PushData& data,
   {
     std::unique_lock<std::mutex> lock(mutex_);
     advanced_.wait(lock, [&] { return quiescing_ == 0 && !SameWorkerCopying(request); });
-    // A restore may have happened since the checks above.
+    // A restore may have happened since the checks above: refused, not
+    // applied, so not recorded as applied in the restored table.
     grpc::Status g = CheckGeneration(request.generation());
     if (!g.ok()) {
-      dedup_.Done(request.id());
+      dedup_.Abandon(request.id());
       return g;
     }
     if (grpc::Status claimed = ClaimParts(request, &claims); !claimed.ok()) {

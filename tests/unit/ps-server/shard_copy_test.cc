@@ -309,6 +309,44 @@ TEST(ShardCopyTest, ARollbackWaitsForAPushInTheMiddleOfItsCopyAndThenRefusesItsG
   std::filesystem::remove_all(folder);
 }
 
+// A push checked before a rollback, let in after it and refused for the
+// generation before, was not applied: it is not recorded as applied either
+// (before, it was, in the restored exactly-once table and in every
+// checkpoint after), so a resend of it can never be answered as applied.
+TEST(ShardCopyTest, APushRefusedForTheGenerationBeforeIsNotRecordedAsApplied) {
+  char folder[] = "/tmp/kubeps-shard-copy-XXXXXX";
+  ASSERT_NE(::mkdtemp(folder), nullptr);
+  ShardOptions options = shard_testing::PlainShardOptions(true, 1);
+  options.checkpoint_dir = folder;
+  options.checkpoint_interval = 1;
+  auto shard = shard_testing::MakeShard(options);
+  Init(*shard, {0});
+  ASSERT_TRUE(Push(*shard, 0, 0, 0, {0}, Gradient(0, 0, 1)).ok());
+  ASSERT_TRUE(Push(*shard, 0, 1, 1, {0}, Gradient(0, 1, 1)).ok());  // writes step 1's checkpoint
+  std::future<grpc::Status> late;
+  std::future<Status> rollback;
+  auto hook = [&](size_t piece) {
+    if (piece != 1) return;
+    // Checked now; it waits for this push's copy, then for the rollback.
+    late = std::async(std::launch::async,
+                      [&] { return Push(*shard, 0, 3, 2, {0}, Gradient(0, 2, 1)); });
+    std::this_thread::sleep_for(100ms);
+    rollback = std::async(std::launch::async, [&] { return shard->RestoreCheckpoint(1, 1); });
+    rollback.wait_for(200ms);
+  };
+  ASSERT_TRUE(Push(*shard, 0, 2, 2, {0}, Gradient(0, 2, 1), hook).ok());
+  ASSERT_EQ(rollback.wait_for(10s), std::future_status::ready);
+  ASSERT_TRUE(rollback.get().ok());
+  EXPECT_EQ(late.get().error_code(), grpc::StatusCode::ABORTED);
+  shard->DrainCheckpoints();
+  // What the restored table holds, read by a shard of its own.
+  auto restored = shard_testing::MakeShard(options);
+  Init(*restored, {0});
+  ASSERT_TRUE(restored->RestoreCheckpoint(1, 1).ok());
+  EXPECT_EQ(shard->dedup().TrackedRequests(), restored->dedup().TrackedRequests());
+  std::filesystem::remove_all(folder);
+}
+
 TEST(ShardCopyTest, WorkersPushingAtOnceEndOnTheBytesOfPushesOneAfterTheOther) {
   constexpr int kWorkers = 4;
   constexpr uint64_t kSteps = 40;
