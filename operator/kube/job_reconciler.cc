@@ -71,9 +71,14 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     if (ttl >= 0) {
       auto expires = ParseTime(status.completion_time) + std::chrono::seconds(ttl);
       if (Clock::now() >= expires) {
+        // This job only: the name may be another's by now (deleted and
+        // applied again while the cache held this one).
+        const json options = {
+            {"apiVersion", "v1"}, {"kind", "DeleteOptions"}, {"preconditions", {{"uid", id.uid}}}};
         Response deleted;
-        if (Status s = client_->Delete(JobPath(id), &deleted); !s.ok()) return s;
-        if (!deleted.ok() && deleted.code != 404) {
+        if (Status s = client_->DeleteWithOptions(JobPath(id), options, &deleted); !s.ok())
+          return s;
+        if (!deleted.ok() && deleted.code != 404 && deleted.code != 409) {
           return Status::Error("deleting " + id.name +
                                " after ttlSecondsAfterFinished: " + deleted.Describe());
         }

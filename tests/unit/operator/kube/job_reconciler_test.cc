@@ -482,6 +482,23 @@ TEST_F(JobReconcilerTest, AFinishedJobIsDeletedOnlyAfterItsTtl) {
   EXPECT_TRUE(fake_.Object(kJob).is_null());
 }
 
+// The job deleted and applied again under its name (a CI script that saw
+// it succeed) while the cache still held the finished one: its TTL
+// deletion, from that stale copy, is of that job only, as Kubernetes' TTL
+// controller deletes with the uid it read.
+TEST_F(JobReconcilerTest, ATtlDeletionFromAStaleCopyLeavesAJobMadeAgainUnderItsName) {
+  json manifest = JobManifest();
+  manifest["spec"]["runPolicy"] = {{"ttlSecondsAfterFinished", 0}};
+  CreateJob(manifest);
+  const json finished =
+      fake_.SetStatus(kJob, {{"phase", "Succeeded"}, {"completionTime", "2025-01-01T00:00:00Z"}});
+  fake_.Remove(kJob);
+  const json again = fake_.Create(kJobsPath, manifest);
+  ASSERT_TRUE(ReconcileWith(finished, {}).ok());
+  ASSERT_FALSE(fake_.Object(kJob).is_null());
+  EXPECT_EQ(fake_.Object(kJob)["metadata"]["uid"], again["metadata"]["uid"]);
+}
+
 TEST_F(JobReconcilerTest, AServiceThatCannotBeCreatedYetFailsTheReconcileSoThatItIsRetried) {
   CreateJob();
   fake_.FailNext("POST", kServicesPath, 1, 503);
