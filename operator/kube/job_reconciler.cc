@@ -156,12 +156,14 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
                                        "are deleted and its Kueue Workload deactivated, giving its "
                                        "quota back: resumed, it queues again",
                        result);
+    for (const auto& name : cluster.deleted()) state.created_pods.Deleted(name);
     if (held.ok() && !queue.empty() && known_pods.empty() && !DeactivateWorkload(job, id))
       result->requeue_after = kueue.recheck;  // without a watch on Workloads: look again
     return held;
   }
   if (!queue.empty() && !kueue.admitted) {
     Status held = Hold(job, status, spec, &cluster, launch, kueue.reason, kueue.message, result);
+    for (const auto& name : cluster.deleted()) state.created_pods.Deleted(name);
     // The quota goes back once no pod of the job is left, terminating ones
     // included (servers write a last checkpoint on SIGTERM), as Kueue's own
     // job integrations do: before, another job could be admitted onto

@@ -1,7 +1,8 @@
-// A job held (evicted by Kueue, or suspended) while a node of its was lost:
-// its pod there stays Terminating, as only that node's kubelet could end
-// it. It is force-deleted as on a running job's path (stranded_pods.h), or
-// the held job would wait for it for good, and a queued one keep its quota.
+// A job held (evicted by Kueue, or suspended) waits for its pods to be
+// gone, and a queued one gives its quota back only then. One on a lost node
+// stays Terminating, as only that node's kubelet could end it: it is
+// force-deleted as on a running job's path (stranded_pods.h). And pods it
+// deleted before the cache showed them are no longer expected.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -54,6 +55,24 @@ TEST_F(HeldJobTest, ASuspendedJobsPodOnALostNodeIsForceDeleted) {
   Reconcile();
   EXPECT_THAT(EventReasons(), Contains("ForceDeletedPod"));
   EXPECT_THAT(Pods(), IsEmpty());
+}
+
+// Evicted before the cache showed the pods just made: those deleted are
+// expected no more, so the quota goes back once the cache shows none,
+// not half a minute later when the expectations would lapse.
+TEST_F(HeldJobTest, PodsDeletedBeforeTheCacheShowedThemHoldNothingBack) {
+  Reconcile();
+  fake_.SetStatus(workload_, Admitted("default"));
+  ReconcileResult result;
+  ASSERT_TRUE(reconciler_->Reconcile(Job(), {}, &result).ok());
+  ASSERT_THAT(Pods(), ::testing::SizeIs(4));
+  fake_.SetStatus(workload_, WithCondition(fake_.Object(workload_), "Evicted", true, "Preempted",
+                                           "Preempted to accommodate a higher priority Workload",
+                                           "t1")["status"]);
+  ASSERT_TRUE(reconciler_->Reconcile(Job(), {}, &result).ok());
+  EXPECT_THAT(Pods(), IsEmpty());
+  ASSERT_TRUE(reconciler_->Reconcile(Job(), {}, &result).ok());
+  EXPECT_FALSE(fake_.Object(workload_)["status"].contains("admission")) << "the quota given back";
 }
 
 }  // namespace
