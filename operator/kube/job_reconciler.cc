@@ -494,26 +494,28 @@ Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::Train
                                          JobState* state, std::string* over_quota,
                                          std::string* pending) {
   const size_t replicas = controller::AllReplicas(spec).size();
-  if (state->owned_objects_for == replicas) return Status::Ok();
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::pair<std::string, json>> wanted = JobObjects(id, spec);
+  if (state->owned_objects_for == replicas) {
+    // Made; looked at again now and then, so that one deleted since (a
+    // Service, by hand) is made anew. Not the token Secret: the running
+    // pods hold its token, which a new one would not match.
+    if (now < state->owned_objects_checked + options_.owned_objects_recheck) return Status::Ok();
+    state->owned_objects_checked = now;
+    for (const auto& [path, object] : wanted) {
+      if (Status s = EnsureObject(id, path, object, over_quota); !s.ok()) return s;
+    }
+    return Status::Ok();
+  }
   Response secret;
   if (Status s = client_->Get(ObjectPath(kSecrets, id.namespace_, TokenSecretName(id)), &secret);
       !s.ok())
     return s;
   if (secret.ok() && !OwnedBy(secret.body, id)) return WaitForPredecessor("Secret", secret.body);
-  const std::string services = CollectionPath(kServices, id.namespace_);
-  std::vector<std::pair<std::string, json>> wanted = {{services, BuildHeadlessService(id)},
-                                                      {services, BuildSchedulerService(id)}};
   if (secret.code == 404) {
     wanted.push_back({CollectionPath(kSecrets, id.namespace_),
                       BuildTokenSecret(id, RandomToken(), spec.spec.tls, state->tls_issuer)});
   }
-  if (options_.network_policy.enabled) {
-    wanted.push_back({CollectionPath(kNetworkPolicies, id.namespace_),
-                      BuildNetworkPolicy(id, options_.network_policy.metrics_from)});
-  }
-  std::string group_path;
-  json group = BuildPodGroup(id, spec, &group_path);
-  if (!group.is_null()) wanted.push_back({group_path, group});
   for (const auto& [path, object] : wanted) {
     if (Status s = EnsureObject(id, path, object, over_quota); !s.ok()) return s;
   }
@@ -521,8 +523,26 @@ Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::Train
     if (Status s = CheckRecordedTls(id, spec, state); !s.ok()) return s;
   }
   if (Status s = EnsureTls(id, spec, state, over_quota, pending); !s.ok()) return s;
-  if (pending->empty()) state->owned_objects_for = replicas;
+  if (pending->empty()) {
+    state->owned_objects_for = replicas;
+    state->owned_objects_checked = now;
+  }
   return Status::Ok();
+}
+
+std::vector<std::pair<std::string, json>> JobReconciler::JobObjects(
+    const JobIdentity& id, const api::TrainingJob& spec) const {
+  const std::string services = CollectionPath(kServices, id.namespace_);
+  std::vector<std::pair<std::string, json>> objects = {{services, BuildHeadlessService(id)},
+                                                       {services, BuildSchedulerService(id)}};
+  if (options_.network_policy.enabled) {
+    objects.push_back({CollectionPath(kNetworkPolicies, id.namespace_),
+                       BuildNetworkPolicy(id, options_.network_policy.metrics_from)});
+  }
+  std::string group_path;
+  json group = BuildPodGroup(id, spec, &group_path);
+  if (!group.is_null()) objects.push_back({group_path, group});
+  return objects;
 }
 
 Status JobReconciler::EnsureObject(const JobIdentity& id, const std::string& path,

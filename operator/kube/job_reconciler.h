@@ -69,6 +69,7 @@ class JobReconciler {
     // Secrets, Services and certificates made, for this many replicas (an
     // elastic job's maxReplicas may grow: its new workers need certificates).
     size_t owned_objects_for = 0;
+    std::chrono::steady_clock::time_point owned_objects_checked;  // when last looked at
     size_t cert_manager_objects_made = 0;  // Issuers and Certificates POSTed, for as many
     int64_t certificates_waited_since_ms = -1;
     bool certificates_wait_reported = false;
@@ -224,12 +225,17 @@ class JobReconciler {
               const controller::LaunchBuilder& launch, const std::string& reason,
               const std::string& message, ReconcileResult* result);
 
-  // Makes the Secrets and Services exist. ResourceExhausted, with "Kind name"
+  // Makes the Secrets and Services exist (and the Services again, where
+  // deleted since, every owned_objects_recheck). ResourceExhausted, with "Kind name"
   // in *over_quota, when one is refused for exceeded quota; Ok with what the
   // job waits for in *pending while cert-manager has not issued every
   // certificate (no pod is made before: it would wait on its volume).
   Status EnsureOwnedObjects(const JobIdentity& id, const api::TrainingJob& spec, JobState* state,
                             std::string* over_quota, std::string* pending);
+  // The Services, NetworkPolicy and PodGroup of the job, with the paths
+  // they are made under.
+  std::vector<std::pair<std::string, nlohmann::json>> JobObjects(
+      const JobIdentity& id, const api::TrainingJob& spec) const;
 
   // Mutual TLS (job_reconciler_tls.cc). Sets spec.security.tls where the job
   // leaves it to the operator, and decides who issues a TLS job's

@@ -18,6 +18,7 @@
 #ifndef KUBEPS_OPERATOR_KUBE_POD_BUILDER_H_
 #define KUBEPS_OPERATOR_KUBE_POD_BUILDER_H_
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -101,6 +102,9 @@ struct JobObjectOptions {
   bool tls_by_default = false;
   // Who issues a TLS job's certificates (--tls-issuer).
   TlsIssuerChoice tls_issuer = TlsIssuerChoice::kAuto;
+  // How often a running job's Services, NetworkPolicy and PodGroup are
+  // looked at again, made anew where deleted since.
+  std::chrono::milliseconds owned_objects_recheck{60000};
 };
 
 // `text` as NetworkPolicyOptions::metrics_from: a JSON array of peers, each

@@ -499,6 +499,28 @@ TEST_F(JobReconcilerTest, ATtlDeletionFromAStaleCopyLeavesAJobMadeAgainUnderItsN
   EXPECT_EQ(fake_.Object(kJob)["metadata"]["uid"], again["metadata"]["uid"]);
 }
 
+// A Service deleted from under a running job (by hand, a cleanup script):
+// without it a restarted replica cannot reach the scheduler. It is made
+// again at the next look, at most owned_objects_recheck after the last.
+TEST_F(JobReconcilerTest, AServiceDeletedFromUnderARunningJobIsMadeAgain) {
+  JobObjectOptions options;
+  options.owned_objects_recheck = std::chrono::milliseconds(0);
+  reconciler_ = std::make_unique<JobReconciler>(&fake_, options, metrics_.get());
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  fake_.Remove(kServicesPath + "/mnist-scheduler");
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_FALSE(fake_.Object(kServicesPath + "/mnist-scheduler").is_null());
+}
+
+TEST_F(JobReconcilerTest, ARunningJobsServicesAreNotLookedAtOnEveryReconcile) {
+  CreateJob();
+  ASSERT_TRUE(Reconcile().ok());
+  fake_.ClearRequests();
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_TRUE(fake_.RequestsTo("GET", kServicesPath + "/mnist-scheduler").empty());
+}
+
 TEST_F(JobReconcilerTest, AServiceThatCannotBeCreatedYetFailsTheReconcileSoThatItIsRetried) {
   CreateJob();
   fake_.FailNext("POST", kServicesPath, 1, 503);
