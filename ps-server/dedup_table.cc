@@ -91,6 +91,12 @@ size_t DedupTable::TrackedRequests() const {
   return total;
 }
 
+bool DedupTable::Settled(const std::string& node_id, uint64_t seq) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = senders_.find(node_id);
+  return it != senders_.end() && (seq < it->second.floor || it->second.applied.count(seq) > 0);
+}
+
 void DedupTable::Save(v1::ShardCheckpoint* checkpoint) const {
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& [node_id, sender] : senders_) {

@@ -45,6 +45,8 @@ class DedupTable {
   void Abandon(const v1::RequestId& id);
 
   size_t TrackedRequests() const;  // for tests: proves the table stays bounded
+  // Whether request `seq` of `node_id`'s recorded life is settled (applied).
+  bool Settled(const std::string& node_id, uint64_t seq) const;
 
   // The scheduler's view: every registered node's current incarnation.
   // Merged in: a node the view leaves out keeps what was known of it.

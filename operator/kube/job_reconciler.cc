@@ -495,14 +495,13 @@ Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::Train
                                          std::string* pending) {
   const size_t replicas = controller::AllReplicas(spec).size();
   const auto now = std::chrono::steady_clock::now();
-  std::vector<std::pair<std::string, json>> wanted = JobObjects(id, spec);
   if (state->owned_objects_for == replicas) {
     // Made; looked at again now and then, so that one deleted since (a
     // Service, by hand) is made anew. Not the token Secret: the running
     // pods hold its token, which a new one would not match.
     if (now < state->owned_objects_checked + options_.owned_objects_recheck) return Status::Ok();
     state->owned_objects_checked = now;
-    for (const auto& [path, object] : wanted) {
+    for (const auto& [path, object] : JobObjects(id, spec)) {
       if (Status s = EnsureObject(id, path, object, over_quota); !s.ok()) return s;
     }
     return Status::Ok();
@@ -512,6 +511,7 @@ Status JobReconciler::EnsureOwnedObjects(const JobIdentity& id, const api::Train
       !s.ok())
     return s;
   if (secret.ok() && !OwnedBy(secret.body, id)) return WaitForPredecessor("Secret", secret.body);
+  std::vector<std::pair<std::string, json>> wanted = JobObjects(id, spec);
   if (secret.code == 404) {
     wanted.push_back({CollectionPath(kSecrets, id.namespace_),
                       BuildTokenSecret(id, RandomToken(), spec.spec.tls, state->tls_issuer)});
