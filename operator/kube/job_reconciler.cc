@@ -73,10 +73,9 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
       if (Clock::now() >= expires) {
         // This job only: the name may be another's by now (deleted and
         // applied again while the cache held this one).
-        const json options = {
-            {"apiVersion", "v1"}, {"kind", "DeleteOptions"}, {"preconditions", {{"uid", id.uid}}}};
         Response deleted;
-        if (Status s = client_->DeleteWithOptions(JobPath(id), options, &deleted); !s.ok())
+        if (Status s = client_->DeleteWithOptions(JobPath(id), DeleteOnlyUid(id.uid), &deleted);
+            !s.ok())
           return s;
         if (!deleted.ok() && deleted.code != 404 && deleted.code != 409) {
           return Status::Error("deleting " + id.name +
@@ -149,21 +148,20 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   if (spec.spec.run_policy.suspend) {
     // A queued job gives its quota back: its Workload is deactivated, as
     // Kueue stops a job, and active again when the job resumes.
-    Status held = Hold(job, status, spec, &cluster, launch, "JobSuspended",
+    Status held = Hold(job, status, spec, &cluster, launch, &state, "JobSuspended",
                        queue.empty() ? "the job is suspended (spec.runPolicy.suspend); its pods "
                                        "are deleted"
                                      : "the job is suspended (spec.runPolicy.suspend); its pods "
                                        "are deleted and its Kueue Workload deactivated, giving its "
                                        "quota back: resumed, it queues again",
                        result);
-    for (const auto& name : cluster.deleted()) state.created_pods.Deleted(name);
     if (held.ok() && !queue.empty() && known_pods.empty() && !DeactivateWorkload(job, id))
       result->requeue_after = kueue.recheck;  // without a watch on Workloads: look again
     return held;
   }
   if (!queue.empty() && !kueue.admitted) {
-    Status held = Hold(job, status, spec, &cluster, launch, kueue.reason, kueue.message, result);
-    for (const auto& name : cluster.deleted()) state.created_pods.Deleted(name);
+    Status held =
+        Hold(job, status, spec, &cluster, launch, &state, kueue.reason, kueue.message, result);
     // The quota goes back once no pod of the job is left, terminating ones
     // included (servers write a last checkpoint on SIGTERM), as Kueue's own
     // job integrations do: before, another job could be admitted onto
@@ -470,10 +468,13 @@ Status JobReconciler::WaitBeforePods(const json& job, const api::TrainingJobStat
 
 Status JobReconciler::Hold(const json& job, const api::TrainingJobStatus& status,
                            const api::TrainingJob& spec, KubeCluster* cluster,
-                           const controller::LaunchBuilder& launch, const std::string& reason,
-                           const std::string& message, ReconcileResult* result) {
+                           const controller::LaunchBuilder& launch, JobState* state,
+                           const std::string& reason, const std::string& message,
+                           ReconcileResult* result) {
   controller::JobController stop(spec, cluster, launch);
   stop.DeleteAll();
+  // Deleted, perhaps before the cache showed them: expected no more.
+  for (const auto& name : cluster->deleted()) state->created_pods.Deleted(name);
   api::TrainingJobStatus next = status;
   next.phase = api::JobPhase::kSuspended;
   next.message = message;

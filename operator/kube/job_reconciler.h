@@ -192,6 +192,10 @@ class JobReconciler {
   // Where a job names no class, Kueue's: the cluster's globalDefault
   // PriorityClass, the one the API server gives the pods too; none without.
   Status DefaultPriority(std::optional<WorkloadPriority>* priority);
+  // GETs `path`, what a priority is read from (`what`, for messages): its
+  // body; null where the operator may not read it (a namespaced Role),
+  // logged; Unavailable where it cannot be read now.
+  Status ReadForPriority(const std::string& path, const std::string& what, nlohmann::json* body);
   // Kueue's PodsReady condition of the job's Workload (`workload` as read,
   // then as written), from its pods: every replica the job runs with ready
   // or succeeded, while it is admitted. Written when it changes.
@@ -222,7 +226,7 @@ class JobReconciler {
   // job, and a queued one that Kueue has not admitted (or evicted).
   Status Hold(const nlohmann::json& job, const api::TrainingJobStatus& status,
               const api::TrainingJob& spec, KubeCluster* cluster,
-              const controller::LaunchBuilder& launch, const std::string& reason,
+              const controller::LaunchBuilder& launch, JobState* state, const std::string& reason,
               const std::string& message, ReconcileResult* result);
 
   // Makes the Secrets and Services exist (and the Services again, where

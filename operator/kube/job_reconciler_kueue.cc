@@ -259,36 +259,24 @@ Status JobReconciler::PriorityOf(const json& job, const api::TrainingJob& spec,
   } else {
     return DefaultPriority(priority);
   }
-  Response response;
-  Status s = client_->Get(path, &response);
-  if (s.ok() && response.code == 403) {
-    KLOG_INFO << kind << " " << named.class_name << " may not be read (" << response.Describe()
-              << "): the Workload goes without a priority";
-    return Status::Ok();
+  json read;
+  if (Status s = ReadForPriority(path, "the job's " + kind + " " + named.class_name, &read);
+      !s.ok() || read.is_null()) {
+    return s;
   }
-  if (!s.ok() || !response.ok()) {
-    return Status::Unavailable("the job's " + kind + " " + named.class_name + " cannot be read (" +
-                               (s.ok() ? response.Describe() : s.message()) + ")");
-  }
-  named.value = response.body.value("value", int32_t{0});
+  named.value = read.value("value", int32_t{0});
   *priority = named;
   return Status::Ok();
 }
 
 Status JobReconciler::DefaultPriority(std::optional<WorkloadPriority>* priority) {
-  Response response;
-  Status s = client_->Get("/apis/scheduling.k8s.io/v1/priorityclasses", &response);
-  if (s.ok() && response.code == 403) {
-    KLOG_INFO << "PriorityClasses may not be listed (" << response.Describe()
-              << "): a Workload of a job naming no class goes without the cluster's default";
-    return Status::Ok();
+  json classes;
+  if (Status s = ReadForPriority("/apis/scheduling.k8s.io/v1/priorityclasses",
+                                 "the cluster's PriorityClasses (for its default)", &classes);
+      !s.ok() || classes.is_null()) {
+    return s;
   }
-  if (!s.ok() || !response.ok()) {
-    return Status::Unavailable(
-        "the cluster's PriorityClasses, for its default, cannot be listed (" +
-        (s.ok() ? response.Describe() : s.message()) + ")");
-  }
-  for (const json& pc : response.body.value("items", json::array())) {
+  for (const json& pc : classes.value("items", json::array())) {
     if (!pc.value("globalDefault", false)) continue;
     const int32_t value = pc.value("value", int32_t{0});
     // Two defaults (a race between their writers): the lower, as Kueue picks.
@@ -296,6 +284,24 @@ Status JobReconciler::DefaultPriority(std::optional<WorkloadPriority>* priority)
       *priority = WorkloadPriority{pc["metadata"].value("name", ""), kPriorityClassSource, value};
     }
   }
+  return Status::Ok();
+}
+
+Status JobReconciler::ReadForPriority(const std::string& path, const std::string& what,
+                                      json* body) {
+  Response response;
+  Status s = client_->Get(path, &response);
+  if (s.ok() && response.code == 403) {
+    KLOG_INFO << what << " may not be read (" << response.Describe()
+              << "): the Workload goes without a priority from it";
+    *body = nullptr;
+    return Status::Ok();
+  }
+  if (!s.ok() || !response.ok()) {
+    return Status::Unavailable(what + " cannot be read (" +
+                               (s.ok() ? response.Describe() : s.message()) + ")");
+  }
+  *body = std::move(response.body);
   return Status::Ok();
 }
 
@@ -401,11 +407,8 @@ void JobReconciler::DeleteWorkload(const json& job, const JobIdentity& id, json 
   const json& meta = workload["metadata"];
   LiftInUseFinalizer(id, workload);
   // This Workload, not one made again under its name meanwhile.
-  const json options = {{"apiVersion", "v1"},
-                        {"kind", "DeleteOptions"},
-                        {"preconditions", {{"uid", meta.value("uid", "")}}}};
   Response deleted;
-  Status s = client_->DeleteWithOptions(path, options, &deleted);
+  Status s = client_->DeleteWithOptions(path, DeleteOnlyUid(meta.value("uid", "")), &deleted);
   if (s.ok() && (deleted.ok() || deleted.code == 404 || deleted.code == 409)) {
     state->workload_not_deleted.clear();
     if (deleted.ok())

@@ -61,10 +61,8 @@ std::vector<StrandedPods::Action> StrandedPods::Release(KubeClient* client, cons
     } else {
       continue;  // a Ready node's kubelet will finish it
     }
-    const json options = {{"apiVersion", "v1"},
-                          {"kind", "DeleteOptions"},
-                          {"gracePeriodSeconds", 0},
-                          {"preconditions", {{"uid", uid}}}};
+    json options = DeleteOnlyUid(uid);
+    options["gracePeriodSeconds"] = 0;
     Response deleted;
     if (Status s =
             client->DeleteWithOptions(ObjectPath(kPods, job.namespace_, name), options, &deleted);

@@ -102,6 +102,12 @@ class KubeClient {
   virtual bool credentials_refused() const { return false; }
 };
 
+// DeleteOptions for DeleteWithOptions that delete the object of `uid` only:
+// one made again under its name meanwhile is left alone (409).
+inline nlohmann::json DeleteOnlyUid(const std::string& uid) {
+  return {{"apiVersion", "v1"}, {"kind", "DeleteOptions"}, {"preconditions", {{"uid", uid}}}};
+}
+
 }  // namespace kubeps::kube
 
 #endif  // KUBEPS_OPERATOR_KUBECLIENT_KUBE_CLIENT_H_

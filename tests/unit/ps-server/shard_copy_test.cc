@@ -16,6 +16,7 @@
 #include <functional>
 #include <future>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -278,17 +279,31 @@ TEST(ShardCopyTest, AGradientOneTooManyForItsStepIsRefusedAndTheStepIsSummedWith
   EXPECT_EQ(shard->PartValue(0, 0), OneAfterTheOther(2, {0}, 1));
 }
 
-TEST(ShardCopyTest, ARollbackWaitsForAPushInTheMiddleOfItsCopyAndThenRefusesItsGeneration) {
-  char folder[] = "/tmp/kubeps-shard-copy-XXXXXX";
-  ASSERT_NE(::mkdtemp(folder), nullptr);
-  ShardOptions options = shard_testing::PlainShardOptions(true, 1);
-  options.checkpoint_dir = folder;
-  options.checkpoint_interval = 1;
-  auto shard = shard_testing::MakeShard(options);
-  Init(*shard, {0});
-  ASSERT_TRUE(Push(*shard, 0, 0, 0, {0}, Gradient(0, 0, 1)).ok());
-  const std::vector<float> at_step_1 = shard->PartValue(0, 0);
-  ASSERT_TRUE(Push(*shard, 0, 1, 1, {0}, Gradient(0, 1, 1)).ok());  // writes step 1's checkpoint
+// A sync shard of one worker with a checkpoint every step, at step 2, its
+// checkpoint of step 1 written; its folder removed at the end.
+class ShardCopyRollbackTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(::mkdtemp(folder_), nullptr);
+    ShardOptions options = shard_testing::PlainShardOptions(true, 1);
+    options.checkpoint_dir = folder_;
+    options.checkpoint_interval = 1;
+    shard_ = shard_testing::MakeShard(options);
+    Init(*shard_, {0});
+    ASSERT_TRUE(Push(*shard_, 0, 0, 0, {0}, Gradient(0, 0, 1)).ok());
+    at_step_1_ = shard_->PartValue(0, 0);
+    ASSERT_TRUE(Push(*shard_, 0, 1, 1, {0}, Gradient(0, 1, 1)).ok());  // step 1's checkpoint
+  }
+  void TearDown() override { std::filesystem::remove_all(folder_); }
+
+  char folder_[32] = "/tmp/kubeps-shard-copy-XXXXXX";
+  std::unique_ptr<Shard> shard_;
+  std::vector<float> at_step_1_;
+};
+
+TEST_F(ShardCopyRollbackTest,
+       ARollbackWaitsForAPushInTheMiddleOfItsCopyAndThenRefusesItsGeneration) {
+  Shard* shard = shard_.get();
   std::future<Status> rollback;
   bool waited = false;
   auto hook = [&](size_t piece) {
@@ -302,27 +317,18 @@ TEST(ShardCopyTest, ARollbackWaitsForAPushInTheMiddleOfItsCopyAndThenRefusesItsG
   ASSERT_TRUE(rolled_back.ok()) << rolled_back.message();
   EXPECT_TRUE(waited) << "the shard was rolled back under a push that was copying in";
   EXPECT_EQ(shard->PartVersion(0, 0), 1u);
-  EXPECT_EQ(shard->PartValue(0, 0), at_step_1);
+  EXPECT_EQ(shard->PartValue(0, 0), at_step_1_);
   EXPECT_EQ(Push(*shard, 0, 2, 1, {0}, Gradient(0, 1, 1)).error_code(), grpc::StatusCode::ABORTED)
       << "a push of the generation before the rollback";
   shard->DrainCheckpoints();  // step 2's, taken by the push the rollback waited for
-  std::filesystem::remove_all(folder);
 }
 
 // A push checked before a rollback, let in after it and refused for the
 // generation before, was not applied: it is not recorded as applied either
 // (before, it was, in the restored exactly-once table and in every
 // checkpoint after), so a resend of it can never be answered as applied.
-TEST(ShardCopyTest, APushRefusedForTheGenerationBeforeIsNotRecordedAsApplied) {
-  char folder[] = "/tmp/kubeps-shard-copy-XXXXXX";
-  ASSERT_NE(::mkdtemp(folder), nullptr);
-  ShardOptions options = shard_testing::PlainShardOptions(true, 1);
-  options.checkpoint_dir = folder;
-  options.checkpoint_interval = 1;
-  auto shard = shard_testing::MakeShard(options);
-  Init(*shard, {0});
-  ASSERT_TRUE(Push(*shard, 0, 0, 0, {0}, Gradient(0, 0, 1)).ok());
-  ASSERT_TRUE(Push(*shard, 0, 1, 1, {0}, Gradient(0, 1, 1)).ok());  // writes step 1's checkpoint
+TEST_F(ShardCopyRollbackTest, APushRefusedForTheGenerationBeforeIsNotRecordedAsApplied) {
+  Shard* shard = shard_.get();
   std::future<grpc::Status> late;
   std::future<Status> rollback;
   auto hook = [&](size_t piece) {
@@ -340,7 +346,6 @@ TEST(ShardCopyTest, APushRefusedForTheGenerationBeforeIsNotRecordedAsApplied) {
   EXPECT_EQ(late.get().error_code(), grpc::StatusCode::ABORTED);
   shard->DrainCheckpoints();
   EXPECT_FALSE(shard->dedup().Settled("worker-0", 3));
-  std::filesystem::remove_all(folder);
 }
 
 TEST(ShardCopyTest, WorkersPushingAtOnceEndOnTheBytesOfPushesOneAfterTheOther) {
