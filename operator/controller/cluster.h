@@ -58,6 +58,11 @@ struct ReplicaStatus {
   // When the current instance was created, on the clock the job logic's
   // now_ms reads (-1: unknown): podStartTimeoutSeconds counts from it.
   int64_t created_ms = -1;
+  // When Failed: its node ended it, not the replica itself (Kubernetes: a
+  // graceful node shutdown, the kubelet preempting it for a critical pod),
+  // as a drain's eviction would. It is made again without counting as a
+  // restart, under any restart policy.
+  bool disrupted = false;
 };
 
 // Splits a termination message "Reason: message" (Reason a CamelCase word)

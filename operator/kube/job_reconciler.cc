@@ -333,24 +333,25 @@ void JobReconciler::ReportEvictions(const json& job, const std::vector<json>& po
                                     JobState* state) {
   for (const auto& pod : pods) {
     const json& meta = pod["metadata"];
-    if (!meta.contains("deletionTimestamp")) continue;
+    const bool deleting = meta.contains("deletionTimestamp");
+    const bool failed = pod.value("status", json::object()).value("phase", "") == "Failed";
+    const json* disruption = DisruptionOf(pod);
     controller::ReplicaName name{controller::ReplicaRole::kWorker, 0};
-    if (!KubeCluster::ReplicaOf(pod, &name)) continue;
-    for (const auto& condition :
-         pod.value("status", json::object()).value("conditions", json::array())) {
-      if (condition.value("type", "") != "DisruptionTarget" ||
-          condition.value("status", "") != "True") {
-        continue;
-      }
-      if (!state->evictions_reported.insert(meta.value("uid", "")).second) break;
-      const std::string message = "pod " + meta.value("name", "") + " (" + name.ToString() +
-                                  ") is being evicted (" + condition.value("reason", "") + ": " +
-                                  condition.value("message", "") +
-                                  "); it is re-created once it is gone";
-      KLOG_INFO << IdentityOf(job).namespace_ << "/" << IdentityOf(job).name << ": " << message;
-      RecordEvent(job, "Warning", "PodEvicted", message);
-      break;
+    if (!disruption || !(deleting || failed) || !KubeCluster::ReplicaOf(pod, &name)) continue;
+    if (!state->evictions_reported.insert(meta.value("uid", "")).second) continue;
+    std::string what = "is being evicted", outcome = "it is re-created once it is gone";
+    if (!deleting && IsNodePressureEviction(pod)) {
+      what = "was evicted by its node";
+      outcome = "this counts as a failure under the job's restartPolicy";
+    } else if (!deleting) {
+      what = "was ended by its node";
+      outcome = "it is made again, not counted as a restart";
     }
+    const std::string message = "pod " + meta.value("name", "") + " (" + name.ToString() + ") " +
+                                what + " (" + disruption->value("reason", "") + ": " +
+                                disruption->value("message", "") + "); " + outcome;
+    KLOG_INFO << IdentityOf(job).namespace_ << "/" << IdentityOf(job).name << ": " << message;
+    RecordEvent(job, "Warning", "PodEvicted", message);
   }
 }
 

@@ -106,9 +106,11 @@ class JobReconciler {
     std::string placement_conflict;
     std::map<controller::ReplicaName, int64_t> surplus_since_ms;
   };
-  // A pod being deleted with the condition DisruptionTarget (an eviction:
-  // a drain, the taint manager, preemption) is said once in an Event: the
-  // replica's pod goes without failing, and is re-created once gone.
+  // A pod with the condition DisruptionTarget is said once in an Event:
+  // one being deleted (an eviction: a drain, the taint manager, preemption)
+  // goes without failing and is re-created once gone; one the kubelet ended
+  // (Failed, not deleted) is made again without counting as a restart,
+  // unless it was evicted for node pressure (kube_cluster.h).
   void ReportEvictions(const nlohmann::json& job, const std::vector<nlohmann::json>& pods,
                        JobState* state);
   // The training progress into `status` (job_progress.h): from worker 0's

@@ -72,7 +72,37 @@ void ReadStartProblem(const json& pod_status, controller::ReplicaStatus* status)
   }
 }
 
+// A Failed pod the kubelet ended: for node pressure it failed, in the
+// kubelet's words where the pod has none of its own; for anything else (a
+// graceful node shutdown, a critical pod's preemption) it was disrupted.
+void ReadKubeletTermination(const json& pod, controller::ReplicaStatus* status) {
+  if (!DisruptionOf(pod)) return;
+  if (!IsNodePressureEviction(pod)) {
+    status->disrupted = true;
+    return;
+  }
+  if (status->reason.empty() && status->message.empty()) {
+    status->reason = "Evicted";
+    status->message = pod["status"].value("message", "");
+  }
+}
+
 }  // namespace
+
+const json* DisruptionOf(const json& pod) {
+  const auto status = pod.find("status");
+  if (status == pod.end() || !status->contains("conditions")) return nullptr;
+  for (const auto& condition : (*status)["conditions"]) {
+    if (condition.value("type", "") == "DisruptionTarget" &&
+        condition.value("status", "") == "True")
+      return &condition;
+  }
+  return nullptr;
+}
+
+bool IsNodePressureEviction(const json& pod) {
+  return pod.value("status", json::object()).value("reason", "") == "Evicted";
+}
 
 bool ExceededQuota(const Response& response) {
   if (response.code != 403 || !response.body.is_object()) return false;
@@ -157,6 +187,7 @@ controller::ReplicaStatus KubeCluster::StatusOf(const json& pod) {
     read_message(terminated_of(container));
   }
   if (status.phase == ReplicaPhase::kPending) ReadStartProblem(pod_status, &status);
+  if (status.phase == ReplicaPhase::kFailed) ReadKubeletTermination(pod, &status);
   // A pod the node lost or evicted has no exit code: treat it as killed.
   if (status.phase == ReplicaPhase::kFailed && status.exit_code == 0) status.exit_code = 137;
   return status;
@@ -197,7 +228,7 @@ Status KubeCluster::Create(const controller::ReplicaLaunch& launch) {
     }
     // A worker scaled away and wanted again joins anew: not a restart.
     const bool rejoins = old.phase == ReplicaPhase::kSucceeded && old.reason == kReasonScaledAway;
-    restarts = std::max(restarts, old.restarts + (rejoins ? 0 : 1));
+    restarts = std::max(restarts, old.restarts + (rejoins || old.disrupted ? 0 : 1));
     generation = std::max(restarts, Generation(existing->second) + 1);
   }
   json pod = BuildPod(job_, spec_, launch, restarts, images_, generation);

@@ -28,6 +28,15 @@ namespace kubeps::kube {
 // amount of quota helps ("failed quota: NAME: must specify ...").
 bool ExceededQuota(const Response& response);
 
+// The pod's condition DisruptionTarget when it is True (an eviction, the
+// taint manager, a preemption, the kubelet ending it), else null.
+const nlohmann::json* DisruptionOf(const nlohmann::json& pod);
+
+// Whether the kubelet evicted the pod for node pressure (its reason
+// "Evicted"): it picks the pods using most over their requests, so the pod
+// is often the pressure's own cause, and the eviction counts as a failure.
+bool IsNodePressureEviction(const nlohmann::json& pod);
+
 class KubeCluster : public controller::Cluster {
  public:
   // `known_restarts`: each replica's restarts as the job's status recorded

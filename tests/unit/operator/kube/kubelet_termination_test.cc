@@ -1,0 +1,88 @@
+// Pods the kubelet itself ends, with no deletion: they stay Failed with the
+// condition DisruptionTarget (reason TerminationByKubelet). A graceful node
+// shutdown (pod reason "Terminated") or the kubelet preempting a pod for a
+// critical one is the node's doing, like a drain's eviction: the replica is
+// made again without counting as a restart, under any restartPolicy. A
+// node-pressure eviction (pod reason "Evicted") picks the pods using most
+// over their requests, so the pod is often its own cause: it counts as a
+// failure, bounded by backoffLimit, and the kubelet's words say why.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/unit/operator/kube/job_reconciler_fixture.h"
+
+namespace kubeps::kube::reconciler_test {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+
+class KubeletTerminationTest : public JobReconcilerTest {
+ protected:
+  // A running job (restartPolicy Never) whose worker-1 the kubelet ended:
+  // `pod_reason` and `message` as the kubelet writes them.
+  void KubeletEndsWorker1(const std::string& pod_reason, const std::string& message) {
+    json manifest = JobManifest();
+    manifest["spec"]["runPolicy"] = {{"restartPolicy", "Never"}};
+    CreateJob(manifest);
+    ASSERT_TRUE(Reconcile().ok());
+    SetAllPods("Running");
+    ASSERT_TRUE(Reconcile().ok());
+    json status = {{"phase", "Failed"},
+                   {"reason", pod_reason},
+                   {"message", message},
+                   {"conditions",
+                    {{{"type", "DisruptionTarget"},
+                      {"status", "True"},
+                      {"reason", "TerminationByKubelet"},
+                      {"message", message}}}},
+                   {"containerStatuses",
+                    {{{"name", "worker"},
+                      {"state", {{"terminated", {{"exitCode", 143}, {"reason", "Error"}}}}}}}}};
+    ASSERT_FALSE(fake_.SetStatus(kPodsPath + "/mnist-worker-1", status).is_null());
+    ASSERT_TRUE(Reconcile().ok());
+  }
+  std::string EventMessage(const std::string& reason) {
+    for (const auto& event : fake_.List(kEventsPath)) {
+      if (event["reason"] == reason) return event["message"];
+    }
+    return "";
+  }
+};
+
+TEST_F(KubeletTerminationTest, AWorkerEndedByANodeShutdownIsMadeAgainWithoutCountingARestart) {
+  ASSERT_NO_FATAL_FAILURE(KubeletEndsWorker1(
+      "Terminated", "Pod was terminated in response to imminent node shutdown."));
+  json status = StatusOfJob();
+  EXPECT_NE(status["phase"], "Failed") << status.dump();
+  EXPECT_TRUE(fake_.Object(kPodsPath + "/mnist-worker-1").is_null()) << "the ended pod stays";
+  json replacement = fake_.Object(kPodsPath + "/mnist-worker-1-r1");
+  ASSERT_FALSE(replacement.is_null()) << "worker-1 was not made again";
+  EXPECT_EQ(replacement["metadata"]["annotations"][kRestartsAnnotation], "0")
+      << "a disruption is not a restart of the replica";
+  EXPECT_EQ(status["replicaStatuses"]["worker"]["restarts"], 0) << status.dump();
+  EXPECT_THAT(EventMessage("PodEvicted"),
+              HasSubstr("pod mnist-worker-1 (worker-1) was ended by its node "
+                        "(TerminationByKubelet: Pod was terminated in response to imminent "
+                        "node shutdown.)"));
+
+  // The replacement runs, and the job with it, as after a drain.
+  SetPod("mnist-worker-1-r1", "Running");
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(StatusOfJob()["phase"], "Running") << StatusOfJob().dump();
+}
+
+TEST_F(KubeletTerminationTest, ANodePressureEvictionIsAFailureThatSaysWhy) {
+  const std::string pressure =
+      "The node was low on resource: memory. Threshold quantity: 100Mi, available: 80Mi. "
+      "Container worker was using 6Gi, request is 1Gi, has larger consumption of memory.";
+  ASSERT_NO_FATAL_FAILURE(KubeletEndsWorker1("Evicted", pressure));
+  json status = StatusOfJob();
+  EXPECT_EQ(status["phase"], "Failed") << "restartPolicy Never: " << status.dump();
+  EXPECT_THAT(status["message"].get<std::string>(), HasSubstr("(Evicted: " + pressure + ")"));
+  EXPECT_TRUE(fake_.Object(kPodsPath + "/mnist-worker-1-r1").is_null());
+  EXPECT_THAT(EventMessage("PodEvicted"), HasSubstr("counts as a failure"));
+}
+
+}  // namespace
+}  // namespace kubeps::kube::reconciler_test
