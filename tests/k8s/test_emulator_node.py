@@ -2,7 +2,9 @@
 them: a volume that cannot be mounted (FailedMount Events, the pod Pending
 in ContainerCreating), a claim that does not exist (unschedulable), the
 Eviction subresource with PodDisruptionBudgets, `kubectl drain` (cordon,
-evict, wait), and a node that goes NotReady (its pods stay Terminating);
+evict, wait), a node rebooted with the kubelet's graceful node shutdown (its
+pods end Failed, not deleted), and a node that goes NotReady (its pods stay
+Terminating);
 downwardAPI volumes that follow the pod's labels and annotations; and the
 host's mount points, which the pods of every stand-in cluster on the
 machine share.
@@ -243,6 +245,35 @@ class EmulatorEvictionTest(OneClusterTestCase):
         c.kubectl("uncordon", "kubeps-node")
         c.wait_for(lambda: c.pod("after-cordon")["status"]["phase"] == "Running", timeout=30,
                    what="Running after the uncordon")
+
+    def test_a_node_reboot_ends_its_pods_failed_with_disruption_target_not_deleted(self):
+        c = self.c
+        self.running("rebooted", {"app": "reboot-me"})
+        c.reboot_node()
+        node = c.wait_for(lambda: [n for n in [c.client.get("/api/v1/nodes/kubeps-node")]
+                                   if n["spec"].get("taints")], what="the not-ready taint")[0]
+        self.assertEqual([(t["key"], t["effect"]) for t in node["spec"]["taints"]],
+                         [("node.kubernetes.io/not-ready", "NoSchedule")])
+        ready = [x for x in node["status"]["conditions"] if x["type"] == "Ready"][0]
+        self.assertEqual((ready["status"], ready["message"]), ("False", "node is shutting down"))
+        ended = c.wait_for(lambda: [p for p in [c.pod("rebooted")]
+                                    if p["status"]["phase"] == "Failed"], what="Failed")[0]
+        message = "Pod was terminated in response to imminent node shutdown."
+        self.assertEqual((ended["status"]["reason"], ended["status"]["message"]),
+                         ("Terminated", message))
+        disruption = [x for x in ended["status"]["conditions"] if x["type"] == "DisruptionTarget"]
+        self.assertEqual([(x["status"], x["reason"], x["message"]) for x in disruption],
+                         [("True", "TerminationByKubelet", message)])
+        self.assertEqual(ended["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+                         0, "it exited on SIGTERM; the pod failed all the same")
+        self.assertNotIn("deletionTimestamp", ended["metadata"])
+        c.wait_for(lambda: not c.client.get("/api/v1/nodes/kubeps-node")["spec"].get("taints"),
+                   timeout=30, what="the node back")
+        time.sleep(1)
+        self.assertEqual(c.pod("rebooted")["status"]["phase"], "Failed", "started again")
+        self.apply(pod("after-reboot"))
+        c.wait_for(lambda: c.pod("after-reboot")["status"]["phase"] == "Running", timeout=30,
+                   what="a new pod running on the booted node")
 
 
 class EmulatorNodeNotReadyTest(unittest.TestCase):

@@ -5,8 +5,15 @@ says so in an Event (PodEvicted) and re-creates the replica, which waits,
 unschedulable, while the only node is cordoned, and starts from the
 server's checkpoint once it is uncordoned; the job succeeds.
 
+And the node's machine rebooted mid-job, with the kubelet's graceful node
+shutdown: every pod ends Failed with DisruptionTarget (TerminationByKubelet)
+and is not deleted. Under restartPolicy Never the job goes on: each replica
+is made again without counting as a restart, and resumes from the
+checkpoints.
+
     KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_node_drain   (from tests/k8s)
 """
+import glob
 import os
 import sys
 import unittest
@@ -64,6 +71,37 @@ class NodeDrainTest(SharedClusterTestCase):
         self.assertEqual(st["replicaStatuses"]["worker"]["succeeded"], 2, st)
         self.assertIn("rolled back to the checkpoint of step",
                       self.c.kubectl("logs", new["metadata"]["name"]).stdout)
+        self.delete_job(name)
+
+    def test_a_node_reboot_ends_every_pod_and_the_job_resumes_under_restart_policy_never(self):
+        name = "rebooted"
+        job = training_job(name, epochs=20, max_steps=MAX_STEPS, restart_policy="Never")
+        folder = checkpoints_on_host(self, job)
+        apply(self.c, job)
+        self.wait_phase(name, "Running", timeout=90)
+        old = self.live_pod(name, "worker")
+        # Both shards past a checkpoint, which the job resumes from.
+        self.c.wait_for(lambda: all(any(f != "step-%020d.ckpt" % 0 for f in glob.glob1(
+            os.path.join(folder, shard), "step-*.ckpt")) for shard in ("server-0", "server-1")),
+            timeout=60, what="a checkpoint of each shard")
+        self.c.reboot_node()
+        try:
+            ended = self.c.wait_for(lambda: [e for e in events_of(self.c, name)
+                                             if e["reason"] == "PodEvicted" and
+                                             old["metadata"]["name"] in e["message"]],
+                                    timeout=30, what="a PodEvicted event for worker-0")[0]
+        except AssertionError as e:
+            self.fail("%s\n%s" % (e, self.diag(name)))
+        self.assertIn("pod %s (worker-0) was ended by its node (TerminationByKubelet: Pod was "
+                      "terminated in response to imminent node shutdown.); it is made again, "
+                      "not counted as a restart" % old["metadata"]["name"], ended["message"])
+        job = self.wait_phase(name, "Succeeded", timeout=240)
+        st = job["status"]
+        self.assertEqual(st["replicaStatuses"]["worker"]["succeeded"], 2, st)
+        for role in ("scheduler", "ps", "worker"):
+            self.assertEqual(st["replicaStatuses"][role].get("restarts", 0), 0, st)
+        logs = self.c.kubectl("logs", name + "-worker-0-r1").stdout
+        self.assertRegex(logs, r"resuming from step [1-9]")
         self.delete_job(name)
 
 

@@ -305,6 +305,13 @@ class Cluster:
         """The node is back: its kubelet reports again and lists its pods."""
         return self.hook("node-ready", node=node)
 
+    def reboot_node(self):
+        """The node's machine reboots, with the kubelet's graceful node
+        shutdown: its pods end Failed with the condition DisruptionTarget
+        (TerminationByKubelet), not deleted, and the node is back a moment
+        later (emulator.kubelet's Kubelet.reboot)."""
+        self.kubelet.send_signal(signal.SIGUSR1)
+
     def hook(self, name, **query):
         path = "/_emulator/" + name
         if query:

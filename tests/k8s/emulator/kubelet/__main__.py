@@ -6,11 +6,14 @@
 It registers the node, prints one line `READY` on stdout and runs until
 SIGTERM or SIGINT (or, with --exit-with-parent, until the process that
 started it ends), then stops every container it started and cleans up.
+SIGUSR1 reboots the node's machine, with a graceful node shutdown
+(Kubelet.reboot).
 """
 import argparse
 import atexit
 import os
 import signal
+import threading
 
 from ..lifetime import exit_with_parent
 from . import __doc__ as package_doc
@@ -43,6 +46,9 @@ def main(argv=None):
     p.add_argument("--volume-sync", type=float, default=3.0,
                    help="seconds between two updates of a running pod's Secret and ConfigMap "
                         "files (the kubelet's sync period plus its cache's TTL: a minute or more)")
+    p.add_argument("--shutdown-grace-period", type=float, default=10.0,
+                   help="seconds a pod gets to stop when the node shuts down (SIGUSR1: the "
+                        "machine reboots)")
     p.add_argument("--stream-logs", action="store_true",
                    help="copy every container's output to stderr, prefixed")
     p.add_argument("--exit-with-parent", action="store_true",
@@ -56,6 +62,10 @@ def main(argv=None):
         kubelet.shutdown()
         os._exit(0)
 
+    def reboot(signum, frame):
+        threading.Thread(target=kubelet.reboot, daemon=True).start()
+
+    signal.signal(signal.SIGUSR1, reboot)
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     atexit.register(kubelet.shutdown)

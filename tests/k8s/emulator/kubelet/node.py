@@ -26,6 +26,9 @@ from .policy_enforcer import PolicyEnforcer
 from .runtime import unshare_works
 from .scheduling import Scheduler
 
+NOT_READY = "node.kubernetes.io/not-ready"
+SHUTDOWN_MESSAGE = "Pod was terminated in response to imminent node shutdown."
+
 
 class Kubelet(Informers, Scheduler, Networking, ClusterDns, EventRecorder, PolicyEnforcer):
     """One emulated node (--node-name) of the cluster."""
@@ -157,6 +160,46 @@ class Kubelet(Informers, Scheduler, Networking, ClusterDns, EventRecorder, Polic
                          "bootID": "", "kubeProxyVersion": "", "containerRuntime": "emulated"},
         }
         self.client.patch("/api/v1/nodes/%s/status" % self.node_name, {"status": status})
+
+    def set_ready(self, ready, message):
+        """The node's Ready condition, and the node lifecycle controller's
+        not-ready NoSchedule taint while it is not ready."""
+        path = "/api/v1/nodes/%s" % self.node_name
+        node = self.client.get(path)
+        t = now_iso()
+        conditions = [c for c in node.get("status", {}).get("conditions") or []
+                      if c.get("type") != "Ready"]
+        conditions.append({"type": "Ready", "status": "True" if ready else "False",
+                           "reason": "KubeletReady" if ready else "KubeletNotReady",
+                           "message": message, "lastHeartbeatTime": t, "lastTransitionTime": t})
+        self.client.patch(path + "/status", {"status": {"conditions": conditions}})
+        taints = [x for x in node.get("spec", {}).get("taints") or [] if x.get("key") != NOT_READY]
+        if not ready:
+            taints.append({"key": NOT_READY, "effect": "NoSchedule", "timeAdded": t})
+        self.client.patch(path, {"spec": {"taints": taints}})
+
+    def reboot(self):
+        """The machine shuts down and boots again (SIGUSR1), with the
+        kubelet's graceful node shutdown on: the node turns NotReady and
+        takes no pod; every pod is stopped within min(its grace period,
+        --shutdown-grace-period) and ends Failed, reason Terminated, with the
+        condition DisruptionTarget (TerminationByKubelet); then the node is
+        Ready again. The ended pods stay Failed: no kubelet starts a pod of
+        restartPolicy Never again after a boot."""
+        log("node %s shutting down" % self.node_name)
+        self.set_ready(False, "node is shutting down")
+        grace = self.args.shutdown_grace_period
+        with self.lock:
+            workers = list(self.workers.values())
+        for w in workers:
+            w.shut_down_for_node(grace, SHUTDOWN_MESSAGE)
+        deadline = time.time() + grace + 10
+        while time.time() < deadline and any(
+                not w.gone and w.phase not in ("Succeeded", "Failed") for w in workers):
+            time.sleep(0.1)
+        time.sleep(1)   # the machine is down
+        self.set_ready(True, "kubelet is posting ready status")
+        log("node %s booted" % self.node_name)
 
     # -- main
 

@@ -91,6 +91,9 @@ class PodWorker(ContainerEnvironment, ImagePuller, PodVolumes, ProcessRunner, Pr
         self.containers_done = False   # every container ended: sidecars stop
         self.last_status = None
         self.hostname = (spec.get("hostname") or self.name)[:63]
+        # (grace, message) once the node shuts down (node.py): the pod is
+        # stopped and ends Failed, its containers are not restarted.
+        self.node_shutdown = None
 
     # -- status
 
@@ -115,12 +118,14 @@ class PodWorker(ContainerEnvironment, ImagePuller, PodVolumes, ProcessRunner, Pr
                            None if all_ready else "ContainersNotReady")
         self.set_condition("Ready", all_ready, None if all_ready else "ContainersNotReady")
         own = ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+        # DisruptionTarget, when this kubelet ended the pod itself
+        mine = [c for t, c in self.conditions.items() if t not in own]
         # Conditions others set (DisruptionTarget of an eviction) are kept.
         others = [c for c in (self.pod.get("status") or {}).get("conditions") or []
-                  if c.get("type") not in own]
+                  if c.get("type") not in own and c.get("type") not in self.conditions]
         status = {
             "phase": self.phase,
-            "conditions": [self.conditions[t] for t in own] + others,
+            "conditions": [self.conditions[t] for t in own] + mine + others,
             "hostIP": "127.0.0.1", "hostIPs": [{"ip": "127.0.0.1"}],
             "podIP": self.ip, "podIPs": [{"ip": self.ip}],
             "startTime": self.start_time,
@@ -184,7 +189,7 @@ class PodWorker(ContainerEnvironment, ImagePuller, PodVolumes, ProcessRunner, Pr
             restart = code != 0 and policy != "Never"
         else:
             restart = policy == "Always" or (policy == "OnFailure" and code != 0)
-        if self.deleting:
+        if self.deleting or self.node_shutdown:
             restart = False
         if restart:
             c.backoff = min(self.kubelet.max_backoff, c.backoff * 2 if c.backoff else
@@ -198,11 +203,30 @@ class PodWorker(ContainerEnvironment, ImagePuller, PodVolumes, ProcessRunner, Pr
             c.done = True
 
     def restart_due(self, c):
-        if c.done or "running" in c.state or self.deleting:
+        if c.done or "running" in c.state or self.deleting or self.node_shutdown:
             return False
         return time.time() >= c.backoff_until
 
     # -- the loop
+
+    def shut_down_for_node(self, grace, message):
+        """The node shuts down (node.py): the loop stops the pod within
+        `grace` seconds."""
+        with self.lock:
+            self.node_shutdown = (grace, message)
+        self.wake.set()
+
+    def end_for_node_shutdown(self):
+        """Stops the pod as the kubelet's graceful node shutdown does: it
+        ends Failed, reason Terminated, with the condition DisruptionTarget
+        (TerminationByKubelet), whatever its containers' exit codes."""
+        grace, message = self.node_shutdown
+        self.stop_all(min(grace, self.pod["spec"].get("terminationGracePeriodSeconds", 30)))
+        self.phase, self.reason, self.message = "Failed", "Terminated", message
+        self.conditions["DisruptionTarget"] = {
+            "type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
+            "message": message, "lastProbeTime": None, "lastTransitionTime": now_iso()}
+        self.push_status()
 
     def update_pod(self, pod):
         with self.lock:
@@ -244,6 +268,8 @@ class PodWorker(ContainerEnvironment, ImagePuller, PodVolumes, ProcessRunner, Pr
                     pass
                 self.gone = True
                 break
+            if self.node_shutdown and self.phase not in ("Succeeded", "Failed"):
+                self.end_for_node_shutdown()
             if deadline and time.time() - started > deadline and \
                     self.phase not in ("Succeeded", "Failed"):
                 self.stop_all(0)
