@@ -9,7 +9,6 @@
 #include "operator/kube/job_progress.h"
 #include "operator/kube/kube_cluster.h"
 #include "operator/kube/kueue_workload.h"
-#include "operator/kube/progress_probe.h"
 #include "operator/kubeclient/api_path.h"
 #include "operator/kubeclient/time_format.h"
 
@@ -370,11 +369,10 @@ void JobReconciler::ReadProgress(const JobIdentity& id, const std::vector<json>&
 void JobReconciler::ProbeWorker(const std::vector<json>& pods, JobState* state,
                                 api::TrainingJobStatus* status) {
   // At most every 5 s: each new step written is a change to the job, which
-  // brings the job back here; probing every time would loop.
-  if (state->last_steps >= 0 &&
-      std::chrono::steady_clock::now() - state->last_probe < std::chrono::seconds(5)) {
-    return;
-  }
+  // brings the job back here; probing every time would loop. A probe that
+  // got no answer waits as long: it cost this reconcile up to 300 ms.
+  const auto started = std::chrono::steady_clock::now();
+  if (started - state->last_probe_tried < std::chrono::seconds(5)) return;
   for (const auto& pod : pods) {
     controller::ReplicaName name{controller::ReplicaRole::kScheduler, 0};
     if (!KubeCluster::ReplicaOf(pod, &name) || name.role != controller::ReplicaRole::kWorker ||
@@ -383,7 +381,8 @@ void JobReconciler::ProbeWorker(const std::vector<json>& pods, JobState* state,
     }
     const std::string ip = pod.value("status", json::object()).value("podIP", "");
     if (ip.empty()) return;
-    std::optional<WorkerProgress> probe = ProbeProgress(ip, kMetricsPort);
+    state->last_probe_tried = started;
+    std::optional<WorkerProgress> probe = probe_(ip, kMetricsPort);
     if (!probe) return;
     const auto now = std::chrono::steady_clock::now();
     const double seconds = std::chrono::duration<double>(now - state->last_probe).count();

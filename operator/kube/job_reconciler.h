@@ -36,6 +36,7 @@
 #include "operator/kube/mount_failures.h"
 #include "operator/kube/pod_builder.h"
 #include "operator/kube/pod_expectations.h"
+#include "operator/kube/progress_probe.h"
 #include "operator/kube/stranded_pods.h"
 #include "operator/kubeclient/kube_client.h"
 
@@ -53,6 +54,12 @@ class JobReconciler {
   // the pods labelled with its name in its namespace.
   Status Reconcile(const nlohmann::json& job, const std::vector<nlohmann::json>& pods,
                    ReconcileResult* result);
+
+  // How worker 0's progress is read (progress_probe.h's ProbeProgress
+  // unless a test says otherwise).
+  using ProgressProbe =
+      std::function<std::optional<WorkerProgress>(const std::string& host, int port)>;
+  void ProbeProgressWith(ProgressProbe probe) { probe_ = std::move(probe); }
 
   // The job is gone: forget its in-memory state.
   void Forget(const std::string& uid);
@@ -81,11 +88,12 @@ class JobReconciler {
     int restarts_reported = 0;
     // "pod/reason" of every pod that could not start, said once in an Event.
     std::set<std::string> start_problems_reported;
-    std::set<std::string> quota_refusals_reported;   // pod names, "Service NAME"
-    std::set<std::string> evictions_reported;        // pod uids
-    double last_steps = -1;                          // worker 0's step counter at the last probe
-    std::optional<api::TrainingJobStatus> terminal;  // decided, not yet written
-    std::chrono::steady_clock::time_point last_probe;
+    std::set<std::string> quota_refusals_reported;     // pod names, "Service NAME"
+    std::set<std::string> evictions_reported;          // pod uids
+    double last_steps = -1;                            // worker 0's step counter at the last probe
+    std::optional<api::TrainingJobStatus> terminal;    // decided, not yet written
+    std::chrono::steady_clock::time_point last_probe;  // answered
+    std::chrono::steady_clock::time_point last_probe_tried;  // answered or not
     PodExpectations created_pods;  // made here, maybe not in the cache yet
     MountFailures mount_failures;  // pods waiting on a volume the kubelet cannot mount
     StrandedPods stranded_pods;    // pods left Terminating on a lost node
@@ -321,6 +329,7 @@ class JobReconciler {
   std::set<std::string> finished_;
   std::set<std::string> workloads_finished_;  // uids of jobs whose Workload is marked Finished
   std::function<bool()> workloads_watched_;
+  ProgressProbe probe_ = ProbeProgress;
 };
 
 }  // namespace kubeps::kube
