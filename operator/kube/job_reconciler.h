@@ -104,6 +104,7 @@ class JobReconciler {
     std::string workload_not_deleted;   // the WorkloadNotDeleted Event last recorded
     std::string scale_reported;         // the ScaleOutOfBounds or ScaleRefused Event last recorded
     std::string partial_admission_reported;  // the PartiallyAdmitted Event last recorded
+    std::string queue_change_reported;       // the queue of the last QueueChangeIgnored Event
     // Where the job's admission puts its pods, worked out once for each
     // admission (`placed_admission`: the Workload's uid, its admission and
     // its checks' updates), as Kueue reads the flavors once, when it starts
@@ -181,6 +182,13 @@ class JobReconciler {
   };
   Status GateOnKueue(const nlohmann::json& job, const JobIdentity& id, const std::string& queue,
                      api::TrainingJob* spec, JobState* state, KueueGate* gate);
+  // A job moved to another queue (its queue-name label: no generation
+  // changes) while its Workload holds no quota moves the Workload there, as
+  // Kueue's integrations do for a suspended job; one holding quota stays,
+  // said once in a QueueChangeIgnored Event. `workload` is updated.
+  Status FollowQueueChange(const nlohmann::json& job, const JobIdentity& id,
+                           const std::string& queue, bool quota_reserved, JobState* state,
+                           nlohmann::json* workload);
   // Where an admission puts each pod set (kueue_workload.h): its flavors'
   // node labels and tolerations, Kueue's marks, then its admission checks'
   // updates. A flavor the operator may not read (a namespaced Role) adds

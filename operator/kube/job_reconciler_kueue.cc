@@ -116,6 +116,8 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
       return Status::Ok();
     }
   }
+  if (Status s = FollowQueueChange(job, id, queue, quota_reserved, state, &got.body); !s.ok())
+    return s;
   // Deactivated by this operator while the job was suspended, and the job
   // resumed. One Kueue deactivated (its requeuing limit, an execution time
   // limit, a rejected admission check) or an admin did stays off.
@@ -183,6 +185,42 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
                      "the operator: its Workload is marked Finished (FailedToStart), giving its "
                      "quota back";
   }
+  return Status::Ok();
+}
+
+Status JobReconciler::FollowQueueChange(const json& job, const JobIdentity& id,
+                                        const std::string& queue, bool quota_reserved,
+                                        JobState* state, json* workload) {
+  const std::string was = (*workload)["spec"].value("queueName", "");
+  if (was == queue) return Status::Ok();
+  const std::string name = WorkloadName(id);
+  if (quota_reserved) {
+    if (state->queue_change_reported == queue) return Status::Ok();
+    state->queue_change_reported = queue;
+    RecordEvent(job, "Warning", "QueueChangeIgnored",
+                "the job is labelled " + std::string(kQueueNameLabel) + "=" + queue +
+                    ", but Kueue admitted its Workload " + name + " in queue " + was +
+                    ": it stays there while it holds that quota (suspend the job to move it)");
+    return Status::Ok();
+  }
+  // The resourceVersion makes the write fail, not land, where Kueue
+  // reserved quota for the Workload in its old queue meanwhile.
+  const json patch = {{"metadata",
+                       {{"resourceVersion", (*workload)["metadata"].value("resourceVersion", "")},
+                        {"labels", {{kQueueNameLabel, queue}}}}},
+                      {"spec", {{"queueName", queue}}}};
+  Response patched;
+  const std::string path = CollectionPath(kWorkloads, id.namespace_) + "/" + name;
+  if (Status s = client_->Patch(path, patch, &patched); !s.ok()) return s;
+  if (patched.code == 409) return Status::Unavailable("Workload " + name + " changed; again");
+  if (!patched.ok()) {
+    return Status::Error("moving Workload " + name + " to queue " + queue + ": " +
+                         patched.Describe());
+  }
+  RecordEvent(job, "Normal", "UpdatedWorkload",
+              "Kueue Workload " + id.namespace_ + "/" + name + " moved from queue " + was +
+                  " to queue " + queue);
+  *workload = patched.body;
   return Status::Ok();
 }
 

@@ -2,7 +2,8 @@
 Workload CRD (tests/k8s/crds/, its published v1beta1 schema) is installed
 with the real kubectl. A TrainingJob labelled kueue.x-k8s.io/queue-name
 gets a Workload with one pod set per role and no pods until Kueue admits
-it; it runs once admitted; an eviction deletes its pods and holds it
+it (moved to another queue meanwhile, the Workload follows); it runs once
+admitted; an eviction deletes its pods and holds it
 (not Failed) until Kueue admits it again; when it succeeds its Workload is
 Finished, so Kueue releases the quota. Admitted to a ResourceFlavor of
 tainted nodes, its pods carry the flavor's tolerations and run there, and
@@ -194,12 +195,20 @@ class KueueTest(OwnClusterTestCase):
                  r["path"] == path and r["user"] == OPERATOR_USER]
         self.assertLessEqual(len(reads), 1, reads)
         self.event(name, "CreatedWorkload")
+        # Moved to another queue while it waits: the same Workload follows
+        # (a label change bumps no generation, so only the label says it).
+        c.kubectl("label", "trainingjob", name, QUEUE_LABEL + "=night-queue", "--overwrite")
+        moved = c.wait_for(lambda: (lambda w: w["spec"]["queueName"] == "night-queue" and w)(
+            self.workload_of(uid)), timeout=30, what="the Workload in night-queue")
+        self.assertEqual(moved["metadata"]["uid"], workload["metadata"]["uid"])
+        self.assertIn("moved from queue team-queue to queue night-queue",
+                      self.event(name, "UpdatedWorkload")["message"])
 
-        self.admit(workload)
+        self.admit(moved)
         self.wait_phase(name, "Running", timeout=90)
         c.wait_for(lambda: len(job_pods(c, name)) == 5, timeout=30, what="5 pods")
         columns = c.kubectl("get", "workloads").stdout.splitlines()
-        self.assertEqual(columns[1].split()[1:4], ["team-queue", "cluster-queue", "True"],
+        self.assertEqual(columns[1].split()[1:4], ["night-queue", "cluster-queue", "True"],
                          columns)
         # Kueue's waitForPodsReady evicts a job whose pods are not all ready
         # in time, as its job integrations say on the Workload.
