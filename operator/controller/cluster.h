@@ -63,6 +63,11 @@ struct ReplicaStatus {
   // as a drain's eviction would. It is made again without counting as a
   // restart, under any restart policy.
   bool disrupted = false;
+  // When Failed: its node refused it before any of it ran (Kubernetes: the
+  // kubelet's admission, as OutOfcpu or a GPU its device plugin could not
+  // allocate): no verdict on the program, so it is made again under any
+  // restart policy, each try counted against backoffLimit.
+  bool rejected = false;
 };
 
 // Splits a termination message "Reason: message" (Reason a CamelCase word)

@@ -264,7 +264,9 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
           now_ms);
     }
     RestartDecision decision =
-        DecideRestart(job_.spec.run_policy, name.ToString(), r.exit_code, status.restarts);
+        r.rejected
+            ? DecideRestartAfterRejection(job_.spec.run_policy, name.ToString(), status.restarts)
+            : DecideRestart(job_.spec.run_policy, name.ToString(), r.exit_code, status.restarts);
     // "exited with code 1" says little: the replica's own words say why.
     decision.reason += LastWords(r);
     if (!decision.restart) return Fail(decision.code, decision.reason, now_ms);

@@ -42,6 +42,29 @@ void ParseTerminationMessage(const std::string& text, std::string* reason, std::
 
 bool IsRetryableExitCode(int exit_code) { return exit_code == 0 || exit_code >= 128; }
 
+namespace {
+
+// `failed` restarted while backoffLimit allows.
+RestartDecision WithinBackoffLimit(const api::RunPolicy& policy, const std::string& failed,
+                                   int restarts_so_far) {
+  if (restarts_so_far >= policy.backoff_limit) {
+    return {false, "BackoffLimitExceeded",
+            failed + "; backoffLimit " + std::to_string(policy.backoff_limit) + " reached after " +
+                std::to_string(restarts_so_far) + " restarts"};
+  }
+  return {true, "Restarting",
+          failed + "; restarting it (restart " + std::to_string(restarts_so_far + 1) +
+              " of at most " + std::to_string(policy.backoff_limit) + ")"};
+}
+
+}  // namespace
+
+RestartDecision DecideRestartAfterRejection(const api::RunPolicy& policy,
+                                            const std::string& replica, int restarts_so_far) {
+  return WithinBackoffLimit(policy, replica + " was rejected by its node before it ran",
+                            restarts_so_far);
+}
+
 RestartDecision DecideRestart(const api::RunPolicy& policy, const std::string& replica,
                               int exit_code, int restarts_so_far) {
   const std::string failed = replica + " exited with code " + std::to_string(exit_code) +
@@ -59,14 +82,7 @@ RestartDecision DecideRestart(const api::RunPolicy& policy, const std::string& r
     case api::RestartPolicy::kOnFailure:
       break;
   }
-  if (restarts_so_far >= policy.backoff_limit) {
-    return {false, "BackoffLimitExceeded",
-            failed + "; backoffLimit " + std::to_string(policy.backoff_limit) + " reached after " +
-                std::to_string(restarts_so_far) + " restarts"};
-  }
-  return {true, "Restarting",
-          failed + "; restarting it (restart " + std::to_string(restarts_so_far + 1) +
-              " of at most " + std::to_string(policy.backoff_limit) + ")"};
+  return WithinBackoffLimit(policy, failed, restarts_so_far);
 }
 
 }  // namespace kubeps::controller

@@ -40,6 +40,11 @@ bool IsPermanentReason(const std::string& reason);
 RestartDecision DecideRestart(const api::RunPolicy& policy, const std::string& replica,
                               int exit_code, int restarts_so_far);
 
+// A replica its node refused before it ran (ReplicaStatus::rejected):
+// restarted under any restart policy while backoffLimit allows.
+RestartDecision DecideRestartAfterRejection(const api::RunPolicy& policy,
+                                            const std::string& replica, int restarts_so_far);
+
 }  // namespace kubeps::controller
 
 #endif  // KUBEPS_OPERATOR_CONTROLLER_RESTART_POLICY_H_

@@ -72,18 +72,41 @@ void ReadStartProblem(const json& pod_status, controller::ReplicaStatus* status)
   }
 }
 
+// Whether no container of the pod ever ran: none running, none ended
+// after it started (a kubelet restarted since writes ContainerStatusUnknown,
+// with no start, for a pod it had rejected).
+bool NoContainerRan(const json& pod_status) {
+  for (const char* list : {"initContainerStatuses", "containerStatuses"}) {
+    for (const auto& container : pod_status.value(list, json::array())) {
+      for (const char* state : {"state", "lastState"}) {
+        const json& of = container.value(state, json::object());
+        if (of.contains("running")) return false;
+        const json terminated = of.value("terminated", json::object());
+        if (terminated.value("startedAt", json()).is_string()) return false;
+      }
+    }
+  }
+  return true;
+}
+
 // A Failed pod the kubelet ended: for node pressure it failed, in the
 // kubelet's words where the pod has none of its own; for anything else (a
 // graceful node shutdown, a critical pod's preemption) it was disrupted.
+// One it refused to admit (a reason, no container ever ran) was rejected.
 void ReadKubeletTermination(const json& pod, controller::ReplicaStatus* status) {
-  if (!DisruptionOf(pod)) return;
-  if (!IsNodePressureEviction(pod)) {
+  const json& pod_status = pod["status"];
+  const std::string reason = pod_status.value("reason", "");
+  if (DisruptionOf(pod) && !IsNodePressureEviction(pod)) {
     status->disrupted = true;
     return;
   }
+  if (!DisruptionOf(pod)) {
+    if (reason.empty() || reason == "DeadlineExceeded" || !NoContainerRan(pod_status)) return;
+    status->rejected = true;
+  }
   if (status->reason.empty() && status->message.empty()) {
-    status->reason = "Evicted";
-    status->message = pod["status"].value("message", "");
+    status->reason = reason;
+    status->message = pod_status.value("message", "");
   }
 }
 

@@ -3,7 +3,8 @@ them: a volume that cannot be mounted (FailedMount Events, the pod Pending
 in ContainerCreating), a claim that does not exist (unschedulable), the
 Eviction subresource with PodDisruptionBudgets, `kubectl drain` (cordon,
 evict, wait), a node rebooted with the kubelet's graceful node shutdown (its
-pods end Failed, not deleted), and a node that goes NotReady (its pods stay
+pods end Failed, not deleted), the kubelet's admission of a pod bound
+without the scheduler, and a node that goes NotReady (its pods stay
 Terminating);
 downwardAPI volumes that follow the pod's labels and annotations; and the
 host's mount points, which the pods of every stand-in cluster on the
@@ -274,6 +275,19 @@ class EmulatorEvictionTest(OneClusterTestCase):
         self.apply(pod("after-reboot"))
         c.wait_for(lambda: c.pod("after-reboot")["status"]["phase"] == "Running", timeout=30,
                    what="a new pod running on the booted node")
+
+    def test_a_pod_bound_without_the_scheduler_that_does_not_fit_is_rejected(self):
+        c = self.c
+        p = pod("too-big", nodeName="kubeps-node")
+        p["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1000"}}
+        self.apply(p)
+        rejected = c.wait_for(lambda: [x for x in [c.pod("too-big")]
+                                       if x["status"].get("phase") == "Failed"], what="Failed")[0]
+        self.assertEqual(rejected["status"]["reason"], "OutOfcpu")
+        self.assertRegex(rejected["status"]["message"],
+                         r"^Pod was rejected: Node didn't have enough resource: cpu, "
+                         r"requested: 1000000, used: 0, capacity: [0-9]+$")
+        self.assertNotIn("containerStatuses", rejected["status"], "none of it ever ran")
 
 
 class EmulatorNodeNotReadyTest(unittest.TestCase):

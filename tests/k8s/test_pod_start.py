@@ -2,7 +2,8 @@
 the emulated cluster with the real operator and kubectl: the job's status
 says why (a condition naming the pod and the reason, an Event), and under
 runPolicy.podStartTimeoutSeconds the job fails instead of staying Created
-forever.
+forever. A pod its node's kubelet rejects before it runs is made again, even
+under restartPolicy Never, until the backoffLimit.
 
     KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_pod_start   (from tests/k8s)
 """
@@ -90,6 +91,26 @@ class PodStartTest(SharedClusterTestCase):
         self.assertIn("server-0 (pod %s-server-0) could not start" % name, failed["message"])
         self.assertIn("didn't match Pod's node affinity/selector", failed["message"])
         self.assertIn("Unschedulable", [e["reason"] for e in events_of(self.c, name)])
+        self.delete_job(name)
+
+    def test_a_pod_its_node_rejects_is_made_again_under_never_until_the_backoff_limit(self):
+        # Bound to the node by its template (no scheduler), asking for more
+        # CPU than the node has: the kubelet's admission refuses it before
+        # it runs (OutOfcpu). Never is about the program failing; this one
+        # never ran, so it is made again, each try counted.
+        name = "rejected"
+        job = small_job(name, restart_policy="Never", backoff_limit=1)
+        job["spec"]["replicaSpecs"]["worker"]["template"] = {"spec": {
+            "nodeName": "kubeps-node", "containers": [
+                {"name": "worker", "resources": {"requests": {"cpu": "1000"}}}]}}
+        apply(self.c, job)
+        failed = self.failed_condition(name)
+        self.assertEqual(failed["reason"], "BackoffLimitExceeded", failed)
+        self.assertIn("worker-0 was rejected by its node before it ran; backoffLimit 1 reached "
+                      "after 1 restarts (OutOfcpu: Pod was rejected: Node didn't have enough "
+                      "resource: cpu, requested: 1000000", failed["message"])
+        st = get_job(self.c, name)["status"]
+        self.assertEqual(st["replicaStatuses"]["worker"]["restarts"], 1, st)
         self.delete_job(name)
 
     def test_a_data_set_path_that_does_not_exist_fails_the_job_naming_it(self):

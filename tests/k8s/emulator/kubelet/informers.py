@@ -81,6 +81,11 @@ class Informers:
         if node != self.node_name:
             return
         with self.lock:
+            known = uid in self.workers
+        if not known and pod.get("status", {}).get("phase") not in ("Succeeded", "Failed") and \
+                not md.get("deletionTimestamp") and self.rejected_at_admission(pod):
+            return
+        with self.lock:
             self.pods[uid] = pod
             w = self.workers.get(uid)
             if w is None:

@@ -10,7 +10,10 @@ containers' and the native sidecars' together, or an init container's own
 when larger; a request left out is its limit) are within the node's
 allocatable (cpu, memory, pods, and no nvidia.com/gpu or other extended
 resource at all). Other pods' requests are not counted, nor is affinity. A
-pod with scheduling gates is not looked at until they are all removed.
+pod with scheduling gates is not looked at until they are all removed. A
+pod bound here without it (spec.nodeName set by its maker) goes through the
+kubelet's own admission instead, which refuses one whose requests exceed
+the node's allocatable (Failed, reason OutOfcpu...).
 Pods left unschedulable are looked at again every few seconds, as the
 scheduler retries them (a label added to the node with kubectl, a claim
 created, an uncordon make them fit).
@@ -119,7 +122,47 @@ def unschedulable_message(spec, node, claims=None):
             "not helpful for scheduling." % ", ".join(reasons))
 
 
+def admission_problem(spec, node):
+    """The kubelet's own admission of a pod bound to its node without the
+    scheduler (spec.nodeName set by whoever made it): (reason, message) of
+    a request the node's allocatable cannot meet, as the kubelet's resource
+    fit refuses it (OutOfcpu, OutOfmemory, OutOfnvidia.com/gpu), else None.
+    Other pods' requests are not counted, as in the scheduler above."""
+    allocatable = node.get("status", {}).get("allocatable") or {}
+    for name, wanted in sorted(pod_requests(spec).items()):
+        have = quantity(allocatable.get(name, "0"))
+        if wanted > have:
+            scale = 1000 if name == "cpu" else 1   # the kubelet says cpu in millicores
+            return ("OutOf" + name,
+                    "Pod was rejected: Node didn't have enough resource: %s, requested: %d, "
+                    "used: 0, capacity: %d" % (name, wanted * scale, have * scale))
+    return None
+
+
 class Scheduler:
+    def rejected_at_admission(self, pod):
+        """Whether the kubelet refuses `pod`, bound here, before running any
+        of it: it ends Failed with the reason and message of
+        admission_problem and no container statuses, and is never started."""
+        try:
+            node = self.client.get("/api/v1/nodes/%s" % self.node_name)
+        except (ApiError, OSError):
+            return False
+        problem = admission_problem(pod.get("spec", {}), node)
+        if problem is None:
+            return False
+        md = pod["metadata"]
+        try:
+            self.client.patch(self.pod_path(md["namespace"], md["name"]) + "/status",
+                              [{"op": "test", "path": "/metadata/uid", "value": md["uid"]},
+                               {"op": "replace", "path": "/status", "value": {
+                                   "phase": "Failed", "reason": problem[0],
+                                   "message": problem[1], "startTime": now_iso()}}],
+                              kind="json")
+        except (ApiError, OSError) as e:
+            log("reject %s: %s" % (md["name"], e))
+        return True
+
     def schedule(self, pod):
         """Binds `pod` to this node, or says why it cannot be (once per message)."""
         md = pod["metadata"]

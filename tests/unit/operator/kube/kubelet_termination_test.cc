@@ -5,7 +5,9 @@
 // made again without counting as a restart, under any restartPolicy. A
 // node-pressure eviction (pod reason "Evicted") picks the pods using most
 // over their requests, so the pod is often its own cause: it counts as a
-// failure, bounded by backoffLimit, and the kubelet's words say why.
+// failure, bounded by backoffLimit, and the kubelet's words say why. A pod
+// the kubelet rejected before it ran is made again under any restartPolicy,
+// counted.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -82,6 +84,61 @@ TEST_F(KubeletTerminationTest, ANodePressureEvictionIsAFailureThatSaysWhy) {
   EXPECT_THAT(status["message"].get<std::string>(), HasSubstr("(Evicted: " + pressure + ")"));
   EXPECT_TRUE(fake_.Object(kPodsPath + "/mnist-worker-1-r1").is_null());
   EXPECT_THAT(EventMessage("PodEvicted"), HasSubstr("counts as a failure"));
+}
+
+// The kubelet refused to admit the pod (a GPU its device plugin could not
+// allocate, a node that filled up behind the scheduler's back): it never
+// ran, so even restartPolicy Never makes it again; each try counts against
+// backoffLimit, which bounds a node that rejects it every time.
+TEST_F(KubeletTerminationTest, APodTheKubeletRejectedIsMadeAgainUnderNeverUntilTheBackoffLimit) {
+  json manifest = JobManifest();
+  manifest["spec"]["runPolicy"] = {{"restartPolicy", "Never"}, {"backoffLimit", 1}};
+  CreateJob(manifest);
+  ASSERT_TRUE(Reconcile().ok());
+  const std::string why =
+      "Pod was rejected: Allocate failed due to requested number of devices unavailable for "
+      "nvidia.com/gpu. Requested: 1, Available: 0, which is unexpected";
+  const json rejected = {
+      {"phase", "Failed"}, {"reason", "UnexpectedAdmissionError"}, {"message", why}};
+  ASSERT_FALSE(fake_.SetStatus(kPodsPath + "/mnist-worker-1", rejected).is_null());
+  ASSERT_TRUE(Reconcile().ok());
+  json status = StatusOfJob();
+  EXPECT_EQ(status["phase"], "Restarting") << status.dump();
+  EXPECT_THAT(status["message"].get<std::string>(),
+              HasSubstr("worker-1 was rejected by its node before it ran"));
+  EXPECT_THAT(status["message"].get<std::string>(),
+              HasSubstr("(UnexpectedAdmissionError: " + why + ")"));
+  ASSERT_FALSE(fake_.Object(kPodsPath + "/mnist-worker-1-r1").is_null());
+  EXPECT_EQ(status["replicaStatuses"]["worker"]["restarts"], 1);
+
+  // Rejected again: backoffLimit 1 is spent.
+  ASSERT_FALSE(fake_.SetStatus(kPodsPath + "/mnist-worker-1-r1", rejected).is_null());
+  ASSERT_TRUE(Reconcile().ok());
+  status = StatusOfJob();
+  EXPECT_EQ(status["phase"], "Failed") << status.dump();
+  EXPECT_THAT(status["message"].get<std::string>(), HasSubstr("backoffLimit 1 reached"));
+}
+
+// A container that ran and failed is the program's failure, whatever the
+// pod's reason: Never still means never.
+TEST_F(KubeletTerminationTest, APodWhoseContainerRanIsNotTakenForARejection) {
+  json manifest = JobManifest();
+  manifest["spec"]["runPolicy"] = {{"restartPolicy", "Never"}};
+  CreateJob(manifest);
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Running");
+  const json failed = {
+      {"phase", "Failed"},
+      {"reason", "DeadlineExceeded"},
+      {"message", "Pod was active on the node longer than the specified deadline"},
+      {"containerStatuses",
+       {{{"name", "worker"},
+         {"state",
+          {{"terminated", {{"exitCode", 137}, {"startedAt", "2026-01-01T00:00:00Z"}}}}}}}}};
+  ASSERT_FALSE(fake_.SetStatus(kPodsPath + "/mnist-worker-1", failed).is_null());
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_EQ(StatusOfJob()["phase"], "Failed") << StatusOfJob().dump();
+  EXPECT_TRUE(fake_.Object(kPodsPath + "/mnist-worker-1-r1").is_null());
 }
 
 }  // namespace
