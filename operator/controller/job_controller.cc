@@ -270,6 +270,14 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     // "exited with code 1" says little: the replica's own words say why.
     decision.reason += LastWords(r);
     if (!decision.restart) return Fail(decision.code, decision.reason, now_ms);
+    // A node that refused a pod often refuses the next at once too (a GPU
+    // device plugin not registered yet after a restart): made again after
+    // a back-off, as the Job controller's (10 s, doubling, at most 6 min).
+    if (r.rejected && r.created_ms >= 0 &&
+        now_ms - r.created_ms < std::min<int64_t>(kRejectionBackoffMs << std::min(r.restarts, 6),
+                                                  kMaxRejectionBackoffMs)) {
+      continue;
+    }
     Status s = cluster_->Create(build_launch_(name, scheduler_address));
     if (s.code() == Status::Code::kUnavailable) {
       KLOG_INFO << "restarting " << name.ToString() << ": " << s.message() << "; trying again";

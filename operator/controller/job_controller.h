@@ -92,6 +92,10 @@ class JobController {
   // have; one still there kSurplusGraceMs later is stopped. A worker that
   // left is started again (a new pod) when the number grows back.
   static constexpr int kSurplusGraceMs = 30000;
+  // A replica its node rejected before it ran is made again this long after
+  // its pod was made, doubled for each time it was made again before.
+  static constexpr int64_t kRejectionBackoffMs = 10000;
+  static constexpr int64_t kMaxRejectionBackoffMs = 360000;
   void SetDesiredWorkers(int workers) { desired_workers_ = workers; }
   int desired_workers() const { return desired_workers_; }
   // Since when each worker past the desired number has been there: a

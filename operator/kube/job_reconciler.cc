@@ -337,15 +337,17 @@ void JobReconciler::ReportEvictions(const json& job, const std::vector<json>& po
     const json* disruption = DisruptionOf(pod);
     controller::ReplicaName name{controller::ReplicaRole::kWorker, 0};
     if (!disruption || !(deleting || failed) || !KubeCluster::ReplicaOf(pod, &name)) continue;
-    if (!state->evictions_reported.insert(meta.value("uid", "")).second) continue;
     std::string what = "is being evicted", outcome = "it is re-created once it is gone";
     if (!deleting && IsNodePressureEviction(pod)) {
       what = "was evicted by its node";
       outcome = "this counts as a failure under the job's restartPolicy";
-    } else if (!deleting) {
+    } else if (!deleting && KubeCluster::StatusOf(pod).disrupted) {
       what = "was ended by its node";
       outcome = "it is made again, not counted as a restart";
+    } else if (!deleting) {
+      continue;  // failed by itself as it was about to be evicted: its deletion is said
     }
+    if (!state->evictions_reported.insert(meta.value("uid", "")).second) continue;
     const std::string message = "pod " + meta.value("name", "") + " (" + name.ToString() + ") " +
                                 what + " (" + disruption->value("reason", "") + ": " +
                                 disruption->value("message", "") + "); " + outcome;
@@ -372,7 +374,8 @@ void JobReconciler::ProbeWorker(const std::vector<json>& pods, JobState* state,
   // brings the job back here; probing every time would loop. A probe that
   // got no answer waits as long: it cost this reconcile up to 300 ms.
   const auto started = std::chrono::steady_clock::now();
-  if (started - state->last_probe_tried < std::chrono::seconds(5)) return;
+  if (state->last_probe_tried && started - *state->last_probe_tried < std::chrono::seconds(5))
+    return;
   for (const auto& pod : pods) {
     controller::ReplicaName name{controller::ReplicaRole::kScheduler, 0};
     if (!KubeCluster::ReplicaOf(pod, &name) || name.role != controller::ReplicaRole::kWorker ||

@@ -32,6 +32,7 @@
 #include "common/metrics.h"
 #include "operator/controller/job_controller.h"
 #include "operator/kube/kube_cluster.h"
+#include "operator/kube/kueue_api.h"
 #include "operator/kube/kueue_workload.h"
 #include "operator/kube/mount_failures.h"
 #include "operator/kube/pod_builder.h"
@@ -54,6 +55,10 @@ class JobReconciler {
   // the pods labelled with its name in its namespace.
   Status Reconcile(const nlohmann::json& job, const std::vector<nlohmann::json>& pods,
                    ReconcileResult* result);
+
+  // The version of Kueue's API the cluster serves, which the Workload watch
+  // follows too (manager.cc).
+  KueueApi& kueue_api() { return kueue_api_; }
 
   // How worker 0's progress is read (progress_probe.h's ProbeProgress
   // unless a test says otherwise).
@@ -93,7 +98,7 @@ class JobReconciler {
     double last_steps = -1;                            // worker 0's step counter at the last probe
     std::optional<api::TrainingJobStatus> terminal;    // decided, not yet written
     std::chrono::steady_clock::time_point last_probe;  // answered
-    std::chrono::steady_clock::time_point last_probe_tried;  // answered or not
+    std::optional<std::chrono::steady_clock::time_point> last_probe_tried;  // answered or not
     PodExpectations created_pods;  // made here, maybe not in the cache yet
     MountFailures mount_failures;  // pods waiting on a volume the kubelet cannot mount
     StrandedPods stranded_pods;    // pods left Terminating on a lost node
@@ -338,6 +343,7 @@ class JobReconciler {
   std::set<std::string> workloads_finished_;  // uids of jobs whose Workload is marked Finished
   std::function<bool()> workloads_watched_;
   ProgressProbe probe_ = ProbeProgress;
+  KueueApi kueue_api_{client_};
 };
 
 }  // namespace kubeps::kube

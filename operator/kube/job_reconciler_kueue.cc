@@ -25,8 +25,9 @@ bool MadeForANewerJob(const json& workload, const json& job) {
 
 Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const std::string& queue,
                                   api::TrainingJob* spec, JobState* state, KueueGate* gate) {
+  kueue_api_.EnsureDiscovered();
   const std::string name = WorkloadName(id);
-  const std::string workloads = CollectionPath(kWorkloads, id.namespace_);
+  const std::string workloads = CollectionPath(kueue_api_.Workloads(), id.namespace_);
   if (workloads_watched_ && workloads_watched_()) gate->recheck = std::chrono::milliseconds(0);
   // The job's generation the Workload was made for: a Workload is made
   // again only for a job changed since, never twice for the same spec, nor
@@ -42,7 +43,8 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
       gate->recheck = std::chrono::seconds(30);
       return Status::Ok();
     }
-    json workload = BuildWorkload(id, *spec, queue, options_.images, priority);
+    json workload =
+        BuildWorkload(id, *spec, queue, options_.images, priority, kueue_api_.api_version());
     workload["metadata"]["annotations"] = {
         {kWorkloadJobGenerationAnnotation, std::to_string(generation)}};
     const std::optional<int32_t> seconds = MaximumExecutionSeconds(job);
@@ -61,9 +63,11 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
       // be installed later), but slowly, and saying why.
       gate->reason = "KueueNotInstalled";
       gate->message = "the job is labelled " + std::string(kQueueNameLabel) + "=" + queue +
-                      " but the cluster serves no kueue.x-k8s.io/v1beta1 Workload (is Kueue "
-                      "installed?); it waits, without pods, and checks again every 30 s";
+                      " but the cluster serves no " + kueue_api_.api_version() +
+                      " Workload (is Kueue installed?); it waits, without pods, and checks "
+                      "again every 30 s";
       gate->recheck = std::chrono::seconds(30);
+      kueue_api_.Forget();  // Kueue installed or upgraded since: asked again
       return Status::Ok();
     }
     if (created.code == 403 || created.code == 422) {  // RBAC, or a Workload Kueue refuses
@@ -101,9 +105,10 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
   if (changed_since) {
     // Fewer pods than admitted still fit the quota: an elastic job scaled
     // down (or back up within it) trains on.
-    const std::string change =
-        PodSetChange(got.body, BuildWorkload(id, *spec, queue, options_.images, std::nullopt),
-                     /*reserved=*/quota_reserved, found.admitted);
+    const std::string change = PodSetChange(
+        got.body,
+        BuildWorkload(id, *spec, queue, options_.images, std::nullopt, kueue_api_.api_version()),
+        /*reserved=*/quota_reserved, found.admitted);
     if (!change.empty()) {
       // The quota asked for no longer fits the job: the job stops, and a
       // new Workload asks for what it needs.
@@ -192,16 +197,22 @@ Status JobReconciler::FollowQueueChange(const json& job, const JobIdentity& id,
                                         const std::string& queue, bool quota_reserved,
                                         JobState* state, json* workload) {
   const std::string was = (*workload)["spec"].value("queueName", "");
-  if (was == queue) return Status::Ok();
+  if (was == queue) {
+    state->queue_change_reported.clear();
+    return Status::Ok();
+  }
   const std::string name = WorkloadName(id);
-  if (quota_reserved) {
+  // Said once for each queue asked for.
+  auto ignored = [&](const std::string& why) {
     if (state->queue_change_reported == queue) return Status::Ok();
     state->queue_change_reported = queue;
     RecordEvent(job, "Warning", "QueueChangeIgnored",
                 "the job is labelled " + std::string(kQueueNameLabel) + "=" + queue +
-                    ", but Kueue admitted its Workload " + name + " in queue " + was +
-                    ": it stays there while it holds that quota (suspend the job to move it)");
+                    ", but its Kueue Workload " + name + " stays in queue " + was + ": " + why);
     return Status::Ok();
+  };
+  if (quota_reserved) {
+    return ignored("it holds quota there (suspend the job to give it back and move it)");
   }
   // The resourceVersion makes the write fail, not land, where Kueue
   // reserved quota for the Workload in its old queue meanwhile.
@@ -210,9 +221,12 @@ Status JobReconciler::FollowQueueChange(const json& job, const JobIdentity& id,
                         {"labels", {{kQueueNameLabel, queue}}}}},
                       {"spec", {{"queueName", queue}}}};
   Response patched;
-  const std::string path = CollectionPath(kWorkloads, id.namespace_) + "/" + name;
+  const std::string path = CollectionPath(kueue_api_.Workloads(), id.namespace_) + "/" + name;
   if (Status s = client_->Patch(path, patch, &patched); !s.ok()) return s;
   if (patched.code == 409) return Status::Unavailable("Workload " + name + " changed; again");
+  if (patched.code == 403 || patched.code == 422) {  // RBAC, or a queue name Kueue refuses
+    return ignored("moving it was refused: " + patched.Describe());
+  }
   if (!patched.ok()) {
     return Status::Error("moving Workload " + name + " to queue " + queue + ": " +
                          patched.Describe());
@@ -227,7 +241,6 @@ Status JobReconciler::FollowQueueChange(const json& job, const JobIdentity& id,
 Status JobReconciler::AdmittedPlacement(const WorkloadAdmission& admission,
                                         std::map<std::string, PodSetPlacement>* placements,
                                         std::string* conflict) {
-  static const Resource kResourceFlavors{"kueue.x-k8s.io", "v1beta1", "resourceflavors"};
   std::map<std::string, PodSetPlacement> read;  // flavor -> its placement, each read once
   for (const auto& [pod_set, by_resource] : admission.flavors) {
     PodSetPlacement& placement = (*placements)[pod_set];
@@ -236,8 +249,7 @@ Status JobReconciler::AdmittedPlacement(const WorkloadAdmission& admission,
       if (!seen.insert(flavor).second) continue;
       if (!read.count(flavor)) {
         Response response;
-        Status s = client_->Get(GroupVersionPath(kResourceFlavors) + "/resourceflavors/" + flavor,
-                                &response);
+        Status s = client_->Get(ObjectPath(kueue_api_.ResourceFlavors(), "", flavor), &response);
         // Not there (deleted since it was assigned) or not readable for
         // now: the start waits, as Kueue's integrations wait for it. Only
         // a flavor the operator may not read (a namespaced Role) adds nothing.
@@ -288,7 +300,7 @@ Status JobReconciler::PriorityOf(const json& job, const api::TrainingJob& spec,
   std::string path, kind;
   if (!kueue_class.empty()) {
     named = {kueue_class, kWorkloadPriorityClassSource};
-    path = "/apis/kueue.x-k8s.io/v1beta1/workloadpriorityclasses/" + kueue_class;
+    path = ObjectPath(kueue_api_.WorkloadPriorityClasses(), "", kueue_class);
     kind = "WorkloadPriorityClass";
   } else if (!spec.spec.scheduling_policy.priority_class.empty()) {
     named = {spec.spec.scheduling_policy.priority_class, kPriorityClassSource};
@@ -375,8 +387,8 @@ void JobReconciler::ReportPodsReady(const JobIdentity& id, bool admitted,
   const json updated = WithCondition(*workload, "PodsReady", next.ready, next.reason, next.message,
                                      Rfc3339(Clock::now()));
   Response put;
-  Status s = client_->Put(ObjectPath(kWorkloads, id.namespace_, WorkloadName(id), "status"),
-                          updated, &put);
+  Status s = client_->Put(
+      ObjectPath(kueue_api_.Workloads(), id.namespace_, WorkloadName(id), "status"), updated, &put);
   if (s.ok() && put.ok()) {
     *workload = put.body;  // a later write of this reconcile builds on it
   } else {                 // a later read writes it again
@@ -387,7 +399,7 @@ void JobReconciler::ReportPodsReady(const JobIdentity& id, bool admitted,
 
 void JobReconciler::FinishWorkload(const JobIdentity& id, const api::TrainingJobStatus& status) {
   if (workloads_finished_.count(id.uid)) return;
-  const std::string path = ObjectPath(kWorkloads, id.namespace_, WorkloadName(id));
+  const std::string path = ObjectPath(kueue_api_.Workloads(), id.namespace_, WorkloadName(id));
   Response got;
   if (Status s = client_->Get(path, &got); !s.ok()) return;  // the next reconcile tries again
   if (got.code == 404) {  // never made (no Kueue), or deleted: nothing holds quota
@@ -421,8 +433,9 @@ bool JobReconciler::GiveBackQuota(const JobIdentity& id, const json& workload,
                                   const std::string& why) {
   json released = WithoutQuotaReservation(workload, why, Rfc3339(Clock::now()));
   Response response;
-  if (Status s = client_->Put(ObjectPath(kWorkloads, id.namespace_, WorkloadName(id), "status"),
-                              released, &response);
+  if (Status s = client_->Put(
+          ObjectPath(kueue_api_.Workloads(), id.namespace_, WorkloadName(id), "status"), released,
+          &response);
       !s.ok() || !response.ok()) {
     KLOG_INFO << "giving back the quota of " << WorkloadName(id) << ": "
               << (s.ok() ? response.Describe() : s.message()) << "; trying again";
@@ -434,7 +447,7 @@ bool JobReconciler::GiveBackQuota(const JobIdentity& id, const json& workload,
 void JobReconciler::DeleteWorkload(const json& job, const JobIdentity& id, json workload,
                                    const std::string& why, JobState* state) {
   const std::string name = WorkloadName(id);
-  const std::string path = ObjectPath(kWorkloads, id.namespace_, name);
+  const std::string path = ObjectPath(kueue_api_.Workloads(), id.namespace_, name);
   if (workload.is_null()) {
     Response got;
     if (Status s = client_->Get(path, &got); !s.ok() || !got.ok()) return;  // none, or next time
@@ -466,7 +479,7 @@ void JobReconciler::DeleteWorkload(const json& job, const JobIdentity& id, json 
 
 bool JobReconciler::DeactivateWorkload(const json& job, const JobIdentity& id) {
   const std::string name = WorkloadName(id);
-  const std::string path = ObjectPath(kWorkloads, id.namespace_, name);
+  const std::string path = ObjectPath(kueue_api_.Workloads(), id.namespace_, name);
   Response got;
   if (Status s = client_->Get(path, &got); !s.ok()) return false;
   if (got.code == 404) return true;  // none: nothing holds quota
@@ -512,8 +525,8 @@ void JobReconciler::LiftInUseFinalizer(const JobIdentity& id, const json& worklo
       {"metadata",
        {{"finalizers", finalizers}, {"resourceVersion", meta.value("resourceVersion", "")}}}};
   Response patched;
-  Status s =
-      client_->Patch(ObjectPath(kWorkloads, id.namespace_, WorkloadName(id)), patch, &patched);
+  Status s = client_->Patch(ObjectPath(kueue_api_.Workloads(), id.namespace_, WorkloadName(id)),
+                            patch, &patched);
   if (!s.ok() || (!patched.ok() && patched.code != 404)) {
     KLOG_INFO << "lifting " << kWorkloadInUseFinalizer << " from Workload " << WorkloadName(id)
               << ": " << (s.ok() ? patched.Describe() : s.message()) << "; trying again";

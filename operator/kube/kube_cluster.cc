@@ -96,11 +96,16 @@ bool NoContainerRan(const json& pod_status) {
 void ReadKubeletTermination(const json& pod, controller::ReplicaStatus* status) {
   const json& pod_status = pod["status"];
   const std::string reason = pod_status.value("reason", "");
-  if (DisruptionOf(pod) && !IsNodePressureEviction(pod)) {
+  const json* disruption = DisruptionOf(pod);
+  // The reasons that leave a pod Failed without deleting it first; the
+  // others (an eviction, a preemption, the taint manager) delete it, and a
+  // pod that failed in the moment before was the program's failure.
+  const std::string by = disruption ? disruption->value("reason", "") : "";
+  if ((by == "TerminationByKubelet" || by == "DeletionByPodGC") && !IsNodePressureEviction(pod)) {
     status->disrupted = true;
     return;
   }
-  if (!DisruptionOf(pod)) {
+  if (!disruption) {
     if (reason.empty() || reason == "DeadlineExceeded" || !NoContainerRan(pod_status)) return;
     status->rejected = true;
   }

@@ -181,7 +181,8 @@ std::string WorkloadName(const JobIdentity& job) {
 }
 
 json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec, const std::string& queue,
-                   const ImageSet& images, const std::optional<WorkloadPriority>& priority) {
+                   const ImageSet& images, const std::optional<WorkloadPriority>& priority,
+                   const std::string& api_version) {
   using controller::ReplicaRole;
   json pod_sets =
       json::array({PodSet(job, spec, ReplicaRole::kScheduler, 1, images),
@@ -193,7 +194,7 @@ json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec, const s
   if (spec.spec.elastic.enabled()) pod_sets[2]["minCount"] = spec.spec.elastic.min_replicas;
   json owner = OwnerReference(job);
   owner["blockOwnerDeletion"] = true;
-  json workload = {{"apiVersion", "kueue.x-k8s.io/v1beta1"},
+  json workload = {{"apiVersion", api_version},
                    {"kind", "Workload"},
                    {"metadata",
                     {{"name", WorkloadName(job)},
@@ -201,10 +202,17 @@ json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec, const s
                      {"labels", {{kJobNameLabel, job.name}, {kQueueNameLabel, queue}}},
                      {"ownerReferences", json::array({owner})}}},
                    {"spec", {{"queueName", queue}, {"podSets", pod_sets}}}};
-  if (priority) {
+  if (!priority) return workload;
+  workload["spec"]["priority"] = priority->value;
+  if (api_version == "kueue.x-k8s.io/v1beta1") {
     workload["spec"]["priorityClassName"] = priority->class_name;
-    workload["spec"]["priority"] = priority->value;
     workload["spec"]["priorityClassSource"] = priority->source;
+  } else {
+    const bool kueues = priority->source == kWorkloadPriorityClassSource;
+    workload["spec"]["priorityClassRef"] = {
+        {"group", kueues ? "kueue.x-k8s.io" : "scheduling.k8s.io"},
+        {"kind", kueues ? "WorkloadPriorityClass" : "PriorityClass"},
+        {"name", priority->class_name}};
   }
   return workload;
 }

@@ -25,7 +25,6 @@
 
 namespace kubeps::kube {
 
-inline const Resource kWorkloads{"kueue.x-k8s.io", "v1beta1", "workloads"};
 inline constexpr const char* kQueueNameLabel = "kueue.x-k8s.io/queue-name";
 // The finalizer Kueue's jobframework puts on the Workloads it makes and
 // lifts when it deletes one; the operator lifts it too, where a Kueue
@@ -93,10 +92,14 @@ std::optional<int32_t> MaximumExecutionSeconds(const nlohmann::json& job);
 // reserves quota for); an elastic job's workers with minCount =
 // minReplicas, so that Kueue may admit it partly; a role whose template
 // carries a topology annotation with a topologyRequest, its pods ordered by
-// their replica index; with `priority`, its class, source and value.
+// their replica index; with `priority`, its class, source and value. In
+// `api_version`'s shape: v1beta2 names the class in priorityClassRef
+// {group, kind, name}, where v1beta1 has priorityClassName and
+// priorityClassSource.
 nlohmann::json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec,
                              const std::string& queue, const ImageSet& images,
-                             const std::optional<WorkloadPriority>& priority);
+                             const std::optional<WorkloadPriority>& priority,
+                             const std::string& api_version);
 
 // How the pod sets of `wanted` (BuildWorkload of the job as it is now)
 // differ from those of `workload`, the one Kueue has, in what Kueue admits

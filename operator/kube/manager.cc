@@ -29,7 +29,8 @@ Manager::Manager(KubeClient* client, ManagerOptions options, MetricsServer* metr
             [this](const nlohmann::json& job) { queue_.Add(ObjectKey(job)); }),
       pods_(client, CollectionPath(kPods, options_.namespace_), kJobNameLabel,
             [this](const nlohmann::json& pod) { queue_.Add(JobKeyOf(pod)); }),
-      workloads_(client, CollectionPath(kWorkloads, options_.namespace_), kJobNameLabel,
+      workloads_(client, CollectionPath(reconciler_.kueue_api().Workloads(), options_.namespace_),
+                 kJobNameLabel,
                  [this](const nlohmann::json& workload) { queue_.Add(JobKeyOf(workload)); }),
       reconciles_(
           metrics->Counter("kubeps_operator_reconciles_total", "Reconciles of TrainingJobs")),
@@ -37,7 +38,12 @@ Manager::Manager(KubeClient* client, ManagerOptions options, MetricsServer* metr
                                "Reconciles that failed and will be retried")),
       depth_(
           metrics->Gauge("kubeps_operator_queue_depth", "TrainingJobs waiting to be reconciled")) {
-  workloads_.MayBeMissing();  // Kueue may be installed later, or never
+  // Kueue may be installed later, or never, and serves v1beta2 from 0.15.
+  workloads_.MayBeMissing([this] {
+    KueueApi& kueue = reconciler_.kueue_api();
+    kueue.Discover();
+    return CollectionPath(kueue.Workloads(), options_.namespace_);
+  });
   reconciler_.WatchWorkloadsWith([this] { return workloads_.synced(); });
 }
 

@@ -50,6 +50,7 @@ std::string Informer::Query(bool watch) const {
 }
 
 Status Informer::List(std::string* resource_version) {
+  if (locate_ && !synced_) collection_ = locate_();
   Response response;
   if (Status s = client_->Get(Query(false), &response); !s.ok()) return s;
   if (response.code == 404 && may_be_missing_) {

@@ -39,8 +39,13 @@ class Informer {
   // For a kind the cluster may not serve (a CRD not installed yet): a list
   // answered 404 is said once, at info level, not as an error, and tried
   // again every 30 s; synced() is false until the kind is served, and false
-  // again once it is no longer.
-  void MayBeMissing() { may_be_missing_ = true; }
+  // again once it is no longer. `locate`, where given, is asked before each
+  // list while not synced for the collection to list (a kind whose served
+  // version may change with an upgrade: Kueue's).
+  void MayBeMissing(std::function<std::string()> locate = {}) {
+    may_be_missing_ = true;
+    locate_ = std::move(locate);
+  }
 
   bool synced() const { return synced_; }
   // Copies of the cached objects that `keep` accepts.
@@ -67,13 +72,14 @@ class Informer {
   std::string Query(bool watch) const;
 
   KubeClient* client_;
-  const std::string collection_;
+  std::string collection_;  // read and, with locate_, written by Run's thread only
   const std::string label_selector_;
   const Handler on_change_;
   mutable std::mutex mutex_;
   std::map<std::string, nlohmann::json> cache_;  // by namespace/name
   std::atomic<bool> synced_{false};
   bool may_be_missing_ = false;
+  std::function<std::string()> locate_;
   std::atomic<int> lists_{0}, watches_{0};
 };
 

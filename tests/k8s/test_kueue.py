@@ -9,7 +9,8 @@ Finished, so Kueue releases the quota. Admitted to a ResourceFlavor of
 tainted nodes, its pods carry the flavor's tolerations and run there, and
 the updates of its admission checks. A job suspended by its user has
 its Workload deactivated, and resumed with other counts queues again with
-a new one. On a cluster without Kueue the job says so and waits.
+a new one. On a cluster without Kueue the job says so and waits; on one
+whose Kueue serves only kueue.x-k8s.io/v1beta2 (0.20), the job runs.
 
     KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_kueue   (from tests/k8s)
 """
@@ -18,6 +19,8 @@ import os
 import sys
 import time
 import unittest
+
+import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -30,7 +33,6 @@ from test_quota import with_requests  # noqa: E402
 CRD = os.path.join(HERE, "crds", "kueue.x-k8s.io_workloads.yaml")
 FLAVOR_CRD = os.path.join(HERE, "crds", "kueue.x-k8s.io_resourceflavors.yaml")
 PRIORITY_CRD = os.path.join(HERE, "crds", "kueue.x-k8s.io_workloadpriorityclasses.yaml")
-WORKLOADS = "/apis/kueue.x-k8s.io/v1beta1/namespaces/default/workloads"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 T0 = "2025-01-01T00:00:00Z"
 IN_USE = "kueue.x-k8s.io/resource-in-use"
@@ -53,7 +55,48 @@ def wl_condition(workload, ctype):
     return None
 
 
+def as_v1beta2(crd_path):
+    """Kueue's CRD as Kueue 0.20 serves it: kueue.x-k8s.io/v1beta2 only. Of
+    what the operator writes, a Workload's priority class alone changed
+    shape: priorityClassRef {group, kind, name} where v1beta1 had
+    priorityClassName and priorityClassSource (Kueue's apis/kueue/v1beta2);
+    the status field whose name had a typo is spelled right. A field left
+    in the old shape is pruned, as the API server prunes unknown fields."""
+    with open(crd_path) as f:
+        crd = yaml.safe_load(f)
+    version = crd["spec"]["versions"][0]
+    version["name"] = "v1beta2"
+    if crd["spec"]["names"]["kind"] == "Workload":
+        spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        for gone in ("priorityClassName", "priorityClassSource"):
+            del spec["properties"][gone]
+        name = {"type": "string", "minLength": 1, "maxLength": 253,
+                "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"}
+        spec["properties"]["priorityClassRef"] = {
+            "type": "object", "required": ["group", "kind", "name"], "properties": {
+                "group": {"type": "string", "enum": ["kueue.x-k8s.io", "scheduling.k8s.io"]},
+                "kind": {"type": "string", "enum": ["WorkloadPriorityClass", "PriorityClass"]},
+                "name": name}}
+        spec["x-kubernetes-validations"] = [{
+            "message": "priority should not be nil when priorityClassRef is set",
+            "rule": "!has(self.priorityClassRef) || has(self.priority)"}]
+        status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+        status["accumulatedPastExecutionTimeSeconds"] = status.pop(
+            "accumulatedPastExexcutionTimeSeconds")
+    return json.dumps(crd)
+
+
 class KueueTest(OwnClusterTestCase):
+    V1BETA2_ONLY = "test_a_job_queues_and_runs_where_kueue_serves_only_v1beta2"
+
+    @property
+    def kueue_version(self):
+        return "v1beta2" if self._testMethodName == self.V1BETA2_ONLY else "v1beta1"
+
+    @property
+    def workloads_path(self):
+        return "/apis/kueue.x-k8s.io/%s/namespaces/default/workloads" % self.kueue_version
+
     def prepare_cluster(self):
         """Kueue's kinds are served before the operator starts, as where Kueue
         was installed first, so that the operator watches Workloads from its
@@ -62,16 +105,19 @@ class KueueTest(OwnClusterTestCase):
             return
         for crd, name in ((CRD, "workloads"), (FLAVOR_CRD, "resourceflavors"),
                           (PRIORITY_CRD, "workloadpriorityclasses")):
-            self.c.kubectl("create", "-f", crd)
+            if self.kueue_version == "v1beta2":
+                self.c.kubectl("create", "-f", "-", input=as_v1beta2(crd))
+            else:
+                self.c.kubectl("create", "-f", crd)
             self.c.kubectl("wait", "--for=condition=Established", "crd/%s.kueue.x-k8s.io" % name)
         # The flavor admit() assigns unless told another: nodes without
         # labels or taints, as most ClusterQueues start with.
         self.c.kubectl("apply", "-f", "-", input=json.dumps({
-            "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
+            "apiVersion": "kueue.x-k8s.io/" + self.kueue_version, "kind": "ResourceFlavor",
             "metadata": {"name": "default-flavor"}}))
 
     def workloads(self):
-        return self.c.client.get(WORKLOADS)["items"]
+        return self.c.client.get(self.workloads_path)["items"]
 
     def workload_of(self, uid):
         owned = [w for w in self.workloads()
@@ -90,7 +136,7 @@ class KueueTest(OwnClusterTestCase):
         by server-side apply: its conditions go in by type beside those
         others wrote (the operator's PodsReady), the rest of `status` as
         given; where the Workload changed meanwhile, on the newest."""
-        path = WORKLOADS + "/" + workload["metadata"]["name"]
+        path = self.workloads_path + "/" + workload["metadata"]["name"]
         for _ in range(10):
             current = self.c.client.get(path)
             ours = {c["type"] for c in status.get("conditions", [])}
@@ -142,6 +188,36 @@ class KueueTest(OwnClusterTestCase):
         return uid, c.wait_for(lambda: self.workload_of(uid), timeout=30,
                                what="the Workload of %s" % name)
 
+    def test_a_job_queues_and_runs_where_kueue_serves_only_v1beta2(self):
+        """Kueue 0.20 serves kueue.x-k8s.io/v1beta2 alone: the operator finds
+        it by discovery and makes the Workload there, its priority class in
+        v1beta2's priorityClassRef. Before, it made them in v1beta1, which
+        such a cluster does not serve: every queued job waited for good."""
+        c, name = self.c, "v1beta2"
+        c.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+            "metadata": {"name": "batch"}, "value": 10}))
+        job = queued(with_requests(training_job(name, max_steps=100)))
+        job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "batch"
+        apply(c, job)
+        uid = get_job(c, name)["metadata"]["uid"]
+        try:
+            workload = c.wait_for(lambda: self.workload_of(uid), timeout=30,
+                                  what="the Workload in v1beta2")
+        except AssertionError as e:
+            self.fail("%s\n%s" % (e, self.diag(name)))
+        self.assertEqual(workload["apiVersion"], "kueue.x-k8s.io/v1beta2")
+        spec = workload["spec"]
+        self.assertEqual((spec.get("priorityClassRef"), spec.get("priority")),
+                         ({"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass",
+                           "name": "batch"}, 10))
+        self.admit(workload)
+        job = self.wait_phase(name, "Succeeded", timeout=180)
+        self.assertEqual(job["status"]["replicaStatuses"]["worker"]["succeeded"], 2)
+        finished = c.wait_for(lambda: wl_condition(self.workload_of(uid), "Finished"),
+                              timeout=30, what="the Workload Finished")
+        self.assertEqual((finished["status"], finished["reason"]), ("True", "Succeeded"))
+
     def test_a_job_naming_no_priority_class_queues_at_the_clusters_default(self):
         """The cluster's globalDefault PriorityClass is that of every pod that
         names none (the API server's Priority admission), and Kueue gives
@@ -183,7 +259,7 @@ class KueueTest(OwnClusterTestCase):
                          what="%s to wait for admission" % name)
         self.assertEqual(condition(job, "Suspended")["reason"], "WaitingForAdmission")
         self.assertIn("waits for Kueue", job["status"]["message"])
-        path = WORKLOADS + "/" + workload["metadata"]["name"]
+        path = self.workloads_path + "/" + workload["metadata"]["name"]
         since = max([r["seq"] for r in c.requests()] or [0])
         time.sleep(5)  # nothing starts before the admission...
         self.assertEqual(job_pods(c, name), [], self.diag(name))
@@ -440,7 +516,7 @@ class KueueTest(OwnClusterTestCase):
         """The finalizer Kueue's jobframework puts on the Workloads it makes
         (some Kueue version may on the operator's), lifted by whoever
         deletes the Workload."""
-        path = WORKLOADS + "/" + workload["metadata"]["name"]
+        path = self.workloads_path + "/" + workload["metadata"]["name"]
         return self.c.client.patch(path, {"metadata": {"finalizers": [IN_USE]}})
 
     def test_without_kueue_a_queued_job_says_so_and_waits(self):

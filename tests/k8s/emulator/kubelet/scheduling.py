@@ -152,12 +152,14 @@ class Scheduler:
         if problem is None:
             return False
         md = pod["metadata"]
+        # What others wrote (qosClass, conditions) stays, as the kubelet's
+        # status manager merges.
+        status = dict(pod.get("status") or {}, phase="Failed", reason=problem[0],
+                      message=problem[1], startTime=now_iso())
         try:
             self.client.patch(self.pod_path(md["namespace"], md["name"]) + "/status",
                               [{"op": "test", "path": "/metadata/uid", "value": md["uid"]},
-                               {"op": "replace", "path": "/status", "value": {
-                                   "phase": "Failed", "reason": problem[0],
-                                   "message": problem[1], "startTime": now_iso()}}],
+                               {"op": "replace", "path": "/status", "value": status}],
                               kind="json")
         except (ApiError, OSError) as e:
             log("reject %s: %s" % (md["name"], e))

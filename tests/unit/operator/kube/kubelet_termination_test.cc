@@ -11,6 +11,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "operator/kubeclient/time_format.h"
 #include "tests/unit/operator/kube/job_reconciler_fixture.h"
 
 namespace kubeps::kube::reconciler_test {
@@ -22,8 +23,10 @@ using ::testing::HasSubstr;
 class KubeletTerminationTest : public JobReconcilerTest {
  protected:
   // A running job (restartPolicy Never) whose worker-1 the kubelet ended:
-  // `pod_reason` and `message` as the kubelet writes them.
-  void KubeletEndsWorker1(const std::string& pod_reason, const std::string& message) {
+  // `pod_reason` and `message` as the kubelet writes them, the condition's
+  // reason `by`.
+  void KubeletEndsWorker1(const std::string& pod_reason, const std::string& message,
+                          const std::string& by = "TerminationByKubelet") {
     json manifest = JobManifest();
     manifest["spec"]["runPolicy"] = {{"restartPolicy", "Never"}};
     CreateJob(manifest);
@@ -36,13 +39,22 @@ class KubeletTerminationTest : public JobReconcilerTest {
                    {"conditions",
                     {{{"type", "DisruptionTarget"},
                       {"status", "True"},
-                      {"reason", "TerminationByKubelet"},
+                      {"reason", by},
                       {"message", message}}}},
                    {"containerStatuses",
                     {{{"name", "worker"},
                       {"state", {{"terminated", {{"exitCode", 143}, {"reason", "Error"}}}}}}}}};
     ASSERT_FALSE(fake_.SetStatus(kPodsPath + "/mnist-worker-1", status).is_null());
     ASSERT_TRUE(Reconcile().ok());
+  }
+  // A reconcile that sees pod `name` made `age` ago.
+  Status ReconcileWithPodAged(const std::string& name, std::chrono::seconds age) {
+    std::vector<json> pods = fake_.List(kPodsPath);
+    for (auto& pod : pods) {
+      if (pod["metadata"]["name"] == name)
+        pod["metadata"]["creationTimestamp"] = Rfc3339(std::chrono::system_clock::now() - age);
+    }
+    return ReconcileWith(fake_.Object(kJob), pods);
   }
   std::string EventMessage(const std::string& reason) {
     for (const auto& event : fake_.List(kEventsPath)) {
@@ -86,6 +98,16 @@ TEST_F(KubeletTerminationTest, ANodePressureEvictionIsAFailureThatSaysWhy) {
   EXPECT_THAT(EventMessage("PodEvicted"), HasSubstr("counts as a failure"));
 }
 
+// An eviction marks the pod, then deletes it: a pod Failed in the moment
+// between, not deleted yet, failed by itself; its deletion is said once
+// it comes.
+TEST_F(KubeletTerminationTest, APodThatFailedAsItWasAboutToBeEvictedFailedByItself) {
+  ASSERT_NO_FATAL_FAILURE(
+      KubeletEndsWorker1("", "Eviction API: evicting", "EvictionByEvictionAPI"));
+  EXPECT_EQ(StatusOfJob()["phase"], "Failed") << "restartPolicy Never";
+  EXPECT_EQ(EventMessage("PodEvicted"), "");
+}
+
 // The kubelet refused to admit the pod (a GPU its device plugin could not
 // allocate, a node that filled up behind the scheduler's back): it never
 // ran, so even restartPolicy Never makes it again; each try counts against
@@ -101,7 +123,12 @@ TEST_F(KubeletTerminationTest, APodTheKubeletRejectedIsMadeAgainUnderNeverUntilT
   const json rejected = {
       {"phase", "Failed"}, {"reason", "UnexpectedAdmissionError"}, {"message", why}};
   ASSERT_FALSE(fake_.SetStatus(kPodsPath + "/mnist-worker-1", rejected).is_null());
+  // A node that refuses a pod often refuses the next at once too (its
+  // device plugin not registered yet): made again 10 s after the last.
   ASSERT_TRUE(Reconcile().ok());
+  EXPECT_TRUE(fake_.Object(kPodsPath + "/mnist-worker-1-r1").is_null()) << "made again at once";
+  EXPECT_NE(StatusOfJob()["phase"], "Failed");
+  ASSERT_TRUE(ReconcileWithPodAged("mnist-worker-1", std::chrono::seconds(11)).ok());
   json status = StatusOfJob();
   EXPECT_EQ(status["phase"], "Restarting") << status.dump();
   EXPECT_THAT(status["message"].get<std::string>(),

@@ -16,6 +16,8 @@
 namespace kubeps::kube::queued_job_test {
 namespace {
 
+const std::string kV1beta1 = "kueue.x-k8s.io/v1beta1", kV1beta2 = "kueue.x-k8s.io/v1beta2";
+
 using ::testing::AllOf;
 using ::testing::Contains;
 using ::testing::HasSubstr;
@@ -32,7 +34,8 @@ TEST(WorkloadNameTest, IsKueueStyleAndFitsALabel) {
 }
 
 TEST(BuildWorkloadTest, OnePodSetPerRoleWithTheRequestsOfItsPods) {
-  const json workload = BuildWorkload(kId, Parsed(), "team-queue", ImageSet{}, std::nullopt);
+  const json workload =
+      BuildWorkload(kId, Parsed(), "team-queue", ImageSet{}, std::nullopt, kV1beta1);
   EXPECT_EQ(workload["apiVersion"], "kueue.x-k8s.io/v1beta1");
   EXPECT_EQ(workload["kind"], "Workload");
   EXPECT_EQ(workload["metadata"]["name"], WorkloadName(kId));
@@ -62,13 +65,32 @@ TEST(BuildWorkloadTest, ThePriorityClassComesWithItsValue) {
   json manifest = Manifest();
   manifest["spec"]["schedulingPolicy"] = {{"priorityClass", "high"}};
   json workload = BuildWorkload(kId, Parsed(manifest), "q", ImageSet{},
-                                WorkloadPriority{"high", kPriorityClassSource, 1000});
+                                WorkloadPriority{"high", kPriorityClassSource, 1000}, kV1beta1);
   EXPECT_EQ(workload["spec"]["priorityClassName"], "high");
   EXPECT_EQ(workload["spec"]["priority"], 1000);
   EXPECT_EQ(workload["spec"]["priorityClassSource"], "scheduling.k8s.io/priorityclass");
-  workload = BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt);
+  workload = BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt, kV1beta1);
   EXPECT_FALSE(workload["spec"].contains("priorityClassName"))
       << "Kueue refuses a priorityClassName without its priority";
+}
+
+// Kueue 0.15's v1beta2 (the only version from 0.20) names the class in
+// priorityClassRef; a priorityClassName sent there would be pruned, and
+// the Workload made without its class.
+TEST(BuildWorkloadTest, InV1beta2ThePriorityClassIsAReference) {
+  json workload = BuildWorkload(kId, Parsed(), "q", ImageSet{},
+                                WorkloadPriority{"high", kPriorityClassSource, 1000}, kV1beta2);
+  EXPECT_EQ(workload["apiVersion"], "kueue.x-k8s.io/v1beta2");
+  EXPECT_EQ(workload["spec"]["priority"], 1000);
+  EXPECT_EQ(workload["spec"]["priorityClassRef"],
+            json({{"group", "scheduling.k8s.io"}, {"kind", "PriorityClass"}, {"name", "high"}}));
+  EXPECT_FALSE(workload["spec"].contains("priorityClassName"));
+  EXPECT_FALSE(workload["spec"].contains("priorityClassSource"));
+  workload = BuildWorkload(kId, Parsed(), "q", ImageSet{},
+                           WorkloadPriority{"batch", kWorkloadPriorityClassSource, 10}, kV1beta2);
+  EXPECT_EQ(
+      workload["spec"]["priorityClassRef"],
+      json({{"group", "kueue.x-k8s.io"}, {"kind", "WorkloadPriorityClass"}, {"name", "batch"}}));
 }
 
 TEST(ReadAdmissionTest, PendingAdmittedEvictedFinished) {
@@ -121,7 +143,7 @@ TEST(ReadAdmissionTest, PendingAdmittedEvictedFinished) {
 }
 
 TEST(ReadAdmissionTest, ADeactivationsEvictionOfAWorkloadActiveAgainOnlyWaits) {
-  json workload = BuildWorkload(kId, Parsed(), "q", ImageSet{}, std::nullopt);
+  json workload = BuildWorkload(kId, Parsed(), "q", ImageSet{}, std::nullopt, kV1beta1);
   workload = WithCondition(workload, "Evicted", true, "Deactivated", "deactivated", "t0");
   workload["spec"]["active"] = false;
   EXPECT_TRUE(ReadAdmission(workload).evicted) << "still off: an eviction";
@@ -141,7 +163,7 @@ json& WorkerResources(json& workload) {
 }
 
 TEST(PodSetChangeTest, CountsAndRequestsAsKueueReadsThem) {
-  const json made = BuildWorkload(kId, Parsed(), "q", ImageSet{}, std::nullopt);
+  const json made = BuildWorkload(kId, Parsed(), "q", ImageSet{}, std::nullopt, kV1beta1);
   EXPECT_EQ(PodSetChange(made, made), "");
   // Kueue's webhook writes quantities canonical, and a limit without a
   // request as the request: the same quota, no change.
@@ -154,7 +176,8 @@ TEST(PodSetChangeTest, CountsAndRequestsAsKueueReadsThem) {
 
   json manifest = Manifest();
   manifest["spec"]["replicaSpecs"]["worker"]["replicas"] = 3;
-  EXPECT_EQ(PodSetChange(made, BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt)),
+  EXPECT_EQ(PodSetChange(made, BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt,
+                                             kV1beta1)),
             "worker: 3 pods, was 2");
   json more = made;
   WorkerResources(more)["requests"]["cpu"] = "2.5";
@@ -167,11 +190,12 @@ TEST(PodSetChangeTest, CountsAndRequestsAsKueueReadsThem) {
 TEST(PodSetChangeTest, TolerationsCountWhileTheWorkloadWaits) {
   // A job that could not fit a tainted flavor, given the toleration while it
   // waits: Kueue assigns flavors by the Workload's, which must follow.
-  const json made = BuildWorkload(kId, Parsed(), "q", ImageSet{}, std::nullopt);
+  const json made = BuildWorkload(kId, Parsed(), "q", ImageSet{}, std::nullopt, kV1beta1);
   json manifest = Manifest();
   manifest["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["tolerations"] = {
       {{"key", "nvidia.com/gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}};
-  const json tolerant = BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt);
+  const json tolerant =
+      BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt, kV1beta1);
   EXPECT_THAT(PodSetChange(made, tolerant),
               AllOf(HasSubstr("worker: tolerations"), HasSubstr("nvidia.com/gpu")));
   // Quota reserved while an admission check runs: still compared, as Kueue's
@@ -189,17 +213,18 @@ TEST(BuildWorkloadTest, AnElasticJobsWorkersMayBeAdmittedDownToItsMinimum) {
   manifest["spec"]["replicaSpecs"]["worker"]["replicas"] = 3;
   manifest["spec"]["replicaSpecs"]["worker"]["elasticPolicy"] = {{"minReplicas", 1},
                                                                  {"maxReplicas", 4}};
-  const json elastic = BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt);
+  const json elastic =
+      BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt, kV1beta1);
   EXPECT_EQ(elastic["spec"]["podSets"][2]["count"], 3);
   EXPECT_EQ(elastic["spec"]["podSets"][2]["minCount"], 1);
   EXPECT_FALSE(elastic["spec"]["podSets"][1].contains("minCount")) << "the servers: all of them";
-  const json fixed = BuildWorkload(kId, Parsed(), "q", ImageSet{}, std::nullopt);
+  const json fixed = BuildWorkload(kId, Parsed(), "q", ImageSet{}, std::nullopt, kV1beta1);
   EXPECT_FALSE(fixed["spec"]["podSets"][2].contains("minCount"))
       << "a job without elasticPolicy needs all its workers";
   // Changed while the Workload waits, Kueue must see the new minimum; once
   // admitted, Kueue has chosen.
   manifest["spec"]["replicaSpecs"]["worker"]["elasticPolicy"]["minReplicas"] = 2;
-  const json raised = BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt);
+  const json raised = BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt, kV1beta1);
   EXPECT_THAT(PodSetChange(elastic, raised), HasSubstr("worker: at least 2 pods, was 1"));
   EXPECT_THAT(PodSetChange(elastic, raised, /*reserved=*/true, /*admitted=*/false),
               HasSubstr("at least 2"))
@@ -217,8 +242,8 @@ TEST(BuildWorkloadTest, ATopologyAnnotationAsksKueueToPlaceTheRolesPodsByIndex) 
       {"kueue.x-k8s.io/podset-required-topology", "cloud.google.com/gce-topology-block"}};
   manifest["spec"]["replicaSpecs"]["ps"]["template"] = {
       {"metadata", {{"annotations", {{"kueue.x-k8s.io/podset-preferred-topology", "rack"}}}}}};
-  const json pod_sets =
-      BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt)["spec"]["podSets"];
+  const json pod_sets = BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt,
+                                      kV1beta1)["spec"]["podSets"];
   EXPECT_FALSE(pod_sets[0].contains("topologyRequest")) << "the scheduler asks for nothing";
   EXPECT_EQ(pod_sets[1]["topologyRequest"],
             json({{"preferred", "rack"}, {"podIndexLabel", "kubeps.io/replica-index"}}));
@@ -226,8 +251,8 @@ TEST(BuildWorkloadTest, ATopologyAnnotationAsksKueueToPlaceTheRolesPodsByIndex) 
             json({{"required", "cloud.google.com/gce-topology-block"},
                   {"podIndexLabel", "kubeps.io/replica-index"}}));
   worker["metadata"]["annotations"] = {{"kueue.x-k8s.io/podset-unconstrained-topology", "true"}};
-  EXPECT_EQ(BuildWorkload(kId, Parsed(manifest), "q", ImageSet{},
-                          std::nullopt)["spec"]["podSets"][2]["topologyRequest"],
+  EXPECT_EQ(BuildWorkload(kId, Parsed(manifest), "q", ImageSet{}, std::nullopt,
+                          kV1beta1)["spec"]["podSets"][2]["topologyRequest"],
             json({{"unconstrained", true}, {"podIndexLabel", "kubeps.io/replica-index"}}));
 }
 

@@ -158,14 +158,28 @@ TEST_F(ManagerTest, ADeletedJobsPodsAreNotMadeAgain) {
 
 // A queued job waits for Kueue without reading its Workload again and
 // again: Kueue's admission, a change to the Workload, starts it at once.
-TEST_F(ManagerTest, AWorkloadsChangeReconcilesItsQueuedJob) {
+// With either version of Kueue's API the cluster serves: v1beta1 (the fake
+// answers no discovery), or v1beta2 alone, as Kueue 0.20 serves it.
+class ManagerKueueTest : public ManagerTest, public ::testing::WithParamInterface<std::string> {};
+
+INSTANTIATE_TEST_SUITE_P(KueueVersions, ManagerKueueTest, ::testing::Values("v1beta1", "v1beta2"));
+
+TEST_P(ManagerKueueTest, AWorkloadsChangeReconcilesItsQueuedJob) {
+  const std::string version = GetParam();
+  if (version == "v1beta2") {
+    const json served = {{"groupVersion", "kueue.x-k8s.io/v1beta2"}, {"version", "v1beta2"}};
+    fake_.ServeDiscovery(
+        "/apis/kueue.x-k8s.io",
+        {{"kind", "APIGroup"}, {"versions", {served}}, {"preferredVersion", served}});
+  }
   ManagerOptions options;
   options.resync_period = 1h;  // no resync to stand in for a missed change
   Start(options);
   json job = JobManifest("queued");
   job["metadata"]["labels"] = {{"kueue.x-k8s.io/queue-name", "team-queue"}};
   fake_.Create(kJobsPath, job);
-  const std::string workloads = CollectionPath(kWorkloads, "team-a");
+  const std::string workloads =
+      CollectionPath(Resource{"kueue.x-k8s.io", version, "workloads"}, "team-a");
   ASSERT_TRUE(Eventually([&] { return fake_.List(workloads).size() == 1; }));
   ASSERT_TRUE(Eventually([&] { return Phase("queued") == "Suspended"; }));
   const std::string workload =
@@ -174,7 +188,7 @@ TEST_F(ManagerTest, AWorkloadsChangeReconcilesItsQueuedJob) {
   std::this_thread::sleep_for(5s);
   EXPECT_LE(fake_.RequestsTo("GET", workload).size(), reads + 1) << "looked at every 2 s";
 
-  fake_.Create("/apis/kueue.x-k8s.io/v1beta1/resourceflavors",
+  fake_.Create("/apis/kueue.x-k8s.io/" + version + "/resourceflavors",
                {{"metadata", {{"name", "default"}}}, {"spec", json::object()}});
   json assignments = json::array();
   for (const char* pod_set : {"scheduler", "server", "worker"})

@@ -56,5 +56,29 @@ TEST_F(QueueChangeTest, AnAdmittedJobStaysInTheQueueThatAdmittedIt) {
   EXPECT_THAT(reasons, Not(Contains("UpdatedWorkload")));
 }
 
+// A queue name Kueue's schema refuses (a label value may have capitals, a
+// queue name may not): the Workload stays, the job says so once, and the
+// reconcile does not fail over and over.
+TEST_F(QueueChangeTest, AMoveTheServerRefusesIsSaidOnceAndTheJobWaitsWhereItWas) {
+  Reconcile();
+  MoveTo("Night_Queue");
+  fake_.FailNext("PATCH", workload_, 2, 422);
+  Reconcile();
+  Reconcile();
+  EXPECT_EQ(Workload()["spec"]["queueName"], "team-queue");
+  std::vector<std::string> reasons = EventReasons();
+  EXPECT_EQ(std::count(reasons.begin(), reasons.end(), "QueueChangeIgnored"), 1);
+  EXPECT_EQ(Job()["status"]["phase"], "Suspended");
+
+  // Moved back, then again: said again.
+  MoveTo("team-queue");
+  Reconcile();
+  MoveTo("night-queue");
+  fake_.FailNext("PATCH", workload_, 1, 422);
+  Reconcile();
+  reasons = EventReasons();
+  EXPECT_EQ(std::count(reasons.begin(), reasons.end(), "QueueChangeIgnored"), 2);
+}
+
 }  // namespace
 }  // namespace kubeps::kube::queued_job_test

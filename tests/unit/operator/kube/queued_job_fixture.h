@@ -22,6 +22,9 @@ namespace kubeps::kube::queued_job_test {
 
 using nlohmann::json;
 
+// The fake API server answers no discovery of Kueue's group: the operator
+// keeps to v1beta1, which Kueue served before 0.15.
+inline const Resource kWorkloads{"kueue.x-k8s.io", "v1beta1", "workloads"};
 inline const std::string kNamespace = "team-a";
 inline const JobIdentity kId{"mnist", kNamespace, "uid-1"};
 

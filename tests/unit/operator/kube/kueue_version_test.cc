@@ -1,0 +1,61 @@
+// Kueue 0.20 serves its API in kueue.x-k8s.io/v1beta2 only (0.15 to 0.19
+// serve both). Before, the operator made Workloads in v1beta1 alone: on such
+// a cluster every queued job waited for good, as if Kueue were not there.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/unit/operator/kube/queued_job_fixture.h"
+
+namespace kubeps::kube::queued_job_test {
+namespace {
+
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+const Resource kWorkloadsV1beta2{"kueue.x-k8s.io", "v1beta2", "workloads"};
+
+class KueueV1beta2Test : public QueuedJobTest {
+ protected:
+  KueueV1beta2Test() {
+    const json v1beta2 = {{"groupVersion", "kueue.x-k8s.io/v1beta2"}, {"version", "v1beta2"}};
+    fake_.ServeDiscovery("/apis/kueue.x-k8s.io", {{"kind", "APIGroup"},
+                                                  {"apiVersion", "v1"},
+                                                  {"name", "kueue.x-k8s.io"},
+                                                  {"versions", {v1beta2}},
+                                                  {"preferredVersion", v1beta2}});
+    fake_.Create(
+        "/apis/kueue.x-k8s.io/v1beta2/resourceflavors",
+        {{"metadata", {{"name", "spot"}}}, {"spec", {{"nodeLabels", {{"pool", "spot"}}}}}});
+    const std::string name = WorkloadName({"mnist", kNamespace, Job()["metadata"]["uid"]});
+    workload_ = CollectionPath(kWorkloadsV1beta2, kNamespace) + "/" + name;
+  }
+};
+
+TEST_F(KueueV1beta2Test, AQueuedJobRunsWhereKueueServesOnlyV1beta2) {
+  fake_.Create("/apis/kueue.x-k8s.io/v1beta2/workloadpriorityclasses",
+               {{"metadata", {{"name", "batch"}}}, {"value", 10}});
+  fake_.Modify(kJob, {{"metadata", {{"labels", {{kWorkloadPriorityClassLabel, "batch"}}}}}});
+  Reconcile();
+  json workload = fake_.Object(workload_);
+  ASSERT_FALSE(workload.is_null()) << "no Workload made in v1beta2";
+  EXPECT_EQ(workload["apiVersion"], "kueue.x-k8s.io/v1beta2");
+  EXPECT_EQ(workload["spec"]["priorityClassRef"]["name"], "batch");
+  EXPECT_EQ(workload["spec"]["priority"], 10);
+  EXPECT_THAT(fake_.List(CollectionPath(kWorkloads, kNamespace)), IsEmpty());
+
+  fake_.SetStatus(workload_, Admitted("spot"));
+  Reconcile();
+  ASSERT_THAT(Pods(), SizeIs(4));
+  EXPECT_EQ(Pods()[0]["spec"]["nodeSelector"]["pool"], "spot")
+      << "the flavor read in v1beta2: " << Pods()[0]["spec"].dump();
+
+  json status = Job()["status"];
+  status["phase"] = "Succeeded";
+  status["completionTime"] = "2025-01-01T00:00:00Z";
+  fake_.SetStatus(kJob, status);
+  Reconcile();
+  EXPECT_EQ(Condition(fake_.Object(workload_), "Finished")["status"], "True");
+}
+
+}  // namespace
+}  // namespace kubeps::kube::queued_job_test
