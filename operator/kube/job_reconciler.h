@@ -109,7 +109,8 @@ class JobReconciler {
     std::string workload_not_deleted;   // the WorkloadNotDeleted Event last recorded
     std::string scale_reported;         // the ScaleOutOfBounds or ScaleRefused Event last recorded
     std::string partial_admission_reported;  // the PartiallyAdmitted Event last recorded
-    std::string queue_change_reported;       // the queue of the last QueueChangeIgnored Event
+    // Kueue label -> the value last said not to be followed (SayLabelNotFollowed).
+    std::map<std::string, std::string> label_changes_reported;
     // Where the job's admission puts its pods, worked out once for each
     // admission (`placed_admission`: the Workload's uid, its admission and
     // its checks' updates), as Kueue reads the flavors once, when it starts
@@ -187,13 +188,33 @@ class JobReconciler {
   };
   Status GateOnKueue(const nlohmann::json& job, const JobIdentity& id, const std::string& queue,
                      api::TrainingJob* spec, JobState* state, KueueGate* gate);
-  // A job moved to another queue (its queue-name label: no generation
-  // changes) while its Workload holds no quota moves the Workload there, as
-  // Kueue's integrations do for a suspended job; one holding quota stays,
-  // said once in a QueueChangeIgnored Event. `workload` is updated.
+  // Kueue's labels on a job changed after its Workload was made (a label
+  // change bumps no generation: nothing else sees it), followed as Kueue's
+  // jobframework follows them (job_reconciler_kueue_labels.cc). A change
+  // not followed is said once, in a Warning Event. `workload` is updated.
+  Status FollowLabelChanges(const nlohmann::json& job, const JobIdentity& id,
+                            const std::string& queue, bool quota_reserved, JobState* state,
+                            nlohmann::json* workload);
+  // Its queue-name: the Workload moves to that queue while it holds no
+  // quota (Kueue does so for a suspended job); one holding quota stays.
   Status FollowQueueChange(const nlohmann::json& job, const JobIdentity& id,
                            const std::string& queue, bool quota_reserved, JobState* state,
                            nlohmann::json* workload);
+  // Its priority-class: the Workload takes that WorkloadPriorityClass and
+  // its value, where it has no priority or one of a WorkloadPriorityClass
+  // (Kueue's UpdateWorkloadPriority), even while admitted where the API
+  // server allows it (v1beta2; v1beta1 refuses it while quota is held).
+  Status FollowPriorityChange(const nlohmann::json& job, const JobIdentity& id, JobState* state,
+                              nlohmann::json* workload);
+  // A merge patch of the job's Workload made from `workload` as read (its
+  // resourceVersion: a write that would land on a newer one fails);
+  // `refused` is true, with why, where the API server refuses it (403, 422).
+  Status PatchWorkload(const JobIdentity& id, const nlohmann::json& patch, nlohmann::json* workload,
+                       std::string* refused);
+  // The Warning Event `reason` that the job's `label` is not followed, once
+  // for each value the label asks for.
+  void SayLabelNotFollowed(const nlohmann::json& job, JobState* state, const std::string& label,
+                           const std::string& reason, const std::string& message);
   // Where an admission puts each pod set (kueue_workload.h): its flavors'
   // node labels and tolerations, Kueue's marks, then its admission checks'
   // updates. A flavor the operator may not read (a namespaced Role) adds

@@ -121,7 +121,7 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
       return Status::Ok();
     }
   }
-  if (Status s = FollowQueueChange(job, id, queue, quota_reserved, state, &got.body); !s.ok())
+  if (Status s = FollowLabelChanges(job, id, queue, quota_reserved, state, &got.body); !s.ok())
     return s;
   // Deactivated by this operator while the job was suspended, and the job
   // resumed. One Kueue deactivated (its requeuing limit, an execution time
@@ -190,51 +190,6 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
                      "the operator: its Workload is marked Finished (FailedToStart), giving its "
                      "quota back";
   }
-  return Status::Ok();
-}
-
-Status JobReconciler::FollowQueueChange(const json& job, const JobIdentity& id,
-                                        const std::string& queue, bool quota_reserved,
-                                        JobState* state, json* workload) {
-  const std::string was = (*workload)["spec"].value("queueName", "");
-  if (was == queue) {
-    state->queue_change_reported.clear();
-    return Status::Ok();
-  }
-  const std::string name = WorkloadName(id);
-  // Said once for each queue asked for.
-  auto ignored = [&](const std::string& why) {
-    if (state->queue_change_reported == queue) return Status::Ok();
-    state->queue_change_reported = queue;
-    RecordEvent(job, "Warning", "QueueChangeIgnored",
-                "the job is labelled " + std::string(kQueueNameLabel) + "=" + queue +
-                    ", but its Kueue Workload " + name + " stays in queue " + was + ": " + why);
-    return Status::Ok();
-  };
-  if (quota_reserved) {
-    return ignored("it holds quota there (suspend the job to give it back and move it)");
-  }
-  // The resourceVersion makes the write fail, not land, where Kueue
-  // reserved quota for the Workload in its old queue meanwhile.
-  const json patch = {{"metadata",
-                       {{"resourceVersion", (*workload)["metadata"].value("resourceVersion", "")},
-                        {"labels", {{kQueueNameLabel, queue}}}}},
-                      {"spec", {{"queueName", queue}}}};
-  Response patched;
-  const std::string path = CollectionPath(kueue_api_.Workloads(), id.namespace_) + "/" + name;
-  if (Status s = client_->Patch(path, patch, &patched); !s.ok()) return s;
-  if (patched.code == 409) return Status::Unavailable("Workload " + name + " changed; again");
-  if (patched.code == 403 || patched.code == 422) {  // RBAC, or a queue name Kueue refuses
-    return ignored("moving it was refused: " + patched.Describe());
-  }
-  if (!patched.ok()) {
-    return Status::Error("moving Workload " + name + " to queue " + queue + ": " +
-                         patched.Describe());
-  }
-  RecordEvent(job, "Normal", "UpdatedWorkload",
-              "Kueue Workload " + id.namespace_ + "/" + name + " moved from queue " + was +
-                  " to queue " + queue);
-  *workload = patched.body;
   return Status::Ok();
 }
 

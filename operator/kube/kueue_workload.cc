@@ -202,19 +202,33 @@ json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spec, const s
                      {"labels", {{kJobNameLabel, job.name}, {kQueueNameLabel, queue}}},
                      {"ownerReferences", json::array({owner})}}},
                    {"spec", {{"queueName", queue}, {"podSets", pod_sets}}}};
-  if (!priority) return workload;
-  workload["spec"]["priority"] = priority->value;
-  if (api_version == "kueue.x-k8s.io/v1beta1") {
-    workload["spec"]["priorityClassName"] = priority->class_name;
-    workload["spec"]["priorityClassSource"] = priority->source;
-  } else {
-    const bool kueues = priority->source == kWorkloadPriorityClassSource;
-    workload["spec"]["priorityClassRef"] = {
-        {"group", kueues ? "kueue.x-k8s.io" : "scheduling.k8s.io"},
-        {"kind", kueues ? "WorkloadPriorityClass" : "PriorityClass"},
-        {"name", priority->class_name}};
-  }
+  if (priority) workload["spec"].update(PrioritySpec(*priority, api_version));
   return workload;
+}
+
+json PrioritySpec(const WorkloadPriority& priority, const std::string& api_version) {
+  if (api_version == "kueue.x-k8s.io/v1beta1") {
+    return {{"priority", priority.value},
+            {"priorityClassName", priority.class_name},
+            {"priorityClassSource", priority.source}};
+  }
+  const bool kueues = priority.source == kWorkloadPriorityClassSource;
+  return {{"priority", priority.value},
+          {"priorityClassRef",
+           {{"group", kueues ? "kueue.x-k8s.io" : "scheduling.k8s.io"},
+            {"kind", kueues ? "WorkloadPriorityClass" : "PriorityClass"},
+            {"name", priority.class_name}}}};
+}
+
+std::string WorkloadPriorityClassOf(const json& workload) {
+  const json spec = workload.value("spec", json::object());
+  if (spec.value("priorityClassSource", "") == kWorkloadPriorityClassSource)
+    return spec.value("priorityClassName", "");
+  const json ref = spec.value("priorityClassRef", json::object());
+  if (ref.value("group", "") == "kueue.x-k8s.io" &&
+      ref.value("kind", "") == "WorkloadPriorityClass")
+    return ref.value("name", "");
+  return "";
 }
 
 std::optional<int32_t> MaximumExecutionSeconds(const json& job) {

@@ -101,6 +101,14 @@ nlohmann::json BuildWorkload(const JobIdentity& job, const api::TrainingJob& spe
                              const std::optional<WorkloadPriority>& priority,
                              const std::string& api_version);
 
+// The spec fields that give a Workload of `api_version` `priority`: its
+// value, and its class as that version names it.
+nlohmann::json PrioritySpec(const WorkloadPriority& priority, const std::string& api_version);
+
+// The Kueue WorkloadPriorityClass a Workload of either version takes its
+// priority from; "" where it has none or a pods' PriorityClass.
+std::string WorkloadPriorityClassOf(const nlohmann::json& workload);
+
 // How the pod sets of `wanted` (BuildWorkload of the job as it is now)
 // differ from those of `workload`, the one Kueue has, in what Kueue admits
 // by: "" when every pod set has the same count and its containers the same
