@@ -60,6 +60,9 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
                                 ReconcileResult* result) {
   const JobIdentity id = IdentityOf(job);
   const api::TrainingJobStatus status = api::StatusFromJson(job.value("status", json::object()));
+  // Every path of a queued job reads or writes its Workload in the version
+  // Kueue serves.
+  if (!QueueName(job).empty()) kueue_api_.EnsureDiscovered();
 
   // A finished job only waits for its TTL (and, queued, gives Kueue its
   // quota back first).

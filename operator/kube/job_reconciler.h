@@ -193,8 +193,8 @@ class JobReconciler {
   // jobframework follows them (job_reconciler_kueue_labels.cc). A change
   // not followed is said once, in a Warning Event. `workload` is updated.
   Status FollowLabelChanges(const nlohmann::json& job, const JobIdentity& id,
-                            const std::string& queue, bool quota_reserved, JobState* state,
-                            nlohmann::json* workload);
+                            const api::TrainingJob& spec, const std::string& queue,
+                            bool quota_reserved, JobState* state, nlohmann::json* workload);
   // Its queue-name: the Workload moves to that queue while it holds no
   // quota (Kueue does so for a suspended job); one holding quota stays.
   Status FollowQueueChange(const nlohmann::json& job, const JobIdentity& id,
@@ -203,8 +203,11 @@ class JobReconciler {
   // Its priority-class: the Workload takes that WorkloadPriorityClass and
   // its value, where it has no priority or one of a WorkloadPriorityClass
   // (Kueue's UpdateWorkloadPriority), even while admitted where the API
-  // server allows it (v1beta2; v1beta1 refuses it while quota is held).
-  Status FollowPriorityChange(const nlohmann::json& job, const JobIdentity& id, JobState* state,
+  // server allows it; the label removed, the priority the job would get
+  // without it (its pods' PriorityClass, the cluster's default, or none).
+  // A class that cannot be read now is an error: the reconcile is retried.
+  Status FollowPriorityChange(const nlohmann::json& job, const JobIdentity& id,
+                              const api::TrainingJob& spec, JobState* state,
                               nlohmann::json* workload);
   // A merge patch of the job's Workload made from `workload` as read (its
   // resourceVersion: a write that would land on a newer one fails);

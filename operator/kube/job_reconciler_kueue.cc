@@ -25,7 +25,6 @@ bool MadeForANewerJob(const json& workload, const json& job) {
 
 Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const std::string& queue,
                                   api::TrainingJob* spec, JobState* state, KueueGate* gate) {
-  kueue_api_.EnsureDiscovered();
   const std::string name = WorkloadName(id);
   const std::string workloads = CollectionPath(kueue_api_.Workloads(), id.namespace_);
   if (workloads_watched_ && workloads_watched_()) gate->recheck = std::chrono::milliseconds(0);
@@ -35,6 +34,9 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
   const int64_t generation = job["metadata"].value("generation", int64_t{0});
   Response got;
   if (Status s = client_->Get(workloads + "/" + name, &got); !s.ok()) return s;
+  if (got.code == 404 && kueue_api_.MayBeStale404())
+    return Status::Unavailable("Kueue's API may have changed version; reading Workload " + name +
+                               " again");
   if (got.code == 404) {
     std::optional<WorkloadPriority> priority;
     if (Status s = PriorityOf(job, *spec, &priority); !s.ok()) {
@@ -121,8 +123,10 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
       return Status::Ok();
     }
   }
-  if (Status s = FollowLabelChanges(job, id, queue, quota_reserved, state, &got.body); !s.ok())
+  if (Status s = FollowLabelChanges(job, id, *spec, queue, quota_reserved, state, &got.body);
+      !s.ok()) {
     return s;
+  }
   // Deactivated by this operator while the job was suspended, and the job
   // resumed. One Kueue deactivated (its requeuing limit, an execution time
   // limit, a rejected admission check) or an admin did stays off.
@@ -358,6 +362,7 @@ void JobReconciler::FinishWorkload(const JobIdentity& id, const api::TrainingJob
   Response got;
   if (Status s = client_->Get(path, &got); !s.ok()) return;  // the next reconcile tries again
   if (got.code == 404) {  // never made (no Kueue), or deleted: nothing holds quota
+    if (kueue_api_.MayBeStale404()) return;  // asked in a version not served: again
     workloads_finished_.insert(id.uid);
     return;
   }
@@ -437,7 +442,7 @@ bool JobReconciler::DeactivateWorkload(const json& job, const JobIdentity& id) {
   const std::string path = ObjectPath(kueue_api_.Workloads(), id.namespace_, name);
   Response got;
   if (Status s = client_->Get(path, &got); !s.ok()) return false;
-  if (got.code == 404) return true;  // none: nothing holds quota
+  if (got.code == 404) return !kueue_api_.MayBeStale404();  // none: nothing holds quota
   if (!got.ok()) return false;
   if (BeingDeleted(got.body) || MadeForANewerJob(got.body, job)) return true;
   json workload = got.body;

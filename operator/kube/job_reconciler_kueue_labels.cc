@@ -21,11 +21,11 @@ std::string LabelOf(const json& job, const std::string& label) {
 }  // namespace
 
 Status JobReconciler::FollowLabelChanges(const json& job, const JobIdentity& id,
-                                         const std::string& queue, bool quota_reserved,
-                                         JobState* state, json* workload) {
+                                         const api::TrainingJob& spec, const std::string& queue,
+                                         bool quota_reserved, JobState* state, json* workload) {
   if (Status s = FollowQueueChange(job, id, queue, quota_reserved, state, workload); !s.ok())
     return s;
-  return FollowPriorityChange(job, id, state, workload);
+  return FollowPriorityChange(job, id, spec, state, workload);
 }
 
 Status JobReconciler::FollowQueueChange(const json& job, const JobIdentity& id,
@@ -56,14 +56,15 @@ Status JobReconciler::FollowQueueChange(const json& job, const JobIdentity& id,
   return Status::Ok();
 }
 
-Status JobReconciler::FollowPriorityChange(const json& job, const JobIdentity& id, JobState* state,
+Status JobReconciler::FollowPriorityChange(const json& job, const JobIdentity& id,
+                                           const api::TrainingJob& spec, JobState* state,
                                            json* workload) {
   const std::string wanted = LabelOf(job, kWorkloadPriorityClassLabel);
   const std::string was = WorkloadPriorityClassOf(*workload);
   // Kueue follows the label onto a Workload without a priority, or with a
   // WorkloadPriorityClass's; one with a pods' PriorityClass keeps it.
-  const bool follows = was.empty() ? !(*workload)["spec"].contains("priority") : true;
-  if (wanted.empty() || wanted == was || !follows) {
+  const bool follows = !was.empty() || !(*workload)["spec"].contains("priority");
+  if (wanted == was || !follows) {
     state->label_changes_reported.erase(kWorkloadPriorityClassLabel);
     return Status::Ok();
   }
@@ -71,26 +72,38 @@ Status JobReconciler::FollowPriorityChange(const json& job, const JobIdentity& i
   auto not_followed = [&](const std::string& why) {
     SayLabelNotFollowed(job, state, kWorkloadPriorityClassLabel, "PriorityChangeIgnored",
                         "its Kueue Workload " + name + " keeps its priority: " + why);
-    return Status::Ok();
   };
-  json read;
-  const std::string what = "WorkloadPriorityClass " + wanted;
-  Status s =
-      ReadForPriority(ObjectPath(kueue_api_.WorkloadPriorityClasses(), "", wanted), what, &read);
-  if (!s.ok()) return not_followed(s.message());  // a later reconcile reads it again
-  if (read.is_null()) return not_followed(what + " may not be read");
-  const WorkloadPriority priority{wanted, kWorkloadPriorityClassSource,
-                                  read.value("value", int32_t{0})};
-  std::string refused;
-  if (Status s = PatchWorkload(id, {{"spec", PrioritySpec(priority, kueue_api_.api_version())}},
-                               workload, &refused);
-      !s.ok()) {
-    return s;
+  // The priority the job gets now: the label's class, or without it its
+  // pods' PriorityClass or the cluster's default.
+  std::optional<WorkloadPriority> priority;
+  if (Status s = PriorityOf(job, spec, &priority); !s.ok()) {
+    not_followed(s.message());
+    return s;  // read again when the reconcile is retried
   }
-  if (!refused.empty()) return not_followed("the change was refused: " + refused);
+  if (!wanted.empty() && !priority) {  // the class may not be read (a namespaced Role)
+    not_followed("WorkloadPriorityClass " + wanted + " may not be read");
+    return Status::Ok();
+  }
+  json patch = {{"spec", json::object()}};
+  if (priority) {
+    patch["spec"] = PrioritySpec(*priority, kueue_api_.api_version());
+  } else {  // none at all: every priority field goes
+    for (const char* field :
+         {"priority", "priorityClassName", "priorityClassSource", "priorityClassRef"}) {
+      if ((*workload)["spec"].contains(field)) patch["spec"][field] = nullptr;
+    }
+  }
+  std::string refused;
+  if (Status s = PatchWorkload(id, patch, workload, &refused); !s.ok()) return s;
+  if (!refused.empty()) {
+    not_followed("the change was refused: " + refused);
+    return Status::Ok();
+  }
+  const std::string now =
+      priority ? priority->class_name + " (priority " + std::to_string(priority->value) + ")"
+               : "no priority";
   RecordEvent(job, "Normal", "UpdatedWorkload",
-              "Kueue Workload " + id.namespace_ + "/" + name + " takes " + what + " (priority " +
-                  std::to_string(priority.value) + ")" +
+              "Kueue Workload " + id.namespace_ + "/" + name + " takes " + now +
                   (was.empty() ? "" : ", not WorkloadPriorityClass " + was));
   return Status::Ok();
 }

@@ -6,10 +6,11 @@
 
 namespace kubeps::kube {
 
-void KueueApi::Discover() {
+bool KueueApi::Discover() {
   Response response;
-  if (Status s = client_->Get(std::string("/apis/") + kKueueGroup, &response); !s.ok()) return;
-  if (response.code != 200 && response.code != 404) return;  // asked again later
+  if (Status s = client_->Get(std::string("/apis/") + kKueueGroup, &response); !s.ok())
+    return false;
+  if (response.code != 200 && response.code != 404) return false;  // asked again later
   std::string served;
   if (response.ok()) {
     for (const auto& version : response.body.value("versions", nlohmann::json::array())) {
@@ -19,9 +20,15 @@ void KueueApi::Discover() {
   }
   std::lock_guard<std::mutex> lock(mutex_);
   discovered_ = true;
-  if (served.empty() || served == version_) return;  // not installed: kept for when it is
+  if (served.empty() || served == version_) return true;  // not installed: kept for when it is
   KLOG_INFO << "Kueue serves " << kKueueGroup << "/" << served << ": Workloads are made in it";
   version_ = served;
+  return true;
+}
+
+bool KueueApi::MayBeStale404() {
+  const std::string asked_in = version();
+  return !Discover() || version() != asked_in;
 }
 
 void KueueApi::EnsureDiscovered() {

@@ -24,13 +24,19 @@ class KueueApi {
  public:
   explicit KueueApi(KubeClient* client) : client_(client) {}
 
-  // Asks discovery; where it cannot answer now, the version stays as it was
-  // and is asked again by the next EnsureDiscovered.
-  void Discover();
+  // Asks discovery; whether it answered. Where it cannot answer now, the
+  // version stays as it was and is asked again by the next EnsureDiscovered.
+  bool Discover();
   // Discover, unless it has answered since the last Forget.
   void EnsureDiscovered();
   // The next EnsureDiscovered asks again (the kind was not found).
   void Forget();
+  // Whether a 404 of a Kueue object may come of asking in a version the
+  // cluster no longer serves (Kueue upgraded since, or discovery never
+  // answered): asks discovery again; true where it cannot answer or now
+  // names another version, and the caller tries again later instead of
+  // taking the object for gone.
+  bool MayBeStale404();
 
   std::string version() const;      // "v1beta2" or "v1beta1"
   std::string api_version() const;  // "kueue.x-k8s.io/<version>"

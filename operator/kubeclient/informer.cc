@@ -54,7 +54,9 @@ Status Informer::List(std::string* resource_version) {
   Response response;
   if (Status s = client_->Get(Query(false), &response); !s.ok()) return s;
   if (response.code == 404 && may_be_missing_) {
-    synced_ = false;
+    // Served elsewhere now (a new version of its kind): located and listed
+    // again at once, not after the wait for a kind not served.
+    if (synced_.exchange(false) && locate_) return List(resource_version);
     std::lock_guard<std::mutex> lock(mutex_);
     cache_.clear();  // a kind no longer served has no objects
     return Status::NotFound("list " + collection_ + ": the kind is not served (not installed?)");

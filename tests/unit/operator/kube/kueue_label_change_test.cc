@@ -107,15 +107,28 @@ TEST_F(KueueLabelChangeTest, ANewPriorityClassIsTakenWithItsValue) {
   EXPECT_EQ(spec["priorityClassSource"], kWorkloadPriorityClassSource);
   EXPECT_EQ(Count("UpdatedWorkload"), 1);
 
-  // A class that is not there: said once; the Workload keeps its own.
+  // A class that is not there: said once; the Workload keeps its own, and
+  // the reconcile fails so that it is retried (no change of the job's
+  // would bring it back when the class is made).
   Label(kWorkloadPriorityClassLabel, "urgent");
-  Reconcile();
-  Reconcile();
+  ReconcileResult result;
+  EXPECT_FALSE(reconciler_->Reconcile(Job(), Pods(), &result).ok());
+  EXPECT_FALSE(reconciler_->Reconcile(Job(), Pods(), &result).ok());
   EXPECT_EQ(Workload()["spec"]["priority"], 100);
   EXPECT_EQ(Count("PriorityChangeIgnored"), 1);
   MakePriorityClass("urgent", 1000);
   Reconcile();
   EXPECT_EQ(Workload()["spec"]["priority"], 1000) << "taken once it is there";
+
+  // The label removed: the priority the job would have without it, here
+  // none (no pods' class, no cluster default).
+  fake_.Modify(kJob, {{"metadata", {{"labels", {{kWorkloadPriorityClassLabel, nullptr}}}}}});
+  Reconcile();
+  spec = Workload()["spec"];
+  EXPECT_FALSE(spec.contains("priority")) << spec.dump();
+  EXPECT_FALSE(spec.contains("priorityClassName")) << spec.dump();
+  EXPECT_FALSE(spec.contains("priorityClassSource")) << spec.dump();
+  EXPECT_EQ(Count("UpdatedWorkload"), 3);
 }
 
 // A Workload whose priority comes from its pods' PriorityClass keeps it, as

@@ -57,5 +57,18 @@ TEST_F(KueueV1beta2Test, AQueuedJobRunsWhereKueueServesOnlyV1beta2) {
   EXPECT_EQ(Condition(fake_.Object(workload_), "Finished")["status"], "True");
 }
 
+// Discovery did not answer the first time: the operator, still at v1beta1,
+// finds no Workload there. That 404 is not taken for "none" (which would
+// make one in a version not served, or mark a finished job's quota given
+// back) until discovery has said which version is served.
+TEST_F(KueueV1beta2Test, AWorkloadNotFoundBeforeDiscoveryAnsweredIsAskedForAgain) {
+  fake_.FailNext("GET", "/apis/kueue.x-k8s.io", 1, 503);
+  ReconcileResult result;
+  EXPECT_FALSE(reconciler_->Reconcile(Job(), Pods(), &result).ok()) << "retried";
+  Reconcile();
+  EXPECT_FALSE(fake_.Object(workload_).is_null());
+  EXPECT_THAT(fake_.RequestsTo("POST", CollectionPath(kWorkloads, kNamespace)), IsEmpty());
+}
+
 }  // namespace
 }  // namespace kubeps::kube::queued_job_test
