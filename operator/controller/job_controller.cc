@@ -235,8 +235,7 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     }
     // Not there (new, or deleted from outside: a drain's eviction), or
     // ended by its node: made (again) without counting as a restart.
-    if (it == observed.end() ||
-        (it->second.phase == ReplicaPhase::kFailed && it->second.disrupted)) {
+    if (it == observed.end() || it->second.disrupted) {
       // Everything but the scheduler needs its address; wait for it.
       if (name.role != ReplicaRole::kScheduler && scheduler_address.empty()) continue;
       Status s = cluster_->Create(build_launch_(name, scheduler_address));

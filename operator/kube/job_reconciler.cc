@@ -344,7 +344,7 @@ void JobReconciler::ReportEvictions(const json& job, const std::vector<json>& po
     if (!deleting && IsNodePressureEviction(pod)) {
       what = "was evicted by its node";
       outcome = "this counts as a failure under the job's restartPolicy";
-    } else if (!deleting && KubeCluster::StatusOf(pod).disrupted) {
+    } else if (!deleting && EndedByItsNode(pod)) {
       what = "was ended by its node";
       outcome = "it is made again, not counted as a restart";
     } else if (!deleting) {

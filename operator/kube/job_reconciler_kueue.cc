@@ -69,7 +69,6 @@ Status JobReconciler::GateOnKueue(const json& job, const JobIdentity& id, const 
                       " Workload (is Kueue installed?); it waits, without pods, and checks "
                       "again every 30 s";
       gate->recheck = std::chrono::seconds(30);
-      kueue_api_.Forget();  // Kueue installed or upgraded since: asked again
       return Status::Ok();
     }
     if (created.code == 403 || created.code == 422) {  // RBAC, or a Workload Kueue refuses

@@ -89,23 +89,18 @@ bool NoContainerRan(const json& pod_status) {
   return true;
 }
 
-// A Failed pod the kubelet ended: for node pressure it failed, in the
-// kubelet's words where the pod has none of its own; for anything else (a
-// graceful node shutdown, a critical pod's preemption) it was disrupted.
-// One it refused to admit (a reason, no container ever ran) was rejected.
+// A Failed pod its node ended (EndedByItsNode) was disrupted; one the
+// kubelet refused to admit (a reason, no container ever ran) was rejected.
+// Those and a node-pressure eviction failed in the kubelet's words where
+// the pod has none of its own.
 void ReadKubeletTermination(const json& pod, controller::ReplicaStatus* status) {
   const json& pod_status = pod["status"];
   const std::string reason = pod_status.value("reason", "");
-  const json* disruption = DisruptionOf(pod);
-  // The reasons that leave a pod Failed without deleting it first; the
-  // others (an eviction, a preemption, the taint manager) delete it, and a
-  // pod that failed in the moment before was the program's failure.
-  const std::string by = disruption ? disruption->value("reason", "") : "";
-  if ((by == "TerminationByKubelet" || by == "DeletionByPodGC") && !IsNodePressureEviction(pod)) {
+  if (EndedByItsNode(pod)) {
     status->disrupted = true;
     return;
   }
-  if (!disruption) {
+  if (!DisruptionOf(pod)) {
     if (reason.empty() || reason == "DeadlineExceeded" || !NoContainerRan(pod_status)) return;
     status->rejected = true;
   }
@@ -126,6 +121,16 @@ const json* DisruptionOf(const json& pod) {
       return &condition;
   }
   return nullptr;
+}
+
+bool EndedByItsNode(const json& pod) {
+  const json* disruption = DisruptionOf(pod);
+  if (!disruption || IsNodePressureEviction(pod)) return false;
+  // The reasons that leave a pod Failed without deleting it first; the
+  // others (an eviction, a preemption, the taint manager) delete it, and a
+  // pod that failed in the moment before was the program's failure.
+  const std::string by = disruption->value("reason", "");
+  return by == "TerminationByKubelet" || by == "DeletionByPodGC";
 }
 
 bool IsNodePressureEviction(const json& pod) {

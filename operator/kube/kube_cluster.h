@@ -32,6 +32,12 @@ bool ExceededQuota(const Response& response);
 // taint manager, a preemption, the kubelet ending it), else null.
 const nlohmann::json* DisruptionOf(const nlohmann::json& pod);
 
+// Whether a Failed pod was ended by its node, not by itself (DisruptionTarget
+// TerminationByKubelet: a graceful node shutdown, a critical pod's
+// preemption; or DeletionByPodGC), a node-pressure eviction aside: made
+// again without counting as a restart.
+bool EndedByItsNode(const nlohmann::json& pod);
+
 // Whether the kubelet evicted the pod for node pressure (its reason
 // "Evicted"): it picks the pods using most over their requests, so the pod
 // is often the pressure's own cause, and the eviction counts as a failure.

@@ -39,11 +39,6 @@ void KueueApi::EnsureDiscovered() {
   Discover();
 }
 
-void KueueApi::Forget() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  discovered_ = false;
-}
-
 std::string KueueApi::version() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return version_;

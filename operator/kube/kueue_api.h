@@ -4,7 +4,7 @@
 // every queued job as if Kueue were not installed. The version is asked of
 // the API server's discovery (GET /apis/kueue.x-k8s.io): v1beta2 where it
 // is served, else v1beta1; asked again whenever the Workload kind is not
-// found (Kueue installed, upgraded or removed since).
+// found (Kueue installed, upgraded or removed since: MayBeStale404).
 //
 // Thread-safe: the reconciler and the Workload watch share one.
 #ifndef KUBEPS_OPERATOR_KUBE_KUEUE_API_H_
@@ -29,8 +29,6 @@ class KueueApi {
   bool Discover();
   // Discover, unless it has answered since the last Forget.
   void EnsureDiscovered();
-  // The next EnsureDiscovered asks again (the kind was not found).
-  void Forget();
   // Whether a 404 of a Kueue object may come of asking in a version the
   // cluster no longer serves (Kueue upgraded since, or discovery never
   // answered): asks discovery again; true where it cannot answer or now
