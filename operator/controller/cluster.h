@@ -66,7 +66,8 @@ struct ReplicaStatus {
   // When Failed: its node refused it before any of it ran (Kubernetes: the
   // kubelet's admission, as OutOfcpu or a GPU its device plugin could not
   // allocate): no verdict on the program, so it is made again under any
-  // restart policy, each try counted against backoffLimit.
+  // restart policy, after a back-off, each try counted against backoffLimit
+  // unless `disrupted` as well (a node shutting down refused it).
   bool rejected = false;
 };
 

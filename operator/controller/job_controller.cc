@@ -238,6 +238,12 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     if (it == observed.end() || it->second.disrupted) {
       // Everything but the scheduler needs its address; wait for it.
       if (name.role != ReplicaRole::kScheduler && scheduler_address.empty()) continue;
+      // Refused by a node shutting down: one its template binds to that
+      // node (nodeName) would be refused again at once until it is back.
+      if (it != observed.end() && it->second.rejected && it->second.created_ms >= 0 &&
+          now_ms - it->second.created_ms < kRejectionBackoffMs) {
+        continue;
+      }
       Status s = cluster_->Create(build_launch_(name, scheduler_address));
       if (s.code() == Status::Code::kUnavailable) {
         KLOG_INFO << "starting " << name.ToString() << ": " << s.message() << "; trying again";

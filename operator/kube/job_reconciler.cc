@@ -338,10 +338,17 @@ void JobReconciler::ReportEvictions(const json& job, const std::vector<json>& po
     const bool deleting = meta.contains("deletionTimestamp");
     const bool failed = pod.value("status", json::object()).value("phase", "") == "Failed";
     const json* disruption = DisruptionOf(pod);
+    const bool refused = !deleting && RefusedByItsNodeShuttingDown(pod);
     controller::ReplicaName name{controller::ReplicaRole::kWorker, 0};
-    if (!disruption || !(deleting || failed) || !KubeCluster::ReplicaOf(pod, &name)) continue;
+    if (!(disruption || refused) || !(deleting || failed) || !KubeCluster::ReplicaOf(pod, &name))
+      continue;
     std::string what = "is being evicted", outcome = "it is re-created once it is gone";
-    if (!deleting && IsNodePressureEviction(pod)) {
+    // The kubelet's words: the condition's where there is one, else the pod's.
+    const json& words = disruption ? *disruption : pod["status"];
+    if (refused) {
+      what = "was refused by its node";
+      outcome = "it is made again, not counted as a restart";
+    } else if (!deleting && IsNodePressureEviction(pod)) {
       what = "was evicted by its node";
       outcome = "this counts as a failure under the job's restartPolicy";
     } else if (!deleting && EndedByItsNode(pod)) {
@@ -352,8 +359,8 @@ void JobReconciler::ReportEvictions(const json& job, const std::vector<json>& po
     }
     if (!state->evictions_reported.insert(meta.value("uid", "")).second) continue;
     const std::string message = "pod " + meta.value("name", "") + " (" + name.ToString() + ") " +
-                                what + " (" + disruption->value("reason", "") + ": " +
-                                disruption->value("message", "") + "); " + outcome;
+                                what + " (" + words.value("reason", "") + ": " +
+                                words.value("message", "") + "); " + outcome;
     KLOG_INFO << IdentityOf(job).namespace_ << "/" << IdentityOf(job).name << ": " << message;
     RecordEvent(job, "Warning", "PodEvicted", message);
   }

@@ -100,6 +100,10 @@ void ReadKubeletTermination(const json& pod, controller::ReplicaStatus* status) 
     status->disrupted = true;
     return;
   }
+  if (RefusedByItsNodeShuttingDown(pod)) {
+    status->disrupted = status->rejected = true;
+    return;
+  }
   if (!DisruptionOf(pod)) {
     if (reason.empty() || reason == "DeadlineExceeded" || !NoContainerRan(pod_status)) return;
     status->rejected = true;
@@ -131,6 +135,12 @@ bool EndedByItsNode(const json& pod) {
   // pod that failed in the moment before was the program's failure.
   const std::string by = disruption->value("reason", "");
   return by == "TerminationByKubelet" || by == "DeletionByPodGC";
+}
+
+bool RefusedByItsNodeShuttingDown(const json& pod) {
+  const json& status = pod.value("status", json::object());
+  return status.value("phase", "") == "Failed" && status.value("reason", "") == "NodeShutdown" &&
+         NoContainerRan(status);
 }
 
 bool IsNodePressureEviction(const json& pod) {

@@ -38,6 +38,13 @@ const nlohmann::json* DisruptionOf(const nlohmann::json& pod);
 // again without counting as a restart.
 bool EndedByItsNode(const nlohmann::json& pod);
 
+// Whether the kubelet refused the pod, before any of it ran, because its
+// node is shutting down (reason NodeShutdown; the scheduler may bind a pod
+// there before the node's not-ready taint lands): the node's doing, made
+// again without counting, as a pod the shutdown ended, but after the
+// rejection back-off.
+bool RefusedByItsNodeShuttingDown(const nlohmann::json& pod);
+
 // Whether the kubelet evicted the pod for node pressure (its reason
 // "Evicted"): it picks the pods using most over their requests, so the pod
 // is often the pressure's own cause, and the eviction counts as a failure.

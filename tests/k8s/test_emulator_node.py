@@ -3,8 +3,8 @@ them: a volume that cannot be mounted (FailedMount Events, the pod Pending
 in ContainerCreating), a claim that does not exist (unschedulable), the
 Eviction subresource with PodDisruptionBudgets, `kubectl drain` (cordon,
 evict, wait), a node rebooted with the kubelet's graceful node shutdown (its
-pods end Failed, not deleted), the kubelet's admission of a pod bound
-without the scheduler, and a node that goes NotReady (its pods stay
+pods end Failed, not deleted, and a pod bound meanwhile is refused), the
+kubelet's admission of a pod bound without the scheduler, and a node that goes NotReady (its pods stay
 Terminating);
 downwardAPI volumes that follow the pod's labels and annotations; and the
 host's mount points, which the pods of every stand-in cluster on the
@@ -275,6 +275,27 @@ class EmulatorEvictionTest(OneClusterTestCase):
         self.apply(pod("after-reboot"))
         c.wait_for(lambda: c.pod("after-reboot")["status"]["phase"] == "Running", timeout=30,
                    what="a new pod running on the booted node")
+
+    def test_a_pod_bound_to_a_node_shutting_down_is_refused(self):
+        c = self.c
+        # It ignores SIGTERM, so the shutdown waits out its grace period.
+        self.apply(pod("stubborn", script="trap '' TERM; sleep 60",
+                       terminationGracePeriodSeconds=5))
+        c.wait_for(lambda: c.pod("stubborn")["status"]["phase"] == "Running", what="Running")
+        c.reboot_node()
+        c.wait_for(lambda: c.client.get("/api/v1/nodes/kubeps-node")["spec"].get("taints"),
+                   what="the node shutting down")
+        self.apply(pod("bound-late", nodeName="kubeps-node"))
+        refused = c.wait_for(lambda: [x for x in [c.pod("bound-late")]
+                                      if x["status"].get("phase") == "Failed"], what="Failed")[0]
+        self.assertEqual((refused["status"]["reason"], refused["status"]["message"]),
+                         ("NodeShutdown",
+                          "Pod was rejected: Pod was rejected as the node is shutting down."))
+        self.assertNotIn("containerStatuses", refused["status"], "none of it ever ran")
+        self.assertEqual(c.pod("stubborn")["status"]["phase"], "Running",
+                         "refused before the shutdown ended")
+        c.wait_for(lambda: not c.client.get("/api/v1/nodes/kubeps-node")["spec"].get("taints"),
+                   timeout=30, what="the node back")
 
     def test_a_pod_bound_without_the_scheduler_that_does_not_fit_is_rejected(self):
         c = self.c

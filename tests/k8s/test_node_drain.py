@@ -9,7 +9,8 @@ And the node's machine rebooted mid-job, with the kubelet's graceful node
 shutdown: every pod ends Failed with DisruptionTarget (TerminationByKubelet)
 and is not deleted. Under restartPolicy Never the job goes on: each replica
 is made again without counting as a restart, and resumes from the
-checkpoints.
+checkpoints; a worker bound to the node by its template and made again while
+the node shuts down is refused (NodeShutdown), and made again once more.
 
     KUBEPS_BIN_DIR=build/bin python3 -m unittest -v test_node_drain   (from tests/k8s)
 """
@@ -20,8 +21,8 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from operator_harness import (apply, checkpoints_on_host, events_of, live_pod,  # noqa: E402
-                              training_job)
+from operator_harness import (apply, checkpoints_on_host, events_of, job_pods,  # noqa: E402
+                              live_pod, replica_key, training_job)
 from operator_test_case import SharedClusterTestCase  # noqa: E402
 from test_role_restarts import MAX_STEPS  # noqa: E402
 
@@ -75,8 +76,21 @@ class NodeDrainTest(SharedClusterTestCase):
 
     def test_a_node_reboot_ends_every_pod_and_the_job_resumes_under_restart_policy_never(self):
         name = "rebooted"
-        job = training_job(name, epochs=20, max_steps=MAX_STEPS, restart_policy="Never")
+        job = training_job(name, epochs=20, max_steps=MAX_STEPS, restart_policy="Never",
+                           backoff_limit=0)
         folder = checkpoints_on_host(self, job)
+        # Bound to the node by their template, the workers made again while
+        # it shuts down are refused (NodeShutdown): made again, not counted,
+        # once the back-off has passed.
+        job["spec"]["replicaSpecs"]["worker"]["template"]["spec"]["nodeName"] = NODE
+        # A pod slow to stop keeps the shutdown going for its grace period.
+        apply(self.c, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "slow-to-stop"},
+                       "spec": {"terminationGracePeriodSeconds": 5, "restartPolicy": "Never",
+                                "containers": [{"name": "main", "image": "busybox:1.36",
+                                                "command": ["/bin/sh", "-c",
+                                                            "trap '' TERM; sleep 600"]}]}})
+        self.addCleanup(self.c.kubectl, "delete", "pod", "slow-to-stop", "--wait=false",
+                        "--ignore-not-found")
         apply(self.c, job)
         self.wait_phase(name, "Running", timeout=90)
         old = self.live_pod(name, "worker")
@@ -95,12 +109,21 @@ class NodeDrainTest(SharedClusterTestCase):
         self.assertIn("pod %s (worker-0) was ended by its node (TerminationByKubelet: Pod was "
                       "terminated in response to imminent node shutdown.); it is made again, "
                       "not counted as a restart" % old["metadata"]["name"], ended["message"])
+        refused = self.c.wait_for(lambda: [e for e in events_of(self.c, name)
+                                           if "was refused by its node" in e["message"]],
+                                  timeout=30, what="a worker refused as the node shut down")[0]
+        self.assertRegex(refused["message"], r"\(worker-[01]\) was refused by its node "
+                         r"\(NodeShutdown: Pod was rejected: Pod was rejected as the node is "
+                         r"shutting down\.\); it is made again, not counted as a restart")
         job = self.wait_phase(name, "Succeeded", timeout=240)
         st = job["status"]
         self.assertEqual(st["replicaStatuses"]["worker"]["succeeded"], 2, st)
         for role in ("scheduler", "ps", "worker"):
             self.assertEqual(st["replicaStatuses"][role].get("restarts", 0), 0, st)
-        logs = self.c.kubectl("logs", name + "-worker-0-r1").stdout
+        finished = [p for p in job_pods(self.c, name) if replica_key(p) == ("worker", "0")
+                    and p["status"]["phase"] == "Succeeded"]
+        self.assertEqual(len(finished), 1, [p["metadata"]["name"] for p in finished])
+        logs = self.c.kubectl("logs", finished[0]["metadata"]["name"]).stdout
         self.assertRegex(logs, r"resuming from step [1-9]")
         self.delete_job(name)
 

@@ -58,6 +58,7 @@ class Kubelet(Informers, Scheduler, Networking, ClusterDns, EventRecorder, Polic
         self.host_dns = args.host_dns if args.host_dns is not None else self.isolation == "none"
         self.marker = "kubeps-emulator %s" % (args.marker or os.getpid())
         self.lock = threading.RLock()
+        self.shutting_down = False  # reboot(): pods bound meanwhile are refused (NodeShutdown)
         self.workers = {}          # uid -> PodWorker
         self.unscheduled = {}      # uid -> pod no node can take (scheduling.py)
         self.events = {}           # (pod uid, reason, message) -> (Event name, count)
@@ -185,8 +186,11 @@ class Kubelet(Informers, Scheduler, Networking, ClusterDns, EventRecorder, Polic
         --shutdown-grace-period) and ends Failed, reason Terminated, with the
         condition DisruptionTarget (TerminationByKubelet); then the node is
         Ready again. The ended pods stay Failed: no kubelet starts a pod of
-        restartPolicy Never again after a boot."""
+        restartPolicy Never again after a boot. A pod bound to the node
+        meanwhile (by its nodeName; the scheduler keeps off the taint) is
+        refused, reason NodeShutdown."""
         log("node %s shutting down" % self.node_name)
+        self.shutting_down = True
         self.set_ready(False, "node is shutting down")
         grace = self.args.shutdown_grace_period
         with self.lock:
@@ -198,6 +202,7 @@ class Kubelet(Informers, Scheduler, Networking, ClusterDns, EventRecorder, Polic
                 not w.gone and w.phase not in ("Succeeded", "Failed") for w in workers):
             time.sleep(0.1)
         time.sleep(1)   # the machine is down
+        self.shutting_down = False
         self.set_ready(True, "kubelet is posting ready status")
         log("node %s booted" % self.node_name)
 

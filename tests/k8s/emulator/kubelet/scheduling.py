@@ -143,12 +143,17 @@ class Scheduler:
     def rejected_at_admission(self, pod):
         """Whether the kubelet refuses `pod`, bound here, before running any
         of it: it ends Failed with the reason and message of
-        admission_problem and no container statuses, and is never started."""
+        admission_problem, or of the node shutting down (the kubelet's
+        shutdown manager admits nothing then), and no container statuses,
+        and is never started."""
         try:
             node = self.client.get("/api/v1/nodes/%s" % self.node_name)
         except (ApiError, OSError):
             return False
         problem = admission_problem(pod.get("spec", {}), node)
+        if self.shutting_down:
+            problem = ("NodeShutdown",
+                       "Pod was rejected: Pod was rejected as the node is shutting down.")
         if problem is None:
             return False
         md = pod["metadata"]

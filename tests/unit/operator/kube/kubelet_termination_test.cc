@@ -7,7 +7,7 @@
 // over their requests, so the pod is often its own cause: it counts as a
 // failure, bounded by backoffLimit, and the kubelet's words say why. A pod
 // the kubelet rejected before it ran is made again under any restartPolicy,
-// counted.
+// counted, unless its node refused it as it shut down.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -144,6 +144,37 @@ TEST_F(KubeletTerminationTest, APodTheKubeletRejectedIsMadeAgainUnderNeverUntilT
   status = StatusOfJob();
   EXPECT_EQ(status["phase"], "Failed") << status.dump();
   EXPECT_THAT(status["message"].get<std::string>(), HasSubstr("backoffLimit 1 reached"));
+}
+
+// A node that shuts down refuses every pod bound to it meanwhile (the
+// scheduler may bind one before the node's not-ready taint lands): the pod
+// never ran and the node, not the program, is why. Made again without
+// counting, as a pod the shutdown ended, even with no restart to spare; but
+// 10 s after the last, as a pod bound to the node by its template would be
+// refused again at once until the node is back.
+TEST_F(KubeletTerminationTest, APodRefusedByANodeShuttingDownIsMadeAgainWithoutCounting) {
+  json manifest = JobManifest();
+  manifest["spec"]["runPolicy"] = {{"restartPolicy", "Never"}, {"backoffLimit", 0}};
+  CreateJob(manifest);
+  ASSERT_TRUE(Reconcile().ok());
+  const std::string why = "Pod was rejected: Pod was rejected as the node is shutting down.";
+  ASSERT_FALSE(fake_
+                   .SetStatus(kPodsPath + "/mnist-worker-1",
+                              {{"phase", "Failed"}, {"reason", "NodeShutdown"}, {"message", why}})
+                   .is_null());
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_NE(StatusOfJob()["phase"], "Failed") << StatusOfJob().dump();
+  EXPECT_TRUE(fake_.Object(kPodsPath + "/mnist-worker-1-r1").is_null()) << "made again at once";
+  ASSERT_TRUE(ReconcileWithPodAged("mnist-worker-1", std::chrono::seconds(11)).ok());
+  json status = StatusOfJob();
+  EXPECT_NE(status["phase"], "Failed") << status.dump();
+  json replacement = fake_.Object(kPodsPath + "/mnist-worker-1-r1");
+  ASSERT_FALSE(replacement.is_null()) << "worker-1 was not made again";
+  EXPECT_EQ(replacement["metadata"]["annotations"][kRestartsAnnotation], "0");
+  EXPECT_EQ(status["replicaStatuses"]["worker"]["restarts"], 0) << status.dump();
+  EXPECT_THAT(EventMessage("PodEvicted"),
+              HasSubstr("pod mnist-worker-1 (worker-1) was refused by its node (NodeShutdown: " +
+                        why + "); it is made again, not counted as a restart"));
 }
 
 // A container that ran and failed is the program's failure, whatever the
