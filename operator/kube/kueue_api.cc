@@ -6,23 +6,40 @@
 
 namespace kubeps::kube {
 
+namespace {
+
+constexpr const char* kOlder = "v1beta1";
+constexpr const char* kKinds[] = {"workloads", "resourceflavors", "workloadpriorityclasses"};
+
+}  // namespace
+
 bool KueueApi::Discover() {
+  const std::string group = std::string("/apis/") + kKueueGroup;
   Response response;
-  if (Status s = client_->Get(std::string("/apis/") + kKueueGroup, &response); !s.ok())
-    return false;
+  if (Status s = client_->Get(group, &response); !s.ok()) return false;
   if (response.code != 200 && response.code != 404) return false;  // asked again later
-  std::string served;
-  if (response.ok()) {
-    for (const auto& version : response.body.value("versions", nlohmann::json::array())) {
-      const std::string name = version.value("version", "");
-      if (name == "v1beta2" || (name == "v1beta1" && served.empty())) served = name;
-    }
+  std::map<std::string, std::string> found;  // by plural: the newest version serving it
+  for (const char* version : {"v1beta2", kOlder}) {
+    bool listed = false;
+    for (const auto& served : response.body.value("versions", nlohmann::json::array()))
+      listed |= response.ok() && served.value("version", "") == version;
+    if (!listed) continue;
+    Response resources;
+    if (Status s = client_->Get(group + "/" + version, &resources); !s.ok()) return false;
+    if (resources.code == 404) continue;  // not served after all (a CRD changing meanwhile)
+    if (!resources.ok()) return false;
+    for (const auto& resource : resources.body.value("resources", nlohmann::json::array()))
+      found.emplace(resource.value("name", ""), version);  // the newer one, met first, stays
   }
   std::lock_guard<std::mutex> lock(mutex_);
   discovered_ = true;
-  if (served.empty() || served == version_) return true;  // not installed: kept for when it is
-  KLOG_INFO << "Kueue serves " << kKueueGroup << "/" << served << ": Workloads are made in it";
-  version_ = served;
+  for (const char* kind : kKinds) {
+    auto served = found.find(kind);
+    // Not installed: kept for when it is.
+    if (served == found.end() || Of(kind).version == served->second) continue;
+    KLOG_INFO << "Kueue serves its " << kind << " in " << kKueueGroup << "/" << served->second;
+    versions_[kind] = served->second;
+  }
   return true;
 }
 
@@ -39,19 +56,28 @@ void KueueApi::EnsureDiscovered() {
   Discover();
 }
 
-std::string KueueApi::version() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return version_;
+Resource KueueApi::Of(const char* plural) const {
+  auto it = versions_.find(plural);
+  return {kKueueGroup, it == versions_.end() ? kOlder : it->second, plural};
 }
+
+std::string KueueApi::version() const { return Workloads().version; }
 
 std::string KueueApi::api_version() const { return std::string(kKueueGroup) + "/" + version(); }
 
-Resource KueueApi::Workloads() const { return {kKueueGroup, version(), "workloads"}; }
+Resource KueueApi::Workloads() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return Of("workloads");
+}
 
-Resource KueueApi::ResourceFlavors() const { return {kKueueGroup, version(), "resourceflavors"}; }
+Resource KueueApi::ResourceFlavors() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return Of("resourceflavors");
+}
 
 Resource KueueApi::WorkloadPriorityClasses() const {
-  return {kKueueGroup, version(), "workloadpriorityclasses"};
+  std::lock_guard<std::mutex> lock(mutex_);
+  return Of("workloadpriorityclasses");
 }
 
 }  // namespace kubeps::kube

@@ -1,15 +1,19 @@
 // Which version of Kueue's API a cluster serves. Kueue 0.15 added
 // kueue.x-k8s.io/v1beta2 and Kueue 0.20 serves nothing else, so an
 // operator that spoke only v1beta1 found no Workload kind there and held
-// every queued job as if Kueue were not installed. The version is asked of
-// the API server's discovery (GET /apis/kueue.x-k8s.io): v1beta2 where it
-// is served, else v1beta1; asked again whenever the Workload kind is not
-// found (Kueue installed, upgraded or removed since: MayBeStale404).
+// every queued job as if Kueue were not installed. The versions are asked
+// of the API server's discovery, for each kind, since each is a CRD of its
+// own and an upgrade applied in part serves v1beta2 for some only: the
+// group's versions (GET /apis/kueue.x-k8s.io), then each one's resources
+// (GET /apis/kueue.x-k8s.io/<version>); a kind is asked for in v1beta2
+// where that serves it, else in v1beta1. Asked again whenever a Workload is
+// not found (Kueue installed, upgraded or removed since: MayBeStale404).
 //
 // Thread-safe: the reconciler and the Workload watch share one.
 #ifndef KUBEPS_OPERATOR_KUBE_KUEUE_API_H_
 #define KUBEPS_OPERATOR_KUBE_KUEUE_API_H_
 
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -36,6 +40,7 @@ class KueueApi {
   // taking the object for gone.
   bool MayBeStale404();
 
+  // Of the Workload kind, whose version decides the Workload's shape.
   std::string version() const;      // "v1beta2" or "v1beta1"
   std::string api_version() const;  // "kueue.x-k8s.io/<version>"
   Resource Workloads() const;
@@ -43,9 +48,13 @@ class KueueApi {
   Resource WorkloadPriorityClasses() const;
 
  private:
+  Resource Of(const char* plural) const;
+
   KubeClient* client_;
   mutable std::mutex mutex_;
-  std::string version_ = "v1beta1";  // what Kueue served before 0.15
+  // By plural; a kind not there is asked for in v1beta1, what Kueue served
+  // before 0.15 (and what it is kept at while Kueue is not installed).
+  std::map<std::string, std::string> versions_;
   bool discovered_ = false;
 };
 

@@ -171,6 +171,11 @@ TEST_P(ManagerKueueTest, AWorkloadsChangeReconcilesItsQueuedJob) {
     fake_.ServeDiscovery(
         "/apis/kueue.x-k8s.io",
         {{"kind", "APIGroup"}, {"versions", {served}}, {"preferredVersion", served}});
+    json resources = json::array();
+    for (const char* kind : {"workloads", "resourceflavors", "workloadpriorityclasses"})
+      resources.push_back({{"name", kind}});
+    fake_.ServeDiscovery("/apis/kueue.x-k8s.io/v1beta2",
+                         {{"kind", "APIResourceList"}, {"resources", resources}});
   }
   ManagerOptions options;
   options.resync_period = 1h;  // no resync to stand in for a missed change
