@@ -125,6 +125,9 @@ Json SpecSchema() {
                   "what to train and how; kubeps validate, kubeps run and the operator read it "
                   "alike"}};
   if (!required.empty()) schema["required"] = required;
+  Json& worker_template =
+      properties["replicaSpecs"]["properties"]["worker"]["properties"]["template"];
+  worker_template = WorkerTemplateSchema(worker_template.value("description", ""));
   schema["properties"] = properties;
   schema["x-kubernetes-validations"] = TrainingJobSpecRules();
   return schema;

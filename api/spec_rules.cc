@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "api/user_container.h"
+
 namespace kubeps::api {
 namespace {
 
@@ -50,6 +52,16 @@ Json TrainingJobSpecRules() {
     return "(" + Has(schedule + "." + field) + " && " + schedule + "." + field + " != " + zero +
            ")";
   };
+  // What the job trains (ReadTrainingProgram): a built-in model, or the
+  // worker's own program. The worker template's containers are typed in
+  // the CRD (WorkerTemplateSchema), so these can read them; the rest of
+  // the program's checks need to know which container is the main one,
+  // which a rule's fixed field path cannot say, and stay the parser's.
+  const std::string pod = "self.replicaSpecs.worker.template";
+  const std::string containers = pod + ".spec.containers";
+  const std::string has_containers =
+      "(" + Has(pod) + " && " + Has(pod + ".spec") + " && " + Has(containers) + ")";
+  const std::string built_in = "(" + Has("self.model") + " || " + Has("self.dataset") + ")";
   return Json::array({
       // CheckElasticPolicy
       Rule("!" + Has(policy) + " || !" + Has(max) + " || " + Has(min), at_policy + ".minReplicas",
@@ -103,7 +115,50 @@ Json TrainingJobSpecRules() {
            "string(" + schedule +
                ".minLearningRate) + ' is not below spec.optimizer.learningRate (' "
                "+ string(self.optimizer.learningRate) + '): nothing to decay'"),
+      // ReadTrainingProgram
+      Rule("!" + Has("self.model") + " || " + Has("self.dataset"), ".dataset.path", "required", "",
+           "FieldValueRequired"),
+      Rule("!" + built_in + " || self.optimizer.name != 'none'", ".optimizer.name",
+           "none: the servers only average the gradients, for a training program that runs its "
+           "own optimizer, but a built-in model has none of its own: use sgd, momentum or adam, "
+           "or bring your own program",
+           "'none: the servers only average the gradients, for a training program that runs its "
+           "own optimizer, but the built-in model \"' + (" +
+               Has("self.model") +
+               " ? self.model : 'mlp') + '\" has none of its own: use sgd, momentum or adam, or "
+               "bring your own program'"),
+      Rule(built_in + " || (" + has_containers + " && size(" + containers + ") > 0)", ".model",
+           NoProgramMessage(), "", "FieldValueRequired"),
+      Rule(built_in + " || !" + has_containers + " || size(" + containers + ") <= 1 || " +
+               containers + ".exists(c, " + Has("c.name") + " && c.name == '" +
+               kWorkerContainerName + "')",
+           ".replicaSpecs.worker.template.spec.containers",
+           std::string("several") + kNoneNamedWorker,
+           "string(size(" + containers + ")) + '" + kNoneNamedWorker + "'"),
   });
+}
+
+Json WorkerTemplateSchema(const std::string& description) {
+  // The API server bounds a rule's cost by the sizes the schema allows: a
+  // list without maxItems, or a string without maxLength, makes it refuse
+  // the CRD. A container's name is a DNS label.
+  const Json container = {{"type", "object"},
+                          {"x-kubernetes-preserve-unknown-fields", true},
+                          {"properties", {{"name", {{"type", "string"}, {"maxLength", 63}}}}},
+                          {"x-kubernetes-validations",
+                           Json::array({Rule(std::string("!has(self.name) || self.name != '") +
+                                                 kAgentContainerName + "'",
+                                             ".name", kAgentNameTaken)})}};
+  const Json pod_spec = {
+      {"type", "object"},
+      {"x-kubernetes-preserve-unknown-fields", true},
+      {"properties",
+       {{"containers",
+         {{"type", "array"}, {"maxItems", kMaxTemplateContainers}, {"items", container}}}}}};
+  return {{"type", "object"},
+          {"x-kubernetes-preserve-unknown-fields", true},
+          {"description", description},
+          {"properties", {{"spec", pod_spec}}}};
 }
 
 }  // namespace kubeps::api

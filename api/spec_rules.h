@@ -8,6 +8,8 @@
 #ifndef KUBEPS_API_SPEC_RULES_H_
 #define KUBEPS_API_SPEC_RULES_H_
 
+#include <string>
+
 #include <nlohmann/json.hpp>
 
 namespace kubeps::api {
@@ -26,6 +28,14 @@ inline constexpr char kNoRateToSchedule[] =
 
 // The CEL rules of `spec`, in the order the parser makes its checks.
 nlohmann::ordered_json TrainingJobSpecRules();
+
+// The worker template's schema: a pod template whose spec.containers are
+// typed (a list of at most kMaxTemplateContainers, each with a name), so
+// that the rules above can read them, and whose each main container is
+// refused the agent's name. Everything else of the template is kept as
+// written (x-kubernetes-preserve-unknown-fields).
+inline constexpr int kMaxTemplateContainers = 64;
+nlohmann::ordered_json WorkerTemplateSchema(const std::string& description);
 
 }  // namespace kubeps::api
 

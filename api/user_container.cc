@@ -225,16 +225,25 @@ std::optional<UserContainer> ReadUserContainer(const json& container, int index,
   return user;
 }
 
-// No main container of the worker template may take the sidecar's name.
-// An init container of that name is the sidecar's own entry: it may set the
-// agent's image and resources (a namespace whose ResourceQuota wants
-// requests or limits refuses a pod whose containers lack them), and nothing
-// else, since kubeps sets how the agent runs.
-void CheckReservedNames(const json& pod_spec, std::vector<FieldError>* errors) {
+// No main container of the worker template may take the sidecar's name, in
+// any job (the CRD's rule on each container cannot tell a job's program).
+// Where the job brings its own program (`own_program`), an init container
+// of that name is the sidecar's own entry: it may set the agent's image and
+// resources (a namespace whose ResourceQuota wants requests or limits
+// refuses a pod whose containers lack them), and nothing else, since kubeps
+// sets how the agent runs.
+void CheckReservedNames(const json& pod_template, bool own_program,
+                        std::vector<FieldError>* errors) {
+  if (!pod_template.is_object() || !pod_template.contains("spec") ||
+      !pod_template["spec"].is_object()) {
+    return;
+  }
+  const json& pod_spec = pod_template["spec"];
   for (const char* list : {"containers", "initContainers"}) {
     auto it = pod_spec.find(list);
     if (it == pod_spec.end() || !it->is_array()) continue;
     const bool init = std::string(list) == "initContainers";
+    if (init && !own_program) continue;
     for (size_t i = 0; i < it->size(); ++i) {
       const json& container = (*it)[i];
       if (!container.is_object() || container.value("name", json()) != kAgentContainerName) {
@@ -243,9 +252,7 @@ void CheckReservedNames(const json& pod_spec, std::vector<FieldError>* errors) {
       const std::string at =
           Index(std::string("spec.replicaSpecs.worker.template.spec.") + list, i);
       if (!init) {
-        errors->push_back({at + ".name", std::string("\"") + kAgentContainerName +
-                                             "\" is the name of the kubeps agent that runs beside "
-                                             "your program; name this container otherwise"});
+        errors->push_back({at + ".name", kAgentNameTaken});
         continue;
       }
       for (const auto& [field, value] : container.items()) {
@@ -265,18 +272,7 @@ void CheckReservedNames(const json& pod_spec, std::vector<FieldError>* errors) {
 
 // Why a job without a model has no program of its own, at which field.
 FieldError NoProgram(const json& pod_template) {
-  std::string model_names;
-  const size_t count = std::size(kModels);
-  for (size_t i = 0; i < count; ++i) {
-    model_names += std::string(i == 0 ? "" : i + 1 == count ? " or " : ", ") + kModels[i].name;
-  }
-  FieldError neither{"spec.model",
-                     "required unless the job brings its own training program: name a built-in "
-                     "model (" +
-                         model_names +
-                         ") with spec.dataset.path, or give the worker's pod template a container "
-                         "that runs your program (" +
-                         kWorkerContainersPath + ": [{name, image, command}])"};
+  FieldError neither{"spec.model", NoProgramMessage()};
   if (!pod_template.is_object()) return neither;
   auto spec = pod_template.find("spec");
   if (spec == pod_template.end() || spec->is_null()) return neither;
@@ -293,13 +289,23 @@ FieldError NoProgram(const json& pod_template) {
     return {kWorkerContainersPath,
             "must be a list of containers, got " + DescribeJson(*containers)};
   }
-  return {kWorkerContainersPath,
-          std::to_string(containers->size()) + " containers and none is named \"" +
-              kWorkerContainerName +
-              "\": name the container that runs your training program \"worker\""};
+  return {kWorkerContainersPath, std::to_string(containers->size()) + kNoneNamedWorker};
 }
 
 }  // namespace
+
+std::string NoProgramMessage() {
+  std::string model_names;
+  const size_t count = std::size(kModels);
+  for (size_t i = 0; i < count; ++i) {
+    model_names += std::string(i == 0 ? "" : i + 1 == count ? " or " : ", ") + kModels[i].name;
+  }
+  return "required unless the job brings its own training program: name a built-in model (" +
+         model_names +
+         ") with spec.dataset.path, or give the worker's pod template a container that runs your "
+         "program (" +
+         kWorkerContainersPath + ": [{name, image, command}])";
+}
 
 int MainContainerIndex(const json& pod_template, const std::string& name) {
   if (!pod_template.is_object()) return -1;
@@ -353,6 +359,7 @@ void ReadTrainingProgram(const YAML::Node& spec_node, TrainingJobSpec* spec,
   const int main_index = MainContainerIndex(pod_template, kWorkerContainerName);
   const std::string main_path = Index(kWorkerContainersPath, main_index < 0 ? 0 : main_index);
 
+  CheckReservedNames(pod_template, !(has_model || has_dataset), errors);
   if (has_model || has_dataset) {
     // Before jobs could bring their own program, spec.model defaulted to
     // mlp: a manifest with only a data set still trains it.
@@ -382,7 +389,6 @@ void ReadTrainingProgram(const YAML::Node& spec_node, TrainingJobSpec* spec,
     errors->push_back(NoProgram(pod_template));
     return;
   }
-  CheckReservedNames(pod_template["spec"], errors);
   spec->user_container = ReadUserContainer(pod_template["spec"]["containers"][main_index],
                                            main_index, main_path, errors);
 }

@@ -35,6 +35,18 @@ inline constexpr const char* kAgentContainerName = "kubeps-agent";
 // Where template.spec.containers is, for messages.
 inline constexpr const char* kWorkerContainersPath =
     "spec.replicaSpecs.worker.template.spec.containers";
+// Said of a main container of the worker template named kAgentContainerName.
+inline constexpr const char* kAgentNameTaken =
+    "\"kubeps-agent\" is the name of the kubeps agent that runs beside your program; name this "
+    "container otherwise";
+// Said of several containers none of which is named kWorkerContainerName,
+// after their count.
+inline constexpr const char* kNoneNamedWorker =
+    " containers and none is named \"worker\": name the container that runs your training "
+    "program \"worker\"";
+
+// Said at spec.model of a job with neither a built-in model nor a program.
+std::string NoProgramMessage();
 
 // The index in `pod_template`'s spec.containers of the container named
 // `name`, else of the only container; -1 when there is neither (no

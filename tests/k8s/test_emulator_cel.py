@@ -154,14 +154,33 @@ class CelRulesTest(unittest.TestCase):
                 "decay": "cosine", "decaySteps": 100, "minLearningRate": 0.01}}}),
             "floor-above-default": (2, None, {"optimizer": {"schedule": {
                 "decay": "linear", "decaySteps": 100, "minLearningRate": 0.5}}}),
+            # What the job trains: a built-in model, or the worker's own program.
+            "no-dataset": (2, None, {"drop": ["dataset"]}),
+            "none-built-in": (2, None, {"drop": ["model"], "optimizer": {"name": "none"}}),
+            "no-program": (2, None, {"drop": ["model", "dataset"]}),
+            "unnamed-program": (2, None, {"optimizer": {"name": "none"}, "template": {"spec": {
+                "containers": [dict(program["spec"]["containers"][0], name=n)
+                               for n in ("train", "log")]}}}),
+            "agent-named": (2, None, {"optimizer": {"name": "none"}, "template": {"spec": {
+                "containers": program["spec"]["containers"] + [
+                    {"name": "kubeps-agent", "image": "me/agent:1"}]}}}),
+            "agent-named-beside-a-model": (2, None, {"template": {"spec": {
+                "containers": [{"name": "kubeps-agent", "image": "me/agent:1"},
+                               {"name": "worker"}]}}}),
+            "named-program": (2, None, {"optimizer": {"name": "none"}, "template": {"spec": {
+                "containers": [{"name": "log", "image": "me/log:1"}] +
+                program["spec"]["containers"]}}}),
         }
         for name, (workers, policy, spec) in cases.items():
             manifest = job(name, workers)
             if policy:
                 manifest["spec"]["replicaSpecs"]["worker"]["elasticPolicy"] = policy
-            if "template" in spec:
+            if "template" in spec and not name.endswith("beside-a-model"):
                 del manifest["spec"]["model"], manifest["spec"]["dataset"]
+            if "template" in spec:
                 manifest["spec"]["replicaSpecs"]["worker"]["template"] = spec.pop("template")
+            for field in spec.pop("drop", []):
+                del manifest["spec"][field]
             manifest["spec"].update(spec)
             with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
                 json.dump(manifest, f)
@@ -179,7 +198,7 @@ class CelRulesTest(unittest.TestCase):
                 self.assertRegex(api.stderr, r"(invalid: |\* )%s: (Invalid value: \"object\"|"
                                  r"Required value): %s\n" % (re.escape(field), re.escape(words)),
                                  name)
-            if name != "valid":
+            if name not in ("valid", "named-program"):
                 self.assertTrue(said, name)
 
     # -- Kueue's Workload

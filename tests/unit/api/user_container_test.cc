@@ -276,6 +276,28 @@ spec:
   EXPECT_FALSE(parsed.job->spec.brings_own_program());
 }
 
+// The CRD's rule on each container cannot tell whether the job brings a
+// program, so the name is refused beside a built-in model too, alike.
+TEST(UserContainerTest, TheAgentsNameIsReservedBesideABuiltInModelToo) {
+  EXPECT_THAT(Errors(R"(apiVersion: kubeps.io/v1alpha1
+kind: TrainingJob
+metadata: {name: builtin}
+spec:
+  model: cnn
+  dataset: {path: /data}
+  replicaSpecs:
+    worker:
+      template:
+        spec:
+          containers:
+            - name: worker
+            - name: kubeps-agent
+)"),
+              ElementsAre("spec.replicaSpecs.worker.template.spec.containers[1].name: "
+                          "\"kubeps-agent\" is the name of the kubeps agent that runs beside "
+                          "your program; name this container otherwise"));
+}
+
 TEST(UserContainerTest, ASpecThatIsNoMappingIsOneError) {
   EXPECT_THAT(Errors("apiVersion: kubeps.io/v1alpha1\nkind: TrainingJob\nmetadata: {name: x}\n"
                      "spec: 3\n"),
