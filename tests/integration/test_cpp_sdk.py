@@ -39,9 +39,11 @@ HEADERS = ["include/kubeps/common/resend_policy.h", "include/kubeps/common/statu
            "include/kubeps/common/step_membership.h",
            "include/kubeps/worker-agent/kv/kv_worker.h",
            "include/kubeps/worker-agent/kv/placement.h",
+           "include/kubeps/worker-agent/kv/rollback_copies.h",
            "include/kubeps/worker-agent/kv/sdk_export.h"]
 # The symbols libkubeps.so exports, demangled, as patterns.
-EXPORTED = [r"kubeps::KVWorker::Start\(", r"kubeps::KVWorker::Connect\(", r"kubeps::PlaceTensors\("]
+EXPORTED = [r"kubeps::KVWorker::Start\(", r"kubeps::KVWorker::Connect\(", r"kubeps::PlaceTensors\(",
+            r"kubeps::RollbackCopies::RollBack\("]
 
 
 def run(args, **kwargs):
@@ -118,11 +120,11 @@ class CppSdkTest(unittest.TestCase):
         names = [line.split(" ", 2)[2] for line in symbols if line.count(" ") >= 2]
         for pattern in EXPORTED:
             self.assertTrue(any(re.match(pattern, n) for n in names), pattern + " not exported")
-        # KVWorker's own symbols and its vtable and typeinfo: nothing of the
+        # The SDK's classes' own symbols and their vtables and typeinfo: nothing of the
         # implementation, gRPC, protobuf, abseil or the C++ library.
         foreign = [n for n in names
                    if not re.match(r"((typeinfo|typeinfo name|vtable) for )?kubeps::"
-                                   r"(KVWorker|PlaceTensors)\b", n)]
+                                   r"(KVWorker|PlaceTensors|RollbackCopies)\b", n)]
         self.assertEqual(foreign, [], "libkubeps.so exports more than the SDK")
 
     def test_the_example_builds_against_the_prefix_alone(self):

@@ -279,6 +279,13 @@ class KUBEPS_EXPORT KVWorker {
     (void)start, (void)held, (void)resume_step;
     return Status::Error("this client cannot roll the job back");
   }
+
+  // Sync mode: spec.checkpoint.intervalSteps (0 where the client is not
+  // told). A rollback's resume step is one of its multiples, or the step
+  // the job resumed at: a program that keeps state of its own (its
+  // optimizer's, with the servers' optimizer none) keeps a copy at those
+  // steps (RollbackCopies, rollback_copies.h).
+  virtual uint64_t CheckpointInterval() const { return 0; }
 };
 
 }  // namespace kubeps

@@ -4,7 +4,8 @@
 #   target_link_libraries(app PRIVATE kubeps::kv)
 #
 #   P/lib/libkubeps.so.0.1.0 (SONAME libkubeps.so.0.1), libkubeps.so
-#   P/include/kubeps/worker-agent/kv/kv_worker.h, placement.h, sdk_export.h
+#   P/include/kubeps/worker-agent/kv/kv_worker.h, placement.h, rollback_copies.h,
+#                                    sdk_export.h
 #   P/include/kubeps/common/status.h, resend_policy.h, step_membership.h
 #   P/lib/cmake/kubeps/kubepsConfig.cmake, kubepsConfigVersion.cmake,
 #                      kubepsTargets.cmake (+ -relwithdebinfo.cmake)
@@ -17,7 +18,7 @@
 #
 # The library holds the KV client's objects and what they use of common/,
 # the scheduler client and the generated protocol, all compiled with hidden
-# visibility: it exports KVWorker and PlaceTensors (KUBEPS_EXPORT), and a
+# visibility: it exports KVWorker, PlaceTensors and RollbackCopies (KUBEPS_EXPORT), and a
 # version script drops the template instantiations that the headers of the
 # C++ library, gRPC and protobuf make visible. gRPC, protobuf and
 # prometheus-cpp are linked privately (shared, from the system): a program
@@ -46,9 +47,9 @@ set_target_properties(kubeps_sdk PROPERTIES
 
 install(TARGETS kubeps_sdk EXPORT kubepsTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
-# kv_worker.h and exactly what it includes (tests/integration/test_cpp_sdk.py
-# compiles it against these alone).
-install(FILES kv_worker.h placement.h sdk_export.h
+# kv_worker.h, rollback_copies.h and exactly what they include
+# (tests/integration/test_cpp_sdk.py compiles each against these alone).
+install(FILES kv_worker.h placement.h rollback_copies.h sdk_export.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kubeps/worker-agent/kv)
 install(FILES ${PROJECT_SOURCE_DIR}/common/status.h ${PROJECT_SOURCE_DIR}/common/resend_policy.h
   ${PROJECT_SOURCE_DIR}/common/step_membership.h

@@ -77,11 +77,8 @@ class SidecarKVWorker final : public KVWorker {
   // optimizer ("none" when they only average).
   const std::string& mode() const { return mode_; }
   const std::string& optimizer() const { return optimizer_; }
-  // spec.checkpoint.intervalSteps (0: an agent that does not say): a sync
-  // rollback's resume step is one of its multiples, so a program that keeps
-  // state of its own (its optimizer's, with the servers' optimizer none)
-  // keeps a copy at those steps and puts it back at the resume step.
-  uint64_t checkpoint_interval() const { return checkpoint_interval_; }
+  // Hello's (0: an agent that does not say).
+  uint64_t CheckpointInterval() const override { return checkpoint_interval_; }
   // The step init said to start from (0 for a new job).
   uint64_t start_step() const;
 

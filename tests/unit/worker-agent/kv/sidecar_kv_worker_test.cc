@@ -64,7 +64,7 @@ TEST_F(SidecarKVWorkerTest, ConnectSaysHelloAndLearnsTheWorker) {
   auto* sidecar = static_cast<SidecarKVWorker*>(kv.get());
   EXPECT_EQ(sidecar->mode(), "sync");
   EXPECT_EQ(sidecar->optimizer(), "sgd");
-  EXPECT_EQ(sidecar->checkpoint_interval(), 50u);
+  EXPECT_EQ(sidecar->CheckpointInterval(), 50u);
   EXPECT_THAT(kv->parts(), IsEmpty());      // the agent places the parts
   EXPECT_EQ(kv->SharedValues(0), nullptr);  // nothing declared yet
 }
