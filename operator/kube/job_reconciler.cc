@@ -613,7 +613,20 @@ Status JobReconciler::WriteStatus(const json& job, const api::TrainingJobStatus&
   if (Status s = client_->Put(JobPath(id, "status"), object, &response); !s.ok()) return s;
   *stale = response.code == 409;
   if (response.ok() || response.code == 404 || *stale) return Status::Ok();  // 404: deleted
-  return Status::Error("writing the status of " + id.name + ": " + response.Describe());
+  const std::string why = response.Describe();
+  // Invalid: the CRD's rules refuse the stored job (a rule added since it
+  // was written, on a server before Kubernetes 1.30, which does not ratchet
+  // them). No status lands until its spec is corrected: said once.
+  if (response.code == 422) {
+    std::string& reported = jobs_[id.uid].status_refusal_reported;
+    if (reported != why) {
+      reported = why;
+      RecordEvent(job, "Warning", "StatusRefused",
+                  "the API server refuses this job's status (" + why +
+                      "); kubeps validate the job, and correct its spec");
+    }
+  }
+  return Status::Error("writing the status of " + id.name + ": " + why);
 }
 
 void JobReconciler::RecordEvent(const json& job, const std::string& type, const std::string& reason,

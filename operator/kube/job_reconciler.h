@@ -109,6 +109,7 @@ class JobReconciler {
     std::string workload_not_deleted;   // the WorkloadNotDeleted Event last recorded
     std::string scale_reported;         // the ScaleOutOfBounds or ScaleRefused Event last recorded
     std::string partial_admission_reported;  // the PartiallyAdmitted Event last recorded
+    std::string status_refusal_reported;     // the StatusRefused Event's answer last recorded
     // Kueue label -> the value last said not to be followed (SayLabelNotFollowed).
     std::map<std::string, std::string> label_changes_reported;
     // Where the job's admission puts its pods, worked out once for each

@@ -19,6 +19,7 @@ using namespace reconciler_test;
 using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::SizeIs;
 using ::testing::UnorderedElementsAre;
 using ::testing::UnorderedElementsAreArray;
 
@@ -275,6 +276,27 @@ TEST_F(JobReconcilerTest, ConflictsRequeueTheJobRatherThanFailTheReconcile) {
   ASSERT_TRUE(Reconcile().ok());
   EXPECT_TRUE(StatusOfJob().is_null()) << "nothing was written";
   EXPECT_EQ(result_.requeue_after, std::chrono::milliseconds(250));
+}
+
+// A stored job that the CRD's rules refuse now (a rule added since it was
+// written, on a server before Kubernetes 1.30, which does not ratchet them)
+// takes no status write: the reconcile fails and is retried, and a Warning
+// Event says why once, in the API server's words.
+TEST_F(JobReconcilerTest, AStatusTheApiServerRefusesIsSaidOnceInAnEvent) {
+  CreateJob();
+  fake_.FailNext("PUT", kJob + "/status", 100, 422);
+  EXPECT_FALSE(Reconcile().ok());
+  EXPECT_FALSE(Reconcile().ok());
+  std::vector<json> refused;
+  for (const json& event : fake_.List(kEventsPath)) {
+    if (event["reason"] == "StatusRefused") refused.push_back(event);
+  }
+  ASSERT_THAT(refused, SizeIs(1));
+  EXPECT_EQ(refused[0]["type"], "Warning");
+  EXPECT_THAT(refused[0]["message"].get<std::string>(),
+              HasSubstr("the API server refuses this job's status (422"));
+  EXPECT_THAT(refused[0]["message"].get<std::string>(),
+              HasSubstr("kubeps validate the job, and correct its spec"));
 }
 
 // The cache still shows the job running after the operator finished it and
