@@ -614,19 +614,45 @@ Status JobReconciler::WriteStatus(const json& job, const api::TrainingJobStatus&
   *stale = response.code == 409;
   if (response.ok() || response.code == 404 || *stale) return Status::Ok();  // 404: deleted
   const std::string why = response.Describe();
-  // Invalid: the CRD's rules refuse the stored job (a rule added since it
-  // was written, on a server before Kubernetes 1.30, which does not ratchet
-  // them). No status lands until its spec is corrected: said once.
-  if (response.code == 422) {
-    std::string& reported = jobs_[id.uid].status_refusal_reported;
-    if (reported != why) {
-      reported = why;
-      RecordEvent(job, "Warning", "StatusRefused",
-                  "the API server refuses this job's status (" + why +
-                      "); kubeps validate the job, and correct its spec");
+  if (response.code == 422) ReportStatusRefusal(job, response);
+  return Status::Error("writing the status of " + id.name + ": " + why);
+}
+
+// Invalid: no status lands until what the API server refuses changes, so it
+// is said once for the fields it names. Of the job's spec: a CRD rule added
+// since the job was written, on a server before Kubernetes 1.30, which does
+// not ratchet them. Of its status: a CRD older than this operator (Helm
+// never upgrades a chart's CRDs). Otherwise (an admission policy on the
+// status) the server's words alone.
+void JobReconciler::ReportStatusRefusal(const json& job, const Response& response) {
+  std::set<std::string> fields;
+  std::string key;
+  if (response.body.is_object()) {
+    key = response.body.value("reason", "") + ":";
+    const json details = response.body.value("details", json::object());
+    for (const json& cause :
+         details.is_object() ? details.value("causes", json::array()) : json::array()) {
+      if (cause.is_object()) fields.insert(cause.value("field", ""));
     }
   }
-  return Status::Error("writing the status of " + id.name + ": " + why);
+  std::string advice;
+  bool spec = false, status = false;
+  for (const std::string& field : fields) {
+    key += field + ";";
+    spec |= field.rfind("spec", 0) == 0;
+    status |= field.rfind("status", 0) == 0;
+  }
+  if (spec) advice = "; kubeps validate the job, and correct its spec";
+  if (status) {
+    advice +=
+        "; the TrainingJob CRD is older than this operator: apply its CRD (helm upgrade "
+        "does not)";
+  }
+  std::string& reported = jobs_[IdentityOf(job).uid].status_refusal_reported;
+  if (reported == key) return;
+  reported = key;
+  RecordEvent(job, "Warning", "StatusRefused",
+              "the API server refuses this job's status (" + response.Describe() + ")" + advice);
 }
 
 void JobReconciler::RecordEvent(const json& job, const std::string& type, const std::string& reason,

@@ -109,7 +109,7 @@ class JobReconciler {
     std::string workload_not_deleted;   // the WorkloadNotDeleted Event last recorded
     std::string scale_reported;         // the ScaleOutOfBounds or ScaleRefused Event last recorded
     std::string partial_admission_reported;  // the PartiallyAdmitted Event last recorded
-    std::string status_refusal_reported;     // the StatusRefused Event's answer last recorded
+    std::string status_refusal_reported;     // the fields the last StatusRefused Event named
     // Kueue label -> the value last said not to be followed (SayLabelNotFollowed).
     std::map<std::string, std::string> label_changes_reported;
     // Where the job's admission puts its pods, worked out once for each
@@ -329,6 +329,7 @@ class JobReconciler {
   // not land on a newer object; *stale is set, and the job is reconciled
   // again from the newer one.
   Status WriteStatus(const nlohmann::json& job, const api::TrainingJobStatus& status, bool* stale);
+  void ReportStatusRefusal(const nlohmann::json& job, const Response& response);
   // WriteStatus, then the bookkeeping of a write that lands or is stale.
   Status Write(const nlohmann::json& job, const api::TrainingJobStatus& status,
                ReconcileResult* result);

@@ -11,6 +11,15 @@ namespace {
 constexpr const char* kOlder = "v1beta1";
 constexpr const char* kKinds[] = {"workloads", "resourceflavors", "workloadpriorityclasses"};
 
+// The list `field` of a discovery document, empty unless the answer is one:
+// a server answers a group or version it does not serve with a 404 whose
+// body is the text "404 page not found" (no JSON: a null body here).
+nlohmann::json ListIn(const Response& response, const char* field) {
+  if (!response.ok() || !response.body.is_object()) return nlohmann::json::array();
+  const auto it = response.body.find(field);
+  return it != response.body.end() && it->is_array() ? *it : nlohmann::json::array();
+}
+
 }  // namespace
 
 bool KueueApi::Discover() {
@@ -21,15 +30,18 @@ bool KueueApi::Discover() {
   std::map<std::string, std::string> found;  // by plural: the newest version serving it
   for (const char* version : {"v1beta2", kOlder}) {
     bool listed = false;
-    for (const auto& served : response.body.value("versions", nlohmann::json::array()))
-      listed |= response.ok() && served.value("version", "") == version;
+    for (const auto& served : ListIn(response, "versions")) {
+      listed |= served.is_object() && served.value("version", "") == version;
+    }
     if (!listed) continue;
     Response resources;
     if (Status s = client_->Get(group + "/" + version, &resources); !s.ok()) return false;
     if (resources.code == 404) continue;  // not served after all (a CRD changing meanwhile)
     if (!resources.ok()) return false;
-    for (const auto& resource : resources.body.value("resources", nlohmann::json::array()))
-      found.emplace(resource.value("name", ""), version);  // the newer one, met first, stays
+    for (const auto& resource : ListIn(resources, "resources")) {
+      // The newer version, met first, stays.
+      if (resource.is_object()) found.emplace(resource.value("name", ""), version);
+    }
   }
   std::lock_guard<std::mutex> lock(mutex_);
   discovered_ = true;

@@ -1,5 +1,6 @@
 #include "tests/unit/fakes/fake_kube_client.h"
 
+#include <algorithm>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -178,6 +179,15 @@ json SpecPart(json object) {
 Response FakeKubeClient::DoGet(const std::string& path) const {
   if (auto served = discovery_.find(path); served != discovery_.end())
     return Success(200, served->second);
+  // A group, or a group's version, that is not served: the server's
+  // not-found handler answers in plain text ("404 page not found"), no
+  // Status, which the client reads as a null body.
+  if (path.rfind("/apis/", 0) == 0 && std::count(path.begin(), path.end(), '/') <= 3) {
+    Response plain;
+    plain.code = 404;
+    plain.reason = "Not Found";
+    return plain;
+  }
   ApiPath p;
   if (!ParsePath(path, &p)) return Error(404, "NotFound", "the server could not find " + path);
   if (p.name.empty()) {
@@ -318,11 +328,13 @@ bool FakeKubeClient::Injected(const std::string& method, const std::string& path
   for (auto it = failures_.begin(); it != failures_.end(); ++it) {
     if ((!it->method.empty() && it->method != method) || it->path != WithoutQuery(path)) continue;
     const int code = it->code;
+    const json details = it->details;
     if (--it->remaining <= 0) failures_.erase(it);
     if (code == 0) {
       *status = Status::Error("kube: " + method + " " + path + ": connection reset (injected)");
     } else {
       *response = Error(code, TextOf(code).reason, "injected failure");
+      if (!details.is_null()) response->body["details"] = details;
     }
     return true;
   }
@@ -493,8 +505,8 @@ int FakeKubeClient::CollectGarbage() {
 }
 
 void FakeKubeClient::FailNext(const std::string& method, const std::string& path, int times,
-                              int code) {
-  Locked([&] { failures_.push_back({method, WithoutQuery(path), times, code}); });
+                              int code, json details) {
+  Locked([&] { failures_.push_back({method, WithoutQuery(path), times, code, details}); });
 }
 
 void FakeKubeClient::CompactHistory() {

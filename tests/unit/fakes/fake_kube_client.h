@@ -106,8 +106,10 @@ class FakeKubeClient : public KubeClient {
   // --- Faults. ---
   // The next `times` requests with this method ("" = any) and path (query
   // left out) fail: code 0 with a transport error Status, else with that
-  // HTTP code and a Status body.
-  void FailNext(const std::string& method, const std::string& path, int times, int code);
+  // HTTP code and a Status body (with `details`, where given: an invalid
+  // object's causes).
+  void FailNext(const std::string& method, const std::string& path, int times, int code,
+                nlohmann::json details = nullptr);
   void ClearFailures() {
     Locked([&] { failures_.clear(); });
   }
@@ -154,6 +156,7 @@ class FakeKubeClient : public KubeClient {
     std::string method, path;
     int remaining;
     int code;
+    nlohmann::json details;
   };
 
   // The request's injected failure, if any (requires mutex_).

@@ -22,6 +22,13 @@ def not_found():
     return ApiError(404, "NotFound", "the server could not find the requested resource")
 
 
+def group_not_served():
+    """A group, or a group's version, that no API serves: the server's
+    not-found handler answers as net/http's NotFound does, in plain text,
+    no Status, as kube-apiserver answers it."""
+    return ApiError(404, "NotFound", "404 page not found", plain=True)
+
+
 def split_path(parts):
     """(group, version, rest) of /api/V/REST... or /apis/G/V/REST...; `parts`
     are the path's unquoted segments. Raises 404 for any other path."""
@@ -61,14 +68,14 @@ def document(api, path, parts, server_address):
     if len(parts) == 2 and parts[0] == "apis":
         versions = api.groups().get(parts[1])
         if not versions:
-            raise not_found()
+            raise group_not_served()
         return dict({"kind": "APIGroup", "apiVersion": "v1"}, **_group(parts[1], versions)), JSON
     group, version, rest = split_path(parts)
     if rest:
         return None
     types = [t for (g, v, _), t in api.served.items() if g == group and v == version]
     if not types:
-        raise not_found()
+        raise group_not_served()
     resources = []
     for t in types:
         resources.extend(t.discovery())

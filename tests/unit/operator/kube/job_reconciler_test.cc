@@ -16,9 +16,11 @@ namespace kubeps::kube {
 namespace {
 
 using namespace reconciler_test;
+using ::testing::AllOf;
 using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::SizeIs;
 using ::testing::UnorderedElementsAre;
 using ::testing::UnorderedElementsAreArray;
@@ -284,19 +286,37 @@ TEST_F(JobReconcilerTest, ConflictsRequeueTheJobRatherThanFailTheReconcile) {
 // Event says why once, in the API server's words.
 TEST_F(JobReconcilerTest, AStatusTheApiServerRefusesIsSaidOnceInAnEvent) {
   CreateJob();
-  fake_.FailNext("PUT", kJob + "/status", 100, 422);
+  const json of_spec = {{"causes",
+                         {{{"reason", "FieldValueInvalid"},
+                           {"field",
+                            "spec.replicaSpecs.worker.template.spec."
+                            "containers[1].name"}}}}};
+  fake_.FailNext("PUT", kJob + "/status", 2, 422, of_spec);
   EXPECT_FALSE(Reconcile().ok());
   EXPECT_FALSE(Reconcile().ok());
-  std::vector<json> refused;
-  for (const json& event : fake_.List(kEventsPath)) {
-    if (event["reason"] == "StatusRefused") refused.push_back(event);
-  }
-  ASSERT_THAT(refused, SizeIs(1));
-  EXPECT_EQ(refused[0]["type"], "Warning");
-  EXPECT_THAT(refused[0]["message"].get<std::string>(),
-              HasSubstr("the API server refuses this job's status (422"));
-  EXPECT_THAT(refused[0]["message"].get<std::string>(),
-              HasSubstr("kubeps validate the job, and correct its spec"));
+  auto refusals = [&] {
+    std::vector<std::string> messages;
+    for (const json& event : fake_.List(kEventsPath)) {
+      if (event["reason"] == "StatusRefused" && event["type"] == "Warning")
+        messages.push_back(event["message"]);
+    }
+    return messages;
+  };
+  ASSERT_THAT(refusals(), SizeIs(1));
+  EXPECT_THAT(refusals()[0], HasSubstr("the API server refuses this job's status (422"));
+  EXPECT_THAT(refusals()[0], HasSubstr("kubeps validate the job, and correct its spec"));
+
+  // A CRD older than the operator refuses what it writes in the status.
+  const json of_status = {
+      {"causes", {{{"reason", "FieldValueNotSupported"}, {"field", "status.phase"}}}}};
+  fake_.FailNext("PUT", kJob + "/status", 1, 422, of_status);
+  EXPECT_FALSE(Reconcile().ok());
+  // (Events are listed by their names, which end at random.)
+  EXPECT_THAT(refusals(),
+              UnorderedElementsAre(HasSubstr("kubeps validate the job, and correct its spec"),
+                                   AllOf(HasSubstr("the TrainingJob CRD is older than this "
+                                                   "operator"),
+                                         Not(HasSubstr("kubeps validate")))));
 }
 
 // The cache still shows the job running after the operator finished it and

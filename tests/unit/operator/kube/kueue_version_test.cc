@@ -9,7 +9,9 @@
 namespace kubeps::kube::queued_job_test {
 namespace {
 
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::SizeIs;
 
 const Resource kWorkloadsV1beta2{"kueue.x-k8s.io", "v1beta2", "workloads"};
@@ -87,6 +89,16 @@ TEST_F(KueueV1beta2Test, AWorkloadNotFoundBeforeDiscoveryAnsweredIsAskedForAgain
   Reconcile();
   EXPECT_FALSE(fake_.Object(workload_).is_null());
   EXPECT_THAT(fake_.RequestsTo("POST", CollectionPath(kWorkloads, kNamespace)), IsEmpty());
+}
+
+// Without Kueue the API server answers its group's discovery in plain text
+// ("404 page not found"), no JSON at all: queued jobs wait, saying so.
+TEST_F(QueuedJobTest, WithoutKueueTheGroupsPlainNotFoundIsNoKueue) {
+  Reconcile();
+  EXPECT_THAT(fake_.RequestsTo("GET", "/apis/kueue.x-k8s.io"), Not(IsEmpty()));
+  EXPECT_EQ(Job()["status"]["phase"], "Suspended") << Job()["status"].dump();
+  EXPECT_THAT(Job()["status"]["message"].get<std::string>(), HasSubstr("Kueue"));
+  EXPECT_THAT(Pods(), IsEmpty());
 }
 
 // Each kind is its own CRD: an upgrade applied in part (Kueue's
