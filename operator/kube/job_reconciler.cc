@@ -362,7 +362,7 @@ void JobReconciler::ReportEvictions(const json& job, const std::vector<json>& po
                                 what + " (" + words.value("reason", "") + ": " +
                                 words.value("message", "") + "); " + outcome;
     KLOG_INFO << IdentityOf(job).namespace_ << "/" << IdentityOf(job).name << ": " << message;
-    RecordEvent(job, "Warning", "PodEvicted", message);
+    RecordEvent(job, "Warning", refused ? "PodRefused" : "PodEvicted", message);
   }
 }
 

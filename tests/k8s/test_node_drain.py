@@ -110,7 +110,7 @@ class NodeDrainTest(SharedClusterTestCase):
                       "terminated in response to imminent node shutdown.); it is made again, "
                       "not counted as a restart" % old["metadata"]["name"], ended["message"])
         refused = self.c.wait_for(lambda: [e for e in events_of(self.c, name)
-                                           if "was refused by its node" in e["message"]],
+                                           if e["reason"] == "PodRefused"],
                                   timeout=30, what="a worker refused as the node shut down")[0]
         self.assertRegex(refused["message"], r"\(worker-[01]\) was refused by its node "
                          r"\(NodeShutdown: Pod was rejected: Pod was rejected as the node is "

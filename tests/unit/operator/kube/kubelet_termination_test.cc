@@ -172,7 +172,7 @@ TEST_F(KubeletTerminationTest, APodRefusedByANodeShuttingDownIsMadeAgainWithoutC
   ASSERT_FALSE(replacement.is_null()) << "worker-1 was not made again";
   EXPECT_EQ(replacement["metadata"]["annotations"][kRestartsAnnotation], "0");
   EXPECT_EQ(status["replicaStatuses"]["worker"]["restarts"], 0) << status.dump();
-  EXPECT_THAT(EventMessage("PodEvicted"),
+  EXPECT_THAT(EventMessage("PodRefused"),
               HasSubstr("pod mnist-worker-1 (worker-1) was refused by its node (NodeShutdown: " +
                         why + "); it is made again, not counted as a restart"));
 }
