@@ -613,9 +613,8 @@ Status JobReconciler::WriteStatus(const json& job, const api::TrainingJobStatus&
   if (Status s = client_->Put(JobPath(id, "status"), object, &response); !s.ok()) return s;
   *stale = response.code == 409;
   if (response.ok() || response.code == 404 || *stale) return Status::Ok();  // 404: deleted
-  const std::string why = response.Describe();
   if (response.code == 422) ReportStatusRefusal(job, response);
-  return Status::Error("writing the status of " + id.name + ": " + why);
+  return Status::Error("writing the status of " + id.name + ": " + response.Describe());
 }
 
 // Invalid: no status lands until what the API server refuses changes, so it
@@ -626,9 +625,9 @@ Status JobReconciler::WriteStatus(const json& job, const api::TrainingJobStatus&
 // status) the server's words alone.
 void JobReconciler::ReportStatusRefusal(const json& job, const Response& response) {
   std::set<std::string> fields;
-  std::string key;
+  std::string key = "422 ";  // never the empty one of a job not reported yet
   if (response.body.is_object()) {
-    key = response.body.value("reason", "") + ":";
+    key += response.body.value("reason", "") + ":";
     const json details = response.body.value("details", json::object());
     for (const json& cause :
          details.is_object() ? details.value("causes", json::array()) : json::array()) {
