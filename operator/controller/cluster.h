@@ -69,6 +69,11 @@ struct ReplicaStatus {
   // restart policy, after a back-off, each try counted against backoffLimit
   // unless `disrupted` as well (a node shutting down refused it).
   bool rejected = false;
+  // When a node shutting down refused it: how many of the replica's pods in
+  // a row were refused so, this one included. Not counted as restarts, they
+  // double the back-off instead (a template's nodeName binds every new pod
+  // to that node while it shuts down).
+  int node_refusals = 0;
 };
 
 // Splits a termination message "Reason: message" (Reason a CamelCase word)

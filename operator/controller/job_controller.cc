@@ -239,9 +239,13 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
       // Everything but the scheduler needs its address; wait for it.
       if (name.role != ReplicaRole::kScheduler && scheduler_address.empty()) continue;
       // Refused by a node shutting down: one its template binds to that
-      // node (nodeName) would be refused again at once until it is back.
+      // node (nodeName) would be refused again at once until it is back, so
+      // each refusal in a row doubles the wait.
       if (it != observed.end() && it->second.rejected && it->second.created_ms >= 0 &&
-          now_ms - it->second.created_ms < kRejectionBackoffMs) {
+          now_ms - it->second.created_ms <
+              std::min<int64_t>(
+                  kRejectionBackoffMs << std::clamp(it->second.node_refusals - 1, 0, 6),
+                  kMaxRejectionBackoffMs)) {
         continue;
       }
       Status s = cluster_->Create(build_launch_(name, scheduler_address));

@@ -102,6 +102,7 @@ void ReadKubeletTermination(const json& pod, controller::ReplicaStatus* status) 
   }
   if (RefusedByItsNodeShuttingDown(pod)) {
     status->disrupted = status->rejected = true;
+    status->node_refusals = IntAnnotation(pod, kNodeRefusalsAnnotation, 0) + 1;
     return;
   }
   if (!DisruptionOf(pod)) {
@@ -264,8 +265,10 @@ Status KubeCluster::Create(const controller::ReplicaLaunch& launch) {
   auto known = known_restarts_.find(launch.name.ToString());
   int restarts = known == known_restarts_.end() ? 0 : known->second;
   int generation = restarts;
+  int node_refusals = 0;
   if (existing != newest.end()) {
     controller::ReplicaStatus old = StatusOf(existing->second);
+    node_refusals = old.node_refusals;
     if (old.phase != ReplicaPhase::kFailed && old.phase != ReplicaPhase::kSucceeded) {
       return Status::Error(launch.name.ToString() + " already has a live pod");
     }
@@ -275,6 +278,9 @@ Status KubeCluster::Create(const controller::ReplicaLaunch& launch) {
     generation = std::max(restarts, Generation(existing->second) + 1);
   }
   json pod = BuildPod(job_, spec_, launch, restarts, images_, generation);
+  if (node_refusals > 0) {
+    pod["metadata"]["annotations"][kNodeRefusalsAnnotation] = std::to_string(node_refusals);
+  }
   Response response;
   const std::string pod_name = pod["metadata"]["name"];
   // Unreachable, throttled (429) or failing over (5xx): the API server will

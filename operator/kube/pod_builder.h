@@ -43,6 +43,9 @@ inline constexpr const char* kReplicaIndexLabel = "kubeps.io/replica-index";
 // taken in again gets a new pod that is not a restart.
 inline constexpr const char* kRestartsAnnotation = "kubeps.io/restarts";
 inline constexpr const char* kGenerationAnnotation = "kubeps.io/pod-generation";
+// How many of the replica's pods in a row, before this one, a node shutting
+// down refused: the back-off before the next doubles with each.
+inline constexpr const char* kNodeRefusalsAnnotation = "kubeps.io/node-refusals";
 inline constexpr int kGrpcPort = 7000;
 inline constexpr int kMetricsPort = 9090;
 inline constexpr const char* kTokenMountPath = "/var/run/secrets/kubeps";

@@ -175,6 +175,19 @@ TEST_F(KubeletTerminationTest, APodRefusedByANodeShuttingDownIsMadeAgainWithoutC
   EXPECT_THAT(EventMessage("PodRefused"),
               HasSubstr("pod mnist-worker-1 (worker-1) was refused by its node (NodeShutdown: " +
                         why + "); it is made again, not counted as a restart"));
+
+  // Refused again: each refusal in a row doubles the wait (20 s now).
+  ASSERT_FALSE(fake_
+                   .SetStatus(kPodsPath + "/mnist-worker-1-r1",
+                              {{"phase", "Failed"}, {"reason", "NodeShutdown"}, {"message", why}})
+                   .is_null());
+  ASSERT_TRUE(ReconcileWithPodAged("mnist-worker-1-r1", std::chrono::seconds(11)).ok());
+  EXPECT_TRUE(fake_.Object(kPodsPath + "/mnist-worker-1-r2").is_null()) << "made again at 11 s";
+  ASSERT_TRUE(ReconcileWithPodAged("mnist-worker-1-r1", std::chrono::seconds(21)).ok());
+  json third = fake_.Object(kPodsPath + "/mnist-worker-1-r2");
+  ASSERT_FALSE(third.is_null()) << "worker-1 was not made again after 20 s";
+  EXPECT_EQ(third["metadata"]["annotations"][kNodeRefusalsAnnotation], "2");
+  EXPECT_EQ(StatusOfJob()["replicaStatuses"]["worker"]["restarts"], 0);
 }
 
 // A container that ran and failed is the program's failure, whatever the
