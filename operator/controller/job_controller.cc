@@ -10,6 +10,17 @@
 namespace kubeps::controller {
 namespace {
 
+// Whether a replica whose pod its node refused is still in the back-off
+// before its next pod: 10 s after the refused pod was made, doubled for
+// each of `earlier_tries`, at most 6 minutes, as the Job controller's.
+bool InRejectionBackoff(const ReplicaStatus& replica, int earlier_tries, int64_t now_ms) {
+  if (replica.created_ms < 0) return false;
+  const int64_t wait =
+      std::min<int64_t>(JobController::kRejectionBackoffMs << std::clamp(earlier_tries, 0, 6),
+                        JobController::kMaxRejectionBackoffMs);
+  return now_ms - replica.created_ms < wait;
+}
+
 bool IsActive(const ReplicaStatus& r) {
   return r.phase == ReplicaPhase::kPending || r.phase == ReplicaPhase::kRunning;
 }
@@ -241,11 +252,8 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
       // Refused by a node shutting down: one its template binds to that
       // node (nodeName) would be refused again at once until it is back, so
       // each refusal in a row doubles the wait.
-      if (it != observed.end() && it->second.rejected && it->second.created_ms >= 0 &&
-          now_ms - it->second.created_ms <
-              std::min<int64_t>(
-                  kRejectionBackoffMs << std::clamp(it->second.node_refusals - 1, 0, 6),
-                  kMaxRejectionBackoffMs)) {
+      if (it != observed.end() && it->second.rejected &&
+          InRejectionBackoff(it->second, it->second.node_refusals - 1, now_ms)) {
         continue;
       }
       Status s = cluster_->Create(build_launch_(name, scheduler_address));
@@ -282,11 +290,7 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     // A node that refused a pod often refuses the next at once too (a GPU
     // device plugin not registered yet after a restart): made again after
     // a back-off, as the Job controller's (10 s, doubling, at most 6 min).
-    if (r.rejected && r.created_ms >= 0 &&
-        now_ms - r.created_ms < std::min<int64_t>(kRejectionBackoffMs << std::min(r.restarts, 6),
-                                                  kMaxRejectionBackoffMs)) {
-      continue;
-    }
+    if (r.rejected && InRejectionBackoff(r, r.restarts, now_ms)) continue;
     Status s = cluster_->Create(build_launch_(name, scheduler_address));
     if (s.code() == Status::Code::kUnavailable) {
       KLOG_INFO << "restarting " << name.ToString() << ": " << s.message() << "; trying again";

@@ -28,9 +28,10 @@ bool KueueApi::Discover() {
   if (Status s = client_->Get(group, &response); !s.ok()) return false;
   if (response.code != 200 && response.code != 404) return false;  // asked again later
   std::map<std::string, std::string> found;  // by plural: the newest version serving it
+  const nlohmann::json versions = ListIn(response, "versions");
   for (const char* version : {"v1beta2", kOlder}) {
     bool listed = false;
-    for (const auto& served : ListIn(response, "versions")) {
+    for (const auto& served : versions) {
       listed |= served.is_object() && served.value("version", "") == version;
     }
     if (!listed) continue;
