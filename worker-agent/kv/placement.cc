@@ -15,12 +15,11 @@ void AddChunks(uint32_t key, uint64_t offset, uint64_t length, int server, uint6
   }
 }
 
-}  // namespace
-
-std::vector<Part> PlaceTensors(const std::vector<uint64_t>& tensor_sizes, int num_servers,
-                               const PlacementOptions& options) {
+// The rules of placement.h but the last: tensors of `big_array_bound`
+// elements or more are sliced.
+std::vector<Part> Place(const std::vector<uint64_t>& tensor_sizes, int num_servers,
+                        const PlacementOptions& options) {
   std::vector<Part> parts;
-  if (num_servers < 1) return parts;
   std::vector<uint64_t> load(num_servers, 0);
   const uint64_t max_part = std::max<uint64_t>(1, options.max_part_elems);
   uint64_t previous_size = 0;
@@ -47,6 +46,35 @@ std::vector<Part> PlaceTensors(const std::vector<uint64_t>& tensor_sizes, int nu
       load[s] += end - begin;
       AddChunks(key, begin, end - begin, s, max_part, &parts);
     }
+  }
+  return parts;
+}
+
+bool SomeServerEmpty(const std::vector<Part>& parts, int num_servers) {
+  std::vector<bool> used(num_servers, false);
+  for (const Part& part : parts) used[part.server] = true;
+  return std::find(used.begin(), used.end(), false) != used.end();
+}
+
+}  // namespace
+
+std::vector<Part> PlaceTensors(const std::vector<uint64_t>& tensor_sizes, int num_servers,
+                               const PlacementOptions& options) {
+  if (num_servers < 1) return {};
+  PlacementOptions place = options;
+  std::vector<Part> parts = Place(tensor_sizes, num_servers, place);
+  while (SomeServerEmpty(parts, num_servers)) {
+    // The biggest tensor still placed whole that can be sliced: lowering
+    // the bound to its size slices it (and those of its size) too.
+    uint64_t biggest = 0;
+    for (uint64_t size : tensor_sizes) {
+      if (size < place.big_array_bound && size >= static_cast<uint64_t>(num_servers)) {
+        biggest = std::max(biggest, size);
+      }
+    }
+    if (biggest == 0) break;  // nothing left to slice: a server stays empty
+    place.big_array_bound = biggest;
+    parts = Place(tensor_sizes, num_servers, place);
   }
   return parts;
 }

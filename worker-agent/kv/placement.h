@@ -15,6 +15,11 @@
 //    (on every server) the follower goes to the least loaded one.
 //  - A larger tensor is cut into num_servers near-equal slices, slice i on
 //    server i (MXNET_KVSTORE_BIGARRAY_BOUND's rule).
+//  - Where those rules leave a server without a part, the biggest tensors
+//    placed whole are sliced as well, as few as it takes: a server holding
+//    nothing checkpoints nothing, and a recovery goes back to a step every
+//    server holds. (Only where no tensor has as many elements as there are
+//    servers does one stay empty.)
 //  - Any part longer than max_part_elems is cut again into chunks, so big
 //    tensors travel as several requests in flight at once.
 //

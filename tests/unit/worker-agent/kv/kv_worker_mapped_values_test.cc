@@ -202,9 +202,12 @@ TEST(KVWorkerMappedValuesTest, AnAnswerNamingABufferFreedSinceIsPulledAgain) {
     KVOptions options = job.WorkerOptions(w);
     options.shared_memory = true;
     options.map_values = true;
-    // Each tensor whole on one server, in one part: the big one starts on a page.
+    // Each tensor whole on a server of its own, in one part: the big one
+    // starts on a page. (The small one follows no key: it fills the other
+    // server, which the big one would otherwise be sliced over.)
     options.placement.big_array_bound = 1 << 20;
     options.placement.max_part_elems = 1 << 20;
+    options.placement.follow_bound = 0;
     options.tcp_request_elems = 1 << 20;
     workers.push_back(std::async(std::launch::async, [options] { return TrainMapped(options); }));
   }

@@ -135,9 +135,10 @@ TEST(PlacementTest, BigTensorSlicedOverAllServers) {
   }
   ExpectValidPlacement(parts, sizes, 3, Options(10, 1000));
 
-  // One element under the bound: whole.
-  parts = PlaceTensors({9}, 3, Options(10, 1000));
-  ASSERT_EQ(parts.size(), 1u);
+  // One element under the bound: whole (with enough tensors to fill every
+  // server, or it would be sliced to fill them).
+  parts = PlaceTensors({9, 8, 7}, 3, Options(10, 1000));
+  ASSERT_EQ(parts.size(), 3u);
   EXPECT_EQ(parts[0].length, 9u);
 }
 
@@ -203,11 +204,48 @@ TEST(PlacementTest, TensorSmallerThanServerCountStaysWhole) {
   for (int s = 0; s < 3; ++s) EXPECT_EQ(even[s].length, 1u);
 }
 
+// A server without a part holds nothing to checkpoint, and a recovery goes
+// back to a step every server holds: a job with one (a small model on
+// several servers) could not recover from a lost shard. Where the rules
+// would leave one empty, the biggest tensors placed whole are sliced too.
+TEST(PlacementTest, EveryServerHoldsAPartWhereTheTensorsAllowIt) {
+  // A weight and its bias (a softmax regression): both on server 0 before.
+  const PlacementOptions defaults;
+  auto parts = PlaceTensors({7840, 10}, 2, defaults);
+  ExpectValidPlacement(parts, {7840, 10}, 2, defaults);
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[0].server, 0);  // the weight sliced, slice i on server i
+  EXPECT_EQ(parts[0].length, 3920u);
+  EXPECT_EQ(parts[1].server, 1);
+  EXPECT_EQ(parts[2].server, 0);  // the bias by load (a tie: the lowest rank)
+
+  // The biggest whole tensors are sliced first, and only as many as it takes.
+  const std::vector<uint64_t> sizes = {100, 4, 60, 3, 8};
+  parts = PlaceTensors(sizes, 4, Options(1000, 1000, 50));
+  ExpectValidPlacement(parts, sizes, 4, Options(1000, 1000, 50));
+  std::map<uint32_t, std::set<int>> servers_of;
+  std::set<int> used;
+  for (const Part& p : parts) servers_of[p.key].insert(p.server), used.insert(p.server);
+  EXPECT_EQ(used.size(), 4u);
+  EXPECT_EQ(servers_of[0].size(), 4u);
+  for (uint32_t key = 1; key < sizes.size(); ++key) EXPECT_EQ(servers_of[key].size(), 1u) << key;
+
+  // Where no tensor has as many elements as there are servers, one stays
+  // empty: nothing can be sliced.
+  used.clear();
+  for (const Part& p : PlaceTensors({2, 1}, 3, Options(1000, 1000))) used.insert(p.server);
+  EXPECT_EQ(used.size(), 2u);
+}
+
 TEST(PlacementTest, EmptyTensorsHaveNoParts) {
-  auto parts = PlaceTensors({0, 4, 0}, 2, Options(1000, 1000));
+  auto parts = PlaceTensors({0, 4, 0}, 1, Options(1000, 1000));
   ASSERT_EQ(parts.size(), 1u);
   EXPECT_EQ(parts[0].key, 1u);
   EXPECT_EQ(parts[0].server, 0);
+  parts = PlaceTensors({0, 4, 0}, 2, Options(1000, 1000));
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].key, 1u);
+  EXPECT_EQ(parts[1].key, 1u);
   EXPECT_TRUE(PlaceTensors({}, 2, Options(1000, 1000)).empty());
 }
 
@@ -230,15 +268,25 @@ TEST(PlacementTest, PureFunctionAndValidForManyShapes) {
                      << servers << " servers, bound " << options.big_array_bound << ", max part "
                      << options.max_part_elems);
         ExpectValidPlacement(a, sizes, servers, options);
-        // Sliced tensors reach every server.
+        // A tensor is whole on one server or sliced over every one; the big
+        // ones are sliced; and no server is empty while a tensor placed whole
+        // could have been sliced.
+        std::set<int> used;
+        bool could_slice = false;
         for (uint32_t key = 0; key < sizes.size(); ++key) {
           std::set<int> on;
           for (const Part& p : a)
-            if (p.key == key) on.insert(p.server);
-          bool big = sizes[key] >= options.big_array_bound && servers > 1 &&
-                     sizes[key] >= static_cast<uint64_t>(servers);
-          EXPECT_EQ(on.size(), big ? static_cast<size_t>(servers) : 1u) << "key " << key;
+            if (p.key == key) on.insert(p.server), used.insert(p.server);
+          if (sizes[key] == 0) continue;
+          const bool sliceable = servers > 1 && sizes[key] >= static_cast<uint64_t>(servers);
+          if (sliceable && sizes[key] >= options.big_array_bound) {
+            EXPECT_EQ(on.size(), static_cast<size_t>(servers)) << "key " << key;
+          } else {
+            EXPECT_TRUE(on.size() == 1u || on.size() == static_cast<size_t>(servers)) << key;
+          }
+          could_slice = could_slice || (sliceable && on.size() == 1u);
         }
+        if (could_slice) EXPECT_EQ(used.size(), static_cast<size_t>(servers));
       }
     }
   }
