@@ -10,7 +10,12 @@ container's command is the trainer, each worker's trainer beside its
 midway is restarted by the run policy, keeps its rank and ends the job with
 the same parameters, bit for bit, as a run without the kill; the clean run
 trains in the agent's shared regions (--zero-copy) and the killed one
-through its own buffers, so the two paths are compared too.
+through its own buffers, so the two paths are compared too. With its own
+optimizer (examples/cpp/trainingjob-own-optimizer.yaml: the servers only
+average, the trainer keeps the parameters and their momentum) a killed
+server rolls the job back and each trainer its state, from RollbackCopies,
+and a killed trainer starts again from its own files: the job ends on the
+bits of the run without the kills.
 
     python3 -m unittest -v test_cpp_sdk        (from tests/integration)
 """
@@ -33,6 +38,7 @@ ACCURACY = re.compile(TAG + r"rank (\d+): test accuracy ([\d.]+)$", re.M)
 PARAMETERS = re.compile(TAG + r"rank (\d+): parameters fnv1a ([0-9a-f]+)$", re.M)
 STARTING = re.compile(TAG + r"rank (\d+) of \d+: steps (\d+) to (\d+)", re.M)
 KILL_AFTER_STEP = 100
+ROLLED_BACK = re.compile(TAG + r"rank (\d+): rolled back to step (\d+)$", re.M)
 
 # What the prefix holds, relative to it (libdir as GNUInstallDirs chose it).
 HEADERS = ["include/kubeps/common/resend_policy.h", "include/kubeps/common/status.h",
@@ -140,18 +146,18 @@ class CppSdkTest(unittest.TestCase):
             self.assertNotIn(BUILD_DIR, entry["command"])
         self.assertTrue(os.access(self.trainer, os.X_OK))
 
-    def manifest(self, zero_copy):
-        """examples/cpp/trainingjob.yaml in a folder of its own whose build/
-        is the example's build, as after the example's README; without
+    def manifest(self, zero_copy, name="trainingjob.yaml"):
+        """examples/cpp/<name> in a folder of its own whose build/ is the
+        example's build, as after the example's README; without
         `zero_copy`, its trainers copy through their own buffers."""
-        with open(os.path.join(EXAMPLE_DIR, "trainingjob.yaml")) as f:
+        with open(os.path.join(EXAMPLE_DIR, name)) as f:
             text = f.read()
         if not zero_copy:
             self.assertIn('"--zero-copy", ', text)
             text = text.replace('"--zero-copy", ', "")
         folder = tempfile.mkdtemp(prefix="job-", dir=self.work)
         os.symlink(self.example_build, os.path.join(folder, "build"))
-        return folder, write_manifest(folder, text, "trainingjob.yaml")
+        return folder, write_manifest(folder, text, name)
 
     def train(self, zero_copy, kill=False):
         """Two epochs of the example as a job of two workers and two servers;
@@ -174,6 +180,60 @@ class CppSdkTest(unittest.TestCase):
         self.assertEqual(code, 0, output)
         self.assertRegex(output, r"\[kubeps\] job cpp-softmax succeeded in [\d.]+ s")
         return output
+
+    def own_optimizer_run(self, kills=()):
+        """One epoch of trainingjob-own-optimizer.yaml; `kills`: (step,
+        replica) in order, each replica's process (a worker's trainer) is
+        SIGKILLed after worker-0's progress line of that step, once a
+        process of it runs again after the kill before. Returns the output."""
+        folder, path = self.manifest(True, "trainingjob-own-optimizer.yaml")
+        job = RunningJob(path, run_dir=os.path.join(folder, "run"))
+        try:
+            for step, replica in kills:
+                job.wait_for_line(r"^\[worker-0/trainer\] rank \d+: step %d/" % step)
+                victims = [pid for pid in replica_pids(job.run_dir, replica)
+                           if not replica.startswith("worker") or
+                           os.path.basename(os.readlink("/proc/%d/exe" % pid)) ==
+                           "softmax_trainer"]
+                self.assertEqual(len(victims), 1, job.output())
+                os.kill(victims[0], signal.SIGKILL)
+            code = job.wait(240)
+        finally:
+            job.close()
+        output = job.output()
+        self.assertEqual(code, 0, output)
+        self.assertRegex(output, r"\[kubeps\] job cpp-softmax-own-optimizer succeeded in")
+        return output
+
+    def test_its_own_optimizer_rolls_back_and_restarts_from_its_own_state(self):
+        clean = self.own_optimizer_run()
+        results = self.results(clean)
+        self.assertEqual(sorted(results), ["0", "1"], clean)
+        self.assertEqual(results["0"], results["1"], clean)
+        self.assertGreaterEqual(float(results["0"][0]), 0.78, clean)
+        self.assertNotRegex(clean, ROLLED_BACK)
+
+        output = self.own_optimizer_run(kills=[(100, "server-1"), (300, "worker-1")])
+        self.assertIn("server-1 exited with code 137; restarting it", output)
+        self.assertIn("worker-1's program (container trainer) exited with code 137", output)
+        # The killed server sent the job back to its checkpoint; each
+        # trainer's state went back from its copies in memory...
+        rollbacks = ROLLED_BACK.findall(output)
+        self.assertTrue(rollbacks, output)
+        for _, _, step in rollbacks:
+            self.assertEqual(int(step) % 20, 0, output)
+        # ...and the killed trainer started again from its own file of a
+        # checkpoint step (the job going back to it).
+        starts = [int(first) for worker, _, first, _ in STARTING.findall(output)
+                  if worker == "1"]
+        self.assertEqual(len(starts), 2, output)
+        self.assertGreaterEqual(starts[1], 200, output)
+        self.assertEqual(starts[1] % 20, 0, output)
+        # The same parameters as the run without the kills, bit for bit.
+        self.assertEqual(self.results(output), results, output)
+        print("\nown optimizer: %s; worker-1's trainer restarted at step %d; accuracy %s"
+              % (", ".join("rank %s rolled back to %s" % (r, s) for _, r, s in rollbacks),
+                 starts[1], results["0"][0]))
 
     def results(self, output):
         """{rank: (accuracy, parameter hash)} from the trainers' lines."""

@@ -286,6 +286,20 @@ class KUBEPS_EXPORT KVWorker {
   // optimizer's, with the servers' optimizer none) keeps a copy at those
   // steps (RollbackCopies, rollback_copies.h).
   virtual uint64_t CheckpointInterval() const { return 0; }
+
+  // SidecarOptions::own_state_steps (and restores_own_state), said once
+  // connected: a program that keeps its own checkpoints by rank learns
+  // which it holds only then. Before InitTensors (FailedPrecondition after
+  // it, and from a client without an agent, whose servers hold the state).
+  virtual Status HoldsOwnState(std::vector<uint64_t> steps) {
+    (void)steps;
+    return Status::FailedPrecondition("this client keeps no state of the program's");
+  }
+
+  // The servers' optimizer as the job names it: "none" where they only
+  // average the gradients, and the program updates its own parameters.
+  // Empty where the client is not told.
+  virtual std::string ServersOptimizer() const { return {}; }
 };
 
 }  // namespace kubeps

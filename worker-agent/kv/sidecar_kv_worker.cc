@@ -158,14 +158,28 @@ Status SidecarKVWorker::InitTensors(const std::vector<const float*>& values,
   }
   json reply;
   json init = {{"op", "init"}};
-  if (restores_own_state_) init["restores_own_state"] = true;
-  if (own_state_steps_) init["own_state_steps"] = *own_state_steps_;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (restores_own_state_) init["restores_own_state"] = true;
+    if (own_state_steps_) init["own_state_steps"] = *own_state_steps_;
+  }
   if (Status s = connection_->Call(init, &reply); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mutex_);
   initialized_ = true;
   start_step_ = UnsignedField(reply, "step", 0);
   grads_user_.assign(regions_.size(), 0);
   values_user_.assign(regions_.size(), 0);
+  return Status::Ok();
+}
+
+Status SidecarKVWorker::HoldsOwnState(std::vector<uint64_t> steps) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (initialized_) {
+    return Status::FailedPrecondition(
+        "HoldsOwnState after InitTensors: the agent chose the step to start from at init");
+  }
+  restores_own_state_ = true;
+  own_state_steps_ = std::move(steps);
   return Status::Ok();
 }
 

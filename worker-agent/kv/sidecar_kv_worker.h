@@ -77,8 +77,10 @@ class SidecarKVWorker final : public KVWorker {
   // optimizer ("none" when they only average).
   const std::string& mode() const { return mode_; }
   const std::string& optimizer() const { return optimizer_; }
+  std::string ServersOptimizer() const override { return optimizer_; }
   // Hello's (0: an agent that does not say).
   uint64_t CheckpointInterval() const override { return checkpoint_interval_; }
+  Status HoldsOwnState(std::vector<uint64_t> steps) override;
   // The step init said to start from (0 for a new job).
   uint64_t start_step() const;
 
@@ -118,9 +120,9 @@ class SidecarKVWorker final : public KVWorker {
 
   const std::unique_ptr<SidecarConnection> connection_;
   const std::string socket_dir_;
-  // SidecarOptions', said at init.
-  const bool restores_own_state_;
-  const std::optional<std::vector<uint64_t>> own_state_steps_;
+  // SidecarOptions' or HoldsOwnState's, said at init.
+  bool restores_own_state_;
+  std::optional<std::vector<uint64_t>> own_state_steps_;
   int rank_ = 0, size_ = 0, num_servers_ = 0;
   std::string mode_, optimizer_;
   uint64_t checkpoint_interval_ = 0;

@@ -344,6 +344,27 @@ TEST_F(SidecarKVWorkerTest, AResumeWithServersThatOnlyAverageNeedsTheProgramsOwn
   EXPECT_EQ(kv_.held_state_requests()[0].first, 40u);
 }
 
+// A program whose own checkpoints are kept by rank says which it holds
+// once connected, when it knows its rank.
+TEST_F(SidecarKVWorkerTest, TheOwnStatesStepsMayBeSaidOnceTheRankIsKnown) {
+  StopServer();
+  StartServer("none");
+  kv_.SetVersion(40);
+  std::unique_ptr<KVWorker> kv = Connected();
+  ASSERT_TRUE(kv);
+  EXPECT_EQ(kv->ServersOptimizer(), "none");
+  EXPECT_EQ(kv->rank(), 0);
+  ASSERT_TRUE(kv->HoldsOwnState({0, 20}).ok());
+  ASSERT_TRUE(kv->InitTensors({kW.data(), kB.data()}, kSizes).ok());
+  EXPECT_EQ(static_cast<SidecarKVWorker*>(kv.get())->start_step(), 20u);
+  ASSERT_EQ(kv_.held_state_requests().size(), 1u);
+  EXPECT_EQ(kv_.held_state_requests()[0].first, 40u);
+  // The agent chose the start at init: later, it is too late to say.
+  Status late = kv->HoldsOwnState({0, 20, 40});
+  EXPECT_EQ(late.code(), Status::Code::kFailedPrecondition);
+  EXPECT_THAT(late.message(), HasSubstr("after InitTensors"));
+}
+
 TEST_F(SidecarKVWorkerTest, BarrierAndFinishReachTheKVClient) {
   std::unique_ptr<KVWorker> kv = Initialized();
   ASSERT_TRUE(kv);
