@@ -351,6 +351,7 @@ Status KVWorkerImpl::InitTensors(const std::vector<const float*>& values,
   // Rank 0's values are stored, with the names; once they are, every other
   // worker's names are checked against them.
   if (rank_ == 0) {
+    SayServersWithoutParts(sizes);
     if (Status s = SendInits(values, false); !s.ok()) return s;
   }
   if (Status s = Barrier("init"); !s.ok()) return s;
@@ -360,6 +361,18 @@ Status KVWorkerImpl::InitTensors(const std::vector<const float*>& values,
     return SendInits(std::vector<const float*>(sizes.size(), &kNone), true);
   }
   return Status::Ok();
+}
+
+void KVWorkerImpl::SayServersWithoutParts(const std::vector<uint64_t>& sizes) const {
+  std::vector<bool> used(num_servers_, false);
+  for (const Part& part : parts_) used[part.server] = true;
+  const int empty = static_cast<int>(std::count(used.begin(), used.end(), false));
+  if (empty == 0) return;
+  KLOG_ERROR << "warning: " << empty << " of the job's " << num_servers_
+             << " servers hold no part of the model (" << sizes.size()
+             << " tensors, none of as many elements as there are servers, so none is sliced): "
+             << "such a server checkpoints nothing, and the job cannot recover from the loss of "
+             << "a server; lower replicaSpecs.ps.replicas to " << num_servers_ - empty;
 }
 
 Status KVWorkerImpl::SendInits(const std::vector<const float*>& values, bool check_only) {

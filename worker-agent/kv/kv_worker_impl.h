@@ -103,6 +103,9 @@ class KVWorkerImpl final : public KVWorker {
   void Complete(const std::shared_ptr<Pending>& pending, const Status& status);
   v1::RequestId NextRequestId();
   void Acknowledge(uint64_t seq);
+  // A line on stderr where the placement leaves a server without a part
+  // (tensors too small to slice over every server).
+  void SayServersWithoutParts(const std::vector<uint64_t>& sizes) const;
   // Rank 0's Init of `values` (check_only: another worker's check of the
   // names and lengths, nothing stored), a request per batch.
   Status SendInits(const std::vector<const float*>& values, bool check_only);

@@ -349,6 +349,38 @@ std::vector<std::unique_ptr<KVWorker>> StartWorkers(Job& job, bool async = false
   return workers;
 }
 
+// Rank 0 says where the placement leaves a server without a part (it
+// checkpoints nothing): tensors too small to slice over every server.
+TEST(KVWorkerPlacementTest, AServerWithoutAPartIsSaidAtInit) {
+  auto init = [](const std::vector<uint64_t>& sizes) {
+    Job job;
+    EXPECT_TRUE(job.ok()) << job.error();
+    std::vector<std::unique_ptr<KVWorker>> workers = StartWorkers(job);
+    EXPECT_EQ(workers.size(), static_cast<size_t>(kWorkers));
+    ::testing::internal::CaptureStderr();
+    std::vector<std::future<Status>> inits;
+    std::vector<float> values(8, 1.0f);
+    for (auto& kv : workers) {
+      inits.push_back(std::async(std::launch::async, [&kv, &values, sizes] {
+        return kv->InitTensors(std::vector<const float*>(sizes.size(), values.data()), sizes);
+      }));
+    }
+    for (auto& f : inits) EXPECT_TRUE(f.get().ok());
+    const std::string said = ::testing::internal::GetCapturedStderr();
+    std::vector<std::future<std::string>> ends;
+    for (auto& kv : workers) {
+      ends.push_back(std::async(std::launch::async, [&kv] { return EndWorker(kv.get()); }));
+    }
+    for (auto& end : ends) EXPECT_EQ(end.get(), "");
+    return said;
+  };
+  const std::string one_scalar = init({1});
+  EXPECT_THAT(one_scalar, HasSubstr("warning: 1 of the job's 2 servers hold no part of the model"));
+  EXPECT_THAT(one_scalar, HasSubstr("lower replicaSpecs.ps.replicas to 1"));
+  // Two elements: sliced, one on each server.
+  EXPECT_THAT(init({2}), ::testing::Not(HasSubstr("hold no part")));
+}
+
 // The newest step both shards hold a checkpoint of reaches the workers with
 // the scheduler's heartbeats: a program keeps no copy of its state older.
 TEST(KVWorkerCheckpointsTest, TheNewestCommonCheckpointComesWithTheHeartbeats) {
