@@ -53,7 +53,9 @@ class DeclarationsTest(UserCodeJobCase):
                               r"\" there: the workers run different models")
 
     def test_a_worker_of_fewer_tensors_fails_the_job_not_waits_on_them(self):
-        out = self.run_two_models('[("fc1", (8, 4))]')
+        # fc2 without its bias: rank 0's placement of the tensors both declare
+        # (every server holds a part), one fewer on server 1.
+        out = self.run_two_models('[("fc1", (8, 4)), ("fc2", (4, 2, False))]')
         self.assertRegex(out, r"worker-1 places [01] parts? on this server, which holds 2 \(rank "
                               r"0's\): the workers run different models")
 
