@@ -18,6 +18,10 @@ def unwaited(handles):
 class ForwardWaits:
     """The DistributedOptimizer's methods for model= (torch.py's _DistributedOptimizer)."""
 
+    # A forward pass under autograd found a rollback: its resume step, until the iteration
+    # it drops has ended (step(), or steps() where the body calls none).
+    _kubeps_rollback_due = None
+
     def _kubeps_hook_forward(self, model):
         """Each module of `model` that holds declared parameters waits for them before its
         forward (a forward pre-hook)."""
@@ -61,6 +65,8 @@ class ForwardWaits:
         """Waits for the last step's exchanges of `bindings` and copies their new values
         into the parameters.  False when the job rolled back instead (every parameter then
         holds the values of the step to resume from, and this iteration is dropped)."""
+        if self._kubeps_rollback_due is not None:
+            return False  # this pass found the rollback in an earlier module
         with self._kubeps_lock:
             handles = {b.name: self._kubeps_pending.pop(b.name) for b in bindings
                        if b.name in self._kubeps_pending}
@@ -70,11 +76,17 @@ class ForwardWaits:
             self._kubeps_session.wait(unwaited(handles.values()))
         except RolledBack as rollback:
             self._kubeps_drop_pending()
-            self._kubeps_roll_back(rollback.resume_step)
             # This iteration's gradients would come partly from the values before: they are
             # dropped.  steps() ends the discarding when it yields the resume step, so a
             # pass after step() (an evaluation) costs no step.
             self._kubeps_discard = True
+            if torch.is_grad_enabled():
+                # The modules before this one ran on their parameters, which autograd saved
+                # for this pass's backward: put back under it, they would fail it ("modified
+                # by an inplace operation").  They go back once the iteration has ended.
+                self._kubeps_rollback_due = rollback.resume_step
+            else:
+                self._kubeps_roll_back(rollback.resume_step)
             return False
         with torch.no_grad():
             for binding in bindings:
@@ -92,8 +104,30 @@ class ForwardWaits:
         except RolledBack:
             pass
 
+    def _kubeps_end_dropped_iteration(self):
+        """The iteration a forward pass found a rollback in has ended (its backward pass
+        too): the rollback it found goes through now, and its exchanges are forgotten.
+        False where it found none."""
+        due, self._kubeps_rollback_due = self._kubeps_rollback_due, None
+        if due is not None:
+            self._kubeps_roll_back(due)
+        return due is not None
+
+    def _kubeps_drop_iteration(self):
+        """step() of an iteration whose forward pass found a rollback: the parameters go
+        back to the resume step's values (or hold them already), and its exchanges are
+        forgotten."""
+        self._kubeps_discard = False
+        if not self._kubeps_end_dropped_iteration():
+            with self._kubeps_lock:
+                self._kubeps_exchanges = {}
+                self._kubeps_new_backward()
+
     def _kubeps_resolve_all(self):
         """Brings every parameter up to date; False when the job rolled back instead."""
+        if self._kubeps_end_dropped_iteration():
+            self._kubeps_discard = False  # ended: nothing of it left to drop
+            return False
         if not self._kubeps_resolve(self._kubeps_bindings):
             self._kubeps_discard = False  # no iteration in flight to drop
             return False

@@ -384,12 +384,8 @@ class _DistributedOptimizer(ForwardWaits):
             with torch.enable_grad():
                 loss = closure()
         if self._kubeps_discard:
-            # This iteration's forward pass found a rollback: the parameters hold the
-            # resume step's values, and steps() yields that step next.
-            self._kubeps_discard = False
-            with self._kubeps_lock:
-                self._kubeps_exchanges = {}
-                self._kubeps_new_backward()
+            # This iteration's forward pass found a rollback: steps() yields its resume step next.
+            self._kubeps_drop_iteration()
             return loss
         if self._kubeps_defers():
             if self._kubeps_exchange_rest():
@@ -574,6 +570,7 @@ def steps(total_steps):
             optimizer._kubeps_discard = False  # a new iteration: nothing of it to drop
             optimizer._kubeps_snapshots.at_step(step, optimizer)
             yield step
+            optimizer._kubeps_end_dropped_iteration()  # one without step(): rolled back now
             if _counter.moves == moves:
                 # A body without optimizer.step() still moves on (a loss scaler skipped it).
                 optimizer._kubeps_left_without_step()

@@ -103,6 +103,34 @@ class ForwardOverlap(TorchTestCase):
         self.assertParametersEqual(model, clean)
 
     @requires_fake
+    def test_a_rollback_found_by_a_later_layer_leaves_the_backward_pass_whole(self):
+        # Step 3's exchange of the last layer fails in step 4's forward pass, after the
+        # layers before it ran on their new values: autograd saved those, so they go back to
+        # the resume step's values only once the dropped iteration's backward is over (a
+        # CNN whose sliced dense layer found a restarted server failed its backward pass:
+        # "modified by an inplace operation").
+        agent = self.connect()
+        model = three_layers()
+        with mock.patch.dict(os.environ, {"KUBEPS_BUCKET_BYTES": "0"}):  # a wait per tensor
+            optimizer = self.distributed(model)
+        seen = []
+        for step in kps.steps(6):
+            seen.append(step)
+            if len(seen) == 5:
+                agent.fake.arm_rollback_on_wait("4.weight", resume_step=2)
+            x, y = batch_for(step)
+            optimizer.zero_grad()
+            torch.nn.CrossEntropyLoss()(model(x), y).backward()
+            optimizer.step()
+        self.assertEqual(seen, [0, 1, 2, 3, 4, 2, 3, 4, 5])
+        reset_kubeps()
+        clean = three_layers()
+        self.connect()
+        with mock.patch.dict(os.environ, {"KUBEPS_BUCKET_BYTES": "0"}):
+            train(clean, self.distributed(clean), 6)
+        self.assertParametersEqual(model, clean)
+
+    @requires_fake
     def test_a_rollback_found_outside_the_training_pass_drops_no_step(self):
         # Step 4's exchanges fail in another forward pass: an evaluation after step(), with
         # autograd or without, or a pass before the training one (a teacher's).
