@@ -27,11 +27,22 @@ bool WriteAll(int fd, const char* bytes, size_t size) {
   while (size > 0) {
     const ssize_t n = ::write(fd, bytes, size);
     if (n < 0 && errno == EINTR) continue;
+    if (n == 0) errno = EIO;
     if (n <= 0) return false;
     bytes += n;
     size -= static_cast<size_t>(n);
   }
   return true;
+}
+
+// A rename or a removal in `folder` outlives a crash of the node only once
+// the folder itself is synced.
+bool SyncFolder(const std::string& folder) {
+  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  return synced;
 }
 
 }  // namespace
@@ -50,8 +61,16 @@ StateFiles::StateFiles(std::string folder, std::vector<StateRegion> regions, int
 bool StateFiles::Open(std::string* error) {
   std::error_code ec;
   std::filesystem::create_directories(folder_, ec);
-  if (ec) *error = "cannot make the state folder " + folder_ + ": " + ec.message();
-  return !ec;
+  if (ec) {
+    *error = "cannot make the state folder " + folder_ + ": " + ec.message();
+    return false;
+  }
+  // What a process killed while it saved left.
+  for (auto it = std::filesystem::directory_iterator(folder_, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    if (it->path().extension() == ".tmp") std::filesystem::remove(it->path(), ec);
+  }
+  return true;
 }
 
 std::string StateFiles::PathOf(uint64_t step) const {
@@ -64,10 +83,11 @@ std::vector<uint64_t> StateFiles::Steps() const {
   constexpr size_t kPrefixSize = sizeof(kPrefix) - 1, kSuffixSize = sizeof(kSuffix) - 1;
   std::vector<uint64_t> steps;
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(folder_, ec)) {
+  for (auto it = std::filesystem::directory_iterator(folder_, ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
     // Only whole files by this class's names: not the temporary one a
     // process killed while it saved left.
-    const std::string name = entry.path().filename().string();
+    const std::string name = it->path().filename().string();
     if (name.size() != kPrefixSize + 20 + kSuffixSize || name.rfind(kPrefix, 0) != 0 ||
         name.compare(kPrefixSize + 20, kSuffixSize, kSuffix) != 0) {
       continue;
@@ -108,6 +128,10 @@ bool StateFiles::Save(uint64_t step, std::string* error) {
   }
   const std::vector<uint64_t> steps = Steps();
   for (size_t i = 0; i + kept_ < steps.size(); ++i) std::remove(PathOf(steps[i]).c_str());
+  if (!SyncFolder(folder_)) {
+    *error = Failed("cannot sync the folder", folder_);
+    return false;
+  }
   return true;
 }
 
@@ -117,6 +141,10 @@ bool StateFiles::DropAfter(uint64_t step, std::string* error) {
       *error = Failed("cannot delete", PathOf(held));
       return false;
     }
+  }
+  if (!SyncFolder(folder_)) {
+    *error = Failed("cannot sync the folder", folder_);
+    return false;
   }
   return true;
 }

@@ -350,7 +350,7 @@ int main(int argc, char** argv) {
       if (kubeps::Status r = kv->Recover(&step); !r.ok()) return Fail("recover", r);
       if (flags.own_optimizer()) {
         if (!RollBackOwnState(step, &copies, files.get(), &error)) return Fail(error);
-        saved = step;
+        saved.reset();  // saved again: its file may be older than those kept
       } else if (kubeps::Status r = kv->Wait(kv->Pull({pulled[0], pulled[1]}, step)); !r.ok()) {
         return Fail("pull after the rollback", r);
       }
@@ -376,6 +376,10 @@ int main(int argc, char** argv) {
     }
   }
 
+  // The servers checkpoint the last step too: a process restarted after
+  // its last push, once another worker has finished (the job no longer
+  // rolls back), starts there.
+  if (files && saved != step && !files->Save(step, &error)) return Fail(error);
   std::printf("rank %d: test accuracy %.4f\n", rank, model.Accuracy(test, params[0], params[1]));
   // Sync workers end with the same parameters, bit for bit, however often
   // they were restarted: the job's tests compare this line.

@@ -146,12 +146,15 @@ class CppSdkTest(unittest.TestCase):
             self.assertNotIn(BUILD_DIR, entry["command"])
         self.assertTrue(os.access(self.trainer, os.X_OK))
 
-    def manifest(self, zero_copy, name="trainingjob.yaml"):
+    def manifest(self, zero_copy, name="trainingjob.yaml", epochs=None):
         """examples/cpp/<name> in a folder of its own whose build/ is the
         example's build, as after the example's README; without
         `zero_copy`, its trainers copy through their own buffers."""
         with open(os.path.join(EXAMPLE_DIR, name)) as f:
             text = f.read()
+        if epochs:
+            self.assertIn('"--epochs=1"', text)
+            text = text.replace('"--epochs=1"', '"--epochs=%d"' % epochs)
         if not zero_copy:
             self.assertIn('"--zero-copy", ', text)
             text = text.replace('"--zero-copy", ', "")
@@ -182,11 +185,12 @@ class CppSdkTest(unittest.TestCase):
         return output
 
     def own_optimizer_run(self, kills=()):
-        """One epoch of trainingjob-own-optimizer.yaml; `kills`: (step,
+        """Two epochs of trainingjob-own-optimizer.yaml; `kills`: (step,
         replica) in order, each replica's process (a worker's trainer) is
         SIGKILLed after worker-0's progress line of that step, once a
         process of it runs again after the kill before. Returns the output."""
-        folder, path = self.manifest(True, "trainingjob-own-optimizer.yaml")
+        # Two epochs: the last kill leaves the trainers seconds to run, not one.
+        folder, path = self.manifest(True, "trainingjob-own-optimizer.yaml", epochs=2)
         job = RunningJob(path, run_dir=os.path.join(folder, "run"))
         try:
             for step, replica in kills:
