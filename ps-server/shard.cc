@@ -230,9 +230,10 @@ grpc::Status Shard::CheckDeclaredAsStored(const v1::InitRequest& request) const 
   auto refuse = [&](const std::string& why) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         why + ": " + kModelMismatchRefusal +
-                            ", the program changed since the job started, or the checkpoints "
-                            "resumed from are another model's (keys are given in the order a "
-                            "program declares its tensors)");
+                            ", the program changed since the job started, the checkpoints "
+                            "resumed from are another model's, or the workers' kubeps versions "
+                            "place tensors otherwise (an agent image changed mid-job; keys are "
+                            "given in the order a program declares its tensors)");
   };
   if (request.check_only() && parts_.size() > request.parts_on_server()) {
     const uint32_t n = request.parts_on_server();
