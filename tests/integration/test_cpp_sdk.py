@@ -162,35 +162,11 @@ class CppSdkTest(unittest.TestCase):
         os.symlink(self.example_build, os.path.join(folder, "build"))
         return folder, write_manifest(folder, text, name)
 
-    def train(self, zero_copy, kill=False):
-        """Two epochs of the example as a job of two workers and two servers;
-        with `kill`, worker 1's trainer is SIGKILLed after its progress line
-        of step KILL_AFTER_STEP. Returns the job's output."""
-        folder, path = self.manifest(zero_copy)
-        job = RunningJob(path, run_dir=os.path.join(folder, "run"))
-        try:
-            if kill:
-                job.wait_for_line(TAG + r"rank \d+: step %d/" % KILL_AFTER_STEP)
-                trainers = [pid for pid in replica_pids(job.run_dir, "worker-1")
-                            if os.path.basename(os.readlink("/proc/%d/exe" % pid)) ==
-                            "softmax_trainer"]
-                self.assertEqual(len(trainers), 1, job.output())
-                os.kill(trainers[0], signal.SIGKILL)
-            code = job.wait(240)
-        finally:
-            job.close()
-        output = job.output()
-        self.assertEqual(code, 0, output)
-        self.assertRegex(output, r"\[kubeps\] job cpp-softmax succeeded in [\d.]+ s")
-        return output
-
-    def own_optimizer_run(self, kills=()):
-        """Two epochs of trainingjob-own-optimizer.yaml; `kills`: (step,
-        replica) in order, each replica's process (a worker's trainer) is
-        SIGKILLed after worker-0's progress line of that step, once a
-        process of it runs again after the kill before. Returns the output."""
-        # Two epochs: the last kill leaves the trainers seconds to run, not one.
-        folder, path = self.manifest(True, "trainingjob-own-optimizer.yaml", epochs=2)
+    def run_job(self, folder, path, name, kills=()):
+        """Runs the job `name` at `path`, which must succeed; `kills`: (step,
+        replica) in order, the replica's process (a worker's trainer) is
+        SIGKILLed after worker-0's progress line of that step. Returns the
+        job's output."""
         job = RunningJob(path, run_dir=os.path.join(folder, "run"))
         try:
             for step, replica in kills:
@@ -206,8 +182,21 @@ class CppSdkTest(unittest.TestCase):
             job.close()
         output = job.output()
         self.assertEqual(code, 0, output)
-        self.assertRegex(output, r"\[kubeps\] job cpp-softmax-own-optimizer succeeded in")
+        self.assertRegex(output, r"\[kubeps\] job %s succeeded in [\d.]+ s" % name)
         return output
+
+    def train(self, zero_copy, kill=False):
+        """Two epochs of the example as a job of two workers and two servers;
+        with `kill`, worker 1's trainer is SIGKILLed after step
+        KILL_AFTER_STEP. Returns the job's output."""
+        return self.run_job(*self.manifest(zero_copy), "cpp-softmax",
+                            [(KILL_AFTER_STEP, "worker-1")] if kill else [])
+
+    def own_optimizer_run(self, kills=()):
+        """Two epochs of trainingjob-own-optimizer.yaml (the last kill then
+        leaves the trainers seconds to run, not one), with `kills` as run_job's."""
+        folder, path = self.manifest(True, "trainingjob-own-optimizer.yaml", epochs=2)
+        return self.run_job(folder, path, "cpp-softmax-own-optimizer", kills)
 
     def test_its_own_optimizer_rolls_back_and_restarts_from_its_own_state(self):
         clean = self.own_optimizer_run()
