@@ -97,6 +97,7 @@ Status ConnectToJob(const api::NodeConfig& config, const api::TrainingJob& job,
   options.elastic = job.spec.elastic.enabled();
   options.async = job.spec.mode != api::SyncMode::kSync;
   options.compression_threshold = static_cast<float>(job.spec.compression_threshold);
+  options.checkpoint_interval = static_cast<uint64_t>(job.spec.checkpoint_interval_steps);
   // KUBEPS_SHARED_MEMORY=0: every tensor over TCP, even to a server on this host.
   const char* shared_memory = std::getenv("KUBEPS_SHARED_MEMORY");
   options.shared_memory = !(shared_memory && std::string(shared_memory) == "0");

@@ -1,14 +1,19 @@
 """Gradient compression (spec.compression): a sync job pushing 16-bit or
 2-bit gradients trains, and it keeps the exactly-once contract: under dropped, duplicated and delayed
 requests a 2-bit job ends bit-identical to its clean run (a resend sends the
-bytes encoded once, and the worker's residual moves on once per push)."""
+bytes encoded once, and the worker's residual moves on once per push), and so
+it does when a server is killed and the job rolls back (the residuals go back
+with it)."""
+import json
 import math
 import os
+import signal
 import tempfile
 import unittest
 
-from jobtools import (ACCURACY, SLIGHTLY_SLOW_NETWORK, RunningJob, manifest_with, metric,
-                      read_floats, run_job, scrape_while_running, write_manifest)
+from jobtools import (ACCURACY, PACED_FOR_KILLS, SLIGHTLY_SLOW_NETWORK, RunningJob, manifest_with,
+                      metric, read_floats, run_job, scrape_while_running, wait_for_replica_pid,
+                      write_manifest)
 from test_faults import FAULTS, MLP_PARAMS
 
 STEPS = 30
@@ -80,6 +85,30 @@ class CompressionTest(unittest.TestCase):
                                              steps=steps)
         with open(clean, "rb") as a, open(faulty, "rb") as b:
             self.assertTrue(a.read() == b.read(), "2-bit parameters differ under faults:\n" + out)
+
+    def test_a_two_bit_run_with_a_restarted_server_ends_as_the_clean_one(self):
+        # The residuals go back with the job to the checkpoint step: the redone steps send
+        # the bytes they sent before. (Before, they went on from where the left timeline
+        # had taken them, and its unsent gradients were sent a second time.)
+        steps, spec = 120, {"checkpoint": {"intervalSteps": 10}, "progressIntervalMs": 100,
+                           "runPolicy": {"restartPolicy": "OnFailure", "backoffLimit": 2}}
+        runs = {}
+        for name in ("twobit-unkilled", "twobit-killed"):
+            dump = os.path.join(self.dir, name + ".bin")
+            text = json.loads(job(name, "2bit"))
+            text["spec"].update(spec)
+            path = write_manifest(self.dir, json.dumps(text), name + ".yaml")
+            running = RunningJob(path, env=dict(PACED_FOR_KILLS, KUBEPS_MAX_STEPS=str(steps),
+                                                KUBEPS_DUMP_PARAMS=dump))
+            if name.endswith("-killed"):
+                running.wait_for_line(r"^\[worker 0\] epoch .* total_steps (2\d|3\d) ")
+                os.kill(wait_for_replica_pid(running, "server-1"), signal.SIGKILL)
+            self.assertEqual(running.wait(timeout=240), 0, running.output())
+            runs[name] = (read_floats(dump), running.output())
+        killed = runs["twobit-killed"][1]
+        self.assertRegex(killed, r"\[worker 0\] rolled back to step [1-3]0\b")
+        self.assertTrue(runs["twobit-unkilled"][0] == runs["twobit-killed"][0],
+                        "2-bit parameters differ after a server's restart:\n" + killed)
 
     def test_an_unknown_compression_is_refused_naming_the_field(self):
         path = write_manifest(self.dir, job("badcompression", "int8"), "bad.yaml")

@@ -179,6 +179,9 @@ void KVWorkerImpl::HeartbeatLoop() {
 Status KVWorkerImpl::Recover(uint64_t* resume_step) {
   std::optional<uint64_t> own;
   Status recovered = RecoverFrom(generation_, resume_step, options_.async ? &own : nullptr);
+  // A residual of a step the job went back before: where no copy is of the
+  // resume step, the residuals stay as they are (a sum that still drains).
+  if (recovered.ok() && residual_copies_) residual_copies_->RollBack(*resume_step);
   if (recovered.ok() && options_.async) {
     // An async worker's steps are its own; the restore step of a job run
     // again over its checkpoints counts every worker's pushes. It stands
@@ -343,6 +346,13 @@ Status KVWorkerImpl::InitTensors(const std::vector<const float*>& values,
   if (encoding_ == GradientEncoding::kTwoBit) {
     residuals_.clear();
     for (uint64_t size : sizes) residuals_.emplace_back(size, 0.0f);
+    if (!options_.async) {
+      residual_copies_ = std::make_unique<RollbackCopies>(
+          options_.checkpoint_interval, [this] { return NewestCommonCheckpoint(); });
+      for (auto& residual : residuals_) {
+        residual_copies_->Track(residual.data(), residual.size() * sizeof(float));
+      }
+    }
   }
   if (!names_.empty() && names_.size() != sizes.size()) {
     return Status::InvalidArgument("InitTensors: " + std::to_string(names_.size()) + " names for " +
@@ -507,6 +517,9 @@ int64_t KVWorkerImpl::Priority(const std::vector<const Part*>& batch) {
 }
 
 void KVWorkerImpl::StepPushed(Pending& pending, uint64_t step) {
+  // Before any request of the step moves a residual on (every one of the
+  // step before has: its values were pulled first).
+  if (residual_copies_) residual_copies_->BeforeStep(step);
   if (!options_.async) return;
   scheduler_.ReportStep(step);
   pending.step_done = step + 1;  // before any request of the ticket runs

@@ -97,6 +97,10 @@ struct KVOptions {
   // heartbeats, and a restarted process, or a program restarted beside the
   // same agent, starts at the step said last (Recover).
   bool async = false;
+  // Sync mode: spec.checkpoint.intervalSteps, whose multiples a rollback
+  // goes back to. A two-bit job keeps its residuals as of those steps, so
+  // that the steps redone after a rollback send what they sent before.
+  uint64_t checkpoint_interval = 0;
 };
 
 // Where to find the pod's kubeps-agent sidecar (KVWorker::Connect).

@@ -28,6 +28,7 @@
 #include "kubeps.grpc.pb.h"
 #include "worker-agent/kv/kv_worker.h"
 #include "worker-agent/kv/placement.h"
+#include "worker-agent/kv/rollback_copies.h"
 #include "worker-agent/kv/shared_memory_path.h"
 #include "worker-agent/kv/task_pool.h"
 #include "worker-agent/kv/tensor_wire.h"
@@ -214,6 +215,9 @@ class KVWorkerImpl final : public KVWorker {
   // A push writes only its own parts' ranges; two pushes of one key at once
   // (not waited for in between) would race on them.
   std::vector<std::vector<float>> residuals_;
+  // A sync two-bit job's residuals as of the steps a rollback may go back
+  // to: put back by Recover, so that the redone steps send the same bytes.
+  std::unique_ptr<RollbackCopies> residual_copies_;
   // Pushes and pulls run on pools of their own: a pull long-polls until
   // every worker has pushed, and must never hold the thread a push of this
   // worker waits for.
