@@ -63,8 +63,9 @@ class ForwardWaits:
 
     def _kubeps_resolve(self, bindings):
         """Waits for the last step's exchanges of `bindings` and copies their new values
-        into the parameters.  False when the job rolled back instead (every parameter then
-        holds the values of the step to resume from, and this iteration is dropped)."""
+        into the parameters.  False when the job rolled back instead: this iteration is
+        dropped, and every parameter goes back to the values of the step to resume from, at
+        once outside autograd, else once the iteration has ended."""
         if self._kubeps_rollback_due is not None:
             return False  # this pass found the rollback in an earlier module
         with self._kubeps_lock:

@@ -179,8 +179,8 @@ void KVWorkerImpl::HeartbeatLoop() {
 Status KVWorkerImpl::Recover(uint64_t* resume_step) {
   std::optional<uint64_t> own;
   Status recovered = RecoverFrom(generation_, resume_step, options_.async ? &own : nullptr);
-  // A residual of a step the job went back before: where no copy is of the
-  // resume step, the residuals stay as they are (a sum that still drains).
+  // The residuals as of the resume step, so that the redone steps send what
+  // they sent before; where no copy is of it, they stay as they are.
   if (recovered.ok() && residual_copies_) residual_copies_->RollBack(*resume_step);
   if (recovered.ok() && options_.async) {
     // An async worker's steps are its own; the restore step of a job run
