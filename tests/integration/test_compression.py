@@ -4,7 +4,6 @@ requests a 2-bit job ends bit-identical to its clean run (a resend sends the
 bytes encoded once, and the worker's residual moves on once per push), and so
 it does when a server is killed and the job rolls back (the residuals go back
 with it)."""
-import json
 import math
 import os
 import signal
@@ -20,8 +19,10 @@ STEPS = 30
 SERVERS = ("server-0", "server-1")
 
 
-def job(name, compression):
-    spec = {"resendTimeoutMs": 150, "maxResends": 20, "runPolicy": {"restartPolicy": "Never"}}
+def job(name, compression, **more):
+    """The MLP with plain SGD; `more`: top-level spec fields added or replaced."""
+    spec = dict({"resendTimeoutMs": 150, "maxResends": 20,
+                 "runPolicy": {"restartPolicy": "Never"}}, **more)
     if compression:
         spec["compression"] = {"type": compression, "threshold": 0.001}
     return manifest_with(name, spec, optimizer={"name": "sgd", "learningRate": 0.1})
@@ -90,14 +91,13 @@ class CompressionTest(unittest.TestCase):
         # The residuals go back with the job to the checkpoint step: the redone steps send
         # the bytes they sent before. (Before, they went on from where the left timeline
         # had taken them, and its unsent gradients were sent a second time.)
-        steps, spec = 120, {"checkpoint": {"intervalSteps": 10}, "progressIntervalMs": 100,
-                           "runPolicy": {"restartPolicy": "OnFailure", "backoffLimit": 2}}
+        steps = 120
         runs = {}
         for name in ("twobit-unkilled", "twobit-killed"):
             dump = os.path.join(self.dir, name + ".bin")
-            text = json.loads(job(name, "2bit"))
-            text["spec"].update(spec)
-            path = write_manifest(self.dir, json.dumps(text), name + ".yaml")
+            text = job(name, "2bit", checkpoint={"intervalSteps": 10}, progressIntervalMs=100,
+                       runPolicy={"restartPolicy": "OnFailure", "backoffLimit": 2})
+            path = write_manifest(self.dir, text, name + ".yaml")
             running = RunningJob(path, env=dict(PACED_FOR_KILLS, KUBEPS_MAX_STEPS=str(steps),
                                                 KUBEPS_DUMP_PARAMS=dump))
             if name.endswith("-killed"):

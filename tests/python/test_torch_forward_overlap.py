@@ -66,24 +66,33 @@ class ForwardOverlap(TorchTestCase):
                                                   named_parameters=reference.named_parameters()), 4)
         self.assertParametersEqual(model, reference)
 
-    @requires_fake
-    def test_a_rollback_found_in_step_for_a_parameter_left_out_goes_back_to_its_step(self):
-        # b's shard restarted while b's last exchange travelled; the step that leaves b out
-        # finds it in step(), the first to wait for b: the loop goes on from the resume
-        # step, not the one after it (which would never push the resume step).
-        agent = self.connect()
-        model = TwoBranches()
+    def train_with_a_rollback_on_wait(self, model, loss_of, name, at_iteration, resume_step):
+        """Six steps, each exchange waited for apart; the wait for `name` in iteration
+        `at_iteration` (1-based) finds its server restarted.  `loss_of(step, armed)` is the
+        iteration's loss.  Returns the steps steps() yielded."""
         with mock.patch.dict(os.environ, {"KUBEPS_BUCKET_BYTES": "0"}):  # a push per hook
             optimizer = self.distributed(model)
         yielded = []
         for step in kps.steps(6):
             yielded.append(step)
-            leave_b_out = len(yielded) == 4
-            if leave_b_out:
-                agent.fake.arm_rollback_on_wait("b.weight", resume_step=1)
+            armed = len(yielded) == at_iteration
+            if armed:
+                self.agent.fake.arm_rollback_on_wait(name, resume_step=resume_step)
             optimizer.zero_grad()
-            model(torch.ones(1, 2), use_b=not leave_b_out).sum().backward()
+            loss_of(step, armed).backward()
             optimizer.step()
+        return yielded
+
+    @requires_fake
+    def test_a_rollback_found_in_step_for_a_parameter_left_out_goes_back_to_its_step(self):
+        # b's shard restarted while b's last exchange travelled; the step that leaves b out
+        # finds it in step(), the first to wait for b: the loop goes on from the resume
+        # step, not the one after it (which would never push the resume step).
+        self.connect()
+        model = TwoBranches()
+        yielded = self.train_with_a_rollback_on_wait(
+            model, lambda step, leave_b_out: model(torch.ones(1, 2), use_b=not leave_b_out).sum(),
+            "b.weight", at_iteration=4, resume_step=1)
         self.assertEqual(yielded, [0, 1, 2, 3, 1, 2, 3, 4, 5])
 
     @requires_fake
@@ -109,19 +118,14 @@ class ForwardOverlap(TorchTestCase):
         # the resume step's values only once the dropped iteration's backward is over (a
         # CNN whose sliced dense layer found a restarted server failed its backward pass:
         # "modified by an inplace operation").
-        agent = self.connect()
+        self.connect()
         model = three_layers()
-        with mock.patch.dict(os.environ, {"KUBEPS_BUCKET_BYTES": "0"}):  # a wait per tensor
-            optimizer = self.distributed(model)
-        seen = []
-        for step in kps.steps(6):
-            seen.append(step)
-            if len(seen) == 5:
-                agent.fake.arm_rollback_on_wait("4.weight", resume_step=2)
+
+        def loss_of(step, armed):
             x, y = batch_for(step)
-            optimizer.zero_grad()
-            torch.nn.CrossEntropyLoss()(model(x), y).backward()
-            optimizer.step()
+            return torch.nn.CrossEntropyLoss()(model(x), y)
+        seen = self.train_with_a_rollback_on_wait(model, loss_of, "4.weight", at_iteration=5,
+                                                  resume_step=2)
         self.assertEqual(seen, [0, 1, 2, 3, 4, 2, 3, 4, 5])
         reset_kubeps()
         clean = three_layers()
