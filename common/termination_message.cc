@@ -6,6 +6,29 @@
 #include <fstream>
 
 namespace kubeps {
+namespace {
+
+constexpr const char* kJobStopped = "the scheduler stopped the job";
+constexpr const char* kIncurableStops[] = {kReasonNoCommonCheckpoint, kReasonProgramStateMissing};
+
+}  // namespace
+
+std::string JobStoppedMessage(const std::string& reason, const std::string& failure) {
+  return std::string(kJobStopped) + (reason.empty() ? "" : " (" + reason + ")") + ": " + failure;
+}
+
+const char* JobStopReason(const std::string& said, const char* otherwise) {
+  for (const char* reason : kIncurableStops)
+    if (said == reason) return reason;
+  return otherwise;
+}
+
+const char* JobStopReasonIn(const std::string& message, const char* otherwise) {
+  for (const char* reason : kIncurableStops) {
+    if (message.find(JobStoppedMessage(reason, "")) != std::string::npos) return reason;
+  }
+  return otherwise;
+}
 
 std::string TerminationLogPath(const char* pod_default) {
   const char* named = std::getenv(kTerminationLogVariable);

@@ -45,6 +45,12 @@ inline constexpr const char* kReasonCheckpointReadFailed = "CheckpointReadFailed
 // jobs given one spec.checkpoint.path) past its grace: a rerun would find it
 // there again, or, once that job ended, resume from its checkpoints.
 inline constexpr const char* kReasonCheckpointFolderInUse = "CheckpointFolderInUse";
+// A job started over checkpoints it cannot resume from, which a restart
+// finds again: written by a job of another number of servers (each shard
+// holds the parts placement gives it among them), or holding no step that
+// every shard has.
+inline constexpr const char* kReasonServerCountChanged = "ServerCountChanged";
+inline constexpr const char* kReasonNoCommonCheckpoint = "NoCommonCheckpoint";
 // A server had to roll back but the job keeps no checkpoints
 // (spec.checkpoint.path empty): a lost shard's parameters are gone for good.
 inline constexpr const char* kReasonShardStateLost = "ShardStateLost";
@@ -99,6 +105,17 @@ inline bool IsModelMismatchRefusal(const Status& status) {
 // hold no parameters, and trained on from fresh values the job would end
 // "Succeeded" with a model that never learned. A rerun starts the same way.
 inline constexpr const char* kReasonProgramStateMissing = "ProgramStateMissing";
+
+// How a replica words the scheduler's stop of the job, naming the reason
+// the scheduler gave, if any.
+std::string JobStoppedMessage(const std::string& reason, const std::string& failure);
+// The reason a replica that heard the stop ends with: the scheduler's where
+// a restart cannot cure it (NoCommonCheckpoint, ProgramStateMissing), so
+// that the job fails at once whichever replica's end the job logic hears
+// first; else `otherwise`. `said` is the scheduler's reason, `message` one
+// that JobStoppedMessage wrote (or any other).
+const char* JobStopReason(const std::string& said, const char* otherwise);
+const char* JobStopReasonIn(const std::string& message, const char* otherwise);
 
 // Where a replica's last words go: $KUBEPS_TERMINATION_LOG where it is set
 // (the local runner names a file per replica); else `pod_default` where this

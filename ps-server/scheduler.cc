@@ -633,6 +633,11 @@ std::string Scheduler::Failure() const {
   return failure_;
 }
 
+std::string Scheduler::FailureReason() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failure_reason_;
+}
+
 bool Scheduler::WaitAllWorkersFinished(std::chrono::milliseconds timeout) const {
   std::unique_lock<std::mutex> lock(mutex_);
   return changed_.wait_for(lock, timeout, [&] { return MembersFinished(); });

@@ -117,6 +117,8 @@ class Scheduler {
   bool WaitServersToldToStop(std::chrono::milliseconds timeout) const;
   // Non-empty once the job cannot go on (no checkpoint step in common).
   std::string Failure() const;
+  // The termination reason Failure() calls for, "" where none of its own.
+  std::string FailureReason() const;
   // Elastic jobs: how many workers the job should have, from `at_step`
   // exactly where given; "" or why not.
   std::string SetDesiredWorkers(int workers, std::optional<uint64_t> at_step = std::nullopt);

@@ -84,6 +84,7 @@ void Scheduler::FirstStart() {
     failure_ = "the job cannot resume: its shards hold no checkpoint step in common (" +
                DescribeSteps() +
                "); delete those folders or set spec.checkpoint.resume: false to start fresh";
+    failure_reason_ = kReasonNoCommonCheckpoint;
     KLOG_ERROR << failure_;
     return;
   }

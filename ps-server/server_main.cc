@@ -141,7 +141,8 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
       // Give every node a few heartbeats to learn why the job stops.
       g_stop.SleepFor(std::chrono::seconds(2));
       shut_down(kEndShutdownGrace);
-      return Fail(kReasonJobStopped, Status::Error(service.scheduler().Failure()), 1);
+      return Fail(JobStopReason(service.scheduler().FailureReason(), kReasonJobStopped),
+                  Status::Error(service.scheduler().Failure()), 1);
     }
   }
   if (g_stop.stop_requested() &&
@@ -243,9 +244,9 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
       *reason = kReasonCheckpointWriteFailed;
       return Status::Error(failure);
     }
-    *reason = kReasonJobStopped;
+    *reason = JobStopReason(answer.failure_reason, kReasonJobStopped);
     if (!answer.failure.empty())
-      return Status::Error("the scheduler stopped the job: " + answer.failure);
+      return Status::Error(JobStoppedMessage(answer.failure_reason, answer.failure));
     shard->KeepCheckpoint(answer.common_checkpoint_step);
     shard->SetCurrentIncarnations(answer.worker_incarnations);
     if (answer.generation > shard->generation() && answer.keep_state) {
@@ -302,6 +303,7 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   // An elastic job's pushes may come from any of its maxReplicas ranks.
   options.num_workers =
       job.spec.elastic.enabled() ? job.spec.elastic.max_replicas : job.spec.worker.replicas;
+  options.num_servers = config.num_servers;
   options.non_finite =
       job.spec.non_finite == "SkipStep" ? NonFinitePolicy::kSkipStep : NonFinitePolicy::kFail;
   options.optimizer = api::ToOptimizerConfig(job.spec.optimizer);
@@ -335,8 +337,10 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
     return Fail(FolderClaimReason(claimed), claimed, 1);
   }
   int64_t checkpoint_step = -1;
-  if (Status s = shard.LoadLatestCheckpoint(&checkpoint_step); !s.ok())
-    return Fail(kReasonCheckpointReadFailed, s, 1);
+  if (Status s = shard.LoadLatestCheckpoint(&checkpoint_step); !s.ok()) {
+    const bool other_servers = s.code() == Status::Code::kFailedPrecondition;
+    return Fail(other_servers ? kReasonServerCountChanged : kReasonCheckpointReadFailed, s, 1);
+  }
   ParameterServerService service(&shard, config.token, faults);
   int port = 0;
   std::unique_ptr<grpc::Server> server;

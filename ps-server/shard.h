@@ -48,6 +48,7 @@ struct ShardOptions {
   bool sync = true;
   NonFinitePolicy non_finite = NonFinitePolicy::kFail;
   int num_workers = 1;  // ranks a push may come from: an elastic job's maxReplicas
+  int num_servers = 1;  // the job's; its checkpoints say it (ShardCheckpoint.server_count)
   OptimizerConfig optimizer;
   std::string checkpoint_dir;          // "" = no checkpoints
   uint64_t checkpoint_interval = 100;  // sync: steps; async: applied pushes
@@ -109,7 +110,8 @@ class Shard {
   // Loads the newest checkpoint, if any, at start; *step is its step or -1.
   // Damaged checkpoint files are renamed aside first (and logged). A folder
   // or file that cannot be read now is an error: starting from an older
-  // step, or fresh, would lose training.
+  // step, or fresh, would lose training. FAILED_PRECONDITION: the
+  // checkpoint is of a job of another number of servers.
   Status LoadLatestCheckpoint(int64_t* step);
   // The steps this shard holds a checkpoint of, oldest first: those on
   // disk, not one still being written (checkpoint_writer.h). Where the

@@ -35,6 +35,7 @@ std::unique_ptr<v1::ShardCheckpoint> Shard::TakeCheckpoint(uint64_t step) {
   checkpoint->Clear();
   checkpoint->set_step(step);
   checkpoint->set_generation(generation_);
+  checkpoint->set_server_count(static_cast<uint32_t>(options_.num_servers));
   auto fill = [](std::string* to, const auto& v) {
     to->assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   };
@@ -150,6 +151,19 @@ Status Shard::LoadLatestCheckpoint(int64_t* step) {
   if (!skipped.empty()) KLOG_ERROR << "skipped unreadable checkpoints: " << skipped;
   if (!checked.ok()) return checked;
   if (!found) return Status::Ok();
+  if (const uint32_t wrote = checkpoint.server_count();
+      wrote != 0 && wrote != static_cast<uint32_t>(options_.num_servers)) {
+    return Status::FailedPrecondition(
+        "the checkpoint of step " + std::to_string(checkpoint.step()) + " in " +
+        checkpoints_->dir() + " was written by a job of " + std::to_string(wrote) +
+        " servers, and this job has " + std::to_string(options_.num_servers) +
+        " (spec.replicaSpecs.ps.replicas): each server holds the parts that key "
+        "placement gives it among the job's servers, so a job resumes only with "
+        "as many as wrote its checkpoints. Run it with " +
+        std::to_string(wrote) +
+        " servers, or start fresh: spec.checkpoint.resume: false, or another "
+        "spec.checkpoint.path");
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   AwaitPushesOutsideLock(lock);
   Install(checkpoint);

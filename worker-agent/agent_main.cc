@@ -343,14 +343,17 @@ int TrainBuiltInModel(const api::NodeConfig& config, const api::TrainingJob& job
   if (Status s = JoinJob(config, job, path, metrics.get(), &session); !s.ok())
     return Fail(kReasonJoinFailed, s);
   if (Status s = session.store->Init(*model); !s.ok())
-    return Fail(IsModelMismatchRefusal(s) ? kReasonModelMismatch : kReasonTrainingFailed, s);
+    return Fail(IsModelMismatchRefusal(s) ? kReasonModelMismatch
+                                          : JobStopReasonIn(s.message(), kReasonTrainingFailed),
+                s);
   ComputeAsOrdinaryWork();
   LoopResult result;
   if (Status s =
           RunTrainingLoop(session.loop, data.train, *model, *session.store, *metrics, &result);
       !s.ok()) {
-    return Fail(
-        result.failure_reason.empty() ? kReasonTrainingFailed : result.failure_reason.c_str(), s);
+    return Fail(result.failure_reason.empty() ? JobStopReasonIn(s.message(), kReasonTrainingFailed)
+                                              : result.failure_reason.c_str(),
+                s);
   }
   std::optional<double> test_accuracy;
   if (session.loop.rank == 0 && !result.left) {

@@ -12,7 +12,8 @@ bool IsPermanentReason(const std::string& reason) {
          reason == kReasonCheckpointWriteFailed || reason == kReasonShardStateLost ||
          reason == kReasonDatasetNotFound || reason == kReasonDatasetUnreadable ||
          reason == kReasonModelMismatch || reason == kReasonCheckpointFolderInUse ||
-         reason == kReasonProgramStateMissing;
+         reason == kReasonProgramStateMissing || reason == kReasonServerCountChanged ||
+         reason == kReasonNoCommonCheckpoint;
 }
 
 namespace {

@@ -21,11 +21,11 @@ from jobtools import (BIN_DIR, DATASET, KUBEPS, PACED_FOR_KILLS, SLIGHTLY_SLOW_N
 TIMEOUT = 300  # generous: four engineers' builds and tests share two cores
 
 
-def job_text(name, resume=None, interval=50, mode="sync"):
+def job_text(name, resume=None, interval=50, mode="sync", servers=2):
     checkpoint = {"intervalSteps": interval}
     if resume is not None:
         checkpoint["resume"] = resume
-    text = manifest(name, batch=32, mode=mode).replace(
+    text = manifest(name, batch=32, mode=mode, ps=servers).replace(
         '"epochs": 1', '"epochs": 1, "checkpoint": ' + json.dumps(checkpoint))
     return text.replace('"progressIntervalMs": 500', '"progressIntervalMs": 200')
 
@@ -129,7 +129,7 @@ class RunTwiceTest(unittest.TestCase):
         self.assertNotIn(120, steps_of(self.run_dir, "server-0"))
         self.assertIn(60, steps_of(self.run_dir, "server-0"))
 
-    def test_no_common_step_fails_naming_the_folders(self):
+    def test_no_common_step_fails_at_once_naming_the_folders(self):
         code, first = self.run_job(job_text("apart"), 120)
         self.assertEqual(code, 0, first.output())
         folder = os.path.join(self.run_dir, "checkpoints")
@@ -141,6 +141,29 @@ class RunTwiceTest(unittest.TestCase):
         self.assertNotEqual(code, 0, second.output())
         self.assertIn("no checkpoint step in common", second.output())
         self.assertIn(os.path.join(folder, "server-0"), second.output())
+        # A restart finds the same files: the job fails at once, instead of
+        # spending its backoffLimit on restarts that all fail alike.
+        self.assertIn("(NoCommonCheckpoint)", second.output())
+        self.assertNotIn("Restarting", second.output())
+
+    def test_a_job_run_again_with_another_number_of_servers_fails_at_once_saying_so(self):
+        # Each shard holds the parts key placement gives it among the job's
+        # servers. Before, 2 -> 3 failed on "no checkpoint step in common"
+        # (the new server holds none) after spending every restart, and
+        # 2 -> 1 as a model mismatch naming every cause but this one.
+        code, first = self.run_job(job_text("servers"), 60)
+        self.assertEqual(code, 0, first.output())
+        for servers in (3, 1):
+            code, again = self.run_job(job_text("servers", servers=servers), 100)
+            self.assertNotEqual(code, 0, again.output())
+            self.assertIn("written by a job of 2 servers, and this job has %d" % servers,
+                          again.output())
+            self.assertIn("(ServerCountChanged)", again.output())
+            self.assertNotIn("Restarting", again.output())
+        # Nothing was touched: with its 2 servers the job resumes.
+        code, third = self.run_job(job_text("servers"), 100)
+        self.assertEqual(code, 0, third.output())
+        self.assertIn("resuming at step 60 of 100", third.output())
 
     def test_damaged_checkpoint_is_set_aside(self):
         code, first = self.run_job(job_text("damaged"), 120)

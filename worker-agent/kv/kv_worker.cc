@@ -200,7 +200,7 @@ Status KVWorkerImpl::RecoverFrom(uint64_t generation, uint64_t* resume_step,
     if (!beat.ok() && SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) return beat;
     {
       std::lock_guard<std::mutex> lock(failure_mutex_);
-      if (!failure_.empty()) return Status::Error("the scheduler stopped the job: " + failure_);
+      if (!failure_.empty()) return Status::Error(JobStoppedMessage(failure_reason_, failure_));
     }
     // Readiness, the restore step and the worker's own step, all off this
     // call's own beat: the heartbeat thread's may have been answered before
@@ -260,7 +260,7 @@ Status KVWorkerImpl::Membership(uint64_t step, StepMembership* out) {
     }
     {
       std::lock_guard<std::mutex> lock(failure_mutex_);
-      if (!failure_.empty()) return Status::Error("the scheduler stopped the job: " + failure_);
+      if (!failure_.empty()) return Status::Error(JobStoppedMessage(failure_reason_, failure_));
     }
     if (SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) {
       return Status::Error("the scheduler did not say who computes step " + std::to_string(step) +

@@ -313,6 +313,8 @@ Session::Outcome Session::Initialize(bool restores_own_state,
     if (own_state_missing) return RefuseInit(kReasonProgramStateMissing, s.message());
     // Not this process's to retry: every rerun declares the same tensors.
     if (IsModelMismatchRefusal(s)) return RefuseInit(kReasonModelMismatch, s.message());
+    if (const char* stop = JobStopReasonIn(s.message(), nullptr))
+      return RefuseInit(stop, s.message());
     return {CodeOf(s), "init: " + s.message()};
   }
   if (needs_own_state(step) && !restores_own_state) {

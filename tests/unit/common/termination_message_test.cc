@@ -73,5 +73,21 @@ TEST_F(TerminationLogTest, TheFileTheRunnerNamesWinsAndReceivesTheMessage) {
   unlink(named.c_str());
 }
 
+// Every replica that hears the scheduler stop the job for a reason no
+// restart cures ends with that reason, so the job fails at once whichever
+// replica's end comes first; other stops keep the replica's own reason.
+TEST(JobStopReasonTest, AnIncurableStopIsEveryonesReasonAndOthersKeepTheirOwn) {
+  EXPECT_STREQ(JobStopReason(kReasonNoCommonCheckpoint, kReasonJobStopped),
+               kReasonNoCommonCheckpoint);
+  EXPECT_STREQ(JobStopReason("", kReasonJobStopped), kReasonJobStopped);
+  const std::string said = JobStoppedMessage(kReasonNoCommonCheckpoint, "no step in common");
+  EXPECT_EQ(said, "the scheduler stopped the job (NoCommonCheckpoint): no step in common");
+  EXPECT_STREQ(JobStopReasonIn("init: " + said, kReasonTrainingFailed), kReasonNoCommonCheckpoint);
+  EXPECT_STREQ(JobStopReasonIn(JobStoppedMessage("", "worker-1 gone"), kReasonTrainingFailed),
+               kReasonTrainingFailed);
+  EXPECT_STREQ(JobStopReasonIn(JobStoppedMessage("SomethingElse", "x"), kReasonTrainingFailed),
+               kReasonTrainingFailed);
+}
+
 }  // namespace
 }  // namespace kubeps

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "common/metrics.h"
+#include "common/termination_message.h"
 #include "ps-server/scheduler.h"
 
 namespace kubeps {
@@ -327,6 +328,9 @@ TEST(FirstStartTest, NoCommonStepFailsNamingTheFolders) {
   EXPECT_THAT(beat.failure(), HasSubstr("/runs/job/checkpoints/server-0"));
   EXPECT_THAT(beat.failure(), HasSubstr("server-1 holds steps 100,200"));
   EXPECT_EQ(s->Failure(), beat.failure());
+  // A restart finds the same files: a reason the job logic does not retry.
+  EXPECT_EQ(beat.failure_reason(), kReasonNoCommonCheckpoint);
+  EXPECT_EQ(s->FailureReason(), kReasonNoCommonCheckpoint);
 }
 
 TEST(RecoveryStepTest, RollsBackToTheNewestStepEveryShardHolds) {
