@@ -47,9 +47,10 @@ inline constexpr const char* kReasonCheckpointReadFailed = "CheckpointReadFailed
 inline constexpr const char* kReasonCheckpointFolderInUse = "CheckpointFolderInUse";
 // A job started over checkpoints it cannot resume from, which a restart
 // finds again: written by a job of another number of servers (each shard
-// holds the parts placement gives it among them), or holding no step that
-// every shard has.
-inline constexpr const char* kReasonServerCountChanged = "ServerCountChanged";
+// holds the parts placement gives it among them) or of optimizer none
+// against another (the servers keep gradients, not parameters), or holding
+// no step that every shard has.
+inline constexpr const char* kReasonCheckpointMismatch = "CheckpointMismatch";
 inline constexpr const char* kReasonNoCommonCheckpoint = "NoCommonCheckpoint";
 // A server had to roll back but the job keeps no checkpoints
 // (spec.checkpoint.path empty): a lost shard's parameters are gone for good.

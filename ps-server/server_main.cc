@@ -338,8 +338,8 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   }
   int64_t checkpoint_step = -1;
   if (Status s = shard.LoadLatestCheckpoint(&checkpoint_step); !s.ok()) {
-    const bool other_servers = s.code() == Status::Code::kFailedPrecondition;
-    return Fail(other_servers ? kReasonServerCountChanged : kReasonCheckpointReadFailed, s, 1);
+    const bool other_job = s.code() == Status::Code::kFailedPrecondition;
+    return Fail(other_job ? kReasonCheckpointMismatch : kReasonCheckpointReadFailed, s, 1);
   }
   ParameterServerService service(&shard, config.token, faults);
   int port = 0;

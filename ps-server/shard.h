@@ -111,7 +111,7 @@ class Shard {
   // Damaged checkpoint files are renamed aside first (and logged). A folder
   // or file that cannot be read now is an error: starting from an older
   // step, or fresh, would lose training. FAILED_PRECONDITION: the
-  // checkpoint is of a job of another number of servers.
+  // checkpoint is of a job this one cannot resume from (FitsThisJob).
   Status LoadLatestCheckpoint(int64_t* step);
   // The steps this shard holds a checkpoint of, oldest first: those on
   // disk, not one still being written (checkpoint_writer.h). Where the
@@ -321,6 +321,10 @@ class Shard {
   // the writer wrote last (CheckpointWriter::Blank).
   std::unique_ptr<v1::ShardCheckpoint> TakeCheckpoint(uint64_t step);
   void Install(const v1::ShardCheckpoint& checkpoint);  // requires mutex_
+  // FAILED_PRECONDITION where this job cannot resume from `checkpoint`:
+  // written by a job of another number of servers, or of optimizer none
+  // against another (gradients against parameters).
+  Status FitsThisJob(const v1::ShardCheckpoint& checkpoint) const;
   Status WriteCheckpoint(const v1::ShardCheckpoint& checkpoint);
 
   const ShardOptions options_;

@@ -36,6 +36,7 @@ std::unique_ptr<v1::ShardCheckpoint> Shard::TakeCheckpoint(uint64_t step) {
   checkpoint->set_step(step);
   checkpoint->set_generation(generation_);
   checkpoint->set_server_count(static_cast<uint32_t>(options_.num_servers));
+  checkpoint->set_optimizer(options_.optimizer.name);
   auto fill = [](std::string* to, const auto& v) {
     to->assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   };
@@ -63,13 +64,26 @@ void Shard::Install(const v1::ShardCheckpoint& checkpoint) {
     return std::vector<float>(f, f + b.size() / sizeof(float));
   };
   parts_.clear();
+  // A job run again with another optimizer (FitsThisJob refuses none against
+  // the others) keeps the parameters, and the new optimizer's state starts
+  // fresh: momentum's velocity is not Adam's first moment.
+  const bool other_optimizer =
+      !checkpoint.optimizer().empty() && checkpoint.optimizer() != options_.optimizer.name;
+  if (other_optimizer) {
+    KLOG_INFO << "the checkpoint of step " << checkpoint.step() << " was written with optimizer "
+              << checkpoint.optimizer() << ", and this job runs " << options_.optimizer.name
+              << ": its parameters are kept, and " << options_.optimizer.name
+              << "'s state starts fresh";
+  }
   for (const auto& saved : checkpoint.parts()) {
     Part& part = parts_[{saved.key(), saved.offset()}];
     part.value = NewValues(saved.value().size() / sizeof(float));
     std::memcpy(part.value->data(), saved.value().data(), part.value->size() * sizeof(float));
-    part.state.slot1 = floats(saved.slot1());
-    part.state.slot2 = floats(saved.slot2());
-    part.state.steps = saved.optimizer_steps();
+    if (!other_optimizer) {
+      part.state.slot1 = floats(saved.slot1());
+      part.state.slot2 = floats(saved.slot2());
+      part.state.steps = saved.optimizer_steps();
+    }
     part.version = saved.version();
     part.name = saved.name();
     ResetContributions(part);
@@ -135,6 +149,34 @@ std::string Shard::CheckpointFailure() const {
          " checkpoint writes in a row failed, the last: " + last_failure_;
 }
 
+Status Shard::FitsThisJob(const v1::ShardCheckpoint& checkpoint) const {
+  const std::string which =
+      "the checkpoint of step " + std::to_string(checkpoint.step()) + " in " + checkpoints_->dir();
+  const std::string start_fresh =
+      "start fresh: spec.checkpoint.resume: false, or another spec.checkpoint.path";
+  if (const uint32_t wrote = checkpoint.server_count();
+      wrote != 0 && wrote != static_cast<uint32_t>(options_.num_servers)) {
+    return Status::FailedPrecondition(
+        which + " was written by a job of " + std::to_string(wrote) +
+        " servers, and this job has " + std::to_string(options_.num_servers) +
+        " (spec.replicaSpecs.ps.replicas): each server holds the parts that key placement gives "
+        "it among the job's servers, so a job resumes only with as many as wrote its "
+        "checkpoints. Run it with " +
+        std::to_string(wrote) + " servers, or " + start_fresh);
+  }
+  const std::string& had = checkpoint.optimizer();
+  if (!had.empty() && (had == "none") != (options_.optimizer.name == "none")) {
+    return Status::FailedPrecondition(
+        which + " was written by a job whose servers' optimizer is " + had +
+        ", and this job's is " + options_.optimizer.name +
+        " (spec.optimizer.name): with none the servers keep averaged gradients and the "
+        "program the parameters, with any other the servers keep the parameters, so the one "
+        "cannot resume from the other's checkpoints. Run it with optimizer " +
+        had + ", or " + start_fresh);
+  }
+  return Status::Ok();
+}
+
 Status Shard::LoadLatestCheckpoint(int64_t* step) {
   *step = -1;
   if (!checkpoints_) return Status::Ok();
@@ -151,19 +193,7 @@ Status Shard::LoadLatestCheckpoint(int64_t* step) {
   if (!skipped.empty()) KLOG_ERROR << "skipped unreadable checkpoints: " << skipped;
   if (!checked.ok()) return checked;
   if (!found) return Status::Ok();
-  if (const uint32_t wrote = checkpoint.server_count();
-      wrote != 0 && wrote != static_cast<uint32_t>(options_.num_servers)) {
-    return Status::FailedPrecondition(
-        "the checkpoint of step " + std::to_string(checkpoint.step()) + " in " +
-        checkpoints_->dir() + " was written by a job of " + std::to_string(wrote) +
-        " servers, and this job has " + std::to_string(options_.num_servers) +
-        " (spec.replicaSpecs.ps.replicas): each server holds the parts that key "
-        "placement gives it among the job's servers, so a job resumes only with "
-        "as many as wrote its checkpoints. Run it with " +
-        std::to_string(wrote) +
-        " servers, or start fresh: spec.checkpoint.resume: false, or another "
-        "spec.checkpoint.path");
-  }
+  if (Status fits = FitsThisJob(checkpoint); !fits.ok()) return fits;
   std::unique_lock<std::mutex> lock(mutex_);
   AwaitPushesOutsideLock(lock);
   Install(checkpoint);

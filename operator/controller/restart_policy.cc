@@ -12,7 +12,7 @@ bool IsPermanentReason(const std::string& reason) {
          reason == kReasonCheckpointWriteFailed || reason == kReasonShardStateLost ||
          reason == kReasonDatasetNotFound || reason == kReasonDatasetUnreadable ||
          reason == kReasonModelMismatch || reason == kReasonCheckpointFolderInUse ||
-         reason == kReasonProgramStateMissing || reason == kReasonServerCountChanged ||
+         reason == kReasonProgramStateMissing || reason == kReasonCheckpointMismatch ||
          reason == kReasonNoCommonCheckpoint;
 }
 

@@ -21,11 +21,11 @@ from jobtools import (BIN_DIR, DATASET, KUBEPS, PACED_FOR_KILLS, SLIGHTLY_SLOW_N
 TIMEOUT = 300  # generous: four engineers' builds and tests share two cores
 
 
-def job_text(name, resume=None, interval=50, mode="sync", servers=2):
+def job_text(name, resume=None, interval=50, mode="sync", servers=2, optimizer=None):
     checkpoint = {"intervalSteps": interval}
     if resume is not None:
         checkpoint["resume"] = resume
-    text = manifest(name, batch=32, mode=mode, ps=servers).replace(
+    text = manifest(name, batch=32, mode=mode, ps=servers, optimizer=optimizer).replace(
         '"epochs": 1', '"epochs": 1, "checkpoint": ' + json.dumps(checkpoint))
     return text.replace('"progressIntervalMs": 500', '"progressIntervalMs": 200')
 
@@ -158,12 +158,26 @@ class RunTwiceTest(unittest.TestCase):
             self.assertNotEqual(code, 0, again.output())
             self.assertIn("written by a job of 2 servers, and this job has %d" % servers,
                           again.output())
-            self.assertIn("(ServerCountChanged)", again.output())
+            self.assertIn("(CheckpointMismatch)", again.output())
             self.assertNotIn("Restarting", again.output())
         # Nothing was touched: with its 2 servers the job resumes.
         code, third = self.run_job(job_text("servers"), 100)
         self.assertEqual(code, 0, third.output())
         self.assertIn("resuming at step 60 of 100", third.output())
+
+    def test_a_job_run_again_with_another_optimizer_keeps_the_parameters_and_starts_its_state(self):
+        # Before, Adam took momentum's velocity for its first moment, with no
+        # second moment and momentum's count of updates for its bias
+        # correction: the loss went to millions, and the job "Succeeded".
+        momentum = {"name": "momentum", "learningRate": 0.01}
+        code, first = self.run_job(job_text("optimizers", optimizer=momentum), 150)
+        self.assertEqual(code, 0, first.output())
+        code, second = self.run_job(job_text("optimizers"), 300)
+        self.assertEqual(code, 0, second.output())
+        self.assertIn("resuming at step 150 of 300", second.output())
+        self.assertIn("written with optimizer momentum, and this job runs adam: its parameters "
+                      "are kept, and adam's state starts fresh", second.output())
+        self.assertGreater(second.accuracy(), max(0.75, first.accuracy()), second.output())
 
     def test_damaged_checkpoint_is_set_aside(self):
         code, first = self.run_job(job_text("damaged"), 120)

@@ -183,33 +183,5 @@ TEST(TensorNamesTest, ARestartedServerKeepsTheNamesOfItsCheckpoint) {
   fs::remove_all(dir);
 }
 
-// Each shard holds the parts placement gives it among the job's servers: a
-// job of another number of them cannot resume from its checkpoints, and a
-// restart finds them again, so the server says so instead of loading them.
-TEST(TensorNamesTest, ACheckpointOfAJobOfAnotherNumberOfServersIsRefusedSayingBoth) {
-  const std::string dir =
-      (fs::temp_directory_path() / ("kubeps-servers-" + std::to_string(::getpid()))).string();
-  fs::remove_all(dir);
-  ShardOptions options = shard_testing::PlainShardOptions(true, 2);
-  options.checkpoint_dir = dir;
-  options.num_servers = 2;
-  {
-    auto shard = Initialised(options);
-    ASSERT_TRUE(shard->WriteFinalCheckpoint().ok());
-  }
-  options.num_servers = 3;
-  int64_t step = -1;
-  Status refused = shard_testing::MakeShard(options)->LoadLatestCheckpoint(&step);
-  EXPECT_EQ(refused.code(), Status::Code::kFailedPrecondition);
-  EXPECT_THAT(refused.message(), HasSubstr("in " + dir +
-                                           " was written by a job of 2 servers, "
-                                           "and this job has 3"));
-  EXPECT_EQ(step, -1);
-  options.num_servers = 2;
-  EXPECT_TRUE(shard_testing::MakeShard(options)->LoadLatestCheckpoint(&step).ok());
-  EXPECT_EQ(step, 0);
-  fs::remove_all(dir);
-}
-
 }  // namespace
 }  // namespace kubeps
