@@ -231,7 +231,8 @@ grpc::Status Shard::CheckDeclaredAsStored(const v1::InitRequest& request) const 
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         why + ": " + kModelMismatchRefusal +
                             ", the program changed since the job started, the checkpoints "
-                            "resumed from are another model's, or the workers' kubeps versions "
+                            "resumed from are another model's (or were placed under another "
+                            "spec.bigArrayBound), or the workers' kubeps versions "
                             "place tensors otherwise (an agent image changed mid-job; keys are "
                             "given in the order a program declares its tensors)");
   };

@@ -322,8 +322,9 @@ class Shard {
   std::unique_ptr<v1::ShardCheckpoint> TakeCheckpoint(uint64_t step);
   void Install(const v1::ShardCheckpoint& checkpoint);  // requires mutex_
   // FAILED_PRECONDITION where this job cannot resume from `checkpoint`:
-  // written by a job of another number of servers, or of optimizer none
-  // against another (gradients against parameters).
+  // written by a job of another number of servers, of optimizer none
+  // against another (gradients against parameters), or by an async job for
+  // a sync one (a step that counts pushes).
   Status FitsThisJob(const v1::ShardCheckpoint& checkpoint) const;
   Status WriteCheckpoint(const v1::ShardCheckpoint& checkpoint);
 

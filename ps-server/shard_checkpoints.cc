@@ -37,6 +37,7 @@ std::unique_ptr<v1::ShardCheckpoint> Shard::TakeCheckpoint(uint64_t step) {
   checkpoint->set_generation(generation_);
   checkpoint->set_server_count(static_cast<uint32_t>(options_.num_servers));
   checkpoint->set_optimizer(options_.optimizer.name);
+  checkpoint->set_mode(options_.sync ? "sync" : "async");
   auto fill = [](std::string* to, const auto& v) {
     to->assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   };
@@ -173,6 +174,16 @@ Status Shard::FitsThisJob(const v1::ShardCheckpoint& checkpoint) const {
         "program the parameters, with any other the servers keep the parameters, so the one "
         "cannot resume from the other's checkpoints. Run it with optimizer " +
         had + ", or " + start_fresh);
+  }
+  // The other way round goes: each worker of the async job starts at the
+  // sync job's step, as many examples as it had seen.
+  if (checkpoint.mode() == "async" && options_.sync) {
+    return Status::FailedPrecondition(
+        which +
+        " was written by an async job, and this job is sync (spec.mode): its step counts "
+        "every worker's pushes, not the job's steps, and the sync job would skip as many steps "
+        "as it has workers less one, for each step it trained. Run it async, or " +
+        start_fresh);
   }
   return Status::Ok();
 }

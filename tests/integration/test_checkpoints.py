@@ -165,6 +165,18 @@ class RunTwiceTest(unittest.TestCase):
         self.assertEqual(code, 0, third.output())
         self.assertIn("resuming at step 60 of 100", third.output())
 
+    def test_an_async_jobs_checkpoints_are_refused_to_a_sync_job_run_again_over_them(self):
+        # An async checkpoint's step counts every worker's pushes: before,
+        # 2 workers x 60 async steps resumed as sync step 120 of 150, 60
+        # steps skipped, and the job "Succeeded".
+        code, first = self.run_job(job_text("modes", mode="async"), 60)
+        self.assertEqual(code, 0, first.output())
+        code, again = self.run_job(job_text("modes"), 150)
+        self.assertNotEqual(code, 0, again.output())
+        self.assertIn("written by an async job, and this job is sync", again.output())
+        self.assertIn("(CheckpointMismatch)", again.output())
+        self.assertNotIn("Restarting", again.output())
+
     def test_a_job_run_again_with_another_optimizer_keeps_the_parameters_and_starts_its_state(self):
         # Before, Adam took momentum's velocity for its first moment, with no
         # second moment and momentum's count of updates for its bias

@@ -89,6 +89,19 @@ TEST_F(CheckpointFitTest, OptimizerNoneAgainstAnotherIsRefusedEitherWay) {
   EXPECT_THAT(refused.message(), HasSubstr("servers' optimizer is adam, and this job's is none"));
 }
 
+TEST_F(CheckpointFitTest, AnAsyncJobsCheckpointIsRefusedToASyncJobAndNotTheOtherWay) {
+  WriteOne();  // async: the step counts pushes
+  options_.sync = true;
+  int64_t step = -1;
+  Status refused = Load(&step);
+  EXPECT_EQ(refused.code(), Status::Code::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), HasSubstr("written by an async job, and this job is sync"));
+  fs::remove_all(dir_);
+  WriteOne();  // sync's
+  options_.sync = false;
+  EXPECT_TRUE(Load(&step).ok());
+}
+
 TEST_F(CheckpointFitTest, AnotherOptimizerKeepsTheParametersAndStartsItsStateFresh) {
   options_.optimizer.name = "momentum";
   options_.optimizer.learning_rate = 1.0f;
