@@ -14,8 +14,9 @@ import time
 import unittest
 from unittest import mock
 
-from jobtools import (OVERLAPPED, SOURCE_DIR, RunningJob, manifest_with, metric, read_floats, run_job,
-                      scrape_while_running, tensor_bytes, total, write_manifest)
+from jobtools import (OVERLAPPED, PACED_FOR_KILLS, SOURCE_DIR, RunningJob, manifest_with, metric,
+                      read_floats, resume, run_job, scrape_while_running, tensor_bytes, total,
+                      wait_for_replica_pid, wait_for_steps, write_manifest)
 
 PROXY = os.path.join(SOURCE_DIR, "tests", "tools", "fault_proxy.py")
 FAULTS = "drop_request=0.2,drop_response=0.2,duplicate=0.05,delay=0.1,delay_max_ms=300,seed=7"
@@ -154,6 +155,35 @@ class FaultsTest(unittest.TestCase):
         self.assertGreater(int(stats["resets"]), 0, out)
         self.assertEqual(job.progress(rank=0)[-1]["total_steps"], STEPS, job.output())
         self.assert_same_parameters(dump)
+
+    def test_a_frozen_server_is_waited_for_and_costs_neither_a_restart_nor_a_bit(self):
+        # Frozen (SIGSTOP: a node's hiccup, a partition, a pod being
+        # replaced) for longer than the workers' resends last. Before, each
+        # worker gave up on it and exited: a restart of the backoffLimit per
+        # worker, and a job of more workers than its limit failed.
+        spec = {"resendTimeoutMs": 150, "maxResends": 3,
+                "runPolicy": {"restartPolicy": "OnFailure", "backoffLimit": 1}}
+        steps = 200
+        env = dict(PACED_FOR_KILLS, KUBEPS_MAX_STEPS=str(steps))
+        dumps = [os.path.join(self.dir, "frozen-%s.bin" % run) for run in ("clean", "frozen")]
+        path = write_manifest(self.dir, manifest_with("frozen", spec), "frozen.yaml")
+        code, clean = run_job(path, env=dict(env, KUBEPS_DUMP_PARAMS=dumps[0]))
+        self.assertEqual(code, 0, clean.output())
+        job = RunningJob(path, env=dict(env, KUBEPS_DUMP_PARAMS=dumps[1]))
+        try:
+            wait_for_steps(job, 0, 50)
+            server = wait_for_replica_pid(job, "server-1")
+            os.kill(server, signal.SIGSTOP)
+            time.sleep(3)  # the resends give up after about 1 s
+            resume(server)
+            self.assertEqual(job.wait(timeout=240), 0, job.output())
+        finally:
+            job.close()
+        self.assertRegex(job.output(), r"server 1 \(127\.0\.0\.1:\d+\) answers no request; "
+                                       r"waiting for it to come back")
+        self.assertNotIn("Restarting", job.output())
+        with open(dumps[0], "rb") as a, open(dumps[1], "rb") as b:
+            self.assertTrue(a.read() == b.read(), "parameters differ from the clean run's")
 
 
 if __name__ == "__main__":

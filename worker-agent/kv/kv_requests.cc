@@ -134,15 +134,21 @@ Status KVWorkerImpl::SendPush(const std::vector<const Part*>& batch, OutgoingPus
   const int server = batch.front()->server;
   bool unmapped = false;
   auto send = [&] {
-    return caller_.Call(
-        ServerName(server), rpc,
-        [&](grpc::ClientContext& c) {
-          grpc::Status status = call(c);
-          unmapped = push->staged && status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-                     status.error_message().rfind("shared memory:", 0) == 0;
-          return status;
-        },
-        extra_wait_ms, [this] { return RollbackAnnounced(); });
+    const auto since = Clock::now();
+    bool said = false;
+    for (;;) {
+      Status s = caller_.Call(
+          ServerName(server), rpc,
+          [&](grpc::ClientContext& c) {
+            grpc::Status status = call(c);
+            unmapped = push->staged &&
+                       status.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
+                       status.error_message().rfind("shared memory:", 0) == 0;
+            return status;
+          },
+          extra_wait_ms, [this] { return RollbackAnnounced(); });
+      if (!WaitsOnSilentServer(server, s, since, &said)) return s;
+    }
   };
   Status s = send();
   if (!unmapped) {
@@ -159,6 +165,30 @@ Status KVWorkerImpl::SendPush(const std::vector<const Part*>& batch, OutgoingPus
   shared_->EndPush(batch);
   push->staged = false;
   return send();
+}
+
+// A worker that gave up on a silent server would gain nothing and cost the
+// job a restart of its backoffLimit, one per worker: a drained server's pod
+// takes longer to come back (scheduling, the image, the checkpoint) than the
+// resends last, and its return opens a recovery, which ends the wait.
+bool KVWorkerImpl::WaitsOnSilentServer(int server, const Status& s, Clock::time_point since,
+                                       bool* said) const {
+  if (s.code() != Status::Code::kUnavailable || options_.resend.max_resends == 0 ||
+      RollbackAnnounced() || stopping_) {
+    return false;
+  }
+  {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    if (!failure_.empty()) return false;
+  }
+  if (SecondsSince(since) * 1000 > options_.peer_wait_limit_ms) return false;
+  if (!*said) {
+    KLOG_ERROR << ServerName(server) << " answers no request; waiting for it to come back, or "
+               << "for the job's recovery, up to " << options_.peer_wait_limit_ms / 1000
+               << " s: " << s.message();
+    *said = true;
+  }
+  return true;
 }
 
 bool KVWorkerImpl::OpenPull(const std::vector<const Part*>& batch,
@@ -254,6 +284,7 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
   const int server = batch.front()->server;
   const auto link = Link(server);
   auto last_report = start;
+  bool said_silent = false;
   for (;;) {
     PullAnswer answer;
     if (RollbackAnnounced()) {
@@ -273,6 +304,7 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
     if (!s.ok() && (s.IsAborted() || RollbackAnnounced())) {
       return Status::Aborted("pull from " + ServerName(server) + ": the job rolled back");
     }
+    if (WaitsOnSilentServer(server, s, start, &said_silent)) continue;
     if (!s.ok()) return s;
     if (answer.ready) {
       Status taken = PullAnswered(batch, request, offered, elements, values, pending, &answer);

@@ -196,7 +196,7 @@ class KVWorkerImpl final : public KVWorker {
   std::atomic<uint64_t> generation_{0};  // the one requests carry
   std::atomic<uint64_t> announced_generation_{0};
   std::atomic<int64_t> announced_common_checkpoint_{-1};
-  std::mutex failure_mutex_;
+  mutable std::mutex failure_mutex_;
   std::string failure_;         // the scheduler's reason to stop the job, if any
   std::string failure_reason_;  // and the termination reason it calls for
   // Who computes which step (common/membership.h), as the heartbeats bring
@@ -207,6 +207,13 @@ class KVWorkerImpl final : public KVWorker {
   // One beat; its answer goes to the announced_ fields and, where given, to *answer.
   Status PollHeartbeat(HeartbeatAnswer* answer = nullptr);
   bool RollbackAnnounced() const;
+  // Whether a call to `server` that failed with `s` is sent again rather
+  // than failing the worker: the server answered none of the call's tries
+  // (frozen, cut off, its pod being replaced), resends are on, the job goes
+  // on and no rollback came, and the peer wait limit since `since` is not
+  // spent. Says so once per call (*said).
+  bool WaitsOnSilentServer(int server, const Status& s, std::chrono::steady_clock::time_point since,
+                           bool* said) const;
 
   std::atomic<bool> stopping_{false};
   std::thread heartbeat_;
