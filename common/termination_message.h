@@ -46,10 +46,9 @@ inline constexpr const char* kReasonCheckpointReadFailed = "CheckpointReadFailed
 // there again, or, once that job ended, resume from its checkpoints.
 inline constexpr const char* kReasonCheckpointFolderInUse = "CheckpointFolderInUse";
 // A job started over checkpoints it cannot resume from, which a restart
-// finds again: written by a job of another number of servers (each shard
-// holds the parts placement gives it among them) or of optimizer none
-// against another (the servers keep gradients, not parameters), or holding
-// no step that every shard has.
+// finds again: written by a job unlike it (Shard::FitsThisJob: another
+// number of servers, optimizer none against another, async for sync), or
+// holding no step that every shard has.
 inline constexpr const char* kReasonCheckpointMismatch = "CheckpointMismatch";
 inline constexpr const char* kReasonNoCommonCheckpoint = "NoCommonCheckpoint";
 // A server had to roll back but the job keeps no checkpoints

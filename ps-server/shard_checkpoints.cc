@@ -181,8 +181,8 @@ Status Shard::FitsThisJob(const v1::ShardCheckpoint& checkpoint) const {
     return Status::FailedPrecondition(
         which +
         " was written by an async job, and this job is sync (spec.mode): its step counts "
-        "every worker's pushes, not the job's steps, and the sync job would skip as many steps "
-        "as it has workers less one, for each step it trained. Run it async, or " +
+        "every worker's pushes, not the job's steps, so the sync job would start past steps "
+        "that no worker trained. Run it async, or " +
         start_fresh);
   }
   return Status::Ok();

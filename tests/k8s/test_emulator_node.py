@@ -197,12 +197,20 @@ class EmulatorDownwardApiTest(OneClusterTestCase):
 
 class EmulatorEvictionTest(OneClusterTestCase):
     def running(self, name, labels):
-        p = pod(name, script="trap 'exit 0' TERM; sleep 60 & wait")
+        p = pod(name, script="trap 'exit 0' TERM; echo trapped; sleep 60 & wait")
         p["metadata"]["labels"] = labels
         self.apply(p)
         self.c.wait_for(lambda: any(x["type"] == "Ready" and x["status"] == "True" for x in
                                     self.c.pod(name)["status"].get("conditions", [])),
                         what="%s ready" % name)
+        self.wait_trapped(name)
+
+    def wait_trapped(self, name):
+        """Until the pod's shell has set its SIGTERM trap: a container is
+        Running once its process started, and under load a SIGTERM sent
+        then met the shell before its trap (exit 143, not the trap's)."""
+        self.c.wait_for(lambda: "trapped" in self.c.kubectl("logs", name, check=False).stdout,
+                        what="%s's trap set" % name)
 
     def evict(self, name):
         return self.c.client.post(NS_PODS + "/%s/eviction" % name, {
@@ -279,9 +287,10 @@ class EmulatorEvictionTest(OneClusterTestCase):
     def test_a_pod_bound_to_a_node_shutting_down_is_refused(self):
         c = self.c
         # It ignores SIGTERM, so the shutdown waits out its grace period.
-        self.apply(pod("stubborn", script="trap '' TERM; sleep 60",
+        self.apply(pod("stubborn", script="trap '' TERM; echo trapped; sleep 60",
                        terminationGracePeriodSeconds=5))
         c.wait_for(lambda: c.pod("stubborn")["status"]["phase"] == "Running", what="Running")
+        self.wait_trapped("stubborn")
         c.reboot_node()
         c.wait_for(lambda: c.client.get("/api/v1/nodes/kubeps-node")["spec"].get("taints"),
                    what="the node shutting down")

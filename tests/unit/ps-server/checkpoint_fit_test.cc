@@ -1,11 +1,11 @@
 // Whether a job can resume from a shard's checkpoint (Shard::FitsThisJob):
-// one written by a job of another number of servers, or of optimizer none
-// against another, is refused at start, saying both, and a restart would
-// find it again; one of another optimizer among sgd, momentum and adam
-// keeps its parameters, and the new optimizer's state starts fresh.
+// one written by a job of another number of servers, of optimizer none
+// against another, or by an async job for a sync one is refused at start,
+// saying both, and a restart would find it again; one of another optimizer
+// among sgd, momentum and adam keeps its parameters, and the new
+// optimizer's state starts fresh.
 #include <unistd.h>
 
-#include <cmath>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -37,8 +37,10 @@ class CheckpointFitTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // A shard of options_ whose part {0, 0} took one update, checkpointed.
+  // A shard of options_ whose part {0, 0} took one update, checkpointed
+  // into a fresh folder.
   void WriteOne() {
+    fs::remove_all(dir_);
     auto shard = shard_testing::MakeShard(options_);
     shard_testing::InitKeys(*shard, {0}, 2, [](uint32_t, uint32_t) { return 0.0f; });
     Push(*shard, 1);
@@ -52,6 +54,14 @@ class CheckpointFitTest : public ::testing::Test {
     loaded_ = shard_testing::MakeShard(options_);
     return loaded_->LoadLatestCheckpoint(step);
   }
+  // A shard of options_ refuses what is written, saying `says`.
+  void ExpectRefusal(const std::string& says) {
+    int64_t step = -1;
+    Status refused = Load(&step);
+    EXPECT_EQ(refused.code(), Status::Code::kFailedPrecondition);
+    EXPECT_THAT(refused.message(), HasSubstr(says));
+    EXPECT_EQ(step, -1);
+  }
 
   std::string dir_;
   ShardOptions options_;
@@ -61,13 +71,9 @@ class CheckpointFitTest : public ::testing::Test {
 TEST_F(CheckpointFitTest, AnotherNumberOfServersIsRefusedSayingBoth) {
   WriteOne();
   options_.num_servers = 3;
-  int64_t step = -1;
-  Status refused = Load(&step);
-  EXPECT_EQ(refused.code(), Status::Code::kFailedPrecondition);
-  EXPECT_THAT(refused.message(),
-              HasSubstr("in " + dir_ + " was written by a job of 2 servers, and this job has 3"));
-  EXPECT_EQ(step, -1);
+  ExpectRefusal("in " + dir_ + " was written by a job of 2 servers, and this job has 3");
   options_.num_servers = 2;  // nothing was touched
+  int64_t step = -1;
   EXPECT_TRUE(Load(&step).ok());
   EXPECT_EQ(step, 1);
 }
@@ -77,28 +83,19 @@ TEST_F(CheckpointFitTest, OptimizerNoneAgainstAnotherIsRefusedEitherWay) {
   options_.optimizer.name = "none";
   WriteOne();
   options_.optimizer.name = "adam";
-  int64_t step = -1;
-  Status refused = Load(&step);
-  EXPECT_EQ(refused.code(), Status::Code::kFailedPrecondition);
-  EXPECT_THAT(refused.message(), HasSubstr("servers' optimizer is none, and this job's is adam"));
-  fs::remove_all(dir_);
+  ExpectRefusal("servers' optimizer is none, and this job's is adam");
   WriteOne();  // adam's
   options_.optimizer.name = "none";
-  refused = Load(&step);
-  EXPECT_EQ(refused.code(), Status::Code::kFailedPrecondition);
-  EXPECT_THAT(refused.message(), HasSubstr("servers' optimizer is adam, and this job's is none"));
+  ExpectRefusal("servers' optimizer is adam, and this job's is none");
 }
 
 TEST_F(CheckpointFitTest, AnAsyncJobsCheckpointIsRefusedToASyncJobAndNotTheOtherWay) {
   WriteOne();  // async: the step counts pushes
   options_.sync = true;
-  int64_t step = -1;
-  Status refused = Load(&step);
-  EXPECT_EQ(refused.code(), Status::Code::kFailedPrecondition);
-  EXPECT_THAT(refused.message(), HasSubstr("written by an async job, and this job is sync"));
-  fs::remove_all(dir_);
+  ExpectRefusal("written by an async job, and this job is sync");
   WriteOne();  // sync's
   options_.sync = false;
+  int64_t step = -1;
   EXPECT_TRUE(Load(&step).ok());
 }
 
