@@ -70,12 +70,6 @@ void Shard::Install(const v1::ShardCheckpoint& checkpoint) {
   // fresh: momentum's velocity is not Adam's first moment.
   const bool other_optimizer =
       !checkpoint.optimizer().empty() && checkpoint.optimizer() != options_.optimizer.name;
-  if (other_optimizer) {
-    KLOG_INFO << "the checkpoint of step " << checkpoint.step() << " was written with optimizer "
-              << checkpoint.optimizer() << ", and this job runs " << options_.optimizer.name
-              << ": its parameters are kept, and " << options_.optimizer.name
-              << "'s state starts fresh";
-  }
   for (const auto& saved : checkpoint.parts()) {
     Part& part = parts_[{saved.key(), saved.offset()}];
     part.value = NewValues(saved.value().size() / sizeof(float));
@@ -205,6 +199,13 @@ Status Shard::LoadLatestCheckpoint(int64_t* step) {
   if (!checked.ok()) return checked;
   if (!found) return Status::Ok();
   if (Status fits = FitsThisJob(checkpoint); !fits.ok()) return fits;
+  // Said once, at load: a rollback to the same step installs it again.
+  if (!checkpoint.optimizer().empty() && checkpoint.optimizer() != options_.optimizer.name) {
+    KLOG_INFO << "the checkpoint of step " << checkpoint.step() << " was written with optimizer "
+              << checkpoint.optimizer() << ", and this job runs " << options_.optimizer.name
+              << ": its parameters are kept, and " << options_.optimizer.name
+              << "'s state starts fresh";
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   AwaitPushesOutsideLock(lock);
   Install(checkpoint);
