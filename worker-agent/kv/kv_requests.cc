@@ -174,12 +174,8 @@ Status KVWorkerImpl::SendPush(const std::vector<const Part*>& batch, OutgoingPus
 bool KVWorkerImpl::WaitsOnSilentServer(int server, const Status& s, Clock::time_point since,
                                        bool* said) const {
   if (s.code() != Status::Code::kUnavailable || options_.resend.max_resends == 0 ||
-      RollbackAnnounced() || stopping_) {
+      RollbackAnnounced() || stopping_ || !JobStopped().ok()) {
     return false;
-  }
-  {
-    std::lock_guard<std::mutex> lock(failure_mutex_);
-    if (!failure_.empty()) return false;
   }
   if (SecondsSince(since) * 1000 > options_.peer_wait_limit_ms) return false;
   if (!*said) {

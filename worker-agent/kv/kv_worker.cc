@@ -198,10 +198,7 @@ Status KVWorkerImpl::RecoverFrom(uint64_t generation, uint64_t* resume_step,
     HeartbeatAnswer answer;
     const Status beat = PollHeartbeat(&answer);
     if (!beat.ok() && SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) return beat;
-    {
-      std::lock_guard<std::mutex> lock(failure_mutex_);
-      if (!failure_.empty()) return Status::Error(JobStoppedMessage(failure_reason_, failure_));
-    }
+    if (Status stopped = JobStopped(); !stopped.ok()) return stopped;
     // Readiness, the restore step and the worker's own step, all off this
     // call's own beat: the heartbeat thread's may have been answered before
     // every shard restored, and be read after this one.
@@ -258,10 +255,7 @@ Status KVWorkerImpl::Membership(uint64_t step, StepMembership* out) {
         return Status::Ok();
       }
     }
-    {
-      std::lock_guard<std::mutex> lock(failure_mutex_);
-      if (!failure_.empty()) return Status::Error(JobStoppedMessage(failure_reason_, failure_));
-    }
+    if (Status stopped = JobStopped(); !stopped.ok()) return stopped;
     if (SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) {
       return Status::Error("the scheduler did not say who computes step " + std::to_string(step) +
                            " within " + std::to_string(options_.peer_wait_limit_ms) + " ms");
@@ -278,6 +272,12 @@ Status KVWorkerImpl::Membership(uint64_t step, StepMembership* out) {
 }
 
 bool KVWorkerImpl::RollbackAnnounced() const { return announced_generation_ > generation_; }
+
+Status KVWorkerImpl::JobStopped() const {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  return failure_.empty() ? Status::Ok()
+                          : Status::Error(JobStoppedMessage(failure_reason_, failure_));
+}
 
 KVWorkerImpl::ServerLink::ServerLink(const std::string& server_address,
                                      const TransportSecurity& security)

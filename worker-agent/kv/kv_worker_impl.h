@@ -207,6 +207,8 @@ class KVWorkerImpl final : public KVWorker {
   // One beat; its answer goes to the announced_ fields and, where given, to *answer.
   Status PollHeartbeat(HeartbeatAnswer* answer = nullptr);
   bool RollbackAnnounced() const;
+  // Ok while the job goes on; once the scheduler stopped it, its words.
+  Status JobStopped() const;
   // Whether a call to `server` that failed with `s` is sent again rather
   // than failing the worker: the server answered none of the call's tries
   // (frozen, cut off, its pod being replaced), resends are on, the job goes
