@@ -195,7 +195,9 @@ std::vector<FieldSpec> BuildSpecFields() {
       Integer("resendTimeoutMs", At(&S::resend_timeout_ms))
           .AtLeast(1)
           .Doc("how long a request waits for its answer before it is sent again"),
-      Integer("maxResends", At(&S::max_resends)).AtLeast(0).Doc("0 disables resending"),
+      Integer("maxResends", At(&S::max_resends))
+          .AtLeast(0)
+          .Doc("0 disables resending, and waiting for a server that answers none"),
       Integer("progressIntervalMs", At(&S::progress_interval_ms))
           .AtLeast(100)
           .Doc("how often workers print a progress line"),
