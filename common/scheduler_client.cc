@@ -67,6 +67,7 @@ v1::NodeInfo SchedulerClient::Node() const {
   node.set_incarnation(incarnation_);
   node.set_metrics_address(options_.metrics_address);
   node.set_checkpoint_step(options_.checkpoint_step);
+  node.set_checkpoint_global_batch(options_.checkpoint_global_batch);
   Describe(options_.shard_at_start, &node);
   return node;
 }

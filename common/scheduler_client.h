@@ -55,8 +55,9 @@ struct SchedulerClientOptions {
   std::shared_ptr<const TransportSecurity> security;  // null: plain TCP
   std::string address;  // servers: host:port where workers reach the shard
   std::string metrics_address;
-  int64_t checkpoint_step = -1;  // servers: the checkpoint loaded at start, -1 = none
-  ShardReport shard_at_start;    // servers: as they start
+  int64_t checkpoint_step = -1;          // servers: the checkpoint loaded at start, -1 = none
+  uint32_t checkpoint_global_batch = 0;  // and its ShardCheckpoint.global_batch
+  ShardReport shard_at_start;            // servers: as they start
   // Servers: whether the shard still waits for the recovery its restart
   // calls for (NodeInfo.awaits_recovery), asked when registering again.
   std::function<bool()> awaits_recovery;

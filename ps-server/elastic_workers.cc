@@ -24,6 +24,10 @@ void ElasticWorkers::Start(const std::vector<int>& ranks, uint64_t step, Clock::
   schedule_.set_fixed_below(step + kMinLeaseSteps);
 }
 
+void ElasticWorkers::KeepGlobalBatch(uint64_t global_batch) {
+  schedule_.set_global_batch(static_cast<uint32_t>(global_batch));
+}
+
 void ElasticWorkers::Adopt(const v1::Membership& schedule) {
   if (!options_.elastic || schedule.changes_size() == 0) return;
   if (!started_ || NewerMembership(schedule, schedule_)) {

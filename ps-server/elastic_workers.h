@@ -57,6 +57,10 @@ class ElasticWorkers {
   bool elastic() const { return options_.elastic; }
   // The job starts with these ranks at `step` (0, or the step it resumes from).
   void Start(const std::vector<int>& ranks, uint64_t step, Clock::time_point now);
+  // A job started again over an elastic job's checkpoints keeps that job's
+  // global batch, cut over the workers it has now: its data goes on where
+  // it stopped. Before Start.
+  void KeepGlobalBatch(uint64_t global_batch);
   // A node registering again with a restarted scheduler brings its schedule.
   void Adopt(const v1::Membership& schedule);
   const v1::Membership& schedule() const { return schedule_; }

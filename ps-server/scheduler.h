@@ -158,6 +158,7 @@ class Scheduler {
   // resumes there.
   void OpenGeneration(uint64_t step);       // requires mutex_
   void FirstStart();                        // requires mutex_
+  void KeepCheckpointsGlobalBatch();        // requires mutex_
   void ServersRestartedWithTheScheduler();  // requires mutex_
   // Every server's checkpoint steps, by rank (requires mutex_).
   std::vector<std::vector<uint64_t>> ServerSteps() const;

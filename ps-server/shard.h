@@ -113,6 +113,9 @@ class Shard {
   // step, or fresh, would lose training. FAILED_PRECONDITION: the
   // checkpoint is of a job this one cannot resume from (FitsThisJob).
   Status LoadLatestCheckpoint(int64_t* step);
+  // An elastic job's examples of one step, as its pushes said, or the
+  // checkpoint loaded; 0 for a fixed job.
+  uint32_t GlobalBatch() const;
   // The steps this shard holds a checkpoint of, oldest first: those on
   // disk, not one still being written (checkpoint_writer.h). Where the
   // folder cannot be listed now, those it listed last (the error is logged).
@@ -352,6 +355,7 @@ class Shard {
   bool key_set_fixed_ = false;
   int64_t last_checkpoint_ = -1;  // step (sync) or push count (async) of the last one
   uint64_t applied_pushes_ = 0;
+  uint32_t global_batch_ = 0;  // elastic: the examples of a step, as pushes and checkpoints say
   // Async: AsyncWorkerSteps, and whether the shard can tell them.
   v1::AsyncWorkerSteps async_worker_steps_;
   bool async_worker_steps_known_ = true;

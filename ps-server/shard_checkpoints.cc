@@ -38,6 +38,7 @@ std::unique_ptr<v1::ShardCheckpoint> Shard::TakeCheckpoint(uint64_t step) {
   checkpoint->set_server_count(static_cast<uint32_t>(options_.num_servers));
   checkpoint->set_optimizer(options_.optimizer.name);
   checkpoint->set_mode(options_.sync ? "sync" : "async");
+  checkpoint->set_global_batch(global_batch_);
   auto fill = [](std::string* to, const auto& v) {
     to->assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   };
@@ -88,9 +89,15 @@ void Shard::Install(const v1::ShardCheckpoint& checkpoint) {
   last_checkpoint_ = static_cast<int64_t>(checkpoint.step());
   applied_pushes_ = options_.sync ? 0 : checkpoint.step();
   async_worker_steps_ = checkpoint.async_worker_steps();
+  global_batch_ = checkpoint.global_batch();
   // Written before shards kept them: the workers' steps are lost, unless
   // no push came before it.
   async_worker_steps_known_ = checkpoint.has_async_worker_steps() || applied_pushes_ == 0;
+}
+
+uint32_t Shard::GlobalBatch() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return global_batch_;
 }
 
 std::optional<v1::AsyncWorkerSteps> Shard::AsyncWorkerSteps() const {

@@ -192,6 +192,25 @@ class RunTwiceTest(unittest.TestCase):
         self.assertEqual(second.output().count(said), 2, second.output())  # once by each server
         self.assertGreater(second.accuracy(), max(0.75, first.accuracy()), second.output())
 
+    def test_an_elastic_job_run_again_with_fewer_workers_keeps_its_global_batch(self):
+        # Kueue admits an evicted elastic job again with the workers its queue
+        # has room for. Its global batch is the job's, whatever the workers
+        # (docs/elastic.md): started again with 1 of 2, it took 32 examples a
+        # step for 64, and counted step 100 as 3200 examples of its epoch, not
+        # 6400: 3200 seen twice, and an epoch of 1875 steps, not 937.
+        def elastic(workers):
+            job = json.loads(job_text("elastic-again"))
+            job["spec"]["replicaSpecs"]["worker"] = {
+                "replicas": workers, "elasticPolicy": {"minReplicas": 1, "maxReplicas": 2}}
+            return json.dumps(job)
+        code, first = self.run_job(elastic(2), 100)
+        self.assertEqual(code, 0, first.output())
+        code, second = self.run_job(elastic(1), 100000)
+        self.assertEqual(code, 0, second.output())
+        self.assertIn("written with a global batch of 64 examples a step; the job keeps it, cut "
+                      "over its 1 worker", second.output())
+        self.assertIn("resuming at step 100 of 937", second.output())
+
     def test_damaged_checkpoint_is_set_aside(self):
         code, first = self.run_job(job_text("damaged"), 120)
         self.assertEqual(code, 0, first.output())

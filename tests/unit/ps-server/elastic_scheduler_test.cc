@@ -116,6 +116,34 @@ TEST(ElasticSchedulerTest, WorkersLearnWhoComputesEachStepALeaseAheadOfTheFurthe
       << "servers learn the step's workers from the pushes";
 }
 
+// Started again over its checkpoints with other workers (Kueue admitting an
+// evicted job again with fewer, a rerun), an elastic job keeps the global
+// batch they were written with: with batchSize x its workers now, the
+// checkpoint's step would stand for another number of examples of its epoch.
+// Checkpoints of a fixed job say none.
+TEST(ElasticSchedulerTest, AJobStartedAgainOverItsCheckpointsKeepsTheirGlobalBatch) {
+  for (uint32_t written_with : {128u, 0u}) {
+    SCOPED_TRACE("checkpoints of global batch " + std::to_string(written_with));
+    auto s = ElasticScheduler(1, 1, 4);  // batchSize x 1 worker: 64
+    v1::RegisterRequest request;
+    v1::NodeInfo* server = request.mutable_node();
+    server->set_node_id("server-0");
+    server->set_role(v1::SERVER);
+    server->set_incarnation(1);
+    server->set_address("server.local:9000");
+    server->set_checkpoint_step(100);
+    server->add_checkpoint_steps(100);
+    server->set_checkpoint_global_batch(written_with);
+    v1::RegisterResponse response;
+    ASSERT_TRUE(s->Register(&request, &response).ok());
+    Register(*s, "worker-0", v1::WORKER);
+    const v1::HeartbeatResponse beat = Beat(*s, "worker-0");
+    EXPECT_EQ(beat.restore_step(), 100u);
+    EXPECT_EQ(beat.membership().global_batch(), written_with ? written_with : 64u);
+    EXPECT_EQ(DescribeMembership(beat.membership()), "from step 0: ranks 0");
+  }
+}
+
 TEST(ElasticSchedulerTest, ScalingDownTakesTheHighestRankOutAtTheLeasesEndAndTheJobGoesOn) {
   std::unique_ptr<MetricsServer> metrics;
   ASSERT_TRUE(MetricsServer::Start("", -1, {}, &metrics).ok());
