@@ -201,6 +201,7 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   answer->common_checkpoint_step = response.common_checkpoint_step();
   answer->failure = response.failure();
   answer->failure_reason = response.failure_reason();
+  answer->dead_nodes.assign(response.dead_nodes().begin(), response.dead_nodes().end());
   answer->worker_incarnations.clear();
   for (const auto& [node_id, incarnation] : response.worker_incarnations())
     answer->worker_incarnations[node_id] = incarnation;

@@ -88,6 +88,8 @@ struct HeartbeatAnswer {
   std::string failure_reason;           // the termination reason it calls for, if any
   // A newer process of this node registered: this one stops, touching nothing.
   bool replaced = false;
+  // The nodes silent past the scheduler's dead_after_ms.
+  std::vector<std::string> dead_nodes;
   // Servers: every registered worker's current incarnation, by node id.
   std::map<std::string, uint64_t> worker_incarnations;
   // Workers of an elastic job: who computes which step (common/membership.h);

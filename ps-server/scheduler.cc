@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <random>
 
@@ -345,6 +346,32 @@ std::vector<std::string> Scheduler::DeadNodes() const {
   return dead;
 }
 
+// A sync step waits for every worker's push and every shard's update, and
+// nothing else said which node a stalled job waited for.
+void Scheduler::SaySilentNodes(const std::vector<std::string>& dead) {
+  if (MembersFinished()) return;  // the servers exit as the job ends
+  const auto now = Clock::now();
+  for (const std::string& id : dead) {
+    if (!said_silent_.emplace(id, now).second) continue;
+    KLOG_ERROR << id << " has sent the scheduler nothing for " << options_.dead_after_ms / 1000.0
+               << " s (its process frozen or overloaded, its node cut off or going away); a sync "
+               << "job's steps wait for it, or for its restart";
+  }
+  for (auto it = said_silent_.begin(); it != said_silent_.end();) {
+    if (std::find(dead.begin(), dead.end(), it->first) != dead.end()) {
+      ++it;
+      continue;
+    }
+    if (members_.count(it->first)) {  // not an elastic job's worker dropped
+      const double silent_s =
+          std::chrono::duration<double>(now - it->second).count() + options_.dead_after_ms / 1000.0;
+      KLOG_INFO << it->first << " is heard again, about " << std::lround(silent_s)
+                << " s after its last word";
+    }
+    it = said_silent_.erase(it);
+  }
+}
+
 grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
                                   v1::HeartbeatResponse* response) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -411,7 +438,9 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
   common_checkpoint_.Set(static_cast<double>(common_step_));
   response->set_failure(failure_);
   response->set_failure_reason(failure_reason_);
-  for (auto& id : DeadNodes()) response->add_dead_nodes(id);
+  const std::vector<std::string> dead = DeadNodes();
+  for (const std::string& id : dead) response->add_dead_nodes(id);
+  SaySilentNodes(dead);
   const bool shutdown = MembersFinished();
   response->set_shutdown(shutdown);
   if (elastic_.elastic() && it != members_.end() && it->second.info.role() == v1::WORKER) {

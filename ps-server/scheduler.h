@@ -164,6 +164,9 @@ class Scheduler {
   std::vector<std::vector<uint64_t>> ServerSteps() const;
   std::string DescribeSteps() const;           // requires mutex_
   std::vector<std::string> DeadNodes() const;  // requires mutex_
+  // Says each node newly among `dead` once, and once it is heard again
+  // (requires mutex_).
+  void SaySilentNodes(const std::vector<std::string>& dead);
   // Every worker slot's rank: an elastic job's maxReplicas (requires nothing).
   int WorkerSlots() const;
   // Every member of the newest membership has finished (requires mutex_).
@@ -187,6 +190,7 @@ class Scheduler {
   std::map<std::string, std::set<int>> barriers_;
   std::set<std::string> released_barriers_;
   std::set<int> finished_workers_;
+  std::map<std::string, Clock::time_point> said_silent_;  // SaySilentNodes: since when
   std::set<std::string> departed_;  // workers that left an elastic job, scaled away
   ElasticWorkers elastic_;
   std::set<std::string> told_to_stop_;  // servers that got shutdown = true

@@ -328,7 +328,7 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
     }
     if (SecondsSince(last_report) > 10) {
       KLOG_INFO << "still waiting for version " << min_version << " on " << ServerName(server)
-                << " (a peer is slow or restarting)";
+                << " (" << WhyAPeerMayBeLate() << ")";
       last_report = Clock::now();
     }
   }

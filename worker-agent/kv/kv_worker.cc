@@ -156,6 +156,10 @@ Status KVWorkerImpl::PollHeartbeat(HeartbeatAnswer* out) {
       elastic_ = true;
     }
   }
+  {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    silent_nodes_ = answer.dead_nodes;
+  }
   announced_common_checkpoint_ = answer.common_checkpoint_step;
   announced_generation_ = answer.generation;
   if (!answer.failure.empty()) {
@@ -272,6 +276,14 @@ Status KVWorkerImpl::Membership(uint64_t step, StepMembership* out) {
 }
 
 bool KVWorkerImpl::RollbackAnnounced() const { return announced_generation_ > generation_; }
+
+std::string KVWorkerImpl::WhyAPeerMayBeLate() const {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  if (silent_nodes_.empty()) return "a peer is slow or restarting";
+  std::string names;
+  for (const std::string& id : silent_nodes_) names += (names.empty() ? "" : ", ") + id;
+  return "the scheduler has not heard from " + names + " for a while";
+}
 
 Status KVWorkerImpl::JobStopped() const {
   std::lock_guard<std::mutex> lock(failure_mutex_);

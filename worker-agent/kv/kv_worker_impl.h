@@ -197,8 +197,9 @@ class KVWorkerImpl final : public KVWorker {
   std::atomic<uint64_t> announced_generation_{0};
   std::atomic<int64_t> announced_common_checkpoint_{-1};
   mutable std::mutex failure_mutex_;
-  std::string failure_;         // the scheduler's reason to stop the job, if any
-  std::string failure_reason_;  // and the termination reason it calls for
+  std::vector<std::string> silent_nodes_;  // the newest beat's dead_nodes
+  std::string failure_;                    // the scheduler's reason to stop the job, if any
+  std::string failure_reason_;             // and the termination reason it calls for
   // Who computes which step (common/membership.h), as the heartbeats bring
   // it; a fixed job's until then, or for ever.
   mutable std::mutex membership_mutex_;
@@ -209,6 +210,8 @@ class KVWorkerImpl final : public KVWorker {
   bool RollbackAnnounced() const;
   // Ok while the job goes on; once the scheduler stopped it, its words.
   Status JobStopped() const;
+  // What a worker waiting for a step says of its cause.
+  std::string WhyAPeerMayBeLate() const;
   // Whether a call to `server` that failed with `s` is sent again rather
   // than failing the worker: the server answered none of the call's tries
   // (frozen, cut off, its pod being replaced), resends are on, the job goes

@@ -350,6 +350,31 @@ TEST(SchedulerTest, HeartbeatReportsSilentNodesAsDead) {
   EXPECT_THAT(dead, Not(Contains("worker-0")));
 }
 
+// A node silent past dead_after_ms holds up every sync step: its process
+// frozen or overloaded, its node cut off. The scheduler says so once, and
+// again once it is heard (before, nothing said which worker a job waited for).
+TEST(SchedulerTest, ASilentNodeIsSaidOnceAndAgainWhenItIsHeard) {
+  auto s = MakeScheduler(1, 2, /*dead_after_ms=*/100);
+  ASSERT_TRUE(Register(*s, "server-0", v1::SERVER).ok());
+  ASSERT_TRUE(Register(*s, "worker-0", v1::WORKER).ok());
+  ASSERT_TRUE(Register(*s, "worker-1", v1::WORKER).ok());
+  ::testing::internal::CaptureStderr();
+  for (int i = 0; i < 8; ++i) {
+    std::this_thread::sleep_for(30ms);
+    Heartbeat(*s, "server-0");
+    Heartbeat(*s, "worker-1");
+  }
+  const std::string silent = ::testing::internal::GetCapturedStderr();
+  const std::string said = "worker-0 has sent the scheduler nothing for";
+  EXPECT_THAT(silent, HasSubstr(said));
+  EXPECT_EQ(silent.find(said), silent.rfind(said)) << "said once: " << silent;
+  EXPECT_THAT(silent, Not(HasSubstr("worker-1")));
+  ::testing::internal::CaptureStdout();
+  Heartbeat(*s, "worker-0");
+  Heartbeat(*s, "worker-1");
+  EXPECT_THAT(::testing::internal::GetCapturedStdout(), HasSubstr("worker-0 is heard again"));
+}
+
 TEST(SchedulerTest, FinishedWorkerIsNotReportedDead) {
   auto s = MakeScheduler(1, 2, /*dead_after_ms=*/50);
   ASSERT_TRUE(Register(*s, "worker-0", v1::WORKER).ok());
