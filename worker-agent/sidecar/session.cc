@@ -69,8 +69,21 @@ Session::Next Session::Handle(const json& request) {
                       ": want hello, declare, init, push, pull, push_pull, wait, barrier, "
                       "membership, checkpoints, finish or bye"};
   }
-  if (now) send_(ToReply(id, *now));
+  if (now) send_(ToReply(id, NamingAnIncurableStop(std::move(*now))));
   return Next::kRead;
+}
+
+// Whichever call hears the scheduler's stop of the job for a reason no
+// restart cures (JobStopReason), not init only: the agent ends with it, and
+// the program's error names it, so that the job fails at once, whichever
+// replica's end is heard first.
+Session::Outcome Session::NamingAnIncurableStop(Outcome outcome) {
+  if (outcome.ok() || outcome.fields.contains("reason")) return outcome;
+  if (const char* stop = JobStopReasonIn(outcome.error, nullptr)) {
+    if (context_.on_job_failure) context_.on_job_failure(stop, outcome.error);
+    outcome.fields["reason"] = stop;
+  }
+  return outcome;
 }
 
 json Session::ToReply(const json& id, const Outcome& outcome) {
@@ -607,7 +620,7 @@ void Session::RunLater(const json& id, std::function<Outcome()> work) {
     ++in_flight_;
   }
   context_.pool->Run([this, id, work = std::move(work)] {
-    send_(ToReply(id, work()));
+    send_(ToReply(id, NamingAnIncurableStop(work())));
     std::lock_guard<std::mutex> lock(mutex_);
     if (--in_flight_ == 0) idle_.notify_all();
   });

@@ -127,6 +127,7 @@ class Session {
   };
 
   static nlohmann::json ToReply(const nlohmann::json& id, const Outcome& outcome);
+  Outcome NamingAnIncurableStop(Outcome outcome);
   Outcome Hello(const nlohmann::json& request);
   Outcome Declare(const nlohmann::json& request);
   // The program's regions in the KV client's own segment, where it has one

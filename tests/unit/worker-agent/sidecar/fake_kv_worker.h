@@ -94,7 +94,12 @@ class FakeKVWorker : public KVWorker {
   Status Barrier(const std::string& name) override {
     std::lock_guard<std::mutex> lock(mutex_);
     barriers_.push_back(name);
-    return Status::Ok();
+    return barrier_failure_;
+  }
+  // Every barrier from now on ends with `failure` (the scheduler's stop of the job).
+  void FailBarriers(Status failure) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    barrier_failure_ = std::move(failure);
   }
   Status Finish() override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -290,6 +295,7 @@ class FakeKVWorker : public KVWorker {
   std::atomic<int64_t> newest_common_checkpoint_{-1};
   std::vector<std::pair<uint64_t, std::vector<uint64_t>>> held_state_requests_;
   Status held_state_failure_ = Status::Ok();
+  Status barrier_failure_ = Status::Ok();
   std::vector<uint64_t> other_recoveries_;
   int init_calls_ = 0, finish_calls_ = 0, recover_calls_ = 0;
 };

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/termination_message.h"
 #include "tests/unit/worker-agent/sidecar/sidecar_test_util.h"
 
 namespace kubeps::sidecar {
@@ -324,6 +325,26 @@ TEST_F(SessionTest, BarrierNamesAreTheClientsOwn) {
   EXPECT_THAT(kv_.barriers(), ::testing::ElementsAre("sidecar/epoch-1"));
   EXPECT_EQ(ExpectError(client->Call({{"op", "barrier"}, {"name", ""}}), "InvalidArgument"),
             "barrier: \"name\" is empty");
+}
+
+// The scheduler's stop of the job for a reason no restart cures, heard by
+// any call of the program, not init only: the agent ends with that reason
+// and the reply names it, so the job fails at once whichever replica's end
+// is heard first. A stop a restart may cure names none.
+TEST_F(SessionTest, AnyCallThatHearsAnIncurableStopOfTheJobNamesItsReason) {
+  auto client = Connect();
+  ASSERT_TRUE(client->Hello(nonce()).value("ok", false));
+  kv_.FailBarriers(Status::Error(JobStoppedMessage("", "worker-1 has been gone for 60 s")));
+  json failed = client->Call({{"op", "barrier"}, {"name", "a"}});
+  EXPECT_THAT(ExpectError(failed, "Internal"), HasSubstr("worker-1 has been gone"));
+  EXPECT_EQ(failed.value("reason", ""), "");
+  EXPECT_EQ(server_->JobFailure().first, "");
+  kv_.FailBarriers(Status::Error(JobStoppedMessage(
+      kReasonNoCommonCheckpoint, "its shards hold no checkpoint step in common")));
+  failed = client->Call({{"op", "barrier"}, {"name", "b"}});
+  EXPECT_THAT(ExpectError(failed, "Internal"), HasSubstr("no checkpoint step in common"));
+  EXPECT_EQ(failed.value("reason", ""), kReasonNoCommonCheckpoint);
+  EXPECT_EQ(server_->JobFailure().first, kReasonNoCommonCheckpoint);
 }
 
 }  // namespace
