@@ -67,7 +67,7 @@ v1::NodeInfo SchedulerClient::Node() const {
   node.set_incarnation(incarnation_);
   node.set_metrics_address(options_.metrics_address);
   node.set_checkpoint_step(options_.checkpoint_step);
-  node.set_checkpoint_global_batch(options_.checkpoint_global_batch);
+  node.set_checkpoint_global_batch(options_.shard_at_start.global_batch);
   Describe(options_.shard_at_start, &node);
   return node;
 }
@@ -82,7 +82,10 @@ Status SchedulerClient::RegisterAgain(uint64_t seen, const ShardReport* shard) {
   if (registrations_ != seen) return Status::Ok();
   v1::RegisterRequest request;
   *request.mutable_node() = Node();
-  if (shard) Describe(*shard, request.mutable_node());
+  if (shard) {
+    Describe(*shard, request.mutable_node());
+    request.mutable_node()->set_checkpoint_global_batch(shard->global_batch);
+  }
   request.mutable_node()->set_generation(generation_.load());
   request.mutable_node()->set_restore_step(restore_step_.load());
   request.mutable_node()->set_registered_before(true);

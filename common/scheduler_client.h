@@ -45,6 +45,9 @@ struct ShardReport {
   std::vector<uint64_t> checkpoint_steps;  // every step it holds a checkpoint of
   // Async: each worker's step as far as the shard knows it (NodeInfo.async_worker_steps).
   std::optional<v1::AsyncWorkerSteps> async_worker_steps;
+  // An elastic job's examples of a step, as its pushes or checkpoints said
+  // (NodeInfo.checkpoint_global_batch; in registrations only).
+  uint32_t global_batch = 0;
 };
 
 struct SchedulerClientOptions {
@@ -55,9 +58,8 @@ struct SchedulerClientOptions {
   std::shared_ptr<const TransportSecurity> security;  // null: plain TCP
   std::string address;  // servers: host:port where workers reach the shard
   std::string metrics_address;
-  int64_t checkpoint_step = -1;          // servers: the checkpoint loaded at start, -1 = none
-  uint32_t checkpoint_global_batch = 0;  // and its ShardCheckpoint.global_batch
-  ShardReport shard_at_start;            // servers: as they start
+  int64_t checkpoint_step = -1;  // servers: the checkpoint loaded at start, -1 = none
+  ShardReport shard_at_start;    // servers: as they start
   // Servers: whether the shard still waits for the recovery its restart
   // calls for (NodeInfo.awaits_recovery), asked when registering again.
   std::function<bool()> awaits_recovery;

@@ -55,6 +55,7 @@ class ElasticWorkers {
   explicit ElasticWorkers(const ElasticOptions& options);
 
   bool elastic() const { return options_.elastic; }
+  bool started() const { return started_; }  // by Start, or a schedule adopted
   // The job starts with these ranks at `step` (0, or the step it resumes from).
   void Start(const std::vector<int>& ranks, uint64_t step, Clock::time_point now);
   // A job started again over an elastic job's checkpoints keeps that job's

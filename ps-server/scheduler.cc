@@ -233,13 +233,16 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
   registered_.Set(static_cast<double>(Registered(server_ids_) + Registered(worker_ids_)));
   if (ViewReady() && !started_) {
     started_ = true;
+    started_at_ = Clock::now();
     if (!restarted_) {
       FirstStart();
     } else {
       ServersRestartedWithTheScheduler();
     }
     // Every worker that registered: they wait for the view, silent till then.
-    elastic_.Start(RegisteredWorkers(/*beating=*/false), restore_step_, Clock::now());
+    const std::vector<int> workers = RegisteredWorkers(/*beating=*/false);
+    if (elastic_.elastic() && !elastic_.started()) KeepCheckpointsGlobalBatch(workers.size());
+    elastic_.Start(workers, restore_step_, Clock::now());
   }
   response->set_rank(rank);
   response->set_registration_key(member.registration_key);
@@ -349,13 +352,18 @@ std::vector<std::string> Scheduler::DeadNodes() const {
 // A sync step waits for every worker's push and every shard's update, and
 // nothing else said which node a stalled job waited for.
 void Scheduler::SaySilentNodes(const std::vector<std::string>& dead) {
-  if (MembersFinished()) return;  // the servers exit as the job ends
+  // Not while workers wait for the view (they beat once they have it), nor
+  // as the nodes exit at the job's end.
   const auto now = Clock::now();
+  if (!started_ || now - started_at_ < std::chrono::milliseconds(options_.dead_after_ms) ||
+      !failure_.empty() || MembersFinished()) {
+    return;
+  }
   for (const std::string& id : dead) {
-    if (!said_silent_.emplace(id, now).second) continue;
+    if (!said_silent_.emplace(id, members_.at(id).last_seen).second) continue;
     KLOG_ERROR << id << " has sent the scheduler nothing for " << options_.dead_after_ms / 1000.0
-               << " s (its process frozen or overloaded, its node cut off or going away); a sync "
-               << "job's steps wait for it, or for its restart";
+               << " s (its process frozen or overloaded, its node cut off or going away)"
+               << (options_.sync ? ": the job's steps wait for it" : "");
   }
   for (auto it = said_silent_.begin(); it != said_silent_.end();) {
     if (std::find(dead.begin(), dead.end(), it->first) != dead.end()) {
@@ -363,8 +371,7 @@ void Scheduler::SaySilentNodes(const std::vector<std::string>& dead) {
       continue;
     }
     if (members_.count(it->first)) {  // not an elastic job's worker dropped
-      const double silent_s =
-          std::chrono::duration<double>(now - it->second).count() + options_.dead_after_ms / 1000.0;
+      const double silent_s = std::chrono::duration<double>(now - it->second).count();
       KLOG_INFO << it->first << " is heard again, about " << std::lround(silent_s)
                 << " s after its last word";
     }

@@ -156,9 +156,10 @@ class Scheduler {
   void RollBackToHeldState(const std::string& worker, const v1::ProgramStateMissing& missing);
   // A new recovery generation: every shard restores `step`, every worker
   // resumes there.
-  void OpenGeneration(uint64_t step);       // requires mutex_
-  void FirstStart();                        // requires mutex_
-  void KeepCheckpointsGlobalBatch();        // requires mutex_
+  void OpenGeneration(uint64_t step);  // requires mutex_
+  void FirstStart();                   // requires mutex_
+  // Before the elastic schedule starts with `workers` (requires mutex_).
+  void KeepCheckpointsGlobalBatch(size_t workers);
   void ServersRestartedWithTheScheduler();  // requires mutex_
   // Every server's checkpoint steps, by rank (requires mutex_).
   std::vector<std::vector<uint64_t>> ServerSteps() const;
@@ -190,7 +191,8 @@ class Scheduler {
   std::map<std::string, std::set<int>> barriers_;
   std::set<std::string> released_barriers_;
   std::set<int> finished_workers_;
-  std::map<std::string, Clock::time_point> said_silent_;  // SaySilentNodes: since when
+  std::map<std::string, Clock::time_point> said_silent_;  // SaySilentNodes: heard last
+  Clock::time_point started_at_;
   std::set<std::string> departed_;  // workers that left an elastic job, scaled away
   ElasticWorkers elastic_;
   std::set<std::string> told_to_stop_;  // servers that got shutdown = true

@@ -94,23 +94,21 @@ void Scheduler::FirstStart() {
   restored_.clear();
   KLOG_INFO << "first start over existing checkpoints: the job resumes from step " << common
             << ", the newest every shard holds (" << DescribeSteps() << ")";
-  if (elastic_.elastic()) KeepCheckpointsGlobalBatch();
 }
 
 // An elastic job's global batch is the job's, whatever its workers: started
 // again with others (Kueue's admission of fewer after an eviction, a rerun),
 // the batchSize x workers of this start would read the checkpoint's step
 // as another number of examples of its epoch, and train another number of
-// steps.
-void Scheduler::KeepCheckpointsGlobalBatch() {
+// steps. So does a restarted scheduler that no worker brought a schedule.
+void Scheduler::KeepCheckpointsGlobalBatch(size_t workers) {
   for (const std::string& id : server_ids_) {
     const uint32_t kept = members_[id].info.checkpoint_global_batch();
     const uint64_t own = elastic_.schedule().global_batch();
     if (kept == 0 || kept == own) continue;
-    const int workers = options_.num_workers;
-    KLOG_INFO << "the checkpoints were written with a global batch of " << kept
-              << " examples a step; the job keeps it, cut over its " << workers
-              << (workers == 1 ? " worker" : " workers")
+    KLOG_INFO << "the job's servers hold a global batch of " << kept
+              << " examples a step (their checkpoints, their pushes); the job keeps it, cut over "
+              << "its " << workers << (workers == 1 ? " worker" : " workers")
               << ", so that its data goes on where it stopped (spec.batchSize x the workers "
               << "now would be " << own << ")";
     elastic_.KeepGlobalBatch(kept);

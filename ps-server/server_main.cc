@@ -170,7 +170,7 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
 }
 
 ShardReport Report(const Shard& shard) {
-  return ShardReport{shard.CheckpointSteps(), shard.AsyncWorkerSteps()};
+  return ShardReport{shard.CheckpointSteps(), shard.AsyncWorkerSteps(), shard.GlobalBatch()};
 }
 
 // Beats, saying it heard the job is over, until the scheduler answers (a
@@ -201,7 +201,6 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
   options.address = address;
   options.metrics_address = JoinHostPort(config.pod_ip, metrics->port());
   options.checkpoint_step = checkpoint_step;
-  options.checkpoint_global_batch = shard->GlobalBatch();
   options.shard_at_start = Report(*shard);
   options.awaits_recovery = [shard] { return shard->awaiting_recovery(); };
   options.resend = ResendPolicy{config.resend_timeout_ms, config.max_resends};

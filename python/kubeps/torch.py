@@ -71,8 +71,9 @@ start past step 0 with `none` needs the program's own state: `resume_with`
 (_torch_start.py).
 
 Each step's examples: `examples()` is this worker's run [first, end) of the
-step's global batch (`global_batch()`, spec.batchSize x the workers), so that
-the batch is a pure function of the step whoever computes it.  In a job with
+step's global batch (`global_batch()`, spec.batchSize x the first workers:
+the job's first start, kept over its checkpoints), so that the batch is a
+pure function of the step whoever computes it.  In a job with
 an elasticPolicy the workers change while it trains: `steps()` yields only
 the steps this worker computes, takes it in at a later step with the
 servers' parameters, and ends when it is scaled away (`scaled_away()`

@@ -207,8 +207,8 @@ class RunTwiceTest(unittest.TestCase):
         self.assertEqual(code, 0, first.output())
         code, second = self.run_job(elastic(1), 100000)
         self.assertEqual(code, 0, second.output())
-        self.assertIn("written with a global batch of 64 examples a step; the job keeps it, cut "
-                      "over its 1 worker", second.output())
+        self.assertIn("hold a global batch of 64 examples a step (their checkpoints, their "
+                      "pushes); the job keeps it, cut over its 1 worker", second.output())
         self.assertIn("resuming at step 100 of 937", second.output())
 
     def test_damaged_checkpoint_is_set_aside(self):

@@ -120,27 +120,32 @@ TEST(ElasticSchedulerTest, WorkersLearnWhoComputesEachStepALeaseAheadOfTheFurthe
 // evicted job again with fewer, a rerun), an elastic job keeps the global
 // batch they were written with: with batchSize x its workers now, the
 // checkpoint's step would stand for another number of examples of its epoch.
-// Checkpoints of a fixed job say none.
+// Checkpoints of a fixed job say none. So does a scheduler restarted before
+// any worker heard a schedule: the servers say the batch they hold.
 TEST(ElasticSchedulerTest, AJobStartedAgainOverItsCheckpointsKeepsTheirGlobalBatch) {
-  for (uint32_t written_with : {128u, 0u}) {
-    SCOPED_TRACE("checkpoints of global batch " + std::to_string(written_with));
-    auto s = ElasticScheduler(1, 1, 4);  // batchSize x 1 worker: 64
-    v1::RegisterRequest request;
-    v1::NodeInfo* server = request.mutable_node();
-    server->set_node_id("server-0");
-    server->set_role(v1::SERVER);
-    server->set_incarnation(1);
-    server->set_address("server.local:9000");
-    server->set_checkpoint_step(100);
-    server->add_checkpoint_steps(100);
-    server->set_checkpoint_global_batch(written_with);
-    v1::RegisterResponse response;
-    ASSERT_TRUE(s->Register(&request, &response).ok());
-    Register(*s, "worker-0", v1::WORKER);
-    const v1::HeartbeatResponse beat = Beat(*s, "worker-0");
-    EXPECT_EQ(beat.restore_step(), 100u);
-    EXPECT_EQ(beat.membership().global_batch(), written_with ? written_with : 64u);
-    EXPECT_EQ(DescribeMembership(beat.membership()), "from step 0: ranks 0");
+  for (bool restarted : {false, true}) {
+    for (uint32_t written_with : {128u, 0u}) {
+      SCOPED_TRACE(std::string(restarted ? "a restarted scheduler; " : "") +
+                   "checkpoints of global batch " + std::to_string(written_with));
+      auto s = ElasticScheduler(1, 1, 4);  // batchSize x 1 worker: 64
+      v1::RegisterRequest request;
+      v1::NodeInfo* server = request.mutable_node();
+      server->set_node_id("server-0");
+      server->set_role(v1::SERVER);
+      server->set_incarnation(1);
+      server->set_address("server.local:9000");
+      server->set_checkpoint_step(100);
+      server->add_checkpoint_steps(100);
+      server->set_checkpoint_global_batch(written_with);
+      server->set_registered_before(restarted);
+      v1::RegisterResponse response;
+      ASSERT_TRUE(s->Register(&request, &response).ok());
+      Register(*s, "worker-0", v1::WORKER);
+      const v1::HeartbeatResponse beat = Beat(*s, "worker-0");
+      if (!restarted) EXPECT_EQ(beat.restore_step(), 100u);
+      EXPECT_EQ(beat.membership().global_batch(), written_with ? written_with : 64u);
+      EXPECT_EQ(DescribeMembership(beat.membership()), "from step 0: ranks 0");
+    }
   }
 }
 

