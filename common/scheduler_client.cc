@@ -68,6 +68,7 @@ v1::NodeInfo SchedulerClient::Node() const {
   node.set_metrics_address(options_.metrics_address);
   node.set_checkpoint_step(options_.checkpoint_step);
   node.set_checkpoint_global_batch(options_.shard_at_start.global_batch);
+  node.set_checkpoint_worker_count(options_.shard_at_start.checkpoint_workers);
   Describe(options_.shard_at_start, &node);
   return node;
 }

@@ -48,6 +48,7 @@ struct ShardReport {
   // An elastic job's examples of a step, as its pushes or checkpoints said
   // (NodeInfo.checkpoint_global_batch; in registrations only).
   uint32_t global_batch = 0;
+  uint32_t checkpoint_workers = 0;  // NodeInfo.checkpoint_worker_count; in registrations only
 };
 
 struct SchedulerClientOptions {

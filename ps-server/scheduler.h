@@ -156,8 +156,9 @@ class Scheduler {
   void RollBackToHeldState(const std::string& worker, const v1::ProgramStateMissing& missing);
   // A new recovery generation: every shard restores `step`, every worker
   // resumes there.
-  void OpenGeneration(uint64_t step);  // requires mutex_
-  void FirstStart();                   // requires mutex_
+  void OpenGeneration(uint64_t step);      // requires mutex_
+  void FirstStart();                       // requires mutex_
+  void SayAnotherNumberOfWorkers() const;  // requires mutex_
   // Before the elastic schedule starts with `workers` (requires mutex_).
   void KeepCheckpointsGlobalBatch(size_t workers);
   void ServersRestartedWithTheScheduler();  // requires mutex_

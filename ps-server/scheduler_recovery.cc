@@ -94,6 +94,24 @@ void Scheduler::FirstStart() {
   restored_.clear();
   KLOG_INFO << "first start over existing checkpoints: the job resumes from step " << common
             << ", the newest every shard holds (" << DescribeSteps() << ")";
+  if (options_.sync && !elastic_.elastic()) SayAnotherNumberOfWorkers();
+}
+
+// A fixed job's global batch is its workers' batches together: started
+// again with another number (suspended, its workers changed, resumed, as its
+// CRD tells), it reads the checkpoint's step as another number of examples
+// of its epoch. Said, not refused: the change is meant.
+void Scheduler::SayAnotherNumberOfWorkers() const {
+  for (const std::string& id : server_ids_) {
+    const uint32_t wrote = members_.at(id).info.checkpoint_worker_count();
+    if (wrote == 0 || static_cast<int>(wrote) == options_.num_workers) continue;
+    KLOG_ERROR << "the checkpoints were written by a job of " << wrote << " workers, and this one "
+               << "has " << options_.num_workers << ": its global batch is another, so that it "
+               << "takes step " << restore_step_ << " for another number of examples of its "
+               << "epoch, and the rest of that epoch skips or repeats examples (a job with "
+               << "spec.replicaSpecs.worker.elasticPolicy keeps its global batch)";
+    return;
+  }
 }
 
 // An elastic job's global batch is the job's, whatever its workers: started

@@ -170,7 +170,8 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
 }
 
 ShardReport Report(const Shard& shard) {
-  return ShardReport{shard.CheckpointSteps(), shard.AsyncWorkerSteps(), shard.GlobalBatch()};
+  return ShardReport{shard.CheckpointSteps(), shard.AsyncWorkerSteps(), shard.GlobalBatch(),
+                     shard.LoadedCheckpointWorkers()};
 }
 
 // Beats, saying it heard the job is over, until the scheduler answers (a

@@ -116,6 +116,8 @@ class Shard {
   // An elastic job's examples of one step, as its pushes said, or the
   // checkpoint loaded; 0 for a fixed job.
   uint32_t GlobalBatch() const;
+  // The workers of the job that wrote the checkpoint loaded at start; 0: none.
+  uint32_t LoadedCheckpointWorkers() const;
   // The steps this shard holds a checkpoint of, oldest first: those on
   // disk, not one still being written (checkpoint_writer.h). Where the
   // folder cannot be listed now, those it listed last (the error is logged).
@@ -356,6 +358,7 @@ class Shard {
   int64_t last_checkpoint_ = -1;  // step (sync) or push count (async) of the last one
   uint64_t applied_pushes_ = 0;
   uint32_t global_batch_ = 0;  // elastic: the examples of a step, as pushes and checkpoints say
+  uint32_t loaded_checkpoint_workers_ = 0;
   // Async: AsyncWorkerSteps, and whether the shard can tell them.
   v1::AsyncWorkerSteps async_worker_steps_;
   bool async_worker_steps_known_ = true;

@@ -39,6 +39,7 @@ std::unique_ptr<v1::ShardCheckpoint> Shard::TakeCheckpoint(uint64_t step) {
   checkpoint->set_optimizer(options_.optimizer.name);
   checkpoint->set_mode(options_.sync ? "sync" : "async");
   checkpoint->set_global_batch(global_batch_);
+  checkpoint->set_worker_count(static_cast<uint32_t>(options_.num_workers));
   auto fill = [](std::string* to, const auto& v) {
     to->assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   };
@@ -98,6 +99,11 @@ void Shard::Install(const v1::ShardCheckpoint& checkpoint) {
 uint32_t Shard::GlobalBatch() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return global_batch_;
+}
+
+uint32_t Shard::LoadedCheckpointWorkers() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return loaded_checkpoint_workers_;
 }
 
 std::optional<v1::AsyncWorkerSteps> Shard::AsyncWorkerSteps() const {
@@ -216,6 +222,7 @@ Status Shard::LoadLatestCheckpoint(int64_t* step) {
   std::unique_lock<std::mutex> lock(mutex_);
   AwaitPushesOutsideLock(lock);
   Install(checkpoint);
+  loaded_checkpoint_workers_ = checkpoint.worker_count();
   awaiting_recovery_ = options_.sync;
   KLOG_INFO << "loaded checkpoint of step " << checkpoint.step() << " from " << checkpoints_->dir();
   *step = static_cast<int64_t>(checkpoint.step());

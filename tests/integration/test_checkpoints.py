@@ -211,6 +211,21 @@ class RunTwiceTest(unittest.TestCase):
                       "pushes); the job keeps it, cut over its 1 worker", second.output())
         self.assertIn("resuming at step 100 of 937", second.output())
 
+    def test_a_fixed_job_run_again_with_another_number_of_workers_says_what_it_costs(self):
+        # Its global batch is its workers' batches together: the rest of the
+        # epoch it resumes in skips or repeats examples (with 1 worker of 2,
+        # step 100 stands for 3200 examples, not 6400: 3200 are seen again).
+        # Before, nothing said so.
+        code, first = self.run_job(job_text("fewer"), 100)
+        self.assertEqual(code, 0, first.output())
+        job = json.loads(job_text("fewer"))
+        job["spec"]["replicaSpecs"]["worker"]["replicas"] = 1
+        code, second = self.run_job(json.dumps(job), 150)
+        self.assertEqual(code, 0, second.output())
+        self.assertIn("the checkpoints were written by a job of 2 workers, and this one has 1: its "
+                      "global batch is another", second.output())
+        self.assertIn("resuming at step 100 of 150", second.output())
+
     def test_damaged_checkpoint_is_set_aside(self):
         code, first = self.run_job(job_text("damaged"), 120)
         self.assertEqual(code, 0, first.output())
