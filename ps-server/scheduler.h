@@ -159,6 +159,9 @@ class Scheduler {
   void OpenGeneration(uint64_t step);      // requires mutex_
   void FirstStart();                       // requires mutex_
   void SayAnotherNumberOfWorkers() const;  // requires mutex_
+  // A field of the servers' registrations about their checkpoints' job:
+  // the first server's that is not 0, or 0 (requires mutex_).
+  uint32_t ServersSay(uint32_t (v1::NodeInfo::*field)() const) const;
   // Before the elastic schedule starts with `workers` (requires mutex_).
   void KeepCheckpointsGlobalBatch(size_t workers);
   void ServersRestartedWithTheScheduler();  // requires mutex_

@@ -102,16 +102,13 @@ void Scheduler::FirstStart() {
 // CRD tells), it reads the checkpoint's step as another number of examples
 // of its epoch. Said, not refused: the change is meant.
 void Scheduler::SayAnotherNumberOfWorkers() const {
-  for (const std::string& id : server_ids_) {
-    const uint32_t wrote = members_.at(id).info.checkpoint_worker_count();
-    if (wrote == 0 || static_cast<int>(wrote) == options_.num_workers) continue;
-    KLOG_ERROR << "the checkpoints were written by a job of " << wrote << " workers, and this one "
-               << "has " << options_.num_workers << ": its global batch is another, so that it "
-               << "takes step " << restore_step_ << " for another number of examples of its "
-               << "epoch, and the rest of that epoch skips or repeats examples (a job with "
-               << "spec.replicaSpecs.worker.elasticPolicy keeps its global batch)";
-    return;
-  }
+  const uint32_t wrote = ServersSay(&v1::NodeInfo::checkpoint_worker_count);
+  if (wrote == 0 || static_cast<int>(wrote) == options_.num_workers) return;
+  KLOG_ERROR << "the checkpoints were written by a job of " << wrote << " workers, and this one "
+             << "has " << options_.num_workers << ": its global batch is another, so that it "
+             << "takes step " << restore_step_ << " for another number of examples of its "
+             << "epoch, and the rest of that epoch skips or repeats examples (a job with "
+             << "spec.replicaSpecs.worker.elasticPolicy keeps its global batch)";
 }
 
 // An elastic job's global batch is the job's, whatever its workers: started
@@ -120,18 +117,26 @@ void Scheduler::SayAnotherNumberOfWorkers() const {
 // as another number of examples of its epoch, and train another number of
 // steps. So does a restarted scheduler that no worker brought a schedule.
 void Scheduler::KeepCheckpointsGlobalBatch(size_t workers) {
+  const uint32_t kept = ServersSay(&v1::NodeInfo::checkpoint_global_batch);
+  const uint64_t own = elastic_.schedule().global_batch();
+  if (kept == 0 || kept == own) return;
+  KLOG_INFO << "the job's servers hold a global batch of " << kept
+            << " examples a step (their checkpoints, their pushes); the job keeps it, cut over "
+            << "its " << workers << (workers == 1 ? " worker" : " workers")
+            << ", so that its data goes on where it stopped (spec.batchSize x the workers "
+            << "now would be " << own << ")";
+  elastic_.KeepGlobalBatch(kept);
+}
+
+// Every shard of a job holds checkpoints of the same job: the first server
+// whose registration says the field (not 0) speaks for them.
+uint32_t Scheduler::ServersSay(uint32_t (v1::NodeInfo::*field)() const) const {
   for (const std::string& id : server_ids_) {
-    const uint32_t kept = members_[id].info.checkpoint_global_batch();
-    const uint64_t own = elastic_.schedule().global_batch();
-    if (kept == 0 || kept == own) continue;
-    KLOG_INFO << "the job's servers hold a global batch of " << kept
-              << " examples a step (their checkpoints, their pushes); the job keeps it, cut over "
-              << "its " << workers << (workers == 1 ? " worker" : " workers")
-              << ", so that its data goes on where it stopped (spec.batchSize x the workers "
-              << "now would be " << own << ")";
-    elastic_.KeepGlobalBatch(kept);
-    return;
+    auto it = members_.find(id);
+    if (it == members_.end()) continue;
+    if (const uint32_t said = (it->second.info.*field)(); said != 0) return said;
   }
+  return 0;
 }
 
 void Scheduler::ServersRestartedWithTheScheduler() {
