@@ -21,13 +21,19 @@ from jobtools import (BIN_DIR, DATASET, KUBEPS, PACED_FOR_KILLS, SLIGHTLY_SLOW_N
 TIMEOUT = 300  # generous: four engineers' builds and tests share two cores
 
 
-def job_text(name, resume=None, interval=50, mode="sync", servers=2, optimizer=None):
+def job_text(name, resume=None, interval=50, mode="sync", servers=2, optimizer=None, workers=2,
+             elastic=False):
+    """`elastic`: an elasticPolicy of 1 to 2 workers."""
     checkpoint = {"intervalSteps": interval}
     if resume is not None:
         checkpoint["resume"] = resume
-    text = manifest(name, batch=32, mode=mode, ps=servers, optimizer=optimizer).replace(
-        '"epochs": 1', '"epochs": 1, "checkpoint": ' + json.dumps(checkpoint))
-    return text.replace('"progressIntervalMs": 500', '"progressIntervalMs": 200')
+    job = json.loads(manifest(name, batch=32, mode=mode, ps=servers, workers=workers,
+                              optimizer=optimizer))
+    job["spec"].update(checkpoint=checkpoint, progressIntervalMs=200)
+    if elastic:
+        job["spec"]["replicaSpecs"]["worker"]["elasticPolicy"] = {"minReplicas": 1,
+                                                                  "maxReplicas": 2}
+    return json.dumps(job, indent=2)
 
 
 def steps_of(run_dir, server):
@@ -61,6 +67,14 @@ class RunTwiceTest(unittest.TestCase):
             job.close()
         self.assertEqual(processes_with_env("KUBEPS_RUN_DIR", self.run_dir), [])
         return code, job
+
+    def succeed_twice(self, first_text, first_steps, second_text, second_steps):
+        """Both runs over the same checkpoints, each Succeeded: the two jobs."""
+        code, first = self.run_job(first_text, first_steps)
+        self.assertEqual(code, 0, first.output())
+        code, second = self.run_job(second_text, second_steps)
+        self.assertEqual(code, 0, second.output())
+        return first, second
 
     def test_second_run_resumes_and_a_finished_job_run_again_succeeds(self):
         code, first = self.run_job(job_text("twice"), 120)
@@ -182,10 +196,8 @@ class RunTwiceTest(unittest.TestCase):
         # second moment and momentum's count of updates for its bias
         # correction: the loss went to millions, and the job "Succeeded".
         momentum = {"name": "momentum", "learningRate": 0.01}
-        code, first = self.run_job(job_text("optimizers", optimizer=momentum), 150)
-        self.assertEqual(code, 0, first.output())
-        code, second = self.run_job(job_text("optimizers"), 300)
-        self.assertEqual(code, 0, second.output())
+        first, second = self.succeed_twice(job_text("optimizers", optimizer=momentum), 150,
+                                           job_text("optimizers"), 300)
         self.assertIn("resuming at step 150 of 300", second.output())
         said = ("written with optimizer momentum, and this job runs adam: its parameters are kept, "
                 "and adam's state starts fresh")
@@ -198,15 +210,8 @@ class RunTwiceTest(unittest.TestCase):
         # (docs/elastic.md): started again with 1 of 2, it took 32 examples a
         # step for 64, and counted step 100 as 3200 examples of its epoch, not
         # 6400: 3200 seen twice, and an epoch of 1875 steps, not 937.
-        def elastic(workers):
-            job = json.loads(job_text("elastic-again"))
-            job["spec"]["replicaSpecs"]["worker"] = {
-                "replicas": workers, "elasticPolicy": {"minReplicas": 1, "maxReplicas": 2}}
-            return json.dumps(job)
-        code, first = self.run_job(elastic(2), 100)
-        self.assertEqual(code, 0, first.output())
-        code, second = self.run_job(elastic(1), 100000)
-        self.assertEqual(code, 0, second.output())
+        _, second = self.succeed_twice(job_text("elastic-again", elastic=True), 100,
+                                       job_text("elastic-again", workers=1, elastic=True), 100000)
         self.assertIn("hold a global batch of 64 examples a step (their checkpoints, their "
                       "pushes); the job keeps it, cut over its 1 worker", second.output())
         self.assertIn("resuming at step 100 of 937", second.output())
@@ -216,12 +221,7 @@ class RunTwiceTest(unittest.TestCase):
         # epoch it resumes in skips or repeats examples (with 1 worker of 2,
         # step 100 stands for 3200 examples, not 6400: 3200 are seen again).
         # Before, nothing said so.
-        code, first = self.run_job(job_text("fewer"), 100)
-        self.assertEqual(code, 0, first.output())
-        job = json.loads(job_text("fewer"))
-        job["spec"]["replicaSpecs"]["worker"]["replicas"] = 1
-        code, second = self.run_job(json.dumps(job), 150)
-        self.assertEqual(code, 0, second.output())
+        _, second = self.succeed_twice(job_text("fewer"), 100, job_text("fewer", workers=1), 150)
         self.assertIn("the checkpoints were written by a job of 2 workers, and this one has 1: its "
                       "global batch is another", second.output())
         self.assertIn("resuming at step 100 of 150", second.output())
