@@ -39,6 +39,17 @@ void PrintProgress(int epoch, int epochs, int64_t step, int64_t steps_per_epoch,
   PrintLine(line);
 }
 
+// A job resumed over checkpoints at or past its last step (the same job
+// applied twice, or run again with fewer epochs) trains nothing and ends
+// with their model: said, so that a user who meant to train on sees why.
+std::string NothingLeftToTrain(uint64_t step, uint64_t total_steps) {
+  if (step < total_steps) return "";
+  return std::string(step == total_steps ? ": the checkpoints hold the job's last step"
+                                         : ": the checkpoints are past the job's last step") +
+         ", so nothing is left to train, and it ends with their model (raise spec.epochs to train "
+         "on; spec.checkpoint.resume: false starts afresh)";
+}
+
 }  // namespace
 
 Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
@@ -90,7 +101,8 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
     // one of this step's): this one is.
     PrintLine("joined the job at step " + std::to_string(step));
   } else if (step > 0) {
-    PrintLine("resuming at step " + std::to_string(step) + " of " + std::to_string(total_steps));
+    PrintLine("resuming at step " + std::to_string(step) + " of " + std::to_string(total_steps) +
+              NothingLeftToTrain(step, total_steps));
   }
   while (step < total_steps) {
     const int epoch = static_cast<int>(step / steps_per_epoch);

@@ -94,7 +94,8 @@ class RunTwiceTest(unittest.TestCase):
         start = time.time()
         code, third = self.run_job(job_text("twice"), 200)
         self.assertEqual(code, 0, third.output())
-        self.assertIn("resuming at step 200 of 200", third.output())
+        self.assertIn("resuming at step 200 of 200: the checkpoints hold the job's last step, so "
+                      "nothing is left to train", third.output())
         # Its speed is that of the steps it trained: none.
         self.assertRegex(third.output(), r"\[worker 0\] test accuracy [\d.]+ \(test loss [\d.]+\) after 200 "
                          r"steps in [\d.]+ s \(0\.00 steps/sec\)")
