@@ -1,5 +1,6 @@
 #include "api/training_job_status.h"
 
+#include <algorithm>
 #include <tuple>
 
 namespace kubeps::api {
@@ -75,6 +76,13 @@ void SetPhaseCondition(std::vector<Condition>* conditions, JobPhase phase,
     if (c.type == "Suspended") c.reason = "JobResumed";
   }
   SetStatusCondition(conditions, Condition{current, "True", reason, message, "", ""}, now);
+}
+
+bool TrainingJobStatus::HasRun() const {
+  if (phase == JobPhase::kRunning) return true;
+  if (phase != JobPhase::kRestarting) return false;
+  return std::any_of(conditions.begin(), conditions.end(),
+                     [](const Condition& c) { return c.type == ToString(JobPhase::kRunning); });
 }
 
 bool TrainingJobStatus::SameExceptTimes(const TrainingJobStatus& o) const {

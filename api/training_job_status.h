@@ -94,6 +94,9 @@ struct TrainingJobStatus {
   std::map<std::string, int> replica_restarts;
 
   bool finished() const { return phase && IsFinished(*phase); }
+  // Running, or restarting after it was (its Running condition is there,
+  // False): a pod of it made again trains on with the rest, not from new.
+  bool HasRun() const;
   // Equal in everything but time stamps: whether a write would change anything.
   bool SameExceptTimes(const TrainingJobStatus& other) const;
 };

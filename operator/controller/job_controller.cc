@@ -229,11 +229,20 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
   const std::string scheduler_address = cluster_->SchedulerAddress();
   std::vector<std::string> restarts;            // what each restart of this pass says
   const ReplicaStatus* cannot_start = nullptr;  // the first replica stuck before starting
+  int trained_on_without = 0;                   // stuck workers an elastic job does without
+  const bool has_run = has_run_;
   for (const ReplicaName& name : DesiredReplicas()) {
     auto it = observed.find(name);
     if (it != observed.end() && it->second.phase == ReplicaPhase::kPending &&
         !it->second.start_problem.empty()) {
       const ReplicaStatus& stuck = it->second;
+      // Its scheduler takes a worker in whenever it comes (a node freed, the
+      // cluster autoscaled), and trains on meanwhile with its minReplicas.
+      if (elastic && has_run && name.role == ReplicaRole::kWorker &&
+          status.workers.running >= job_.spec.elastic.min_replicas) {
+        ++trained_on_without;
+        continue;
+      }
       if (!cannot_start) cannot_start = &stuck;
       const int64_t timeout_s = job_.spec.run_policy.pod_start_timeout_seconds;
       if (timeout_s > 0 && stuck.created_ms >= 0 && now_ms - stuck.created_ms >= timeout_s * 1000) {
@@ -308,11 +317,21 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
     status.message.clear();
     for (const std::string& restart : restarts)
       status.message += (status.message.empty() ? "" : "; ") + restart;
-  } else if (status.workers.running + status.workers.succeeded >= desired_workers_) {
+  } else if (status.workers.running + status.workers.succeeded >= desired_workers_ || has_run) {
     // Running, not merely created: a pending pod may wait long for a node.
+    // A job that has run trains on while a worker's pod is made (scaled up,
+    // deleted by a drain): it is not new again.
+    has_run_ = true;
     status.phase = JobPhase::kRunning;
     status.reason = "JobRunning";
     status.message = RunningMessage(observed);
+    if (cannot_start) status.message += StartTimeoutNote();
+    if (trained_on_without > 0) {
+      status.message += std::string("; the job trains on without ") +
+                        (trained_on_without == 1 ? "it" : "them") +
+                        " while it has elasticPolicy.minReplicas (" +
+                        std::to_string(job_.spec.elastic.min_replicas) + ") workers";
+    }
   } else if (cannot_start) {
     // Still Created, but not merely starting: say what keeps it, as the
     // pod's own status would, instead of leaving the user to find the pod.
@@ -380,12 +399,14 @@ std::string JobController::RunningMessage(
     auto it = observed.find(name);
     if (it != observed.end() && it->second.phase == ReplicaPhase::kRunning) continue;
     // A worker that is done is part of a running job.
-    if (name.role == ReplicaRole::kWorker) continue;
+    if (name.role == ReplicaRole::kWorker && it != observed.end() &&
+        it->second.phase == ReplicaPhase::kSucceeded)
+      continue;
     others += (others.empty() ? "" : ", ") + name.ToString() + " " +
               Describe(observed, name, "is starting");
   }
   if (others.empty()) return "every replica is running";
-  return "the workers are running, but " + others;
+  return "the job is running, but " + others;
 }
 
 JobStatus JobController::FinishJob(JobStatus status,

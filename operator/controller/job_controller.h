@@ -97,6 +97,9 @@ class JobController {
   static constexpr int64_t kRejectionBackoffMs = 10000;
   static constexpr int64_t kMaxRejectionBackoffMs = 360000;
   void SetDesiredWorkers(int workers) { desired_workers_ = workers; }
+  // Whether the job has run (its status says so: TrainingJobStatus::HasRun),
+  // for a controller made anew for each reconcile.
+  void set_has_run(bool has_run) { has_run_ = has_run; }
   int desired_workers() const { return desired_workers_; }
   // Since when each worker past the desired number has been there: a
   // controller made anew for each reconcile carries it over.
@@ -144,6 +147,9 @@ class JobController {
   int64_t start_ms_ = -1;
   std::map<std::string, int> known_restarts_;
   int desired_workers_;
+  // The job has been Running (a restart since counts): one whose pod is
+  // made again later trains on meanwhile.
+  bool has_run_ = false;
   std::map<ReplicaName, int64_t> surplus_since_ms_;  // workers past desired_workers_, still there
   // Stops workers past the desired number that did not leave in time.
   void StopSurplusWorkers(const std::map<ReplicaName, ReplicaStatus>& observed, int64_t now_ms);

@@ -234,6 +234,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   }
   controller::JobController controller(spec, &cluster, launch);
   controller.set_known_restarts(status.replica_restarts);
+  controller.set_has_run(status.HasRun());
   if (!status.start_time.empty()) controller.set_start_ms(ToMs(ParseTime(status.start_time)));
   controller.set_workers_done_ms(state.workers_done_ms);
   controller.set_surplus_since_ms(state.surplus_since_ms);
@@ -264,14 +265,20 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   }
 
   api::TrainingJobStatus next = BuildStatus(job, status, spec, observed);
-  if (observed.phase == JobPhase::kCreated && !cluster.quota_refusals().empty()) {
-    // Not started for want of quota: say so where `kubectl get tj` and
-    // `describe` look, instead of "starting replicas".
+  if (!cluster.quota_refusals().empty() && !observed.finished()) {
+    // A pod waits for quota: say so where `kubectl get tj` and `describe`
+    // look, instead of "starting replicas" (or, for a job that runs while
+    // the pod it was scaled up to waits, after what runs).
     const KubeCluster::QuotaRefusal& first = cluster.quota_refusals().front();
-    next.message = "pod " + first.pod + " (" + first.replica +
-                   ") waits for quota, the job goes on when it frees: " + first.message;
-    api::SetPhaseCondition(&next.conditions, observed.phase, "ExceededQuota", next.message,
-                           Rfc3339(Clock::now()));
+    const std::string waits = "pod " + first.pod + " (" + first.replica +
+                              ") waits for quota, the job goes on when it frees: " + first.message;
+    const bool created = observed.phase == JobPhase::kCreated;
+    if (created || observed.phase == JobPhase::kRunning) {
+      next.message = created ? waits : next.message + "; " + waits;
+      api::SetPhaseCondition(&next.conditions, observed.phase,
+                             created ? "ExceededQuota" : observed.reason, next.message,
+                             Rfc3339(Clock::now()));
+    }
   }
   ReadProgress(id, pods, observed.phase == JobPhase::kRunning, observed.finished(), &state, &next);
   if (observed.phase == JobPhase::kRunning && !state.reported_running &&

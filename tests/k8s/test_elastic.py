@@ -16,7 +16,8 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from operator_harness import (DEPLOY, apply, checkpoints_on_host, events_of, job_pods,  # noqa: E402
-                              live, live_pod, replica_key, slowed_down, training_job)
+                              live, live_pod, phase_history, replica_key, slowed_down,
+                              training_job)
 from operator_test_case import SharedClusterTestCase  # noqa: E402
 
 NODE = "kubeps-node"
@@ -84,6 +85,10 @@ class ElasticJobTest(SharedClusterTestCase):
                           % (rank, rank), said)
         done = self.wait_phase("elastic", "Succeeded", timeout=180)
         self.assertEqual(done["status"]["workers"].split("/")[1], "1")
+        # It trained while worker-2's pod started: Running throughout, not
+        # Created again ("starting replicas") as if it were new.
+        phases = phase_history(c).phases("elastic", done["metadata"]["uid"])
+        self.assertEqual(phases[phases.index("Running"):], ["Running", "Succeeded"], phases)
 
         reasons = [e["reason"] for e in events_of(c, "elastic")]
         self.assertEqual(reasons.count("Scaled"), 2, reasons)

@@ -369,8 +369,7 @@ TEST_F(JobControllerTest, RunningMessageNamesEveryReplicaThatIsNotRunning) {
   cluster_.Set(Server(1), ReplicaPhase::kPending);
   JobStatus status = controller_->Reconcile(100);
   EXPECT_EQ(status.phase, JobPhase::kRunning);
-  EXPECT_EQ(status.message,
-            "the workers are running, but scheduler-0 is pending, server-1 is pending");
+  EXPECT_EQ(status.message, "the job is running, but scheduler-0 is pending, server-1 is pending");
   cluster_.SetAll(ReplicaPhase::kRunning);
   EXPECT_EQ(controller_->Reconcile(200).message, "every replica is running");
 }
