@@ -96,10 +96,12 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
   const uint64_t first_step = step;
   bool trained = false;  // this process computed a step: not a member any more means scaled away
   global_step.Set(static_cast<double>(step));
-  if (store.joins_running_job() && share.global_batch > 0 && share.member) {
+  if (store.joins_running_job() && share.global_batch > 0) {
     // An elastic job takes a worker in at a step (below, where it is not
-    // one of this step's): this one is.
-    PrintLine("joined the job at step " + std::to_string(step));
+    // one of this step's): this one is, or waits for its step.
+    PrintLine(share.member ? "joined the job at step " + std::to_string(step)
+                           : "waiting to be taken in: the job is at step " + std::to_string(step) +
+                                 " of " + std::to_string(total_steps));
   } else if (step > 0) {
     PrintLine("resuming at step " + std::to_string(step) + " of " + std::to_string(total_steps) +
               NothingLeftToTrain(step, total_steps));

@@ -92,6 +92,8 @@ class ElasticTest(unittest.TestCase):
         # Each joins at the first step after it registered: together or not.
         for rank in (2, 3):
             self.assertRegex(output, r"\[worker %d\] joined the job at step \d+" % rank)
+            # A new worker resumes nothing: it says what it waits for.
+            self.assertNotIn("[worker %d] resuming at step" % rank, output)
         self.assertEqual(output.count("left the job at step %d: it was scaled away" % down), 3)
         self.assertAlmostEqual(job.accuracy(), fixed.accuracy(), delta=0.01)
 
