@@ -69,6 +69,7 @@ v1::NodeInfo SchedulerClient::Node() const {
   node.set_checkpoint_step(options_.checkpoint_step);
   node.set_checkpoint_global_batch(options_.shard_at_start.global_batch);
   node.set_checkpoint_worker_count(options_.shard_at_start.checkpoint_workers);
+  node.set_checkpoint_batch_size(options_.shard_at_start.batch_size);
   Describe(options_.shard_at_start, &node);
   return node;
 }
@@ -86,6 +87,7 @@ Status SchedulerClient::RegisterAgain(uint64_t seen, const ShardReport* shard) {
   if (shard) {
     Describe(*shard, request.mutable_node());
     request.mutable_node()->set_checkpoint_global_batch(shard->global_batch);
+    request.mutable_node()->set_checkpoint_batch_size(shard->batch_size);
   }
   request.mutable_node()->set_generation(generation_.load());
   request.mutable_node()->set_restore_step(restore_step_.load());

@@ -48,6 +48,9 @@ struct ShardReport {
   // An elastic job's examples of a step, as its pushes or checkpoints said
   // (NodeInfo.checkpoint_global_batch; in registrations only).
   uint32_t global_batch = 0;
+  // The spec.batchSize of the job whose global batch that is
+  // (NodeInfo.checkpoint_batch_size; in registrations only).
+  uint32_t batch_size = 0;
   uint32_t checkpoint_workers = 0;  // NodeInfo.checkpoint_worker_count; in registrations only
 };
 

@@ -68,6 +68,7 @@ namespace kubeps {
 struct SchedulerOptions {
   int num_servers = 1;
   int num_workers = 1;     // an elastic job's workers at its start
+  int batch_size = 0;      // each worker's (spec.batchSize); 0 = not known
   ElasticOptions elastic;  // elastic.elastic false: the workers are fixed
   int dead_after_ms = 5000;
   // A node registering under a known name with a new incarnation replaces
@@ -156,9 +157,11 @@ class Scheduler {
   void RollBackToHeldState(const std::string& worker, const v1::ProgramStateMissing& missing);
   // A new recovery generation: every shard restores `step`, every worker
   // resumes there.
-  void OpenGeneration(uint64_t step);      // requires mutex_
-  void FirstStart();                       // requires mutex_
-  void SayAnotherNumberOfWorkers() const;  // requires mutex_
+  void OpenGeneration(uint64_t step);  // requires mutex_
+  void FirstStart();                   // requires mutex_
+  void SayAnotherGlobalBatch() const;  // requires mutex_
+  std::string EpochCost() const;       // requires mutex_
+  bool OtherBatchSize(uint32_t written) const;
   // A field of the servers' registrations about their checkpoints' job:
   // the first server's that is not 0, or 0 (requires mutex_).
   uint32_t ServersSay(uint32_t (v1::NodeInfo::*field)() const) const;

@@ -94,21 +94,36 @@ void Scheduler::FirstStart() {
   restored_.clear();
   KLOG_INFO << "first start over existing checkpoints: the job resumes from step " << common
             << ", the newest every shard holds (" << DescribeSteps() << ")";
-  if (options_.sync && !elastic_.elastic()) SayAnotherNumberOfWorkers();
+  if (options_.sync && !elastic_.elastic()) SayAnotherGlobalBatch();
+}
+
+// The rest of the epoch a job resumes in, where it takes another global
+// batch than its checkpoints' job: said, not refused, as the change is meant.
+std::string Scheduler::EpochCost() const {
+  return ": its global batch is another, so that it takes step " + std::to_string(restore_step_) +
+         " for another number of examples of its epoch, and the rest of that epoch skips or "
+         "repeats examples";
 }
 
 // A fixed job's global batch is its workers' batches together: started
 // again with another number (suspended, its workers changed, resumed, as its
-// CRD tells), it reads the checkpoint's step as another number of examples
-// of its epoch. Said, not refused: the change is meant.
-void Scheduler::SayAnotherNumberOfWorkers() const {
-  const uint32_t wrote = ServersSay(&v1::NodeInfo::checkpoint_worker_count);
-  if (wrote == 0 || static_cast<int>(wrote) == options_.num_workers) return;
-  KLOG_ERROR << "the checkpoints were written by a job of " << wrote << " workers, and this one "
-             << "has " << options_.num_workers << ": its global batch is another, so that it "
-             << "takes step " << restore_step_ << " for another number of examples of its "
-             << "epoch, and the rest of that epoch skips or repeats examples (a job with "
-             << "spec.replicaSpecs.worker.elasticPolicy keeps its global batch)";
+// CRD tells) or another spec.batchSize, it reads the checkpoint's step as
+// another number of examples of its epoch.
+void Scheduler::SayAnotherGlobalBatch() const {
+  const uint32_t workers = ServersSay(&v1::NodeInfo::checkpoint_worker_count);
+  const uint32_t batch = ServersSay(&v1::NodeInfo::checkpoint_batch_size);
+  const bool other_workers = workers != 0 && static_cast<int>(workers) != options_.num_workers;
+  if (!other_workers && !OtherBatchSize(batch)) return;
+  KLOG_ERROR << "the checkpoints were written by a job of " << workers << " workers x "
+             << (batch ? std::to_string(batch) : "?") << " examples, and this one has "
+             << options_.num_workers << " x " << options_.batch_size << EpochCost()
+             << " (a job with spec.replicaSpecs.worker.elasticPolicy keeps its global batch "
+             << "where only its workers change)";
+}
+
+bool Scheduler::OtherBatchSize(uint32_t written) const {
+  return written != 0 && options_.batch_size > 0 &&
+         static_cast<int>(written) != options_.batch_size;
 }
 
 // An elastic job's global batch is the job's, whatever its workers: started
@@ -116,10 +131,28 @@ void Scheduler::SayAnotherNumberOfWorkers() const {
 // the batchSize x workers of this start would read the checkpoint's step
 // as another number of examples of its epoch, and train another number of
 // steps. So does a restarted scheduler that no worker brought a schedule.
+// Not where the job asks another spec.batchSize (a GPU ran out of memory
+// with the old), nor where the kept batch could not be cut over as many
+// workers as the job may have.
 void Scheduler::KeepCheckpointsGlobalBatch(size_t workers) {
   const uint32_t kept = ServersSay(&v1::NodeInfo::checkpoint_global_batch);
   const uint64_t own = elastic_.schedule().global_batch();
   if (kept == 0 || kept == own) return;
+  const std::string instead = std::string(", and this one takes its own, spec.batchSize x its ") +
+                              std::to_string(workers) + " workers: " + std::to_string(own) +
+                              " examples a step" + EpochCost();
+  if (const uint32_t batch = ServersSay(&v1::NodeInfo::checkpoint_batch_size);
+      OtherBatchSize(batch)) {
+    KLOG_ERROR << "the checkpoints were written by a job of spec.batchSize " << batch
+               << ", a global batch of " << kept << instead;
+    return;
+  }
+  if (static_cast<int>(kept) < options_.elastic.max_workers) {
+    KLOG_ERROR << "the checkpoints' global batch of " << kept << " examples cannot be cut over "
+               << "elasticPolicy.maxReplicas (" << options_.elastic.max_workers << ") workers"
+               << instead;
+    return;
+  }
   KLOG_INFO << "the job's servers hold a global batch of " << kept
             << " examples a step (their checkpoints, their pushes); the job keeps it, cut over "
             << "its " << workers << (workers == 1 ? " worker" : " workers")

@@ -99,6 +99,7 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
   options.checkpoint_dir = config.checkpoint_dir;
   options.num_servers = config.num_servers;
   options.num_workers = config.num_workers;
+  options.batch_size = job.spec.batch_size;
   options.token = config.token;
   if (const api::ElasticPolicy& elastic = job.spec.elastic; elastic.enabled()) {
     options.elastic.elastic = true;
@@ -171,7 +172,7 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
 
 ShardReport Report(const Shard& shard) {
   return ShardReport{shard.CheckpointSteps(), shard.AsyncWorkerSteps(), shard.GlobalBatch(),
-                     shard.LoadedCheckpointWorkers()};
+                     shard.StateBatchSize(), shard.LoadedCheckpointWorkers()};
 }
 
 // Beats, saying it heard the job is over, until the scheduler answers (a
@@ -305,6 +306,7 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   options.num_workers =
       job.spec.elastic.enabled() ? job.spec.elastic.max_replicas : job.spec.worker.replicas;
   options.num_servers = config.num_servers;
+  options.batch_size = job.spec.batch_size;
   options.non_finite =
       job.spec.non_finite == "SkipStep" ? NonFinitePolicy::kSkipStep : NonFinitePolicy::kFail;
   options.optimizer = api::ToOptimizerConfig(job.spec.optimizer);

@@ -48,6 +48,7 @@ struct ShardOptions {
   bool sync = true;
   NonFinitePolicy non_finite = NonFinitePolicy::kFail;
   int num_workers = 1;  // ranks a push may come from: an elastic job's maxReplicas
+  int batch_size = 0;   // each worker's (spec.batchSize), which checkpoints record
   int num_servers = 1;  // the job's; its checkpoints say it (ShardCheckpoint.server_count)
   OptimizerConfig optimizer;
   std::string checkpoint_dir;          // "" = no checkpoints
@@ -116,6 +117,10 @@ class Shard {
   // An elastic job's examples of one step, as its pushes said, or the
   // checkpoint loaded; 0 for a fixed job.
   uint32_t GlobalBatch() const;
+  // The spec.batchSize of the job whose training the shard's state holds:
+  // the job's that wrote the checkpoint loaded, until an elastic push of
+  // this one (which says the global batch it trains with) comes.
+  uint32_t StateBatchSize() const;
   // The workers of the job that wrote the checkpoint loaded at start; 0: none.
   uint32_t LoadedCheckpointWorkers() const;
   // The steps this shard holds a checkpoint of, oldest first: those on
@@ -357,7 +362,8 @@ class Shard {
   bool key_set_fixed_ = false;
   int64_t last_checkpoint_ = -1;  // step (sync) or push count (async) of the last one
   uint64_t applied_pushes_ = 0;
-  uint32_t global_batch_ = 0;  // elastic: the examples of a step, as pushes and checkpoints say
+  uint32_t global_batch_ = 0;      // elastic: the examples of a step, as pushes and checkpoints say
+  uint32_t state_batch_size_ = 0;  // StateBatchSize
   uint32_t loaded_checkpoint_workers_ = 0;
   // Async: AsyncWorkerSteps, and whether the shard can tell them.
   v1::AsyncWorkerSteps async_worker_steps_;

@@ -40,6 +40,9 @@ std::unique_ptr<v1::ShardCheckpoint> Shard::TakeCheckpoint(uint64_t step) {
   checkpoint->set_mode(options_.sync ? "sync" : "async");
   checkpoint->set_global_batch(global_batch_);
   checkpoint->set_worker_count(static_cast<uint32_t>(options_.num_workers));
+  // A fixed job's global batch is its workers' batches, this job's.
+  checkpoint->set_batch_size(global_batch_ > 0 ? state_batch_size_
+                                               : static_cast<uint32_t>(options_.batch_size));
   auto fill = [](std::string* to, const auto& v) {
     to->assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
   };
@@ -91,6 +94,7 @@ void Shard::Install(const v1::ShardCheckpoint& checkpoint) {
   applied_pushes_ = options_.sync ? 0 : checkpoint.step();
   async_worker_steps_ = checkpoint.async_worker_steps();
   global_batch_ = checkpoint.global_batch();
+  state_batch_size_ = checkpoint.batch_size();
   // Written before shards kept them: the workers' steps are lost, unless
   // no push came before it.
   async_worker_steps_known_ = checkpoint.has_async_worker_steps() || applied_pushes_ == 0;
@@ -99,6 +103,11 @@ void Shard::Install(const v1::ShardCheckpoint& checkpoint) {
 uint32_t Shard::GlobalBatch() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return global_batch_;
+}
+
+uint32_t Shard::StateBatchSize() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return state_batch_size_;
 }
 
 uint32_t Shard::LoadedCheckpointWorkers() const {

@@ -456,7 +456,10 @@ grpc::Status Shard::ApplyOnce(const v1::PushRequest& request, PushData& data,
     const bool skip = non_finite >= 0 && !optimizer_->OnlyAverages();
     Apply(request, claims, skip, async_gradient, &updates);
     key_set_fixed_ = true;
-    if (request.global_batch() > 0) global_batch_ = request.global_batch();
+    if (request.global_batch() > 0) {
+      global_batch_ = request.global_batch();
+      state_batch_size_ = static_cast<uint32_t>(options_.batch_size);
+    }
     ++applied_pushes_;
     if (!options_.sync) {
       // Applied whole, under this lock: settled here, so that a checkpoint

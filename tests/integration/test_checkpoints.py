@@ -22,12 +22,12 @@ TIMEOUT = 300  # generous: four engineers' builds and tests share two cores
 
 
 def job_text(name, resume=None, interval=50, mode="sync", servers=2, optimizer=None, workers=2,
-             elastic=False):
+             elastic=False, batch=32):
     """`elastic`: an elasticPolicy of 1 to 2 workers."""
     checkpoint = {"intervalSteps": interval}
     if resume is not None:
         checkpoint["resume"] = resume
-    job = json.loads(manifest(name, batch=32, mode=mode, ps=servers, workers=workers,
+    job = json.loads(manifest(name, batch=batch, mode=mode, ps=servers, workers=workers,
                               optimizer=optimizer))
     job["spec"].update(checkpoint=checkpoint, progressIntervalMs=200)
     if elastic:
@@ -217,14 +217,28 @@ class RunTwiceTest(unittest.TestCase):
                       "pushes); the job keeps it, cut over its 1 worker", second.output())
         self.assertIn("resuming at step 100 of 937", second.output())
 
+    def test_an_elastic_job_run_again_with_a_smaller_batch_size_takes_it(self):
+        # A GPU ran out of memory: its user halves spec.batchSize and runs the
+        # job again over its checkpoints. Keeping their global batch, it took
+        # 64 examples a step again, cut over the same 2 workers: the same 32 a
+        # worker it ran out of memory with.
+        _, second = self.succeed_twice(job_text("smaller", elastic=True), 100,
+                                       job_text("smaller", elastic=True, batch=16), 150)
+        self.assertIn("the checkpoints were written by a job of spec.batchSize 32, a global batch "
+                      "of 64, and this one takes its own, spec.batchSize x its 2 workers: 32 "
+                      "examples a step: its global batch is another, so that it takes step 100 "
+                      "for another number of examples of its epoch", second.output())
+        self.assertIn("resuming at step 100 of 150", second.output())
+        self.assertRegex(second.output(), r"\[worker 0\] epoch 1/1 step \d+/1875 ")
+
     def test_a_fixed_job_run_again_with_another_number_of_workers_says_what_it_costs(self):
         # Its global batch is its workers' batches together: the rest of the
         # epoch it resumes in skips or repeats examples (with 1 worker of 2,
         # step 100 stands for 3200 examples, not 6400: 3200 are seen again).
         # Before, nothing said so.
         _, second = self.succeed_twice(job_text("fewer"), 100, job_text("fewer", workers=1), 150)
-        self.assertIn("the checkpoints were written by a job of 2 workers, and this one has 1: its "
-                      "global batch is another", second.output())
+        self.assertIn("the checkpoints were written by a job of 2 workers x 32 examples, and this "
+                      "one has 1 x 32: its global batch is another", second.output())
         self.assertIn("resuming at step 100 of 150", second.output())
 
     def test_damaged_checkpoint_is_set_aside(self):

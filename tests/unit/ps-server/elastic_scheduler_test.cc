@@ -149,6 +149,51 @@ TEST(ElasticSchedulerTest, AJobStartedAgainOverItsCheckpointsKeepsTheirGlobalBat
   }
 }
 
+TEST(ElasticSchedulerTest, AJobStartedAgainWithAnotherBatchSizeOrMoreWorkersTakesItsOwnBatch) {
+  struct Case {
+    const char* what;
+    int batch_size, workers, max_workers;  // this job's
+    uint32_t written_batch, written_batch_size;
+    uint32_t expected;
+  };
+  for (const Case& c : {
+           // The user halved spec.batchSize (a GPU ran out of memory): the
+           // job must not keep the batch it ran out of memory with.
+           Case{"spec.batchSize changed", 32, 2, 4, 128, 64, 64},
+           Case{"spec.batchSize kept, the workers changed", 64, 1, 4, 128, 64, 128},
+           // A step of 2 examples cannot be cut over up to 3 workers.
+           Case{"a batch smaller than maxReplicas", 2, 2, 3, 2, 2, 4},
+       }) {
+    SCOPED_TRACE(c.what);
+    SchedulerOptions options;
+    options.num_servers = 1;
+    options.num_workers = c.workers;
+    options.replace_silent_after_ms = 0;
+    options.batch_size = c.batch_size;
+    options.elastic.elastic = true;
+    options.elastic.initial_workers = c.workers;
+    options.elastic.min_workers = 1;
+    options.elastic.max_workers = c.max_workers;
+    options.elastic.global_batch = static_cast<uint64_t>(c.batch_size) * c.workers;
+    Scheduler s(options, &NullMetrics());
+    v1::RegisterRequest request;
+    v1::NodeInfo* server = request.mutable_node();
+    server->set_node_id("server-0");
+    server->set_role(v1::SERVER);
+    server->set_incarnation(1);
+    server->set_address("server.local:9000");
+    server->set_checkpoint_step(100);
+    server->add_checkpoint_steps(100);
+    server->set_checkpoint_global_batch(c.written_batch);
+    server->set_checkpoint_batch_size(c.written_batch_size);
+    v1::RegisterResponse response;
+    ASSERT_TRUE(s.Register(&request, &response).ok());
+    for (int rank = 0; rank < c.workers; ++rank)
+      Register(s, "worker-" + std::to_string(rank), v1::WORKER);
+    EXPECT_EQ(Beat(s, "worker-0").membership().global_batch(), c.expected);
+  }
+}
+
 TEST(ElasticSchedulerTest, ScalingDownTakesTheHighestRankOutAtTheLeasesEndAndTheJobGoesOn) {
   std::unique_ptr<MetricsServer> metrics;
   ASSERT_TRUE(MetricsServer::Start("", -1, {}, &metrics).ok());

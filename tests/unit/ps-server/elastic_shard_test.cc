@@ -3,6 +3,9 @@
 // of contributions a step waits for changes with the membership, and
 // unequal shares weight the mean. SGD with learning rate 1: new value = old
 // value - mean gradient.
+#include <unistd.h>
+
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,8 +43,10 @@ grpc::Status Push(Shard& shard, int rank, uint64_t step, const std::vector<float
   return shard.Push(request, data);
 }
 
-std::unique_ptr<Shard> InitializedShard(const std::vector<float>& values) {
-  auto shard = shard_testing::MakeShard(shard_testing::PlainShardOptions(true, kSlots));
+std::unique_ptr<Shard> InitializedShard(
+    const std::vector<float>& values,
+    const ShardOptions& options = shard_testing::PlainShardOptions(true, kSlots)) {
+  auto shard = shard_testing::MakeShard(options);
   v1::InitRequest init;
   init.mutable_id()->set_node_id("worker-0");
   auto* part = init.add_parts();
@@ -98,6 +103,35 @@ TEST(ElasticShardTest, PushesThatDisagreeOnTheStepsWorkersAreRefused) {
   EXPECT_THAT(s.error_message(), HasSubstr("contributors 2147483648 (at most 4)"));
   EXPECT_EQ(Push(*shard, 1, 0, {1}, 3, 7, 6).error_code(), grpc::StatusCode::INVALID_ARGUMENT)
       << "a share larger than the global batch";
+}
+
+// A job run again with another spec.batchSize asks for a new global batch
+// (scheduler_recovery.cc): each checkpoint records the batchSize of the job
+// whose global batch it holds, and a shard that loads one says that.
+TEST(ElasticShardTest, ACheckpointRecordsTheBatchSizeOfTheJobWhoseGlobalBatchItHolds) {
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("kubeps-batch-size-" + std::to_string(::getpid())))
+          .string();
+  std::filesystem::remove_all(dir);
+  ShardOptions options = shard_testing::PlainShardOptions(true, kSlots);
+  options.checkpoint_dir = dir;
+  options.batch_size = 4;
+  {
+    auto shard = InitializedShard({10, 10}, options);
+    EXPECT_EQ(shard->StateBatchSize(), 0u) << "no push yet: no global batch";
+    ASSERT_TRUE(Push(*shard, 0, 0, {2, 4}, 2, 4, 8).ok());
+    ASSERT_TRUE(Push(*shard, 1, 0, {4, 8}, 2, 4, 8).ok());
+    EXPECT_EQ(shard->StateBatchSize(), 4u);
+    ASSERT_TRUE(shard->WriteFinalCheckpoint().ok());
+  }
+  options.batch_size = 2;  // the job run again with a smaller batch
+  auto loaded = shard_testing::MakeShard(options);
+  int64_t step = -1;
+  ASSERT_TRUE(loaded->LoadLatestCheckpoint(&step).ok());
+  EXPECT_EQ(step, 1);
+  EXPECT_EQ(loaded->GlobalBatch(), 8u);
+  EXPECT_EQ(loaded->StateBatchSize(), 4u) << "the batchSize of the job that wrote it";
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
