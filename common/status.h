@@ -63,9 +63,27 @@ class [[nodiscard]] Status {
   const std::string& message() const { return message_; }
   std::string ToString() const { return ok() ? "OK" : message_; }
 
+  // What a caller acts on beyond the code, apart from the words (as
+  // google.rpc.ErrorInfo's reason): the scheduler's reason for stopping the
+  // job (termination_message.h), which decides how the replica ends. ""
+  // where none; Prefixed keeps it, where a new Status from the message
+  // would lose it.
+  const std::string& reason() const { return reason_; }
+  Status WithReason(std::string reason) && {
+    reason_ = std::move(reason);
+    return std::move(*this);
+  }
+  // The same failure, its message led by where it happened ("step 12: ").
+  Status Prefixed(const std::string& where) const {
+    Status s(code_, where + message_);
+    s.reason_ = reason_;
+    return s;
+  }
+
  private:
   Code code_ = Code::kOk;
   std::string message_;
+  std::string reason_;
 };
 
 }  // namespace kubeps

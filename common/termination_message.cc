@@ -23,13 +23,6 @@ const char* JobStopReason(const std::string& said, const char* otherwise) {
   return otherwise;
 }
 
-const char* JobStopReasonIn(const std::string& message, const char* otherwise) {
-  for (const char* reason : kIncurableStops) {
-    if (message.find(JobStoppedMessage(reason, "")) != std::string::npos) return reason;
-  }
-  return otherwise;
-}
-
 std::string TerminationLogPath(const char* pod_default) {
   const char* named = std::getenv(kTerminationLogVariable);
   if (named && *named) return named;

@@ -112,10 +112,9 @@ std::string JobStoppedMessage(const std::string& reason, const std::string& fail
 // The reason a replica that heard the stop ends with: the scheduler's where
 // a restart cannot cure it (NoCommonCheckpoint, ProgramStateMissing), so
 // that the job fails at once whichever replica's end the job logic hears
-// first; else `otherwise`. `said` is the scheduler's reason, `message` one
-// that JobStoppedMessage wrote (or any other).
+// first; else `otherwise`. `said` is the scheduler's reason, as a server's
+// beat answer or the KV client's Status::reason carries it.
 const char* JobStopReason(const std::string& said, const char* otherwise);
-const char* JobStopReasonIn(const std::string& message, const char* otherwise);
 
 // Where a replica's last words go: $KUBEPS_TERMINATION_LOG where it is set
 // (the local runner names a file per replica); else `pod_default` where this

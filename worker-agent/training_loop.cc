@@ -203,7 +203,7 @@ Status RunTrainingLoop(const LoopConfig& config, const trainer::Dataset& train,
     }
     if (!updated.ok()) {
       if (IsNonFiniteGradientRefusal(updated)) result->failure_reason = kReasonNonFiniteGradient;
-      return Status::Error("step " + std::to_string(step) + ": " + updated.message());
+      return updated.Prefixed("step " + std::to_string(step) + ": ");
     }
     steps_total.Increment();
     samples_total.Increment(batch);

@@ -244,7 +244,7 @@ Status KVWorkerImpl::RollBackToHeldState(uint64_t start, const std::vector<uint6
   // such (FailedPrecondition); any other stop is the job's.
   std::lock_guard<std::mutex> lock(failure_mutex_);
   if (!recovered.ok() && failure_reason_ == kReasonProgramStateMissing)
-    return Status::FailedPrecondition(failure_);
+    return Status::FailedPrecondition(failure_).WithReason(failure_reason_);
   return recovered;
 }
 
@@ -287,8 +287,8 @@ std::string KVWorkerImpl::WhyAPeerMayBeLate() const {
 
 Status KVWorkerImpl::JobStopped() const {
   std::lock_guard<std::mutex> lock(failure_mutex_);
-  return failure_.empty() ? Status::Ok()
-                          : Status::Error(JobStoppedMessage(failure_reason_, failure_));
+  if (failure_.empty()) return Status::Ok();
+  return Status::Error(JobStoppedMessage(failure_reason_, failure_)).WithReason(failure_reason_);
 }
 
 KVWorkerImpl::ServerLink::ServerLink(const std::string& server_address,

@@ -79,11 +79,17 @@ Session::Next Session::Handle(const json& request) {
 // replica's end is heard first.
 Session::Outcome Session::NamingAnIncurableStop(Outcome outcome) {
   if (outcome.ok() || outcome.fields.contains("reason")) return outcome;
-  if (const char* stop = JobStopReasonIn(outcome.error, nullptr)) {
+  if (const char* stop = JobStopReason(outcome.stop_reason, nullptr)) {
     if (context_.on_job_failure) context_.on_job_failure(stop, outcome.error);
     outcome.fields["reason"] = stop;
   }
   return outcome;
+}
+
+Session::Outcome Session::Failed(const Status& status, const std::string& what) {
+  Outcome failed{CodeOf(status), what + status.message()};
+  failed.stop_reason = status.reason();
+  return failed;
 }
 
 json Session::ToReply(const json& id, const Outcome& outcome) {
@@ -326,9 +332,8 @@ Session::Outcome Session::Initialize(bool restores_own_state,
     if (own_state_missing) return RefuseInit(kReasonProgramStateMissing, s.message());
     // Not this process's to retry: every rerun declares the same tensors.
     if (IsModelMismatchRefusal(s)) return RefuseInit(kReasonModelMismatch, s.message());
-    if (const char* stop = JobStopReasonIn(s.message(), nullptr))
-      return RefuseInit(stop, s.message());
-    return {CodeOf(s), "init: " + s.message()};
+    if (const char* stop = JobStopReason(s.reason(), nullptr)) return RefuseInit(stop, s.message());
+    return Failed(s, "init: ");
   }
   if (needs_own_state(step) && !restores_own_state) {
     init_ = InitState::kNotYet;
@@ -508,12 +513,12 @@ Session::Outcome Session::WaitFor(const std::vector<Transfer>& transfers) {
       refused.fields = {{"reason", kReasonNonFiniteGradient}};
       return refused;
     }
-    return {CodeOf(failure), "wait: " + failure.message()};
+    return Failed(failure, "wait: ");
   }
   uint64_t resume_step = 0;
   if (Status s = Recover(aborted->recoveries, &resume_step); !s.ok()) {
-    return {CodeOf(s), "wait: the job rolled back (" + failure.message() +
-                           ") and its recovery failed: " + s.message()};
+    return Failed(
+        s, "wait: the job rolled back (" + failure.message() + ") and its recovery failed: ");
   }
   Outcome outcome{kAborted, "wait: " + failure.message() + "; the parameters of step " +
                                 std::to_string(resume_step) + " are in the values regions"};
@@ -582,7 +587,7 @@ std::optional<Session::Outcome> Session::StartBarrier(const json& id, const json
     // Apart from the agent's own barriers ("init").
     Status s = context_.kv->Barrier("sidecar/" + name);
     if (s.ok()) return {};
-    return {CodeOf(s), "barrier " + Quote(name) + ": " + s.message()};
+    return Failed(s, "barrier " + Quote(name) + ": ");
   });
   return std::nullopt;
 }

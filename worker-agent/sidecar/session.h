@@ -123,8 +123,12 @@ class Session {
     const char* code = nullptr;  // null: ok
     std::string error;
     nlohmann::json fields = nlohmann::json::object();
+    // The KV client's Status::reason: the scheduler's, where it stopped the job.
+    std::string stop_reason = "";
     bool ok() const { return code == nullptr; }
   };
+  // A failure of the KV client, its message led by `what` ("wait: ").
+  static Outcome Failed(const Status& status, const std::string& what);
 
   static nlohmann::json ToReply(const nlohmann::json& id, const Outcome& outcome);
   Outcome NamingAnIncurableStop(Outcome outcome);

@@ -50,7 +50,7 @@ Session::Outcome Session::AnswerMembership(uint64_t step) {
   // Blocks until the scheduler has fixed the step's workers: a round trip
   // at most, since it keeps its schedule ahead of the furthest worker.
   if (Status s = context_.kv->Membership(step, &share); !s.ok())
-    return {CodeOf(s), "membership of step " + std::to_string(step) + ": " + s.message()};
+    return Failed(s, "membership of step " + std::to_string(step) + ": ");
   if (share.global_batch == 0) {
     // A fixed job: every worker computes every step, its rank's run of the
     // batch of spec.batchSize per worker.

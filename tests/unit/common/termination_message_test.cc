@@ -82,11 +82,16 @@ TEST(JobStopReasonTest, AnIncurableStopIsEveryonesReasonAndOthersKeepTheirOwn) {
   EXPECT_STREQ(JobStopReason("", kReasonJobStopped), kReasonJobStopped);
   const std::string said = JobStoppedMessage(kReasonNoCommonCheckpoint, "no step in common");
   EXPECT_EQ(said, "the scheduler stopped the job (NoCommonCheckpoint): no step in common");
-  EXPECT_STREQ(JobStopReasonIn("init: " + said, kReasonTrainingFailed), kReasonNoCommonCheckpoint);
-  EXPECT_STREQ(JobStopReasonIn(JobStoppedMessage("", "worker-1 gone"), kReasonTrainingFailed),
-               kReasonTrainingFailed);
-  EXPECT_STREQ(JobStopReasonIn(JobStoppedMessage("SomethingElse", "x"), kReasonTrainingFailed),
-               kReasonTrainingFailed);
+  EXPECT_STREQ(JobStopReason("SomethingElse", kReasonTrainingFailed), kReasonTrainingFailed);
+  // The reason travels beside the words (Status::reason), through every
+  // caller that adds where it happened, not found again in them.
+  const Status stopped = Status::Error(said).WithReason(kReasonNoCommonCheckpoint);
+  const Status wrapped = stopped.Prefixed("step 12: ");
+  EXPECT_EQ(wrapped.message(), "step 12: " + said);
+  EXPECT_STREQ(JobStopReason(wrapped.reason(), kReasonTrainingFailed), kReasonNoCommonCheckpoint);
+  EXPECT_STREQ(JobStopReason(Status::Error("step 12: " + said).reason(), kReasonTrainingFailed),
+               kReasonTrainingFailed)
+      << "words that look like a stop are not one";
 }
 
 }  // namespace

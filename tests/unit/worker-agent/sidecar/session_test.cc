@@ -339,8 +339,9 @@ TEST_F(SessionTest, AnyCallThatHearsAnIncurableStopOfTheJobNamesItsReason) {
   EXPECT_THAT(ExpectError(failed, "Internal"), HasSubstr("worker-1 has been gone"));
   EXPECT_EQ(failed.value("reason", ""), "");
   EXPECT_EQ(server_->JobFailure().first, "");
-  kv_.FailBarriers(Status::Error(JobStoppedMessage(
-      kReasonNoCommonCheckpoint, "its shards hold no checkpoint step in common")));
+  kv_.FailBarriers(Status::Error(JobStoppedMessage(kReasonNoCommonCheckpoint,
+                                                   "its shards hold no checkpoint step in common"))
+                       .WithReason(kReasonNoCommonCheckpoint));
   failed = client->Call({{"op", "barrier"}, {"name", "b"}});
   EXPECT_THAT(ExpectError(failed, "Internal"), HasSubstr("no checkpoint step in common"));
   EXPECT_EQ(failed.value("reason", ""), kReasonNoCommonCheckpoint);
