@@ -41,6 +41,16 @@ void ElasticWorkers::Adopt(const v1::Membership& schedule) {
   }
 }
 
+// The job's global batch is cut over its workers: fewer compute more
+// examples each, which a GPU's memory must hold (Kueue admitting 1 of 8
+// gives that one 8 times its batch).
+std::string ElasticWorkers::ExamplesEach(size_t workers) const {
+  const uint64_t batch = schedule_.global_batch();
+  if (batch == 0 || workers == 0) return "";
+  return ", up to " + std::to_string((batch + workers - 1) / workers) + " of the step's " +
+         std::to_string(batch) + " examples each";
+}
+
 std::vector<int> ElasticWorkers::Members() const {
   if (schedule_.changes_size() == 0) return {};
   const auto& last = schedule_.changes(schedule_.changes_size() - 1);
@@ -112,7 +122,7 @@ std::string ElasticWorkers::Plan(const std::vector<int>& candidates) {
     Append(from, next);
     at_step_.reset();
     line = "workers from step " + std::to_string(from) + ": " + std::to_string(next.size()) + " (" +
-           DescribeMembership(schedule_) + ")";
+           DescribeMembership(schedule_) + ")" + ExamplesEach(next.size());
   } else if (next == members && complete) {
     at_step_.reset();  // nothing to change: the lease goes on
   }

@@ -67,6 +67,8 @@ class ElasticWorkers {
   const v1::Membership& schedule() const { return schedule_; }
   // The members of the newest change: who trains once the pending steps are done.
   std::vector<int> Members() const;
+  // ", up to 64 of the step's 128 examples each" for a step of `workers`.
+  std::string ExamplesEach(size_t workers) const;
 
   int desired() const { return desired_; }
   // "" or why `workers` is refused (outside [min, max]). With `at_step`,

@@ -153,12 +153,13 @@ void Scheduler::KeepCheckpointsGlobalBatch(size_t workers) {
                << instead;
     return;
   }
+  elastic_.KeepGlobalBatch(kept);
   KLOG_INFO << "the job's servers hold a global batch of " << kept
             << " examples a step (their checkpoints, their pushes); the job keeps it, cut over "
             << "its " << workers << (workers == 1 ? " worker" : " workers")
+            << elastic_.ExamplesEach(workers)
             << ", so that its data goes on where it stopped (spec.batchSize x the workers "
             << "now would be " << own << ")";
-  elastic_.KeepGlobalBatch(kept);
 }
 
 // Every shard of a job holds checkpoints of the same job: the first server

@@ -95,6 +95,9 @@ class ElasticTest(unittest.TestCase):
             # A new worker resumes nothing: it says what it waits for.
             self.assertNotIn("[worker %d] resuming at step" % rank, output)
         self.assertEqual(output.count("left the job at step %d: it was scaled away" % down), 3)
+        # The one left computes the whole global batch: a GPU's memory must hold it.
+        self.assertRegex(output, r"workers from step %d: 1 \(.*\), up to (\d+) of the step's \1 "
+                         r"examples each" % down)
         self.assertAlmostEqual(job.accuracy(), fixed.accuracy(), delta=0.01)
 
     def test_a_shard_restarted_in_the_middle_of_a_scale_up_ends_bit_identical(self):
