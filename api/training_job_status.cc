@@ -81,8 +81,13 @@ void SetPhaseCondition(std::vector<Condition>* conditions, JobPhase phase,
 bool TrainingJobStatus::HasRun() const {
   if (phase == JobPhase::kRunning) return true;
   if (phase != JobPhase::kRestarting) return false;
-  return std::any_of(conditions.begin(), conditions.end(),
-                     [](const Condition& c) { return c.type == ToString(JobPhase::kRunning); });
+  // The Running condition turns False when the job restarts, and stays, False,
+  // through a suspension (or Kueue's requeue): it tells of this start only
+  // where it changed after the job started again (startTime is set anew on
+  // resume). Both are RFC 3339 times in UTC, which sort as text.
+  return std::any_of(conditions.begin(), conditions.end(), [this](const Condition& c) {
+    return c.type == ToString(JobPhase::kRunning) && c.last_transition_time > start_time;
+  });
 }
 
 bool TrainingJobStatus::SameExceptTimes(const TrainingJobStatus& o) const {

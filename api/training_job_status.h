@@ -94,8 +94,9 @@ struct TrainingJobStatus {
   std::map<std::string, int> replica_restarts;
 
   bool finished() const { return phase && IsFinished(*phase); }
-  // Running, or restarting after it was (its Running condition is there,
-  // False): a pod of it made again trains on with the rest, not from new.
+  // Running, or restarting after it was since it last started (its Running
+  // condition turned False after startTime): a pod of it made again trains
+  // on with the rest, not from new.
   bool HasRun() const;
   // Equal in everything but time stamps: whether a write would change anything.
   bool SameExceptTimes(const TrainingJobStatus& other) const;

@@ -104,5 +104,34 @@ TEST(TrainingJobStatusTest, PhaseConditionsFollowSetStatusCondition) {
   EXPECT_EQ(FindCondition(conditions, "Restarting")->status, "True");
 }
 
+// A job that has run stays Running while a pod of it is made again; one
+// suspended (or queued again by Kueue) and resumed has not run since, though
+// its conditions still hold the Running of before (only turned False).
+TEST(TrainingJobStatusTest, AJobResumedHasNotRunUntilItRunsAgain) {
+  TrainingJobStatus s;
+  auto phase = [&s](JobPhase p, const std::string& at) {
+    s.phase = p;
+    SetPhaseCondition(&s.conditions, p, "", "", at);
+  };
+  s.start_time = "2026-12-07T10:00:00Z";
+  phase(JobPhase::kCreated, "2026-12-07T10:00:00Z");
+  EXPECT_FALSE(s.HasRun());
+  phase(JobPhase::kRunning, "2026-12-07T10:00:05Z");
+  EXPECT_TRUE(s.HasRun());
+  phase(JobPhase::kRestarting, "2026-12-07T10:01:00Z");
+  EXPECT_TRUE(s.HasRun());
+
+  phase(JobPhase::kSuspended, "2026-12-07T10:02:00Z");
+  s.start_time.clear();
+  EXPECT_FALSE(s.HasRun());
+  s.start_time = "2026-12-07T10:03:00Z";  // resumed
+  phase(JobPhase::kCreated, "2026-12-07T10:03:00Z");
+  phase(JobPhase::kRestarting, "2026-12-07T10:03:10Z");  // a pod failed before it ran
+  EXPECT_FALSE(s.HasRun());
+  phase(JobPhase::kRunning, "2026-12-07T10:03:20Z");
+  phase(JobPhase::kRestarting, "2026-12-07T10:04:00Z");
+  EXPECT_TRUE(s.HasRun());
+}
+
 }  // namespace
 }  // namespace kubeps::api
