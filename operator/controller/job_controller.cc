@@ -238,7 +238,11 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
       const ReplicaStatus& stuck = it->second;
       // Its scheduler takes a worker in whenever it comes (a node freed, the
       // cluster autoscaled), and trains on meanwhile with its minReplicas.
+      // Only room comes by itself: an image that cannot be pulled, a bad
+      // configuration or a volume that cannot be mounted stays so, and is
+      // said by the timeout.
       if (elastic && has_run && name.role == ReplicaRole::kWorker &&
+          stuck.start_problem == "Unschedulable" &&
           status.workers.running >= job_.spec.elastic.min_replicas) {
         ++trained_on_without;
         continue;

@@ -135,5 +135,22 @@ TEST_F(RunningJobTest, AnElasticJobTrainsOnPastAWorkerThatCannotStartWhileItKeep
   EXPECT_EQ(status.reason, "Unschedulable");
 }
 
+// Only room comes by itself: a worker whose image cannot be pulled would
+// not start when it does, and the timeout says so as for any other job.
+TEST_F(RunningJobTest, AnElasticJobFailsByTheTimeoutForAWorkerThatRoomWouldNotStart) {
+  api::TrainingJob job = ElasticJob(2, 2, 4);
+  job.spec.run_policy.pod_start_timeout_seconds = 5;
+  StartRunning(job);
+  job.spec.worker.replicas = 3;
+  PassOfTheOperator(job, Recorded(JobPhase::kRunning), 2000);
+  ReplicaStatus& stuck = cluster_.replicas[Worker(2)];
+  stuck.created_ms = 2000;
+  stuck.start_problem = "ImagePullBackOff";
+  JobStatus status = PassOfTheOperator(job, Recorded(JobPhase::kRunning), 60'000);
+  EXPECT_EQ(status.phase, JobPhase::kFailed);
+  EXPECT_EQ(status.reason, "ImagePullFailed");
+  EXPECT_THAT(status.message, HasSubstr("worker-2"));
+}
+
 }  // namespace
 }  // namespace kubeps::controller
