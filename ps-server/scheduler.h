@@ -161,6 +161,8 @@ class Scheduler {
   void FirstStart();                   // requires mutex_
   void SayAnotherGlobalBatch() const;  // requires mutex_
   std::string EpochCost() const;       // requires mutex_
+  // Whether checkpoints written by workers of batch `written` (0: not
+  // said) are of another spec.batchSize than this job's.
   bool OtherBatchSize(uint32_t written) const;
   // A field of the servers' registrations about their checkpoints' job:
   // the first server's that is not 0, or 0 (requires mutex_).
