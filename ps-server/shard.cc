@@ -232,7 +232,8 @@ grpc::Status Shard::CheckDeclaredAsStored(const v1::InitRequest& request) const 
                         why + ": " + kModelMismatchRefusal +
                             ", the program changed since the job started, the checkpoints "
                             "resumed from are another model's (or were placed under another "
-                            "spec.bigArrayBound), or the workers' kubeps versions "
+                            "spec.bigArrayBound: kubeps reshard JOB.yaml cuts them for this "
+                            "one), or the workers' kubeps versions "
                             "place tensors otherwise (an agent image changed mid-job; keys are "
                             "given in the order a program declares its tensors)");
   };

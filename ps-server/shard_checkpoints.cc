@@ -177,8 +177,9 @@ Status Shard::FitsThisJob(const v1::ShardCheckpoint& checkpoint) const {
         which + " was written by a job of " + std::to_string(wrote) +
         " servers, and this job has " + std::to_string(options_.num_servers) +
         " (spec.replicaSpecs.ps.replicas): each server holds the parts that key placement gives "
-        "it among the job's servers, so a job resumes only with as many as wrote its "
-        "checkpoints. Run it with " +
+        "it among the job's servers. Cut them for " +
+        std::to_string(options_.num_servers) +
+        " first (kubeps reshard JOB.yaml, while no job runs on them), run it with " +
         std::to_string(wrote) + " servers, or " + start_fresh);
   }
   const std::string& had = checkpoint.optimizer();

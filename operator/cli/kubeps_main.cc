@@ -4,6 +4,7 @@
 //                                  servers, same global batch (the baseline)
 //   kubeps validate JOB.yaml       check a manifest; names every bad field
 //   kubeps scale JOB --workers=N   scale the workers of a running elastic job
+//   kubeps reshard JOB.yaml        cut a job's checkpoints for its number of servers
 #include <unistd.h>
 
 #include <climits>
@@ -17,6 +18,7 @@
 #include "api/training_job.h"
 #include "common/command_line.h"
 #include "common/logging.h"
+#include "operator/local/checkpoint_reshard.h"
 #include "operator/local/local_runner.h"
 #include "operator/local/local_scale.h"
 
@@ -96,6 +98,44 @@ int Scale(const std::string& job_name, int workers, std::optional<uint64_t> at_s
   return 0;
 }
 
+// The checkpoints of an earlier run, cut again for this manifest's servers
+// and bigArrayBound, so that it resumes from them.
+int Reshard(const std::string& path, const std::string& run_dir) {
+  api::TrainingJob job;
+  if (!LoadJob(path, &job)) return 1;
+  std::string folder = job.spec.checkpoint_path;
+  if (folder.empty() && !run_dir.empty()) folder = run_dir + "/checkpoints";
+  if (folder.empty()) {
+    PrintError(path +
+               ": spec.checkpoint.path is empty: give the run folder its checkpoints are "
+               "in (--run-dir, as the job was run with)");
+    return 1;
+  }
+  const int servers = job.spec.ps.replicas;
+  PlacementOptions placement;
+  placement.big_array_bound = static_cast<uint64_t>(job.spec.big_array_bound);
+  local::ReshardReport report;
+  if (Status s = local::ReshardFolder(folder, servers, placement, &report); !s.ok()) {
+    PrintError("kubeps reshard: " + s.message());
+    return 1;
+  }
+  const std::string what =
+      "step " + std::to_string(report.step) + " of " + std::to_string(report.old_servers) +
+      " servers (" + std::to_string(report.tensors) + " tensors, " +
+      std::to_string((report.bytes + (1 << 20) - 1) >> 20) + " MiB with the optimizer's state)";
+  if (report.moved_aside.empty()) {
+    PrintLine(folder + ": " + what + " is placed as " + std::to_string(servers) +
+              " servers under bigArrayBound " + std::to_string(job.spec.big_array_bound) +
+              " place it: nothing to reshard");
+    return 0;
+  }
+  PrintLine(folder + ": " + what + " resharded for " + std::to_string(servers) +
+            " servers under bigArrayBound " + std::to_string(job.spec.big_array_bound) +
+            "; the job resumes from it. The old folders are in " + report.moved_aside +
+            " (delete them once it has)");
+  return 0;
+}
+
 }  // namespace
 }  // namespace kubeps
 
@@ -141,10 +181,19 @@ int main(int argc, char** argv) {
                     "change the workers at this step exactly (the job waits there for workers not "
                     "up yet); default: at the first step no worker has reached");
   scale->add_option("--run-dir", run_dir, "the run folder the job was started with, if any");
+  CLI::App* reshard = app.add_subcommand(
+      "reshard",
+      "cut the checkpoints of an earlier run for the manifest's number of parameter servers "
+      "and bigArrayBound, so that the job resumes from them (no job may run on them)");
+  reshard->add_option("JOB.yaml", path, "the TrainingJob manifest to run next")->required();
+  reshard->add_option("--run-dir", run_dir,
+                      "the run folder the earlier run was given, where spec.checkpoint.path is "
+                      "empty");
   if (auto exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
 
   if (validate->parsed()) return Validate(path);
   if (run->parsed()) return Run(path, run_dir, keep_run_dir, host);
   if (scale->parsed()) return Scale(job_name, workers, at_step, run_dir);
+  if (reshard->parsed()) return Reshard(path, run_dir);
   return TrainLocal(path);
 }

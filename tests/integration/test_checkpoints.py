@@ -174,11 +174,66 @@ class RunTwiceTest(unittest.TestCase):
             self.assertIn("written by a job of 2 servers, and this job has %d" % servers,
                           again.output())
             self.assertIn("(CheckpointMismatch)", again.output())
+            self.assertIn("Cut them for %d first (kubeps reshard JOB.yaml" % servers,
+                          again.output())
             self.assertNotIn("Restarting", again.output())
         # Nothing was touched: with its 2 servers the job resumes.
         code, third = self.run_job(job_text("servers"), 100)
         self.assertEqual(code, 0, third.output())
         self.assertIn("resuming at step 60 of 100", third.output())
+
+    def test_checkpoints_resharded_for_other_servers_go_on_bit_for_bit(self):
+        # `kubeps reshard` cuts the parameters and the optimizer's state
+        # again as the next job's servers and bigArrayBound place them:
+        # elementwise, a sync job resumed from them goes on as it would have
+        # with its first servers. 2 servers (dense1.weight sliced), then 3,
+        # then 1 under the default bound, against 2 throughout.
+        def text(servers, bound):
+            job = json.loads(job_text("reshard", servers=servers))
+            job["spec"]["bigArrayBound"] = bound
+            return json.dumps(job, indent=2)
+
+        def reshard(text_now):
+            path = write_manifest(self.dir, text_now, "next.yaml")
+            return subprocess.run([KUBEPS, "reshard", path, "--run-dir", self.run_dir],
+                                  capture_output=True, text=True, timeout=60)
+
+        dumps = {name: os.path.join(self.dir, name + ".params") for name in ("straight", "resharded")}
+        straight = RunningJob(write_manifest(self.dir, text(2, 100000), "straight.yaml"),
+                              run_dir=os.path.join(self.dir, "straight"),
+                              env={"KUBEPS_MAX_STEPS": "150", "KUBEPS_DUMP_PARAMS": dumps["straight"]})
+        try:
+            self.assertEqual(straight.wait(TIMEOUT), 0, straight.output())
+        finally:
+            straight.close()
+
+        code, first = self.run_job(text(2, 100000), 60)
+        self.assertEqual(code, 0, first.output())
+        done = reshard(text(3, 100000))
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        self.assertIn("step 60 of 2 servers (4 tensors", done.stdout)
+        self.assertIn("resharded for 3 servers under bigArrayBound 100000", done.stdout)
+        self.assertEqual(steps_of(self.run_dir, "server-2"), [60])
+        code, second = self.run_job(text(3, 100000), 100)
+        self.assertEqual(code, 0, second.output())
+        self.assertIn("resuming at step 60 of 100", second.output())
+
+        done = reshard(text(1, 1000000))
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        self.assertIn("step 100 of 3 servers", done.stdout)
+        self.assertFalse(os.path.exists(os.path.join(self.run_dir, "checkpoints", "server-1")))
+        again = reshard(text(1, 1000000))
+        self.assertIn("nothing to reshard", again.stdout)
+        job = RunningJob(write_manifest(self.dir, text(1, 1000000)), run_dir=self.run_dir,
+                         env={"KUBEPS_MAX_STEPS": "150", "KUBEPS_DUMP_PARAMS": dumps["resharded"]})
+        try:
+            self.assertEqual(job.wait(TIMEOUT), 0, job.output())
+        finally:
+            job.close()
+        self.assertIn("resuming at step 100 of 150", job.output())
+        self.assertGreater(os.path.getsize(dumps["straight"]), 800000)  # 200k float32 and more
+        with open(dumps["straight"], "rb") as a, open(dumps["resharded"], "rb") as b:
+            self.assertTrue(a.read() == b.read(), "the resharded job's parameters differ")
 
     def test_an_async_jobs_checkpoints_are_refused_to_a_sync_job_run_again_over_them(self):
         # An async checkpoint's step counts every worker's pushes: before,
