@@ -142,15 +142,15 @@ void JobController::StopSurplusWorkers(const std::map<ReplicaName, ReplicaStatus
   std::vector<ReplicaName> ended, overdue;
   for (const auto& [name, r] : observed) {
     if (name.role != ReplicaRole::kWorker || name.index < desired_workers_) {
-      surplus_since_ms_.erase(name);
+      timers_.surplus_since_ms.erase(name);
       continue;
     }
     if (!IsActive(r)) {
       ended.push_back(name);  // it left: its pod goes
-      surplus_since_ms_.erase(name);
+      timers_.surplus_since_ms.erase(name);
       continue;
     }
-    const int64_t since = surplus_since_ms_.emplace(name, now_ms).first->second;
+    const int64_t since = timers_.surplus_since_ms.emplace(name, now_ms).first->second;
     if (now_ms - since >= kSurplusGraceMs) overdue.push_back(name);
   }
   DeleteOrLog(ended, Cluster::kBackendGrace);
@@ -244,12 +244,18 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
       if (elastic && has_run && name.role == ReplicaRole::kWorker &&
           stuck.start_problem == "Unschedulable" &&
           status.workers.running >= job_.spec.elastic.min_replicas) {
+        timers_.trained_on_without_ms[name] = now_ms;
         ++trained_on_without;
         continue;
       }
       if (!cannot_start) cannot_start = &stuck;
       const int64_t timeout_s = job_.spec.run_policy.pod_start_timeout_seconds;
-      if (timeout_s > 0 && stuck.created_ms >= 0 && now_ms - stuck.created_ms >= timeout_s * 1000) {
+      int64_t since = stuck.created_ms;
+      if (auto without = timers_.trained_on_without_ms.find(name);
+          without != timers_.trained_on_without_ms.end() && since >= 0) {
+        since = std::max(since, without->second);
+      }
+      if (timeout_s > 0 && since >= 0 && now_ms - since >= timeout_s * 1000) {
         return Fail(StartFailureReason(stuck.start_problem),
                     Named(stuck) + " could not start within podStartTimeoutSeconds (" +
                         std::to_string(timeout_s) + " s): " + StartProblem(stuck),
@@ -257,6 +263,7 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
       }
       continue;
     }
+    timers_.trained_on_without_ms.erase(name);  // not stuck: it started, or is new
     // Not there (new, or deleted from outside: a drain's eviction), or
     // ended by its node: made (again) without counting as a restart.
     if (it == observed.end() || it->second.disrupted) {
@@ -382,8 +389,8 @@ bool JobController::SchedulerSawTheJobOver(const std::map<ReplicaName, ReplicaSt
 // servers are, then stopped. None is started again.
 JobStatus JobController::WaitForWorkersAfterJobOver(
     JobStatus status, const std::map<ReplicaName, ReplicaStatus>& observed, int64_t now_ms) {
-  if (workers_done_at_ms_ < 0) workers_done_at_ms_ = now_ms;
-  if (now_ms - workers_done_at_ms_ >= kLingerMs)
+  if (timers_.workers_done_ms < 0) timers_.workers_done_ms = now_ms;
+  if (now_ms - timers_.workers_done_ms >= kLingerMs)
     return FinishJob(std::move(status), observed, now_ms);
   std::vector<ReplicaName> left;
   for (const auto& [name, r] : observed) {
@@ -416,7 +423,7 @@ std::string JobController::RunningMessage(
 JobStatus JobController::FinishJob(JobStatus status,
                                    const std::map<ReplicaName, ReplicaStatus>& observed,
                                    int64_t now_ms) {
-  if (workers_done_at_ms_ < 0) workers_done_at_ms_ = now_ms;
+  if (timers_.workers_done_ms < 0) timers_.workers_done_ms = now_ms;
   std::vector<ReplicaName> left;  // the scheduler and servers still there
   for (const auto& [name, r] : observed) {
     if (name.role != ReplicaRole::kWorker && IsActive(r)) left.push_back(name);
@@ -434,7 +441,7 @@ JobStatus JobController::FinishJob(JobStatus status,
   // scheduler once they have heard it: worth waiting for only while both
   // are there. A server whose scheduler is gone would wait for it in vain.
   const int64_t linger = servers_left ? kLingerMs : kSchedulerLingerMs;
-  const int64_t waited = now_ms - workers_done_at_ms_;
+  const int64_t waited = now_ms - timers_.workers_done_ms;
   if (!left.empty() && scheduler_left && waited < linger) {
     status.phase = JobPhase::kRunning;
     status.reason = "WorkersSucceeded";

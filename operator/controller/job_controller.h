@@ -74,10 +74,21 @@ class JobController {
   // When the job started (monotonic ms), for activeDeadlineSeconds; the
   // first Reconcile sets it when nobody did.
   void set_start_ms(int64_t start_ms) { start_ms_ = start_ms; }
-  // When every worker had finished (-1: not yet): a controller made anew
-  // for each reconcile carries the servers' linger over.
-  void set_workers_done_ms(int64_t ms) { workers_done_at_ms_ = ms; }
-  int64_t workers_done_ms() const { return workers_done_at_ms_; }
+  // The times a controller made anew for each reconcile carries over from
+  // the one before.
+  struct Timers {
+    // When every worker had finished (-1: not yet): the servers' linger.
+    int64_t workers_done_ms = -1;
+    // Since when each worker past the desired number has been there.
+    std::map<ReplicaName, int64_t> surplus_since_ms;
+    // When an elastic job last trained on without each worker pod that
+    // could not be scheduled: once it needs the worker for its
+    // minReplicas, podStartTimeoutSeconds counts from then, not from the
+    // pod's creation.
+    std::map<ReplicaName, int64_t> trained_on_without_ms;
+  };
+  const Timers& timers() const { return timers_; }
+  void set_timers(Timers timers) { timers_ = std::move(timers); }
   // Each replica's restarts as recorded earlier (the job's status): a pod
   // deleted from outside takes its count with it, the record does not.
   void set_known_restarts(std::map<std::string, int> known) { known_restarts_ = std::move(known); }
@@ -101,12 +112,6 @@ class JobController {
   // for a controller made anew for each reconcile.
   void set_has_run(bool has_run) { has_run_ = has_run; }
   int desired_workers() const { return desired_workers_; }
-  // Since when each worker past the desired number has been there: a
-  // controller made anew for each reconcile carries it over.
-  const std::map<ReplicaName, int64_t>& surplus_since_ms() const { return surplus_since_ms_; }
-  void set_surplus_since_ms(std::map<ReplicaName, int64_t> since) {
-    surplus_since_ms_ = std::move(since);
-  }
   // The order in which replicas are stopped: workers, servers, scheduler.
   static void SortForStopping(std::vector<ReplicaName>* names);
 
@@ -143,14 +148,13 @@ class JobController {
   // The replicas' counts when the job ended, before cleanPodPolicy deleted
   // any: what a finished job's status keeps reporting.
   std::optional<JobStatus> final_counts_;
-  int64_t workers_done_at_ms_ = -1;
+  Timers timers_;
   int64_t start_ms_ = -1;
   std::map<std::string, int> known_restarts_;
   int desired_workers_;
   // The job has been Running (a restart since counts): one whose pod is
   // made again later trains on meanwhile.
   bool has_run_ = false;
-  std::map<ReplicaName, int64_t> surplus_since_ms_;  // workers past desired_workers_, still there
   // Stops workers past the desired number that did not leave in time.
   void StopSurplusWorkers(const std::map<ReplicaName, ReplicaStatus>& observed, int64_t now_ms);
 };

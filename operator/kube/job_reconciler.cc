@@ -236,13 +236,11 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   controller.set_known_restarts(status.replica_restarts);
   controller.set_has_run(status.HasRun());
   if (!status.start_time.empty()) controller.set_start_ms(ToMs(ParseTime(status.start_time)));
-  controller.set_workers_done_ms(state.workers_done_ms);
-  controller.set_surplus_since_ms(state.surplus_since_ms);
+  controller.set_timers(state.timers);
   controller::JobStatus observed = controller.Reconcile(now_ms);
   // What was refused stays in the status, not only in an Event that expires.
   if (!refusal.reason.empty() && !observed.finished()) observed.message += "; " + refusal.message;
-  state.workers_done_ms = controller.workers_done_ms();
-  state.surplus_since_ms = controller.surplus_since_ms();
+  state.timers = controller.timers();
 
   for (const json& pod : cluster.CreatedPods()) state.created_pods.Created(pod, now);
   for (const auto& name : cluster.deleted()) state.created_pods.Deleted(name);

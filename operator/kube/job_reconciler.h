@@ -77,7 +77,7 @@ class JobReconciler {
 
  private:
   struct JobState {
-    int64_t workers_done_ms = -1;  // when every worker had finished
+    controller::JobController::Timers timers;  // carried from one reconcile to the next
     // Secrets, Services and certificates made, for this many replicas (an
     // elastic job's maxReplicas may grow: its new workers need certificates).
     size_t owned_objects_for = 0;
@@ -120,7 +120,6 @@ class JobReconciler {
     std::string placed_admission;
     std::map<std::string, PodSetPlacement> placements;
     std::string placement_conflict;
-    std::map<controller::ReplicaName, int64_t> surplus_since_ms;
   };
   // A pod with the condition DisruptionTarget is said once in an Event:
   // one being deleted (an eviction: a drain, the taint manager, preemption)

@@ -51,7 +51,10 @@ class RunningJobTest : public ::testing::Test {
                               int64_t now_ms) {
     controller_ = std::make_unique<JobController>(job, &cluster_, Launch());
     controller_->set_has_run(recorded.HasRun());
-    return controller_->Reconcile(now_ms);
+    controller_->set_timers(timers_);
+    JobStatus status = controller_->Reconcile(now_ms);
+    timers_ = controller_->timers();
+    return status;
   }
   // A status of `phase`; `ran` adds the Running condition of a job that ran.
   static api::TrainingJobStatus Recorded(JobPhase phase, bool ran = false) {
@@ -65,6 +68,7 @@ class RunningJobTest : public ::testing::Test {
 
   FakeCluster cluster_;
   std::unique_ptr<JobController> controller_;
+  JobController::Timers timers_;  // as the operator carries them
 };
 
 TEST_F(RunningJobTest, AnElasticJobScaledUpStaysRunningWhileItsNewWorkerStarts) {
@@ -149,6 +153,27 @@ TEST_F(RunningJobTest, AnElasticJobFailsByTheTimeoutForAWorkerThatRoomWouldNotSt
   JobStatus status = PassOfTheOperator(job, Recorded(JobPhase::kRunning), 60'000);
   EXPECT_EQ(status.phase, JobPhase::kFailed);
   EXPECT_EQ(status.reason, "ImagePullFailed");
+  EXPECT_THAT(status.message, HasSubstr("worker-2"));
+}
+
+// A worker the job trained on without, then needed for its minReplicas (a
+// running one was evicted): podStartTimeoutSeconds counts from then. Before,
+// from the pod's creation long before: the job failed at once.
+TEST_F(RunningJobTest, AWorkerTheJobTrainedOnWithoutHasTheWholeTimeoutOnceItIsNeeded) {
+  api::TrainingJob job = ElasticJob(2, 2, 4);
+  job.spec.run_policy.pod_start_timeout_seconds = 5;
+  StartRunning(job);
+  job.spec.worker.replicas = 3;
+  PassOfTheOperator(job, Recorded(JobPhase::kRunning), 2000);
+  cluster_.replicas[Worker(2)].created_ms = 2000;
+  cluster_.replicas[Worker(2)].start_problem = "Unschedulable";
+  EXPECT_EQ(PassOfTheOperator(job, Recorded(JobPhase::kRunning), 60'000).phase, JobPhase::kRunning);
+  cluster_.replicas.erase(Worker(1));  // evicted: 1 running, under the minimum
+  JobStatus status = PassOfTheOperator(job, Recorded(JobPhase::kRunning), 61'000);
+  EXPECT_NE(status.phase, JobPhase::kFailed) << status.message;
+  status = PassOfTheOperator(job, Recorded(JobPhase::kRunning), 65'500);
+  EXPECT_EQ(status.phase, JobPhase::kFailed);
+  EXPECT_EQ(status.reason, "Unschedulable");
   EXPECT_THAT(status.message, HasSubstr("worker-2"));
 }
 

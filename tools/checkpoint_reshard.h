@@ -13,8 +13,8 @@
 // Offline, while no job runs on the folder: the newest step every old
 // server holds is resharded, and the old folders are moved aside, not
 // deleted.
-#ifndef KUBEPS_OPERATOR_LOCAL_CHECKPOINT_RESHARD_H_
-#define KUBEPS_OPERATOR_LOCAL_CHECKPOINT_RESHARD_H_
+#ifndef KUBEPS_TOOLS_CHECKPOINT_RESHARD_H_
+#define KUBEPS_TOOLS_CHECKPOINT_RESHARD_H_
 
 #include <cstdint>
 #include <string>
@@ -24,7 +24,7 @@
 #include "kubeps.pb.h"
 #include "worker-agent/kv/placement.h"
 
-namespace kubeps::local {
+namespace kubeps::tools {
 
 // The checkpoints of one step, one per old server in rank order, as
 // `servers` servers would hold them under `placement`. Each tensor's
@@ -55,6 +55,6 @@ struct ReshardReport {
 Status ReshardFolder(const std::string& folder, int servers, const PlacementOptions& placement,
                      ReshardReport* report);
 
-}  // namespace kubeps::local
+}  // namespace kubeps::tools
 
-#endif  // KUBEPS_OPERATOR_LOCAL_CHECKPOINT_RESHARD_H_
+#endif  // KUBEPS_TOOLS_CHECKPOINT_RESHARD_H_

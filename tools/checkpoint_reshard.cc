@@ -1,4 +1,4 @@
-#include "operator/local/checkpoint_reshard.h"
+#include "tools/checkpoint_reshard.h"
 
 #include <unistd.h>
 
@@ -14,7 +14,7 @@
 #include "ps-server/checkpoint_folder_lock.h"
 #include "ps-server/checkpoint_store.h"
 
-namespace kubeps::local {
+namespace kubeps::tools {
 
 namespace fs = std::filesystem;
 
@@ -324,4 +324,4 @@ Status ReshardFolder(const std::string& folder, int servers, const PlacementOpti
   return Status::Ok();
 }
 
-}  // namespace kubeps::local
+}  // namespace kubeps::tools
