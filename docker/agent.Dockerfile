@@ -46,6 +46,7 @@ COPY api api
 COPY operator operator
 COPY ps-server ps-server
 COPY worker-agent worker-agent
+COPY tools tools
 COPY docker/runtime-packages.sh /usr/local/bin/runtime-packages.sh
 # CUDA on, and the ldd check fails the build if CMake did not find CUDA, cuBLAS
 # or NCCL (it would otherwise quietly build a CPU-only agent).

@@ -30,6 +30,7 @@ COPY api api
 COPY operator operator
 COPY ps-server ps-server
 COPY worker-agent worker-agent
+COPY tools tools
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DKUBEPS_BUILD_TESTS=OFF -DKUBEPS_WITH_CUDA=OFF \
  && cmake --build build --target kubeps-operator

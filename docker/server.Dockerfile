@@ -1,6 +1,8 @@
 # syntax=docker/dockerfile:1
 # kubeps-server: the job's scheduler and its parameter-server shards (the
 # KUBEPS_ROLE environment variable picks which, see common/node_config.h).
+# It carries kubeps-reshard too, for a pod that mounts a job's checkpoint
+# volume (it loads no library the server does not; docs/reliability.md).
 # Build from the repository root:
 #
 #   docker build -f docker/server.Dockerfile -t kubeps-server:dev .
@@ -31,9 +33,10 @@ COPY api api
 COPY operator operator
 COPY ps-server ps-server
 COPY worker-agent worker-agent
+COPY tools tools
 RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DKUBEPS_BUILD_TESTS=OFF -DKUBEPS_WITH_CUDA=OFF \
- && cmake --build build --target kubeps-server
+ && cmake --build build --target kubeps-server kubeps-reshard
 
 FROM debian:12.11-slim AS runtime
 ARG DEBIAN_FRONTEND=noninteractive
@@ -47,8 +50,9 @@ RUN apt-get update \
  && groupadd --system --gid 10001 kubeps \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin kubeps
 COPY --from=build /src/build/bin/kubeps-server /usr/local/bin/kubeps-server
+COPY --from=build /src/build/bin/kubeps-reshard /usr/local/bin/kubeps-reshard
 # Fails the build if a shared library is missing.
-RUN ! ldd /usr/local/bin/kubeps-server | grep 'not found'
+RUN ! ldd /usr/local/bin/kubeps-server /usr/local/bin/kubeps-reshard | grep 'not found'
 # Numeric, so that Kubernetes' runAsNonRoot can check it.
 USER 10001:10001
 # gRPC and metrics ports are set by KUBEPS_* variables (the operator names

@@ -5,6 +5,7 @@
 //   kubeps validate JOB.yaml       check a manifest; names every bad field
 //   kubeps scale JOB --workers=N   scale the workers of a running elastic job
 //   kubeps reshard JOB.yaml        cut a job's checkpoints for its number of servers
+//                                  (or --path DIR --servers N, without a manifest)
 #include <unistd.h>
 
 #include <climits>
@@ -13,12 +14,12 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "api/pod_env_codec.h"
 #include "api/training_job.h"
 #include "common/command_line.h"
 #include "common/logging.h"
-#include "operator/local/checkpoint_reshard.h"
 #include "operator/local/local_runner.h"
 #include "operator/local/local_scale.h"
 
@@ -98,42 +99,45 @@ int Scale(const std::string& job_name, int workers, std::optional<uint64_t> at_s
   return 0;
 }
 
-// The checkpoints of an earlier run, cut again for this manifest's servers
-// and bigArrayBound, so that it resumes from them.
-int Reshard(const std::string& path, const std::string& run_dir) {
-  api::TrainingJob job;
-  if (!LoadJob(path, &job)) return 1;
-  std::string folder = job.spec.checkpoint_path;
-  if (folder.empty() && !run_dir.empty()) folder = run_dir + "/checkpoints";
-  if (folder.empty()) {
-    PrintError(path +
-               ": spec.checkpoint.path is empty: give the run folder its checkpoints are "
-               "in (--run-dir, as the job was run with)");
+// Where and for what `kubeps reshard` cuts the checkpoints: a manifest's
+// (the job to run next), or flags, where no manifest is at hand; a flag
+// overrides the manifest.
+struct ReshardTarget {
+  std::string folder;
+  int servers = 0;
+  int64_t big_array_bound = 0;
+};
+
+// Hands over to kubeps-reshard (tools/: it reads the servers' checkpoints
+// and places tensors as the workers do, which this CLI links neither of).
+int Reshard(const std::string& path, const std::string& run_dir, ReshardTarget target) {
+  if (!path.empty()) {
+    api::TrainingJob job;
+    if (!LoadJob(path, &job)) return 1;
+    if (target.folder.empty()) target.folder = job.spec.checkpoint_path;
+    if (target.folder.empty() && !run_dir.empty()) target.folder = run_dir + "/checkpoints";
+    if (target.servers == 0) target.servers = job.spec.ps.replicas;
+    if (target.big_array_bound == 0) target.big_array_bound = job.spec.big_array_bound;
+  }
+  if (target.folder.empty() || target.servers == 0) {
+    PrintError("kubeps reshard: " +
+               (path.empty() ? std::string("give a manifest (JOB.yaml), or --path and --servers")
+                             : path + ": spec.checkpoint.path is empty: give the run folder "
+                                      "its checkpoints are in (--run-dir, as the job was run "
+                                      "with), or --path"));
     return 1;
   }
-  const int servers = job.spec.ps.replicas;
-  PlacementOptions placement;
-  placement.big_array_bound = static_cast<uint64_t>(job.spec.big_array_bound);
-  local::ReshardReport report;
-  if (Status s = local::ReshardFolder(folder, servers, placement, &report); !s.ok()) {
-    PrintError("kubeps reshard: " + s.message());
-    return 1;
-  }
-  const std::string what =
-      "step " + std::to_string(report.step) + " of " + std::to_string(report.old_servers) +
-      " servers (" + std::to_string(report.tensors) + " tensors, " +
-      std::to_string((report.bytes + (1 << 20) - 1) >> 20) + " MiB with the optimizer's state)";
-  if (report.moved_aside.empty()) {
-    PrintLine(folder + ": " + what + " is placed as " + std::to_string(servers) +
-              " servers under bigArrayBound " + std::to_string(job.spec.big_array_bound) +
-              " place it: nothing to reshard");
-    return 0;
-  }
-  PrintLine(folder + ": " + what + " resharded for " + std::to_string(servers) +
-            " servers under bigArrayBound " + std::to_string(job.spec.big_array_bound) +
-            "; the job resumes from it. The old folders are in " + report.moved_aside +
-            " (delete them once it has)");
-  return 0;
+  const std::string tool = BinaryDir() + "/kubeps-reshard";
+  std::vector<std::string> args = {tool, "--path", target.folder, "--servers",
+                                   std::to_string(target.servers)};
+  if (target.big_array_bound > 0)
+    args.insert(args.end(), {"--big-array-bound", std::to_string(target.big_array_bound)});
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  ::execv(tool.c_str(), argv.data());
+  PrintError("cannot execute " + tool + ": " + std::strerror(errno));
+  return 1;
 }
 
 }  // namespace
@@ -185,15 +189,27 @@ int main(int argc, char** argv) {
       "reshard",
       "cut the checkpoints of an earlier run for the manifest's number of parameter servers "
       "and bigArrayBound, so that the job resumes from them (no job may run on them)");
-  reshard->add_option("JOB.yaml", path, "the TrainingJob manifest to run next")->required();
+  reshard->add_option("JOB.yaml", path, "the TrainingJob manifest to run next");
   reshard->add_option("--run-dir", run_dir,
                       "the run folder the earlier run was given, where spec.checkpoint.path is "
                       "empty");
+  ReshardTarget target;
+  reshard->add_option("--path", target.folder,
+                      "the checkpoint folder (spec.checkpoint.path: its server-<i> folders); "
+                      "default: the manifest's");
+  reshard
+      ->add_option("--servers", target.servers,
+                   "how many parameter servers the next run has; default: the manifest's")
+      ->check(CLI::PositiveNumber);
+  reshard
+      ->add_option("--big-array-bound", target.big_array_bound,
+                   "the next run's spec.bigArrayBound; default: the manifest's, or 1000000")
+      ->check(CLI::PositiveNumber);
   if (auto exit_code = ParseCommandLine(app, argc, argv)) return *exit_code;
 
   if (validate->parsed()) return Validate(path);
   if (run->parsed()) return Run(path, run_dir, keep_run_dir, host);
   if (scale->parsed()) return Scale(job_name, workers, at_step, run_dir);
-  if (reshard->parsed()) return Reshard(path, run_dir);
+  if (reshard->parsed()) return Reshard(path, run_dir, target);
   return TrainLocal(path);
 }

@@ -193,10 +193,9 @@ class RunTwiceTest(unittest.TestCase):
             job["spec"]["bigArrayBound"] = bound
             return json.dumps(job, indent=2)
 
-        def reshard(text_now):
-            path = write_manifest(self.dir, text_now, "next.yaml")
-            return subprocess.run([KUBEPS, "reshard", path, "--run-dir", self.run_dir],
-                                  capture_output=True, text=True, timeout=60)
+        def reshard(*args):
+            return subprocess.run([KUBEPS, "reshard", *args], capture_output=True, text=True,
+                                  timeout=60)
 
         dumps = {name: os.path.join(self.dir, name + ".params") for name in ("straight", "resharded")}
         straight = RunningJob(write_manifest(self.dir, text(2, 100000), "straight.yaml"),
@@ -209,7 +208,8 @@ class RunTwiceTest(unittest.TestCase):
 
         code, first = self.run_job(text(2, 100000), 60)
         self.assertEqual(code, 0, first.output())
-        done = reshard(text(3, 100000))
+        done = reshard(write_manifest(self.dir, text(3, 100000), "next.yaml"), "--run-dir",
+                       self.run_dir)
         self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
         self.assertIn("step 60 of 2 servers (4 tensors", done.stdout)
         self.assertIn("resharded for 3 servers under bigArrayBound 100000", done.stdout)
@@ -218,11 +218,13 @@ class RunTwiceTest(unittest.TestCase):
         self.assertEqual(code, 0, second.output())
         self.assertIn("resuming at step 60 of 100", second.output())
 
-        done = reshard(text(1, 1000000))
+        # Without a manifest, as in a pod that mounts the volume: the default bound.
+        flags = ("--path", os.path.join(self.run_dir, "checkpoints"), "--servers", "1")
+        done = reshard(*flags)
         self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
         self.assertIn("step 100 of 3 servers", done.stdout)
         self.assertFalse(os.path.exists(os.path.join(self.run_dir, "checkpoints", "server-1")))
-        again = reshard(text(1, 1000000))
+        again = reshard(*flags)
         self.assertIn("nothing to reshard", again.stdout)
         job = RunningJob(write_manifest(self.dir, text(1, 1000000)), run_dir=self.run_dir,
                          env={"KUBEPS_MAX_STEPS": "150", "KUBEPS_DUMP_PARAMS": dumps["resharded"]})

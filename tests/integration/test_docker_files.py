@@ -29,6 +29,9 @@ RUNTIME_PACKAGES = os.path.join(DOCKER_DIR, "runtime-packages.sh")
 # image file -> the kubeps binary it runs, built by CMake in a build stage
 BINARY_IMAGES = {"server.Dockerfile": "kubeps-server", "operator.Dockerfile": "kubeps-operator",
                  "agent.Dockerfile": "kubeps-agent"}
+# image file -> the kubeps tools it carries beside its binary (kubeps-reshard,
+# for a pod that mounts a job's checkpoint volume)
+TOOLS_IN_IMAGES = {"server.Dockerfile": ["kubeps-reshard"]}
 # image file -> the folder whose TrainingJobs name its images: a user's
 # training program and the kubeps Python package, no kubeps binary (the
 # operator runs kubeps-agent beside it, from the agent image)
@@ -36,6 +39,13 @@ PROGRAM_IMAGES = {"pytorch-worker.Dockerfile": "examples/pytorch"}
 ALL_IMAGES = sorted(BINARY_IMAGES) + sorted(PROGRAM_IMAGES)
 # What a build stage runs, and the final stage must not.
 BUILD_COMMANDS = ("cmake --build", "pip install")
+
+
+def build_targets(commands):
+    """The targets that `cmake --build ... --target A B` in `commands` names."""
+    return [t for found in re.findall(r"--target((?:\s+[\w-]+)+)", commands) for t in found.split()]
+
+
 # Instructions in which Docker substitutes build arguments (RUN leaves them
 # to its shell; FROM sees only the ARGs before it, and must not use any here).
 SUBSTITUTED = {"ADD", "COPY", "ENV", "EXPOSE", "LABEL", "STOPSIGNAL", "USER", "VOLUME", "WORKDIR"}
@@ -397,8 +407,9 @@ class DockerfilesTest(unittest.TestCase):
                           if any(k == "RUN" and "cmake --build" in a for k, a in s["instructions"])]
                 self.assertTrue(builds, "%s has no stage that runs cmake --build" % filename)
                 for stage in builds:
-                    targets = re.findall(r"--target\s+(\S+)", " ".join(a for _, a in stage["instructions"]))
-                    self.assertEqual(targets, [binary], "%s builds %s, not only %s" % (filename, targets, binary))
+                    targets = build_targets(" ".join(a for _, a in stage["instructions"]))
+                    wanted = [binary] + TOOLS_IN_IMAGES.get(filename, [])
+                    self.assertEqual(targets, wanted, "%s builds %s, not only %s" % (filename, targets, wanted))
 
     def test_base_images_are_pinned(self):
         for filename, build_args, image_stages in self.images():
@@ -443,7 +454,7 @@ class DockerfilesTest(unittest.TestCase):
                                 # A built binary must be a target that stage builds.
                                 built = re.match(r".*/build/bin/([^/]+)$", source)
                                 if built:
-                                    self.assertIn("--target " + built.group(1), run,
+                                    self.assertIn(built.group(1), build_targets(run),
                                                   "%s: COPY %s from %s, which does not build it"
                                                   % (filename, source, flags["from"]))
                                 else:
@@ -678,6 +689,7 @@ class RuntimePackagesTest(unittest.TestCase):
 
     def test_server_image(self):
         self.check_image("server.Dockerfile", "kubeps-server")
+        self.check_image("server.Dockerfile", "kubeps-reshard")
 
     def test_operator_image(self):
         self.check_image("operator.Dockerfile", "kubeps-operator")

@@ -21,6 +21,8 @@ ALLOWED = {
     "ps-server": {"proto", "common", "api"},
     "worker-agent": {"proto", "common", "api"},
     "operator": {"common", "api", "operator"},
+    # Beside the operator, on top of the servers and the agent: kubeps-reshard.
+    "tools": {"proto", "common", "api", "ps-server", "worker-agent"},
 }
 SOURCE_SUFFIXES = (".h", ".cc", ".cu")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

@@ -1,4 +1,4 @@
-#include "operator/local/checkpoint_reshard.h"
+#include "tools/checkpoint_reshard.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 #include "ps-server/checkpoint_folder_lock.h"
 #include "ps-server/checkpoint_store.h"
 
-namespace kubeps::local {
+namespace kubeps::tools {
 namespace {
 
 namespace fs = std::filesystem;
@@ -262,4 +262,4 @@ TEST_F(ReshardFolderTest, NoServerFoldersOrNoCommonStepIsSaid) {
 }
 
 }  // namespace
-}  // namespace kubeps::local
+}  // namespace kubeps::tools
