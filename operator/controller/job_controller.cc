@@ -241,20 +241,17 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
       // Only room comes by itself: an image that cannot be pulled, a bad
       // configuration or a volume that cannot be mounted stays so, and is
       // said by the timeout.
-      if (elastic && has_run && name.role == ReplicaRole::kWorker &&
-          stuck.start_problem == "Unschedulable" &&
-          status.workers.running >= job_.spec.elastic.min_replicas) {
-        timers_.trained_on_without_ms[name] = now_ms;
+      const bool waits_for_room = elastic && has_run && name.role == ReplicaRole::kWorker &&
+                                  stuck.start_problem == "Unschedulable";
+      if (waits_for_room && status.workers.running >= job_.spec.elastic.min_replicas) {
+        timers_.needed_since_ms[name] = now_ms;  // not needed yet
         ++trained_on_without;
         continue;
       }
+      if (waits_for_room) timers_.needed_since_ms.emplace(name, now_ms);
       if (!cannot_start) cannot_start = &stuck;
       const int64_t timeout_s = job_.spec.run_policy.pod_start_timeout_seconds;
-      int64_t since = stuck.created_ms;
-      if (auto without = timers_.trained_on_without_ms.find(name);
-          without != timers_.trained_on_without_ms.end() && since >= 0) {
-        since = std::max(since, without->second);
-      }
+      const int64_t since = timers_.StartClock(name, stuck.created_ms);
       if (timeout_s > 0 && since >= 0 && now_ms - since >= timeout_s * 1000) {
         return Fail(StartFailureReason(stuck.start_problem),
                     Named(stuck) + " could not start within podStartTimeoutSeconds (" +
@@ -263,7 +260,10 @@ JobStatus JobController::Reconcile(int64_t now_ms) {
       }
       continue;
     }
-    timers_.trained_on_without_ms.erase(name);  // not stuck: it started, or is new
+    // Running, or made anew: its clock starts again. (One being made,
+    // ContainerCreating, keeps it: it may yet fail to pull its image.)
+    if (it == observed.end() || it->second.phase != ReplicaPhase::kPending)
+      timers_.needed_since_ms.erase(name);
     // Not there (new, or deleted from outside: a drain's eviction), or
     // ended by its node: made (again) without counting as a restart.
     if (it == observed.end() || it->second.disrupted) {

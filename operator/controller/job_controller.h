@@ -11,6 +11,7 @@
 #ifndef KUBEPS_OPERATOR_CONTROLLER_JOB_CONTROLLER_H_
 #define KUBEPS_OPERATOR_CONTROLLER_JOB_CONTROLLER_H_
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -81,11 +82,18 @@ class JobController {
     int64_t workers_done_ms = -1;
     // Since when each worker past the desired number has been there.
     std::map<ReplicaName, int64_t> surplus_since_ms;
-    // When an elastic job last trained on without each worker pod that
-    // could not be scheduled: once it needs the worker for its
-    // minReplicas, podStartTimeoutSeconds counts from then, not from the
-    // pod's creation.
-    std::map<ReplicaName, int64_t> trained_on_without_ms;
+    // From when an elastic job that has run needed each worker pod that
+    // could not be scheduled (it trained on without it while it kept its
+    // minReplicas; where an operator restart lost that, from the first pass
+    // that saw it needed).
+    std::map<ReplicaName, int64_t> needed_since_ms;
+    // When podStartTimeoutSeconds starts for `name`'s pod made at
+    // `created_ms` (-1: unknown): its creation, or when it was needed.
+    int64_t StartClock(const ReplicaName& name, int64_t created_ms) const {
+      auto needed = needed_since_ms.find(name);
+      if (created_ms < 0 || needed == needed_since_ms.end()) return created_ms;
+      return std::max(created_ms, needed->second);
+    }
   };
   const Timers& timers() const { return timers_; }
   void set_timers(Timers timers) { timers_ = std::move(timers); }

@@ -228,7 +228,8 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
     }
     const int64_t timeout_s = spec.spec.run_policy.pod_start_timeout_seconds;
     if (timeout_s > 0 && replica.created_ms >= 0) {
-      const int64_t deadline = replica.created_ms + timeout_s * 1000;
+      const int64_t deadline =
+          state.timers.StartClock(replica.name, replica.created_ms) + timeout_s * 1000;
       start_deadline_ms = std::min(start_deadline_ms.value_or(deadline), deadline);
     }
   }

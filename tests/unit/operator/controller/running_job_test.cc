@@ -130,11 +130,14 @@ TEST_F(RunningJobTest, AnElasticJobTrainsOnPastAWorkerThatCannotStartWhileItKeep
   EXPECT_THAT(status.message, HasSubstr("the job trains on without it while it has "
                                         "elasticPolicy.minReplicas (2) workers"));
 
-  // One it needs for its minimum fails the job once the timeout has passed.
+  // One it needs for its minimum fails the job once the timeout has passed
+  // since it was first seen needed.
   cluster_.Set(Worker(1), ReplicaPhase::kPending);
-  cluster_.replicas[Worker(1)].created_ms = 2000;
+  cluster_.replicas[Worker(1)].created_ms = 61'000;
   cluster_.replicas[Worker(1)].start_problem = "Unschedulable";
-  status = PassOfTheOperator(job, Recorded(JobPhase::kRunning), 60'000);
+  status = PassOfTheOperator(job, Recorded(JobPhase::kRunning), 62'000);
+  EXPECT_NE(status.phase, JobPhase::kFailed);
+  status = PassOfTheOperator(job, Recorded(JobPhase::kRunning), 66'000);
   EXPECT_EQ(status.phase, JobPhase::kFailed);
   EXPECT_EQ(status.reason, "Unschedulable");
 }
@@ -175,6 +178,25 @@ TEST_F(RunningJobTest, AWorkerTheJobTrainedOnWithoutHasTheWholeTimeoutOnceItIsNe
   EXPECT_EQ(status.phase, JobPhase::kFailed);
   EXPECT_EQ(status.reason, "Unschedulable");
   EXPECT_THAT(status.message, HasSubstr("worker-2"));
+}
+
+// An operator restarted meanwhile has lost when the job last did without
+// the worker: the clock starts at the first pass that sees it needed, not
+// at the pod's creation long before.
+TEST_F(RunningJobTest, AfterAnOperatorRestartTheClockStartsWhenTheWorkerIsSeenNeeded) {
+  api::TrainingJob job = ElasticJob(2, 2, 4);
+  job.spec.run_policy.pod_start_timeout_seconds = 5;
+  StartRunning(job);
+  job.spec.worker.replicas = 3;
+  PassOfTheOperator(job, Recorded(JobPhase::kRunning), 2000);
+  cluster_.replicas[Worker(2)].created_ms = 2000;
+  cluster_.replicas[Worker(2)].start_problem = "Unschedulable";
+  PassOfTheOperator(job, Recorded(JobPhase::kRunning), 60'000);
+  timers_ = JobController::Timers{};  // a new operator
+  cluster_.replicas.erase(Worker(1));
+  EXPECT_NE(PassOfTheOperator(job, Recorded(JobPhase::kRunning), 70'000).phase, JobPhase::kFailed);
+  EXPECT_NE(PassOfTheOperator(job, Recorded(JobPhase::kRunning), 74'000).phase, JobPhase::kFailed);
+  EXPECT_EQ(PassOfTheOperator(job, Recorded(JobPhase::kRunning), 75'000).phase, JobPhase::kFailed);
 }
 
 }  // namespace
