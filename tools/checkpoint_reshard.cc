@@ -1,5 +1,6 @@
 #include "tools/checkpoint_reshard.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "common/stop_token.h"
 #include "ps-server/checkpoint_folder_lock.h"
 #include "ps-server/checkpoint_store.h"
+#include "ps-server/durable_file.h"
 
 namespace kubeps::tools {
 
@@ -76,9 +78,13 @@ Status CommonHeader(const std::vector<v1::ShardCheckpoint>& from, int servers,
   return Status::Ok();
 }
 
-// Every tensor, by key, from the pieces the old servers hold.
-Status PutTogether(const std::vector<v1::ShardCheckpoint>& from,
-                   std::vector<WholeTensor>* tensors) {
+// Every tensor, by key, from the pieces the old servers hold. Pieces of one
+// tensor updated a different number of times (an async shard checkpoints
+// between two requests of one push; a sync step skipped for a non-finite
+// gradient in one request, nonFinite: SkipStep) go on with the most: each
+// is said in `notes`.
+Status PutTogether(const std::vector<v1::ShardCheckpoint>& from, std::vector<WholeTensor>* tensors,
+                   std::vector<std::string>* notes) {
   std::vector<const PartState*> pieces;
   for (const auto& c : from)
     for (const auto& part : c.parts()) pieces.push_back(&part);
@@ -86,14 +92,14 @@ Status PutTogether(const std::vector<v1::ShardCheckpoint>& from,
     return std::make_pair(a->key(), a->offset()) < std::make_pair(b->key(), b->offset());
   });
   tensors->clear();
+  std::set<uint32_t> told;
   for (const PartState* piece : pieces) {
     const uint32_t key = piece->key();
-    if (key > tensors->size())
-      return Status::InvalidArgument(DescribeTensor(static_cast<uint32_t>(tensors->size()), "") +
-                                     " is in no server's checkpoint (tensor " +
-                                     std::to_string(key) + " is)");
-    const bool first_piece = key == tensors->size();
-    if (first_piece) tensors->emplace_back();
+    // A key no piece names is a tensor of no elements (placement gives it
+    // no part); a tensor lost whole is the next job's to refuse as another
+    // model.
+    const bool first_piece = key >= tensors->size();
+    if (first_piece) tensors->resize(static_cast<size_t>(key) + 1);
     WholeTensor& whole = (*tensors)[key];
     const std::string what = DescribeTensor(key, piece->name());
     const uint64_t elements = piece->value().size() / sizeof(float);
@@ -117,15 +123,20 @@ Status PutTogether(const std::vector<v1::ShardCheckpoint>& from,
       whole.version = piece->version();
       whole.optimizer_steps = piece->optimizer_steps();
       whole.name = piece->name();
-    } else if (piece->version() != whole.version ||
-               piece->optimizer_steps() != whole.optimizer_steps ||
-               piece->slot1().empty() != whole.slot1.empty() ||
+    } else if (piece->slot1().empty() != whole.slot1.empty() ||
                piece->slot2().empty() != whole.slot2.empty()) {
-      // A piece cut again would mix states of two moments.
-      return Status::InvalidArgument(
-          what + ": its pieces were updated " + std::to_string(whole.optimizer_steps) + " and " +
-          std::to_string(piece->optimizer_steps()) + " times (versions " +
-          std::to_string(whole.version) + " and " + std::to_string(piece->version()) + ")");
+      return Status::InvalidArgument(what +
+                                     ": some of its pieces hold optimizer state and "
+                                     "others none");
+    } else if (piece->version() != whole.version ||
+               piece->optimizer_steps() != whole.optimizer_steps) {
+      if (notes && told.insert(key).second) {
+        notes->push_back(
+            what + ": its pieces were updated " + std::to_string(whole.optimizer_steps) + " and " +
+            std::to_string(piece->optimizer_steps()) + " times; it goes on counting the most");
+      }
+      whole.version = std::max(whole.version, piece->version());
+      whole.optimizer_steps = std::max(whole.optimizer_steps, piece->optimizer_steps());
     }
     whole.value += piece->value();
     whole.slot1 += piece->slot1();
@@ -149,7 +160,8 @@ std::string Slice(const std::string& bytes, const Part& part) {
 }  // namespace
 
 Status ReshardCheckpoints(const std::vector<v1::ShardCheckpoint>& from, int servers,
-                          const PlacementOptions& placement, std::vector<v1::ShardCheckpoint>* to) {
+                          const PlacementOptions& placement, std::vector<v1::ShardCheckpoint>* to,
+                          std::vector<std::string>* notes) {
   if (from.empty() || servers < 1)
     return Status::InvalidArgument(
         "resharding takes the checkpoints of at least one server "
@@ -157,7 +169,7 @@ Status ReshardCheckpoints(const std::vector<v1::ShardCheckpoint>& from, int serv
   v1::ShardCheckpoint header;
   if (Status s = CommonHeader(from, servers, &header); !s.ok()) return s;
   std::vector<WholeTensor> tensors;
-  if (Status s = PutTogether(from, &tensors); !s.ok()) return s;
+  if (Status s = PutTogether(from, &tensors, notes); !s.ok()) return s;
   to->assign(static_cast<size_t>(servers), header);
   for (const Part& part : PlaceTensors(SizesOf(tensors), servers, placement)) {
     const WholeTensor& whole = tensors[part.key];
@@ -178,7 +190,7 @@ bool PlacedAsBy(const std::vector<v1::ShardCheckpoint>& checkpoints, int servers
                 const PlacementOptions& placement) {
   if (checkpoints.size() != static_cast<size_t>(servers)) return false;
   std::vector<WholeTensor> tensors;
-  if (!PutTogether(checkpoints, &tensors).ok()) return false;
+  if (!PutTogether(checkpoints, &tensors, nullptr).ok()) return false;
   using Held = std::tuple<int, uint32_t, uint64_t, uint64_t>;  // server, key, offset, length
   std::set<Held> held, placed;
   for (size_t s = 0; s < checkpoints.size(); ++s)
@@ -192,36 +204,30 @@ bool PlacedAsBy(const std::vector<v1::ShardCheckpoint>& checkpoints, int servers
 
 namespace {
 
-// The old servers' folders, "server-0" to "server-<n-1>", in rank order.
-Status ServerFolders(const std::string& folder, std::vector<std::string>* dirs) {
+// Every "server-<i>" folder under `folder`, by rank.
+Status ServerFolders(const std::string& folder, std::map<int, std::string>* dirs) {
   static const std::regex kServerFolder("server-(0|[1-9][0-9]{0,5})");
   std::error_code error;
-  std::set<int> ranks;
   for (fs::directory_iterator it(folder, error), end; !error && it != end; it.increment(error)) {
     std::smatch match;
     const std::string name = it->path().filename().string();
     std::error_code type_error;
     if (std::regex_match(name, match, kServerFolder) && it->is_directory(type_error))
-      ranks.insert(std::stoi(match[1]));
+      (*dirs)[std::stoi(match[1])] = folder + "/" + name;
   }
   if (error) return Status::Error("cannot list " + folder + ": " + error.message());
-  if (ranks.empty())
+  if (dirs->empty())
     return Status::NotFound("no checkpoints in " + folder + ": it holds no server-<i> folder");
-  if (*ranks.rbegin() + 1 != static_cast<int>(ranks.size()))
-    return Status::InvalidArgument(folder + " holds " + std::to_string(ranks.size()) +
-                                   " server folders, up to server-" +
-                                   std::to_string(*ranks.rbegin()) + ": one is missing");
-  for (int rank : ranks) dirs->push_back(folder + "/server-" + std::to_string(rank));
   return Status::Ok();
 }
 
 // Holds each folder for this process, refusing at once where a server
 // holds one: resharding under a running job would lose its checkpoints.
-Status HoldAll(const std::vector<std::string>& dirs,
-               std::vector<std::unique_ptr<CheckpointStore>>* stores) {
+Status HoldAll(const std::map<int, std::string>& dirs,
+               std::map<int, std::unique_ptr<CheckpointStore>>* stores) {
   const FolderHolder me = FolderHolder::ThisProcess("kubeps-reshard-" + std::to_string(::getpid()),
                                                     "kubeps reshard", "reshard");
-  for (const std::string& dir : dirs) {
+  for (const auto& [rank, dir] : dirs) {
     std::unique_ptr<CheckpointStore> store;
     if (Status s = CheckpointStore::Open(dir, &store); !s.ok()) return s;
     StopToken give_up;
@@ -231,30 +237,61 @@ Status HoldAll(const std::vector<std::string>& dirs,
     if (Status s = store->Hold(me, &give_up, waiting); !s.ok())
       return Status::FailedPrecondition(dir + " is in use (" + s.message() +
                                         "): stop the job that runs on it first");
-    stores->push_back(std::move(store));
+    (*stores)[rank] = std::move(store);
   }
   return Status::Ok();
 }
 
-// The newest step every store holds.
-Status NewestCommonStep(const std::vector<std::unique_ptr<CheckpointStore>>& stores,
-                        uint64_t* step) {
-  std::map<uint64_t, size_t> holders;
+// The old servers: ranks 0 to the highest whose folder holds a checkpoint
+// (a run with more servers that failed at once left empty folders above).
+// Their steps every one holds, newest first.
+Status OldServers(const std::map<int, std::unique_ptr<CheckpointStore>>& stores, int* count,
+                  std::vector<uint64_t>* common) {
+  std::map<int, std::vector<uint64_t>> steps;
+  *count = 0;
+  for (const auto& [rank, store] : stores) {
+    if (Status s = store->Steps(&steps[rank]); !s.ok()) return s;
+    if (!steps[rank].empty()) *count = rank + 1;
+  }
+  const std::string& folder = fs::path(stores.begin()->second->dir()).parent_path().string();
+  if (*count == 0)
+    return Status::NotFound("no checkpoints in " + folder + ": its server folders hold none");
+  std::map<uint64_t, int> holders;
   std::string held;
-  for (const auto& store : stores) {
-    std::vector<uint64_t> steps;
-    if (Status s = store->Steps(&steps); !s.ok()) return s;
-    for (uint64_t st : steps) ++holders[st];
-    held += (held.empty() ? "" : "; ") + store->dir() + " holds " + std::to_string(steps.size()) +
-            (steps.empty() ? " steps" : " steps up to " + std::to_string(steps.back()));
+  for (int rank = 0; rank < *count; ++rank) {
+    if (!stores.count(rank))
+      return Status::InvalidArgument(folder + " has no server-" + std::to_string(rank) +
+                                     " folder, and server-" + std::to_string(*count - 1) +
+                                     " holds checkpoints: one is missing");
+    for (uint64_t step : steps[rank]) ++holders[step];
+    const auto& own = steps[rank];
+    held += (held.empty() ? "" : "; ") + stores.at(rank)->dir() + " holds " +
+            std::to_string(own.size()) +
+            (own.empty() ? " steps" : " steps up to " + std::to_string(own.back()));
   }
-  for (auto it = holders.rbegin(); it != holders.rend(); ++it) {
-    if (it->second == stores.size()) {
-      *step = it->first;
-      return Status::Ok();
-    }
+  for (auto it = holders.rbegin(); it != holders.rend(); ++it)
+    if (it->second == *count) common->push_back(it->first);
+  if (common->empty())
+    return Status::FailedPrecondition("the servers hold no checkpoint step in common: " + held);
+  return Status::Ok();
+}
+
+// The checkpoints of the newest common step every old server can read (a
+// damaged file sends it to the step before, as a recovery would go).
+Status ReadNewestReadable(const std::map<int, std::unique_ptr<CheckpointStore>>& stores, int count,
+                          const std::vector<uint64_t>& common,
+                          std::vector<v1::ShardCheckpoint>* from, std::vector<std::string>* notes) {
+  Status first_failure;
+  for (uint64_t step : common) {
+    from->assign(static_cast<size_t>(count), v1::ShardCheckpoint());
+    Status read;
+    for (int rank = 0; rank < count && read.ok(); ++rank)
+      read = stores.at(rank)->Read(step, &(*from)[static_cast<size_t>(rank)]);
+    if (read.ok()) return Status::Ok();
+    notes->push_back(read.message() + ": the step before is taken");
+    if (first_failure.ok()) first_failure = read;
   }
-  return Status::FailedPrecondition("the servers hold no checkpoint step in common: " + held);
+  return first_failure;
 }
 
 // A name under `folder` nothing has yet.
@@ -265,31 +302,70 @@ std::string FreeName(const std::string& folder, const std::string& name) {
   return candidate;
 }
 
-Status Rename(const std::string& from, const std::string& to) {
-  std::error_code error;
-  fs::rename(from, to, error);
-  if (error) return Status::Error("cannot move " + from + " to " + to + ": " + error.message());
-  return Status::Ok();
+// Makes the renames in a folder survive a crash of the node.
+void SyncFolder(const std::string& folder) {
+  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  [[maybe_unused]] const int synced = ::fsync(fd);
+  ::close(fd);
+}
+
+// Renames that are undone, newest first, unless kept.
+class Moves {
+ public:
+  ~Moves() {
+    if (kept_) return;
+    std::error_code ignored;
+    for (auto it = done_.rbegin(); it != done_.rend(); ++it)
+      fs::rename(it->second, it->first, ignored);
+  }
+  Status Move(const std::string& from, const std::string& to) {
+    std::error_code error;
+    fs::rename(from, to, error);
+    if (error) return Status::Error("cannot move " + from + " to " + to + ": " + error.message());
+    done_.emplace_back(from, to);
+    return Status::Ok();
+  }
+  void Keep() { kept_ = true; }
+
+ private:
+  std::vector<std::pair<std::string, std::string>> done_;
+  bool kept_ = false;
+};
+
+// The run the old folders' checkpoints belong to ("<dir>/run",
+// CheckpointStore::ClaimForRun), where they all say the same: "" otherwise.
+std::string RunOfAll(const std::map<int, std::unique_ptr<CheckpointStore>>& stores, int count) {
+  std::string run;
+  for (int rank = 0; rank < count; ++rank) {
+    std::string recorded;
+    if (!ReadWholeFile(stores.at(rank)->dir() + "/run", &recorded).ok()) return "";
+    if (rank > 0 && recorded != run) return "";
+    run = recorded;
+  }
+  return run;
 }
 
 }  // namespace
 
 Status ReshardFolder(const std::string& folder, int servers, const PlacementOptions& placement,
                      ReshardReport* report) {
-  std::vector<std::string> old_dirs;
-  if (Status s = ServerFolders(folder, &old_dirs); !s.ok()) return s;
-  std::vector<std::unique_ptr<CheckpointStore>> stores;
-  if (Status s = HoldAll(old_dirs, &stores); !s.ok()) return s;
-  uint64_t step = 0;
-  if (Status s = NewestCommonStep(stores, &step); !s.ok()) return s;
-  std::vector<v1::ShardCheckpoint> from(stores.size());
-  for (size_t i = 0; i < stores.size(); ++i)
-    if (Status s = stores[i]->Read(step, &from[i]); !s.ok()) return s;
+  std::map<int, std::string> dirs;
+  if (Status s = ServerFolders(folder, &dirs); !s.ok()) return s;
+  std::map<int, std::unique_ptr<CheckpointStore>> stores;
+  if (Status s = HoldAll(dirs, &stores); !s.ok()) return s;
+  int count = 0;
+  std::vector<uint64_t> common;
+  if (Status s = OldServers(stores, &count, &common); !s.ok()) return s;
+  *report = ReshardReport{0, count, 0, 0, "", {}};
+  std::vector<v1::ShardCheckpoint> from;
+  if (Status s = ReadNewestReadable(stores, count, common, &from, &report->notes); !s.ok())
+    return s;
+  report->step = from.front().step();
   std::vector<v1::ShardCheckpoint> to;
-  if (Status s = ReshardCheckpoints(from, servers, placement, &to); !s.ok())
-    return s.Prefixed("the checkpoints of step " + std::to_string(step) + " in " + folder +
+  if (Status s = ReshardCheckpoints(from, servers, placement, &to, &report->notes); !s.ok())
+    return s.Prefixed("the checkpoints of step " + std::to_string(report->step) + " in " + folder +
                       " cannot be resharded: ");
-  *report = ReshardReport{step, static_cast<int>(from.size()), 0, 0, ""};
   for (const auto& c : to) {
     for (const auto& part : c.parts()) {
       report->tensors += part.offset() == 0 ? 1 : 0;
@@ -301,25 +377,34 @@ Status ReshardFolder(const std::string& folder, int servers, const PlacementOpti
   // Written whole beside the old folders first: a reshard killed here
   // leaves them as they were (and its staging folder, which the next one
   // replaces).
-  const std::string staging = folder + "/.reshard-step-" + std::to_string(step);
+  const std::string staging = folder + "/.reshard-step-" + std::to_string(report->step);
   std::error_code error;
   fs::remove_all(staging, error);
+  const std::string run = RunOfAll(stores, count);
   for (int j = 0; j < servers; ++j) {
+    const std::string dir = staging + "/server-" + std::to_string(j);
     std::unique_ptr<CheckpointStore> store;
-    if (Status s = CheckpointStore::Open(staging + "/server-" + std::to_string(j), &store); !s.ok())
-      return s;
+    if (Status s = CheckpointStore::Open(dir, &store); !s.ok()) return s;
     if (Status s = store->Write(to[static_cast<size_t>(j)]); !s.ok()) return s;
+    if (!run.empty()) {
+      if (Status s = ReplaceDurably(dir, dir + "/run", run); !s.ok()) return s;
+    }
   }
-  report->moved_aside = FreeName(folder, "before-reshard-" + std::to_string(from.size()) +
-                                             "-servers-step-" + std::to_string(step));
+  report->moved_aside = FreeName(folder, "before-reshard-" + std::to_string(count) +
+                                             "-servers-step-" + std::to_string(report->step));
   fs::create_directory(report->moved_aside, error);
   if (error) return Status::Error("cannot make " + report->moved_aside + ": " + error.message());
-  for (const std::string& dir : old_dirs)
-    if (Status s = Rename(dir, report->moved_aside + dir.substr(folder.size())); !s.ok()) return s;
+  Moves moves;  // undone unless every one is made
+  for (const auto& [rank, dir] : dirs)
+    if (Status s = moves.Move(dir, report->moved_aside + dir.substr(folder.size())); !s.ok())
+      return s;
   for (int j = 0; j < servers; ++j) {
     const std::string name = "/server-" + std::to_string(j);
-    if (Status s = Rename(staging + name, folder + name); !s.ok()) return s;
+    if (Status s = moves.Move(staging + name, folder + name); !s.ok()) return s;
   }
+  moves.Keep();
+  SyncFolder(report->moved_aside);
+  SyncFolder(folder);
   fs::remove(staging, error);
   return Status::Ok();
 }

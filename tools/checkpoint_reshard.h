@@ -28,11 +28,13 @@ namespace kubeps::tools {
 
 // The checkpoints of one step, one per old server in rank order, as
 // `servers` servers would hold them under `placement`. Each tensor's
-// pieces must cover it without gaps and agree on their optimizer's step
-// count and version; the exactly-once tables are left out (the job that
-// resumes from them is a new run, whose workers are new senders).
+// pieces must cover it without gaps; pieces updated a different number of
+// times go on with the most, said in `notes`. The exactly-once tables are
+// left out (the job that resumes from them is a new run, whose workers are
+// new senders).
 Status ReshardCheckpoints(const std::vector<v1::ShardCheckpoint>& from, int servers,
-                          const PlacementOptions& placement, std::vector<v1::ShardCheckpoint>* to);
+                          const PlacementOptions& placement, std::vector<v1::ShardCheckpoint>* to,
+                          std::vector<std::string>* notes = nullptr);
 
 // True where `checkpoints` hold their parts exactly as `servers` servers
 // place them under `placement`: nothing to reshard.
@@ -43,15 +45,19 @@ struct ReshardReport {
   uint64_t step = 0;
   int old_servers = 0;
   uint64_t tensors = 0;
-  uint64_t bytes = 0;       // parameters and optimizer state
-  std::string moved_aside;  // where the old folders went; "" when nothing changed
+  uint64_t bytes = 0;              // parameters and optimizer state
+  std::string moved_aside;         // where the old folders went; "" when nothing changed
+  std::vector<std::string> notes;  // what the new checkpoints hold otherwise than the old
 };
 
 // Reshards the checkpoints under `folder` (spec.checkpoint.path: one
-// "server-<i>" folder per server) for `servers` servers. Refuses, changing
-// nothing, where a server holds its folder (a job runs on it), where the
-// old servers hold no step in common, or where the checkpoints cannot be
-// put together. The new folders hold only the resharded step.
+// "server-<i>" folder per server) for `servers` servers: the newest step
+// every old server (a folder holding checkpoints) holds and can read. Every
+// "server-<i>" folder is moved aside, the empty ones a failed run left
+// included. Refuses, changing nothing, where a server holds a folder (a job
+// runs on it), where the old servers hold no step in common, or where the
+// checkpoints cannot be put together; a move that fails is undone. The new
+// folders hold only the resharded step, and the run mark of the old ones.
 Status ReshardFolder(const std::string& folder, int servers, const PlacementOptions& placement,
                      ReshardReport* report);
 

@@ -28,11 +28,12 @@ int Reshard(const std::string& folder, int servers, uint64_t big_array_bound) {
     PrintError("kubeps reshard: " + s.message());
     return 1;
   }
+  for (const std::string& note : report.notes) PrintLine(folder + ": " + note);
   const std::string placed =
       std::to_string(servers) + " servers under bigArrayBound " + std::to_string(big_array_bound);
   if (report.moved_aside.empty()) {
-    PrintLine(folder + ": " + Describe(report) + " is placed as " + placed +
-              " place it: nothing to reshard");
+    PrintLine(folder + ": " + Describe(report) + " is cut as " + placed +
+              " cut it already: nothing to reshard");
   } else {
     PrintLine(folder + ": " + Describe(report) + " resharded for " + placed +
               "; the job resumes from it. The old folders are in " + report.moved_aside +

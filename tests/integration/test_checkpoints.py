@@ -208,6 +208,11 @@ class RunTwiceTest(unittest.TestCase):
 
         code, first = self.run_job(text(2, 100000), 60)
         self.assertEqual(code, 0, first.output())
+        # As a user finds out: the job run with 3 fails, and says what to do
+        # (its new server-2 leaves an empty folder behind).
+        code, refused = self.run_job(text(3, 100000), 100)
+        self.assertIn("(CheckpointMismatch)", refused.output())
+        self.assertIn("kubeps reshard JOB.yaml", refused.output())
         done = reshard(write_manifest(self.dir, text(3, 100000), "next.yaml"), "--run-dir",
                        self.run_dir)
         self.assertEqual(done.returncode, 0, done.stdout + done.stderr)

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <set>
 
 #include "common/stop_token.h"
 #include "ps-server/checkpoint_folder_lock.h"
@@ -123,7 +125,7 @@ TEST(CheckpointReshardTest, AnotherBigArrayBoundCutsTheSameServersTensorsOtherwi
   ExpectTheSameNumbers(resharded);
 }
 
-TEST(CheckpointReshardTest, AMissingPieceOrPiecesOfTwoMomentsAreRefusedNamingTheTensor) {
+TEST(CheckpointReshardTest, AMissingPieceOrAnotherStepIsRefusedNamingIt) {
   // The start of server-1's slice of tensor 0: a gap after server-0's.
   // (A tensor's last piece missing cannot be seen here: the job resumed
   // from them refuses its model as another.)
@@ -139,17 +141,47 @@ TEST(CheckpointReshardTest, AMissingPieceOrPiecesOfTwoMomentsAreRefusedNamingThe
             std::string::npos)
       << s.message();
 
-  auto mixed = Written(2, SmallBound());
-  mixed[1].mutable_parts(0)->set_optimizer_steps(38);
-  s = ReshardCheckpoints(mixed, 3, SmallBound(), &out);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("updated 39 and 38 times"), std::string::npos) << s.message();
-
   auto other_step = Written(2, SmallBound());
   other_step[1].set_step(20);
   s = ReshardCheckpoints(other_step, 3, SmallBound(), &out);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("server-1 is of step 20"), std::string::npos) << s.message();
+}
+
+// An async shard checkpoints between two requests of one push, a sync step
+// skipped for a non-finite gradient (nonFinite: SkipStep) skips one
+// request's parts: a tensor's pieces may count other updates.
+TEST(CheckpointReshardTest, PiecesUpdatedADifferentNumberOfTimesGoOnWithTheMostAndSaySo) {
+  auto mixed = Written(2, SmallBound());
+  mixed[1].mutable_parts(0)->set_optimizer_steps(38);
+  mixed[1].mutable_parts(0)->set_version(39);
+  std::vector<v1::ShardCheckpoint> out;
+  std::vector<std::string> notes;
+  ASSERT_TRUE(ReshardCheckpoints(mixed, 3, SmallBound(), &out, &notes).ok());
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_EQ(notes[0],
+            "tensor 0 (t0): its pieces were updated 39 and 38 times; it goes on "
+            "counting the most");
+  for (const auto& c : out) {
+    for (const auto& p : c.parts()) {
+      EXPECT_EQ(p.optimizer_steps(), 39u);
+      EXPECT_EQ(p.version(), 40u);
+    }
+  }
+}
+
+// Placement gives a tensor of no elements no part: no piece names its key.
+TEST(CheckpointReshardTest, AKeyNoPieceNamesIsATensorOfNoElements) {
+  auto two = Written(2, SmallBound());
+  for (auto& c : two)
+    for (auto& p : *c.mutable_parts())
+      if (p.key() >= 1) p.set_key(p.key() + 1);  // key 1: no elements
+  std::vector<v1::ShardCheckpoint> out;
+  ASSERT_TRUE(ReshardCheckpoints(two, 3, SmallBound(), &out).ok());
+  std::set<uint32_t> keys;
+  for (const auto& c : out)
+    for (const auto& p : c.parts()) keys.insert(p.key());
+  EXPECT_EQ(keys, (std::set<uint32_t>{0, 2, 3, 4, 5}));
 }
 
 TEST(CheckpointReshardTest, AnAsyncWorkersStepIsTheMostAnyShardApplied) {
@@ -228,6 +260,47 @@ TEST_F(ReshardFolderTest, TheNewestCommonStepIsReshardedAndTheOldFoldersMovedAsi
   // Resharded for 3 already: nothing moves.
   ASSERT_TRUE(ReshardFolder(folder_, 3, SmallBound(), &report).ok());
   EXPECT_EQ(report.moved_aside, "");
+}
+
+// A run with 3 servers over 2 servers' checkpoints fails at once, leaving
+// an empty server-2: the old servers are those holding checkpoints, and
+// every server folder is moved aside. The new ones keep the run mark.
+TEST_F(ReshardFolderTest, TheEmptyFolderOfARunThatFailedIsMovedAsideToo) {
+  const auto two = Written(2, SmallBound());
+  WriteServer(0, two, {40});
+  WriteServer(1, two, {40});
+  for (int s = 0; s < 2; ++s) {
+    std::ofstream(Dir(s) + "/run") << "run-1\n";
+  }
+  fs::create_directories(Dir(2));
+  std::ofstream(Dir(2) + "/owner.lock");
+  ReshardReport report;
+  Status s = ReshardFolder(folder_, 3, SmallBound(), &report);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(report.old_servers, 2);
+  EXPECT_TRUE(fs::exists(report.moved_aside + "/server-2/owner.lock"));
+  const auto three = Read(3, 40);
+  EXPECT_TRUE(PlacedAsBy(three, 3, SmallBound()));
+  for (int s = 0; s < 3; ++s) {
+    std::ifstream run(Dir(s) + "/run");
+    std::string line;
+    std::getline(run, line);
+    EXPECT_EQ(line, "run-1") << Dir(s);
+  }
+}
+
+// A damaged newest step sends it to the one before, as a recovery would.
+TEST_F(ReshardFolderTest, ADamagedNewestStepTakesTheOneBefore) {
+  const auto two = Written(2, SmallBound());
+  WriteServer(0, two, {20, 40});
+  WriteServer(1, two, {20, 40});
+  std::ofstream(Dir(1) + "/step-00000000000000000040.ckpt", std::ios::trunc) << "not a checkpoint";
+  ReshardReport report;
+  Status s = ReshardFolder(folder_, 3, SmallBound(), &report);
+  ASSERT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(report.step, 20u);
+  ASSERT_EQ(report.notes.size(), 1u);
+  EXPECT_NE(report.notes[0].find("the step before is taken"), std::string::npos);
 }
 
 TEST_F(ReshardFolderTest, AFolderAServerHoldsIsLeftAsItWas) {
