@@ -116,6 +116,27 @@ TEST(ElasticSchedulerTest, WorkersLearnWhoComputesEachStepALeaseAheadOfTheFurthe
       << "servers learn the step's workers from the pushes";
 }
 
+// server-0 registering with checkpoints of step 100 written with a global
+// batch of `global_batch` (0: not said).
+v1::NodeInfo ServerHoldingStep100(uint32_t global_batch) {
+  v1::NodeInfo server;
+  server.set_node_id("server-0");
+  server.set_role(v1::SERVER);
+  server.set_incarnation(1);
+  server.set_address("server.local:9000");
+  server.set_checkpoint_step(100);
+  server.add_checkpoint_steps(100);
+  server.set_checkpoint_global_batch(global_batch);
+  return server;
+}
+
+void RegisterServer(Scheduler& s, const v1::NodeInfo& server) {
+  v1::RegisterRequest request;
+  *request.mutable_node() = server;
+  v1::RegisterResponse response;
+  ASSERT_TRUE(s.Register(&request, &response).ok());
+}
+
 // Started again over its checkpoints with other workers (Kueue admitting an
 // evicted job again with fewer, a rerun), an elastic job keeps the global
 // batch they were written with: with batchSize x its workers now, the
@@ -128,18 +149,9 @@ TEST(ElasticSchedulerTest, AJobStartedAgainOverItsCheckpointsKeepsTheirGlobalBat
       SCOPED_TRACE(std::string(restarted ? "a restarted scheduler; " : "") +
                    "checkpoints of global batch " + std::to_string(written_with));
       auto s = ElasticScheduler(1, 1, 4);  // batchSize x 1 worker: 64
-      v1::RegisterRequest request;
-      v1::NodeInfo* server = request.mutable_node();
-      server->set_node_id("server-0");
-      server->set_role(v1::SERVER);
-      server->set_incarnation(1);
-      server->set_address("server.local:9000");
-      server->set_checkpoint_step(100);
-      server->add_checkpoint_steps(100);
-      server->set_checkpoint_global_batch(written_with);
-      server->set_registered_before(restarted);
-      v1::RegisterResponse response;
-      ASSERT_TRUE(s->Register(&request, &response).ok());
+      v1::NodeInfo server = ServerHoldingStep100(written_with);
+      server.set_registered_before(restarted);
+      RegisterServer(*s, server);
       Register(*s, "worker-0", v1::WORKER);
       const v1::HeartbeatResponse beat = Beat(*s, "worker-0");
       if (!restarted) EXPECT_EQ(beat.restore_step(), 100u);
@@ -176,18 +188,9 @@ TEST(ElasticSchedulerTest, AJobStartedAgainWithAnotherBatchSizeOrMoreWorkersTake
     options.elastic.max_workers = c.max_workers;
     options.elastic.global_batch = static_cast<uint64_t>(c.batch_size) * c.workers;
     Scheduler s(options, &NullMetrics());
-    v1::RegisterRequest request;
-    v1::NodeInfo* server = request.mutable_node();
-    server->set_node_id("server-0");
-    server->set_role(v1::SERVER);
-    server->set_incarnation(1);
-    server->set_address("server.local:9000");
-    server->set_checkpoint_step(100);
-    server->add_checkpoint_steps(100);
-    server->set_checkpoint_global_batch(c.written_batch);
-    server->set_checkpoint_batch_size(c.written_batch_size);
-    v1::RegisterResponse response;
-    ASSERT_TRUE(s.Register(&request, &response).ok());
+    v1::NodeInfo server = ServerHoldingStep100(c.written_batch);
+    server.set_checkpoint_batch_size(c.written_batch_size);
+    RegisterServer(s, server);
     for (int rank = 0; rank < c.workers; ++rank)
       Register(s, "worker-" + std::to_string(rank), v1::WORKER);
     EXPECT_EQ(Beat(s, "worker-0").membership().global_batch(), c.expected);

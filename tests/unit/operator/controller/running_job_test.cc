@@ -56,6 +56,19 @@ class RunningJobTest : public ::testing::Test {
     timers_ = controller_->timers();
     return status;
   }
+  // An elastic job of 2 to 4 workers (at least 2 running), 5 s to start a
+  // pod, running with 2 and scaled to 3 at 2 s, whose new worker-2 is stuck
+  // for `problem`.
+  api::TrainingJob ScaledUpWithAStuckWorker(const std::string& problem) {
+    api::TrainingJob job = ElasticJob(2, 2, 4);
+    job.spec.run_policy.pod_start_timeout_seconds = 5;
+    StartRunning(job);
+    job.spec.worker.replicas = 3;
+    PassOfTheOperator(job, Recorded(JobPhase::kRunning), 2000);
+    cluster_.replicas[Worker(2)].created_ms = 2000;
+    cluster_.replicas[Worker(2)].start_problem = problem;
+    return job;
+  }
   // A status of `phase`; `ran` adds the Running condition of a job that ran.
   static api::TrainingJobStatus Recorded(JobPhase phase, bool ran = false) {
     api::TrainingJobStatus status;
@@ -114,15 +127,10 @@ TEST_F(RunningJobTest, AJobThatHasNotRunIsCreatedUntilEveryWorkerRuns) {
 }
 
 TEST_F(RunningJobTest, AnElasticJobTrainsOnPastAWorkerThatCannotStartWhileItKeepsItsMinimum) {
-  api::TrainingJob job = ElasticJob(2, 2, 4);
-  job.spec.run_policy.pod_start_timeout_seconds = 5;
-  StartRunning(job);
-  job.spec.worker.replicas = 3;  // scaled up, and no node has room for the new worker
-  PassOfTheOperator(job, Recorded(JobPhase::kRunning), 2000);
-  ReplicaStatus& stuck = cluster_.replicas[Worker(2)];
-  stuck.created_ms = 2000;
-  stuck.start_problem = "Unschedulable";
-  stuck.start_problem_message = "0/1 nodes are available: 1 Insufficient cpu.";
+  // Scaled up, and no node has room for the new worker.
+  api::TrainingJob job = ScaledUpWithAStuckWorker("Unschedulable");
+  cluster_.replicas[Worker(2)].start_problem_message =
+      "0/1 nodes are available: 1 Insufficient cpu.";
   JobStatus status = PassOfTheOperator(job, Recorded(JobPhase::kRunning), 60'000);
   EXPECT_EQ(status.phase, JobPhase::kRunning);
   EXPECT_THAT(status.message, HasSubstr("worker-2 cannot start (Unschedulable: 0/1 nodes are "
@@ -145,14 +153,7 @@ TEST_F(RunningJobTest, AnElasticJobTrainsOnPastAWorkerThatCannotStartWhileItKeep
 // Only room comes by itself: a worker whose image cannot be pulled would
 // not start when it does, and the timeout says so as for any other job.
 TEST_F(RunningJobTest, AnElasticJobFailsByTheTimeoutForAWorkerThatRoomWouldNotStart) {
-  api::TrainingJob job = ElasticJob(2, 2, 4);
-  job.spec.run_policy.pod_start_timeout_seconds = 5;
-  StartRunning(job);
-  job.spec.worker.replicas = 3;
-  PassOfTheOperator(job, Recorded(JobPhase::kRunning), 2000);
-  ReplicaStatus& stuck = cluster_.replicas[Worker(2)];
-  stuck.created_ms = 2000;
-  stuck.start_problem = "ImagePullBackOff";
+  api::TrainingJob job = ScaledUpWithAStuckWorker("ImagePullBackOff");
   JobStatus status = PassOfTheOperator(job, Recorded(JobPhase::kRunning), 60'000);
   EXPECT_EQ(status.phase, JobPhase::kFailed);
   EXPECT_EQ(status.reason, "ImagePullFailed");
@@ -163,13 +164,7 @@ TEST_F(RunningJobTest, AnElasticJobFailsByTheTimeoutForAWorkerThatRoomWouldNotSt
 // running one was evicted): podStartTimeoutSeconds counts from then. Before,
 // from the pod's creation long before: the job failed at once.
 TEST_F(RunningJobTest, AWorkerTheJobTrainedOnWithoutHasTheWholeTimeoutOnceItIsNeeded) {
-  api::TrainingJob job = ElasticJob(2, 2, 4);
-  job.spec.run_policy.pod_start_timeout_seconds = 5;
-  StartRunning(job);
-  job.spec.worker.replicas = 3;
-  PassOfTheOperator(job, Recorded(JobPhase::kRunning), 2000);
-  cluster_.replicas[Worker(2)].created_ms = 2000;
-  cluster_.replicas[Worker(2)].start_problem = "Unschedulable";
+  api::TrainingJob job = ScaledUpWithAStuckWorker("Unschedulable");
   EXPECT_EQ(PassOfTheOperator(job, Recorded(JobPhase::kRunning), 60'000).phase, JobPhase::kRunning);
   cluster_.replicas.erase(Worker(1));  // evicted: 1 running, under the minimum
   JobStatus status = PassOfTheOperator(job, Recorded(JobPhase::kRunning), 61'000);
@@ -184,13 +179,7 @@ TEST_F(RunningJobTest, AWorkerTheJobTrainedOnWithoutHasTheWholeTimeoutOnceItIsNe
 // the worker: the clock starts at the first pass that sees it needed, not
 // at the pod's creation long before.
 TEST_F(RunningJobTest, AfterAnOperatorRestartTheClockStartsWhenTheWorkerIsSeenNeeded) {
-  api::TrainingJob job = ElasticJob(2, 2, 4);
-  job.spec.run_policy.pod_start_timeout_seconds = 5;
-  StartRunning(job);
-  job.spec.worker.replicas = 3;
-  PassOfTheOperator(job, Recorded(JobPhase::kRunning), 2000);
-  cluster_.replicas[Worker(2)].created_ms = 2000;
-  cluster_.replicas[Worker(2)].start_problem = "Unschedulable";
+  api::TrainingJob job = ScaledUpWithAStuckWorker("Unschedulable");
   PassOfTheOperator(job, Recorded(JobPhase::kRunning), 60'000);
   timers_ = JobController::Timers{};  // a new operator
   cluster_.replicas.erase(Worker(1));
