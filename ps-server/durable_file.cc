@@ -28,7 +28,8 @@ bool CannotSyncFolders(int error) {
          error == EROFS || error == EOPNOTSUPP || error == ENOSYS;
 }
 
-// Flushes the folder's entries (a rename) to the disk: 0, or the error.
+}  // namespace
+
 int SyncFolder(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return CannotSyncFolders(errno) ? 0 : errno;
@@ -36,8 +37,6 @@ int SyncFolder(const std::string& dir) {
   ::close(fd);
   return CannotSyncFolders(error) ? 0 : error;
 }
-
-}  // namespace
 
 Status ReplaceDurably(const std::string& dir, const std::string& path,
                       const std::function<bool(google::protobuf::io::ZeroCopyOutputStream*)>& write,

@@ -32,6 +32,11 @@ Status ReplaceDurably(
 // The same with `text` as the contents.
 Status ReplaceDurably(const std::string& dir, const std::string& path, const std::string& text);
 
+// Flushes the entries of folder `dir` (its renames) to the disk: 0, or the
+// error. A file system that cannot flush folders, or a folder this process may
+// not open, is no error: it keeps its entries as it keeps them.
+int SyncFolder(const std::string& dir);
+
 // How many times, in this process, a folder could not be flushed after a
 // replacement's rename (each is logged too): a disk that fails.
 uint64_t FoldersNotFlushed();

@@ -1,9 +1,9 @@
 #include "tools/checkpoint_reshard.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -253,7 +253,7 @@ Status OldServers(const std::map<int, std::unique_ptr<CheckpointStore>>& stores,
     if (Status s = store->Steps(&steps[rank]); !s.ok()) return s;
     if (!steps[rank].empty()) *count = rank + 1;
   }
-  const std::string& folder = fs::path(stores.begin()->second->dir()).parent_path().string();
+  const std::string folder = fs::path(stores.begin()->second->dir()).parent_path().string();
   if (*count == 0)
     return Status::NotFound("no checkpoints in " + folder + ": its server folders hold none");
   std::map<uint64_t, int> holders;
@@ -300,14 +300,6 @@ std::string FreeName(const std::string& folder, const std::string& name) {
   for (int n = 2; fs::exists(candidate); ++n)
     candidate = folder + "/" + name + "-" + std::to_string(n);
   return candidate;
-}
-
-// Makes the renames in a folder survive a crash of the node.
-void SyncFolder(const std::string& folder) {
-  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  [[maybe_unused]] const int synced = ::fsync(fd);
-  ::close(fd);
 }
 
 // Renames that are undone, newest first, unless kept.
@@ -403,8 +395,10 @@ Status ReshardFolder(const std::string& folder, int servers, const PlacementOpti
     if (Status s = moves.Move(staging + name, folder + name); !s.ok()) return s;
   }
   moves.Keep();
-  SyncFolder(report->moved_aside);
-  SyncFolder(folder);
+  for (const std::string& moved : {report->moved_aside, folder})
+    if (const int error = SyncFolder(moved); error != 0)
+      report->notes.push_back("the moves in " + moved + " may not survive a crash of the node: " +
+                              std::strerror(error));
   fs::remove(staging, error);
   return Status::Ok();
 }

@@ -252,14 +252,22 @@ Status KVWorkerImpl::Membership(uint64_t step, StepMembership* out) {
   scheduler_.ReportStep(step);
   const auto start = Clock::now();
   for (;;) {
+    std::optional<StepMembership> known;
     {
       std::lock_guard<std::mutex> lock(membership_mutex_);
-      if (MembershipKnown(membership_, step)) {
-        *out = MembershipOf(membership_, rank_, step);
-        return Status::Ok();
-      }
+      if (MembershipKnown(membership_, step)) known = MembershipOf(membership_, rank_, step);
+    }
+    // A worker that is not one of the step's asks again and again while it
+    // waits to be taken in: where the job has stopped, that is its answer.
+    if (known && known->member) {
+      *out = *known;
+      return Status::Ok();
     }
     if (Status stopped = JobStopped(); !stopped.ok()) return stopped;
+    if (known) {
+      *out = *known;
+      return Status::Ok();
+    }
     if (SecondsSince(start) * 1000 > options_.peer_wait_limit_ms) {
       return Status::Error("the scheduler did not say who computes step " + std::to_string(step) +
                            " within " + std::to_string(options_.peer_wait_limit_ms) + " ms");

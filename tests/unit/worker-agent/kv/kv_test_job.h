@@ -55,6 +55,9 @@ struct JobOptions {
   bool async = false;
   // SchedulerOptions::replace_silent_after_ms: a restarted worker's wait.
   int replace_silent_after_ms = 1500;
+  // elastic.elastic: the workers may change (its initial_workers stands for
+  // kWorkers).
+  ElasticOptions elastic;
 };
 
 // A job's server side: the scheduler and kServers shards, running.
@@ -68,6 +71,8 @@ class Job {
     options.workers_keep_parameters = job_options.workers_keep_parameters;
     options.sync = !job_options.async;
     options.replace_silent_after_ms = job_options.replace_silent_after_ms;
+    options.elastic = job_options.elastic;
+    if (options.elastic.elastic) options.num_workers = options.elastic.initial_workers;
     scheduler_ = std::make_unique<SchedulerService>(options, &NullMetrics());
     scheduler_server_ = Serve(scheduler_.get(), &scheduler_port_);
 
@@ -266,6 +271,29 @@ inline std::string CheckValues(const WorkerTensors& tensors, int steps) {
 // The segment of this process's worker `node_id`, as a shard would name it.
 inline std::string SegmentPrefix(const KVOptions& options) {
   return "kubeps-" + options.node_id + "-" + std::to_string(::getpid());
+}
+
+// `count` workers started against `job` (`options` changed as `adjust`
+// says), or none where one failed to.
+inline std::vector<std::unique_ptr<KVWorker>> StartWorkers(
+    Job& job, int count = kWorkers, const std::function<void(KVOptions*)>& adjust = {}) {
+  std::vector<std::future<std::unique_ptr<KVWorker>>> starting;
+  for (int w = 0; w < count; ++w) {
+    KVOptions options = job.WorkerOptions(w);
+    if (adjust) adjust(&options);
+    starting.push_back(std::async(std::launch::async, [options] {
+      std::unique_ptr<KVWorker> kv;
+      EXPECT_TRUE(KVWorker::Start(options, &kv).ok());
+      return kv;
+    }));
+  }
+  std::vector<std::unique_ptr<KVWorker>> workers;
+  for (auto& f : starting) {
+    if (f.wait_for(30s) != std::future_status::ready) return {};
+    workers.push_back(f.get());
+    if (!workers.back()) return {};
+  }
+  return workers;
 }
 
 // Barrier "end" and Finish: "" or what failed.

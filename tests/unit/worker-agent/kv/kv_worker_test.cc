@@ -329,26 +329,6 @@ TEST(KVWorkerBatchTest, AServerHoldingMorePartsThanOneRequestMayNameIsServed) {
 }
 
 // Workers started against `job`, or none where one failed to.
-std::vector<std::unique_ptr<KVWorker>> StartWorkers(Job& job, bool async = false) {
-  std::vector<std::future<std::unique_ptr<KVWorker>>> starting;
-  for (int w = 0; w < kWorkers; ++w) {
-    KVOptions options = job.WorkerOptions(w);
-    options.async = async;
-    starting.push_back(std::async(std::launch::async, [options] {
-      std::unique_ptr<KVWorker> kv;
-      EXPECT_TRUE(KVWorker::Start(options, &kv).ok());
-      return kv;
-    }));
-  }
-  std::vector<std::unique_ptr<KVWorker>> workers;
-  for (auto& f : starting) {
-    if (f.wait_for(30s) != std::future_status::ready) return {};
-    workers.push_back(f.get());
-    if (!workers.back()) return {};
-  }
-  return workers;
-}
-
 // Rank 0 says where the placement leaves a server without a part (it
 // checkpoints nothing): tensors too small to slice over every server.
 TEST(KVWorkerPlacementTest, AServerWithoutAPartIsSaidAtInit) {
@@ -481,7 +461,7 @@ TEST(KVWorkerAsyncTest, ARestartedWorkerGoesOnAfterTheStepItsPredecessorPushedLa
   options.replace_silent_after_ms = 200;
   Job job(options);
   ASSERT_TRUE(job.ok()) << job.error();
-  std::vector<std::unique_ptr<KVWorker>> workers = StartWorkers(job, /*async=*/true);
+  std::vector<std::unique_ptr<KVWorker>> workers = StartWorkers(job, kWorkers, [](KVOptions* o) { o->async = true; });
   ASSERT_EQ(workers.size(), static_cast<size_t>(kWorkers)) << "a worker did not start";
   std::vector<std::unique_ptr<WorkerTensors>> tensors;
   std::vector<std::future<Status>> declared;
