@@ -226,7 +226,8 @@ void SchedulerClient::SayProgramStateMissing(std::optional<v1::ProgramStateMissi
   program_state_missing_ = std::move(missing);
 }
 
-Status SchedulerClient::Barrier(const std::string& name, int rank) {
+Status SchedulerClient::Barrier(const std::string& name, int rank,
+                                const std::function<Status()>& stopped) {
   const auto start = Clock::now();
   v1::BarrierRequest request;
   request.set_name(name);
@@ -247,6 +248,7 @@ Status SchedulerClient::Barrier(const std::string& name, int rank) {
       }
       return Status::Ok();
     }
+    if (Status why = stopped(); !why.ok()) return why;
     if (MillisSince(start) > options_.peer_wait_limit_ms) {
       return Status::Error("barrier \"" + name + "\" not released after " +
                            std::to_string(options_.peer_wait_limit_ms) + " ms");

@@ -127,7 +127,11 @@ class SchedulerClient {
   // what ShardReport holds.
   Status Heartbeat(uint64_t restored_generation, HeartbeatAnswer* answer,
                    const ShardReport* shard = nullptr);
-  Status Barrier(const std::string& name, int rank);
+  // Waits until every worker reached barrier `name`, or until `stopped`
+  // (asked between long polls) says why it never will: the job stopped.
+  Status Barrier(
+      const std::string& name, int rank,
+      const std::function<Status()>& stopped = [] { return Status::Ok(); });
   Status Finish(int rank);
   // Workers: the step they are about to compute, sent with every beat (an
   // elastic job's scheduler extends its membership lease from it).

@@ -397,8 +397,8 @@ Status ReshardFolder(const std::string& folder, int servers, const PlacementOpti
   moves.Keep();
   for (const std::string& moved : {report->moved_aside, folder})
     if (const int error = SyncFolder(moved); error != 0)
-      report->notes.push_back("the moves in " + moved + " may not survive a crash of the node: " +
-                              std::strerror(error));
+      report->notes.push_back("the moves in " + moved +
+                              " may not survive a crash of the node: " + std::strerror(error));
   fs::remove(staging, error);
   return Status::Ok();
 }

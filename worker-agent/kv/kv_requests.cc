@@ -146,8 +146,8 @@ Status KVWorkerImpl::SendPush(const std::vector<const Part*>& batch, OutgoingPus
                        status.error_message().rfind("shared memory:", 0) == 0;
             return status;
           },
-          extra_wait_ms, [this] { return RollbackAnnounced(); });
-      if (!WaitsOnSilentServer(server, s, since, &said)) return s;
+          extra_wait_ms, [this] { return GivesUpResending(); });
+      if (!WaitsOnSilentServer(server, &s, since, &said)) return s;
     }
   };
   Status s = send();
@@ -171,21 +171,26 @@ Status KVWorkerImpl::SendPush(const std::vector<const Part*>& batch, OutgoingPus
 // job a restart of its backoffLimit, one per worker: a drained server's pod
 // takes longer to come back (scheduling, the image, the checkpoint) than the
 // resends last, and its return opens a recovery, which ends the wait.
-bool KVWorkerImpl::WaitsOnSilentServer(int server, const Status& s, Clock::time_point since,
+bool KVWorkerImpl::WaitsOnSilentServer(int server, Status* s, Clock::time_point since,
                                        bool* said) const {
-  if (s.code() != Status::Code::kUnavailable || options_.resend.max_resends == 0 ||
-      RollbackAnnounced() || stopping_ || !JobStopped().ok()) {
+  if (s->ok()) return false;
+  if (Status stopped = JobStopped(); !stopped.ok()) {
+    *s = stopped;
     return false;
   }
+  if (s->code() != Status::Code::kUnavailable) return false;
+  if (options_.resend.max_resends == 0 || RollbackAnnounced() || stopping_) return false;
   if (SecondsSince(since) * 1000 > options_.peer_wait_limit_ms) return false;
   if (!*said) {
     KLOG_ERROR << ServerName(server) << " answers no request; waiting for it to come back, or "
                << "for the job's recovery, up to " << options_.peer_wait_limit_ms / 1000
-               << " s: " << s.message();
+               << " s: " << s->message();
     *said = true;
   }
   return true;
 }
+
+bool KVWorkerImpl::GivesUpResending() const { return RollbackAnnounced() || !JobStopped().ok(); }
 
 bool KVWorkerImpl::OpenPull(const std::vector<const Part*>& batch,
                             const std::vector<float*>& values, uint64_t min_version,
@@ -296,11 +301,11 @@ Status KVWorkerImpl::PullBatch(const std::vector<const Part*>& batch,
           return CallPull(link->channel.get(), &c, request, batch, values, &answer,
                           AnswerWrites(batch, values));
         },
-        options_.pull_wait_ms, [this] { return RollbackAnnounced(); });
+        options_.pull_wait_ms, [this] { return GivesUpResending(); });
     if (!s.ok() && (s.IsAborted() || RollbackAnnounced())) {
       return Status::Aborted("pull from " + ServerName(server) + ": the job rolled back");
     }
-    if (WaitsOnSilentServer(server, s, start, &said_silent)) continue;
+    if (WaitsOnSilentServer(server, &s, start, &said_silent)) continue;
     if (!s.ok()) return s;
     if (answer.ready) {
       Status taken = PullAnswered(batch, request, offered, elements, values, pending, &answer);

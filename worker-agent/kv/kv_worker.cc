@@ -660,7 +660,9 @@ Status KVWorkerImpl::WaitWithVersion(Ticket ticket, uint64_t* version) {
   return pending->status;
 }
 
-Status KVWorkerImpl::Barrier(const std::string& name) { return scheduler_.Barrier(name, rank_); }
+Status KVWorkerImpl::Barrier(const std::string& name) {
+  return scheduler_.Barrier(name, rank_, [this] { return JobStopped(); });
+}
 
 Status KVWorkerImpl::Finish() { return scheduler_.Finish(rank_); }
 

@@ -212,12 +212,16 @@ class KVWorkerImpl final : public KVWorker {
   Status JobStopped() const;
   // What a worker waiting for a step says of its cause.
   std::string WhyAPeerMayBeLate() const;
+  // Whether a push or pull stops resending: the answer no longer matters
+  // (a rollback), or the job has stopped.
+  bool GivesUpResending() const;
   // Whether a call to `server` that failed with `s` is sent again rather
   // than failing the worker: the server answered none of the call's tries
   // (frozen, cut off, its pod being replaced), resends are on, the job goes
   // on and no rollback came, and the peer wait limit since `since` is not
-  // spent. Says so once per call (*said).
-  bool WaitsOnSilentServer(int server, const Status& s, std::chrono::steady_clock::time_point since,
+  // spent. Says so once per call (*said). Where the job has stopped, a
+  // failed *s becomes why: the server's silence is not the cause to report.
+  bool WaitsOnSilentServer(int server, Status* s, std::chrono::steady_clock::time_point since,
                            bool* said) const;
 
   std::atomic<bool> stopping_{false};

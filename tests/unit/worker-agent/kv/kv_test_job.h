@@ -139,6 +139,12 @@ class Job {
   std::string SchedulerAddress() const { return "127.0.0.1:" + std::to_string(scheduler_port_); }
   std::string ShardAddress(int i) const { return shard_addresses_[i]; }
   Shard& shard(int i) { return *shards_[i]; }
+  // Shard `i` answers no more requests: its process is gone, its pod being
+  // replaced.
+  void StopShard(int i) {
+    shard_servers_[i]->Shutdown(std::chrono::system_clock::now());
+    shard_servers_[i].reset();
+  }
   // Push requests the shards applied, all together.
   double AppliedPushes() const {
     double total = 0;

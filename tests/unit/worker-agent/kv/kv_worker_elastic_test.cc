@@ -1,6 +1,7 @@
 // The KV client of an elastic job, against a real scheduler and shards in one
-// process: what a worker that is not one of a step's workers hears.
+// process: what a worker hears once the job has stopped, wherever it waits.
 #include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
@@ -19,41 +20,96 @@ using namespace std::chrono_literals;
 using namespace kv_testing;
 using ::testing::HasSubstr;
 
-// A worker waiting to be taken in asks who computes its step again and again:
-// once the job has stopped, the answer is why, not "not this one" for ever
-// (before, it waited until its process was stopped from outside).
-TEST(KVWorkerElasticTest, AWorkerWaitingToBeTakenInHearsTheJobStopped) {
+// The scheduler's verdict once worker-1 is gone: the job may not go below
+// its 2 workers.
+constexpr char kStopped[] =
+    "worker-1 (rank 1) has been gone for 300 ms (elasticPolicy.replaceTimeoutSeconds)";
+
+JobOptions ElasticJob() {
   JobOptions options;
   options.elastic.elastic = true;
   options.elastic.initial_workers = options.elastic.min_workers = kWorkers;
   options.elastic.max_workers = kWorkers + 1;
   options.elastic.global_batch = 64;
   options.elastic.replace_timeout_ms = 300;
-  Job job(options);
+  return options;
+}
+
+void Elastic(KVOptions* options) { options->elastic = true; }
+
+// A worker waiting to be taken in asks who computes its step again and again:
+// once the job has stopped, the answer is why, not "not this one" for ever
+// (before, it waited until its process was stopped from outside).
+TEST(KVWorkerElasticTest, AWorkerWaitingToBeTakenInHearsTheJobStopped) {
+  Job job(ElasticJob());
   ASSERT_TRUE(job.ok()) << job.error();
-  auto elastic = [](KVOptions* o) { o->elastic = true; };
-  std::vector<std::unique_ptr<KVWorker>> workers = StartWorkers(job, kWorkers, elastic);
+  std::vector<std::unique_ptr<KVWorker>> workers = StartWorkers(job, kWorkers, Elastic);
   ASSERT_EQ(workers.size(), static_cast<size_t>(kWorkers)) << "a worker did not start";
   // A third registers once the job has its two.
   KVOptions third = job.WorkerOptions(kWorkers);
-  elastic(&third);
-  std::unique_ptr<KVWorker> late;
-  ASSERT_TRUE(KVWorker::Start(third, &late).ok());
-  KVWorker& waiting = *late;
+  Elastic(&third);
+  std::unique_ptr<KVWorker> waiting;
+  ASSERT_TRUE(KVWorker::Start(third, &waiting).ok());
   StepMembership share;
-  Status answer = waiting.Membership(0, &share);
+  Status answer = waiting->Membership(0, &share);
   ASSERT_TRUE(answer.ok()) << answer.message();
   EXPECT_FALSE(share.member) << "the job was not scaled up: the third worker waits";
   EXPECT_FALSE(share.next_member_step.has_value());
 
-  workers[1].reset();  // gone without a word, and the job may not go below 2
+  workers[1].reset();  // gone without a word
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   while (answer.ok() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(20ms);
-    answer = waiting.Membership(0, &share);
+    answer = waiting->Membership(0, &share);
   }
   ASSERT_FALSE(answer.ok()) << "the waiting worker never heard the job stopped";
-  EXPECT_THAT(answer.message(), HasSubstr("worker-1 (rank 1) has been gone for 300 ms (elasticPolicy.replaceTimeoutSeconds)"));
+  EXPECT_THAT(answer.message(), HasSubstr(kStopped));
+}
+
+// A worker at the last barrier, whose peer will never come, hears why
+// instead of waiting out the peer wait limit and saying the barrier was not
+// released.
+TEST(KVWorkerElasticTest, AWorkerAtABarrierHearsTheJobStopped) {
+  Job job(ElasticJob());
+  ASSERT_TRUE(job.ok()) << job.error();
+  std::vector<std::unique_ptr<KVWorker>> workers = StartWorkers(job, kWorkers, Elastic);
+  ASSERT_EQ(workers.size(), static_cast<size_t>(kWorkers)) << "a worker did not start";
+  auto at_barrier = std::async(std::launch::async, [&] { return workers[0]->Barrier("end"); });
+  workers[1].reset();
+  ASSERT_EQ(at_barrier.wait_for(8s), std::future_status::ready) << "still at the barrier";
+  const Status ended = at_barrier.get();
+  EXPECT_FALSE(ended.ok());
+  EXPECT_THAT(ended.message(), HasSubstr(kStopped));
+}
+
+// A push to a server that answers nothing waits for it to come back, but
+// not once the job has stopped: the worker says the job's reason, not the
+// server's silence.
+TEST(KVWorkerElasticTest, APushWaitingOnASilentServerSaysWhyTheJobStopped) {
+  Job job(ElasticJob());
+  ASSERT_TRUE(job.ok()) << job.error();
+  std::vector<std::unique_ptr<KVWorker>> workers = StartWorkers(job, kWorkers, Elastic);
+  ASSERT_EQ(workers.size(), static_cast<size_t>(kWorkers)) << "a worker did not start";
+  std::vector<WorkerTensors> tensors;
+  for (int w = 0; w < kWorkers; ++w) tensors.emplace_back(w);
+  std::vector<std::future<Status>> inits;
+  for (int w = 0; w < kWorkers; ++w) {
+    inits.push_back(std::async(std::launch::async, [&, w] {
+      return workers[w]->InitTensors(tensors[w].init_ptrs, kSizes);
+    }));
+  }
+  for (auto& init : inits) ASSERT_TRUE(init.get().ok());
+
+  job.StopShard(0);
+  tensors[0].SetGrads(0, 0);
+  auto push = std::async(std::launch::async, [&] {
+    return workers[0]->Wait(workers[0]->Push(tensors[0].grad_ptrs, 0));
+  });
+  workers[1].reset();
+  ASSERT_EQ(push.wait_for(8s), std::future_status::ready) << "the push still waits";
+  const Status pushed = push.get();
+  EXPECT_FALSE(pushed.ok());
+  EXPECT_THAT(pushed.message(), HasSubstr(kStopped));
 }
 
 }  // namespace

@@ -461,7 +461,8 @@ TEST(KVWorkerAsyncTest, ARestartedWorkerGoesOnAfterTheStepItsPredecessorPushedLa
   options.replace_silent_after_ms = 200;
   Job job(options);
   ASSERT_TRUE(job.ok()) << job.error();
-  std::vector<std::unique_ptr<KVWorker>> workers = StartWorkers(job, kWorkers, [](KVOptions* o) { o->async = true; });
+  std::vector<std::unique_ptr<KVWorker>> workers =
+      StartWorkers(job, kWorkers, [](KVOptions* o) { o->async = true; });
   ASSERT_EQ(workers.size(), static_cast<size_t>(kWorkers)) << "a worker did not start";
   std::vector<std::unique_ptr<WorkerTensors>> tensors;
   std::vector<std::future<Status>> declared;
