@@ -36,7 +36,7 @@ StopToken g_stop;
 // Every fatal error ends here: logged, and said in one line with its
 // reason as the process's last words (the pod's termination message), which
 // the job's condition then carries.
-int Fail(const char* reason, const Status& status, int exit_code) {
+int Fail(const std::string& reason, const Status& status, int exit_code) {
   KLOG_ERROR << status.message();
   WriteTerminationMessage(reason, status.message());
   return exit_code;
@@ -189,11 +189,10 @@ void SayTheEndWasHeard(SchedulerClient& scheduler, Shard& shard) {
 
 // Registers the shard with the scheduler, then heartbeats until the
 // scheduler says the job is over, restoring a checkpoint whenever the
-// scheduler opens a new recovery generation. *reason: why it failed, for
-// the termination message.
+// scheduler opens a new recovery generation. A failure's reason() is why,
+// for the termination message.
 Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& address,
-                            MetricsServer* metrics, Shard* shard, int64_t checkpoint_step,
-                            const char** reason) {
+                            MetricsServer* metrics, Shard* shard, int64_t checkpoint_step) {
   SchedulerClientOptions options;
   options.scheduler_address = config.scheduler_address;
   options.node_id = config.node_id;
@@ -210,8 +209,8 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
   options.stop = &g_stop;
   SchedulerClient scheduler(options);
   int rank = -1;
-  *reason = kReasonJoinFailed;
-  if (Status s = scheduler.Register(&rank); !s.ok()) return s;
+  if (Status s = scheduler.Register(&rank); !s.ok())
+    return std::move(s).WithReason(kReasonJoinFailed);
   SetLogTag("server " + std::to_string(rank));
   KLOG_INFO << "registered as server " << rank << " at " << address;
 
@@ -224,31 +223,30 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
       // A missed heartbeat is not fatal; a scheduler gone for long is: the
       // job was deleted or lost, and nobody will ever tell us to stop.
       if (std::chrono::steady_clock::now() - last_answer > kSchedulerLostAfter) {
-        *reason = kReasonSchedulerUnreachable;
         return Status::Unavailable("no answer from the scheduler for " +
                                    std::to_string(kSchedulerLostAfter.count()) +
-                                   " s: " + s.message());
+                                   " s: " + s.message())
+            .WithReason(kReasonSchedulerUnreachable);
       }
       continue;
     }
     last_answer = std::chrono::steady_clock::now();
     if (answer.replaced) {
-      *reason = kReasonReplaced;
       return Status::Error(
-          "a newer process of this server registered with the scheduler; this "
-          "one stops without touching its checkpoints");
+                 "a newer process of this server registered with the scheduler; this "
+                 "one stops without touching its checkpoints")
+          .WithReason(kReasonReplaced);
     }
     if (std::string taken = shard->TakenOver(); !taken.empty()) {
-      *reason = kReasonReplaced;
-      return Status::Error(taken);
+      return Status::Error(taken).WithReason(kReasonReplaced);
     }
     if (std::string failure = shard->CheckpointFailure(); !failure.empty()) {
-      *reason = kReasonCheckpointWriteFailed;
-      return Status::Error(failure);
+      return Status::Error(failure).WithReason(kReasonCheckpointWriteFailed);
     }
-    *reason = JobStopReason(answer.failure_reason, kReasonJobStopped);
-    if (!answer.failure.empty())
-      return Status::Error(JobStoppedMessage(answer.failure_reason, answer.failure));
+    if (!answer.failure.empty()) {
+      return Status::Error(JobStoppedMessage(answer.failure_reason, answer.failure))
+          .WithReason(JobStopReason(answer.failure_reason, kReasonJobStopped));
+    }
     shard->KeepCheckpoint(answer.common_checkpoint_step);
     shard->SetCurrentIncarnations(answer.worker_incarnations);
     if (answer.generation > shard->generation() && answer.keep_state) {
@@ -261,24 +259,25 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
           // A shard was lost and nothing holds its parameters: no restart
           // of any server can bring them back, so the job fails at once
           // instead of spending its backoffLimit on restarts that fail alike.
-          *reason = kReasonShardStateLost;
           return Status::Error(
-              "a server restarted and the job must roll back to step " +
-              std::to_string(answer.restore_step) +
-              ", but it keeps no checkpoints (spec.checkpoint.path is empty): set it to a "
-              "folder on a volume that every server pod mounts for shards to be recovered");
+                     "a server restarted and the job must roll back to step " +
+                     std::to_string(answer.restore_step) +
+                     ", but it keeps no checkpoints (spec.checkpoint.path is empty): set it to a "
+                     "folder on a volume that every server pod mounts for shards to be recovered")
+              .WithReason(kReasonShardStateLost);
         }
-        *reason = kReasonRecoveryFailed;
         return Status::Error("recovery to step " + std::to_string(answer.restore_step) +
-                             " failed: " + r.message());
+                             " failed: " + r.message())
+            .WithReason(kReasonRecoveryFailed);
       }
       continue;  // report the restore at once
     }
     if (answer.shutdown) {
       KLOG_INFO << "the scheduler says the job is over; writing the final checkpoint";
       SayTheEndWasHeard(scheduler, *shard);
-      *reason = kReasonCheckpointWriteFailed;
-      return shard->WriteFinalCheckpoint();
+      Status written = shard->WriteFinalCheckpoint();
+      if (!written.ok()) return std::move(written).WithReason(kReasonCheckpointWriteFailed);
+      return written;
     }
   }
   return Status::Aborted("stopped by a signal");
@@ -349,16 +348,16 @@ int RunServer(const api::NodeConfig& config, const api::TrainingJob& job, Metric
   std::unique_ptr<grpc::Server> server;
   if (Status s = StartGrpc(config, &service, metrics, &server, &port); !s.ok())
     return Fail(kReasonListenFailed, s, 1);
-  const char* reason = kReasonJoinFailed;
   Status s = RegisterAndHeartbeat(config, JoinHostPort(config.pod_ip, port), metrics, &shard,
-                                  checkpoint_step, &reason);
+                                  checkpoint_step);
   shard.Stop();  // ends waiting pulls now, so that Shutdown need not wait for them
   server->Shutdown(std::chrono::system_clock::now() +
                    (g_stop.stop_requested() ? kStopShutdownGrace : kEndShutdownGrace));
   if (s.IsAborted() && g_stop.stop_requested()) return StoppedBySignal("server");
   if (!s.ok()) {
     if (!shard.TakenOver().empty()) return Fail(kReasonReplaced, s, 1);
-    return Fail(shard.CheckpointFailure().empty() ? reason : kReasonCheckpointWriteFailed, s, 1);
+    return Fail(shard.CheckpointFailure().empty() ? s.reason() : kReasonCheckpointWriteFailed, s,
+                1);
   }
   WriteTerminationMessage(kReasonJobOver, "the scheduler said every worker finished");
   // Said once the calls have ended: the process is gone right after.
