@@ -136,8 +136,9 @@ std::vector<FieldSpec> RunPolicyFields() {
           .Doc("a pod that still cannot start this long after its creation (ErrImagePull, "
                "ImagePullBackOff, InvalidImageName, CreateContainerConfigError, Unschedulable, "
                "FailedMount) fails the job (ImagePullFailed, Unschedulable, "
-               "ContainerConfigInvalid, VolumeMountFailed); unset: the job waits, its condition "
-               "saying why. Kubernetes only"),
+               "ContainerConfigInvalid, VolumeMountFailed); an unschedulable worker of an "
+               "elastic job that has run counts from when the job needs it for minReplicas; "
+               "unset: the job waits, its condition saying why. Kubernetes only"),
       // No default in the CRD (as before the table): the operator's Running
       // applies, and stored jobs do not gain the field.
       Enum("cleanPodPolicy", at(&R::clean_pod_policy),

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <tuple>
 
+#include "common/time_format.h"
+
 namespace kubeps::api {
 
 using nlohmann::json;
@@ -84,9 +86,10 @@ bool TrainingJobStatus::HasRun() const {
   // The Running condition turns False when the job restarts, and stays, False,
   // through a suspension (or Kueue's requeue): it tells of this start only
   // where it changed after the job started again (startTime is set anew on
-  // resume). Both are RFC 3339 times in UTC, which sort as text.
-  return std::any_of(conditions.begin(), conditions.end(), [this](const Condition& c) {
-    return c.type == ToString(JobPhase::kRunning) && c.last_transition_time > start_time;
+  // resume).
+  const auto started = ParseTime(start_time);
+  return std::any_of(conditions.begin(), conditions.end(), [started](const Condition& c) {
+    return c.type == ToString(JobPhase::kRunning) && ParseTime(c.last_transition_time) > started;
   });
 }
 

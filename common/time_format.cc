@@ -1,8 +1,8 @@
-#include "operator/kubeclient/time_format.h"
+#include "common/time_format.h"
 
 #include <absl/time/time.h>
 
-namespace kubeps::kube {
+namespace kubeps {
 
 std::string Rfc3339(std::chrono::system_clock::time_point t) {
   return absl::FormatTime("%Y-%m-%d%ET%H:%M:%SZ", absl::FromChrono(t), absl::UTCTimeZone());
@@ -19,4 +19,4 @@ std::chrono::system_clock::time_point ParseTime(const std::string& text) {
   return absl::ToChronoTime(parsed);
 }
 
-}  // namespace kubeps::kube
+}  // namespace kubeps

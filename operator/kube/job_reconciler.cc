@@ -4,13 +4,13 @@
 #include <random>
 
 #include "common/logging.h"
+#include "common/time_format.h"
 #include "operator/controller/replica_env.h"
 #include "operator/controller/replica_tls.h"
 #include "operator/kube/job_progress.h"
 #include "operator/kube/kube_cluster.h"
 #include "operator/kube/kueue_workload.h"
 #include "operator/kubeclient/api_path.h"
-#include "operator/kubeclient/time_format.h"
 
 namespace kubeps::kube {
 

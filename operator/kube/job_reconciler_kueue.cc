@@ -2,10 +2,10 @@
 // Workload is made, read for its admission, given its quota back after an
 // eviction and marked Finished when the job ends.
 #include "common/logging.h"
+#include "common/time_format.h"
 #include "operator/kube/job_reconciler.h"
 #include "operator/kube/kueue_workload.h"
 #include "operator/kubeclient/api_path.h"
-#include "operator/kubeclient/time_format.h"
 
 namespace kubeps::kube {
 

@@ -2,8 +2,8 @@
 
 #include "common/logging.h"
 #include "common/termination_message.h"
+#include "common/time_format.h"
 #include "operator/kubeclient/api_path.h"
-#include "operator/kubeclient/time_format.h"
 
 #include <algorithm>
 #include <chrono>

@@ -1,8 +1,8 @@
 #include "operator/kube/mount_failures.h"
 
 #include "common/logging.h"
+#include "common/time_format.h"
 #include "operator/kubeclient/api_path.h"
-#include "operator/kubeclient/time_format.h"
 
 namespace kubeps::kube {
 

@@ -1,7 +1,7 @@
 #include "operator/kube/stranded_pods.h"
 
+#include "common/time_format.h"
 #include "operator/kubeclient/api_path.h"
-#include "operator/kubeclient/time_format.h"
 
 namespace kubeps::kube {
 

@@ -5,8 +5,8 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "common/time_format.h"
 #include "operator/kubeclient/api_path.h"
-#include "operator/kubeclient/time_format.h"
 
 namespace kubeps::kube {
 

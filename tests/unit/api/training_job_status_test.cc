@@ -133,5 +133,18 @@ TEST(TrainingJobStatusTest, AJobResumedHasNotRunUntilItRunsAgain) {
   EXPECT_TRUE(s.HasRun());
 }
 
+// Times are compared as times, not as text: a status written by another
+// client may carry fractions of a second or an offset (both RFC 3339).
+TEST(TrainingJobStatusTest, HasRunComparesTimesNotTheirText) {
+  TrainingJobStatus s;
+  s.phase = JobPhase::kRestarting;
+  s.start_time = "2026-12-07T10:00:00Z";
+  SetPhaseCondition(&s.conditions, JobPhase::kRunning, "", "", "2026-12-07T10:00:00.5Z");
+  s.conditions.back().status = "False";
+  EXPECT_TRUE(s.HasRun()) << "half a second after the start";
+  s.conditions.back().last_transition_time = "2026-12-07T11:00:00+02:00";
+  EXPECT_FALSE(s.HasRun()) << "an hour before the start";
+}
+
 }  // namespace
 }  // namespace kubeps::api

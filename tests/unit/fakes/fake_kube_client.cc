@@ -8,7 +8,7 @@
 #include <cpprest/asyncrt_utils.h>
 #include <cpprest/base_uri.h>
 
-#include "operator/kubeclient/time_format.h"
+#include "common/time_format.h"
 
 namespace kubeps::kube::fake {
 namespace {

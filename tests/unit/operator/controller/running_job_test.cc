@@ -73,9 +73,12 @@ class RunningJobTest : public ::testing::Test {
   static api::TrainingJobStatus Recorded(JobPhase phase, bool ran = false) {
     api::TrainingJobStatus status;
     status.phase = phase;
-    api::SetPhaseCondition(&status.conditions, JobPhase::kCreated, "JobCreated", "", "t0");
-    if (ran) api::SetPhaseCondition(&status.conditions, JobPhase::kRunning, "JobRunning", "", "t1");
-    api::SetPhaseCondition(&status.conditions, phase, "", "", "t2");
+    api::SetPhaseCondition(&status.conditions, JobPhase::kCreated, "JobCreated", "",
+                           "2026-12-07T10:00:00Z");
+    if (ran)
+      api::SetPhaseCondition(&status.conditions, JobPhase::kRunning, "JobRunning", "",
+                             "2026-12-07T10:00:05Z");
+    api::SetPhaseCondition(&status.conditions, phase, "", "", "2026-12-07T10:01:00Z");
     return status;
   }
 

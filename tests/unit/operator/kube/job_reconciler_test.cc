@@ -9,7 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "operator/kubeclient/time_format.h"
+#include "common/time_format.h"
 #include "tests/unit/operator/kube/job_reconciler_fixture.h"
 
 namespace kubeps::kube {

@@ -9,10 +9,10 @@
 #include <thread>
 
 #include "api/training_job.h"
+#include "common/time_format.h"
 #include "operator/controller/replica_env.h"
 #include "operator/kube/kube_cluster.h"
 #include "operator/kube/pod_builder.h"
-#include "operator/kubeclient/time_format.h"
 #include "operator/kubeclient/work_queue.h"
 
 namespace kubeps::kube {

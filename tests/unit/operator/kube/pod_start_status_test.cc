@@ -7,11 +7,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/time_format.h"
 #include "operator/kube/job_reconciler.h"
 #include "operator/kube/kube_cluster.h"
 #include "operator/kube/pod_builder.h"
 #include "operator/kubeclient/api_path.h"
-#include "operator/kubeclient/time_format.h"
 #include "tests/unit/fakes/fake_kube_client.h"
 
 namespace kubeps::kube {

@@ -12,8 +12,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/time_format.h"
 #include "operator/kubeclient/api_path.h"
-#include "operator/kubeclient/time_format.h"
 #include "tests/unit/fakes/fake_kube_client.h"
 
 namespace kubeps::kube {
