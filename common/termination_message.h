@@ -48,7 +48,7 @@ inline constexpr const char* kReasonCheckpointFolderInUse = "CheckpointFolderInU
 // A job started over checkpoints it cannot resume from, which a restart
 // finds again: written by a job unlike it (Shard::FitsThisJob: another
 // number of servers, optimizer none against another, async for sync), or
-// holding no step that every shard has.
+// holding no step that every shard has, or halfway through a reshard.
 inline constexpr const char* kReasonCheckpointMismatch = "CheckpointMismatch";
 inline constexpr const char* kReasonNoCommonCheckpoint = "NoCommonCheckpoint";
 // A server had to roll back but the job keeps no checkpoints

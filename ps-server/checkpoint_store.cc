@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 
+#include "common/termination_message.h"
 #include "ps-server/checkpoint_format.h"
 #include "ps-server/durable_file.h"
 
@@ -284,6 +285,18 @@ Status CheckpointStore::ReadLatest(v1::ShardCheckpoint* checkpoint, bool* found,
     SetAside(*it, skipped);
   }
   return Status::Ok();
+}
+
+Status RefuseHalfResharded(const std::string& dir) {
+  const fs::path folder = fs::path(dir).parent_path();
+  std::error_code error;
+  if (!fs::exists(folder / kReshardJournal, error)) return Status::Ok();
+  return Status::FailedPrecondition(
+             folder.string() +
+             " is halfway through a reshard that was stopped between its moves (" +
+             (folder / kReshardJournal).string() +
+             "): run kubeps reshard on it again, while no job runs on it, to finish it")
+      .WithReason(kReasonCheckpointMismatch);
 }
 
 }  // namespace kubeps

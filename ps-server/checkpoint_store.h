@@ -121,6 +121,17 @@ class CheckpointStore {
   std::atomic<int64_t> keep_step_{-1};          // set by the heartbeat thread
 };
 
+// The file `kubeps reshard` (tools/checkpoint_reshard.h) keeps in
+// spec.checkpoint.path while it moves the old server folders aside and the
+// new ones in: until a reshard finishes the moves, some folders there are
+// the old servers' and some the new ones'.
+inline constexpr char kReshardJournal[] = ".reshard-in-progress";
+
+// FailedPrecondition, with the reason CheckpointMismatch, where the folder
+// holding server folder `dir` has a reshard's journal: a server would read
+// a checkpoint of one number of servers beside others of another.
+Status RefuseHalfResharded(const std::string& dir);
+
 }  // namespace kubeps
 
 #endif  // KUBEPS_PS_SERVER_CHECKPOINT_STORE_H_

@@ -284,7 +284,8 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
 }
 
 // Why a server could not claim its checkpoint folder (Shard::ClaimCheckpoints).
-const char* FolderClaimReason(const Status& s) {
+std::string FolderClaimReason(const Status& s) {
+  if (!s.reason().empty()) return s.reason();  // a folder halfway through a reshard
   switch (s.code()) {
     case Status::Code::kAlreadyExists:  // another run's server holds it
       return kReasonCheckpointFolderInUse;

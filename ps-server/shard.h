@@ -132,7 +132,8 @@ class Shard {
   // Before LoadLatestCheckpoint: holds the folder for `me` (waiting for an
   // earlier process of this job to let go, until `stop`; another job's
   // process there is a kFailedPrecondition error, CheckpointFolderLock),
-  // then the checkpoints are run `me.run_id`'s, and without `resume` another
+  // refusing a folder halfway through a reshard (RefuseHalfResharded), then
+  // the checkpoints are run `me.run_id`'s, and without `resume` another
   // run's are deleted (CheckpointStore::ClaimForRun).
   Status ClaimCheckpoints(const FolderHolder& me, bool resume, StopToken* stop,
                           const FolderLockWait& waiting);

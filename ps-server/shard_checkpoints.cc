@@ -269,6 +269,7 @@ Status Shard::ClaimCheckpoints(const FolderHolder& me, bool resume, StopToken* s
   size_t removed = 0;
   std::lock_guard<std::mutex> lock(write_mutex_);
   if (Status s = checkpoints_->Hold(me, stop, waiting); !s.ok()) return s;
+  if (Status s = RefuseHalfResharded(checkpoints_->dir()); !s.ok()) return s;
   if (Status s = checkpoints_->ClaimForRun(run_id, resume, &removed); !s.ok()) return s;
   if (removed > 0) {
     KLOG_INFO << "discarded an earlier run's checkpoints in " << checkpoints_->dir() << " ("

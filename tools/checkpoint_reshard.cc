@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <tuple>
 
 #include "common/stop_token.h"
@@ -338,10 +340,134 @@ std::string RunOfAll(const std::map<int, std::unique_ptr<CheckpointStore>>& stor
   return run;
 }
 
-}  // namespace
+// What a reshard moves, kept in the folder while it moves it
+// (kReshardJournal), each name relative to the folder: the volume may be
+// mounted elsewhere when the next reshard finishes the moves.
+struct Journal {
+  std::string staging;      // the new server folders, all written
+  std::string moved_aside;  // where the old ones go
+  int servers = 0;          // how many new ones
+  int old_servers = 0;
+  uint64_t step = 0;
+};
 
-Status ReshardFolder(const std::string& folder, int servers, const PlacementOptions& placement,
-                     ReshardReport* report) {
+std::string JournalPath(const std::string& folder) { return folder + "/" + kReshardJournal; }
+
+Status WriteJournal(const std::string& folder, const Journal& j) {
+  return ReplaceDurably(folder, JournalPath(folder),
+                        "staging " + j.staging + "\nmoved-aside " + j.moved_aside + "\nservers " +
+                            std::to_string(j.servers) + "\nold-servers " +
+                            std::to_string(j.old_servers) + "\nstep " + std::to_string(j.step) +
+                            "\n");
+}
+
+Status ReadJournal(const std::string& folder, Journal* j) {
+  std::string text;
+  if (Status s = ReadWholeFile(JournalPath(folder), &text); !s.ok()) return s;
+  std::istringstream lines(text);
+  std::string key;
+  while (lines >> key) {
+    if (key == "staging")
+      lines >> j->staging;
+    else if (key == "moved-aside")
+      lines >> j->moved_aside;
+    else if (key == "servers")
+      lines >> j->servers;
+    else if (key == "old-servers")
+      lines >> j->old_servers;
+    else if (key == "step")
+      lines >> j->step;
+    else
+      break;
+  }
+  const auto named = [](const std::string& name) {
+    return !name.empty() && name.find('/') == std::string::npos && name != "." && name != "..";
+  };
+  if (!lines.eof() || !named(j->staging) || !named(j->moved_aside) || j->servers < 1)
+    return Status::InvalidArgument(JournalPath(folder) + " is not a reshard's journal: " + text);
+  return Status::Ok();
+}
+
+// Moves every old server folder aside and every new one in (each move
+// after the one before it was made, `after_each_move` then called): undone
+// where one fails.
+Status MoveFolders(const std::string& folder, const std::map<int, std::string>& old_dirs,
+                   const Journal& j, const std::function<void()>& after_each_move) {
+  Moves moves;  // undone unless every one is made
+  auto move = [&](const std::string& from, const std::string& to) {
+    Status s = moves.Move(from, to);
+    if (s.ok() && after_each_move) after_each_move();
+    return s;
+  };
+  for (const auto& [rank, dir] : old_dirs)
+    if (Status s = move(dir, folder + "/" + j.moved_aside + dir.substr(folder.size())); !s.ok())
+      return s;
+  for (int n = 0; n < j.servers; ++n) {
+    const std::string name = "/server-" + std::to_string(n);
+    if (Status s = move(folder + "/" + j.staging + name, folder + name); !s.ok()) return s;
+  }
+  moves.Keep();
+  return Status::Ok();
+}
+
+// Flushes the moves, then drops the journal and the staging folder.
+void EndMoves(const std::string& folder, const Journal& j, ReshardReport* report) {
+  for (const std::string& moved : {folder + "/" + j.moved_aside, folder})
+    if (const int error = SyncFolder(moved); error != 0)
+      report->notes.push_back("the moves in " + moved +
+                              " may not survive a crash of the node: " + std::strerror(error));
+  std::error_code ignored;
+  fs::remove(JournalPath(folder), ignored);
+  SyncFolder(folder);
+  fs::remove_all(folder + "/" + j.staging, ignored);
+}
+
+// Makes the moves a reshard killed between two of them left undone. Old
+// folders are all moved aside before any new one is moved in: while the
+// staging folder holds every new one, each server folder in place is old.
+Status FinishMoves(const std::string& folder, ReshardReport* report) {
+  Journal j;
+  if (Status s = ReadJournal(folder, &j); !s.ok()) return s;
+  std::map<int, std::string> in_place;
+  std::map<int, std::unique_ptr<CheckpointStore>> held;
+  if (Status s = ServerFolders(folder, &in_place); !s.ok() && !s.IsNotFound()) return s;
+  if (Status s = HoldAll(in_place, &held); !s.ok()) return s;
+  const std::string staging = folder + "/" + j.staging, aside = folder + "/" + j.moved_aside;
+  bool none_moved_in = true;
+  for (int n = 0; n < j.servers; ++n)
+    none_moved_in = none_moved_in && fs::is_directory(staging + "/server-" + std::to_string(n));
+  std::error_code error;
+  fs::create_directory(aside, error);
+  auto move = [](const std::string& from, const std::string& to) {
+    std::error_code failed;
+    if (fs::exists(to))
+      return Status::AlreadyExists("cannot move " + from + " to " + to + ": it is there");
+    fs::rename(from, to, failed);
+    if (failed) return Status::Error("cannot move " + from + " to " + to + ": " + failed.message());
+    return Status::Ok();
+  };
+  if (none_moved_in) {
+    for (const auto& [rank, dir] : in_place)
+      if (Status s = move(dir, aside + dir.substr(folder.size())); !s.ok()) return s;
+  }
+  for (int n = 0; n < j.servers; ++n) {
+    const std::string name = "/server-" + std::to_string(n);
+    if (fs::is_directory(staging + name)) {
+      if (Status s = move(staging + name, folder + name); !s.ok()) return s;
+    }
+  }
+  EndMoves(folder, j, report);
+  report->old_servers = j.old_servers;
+  report->moved_aside = aside;
+  report->notes.push_back("finished the reshard of step " + std::to_string(j.step) + " for " +
+                          std::to_string(j.servers) +
+                          " servers that was stopped between its moves");
+  return Status::Ok();
+}
+
+// The reshard itself, once no earlier one is halfway.
+Status ReshardFolderNow(const std::string& folder, int servers, const PlacementOptions& placement,
+                        ReshardReport* report, const std::function<void()>& after_each_move) {
   std::map<int, std::string> dirs;
   if (Status s = ServerFolders(folder, &dirs); !s.ok()) return s;
   std::map<int, std::unique_ptr<CheckpointStore>> stores;
@@ -386,20 +512,39 @@ Status ReshardFolder(const std::string& folder, int servers, const PlacementOpti
                                              "-servers-step-" + std::to_string(report->step));
   fs::create_directory(report->moved_aside, error);
   if (error) return Status::Error("cannot make " + report->moved_aside + ": " + error.message());
-  Moves moves;  // undone unless every one is made
-  for (const auto& [rank, dir] : dirs)
-    if (Status s = moves.Move(dir, report->moved_aside + dir.substr(folder.size())); !s.ok())
-      return s;
-  for (int j = 0; j < servers; ++j) {
-    const std::string name = "/server-" + std::to_string(j);
-    if (Status s = moves.Move(staging + name, folder + name); !s.ok()) return s;
+  // From the journal on, a reshard killed between two moves is finished by
+  // the next, and no server takes the folder meanwhile.
+  const Journal journal{staging.substr(folder.size() + 1),
+                        report->moved_aside.substr(folder.size() + 1), servers, count,
+                        report->step};
+  if (Status s = WriteJournal(folder, journal); !s.ok()) return s;
+  if (Status s = MoveFolders(folder, dirs, journal, after_each_move); !s.ok()) {
+    std::error_code ignored;
+    fs::remove(JournalPath(folder), ignored);
+    return s;
   }
-  moves.Keep();
-  for (const std::string& moved : {report->moved_aside, folder})
-    if (const int error = SyncFolder(moved); error != 0)
-      report->notes.push_back("the moves in " + moved +
-                              " may not survive a crash of the node: " + std::strerror(error));
-  fs::remove(staging, error);
+  EndMoves(folder, journal, report);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ReshardFolder(const std::string& folder, int servers, const PlacementOptions& placement,
+                     ReshardReport* report, const std::function<void()>& after_each_move) {
+  ReshardReport finished;
+  if (fs::exists(JournalPath(folder))) {
+    if (Status s = FinishMoves(folder, &finished); !s.ok())
+      return s.Prefixed("the reshard that was stopped between its moves cannot be finished: ");
+  }
+  if (Status s = ReshardFolderNow(folder, servers, placement, report, after_each_move); !s.ok())
+    return s;
+  if (!finished.moved_aside.empty()) {
+    report->notes.insert(report->notes.begin(), finished.notes.begin(), finished.notes.end());
+    if (report->moved_aside.empty()) {
+      report->moved_aside = finished.moved_aside;
+      report->old_servers = finished.old_servers;
+    }
+  }
   return Status::Ok();
 }
 

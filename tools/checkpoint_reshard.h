@@ -17,6 +17,7 @@
 #define KUBEPS_TOOLS_CHECKPOINT_RESHARD_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,8 +59,12 @@ struct ReshardReport {
 // runs on it), where the old servers hold no step in common, or where the
 // checkpoints cannot be put together; a move that fails is undone. The new
 // folders hold only the resharded step, and the run mark of the old ones.
+// While it moves folders, a journal in `folder` (kReshardJournal) says
+// what: servers refuse the folder, and a reshard killed between two moves
+// is finished by the next one before anything else. `after_each_move` is
+// called after each move (tests: a kill between two).
 Status ReshardFolder(const std::string& folder, int servers, const PlacementOptions& placement,
-                     ReshardReport* report);
+                     ReshardReport* report, const std::function<void()>& after_each_move = {});
 
 }  // namespace kubeps::tools
 

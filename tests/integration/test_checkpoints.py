@@ -231,6 +231,20 @@ class RunTwiceTest(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(self.run_dir, "checkpoints", "server-1")))
         again = reshard(*flags)
         self.assertIn("nothing to reshard", again.stdout)
+        # That reshard killed after its last move, before it dropped its
+        # journal: the job refuses the folder at once, and the next reshard
+        # finishes it.
+        with open(os.path.join(flags[1], ".reshard-in-progress"), "w") as f:
+            f.write("staging .reshard-step-100\nmoved-aside before-reshard-3-servers-step-100\n"
+                    "servers 1\nold-servers 3\nstep 100\n")
+        code, halfway = self.run_job(text(1, 1000000), 150)
+        self.assertNotEqual(code, 0)
+        self.assertIn("(CheckpointMismatch)", halfway.output())
+        self.assertIn("is halfway through a reshard that was stopped between its moves",
+                      halfway.output())
+        again = reshard(*flags)
+        self.assertEqual(again.returncode, 0, again.stdout + again.stderr)
+        self.assertIn("finished the reshard of step 100 for 1 servers", again.stdout)
         job = RunningJob(write_manifest(self.dir, text(1, 1000000)), run_dir=self.run_dir,
                          env={"KUBEPS_MAX_STEPS": "150", "KUBEPS_DUMP_PARAMS": dumps["resharded"]})
         try:

@@ -1,6 +1,7 @@
 #include "tools/checkpoint_reshard.h"
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -320,6 +321,62 @@ TEST_F(ReshardFolderTest, AFolderAServerHoldsIsLeftAsItWas) {
   EXPECT_NE(s.message().find(Dir(1) + " is in use"), std::string::npos) << s.message();
   EXPECT_FALSE(fs::exists(Dir(2)));
   EXPECT_EQ(Read(2, 40)[1].parts_size(), two[1].parts_size());
+}
+
+// A reshard killed between two of its moves (its pod evicted, the node
+// rebooted) leaves old and new server folders side by side, and its journal:
+// a server refuses the folder, and the next reshard finishes the moves, to
+// the folders a reshard that was not killed leaves.
+TEST_F(ReshardFolderTest, AReshardKilledBetweenItsMovesIsFinishedByTheNext) {
+  const auto two = Written(2, SmallBound());
+  const std::string journal = folder_ + "/" + kReshardJournal;
+  for (int killed_after = 1; killed_after <= 4; ++killed_after) {  // 2 moves aside, 3 in
+    SCOPED_TRACE("killed after move " + std::to_string(killed_after));
+    fs::remove_all(folder_);
+    WriteServer(0, two, {40});
+    WriteServer(1, two, {40});
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      int made = 0;
+      ReshardReport report;
+      Status ignored = ReshardFolder(folder_, 3, SmallBound(), &report, [&] {
+        if (++made == killed_after) ::_exit(0);
+      });
+      ::_exit(1);  // every move was made
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ASSERT_TRUE(fs::exists(journal));
+    for (int s = 0; s < 3; ++s) {
+      const Status refused = RefuseHalfResharded(Dir(s));
+      EXPECT_EQ(refused.code(), Status::Code::kFailedPrecondition);
+      EXPECT_EQ(refused.reason(), "CheckpointMismatch");
+      EXPECT_NE(refused.message().find("run kubeps reshard on it again"), std::string::npos)
+          << refused.message();
+    }
+
+    ReshardReport report;
+    Status s = ReshardFolder(folder_, 3, SmallBound(), &report);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_FALSE(fs::exists(journal));
+    EXPECT_TRUE(RefuseHalfResharded(Dir(0)).ok());
+    EXPECT_EQ(report.old_servers, 2);
+    EXPECT_EQ(report.moved_aside, folder_ + "/before-reshard-2-servers-step-40");
+    ASSERT_FALSE(report.notes.empty());
+    EXPECT_EQ(report.notes[0],
+              "finished the reshard of step 40 for 3 servers that was stopped between its moves");
+    const auto three = Read(3, 40);
+    EXPECT_TRUE(PlacedAsBy(three, 3, SmallBound()));
+    ExpectTheSameNumbers(three);
+    for (int s = 0; s < 2; ++s) {
+      EXPECT_TRUE(fs::exists(report.moved_aside + "/server-" + std::to_string(s) +
+                             "/step-00000000000000000040.ckpt"));
+    }
+    EXPECT_FALSE(fs::exists(Dir(3)));
+    EXPECT_FALSE(fs::exists(folder_ + "/.reshard-step-40"));
+  }
 }
 
 TEST_F(ReshardFolderTest, NoServerFoldersOrNoCommonStepIsSaid) {
