@@ -37,16 +37,24 @@ JobOptions ElasticJob() {
 
 void Elastic(KVOptions* options) { options->elastic = true; }
 
+// The job with its two workers started; the test then loses workers_[1].
+class KVWorkerElasticTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(job_.ok()) << job_.error();
+    workers_ = StartWorkers(job_, kWorkers, Elastic);
+    ASSERT_EQ(workers_.size(), static_cast<size_t>(kWorkers)) << "a worker did not start";
+  }
+  Job job_{ElasticJob()};
+  std::vector<std::unique_ptr<KVWorker>> workers_;
+};
+
 // A worker waiting to be taken in asks who computes its step again and again:
 // once the job has stopped, the answer is why, not "not this one" for ever
 // (before, it waited until its process was stopped from outside).
-TEST(KVWorkerElasticTest, AWorkerWaitingToBeTakenInHearsTheJobStopped) {
-  Job job(ElasticJob());
-  ASSERT_TRUE(job.ok()) << job.error();
-  std::vector<std::unique_ptr<KVWorker>> workers = StartWorkers(job, kWorkers, Elastic);
-  ASSERT_EQ(workers.size(), static_cast<size_t>(kWorkers)) << "a worker did not start";
+TEST_F(KVWorkerElasticTest, AWorkerWaitingToBeTakenInHearsTheJobStopped) {
   // A third registers once the job has its two.
-  KVOptions third = job.WorkerOptions(kWorkers);
+  KVOptions third = job_.WorkerOptions(kWorkers);
   Elastic(&third);
   std::unique_ptr<KVWorker> waiting;
   ASSERT_TRUE(KVWorker::Start(third, &waiting).ok());
@@ -56,7 +64,7 @@ TEST(KVWorkerElasticTest, AWorkerWaitingToBeTakenInHearsTheJobStopped) {
   EXPECT_FALSE(share.member) << "the job was not scaled up: the third worker waits";
   EXPECT_FALSE(share.next_member_step.has_value());
 
-  workers[1].reset();  // gone without a word
+  workers_[1].reset();  // gone without a word
   const auto deadline = std::chrono::steady_clock::now() + 10s;
   while (answer.ok() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(20ms);
@@ -69,13 +77,9 @@ TEST(KVWorkerElasticTest, AWorkerWaitingToBeTakenInHearsTheJobStopped) {
 // A worker at the last barrier, whose peer will never come, hears why
 // instead of waiting out the peer wait limit and saying the barrier was not
 // released.
-TEST(KVWorkerElasticTest, AWorkerAtABarrierHearsTheJobStopped) {
-  Job job(ElasticJob());
-  ASSERT_TRUE(job.ok()) << job.error();
-  std::vector<std::unique_ptr<KVWorker>> workers = StartWorkers(job, kWorkers, Elastic);
-  ASSERT_EQ(workers.size(), static_cast<size_t>(kWorkers)) << "a worker did not start";
-  auto at_barrier = std::async(std::launch::async, [&] { return workers[0]->Barrier("end"); });
-  workers[1].reset();
+TEST_F(KVWorkerElasticTest, AWorkerAtABarrierHearsTheJobStopped) {
+  auto at_barrier = std::async(std::launch::async, [&] { return workers_[0]->Barrier("end"); });
+  workers_[1].reset();
   ASSERT_EQ(at_barrier.wait_for(8s), std::future_status::ready) << "still at the barrier";
   const Status ended = at_barrier.get();
   EXPECT_FALSE(ended.ok());
@@ -85,27 +89,23 @@ TEST(KVWorkerElasticTest, AWorkerAtABarrierHearsTheJobStopped) {
 // A push to a server that answers nothing waits for it to come back, but
 // not once the job has stopped: the worker says the job's reason, not the
 // server's silence.
-TEST(KVWorkerElasticTest, APushWaitingOnASilentServerSaysWhyTheJobStopped) {
-  Job job(ElasticJob());
-  ASSERT_TRUE(job.ok()) << job.error();
-  std::vector<std::unique_ptr<KVWorker>> workers = StartWorkers(job, kWorkers, Elastic);
-  ASSERT_EQ(workers.size(), static_cast<size_t>(kWorkers)) << "a worker did not start";
+TEST_F(KVWorkerElasticTest, APushWaitingOnASilentServerSaysWhyTheJobStopped) {
   std::vector<WorkerTensors> tensors;
   for (int w = 0; w < kWorkers; ++w) tensors.emplace_back(w);
   std::vector<std::future<Status>> inits;
   for (int w = 0; w < kWorkers; ++w) {
     inits.push_back(std::async(std::launch::async, [&, w] {
-      return workers[w]->InitTensors(tensors[w].init_ptrs, kSizes);
+      return workers_[w]->InitTensors(tensors[w].init_ptrs, kSizes);
     }));
   }
   for (auto& init : inits) ASSERT_TRUE(init.get().ok());
 
-  job.StopShard(0);
+  job_.StopShard(0);
   tensors[0].SetGrads(0, 0);
   auto push = std::async(std::launch::async, [&] {
-    return workers[0]->Wait(workers[0]->Push(tensors[0].grad_ptrs, 0));
+    return workers_[0]->Wait(workers_[0]->Push(tensors[0].grad_ptrs, 0));
   });
-  workers[1].reset();
+  workers_[1].reset();
   ASSERT_EQ(push.wait_for(8s), std::future_status::ready) << "the push still waits";
   const Status pushed = push.get();
   EXPECT_FALSE(pushed.ok());
