@@ -212,10 +212,12 @@ class OperatorTest(SharedClusterTestCase):
         self.assertEqual(len(pods), 1, [p["metadata"]["name"] for p in pods])
         self.assertEqual(pods[0]["status"]["phase"], "Failed")
         self.assertEqual(exit_code(pods[0]), 137)
-        events = events_of(c, name, job["metadata"]["uid"])
-        self.assertTrue(any(e["type"] == "Warning" and e["reason"] == "RestartPolicyNever"
-                            for e in events),
-                        [(e["type"], e["reason"], e["message"]) for e in events])
+        # Events are posted apart from the status (as on a real cluster, one may
+        # be seen later): under load the Failed phase and the cleanup came first.
+        def warned():
+            return any(e["type"] == "Warning" and e["reason"] == "RestartPolicyNever"
+                       for e in events_of(c, name, job["metadata"]["uid"]))
+        c.wait_for(warned, timeout=30, what="the RestartPolicyNever warning of %s" % name)
         self.assertFalse(replica_pids(c, name, "worker-1"), "worker-1 still runs")
         # a failed job stays failed
         time.sleep(1)
