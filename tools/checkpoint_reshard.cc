@@ -304,7 +304,8 @@ std::string FreeName(const std::string& folder, const std::string& name) {
   return candidate;
 }
 
-// Renames that are undone, newest first, unless kept.
+// Renames that are undone, newest first, unless kept. None replaces what is
+// at its target: rename() would put a folder over an empty one.
 class Moves {
  public:
   ~Moves() {
@@ -315,6 +316,8 @@ class Moves {
   }
   Status Move(const std::string& from, const std::string& to) {
     std::error_code error;
+    if (fs::exists(to, error) || error)
+      return Status::AlreadyExists("cannot move " + from + " to " + to + ": it is there");
     fs::rename(from, to, error);
     if (error) return Status::Error("cannot move " + from + " to " + to + ": " + error.message());
     done_.emplace_back(from, to);
@@ -410,7 +413,10 @@ Status MoveFolders(const std::string& folder, const std::map<int, std::string>& 
   return Status::Ok();
 }
 
-// Flushes the moves, then drops the journal and the staging folder.
+// Flushes the moves, then drops the journal and the staging folder. The
+// folder is flushed twice: the moves must be on the disk before the
+// journal's removal can be, and the removal after it, or the servers would
+// refuse the folder after a crash of the node until a reshard ran again.
 void EndMoves(const std::string& folder, const Journal& j, ReshardReport* report) {
   for (const std::string& moved : {folder + "/" + j.moved_aside, folder})
     if (const int error = SyncFolder(moved); error != 0)
@@ -438,22 +444,16 @@ Status FinishMoves(const std::string& folder, ReshardReport* report) {
     none_moved_in = none_moved_in && fs::is_directory(staging + "/server-" + std::to_string(n));
   std::error_code error;
   fs::create_directory(aside, error);
-  auto move = [](const std::string& from, const std::string& to) {
-    std::error_code failed;
-    if (fs::exists(to))
-      return Status::AlreadyExists("cannot move " + from + " to " + to + ": it is there");
-    fs::rename(from, to, failed);
-    if (failed) return Status::Error("cannot move " + from + " to " + to + ": " + failed.message());
-    return Status::Ok();
-  };
+  Moves moves;
+  moves.Keep();  // a finish goes forward: each move it makes is one the journal asked for
   if (none_moved_in) {
     for (const auto& [rank, dir] : in_place)
-      if (Status s = move(dir, aside + dir.substr(folder.size())); !s.ok()) return s;
+      if (Status s = moves.Move(dir, aside + dir.substr(folder.size())); !s.ok()) return s;
   }
   for (int n = 0; n < j.servers; ++n) {
     const std::string name = "/server-" + std::to_string(n);
     if (fs::is_directory(staging + name)) {
-      if (Status s = move(staging + name, folder + name); !s.ok()) return s;
+      if (Status s = moves.Move(staging + name, folder + name); !s.ok()) return s;
     }
   }
   EndMoves(folder, j, report);
