@@ -43,6 +43,7 @@ STALLED = "worker-0's program, stalled in its save"
 
 class UserCodeTest(UserCodeJobCase):
     clean = None  # (job, saved parameters) of the example without faults
+    own_optimizer_clean = None  # saved parameters of the same with the program's optimizer
 
     def clean_run(self):
         """The example with checkpoints and rank 0 saving its final parameters,
@@ -177,52 +178,62 @@ class UserCodeTest(UserCodeJobCase):
               [line for _, line in again.lines if line.startswith("[kubeps] job ")][-1])
 
         # The example keeping its own state (--state-dir, kps.resume_with): a job run to
-        # step 100, then again to 150 over the same checkpoints, resumes from its state
-        # of step 100 and ends on the bytes of a 150-step run that never stopped.
+        # step 100, then again to its end over the same checkpoints, resumes from its
+        # state of step 100 and ends on the bytes of a run that never stopped.
         spec = {"checkpoint": {"intervalSteps": 50,
                                "path": os.path.join(self.dir, "ckpt-own-state")}}
-        own_state = ["--state-dir", os.path.join(self.dir, "own-state")]
-        saved = {name: os.path.join(self.dir, name + ".pt") for name in ("clean", "resumed")}
-        runs = [("to-100", self.own_optimizer_manifest("to-100", 100, None, spec, own_state)),
-                ("resumed", self.own_optimizer_manifest("resumed", 150, saved["resumed"], spec,
-                                                        own_state)),
-                ("clean", self.own_optimizer_manifest("clean", 150, saved["clean"]))]
-        for name, manifest in runs:
-            job = self.start("own-state-" + name, manifest)
+        resumed = os.path.join(self.dir, "own-state-resumed.pt")
+        for name, steps, save in (("to-100", 100, None), ("resumed", OWN_OPTIMIZER_STEPS, resumed)):
+            job = self.start("own-state-" + name,
+                             self.own_optimizer_manifest("own-state-" + name, steps, save, spec,
+                                                         self.own_optimizer_args("own-state")))
             self.assert_succeeded(job, job.wait(180))
-            if name == "resumed":
-                self.assertRegex(job.output(), r"\[worker-\d/trainer\] resumed at step 100 "
-                                               r"from .*step-00000100\.pt")
-        self.assertEqual(differing_parameters(saved["clean"], saved["resumed"]), [])
+        self.assertRegex(job.output(), r"\[worker-\d/trainer\] resumed at step 100 "
+                                       r"from .*step-00000100\.pt")
+        self.assertEqual(differing_parameters(self.own_optimizer_clean_run(), resumed), [])
+
+    def own_optimizer_args(self, name):
+        """Progress every 10 steps; the program's state kept at every checkpoint step."""
+        return ["--log-every", "10", "--state-dir", os.path.join(self.dir, name + "-state")]
+
+    def own_optimizer_clean_run(self):
+        """The example with the program's own optimizer, without faults, run once for
+        the test class: the file of its final parameters."""
+        if UserCodeTest.own_optimizer_clean is None:
+            saved = os.path.join(self.dir, "own-optimizer-clean.pt")
+            job = self.start("own-optimizer-clean", self.own_optimizer_manifest(
+                "own-optimizer-clean", OWN_OPTIMIZER_STEPS, saved,
+                args=self.own_optimizer_args("own-optimizer-clean")))
+            self.assert_succeeded(job, job.wait(180))
+            UserCodeTest.own_optimizer_clean = saved
+        return UserCodeTest.own_optimizer_clean
 
     def test_a_killed_server_or_worker_costs_no_bit_with_the_programs_own_optimizer(self):
         # spec.optimizer none: the servers only average, and each program's Adam steps its
         # own parameters; a rollback takes those and Adam's moments back with the servers'
         # step (kubeps/_torch_rollback.py). Before, they kept their values and the redone
         # steps were applied twice.
-        # Then the same with the scheduler stopped first (SIGTERM, as an eviction): the
-        # restarted one knows no common checkpoint until the servers say theirs.
-        # And a worker's program killed: the job goes back to the newest checkpoint step,
-        # which the restarted program's own state (--state-dir) is of. Before, it went on
-        # from fresh values beside the others.
-        # And a worker's program killed after the servers checkpointed a step and before
+        # In one job: the scheduler stopped (SIGTERM, as an eviction), then a worker's
+        # program killed, then a server killed. The restarted scheduler knows no common
+        # checkpoint until the servers say theirs. The killed program sends the job back
+        # to the newest checkpoint step, which its restarted self's own state (--state-dir)
+        # is of; before, it went on from fresh values beside the others. The killed server
+        # sends it back again.
+        # Then a worker's program killed after the servers checkpointed a step and before
         # its own save of that step was written: the job goes back to the step before,
         # the newest its own state holds. Before, it went back to the servers' newest, and
         # the restarted program, holding no state of it, failed until the job did.
         program = "worker-0's program"
-        faults = {"own-optimizer-clean": [],
-                  "own-optimizer-kill": [(100, "server-1", signal.SIGKILL)],
-                  "own-optimizer-scheduler-then-kill": [(50, "scheduler-0", signal.SIGTERM),
-                                                        (150, "server-1", signal.SIGKILL)],
-                  "own-optimizer-kill-worker": [(110, program, signal.SIGKILL)],
+        faults = {"own-optimizer-kills": [(50, "scheduler-0", signal.SIGTERM),
+                                          (110, program, signal.SIGKILL),
+                                          (150, "server-1", signal.SIGKILL)],
                   "own-optimizer-kill-worker-in-its-save": [(100, STALLED, signal.SIGKILL)]}
-        saved, outputs = {}, {}
+        clean = self.own_optimizer_clean_run()
+        outputs = {}
         for name, steps_and_victims in faults.items():
-            saved[name] = os.path.join(self.dir, name + ".pt")
-            # Progress every 10 steps; the program's state kept at every checkpoint step.
-            args = ["--log-every", "10", "--state-dir", os.path.join(self.dir, name + "-state")]
-            manifest = self.own_optimizer_manifest(name, OWN_OPTIMIZER_STEPS, saved[name],
-                                                   args=args)
+            saved = os.path.join(self.dir, name + ".pt")
+            manifest = self.own_optimizer_manifest(name, OWN_OPTIMIZER_STEPS, saved,
+                                                   args=self.own_optimizer_args(name))
             stalls = [step for step, replica, _ in steps_and_victims if replica == STALLED]
             if stalls:
                 self.stall_in_save(manifest, stalls[0], os.path.join(self.dir, name + "-stalled"))
@@ -239,21 +250,17 @@ class UserCodeTest(UserCodeJobCase):
                 self.assertEqual(len(victims), 1, job.output())
                 os.kill(victims[0], sig)
             self.assert_succeeded(job, job.wait(180))
-            outputs[name] = job.output()
-        clean = saved.pop("own-optimizer-clean")
-        for name, output in ((n, outputs[n]) for n in saved):
+            outputs[name] = output = job.output()
             self.assertNotIn("no copy of its state", output)
-            self.assertEqual(differing_parameters(clean, saved[name]), [], output)
-        for name in ("own-optimizer-kill", "own-optimizer-scheduler-then-kill"):
-            self.assertIn("server-1 exited with code 137; restarting it", outputs[name])
-            self.assertIn("loaded checkpoint of step", outputs[name])
-        self.assertIn("scheduler-0 exited with code 143; restarting it",
-                      outputs["own-optimizer-scheduler-then-kill"])
-        killed_worker = outputs["own-optimizer-kill-worker"]
-        self.assertIn("worker-0's program (container trainer) exited with code 137", killed_worker)
-        self.assertRegex(killed_worker, r"recovery: generation 1 rolls every shard and worker "
-                                        r"back to step 100, .*\(worker-0 restarted")
-        self.assertRegex(killed_worker, r"\[worker-0/trainer\] resumed at step 100 from")
+            self.assertEqual(differing_parameters(clean, saved), [], output)
+        kills = outputs["own-optimizer-kills"]
+        self.assertIn("scheduler-0 exited with code 143; restarting it", kills)
+        self.assertIn("worker-0's program (container trainer) exited with code 137", kills)
+        self.assertRegex(kills, r"recovery: generation \d+ rolls every shard and worker "
+                                r"back to step 100, .*\(worker-0 restarted")
+        self.assertRegex(kills, r"\[worker-0/trainer\] resumed at step 100 from")
+        self.assertIn("server-1 exited with code 137; restarting it", kills)
+        self.assertRegex(kills, r"loaded checkpoint of step 150\b")
         killed_in_save = outputs["own-optimizer-kill-worker-in-its-save"]
         self.assertRegex(killed_in_save, r"recovery: generation \d rolls every shard and worker "
                                          r"back to step 50: worker-0's program holds")
