@@ -322,20 +322,35 @@ grpc::Status Scheduler::Barrier(const v1::BarrierRequest* request, v1::BarrierRe
   std::unique_lock<std::mutex> lock(mutex_);
   const std::string& name = request->name();
   if (!released_barriers_.count(name)) {
-    auto& arrived = barriers_[name];
-    arrived.insert(request->rank());
-    if (static_cast<int>(arrived.size()) == options_.num_workers) {
-      released_barriers_.insert(name);
-      barriers_.erase(name);
-      changed_.notify_all();
-    }
+    barriers_[name].insert(request->rank());
+    if (ReleaseIfComplete(name)) changed_.notify_all();
   }
+  // An elastic job's members change while it waits (a scale-down, a drop).
   const LongPollEnd end = WaitLongPoll(
       lock, changed_, request->wait_ms(),
-      [&] { return stopping_ || released_barriers_.count(name) > 0; }, cancelled);
+      [&] { return stopping_ || released_barriers_.count(name) > 0 || ReleaseIfComplete(name); },
+      cancelled);
   if (grpc::Status s = LongPollOutcome("Barrier", end); !s.ok()) return s;
   response->set_released(end == LongPollEnd::kReady);
   return grpc::Status::OK;
+}
+
+// Every worker of the job arrived: a fixed job's all, an elastic job's
+// members of now, whatever the number it started with.
+bool Scheduler::ReleaseIfComplete(const std::string& name) {
+  auto it = barriers_.find(name);
+  if (it == barriers_.end()) return false;
+  const std::set<int>& arrived = it->second;
+  bool complete = static_cast<int>(arrived.size()) == options_.num_workers;
+  if (elastic_.elastic() && elastic_.started()) {
+    const std::vector<int> members = elastic_.Members();
+    complete = std::all_of(members.begin(), members.end(),
+                           [&](int rank) { return arrived.count(rank) > 0; });
+  }
+  if (!complete) return false;
+  released_barriers_.insert(name);
+  barriers_.erase(it);
+  return true;
 }
 
 std::vector<std::string> Scheduler::DeadNodes() const {
@@ -593,68 +608,6 @@ void Scheduler::ReviseMembership() {
   // Every change of the members (a plan, a drop, a rollback) is seen here,
   // at the latest at the next heartbeat.
   workers_.Set(static_cast<double>(elastic_.Members().size()));
-}
-
-void Scheduler::DropLostWorkers() {
-  const auto limit = Clock::now() - std::chrono::milliseconds(options_.elastic.replace_timeout_ms);
-  std::set<int> lost;
-  std::string names;
-  for (int rank : elastic_.Members()) {
-    const std::string& id = worker_ids_[rank];
-    if (id.empty() || finished_workers_.count(rank)) continue;
-    if (members_.at(id).last_seen < limit) {
-      lost.insert(rank);
-      names += (names.empty() ? "" : ", ") + id + " (rank " + std::to_string(rank) + ")";
-    }
-  }
-  if (lost.empty()) return;
-  const int left = static_cast<int>(elastic_.Members().size() - lost.size());
-  const int ms = options_.elastic.replace_timeout_ms;
-  const std::string silent =
-      ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
-  if (left < options_.elastic.min_workers) {
-    failure_ = "worker " + names + " has been gone for " + silent +
-               " (elasticPolicy.replaceTimeoutSeconds) and the job cannot go on without it: " +
-               std::to_string(left) + " workers would remain, below elasticPolicy.minReplicas (" +
-               std::to_string(options_.elastic.min_workers) + ")";
-    KLOG_ERROR << failure_;
-    return;
-  }
-  const int64_t common = NewestCommonStep(ServerSteps());
-  if (options_.sync && common < 0) {
-    failure_ = "worker " + names + " has been gone for " + silent +
-               " (elasticPolicy.replaceTimeoutSeconds), and the job cannot go on without it: "
-               "its shards hold no checkpoint in common to redo the steps from (" +
-               DescribeSteps() + "); checkpoints come every spec.checkpoint.intervalSteps";
-    KLOG_ERROR << failure_;
-    return;
-  }
-  for (int rank : lost) {
-    members_.erase(worker_ids_[rank]);  // a replacement registers afresh and joins again
-    worker_ids_[rank].clear();
-    finished_workers_.erase(rank);
-  }
-  if (!options_.sync) {
-    // Async: no step waits for its gradients; the others go on without it.
-    KLOG_INFO << "worker " << names << " has been gone for " << silent
-              << " (elasticPolicy.replaceTimeoutSeconds): dropped";
-    if (std::string line = elastic_.Drop(lost); !line.empty()) KLOG_INFO << line;
-    ++epoch_;
-    changed_.notify_all();
-    return;
-  }
-  // The steps the lost worker's contributions are missing from are computed
-  // again by the others, from the newest step every shard holds.
-  const uint64_t step = static_cast<uint64_t>(common);
-  OpenGeneration(step);
-  KLOG_INFO << "worker " << names << " has been gone for " << silent
-            << " (elasticPolicy.replaceTimeoutSeconds): dropped; generation " << generation_
-            << " rolls the job back to step " << step << " without it";
-  if (std::string line = elastic_.Rollback(step, GoneWorkers()); !line.empty()) {
-    KLOG_INFO << line;
-  }
-  ++epoch_;
-  changed_.notify_all();
 }
 
 bool Scheduler::WaitServersToldToStop(std::chrono::milliseconds timeout) const {

@@ -181,6 +181,8 @@ class Scheduler {
   int WorkerSlots() const;
   // Every member of the newest membership has finished (requires mutex_).
   bool MembersFinished() const;
+  // Releases barrier `name` if every worker arrived; true if it did.
+  bool ReleaseIfComplete(const std::string& name);
   // Elastic jobs, at every heartbeat (requires mutex_): drops members
   // silent for replace_timeout through a recovery, and plans the changes
   // the desired number asks for.

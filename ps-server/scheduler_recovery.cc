@@ -1,7 +1,8 @@
 // The scheduler (ps-server/scheduler.h) and the job's checkpoints: the
 // steps every shard holds, a first start over existing checkpoints, a
 // start after the scheduler and servers restarted together, a recovery
-// after a server restarted, and where an async worker goes on from.
+// after a server restarted, where an async worker goes on from, and an
+// elastic job's lost workers dropped.
 #include "ps-server/scheduler.h"
 
 #include <algorithm>
@@ -217,16 +218,35 @@ void Scheduler::StartRecovery(const v1::NodeInfo& server) {
   uint64_t step = 0;
   // A shard that restarted with no checkpoint at all (killed before its
   // first one) rolls the job back to its start, as it always did.
-  if (server.checkpoint_steps_size() > 0 || server.checkpoint_step() >= 0) {
+  const bool held = server.checkpoint_steps_size() > 0 || server.checkpoint_step() >= 0;
+  if (held) {
     const int64_t common = NewestCommonStep(ServerSteps());
     if (common < 0) {
       failure_ = "recovery after the restart of " + server.node_id() +
                  " is impossible: the shards hold no checkpoint step in common (" +
                  DescribeSteps() + ")";
+      failure_reason_ = kReasonNoCommonCheckpoint;
       KLOG_ERROR << failure_;
       return;
     }
     step = static_cast<uint64_t>(common);
+  }
+  if (!finished_workers_.empty()) {
+    // The steps after `step` need every worker's pushes (an elastic job's
+    // too: its finished members are in their schedule), and the finished
+    // workers' programs have ended: redone, they would be waited for.
+    std::string ranks;
+    for (int rank : finished_workers_) ranks += (ranks.empty() ? "" : ", ") + std::to_string(rank);
+    failure_ = server.node_id() + " restarted after worker" +
+               (finished_workers_.size() > 1 ? "s " : " ") + ranks +
+               " finished: its shard starts again from " +
+               (held ? "its checkpoint of step " + std::to_string(step) : "the job's start") +
+               ", and the steps after it cannot be redone by workers whose programs have "
+               "ended, so its parameters of the job's last steps are lost; run the job again "
+               "over its checkpoints (spec.checkpoint.path) to redo them";
+    failure_reason_ = kReasonShardStateLost;
+    KLOG_ERROR << failure_;
+    return;
   }
   OpenGeneration(step);
   KLOG_INFO << "recovery: generation " << generation_
@@ -306,6 +326,74 @@ void Scheduler::RollBackToHeldState(const std::string& worker,
   KLOG_INFO << "recovery: generation " << generation_
             << " rolls every shard and worker back to step " << restore_step_ << ": " << program
             << ", and " << restore_step_ << " is the newest of those every shard holds";
+}
+
+// An elastic job's workers silent for replaceTimeoutSeconds leave it.
+void Scheduler::DropLostWorkers() {
+  const auto limit = Clock::now() - std::chrono::milliseconds(options_.elastic.replace_timeout_ms);
+  std::set<int> lost;
+  std::string names;
+  for (int rank : elastic_.Members()) {
+    const std::string& id = worker_ids_[rank];
+    if (id.empty() || finished_workers_.count(rank)) continue;
+    if (members_.at(id).last_seen < limit) {
+      lost.insert(rank);
+      names += (names.empty() ? "" : ", ") + id + " (rank " + std::to_string(rank) + ")";
+    }
+  }
+  if (lost.empty()) return;
+  const int left = static_cast<int>(elastic_.Members().size() - lost.size());
+  const int ms = options_.elastic.replace_timeout_ms;
+  const std::string silent =
+      ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
+  // Another member finished: it did so once the last step's update was
+  // made, so the lost one pushed every step (rank 0 evicted while it
+  // evaluates). Nothing is redone, and the job needs no more workers.
+  const bool every_step_done = !finished_workers_.empty();
+  if (left < options_.elastic.min_workers && !every_step_done) {
+    failure_ = "worker " + names + " has been gone for " + silent +
+               " (elasticPolicy.replaceTimeoutSeconds) and the job cannot go on without it: " +
+               std::to_string(left) + " workers would remain, below elasticPolicy.minReplicas (" +
+               std::to_string(options_.elastic.min_workers) + ")";
+    KLOG_ERROR << failure_;
+    return;
+  }
+  const int64_t common = NewestCommonStep(ServerSteps());
+  if (options_.sync && !every_step_done && common < 0) {
+    failure_ = "worker " + names + " has been gone for " + silent +
+               " (elasticPolicy.replaceTimeoutSeconds), and the job cannot go on without it: "
+               "its shards hold no checkpoint in common to redo the steps from (" +
+               DescribeSteps() + "); checkpoints come every spec.checkpoint.intervalSteps";
+    KLOG_ERROR << failure_;
+    return;
+  }
+  for (int rank : lost) {
+    members_.erase(worker_ids_[rank]);  // a replacement registers afresh and joins again
+    worker_ids_[rank].clear();
+    finished_workers_.erase(rank);
+  }
+  if (!options_.sync || every_step_done) {
+    // Async: no step waits for its gradients; the others go on without it.
+    KLOG_INFO << "worker " << names << " has been gone for " << silent
+              << " (elasticPolicy.replaceTimeoutSeconds): dropped"
+              << (every_step_done ? " (other workers finished: it had pushed every step)" : "");
+    if (std::string line = elastic_.Drop(lost); !line.empty()) KLOG_INFO << line;
+    ++epoch_;
+    changed_.notify_all();
+    return;
+  }
+  // The steps the lost worker's contributions are missing from are computed
+  // again by the others, from the newest step every shard holds.
+  const uint64_t step = static_cast<uint64_t>(common);
+  OpenGeneration(step);
+  KLOG_INFO << "worker " << names << " has been gone for " << silent
+            << " (elasticPolicy.replaceTimeoutSeconds): dropped; generation " << generation_
+            << " rolls the job back to step " << step << " without it";
+  if (std::string line = elastic_.Rollback(step, GoneWorkers()); !line.empty()) {
+    KLOG_INFO << line;
+  }
+  ++epoch_;
+  changed_.notify_all();
 }
 
 }  // namespace kubeps

@@ -3,6 +3,7 @@
 // step no worker has reached, workers that leave, and a lost worker
 // dropped through a recovery (or the job failed below minReplicas).
 #include <chrono>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -474,6 +475,54 @@ TEST(ElasticSchedulerTest, ALostWorkerAtMinReplicasFailsTheJobSayingWhy) {
               HasSubstr("worker-1 (rank 1) has been gone for 200 ms "
                         "(elasticPolicy.replaceTimeoutSeconds) and the job cannot go on without "
                         "it: 1 workers would remain, below elasticPolicy.minReplicas (2)"));
+}
+
+// A worker lost after the others finished (rank 0 evicted while it
+// evaluates) pushed every step: the others finished only once the last
+// step's update was made. Before, it was dropped through a rollback to the
+// newest checkpoint, which the finished workers made the job's end at once:
+// the servers restored it and wrote it as the final model.
+TEST(ElasticSchedulerTest, AWorkerLostAfterTheOthersFinishedIsDroppedWithoutARollback) {
+  for (int min : {1, 3}) {
+    SCOPED_TRACE("minReplicas " + std::to_string(min));
+    auto s = ElasticScheduler(3, min, 3, /*replace_timeout_ms=*/200);
+    Register(*s, "server-0", v1::SERVER);
+    Register(*s, "worker-0", v1::WORKER);
+    const Registered w1 = Register(*s, "worker-1", v1::WORKER);
+    const Registered w2 = Register(*s, "worker-2", v1::WORKER);
+    Beat(*s, "server-0", 0, {100, 200});
+    ASSERT_TRUE(Finish(*s, "worker-1", w1).ok());
+    ASSERT_TRUE(Finish(*s, "worker-2", w2).ok());
+    std::this_thread::sleep_for(300ms);  // worker-0 falls silent
+    const v1::HeartbeatResponse beat = Beat(*s, "server-0", 0, {100, 200});
+    EXPECT_EQ(beat.generation(), 0u) << "nothing to redo";
+    EXPECT_EQ(beat.failure(), "");
+    EXPECT_TRUE(beat.shutdown()) << "the job's steps are all done";
+  }
+}
+
+// A barrier of an elastic job waits for the workers it has now, not for
+// those it started with.
+TEST(ElasticSchedulerTest, ABarrierWaitsForTheJobsWorkersOfNow) {
+  auto s = ElasticScheduler(2, 1, 2);
+  Register(*s, "server-0", v1::SERVER);
+  Register(*s, "worker-0", v1::WORKER);
+  Register(*s, "worker-1", v1::WORKER);
+  Beat(*s, "worker-0", 5);
+  auto barrier = [&s](int rank, uint32_t wait_ms) {
+    v1::BarrierRequest request;
+    request.set_name("evaluated");
+    request.set_rank(rank);
+    request.set_wait_ms(wait_ms);
+    v1::BarrierResponse response;
+    EXPECT_TRUE(s->Barrier(&request, &response).ok());
+    return response.released();
+  };
+  auto waiting = std::async(std::launch::async, barrier, 0, 10000);
+  EXPECT_EQ(waiting.wait_for(100ms), std::future_status::timeout) << "worker 1 is a member";
+  ASSERT_EQ(s->SetDesiredWorkers(1), "");
+  ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready) << "worker 0 is the job now";
+  EXPECT_TRUE(waiting.get());
 }
 
 }  // namespace

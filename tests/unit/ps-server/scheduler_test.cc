@@ -15,6 +15,7 @@
 
 #include "common/metrics.h"
 #include "common/resend.h"
+#include "common/termination_message.h"
 #include "kubeps.grpc.pb.h"
 #include "ps-server/scheduler.h"
 #include "ps-server/scheduler_service.h"
@@ -516,6 +517,59 @@ TEST(SchedulerTest, AServerThatRestartedWhileTheSchedulerWasDownRollsTheJobBack)
     EXPECT_EQ(beat.generation(), 1u);
     EXPECT_EQ(beat.restore_step(), 500u);
   }
+}
+
+// A server's new process registering with the checkpoint steps it holds.
+void RegisterRestartedServer(Scheduler& s, const std::string& id, std::vector<uint64_t> steps) {
+  v1::RegisterRequest request;
+  v1::NodeInfo* node = request.mutable_node();
+  node->set_node_id(id);
+  node->set_role(v1::SERVER);
+  node->set_incarnation(2);
+  node->set_address(id + ".local:9000");
+  node->set_checkpoint_step(steps.empty() ? -1 : static_cast<int64_t>(steps.back()));
+  for (uint64_t step : steps) node->add_checkpoint_steps(step);
+  v1::RegisterResponse response;
+  ASSERT_TRUE(s.Register(&request, &response).ok()) << id;
+}
+
+// A server lost after a worker finished (a drain at the job's end): its
+// shard goes back to a checkpoint, and the steps after it would need the
+// finished worker's pushes, which never come. Before, the other workers
+// redid them and waited for it until their limits, once per restart.
+TEST(SchedulerTest, AServerRestartedAfterAWorkerFinishedFailsTheJobNamingTheLostSteps) {
+  auto s = MakeScheduler(1, 2);
+  ASSERT_TRUE(Register(*s, "server-0", v1::SERVER).ok());
+  ASSERT_TRUE(Register(*s, "worker-0", v1::WORKER).ok());
+  ASSERT_TRUE(Register(*s, "worker-1", v1::WORKER).ok());
+  ASSERT_TRUE(Finish(*s, "worker-1", 1).ok());
+  RegisterRestartedServer(*s, "server-0", {100});
+  EXPECT_EQ(Heartbeat(*s, "worker-0").generation(), 0u) << "no rollback nobody can redo";
+  EXPECT_THAT(s->Failure(), HasSubstr("server-0 restarted after worker 1 finished"));
+  EXPECT_THAT(s->Failure(), HasSubstr("from its checkpoint of step 100"));
+  EXPECT_EQ(s->FailureReason(), kReasonShardStateLost) << "a restart would find the same";
+}
+
+// A recovery mid-job with no step every shard holds fails for good, as at
+// the job's first start: before, the nodes ended as JobStopped, which the
+// run policy restarted once more only to fail the same way.
+TEST(SchedulerTest, ARecoveryWithoutACommonCheckpointSaysItsReason) {
+  auto s = MakeScheduler(2, 1);
+  for (const auto& [id, step] : {std::pair<std::string, uint64_t>{"server-0", 100},
+                                 std::pair<std::string, uint64_t>{"server-1", 200}}) {
+    v1::RegisterRequest request;
+    request.mutable_node()->set_node_id(id);
+    request.mutable_node()->set_role(v1::SERVER);
+    request.mutable_node()->set_incarnation(1);
+    request.mutable_node()->set_address(id + ".local:9000");
+    request.mutable_node()->add_checkpoint_steps(step);
+    v1::RegisterResponse response;
+    ASSERT_TRUE(s->Register(&request, &response).ok());
+  }
+  ASSERT_TRUE(Register(*s, "worker-0", v1::WORKER).ok());
+  RegisterRestartedServer(*s, "server-0", {100});
+  EXPECT_THAT(s->Failure(), HasSubstr("no checkpoint step in common"));
+  EXPECT_EQ(s->FailureReason(), kReasonNoCommonCheckpoint);
 }
 
 // The token check needs real metadata, so this one runs a real gRPC server.
