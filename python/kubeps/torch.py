@@ -8,24 +8,22 @@
         ...forward, loss.backward(), optimizer.step()...
     kps.finish()
 
-How a step goes.  `DistributedOptimizer` declares every trainable parameter
-(by name, as float32) and hooks each one's gradient accumulator: as soon as
-backward has the gradient of a parameter, the hook copies it into the
-parameter's `grads` region of the shared-memory file, and once the gradients
-copied so far hold KUBEPS_BUCKET_BYTES (1 MiB, DistributedDataParallel's
-first bucket; 0: every parameter alone), or every gradient of the step is
-in, sends one `push_pull` for their keys: the last layers' gradients
-travel while backward still works on the first ones, small ones together (a
-request has a fixed cost that a bias does not repay).  "Every gradient of the
-step" counts the parameters that got one in the step before (all of them in
-the first step), as DistributedDataParallel learns a static graph's unused
-parameters: a parameter the forward pass leaves out has no gradient, and the
-last bucket would otherwise wait for `step()`, which sends zeros for it.  Each
-request's version step+1 comes back into the `values` regions as soon as the
-servers have applied those keys' update, not after the whole step's pushes.  The
-agent sends queued requests lowest key first (declaration order, which is
-the model's: the first layers, which the next forward pass needs first, go
-first).  `step()` waits for the exchanges and
+How a step goes. `DistributedOptimizer` declares every trainable parameter (by name, as float32)
+and hooks each one's gradient accumulator: as soon as backward has the gradient of a parameter,
+the hook copies it into the parameter's `grads` region of the shared-memory file, and once the
+gradients copied so far hold KUBEPS_BUCKET_BYTES (1 MiB, DistributedDataParallel's first bucket;
+0: every parameter alone), or every gradient of the step is in, sends one `push_pull` for their
+keys: the last layers' gradients travel while backward still works on the first ones, small ones
+together (a request has a fixed cost that a bias does not repay). "Every gradient of the step"
+counts the parameters that got one in the step before (all of them in the first step), as
+DistributedDataParallel learns a static graph's unused parameters: a parameter the forward pass
+leaves out has no gradient, and the last bucket would otherwise wait for `step()`, which sends
+zeros for it. Each request's version step+1 comes back into the `values` regions as soon as the
+servers have applied those keys' update, not after the whole step's pushes. The agent sends
+queued requests lowest key first (declaration order, which is the model's: the first layers,
+which the next forward pass needs first, go first). What a program does to the gradients after
+backward, or a step it leaves out, reaches no server: _torch_call_order.py refuses each, saying
+what to do instead. `step()` waits for the exchanges and
 then, by the servers' optimizer (`hello` says which):
 
 - a real optimizer (sgd, adam, ...): the servers hold the parameters and the
@@ -86,6 +84,7 @@ import warnings
 import torch
 
 import kubeps
+from kubeps._torch_call_order import CallOrder
 from kubeps._torch_counter import StepCounter
 from kubeps._torch_elastic import batch_run, fixed_global_batch, next_member_step
 from kubeps._torch_forward import ForwardWaits, unwaited
@@ -124,7 +123,7 @@ def size():
     return kubeps.size()
 
 
-class _DistributedOptimizer(ForwardWaits):
+class _DistributedOptimizer(CallOrder, ForwardWaits):
     """The methods a DistributedOptimizer adds to the user's optimizer class.
 
     `DistributedOptimizer()` makes a subclass of the user's optimizer's class
@@ -312,6 +311,8 @@ class _DistributedOptimizer(ForwardWaits):
             if self._kubeps_servers_optimize():
                 for binding in self._kubeps_bindings:
                     binding.param.copy_(binding.values)
+                    grad = binding.param.grad  # applied: step() checks it is unchanged
+                    binding.sent = None if grad is None else (grad, grad._version)
             else:
                 for binding in self._kubeps_bindings:
                     grad = binding.param.grad
@@ -392,6 +393,7 @@ class _DistributedOptimizer(ForwardWaits):
             if self._kubeps_exchange_rest():
                 _counter.advance()
             return loss  # else rolled back: steps() goes on from the resume step
+        self._kubeps_check_unchanged_since_synchronize()
         if not self.synchronize():
             self._kubeps_resumed = False
             return loss  # rolled back: steps() goes on from the resume step
@@ -435,12 +437,6 @@ class _DistributedOptimizer(ForwardWaits):
             self._kubeps_pending.update(exchanges)
         return True
 
-    def _kubeps_left_without_step(self):
-        """steps(): the body did not call step(); a synchronized step ends skipped."""
-        with self._kubeps_lock:
-            if self._kubeps_synchronized:
-                self._kubeps_note_skipped()
-
     def _kubeps_roll_back(self, resume_step):
         servers_optimize = self._kubeps_servers_optimize()
         # Where no copy is of that step (this process started after it), its own load is.
@@ -457,6 +453,7 @@ class _DistributedOptimizer(ForwardWaits):
         with self._kubeps_lock:
             self._kubeps_exchanges = {}
             self._kubeps_new_backward()
+        self._kubeps_left_out = None  # not pushed, so at or after the resume step
         self._kubeps_synchronized = False
         self._kubeps_overflowed = False
         _counter.roll_back(resume_step)
@@ -497,6 +494,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_s
     cls = type(type(optimizer).__name__, (_DistributedOptimizer, type(optimizer)), {})
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
+    wrapped._kubeps_original = optimizer  # shares param_groups and state (load_state_dict)
     # A learning-rate scheduler made before the wrapping patched step() on the
     # optimizer itself, to count calls there. Copied, that patch ran the
     # original optimizer's own step and bypassed kubeps: the wrapper's step
@@ -574,7 +572,7 @@ def steps(total_steps):
             optimizer._kubeps_end_dropped_iteration()  # one without step(): rolled back now
             if _counter.moves == moves:
                 # A body without optimizer.step() still moves on (a loss scaler skipped it).
-                optimizer._kubeps_left_without_step()
+                optimizer._kubeps_left_without_step(step)
                 _counter.advance()
         # model=: the last step's values are still in flight; a rollback found
         # here goes on from the resume step.
@@ -661,6 +659,7 @@ def checkpoint_interval():
 def finish():
     """Tells the job this worker is done and ends the session (see kubeps.finish)."""
     if _optimizer is not None:
+        _optimizer._kubeps_check_none_left_out()
         _optimizer._kubeps_resolve_all()
     kubeps.finish()
     _forget()
@@ -681,6 +680,9 @@ def _forget():
 
 
 def _current_step(caller):
+    """The step being exchanged, where every step before it was (a step left out: refused)."""
+    if _optimizer is not None:
+        _optimizer._kubeps_check_none_left_out()
     if _counter.step is None:
         raise FailedPrecondition(
             "%s ran before the servers had initial values: call "

@@ -218,6 +218,30 @@ class Updates(TorchTestCase):
                 opt.step()
         self.assertParametersEqual(model, reference)
 
+    def test_a_program_written_for_horovod_clips_in_skip_synchronize(self):
+        # synchronize(), clip, then step() inside skip_synchronize(): ported code
+        # failed with an AttributeError.
+        self.connect(optimizer="none")
+        model, reference = three_layers(), three_layers()
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                             named_parameters=model.named_parameters())
+        kps.broadcast_parameters(model.state_dict(), root_rank=0)
+        local = torch.optim.SGD(reference.parameters(), lr=0.1)
+        for step in kps.steps(2):
+            x, y = batch_for(step)
+            for net, opt in [(model, optimizer), (reference, local)]:
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(net(x), y).backward()
+                if opt is optimizer:
+                    optimizer.synchronize()
+                torch.nn.utils.clip_grad_norm_(net.parameters(), max_norm=0.05)
+                if opt is optimizer:
+                    with optimizer.skip_synchronize():
+                        optimizer.step()
+                else:
+                    opt.step()
+        self.assertParametersEqual(model, reference)
+
     @requires_fake
     def test_async_mode_pulls_the_newest_values(self):
         agent = self.connect(mode="async")
@@ -353,6 +377,23 @@ class Updates(TorchTestCase):
             warnings.simplefilter("error")  # no "lr_scheduler.step() before optimizer.step()"
             scheduler.step()
         self.assertEqual(optimizer.param_groups[0]["lr"], 50.0)
+
+    def test_a_scheduler_made_before_the_wrapping_outlives_load_state_dict(self):
+        # Optimizer.load_state_dict (resume_with's load) replaces param_groups: the
+        # scheduler set the rate on the optimizer given, which no longer shared them.
+        self.connect(optimizer="none")
+        model = three_layers()
+        sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.StepLR(sgd, step_size=1, gamma=0.5)
+        optimizer = kps.DistributedOptimizer(sgd, named_parameters=model.named_parameters())
+        optimizer.load_state_dict(optimizer.state_dict())
+        for step in kps.steps(2):
+            x, y = batch_for(step)
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            scheduler.step()
+        self.assertEqual(optimizer.param_groups[0]["lr"], 0.025)
 
 
 def cuda_missing():

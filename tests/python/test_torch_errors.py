@@ -111,6 +111,57 @@ class UserErrors(TorchTestCase):
                                     r"'none'.*optimizer.synchronize\(\)"):
             optimizer.step()
 
+    def test_a_gradient_clipped_after_synchronize_with_the_servers_optimizer(self):
+        # Horovod's order: backward, synchronize(), clip, step(). With the servers'
+        # optimizer synchronize() pulled the update made from the unclipped gradients:
+        # step() let the clipping go, silently.
+        self.connect()
+        model, optimizer, loss = self.first_backward()
+        self.assertTrue(optimizer.synchronize())
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=1e-6)
+        with self.assertRaisesRegex(kubeps.FailedPrecondition,
+                                    r"the gradient of '0.weight' changed after backward computed "
+                                    r"it .*optimizer 'none'"):
+            optimizer.step()
+
+    def test_zero_grad_between_backward_and_step(self):
+        # Before, the servers applied the gradients backward had sent, whatever
+        # zero_grad() left in .grad.
+        self.connect()
+        model, optimizer, loss = self.first_backward()
+        for set_to_none in (True, False):
+            with self.assertRaisesRegex(kubeps.FailedPrecondition,
+                                        r"optimizer.zero_grad\(\) was called after backward and "
+                                        r"before optimizer.step\(\).*Call zero_grad\(\) before "
+                                        r"backward"):
+                optimizer.zero_grad(set_to_none=set_to_none)
+        optimizer.step()
+        optimizer.zero_grad()  # after step(): the next step's
+
+    def test_a_steps_body_that_leaves_out_step(self):
+        # Before, steps() moved on to the next step, whose pushes the servers refused
+        # while they waited for this worker's of the one left out: the job hung. Left
+        # after backward, the next backward said it "computed 2 times".
+        for after_backward in (False, True):
+            self.connect()
+            model = three_layers()
+            optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                                 named_parameters=model.named_parameters())
+            with self.assertRaisesRegex(kubeps.FailedPrecondition,
+                                        r"the body of kubeps.torch.steps\(\) for step 1 ended "
+                                        r"without optimizer.step\(\).*optimizer.synchronize\(\) "
+                                        r"and leave step\(\) out"):
+                for step in kps.steps(3):
+                    if step == 1 and not after_backward:
+                        continue  # a bad batch, skipped
+                    optimizer.zero_grad()
+                    x, y = batch_for(step)
+                    torch.nn.functional.cross_entropy(model(x), y).backward()
+                    if step == 1:
+                        continue  # a loss found bad after backward
+                    optimizer.step()
+            kps.shutdown()
+
     def test_a_backward_pass_after_synchronize_without_step(self):
         # synchronize() ended the step's exchange: a second backward pass of the same
         # step would send its gradients again, and the next step() would not wait for them.
