@@ -97,6 +97,7 @@ Status SchedulerClient::RegisterAgain(uint64_t seen, const ShardReport* shard) {
   {
     std::lock_guard<std::mutex> lock(membership_mutex_);
     *request.mutable_node()->mutable_membership() = membership_;
+    for (int rank : finished_workers_) request.mutable_node()->add_finished_workers(rank);
   }
   v1::RegisterResponse response;
   Status s = caller_->Call(peer_, "Register", [&](grpc::ClientContext& c) {
@@ -140,13 +141,21 @@ Status SchedulerClient::AwaitClusterView(ClusterInfo* cluster) {
   const auto start = Clock::now();
   v1::ClusterViewRequest request;
   request.set_wait_ms(options_.long_poll_ms);
+  request.set_node_id(options_.node_id);
   for (;;) {
     v1::ClusterView view;
+    const uint64_t registrations_seen = Registrations();
     Status s = caller_->Call(
         peer_, "GetClusterView",
         [&](grpc::ClientContext& c) { return stub_->stub->GetClusterView(&c, request, &view); },
         options_.long_poll_ms);
     if (!s.ok()) return s;
+    if (view.register_again()) {
+      // The scheduler restarted since this node registered (before the job
+      // started: nobody beats yet), and waits for it as it waits for the view.
+      if (Status r = RegisterAgain(registrations_seen, nullptr); !r.ok()) return r;
+      continue;
+    }
     if (view.ready()) {
       if (view.servers_size() != view.num_servers() || view.num_servers() < 1) {
         return Status::Error("the scheduler sent a cluster view with " +
@@ -214,9 +223,14 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   answer->membership = response.membership();
   answer->own_step =
       response.has_own_step() ? std::optional<uint64_t>(response.own_step()) : std::nullopt;
-  if (response.membership().changes_size() > 0) {
+  {
     std::lock_guard<std::mutex> lock(membership_mutex_);
-    if (NewerMembership(response.membership(), membership_)) membership_ = response.membership();
+    if (response.membership().changes_size() > 0 &&
+        NewerMembership(response.membership(), membership_)) {
+      membership_ = response.membership();
+    }
+    finished_workers_.assign(response.finished_workers().begin(),
+                             response.finished_workers().end());
   }
   return Status::Ok();
 }

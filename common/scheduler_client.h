@@ -166,8 +166,9 @@ class SchedulerClient {
   std::atomic<uint64_t> step_{0};
   std::atomic<bool> heard_job_over_{false};
   std::mutex membership_mutex_;
-  v1::Membership membership_;  // the newest heard of, told to a restarted scheduler
-  std::mutex beat_mutex_;      // what every heartbeat says:
+  v1::Membership membership_;          // the newest heard of, told to a restarted scheduler
+  std::vector<int> finished_workers_;  // the ranks heard of as finished, told to it too
+  std::mutex beat_mutex_;              // what every heartbeat says:
   std::vector<std::string> passed_barriers_;
   std::optional<v1::ProgramStateMissing> program_state_missing_;
   const uint64_t incarnation_;

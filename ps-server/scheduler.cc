@@ -207,6 +207,7 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
     if (node.registered_before()) {
       restarted_ = true;
       elastic_.Adopt(node.membership());
+      AdoptFinishedWorkers(node);
     }
     if (node.generation() > generation_) {
       generation_ = node.generation();
@@ -256,16 +257,32 @@ bool Scheduler::GenerationReady() const {
 
 bool Scheduler::ViewReady() const {
   if (Registered(server_ids_) != options_.num_servers) return false;
+  // A worker that finished before this scheduler restarted never registers
+  // with it: its process has ended.
+  const auto here = [&](int rank) {
+    return !worker_ids_[rank].empty() || finished_workers_.count(rank) > 0;
+  };
   if (elastic_.elastic() && (started_ || restarted_)) {
     // The current members (a restarted scheduler learnt them back from the
     // workers), whatever the number the job started with: a dropped worker
     // is not waited for.
-    for (int rank : elastic_.Members()) {
-      if (worker_ids_[rank].empty()) return false;
-    }
-    return true;
+    const std::vector<int> members = elastic_.Members();
+    return std::all_of(members.begin(), members.end(), here);
   }
-  return Registered(worker_ids_) >= options_.num_workers;
+  int workers = 0;
+  for (int rank = 0; rank < static_cast<int>(worker_ids_.size()); ++rank) workers += here(rank);
+  return workers >= options_.num_workers;
+}
+
+// The workers a node registering again heard had finished, where none has
+// registered here under that rank since.
+void Scheduler::AdoptFinishedWorkers(const v1::NodeInfo& node) {
+  for (int rank : node.finished_workers()) {
+    if (rank >= 0 && rank < WorkerSlots() && worker_ids_[rank].empty() &&
+        finished_workers_.insert(rank).second) {
+      KLOG_INFO << node.node_id() << " says worker " << rank << " finished before the restart";
+    }
+  }
 }
 
 void Scheduler::Stop() {
@@ -296,6 +313,12 @@ grpc::Status Scheduler::GetClusterView(const v1::ClusterViewRequest* request,
                                        const std::function<bool()>& cancelled) {
   if (auto w = CheckLongPollWait("GetClusterView", request->wait_ms()); !w.ok()) return w;
   std::unique_lock<std::mutex> lock(mutex_);
+  if (!request->node_id().empty() && !members_.count(request->node_id())) {
+    // Registered with the scheduler before this one (restarted since):
+    // waited for here, it would wait for this scheduler for ever.
+    response->set_register_again(true);
+    return grpc::Status::OK;
+  }
   const LongPollEnd end = WaitLongPoll(
       lock, changed_, request->wait_ms(), [&] { return stopping_ || ViewReady(); }, cancelled);
   if (grpc::Status s = LongPollOutcome("GetClusterView", end); !s.ok()) return s;
@@ -465,6 +488,7 @@ grpc::Status Scheduler::Heartbeat(const v1::HeartbeatRequest* request,
   SaySilentNodes(dead);
   const bool shutdown = MembersFinished();
   response->set_shutdown(shutdown);
+  for (int rank : finished_workers_) response->add_finished_workers(rank);
   if (elastic_.elastic() && it != members_.end() && it->second.info.role() == v1::WORKER) {
     *response->mutable_membership() = elastic_.schedule();
   }

@@ -181,6 +181,7 @@ class Scheduler {
   int WorkerSlots() const;
   // Every member of the newest membership has finished (requires mutex_).
   bool MembersFinished() const;
+  void AdoptFinishedWorkers(const v1::NodeInfo& node);  // requires mutex_
   // Releases barrier `name` if every worker arrived; true if it did.
   bool ReleaseIfComplete(const std::string& name);
   // Elastic jobs, at every heartbeat (requires mutex_): drops members

@@ -1,0 +1,120 @@
+// A scheduler restarted mid-job (its pod evicted or drained) over the real
+// protocol: the job's nodes, through the scheduler's one client
+// (common/scheduler_client.h), bring the new scheduler what the old one
+// knew, on the same address, as a Kubernetes Service gives it.
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "common/metrics.h"
+#include "common/scheduler_client.h"
+#include "ps-server/scheduler_service.h"
+
+namespace kubeps {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The job's scheduler, started again on the same port when asked.
+class RestartingScheduler {
+ public:
+  RestartingScheduler() { Start(); }
+  ~RestartingScheduler() { Stop(); }
+
+  void Start() {
+    SchedulerOptions options;
+    options.num_servers = 1;
+    options.num_workers = 2;
+    options.replace_silent_after_ms = 0;
+    service_ = std::make_unique<SchedulerService>(options, &NullMetrics());
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:" + std::to_string(port_),
+                             grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_GT(port_, 0);
+  }
+  void Stop() {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + 1s);
+    server_.reset();
+  }
+  void Restart() {
+    Stop();
+    Start();
+  }
+  std::unique_ptr<SchedulerClient> Client(const std::string& node_id, NodeRole role) const {
+    SchedulerClientOptions options;
+    options.scheduler_address = "127.0.0.1:" + std::to_string(port_);
+    options.node_id = node_id;
+    options.role = role;
+    if (role == NodeRole::kServer) options.address = node_id + ".local:9000";
+    options.long_poll_ms = 100;
+    options.peer_wait_limit_ms = 5000;
+    return std::make_unique<SchedulerClient>(options);
+  }
+
+ private:
+  int port_ = 0;
+  std::unique_ptr<SchedulerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+// A beat, then the beat after a re-registration where the first found the
+// scheduler restarted.
+HeartbeatAnswer Beat(SchedulerClient& node) {
+  HeartbeatAnswer answer;
+  if (!node.Heartbeat(0, &answer).ok()) EXPECT_TRUE(node.Heartbeat(0, &answer).ok());
+  return answer;
+}
+
+// Before, a worker that registered and then waited for the view while the
+// scheduler restarted polled the new one, which did not know it, until its
+// peer wait limit ran out; the new one waited for it as long.
+TEST(SchedulerRestartTest, AWorkerWaitingForTheViewRegistersWithTheNewScheduler) {
+  RestartingScheduler scheduler;
+  auto worker0 = scheduler.Client("worker-0", NodeRole::kWorker);
+  int rank = -1;
+  ASSERT_TRUE(worker0->Register(&rank).ok());
+  auto view = std::async(std::launch::async, [&] {
+    ClusterInfo cluster;
+    return worker0->AwaitClusterView(&cluster);
+  });
+  ASSERT_EQ(view.wait_for(300ms), std::future_status::timeout) << "the job is not complete";
+  scheduler.Restart();
+  auto server0 = scheduler.Client("server-0", NodeRole::kServer);
+  auto worker1 = scheduler.Client("worker-1", NodeRole::kWorker);
+  ASSERT_TRUE(server0->Register(&rank).ok());
+  ASSERT_TRUE(worker1->Register(&rank).ok());
+  ASSERT_EQ(view.wait_for(3s), std::future_status::ready) << "worker-0 still waits";
+  const Status s = view.get();
+  EXPECT_TRUE(s.ok()) << s.message();
+}
+
+// Before, a worker that finished before the scheduler restarted never
+// registered with the new one (its process had ended), which then never
+// saw the job complete: no end, no final checkpoint, no later recovery.
+TEST(SchedulerRestartTest, TheServersTellANewSchedulerWhichWorkersFinished) {
+  RestartingScheduler scheduler;
+  auto server0 = scheduler.Client("server-0", NodeRole::kServer);
+  auto worker0 = scheduler.Client("worker-0", NodeRole::kWorker);
+  auto worker1 = scheduler.Client("worker-1", NodeRole::kWorker);
+  int rank0 = -1, rank1 = -1, server_rank = -1;
+  ASSERT_TRUE(server0->Register(&server_rank).ok());
+  ASSERT_TRUE(worker0->Register(&rank0).ok());
+  ASSERT_TRUE(worker1->Register(&rank1).ok());
+  ASSERT_TRUE(worker0->Finish(rank0).ok());
+  EXPECT_FALSE(Beat(*server0).shutdown);  // and it hears that worker 0 finished
+  scheduler.Restart();
+  EXPECT_FALSE(Beat(*server0).shutdown);
+  EXPECT_FALSE(Beat(*worker1).shutdown);
+  ASSERT_TRUE(worker1->Finish(rank1).ok());
+  EXPECT_TRUE(Beat(*server0).shutdown) << "every worker finished: the job is over";
+}
+
+}  // namespace
+}  // namespace kubeps
