@@ -129,6 +129,7 @@ Status SchedulerClient::Register(int* rank) {
   });
   if (!s.ok()) return s;
   *rank = response.rank();
+  if (rank_ < 0) rank_ = *rank;
   if (response.resume_step() > step_) step_ = response.resume_step();
   {
     std::lock_guard<std::mutex> lock(key_mutex_);
@@ -144,16 +145,20 @@ Status SchedulerClient::AwaitClusterView(ClusterInfo* cluster) {
   request.set_node_id(options_.node_id);
   for (;;) {
     v1::ClusterView view;
-    const uint64_t registrations_seen = Registrations();
     Status s = caller_->Call(
         peer_, "GetClusterView",
         [&](grpc::ClientContext& c) { return stub_->stub->GetClusterView(&c, request, &view); },
         options_.long_poll_ms);
     if (!s.ok()) return s;
     if (view.register_again()) {
-      // The scheduler restarted since this node registered (before the job
-      // started: nobody beats yet), and waits for it as it waits for the view.
-      if (Status r = RegisterAgain(registrations_seen, nullptr); !r.ok()) return r;
+      // The scheduler restarted since this node registered, and waits for it
+      // as it waits for the view. The job has not started for this node: a
+      // first registration again (RegisterAgain would say it had).
+      int rank = -1;
+      if (Status r = Register(&rank); !r.ok()) return r;
+      if (rank != rank_)
+        return Status::Error("the restarted scheduler gave " + options_.node_id + " rank " +
+                             std::to_string(rank) + ", not " + std::to_string(rank_));
       continue;
     }
     if (view.ready()) {

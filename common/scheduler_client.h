@@ -168,6 +168,7 @@ class SchedulerClient {
   std::mutex membership_mutex_;
   v1::Membership membership_;          // the newest heard of, told to a restarted scheduler
   std::vector<int> finished_workers_;  // the ranks heard of as finished, told to it too
+  int rank_ = -1;                      // the first registration's
   std::mutex beat_mutex_;              // what every heartbeat says:
   std::vector<std::string> passed_barriers_;
   std::optional<v1::ProgramStateMissing> program_state_missing_;

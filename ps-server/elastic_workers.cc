@@ -57,6 +57,11 @@ std::vector<int> ElasticWorkers::Members() const {
   return {last.ranks().begin(), last.ranks().end()};
 }
 
+std::vector<int> ElasticWorkers::MembersOfNow() const {
+  if (!MembershipKnown(schedule_, furthest_step_)) return Members();
+  return MembersAt(schedule_, furthest_step_);
+}
+
 std::string ElasticWorkers::SetDesired(int workers, std::optional<uint64_t> at_step) {
   if (workers < options_.min_workers || workers > options_.max_workers) {
     return "the job's workers can be scaled to " + std::to_string(options_.min_workers) + " to " +

@@ -67,6 +67,9 @@ class ElasticWorkers {
   const v1::Membership& schedule() const { return schedule_; }
   // The members of the newest change: who trains once the pending steps are done.
   std::vector<int> Members() const;
+  // Who computes the furthest step a worker said it is about to compute:
+  // the members of now, not those of a change the lease has not reached.
+  std::vector<int> MembersOfNow() const;
   // ", up to 64 of the step's 128 examples each" for a step of `workers`.
   std::string ExamplesEach(size_t workers) const;
 

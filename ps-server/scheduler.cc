@@ -194,6 +194,8 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
     }
     rank = FreeRank(*ids, PreferredRank(node.node_id()), expected);
     (*ids)[rank] = node.node_id();
+    // A new process in the rank of a worker another node said had finished.
+    if (node.role() == v1::WORKER && !node.registered_before()) finished_workers_.erase(rank);
     if (node.role() == v1::SERVER) {
       checkpoint_steps_[node.node_id()].assign(node.checkpoint_steps().begin(),
                                                node.checkpoint_steps().end());
@@ -359,14 +361,15 @@ grpc::Status Scheduler::Barrier(const v1::BarrierRequest* request, v1::BarrierRe
 }
 
 // Every worker of the job arrived: a fixed job's all, an elastic job's
-// members of now, whatever the number it started with.
+// members of the step the workers are at, whatever the number it started
+// with (one taken in at a later step is not waited for: it waits for that).
 bool Scheduler::ReleaseIfComplete(const std::string& name) {
   auto it = barriers_.find(name);
   if (it == barriers_.end()) return false;
   const std::set<int>& arrived = it->second;
   bool complete = static_cast<int>(arrived.size()) == options_.num_workers;
   if (elastic_.elastic() && elastic_.started()) {
-    const std::vector<int> members = elastic_.Members();
+    const std::vector<int> members = elastic_.MembersOfNow();
     complete = std::all_of(members.begin(), members.end(),
                            [&](int rank) { return arrived.count(rank) > 0; });
   }

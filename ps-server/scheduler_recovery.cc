@@ -349,7 +349,7 @@ void Scheduler::DropLostWorkers() {
   // Another member finished: it did so once the last step's update was
   // made, so the lost one pushed every step (rank 0 evicted while it
   // evaluates). Nothing is redone, and the job needs no more workers.
-  const bool every_step_done = !finished_workers_.empty();
+  const bool every_step_done = options_.sync && !finished_workers_.empty();
   if (left < options_.elastic.min_workers && !every_step_done) {
     failure_ = "worker " + names + " has been gone for " + silent +
                " (elasticPolicy.replaceTimeoutSeconds) and the job cannot go on without it: " +

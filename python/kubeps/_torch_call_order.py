@@ -7,7 +7,7 @@ desynchronize the job."""
 
 import contextlib
 
-from kubeps._torch_params import forget_sent
+from kubeps._torch_params import check_sent_gradients_unchanged, forget_sent
 from kubeps.errors import FailedPrecondition
 
 
@@ -47,11 +47,12 @@ class CallOrder:
         original.param_groups, original.state = self.param_groups, self.state
 
     def _kubeps_check_unchanged_since_synchronize(self):
-        """step() after synchronize() with the servers' optimizer: the update was made at
-        synchronize() from the gradients backward sent, so a gradient changed since (clipped,
-        as Horovod's programs do between the two) would be lost: refused."""
-        if self._kubeps_synchronized and self._kubeps_servers_optimize():
-            self._kubeps_check_gradients()
+        """step(), synchronized, with the servers' optimizer: the update was made from the
+        gradients backward sent, so a gradient changed since (clipped between synchronize()
+        and step(), as Horovod's programs do) would be lost: refused.  What synchronize()
+        recorded is forgotten either way."""
+        if self._kubeps_servers_optimize():
+            check_sent_gradients_unchanged(self._kubeps_bindings)
 
     def _kubeps_left_without_step(self, step):
         """steps(): the body did not call step().  A synchronized step ends skipped (a loss
@@ -63,6 +64,8 @@ class CallOrder:
                 forget_sent(self._kubeps_bindings)
                 self._kubeps_note_skipped()
                 return
+            if self._kubeps_session.mode != "sync":
+                return  # an async shard takes each push as it comes: none waits for this step
             started = self._kubeps_ready > 0 or bool(self._kubeps_exchanges)
         if self._kubeps_left_out is None:
             self._kubeps_left_out = step
@@ -74,6 +77,7 @@ class CallOrder:
             raise FailedPrecondition(
                 "the body of kubeps.torch.steps() for step %d ended without optimizer.step(): "
                 "every worker's gradients of every step go to the servers, which wait for them, "
-                "so a step cannot be left out. To skip an update (a bad batch), run the job with "
-                "the servers' optimizer 'none' (spec.optimizer.name), call "
-                "optimizer.synchronize() and leave step() out" % self._kubeps_left_out)
+                "so a step cannot be left out. To skip a step's update, decide it from what every "
+                "worker sees alike, as a GradScaler does from the averaged gradients: with the "
+                "servers' optimizer 'none' (spec.optimizer.name), call optimizer.synchronize() "
+                "and leave step() out when they say so" % self._kubeps_left_out)

@@ -393,10 +393,10 @@ class _DistributedOptimizer(CallOrder, ForwardWaits):
             if self._kubeps_exchange_rest():
                 _counter.advance()
             return loss  # else rolled back: steps() goes on from the resume step
-        self._kubeps_check_unchanged_since_synchronize()
         if not self.synchronize():
             self._kubeps_resumed = False
             return loss  # rolled back: steps() goes on from the resume step
+        self._kubeps_check_unchanged_since_synchronize()
         if self._kubeps_overflowed and not scaler_steps:
             self._kubeps_note_skipped()
             if self.kubeps_skipped_steps == 1:

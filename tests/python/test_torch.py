@@ -378,6 +378,24 @@ class Updates(TorchTestCase):
             scheduler.step()
         self.assertEqual(optimizer.param_groups[0]["lr"], 50.0)
 
+    def test_a_parameter_without_a_gradient_in_a_step_after_one_with_is_no_error(self):
+        # zero_grad() zeroes .grad in place (torch 1.x's default); a branch the forward
+        # pass leaves out gives its parameters no gradient that step. What step()'s
+        # check recorded of the step before must not be taken for a change.
+        self.connect()
+        model = three_layers()
+        branch = torch.nn.Linear(6, 3)
+        params = list(model.named_parameters()) + [("branch." + n, p)
+                                                    for n, p in branch.named_parameters()]
+        optimizer = kps.DistributedOptimizer(torch.optim.SGD([p for _, p in params], lr=0.1),
+                                             named_parameters=params)
+        for step in kps.steps(3):
+            x, y = batch_for(step)
+            optimizer.zero_grad(set_to_none=False)
+            logits = model(x) + (branch(x) if step != 1 else 0)
+            torch.nn.functional.cross_entropy(logits, y).backward()
+            optimizer.step()
+
     def test_a_scheduler_made_before_the_wrapping_outlives_load_state_dict(self):
         # Optimizer.load_state_dict (resume_with's load) replaces param_groups: the
         # scheduler set the rate on the optimizer given, which no longer shared them.

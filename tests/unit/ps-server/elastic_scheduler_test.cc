@@ -501,26 +501,52 @@ TEST(ElasticSchedulerTest, AWorkerLostAfterTheOthersFinishedIsDroppedWithoutARol
   }
 }
 
-// A barrier of an elastic job waits for the workers it has now, not for
-// those it started with.
-TEST(ElasticSchedulerTest, ABarrierWaitsForTheJobsWorkersOfNow) {
-  auto s = ElasticScheduler(2, 1, 2);
+// An async job's finished worker says nothing of another's steps: one lost
+// is dropped only while minReplicas remain, as before.
+TEST(ElasticSchedulerTest, AnAsyncWorkerLostAfterAnotherFinishedStillCountsForMinReplicas) {
+  auto s = ElasticScheduler(2, 2, 2, /*replace_timeout_ms=*/200, &NullMetrics(), /*sync=*/false);
+  Register(*s, "server-0", v1::SERVER);
+  Register(*s, "worker-0", v1::WORKER);
+  const Registered w1 = Register(*s, "worker-1", v1::WORKER);
+  ASSERT_TRUE(Finish(*s, "worker-1", w1).ok());
+  std::this_thread::sleep_for(300ms);  // worker-0 falls silent, its steps not done
+  EXPECT_THAT(Beat(*s, "server-0").failure(), HasSubstr("below elasticPolicy.minReplicas (2)"));
+}
+
+// A barrier of an elastic job waits for the workers of the step they are
+// at: not for those it started with, nor for one taken in at a later step
+// (which waits for that step, and would wait for ever).
+TEST(ElasticSchedulerTest, ABarrierWaitsForTheWorkersOfTheStepTheJobIsAt) {
+  auto s = ElasticScheduler(2, 1, 3);
   Register(*s, "server-0", v1::SERVER);
   Register(*s, "worker-0", v1::WORKER);
   Register(*s, "worker-1", v1::WORKER);
   Beat(*s, "worker-0", 5);
-  auto barrier = [&s](int rank, uint32_t wait_ms) {
+  auto barrier = [&s](const std::string& name, int rank, uint32_t wait_ms) {
     v1::BarrierRequest request;
-    request.set_name("evaluated");
+    request.set_name(name);
     request.set_rank(rank);
     request.set_wait_ms(wait_ms);
     v1::BarrierResponse response;
     EXPECT_TRUE(s->Barrier(&request, &response).ok());
     return response.released();
   };
-  auto waiting = std::async(std::launch::async, barrier, 0, 10000);
-  EXPECT_EQ(waiting.wait_for(100ms), std::future_status::timeout) << "worker 1 is a member";
+  // Scaled up: worker 2 joins at the lease's end, after the barrier.
+  Register(*s, "worker-2", v1::WORKER);
+  Beat(*s, "worker-2", 0);
+  ASSERT_EQ(s->SetDesiredWorkers(3), "");
+  ASSERT_THAT(Beat(*s, "worker-0", 6).membership().changes_size(), 2);
+  auto first = std::async(std::launch::async, barrier, "before-the-join", 0, 10000);
+  EXPECT_TRUE(barrier("before-the-join", 1, 5000)) << "worker 2 computes no step yet";
+  ASSERT_EQ(first.wait_for(5s), std::future_status::ready);
+  // Scaled down to one: once the job is at the step from which worker 0 is
+  // alone, the barrier no longer waits for the others.
   ASSERT_EQ(s->SetDesiredWorkers(1), "");
+  const v1::Membership after = Beat(*s, "worker-0", 7).membership();
+  const uint64_t alone_from = after.changes(after.changes_size() - 1).from_step();
+  auto waiting = std::async(std::launch::async, barrier, "evaluated", 0, 10000);
+  EXPECT_EQ(waiting.wait_for(100ms), std::future_status::timeout) << "worker 1 still computes";
+  Beat(*s, "worker-0", alone_from);
   ASSERT_EQ(waiting.wait_for(5s), std::future_status::ready) << "worker 0 is the job now";
   EXPECT_TRUE(waiting.get());
 }

@@ -68,7 +68,9 @@ class RestartingScheduler {
 // scheduler restarted.
 HeartbeatAnswer Beat(SchedulerClient& node) {
   HeartbeatAnswer answer;
-  if (!node.Heartbeat(0, &answer).ok()) EXPECT_TRUE(node.Heartbeat(0, &answer).ok());
+  if (!node.Heartbeat(0, &answer).ok()) {
+    EXPECT_TRUE(node.Heartbeat(0, &answer).ok());
+  }
   return answer;
 }
 
@@ -93,6 +95,7 @@ TEST(SchedulerRestartTest, AWorkerWaitingForTheViewRegistersWithTheNewScheduler)
   ASSERT_EQ(view.wait_for(3s), std::future_status::ready) << "worker-0 still waits";
   const Status s = view.get();
   EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(Beat(*server0).generation, 0u) << "the job's first start, not a recovery";
 }
 
 // Before, a worker that finished before the scheduler restarted never
@@ -114,6 +117,28 @@ TEST(SchedulerRestartTest, TheServersTellANewSchedulerWhichWorkersFinished) {
   EXPECT_FALSE(Beat(*worker1).shutdown);
   ASSERT_TRUE(worker1->Finish(rank1).ok());
   EXPECT_TRUE(Beat(*server0).shutdown) << "every worker finished: the job is over";
+}
+
+// A new process in the rank of a worker the servers said had finished (its
+// pod restarted) trains: the job is not over until it finishes too.
+TEST(SchedulerRestartTest, AFinishedWorkersNewProcessIsNotTakenForFinished) {
+  RestartingScheduler scheduler;
+  auto server0 = scheduler.Client("server-0", NodeRole::kServer);
+  auto worker0 = scheduler.Client("worker-0", NodeRole::kWorker);
+  auto worker1 = scheduler.Client("worker-1", NodeRole::kWorker);
+  int rank0 = -1, rank1 = -1, server_rank = -1;
+  ASSERT_TRUE(server0->Register(&server_rank).ok());
+  ASSERT_TRUE(worker0->Register(&rank0).ok());
+  ASSERT_TRUE(worker1->Register(&rank1).ok());
+  ASSERT_TRUE(worker0->Finish(rank0).ok());
+  Beat(*server0);
+  scheduler.Restart();
+  Beat(*server0);  // registers again, saying worker 0 finished
+  auto worker0_again = scheduler.Client("worker-0", NodeRole::kWorker);
+  ASSERT_TRUE(worker0_again->Register(&rank0).ok());
+  Beat(*worker1);
+  ASSERT_TRUE(worker1->Finish(rank1).ok());
+  EXPECT_FALSE(Beat(*server0).shutdown) << "worker 0's new process has not finished";
 }
 
 }  // namespace
