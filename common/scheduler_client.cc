@@ -275,10 +275,11 @@ Status SchedulerClient::Barrier(const std::string& name, int rank,
   }
 }
 
-Status SchedulerClient::Finish(int rank) {
+Status SchedulerClient::Finish(int rank, uint64_t steps_done) {
   v1::FinishRequest request;
   request.set_node_id(options_.node_id);
   request.set_rank(rank);
+  request.set_steps_done(steps_done);
   v1::FinishResponse response;
   auto call = [&] {
     {

@@ -132,7 +132,8 @@ class SchedulerClient {
   Status Barrier(
       const std::string& name, int rank,
       const std::function<Status()>& stopped = [] { return Status::Ok(); });
-  Status Finish(int rank);
+  // `steps_done`: the step after the last one this worker pushed.
+  Status Finish(int rank, uint64_t steps_done = 0);
   // Workers: the step they are about to compute, sent with every beat (an
   // elastic job's scheduler extends its membership lease from it).
   void ReportStep(uint64_t step) { step_ = step; }

@@ -555,11 +555,13 @@ grpc::Status Scheduler::Finish(const v1::FinishRequest* request, v1::FinishRespo
     }
   } else {
     finished_workers_.insert(request->rank());
+    finished_steps_ = std::max(finished_steps_, request->steps_done());
     // Its program has ended, and the job went back to before its last step
     // (another worker restarted while it evaluated): nobody can redo its
     // steps, and the others would wait for them until their limits.
+    // Unless it went back no further than the step after its last one.
     if (options_.sync && options_.workers_keep_parameters && request->generation() < generation_ &&
-        failure_.empty()) {
+        (request->steps_done() == 0 || restore_step_ < request->steps_done()) && failure_.empty()) {
       failure_ = "worker " + std::to_string(request->rank()) + " (" + request->node_id() +
                  ") finished in generation " + std::to_string(request->generation()) +
                  ", before the rollback to step " + std::to_string(restore_step_) +

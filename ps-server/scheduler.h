@@ -203,6 +203,7 @@ class Scheduler {
   std::map<std::string, std::set<int>> barriers_;
   std::set<std::string> released_barriers_;
   std::set<int> finished_workers_;
+  uint64_t finished_steps_ = 0;                           // the furthest FinishRequest.steps_done
   std::map<std::string, Clock::time_point> said_silent_;  // SaySilentNodes: heard last
   Clock::time_point started_at_;
   std::set<std::string> departed_;  // workers that left an elastic job, scaled away

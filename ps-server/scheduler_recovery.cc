@@ -231,7 +231,8 @@ void Scheduler::StartRecovery(const v1::NodeInfo& server) {
     }
     step = static_cast<uint64_t>(common);
   }
-  if (!finished_workers_.empty()) {
+  // Where every shard holds the job's last step, the rollback redoes nothing.
+  if (!finished_workers_.empty() && (finished_steps_ == 0 || step < finished_steps_)) {
     // The steps after `step` need every worker's pushes (an elastic job's
     // too: its finished members are in their schedule), and the finished
     // workers' programs have ended: redone, they would be waited for.

@@ -540,6 +540,9 @@ void KVWorkerImpl::StepPushed(Pending& pending, uint64_t step) {
   // Before any request of the step moves a residual on (every one of the
   // step before has: its values were pulled first).
   if (residual_copies_) residual_copies_->BeforeStep(step);
+  uint64_t done = steps_pushed_.load();
+  while (done < step + 1 && !steps_pushed_.compare_exchange_weak(done, step + 1)) {
+  }
   if (!options_.async) return;
   scheduler_.ReportStep(step);
   pending.step_done = step + 1;  // before any request of the ticket runs
@@ -664,6 +667,6 @@ Status KVWorkerImpl::Barrier(const std::string& name) {
   return scheduler_.Barrier(name, rank_, [this] { return JobStopped(); });
 }
 
-Status KVWorkerImpl::Finish() { return scheduler_.Finish(rank_); }
+Status KVWorkerImpl::Finish() { return scheduler_.Finish(rank_, steps_pushed_.load()); }
 
 }  // namespace kubeps

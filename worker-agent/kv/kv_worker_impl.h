@@ -225,6 +225,7 @@ class KVWorkerImpl final : public KVWorker {
                            bool* said) const;
 
   std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> steps_pushed_{0};  // the step after the furthest pushed, told at Finish
   std::thread heartbeat_;
   GradientEncoding encoding_ = GradientEncoding::kFloat32;  // of pushes (options_.compression)
   // Two-bit: by key, what each value has not sent yet (gradient_codec.h).

@@ -28,8 +28,10 @@ using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-std::unique_ptr<Scheduler> MakeScheduler(int servers, int workers, int dead_after_ms = 5000) {
+std::unique_ptr<Scheduler> MakeScheduler(int servers, int workers, int dead_after_ms = 5000,
+                                         bool workers_keep_parameters = false) {
   SchedulerOptions options;
+  options.workers_keep_parameters = workers_keep_parameters;
   options.num_servers = servers;
   options.num_workers = workers;
   options.dead_after_ms = dead_after_ms;
@@ -99,10 +101,11 @@ v1::HeartbeatResponse Heartbeat(Scheduler& s, const std::string& node_id,
   return response;
 }
 
-grpc::Status Finish(Scheduler& s, const std::string& node_id, int rank) {
+grpc::Status Finish(Scheduler& s, const std::string& node_id, int rank, uint64_t steps_done = 0) {
   v1::FinishRequest request;
   request.set_node_id(node_id);
   request.set_rank(rank);
+  request.set_steps_done(steps_done);
   request.set_registration_key(Keys()[node_id]);
   v1::FinishResponse response;
   return s.Finish(&request, &response);
@@ -538,16 +541,35 @@ void RegisterRestartedServer(Scheduler& s, const std::string& id, std::vector<ui
 // finished worker's pushes, which never come. Before, the other workers
 // redid them and waited for it until their limits, once per restart.
 TEST(SchedulerTest, AServerRestartedAfterAWorkerFinishedFailsTheJobNamingTheLostSteps) {
-  auto s = MakeScheduler(1, 2);
+  for (uint64_t steps_done : {0, 120}) {  // not said, or past the checkpoint
+    auto s = MakeScheduler(1, 2);
+    ASSERT_TRUE(Register(*s, "server-0", v1::SERVER).ok());
+    ASSERT_TRUE(Register(*s, "worker-0", v1::WORKER).ok());
+    ASSERT_TRUE(Register(*s, "worker-1", v1::WORKER).ok());
+    ASSERT_TRUE(Finish(*s, "worker-1", 1, steps_done).ok());
+    RegisterRestartedServer(*s, "server-0", {100});
+    EXPECT_EQ(Heartbeat(*s, "worker-0").generation(), 0u) << "no rollback nobody can redo";
+    EXPECT_THAT(s->Failure(), HasSubstr("server-0 restarted after worker 1 finished"));
+    EXPECT_THAT(s->Failure(), HasSubstr("from its checkpoint of step 100"));
+    EXPECT_EQ(s->FailureReason(), kReasonShardStateLost) << "a restart would find the same";
+  }
+}
+
+// Where the checkpoint is of the job's last step, the rollback redoes
+// nothing: the job goes on to its end, and a worker that finishes before it
+// heard of the rollback fails nothing.
+TEST(SchedulerTest, AServerRestartedAtTheJobsLastStepCostsNothing) {
+  auto s = MakeScheduler(1, 2, 5000, /*workers_keep_parameters=*/true);
   ASSERT_TRUE(Register(*s, "server-0", v1::SERVER).ok());
   ASSERT_TRUE(Register(*s, "worker-0", v1::WORKER).ok());
   ASSERT_TRUE(Register(*s, "worker-1", v1::WORKER).ok());
-  ASSERT_TRUE(Finish(*s, "worker-1", 1).ok());
+  ASSERT_TRUE(Finish(*s, "worker-1", 1, 100).ok());
   RegisterRestartedServer(*s, "server-0", {100});
-  EXPECT_EQ(Heartbeat(*s, "worker-0").generation(), 0u) << "no rollback nobody can redo";
-  EXPECT_THAT(s->Failure(), HasSubstr("server-0 restarted after worker 1 finished"));
-  EXPECT_THAT(s->Failure(), HasSubstr("from its checkpoint of step 100"));
-  EXPECT_EQ(s->FailureReason(), kReasonShardStateLost) << "a restart would find the same";
+  EXPECT_EQ(s->Failure(), "");
+  EXPECT_EQ(Heartbeat(*s, "worker-0").restore_step(), 100u);
+  ASSERT_TRUE(Finish(*s, "worker-0", 0, 100).ok());  // in generation 0
+  EXPECT_EQ(s->Failure(), "");
+  EXPECT_TRUE(Heartbeat(*s, "server-0", 2).shutdown());
 }
 
 // A recovery mid-job with no step every shard holds fails for good, as at
