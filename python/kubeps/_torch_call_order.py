@@ -1,9 +1,9 @@
 """The order of a DistributedOptimizer's calls in a step, where kubeps differs from a local
 optimizer: backward's hooks send each gradient to the servers as soon as it is computed, so
-what a program does to the gradients after backward reaches no server, and a step every
-worker leaves out leaves the servers waiting for it.  Each such misuse is refused, naming
-what to do instead (Horovod refuses the same), where it would otherwise be lost silently or
-desynchronize the job."""
+what a program does to the gradients after backward reaches no server, and a step one worker
+leaves out leaves a sync job's servers waiting for its gradients.  Each such misuse is refused,
+naming what to do instead (Horovod refuses the first too), where it would otherwise be lost
+silently or desynchronize the job."""
 
 import contextlib
 

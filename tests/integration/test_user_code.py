@@ -234,6 +234,7 @@ class UserCodeTest(UserCodeJobCase):
             saved = os.path.join(self.dir, name + ".pt")
             manifest = self.own_optimizer_manifest(name, OWN_OPTIMIZER_STEPS, saved,
                                                    args=self.own_optimizer_args(name))
+            self.allow_restarts(manifest, len(steps_and_victims))
             stalls = [step for step, replica, _ in steps_and_victims if replica == STALLED]
             if stalls:
                 self.stall_in_save(manifest, stalls[0], os.path.join(self.dir, name + "-stalled"))
@@ -260,13 +261,23 @@ class UserCodeTest(UserCodeJobCase):
                                 r"back to step 100, .*\(worker-0 restarted")
         self.assertRegex(kills, r"\[worker-0/trainer\] resumed at step 100 from")
         self.assertIn("server-1 exited with code 137; restarting it", kills)
-        self.assertRegex(kills, r"loaded checkpoint of step 150\b")
+        self.assertRegex(kills, r"recovery: generation \d+ rolls every shard and worker back to "
+                                r"step \d+, the newest checkpoint every shard holds \(server-1 "
+                                r"restarted\)")
         killed_in_save = outputs["own-optimizer-kill-worker-in-its-save"]
         self.assertRegex(killed_in_save, r"recovery: generation \d rolls every shard and worker "
                                          r"back to step 50: worker-0's program holds")
         self.assertRegex(killed_in_save, r"\[worker-0/trainer\] resumed at step 50 from")
         print("\nworker-0's program SIGKILLed in its save of step 100:\n" + "\n".join(
             line for line in killed_in_save.splitlines() if "recovery: generation" in line))
+
+    def allow_restarts(self, manifest, faults):
+        """One restart a fault, and one more: the example allows 3 (runPolicy.backoffLimit)."""
+        with open(manifest) as f:
+            text = f.read()
+        self.assertIn("backoffLimit: 3\n", text)
+        with open(manifest, "w") as f:
+            f.write(text.replace("backoffLimit: 3\n", "backoffLimit: %d\n" % max(3, faults + 1)))
 
     def stall_in_save(self, manifest, step, marker):
         """Makes worker-0's program's first life stall in its save of `step`

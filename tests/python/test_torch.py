@@ -215,29 +215,9 @@ class Updates(TorchTestCase):
                 if opt is optimizer:
                     self.assertTrue(optimizer.synchronize())  # the averaged gradients
                 torch.nn.utils.clip_grad_norm_(net.parameters(), max_norm=0.05)
-                opt.step()
-        self.assertParametersEqual(model, reference)
-
-    def test_a_program_written_for_horovod_clips_in_skip_synchronize(self):
-        # synchronize(), clip, then step() inside skip_synchronize(): ported code
-        # failed with an AttributeError.
-        self.connect(optimizer="none")
-        model, reference = three_layers(), three_layers()
-        optimizer = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                             named_parameters=model.named_parameters())
-        kps.broadcast_parameters(model.state_dict(), root_rank=0)
-        local = torch.optim.SGD(reference.parameters(), lr=0.1)
-        for step in kps.steps(2):
-            x, y = batch_for(step)
-            for net, opt in [(model, optimizer), (reference, local)]:
-                opt.zero_grad()
-                torch.nn.functional.cross_entropy(net(x), y).backward()
-                if opt is optimizer:
-                    optimizer.synchronize()
-                torch.nn.utils.clip_grad_norm_(net.parameters(), max_norm=0.05)
-                if opt is optimizer:
-                    with optimizer.skip_synchronize():
-                        optimizer.step()
+                if opt is optimizer and step == 1:
+                    with optimizer.skip_synchronize():  # as a program written for Horovod
+                        opt.step()
                 else:
                     opt.step()
         self.assertParametersEqual(model, reference)

@@ -98,47 +98,47 @@ TEST(SchedulerRestartTest, AWorkerWaitingForTheViewRegistersWithTheNewScheduler)
   EXPECT_EQ(Beat(*server0).generation, 0u) << "the job's first start, not a recovery";
 }
 
+// A job of one server and two workers where worker 0 finished, and the
+// server heard so, before the scheduler restarted.
+class AfterWorker0FinishedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int rank0 = -1, server_rank = -1;
+    ASSERT_TRUE(server0_->Register(&server_rank).ok());
+    ASSERT_TRUE(worker0_->Register(&rank0).ok());
+    ASSERT_TRUE(worker1_->Register(&rank1_).ok());
+    ASSERT_TRUE(worker0_->Finish(rank0).ok());
+    EXPECT_FALSE(Beat(*server0_).shutdown);  // and it hears that worker 0 finished
+    scheduler_.Restart();
+  }
+
+  RestartingScheduler scheduler_;
+  std::unique_ptr<SchedulerClient> server0_ = scheduler_.Client("server-0", NodeRole::kServer);
+  std::unique_ptr<SchedulerClient> worker0_ = scheduler_.Client("worker-0", NodeRole::kWorker);
+  std::unique_ptr<SchedulerClient> worker1_ = scheduler_.Client("worker-1", NodeRole::kWorker);
+  int rank1_ = -1;
+};
+
 // Before, a worker that finished before the scheduler restarted never
 // registered with the new one (its process had ended), which then never
 // saw the job complete: no end, no final checkpoint, no later recovery.
-TEST(SchedulerRestartTest, TheServersTellANewSchedulerWhichWorkersFinished) {
-  RestartingScheduler scheduler;
-  auto server0 = scheduler.Client("server-0", NodeRole::kServer);
-  auto worker0 = scheduler.Client("worker-0", NodeRole::kWorker);
-  auto worker1 = scheduler.Client("worker-1", NodeRole::kWorker);
-  int rank0 = -1, rank1 = -1, server_rank = -1;
-  ASSERT_TRUE(server0->Register(&server_rank).ok());
-  ASSERT_TRUE(worker0->Register(&rank0).ok());
-  ASSERT_TRUE(worker1->Register(&rank1).ok());
-  ASSERT_TRUE(worker0->Finish(rank0).ok());
-  EXPECT_FALSE(Beat(*server0).shutdown);  // and it hears that worker 0 finished
-  scheduler.Restart();
-  EXPECT_FALSE(Beat(*server0).shutdown);
-  EXPECT_FALSE(Beat(*worker1).shutdown);
-  ASSERT_TRUE(worker1->Finish(rank1).ok());
-  EXPECT_TRUE(Beat(*server0).shutdown) << "every worker finished: the job is over";
+TEST_F(AfterWorker0FinishedTest, TheServersTellTheNewSchedulerWhichWorkersFinished) {
+  EXPECT_FALSE(Beat(*server0_).shutdown);
+  EXPECT_FALSE(Beat(*worker1_).shutdown);
+  ASSERT_TRUE(worker1_->Finish(rank1_).ok());
+  EXPECT_TRUE(Beat(*server0_).shutdown) << "every worker finished: the job is over";
 }
 
 // A new process in the rank of a worker the servers said had finished (its
 // pod restarted) trains: the job is not over until it finishes too.
-TEST(SchedulerRestartTest, AFinishedWorkersNewProcessIsNotTakenForFinished) {
-  RestartingScheduler scheduler;
-  auto server0 = scheduler.Client("server-0", NodeRole::kServer);
-  auto worker0 = scheduler.Client("worker-0", NodeRole::kWorker);
-  auto worker1 = scheduler.Client("worker-1", NodeRole::kWorker);
-  int rank0 = -1, rank1 = -1, server_rank = -1;
-  ASSERT_TRUE(server0->Register(&server_rank).ok());
-  ASSERT_TRUE(worker0->Register(&rank0).ok());
-  ASSERT_TRUE(worker1->Register(&rank1).ok());
-  ASSERT_TRUE(worker0->Finish(rank0).ok());
-  Beat(*server0);
-  scheduler.Restart();
-  Beat(*server0);  // registers again, saying worker 0 finished
-  auto worker0_again = scheduler.Client("worker-0", NodeRole::kWorker);
+TEST_F(AfterWorker0FinishedTest, AFinishedWorkersNewProcessIsNotTakenForFinished) {
+  Beat(*server0_);  // registers again, saying worker 0 finished
+  auto worker0_again = scheduler_.Client("worker-0", NodeRole::kWorker);
+  int rank0 = -1;
   ASSERT_TRUE(worker0_again->Register(&rank0).ok());
-  Beat(*worker1);
-  ASSERT_TRUE(worker1->Finish(rank1).ok());
-  EXPECT_FALSE(Beat(*server0).shutdown) << "worker 0's new process has not finished";
+  Beat(*worker1_);
+  ASSERT_TRUE(worker1_->Finish(rank1_).ok());
+  EXPECT_FALSE(Beat(*server0_).shutdown) << "worker 0's new process has not finished";
 }
 
 }  // namespace
