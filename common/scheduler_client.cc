@@ -79,6 +79,15 @@ uint64_t SchedulerClient::Registrations() {
   return registrations_;
 }
 
+// A node's rank is its share of the data and, for a server, of the
+// parameters: a restarted scheduler that gives it another (the rank taken by
+// a new process meanwhile) leaves it nothing to go on with.
+Status SchedulerClient::SameRank(int rank) const {
+  if (rank_ < 0 || rank == rank_) return Status::Ok();
+  return Status::Error("the restarted scheduler gave " + options_.node_id + " rank " +
+                       std::to_string(rank) + ", not " + std::to_string(rank_));
+}
+
 Status SchedulerClient::RegisterAgain(uint64_t seen, const ShardReport* shard) {
   std::lock_guard<std::mutex> once(register_again_mutex_);
   if (registrations_ != seen) return Status::Ok();
@@ -92,6 +101,7 @@ Status SchedulerClient::RegisterAgain(uint64_t seen, const ShardReport* shard) {
   request.mutable_node()->set_generation(generation_.load());
   request.mutable_node()->set_restore_step(restore_step_.load());
   request.mutable_node()->set_registered_before(true);
+  request.mutable_node()->set_rank(rank_);
   if (options_.awaits_recovery)
     request.mutable_node()->set_awaits_recovery(options_.awaits_recovery());
   {
@@ -104,6 +114,7 @@ Status SchedulerClient::RegisterAgain(uint64_t seen, const ShardReport* shard) {
     return stub_->stub->Register(&c, request, &response);
   });
   if (!s.ok()) return s;
+  if (Status same = SameRank(response.rank()); !same.ok()) return same;
   {
     std::lock_guard<std::mutex> lock(key_mutex_);
     registration_key_ = response.registration_key();
@@ -156,9 +167,7 @@ Status SchedulerClient::AwaitClusterView(ClusterInfo* cluster) {
       // first registration again (RegisterAgain would say it had).
       int rank = -1;
       if (Status r = Register(&rank); !r.ok()) return r;
-      if (rank != rank_)
-        return Status::Error("the restarted scheduler gave " + options_.node_id + " rank " +
-                             std::to_string(rank) + ", not " + std::to_string(rank_));
+      if (Status same = SameRank(rank); !same.ok()) return same;
       continue;
     }
     if (view.ready()) {

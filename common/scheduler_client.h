@@ -158,6 +158,7 @@ class SchedulerClient {
   // restarted: when another thread of this node (a worker beats from two)
   // registered since, this one does not again.
   Status RegisterAgain(uint64_t seen, const ShardReport* shard);
+  Status SameRank(int rank) const;
   uint64_t Registrations();
   v1::NodeInfo Node() const;
 

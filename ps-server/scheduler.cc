@@ -192,7 +192,9 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
                               RoleName(node.role()) + "s and all ranks are taken; " +
                               node.node_id() + " is one too many");
     }
-    rank = FreeRank(*ids, PreferredRank(node.node_id()), expected);
+    // A node registering again keeps the rank it had, which its id need not say.
+    rank = FreeRank(*ids, node.registered_before() ? node.rank() : PreferredRank(node.node_id()),
+                    expected);
     (*ids)[rank] = node.node_id();
     // A new process in the rank of a worker another node said had finished.
     if (node.role() == v1::WORKER && !node.registered_before()) finished_workers_.erase(rank);

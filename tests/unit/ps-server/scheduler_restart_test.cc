@@ -98,6 +98,28 @@ TEST(SchedulerRestartTest, AWorkerWaitingForTheViewRegistersWithTheNewScheduler)
   EXPECT_EQ(Beat(*server0).generation, 0u) << "the job's first start, not a recovery";
 }
 
+// Nodes named without a rank (a job of its own launcher, not a StatefulSet's
+// "-N" pods) keep the ranks they had whatever order they come back to a
+// restarted scheduler in. Before, the first to come back took rank 0: two
+// workers swapped ranks, and so their shares of the data and of the finish.
+TEST(SchedulerRestartTest, NodesNamedWithoutARankKeepTheirRanksAfterARestart) {
+  RestartingScheduler scheduler;
+  auto server = scheduler.Client("ps", NodeRole::kServer);
+  auto first = scheduler.Client("alpha", NodeRole::kWorker);
+  auto second = scheduler.Client("beta", NodeRole::kWorker);
+  int server_rank = -1, first_rank = -1, second_rank = -1;
+  ASSERT_TRUE(server->Register(&server_rank).ok());
+  ASSERT_TRUE(first->Register(&first_rank).ok());
+  ASSERT_TRUE(second->Register(&second_rank).ok());
+  ASSERT_EQ(second_rank, 1);
+  scheduler.Restart();
+  Beat(*second);  // beta comes back first
+  Beat(*first);
+  Beat(*server);
+  const Status finished = second->Finish(second_rank);
+  EXPECT_TRUE(finished.ok()) << finished.message();
+}
+
 // A job of one server and two workers where worker 0 finished, and the
 // server heard so, before the scheduler restarted.
 class AfterWorker0FinishedTest : public ::testing::Test {
