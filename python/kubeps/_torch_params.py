@@ -214,16 +214,17 @@ def first_forward_pre_hook(module, hook):
 
 
 def register_gradient_hook(param, hook):
-    """Calls hook() each time backward has accumulated param.grad; returns what must be kept."""
+    """Calls hook() each time backward has accumulated param.grad; returns (what must be
+    kept, the hook's handle). The handle's remove() takes the hook off at the session's
+    end: on torch >= 2.1 the parameter holds it, and the optimizer with it."""
     if hasattr(param, "register_post_accumulate_grad_hook"):  # torch >= 2.1
-        return param.register_post_accumulate_grad_hook(hook)
+        return None, param.register_post_accumulate_grad_hook(hook)
     # Older torch: hook the parameter's gradient accumulator, the node that
     # writes param.grad.  The parameter keeps it only weakly, so the caller
     # keeps the node alive (and the hook with it).
     with torch.enable_grad():
         accumulator = param.expand_as(param).grad_fn.next_functions[0][0]
-    accumulator.register_hook(hook)
-    return accumulator
+    return accumulator, accumulator.register_hook(hook)
 
 
 def check_sent_gradients_unchanged(bindings):

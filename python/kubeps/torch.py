@@ -176,7 +176,7 @@ class _DistributedOptimizer(CallOrder, ForwardWaits):
         # Gradients that complete a step's backward: what the step before brought.
         self._kubeps_expected = len(self._kubeps_bindings)
         self._kubeps_by_name = {b.name: b for b in self._kubeps_bindings}
-        self._kubeps_grad_accumulators = [
+        self._kubeps_gradient_hooks = [
             register_gradient_hook(b.param, self._kubeps_make_hook(b))
             for b in self._kubeps_bindings]
         if model is not None:
@@ -460,8 +460,8 @@ class _DistributedOptimizer(CallOrder, ForwardWaits):
 
     def _kubeps_close(self):
         self._kubeps_closed = True
-        for hook in self._kubeps_forward_hooks:
-            hook.remove()
+        for handle in [h for _, h in self._kubeps_gradient_hooks] + self._kubeps_forward_hooks:
+            handle.remove()
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, backward_passes_per_step=1,

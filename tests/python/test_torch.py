@@ -4,6 +4,7 @@ starts: test_torch_start; the errors a user sees: test_torch_errors).  Skips, sa
 where torch is not installed.
 """
 
+import gc
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import textwrap
 import time
 import unittest
 import warnings
+import weakref
 from unittest import mock
 
 from agent_fixture import (HERE, client_environment, make_socket_dir, requires_fake,
@@ -251,16 +253,19 @@ class Updates(TorchTestCase):
         self.assertEqual(scale.shape, torch.Size([]))
         self.assertEqual(scale.item(), reference.item())
 
-    def with_an_unused_layer(self):
-        """three_layers() and a layer its forward pass never uses, both in one optimizer:
-        (model, the unused layer, the optimizer)."""
+    def with_an_extra_layer(self, extra, prefix="unused"):
+        """three_layers() and `extra`, named under `prefix`, both in one optimizer:
+        (model, extra, the optimizer)."""
         model = three_layers()
-        unused = torch.nn.Linear(2, 2)
-        params = list(model.named_parameters()) + [("unused." + n, p)
-                                                   for n, p in unused.named_parameters()]
+        params = list(model.named_parameters()) + [(prefix + "." + n, p)
+                                                   for n, p in extra.named_parameters()]
         optimizer = kps.DistributedOptimizer(torch.optim.SGD([p for _, p in params], lr=0.1),
                                              named_parameters=params)
-        return model, unused, optimizer
+        return model, extra, optimizer
+
+    def with_an_unused_layer(self):
+        """three_layers() and a layer its forward pass never uses."""
+        return self.with_an_extra_layer(torch.nn.Linear(2, 2))
 
     def test_a_parameter_without_gradient_is_pushed_as_zeros(self):
         self.connect()
@@ -330,6 +335,24 @@ class Updates(TorchTestCase):
         for values, param in views:
             self.assertTrue(torch.equal(values, param))
 
+    def test_a_model_wrapped_again_after_the_session_holds_no_hook_of_the_first(self):
+        # A notebook wraps the same model once per run. Each wrapping's gradient hooks
+        # stayed on the model after shutdown(), and held that optimizer (its bindings,
+        # the views of its shared memory) for as long as the model lived.
+        self.connect()
+        model = three_layers()
+        first = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         named_parameters=model.named_parameters())
+        train(model, first, 1)
+        kps.shutdown()
+        first = weakref.ref(first)
+        gc.collect()
+        self.assertIsNone(first(), "the first wrapping outlived its session")
+        self.connect()
+        second = kps.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                          named_parameters=model.named_parameters())
+        train(model, second, 1)
+
     def test_a_learning_rate_scheduler_accepts_the_distributed_optimizer(self):
         self.connect()
         model = three_layers()
@@ -363,12 +386,7 @@ class Updates(TorchTestCase):
         # pass leaves out gives its parameters no gradient that step. What step()'s
         # check recorded of the step before must not be taken for a change.
         self.connect()
-        model = three_layers()
-        branch = torch.nn.Linear(6, 3)
-        params = list(model.named_parameters()) + [("branch." + n, p)
-                                                    for n, p in branch.named_parameters()]
-        optimizer = kps.DistributedOptimizer(torch.optim.SGD([p for _, p in params], lr=0.1),
-                                             named_parameters=params)
+        model, branch, optimizer = self.with_an_extra_layer(torch.nn.Linear(6, 3), "branch")
         for step in kps.steps(3):
             x, y = batch_for(step)
             optimizer.zero_grad(set_to_none=False)

@@ -388,7 +388,9 @@ TEST(RecoveryStepTest, ARestartedWorkerRollsTheJobBackWhereTheWorkersKeepThePara
     RegisterWorker(*s, /*incarnation=*/2);
     v1::HeartbeatResponse beat = Beat(*s, "worker-0", 0, {}, 2);
     EXPECT_EQ(beat.generation(), workers_keep_parameters ? 1u : 0u);
-    if (workers_keep_parameters) EXPECT_EQ(beat.restore_step(), 100u);
+    if (workers_keep_parameters) {
+      EXPECT_EQ(beat.restore_step(), 100u);
+    }
   }
 }
 

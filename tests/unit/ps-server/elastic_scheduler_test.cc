@@ -155,7 +155,9 @@ TEST(ElasticSchedulerTest, AJobStartedAgainOverItsCheckpointsKeepsTheirGlobalBat
       RegisterServer(*s, server);
       Register(*s, "worker-0", v1::WORKER);
       const v1::HeartbeatResponse beat = Beat(*s, "worker-0");
-      if (!restarted) EXPECT_EQ(beat.restore_step(), 100u);
+      if (!restarted) {
+        EXPECT_EQ(beat.restore_step(), 100u);
+      }
       EXPECT_EQ(beat.membership().global_batch(), written_with ? written_with : 64u);
       EXPECT_EQ(DescribeMembership(beat.membership()), "from step 0: ranks 0");
     }
