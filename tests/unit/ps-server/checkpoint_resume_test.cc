@@ -104,6 +104,7 @@ void RegisterAgain(Scheduler& s, v1::Role role, const std::string& id,
   node->set_address(id + ":1");
   node->set_incarnation(1);
   node->set_registered_before(true);
+  node->set_rank(id.back() - '0');  // the rank it had, its id's suffix here
   node->set_generation(generation);
   node->set_awaits_recovery(awaits_recovery);
   for (uint64_t step : steps) node->add_checkpoint_steps(step);
@@ -307,6 +308,7 @@ TEST(FirstStartTest, ARestartedSchedulerLearnsAnAsyncWorkersStepFromTheShards) {
     node->set_address(std::string(id) + ":1");
     node->set_incarnation(1);
     node->set_registered_before(true);
+    node->set_rank(std::string(id).back() - '0');  // the rank it had, its id's suffix here
     *node->mutable_async_worker_steps() = WorkerZeroAt(300);
     v1::RegisterResponse response;
     ASSERT_TRUE(s->Register(&request, &response).ok());

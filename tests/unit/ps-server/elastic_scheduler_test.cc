@@ -71,6 +71,7 @@ void RegisterAgain(Scheduler& s, const std::string& id, const v1::Membership* he
   request.mutable_node()->set_role(heard ? v1::WORKER : v1::SERVER);
   request.mutable_node()->set_incarnation(1);
   request.mutable_node()->set_registered_before(true);
+  request.mutable_node()->set_rank(id.back() - '0');  // the rank it had, its id's suffix here
   if (heard) {
     *request.mutable_node()->mutable_membership() = *heard;
   } else {

@@ -502,6 +502,7 @@ TEST(SchedulerTest, AServerThatRestartedWhileTheSchedulerWasDownRollsTheJobBack)
       node->set_role(role);
       node->set_incarnation(again ? 1 : 2);
       node->set_registered_before(again);
+      if (again) node->set_rank(id.back() - '0');  // the rank it had, its id's suffix here
       if (role == v1::SERVER) {
         node->set_address(id + ".local:9000");
         node->set_checkpoint_step(again ? -1 : 500);
