@@ -187,6 +187,9 @@ class Job {
     scheduler_options.num_servers = servers;
     scheduler_options.num_workers = workers;
     scheduler_options.token = JobToken::Fixed(kToken);
+    // The shards do not beat: the scheduler is not to say, every 5 s of a
+    // long row, that they fell silent (an hour: longer than any run).
+    scheduler_options.dead_after_ms = 3600 * 1000;
     scheduler_ = std::make_unique<SchedulerService>(scheduler_options, &NullMetrics());
     int scheduler_port = 0;
     scheduler_server_ = Serve(scheduler_.get(), *security, &scheduler_port);
