@@ -63,6 +63,15 @@ Registered Register(Scheduler& s, const std::string& node_id, v1::Role role) {
   return {response.rank(), response.registration_key()};
 }
 
+// The job's server-0 and workers 0 to workers - 1, registered in order.
+std::vector<Registered> RegisterJob(Scheduler& s, int workers) {
+  Register(s, "server-0", v1::SERVER);
+  std::vector<Registered> registered;
+  for (int rank = 0; rank < workers; ++rank)
+    registered.push_back(Register(s, "worker-" + std::to_string(rank), v1::WORKER));
+  return registered;
+}
+
 // A node registering with a scheduler that restarted, with the schedule it
 // heard (workers) or none (servers).
 void RegisterAgain(Scheduler& s, const std::string& id, const v1::Membership* heard) {
@@ -104,9 +113,7 @@ grpc::Status Finish(Scheduler& s, const std::string& node_id, const Registered& 
 
 TEST(ElasticSchedulerTest, WorkersLearnWhoComputesEachStepALeaseAheadOfTheFurthest) {
   auto s = ElasticScheduler(2, 1, 4);
-  Register(*s, "server-0", v1::SERVER);
-  Register(*s, "worker-0", v1::WORKER);
-  Register(*s, "worker-1", v1::WORKER);
+  RegisterJob(*s, 2);
   const v1::Membership first = Beat(*s, "worker-0", 0).membership();
   EXPECT_EQ(DescribeMembership(first), "from step 0: ranks 0,1");
   EXPECT_EQ(first.global_batch(), 64u);
@@ -206,9 +213,7 @@ TEST(ElasticSchedulerTest, ScalingDownTakesTheHighestRankOutAtTheLeasesEndAndThe
   ASSERT_TRUE(MetricsServer::Start("", -1, {}, &metrics).ok());
   auto s = ElasticScheduler(2, 1, 4, 60000, metrics.get());
   EXPECT_EQ(WorkersGauge(*metrics), 2);
-  Register(*s, "server-0", v1::SERVER);
-  const Registered w0 = Register(*s, "worker-0", v1::WORKER);
-  const Registered w1 = Register(*s, "worker-1", v1::WORKER);
+  const std::vector<Registered> w = RegisterJob(*s, 2);
   const uint64_t lease = Beat(*s, "worker-0", 30).membership().fixed_below();
   EXPECT_EQ(s->SetDesiredWorkers(1), "");
   const v1::Membership after = Beat(*s, "worker-0", 31).membership();
@@ -218,18 +223,17 @@ TEST(ElasticSchedulerTest, ScalingDownTakesTheHighestRankOutAtTheLeasesEndAndThe
   EXPECT_THAT(MembersAt(after, lease), ElementsAre(0));
   EXPECT_EQ(WorkersGauge(*metrics), 1) << "kubeps_job_workers";
   // Worker 1 pushes its last step and leaves: the job is not over.
-  ASSERT_TRUE(Finish(*s, "worker-1", w1).ok());
+  ASSERT_TRUE(Finish(*s, "worker-1", w[1]).ok());
   EXPECT_FALSE(s->AllWorkersFinished());
   EXPECT_FALSE(Beat(*s, "worker-0", 40).shutdown());
   EXPECT_TRUE(Beat(*s, "server-0").dead_nodes().empty()) << "a worker that left is not dead";
-  ASSERT_TRUE(Finish(*s, "worker-0", w0).ok());
+  ASSERT_TRUE(Finish(*s, "worker-0", w[0]).ok());
   EXPECT_TRUE(s->AllWorkersFinished());
 }
 
 TEST(ElasticSchedulerTest, AWorkerThatRegistersJoinsWhenTheJobIsScaledUp) {
   auto s = ElasticScheduler(1, 1, 3);
-  Register(*s, "server-0", v1::SERVER);
-  Register(*s, "worker-0", v1::WORKER);
+  RegisterJob(*s, 1);
   Beat(*s, "worker-0", 50);
   const Registered w2 = Register(*s, "worker-2", v1::WORKER);
   EXPECT_EQ(w2.rank, 2) << "ranks follow the replicas' names";
@@ -248,9 +252,7 @@ TEST(ElasticSchedulerTest, AWorkerThatRegistersJoinsWhenTheJobIsScaledUp) {
 
 TEST(ElasticSchedulerTest, AChangeAskedForAtAStepIsMadeThereAndTheJobWaitsThereForItsWorkers) {
   auto s = ElasticScheduler(2, 1, 3);
-  Register(*s, "server-0", v1::SERVER);
-  Register(*s, "worker-0", v1::WORKER);
-  Register(*s, "worker-1", v1::WORKER);
+  RegisterJob(*s, 2);
   Beat(*s, "worker-0", 10);
   EXPECT_EQ(s->SetDesiredWorkers(3, 100), "");
   // Worker 2 is not up yet: the lease stops at step 100, whatever the pace.
@@ -316,9 +318,7 @@ TEST(ElasticSchedulerTest, ANumberOutsideTheBoundsOrForAFixedJobIsRefused) {
 
 TEST(ElasticSchedulerTest, ALostWorkerIsDroppedThroughARecoveryWhileMinReplicasRemain) {
   auto s = ElasticScheduler(2, 1, 2, /*replace_timeout_ms=*/200);
-  Register(*s, "server-0", v1::SERVER);
-  Register(*s, "worker-0", v1::WORKER);
-  Register(*s, "worker-1", v1::WORKER);
+  RegisterJob(*s, 2);
   Beat(*s, "worker-0", 25);
   Beat(*s, "server-0", 0, {10, 20});
   std::this_thread::sleep_for(300ms);  // worker-1 falls silent
@@ -332,9 +332,7 @@ TEST(ElasticSchedulerTest, ALostWorkerIsDroppedThroughARecoveryWhileMinReplicasR
 
 TEST(ElasticSchedulerTest, ALostWorkerBeforeAnyCheckpointFailsTheJobSayingWhy) {
   auto s = ElasticScheduler(2, 1, 2, /*replace_timeout_ms=*/200);
-  Register(*s, "server-0", v1::SERVER);
-  Register(*s, "worker-0", v1::WORKER);
-  Register(*s, "worker-1", v1::WORKER);
+  RegisterJob(*s, 2);
   std::this_thread::sleep_for(300ms);
   EXPECT_THAT(Beat(*s, "worker-0", 6).failure(),
               HasSubstr("its shards hold no checkpoint in common to redo the steps from"));
@@ -357,10 +355,7 @@ TEST(ElasticSchedulerTest, WorkersSilentUntilTheJobStartsAreItsMembers) {
 
 TEST(ElasticSchedulerTest, AWorkerOnItsWayOutIsNotTakenBackBeforeItLeft) {
   auto s = ElasticScheduler(3, 1, 3);
-  Register(*s, "server-0", v1::SERVER);
-  Register(*s, "worker-0", v1::WORKER);
-  Register(*s, "worker-1", v1::WORKER);
-  const Registered w2 = Register(*s, "worker-2", v1::WORKER);
+  const std::vector<Registered> w = RegisterJob(*s, 3);
   Beat(*s, "worker-0", 10);
   ASSERT_EQ(s->SetDesiredWorkers(2), "");
   Beat(*s, "worker-2", 10);
@@ -371,7 +366,7 @@ TEST(ElasticSchedulerTest, AWorkerOnItsWayOutIsNotTakenBackBeforeItLeft) {
   };
   EXPECT_THAT(newest(Beat(*s, "worker-2", 10).membership()), ElementsAre(0, 1))
       << "it may leave all the same: not counted on";
-  ASSERT_TRUE(Finish(*s, "worker-2", w2).ok());  // it left
+  ASSERT_TRUE(Finish(*s, "worker-2", w[2]).ok());  // it left
   EXPECT_FALSE(s->AllWorkersFinished());
   // Its pod comes back as a new process, which is taken in.
   v1::RegisterRequest again;
@@ -390,10 +385,7 @@ TEST(ElasticSchedulerTest, AWorkerOnItsWayOutIsNotTakenBackBeforeItLeft) {
 
 TEST(ElasticSchedulerTest, ChangesStayInStepOrderAfterOneAskedForAtALaterStep) {
   auto s = ElasticScheduler(2, 1, 3);
-  Register(*s, "server-0", v1::SERVER);
-  Register(*s, "worker-0", v1::WORKER);
-  Register(*s, "worker-1", v1::WORKER);
-  Register(*s, "worker-2", v1::WORKER);
+  RegisterJob(*s, 3);
   Beat(*s, "worker-0", 10);
   ASSERT_EQ(s->SetDesiredWorkers(3, 1000), "");
   ASSERT_EQ(s->SetDesiredWorkers(1), "");
@@ -406,10 +398,7 @@ TEST(ElasticSchedulerTest, ChangesStayInStepOrderAfterOneAskedForAtALaterStep) {
 
 TEST(ElasticSchedulerTest, AWorkerThatLeftBeforeHearingOfARollbackIsPlannedOutOfTheRedo) {
   auto s = ElasticScheduler(3, 1, 3, 60000);
-  Register(*s, "server-0", v1::SERVER);
-  Register(*s, "worker-0", v1::WORKER);
-  Register(*s, "worker-1", v1::WORKER);
-  const Registered w2 = Register(*s, "worker-2", v1::WORKER);
+  const std::vector<Registered> w = RegisterJob(*s, 3);
   Beat(*s, "server-0", 0, {50});
   Beat(*s, "worker-0", 60);
   ASSERT_EQ(s->SetDesiredWorkers(2), "");
@@ -426,7 +415,7 @@ TEST(ElasticSchedulerTest, AWorkerThatLeftBeforeHearingOfARollbackIsPlannedOutOf
   ASSERT_TRUE(s->Register(&restarted, &response).ok());
   ASSERT_EQ(Beat(*s, "worker-0", change).generation(), 1u);
   // worker-2 had pushed its last step and leaves, in generation 0.
-  ASSERT_TRUE(Finish(*s, "worker-2", w2).ok());
+  ASSERT_TRUE(Finish(*s, "worker-2", w[2]).ok());
   const v1::HeartbeatResponse beat = Beat(*s, "worker-0", 50);
   EXPECT_EQ(beat.generation(), 2u) << "the redo is planned again without it";
   EXPECT_EQ(beat.restore_step(), 50u);
@@ -435,9 +424,7 @@ TEST(ElasticSchedulerTest, AWorkerThatLeftBeforeHearingOfARollbackIsPlannedOutOf
 
 TEST(ElasticSchedulerTest, AnAsyncJobDropsALostWorkerWithoutRollingBack) {
   auto s = ElasticScheduler(2, 1, 2, /*replace_timeout_ms=*/200, &NullMetrics(), /*sync=*/false);
-  Register(*s, "server-0", v1::SERVER);
-  Register(*s, "worker-0", v1::WORKER);
-  Register(*s, "worker-1", v1::WORKER);
+  RegisterJob(*s, 2);
   const uint64_t lease = Beat(*s, "worker-0", 5).membership().fixed_below();
   std::this_thread::sleep_for(300ms);
   const v1::HeartbeatResponse beat = Beat(*s, "worker-0", 6);
@@ -450,9 +437,7 @@ TEST(ElasticSchedulerTest, AnAsyncJobDropsALostWorkerWithoutRollingBack) {
 // the worker goes on from its own step, not from 0.
 TEST(ElasticSchedulerTest, AnAsyncWorkerDroppedAndTakenBackGoesOnFromItsOwnStep) {
   auto s = ElasticScheduler(2, 1, 2, /*replace_timeout_ms=*/200, &NullMetrics(), /*sync=*/false);
-  Register(*s, "server-0", v1::SERVER);
-  Register(*s, "worker-0", v1::WORKER);
-  Register(*s, "worker-1", v1::WORKER);
+  RegisterJob(*s, 2);
   Beat(*s, "worker-1", 40);
   v1::HeartbeatRequest shard_beat;
   shard_beat.set_node_id("server-0");
@@ -469,9 +454,7 @@ TEST(ElasticSchedulerTest, AnAsyncWorkerDroppedAndTakenBackGoesOnFromItsOwnStep)
 
 TEST(ElasticSchedulerTest, ALostWorkerAtMinReplicasFailsTheJobSayingWhy) {
   auto s = ElasticScheduler(2, 2, 3, /*replace_timeout_ms=*/200);
-  Register(*s, "server-0", v1::SERVER);
-  Register(*s, "worker-0", v1::WORKER);
-  Register(*s, "worker-1", v1::WORKER);
+  RegisterJob(*s, 2);
   Beat(*s, "worker-0", 5);
   std::this_thread::sleep_for(300ms);
   EXPECT_THAT(Beat(*s, "worker-0", 6).failure(),
@@ -489,13 +472,10 @@ TEST(ElasticSchedulerTest, AWorkerLostAfterTheOthersFinishedIsDroppedWithoutARol
   for (int min : {1, 3}) {
     SCOPED_TRACE("minReplicas " + std::to_string(min));
     auto s = ElasticScheduler(3, min, 3, /*replace_timeout_ms=*/200);
-    Register(*s, "server-0", v1::SERVER);
-    Register(*s, "worker-0", v1::WORKER);
-    const Registered w1 = Register(*s, "worker-1", v1::WORKER);
-    const Registered w2 = Register(*s, "worker-2", v1::WORKER);
+    const std::vector<Registered> w = RegisterJob(*s, 3);
     Beat(*s, "server-0", 0, {100, 200});
-    ASSERT_TRUE(Finish(*s, "worker-1", w1).ok());
-    ASSERT_TRUE(Finish(*s, "worker-2", w2).ok());
+    ASSERT_TRUE(Finish(*s, "worker-1", w[1]).ok());
+    ASSERT_TRUE(Finish(*s, "worker-2", w[2]).ok());
     std::this_thread::sleep_for(300ms);  // worker-0 falls silent
     const v1::HeartbeatResponse beat = Beat(*s, "server-0", 0, {100, 200});
     EXPECT_EQ(beat.generation(), 0u) << "nothing to redo";
@@ -508,10 +488,8 @@ TEST(ElasticSchedulerTest, AWorkerLostAfterTheOthersFinishedIsDroppedWithoutARol
 // is dropped only while minReplicas remain, as before.
 TEST(ElasticSchedulerTest, AnAsyncWorkerLostAfterAnotherFinishedStillCountsForMinReplicas) {
   auto s = ElasticScheduler(2, 2, 2, /*replace_timeout_ms=*/200, &NullMetrics(), /*sync=*/false);
-  Register(*s, "server-0", v1::SERVER);
-  Register(*s, "worker-0", v1::WORKER);
-  const Registered w1 = Register(*s, "worker-1", v1::WORKER);
-  ASSERT_TRUE(Finish(*s, "worker-1", w1).ok());
+  const std::vector<Registered> w = RegisterJob(*s, 2);
+  ASSERT_TRUE(Finish(*s, "worker-1", w[1]).ok());
   std::this_thread::sleep_for(300ms);  // worker-0 falls silent, its steps not done
   EXPECT_THAT(Beat(*s, "server-0").failure(), HasSubstr("below elasticPolicy.minReplicas (2)"));
 }
@@ -521,9 +499,7 @@ TEST(ElasticSchedulerTest, AnAsyncWorkerLostAfterAnotherFinishedStillCountsForMi
 // (which waits for that step, and would wait for ever).
 TEST(ElasticSchedulerTest, ABarrierWaitsForTheWorkersOfTheStepTheJobIsAt) {
   auto s = ElasticScheduler(2, 1, 3);
-  Register(*s, "server-0", v1::SERVER);
-  Register(*s, "worker-0", v1::WORKER);
-  Register(*s, "worker-1", v1::WORKER);
+  RegisterJob(*s, 2);
   Beat(*s, "worker-0", 5);
   auto barrier = [&s](const std::string& name, int rank, uint32_t wait_ms) {
     v1::BarrierRequest request;
