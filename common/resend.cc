@@ -121,6 +121,8 @@ Status::Code CodeOf(const grpc::Status& status) {
       return Status::Code::kAlreadyExists;
     case grpc::StatusCode::ABORTED:
       return Status::Code::kAborted;
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return Status::Code::kFailedPrecondition;
     case grpc::StatusCode::PERMISSION_DENIED:
     case grpc::StatusCode::UNAUTHENTICATED:
       return Status::Code::kPermissionDenied;

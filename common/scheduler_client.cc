@@ -8,6 +8,7 @@
 #include "common/membership.h"
 #include "common/metrics.h"
 #include "common/resend.h"
+#include "common/termination_message.h"
 #include "kubeps.grpc.pb.h"
 
 namespace kubeps {
@@ -65,6 +66,7 @@ v1::NodeInfo SchedulerClient::Node() const {
   node.set_role(options_.role == NodeRole::kServer ? v1::SERVER : v1::WORKER);
   node.set_address(options_.address);
   node.set_incarnation(incarnation_);
+  if (rank_ >= 0) node.set_rank(rank_);  // to a restarted scheduler: the one to keep
   node.set_metrics_address(options_.metrics_address);
   node.set_checkpoint_step(options_.checkpoint_step);
   node.set_checkpoint_global_batch(options_.shard_at_start.global_batch);
@@ -84,8 +86,8 @@ uint64_t SchedulerClient::Registrations() {
 // a new process meanwhile) leaves it nothing to go on with.
 Status SchedulerClient::SameRank(int rank) const {
   if (rank_ < 0 || rank == rank_) return Status::Ok();
-  return Status::Error("the restarted scheduler gave " + options_.node_id + " rank " +
-                       std::to_string(rank) + ", not " + std::to_string(rank_));
+  return Status::FailedPrecondition("the restarted scheduler gave " + options_.node_id + " rank " +
+                                    std::to_string(rank) + ", not " + std::to_string(rank_));
 }
 
 Status SchedulerClient::RegisterAgain(uint64_t seen, const ShardReport* shard) {
@@ -101,7 +103,6 @@ Status SchedulerClient::RegisterAgain(uint64_t seen, const ShardReport* shard) {
   request.mutable_node()->set_generation(generation_.load());
   request.mutable_node()->set_restore_step(restore_step_.load());
   request.mutable_node()->set_registered_before(true);
-  request.mutable_node()->set_rank(rank_);
   if (options_.awaits_recovery)
     request.mutable_node()->set_awaits_recovery(options_.awaits_recovery());
   {
@@ -215,7 +216,16 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
   if (response.register_again()) {
     // The scheduler restarted. This beat tells nothing; the next one, after
     // the registration, does.
-    if (Status r = RegisterAgain(registrations_seen, shard); !r.ok()) return r;
+    if (Status r = RegisterAgain(registrations_seen, shard); !r.ok()) {
+      // Refused (its rank taken since by a new process, or past the job's):
+      // this process cannot go on, and a new one registers anew.
+      if (r.code() != Status::Code::kFailedPrecondition) return r;
+      answer->generation = generation_;  // nothing new, but the end
+      answer->restore_step = restore_step_;
+      answer->failure = r.message();
+      answer->failure_reason = kReasonJoinFailed;
+      return Status::Ok();
+    }
     return Status::Unavailable(peer_ + " restarted; registered with it again");
   }
   answer->replaced = response.replaced();

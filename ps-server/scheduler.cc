@@ -53,6 +53,19 @@ int FreeRank(const std::vector<std::string>& ids, int preferred, int expected) {
   return -1;
 }
 
+// A node's rank from before the scheduler restarted, taken since (by a new
+// process) or past the job's ranks: refused before anything is noted.
+grpc::Status RankFree(const v1::NodeInfo& node, const std::vector<std::string>& ids, int expected) {
+  const int rank = node.rank();
+  if (rank >= 0 && rank < expected && ids[rank].empty()) return grpc::Status::OK;
+  return grpc::Status(
+      grpc::StatusCode::FAILED_PRECONDITION,
+      node.node_id() + " had rank " + std::to_string(rank) +
+          " before the scheduler restarted, which " +
+          (rank >= 0 && rank < expected ? ids[rank] + " holds now" : "the job has no more") +
+          ": it cannot go on under another");
+}
+
 // 128 random bits, hex.
 std::string NewRegistrationKey() {
   std::random_device device;
@@ -192,9 +205,15 @@ grpc::Status Scheduler::Register(const v1::RegisterRequest* request,
                               RoleName(node.role()) + "s and all ranks are taken; " +
                               node.node_id() + " is one too many");
     }
-    // A node registering again keeps the rank it had, which its id need not say.
-    rank = FreeRank(*ids, node.registered_before() ? node.rank() : PreferredRank(node.node_id()),
-                    expected);
+    if (node.has_rank()) {
+      // A node that had a rank before this scheduler started keeps it,
+      // which its id need not say; given another, it would train on
+      // another's share of the data or serve another's parameters.
+      if (grpc::Status kept = RankFree(node, *ids, expected); !kept.ok()) return kept;
+      rank = node.rank();
+    } else {
+      rank = FreeRank(*ids, PreferredRank(node.node_id()), expected);
+    }
     (*ids)[rank] = node.node_id();
     // A new process in the rank of a worker another node said had finished.
     if (node.role() == v1::WORKER && !node.registered_before()) finished_workers_.erase(rank);

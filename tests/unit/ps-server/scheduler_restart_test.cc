@@ -12,6 +12,7 @@
 
 #include "common/metrics.h"
 #include "common/scheduler_client.h"
+#include "common/termination_message.h"
 #include "ps-server/scheduler_service.h"
 
 namespace kubeps {
@@ -117,6 +118,67 @@ TEST(SchedulerRestartTest, NodesNamedWithoutARankKeepTheirRanksAfterARestart) {
   Beat(*first);
   Beat(*server);
   const Status finished = second->Finish(second_rank);
+  EXPECT_TRUE(finished.ok()) << finished.message();
+}
+
+// A rank taken since the restart (a new process of a node named without a
+// rank registered first): the node that had it cannot go on under another,
+// and its beat says so as a failure instead of training on another's share.
+TEST(SchedulerRestartTest, ANodeWhoseRankWasTakenSinceTheRestartStops) {
+  RestartingScheduler scheduler;
+  auto server = scheduler.Client("ps", NodeRole::kServer);
+  auto first = scheduler.Client("alpha", NodeRole::kWorker);
+  int rank = -1;
+  ASSERT_TRUE(server->Register(&rank).ok());
+  ASSERT_TRUE(first->Register(&rank).ok());
+  ASSERT_EQ(rank, 0);
+  scheduler.Restart();
+  auto newcomer = scheduler.Client("gamma", NodeRole::kWorker);
+  ASSERT_TRUE(newcomer->Register(&rank).ok());
+  ASSERT_EQ(rank, 0);
+  HeartbeatAnswer answer;
+  const Status beat = first->Heartbeat(0, &answer);
+  ASSERT_TRUE(beat.ok()) << beat.message();
+  EXPECT_EQ(answer.failure_reason, kReasonJoinFailed);
+  EXPECT_NE(answer.failure.find("alpha had rank 0 before the scheduler restarted, which gamma "
+                                "holds now"),
+            std::string::npos)
+      << answer.failure;
+}
+
+// A node of an older build registering again says no rank: its id's suffix
+// is the one it had, as before.
+TEST(SchedulerRestartTest, ANodeRegisteringAgainWithoutARankTakesItsIdsSuffix) {
+  SchedulerOptions options;
+  options.num_servers = 1;
+  options.num_workers = 2;
+  Scheduler s(options, &NullMetrics());
+  v1::RegisterRequest request;
+  request.mutable_node()->set_node_id("worker-1");
+  request.mutable_node()->set_role(v1::WORKER);
+  request.mutable_node()->set_incarnation(1);
+  request.mutable_node()->set_registered_before(true);
+  v1::RegisterResponse response;
+  ASSERT_TRUE(s.Register(&request, &response).ok());
+  EXPECT_EQ(response.rank(), 1);
+}
+
+// A worker that finishes before its first beat to a restarted scheduler:
+// the new one does not know it, and it registers again and says it once
+// more. Before, the scheduler's refusal came back as an unknown error, the
+// retry never ran, and the worker's finish failed.
+TEST(SchedulerRestartTest, AWorkerFinishingRightAfterARestartRegistersAgainFirst) {
+  RestartingScheduler scheduler;
+  auto server = scheduler.Client("server-0", NodeRole::kServer);
+  auto worker0 = scheduler.Client("worker-0", NodeRole::kWorker);
+  auto worker1 = scheduler.Client("worker-1", NodeRole::kWorker);
+  int rank = -1, rank0 = -1;
+  ASSERT_TRUE(server->Register(&rank).ok());
+  ASSERT_TRUE(worker0->Register(&rank0).ok());
+  ASSERT_TRUE(worker1->Register(&rank).ok());
+  scheduler.Restart();
+  Beat(*server);
+  const Status finished = worker0->Finish(rank0);
   EXPECT_TRUE(finished.ok()) << finished.message();
 }
 
