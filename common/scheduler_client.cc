@@ -8,7 +8,6 @@
 #include "common/membership.h"
 #include "common/metrics.h"
 #include "common/resend.h"
-#include "common/termination_message.h"
 #include "kubeps.grpc.pb.h"
 
 namespace kubeps {
@@ -207,6 +206,11 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
     if (program_state_missing_) *request.mutable_program_state_missing() = *program_state_missing_;
   }
   const uint64_t registrations_seen = Registrations();
+  {
+    std::lock_guard<std::mutex> lock(register_again_mutex_);
+    answer->refused = refused_;
+    if (!refused_.empty()) return Status::Ok();
+  }
   v1::HeartbeatResponse response;
   if (Status s = caller_->CallOnce(
           peer_, "Heartbeat",
@@ -218,12 +222,12 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
     // the registration, does.
     if (Status r = RegisterAgain(registrations_seen, shard); !r.ok()) {
       // Refused (its rank taken since by a new process, or past the job's):
-      // this process cannot go on, and a new one registers anew.
+      // this process cannot go on, and a new one registers anew. Once: a
+      // later registration could take a rank freed meanwhile for a process
+      // about to end.
       if (r.code() != Status::Code::kFailedPrecondition) return r;
-      answer->generation = generation_;  // nothing new, but the end
-      answer->restore_step = restore_step_;
-      answer->failure = r.message();
-      answer->failure_reason = kReasonJoinFailed;
+      std::lock_guard<std::mutex> lock(register_again_mutex_);
+      refused_ = answer->refused = r.message();
       return Status::Ok();
     }
     return Status::Unavailable(peer_ + " restarted; registered with it again");

@@ -94,6 +94,10 @@ struct HeartbeatAnswer {
   std::string failure_reason;           // the termination reason it calls for, if any
   // A newer process of this node registered: this one stops, touching nothing.
   bool replaced = false;
+  // Non-empty: a restarted scheduler refused this node's registration (the
+  // rank it had taken since by a new process), and why. It stops; its
+  // restart registers anew.
+  std::string refused;
   // The nodes silent past the scheduler's dead_after_ms.
   std::vector<std::string> dead_nodes;
   // Servers: every registered worker's current incarnation, by node id.
@@ -171,6 +175,7 @@ class SchedulerClient {
   v1::Membership membership_;          // the newest heard of, told to a restarted scheduler
   std::vector<int> finished_workers_;  // the ranks heard of as finished, told to it too
   int rank_ = -1;                      // the first registration's
+  std::string refused_;                // a restarted scheduler's refusal, said by every beat after
   std::mutex beat_mutex_;              // what every heartbeat says:
   std::vector<std::string> passed_barriers_;
   std::optional<v1::ProgramStateMissing> program_state_missing_;

@@ -231,6 +231,7 @@ Status RegisterAndHeartbeat(const api::NodeConfig& config, const std::string& ad
       continue;
     }
     last_answer = std::chrono::steady_clock::now();
+    if (!answer.refused.empty()) return Status::Error(answer.refused).WithReason(kReasonJoinFailed);
     if (answer.replaced) {
       return Status::Error(
                  "a newer process of this server registered with the scheduler; this "

@@ -143,6 +143,12 @@ Status KVWorkerImpl::PollHeartbeat(HeartbeatAnswer* out) {
   HeartbeatAnswer own;
   HeartbeatAnswer& answer = out ? *out : own;
   if (Status s = scheduler_.Heartbeat(0, &answer); !s.ok()) return s;
+  if (!answer.refused.empty()) {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    failure_ = answer.refused;
+    failure_reason_ = kReasonJoinFailed;
+    return Status::Ok();
+  }
   if (answer.replaced) {
     std::lock_guard<std::mutex> lock(failure_mutex_);
     failure_ = "a newer process of this worker registered with it; this one stops";

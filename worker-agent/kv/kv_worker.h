@@ -277,7 +277,8 @@ class KUBEPS_EXPORT KVWorker {
   // the job has it start. Asks the scheduler to roll the job back to the
   // newest step at or before `start` that every shard and the program hold,
   // and waits for every shard to have restored it (as Recover): that step in
-  // *resume_step. An error, naming why, where there is no such step.
+  // *resume_step. An error, naming why, where there is no such step: with
+  // reason ProgramStateMissing where the scheduler found none.
   virtual Status RollBackToHeldState(uint64_t start, const std::vector<uint64_t>& held,
                                      uint64_t* resume_step) {
     (void)start, (void)held, (void)resume_step;

@@ -322,7 +322,7 @@ Session::Outcome Session::Initialize(bool restores_own_state,
   while (s.ok() && restores_own_state && needs_own_state(step) && not_held(step)) {
     const uint64_t recovered = recoveries_;
     s = context_.kv->RollBackToHeldState(step, *held, &step);
-    own_state_missing = s.code() == Status::Code::kFailedPrecondition;
+    own_state_missing = s.reason() == kReasonProgramStateMissing;
     if (s.ok()) s = PullAll(step, &step);
     if (s.IsAborted()) s = Recover(recovered, &step);
   }

@@ -12,7 +12,6 @@
 
 #include "common/metrics.h"
 #include "common/scheduler_client.h"
-#include "common/termination_message.h"
 #include "ps-server/scheduler_service.h"
 
 namespace kubeps {
@@ -139,11 +138,12 @@ TEST(SchedulerRestartTest, ANodeWhoseRankWasTakenSinceTheRestartStops) {
   HeartbeatAnswer answer;
   const Status beat = first->Heartbeat(0, &answer);
   ASSERT_TRUE(beat.ok()) << beat.message();
-  EXPECT_EQ(answer.failure_reason, kReasonJoinFailed);
-  EXPECT_NE(answer.failure.find("alpha had rank 0 before the scheduler restarted, which gamma "
+  EXPECT_NE(answer.refused.find("alpha had rank 0 before the scheduler restarted, which gamma "
                                 "holds now"),
             std::string::npos)
-      << answer.failure;
+      << answer.refused;
+  ASSERT_TRUE(first->Heartbeat(0, &answer).ok());
+  EXPECT_FALSE(answer.refused.empty()) << "said again by every beat after, never registered";
 }
 
 // A node of an older build registering again says no rank: its id's suffix

@@ -306,10 +306,22 @@ TEST_F(OwnStateTest, AJobStoppedWhileItWouldGoBackIsNoFailureOfTheProgram) {
   EXPECT_EQ(server_->JobFailure().first, "") << "a restart may cure it";
 }
 
+// Refused for another reason while it went back (its rank taken by a new
+// process after a scheduler restart): the worker's own end, not the job's.
+TEST_F(OwnStateTest, AnotherRefusalWhileItWouldGoBackIsNoFailureOfTheJob) {
+  auto client = Declared(/*sync=*/true, /*servers_step=*/100);
+  kv_.FailHeldState(Status::FailedPrecondition("the restarted scheduler gave worker-0 rank 1"));
+  const json failed =
+      client->Call({{"op", "init"}, {"restores_own_state", true}, {"own_state_steps", {50}}});
+  EXPECT_EQ(failed.value("reason", ""), "");
+  EXPECT_EQ(server_->JobFailure().first, "") << "a restart may cure it";
+}
+
 TEST_F(OwnStateTest, NoStepToGoBackToFailsTheJobSayingWhy) {
   auto client = Declared(/*sync=*/true, /*servers_step=*/100);
   kv_.FailHeldState(Status::FailedPrecondition(
-      "worker-0's program holds its own state of steps 30, not of step 100"));
+                        "worker-0's program holds its own state of steps 30, not of step 100")
+                        .WithReason(kReasonProgramStateMissing));
   const json refused =
       client->Call({{"op", "init"}, {"restores_own_state", true}, {"own_state_steps", {30}}});
   EXPECT_THAT(ExpectError(refused, "FailedPrecondition"),
