@@ -205,9 +205,10 @@ Status SchedulerClient::Heartbeat(uint64_t restored_generation, HeartbeatAnswer*
     for (const auto& name : passed_barriers_) request.add_passed_barriers(name);
     if (program_state_missing_) *request.mutable_program_state_missing() = *program_state_missing_;
   }
-  const uint64_t registrations_seen = Registrations();
+  uint64_t registrations_seen;
   {
     std::lock_guard<std::mutex> lock(register_again_mutex_);
+    registrations_seen = registrations_;
     answer->refused = refused_;
     if (!refused_.empty()) return Status::Ok();
   }

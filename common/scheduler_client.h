@@ -176,6 +176,7 @@ class SchedulerClient {
   std::vector<int> finished_workers_;  // the ranks heard of as finished, told to it too
   int rank_ = -1;                      // the first registration's
   std::string refused_;                // a restarted scheduler's refusal, said by every beat after
+                                       // (register_again_mutex_)
   std::mutex beat_mutex_;              // what every heartbeat says:
   std::vector<std::string> passed_barriers_;
   std::optional<v1::ProgramStateMissing> program_state_missing_;

@@ -57,13 +57,13 @@ int FreeRank(const std::vector<std::string>& ids, int preferred, int expected) {
 // process) or past the job's ranks: refused before anything is noted.
 grpc::Status RankFree(const v1::NodeInfo& node, const std::vector<std::string>& ids, int expected) {
   const int rank = node.rank();
-  if (rank >= 0 && rank < expected && ids[rank].empty()) return grpc::Status::OK;
-  return grpc::Status(
-      grpc::StatusCode::FAILED_PRECONDITION,
-      node.node_id() + " had rank " + std::to_string(rank) +
-          " before the scheduler restarted, which " +
-          (rank >= 0 && rank < expected ? ids[rank] + " holds now" : "the job has no more") +
-          ": it cannot go on under another");
+  const bool in_range = rank >= 0 && rank < expected;
+  if (in_range && ids[rank].empty()) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                      node.node_id() + " had rank " + std::to_string(rank) +
+                          " before the scheduler restarted, which " +
+                          (in_range ? ids[rank] + " holds now" : "the job has no more") +
+                          ": it cannot go on under another");
 }
 
 // 128 random bits, hex.

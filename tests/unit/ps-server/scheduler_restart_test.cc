@@ -4,8 +4,10 @@
 // knew, on the same address, as a Kubernetes Service gives it.
 #include <chrono>
 #include <future>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -64,6 +66,17 @@ class RestartingScheduler {
   std::unique_ptr<grpc::Server> server_;
 };
 
+// Each node's first registration, in order: their ranks.
+std::vector<int> RegisterAll(std::initializer_list<SchedulerClient*> nodes) {
+  std::vector<int> ranks;
+  for (SchedulerClient* node : nodes) {
+    int rank = -1;
+    EXPECT_TRUE(node->Register(&rank).ok());
+    ranks.push_back(rank);
+  }
+  return ranks;
+}
+
 // A beat, then the beat after a re-registration where the first found the
 // scheduler restarted.
 HeartbeatAnswer Beat(SchedulerClient& node) {
@@ -107,10 +120,7 @@ TEST(SchedulerRestartTest, NodesNamedWithoutARankKeepTheirRanksAfterARestart) {
   auto server = scheduler.Client("ps", NodeRole::kServer);
   auto first = scheduler.Client("alpha", NodeRole::kWorker);
   auto second = scheduler.Client("beta", NodeRole::kWorker);
-  int server_rank = -1, first_rank = -1, second_rank = -1;
-  ASSERT_TRUE(server->Register(&server_rank).ok());
-  ASSERT_TRUE(first->Register(&first_rank).ok());
-  ASSERT_TRUE(second->Register(&second_rank).ok());
+  const int second_rank = RegisterAll({server.get(), first.get(), second.get()})[2];
   ASSERT_EQ(second_rank, 1);
   scheduler.Restart();
   Beat(*second);  // beta comes back first
@@ -127,14 +137,10 @@ TEST(SchedulerRestartTest, ANodeWhoseRankWasTakenSinceTheRestartStops) {
   RestartingScheduler scheduler;
   auto server = scheduler.Client("ps", NodeRole::kServer);
   auto first = scheduler.Client("alpha", NodeRole::kWorker);
-  int rank = -1;
-  ASSERT_TRUE(server->Register(&rank).ok());
-  ASSERT_TRUE(first->Register(&rank).ok());
-  ASSERT_EQ(rank, 0);
+  ASSERT_EQ(RegisterAll({server.get(), first.get()})[1], 0);
   scheduler.Restart();
   auto newcomer = scheduler.Client("gamma", NodeRole::kWorker);
-  ASSERT_TRUE(newcomer->Register(&rank).ok());
-  ASSERT_EQ(rank, 0);
+  ASSERT_EQ(RegisterAll({newcomer.get()})[0], 0);
   HeartbeatAnswer answer;
   const Status beat = first->Heartbeat(0, &answer);
   ASSERT_TRUE(beat.ok()) << beat.message();
@@ -172,10 +178,7 @@ TEST(SchedulerRestartTest, AWorkerFinishingRightAfterARestartRegistersAgainFirst
   auto server = scheduler.Client("server-0", NodeRole::kServer);
   auto worker0 = scheduler.Client("worker-0", NodeRole::kWorker);
   auto worker1 = scheduler.Client("worker-1", NodeRole::kWorker);
-  int rank = -1, rank0 = -1;
-  ASSERT_TRUE(server->Register(&rank).ok());
-  ASSERT_TRUE(worker0->Register(&rank0).ok());
-  ASSERT_TRUE(worker1->Register(&rank).ok());
+  const int rank0 = RegisterAll({server.get(), worker0.get(), worker1.get()})[1];
   scheduler.Restart();
   Beat(*server);
   const Status finished = worker0->Finish(rank0);
@@ -187,11 +190,9 @@ TEST(SchedulerRestartTest, AWorkerFinishingRightAfterARestartRegistersAgainFirst
 class AfterWorker0FinishedTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    int rank0 = -1, server_rank = -1;
-    ASSERT_TRUE(server0_->Register(&server_rank).ok());
-    ASSERT_TRUE(worker0_->Register(&rank0).ok());
-    ASSERT_TRUE(worker1_->Register(&rank1_).ok());
-    ASSERT_TRUE(worker0_->Finish(rank0).ok());
+    const std::vector<int> ranks = RegisterAll({server0_.get(), worker0_.get(), worker1_.get()});
+    rank1_ = ranks[2];
+    ASSERT_TRUE(worker0_->Finish(ranks[1]).ok());
     EXPECT_FALSE(Beat(*server0_).shutdown);  // and it hears that worker 0 finished
     scheduler_.Restart();
   }
