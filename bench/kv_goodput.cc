@@ -11,7 +11,8 @@
 // One process holds the job's scheduler and shards (SchedulerService, and
 // Shard behind ParameterServerService), each on its own gRPC server on
 // 127.0.0.1 with kubeps-server's limits, and one thread per worker driving a
-// KVWorker::Start client: the code a training job runs, with its placement
+// KVWorker::Start client (with a connection of its own to each shard, as a
+// worker's process has): the code a training job runs, with its placement
 // (a tensor of 1M elements or more is sliced over every server, in parts of
 // at most 2 MiB sent in requests of at most 4 MiB). The shards do not
 // heartbeat; the data path does not depend on it. Workers move their tensor

@@ -158,13 +158,15 @@ void ConfigureServer(grpc::ServerBuilder* builder) {
 }
 
 std::shared_ptr<grpc::Channel> OpenChannel(const std::string& address,
-                                           const TransportSecurity* security) {
+                                           const TransportSecurity* security,
+                                           Connection connection) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   // Fast reconnects: a restarted shard should be reachable again quickly.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  if (connection == Connection::kOwn) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   if (security == nullptr) security = TransportSecurity::Insecure().get();
   if (security->tls()) args.SetSslTargetNameOverride(TransportSecurity::kServerName);
   return grpc::CreateCustomChannel(address, security->ChannelCredentials(), args);

@@ -82,10 +82,18 @@ void AddToken(JobToken* token, grpc::ClientContext& context);
 // `token` accepts. OK when `token` is null.
 grpc::Status CheckToken(const grpc::ServerContextBase& context, JobToken* token);
 
+// Whether a channel shares its TCP connection: gRPC gives a process's
+// channels to one address with the same settings one connection (its global
+// subchannel pool), so that two clients in one process (the KV clients of a
+// benchmark's workers) would take turns on one socket, read by one thread of
+// the server at a time, where two processes each have their own.
+enum class Connection { kShared, kOwn };
+
 // Opens a channel to `address` with message limits large enough for big
 // tensor parts.
 std::shared_ptr<grpc::Channel> OpenChannel(const std::string& address,
-                                           const TransportSecurity* security = nullptr);
+                                           const TransportSecurity* security = nullptr,
+                                           Connection connection = Connection::kShared);
 
 // The settings of every kubeps gRPC server (kubeps-server, and the
 // benchmarks that stand in for it): the same message limits.

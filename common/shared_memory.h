@@ -1,5 +1,5 @@
 // Tensors through shared memory between a worker and a server on one host
-// (docs/performance.md, "Shared memory"), as BytePS does for a co-located
+// (docs/shared-memory.md), as BytePS does for a co-located
 // server and worker: gRPC still carries every request and answer, but their
 // tensor bytes lie in a file of /dev/shm that the worker creates and the
 // server maps, so they cross neither the kernel's socket buffers nor the

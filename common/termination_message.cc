@@ -23,6 +23,16 @@ const char* JobStopReason(const std::string& said, const char* otherwise) {
   return otherwise;
 }
 
+bool IsOwnEnd(const std::string& reason) {
+  return reason == kReasonJoinFailed || reason == kReasonReplaced;
+}
+
+const char* EndReason(const std::string& said, const char* otherwise) {
+  if (said == kReasonJoinFailed) return kReasonJoinFailed;
+  if (said == kReasonReplaced) return kReasonReplaced;
+  return JobStopReason(said, otherwise);
+}
+
 std::string TerminationLogPath(const char* pod_default) {
   const char* named = std::getenv(kTerminationLogVariable);
   if (named && *named) return named;

@@ -115,6 +115,14 @@ std::string JobStoppedMessage(const std::string& reason, const std::string& fail
 // first; else `otherwise`. `said` is the scheduler's reason, as a server's
 // beat answer or the KV client's Status::reason carries it.
 const char* JobStopReason(const std::string& said, const char* otherwise);
+// The reason a worker ends with, having heard `said`: JobStopReason's; or
+// its own end where the scheduler refused its registration (JoinFailed) or
+// a newer process of it registered (Replaced): a restart of the job cures
+// neither, and neither is the job's failure; else `otherwise`.
+const char* EndReason(const std::string& said, const char* otherwise);
+// Whether `reason` is a node's own end (JoinFailed, Replaced), which the
+// node words as such, not as the scheduler's stop of the job.
+bool IsOwnEnd(const std::string& reason);
 
 // Where a replica's last words go: $KUBEPS_TERMINATION_LOG where it is set
 // (the local runner names a file per replica); else `pod_default` where this

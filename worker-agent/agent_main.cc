@@ -344,14 +344,14 @@ int TrainBuiltInModel(const api::NodeConfig& config, const api::TrainingJob& job
     return Fail(kReasonJoinFailed, s);
   if (Status s = session.store->Init(*model); !s.ok())
     return Fail(IsModelMismatchRefusal(s) ? kReasonModelMismatch
-                                          : JobStopReason(s.reason(), kReasonTrainingFailed),
+                                          : EndReason(s.reason(), kReasonTrainingFailed),
                 s);
   ComputeAsOrdinaryWork();
   LoopResult result;
   if (Status s =
           RunTrainingLoop(session.loop, data.train, *model, *session.store, *metrics, &result);
       !s.ok()) {
-    return Fail(result.failure_reason.empty() ? JobStopReason(s.reason(), kReasonTrainingFailed)
+    return Fail(result.failure_reason.empty() ? EndReason(s.reason(), kReasonTrainingFailed)
                                               : result.failure_reason.c_str(),
                 s);
   }

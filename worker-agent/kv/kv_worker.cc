@@ -145,13 +145,14 @@ Status KVWorkerImpl::PollHeartbeat(HeartbeatAnswer* out) {
   if (Status s = scheduler_.Heartbeat(0, &answer); !s.ok()) return s;
   if (!answer.refused.empty()) {
     std::lock_guard<std::mutex> lock(failure_mutex_);
-    failure_ = answer.refused;
+    failure_ = "the restarted scheduler refused this worker's registration: " + answer.refused;
     failure_reason_ = kReasonJoinFailed;
     return Status::Ok();
   }
   if (answer.replaced) {
     std::lock_guard<std::mutex> lock(failure_mutex_);
     failure_ = "a newer process of this worker registered with it; this one stops";
+    failure_reason_ = kReasonReplaced;
     return Status::Ok();
   }
   // Order matters for readers: the membership before the generation.
@@ -302,13 +303,17 @@ std::string KVWorkerImpl::WhyAPeerMayBeLate() const {
 Status KVWorkerImpl::JobStopped() const {
   std::lock_guard<std::mutex> lock(failure_mutex_);
   if (failure_.empty()) return Status::Ok();
+  // Refused or replaced: this process's end, not the job's.
+  if (IsOwnEnd(failure_reason_)) return Status::Error(failure_).WithReason(failure_reason_);
   return Status::Error(JobStoppedMessage(failure_reason_, failure_)).WithReason(failure_reason_);
 }
 
 KVWorkerImpl::ServerLink::ServerLink(const std::string& server_address,
                                      const TransportSecurity& security)
     : address(server_address),
-      channel(OpenChannel(server_address, &security)),
+      // Its own connection, as a worker's process has: a process holding
+      // several clients (kv_goodput's workers) would otherwise share one.
+      channel(OpenChannel(server_address, &security, Connection::kOwn)),
       stub(v1::ParameterServer::NewStub(channel)) {}
 
 std::shared_ptr<const KVWorkerImpl::ServerLink> KVWorkerImpl::Link(int server) const {

@@ -77,7 +77,7 @@ struct KVOptions {
   float compression_threshold = 0.5f;
   // Tensors to and from servers on this host go through a file of shared
   // memory instead of the TCP connection, where the server can map it
-  // (docs/performance.md, "Shared memory"). A server counts as on this host
+  // (docs/shared-memory.md). A server counts as on this host
   // when its address is a loopback one and, where `own_host` (this process's
   // address: its pod IP) is set, the same as that: pods of one node are at
   // addresses of their own and do not share their /dev/shm.

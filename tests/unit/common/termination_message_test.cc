@@ -94,5 +94,17 @@ TEST(JobStopReasonTest, AnIncurableStopIsEveryonesReasonAndOthersKeepTheirOwn) {
       << "words that look like a stop are not one";
 }
 
+// A worker the scheduler refused or replaced ends with that reason, its
+// own, not the job's; neither is a stop that fails the job for everyone.
+TEST(JobStopReasonTest, ARefusedOrReplacedWorkerEndsWithItsOwnReason) {
+  EXPECT_STREQ(EndReason(kReasonJoinFailed, kReasonTrainingFailed), kReasonJoinFailed);
+  EXPECT_STREQ(EndReason(kReasonReplaced, kReasonTrainingFailed), kReasonReplaced);
+  EXPECT_STREQ(EndReason(kReasonProgramStateMissing, kReasonTrainingFailed),
+               kReasonProgramStateMissing);
+  EXPECT_STREQ(EndReason("", kReasonTrainingFailed), kReasonTrainingFailed);
+  EXPECT_EQ(JobStopReason(kReasonReplaced, nullptr), nullptr);
+  EXPECT_EQ(JobStopReason(kReasonJoinFailed, nullptr), nullptr);
+}
+
 }  // namespace
 }  // namespace kubeps

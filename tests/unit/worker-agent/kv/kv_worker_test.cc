@@ -9,10 +9,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +27,7 @@
 #include "common/metrics.h"
 #include "common/optimizer.h"
 #include "common/resend.h"
+#include "common/termination_message.h"
 #include "kubeps.grpc.pb.h"
 #include "ps-server/ps_service.h"
 #include "ps-server/scheduler_service.h"
@@ -38,6 +42,7 @@ namespace {
 using namespace std::chrono_literals;
 using namespace kv_testing;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct WorkerResult {
   std::vector<std::string> errors;
@@ -490,6 +495,79 @@ TEST(KVWorkerAsyncTest, ARestartedWorkerGoesOnAfterTheStepItsPredecessorPushedLa
   ASSERT_TRUE(KVWorker::Start(again, &restarted).ok());
   ASSERT_TRUE(restarted->Recover(&step).ok());
   EXPECT_EQ(step, 5u);
+}
+
+// A worker taken for lost while its process lives on (its pod
+// force-deleted from an unreachable node): a new process of the same worker
+// registered, and the old one ends in its own words, as replaced, not as a
+// stop of the job, which goes on with the new one.
+TEST(KVWorkerReplacedTest, AReplacedWorkerEndsAsReplacedNotAsTheJobsStop) {
+  JobOptions options;
+  options.replace_silent_after_ms = 0;
+  Job job(options);
+  ASSERT_TRUE(job.ok()) << job.error();
+  std::vector<std::unique_ptr<KVWorker>> workers = StartWorkers(job);
+  ASSERT_EQ(workers.size(), static_cast<size_t>(kWorkers)) << "a worker did not start";
+  std::unique_ptr<KVWorker> successor;
+  ASSERT_TRUE(KVWorker::Start(job.WorkerOptions(0), &successor).ok());
+  const Status ended = workers[0]->Barrier("end");
+  ASSERT_FALSE(ended.ok());
+  EXPECT_EQ(ended.reason(), kReasonReplaced);
+  EXPECT_THAT(ended.message(), HasSubstr("a newer process of this worker registered"));
+  EXPECT_THAT(ended.message(), Not(HasSubstr("stopped the job")));
+}
+
+// Connections the kernel has established to 127.0.0.1:`port`, counted at
+// the listening end (local port, state 01), whether its socket is IPv4 or,
+// as gRPC makes them, IPv6 holding a v4-mapped address.
+int ConnectionsTo(int port) {
+  char v4[16], v6[48];
+  std::snprintf(v4, sizeof v4, "0100007F:%04X", port);
+  std::snprintf(v6, sizeof v6, "0000000000000000FFFF00000100007F:%04X", port);
+  int count = 0;
+  for (const char* path : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream table(path);
+    std::string line;
+    std::getline(table, line);  // the header
+    while (std::getline(table, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state;
+      fields >> slot >> local >> remote >> state;
+      if ((local == v4 || local == v6) && state == "01") ++count;
+    }
+  }
+  return count;
+}
+
+// Each KV client has a connection of its own to each server, as each
+// worker's process has: gRPC gives a process's channels to one address one
+// connection, so that kv_goodput's workers, in one process, took turns on
+// one socket per server.
+TEST(KVWorkerConnectionTest, TwoClientsInOneProcessHaveAConnectionEach) {
+  Job job;
+  ASSERT_TRUE(job.ok()) << job.error();
+  std::vector<std::unique_ptr<KVWorker>> workers = StartWorkers(job);
+  ASSERT_EQ(workers.size(), static_cast<size_t>(kWorkers)) << "a worker did not start";
+  std::vector<WorkerTensors> tensors;
+  for (int w = 0; w < kWorkers; ++w) tensors.emplace_back(w);
+  std::vector<std::future<Status>> inits;
+  for (int w = 0; w < kWorkers; ++w) {
+    inits.push_back(std::async(std::launch::async, [&, w] {
+      return workers[w]->InitTensors(tensors[w].init_ptrs, kSizes);
+    }));
+  }
+  for (auto& init : inits) ASSERT_TRUE(init.get().ok());
+  std::vector<std::future<Status>> pushes;
+  for (int w = 0; w < kWorkers; ++w) {
+    tensors[w].SetGrads(w, 0);
+    pushes.push_back(std::async(std::launch::async, [&, w] {
+      return workers[w]->Wait(workers[w]->Push(tensors[w].grad_ptrs, 0));
+    }));
+  }
+  for (auto& push : pushes) ASSERT_TRUE(push.get().ok());
+  const std::string address = job.ShardAddress(0);
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  EXPECT_EQ(ConnectionsTo(port), kWorkers);
 }
 
 // A port on which nothing listens: bound once, then closed.
