@@ -154,16 +154,41 @@ OptimizerConfig ToOptimizerConfig(const OptimizerSpec& o) {
        static_cast<float>(s.min_learning_rate)}};
 }
 
-void PublishPorts(const NodeConfig& config, int grpc_port, int metrics_port) {
-  if (config.run_dir.empty()) return;
-  // Written under a temporary name and renamed, so a reader never sees half.
-  const std::string path = config.run_dir + "/" + config.node_id + ".ports";
+namespace {
+
+// Written under a temporary name and renamed, so a reader never sees half.
+void WriteRunFile(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp);
-    out << "grpc " << grpc_port << "\nmetrics " << metrics_port << "\n";
+    out << text;
   }
   std::rename(tmp.c_str(), path.c_str());
+}
+
+}  // namespace
+
+void PublishPorts(const NodeConfig& config, int grpc_port, int metrics_port) {
+  if (config.run_dir.empty()) return;
+  WriteRunFile(
+      config.run_dir + "/" + config.node_id + ".ports",
+      "grpc " + std::to_string(grpc_port) + "\nmetrics " + std::to_string(metrics_port) + "\n");
+}
+
+void PublishComputingWorkers(const std::string& run_dir, const std::vector<int>& ranks) {
+  if (run_dir.empty()) return;
+  std::string text;
+  for (int rank : ranks) text += std::to_string(rank) + " ";
+  WriteRunFile(run_dir + "/" + kComputingWorkersName, text + "\n");
+}
+
+std::optional<std::vector<int>> ReadComputingWorkers(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/" + kComputingWorkersName);
+  if (!in) return std::nullopt;
+  std::vector<int> ranks;
+  for (int rank; in >> rank;) ranks.push_back(rank);
+  if (!in.eof()) return std::nullopt;  // not a list of ranks: not the scheduler's
+  return ranks;
 }
 
 }  // namespace kubeps::api

@@ -10,7 +10,9 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "api/training_job.h"
 #include "common/job_token.h"
@@ -132,6 +134,15 @@ OptimizerConfig ToOptimizerConfig(const OptimizerSpec& optimizer);
 // Writes "<run_dir>/<node_id>.ports" with the node's gRPC and metrics ports,
 // atomically, so the local runner can find them; no-op without a run dir.
 void PublishPorts(const NodeConfig& config, int grpc_port, int metrics_port);
+
+// "<run_dir>/computing-workers": the ranks that compute an elastic job's
+// newest step, as its scheduler publishes them for the local runner, which
+// stops a worker scaled away only once it is not one of them (it computes
+// until the change step, which may be minutes away). Written atomically;
+// no-op without a run dir. Read: nullopt where there is no such list (yet).
+inline constexpr const char* kComputingWorkersName = "computing-workers";
+void PublishComputingWorkers(const std::string& run_dir, const std::vector<int>& ranks);
+std::optional<std::vector<int>> ReadComputingWorkers(const std::string& run_dir);
 
 }  // namespace kubeps::api
 

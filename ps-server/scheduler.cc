@@ -614,6 +614,11 @@ bool Scheduler::MembersFinished() const {
   return true;
 }
 
+std::vector<int> Scheduler::ComputingWorkers() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return elastic_.MembersOfNow();
+}
+
 std::string Scheduler::SetDesiredWorkers(int workers, std::optional<uint64_t> at_step) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!elastic_.elastic()) return "the job's workers are fixed: it has no elasticPolicy";

@@ -123,6 +123,8 @@ class Scheduler {
   // Elastic jobs: how many workers the job should have, from `at_step`
   // exactly where given; "" or why not.
   std::string SetDesiredWorkers(int workers, std::optional<uint64_t> at_step = std::nullopt);
+  // Elastic jobs: the ranks that compute the newest step a worker reported.
+  std::vector<int> ComputingWorkers() const;
   // Ends every waiting long poll now, so that the gRPC server's Shutdown
   // need not wait out their wait_ms.
   void Stop();

@@ -121,6 +121,16 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
         KLOG_ERROR << config.desired_workers_file << ": " << refused;
     }
   };
+  // For the local runner, which stops a worker scaled away once it no
+  // longer computes (api::PublishComputingWorkers).
+  std::vector<int> published;
+  auto publish_computing = [&] {
+    if (!options.elastic.elastic) return;
+    std::vector<int> computing = service.scheduler().ComputingWorkers();
+    if (computing == published) return;
+    api::PublishComputingWorkers(config.run_dir, computing);
+    published = std::move(computing);
+  };
   follow_desired();
   int port = 0;
   std::unique_ptr<grpc::Server> server;
@@ -138,6 +148,7 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
   while (!g_stop.stop_requested() &&
          !service.scheduler().WaitAllWorkersFinished(kStopCheckInterval)) {
     follow_desired();
+    publish_computing();
     if (!service.scheduler().Failure().empty()) {
       // Give every node a few heartbeats to learn why the job stops.
       g_stop.SleepFor(std::chrono::seconds(2));

@@ -141,7 +141,8 @@ void JobController::StopSurplusWorkers(const std::map<ReplicaName, ReplicaStatus
                                        int64_t now_ms) {
   std::vector<ReplicaName> ended, overdue;
   for (const auto& [name, r] : observed) {
-    if (name.role != ReplicaRole::kWorker || name.index < desired_workers_) {
+    const bool computes = computing_workers_ && computing_workers_->count(name.index) > 0;
+    if (name.role != ReplicaRole::kWorker || name.index < desired_workers_ || computes) {
       timers_.surplus_since_ms.erase(name);
       continue;
     }
@@ -156,7 +157,8 @@ void JobController::StopSurplusWorkers(const std::map<ReplicaName, ReplicaStatus
   DeleteOrLog(ended, Cluster::kBackendGrace);
   if (overdue.empty()) return;
   KLOG_INFO << JoinNames(overdue) << " did not leave within " << kSurplusGraceMs / 1000
-            << " s of the job being scaled to " << desired_workers_ << " workers: stopping it";
+            << " s of the job being scaled to " << desired_workers_ << " workers"
+            << (computing_workers_ ? " and of its last step" : "") << ": stopping it";
   DeleteOrLog(overdue, Cluster::kBackendGrace);
 }
 

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -116,6 +117,13 @@ class JobController {
   static constexpr int64_t kRejectionBackoffMs = 10000;
   static constexpr int64_t kMaxRejectionBackoffMs = 360000;
   void SetDesiredWorkers(int workers) { desired_workers_ = workers; }
+  // The ranks that compute the job's newest step, as its scheduler says
+  // them (a local run's folder): a worker past the desired number is
+  // surplus only once it is not one of them, as it may compute until a
+  // change step minutes away. Never said (Kubernetes): surplus at once.
+  void SetComputingWorkers(const std::vector<int>& ranks) {
+    computing_workers_ = std::set<int>(ranks.begin(), ranks.end());
+  }
   // Whether the job has run (its status says so: TrainingJobStatus::HasRun),
   // for a controller made anew for each reconcile.
   void set_has_run(bool has_run) { has_run_ = has_run; }
@@ -159,6 +167,7 @@ class JobController {
   Timers timers_;
   int64_t start_ms_ = -1;
   std::map<std::string, int> known_restarts_;
+  std::optional<std::set<int>> computing_workers_;  // SetComputingWorkers
   int desired_workers_;
   // The job has been Running (a restart since counts): one whose pod is
   // made again later trains on meanwhile.

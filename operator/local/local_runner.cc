@@ -313,6 +313,10 @@ int RunLocally(const api::TrainingJob& job, const LocalRunOptions& options) {
       workers = wanted->workers;
       controller.SetDesiredWorkers(workers);
     }
+    if (job.spec.elastic.enabled()) {
+      if (auto computing = api::ReadComputingWorkers(run_dir))
+        controller.SetComputingWorkers(*computing);
+    }
     if (g_interrupted) {
       KLOG_INFO << "interrupted: stopping every replica of job " << job.name;
       controller.DeleteAll(kInterruptGraceMs);

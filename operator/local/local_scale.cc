@@ -76,9 +76,11 @@ Status FindRunDir(const std::string& job_name, std::string* found) {
 
 Status WriteRunFiles(const std::string& run_dir, const api::TrainingJob& job) {
   // A number an earlier run of the folder was scaled to is not this run's:
-  // it starts with the manifest's replicas.
+  // it starts with the manifest's replicas, and its workers with none
+  // computing until its scheduler says.
   std::error_code ignored;
   std::filesystem::remove(run_dir + "/" + kDesiredWorkersName, ignored);
+  std::filesystem::remove(run_dir + "/" + api::kComputingWorkersName, ignored);
   if (Status s = WriteAtomically(run_dir + "/" + kJobName, api::ToJson(job).dump()); !s.ok())
     return s;
   return WriteAtomically(run_dir + "/" + kPidName, std::to_string(::getpid()) + "\n");

@@ -53,6 +53,18 @@ class ElasticTest(unittest.TestCase):
         self.assertEqual(code, 0, said)
         self.assertIn("job scaled scaled to 1 workers", said)
         change = first_step_from(job, r"1 \(")
+        # The scheduler says in the run folder which ranks compute, so that
+        # the runner stops worker-1 only if it has not left 30 s after it
+        # stopped computing, not 30 s after the scale.
+        computing = os.path.join(job.run_dir, "computing-workers")
+        said_computing = None
+        deadline = time.time() + 30
+        while said_computing != "0" and job.process.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+            if os.path.exists(computing):
+                with open(computing) as f:
+                    said_computing = f.read().strip()
+        self.assertEqual(said_computing, "0", "the ranks computing once worker-1 left")
         self.assertEqual(job.wait(), 0, job.output())
         output = job.output()
         self.assertIn("left the job at step %d: it was scaled away" % change, output)

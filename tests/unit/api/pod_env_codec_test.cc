@@ -233,5 +233,21 @@ TEST_F(PodEnvCodecTest, PortsArePublishedWholeForTheLocalRunner) {
   PublishPorts(config, 1, 2);  // no run folder: nothing to write, no crash
 }
 
+// The ranks an elastic job's scheduler says compute its newest step, as the
+// local runner reads them back; none before it has said, or where the file
+// holds anything else.
+TEST(PublishComputingWorkersTest, TheRunnerReadsBackWhatTheSchedulerWrote) {
+  const std::string dir = ::testing::TempDir() + "/pod_env_codec_computing";
+  std::filesystem::create_directories(dir);
+  EXPECT_FALSE(ReadComputingWorkers(dir).has_value());
+  PublishComputingWorkers(dir, {0, 1, 3});
+  EXPECT_EQ(ReadComputingWorkers(dir), (std::vector<int>{0, 1, 3}));
+  PublishComputingWorkers(dir, {});
+  EXPECT_EQ(ReadComputingWorkers(dir), std::vector<int>{});
+  std::ofstream(dir + "/" + kComputingWorkersName) << "0 one\n";
+  EXPECT_FALSE(ReadComputingWorkers(dir).has_value());
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace kubeps::api

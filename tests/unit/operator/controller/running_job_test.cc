@@ -191,5 +191,27 @@ TEST_F(RunningJobTest, AfterAnOperatorRestartTheClockStartsWhenTheWorkerIsSeenNe
   EXPECT_EQ(PassOfTheOperator(job, Recorded(JobPhase::kRunning), 75'000).phase, JobPhase::kFailed);
 }
 
+// A worker scaled away still computes until the scheduler's change step,
+// which may be minutes away (kubeps scale --at-step, or steps that take
+// seconds: the change comes 8 steps ahead at the earliest). It is stopped
+// only once it has not left kSurplusGraceMs after the scheduler took it out,
+// never while the job still needs it: before, the runner stopped it 30 s
+// after the scale, and the job lost a member (a rollback, or its failure
+// before its first checkpoint).
+TEST_F(RunningJobTest, AWorkerScaledAwayIsNotStoppedWhileItStillComputes) {
+  StartRunning(ElasticJob(3, 1, 4));
+  controller_->SetComputingWorkers({0, 1, 2});
+  controller_->SetDesiredWorkers(2);  // kubeps scale --workers 2 --at-step S
+  const int64_t grace = JobController::kSurplusGraceMs;
+  controller_->Reconcile(2000);
+  controller_->Reconcile(2000 + 3 * grace);
+  EXPECT_TRUE(cluster_.deleted.empty()) << "worker-2 computes every step before S";
+  controller_->SetComputingWorkers({0, 1});  // the job passed S
+  controller_->Reconcile(3000 + 3 * grace);
+  EXPECT_TRUE(cluster_.deleted.empty()) << "it leaves on its own: the grace starts now";
+  controller_->Reconcile(3000 + 4 * grace);
+  EXPECT_EQ(cluster_.deleted, std::vector<std::string>{"worker-2"});
+}
+
 }  // namespace
 }  // namespace kubeps::controller
