@@ -302,6 +302,23 @@ inline std::vector<std::unique_ptr<KVWorker>> StartWorkers(
   return workers;
 }
 
+// Every worker declares its tensors (rank w with tensors[w]'s initial
+// values), all at once as a job's workers do: "" or what failed.
+inline std::string InitAll(const std::vector<std::unique_ptr<KVWorker>>& workers,
+                           std::vector<WorkerTensors>& tensors) {
+  std::vector<std::future<Status>> inits;
+  for (size_t w = 0; w < workers.size(); ++w) {
+    inits.push_back(std::async(std::launch::async, [&, w] {
+      return workers[w]->InitTensors(tensors[w].init_ptrs, kSizes);
+    }));
+  }
+  std::string failed;
+  for (auto& init : inits) {
+    if (Status s = init.get(); !s.ok()) failed = "InitTensors: " + s.message();
+  }
+  return failed;
+}
+
 // Barrier "end" and Finish: "" or what failed.
 inline std::string EndWorker(KVWorker* kv) {
   if (Status s = kv->Barrier("end"); !s.ok()) return "Barrier: " + s.message();

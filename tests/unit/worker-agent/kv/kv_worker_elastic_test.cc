@@ -92,13 +92,7 @@ TEST_F(KVWorkerElasticTest, AWorkerAtABarrierHearsTheJobStopped) {
 TEST_F(KVWorkerElasticTest, APushWaitingOnASilentServerSaysWhyTheJobStopped) {
   std::vector<WorkerTensors> tensors;
   for (int w = 0; w < kWorkers; ++w) tensors.emplace_back(w);
-  std::vector<std::future<Status>> inits;
-  for (int w = 0; w < kWorkers; ++w) {
-    inits.push_back(std::async(std::launch::async, [&, w] {
-      return workers_[w]->InitTensors(tensors[w].init_ptrs, kSizes);
-    }));
-  }
-  for (auto& init : inits) ASSERT_TRUE(init.get().ok());
+  ASSERT_EQ(InitAll(workers_, tensors), "");
 
   job_.StopShard(0);
   tensors[0].SetGrads(0, 0);

@@ -550,13 +550,7 @@ TEST(KVWorkerConnectionTest, TwoClientsInOneProcessHaveAConnectionEach) {
   ASSERT_EQ(workers.size(), static_cast<size_t>(kWorkers)) << "a worker did not start";
   std::vector<WorkerTensors> tensors;
   for (int w = 0; w < kWorkers; ++w) tensors.emplace_back(w);
-  std::vector<std::future<Status>> inits;
-  for (int w = 0; w < kWorkers; ++w) {
-    inits.push_back(std::async(std::launch::async, [&, w] {
-      return workers[w]->InitTensors(tensors[w].init_ptrs, kSizes);
-    }));
-  }
-  for (auto& init : inits) ASSERT_TRUE(init.get().ok());
+  ASSERT_EQ(InitAll(workers, tensors), "");
   std::vector<std::future<Status>> pushes;
   for (int w = 0; w < kWorkers; ++w) {
     tensors[w].SetGrads(w, 0);
