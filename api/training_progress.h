@@ -26,6 +26,10 @@ inline constexpr const char* kReasonTrainingFinished = "TrainingFinished";
 inline constexpr const char* kStepMetric = "kubeps_worker_step";
 inline constexpr const char* kTotalStepsMetric = "kubeps_worker_total_steps";
 inline constexpr const char* kLossMetric = "kubeps_worker_loss";
+// An elastic job's scheduler sets this gauge (label rank) to 1 for each rank
+// that computes the newest step and to 0 once it no longer does: the
+// operator deletes a worker scaled away only if it has not left 30 s after.
+inline constexpr const char* kComputingWorkerMetric = "kubeps_job_worker_computing";
 
 struct TrainingSummary {
   int64_t step = 0;                        // the global step training ended at

@@ -10,6 +10,7 @@
 
 #include "api/compute_threads.h"
 #include "api/pod_env_codec.h"
+#include "api/training_progress.h"
 #include "common/batch_work.h"
 #include "common/command_line.h"
 #include "common/desired_workers.h"
@@ -121,14 +122,21 @@ int RunScheduler(const api::NodeConfig& config, const api::TrainingJob& job, Met
         KLOG_ERROR << config.desired_workers_file << ": " << refused;
     }
   };
-  // For the local runner, which stops a worker scaled away once it no
-  // longer computes (api::PublishComputingWorkers).
+  // For the local runner (a file of the run folder) and the operator (a
+  // gauge), which stop a worker scaled away only once it no longer computes.
   std::vector<int> published;
   auto publish_computing = [&] {
     if (!options.elastic.elastic) return;
     std::vector<int> computing = service.scheduler().ComputingWorkers();
     if (computing == published) return;
     api::PublishComputingWorkers(config.run_dir, computing);
+    auto gauge = [&](int rank) -> prometheus::Gauge& {
+      return metrics->Gauge(api::kComputingWorkerMetric,
+                            "1 for a worker rank that computes the job's newest step, else 0",
+                            {{"rank", std::to_string(rank)}});
+    };
+    for (int rank : published) gauge(rank).Set(0);
+    for (int rank : computing) gauge(rank).Set(1);
     published = std::move(computing);
   };
   follow_desired();

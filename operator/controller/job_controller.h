@@ -118,9 +118,9 @@ class JobController {
   static constexpr int64_t kMaxRejectionBackoffMs = 360000;
   void SetDesiredWorkers(int workers) { desired_workers_ = workers; }
   // The ranks that compute the job's newest step, as its scheduler says
-  // them (a local run's folder): a worker past the desired number is
-  // surplus only once it is not one of them, as it may compute until a
-  // change step minutes away. Never said (Kubernetes): surplus at once.
+  // them (a local run's folder; on Kubernetes its metrics): a worker past
+  // the desired number is surplus only once it is not one of them, as it
+  // may compute until a change step minutes away. Never said: at once.
   void SetComputingWorkers(const std::vector<int>& ranks) {
     computing_workers_ = std::set<int>(ranks.begin(), ranks.end());
   }

@@ -216,7 +216,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   }
   // Before the job logic, which may delete them: a pod that cannot start
   // is said once per pod and reason, where `kubectl describe tj` shows it.
-  const int64_t now_ms = NowMs();
+  const int64_t now_ms = now_ms_ ? now_ms_() : NowMs();
   std::optional<int64_t> start_deadline_ms;  // the earliest podStartTimeoutSeconds ends
   for (const controller::ReplicaStatus& replica : cluster.List()) {
     if (replica.start_problem.empty()) continue;
@@ -238,6 +238,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   controller.set_has_run(status.HasRun());
   if (!status.start_time.empty()) controller.set_start_ms(ToMs(ParseTime(status.start_time)));
   controller.set_timers(state.timers);
+  ReadComputingWorkers(spec, pods, &state, &controller);
   controller::JobStatus observed = controller.Reconcile(now_ms);
   // What was refused stays in the status, not only in an Event that expires.
   if (!refusal.reason.empty() && !observed.finished()) observed.message += "; " + refusal.message;

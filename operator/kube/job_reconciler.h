@@ -65,6 +65,14 @@ class JobReconciler {
   using ProgressProbe =
       std::function<std::optional<WorkerProgress>(const std::string& host, int port)>;
   void ProbeProgressWith(ProgressProbe probe) { probe_ = std::move(probe); }
+  // How the ranks an elastic job's scheduler says compute are read
+  // (ProbeComputingWorkers unless a test says otherwise).
+  using ComputingProbe =
+      std::function<std::optional<std::vector<int>>(const std::string& host, int port)>;
+  void ProbeComputingWith(ComputingProbe probe) { computing_probe_ = std::move(probe); }
+  // The clock (ms) the job logic's timers read: the system's unless a test
+  // says otherwise.
+  void ClockWith(std::function<int64_t()> now_ms) { now_ms_ = std::move(now_ms); }
 
   // The job is gone: forget its in-memory state.
   void Forget(const std::string& uid);
@@ -105,6 +113,9 @@ class JobReconciler {
     // Elastic jobs: the workers the spec asked for at the last look (-1: not
     // looked yet), and since when each worker past them has been there.
     int desired_workers = -1;
+    // The ranks the scheduler last said compute the newest step, asked
+    // while a worker scaled away is there: kept through a probe unanswered.
+    std::optional<std::vector<int>> computing_workers;
     bool told_desired_failure = false;  // its Warning Event was recorded
     std::string workload_not_deleted;   // the WorkloadNotDeleted Event last recorded
     std::string scale_reported;         // the ScaleOutOfBounds or ScaleRefused Event last recorded
@@ -158,6 +169,11 @@ class JobReconciler {
   Status TellDesiredWorkers(const nlohmann::json& job, const JobIdentity& id,
                             const api::TrainingJob& spec, const std::vector<nlohmann::json>& pods,
                             JobState* state);
+  // Tells the job logic which ranks the scheduler says compute, so that a
+  // worker scaled away is stopped only once it does not leave after its
+  // last step (which may come minutes after the scale), not 30 s after it.
+  void ReadComputingWorkers(const api::TrainingJob& spec, const std::vector<nlohmann::json>& pods,
+                            JobState* state, controller::JobController* controller);
 
   // Kueue (job_reconciler_kueue.cc). Whether Kueue lets a queued job run now. Makes its Workload
   // exist (an Event when made); an admitted job's pod templates get the node labels of the flavors
@@ -368,6 +384,8 @@ class JobReconciler {
   std::set<std::string> workloads_finished_;  // uids of jobs whose Workload is marked Finished
   std::function<bool()> workloads_watched_;
   ProgressProbe probe_ = ProbeProgress;
+  ComputingProbe computing_probe_ = ProbeComputingWorkers;
+  std::function<int64_t()> now_ms_;  // ClockWith
   KueueApi kueue_api_{client_};
 };
 

@@ -3,9 +3,10 @@
 // subresource) reaches an elastic job's scheduler as its pod's annotation,
 // which the pod reads through a downwardAPI volume; the scheduler then takes
 // workers in or out at a step boundary (ps-server/elastic_workers.h), and
-// the job logic creates and deletes the worker pods the change needs. A
-// scale the job cannot follow (past its bounds; a job without a policy) is
-// settled before the spec is parsed, and said.
+// the job logic creates and deletes the worker pods the change needs, a
+// worker's once it has left, or 30 s after the scheduler's metrics say it
+// no longer computes. A scale the job cannot follow (past its bounds; a
+// job without a policy) is settled before the spec is parsed, and said.
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -135,6 +136,27 @@ Status JobReconciler::TellDesiredWorkers(const json& job, const JobIdentity& id,
     }
   }
   return Status::Ok();
+}
+
+void JobReconciler::ReadComputingWorkers(const api::TrainingJob& spec,
+                                         const std::vector<json>& pods, JobState* state,
+                                         controller::JobController* controller) {
+  if (!spec.spec.elastic.enabled()) return;
+  std::string scheduler_ip;
+  bool surplus = false;
+  for (const json& pod : pods) {
+    controller::ReplicaName name{controller::ReplicaRole::kScheduler, 0};
+    if (!KubeCluster::ReplicaOf(pod, &name)) continue;
+    if (name.role == controller::ReplicaRole::kScheduler)
+      scheduler_ip = pod.value("status", json::object()).value("podIP", "");
+    surplus = surplus || (name.role == controller::ReplicaRole::kWorker &&
+                          name.index >= spec.spec.worker.replicas);
+  }
+  if (surplus && !scheduler_ip.empty()) {
+    if (auto computing = computing_probe_(scheduler_ip, kMetricsPort))
+      state->computing_workers = std::move(computing);
+  }
+  if (state->computing_workers) controller->SetComputingWorkers(*state->computing_workers);
 }
 
 }  // namespace kubeps::kube

@@ -1,5 +1,6 @@
 #include "operator/kube/progress_probe.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <sstream>
@@ -40,7 +41,7 @@ std::optional<WorkerProgress> ParseWorkerProgress(const std::string& page) {
   return progress;
 }
 
-std::optional<WorkerProgress> ProbeProgress(const std::string& host, int port) {
+std::optional<std::string> FetchMetrics(const std::string& host, int port) {
   web::http::client::http_client_config config;
   config.set_timeout(std::chrono::milliseconds(300));
   try {
@@ -55,11 +56,41 @@ std::optional<WorkerProgress> ProbeProgress(const std::string& host, int port) {
     request.headers().add(U("Host"), JoinHostPort(host, port));
     web::http::http_response response = client.request(request).get();
     if (response.status_code() != web::http::status_codes::OK) return std::nullopt;
-    return ParseWorkerProgress(
-        utility::conversions::to_utf8string(response.extract_string().get()));
+    return utility::conversions::to_utf8string(response.extract_string().get());
   } catch (const std::exception&) {
     return std::nullopt;  // not answering yet, or gone: best effort
   }
+}
+
+std::optional<WorkerProgress> ProbeProgress(const std::string& host, int port) {
+  std::optional<std::string> page = FetchMetrics(host, port);
+  return page ? ParseWorkerProgress(*page) : std::nullopt;
+}
+
+std::optional<std::vector<int>> ParseComputingWorkers(const std::string& page) {
+  // kubeps_job_worker_computing{...,rank="2",...} 1
+  const std::string metric = std::string(api::kComputingWorkerMetric) + "{";
+  std::istringstream lines(page);
+  std::string line;
+  std::optional<std::vector<int>> ranks;
+  while (std::getline(lines, line)) {
+    if (line.rfind(metric, 0) != 0) continue;
+    size_t label = line.find("rank=\"");
+    while (label != std::string::npos && line[label - 1] != '{' && line[label - 1] != ',')
+      label = line.find("rank=\"", label + 1);  // another label ending in "rank"
+    const size_t space = line.rfind(' ');
+    if (label == std::string::npos || space == std::string::npos) continue;
+    if (!ranks) ranks.emplace();
+    if (std::strtod(line.c_str() + space + 1, nullptr) == 1)
+      ranks->push_back(std::atoi(line.c_str() + label + 6));
+  }
+  if (ranks) std::sort(ranks->begin(), ranks->end());
+  return ranks;
+}
+
+std::optional<std::vector<int>> ProbeComputingWorkers(const std::string& host, int port) {
+  std::optional<std::string> page = FetchMetrics(host, port);
+  return page ? ParseComputingWorkers(*page) : std::nullopt;
 }
 
 }  // namespace kubeps::kube

@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kubeps::kube {
 
@@ -25,6 +26,16 @@ std::optional<WorkerProgress> ParseWorkerProgress(const std::string& page);
 
 // The progress of the worker serving metrics at host:port.
 std::optional<WorkerProgress> ProbeProgress(const std::string& host, int port);
+
+// The ranks an elastic job's scheduler says compute its newest step
+// (api::kComputingWorkerMetric at 1); none where its page names no rank.
+std::optional<std::vector<int>> ParseComputingWorkers(const std::string& page);
+// Those of the scheduler serving metrics at host:port.
+std::optional<std::vector<int>> ProbeComputingWorkers(const std::string& host, int port);
+
+// The metrics page served at host:port; none where it does not answer
+// within 300 ms.
+std::optional<std::string> FetchMetrics(const std::string& host, int port);
 
 // The value of the first series named `metric` in a Prometheus text page.
 std::optional<double> MetricValue(const std::string& page, const std::string& metric);

@@ -5,6 +5,10 @@
 // worker pods the change needs. A job without elasticPolicy scaled keeps
 // the workers it started with.
 #include <algorithm>
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 
@@ -85,6 +89,49 @@ TEST_F(ElasticReconcilerTest, ScalingUpTellsTheSchedulerAndCreatesTheNewWorkersP
   EXPECT_THAT(WorkerPods(),
               ElementsAre("mnist-worker-0", "mnist-worker-1", "mnist-worker-2", "mnist-worker-3"));
   EXPECT_THAT(EventReasons(), Contains("Scaled"));
+}
+
+// A worker scaled away computes until the scheduler's change step, which
+// may come minutes after the scale (steps of seconds: 8 steps ahead at the
+// earliest): its pod is deleted only if it has not left 30 s after the
+// scheduler says it no longer computes. Before, 30 s after the scale: the job
+// lost a member before that step (a rollback, or its failure before its
+// first checkpoint).
+TEST_F(ElasticReconcilerTest, AWorkerScaledAwayIsNotDeletedWhileTheSchedulerSaysItComputes) {
+  json manifest = ElasticManifest();
+  manifest["spec"]["replicaSpecs"]["worker"]["replicas"] = 3;
+  CreateJob(manifest);
+  int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+  reconciler_->ClockWith([&] { return now_ms; });
+  std::optional<std::vector<int>> computing = std::vector<int>{0, 1, 2};
+  std::vector<std::string> asked;
+  reconciler_->ProbeComputingWith([&](const std::string& host, int) {
+    asked.push_back(host);
+    return computing;
+  });
+  ASSERT_TRUE(Reconcile().ok());
+  SetAllPods("Running");
+  ASSERT_FALSE(fake_
+                   .SetStatus(kPodsPath + "/mnist-scheduler-0",
+                              {{"phase", "Running"}, {"podIP", "10.1.0.7"}})
+                   .is_null());
+  ScaleTo(2);
+  ASSERT_TRUE(Reconcile().ok());
+  now_ms += 3 * controller::JobController::kSurplusGraceMs;
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_THAT(WorkerPods(), Contains("mnist-worker-2")) << "it computes every step before its last";
+  EXPECT_THAT(asked, Contains("10.1.0.7"));
+  computing = std::vector<int>{0, 1};  // the job passed its change step
+  ASSERT_TRUE(Reconcile().ok());
+  computing = std::nullopt;  // a probe unanswered: the last answer holds
+  now_ms += controller::JobController::kSurplusGraceMs - 1000;
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_THAT(WorkerPods(), Contains("mnist-worker-2")) << "it leaves on its own: the grace runs";
+  now_ms += 2000;
+  ASSERT_TRUE(Reconcile().ok());
+  EXPECT_THAT(WorkerPods(), Not(Contains("mnist-worker-2")));
 }
 
 TEST_F(ElasticReconcilerTest, ScalingDownDeletesAWorkersPodOnceItHasLeftNotBefore) {

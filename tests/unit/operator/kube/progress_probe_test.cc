@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "api/training_progress.h"
 #include "common/metrics.h"
 
 namespace kubeps::kube {
@@ -32,6 +33,21 @@ TEST(ProgressProbeTest, NothingWhereNothingAnswers) {
   const int port = gone->port();
   gone.reset();
   EXPECT_FALSE(ProbeProgress("::1", port).has_value());
+}
+
+// An elastic job's scheduler serves the ranks that compute its newest step
+// as gauges at 1, and those that left at 0; a scheduler that has said
+// nothing yet names none (not an empty set: every worker would be stopped).
+TEST(ProgressProbeTest, ReadsTheRanksTheSchedulerSaysCompute) {
+  std::unique_ptr<MetricsServer> scheduler;
+  ASSERT_TRUE(MetricsServer::Start("127.0.0.1", 0, {{"node_rank", "9"}}, &scheduler).ok());
+  EXPECT_EQ(ProbeComputingWorkers("127.0.0.1", scheduler->port()), std::nullopt);
+  auto rank = [&](int r) -> prometheus::Gauge& {
+    return scheduler->Gauge(api::kComputingWorkerMetric, "computes", {{"rank", std::to_string(r)}});
+  };
+  for (int r : {0, 1, 2, 10}) rank(r).Set(1);
+  rank(2).Set(0);
+  EXPECT_EQ(ProbeComputingWorkers("127.0.0.1", scheduler->port()), (std::vector<int>{0, 1, 10}));
 }
 
 }  // namespace
