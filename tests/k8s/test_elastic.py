@@ -12,12 +12,13 @@ import os
 import sys
 import time
 import unittest
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from operator_harness import (DEPLOY, apply, checkpoints_on_host, events_of, job_pods,  # noqa: E402
-                              live, live_pod, phase_history, replica_key, slowed_down,
-                              training_job)
+                              live, live_pod, metric, parse_metrics, phase_history, replica_key,
+                              slowed_down, training_job)
 from operator_test_case import SharedClusterTestCase  # noqa: E402
 
 NODE = "kubeps-node"
@@ -83,6 +84,14 @@ class ElasticJobTest(SharedClusterTestCase):
         for rank in (1, 2):
             self.assertIn("worker %d (worker-%d) left the job: it was scaled away"
                           % (rank, rank), said)
+        # The ranks that compute, as the operator reads them from the
+        # scheduler pod before it deletes a worker scaled away that has not
+        # left: 30 s after it stopped computing, not after the scale.
+        ip = live_pod(c, "elastic", "scheduler")["status"]["podIP"]
+        with urllib.request.urlopen("http://%s:9090/metrics" % ip, timeout=10) as page:
+            computing = parse_metrics(page.read().decode())
+        self.assertEqual([metric(computing, "kubeps_job_worker_computing", rank=str(r))
+                          for r in range(3)], [1, 0, 0])
         done = self.wait_phase("elastic", "Succeeded", timeout=180)
         self.assertEqual(done["status"]["workers"].split("/")[1], "1")
         # It trained while worker-2's pod started: Running throughout, not
