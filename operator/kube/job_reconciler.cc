@@ -238,7 +238,7 @@ Status JobReconciler::Reconcile(const json& job, const std::vector<json>& pods,
   controller.set_has_run(status.HasRun());
   if (!status.start_time.empty()) controller.set_start_ms(ToMs(ParseTime(status.start_time)));
   controller.set_timers(state.timers);
-  ReadComputingWorkers(spec, pods, &state, &controller);
+  ReadComputingWorkers(id, spec, pods, &state, &controller);
   controller::JobStatus observed = controller.Reconcile(now_ms);
   // What was refused stays in the status, not only in an Event that expires.
   if (!refusal.reason.empty() && !observed.finished()) observed.message += "; " + refusal.message;

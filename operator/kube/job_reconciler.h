@@ -172,8 +172,9 @@ class JobReconciler {
   // Tells the job logic which ranks the scheduler says compute, so that a
   // worker scaled away is stopped only once it does not leave after its
   // last step (which may come minutes after the scale), not 30 s after it.
-  void ReadComputingWorkers(const api::TrainingJob& spec, const std::vector<nlohmann::json>& pods,
-                            JobState* state, controller::JobController* controller);
+  void ReadComputingWorkers(const JobIdentity& id, const api::TrainingJob& spec,
+                            const std::vector<nlohmann::json>& pods, JobState* state,
+                            controller::JobController* controller);
 
   // Kueue (job_reconciler_kueue.cc). Whether Kueue lets a queued job run now. Makes its Workload
   // exist (an Event when made); an admitted job's pod templates get the node labels of the flavors

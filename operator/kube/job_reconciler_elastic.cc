@@ -138,15 +138,15 @@ Status JobReconciler::TellDesiredWorkers(const json& job, const JobIdentity& id,
   return Status::Ok();
 }
 
-void JobReconciler::ReadComputingWorkers(const api::TrainingJob& spec,
+void JobReconciler::ReadComputingWorkers(const JobIdentity& id, const api::TrainingJob& spec,
                                          const std::vector<json>& pods, JobState* state,
                                          controller::JobController* controller) {
   if (!spec.spec.elastic.enabled()) return;
-  std::string scheduler_ip;
+  std::string scheduler_ip;  // of its live pod, not one being deleted
   bool surplus = false;
   for (const json& pod : pods) {
     controller::ReplicaName name{controller::ReplicaRole::kScheduler, 0};
-    if (!KubeCluster::ReplicaOf(pod, &name)) continue;
+    if (!LiveReplica(pod, id, &name)) continue;
     if (name.role == controller::ReplicaRole::kScheduler)
       scheduler_ip = pod.value("status", json::object()).value("podIP", "");
     surplus = surplus || (name.role == controller::ReplicaRole::kWorker &&
