@@ -155,6 +155,9 @@ Status KVWorkerImpl::SendPush(const std::vector<const Part*>& batch, OutgoingPus
     if (push->staged && s.ok()) shared_->Learned(server, true);
     return s;
   }
+  // Refused after the job stopped or rolled back: that is the answer (s
+  // says it), not a push to send again over TCP.
+  if (GivesUpResending()) return s;
   if (shared_->Learned(server, false)) {
     KLOG_INFO << ServerName(server) << " cannot read this worker's shared memory; "
               << "tensors to and from it go over TCP: " << s.message();

@@ -106,5 +106,32 @@ TEST_F(KVWorkerElasticTest, APushWaitingOnASilentServerSaysWhyTheJobStopped) {
   EXPECT_THAT(pushed.message(), HasSubstr(kStopped));
 }
 
+// A push through shared memory the server cannot read is sent again over
+// TCP, but not once the job has stopped: the stop is the answer, and a push
+// that goes on over the wire after it costs a tensor's bytes for nothing.
+TEST(KVWorkerStoppedJobTest, AStagedPushRefusedAfterTheJobStoppedIsNotSentAgain) {
+  Job job{ElasticJob()};
+  ASSERT_TRUE(job.ok()) << job.error();
+  std::vector<std::unique_ptr<KVWorker>> workers =
+      StartWorkers(job, kWorkers, [](KVOptions* options) {
+        Elastic(options);
+        options->shared_memory = true;
+      });
+  ASSERT_EQ(workers.size(), static_cast<size_t>(kWorkers)) << "a worker did not start";
+  std::vector<WorkerTensors> tensors;
+  for (int w = 0; w < kWorkers; ++w) tensors.emplace_back(w);
+  ASSERT_EQ(InitAll(workers, tensors), "");
+  UnlinkSegments(SegmentPrefix(job.WorkerOptions(0)));  // the shards cannot map worker 0's
+  workers[1].reset();
+  const Status ended = workers[0]->Barrier("end");
+  ASSERT_THAT(ended.message(), HasSubstr(kStopped));
+  const double applied = job.AppliedPushes();
+  tensors[0].SetGrads(0, 0);
+  const Status pushed = workers[0]->Wait(workers[0]->Push(tensors[0].grad_ptrs, 0));
+  EXPECT_FALSE(pushed.ok());
+  EXPECT_THAT(pushed.message(), HasSubstr(kStopped));
+  EXPECT_EQ(job.AppliedPushes(), applied) << "sent again over TCP after the job stopped";
+}
+
 }  // namespace
 }  // namespace kubeps
