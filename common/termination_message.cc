@@ -10,6 +10,7 @@ namespace {
 
 constexpr const char* kJobStopped = "the scheduler stopped the job";
 constexpr const char* kIncurableStops[] = {kReasonNoCommonCheckpoint, kReasonProgramStateMissing};
+constexpr const char* kOwnEnds[] = {kReasonJoinFailed, kReasonReplaced};
 
 }  // namespace
 
@@ -24,12 +25,14 @@ const char* JobStopReason(const std::string& said, const char* otherwise) {
 }
 
 bool IsOwnEnd(const std::string& reason) {
-  return reason == kReasonJoinFailed || reason == kReasonReplaced;
+  for (const char* own : kOwnEnds)
+    if (reason == own) return true;
+  return false;
 }
 
 const char* EndReason(const std::string& said, const char* otherwise) {
-  if (said == kReasonJoinFailed) return kReasonJoinFailed;
-  if (said == kReasonReplaced) return kReasonReplaced;
+  for (const char* own : kOwnEnds)
+    if (said == own) return own;
   return JobStopReason(said, otherwise);
 }
 

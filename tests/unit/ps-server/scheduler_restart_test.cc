@@ -21,6 +21,14 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// The job of every test here: one server, two workers.
+SchedulerOptions OneServerTwoWorkers() {
+  SchedulerOptions options;
+  options.num_servers = 1;
+  options.num_workers = 2;
+  return options;
+}
+
 // The job's scheduler, started again on the same port when asked.
 class RestartingScheduler {
  public:
@@ -28,9 +36,7 @@ class RestartingScheduler {
   ~RestartingScheduler() { Stop(); }
 
   void Start() {
-    SchedulerOptions options;
-    options.num_servers = 1;
-    options.num_workers = 2;
+    SchedulerOptions options = OneServerTwoWorkers();
     options.replace_silent_after_ms = 0;
     service_ = std::make_unique<SchedulerService>(options, &NullMetrics());
     grpc::ServerBuilder builder;
@@ -155,10 +161,7 @@ TEST(SchedulerRestartTest, ANodeWhoseRankWasTakenSinceTheRestartStops) {
 // A node of an older build registering again says no rank: its id's suffix
 // is the one it had, as before.
 TEST(SchedulerRestartTest, ANodeRegisteringAgainWithoutARankTakesItsIdsSuffix) {
-  SchedulerOptions options;
-  options.num_servers = 1;
-  options.num_workers = 2;
-  Scheduler s(options, &NullMetrics());
+  Scheduler s(OneServerTwoWorkers(), &NullMetrics());
   v1::RegisterRequest request;
   request.mutable_node()->set_node_id("worker-1");
   request.mutable_node()->set_role(v1::WORKER);
